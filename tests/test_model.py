@@ -1,0 +1,262 @@
+"""Correctness proofs for every architecture flag: causality, no batch leakage, KV-cache decoding equal to
+the full forward pass (also past block_size), save/load round trip, learning, and clear config errors."""
+import dataclasses
+import io
+
+import pytest
+import torch
+
+from model import GPT, GPTConfig, sharing_plan
+
+TINY = dict(vocab_size=37, block_size=16, n_layer=4, n_head=2, n_embd=16, dropout=0.0)
+LLAMA = dict(norm="rmsnorm", pos_embedding="rope", bias=False, mlp_type="gated", activation="silu")
+
+# every flag, each on its own and in the combinations the papers use
+FLAGS = {
+    "gpt": {},
+    "no_bias": dict(bias=False),
+    "pgpt": dict(n_branches=2, tie_embeddings=False),
+    "pgpt3": dict(n_layer=6, n_branches=3, tie_embeddings=False),
+    "lgpt": dict(shrink_every=2, n_embd=32, tie_embeddings=False),
+    "cgpt_k1": dict(shrink_every=2, shrink_layer="conv", n_embd=32, tie_embeddings=False),
+    "cgpt_k3": dict(shrink_every=1, shrink_layer="conv", shrink_kernel=3, n_embd=32, tie_embeddings=False),
+    "swiglu": dict(mlp_type="gated", activation="silu", mlp_hidden=24),
+    "gated_gelu": dict(mlp_type="gated", activation="gelu"),
+    "gqa": dict(n_head=4, n_kv_head=2),
+    "mqa": dict(n_head=4, n_kv_head=1),
+    "untied": dict(tie_embeddings=False),
+    "factorized": dict(embd_factor_dim=8),
+    "factorized_untied": dict(embd_factor_dim=8, tie_embeddings=False),
+    "repeat2": dict(share_group_size=2),
+    "albert": dict(share_group_size=4),
+    "share_attn": dict(share_group_size=2, share_sublayers="attn"),
+    "share_mlp": dict(share_group_size=2, share_sublayers="mlp"),
+    "enhanced_residual": dict(enhanced_residual=True),
+    "deep_thinking": dict(think_steps=2, think_eta=0.3),
+    "shishu": dict(n_attn_layers=2, share_from_layer=2, share_group_size=2, **LLAMA),
+    "rmsnorm": dict(norm="rmsnorm"),
+    "rope": dict(pos_embedding="rope"),
+    "sinusoidal": dict(pos_embedding="sinusoidal"),
+    "no_pos": dict(pos_embedding="none"),
+    "constant_init": dict(init_scheme="constant"),
+    "mobilellm": dict(n_layer=4, n_head=4, n_kv_head=2, share_group_size=2, enhanced_residual=True, **LLAMA),
+    "mobilellm_dt": dict(n_head=4, n_kv_head=2, share_group_size=2, enhanced_residual=True, think_steps=2,
+                         think_eta=0.5, **LLAMA),
+    "pgpt_dt_lgpt": dict(n_branches=2, shrink_every=1, n_embd=32, think_steps=1, think_eta=0.5,
+                         shrink_layer="conv", shrink_kernel=2, tie_embeddings=False),
+}
+
+
+def make_model(name, seed=0, **extra):
+    torch.manual_seed(seed)
+    model = GPT(GPTConfig(**{**TINY, **FLAGS[name], **extra}))
+    # Randomise the zero-initialised parameters (biases, alphas, branch logits) so the tests see them act.
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() < 2:
+                p.add_(0.3 * torch.randn_like(p))
+    return model.eval()
+
+
+def tokens(batch, length, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, TINY["vocab_size"], (batch, length), generator=g)
+
+
+@pytest.mark.parametrize("name", FLAGS)
+def test_causality(name):
+    model = make_model(name)
+    idx = tokens(2, 16)
+    logits, _ = model(idx, all_logits=True)
+    for i in (0, 5, 14):
+        changed = idx.clone()
+        changed[:, i + 1:] = (changed[:, i + 1:] + 7) % TINY["vocab_size"]
+        logits2, _ = model(changed, all_logits=True)
+        torch.testing.assert_close(logits2[:, :i + 1], logits[:, :i + 1], rtol=1e-5, atol=1e-5)
+        assert not torch.allclose(logits2[:, i + 1:], logits[:, i + 1:])
+
+
+@pytest.mark.parametrize("name", FLAGS)
+def test_no_leakage_across_batch(name):
+    model = make_model(name)
+    idx = tokens(3, 12)
+    logits, _ = model(idx, all_logits=True)
+    changed = idx.clone()
+    changed[1] = (changed[1] + 3) % TINY["vocab_size"]
+    logits2, _ = model(changed, all_logits=True)
+    torch.testing.assert_close(logits2[[0, 2]], logits[[0, 2]], rtol=1e-5, atol=1e-5)
+
+
+def cached_logits(model, seq, prefill):
+    """Decode seq with the KV cache (prefill tokens at once, then one by one), re-priming the window the way
+    generate() does; return, for each step, (cached logits, window start)."""
+    bs = model.config.block_size
+    out, start, cache = [], 0, None
+    for t in range(prefill, seq.size(1) + 1):
+        if t - start > bs:
+            start, cache = t - 1 - max(1, bs // 2) + 1, None
+        if cache is None:
+            cache = model.new_cache()
+            logits, _ = model(seq[:, start:t], cache=cache)
+        else:
+            logits, _ = model(seq[:, t - 1:t], cache=cache)
+        out.append((t, start, logits[:, -1]))
+    return out
+
+
+@pytest.mark.parametrize("name", FLAGS)
+def test_kv_cache_equals_full_forward(name):
+    model = make_model(name)
+    seq = tokens(2, 2 * TINY["block_size"] + 5)
+    for t, start, logits in cached_logits(model, seq, prefill=3):
+        full, _ = model(seq[:, start:t])
+        torch.testing.assert_close(logits, full[:, -1], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", ["gpt", "pgpt", "gqa", "deep_thinking", "cgpt_k3", "shishu", "mobilellm_dt"])
+def test_generate_same_tokens_with_and_without_cache(name):
+    model = make_model(name)
+    prompt = tokens(2, 5)
+    a = model.generate(prompt, 40, temperature=0.0, use_kv_cache=True)
+    b = model.generate(prompt, 40, temperature=0.0, use_kv_cache=False)
+    assert a.shape == (2, 45) and torch.equal(a, b)
+    g1, g2 = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
+    c = model.generate(prompt, 40, temperature=1.0, top_k=5, generator=g1)
+    d = model.generate(prompt, 40, temperature=1.0, top_k=5, use_kv_cache=False, generator=g2)
+    assert torch.equal(c, d)
+
+
+def test_pgpt_branch_drop_kv_cache_and_weights():
+    model = make_model("pgpt")
+    w = model.branch_weights()
+    assert torch.all(w > 0) and abs(float(w.sum().detach()) - 1) < 1e-6
+    assert torch.allclose(GPT(GPTConfig(**{**TINY, **FLAGS["pgpt"]})).branch_weights(), torch.tensor([0.5, 0.5]))
+    full, _ = model(tokens(1, 10), all_logits=True)
+    model.keep_branch = model.heaviest_branch()
+    dropped, _ = model(tokens(1, 10), all_logits=True)
+    assert not torch.allclose(full, dropped)
+    seq = tokens(2, 2 * TINY["block_size"] + 3)
+    for t, start, logits in cached_logits(model, seq, prefill=4):
+        torch.testing.assert_close(logits, model(seq[:, start:t])[0][:, -1], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", FLAGS)
+def test_save_load_round_trip(name):
+    model = make_model(name)
+    buf = io.BytesIO()
+    torch.save({"model": model.state_dict(), "model_args": dataclasses.asdict(model.config)}, buf)
+    buf.seek(0)
+    ckpt = torch.load(buf, weights_only=True)
+    clone = GPT(GPTConfig(**ckpt["model_args"])).eval()
+    clone.load_state_dict(ckpt["model"])
+    idx = tokens(2, 16)
+    assert torch.equal(model(idx, all_logits=True)[0], clone(idx, all_logits=True)[0])
+
+
+@pytest.mark.parametrize("name", FLAGS)
+def test_training_lowers_loss(name):
+    model = make_model(name).train()
+    opt = model.configure_optimizers(0.1, 1e-2, (0.9, 0.95), "cpu")
+    idx = tokens(4, 17, seed=5)
+    x, y = idx[:, :-1], idx[:, 1:]
+    first = model(x, y)[1].item()
+    for _ in range(40):
+        _, loss = model(x, y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert model(x, y)[1].item() < first - 0.5
+
+
+def test_sharing_plan_schemes():
+    cfg = lambda **kw: GPTConfig(**{**TINY, "n_layer": 6, **kw})
+    assert sharing_plan(cfg()) == ([0, 1, 2, 3, 4, 5], [0, 1, 2, 3, 4, 5])
+    assert sharing_plan(cfg(share_group_size=2)) == ([0, 0, 1, 1, 2, 2], [0, 0, 1, 1, 2, 2])
+    assert sharing_plan(cfg(share_group_size=6)) == ([0] * 6, [0] * 6)
+    assert sharing_plan(cfg(share_group_size=3, share_sublayers="attn")) == ([0, 0, 0, 1, 1, 1], list(range(6)))
+    assert sharing_plan(cfg(share_group_size=2, share_sublayers="mlp")) == (list(range(6)), [0, 0, 1, 1, 2, 2])
+    shishu = cfg(n_attn_layers=2, share_from_layer=2, share_group_size=2)
+    assert sharing_plan(shishu) == ([0, 1, None, None, None, None], [0, 1, 2, 2, 3, 3])
+
+
+def test_sharing_counts_unique_params_once():
+    plain, shared = GPT(GPTConfig(**TINY)), GPT(GPTConfig(**TINY, share_group_size=2))
+    emb = TINY["vocab_size"] * 16 + 16 * 16 + 2 * 16
+    assert shared.get_num_params(False) - emb == (plain.get_num_params(False) - emb) // 2
+
+
+def test_enhanced_residual_alphas_start_at_half_and_are_not_decayed():
+    model = GPT(GPTConfig(**TINY, enhanced_residual=True))
+    assert model.residual_alphas() == [(0.5, 0.5)] * 4
+    opt = model.configure_optimizers(0.1, 1e-3, (0.9, 0.95), "cpu")
+    no_decay = {id(p) for g in opt.param_groups if g["weight_decay"] == 0 for p in g["params"]}
+    alphas = [m.alpha_logit for m in model.modules() if getattr(m, "alpha_logit", None) is not None]
+    assert len(alphas) == 8 and all(id(a) in no_decay for a in alphas)
+
+
+def test_swiglu_applies_silu_to_gate_only():
+    model = GPT(GPTConfig(**TINY, mlp_type="gated", activation="silu"))
+    mlp = model.branches[0].mlp[0].inner
+    x = torch.randn(3, 16)
+    expected = mlp.down(torch.nn.functional.silu(mlp.gate(x)) * mlp.up(x))
+    torch.testing.assert_close(mlp(x), expected)
+
+
+def test_gqa_cache_stores_only_kv_heads():
+    model = make_model("gqa")
+    cache = model.new_cache()
+    model(tokens(1, 4), cache=cache)
+    kv = [c for key, c in cache.slots.items() if key[-1] == "kv"]
+    assert len(kv) == 4 and all(c.k.shape[1] == 2 for c in kv)
+
+
+def test_cache_slot_per_application():
+    for name, expected in [("repeat2", 4), ("deep_thinking", 12), ("shishu", 2), ("pgpt", 4)]:
+        model = make_model(name)
+        cache = model.new_cache()
+        model(tokens(1, 3), cache=cache)
+        assert sum(key[-1] == "kv" for key in cache.slots) == expected, name
+
+
+def test_lgpt_widths_and_no_config_mutation():
+    cfg = GPTConfig(**{**TINY, "n_layer": 6, "n_embd": 64, "n_head": 2, "shrink_every": 2, "tie_embeddings": False})
+    before = dataclasses.asdict(cfg)
+    model = GPT(cfg)
+    assert cfg.widths() == [64, 64, 32, 32, 16, 16] and dataclasses.asdict(cfg) == before
+    assert model.ln_f.weight.shape == (16,) and model.lm_head.weight.shape == (37, 16)
+    assert len(model.branches[0].shrink) == 2
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(n_embd=30, n_head=4), "divisible by n_head"),
+    (dict(n_head=4, n_kv_head=3), "must divide n_head"),
+    (dict(n_kv_head=0), "must divide n_head"),
+    (dict(n_branches=3), "n_branches"),
+    (dict(n_branches=2), "tie_embeddings"),
+    (dict(shrink_every=1, n_embd=16, n_head=4, tie_embeddings=False), "divisible by n_head"),
+    (dict(shrink_every=2), "tie_embeddings"),
+    (dict(shrink_kernel=3, shrink_every=2, tie_embeddings=False), "shrink_layer='conv'"),
+    (dict(share_group_size=3), "groups of"),
+    (dict(share_group_size=2, shrink_every=2, tie_embeddings=False), "width shrinking"),
+    (dict(n_attn_layers=1, share_group_size=2), "mix attention"),
+    (dict(n_attn_layers=5), "n_attn_layers"),
+    (dict(think_steps=1, n_attn_layers=0), "Deep Thinking"),
+    (dict(think_eta=0.0), "think_eta"),
+    (dict(norm="batchnorm"), "norm"),
+    (dict(pos_embedding="alibi"), "pos_embedding"),
+    (dict(activation="tanh"), "activation"),
+    (dict(mlp_type="moe"), "mlp_type"),
+    (dict(share_sublayers="norm"), "share_sublayers"),
+    (dict(init_scheme="xavier"), "init_scheme"),
+    (dict(dropout=1.0), "dropout"),
+    (dict(pos_embedding="rope", n_embd=18, n_head=2), "even head size"),
+    (dict(mlp_hidden=32, shrink_every=2, tie_embeddings=False), "mlp_ratio"),
+])
+def test_invalid_configs_raise_clear_errors(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        GPTConfig(**{**TINY, **kwargs})
+
+
+def test_forward_rejects_too_long_sequence():
+    with pytest.raises(ValueError, match="block_size"):
+        make_model("gpt")(tokens(1, 17))
