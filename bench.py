@@ -1,0 +1,685 @@
+"""
+Speed and memory of model variants, side by side in one process.
+
+    python bench.py --variants=gpt,lgpt,cgpt,pgpt --seq_lens=64,128,256 --device=cpu
+    python bench.py config/gpt_shakespeare.py config/lgpt_shakespeare.py --measure=train
+    python bench.py --mode=paper001 --scale=0.5 --vocab_size=8000      # paper 001 Tables 3-6 layout
+    python bench.py --mode=paper004                                     # paper 004: lgpt/cgpt vs gpt
+    python bench.py --variants=gpt --measure=sample --gen_tokens=500    # KV cache vs plain sampling
+
+Models come from --variants (variants/<name>.py presets) and from config files given as positional
+arguments (each file is one model, read as train.py reads it, so its variant and model keys apply and
+its batch_size is used unless --batch_size is given). Every GPTConfig field can be overridden for all
+models, e.g. --n_layer=4 --vocab_size=8000. --scale=s shrinks every model's width (n_embd, mlp_hidden,
+embd_factor_dim) and depth (n_layer, n_attn_layers, share_from_layer) by s, rounding to the nearest
+valid configuration (--depth_scale to scale depth differently); the output prints the resulting sizes.
+
+Measurements (--measure, comma list):
+  train   one training step on random tokens: forward + backward + AdamW step (--optimizer_step=False:
+          forward + backward only, as paper 001's tables), batch --batch_size x seq; ms/iter, tokens/s
+  memory  peak memory of a training step and of an inference prefill (see below)
+  infer   batch --infer_batch: prefill ms of seq tokens into an empty KV cache sized seq, decode
+          ms/token (seq - decode_steps tokens cached, then decode_steps single-token steps, median), and
+          the KV-cache bytes of seq tokens (InferenceCache.nbytes(): keys + values of every attention
+          application; GQA stores only n_kv_head heads)
+  sample  model.generate from one token: --gen_tokens new tokens with the KV cache and without (the plain
+          path re-runs the whole window every token); tokens/s of each and the speed-up
+Warm-up iterations (--warmup) are not timed; each figure is the median of --repeats timed runs.
+Sequence lengths above a model's block_size are skipped; on CUDA an out-of-memory length is reported
+as OOM; on CPU longer lengths are skipped once one step takes more than --max_step_seconds.
+
+Peak memory, what it measures:
+  CUDA: torch.cuda.max_memory_allocated() over the step (reset before it): every live tensor (weights,
+        gradients, AdamW state, activations, KV cache), without the caching allocator's reserve.
+  CPU:  the same quantity, computed: the bytes of the tensors alive when the step starts (weights,
+        buffers, AdamW state, gradients, inputs) plus the highest point of the running sum of tensor
+        allocations minus frees during the step, recorded by torch.profiler(profile_memory=True).
+        It is tensor memory only: no Python objects, no allocator caching, no process RSS. (RSS is not
+        used because glibc keeps freed memory mapped, so RSS deltas mostly measure allocator history.)
+"""
+
+import contextlib
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+from configurator import ConfigError, gpt_config_defaults, load_config, load_variant, model_args
+from model import GPT, GPTConfig, InferenceCache
+from sample import autocast_context, expand_bool_flags, pick_device, pick_dtype
+
+BENCH_DEFAULTS = dict(
+    variants="",            # comma list of variants/<name>.py presets
+    mode="",                # "" | "paper001" (Tables 3-6 layout) | "paper004" (lgpt/cgpt/pgpt vs gpt)
+    measure="",             # comma list of train,memory,infer,sample; "" = the mode's default
+    seq_lens="64,128,256,512,1024,2048",
+    batch_size=8,           # training batch (sequences per step)
+    infer_batch=1,          # sequences per prefill / decode step
+    optimizer_step=True,    # training step includes AdamW's update (paper001 mode: False)
+    warmup=2,
+    repeats=5,
+    gen_tokens=500,         # sampling: new tokens per generate() call
+    sample_repeats=1,
+    decode_steps=16,
+    scale=1.0,              # shrink width and depth of every model (CPU-sized versions of big presets)
+    depth_scale=0.0,        # 0 = same as scale
+    max_step_seconds=20.0,  # CPU: skip longer sequences of a model once a step takes longer than this
+    device="auto",
+    dtype="auto",
+    keep_heaviest_branch=False,  # pgpt: inference and sampling with only the heaviest branch
+    compile=False,          # torch.compile the training step's model
+    threads=0,              # torch.set_num_threads; 0 = torch's default
+    seed=0,
+    out="",                 # also write the results: .csv (one row per measurement) or .md (the tables)
+    dry_run=False,          # print the models (sizes after --scale and overrides) and exit
+)
+BOOL_FLAGS = ("optimizer_step", "keep_heaviest_branch", "compile", "dry_run")
+MODES = {
+    "": dict(measure="train,memory,infer,sample"),
+    "paper001": dict(variants="mobilellm_125m,shishulm_125", measure="train,memory,infer", optimizer_step=False),
+    "paper004": dict(variants="gpt,lgpt,cgpt,pgpt", measure="train,memory,infer,sample", seq_lens="256"),
+}
+MEASURES = ("train", "memory", "infer", "sample")
+
+
+def defaults():
+    cfg = dict(BENCH_DEFAULTS)
+    for key, value in gpt_config_defaults().items():
+        cfg.setdefault(key, value)
+    return cfg
+
+
+# --- command line -------------------------------------------------------------------------------
+
+def split_files(argv):
+    """Config files (positional) and override arguments, as configurator splits them."""
+    files, rest, i = [], [], 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg.startswith("--") and "=" not in arg and i + 1 < len(argv):
+            rest += [arg, argv[i + 1]]
+            i += 2
+            continue
+        (rest if arg.startswith("-") else files).append(arg)
+        i += 1
+    return files, rest
+
+
+def parse(argv):
+    files, rest = split_files(expand_bool_flags(list(argv), BOOL_FLAGS))
+    try:
+        cfg, explicit = load_config(defaults(), rest)
+    except ConfigError as e:
+        raise SystemExit(f"error: {e}")
+    if cfg["mode"] not in MODES:
+        raise SystemExit(f"error: unknown --mode={cfg['mode']} (fix: use paper001, paper004 or leave it out)")
+    for key, value in MODES[cfg["mode"]].items():
+        if key not in explicit:
+            cfg[key] = value
+    if not cfg["variants"] and not files:
+        cfg["variants"] = "gpt" if not cfg["mode"] else MODES[cfg["mode"]]["variants"]
+    measures = [m.strip() for m in cfg["measure"].split(",") if m.strip()]
+    bad = [m for m in measures if m not in MEASURES]
+    if bad or not measures:
+        raise SystemExit(f"error: unknown measure {bad} (fix: --measure is a comma list of {','.join(MEASURES)})")
+    cfg["measure"] = measures
+    try:
+        cfg["seq_lens"] = [int(s) for s in str(cfg["seq_lens"]).strip("()[] ").split(",") if s.strip()]
+    except ValueError:
+        raise SystemExit(f"error: --seq_lens={cfg['seq_lens']} (fix: a comma list of integers, e.g. 64,128,256)")
+    if cfg["warmup"] < 0 or cfg["repeats"] < 1 or cfg["batch_size"] < 1 or cfg["infer_batch"] < 1:
+        raise SystemExit("error: --warmup >= 0, --repeats >= 1, --batch_size >= 1, --infer_batch >= 1 required")
+    if not cfg["scale"] > 0 or cfg["depth_scale"] < 0:
+        raise SystemExit("error: --scale must be > 0 and --depth_scale >= 0")
+    model_keys = set(gpt_config_defaults())
+    cli_model = {k: cfg[k] for k in explicit if k in model_keys}
+    entries = [variant_entry(name.strip(), cfg, cli_model) for name in cfg["variants"].split(",") if name.strip()]
+    entries += [file_entry(path, cfg, cli_model, "batch_size" in explicit) for path in files]
+    return cfg, entries
+
+
+def variant_entry(name, cfg, cli_model):
+    try:
+        args = gpt_config_defaults()
+        args.update(load_variant(name))
+    except ConfigError as e:
+        raise SystemExit(f"error: {e}")
+    return finish_entry(name, args, cfg, cli_model, None)
+
+
+def file_entry(path, cfg, cli_model, batch_explicit):
+    """One model from a train.py config file: train.py's defaults <- the file; vocab from the dataset."""
+    import train
+    try:
+        tcfg, texplicit = load_config(train.DEFAULTS, [path])
+        args = model_args(tcfg, texplicit)
+    except ConfigError as e:
+        raise SystemExit(f"error: {e}")
+    if "vocab_size" not in texplicit:
+        args["vocab_size"] = dataset_vocab(tcfg, args["vocab_size"])
+    batch = None if batch_explicit else tcfg.get("batch_size")
+    return finish_entry(os.path.splitext(os.path.basename(path))[0], args, cfg, cli_model, batch)
+
+
+def dataset_vocab(tcfg, fallback):
+    """train.py takes vocab_size from the dataset's meta.json; do the same when it exists."""
+    import json
+    data_dir = tcfg.get("data_dir") or os.path.join("data", tcfg.get("dataset", ""))
+    path = os.path.join(data_dir, "meta.json")
+    if os.path.isfile(path):
+        with open(path, encoding="utf-8") as f:
+            return int(json.load(f)["vocab_size"])
+    return fallback
+
+
+def finish_entry(name, args, cfg, cli_model, batch):
+    if cfg["scale"] != 1 or cfg["depth_scale"] not in (0, 1):
+        args = scale_args(args, cfg["scale"], cfg["depth_scale"] or cfg["scale"])
+    args.update(cli_model)  # explicit overrides win over presets and scaling
+    try:
+        GPTConfig(**args)
+    except ValueError as e:
+        raise SystemExit(f"error: {name}: {e}")
+    return dict(name=name, args=args, batch_size=batch or cfg["batch_size"])
+
+
+# --- scaling big presets down to CPU size --------------------------------------------------------
+
+def scale_args(args, width_scale, depth_scale):
+    """Shrink width by width_scale and depth by depth_scale, keeping the preset's structure (heads,
+    GQA ratio, ShishuLM's attention/MLP-only split, sharing groups, lgpt halvings); the nearest valid
+    configuration is taken."""
+    args = dict(depth_args(args, depth_scale))
+    return width_args(args, width_scale)
+
+
+def _valid(args):
+    try:
+        GPTConfig(**args)
+        return True
+    except ValueError:
+        return False
+
+
+def _nearest(target, lo=1, span=4096):
+    """Integers >= lo ordered by distance to target (ties: the smaller first)."""
+    base = int(round(target))
+    return sorted(range(max(lo, base - span), base + span + 1), key=lambda x: (abs(x - target), x))
+
+
+def depth_args(args, s):
+    """n_layer * s, and for ShishuLM-like presets n_attn_layers (and share_from_layer) in proportion;
+    the attention split gives way first, so models compared side by side keep the same depth."""
+    if s == 1:
+        return args
+    n0, a0 = args["n_layer"], args.get("n_attn_layers")
+    same_start = a0 is not None and args.get("share_from_layer") == a0
+    for n in _nearest(n0 * s, lo=args.get("n_branches", 1), span=n0):
+        attn_options = [None] if a0 is None else _nearest(a0 * n / n0, lo=0, span=n)
+        for a in attn_options:
+            if a is not None and a > n:
+                continue
+            cand = dict(args, n_layer=n, n_attn_layers=a)
+            if same_start:
+                cand["share_from_layer"] = a
+            elif args.get("share_from_layer"):
+                cand["share_from_layer"] = round(args["share_from_layer"] * n / n0)
+            if _valid(cand):
+                return cand
+    raise SystemExit(f"error: no valid depth near {n0 * s:.1f} layers (fix: pass --n_layer explicitly)")
+
+
+def width_args(args, s):
+    if s == 1:
+        return args
+    w0, head = args["n_embd"], args["n_head"]
+    for mult in _nearest(w0 * s / head, span=w0):
+        w = mult * head
+        cand = dict(args, n_embd=w)
+        for key in ("mlp_hidden", "embd_factor_dim"):
+            if args.get(key):
+                cand[key] = max(1, round(args[key] * w / w0))
+        if _valid(cand):
+            return cand
+    raise SystemExit(f"error: no valid width near {w0 * s:.0f} (fix: pass --n_embd explicitly)")
+
+
+def describe(args):
+    a = args
+    parts = [f"{a['n_layer']}L", f"d{a['n_embd']}", f"{a['n_head']}h"]
+    if a.get("n_kv_head"):
+        parts.append(f"kv{a['n_kv_head']}")
+    if a.get("mlp_hidden"):
+        parts.append(f"ffn{a['mlp_hidden']}")
+    if a.get("n_attn_layers") is not None:
+        parts.append(f"attn in {a['n_attn_layers']}")
+    if a.get("share_group_size", 1) > 1:
+        parts.append(f"share {a['share_group_size']} from {a.get('share_from_layer', 0)}")
+    if a.get("n_branches", 1) > 1:
+        parts.append(f"{a['n_branches']} branches")
+    if a.get("shrink_every"):
+        parts.append(f"halve/{a['shrink_every']} {a.get('shrink_layer')}")
+    if a.get("think_steps"):
+        parts.append(f"think {a['think_steps']}")
+    parts += [f"vocab {a['vocab_size']}", f"block {a['block_size']}"]
+    return " ".join(parts)
+
+
+# --- timing and memory ---------------------------------------------------------------------------
+
+def synchronize(device):
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    elif device == "mps":
+        torch.mps.synchronize()
+
+
+def timed(fn, device):
+    synchronize(device)
+    t0 = time.perf_counter()
+    fn()
+    synchronize(device)
+    return time.perf_counter() - t0
+
+
+def storage_bytes(tensors):
+    """Bytes of the distinct storages behind `tensors` (views and shared weights counted once)."""
+    seen = {}
+    for t in tensors:
+        if t is not None and t.device.type == "cpu":
+            s = t.untyped_storage()
+            seen[s.data_ptr()] = s.nbytes()
+    return sum(seen.values())
+
+
+def live_tensors(model, optimizer=None, extra=()):
+    out = list(model.parameters()) + list(model.buffers()) + [p.grad for p in model.parameters()] + list(extra)
+    if optimizer is not None:
+        for state in optimizer.state.values():
+            out += [v for v in state.values() if torch.is_tensor(v)]
+    return out
+
+
+def peak_bytes(fn, device, live):
+    """Peak bytes of live tensors while fn() runs (see the module docstring). None if unavailable."""
+    if device.startswith("cuda"):
+        synchronize(device)
+        torch.cuda.reset_peak_memory_stats()
+        fn()
+        synchronize(device)
+        return torch.cuda.max_memory_allocated()
+    if device != "cpu":
+        return None
+    before = storage_bytes(live())
+    from torch.profiler import ProfilerActivity, profile
+    with quiet_stderr(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    try:
+        events = []
+        stack = list(prof.profiler.kineto_results.experimental_event_tree())
+        while stack:
+            node = stack.pop()
+            fields = node.extra_fields
+            if type(fields).__name__ == "_ExtraFields_Allocation" and str(fields.device) == "cpu":
+                events.append((node.start_time_ns, fields.alloc_size))
+            stack.extend(node.children)
+    except AttributeError:
+        return None  # this torch's profiler has no event tree: report n/a rather than guess
+    running = peak = 0
+    for _, size in sorted(events, key=lambda e: e[0]):
+        running += size
+        peak = max(peak, running)
+    return before + peak
+
+
+@contextlib.contextmanager
+def quiet_stderr():
+    """Silence the profiler backend's start/stop lines, which C++ writes straight to file descriptor 2."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def median_ms(times):
+    return 1000 * statistics.median(times)
+
+
+class TooSlow(Exception):
+    pass
+
+
+# --- the measurements ----------------------------------------------------------------------------
+
+def bench_train(model, cfg, device, dtype, seq, batch, measure_memory):
+    vocab = model.config.vocab_size
+    gen = torch.Generator(device="cpu").manual_seed(cfg["seed"])
+    data = torch.randint(vocab, (batch, seq + 1), generator=gen).to(device)
+    x, y = data[:, :-1], data[:, 1:]
+    opt = model.configure_optimizers(0.1, 6e-4, (0.9, 0.95), device.split(":")[0])
+    scaler = torch.amp.GradScaler(device.split(":")[0], enabled=dtype == torch.float16)
+    runner = torch.compile(model) if cfg["compile"] else model
+    model.train()
+
+    def step():
+        with autocast_context(device, dtype):
+            _, loss = runner(x, y)
+        scaler.scale(loss).backward()
+        if cfg["optimizer_step"]:
+            scaler.step(opt)
+            scaler.update()
+        opt.zero_grad(set_to_none=True)
+
+    for i in range(cfg["warmup"]):
+        dt = timed(step, device)
+        if i == 0 and device == "cpu" and dt > 3 * cfg["max_step_seconds"]:
+            raise TooSlow(dt)
+    times = [timed(step, device) for _ in range(cfg["repeats"])]
+    out = dict(train_ms=median_ms(times), train_tok_s=batch * seq / statistics.median(times))
+    if measure_memory:
+        out["train_peak_bytes"] = peak_bytes(step, device, lambda: live_tensors(model, opt, (data,)))
+    del opt
+    return out
+
+
+@torch.no_grad()
+def bench_infer(model, cfg, device, dtype, seq, measure_memory):
+    model.eval()
+    vocab, batch = model.config.vocab_size, cfg["infer_batch"]
+    gen = torch.Generator(device="cpu").manual_seed(cfg["seed"])
+    idx = torch.randint(vocab, (batch, seq), generator=gen).to(device)
+    holder = {}
+
+    def prefill():
+        cache = InferenceCache(seq)
+        with autocast_context(device, dtype):
+            model(idx, cache=cache)
+        holder["cache"] = cache
+
+    for _ in range(cfg["warmup"]):
+        timed(prefill, device)
+    prefill_times = [timed(prefill, device) for _ in range(cfg["repeats"])]
+    out = dict(prefill_ms=median_ms(prefill_times), kv_bytes=holder["cache"].nbytes())
+    holder.clear()
+
+    d = max(1, min(cfg["decode_steps"], seq - 1)) if seq > 1 else 0
+    if d:
+        step_times = []
+        for r in range(cfg["warmup"] + cfg["repeats"]):
+            cache = InferenceCache(seq)
+            with autocast_context(device, dtype):
+                model(idx[:, :seq - d], cache=cache)
+                for i in range(seq - d, seq):
+                    dt = timed(lambda: model(idx[:, i:i + 1], cache=cache), device)
+                    if r >= cfg["warmup"]:
+                        step_times.append(dt)
+        out["decode_ms"] = median_ms(step_times)
+    if measure_memory:
+        out["infer_peak_bytes"] = peak_bytes(prefill, device, lambda: live_tensors(model, None, (idx,)))
+        holder.clear()
+    return out
+
+
+@torch.no_grad()
+def bench_sample(model, cfg, device, dtype):
+    model.eval()
+    start = torch.zeros((1, 1), dtype=torch.long, device=device)
+    out = {}
+    for use_cache in (True, False):
+        def run(n):
+            gen = torch.Generator(device=device).manual_seed(cfg["seed"])
+            with autocast_context(device, dtype):
+                model.generate(start, n, temperature=1.0, top_k=None, use_kv_cache=use_cache, generator=gen)
+        run(min(8, cfg["gen_tokens"]))  # warm-up
+        times = [timed(lambda: run(cfg["gen_tokens"]), device) for _ in range(cfg["sample_repeats"])]
+        out["sample_tok_s_cache" if use_cache else "sample_tok_s_plain"] = cfg["gen_tokens"] / statistics.median(times)
+    cache = model.new_cache()
+    with autocast_context(device, dtype):
+        model(start, cache=cache)
+    out["kv_block_bytes"] = cache.nbytes()
+    return out
+
+
+def run_entry(entry, cfg, device, dtype):
+    """All measurements of one model. Returns (per-seq rows, sample row or None)."""
+    torch.manual_seed(cfg["seed"])
+    model = GPT(GPTConfig(**entry["args"])).to(device)
+    params = model.get_num_params(non_embedding=False)
+    name, block = entry["name"], model.config.block_size
+    rows, measures = [], cfg["measure"]
+    seqs = [s for s in cfg["seq_lens"] if s <= block]
+    skipped = [s for s in cfg["seq_lens"] if s > block]
+    base = dict(model=name, params=params, batch=entry["batch_size"])
+    last = None
+    for seq in seqs:
+        row = dict(base, seq=seq)
+        if last and device == "cpu" and last[1] * seq / last[0] > cfg["max_step_seconds"]:
+            row["note"] = f"skipped: a step would take > {cfg['max_step_seconds']:g}s (--max_step_seconds)"
+            rows.append(row)
+            continue
+        try:
+            if "train" in measures or "memory" in measures:
+                row.update(bench_train(model, cfg, device, dtype, seq, entry["batch_size"], "memory" in measures))
+                last = (seq, row["train_ms"] / 1000)
+            if "infer" in measures or "memory" in measures:
+                keep = set_branch(model, cfg["keep_heaviest_branch"])
+                row["infer_model"] = branch_label(model, name)
+                row.update(bench_infer(model, cfg, device, dtype, seq, "memory" in measures))
+                model.keep_branch = keep
+        except TooSlow as e:
+            row["note"] = f"skipped: one step took {e.args[0]:.0f}s"
+            last = (seq, e.args[0])
+        except getattr(torch, "OutOfMemoryError", MemoryError):
+            row["note"] = "OOM"
+            torch.cuda.empty_cache()
+        rows.append(row)
+        print(f"  {name} seq {seq}: " + ", ".join(f"{k}={_short(v)}" for k, v in row.items()
+                                                   if k not in base and k not in ("seq", "infer_model")), file=sys.stderr, flush=True)
+    for seq in skipped:
+        rows.append(dict(base, seq=seq, note=f"skipped: > block_size {block}"))
+    sample = None
+    if "sample" in measures:
+        keep = set_branch(model, cfg["keep_heaviest_branch"])
+        sample = dict(base, gen_tokens=cfg["gen_tokens"], **bench_sample(model, cfg, device, dtype))
+        sample["infer_model"] = branch_label(model, name)
+        model.keep_branch = keep
+        print(f"  {name} sampling: {_short(sample['sample_tok_s_cache'])} tok/s cached, "
+              f"{_short(sample['sample_tok_s_plain'])} plain", file=sys.stderr, flush=True)
+    del model
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
+    return rows, sample
+
+
+def set_branch(model, enabled):
+    """pgpt: keep only the heaviest branch (fresh weights are equal: branch 0). Returns the old setting."""
+    old = model.keep_branch
+    if enabled and model.config.n_branches > 1:
+        model.keep_branch = model.heaviest_branch()
+    return old
+
+
+def branch_label(model, name):
+    if model.keep_branch is None:
+        return name
+    return f"{name} (branch {model.keep_branch} of {model.config.n_branches} only)"
+
+
+def _short(v):
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+# --- tables ----------------------------------------------------------------------------------------
+
+def mb(v):
+    if v is None:
+        return "n/a"
+    v = v / 2**20
+    return f"{v:.1f}" if v >= 10 else f"{v:.3g}"
+
+
+def num(v, spec):
+    return "n/a" if v is None else format(v, spec)
+
+
+def table(header, rows):
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" if i == 0 else "---:" for i in range(len(header))) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def ratio_vs(rows, ref_model, key, row, higher_is_better=False):
+    """row[key] relative to ref_model's at the same seq and batch: > 1 means row is faster (ms) / larger."""
+    ref = next((r.get(key) for r in rows if r["model"] == ref_model and r["seq"] == row["seq"]
+                and r["batch"] == row["batch"]), None)
+    value = row.get(key)
+    if ref is None or value is None:
+        return "n/a"
+    return f"{(value / ref if higher_is_better else ref / value):.2f}x"
+
+
+def render(cfg, entries, rows, samples, device, dtype):
+    out = []
+    m = cfg["measure"]
+    first = entries[0]["name"]
+    if "train" in m or "memory" in m:
+        what = "forward + backward + AdamW step" if cfg["optimizer_step"] else "forward + backward (no optimizer step)"
+        out.append(f"### Training: {what}, random tokens, median of {cfg['repeats']} after {cfg['warmup']} warm-up")
+        body = []
+        for r in rows:
+            if "train_ms" not in r:
+                body.append([r["model"], f"{r['params'] / 1e6:.2f}M", r["seq"], r["batch"], r.get("note", "n/a"), "", "", ""])
+                continue
+            body.append([r["model"], f"{r['params'] / 1e6:.2f}M", r["seq"], r["batch"], f"{r['train_ms']:.1f}",
+                         f"{r['train_tok_s']:,.0f}", ratio_vs(rows, first, "train_ms", r),
+                         mb(r.get("train_peak_bytes")) if "memory" in m else "-"])
+        out.append(table(["model", "params", "seq", "batch", "ms/iter", "tokens/s", f"speed vs {first}",
+                          "peak MB"], body))
+    if "infer" in m or "memory" in m:
+        out.append(f"### Inference: batch {cfg['infer_batch']}, prefill into an empty KV cache, then "
+                   f"{cfg['decode_steps']} single-token decode steps (median)")
+        body = []
+        for r in rows:
+            if "prefill_ms" not in r:
+                continue
+            body.append([r["infer_model"], r["seq"], f"{r['prefill_ms']:.2f}", num(r.get("decode_ms"), ".2f"),
+                         ratio_vs(rows, first, "decode_ms", r), mb(r["kv_bytes"]),
+                         mb(r.get("infer_peak_bytes")) if "memory" in m else "-"])
+        out.append(table(["model", "seq", "prefill ms", "decode ms/token", f"decode speed vs {first}",
+                          "KV cache MB", "peak MB (prefill)"], body))
+    if samples:
+        out.append(f"### Sampling: {cfg['gen_tokens']} new tokens from one token, batch 1, "
+                   f"temperature 1, with and without the KV cache")
+        body = [[s["infer_model"], s["gen_tokens"], f"{s['sample_tok_s_cache']:.1f}", f"{s['sample_tok_s_plain']:.1f}",
+                 f"{s['sample_tok_s_cache'] / s['sample_tok_s_plain']:.1f}x", mb(s["kv_block_bytes"])] for s in samples]
+        out.append(table(["model", "new tokens", "tokens/s (KV cache)", "tokens/s (no cache)", "speed-up",
+                          "KV cache MB (block_size)"], body))
+    if cfg["mode"] == "paper001" and len(entries) >= 2:
+        out += paper001_tables(entries[0]["name"], entries[1]["name"], rows, m)
+    return "\n\n".join(out)
+
+
+def paper001_tables(a, b, rows, m):
+    """Paper 001 Tables 3-6 layout: per length, A and B for training and inference, % reduction of B vs A."""
+    by = {(r["model"], r["seq"]): r for r in rows}
+    seqs = sorted({r["seq"] for r in rows if (a, r["seq"]) in by and (b, r["seq"]) in by})
+
+    def red(x, y):
+        return "n/a" if x is None or y is None or x == 0 else f"{100 * (x - y) / x:.2f}"
+
+    def block(title, train_key, infer_key, fmt):
+        body = []
+        for s in seqs:
+            ra, rb = by[(a, s)], by[(b, s)]
+            ta, tb, ia, ib = ra.get(train_key), rb.get(train_key), ra.get(infer_key), rb.get(infer_key)
+            if ta is None and ia is None:
+                continue
+            body.append([s, fmt(ta), fmt(tb), red(ta, tb), fmt(ia), fmt(ib), red(ia, ib)])
+        hdr = ["Length", f"Training {a}", f"Training {b}", "(% reduction)", f"Inference {a}", f"Inference {b}",
+               "(% reduction)"]
+        return f"### {title}\n" + table(hdr, body)
+
+    out = []
+    ms = lambda v: num(v, ".2f")
+    if "train" in m or "infer" in m:
+        out.append(block(f"Paper 001 Tables 3/4 layout: latency (ms) of {a} and {b} (training = forward + backward "
+                         f"per step; inference = prefill forward)", "train_ms", "prefill_ms", ms))
+    if "memory" in m:
+        gb = lambda v: "n/a" if v is None else f"{v / 2**30:.4f}"
+        out.append(block(f"Paper 001 Tables 5/6 layout: peak memory (GiB) of {a} and {b}",
+                         "train_peak_bytes", "infer_peak_bytes", gb))
+    return out
+
+
+def write_out(path, text, rows, samples):
+    if path.endswith(".csv"):
+        import csv
+        records = rows + [dict(s, seq="sample") for s in samples]
+        keys = []
+        for r in records:
+            keys += [k for k in r if k not in keys]
+        with open(path, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=keys)
+            w.writeheader()
+            w.writerows(records)
+    else:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text + "\n")
+
+
+def header(cfg, entries, device, dtype):
+    load = "n/a"
+    if hasattr(os, "getloadavg"):
+        load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    lines = [f"bench: torch {torch.__version__}, device {device}"
+             + (f" ({torch.cuda.get_device_name()})" if device.startswith("cuda") else "")
+             + f", {str(dtype).replace('torch.', '')}, {torch.get_num_threads()} threads, "
+               f"{os.cpu_count()} CPUs, load average {load}"]
+    if device == "cpu" and hasattr(os, "getloadavg") and torch.get_num_threads() > 1 \
+            and os.getloadavg()[0] > (os.cpu_count() or 1) - torch.get_num_threads() + 0.5:
+        lines.append(f"warning: the machine is busy (load {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs): "
+                     f"{torch.get_num_threads()} torch threads wait on each other, timings can be inflated many "
+                     f"times (fix: --threads=1)")
+    if cfg["scale"] != 1 or cfg["depth_scale"] not in (0, 1):
+        lines.append(f"scaled: width x{cfg['scale']:g}, depth x{(cfg['depth_scale'] or cfg['scale']):g} "
+                     f"(nearest valid sizes; explicit --key=value overrides applied after scaling)")
+    for e in entries:
+        with torch.device("meta"):  # sizes without allocating or initialising any weights
+            n = GPT(GPTConfig(**e["args"])).get_num_params(non_embedding=False)
+        lines.append(f"  {e['name']}: {n / 1e6:.2f}M params, {describe(e['args'])}")
+    return "\n".join(lines)
+
+
+def main(argv):
+    cfg, entries = parse(argv)
+    if cfg["threads"]:
+        torch.set_num_threads(cfg["threads"])
+    device = pick_device(cfg["device"])
+    dtype = pick_dtype(cfg["dtype"], device)
+    head = header(cfg, entries, device, dtype)
+    print(head, flush=True)
+    if cfg["dry_run"]:
+        return
+    rows, samples = [], []
+    for entry in entries:
+        r, s = run_entry(entry, cfg, device, dtype)
+        rows += r
+        if s:
+            samples.append(s)
+    text = render(cfg, entries, rows, samples, device, dtype)
+    print()
+    print(text)
+    if cfg["out"]:
+        write_out(cfg["out"], head + "\n\n" + text, rows, samples)
+        print(f"\nwrote {cfg['out']}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

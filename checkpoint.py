@@ -1,0 +1,164 @@
+"""
+Checkpoint files: atomic writes and loading.
+
+A checkpoint is a torch.save'd dict (see CONTRACT: model, model_args, optimizer, scaler, iter_num,
+best_val_loss, config, rng, dataset, data_dir). train.py writes two of them into out_dir:
+  ckpt.pt  - the best validation loss so far (what sample.py / eval.py load by default)
+  last.pt  - the latest state, written at every eval and on Ctrl-C (what init_from='resume' loads)
+
+Every write goes to a temporary file in the same directory, is fsync'ed and then os.replace'd over the
+target, so a crash or a full disk mid-write never leaves a truncated checkpoint behind.
+"""
+
+import contextlib
+import os
+import pickle
+import shutil
+import tempfile
+
+import torch
+
+CKPT_NAME = "ckpt.pt"
+LAST_NAME = "last.pt"
+ORIG_MOD_PREFIX = "_orig_mod."   # added to state_dict keys by torch.compile
+DDP_PREFIX = "module."           # added by DistributedDataParallel
+
+
+class CheckpointError(ValueError):
+    """A checkpoint is missing or unusable; the message is one line and says how to fix it."""
+
+
+@contextlib.contextmanager
+def atomic_open(path, mode="wb"):
+    """Open a temp file next to `path`; on success flush+fsync it and os.replace it onto `path`.
+    On any error (including KeyboardInterrupt) the temp file is removed and `path` is untouched."""
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, mode) as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        # mkstemp creates 0600 files; give the result the usual permissions (0666 minus umask)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(directory)
+
+
+def _fsync_dir(directory):
+    """Make the rename itself durable (best effort: not every OS/filesystem allows it)."""
+    with contextlib.suppress(OSError, AttributeError):
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def atomic_save(obj, path):
+    """torch.save(obj, path), atomically."""
+    with atomic_open(path, "wb") as f:
+        torch.save(obj, f)
+
+
+def atomic_copy(src, dst):
+    """Make dst an identical copy of the (complete) file src, atomically. Uses a hard link when the
+    filesystem allows it (free, and a later os.replace of src gives src a new inode, so dst keeps
+    its content), else a byte copy."""
+    directory = os.path.dirname(os.path.abspath(dst))
+    tmp = os.path.join(directory, f".{os.path.basename(dst)}.{os.getpid()}.link.tmp")
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(tmp)
+    try:
+        os.link(src, tmp)
+        os.replace(tmp, dst)
+        _fsync_dir(directory)
+    except OSError:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        with open(src, "rb") as fsrc, atomic_open(dst, "wb") as fdst:
+            shutil.copyfileobj(fsrc, fdst)
+
+
+def resolve_path(path_or_out_dir, prefer=(CKPT_NAME, LAST_NAME)):
+    """A checkpoint file path: the argument itself if it is a file, else the first of `prefer` found in
+    that directory. Raises CheckpointError telling the user to train first."""
+    p = os.fspath(path_or_out_dir)
+    if os.path.isfile(p):
+        return p
+    if os.path.isdir(p):
+        for name in prefer:
+            candidate = os.path.join(p, name)
+            if os.path.isfile(candidate):
+                return candidate
+        raise CheckpointError(f"no checkpoint ({' or '.join(prefer)}) in '{p}' "
+                              f"(fix: run train.py with --out_dir={p} first, or pass the right --out_dir)")
+    raise CheckpointError(f"checkpoint '{p}' does not exist (fix: run train.py first, or pass the right --out_dir)")
+
+
+def load_checkpoint(path_or_out_dir, device="cpu", prefer=(CKPT_NAME, LAST_NAME)):
+    """Load a checkpoint dict. A directory means its ckpt.pt (falling back to last.pt)."""
+    path = resolve_path(path_or_out_dir, prefer)
+    try:
+        # checkpoints written by train.py hold only tensors and plain python values, so the safe
+        # loader works; older or foreign files (e.g. numpy arrays inside) need the full unpickler.
+        # Either way these are the user's own local files.
+        try:
+            ckpt = torch.load(path, map_location=device, weights_only=True)
+        except pickle.UnpicklingError:
+            ckpt = torch.load(path, map_location=device, weights_only=False)
+    except (RuntimeError, EOFError, OSError, pickle.UnpicklingError) as e:
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise CheckpointError(f"cannot read checkpoint '{path}': {msg} (fix: re-run train.py to rewrite it)") from None
+    if not isinstance(ckpt, dict) or "model" not in ckpt or "model_args" not in ckpt:
+        raise CheckpointError(f"'{path}' is not a train.py checkpoint (no 'model'/'model_args') "
+                              f"(fix: point at a ckpt.pt or last.pt written by train.py)")
+    ckpt.setdefault("path", path)
+    return ckpt
+
+
+def clean_state_dict(state_dict):
+    """Strip the torch.compile ('_orig_mod.') and DDP ('module.') key prefixes."""
+    out = {}
+    for k, v in state_dict.items():
+        stripped = True
+        while stripped:
+            stripped = False
+            for prefix in (ORIG_MOD_PREFIX, DDP_PREFIX):
+                if k.startswith(prefix):
+                    k, stripped = k[len(prefix):], True
+        out[k] = v
+    return out
+
+
+def build_model(model_args, device="cpu"):
+    """GPT(GPTConfig(**model_args)) with one-line errors for args this model.py does not know."""
+    from model import GPT, GPTConfig
+    try:
+        config = GPTConfig(**model_args)
+    except TypeError as e:
+        raise CheckpointError(f"checkpoint model_args do not fit this model.py: {e} "
+                              f"(fix: use the code version that wrote the checkpoint)") from None
+    return GPT(config).to(device)
+
+
+def load_model(path_or_out_dir, device="cpu"):
+    """(model in eval mode on `device`, checkpoint dict). A directory means its ckpt.pt (else last.pt)."""
+    ckpt = load_checkpoint(path_or_out_dir, device)
+    model = build_model(ckpt["model_args"], device)
+    try:
+        model.load_state_dict(clean_state_dict(ckpt["model"]))
+    except RuntimeError as e:
+        first = str(e).strip().splitlines()[0]
+        raise CheckpointError(f"weights in '{ckpt['path']}' do not match its model_args: {first} "
+                              f"(fix: use the code version that wrote the checkpoint)") from None
+    model.eval()
+    return model, ckpt

@@ -1,0 +1,266 @@
+"""
+Config files + command-line overrides, shared by train.py, sample.py, eval.py, bench.py, compare.py.
+
+    python train.py config/gpt_shakespeare_cpu.py --n_layer=6 --dropout 0.1
+
+Positional arguments are config files: plain python, executed in order; their top-level assignments
+(names not starting with '_') set config keys. Then every `--key=value` / `--key value` override is
+applied, so the command line always wins over config files. Values are parsed with ast.literal_eval
+(falling back to the raw text) and must match the type of the key's default.
+
+Bad input never produces a traceback in scripts: load_config raises ConfigError (a ValueError) with a
+one-line message naming the problem and the fix, and scripts do `raise SystemExit(f"error: {e}")`.
+
+Model variants: a config key `variant = "lgpt"` selects variants/lgpt.py. The model arguments are
+    GPTConfig defaults  <-  variants.load(variant)  <-  model keys set explicitly (files or CLI)
+which is what model_args() computes; that is why load_config also returns the explicitly-set keys.
+"""
+
+import ast
+import dataclasses
+import difflib
+import importlib
+import os
+import pkgutil
+import sys
+
+
+class ConfigError(ValueError):
+    """Bad configuration input; the message is one line and says how to fix it."""
+
+
+def load_config(defaults, argv):
+    """defaults: dict of every known key -> default value. argv: e.g. sys.argv[1:].
+    Returns (config, explicit): the final dict and the set of keys set by config files or the CLI."""
+    if any(a in ("-h", "--help") for a in argv):
+        print(usage(defaults))
+        raise SystemExit(0)
+    config = dict(defaults)
+    explicit = set()
+    files, overrides = _split_argv(argv)
+    for path in files:
+        for key, value in _read_config_file(path, config).items():
+            config[key] = _check_value(key, value, defaults, source=path)
+            explicit.add(key)
+    for key, text in overrides:
+        key = _check_key(key.replace("-", "_"), defaults, source="on the command line")
+        config[key] = _parse_override(key, text, defaults[key])
+        explicit.add(key)
+    return config, explicit
+
+
+def usage(defaults):
+    prog = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "script.py"
+    lines = [f"usage: python {prog} [config/file.py ...] [--key=value | --key value ...]", "", "keys (default):"]
+    width = max((len(k) for k in defaults), default=0)
+    lines += [f"  --{k:<{width}}  {v!r}" for k, v in defaults.items()]
+    return "\n".join(lines)
+
+
+# --- argv ------------------------------------------------------------------------------------------
+
+def _split_argv(argv):
+    files, overrides = [], []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg.startswith("--"):
+            body = arg[2:]
+            if "=" in body:
+                key, text = body.split("=", 1)
+            else:
+                # `--key value`: the value is the next argument (it may itself start with '-', e.g. -1)
+                if i + 1 >= len(argv) or argv[i + 1].startswith("--"):
+                    raise ConfigError(f"missing value for --{body} (fix: write --{body}=VALUE or --{body} VALUE)")
+                key, text = body, argv[i + 1]
+                i += 1
+            if not key:
+                raise ConfigError(f"malformed argument '{arg}' (fix: write --key=value)")
+            overrides.append((key, text))
+        elif arg.startswith("-") and len(arg) > 1:
+            raise ConfigError(f"unknown option '{arg}' (fix: overrides look like --key=value; see --help)")
+        else:
+            files.append(arg)
+        i += 1
+    return files, overrides
+
+
+def _read_config_file(path, config):
+    """Execute a config file and return its top-level assignments. The file sees the current config
+    values as globals (so `max_iters = 2 * eval_interval` works), and may import modules."""
+    if not os.path.isfile(path):
+        hint = " (fix: overrides need two dashes, e.g. --key=value)" if "=" in path else \
+            " (fix: check the path; config files live in config/)"
+        raise ConfigError(f"config file '{path}' not found{hint}")
+    with open(path, encoding="utf-8") as f:
+        source = f.read()
+    try:
+        tree = ast.parse(source, filename=path)
+    except SyntaxError as e:
+        raise ConfigError(f"syntax error in config file {path} line {e.lineno}: {e.msg} (fix: it must be valid python)") from None
+    assigned = _top_level_names(tree)
+    namespace = dict(config)
+    namespace["__file__"] = os.path.abspath(path)
+    try:
+        exec(compile(tree, path, "exec"), namespace)
+    except Exception as e:  # a config file is user input: report it in one line
+        raise ConfigError(f"config file {path} failed: {type(e).__name__}: {e} (fix: correct the file)") from None
+    return {name: namespace[name] for name in assigned if name in namespace}
+
+
+def _top_level_names(tree):
+    """Names bound by top-level assignment statements (in order), skipping private '_names'."""
+    names = []
+
+    def add_target(t):
+        if isinstance(t, ast.Name):
+            if not t.id.startswith("_") and t.id not in names:
+                names.append(t.id)
+        elif isinstance(t, (ast.Tuple, ast.List)):
+            for elt in t.elts:
+                add_target(elt)
+
+    for node in tree.body:
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                add_target(target)
+        elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
+            add_target(node.target)
+    return names
+
+
+# --- keys and values -------------------------------------------------------------------------------
+
+def _check_key(key, defaults, source):
+    if key in defaults:
+        return key
+    close = difflib.get_close_matches(key, list(defaults), n=3, cutoff=0.6)
+    hint = f"did you mean {' or '.join('--' + c for c in close)}?" if close else "see --help for the list of keys"
+    if source != "on the command line":
+        hint += "; helper variables in config files must start with '_'"
+    raise ConfigError(f"unknown config key '{key}' {source} (fix: {hint})")
+
+
+def _check_value(key, value, defaults, source):
+    """Type-check a python value (from a config file) against the key's default."""
+    _check_key(key, defaults, f"in {source}")
+    ok, value = _coerce(value, defaults[key])
+    if not ok:
+        raise ConfigError(f"{source}: {key} = {value!r} is a {type(value).__name__}, expected "
+                          f"{_type_name(defaults[key])} (fix: e.g. {key} = {defaults[key]!r})")
+    return value
+
+
+def _parse_override(key, text, default):
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        value = text
+    if isinstance(default, str):
+        # any text is fine for a string key; quotes are optional (--init_from=resume == --init_from="'resume'")
+        return value if isinstance(value, str) else text
+    if isinstance(default, bool) and isinstance(value, str) and value.lower() in ("true", "false"):
+        value = value.lower() == "true"
+    ok, coerced = _coerce(value, default)
+    if not ok:
+        raise ConfigError(f"--{key}={text}: expected {_type_name(default)} (fix: e.g. --{key}={default!r})")
+    return coerced
+
+
+def _coerce(value, default):
+    """(ok, value converted to the default's type)."""
+    if default is None:
+        return True, value
+    if isinstance(default, bool):
+        if isinstance(value, bool):
+            return True, value
+        if isinstance(value, int) and value in (0, 1):
+            return True, bool(value)
+        return False, value
+    if isinstance(default, int):
+        return (isinstance(value, int) and not isinstance(value, bool)), value
+    if isinstance(default, float):
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return True, float(value)
+        return False, value
+    if isinstance(default, (list, tuple)):
+        if isinstance(value, (list, tuple)):
+            return True, type(default)(value)
+        return False, value
+    return isinstance(value, type(default)), value
+
+
+def _type_name(default):
+    if isinstance(default, bool):
+        return "a bool (True/False/1/0)"
+    if isinstance(default, float):
+        return "a number"
+    if isinstance(default, int):
+        return "an integer"
+    return f"a {type(default).__name__}"
+
+
+# --- model arguments and variants ------------------------------------------------------------------
+
+def gpt_config_defaults():
+    """{field: default} for every GPTConfig field (imported lazily so configurator has no torch import)."""
+    from model import GPTConfig
+    out = {}
+    for f in dataclasses.fields(GPTConfig):
+        if f.default is not dataclasses.MISSING:
+            out[f.name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            out[f.name] = f.default_factory()
+        else:
+            out[f.name] = None
+    return out
+
+
+def model_args(config, explicit, base=None):
+    """GPTConfig keyword arguments: base (default: GPTConfig defaults) <- variant <- explicitly-set keys.
+    base lets train.py start from a checkpoint's model_args (init_from=<path>)."""
+    fields = gpt_config_defaults()
+    args = dict(fields)
+    if base:
+        args.update({k: v for k, v in base.items() if k in fields})
+    name = config.get("variant", "")
+    if name:
+        args.update(load_variant(name, fields))
+    args.update({k: config[k] for k in explicit if k in fields})
+    return args
+
+
+def available_variants():
+    """Names of variants/<name>.py modules, or None if the variants package cannot be inspected."""
+    try:
+        variants = importlib.import_module("variants")
+    except ImportError:
+        return None
+    if hasattr(variants, "available"):
+        return sorted(variants.available())
+    if hasattr(variants, "__path__"):
+        return sorted(m.name for m in pkgutil.iter_modules(variants.__path__) if not m.name.startswith("_"))
+    return None
+
+
+def load_variant(name, fields=None):
+    """variants.load(name) as a dict of GPTConfig fields, with one-line errors."""
+    try:
+        variants = importlib.import_module("variants")
+    except ImportError:
+        raise ConfigError(f"variant '{name}' requested but the variants/ package is missing "
+                          f"(fix: run from the repository root, or drop --variant)") from None
+    names = available_variants()
+    listing = ", ".join(names) if names else "none found"
+    if names is not None and name not in names:
+        raise ConfigError(f"unknown variant '{name}' (fix: use one of: {listing})")
+    try:
+        cfg = dict(variants.load(name))
+    except (KeyError, ValueError, ImportError) as e:
+        raise ConfigError(f"unknown variant '{name}': {e} (fix: use one of: {listing})") from None
+    if fields is None:
+        fields = gpt_config_defaults()
+    bad = sorted(k for k in cfg if k not in fields)
+    if bad:
+        raise ConfigError(f"variant '{name}' sets unknown model keys {bad} (fix: edit variants/{name}.py)")
+    return cfg

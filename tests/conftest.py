@@ -1,0 +1,61 @@
+"""Shared pytest fixtures. The repository root is put on sys.path so tests import model, train, ... directly."""
+import json
+import os
+import sys
+
+# One thread per test process: on a 2-core machine torch's default thread pool thrashes as soon as anything
+# else runs (10-100x slower steps); subprocesses started by tests inherit this through the environment.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import numpy as np
+import pytest
+import torch
+
+torch.set_num_threads(1)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+
+def write_token_dataset(data_dir, n_train=20000, n_val=4000, vocab_size=16, seed=0):
+    """A learnable synthetic token dataset in prepare.py's format: mostly a fixed cycle through the
+    vocabulary (next = (3 * prev + 1) mod V) with 10% random tokens, so a tiny model's loss drops fast."""
+    rng = np.random.default_rng(seed)
+    n = n_train + n_val
+    ids = np.empty(n, dtype=np.uint16)
+    ids[0] = 0
+    noise = rng.random(n) < 0.1
+    rand = rng.integers(0, vocab_size, n)
+    for i in range(1, n):
+        ids[i] = rand[i] if noise[i] else (3 * int(ids[i - 1]) + 1) % vocab_size
+    os.makedirs(data_dir, exist_ok=True)
+    ids[:n_train].tofile(os.path.join(data_dir, "train.bin"))
+    ids[n_train:].tofile(os.path.join(data_dir, "val.bin"))
+    with open(os.path.join(data_dir, "meta.json"), "w") as f:
+        json.dump({"dataset": "synthetic", "tokenizer": "char", "vocab_size": vocab_size,
+                   "chars": [chr(ord("a") + i) for i in range(vocab_size)]}, f)
+    return str(data_dir)
+
+
+@pytest.fixture
+def tiny_data(tmp_path):
+    """Path of a small synthetic dataset (train.bin, val.bin, meta.json; vocab 16)."""
+    return write_token_dataset(tmp_path / "data")
+
+
+def tiny_config(data_dir, out_dir):
+    """train.py config overrides for a tiny, fast, deterministic CPU run (a few ms per iteration)."""
+    return dict(
+        data_dir=str(data_dir), dataset="synthetic", out_dir=str(out_dir),
+        device="cpu", dtype="float32", compile=False,
+        n_layer=2, n_head=2, n_embd=32, block_size=16, batch_size=8, dropout=0.0,
+        max_iters=20, eval_interval=10, eval_iters=2, log_interval=1,
+        learning_rate=3e-3, warmup_iters=2, lr_decay_iters=20, min_lr=3e-4,
+    )
+
+
+@pytest.fixture
+def tiny_train_config(tiny_data, tmp_path):
+    """tiny_config on the tiny_data dataset, writing to tmp_path/out."""
+    return tiny_config(tiny_data, tmp_path / "out")

@@ -1,0 +1,157 @@
+"""configurator.py: config files, both override forms, type checks, one-line errors, variant precedence."""
+import sys
+import types
+
+import pytest
+
+import configurator
+from configurator import ConfigError, load_config, model_args
+
+DEFAULTS = dict(out_dir="out", batch_size=12, learning_rate=6e-4, compile=False, lr_decay_iters=None,
+                n_layer=12, dropout=0.0, betas=(0.9, 0.95), variant="")
+
+
+def test_both_override_forms():
+    cfg, explicit = load_config(DEFAULTS, ["--batch_size=4", "--n_layer", "3", "--out_dir", "runs/a"])
+    assert cfg["batch_size"] == 4 and cfg["n_layer"] == 3 and cfg["out_dir"] == "runs/a"
+    assert explicit == {"batch_size", "n_layer", "out_dir"}
+    assert cfg["learning_rate"] == 6e-4 and DEFAULTS["batch_size"] == 12   # defaults untouched
+
+
+def test_values_and_types():
+    cfg, _ = load_config(DEFAULTS, ["--learning_rate=1", "--dropout", "0.1", "--lr_decay_iters=-5",
+                                    "--betas=(0.8, 0.9)", "--out_dir='quoted'"])
+    assert cfg["learning_rate"] == 1.0 and isinstance(cfg["learning_rate"], float)   # int accepted for float
+    assert cfg["dropout"] == 0.1 and cfg["lr_decay_iters"] == -5 and cfg["betas"] == (0.8, 0.9)
+    assert cfg["out_dir"] == "quoted"
+    cfg, _ = load_config(DEFAULTS, ["--out_dir=123", "--lr_decay_iters=abc"])
+    assert cfg["out_dir"] == "123"              # a str default takes any text
+    assert cfg["lr_decay_iters"] == "abc"       # a None default takes anything
+
+
+@pytest.mark.parametrize("text,value", [("True", True), ("false", False), ("true", True), ("1", True),
+                                        ("0", False), ("False", False)])
+def test_bool_parsing(text, value):
+    cfg, _ = load_config(DEFAULTS, [f"--compile={text}"])
+    assert cfg["compile"] is value
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["--compile=yes"], ["compile", "bool"]),
+    (["--batch_size=2.5"], ["batch_size", "integer"]),
+    (["--n_layer=four"], ["n_layer", "integer"]),
+    (["--learning_rate=fast"], ["learning_rate", "number"]),
+    (["--betas=0.9"], ["betas", "tuple"]),
+])
+def test_wrong_type_is_one_line_error(argv, words):
+    with pytest.raises(ConfigError) as e:
+        load_config(DEFAULTS, argv)
+    msg = str(e.value)
+    assert "\n" not in msg and all(w in msg for w in words) and "fix" in msg
+
+
+def test_unknown_key_suggests_close_match():
+    with pytest.raises(ConfigError) as e:
+        load_config(DEFAULTS, ["--n_layers=2"])
+    assert "n_layers" in str(e.value) and "--n_layer" in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(ConfigError, match="--help"):
+        load_config(DEFAULTS, ["--zzzzzz=1"])
+
+
+def test_missing_value_and_bad_options():
+    with pytest.raises(ConfigError, match="missing value"):
+        load_config(DEFAULTS, ["--batch_size"])
+    with pytest.raises(ConfigError, match="missing value"):
+        load_config(DEFAULTS, ["--batch_size", "--n_layer=2"])
+    with pytest.raises(ConfigError, match="unknown option"):
+        load_config(DEFAULTS, ["-x"])
+
+
+def test_config_file_then_overrides(tmp_path):
+    f = tmp_path / "exp.py"
+    f.write_text("import math\n_helper = 3\nbatch_size = 2 * _helper\nn_layer = int(math.sqrt(16))\n"
+                 "learning_rate = 1\nout_dir = 'from_file'\n")
+    # the command line wins over the file wherever it appears
+    cfg, explicit = load_config(DEFAULTS, ["--n_layer=2", str(f)])
+    assert cfg["batch_size"] == 6 and cfg["n_layer"] == 2 and cfg["out_dir"] == "from_file"
+    assert cfg["learning_rate"] == 1.0
+    assert explicit == {"batch_size", "n_layer", "learning_rate", "out_dir"}   # not _helper, not math
+
+
+def test_later_config_file_wins_and_sees_earlier_values(tmp_path):
+    a, b = tmp_path / "a.py", tmp_path / "b.py"
+    a.write_text("batch_size = 5\n")
+    b.write_text("n_layer = batch_size + 1\n")
+    cfg, _ = load_config(DEFAULTS, [str(a), str(b)])
+    assert cfg["n_layer"] == 6
+
+
+def test_config_file_errors(tmp_path):
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(DEFAULTS, [str(tmp_path / "missing.py")])
+    with pytest.raises(ConfigError, match="two dashes"):
+        load_config(DEFAULTS, ["batch_size=3"])
+    bad = tmp_path / "bad.py"
+    bad.write_text("n_layr = 3\n")
+    with pytest.raises(ConfigError, match="did you mean --n_layer.*'_'"):
+        load_config(DEFAULTS, [str(bad)])
+    bad.write_text("batch_size = 'big'\n")
+    with pytest.raises(ConfigError, match="batch_size"):
+        load_config(DEFAULTS, [str(bad)])
+    bad.write_text("batch_size = (\n")
+    with pytest.raises(ConfigError, match="syntax error"):
+        load_config(DEFAULTS, [str(bad)])
+
+
+def test_help_lists_keys(capsys):
+    with pytest.raises(SystemExit) as e:
+        load_config(DEFAULTS, ["--help"])
+    assert e.value.code == 0 and "--batch_size" in capsys.readouterr().out
+
+
+@pytest.fixture
+def fake_variants(monkeypatch):
+    fake = types.ModuleType("variants")
+    presets = {"wide": dict(n_embd=64, n_layer=3, n_head=4), "broken": dict(not_a_field=1)}
+    fake.available = lambda: sorted(presets)
+    fake.load = lambda name: dict(presets[name])
+    monkeypatch.setitem(sys.modules, "variants", fake)
+    return fake
+
+
+def test_variant_precedence(fake_variants, tmp_path):
+    from train import DEFAULTS as TRAIN_DEFAULTS
+    f = tmp_path / "exp.py"
+    f.write_text("variant = 'wide'\nn_layer = 5\n")
+    cfg, explicit = load_config(TRAIN_DEFAULTS, [str(f), "--block_size=32"])
+    args = model_args(cfg, explicit)
+    defaults = configurator.gpt_config_defaults()
+    assert args["n_embd"] == 64 and args["n_head"] == 4     # variant beats GPTConfig defaults
+    assert args["n_layer"] == 5 and args["block_size"] == 32  # explicit keys beat the variant
+    assert args["bias"] == defaults["bias"]                  # untouched keys keep GPTConfig defaults
+    # a base (e.g. another checkpoint's model_args) sits below the variant
+    args = model_args(cfg, explicit, base=dict(defaults, n_embd=16, mlp_ratio=2.0))
+    assert args["n_embd"] == 64 and args["mlp_ratio"] == 2.0
+
+
+def test_unknown_variant_lists_available(fake_variants):
+    with pytest.raises(ConfigError) as e:
+        model_args({"variant": "wdie"}, set())
+    assert "wdie" in str(e.value) and "broken, wide" in str(e.value)
+    with pytest.raises(ConfigError, match="not_a_field"):
+        model_args({"variant": "broken"}, set())
+
+
+def test_real_variants_load():
+    names = configurator.available_variants()
+    if not names:
+        pytest.skip("variants/ package not present")
+    for name in names:
+        assert isinstance(configurator.load_variant(name), dict)
+
+
+def test_train_main_reports_config_errors_in_one_line():
+    import train
+    with pytest.raises(SystemExit) as e:
+        train.main(["--n_layr=2"])
+    assert str(e.value).startswith("error: unknown config key 'n_layr'") and "\n" not in str(e.value)

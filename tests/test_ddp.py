@@ -1,0 +1,80 @@
+"""DDP on CPU: torchrun launches train.py's code on 2 gloo ranks. The ranks must stay in sync and the
+run must match a single process with the same global batch (batches are a function of the global
+micro-step, see train.py), with dropout 0 so both sides compute the same thing."""
+import csv
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import train
+from conftest import ROOT
+
+WORKER = """
+import json, os, sys
+sys.path.insert(0, {root!r})
+import torch, train
+cfg, param_dir = json.loads(sys.argv[1]), sys.argv[2]
+
+def save_params(event, info):
+    if event == "end":
+        params = {{k: v.detach().clone() for k, v in info["model"].state_dict().items()}}
+        torch.save(params, os.path.join(param_dir, "rank%d.pt" % info["rank"]))
+
+train.train({{**train.DEFAULTS, **cfg}}, explicit=set(cfg), callback=save_params)
+"""
+
+
+def train_losses(out_dir):
+    with open(os.path.join(out_dir, "log.csv"), newline="") as f:
+        return {int(r["iter"]): float(r["loss"]) for r in csv.DictReader(f) if r["kind"] == "train"}
+
+
+def test_ddp_two_cpu_ranks_match_single_process(tiny_train_config, tmp_path):
+    cfg = dict(tiny_train_config, gradient_accumulation_steps=2, batch_size=4, max_iters=6, eval_interval=6)
+
+    single_params = {}
+
+    def keep(event, info):
+        if event == "end":
+            single_params.update({k: v.detach().clone() for k, v in info["model"].state_dict().items()})
+
+    single = train.train({**train.DEFAULTS, **cfg, "out_dir": str(tmp_path / "single")}, explicit=set(cfg),
+                         callback=keep)
+
+    ddp_cfg = dict(cfg, out_dir=str(tmp_path / "ddp"))
+    param_dir = tmp_path / "params"
+    param_dir.mkdir()
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER.format(root=ROOT))
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                           str(script), json.dumps(ddp_cfg), str(param_dir)],
+                          capture_output=True, text=True, timeout=240, env=env, cwd=str(tmp_path))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.stdout.count("step 6: train loss") == 1   # only rank 0 prints
+
+    rank0 = torch.load(param_dir / "rank0.pt")
+    rank1 = torch.load(param_dir / "rank1.pt")
+    for k in rank0:
+        assert torch.equal(rank0[k], rank1[k]), f"ranks diverged at {k}"
+        torch.testing.assert_close(rank0[k], single_params[k], atol=2e-5, rtol=1e-4)
+
+    ddp_losses, single_losses = train_losses(ddp_cfg["out_dir"]), train_losses(str(tmp_path / "single"))
+    assert sorted(ddp_losses) == sorted(single_losses) == list(range(6))
+    for it in single_losses:
+        assert ddp_losses[it] == pytest.approx(single_losses[it], abs=1e-4)
+    ddp_ckpt = torch.load(os.path.join(ddp_cfg["out_dir"], "last.pt"), weights_only=True)
+    assert ddp_ckpt["best_val_loss"] == pytest.approx(single["best_val_loss"], abs=1e-4)
+    assert len(ddp_ckpt["rng_ranks"]) == 2   # every rank's RNG state, for an exact DDP resume
+
+
+def test_ddp_accumulation_must_divide_by_world_size(tiny_train_config, monkeypatch):
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(train.TrainError) as e:
+        train.train({**train.DEFAULTS, **tiny_train_config, "gradient_accumulation_steps": 3})
+    assert "divisible" in str(e.value) and "--gradient_accumulation_steps=2" in str(e.value)

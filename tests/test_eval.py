@@ -1,0 +1,193 @@
+"""eval.py: every token but the first scored exactly once, totals equal brute force, no padding, formulas."""
+import dataclasses
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from eval import evaluate_split, metrics, split_counts, window_plan
+from model import GPT, GPTConfig
+
+BLOCK = 8
+VOCAB = 11
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    m = GPT(GPTConfig(vocab_size=VOCAB, block_size=BLOCK, n_layer=2, n_head=2, n_embd=16, dropout=0.0))
+    return m.eval()
+
+
+def synthetic(n, seed=0):
+    return np.random.default_rng(seed).integers(0, VOCAB, n).astype(np.uint16)
+
+
+@torch.no_grad()
+def nll_of(model, context, target):
+    """-log p(target | context) from one forward pass over exactly `context` (no batching, no padding)."""
+    x = torch.tensor(np.asarray(context, dtype=np.int64))[None]
+    logits, _ = model(x, all_logits=True)
+    return float(F.cross_entropy(logits[0, -1:].double(), torch.tensor([int(target)])))
+
+
+def coverage(plan, n):
+    scored = np.zeros(n, dtype=int)
+    for start, end, k in plan:
+        assert 1 <= k <= end - start <= BLOCK
+        scored[end - k + 1:end + 1] += 1           # targets of the last k positions of the window
+    return scored
+
+
+# --- which tokens are scored ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("n", [2, 5, BLOCK, BLOCK + 1, 3 * BLOCK + 1, 3 * BLOCK + 4, 50])
+@pytest.mark.parametrize("stride", [0, 1, 3, BLOCK - 1, BLOCK])
+def test_every_token_but_the_first_scored_exactly_once(n, stride):
+    plan = window_plan(n, BLOCK, stride)
+    scored = coverage(plan, n)
+    assert scored[0] == 0 and (scored[1:] == 1).all()
+
+
+def test_sliding_windows_use_full_context():
+    plan = window_plan(50, BLOCK, 3)
+    assert plan[0] == (0, BLOCK, BLOCK)
+    assert all(end - start == BLOCK for start, end, _ in plan)   # as much context as the model takes
+    assert all(k == 3 for _, _, k in plan[1:-1]) and plan[-1][2] <= 3
+
+
+def test_partial_last_window_runs_at_true_length():
+    # 3 full windows of 8 targets + 4 targets left: the last window is 4 tokens long, not padded to 8
+    plan = window_plan(3 * BLOCK + 5, BLOCK, 0)
+    assert plan[:3] == [(0, 8, 8), (8, 16, 16 - 8), (16, 24, 8)]
+    assert plan[-1] == (24, 28, 4)
+
+
+def test_partial_window_not_padded_in_the_forward(model):
+    # every forward must see only real tokens: record the input shapes the model gets
+    data = synthetic(3 * BLOCK + 5)
+    shapes = []
+    hook = model.register_forward_pre_hook(lambda m, args, kwargs: shapes.append(tuple(args[0].shape)),
+                                           with_kwargs=True)
+    try:
+        r = evaluate_split(model, data, BLOCK, 0, batch_size=2)
+    finally:
+        hook.remove()
+    assert shapes == [(2, BLOCK), (1, BLOCK), (1, 4)]
+    assert r["n_tokens"] == len(data) - 1
+
+
+# --- totals equal brute force --------------------------------------------------------------------
+
+@torch.no_grad()
+@pytest.mark.parametrize("batch_size", [1, 3])
+def test_non_overlapping_total_equals_manual_windows(model, batch_size):
+    data = synthetic(3 * BLOCK + 6, seed=1)
+    r = evaluate_split(model, data, BLOCK, 0, batch_size=batch_size)
+    assert r["n_tokens"] == len(data) - 1
+    # manual: cut the targets 1..n-1 into windows of BLOCK, each a separate forward pass
+    total = 0.0
+    for start in range(0, len(data) - 1, BLOCK):
+        end = min(start + BLOCK, len(data) - 1)
+        x = torch.tensor(data[start:end].astype(np.int64))[None]
+        y = torch.tensor(data[start + 1:end + 1].astype(np.int64))
+        logits, _ = model(x, all_logits=True)
+        total += float(F.cross_entropy(logits[0].double(), y, reduction="sum"))
+    assert r["nll_sum"] == pytest.approx(total, rel=1e-5)
+
+
+@pytest.mark.parametrize("stride", [1, 3, 5])
+def test_strided_total_equals_per_token_computation(model, stride):
+    data = synthetic(4 * BLOCK + 3, seed=2)
+    r = evaluate_split(model, data, BLOCK, stride, batch_size=4)
+    assert r["n_tokens"] == len(data) - 1
+    # per token, with the context rule written out independently: targets 1..BLOCK see everything
+    # before them; later targets are scored in groups of `stride`, each group by a window ending at
+    # the group's last target, so target t (in a group ending at e) sees data[e-BLOCK .. t-1]
+    total = 0.0
+    for t in range(1, len(data)):
+        if t <= BLOCK:
+            context = data[:t]
+        else:
+            e = min(BLOCK + stride * math.ceil((t - BLOCK) / stride), len(data) - 1)
+            context = data[e - BLOCK:t]
+        total += nll_of(model, context, data[t])
+    assert r["nll_sum"] == pytest.approx(total, rel=1e-5)
+
+
+def test_stride_one_is_the_exact_sliding_limit(model):
+    # with stride 1 every token past the first window sees exactly BLOCK - 1 ... BLOCK tokens: the
+    # loss can only improve on non-overlapping windows' average context (a sanity check of the wiring)
+    data = synthetic(3 * BLOCK, seed=3)
+    full = evaluate_split(model, data, BLOCK, 1, batch_size=8)
+    assert full["n_tokens"] == len(data) - 1 and full["n_windows"] == 1 + (len(data) - 1 - BLOCK)
+
+
+def test_works_with_deep_thinking_and_pgpt():
+    data = synthetic(2 * BLOCK + 3, seed=4)
+    for extra in (dict(think_steps=2), dict(n_branches=2, tie_embeddings=False)):
+        torch.manual_seed(0)
+        m = GPT(GPTConfig(vocab_size=VOCAB, block_size=BLOCK, n_layer=2, n_head=2, n_embd=16, **extra)).eval()
+        r = evaluate_split(m, data, BLOCK, 3, batch_size=2)
+        assert r["n_tokens"] == len(data) - 1 and math.isfinite(r["nll_sum"])
+
+
+# --- formulas ---------------------------------------------------------------------------------------
+
+def test_metric_formulas_on_known_numbers():
+    m = metrics(nll_sum=200.0, n_tokens=100, n_words=50, n_bytes=400)
+    assert m["loss"] == pytest.approx(2.0)
+    assert m["token_ppl"] == pytest.approx(math.exp(2.0))
+    assert m["word_ppl"] == pytest.approx(math.exp(4.0))            # exp(200 / 50)
+    assert m["bpb"] == pytest.approx(200.0 / math.log(2) / 400)     # 0.7213...
+    assert m["bpb"] == pytest.approx(0.72134752, rel=1e-7)
+    missing = metrics(nll_sum=200.0, n_tokens=100)
+    assert missing["word_ppl"] is None and missing["bpb"] is None
+
+
+def test_split_counts_prefers_meta_then_decodes():
+    from prepare import CharTokenizer
+    tok = CharTokenizer(list(" ab\u00e9"))
+    data = np.array(tok.encode("ab \u00e9a b"), dtype=np.uint16)
+    meta = {"splits": {"val": {"tokens": 7, "words": 10, "bytes": 99}}}
+    assert split_counts(meta, "val", data, tok) == (10, 99, "meta.json")
+    words, nbytes, source = split_counts({"splits": {"val": {"tokens": 7}}}, "val", data, tok)
+    assert (words, nbytes) == (3, 8) and "decoded" in source         # 'é' is two utf-8 bytes
+    assert split_counts({}, "val", data, None) == (None, None, "n/a")
+
+
+def test_eval_cli_in_process(tmp_path, capsys):
+    """eval.main on a saved tiny checkpoint prints a row per split with the method stated."""
+    import eval as eval_script
+    from checkpoint import atomic_save
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    chars = [chr(ord("a") + i) for i in range(VOCAB)]
+    synthetic(100, seed=5).tofile(data_dir / "val.bin")
+    synthetic(37, seed=6).tofile(data_dir / "test.bin")
+    with open(data_dir / "meta.json", "w") as f:
+        json.dump({"dataset": "syn", "tokenizer": "char", "vocab_size": VOCAB, "chars": chars,
+                   "splits": {"val": {"tokens": 100, "words": 20, "bytes": 100}}}, f)
+    torch.manual_seed(0)
+    m = GPT(GPTConfig(vocab_size=VOCAB, block_size=BLOCK, n_layer=1, n_head=2, n_embd=16))
+    atomic_save({"model": m.state_dict(), "model_args": dataclasses.asdict(m.config), "iter_num": 3,
+                 "dataset": "syn", "data_dir": str(data_dir)}, str(tmp_path / "out" / "ckpt.pt"))
+    eval_script.main([f"--out_dir={tmp_path / 'out'}", "--device=cpu", "--stride=3"])
+    out = capsys.readouterr().out
+    assert "sliding window of 8 tokens, stride 3" in out
+    assert "| val | 99 | 20 | 100 |" in out and "| test | 36 |" in out
+    r = evaluate_split(m.eval(), np.fromfile(data_dir / "val.bin", dtype=np.uint16), BLOCK, 3)
+    assert f"{r['nll_sum'] / 99:.4f}" in out
+    with pytest.raises(SystemExit, match="split 'train' not found"):
+        eval_script.main([f"--out_dir={tmp_path / 'out'}", "--device=cpu", "--splits=train"])

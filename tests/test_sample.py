@@ -1,0 +1,163 @@
+"""sample.py from the command line on a tiny checkpoint built in tmp_path (no training needed)."""
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from checkpoint import atomic_save
+from model import GPT, GPTConfig
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CHARS = list("\n !',.:;?ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
+
+
+def make_checkpoint(tmp_path, **model_overrides):
+    """A randomly initialised tiny char model saved like train.py does, with its dataset's meta.json."""
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    with open(data_dir / "meta.json", "w") as f:
+        json.dump({"dataset": "tinychars", "tokenizer": "char", "vocab_size": len(CHARS), "chars": CHARS}, f)
+    torch.manual_seed(0)
+    args = dict(vocab_size=len(CHARS), block_size=32, n_layer=2, n_head=2, n_embd=32, dropout=0.0)
+    args.update(model_overrides)
+    model = GPT(GPTConfig(**args))
+    out_dir = tmp_path / "out"
+    atomic_save({"model": model.state_dict(), "model_args": dataclasses.asdict(model.config),
+                 "iter_num": 0, "best_val_loss": 9.9, "config": {}, "dataset": "tinychars",
+                 "data_dir": str(data_dir)}, str(out_dir / "ckpt.pt"))
+    return out_dir
+
+
+def run_sample(*args, cwd=None):
+    # one thread: tiny models gain nothing from more, and on a busy machine OpenMP threads that wait
+    # for each other make every forward pass 100x slower
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    return subprocess.run([sys.executable, os.path.join(ROOT, "sample.py"), *args],
+                          capture_output=True, text=True, cwd=cwd or ROOT, timeout=120, env=env)
+
+
+def samples(stdout):
+    parts = stdout.split("---------------\n")
+    assert parts[-1] == ""
+    return [p[:-1] for p in parts[:-1]]   # each sample is printed with a trailing newline
+
+
+@pytest.fixture(scope="module")
+def ckpt_dir(tmp_path_factory):
+    return make_checkpoint(tmp_path_factory.mktemp("sample"))
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def run_main(capsys, *args):
+    """sample.main in this process (no interpreter start-up): (stdout, stderr)."""
+    import sample
+    sample.main(list(args))
+    captured = capsys.readouterr()
+    return captured.out, captured.err
+
+
+# --- from the command line (each subprocess pays the ~3 s torch import, so they are few) ----------
+
+def test_cli_file_start_and_no_kv_cache_same_text(ckpt_dir, tmp_path):
+    prompt = tmp_path / "prompt.txt"
+    prompt.write_text("First Citizen:\nSpeak.", encoding="utf-8")
+    # 70 new tokens past a block of 32 also exercises the window re-priming of both paths
+    common = [f"--out_dir={ckpt_dir}", f"--start=FILE:{prompt}", "--num_samples=2", "--max_new_tokens=70",
+              "--seed=7", "--device=cpu", "--temperature=1.0"]
+    cached = run_sample(*common)
+    # a bare --no_kv_cache, followed by another option it must not swallow
+    plain = run_sample("--no_kv_cache", *common)
+    assert cached.returncode == 0 and plain.returncode == 0, cached.stderr + plain.stderr
+    assert "KV cache on" in cached.stderr and "KV cache off" in plain.stderr
+    out = samples(cached.stdout)
+    assert len(out) == 2
+    for s in out:
+        assert s.startswith("First Citizen:\nSpeak.")
+        assert len(s) == len("First Citizen:\nSpeak.") + 70   # char tokenizer: one character per token
+    assert out[0] != out[1]
+    assert cached.stdout == plain.stdout
+
+
+def test_cli_unknown_characters_one_line_error(ckpt_dir):
+    r = run_sample(f"--out_dir={ckpt_dir}", "--start=caf\u00e9 \u20ac5", "--device=cpu")
+    assert r.returncode != 0
+    assert "Traceback" not in r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    assert lines[0].startswith("error: characters not in the vocabulary:")
+    assert "'\u00e9'" in lines[0] and "'\u20ac'" in lines[0] and "'5'" in lines[0]
+    assert "tinychars" in lines[0]
+    assert r.stdout == ""
+
+
+def test_cli_missing_checkpoint(tmp_path):
+    r = run_sample(f"--out_dir={tmp_path / 'nothing_here'}", "--device=cpu")
+    assert r.returncode != 0
+    assert "Traceback" not in r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:") and "train.py" in lines[0]
+
+
+# --- in process -------------------------------------------------------------------------------------
+
+def test_start_text_and_seeds(ckpt_dir, capsys):
+    common = [f"--out_dir={ckpt_dir}", "--start=ROMEO: ", "--num_samples=1", "--max_new_tokens=40",
+              "--device=cpu", "--temperature=1.0"]
+    a, _ = run_main(capsys, *common, "--seed=1")
+    b, err = run_main(capsys, *common, "--seed=1", "--no_kv_cache=True")
+    c, _ = run_main(capsys, *common, "--seed=2")
+    assert samples(a)[0].startswith("ROMEO: ") and len(samples(a)[0]) == len("ROMEO: ") + 40
+    assert "KV cache off" in err
+    assert a == b and a != c
+
+
+def test_greedy_is_deterministic(ckpt_dir, capsys):
+    common = [f"--out_dir={ckpt_dir}", "--start=A", "--num_samples=2", "--max_new_tokens=20",
+              "--device=cpu", "--temperature=0"]
+    out = samples(run_main(capsys, *common)[0])
+    assert out[0] == out[1]
+
+
+def test_keep_heaviest_branch_on_pgpt(tmp_path, capsys):
+    out_dir = make_checkpoint(tmp_path, n_branches=2, tie_embeddings=False)
+    out, err = run_main(capsys, f"--out_dir={out_dir}", "--keep_heaviest_branch", "--start=A",
+                        "--num_samples=1", "--max_new_tokens=5", "--device=cpu")
+    assert "running only branch" in err
+    assert samples(out)[0].startswith("A")
+
+
+def test_falls_back_to_last_pt(ckpt_dir, tmp_path, capsys):
+    out_dir = tmp_path / "resumable"
+    out_dir.mkdir()
+    os.link(ckpt_dir / "ckpt.pt", out_dir / "last.pt")
+    _, err = run_main(capsys, f"--out_dir={out_dir}", "--start=A", "--num_samples=1", "--max_new_tokens=3",
+                      "--device=cpu")
+    assert "last.pt" in err
+
+
+def test_bad_start_file_is_one_line_error(ckpt_dir, tmp_path):
+    import sample
+    with pytest.raises(SystemExit) as e:
+        sample.main([f"--out_dir={ckpt_dir}", f"--start=FILE:{tmp_path / 'missing.txt'}"])
+    assert str(e.value).startswith("error: cannot read the start file") and "\n" not in str(e.value)
+
+
+def test_expand_bool_flags():
+    from sample import expand_bool_flags
+    flags = ("no_kv_cache",)
+    assert expand_bool_flags(["--no_kv_cache"], flags) == ["--no_kv_cache=True"]
+    assert expand_bool_flags(["--no_kv_cache", "--seed=1"], flags) == ["--no_kv_cache=True", "--seed=1"]
+    assert expand_bool_flags(["--no_kv_cache", "False"], flags) == ["--no_kv_cache", "False"]
+    assert expand_bool_flags(["--no-kv-cache", "cfg.py"], flags) == ["--no_kv_cache=True", "cfg.py"]
+    assert expand_bool_flags(["--no_kv_cache=0"], flags) == ["--no_kv_cache=0"]

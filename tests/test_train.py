@@ -1,0 +1,284 @@
+"""train.py + checkpoint.py: lr schedule, learning, exact resume, Ctrl-C, atomic saves, one-line errors.
+Tiny models (2 layers, width 32, block 16) on a synthetic dataset: the whole file runs in seconds."""
+import csv
+import os
+import signal
+
+import pytest
+import torch
+
+import checkpoint
+import train
+from checkpoint import CheckpointError, atomic_save, load_checkpoint, load_model
+from train import TrainError, get_lr
+
+
+def run(config, explicit=None, callback=None):
+    """train.train with a full config; explicit defaults to the keys given (as if typed on the CLI)."""
+    return train.train({**train.DEFAULTS, **config}, explicit=set(config) if explicit is None else explicit,
+                       callback=callback)
+
+
+class Recorder:
+    """Callback that records the loss of every iteration; optionally interrupts after iteration `stop_at`."""
+
+    def __init__(self, stop_at=None, how=None):
+        self.losses, self.stop_at, self.how = {}, stop_at, how
+
+    def __call__(self, event, info):
+        if event == "eval" and self.how == "eval" and info["iter_num"] == self.stop_at:
+            raise KeyboardInterrupt   # after the eval of stop_at, before its training step
+        if event != "iter":
+            return
+        self.losses[info["iter_num"] - 1] = info["loss"]
+        if info["iter_num"] == self.stop_at:
+            if self.how == "sigint":
+                os.kill(os.getpid(), signal.SIGINT)   # like Ctrl-C in a terminal
+            else:
+                raise KeyboardInterrupt
+
+
+def read_log(out_dir):
+    with open(os.path.join(out_dir, "log.csv"), newline="") as f:
+        return list(csv.DictReader(f))
+
+
+# --- learning-rate schedule ----------------------------------------------------------------------
+
+def test_get_lr_schedule():
+    lr, min_lr, warmup, decay = 1e-3, 1e-4, 10, 100
+    lrs = [get_lr(it, lr, min_lr, warmup, decay) for it in range(0, 120)]
+    assert all(x > 0 for x in lrs)
+    assert lrs[0] == pytest.approx(lr / (warmup + 1))            # warmup starts above zero
+    assert all(a < b for a, b in zip(lrs[:warmup], lrs[1:warmup + 1]))   # rises linearly
+    assert lrs[warmup] == pytest.approx(lr)                      # peak right after warmup
+    assert all(a >= b for a, b in zip(lrs[warmup:], lrs[warmup + 1:]))  # then only decays
+    assert all(x >= min_lr for x in lrs[warmup:])
+    assert lrs[decay - 1] > min_lr and lrs[decay] == min_lr and lrs[119] == min_lr
+    mid = (warmup + decay) // 2
+    assert lrs[mid] == pytest.approx((lr + min_lr) / 2)          # cosine midpoint
+    assert get_lr(5, lr, min_lr, warmup, decay, decay_lr=False) == lr
+    # degenerate schedules never give 0 or divide by zero
+    assert get_lr(0, lr, min_lr, 0, 0) == min_lr
+    assert get_lr(0, lr, min_lr, 0, 10) == lr
+    assert get_lr(5, lr, min_lr, 5, 5) == min_lr
+    assert all(get_lr(it, lr, 0.0, 0, 10) > 0 for it in range(10))  # min_lr=0 is reached only at the end
+
+
+def test_none_schedule_defaults_follow_max_iters():
+    cfg = dict(train.DEFAULTS, max_iters=300, learning_rate=2e-3)
+    train.resolve_schedule(cfg)
+    assert cfg["lr_decay_iters"] == 300 and cfg["min_lr"] == pytest.approx(2e-4)
+
+
+# --- training ----------------------------------------------------------------------------------------
+
+def test_training_lowers_loss_and_writes_outputs(tiny_train_config, capsys):
+    summary = run(tiny_train_config)
+    out = capsys.readouterr().out
+    first, last = summary["evals"][0], summary["evals"][-1]
+    assert last["iter"] == 20 and first["iter"] == 0
+    assert last["val_loss"] < first["val_loss"] - 0.5
+    assert summary["best_val_loss"] == min(e["val_loss"] for e in summary["evals"])
+    assert summary["ms_per_iter"] > 0 and summary["num_params"] > 0 and not summary["interrupted"]
+    assert "step 0: train loss " in out and "iter 19: loss " in out and "number of parameters" in out
+    out_dir = tiny_train_config["out_dir"]
+    for name in ("ckpt.pt", "last.pt", "log.csv", "loss.png"):
+        assert os.path.exists(os.path.join(out_dir, name)), name
+    rows = read_log(out_dir)
+    assert [r["kind"] for r in rows].count("eval") == 3 and [r["kind"] for r in rows].count("train") == 20
+    ckpt = load_checkpoint(out_dir)
+    assert set(ckpt) >= {"model", "model_args", "optimizer", "scaler", "iter_num", "best_val_loss", "config",
+                         "rng", "dataset", "data_dir"}
+    assert set(ckpt["rng"]) >= {"python", "numpy", "torch", "cuda"}
+    assert ckpt["model_args"]["vocab_size"] == 16   # from meta.json
+    assert ckpt["config"]["n_layer"] == 2 and ckpt["iter_num"] == 20
+    model, _ = load_model(out_dir, "cpu")
+    assert model.config.n_embd == 32 and not model.training
+
+
+def collect_params(model):
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """One uninterrupted 20-iteration run with dropout (so the RNG state matters): its config, the loss of
+    every iteration, its summary and final weights."""
+    from conftest import tiny_config, write_token_dataset
+    root = tmp_path_factory.mktemp("reference")
+    cfg = dict(tiny_config(write_token_dataset(root / "data"), root / "out"), dropout=0.1)
+    rec, final = Recorder(), {}
+
+    def callback(event, info):
+        rec(event, info)
+        if event == "end":
+            final.update(collect_params(info["model"]))
+
+    summary = run(cfg, callback=callback)
+    return cfg, rec.losses, summary, final
+
+
+@pytest.mark.parametrize("how", ["exception", "sigint", "eval", "finished"])
+def test_resume_continues_exactly(uninterrupted, tmp_path, how):
+    cfg, ref_losses, full, ref_params = uninterrupted
+    b = str(tmp_path / "b")
+    if how == "finished":   # a finished shorter run, continued with a larger max_iters
+        run(dict(cfg, out_dir=b, max_iters=10))
+        stop = 10
+    else:                   # interrupted by an exception, a real SIGINT, or right after an eval
+        stop = 10 if how == "eval" else 7
+        first = run(dict(cfg, out_dir=b), callback=Recorder(stop_at=stop, how=None if how == "exception" else how))
+        assert first["interrupted"]
+    assert load_checkpoint(b, prefer=("last.pt",))["iter_num"] == stop
+
+    rec, final = Recorder(), {}
+
+    def callback(event, info):
+        rec(event, info)
+        if event == "end":
+            final.update(collect_params(info["model"]))
+
+    resumed = run(dict(cfg, out_dir=b, init_from="resume"), callback=callback)
+    assert sorted(rec.losses) == list(range(stop, 20))
+    for it in range(stop, 20):
+        assert rec.losses[it] == pytest.approx(ref_losses[it], abs=1e-6), it
+    assert resumed["final_val_loss"] == pytest.approx(full["final_val_loss"], abs=1e-6)
+    assert resumed["best_val_loss"] == pytest.approx(full["best_val_loss"], abs=1e-6)
+    for k, v in ref_params.items():
+        torch.testing.assert_close(final[k], v, atol=1e-6, rtol=0)
+    # the log of the resumed run is one continuous history
+    rows = read_log(b)
+    assert [int(r["iter"]) for r in rows if r["kind"] == "train"] == list(range(20))
+    assert [int(r["iter"]) for r in rows if r["kind"] == "eval"] == [0, 10, 20]
+
+
+def test_ctrl_c_saves_last_pt(tiny_train_config, capsys):
+    summary = run(tiny_train_config, callback=Recorder(stop_at=3))
+    assert summary["interrupted"] and summary["iter_num"] == 3
+    out_dir = tiny_train_config["out_dir"]
+    assert load_checkpoint(os.path.join(out_dir, "last.pt"))["iter_num"] == 3
+    assert os.path.exists(os.path.join(out_dir, "loss.png"))
+    assert "--init_from=resume" in capsys.readouterr().out
+
+
+def test_init_from_checkpoint_path_copies_matching_weights(tiny_train_config, tmp_path, capsys):
+    run(tiny_train_config)
+    src = os.path.join(tiny_train_config["out_dir"], "ckpt.pt")
+    copied = {}
+    grown = dict(tiny_train_config, out_dir=str(tmp_path / "grown"), init_from=src, n_layer=3, max_iters=0)
+
+    def grab(event, info):
+        if event == "end":
+            copied.update(collect_params(info["model"]))
+
+    summary = run(grown, callback=grab)
+    assert "initialized" in capsys.readouterr().out
+    assert summary["model_args"]["n_layer"] == 3 and summary["model_args"]["n_embd"] == 32
+    src_sd = load_checkpoint(src)["model"]
+    same = [k for k in src_sd if k in copied and torch.equal(src_sd[k], copied[k])]
+    assert len(same) > 5
+
+
+def test_pgpt_logs_heaviest_branch(tiny_train_config, capsys):
+    cfg = dict(tiny_train_config, n_branches=2, tie_embeddings=False, max_iters=4, eval_interval=4)
+    summary = run(cfg)
+    assert "val loss (heaviest branch only)" in capsys.readouterr().out
+    assert summary["final_val_loss_heaviest"] is not None
+    row = [r for r in read_log(cfg["out_dir"]) if r["kind"] == "eval"][-1]
+    weights = [float(w) for w in row["branch_weights"].split()]
+    assert len(weights) == 2 and sum(weights) == pytest.approx(1, abs=1e-3) and row["val_loss_heaviest"]
+
+
+def test_missing_dataset_is_prepared_automatically(tmp_path, monkeypatch, tiny_train_config):
+    import prepare
+    from conftest import write_token_dataset
+    calls = []
+
+    def fake_prepare(dataset, out_dir=None, **opts):
+        calls.append((dataset, out_dir))
+        return write_token_dataset(out_dir)
+
+    monkeypatch.setattr(prepare, "prepare", fake_prepare)
+    monkeypatch.chdir(tmp_path)
+    cfg = {k: v for k, v in tiny_train_config.items() if k != "data_dir"}
+    run(dict(cfg, dataset="shakespeare_char", max_iters=2))
+    assert calls == [("shakespeare_char", os.path.join("data", "shakespeare_char"))]
+
+
+# --- errors ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("override,words", [
+    (dict(block_size=5000), ["val split", "block_size"]),
+    (dict(init_from="resume"), ["nothing to resume", "last.pt", "fix"]),
+    (dict(init_from="nowhere/ckpt.pt"), ["init_from", "scratch"]),
+    (dict(n_head=3), ["invalid model configuration"]),
+    (dict(lr_decay_iters=1, warmup_iters=5), ["lr_decay_iters"]),
+    (dict(batch_size=0), ["batch_size"]),
+    (dict(dtype="fp8"), ["dtype"]),
+    (dict(vocab_size=8), ["vocab_size"]),
+    (dict(n_layerz=3), ["unknown config keys", "n_layerz"]),
+])
+def test_bad_input_is_one_line_error(tiny_train_config, override, words):
+    with pytest.raises((TrainError, CheckpointError)) as e:
+        run(dict(tiny_train_config, **override))
+    msg = str(e.value)
+    assert "\n" not in msg and all(w in msg for w in words), msg
+
+
+def test_unknown_dataset_via_main(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as e:
+        train.main(["--dataset=no_such_data", "--device=cpu"])
+    msg = str(e.value)
+    assert msg.startswith("error: ") and "no_such_data" in msg and "\n" not in msg
+
+
+def test_resume_refuses_architecture_change(tiny_train_config):
+    run(dict(tiny_train_config, max_iters=10))
+    with pytest.raises(TrainError, match="n_layer"):
+        run(dict(tiny_train_config, init_from="resume", n_layer=3))
+
+
+# --- checkpoint.py -----------------------------------------------------------------------------------
+
+def test_atomic_save_failure_keeps_previous_file(tmp_path, monkeypatch):
+    path = tmp_path / "ckpt.pt"
+    atomic_save({"v": torch.arange(3)}, path)
+    real_save = torch.save
+
+    def broken_save(obj, f, *a, **k):
+        f.write(b"partial garbage")
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(checkpoint.torch, "save", broken_save)
+    with pytest.raises(RuntimeError, match="disk full"):
+        atomic_save({"v": torch.zeros(3)}, path)
+
+    def interrupted_save(obj, f, *a, **k):
+        f.write(b"partial")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(checkpoint.torch, "save", interrupted_save)
+    with pytest.raises(KeyboardInterrupt):
+        atomic_save({"v": torch.zeros(3)}, path)
+    monkeypatch.setattr(checkpoint.torch, "save", real_save)
+    assert torch.equal(torch.load(path)["v"], torch.arange(3))
+    assert os.listdir(tmp_path) == ["ckpt.pt"]   # no temp files left behind
+
+
+def test_load_checkpoint_fallback_and_errors(tmp_path):
+    with pytest.raises(CheckpointError, match="run train.py"):
+        load_checkpoint(tmp_path)
+    with pytest.raises(CheckpointError, match="does not exist"):
+        load_checkpoint(tmp_path / "nope")
+    atomic_save({"model": {}, "model_args": {}, "iter_num": 5}, tmp_path / "last.pt")
+    assert load_checkpoint(tmp_path)["iter_num"] == 5          # ckpt.pt missing -> last.pt
+    (tmp_path / "ckpt.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(CheckpointError, match="cannot read"):
+        load_checkpoint(tmp_path)
+
+
+def test_clean_state_dict_strips_compile_and_ddp_prefixes():
+    sd = {"_orig_mod.a": 1, "module._orig_mod.b": 2, "c": 3}
+    assert checkpoint.clean_state_dict(sd) == {"a": 1, "b": 2, "c": 3}

@@ -1,0 +1,215 @@
+"""Presets (variants/): parameter counts against the papers' tables, counted on the 'meta' device (no
+memory is allocated, so the 600M models cost nothing), and a scaled-down copy of every preset (same flags,
+tiny sizes) through the correctness checks of test_model.py: causality, KV cache == full forward,
+save/load round trip, training lowers the loss. Also the shakespeare config files of the variants."""
+import dataclasses
+import importlib
+import io
+
+import pytest
+import torch
+
+import variants
+from model import GPT, GPTConfig
+from tests.test_model import TINY, cached_logits, tokens
+
+PRESETS = variants.available()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny models are overhead-bound: one thread is as fast, and avoids OpenMP stalls (seconds per test)
+    when the machine's few cores are busy with other work."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def count_params(cfg):
+    """Unique parameters of GPT(GPTConfig(**cfg)), built on the meta device: shapes only, no storage."""
+    with torch.device("meta"):
+        model = GPT(GPTConfig(**cfg))
+    return model.get_num_params(non_embedding=False)
+
+
+def test_available_presets():
+    assert PRESETS == sorted([
+        "gpt", "pgpt", "lgpt", "cgpt",                                                  # paper 004
+        "baseline", "layer_sharing", "enhanced_residual", "deep_thinking",              # paper 000
+        "mobilellm_125m", "mobilellm_600m", "shishulm_125", "shishulm_600",             # paper 001
+        "efficio",                                                                      # paper 002
+    ])
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_preset_is_a_valid_config_and_docstring_states_its_count(name):
+    cfg = variants.load(name)
+    fields = {f.name for f in dataclasses.fields(GPTConfig)}
+    assert set(cfg) <= fields, f"{name}: not GPTConfig fields: {set(cfg) - fields}"
+    GPTConfig(**cfg)
+    doc = importlib.import_module(f"variants.{name}").__doc__
+    assert f"{count_params(cfg):,}" in doc, f"variants/{name}.py's docstring does not state {count_params(cfg):,}"
+
+
+def test_load_returns_a_copy():
+    variants.load("gpt")["n_layer"] = 99
+    assert variants.load("gpt")["n_layer"] == 6
+
+
+def test_unknown_variant_lists_the_available_ones():
+    with pytest.raises(ValueError, match="unknown variant 'gtp'.*available: .*lgpt"):
+        variants.load("gtp")
+
+
+# --- parameter counts vs the papers -----------------------------------------------------------------
+
+@pytest.mark.parametrize("name, paper_millions", [("gpt", 10.7), ("pgpt", 10.9), ("lgpt", 4.87), ("cgpt", 4.87)])
+def test_paper_004_table_1(name, paper_millions):
+    assert abs(count_params(variants.load(name)) / 1e6 - paper_millions) <= 0.1
+
+
+def test_mobilellm_exact_counts_of_paper_001_table_2():
+    assert count_params(variants.load("mobilellm_125m")) == 124_635_456
+    assert count_params(variants.load("mobilellm_600m")) == 603_188_352
+
+
+def test_paper_000_table_1():
+    baseline = count_params(variants.load("baseline"))
+    ls = count_params(variants.load("layer_sharing"))
+    assert abs(baseline / 134.0e6 - 1) < 0.01
+    assert abs(ls / 135.4e6 - 1) < 0.01
+    # Enhanced Residual adds one alpha per sub-layer of each of the 30 unique blocks (000, 2.7: 60 alphas);
+    # Deep Thinking adds no parameters
+    assert count_params(variants.load("enhanced_residual")) == ls + 60
+    assert count_params(variants.load("deep_thinking")) == ls + 60
+
+
+def shishu_formula(cfg):
+    """ShishuLM's size from its split: a full LLaMA decoder layers, then (n_layer - a) ShishuMLP layers
+    sharing weights in groups of k; tied embeddings, RMSNorm, no biases."""
+    d, h, V = cfg["n_embd"], cfg["mlp_hidden"], cfg["vocab_size"]
+    kv_width = cfg["n_kv_head"] * d // cfg["n_head"]
+    attention = d * (d + 2 * kv_width) + d * d      # q, k, v and output projections
+    mlp = 3 * d * h                                 # gate, up, down
+    decoder, shishu_mlp = attention + mlp + 2 * d, mlp + d
+    a, n, k = cfg["n_attn_layers"], cfg["n_layer"], cfg["share_group_size"]
+    return V * d + d + a * decoder + (n - a) // k * shishu_mlp
+
+
+@pytest.mark.parametrize("name, paper", [("shishulm_125", 83_921_472), ("shishulm_600", 408_506_112)])
+def test_shishulm_counts(name, paper):
+    module = importlib.import_module(f"variants.{name}")
+    preset, table2 = module.CONFIG, module.CONFIG_TABLE2
+    n = count_params(preset)
+    assert n == shishu_formula(preset)
+    # Table 7's split (the preset) vs Table 2's count: Table 2's model has more full decoder layers
+    assert count_params(table2) == shishu_formula(table2) == paper
+    print(f"{name}: preset {n:,} ({preset['n_attn_layers']} decoder + {preset['n_layer'] - preset['n_attn_layers']} "
+          f"MLP-only layers) vs paper Table 2 {paper:,} (= {table2['n_attn_layers']} + "
+          f"{table2['n_layer'] - table2['n_attn_layers']})")
+
+
+# --- every preset, scaled down, keeps its flags and passes the model checks --------------------------
+
+def tiny(name):
+    """The preset with tiny sizes but every technique flag kept (sharing groups, ShishuLM split, GQA ratio,
+    branches, width halving, Deep Thinking, ...)."""
+    cfg = variants.load(name)
+    small = dict(cfg, vocab_size=TINY["vocab_size"], block_size=TINY["block_size"], n_embd=32, n_head=4, dropout=0.0)
+    k, branches = cfg.get("share_group_size", 1), cfg.get("n_branches", 1)
+    if "n_kv_head" in cfg:
+        small["n_kv_head"] = 2
+    if "mlp_hidden" in cfg:
+        small["mlp_hidden"] = 48
+    if "embd_factor_dim" in cfg:
+        small["embd_factor_dim"] = 8
+    if cfg.get("n_attn_layers") is not None:        # ShishuLM: 1 full decoder layer, then 2 shared groups
+        small.update(n_layer=1 + 2 * k, n_attn_layers=1, share_from_layer=1)
+    elif cfg.get("shrink_every"):                   # lgpt/cgpt: three widths 32, 16, 8
+        small["n_layer"] = 3 * cfg["shrink_every"]
+    else:                                           # two sharing groups per branch
+        small["n_layer"] = 2 * k * branches
+    return small
+
+
+def tiny_model(name, seed=0):
+    torch.manual_seed(seed)
+    model = GPT(GPTConfig(**tiny(name)))
+    # randomise the zero/one-initialised vectors (biases, norms, alphas, branch logits) so they act
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() < 2:
+                p.add_(0.3 * torch.randn_like(p))
+    return model.eval()
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_tiny_preset_is_causal(name):
+    model = tiny_model(name)
+    idx = tokens(2, 16)
+    logits, _ = model(idx, all_logits=True)
+    for i in (0, 9):
+        changed = idx.clone()
+        changed[:, i + 1:] = (changed[:, i + 1:] + 7) % TINY["vocab_size"]
+        logits2, _ = model(changed, all_logits=True)
+        torch.testing.assert_close(logits2[:, :i + 1], logits[:, :i + 1], rtol=1e-5, atol=1e-5)
+        assert not torch.allclose(logits2[:, i + 1:], logits[:, i + 1:])
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_tiny_preset_kv_cache_equals_full_forward(name):
+    model = tiny_model(name)
+    seq = tokens(2, TINY["block_size"] + 6)
+    for t, start, logits in cached_logits(model, seq, prefill=3):
+        full, _ = model(seq[:, start:t])
+        torch.testing.assert_close(logits, full[:, -1], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_tiny_preset_save_load_round_trip(name):
+    model = tiny_model(name)
+    buf = io.BytesIO()
+    torch.save({"model": model.state_dict(), "model_args": dataclasses.asdict(model.config)}, buf)
+    buf.seek(0)
+    ckpt = torch.load(buf, weights_only=True)
+    clone = GPT(GPTConfig(**ckpt["model_args"])).eval()
+    clone.load_state_dict(ckpt["model"])
+    idx = tokens(2, 16)
+    assert torch.equal(model(idx, all_logits=True)[0], clone(idx, all_logits=True)[0])
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_tiny_preset_training_lowers_loss(name):
+    model = tiny_model(name).train()
+    opt = model.configure_optimizers(0.1, 1e-2, (0.9, 0.95), "cpu")
+    idx = tokens(4, 17, seed=5)
+    x, y = idx[:, :-1], idx[:, 1:]
+    first = model(x, y)[1].item()
+    for _ in range(30):
+        _, loss = model(x, y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert model(x, y)[1].item() < first - 0.5
+
+
+# --- config/<variant>_shakespeare*.py -----------------------------------------------------------------
+
+@pytest.mark.parametrize("variant", ["pgpt", "lgpt", "cgpt"])
+@pytest.mark.parametrize("suffix", ["", "_cpu"])
+def test_shakespeare_configs_load(variant, suffix):
+    train = pytest.importorskip("train")
+    from configurator import load_config, model_args
+    config, explicit = load_config(train.DEFAULTS, [f"config/{variant}_shakespeare{suffix}.py"])
+    assert config["variant"] == variant and config["dataset"] == "shakespeare_char"
+    args = model_args(config, explicit)
+    args["vocab_size"] = 65                         # train.py reads it from the dataset's meta.json
+    n = count_params(args)
+    if suffix == "":                                # the paper's model and recipe
+        assert args == {**GPTConfig().__dict__, **variants.load(variant), "dropout": 0.2}
+        assert n == count_params(variants.load(variant))
+        assert (config["learning_rate"], config["min_lr"], config["warmup_iters"], config["max_iters"]) == \
+            (3e-4, 3e-5, 500, 5000)
+    else:                                           # a CPU-sized model with the same flags
+        assert config["device"] == "cpu" and args["n_embd"] == 128 and n < 1_000_000

@@ -1,0 +1,19 @@
+"""gpt: the baseline of paper 004 (Suresh & P, "Towards smaller, faster decoder-only transformers"),
+Table 1: n_layers=6, d_model=384, n_heads=6, context_length=256, char-level vocabulary of 65 (5.1.1).
+It is nanoGPT's "baby GPT" for Shakespeare: GPT-2 blocks (LayerNorm, GELU MLP 4x, biases, learned
+positions, tied input/output embeddings).
+
+Parameters: 10,770,816 (10.77M; 10,672,512 without the learned position embeddings, which is what
+nanoGPT prints) vs Table 1's 10.7M.
+Training recipe (dropout 0.2, lr 3e-4, ...): config/gpt_shakespeare*.py.
+"""
+
+CONFIG = dict(
+    vocab_size=65,
+    block_size=256,
+    n_layer=6,
+    n_head=6,
+    n_embd=384,
+    bias=True,
+    tie_embeddings=True,
+)
