@@ -1,0 +1,33 @@
+# WikiText-103 (GPT-2 BPE) on one GPU: paper 000 Deep Thinking: enhanced_residual + T=3 thinking passes (eta 0.01) before the final pass.
+# Every token costs 4 forward passes, so this is ~4x the time of enhanced_residual for the same tokens.
+#   python prepare.py wikitext103 && python train.py config/deep_thinking_wikitext103.py
+#   torchrun --standalone --nproc_per_node=8 train.py config/deep_thinking_wikitext103.py   # same global batch on 8 GPUs
+#   python eval.py --out_dir=out-deep_thinking-wikitext103 --splits=val,test
+# Expected on one H100 (an ESTIMATE, not a measurement: the session that wrote this had no GPU):
+# 135.2M parameters, model.flops_per_token() = 6.97 GFLOP per training token, 0.52B tokens
+# -> ~137 min at the 45% MFU target. Peak memory not measured; if it does not fit, lower batch_size
+# and raise gradient_accumulation_steps (same tokens per iteration).
+
+out_dir = "out-deep_thinking-wikitext103"
+variant = "deep_thinking"
+
+dataset = "wikitext103"      # python prepare.py wikitext103 (GPT-2 BPE; run once, ~10 min on 16 cores)
+block_size = 1024
+batch_size = 8
+gradient_accumulation_steps = 16   # 8 x 16 x 1024 = 131,072 tokens per iteration (divided over DDP ranks)
+max_iters = 4000                  # 0.52B tokens, ~4.5 epochs of WikiText-103's ~117M training tokens
+lr_decay_iters = 4000
+warmup_iters = 200
+learning_rate = 0.002
+min_lr = 0.0002
+weight_decay = 0.1
+beta1 = 0.9
+beta2 = 0.95
+grad_clip = 1.0
+dropout = 0.0
+eval_interval = 500
+eval_iters = 100
+log_interval = 10
+device = "cuda"
+dtype = "bfloat16"
+compile = True

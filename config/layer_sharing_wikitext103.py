@@ -1,0 +1,33 @@
+# WikiText-103 (GPT-2 BPE) on one GPU: paper 000 Layer Sharing (Table 1: 135.4M; ours 135,151,488): 576 wide, SwiGLU 1536, GQA 9/3,
+# RMSNorm, RoPE, tied, 30 unique blocks each applied twice (effective depth 60).
+#   python prepare.py wikitext103 && python train.py config/layer_sharing_wikitext103.py
+#   torchrun --standalone --nproc_per_node=8 train.py config/layer_sharing_wikitext103.py   # same global batch on 8 GPUs
+#   python eval.py --out_dir=out-layer_sharing-wikitext103 --splits=val,test
+# Expected on one H100 (an ESTIMATE, not a measurement: the session that wrote this had no GPU):
+# 135.2M parameters, model.flops_per_token() = 1.87 GFLOP per training token, 0.52B tokens
+# -> ~37 min at the 45% MFU target. Peak memory not measured; if it does not fit, lower batch_size
+# and raise gradient_accumulation_steps (same tokens per iteration).
+
+out_dir = "out-layer_sharing-wikitext103"
+variant = "layer_sharing"
+
+dataset = "wikitext103"      # python prepare.py wikitext103 (GPT-2 BPE; run once, ~10 min on 16 cores)
+block_size = 1024
+batch_size = 16
+gradient_accumulation_steps = 8   # 16 x 8 x 1024 = 131,072 tokens per iteration (divided over DDP ranks)
+max_iters = 4000                  # 0.52B tokens, ~4.5 epochs of WikiText-103's ~117M training tokens
+lr_decay_iters = 4000
+warmup_iters = 200
+learning_rate = 0.002
+min_lr = 0.0002
+weight_decay = 0.1
+beta1 = 0.9
+beta2 = 0.95
+grad_clip = 1.0
+dropout = 0.0
+eval_interval = 500
+eval_iters = 100
+log_interval = 10
+device = "cuda"
+dtype = "bfloat16"
+compile = True

@@ -1,0 +1,149 @@
+"""
+Plots for compare.py, drawn from the files train.py writes (out_dir/log.csv) and from trained models.
+
+    read_log(out_dir)                         -> {'train': [(iter, loss)], 'eval': [row dict, ...]}
+    plot_loss_curves({name: log}, path)       paper 004 Figure 6: train and val loss of every model
+    plot_branch_weights({name: log}, path)    pgpt: branch combination weights over training
+    plot_alphas({name: [(a1, a2), ...]}, path) paper 000 Figure 7: enhanced-residual alphas per layer
+
+Every function writes a PNG atomically and returns its path (None when there is nothing to draw).
+"""
+
+import csv
+import os
+
+from checkpoint import atomic_open
+
+
+def _float(text):
+    return None if text in (None, "") else float(text)
+
+
+def read_log(out_dir):
+    """Rows of out_dir/log.csv: per-iteration train losses and the eval rows (iter, loss = train
+    loss at eval, val_loss, val_loss_heaviest or None, branch_weights list or None)."""
+    log = {"train": [], "eval": []}
+    path = os.path.join(out_dir, "log.csv")
+    if not os.path.exists(path):
+        return log
+    with open(path, newline="", encoding="utf-8") as f:
+        for row in csv.DictReader(f):
+            try:
+                it = int(row["iter"])
+            except (KeyError, ValueError):
+                continue
+            if row.get("kind") == "train" and row.get("loss"):
+                log["train"].append((it, float(row["loss"])))
+            elif row.get("kind") == "eval":
+                weights = row.get("branch_weights") or ""
+                log["eval"].append(dict(iter=it, loss=_float(row.get("loss")), val_loss=_float(row.get("val_loss")),
+                                        val_loss_heaviest=_float(row.get("val_loss_heaviest")),
+                                        branch_weights=[float(w) for w in weights.split()] or None))
+    return log
+
+
+def _pyplot():
+    import matplotlib
+    matplotlib.use("Agg")   # files only; works without a display
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def _save(fig, path, plt):
+    fig.tight_layout()
+    with atomic_open(path, "wb") as f:
+        fig.savefig(f, format="png", dpi=110)
+    plt.close(fig)
+    return path
+
+
+MARKERS = "osD^v<>ph*"
+LINESTYLES = ["-", "--", "-.", (0, (1, 1.5))]
+
+
+def _styles(names):
+    """Colour, marker and line style per model, fixed by its position so a model looks the same in
+    every figure. Different dash patterns keep identical curves visible (lgpt and cgpt with kernel 1
+    learn the same function: the dashes show both colours)."""
+    return {name: dict(color=f"C{i % 10}", marker=MARKERS[i % len(MARKERS)], markersize=4, linewidth=1.8,
+                       linestyle=LINESTYLES[i % len(LINESTYLES)]) for i, name in enumerate(names)}
+
+
+def plot_loss_curves(logs, path, title="Loss comparison"):
+    """Two panels, one line per model: loss on the training split and on the validation split, both
+    measured at the evaluations (the same fixed batches every time). pgpt's val loss with only its
+    heaviest branch is a thin dotted line with x markers."""
+    if not any(log["eval"] for log in logs.values()):
+        return None
+    plt = _pyplot()
+    styles = _styles(list(logs))
+    fig, (ax_t, ax_v) = plt.subplots(1, 2, figsize=(12, 4.8), sharey=True)
+    for name, log in logs.items():
+        ev = [r for r in log["eval"] if r["val_loss"] is not None]
+        if not ev:
+            continue
+        its = [r["iter"] for r in ev]
+        ax_t.plot(its, [r["loss"] for r in ev], label=name, **styles[name])
+        ax_v.plot(its, [r["val_loss"] for r in ev], label=name, **styles[name])
+        heavy = [(r["iter"], r["val_loss_heaviest"]) for r in ev if r["val_loss_heaviest"] is not None]
+        if heavy:
+            ax_v.plot(*zip(*heavy), color=styles[name]["color"], linewidth=1.0, alpha=0.7, marker="x",
+                      markersize=4, linestyle=(0, (1, 1)), label=f"{name} (heaviest branch only)")
+    for ax, split in ((ax_t, "train"), (ax_v, "val")):
+        ax.set_title(f"{split} loss")
+        ax.set_xlabel("iteration")
+        ax.grid(alpha=0.3)
+        ax.legend()
+    ax_t.set_ylabel("cross-entropy loss")
+    fig.suptitle(title)
+    return _save(fig, path, plt)
+
+
+def plot_branch_weights(logs, path):
+    """Weight of each pgpt branch at every evaluation (the softmax of the learned mixing logits)."""
+    series = {name: [(r["iter"], r["branch_weights"]) for r in log["eval"] if r["branch_weights"]]
+              for name, log in logs.items()}
+    series = {k: v for k, v in series.items() if v}
+    if not series:
+        return None
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    styles = ["-", "--", ":", "-."]
+    for m, (name, points) in enumerate(series.items()):
+        its = [p[0] for p in points]
+        for b in range(len(points[0][1])):
+            ax.plot(its, [p[1][b] for p in points], "o" + styles[b % len(styles)], color=f"C{m}", markersize=3,
+                    label=f"{name}: branch {b} (decoder_{b + 1})")
+    n = len(next(iter(series.values()))[0][1])
+    ax.axhline(1 / n, color="gray", linewidth=0.8, linestyle=":")
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("branch weight")
+    ax.set_title("ParallelGPT branch weights during training")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    return _save(fig, path, plt)
+
+
+def plot_alphas(alphas, path):
+    """alphas: {name: [(alpha_1 attention or None, alpha_2 FFN), ...]} per layer (unique block).
+    One panel per model: alpha_1 and alpha_2 against the layer number, as paper 000 Figure 7."""
+    alphas = {k: v for k, v in alphas.items() if v}
+    if not alphas:
+        return None
+    plt = _pyplot()
+    from matplotlib.ticker import MaxNLocator
+    fig, axes = plt.subplots(1, len(alphas), figsize=(7 * len(alphas), 4.5), squeeze=False)
+    for ax, (name, rows) in zip(axes[0], alphas.items()):
+        layers = list(range(1, len(rows) + 1))
+        attn = [(l, a) for l, (a, _) in zip(layers, rows) if a is not None]
+        if attn:
+            ax.plot(*zip(*attn), "o-", markersize=3, label="alpha_1 (attention)")
+        ax.plot(layers, [m for _, m in rows], "s-", markersize=3, label="alpha_2 (FFN)")
+        ax.axhline(0.5, color="gray", linewidth=0.8, linestyle=":")
+        ax.set_xlabel("layer (a block shared by several layers counted once)")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_ylabel("alpha = sigmoid(w)")
+        ax.set_title(f"{name}: enhanced-residual alphas")
+        ax.grid(alpha=0.3)
+        ax.legend()
+    return _save(fig, path, plt)
