@@ -88,6 +88,16 @@ def atomic_copy(src, dst):
             shutil.copyfileobj(fsrc, fdst)
 
 
+def latest_out_dir(root="."):
+    """The out*/ folder under `root` whose checkpoint was written most recently, i.e. the run train.py
+    just finished; 'out' when there is none. sample.py and eval.py use it when --out_dir is not given."""
+    found = [os.path.join(root, d, name) for d in os.listdir(root) if d.startswith("out")
+             for name in (CKPT_NAME, LAST_NAME) if os.path.isfile(os.path.join(root, d, name))]
+    if not found:
+        return os.path.normpath(os.path.join(root, "out"))
+    return os.path.normpath(os.path.dirname(max(found, key=os.path.getmtime)))
+
+
 def resolve_path(path_or_out_dir, prefer=(CKPT_NAME, LAST_NAME)):
     """A checkpoint file path: the argument itself if it is a file, else the first of `prefer` found in
     that directory. Raises CheckpointError telling the user to train first."""

@@ -37,7 +37,8 @@ from sample import (apply_keep_heaviest_branch, autocast_context, load_checkpoin
                     load_dataset_tokenizer, parse_args, pick_device, pick_dtype, resolve_data_dir)
 
 DEFAULTS = dict(
-    out_dir="out",          # directory with ckpt.pt / last.pt, or a checkpoint file
+    out_dir="",             # directory with ckpt.pt / last.pt, or a checkpoint file; "" = the out*/ folder
+                            # with the newest checkpoint (the run train.py just finished)
     data_dir="",            # "" = the dataset recorded in the checkpoint
     splits="",              # comma list, e.g. "val,test"; "" = val, and test if the dataset has one
     block_size=0,           # context window; 0 = the model's block_size (smaller values are allowed)

@@ -1,6 +1,7 @@
 """
 Sample text from a trained checkpoint.
 
+    python sample.py                            # the checkpoint train.py just wrote
     python sample.py --out_dir=out-shakespeare-char
     python sample.py --out_dir=out --start="ROMEO:" --num_samples=3 --max_new_tokens=200
     python sample.py --start=FILE:prompt.txt --temperature=0.7 --top_k=50 --seed=42
@@ -26,7 +27,8 @@ import torch
 from configurator import ConfigError, load_config
 
 DEFAULTS = dict(
-    out_dir="out",          # directory with ckpt.pt / last.pt, or a checkpoint file
+    out_dir="",             # directory with ckpt.pt / last.pt, or a checkpoint file; "" = the out*/ folder
+                            # with the newest checkpoint (the run train.py just finished)
     data_dir="",            # dataset folder with meta.json; "" = the one recorded in the checkpoint
     start="\n",             # prompt text, or FILE:path to read it from a file
     num_samples=10,
@@ -102,8 +104,12 @@ def autocast_context(device, dtype):
 
 
 def load_checkpoint_model(out_dir, device):
-    """(model, ckpt) via checkpoint.load_model, with one-line errors that say to train first."""
-    from checkpoint import CheckpointError, load_model
+    """(model, ckpt) via checkpoint.load_model, with one-line errors that say to train first.
+    An empty out_dir means the out*/ folder with the newest checkpoint (the run train.py just wrote)."""
+    from checkpoint import CheckpointError, latest_out_dir, load_model
+    if not out_dir:
+        out_dir = latest_out_dir()
+        print(f"loading the newest checkpoint: {out_dir} (choose another with --out_dir)", file=sys.stderr)
     try:
         return load_model(out_dir, device)
     except CheckpointError as e:

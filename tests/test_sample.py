@@ -161,3 +161,16 @@ def test_expand_bool_flags():
     assert expand_bool_flags(["--no_kv_cache", "False"], flags) == ["--no_kv_cache", "False"]
     assert expand_bool_flags(["--no-kv-cache", "cfg.py"], flags) == ["--no_kv_cache=True", "cfg.py"]
     assert expand_bool_flags(["--no_kv_cache=0"], flags) == ["--no_kv_cache=0"]
+
+
+def test_default_out_dir_is_the_newest_checkpoint(tmp_path):
+    from checkpoint import latest_out_dir
+    assert latest_out_dir(str(tmp_path)) == str(tmp_path / "out")
+    for i, name in enumerate(["out", "out-lgpt-shakespeare", "outside"]):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / ("ckpt.pt" if i != 1 else "last.pt")).write_bytes(b"x")
+        os.utime(tmp_path / name / ("ckpt.pt" if i != 1 else "last.pt"), (1000 + i, 1000 + i))
+    (tmp_path / "notes").mkdir()
+    assert latest_out_dir(str(tmp_path)) == str(tmp_path / "outside")
+    os.utime(tmp_path / "out-lgpt-shakespeare" / "last.pt", (2000, 2000))
+    assert latest_out_dir(str(tmp_path)) == str(tmp_path / "out-lgpt-shakespeare")

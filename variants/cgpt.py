@@ -13,13 +13,10 @@ tie_embeddings=False (head 96 wide, embedding 384).
 Parameters: 4,884,480 (4.88M) vs Table 1's 4.87M.
 """
 
+from variants.gpt import CONFIG as GPT
+
 CONFIG = dict(
-    vocab_size=65,
-    block_size=256,
-    n_layer=6,
-    n_head=6,
-    n_embd=384,
-    bias=True,
+    GPT,
     shrink_every=2,
     shrink_layer="conv",
     shrink_kernel=1,

@@ -10,22 +10,10 @@ keys/values for every pass plus the memories.
 Parameters: 135,151,548 (135.2M, same as enhanced_residual) vs Table 1's 135.4M.
 """
 
+from variants.enhanced_residual import CONFIG as ENHANCED_RESIDUAL
+
 CONFIG = dict(
-    vocab_size=50257,
-    block_size=1024,
-    n_layer=60,
-    n_head=9,
-    n_kv_head=3,
-    n_embd=576,
-    bias=False,
-    norm="rmsnorm",
-    pos_embedding="rope",
-    mlp_type="gated",
-    activation="silu",
-    mlp_hidden=1536,
-    tie_embeddings=True,
-    share_group_size=2,
-    enhanced_residual=True,
+    ENHANCED_RESIDUAL,
     think_steps=3,
     think_eta=0.01,
 )

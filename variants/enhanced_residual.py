@@ -9,20 +9,9 @@ GQA 9/3 heads, 30 blocks each applied twice) + enhanced_residual=True.
 Parameters: 135,151,548 (135.2M, = layer_sharing + 60) vs Table 1's 135.4M.
 """
 
+from variants.layer_sharing import CONFIG as LAYER_SHARING
+
 CONFIG = dict(
-    vocab_size=50257,
-    block_size=1024,
-    n_layer=60,
-    n_head=9,
-    n_kv_head=3,
-    n_embd=576,
-    bias=False,
-    norm="rmsnorm",
-    pos_embedding="rope",
-    mlp_type="gated",
-    activation="silu",
-    mlp_hidden=1536,
-    tie_embeddings=True,
-    share_group_size=2,
+    LAYER_SHARING,
     enhanced_residual=True,
 )

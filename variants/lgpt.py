@@ -8,14 +8,11 @@ reads 96-wide vectors, the embedding is 384 wide, so tie_embeddings=False.
 Parameters: 4,884,480 (4.88M) vs Table 1's 4.87M (the paper's "54.4% fewer than gpt").
 """
 
+from variants.gpt import CONFIG as GPT
+
 CONFIG = dict(
-    vocab_size=65,
-    block_size=256,
-    n_layer=6,
-    n_head=6,
-    n_embd=384,
-    bias=True,
+    GPT,
     shrink_every=2,
     shrink_layer="linear",
-    tie_embeddings=False,
+    tie_embeddings=False,  # the head (96 wide) cannot reuse the 384-wide embedding
 )

@@ -9,19 +9,13 @@ vocabulary 32000 (the MobileLLM tokenizer; train.py replaces it by the dataset's
 Parameters: 603,188,352 vs Table 2's 603,188,352 (exact).
 """
 
+from variants.mobilellm_125m import CONFIG as MOBILELLM_125M
+
 CONFIG = dict(
-    vocab_size=32000,
-    block_size=2048,
+    MOBILELLM_125M,
     n_layer=40,
     n_head=18,
     n_kv_head=6,
     n_embd=1152,
-    bias=False,
-    norm="rmsnorm",
-    norm_eps=1e-5,
-    pos_embedding="rope",
-    mlp_type="gated",
-    activation="silu",
     mlp_hidden=3072,
-    tie_embeddings=True,
 )

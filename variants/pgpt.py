@@ -10,13 +10,10 @@ embeddings cannot be tied: tie_embeddings=False.
 Parameters: 10,919,042 (10.92M) vs Table 1's 10.9M.
 """
 
+from variants.gpt import CONFIG as GPT
+
 CONFIG = dict(
-    vocab_size=65,
-    block_size=256,
-    n_layer=6,
-    n_head=6,
-    n_embd=384,
-    bias=True,
+    GPT,
     n_branches=2,
-    tie_embeddings=False,
+    tie_embeddings=False,  # the head (384 wide) cannot reuse the 768-wide embedding
 )

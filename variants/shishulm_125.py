@@ -20,21 +20,10 @@ the 1/3 budget) and Table 10 (attention at the bottom is best) agree with 10 + 2
 extra layer of Table 2.
 """
 
+from variants.mobilellm_125m import CONFIG as MOBILELLM_125M
+
 CONFIG = dict(
-    vocab_size=32000,
-    block_size=2048,
-    n_layer=30,
-    n_head=9,
-    n_kv_head=3,
-    n_embd=576,
-    bias=False,
-    norm="rmsnorm",
-    norm_eps=1e-5,
-    pos_embedding="rope",
-    mlp_type="gated",
-    activation="silu",
-    mlp_hidden=1536,
-    tie_embeddings=True,
+    MOBILELLM_125M,
     n_attn_layers=10,
     share_from_layer=10,
     share_group_size=2,

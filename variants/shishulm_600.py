@@ -17,21 +17,11 @@ than in Table 7) we follow Table 7 and keep Table 2's model as CONFIG_TABLE2:
     python train.py ... --variant=shishulm_600 --n_layer=45 --n_attn_layers=15 --share_from_layer=15
 """
 
+from variants.mobilellm_600m import CONFIG as MOBILELLM_600M
+
 CONFIG = dict(
-    vocab_size=32000,
-    block_size=2048,
+    MOBILELLM_600M,
     n_layer=43,
-    n_head=18,
-    n_kv_head=6,
-    n_embd=1152,
-    bias=False,
-    norm="rmsnorm",
-    norm_eps=1e-5,
-    pos_embedding="rope",
-    mlp_type="gated",
-    activation="silu",
-    mlp_hidden=3072,
-    tie_embeddings=True,
     n_attn_layers=13,
     share_from_layer=13,
     share_group_size=2,
