@@ -53,6 +53,7 @@ TRAIN_DEFAULTS = dict(
     # data
     dataset="shakespeare_char",
     data_dir="",                  # '' = data/<dataset>
+    data_segments="",             # refine.py's refine.npy: train windows start only at these offsets ('' = anywhere)
     gradient_accumulation_steps=1,  # global: divided over DDP ranks
     batch_size=12,                # per micro-step, per rank
     # model
@@ -264,17 +265,35 @@ def batch_seed(*parts):
     return x >> 1
 
 
-def get_batch(path, batch_size, block_size, generator, device=torch.device("cpu")):
+def get_batch(path, batch_size, block_size, generator, device=torch.device("cpu"), segments=None):
     """(x, y) of shape (batch_size, block_size): random windows of the uint16 token file `path`, y = x
-    shifted by one. The memmap is reopened every call: a long-lived one keeps growing resident memory."""
+    shifted by one. The memmap is reopened every call: a long-lived one keeps growing resident memory.
+    segments: optional array of allowed window starts (data refining, paper 003 4.2: see refine.py)."""
     data = np.memmap(path, dtype=np.uint16, mode="r")
-    starts = torch.randint(len(data) - block_size, (batch_size,), generator=generator).numpy()
+    if segments is None:
+        starts = torch.randint(len(data) - block_size, (batch_size,), generator=generator).numpy()
+    else:
+        starts = segments[torch.randint(len(segments), (batch_size,), generator=generator).numpy()]
     windows = torch.from_numpy(data[starts[:, None] + np.arange(block_size + 1)].astype(np.int64))
     x, y = windows[:, :-1].contiguous(), windows[:, 1:].contiguous()
     if device.type == "cuda":
         # pinned host memory lets the copy run asynchronously with the GPU work already queued
         return x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
     return x.to(device), y.to(device)
+
+
+def load_segments(path, n_tokens, block_size):
+    """The window starts saved by refine.py (an int .npy), checked against the train split."""
+    try:
+        starts = np.load(path)
+    except (OSError, ValueError) as e:
+        raise TrainError(f"cannot read data_segments '{path}': {e} (fix: run `python refine.py` first)") from None
+    if starts.ndim != 1 or len(starts) == 0 or starts.dtype.kind not in "iu":
+        raise TrainError(f"data_segments '{path}' is not a non-empty 1-D integer array (fix: write it with refine.py)")
+    if starts.min() < 0 or starts.max() + block_size >= n_tokens:
+        raise TrainError(f"data_segments '{path}' has window starts outside the train split for block_size="
+                         f"{block_size} (fix: refine with a model of this dataset and block_size)")
+    return starts.astype(np.int64)
 
 
 @torch.no_grad()
@@ -597,6 +616,9 @@ def _train(config, explicit, callback, device, rank, world):
     resuming = config["init_from"] == "resume"
     iter_num, best_val_loss = 0, float("inf")
     if src_ckpt is not None and resuming:
+        if src_ckpt.get("optimizer") is None:
+            raise TrainError(f"{src_ckpt['path']} has weights only (e.g. from inherit.py), nothing to resume "
+                             f"(fix: --init_from={src_ckpt['path']} to start a new run from it)")
         raw_model.load_state_dict(clean_state_dict(src_ckpt["model"]))
         iter_num, best_val_loss = int(src_ckpt["iter_num"]), float(src_ckpt["best_val_loss"])
     elif src_ckpt is not None:
@@ -663,12 +685,16 @@ def _train(config, explicit, callback, device, rank, world):
                        rank=rank, world=world)
     pgpt = getattr(raw_model.config, "n_branches", 1) > 1
     train_path = split_path(data_dir, "train")
+    segments = None
+    if config["data_segments"]:
+        segments = load_segments(config["data_segments"], split_length(data_dir, "train"), block_size)
+        say(f"training windows start only at the {len(segments):,} segments of {config['data_segments']}")
     gen = torch.Generator()
 
     def next_batch(it, micro):
         # the global micro-step index makes rank r of W see what a single process sees at micro r*k+micro
         gen.manual_seed(batch_seed(config["seed"], SPLIT_CODES["train"], it, rank * accum_per_rank + micro))
-        return get_batch(train_path, batch_size, block_size, gen, device)
+        return get_batch(train_path, batch_size, block_size, gen, device, segments)
 
     def checkpoint_dict(rng_state, rng_ranks, eval_done):
         return {

@@ -119,8 +119,17 @@ def uninterrupted(tmp_path_factory):
     return cfg, rec.losses, summary, final
 
 
+@pytest.fixture
+def ctrl_c_handler():
+    """Python's own Ctrl-C handler for SIGINT, as in a terminal: a shell that starts a command in the
+    background (a CI runner may) sets SIGINT to 'ignore', and then no Ctrl-C would ever arrive."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 @pytest.mark.parametrize("how", ["exception", "sigint", "eval", "finished"])
-def test_resume_continues_exactly(uninterrupted, tmp_path, how):
+def test_resume_continues_exactly(uninterrupted, tmp_path, how, ctrl_c_handler):
     cfg, ref_losses, full, ref_params = uninterrupted
     b = str(tmp_path / "b")
     if how == "finished":   # a finished shorter run, continued with a larger max_iters
