@@ -70,7 +70,7 @@ BENCH_DEFAULTS = dict(
     dtype="auto",
     keep_heaviest_branch=False,  # pgpt: inference and sampling with only the heaviest branch
     compile=False,          # torch.compile the training step's model
-    threads=0,              # torch.set_num_threads; 0 = torch's default
+    num_threads=0,          # torch.set_num_threads, as in train.py; 0 = torch's default
     seed=0,
     out="",                 # also write the results: .csv (one row per measurement) or .md (the tables)
     dry_run=False,          # print the models (sizes after --scale and overrides) and exit
@@ -646,7 +646,7 @@ def header(cfg, entries, device, dtype):
             and os.getloadavg()[0] > (os.cpu_count() or 1) - torch.get_num_threads() + 0.5:
         lines.append(f"warning: the machine is busy (load {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs): "
                      f"{torch.get_num_threads()} torch threads wait on each other, timings can be inflated many "
-                     f"times (fix: --threads=1)")
+                     f"times (fix: --num_threads=1)")
     if cfg["scale"] != 1 or cfg["depth_scale"] not in (0, 1):
         lines.append(f"scaled: width x{cfg['scale']:g}, depth x{(cfg['depth_scale'] or cfg['scale']):g} "
                      f"(nearest valid sizes; explicit --key=value overrides applied after scaling)")
@@ -659,8 +659,8 @@ def header(cfg, entries, device, dtype):
 
 def main(argv):
     cfg, entries = parse(argv)
-    if cfg["threads"]:
-        torch.set_num_threads(cfg["threads"])
+    if cfg["num_threads"]:
+        torch.set_num_threads(cfg["num_threads"])
     device = pick_device(cfg["device"])
     dtype = pick_dtype(cfg["dtype"], device)
     head = header(cfg, entries, device, dtype)

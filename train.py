@@ -571,323 +571,422 @@ def train(config, explicit=None, callback=None):
         rank, local_rank, world = 0, 0, 1
         device = resolve_device(config["device"])
     try:
-        return _train(config, explicit, callback, device, rank, world)
+        return Trainer(config, explicit, callback, device, rank, world).run()
     finally:
         if owns_group:
             torch.distributed.destroy_process_group()
 
 
-def _train(config, explicit, callback, device, rank, world):
-    master = rank == 0
-    ddp = world > 1
+class Trainer:
+    """One training run. __init__ sets everything up in the order the log lines appear (data, model,
+    optimizer, RNG, logging); run() is the loop: evaluate/checkpoint at iteration boundaries, then one
+    optimizer step, then log. Every rank builds its own Trainer; only rank 0 prints and writes files."""
 
-    def say(*args, **kwargs):
-        if master:
+    def __init__(self, config, explicit, callback, device, rank, world):
+        self.config, self.callback, self.device = config, callback, device
+        self.rank, self.world = rank, world
+        self.master, self.ddp = rank == 0, world > 1
+        self.accum = config["gradient_accumulation_steps"]
+        self.accum_per_rank = self.accum // world
+        self.dtype = resolve_dtype(config["dtype"], device)
+        config["device"], config["dtype"] = str(device), self.dtype
+        vocab_size = self.setup_data()
+        self.make_model(explicit, vocab_size)
+        self.make_optimizer()
+        self.wrap_model()
+        self.seed_rng()
+        self.setup_logging()
+        self.setup_batches()
+        self.reset_progress()
+
+    def say(self, *args, **kwargs):
+        if self.master:
             print(*args, **kwargs, flush=True)
 
-    accum = config["gradient_accumulation_steps"]
-    accum_per_rank = accum // world
-    dtype = resolve_dtype(config["dtype"], device)
-    config["device"], config["dtype"] = str(device), dtype
+    def notify(self, event, **info):
+        if self.callback is not None:
+            self.callback(event, dict(info, iter_num=self.iter_num, model=self.raw_model, rank=self.rank))
 
-    # --- data ---
-    default_dir = os.path.join("data", config["dataset"])
-    data_dir = config["data_dir"] or default_dir
-    if master:
-        ensure_data(config["dataset"], data_dir)
-    if ddp:
-        torch.distributed.barrier()
-    config["data_dir"] = data_dir
-    meta = load_meta(data_dir)
-    if "vocab_size" not in meta:
-        raise TrainError(f"{data_dir}/meta.json has no vocab_size (fix: re-run `python prepare.py`)")
+    # --- setup -----------------------------------------------------------------------------------
 
-    # --- model ---
-    args, src_ckpt = model_args_for(config, explicit, int(meta["vocab_size"]), device, say)
-    config.update(args)   # the config saved with checkpoints shows the model that was really trained
-    block_size, batch_size = args["block_size"], config["batch_size"]
-    for split in ("train", "val"):
-        n = split_length(data_dir, split)
-        if n <= block_size:
-            raise TrainError(f"{split} split of {data_dir} has {n} tokens, not enough for block_size={block_size} "
-                             f"(fix: --block_size={max(1, n // 2)} or a bigger dataset)")
-    torch.manual_seed(config["seed"])   # same initial weights on every rank and every run with this seed
-    raw_model = build_model(args)
-    resuming = config["init_from"] == "resume"
-    iter_num, best_val_loss = 0, float("inf")
-    if src_ckpt is not None and resuming:
-        if src_ckpt.get("optimizer") is None:
-            raise TrainError(f"{src_ckpt['path']} has weights only (e.g. from inherit.py), nothing to resume "
-                             f"(fix: --init_from={src_ckpt['path']} to start a new run from it)")
-        raw_model.load_state_dict(clean_state_dict(src_ckpt["model"]))
-        iter_num, best_val_loss = int(src_ckpt["iter_num"]), float(src_ckpt["best_val_loss"])
-    elif src_ckpt is not None:
-        copied, total = init_from_checkpoint(raw_model, src_ckpt["model"])
-        say(f"initialized {copied}/{total} tensors from {src_ckpt['path']}")
-    raw_model.to(device)
-    say(f"number of parameters: {raw_model.get_num_params(False) / 1e6:.2f}M "
-        f"(non-embedding: {raw_model.get_num_params(True) / 1e6:.2f}M)")
+    def setup_data(self):
+        """Prepare the dataset (rank 0 only, the others wait) and return its vocab size."""
+        config = self.config
+        self.data_dir = config["data_dir"] or os.path.join("data", config["dataset"])
+        if self.master:
+            ensure_data(config["dataset"], self.data_dir)
+        if self.ddp:
+            torch.distributed.barrier()
+        config["data_dir"] = self.data_dir
+        meta = load_meta(self.data_dir)
+        if "vocab_size" not in meta:
+            raise TrainError(f"{self.data_dir}/meta.json has no vocab_size (fix: re-run `python prepare.py`)")
+        return int(meta["vocab_size"])
 
-    # --- optimizer, mixed precision ---
-    optimizer = raw_model.configure_optimizers(config["weight_decay"], config["learning_rate"],
-                                               (config["beta1"], config["beta2"]), device.type)
-    scaler = torch.amp.GradScaler(device.type, enabled=(dtype == "float16"))
-    if resuming:
-        optimizer.load_state_dict(src_ckpt["optimizer"])
-        if scaler.is_enabled() and src_ckpt.get("scaler"):
-            scaler.load_state_dict(src_ckpt["scaler"])
-    ptdtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
-    if ptdtype == torch.float32:
-        autocast = contextlib.nullcontext
-    else:
-        def autocast():
-            return torch.amp.autocast(device_type=device.type, dtype=ptdtype)
-    if device.type == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
+    def make_model(self, explicit, vocab_size):
+        """raw_model on the device: fresh, resumed (weights, iter_num, best_val_loss) or initialized from
+        another checkpoint."""
+        config = self.config
+        self.args, self.src_ckpt = model_args_for(config, explicit, vocab_size, self.device, self.say)
+        config.update(self.args)   # the config saved with checkpoints shows the model that was really trained
+        self.block_size, self.batch_size = self.args["block_size"], config["batch_size"]
+        for split in ("train", "val"):
+            n = split_length(self.data_dir, split)
+            if n <= self.block_size:
+                raise TrainError(f"{split} split of {self.data_dir} has {n} tokens, not enough for block_size="
+                                 f"{self.block_size} (fix: --block_size={max(1, n // 2)} or a bigger dataset)")
+        torch.manual_seed(config["seed"])   # same initial weights on every rank and every run with this seed
+        self.raw_model = build_model(self.args)
+        self.resuming = config["init_from"] == "resume"
+        self.iter_num, self.best_val_loss = 0, float("inf")
+        src = self.src_ckpt
+        if src is not None and self.resuming:
+            if src.get("optimizer") is None:
+                raise TrainError(f"{src['path']} has weights only (e.g. from inherit.py), nothing to resume "
+                                 f"(fix: --init_from={src['path']} to start a new run from it)")
+            self.raw_model.load_state_dict(clean_state_dict(src["model"]))
+            self.iter_num, self.best_val_loss = int(src["iter_num"]), float(src["best_val_loss"])
+        elif src is not None:
+            copied, total = init_from_checkpoint(self.raw_model, src["model"])
+            self.say(f"initialized {copied}/{total} tensors from {src['path']}")
+        self.raw_model.to(self.device)
+        self.say(f"number of parameters: {self.raw_model.get_num_params(False) / 1e6:.2f}M "
+                 f"(non-embedding: {self.raw_model.get_num_params(True) / 1e6:.2f}M)")
 
-    model = raw_model
-    if config["compile"]:
-        say("compiling the model...")
-        model = torch.compile(raw_model)
-    train_model = model
-    if ddp:
-        from torch.nn.parallel import DistributedDataParallel
-        train_model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
-
-    # RNG for dropout: each rank its own stream; a resumed run continues the saved one
-    torch.manual_seed(config["seed"] + rank)
-    random.seed(config["seed"] + rank)
-    np.random.seed((config["seed"] + rank) % 2**32)
-    if resuming:
-        saved = src_ckpt.get("rng_ranks")
-        state = saved[rank] if saved and len(saved) == world else (src_ckpt.get("rng") if rank == 0 else None)
-        if state is not None:
-            restore_rng(state, device)
+    def make_optimizer(self):
+        """optimizer, GradScaler (active for float16 only) and the autocast context for the dtype."""
+        config, device = self.config, self.device
+        self.optimizer = self.raw_model.configure_optimizers(config["weight_decay"], config["learning_rate"],
+                                                             (config["beta1"], config["beta2"]), device.type)
+        self.scaler = torch.amp.GradScaler(device.type, enabled=(self.dtype == "float16"))
+        if self.resuming:
+            self.optimizer.load_state_dict(self.src_ckpt["optimizer"])
+            if self.scaler.is_enabled() and self.src_ckpt.get("scaler"):
+                self.scaler.load_state_dict(self.src_ckpt["scaler"])
+        ptdtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[self.dtype]
+        if ptdtype == torch.float32:
+            self.autocast = contextlib.nullcontext
         else:
-            torch.manual_seed(config["seed"] + rank + iter_num)
+            def autocast():
+                return torch.amp.autocast(device_type=device.type, dtype=ptdtype)
+            self.autocast = autocast
+        if device.type == "cuda":
+            torch.backends.cuda.matmul.allow_tf32 = True
+            torch.backends.cudnn.allow_tf32 = True
 
-    tokens_per_iter = accum * world * batch_size * block_size
-    say(f"tokens per iteration: {tokens_per_iter:,} ({accum} accum x {world} ranks x {batch_size} batch x "
-        f"{block_size} block); device {device}, dtype {dtype}, compile {config['compile']}")
+    def wrap_model(self):
+        """model: raw_model, compiled if asked (used for eval); train_model: model, in DDP if distributed."""
+        self.model = self.raw_model
+        if self.config["compile"]:
+            self.say("compiling the model...")
+            self.model = torch.compile(self.raw_model)
+        self.train_model = self.model
+        if self.ddp:
+            from torch.nn.parallel import DistributedDataParallel
+            device = self.device
+            self.train_model = DistributedDataParallel(self.model,
+                                                       device_ids=[device.index] if device.type == "cuda" else None)
 
-    out_dir = config["out_dir"]
-    csv_log = None
-    if master:
-        os.makedirs(out_dir, exist_ok=True)
-        csv_log = CsvLog(os.path.join(out_dir, "log.csv"), resume_iter=iter_num if resuming else None)
-    peak = peak_flops(device)
-    lr_args = (config["learning_rate"], config["min_lr"], config["warmup_iters"], config["lr_decay_iters"],
-               config["decay_lr"])
-    max_iters, eval_interval, log_interval = config["max_iters"], config["eval_interval"], config["log_interval"]
-    eval_splits = dict(data_dir=data_dir, eval_iters=config["eval_iters"], batch_size=batch_size,
-                       block_size=block_size, seed=config["seed"], device=device, autocast=autocast,
-                       rank=rank, world=world)
-    pgpt = getattr(raw_model.config, "n_branches", 1) > 1
-    train_path = split_path(data_dir, "train")
-    segments = None
-    if config["data_segments"]:
-        segments = load_segments(config["data_segments"], split_length(data_dir, "train"), block_size)
-        say(f"training windows start only at the {len(segments):,} segments of {config['data_segments']}")
-    gen = torch.Generator()
+    def seed_rng(self):
+        # RNG for dropout: each rank its own stream; a resumed run continues the saved one
+        seed, rank = self.config["seed"], self.rank
+        torch.manual_seed(seed + rank)
+        random.seed(seed + rank)
+        np.random.seed((seed + rank) % 2**32)
+        if self.resuming:
+            saved = self.src_ckpt.get("rng_ranks")
+            if saved and len(saved) == self.world:
+                state = saved[rank]
+            else:
+                state = self.src_ckpt.get("rng") if rank == 0 else None
+            if state is not None:
+                restore_rng(state, self.device)
+            else:
+                torch.manual_seed(seed + rank + self.iter_num)
 
-    def next_batch(it, micro):
+    def setup_logging(self):
+        config = self.config
+        self.tokens_per_iter = self.accum * self.world * self.batch_size * self.block_size
+        self.say(f"tokens per iteration: {self.tokens_per_iter:,} ({self.accum} accum x {self.world} ranks x "
+                 f"{self.batch_size} batch x {self.block_size} block); device {self.device}, dtype {self.dtype}, "
+                 f"compile {config['compile']}")
+        self.out_dir = config["out_dir"]
+        self.csv_log = None
+        if self.master:
+            os.makedirs(self.out_dir, exist_ok=True)
+            self.csv_log = CsvLog(os.path.join(self.out_dir, "log.csv"),
+                                  resume_iter=self.iter_num if self.resuming else None)
+        self.peak = peak_flops(self.device)
+
+    def setup_batches(self):
+        config = self.config
+        self.eval_args = dict(data_dir=self.data_dir, eval_iters=config["eval_iters"], batch_size=self.batch_size,
+                              block_size=self.block_size, seed=config["seed"], device=self.device,
+                              autocast=self.autocast, rank=self.rank, world=self.world)
+        self.train_path = split_path(self.data_dir, "train")
+        self.segments = None
+        if config["data_segments"]:
+            self.segments = load_segments(config["data_segments"], split_length(self.data_dir, "train"),
+                                          self.block_size)
+            self.say(f"training windows start only at the {len(self.segments):,} segments of {config['data_segments']}")
+        self.gen = torch.Generator()
+
+    def reset_progress(self):
+        self.history = []      # eval results
+        self.window_ms = []    # ms/iter of each log window
+        self.final = {}        # the last eval row
+        self.last_train_loss = None
+        self.t_start = time.time()
+        self.eval_seconds, self.n_evals = 0.0, 0
+        self.ema_ms = None
+        self.running_mfu = None
+        self.interrupted = False
+        self.stepping = False   # True while optimizer.step() may have changed weights of iteration iter_num
+        self.start_iter = self.iter_num
+        # RNG state at the start of iteration iter_num (None: the live state is that boundary state)
+        self.snapshot = rng_snapshot(self.device)
+        self.evaluated = False  # whether the eval of iteration iter_num has run (saved as eval_done)
+
+    def next_batch(self, it, micro):
         # the global micro-step index makes rank r of W see what a single process sees at micro r*k+micro
-        gen.manual_seed(batch_seed(config["seed"], SPLIT_CODES["train"], it, rank * accum_per_rank + micro))
-        return get_batch(train_path, batch_size, block_size, gen, device, segments)
+        self.gen.manual_seed(batch_seed(self.config["seed"], SPLIT_CODES["train"], it,
+                                        self.rank * self.accum_per_rank + micro))
+        return get_batch(self.train_path, self.batch_size, self.block_size, self.gen, self.device, self.segments)
 
-    def checkpoint_dict(rng_state, rng_ranks, eval_done):
+    # --- checkpoints -----------------------------------------------------------------------------
+
+    def checkpoint_dict(self, rng_state, rng_ranks, eval_done):
         return {
-            "model": raw_model.state_dict(), "model_args": args, "optimizer": optimizer.state_dict(),
-            "scaler": scaler.state_dict() if scaler.is_enabled() else None, "iter_num": iter_num,
-            "best_val_loss": best_val_loss, "config": dict(config), "rng": rng_state, "rng_ranks": rng_ranks,
-            "dataset": config["dataset"], "data_dir": data_dir,
+            "model": self.raw_model.state_dict(), "model_args": self.args, "optimizer": self.optimizer.state_dict(),
+            "scaler": self.scaler.state_dict() if self.scaler.is_enabled() else None, "iter_num": self.iter_num,
+            "best_val_loss": self.best_val_loss, "config": dict(self.config), "rng": rng_state,
+            "rng_ranks": rng_ranks, "dataset": self.config["dataset"], "data_dir": self.data_dir,
             "eval_done": eval_done,   # the eval of iteration iter_num already ran (resume skips it)
         }
 
-    def save_last(rng_state, also_best=False, gather=True, eval_done=False):
+    def save_last(self, rng_state, also_best=False, gather=True, eval_done=False):
         """last.pt (and ckpt.pt) for the state at the start of iteration iter_num. Collective under DDP."""
         rng_ranks = None
-        if ddp and gather:
-            rng_ranks = [None] * world
+        if self.ddp and gather:
+            rng_ranks = [None] * self.world
             torch.distributed.all_gather_object(rng_ranks, rng_state)
-        if not master:
+        if not self.master:
             return
-        last = os.path.join(out_dir, LAST_NAME)
-        atomic_save(checkpoint_dict(rng_state, rng_ranks, eval_done), last)
+        last = os.path.join(self.out_dir, LAST_NAME)
+        atomic_save(self.checkpoint_dict(rng_state, rng_ranks, eval_done), last)
         if also_best:
-            atomic_copy(last, os.path.join(out_dir, CKPT_NAME))
-            say(f"saved {CKPT_NAME} and {LAST_NAME} to {out_dir}")
+            atomic_copy(last, os.path.join(self.out_dir, CKPT_NAME))
+            self.say(f"saved {CKPT_NAME} and {LAST_NAME} to {self.out_dir}")
 
-    def notify(event, **info):
-        if callback is not None:
-            callback(event, dict(info, iter_num=iter_num, model=raw_model, rank=rank))
+    # --- the loop --------------------------------------------------------------------------------
 
-    history = []   # eval results
-    window_ms = []  # ms/iter of each log window
-    final = {}     # the last eval row
-    last_train_loss = None
-    t_start = time.time()
-    eval_seconds, n_evals = 0.0, 0
-    ema_ms = None
-    running_mfu = None
-    interrupted = False
-    stepping = False   # True while optimizer.step() may have changed weights of iteration iter_num
-    start_iter = iter_num
-    snapshot = rng_snapshot(device)
-    evaluated = False
+    def run(self):
+        self.X, self.Y = self.next_batch(self.iter_num, 0)
+        self.t_window, self.window_iters = time.time(), 0
+        self.stop = StopRequest(verbose=self.master)
+        try:
+            with self.stop:
+                self.loop()
+        except KeyboardInterrupt:
+            self.save_after_keyboard_interrupt()
+        if self.interrupted and self.stepping is not None:
+            self.say(f"interrupted at iteration {self.iter_num}: saved {os.path.join(self.out_dir, LAST_NAME)}; "
+                     f"continue with --init_from=resume")
+        if self.master:
+            self.csv_log.close()
+            plot_losses(self.out_dir)
+        return self.summarize()
 
-    X, Y = next_batch(iter_num, 0)
-    t_window, window_iters = time.time(), 0
-    stop = StopRequest(verbose=master)
-    try:
-        with stop:
-            while True:
-                snapshot = rng_snapshot(device)
-                evaluated = False   # whether the eval of iteration iter_num has run (saved as eval_done)
-                last_iter = iter_num >= max_iters
-                lr = get_lr(iter_num, *lr_args)
-                for group in optimizer.param_groups:
-                    group["lr"] = lr
+    def loop(self):
+        config = self.config
+        while True:
+            self.snapshot = rng_snapshot(self.device)
+            self.evaluated = False
+            last_iter = self.iter_num >= config["max_iters"]
+            lr = self.set_lr()
+            if self.eval_due(last_iter):
+                self.evaluate(lr)
+            if config["eval_only"] or last_iter:
+                return
+            # Ctrl-C: stop at this boundary (under DDP the ranks vote at log steps instead)
+            if self.stop.requested and not self.ddp:
+                self.save_last(self.snapshot, eval_done=self.evaluated)
+                self.interrupted = True
+                return
+            it = self.iter_num
+            loss_sum = self.train_step()
+            if it % config["log_interval"] == 0:
+                stop_votes = self.log_progress(it, lr, loss_sum)
+                if self.ddp and stop_votes > 0:
+                    self.save_last(rng_snapshot(self.device))
+                    self.interrupted = True
+                    return
+            self.notify("iter", loss=loss_sum.item() / self.accum_per_rank if self.callback else None, lr=lr)
 
-                # --- evaluation + checkpoints ---
-                fresh_resume = (resuming and iter_num == start_iter and src_ckpt.get("eval_done", False)
-                                and not (last_iter or config["eval_only"]))
-                if (iter_num % eval_interval == 0 or last_iter or config["eval_only"]) and not fresh_resume:
-                    t_eval = time.time()
-                    losses = estimate_loss(model, splits=("train", "val"), **eval_splits)
-                    say(f"step {iter_num}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}")
-                    row = dict(iter=iter_num, kind="eval", loss=losses["train"], val_loss=losses["val"], lr=lr,
-                               elapsed_s=time.time() - t_start)
-                    if pgpt:
-                        raw_model.keep_branch = raw_model.heaviest_branch()
-                        try:
-                            heavy = estimate_loss(model, splits=("val",), **eval_splits)["val"]
-                        finally:
-                            kept, raw_model.keep_branch = raw_model.keep_branch, None
-                        weights = raw_model.branch_weights()
-                        weights = [float(w) for w in (weights.tolist() if torch.is_tensor(weights) else weights)]
-                        say(f"step {iter_num}: val loss (heaviest branch only) {heavy:.4f} (branch {kept}), "
-                            f"branch weights {' '.join(f'{w:.4f}' for w in weights)}")
-                        row.update(val_loss_heaviest=heavy, branch_weights=weights)
-                    history.append(row)
-                    final = row
-                    if master:
-                        csv_log.write(**row)
-                    improved = losses["val"] < best_val_loss
-                    best_val_loss = min(best_val_loss, losses["val"])
-                    if iter_num > 0 and not config["eval_only"]:
-                        save_last(snapshot, also_best=improved or config["always_save_checkpoint"], eval_done=True)
-                    evaluated = True
-                    notify("eval", **row)
-                    eval_seconds += time.time() - t_eval
-                    n_evals += 1
-                    t_window, window_iters = time.time(), 0   # ms/iter excludes eval time
-                if config["eval_only"] or last_iter:
-                    break
+    def set_lr(self):
+        config = self.config
+        lr = get_lr(self.iter_num, config["learning_rate"], config["min_lr"], config["warmup_iters"],
+                    config["lr_decay_iters"], config["decay_lr"])
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        return lr
 
-                # --- Ctrl-C: stop at this boundary (synchronized over ranks at log steps) ---
-                if stop.requested and not ddp:
-                    save_last(snapshot, eval_done=evaluated)
-                    interrupted = True
-                    break
+    def eval_due(self, last_iter):
+        config = self.config
+        # the first iteration of a resumed run was already evaluated before the checkpoint was saved
+        fresh_resume = (self.resuming and self.iter_num == self.start_iter and self.src_ckpt.get("eval_done", False)
+                        and not (last_iter or config["eval_only"]))
+        return (self.iter_num % config["eval_interval"] == 0 or last_iter or config["eval_only"]) and not fresh_resume
 
-                # --- one optimizer step: accum_per_rank micro-steps, gradients synced on the last ---
-                loss_sum = torch.zeros((), device=device)
-                for micro in range(accum_per_rank):
-                    last_micro = micro == accum_per_rank - 1
-                    sync = contextlib.nullcontext() if (not ddp or last_micro) else train_model.no_sync()
-                    with sync:
-                        with autocast():
-                            _, loss = train_model(X, Y)
-                        loss_sum += loss.detach().float()
-                        # fetch the next batch while the GPU works on this one
-                        X, Y = next_batch(iter_num + 1, 0) if last_micro else next_batch(iter_num, micro + 1)
-                        scaler.scale(loss / accum_per_rank).backward()
-                if config["grad_clip"] > 0:
-                    scaler.unscale_(optimizer)
-                    torch.nn.utils.clip_grad_norm_(raw_model.parameters(), config["grad_clip"])
-                stepping = True
-                scaler.step(optimizer)
-                scaler.update()
-                optimizer.zero_grad(set_to_none=True)
-                it = iter_num
-                iter_num += 1
-                stepping = False
-                snapshot = None   # from here to the next loop top the live RNG state is the boundary state
-                evaluated = False
-                window_iters += 1
+    def evaluate(self, lr):
+        """Train/val loss at the start of iteration iter_num: print, log, checkpoint, notify."""
+        t_eval = time.time()
+        losses = estimate_loss(self.model, splits=("train", "val"), **self.eval_args)
+        self.say(f"step {self.iter_num}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}")
+        row = dict(iter=self.iter_num, kind="eval", loss=losses["train"], val_loss=losses["val"], lr=lr,
+                   elapsed_s=time.time() - self.t_start)
+        if getattr(self.raw_model.config, "n_branches", 1) > 1:
+            row.update(self.evaluate_heaviest_branch())
+        self.history.append(row)
+        self.final = row
+        if self.master:
+            self.csv_log.write(**row)
+        improved = losses["val"] < self.best_val_loss
+        self.best_val_loss = min(self.best_val_loss, losses["val"])
+        if self.iter_num > 0 and not self.config["eval_only"]:
+            self.save_last(self.snapshot, also_best=improved or self.config["always_save_checkpoint"], eval_done=True)
+        self.evaluated = True
+        self.notify("eval", **row)
+        self.eval_seconds += time.time() - t_eval
+        self.n_evals += 1
+        self.t_window, self.window_iters = time.time(), 0   # ms/iter excludes eval time
 
-                # --- logging ---
-                if it % log_interval == 0:
-                    stats = torch.stack([loss_sum / accum_per_rank, torch.tensor(float(stop.requested), device=device)])
-                    if ddp:
-                        torch.distributed.all_reduce(stats)
-                    lossf, stop_votes = stats[0].item() / world, stats[1].item()
-                    now = time.time()
-                    ms = (now - t_window) * 1000 / max(1, window_iters)
-                    t_window, window_iters = now, 0
-                    window_ms.append(ms)
-                    ema_ms = ms if ema_ms is None or len(window_ms) <= 2 else 0.9 * ema_ms + 0.1 * ms
-                    remaining_evals = max(0, (max_iters - iter_num) // eval_interval + 1)
-                    eta = (max_iters - iter_num) * ema_ms / 1000 + remaining_evals * eval_seconds / max(1, n_evals)
-                    tok_s = tokens_per_iter / (ms / 1000)
-                    mfu = None
-                    if peak is not None and len(window_ms) > 2:
-                        m = raw_model.estimate_mfu(batch_size * accum_per_rank, ms / 1000, peak)
-                        running_mfu = m if running_mfu is None else 0.9 * running_mfu + 0.1 * m
-                        mfu = running_mfu
-                    say(f"iter {it}: loss {lossf:.4f}, lr {lr:.2e}, {ms:.2f} ms/iter, {tok_s:,.0f} tok/s, "
-                        f"eta {format_eta(eta)}" + (f", mfu {mfu * 100:.2f}%" if mfu is not None else ""))
-                    row = dict(iter=it, kind="train", loss=lossf, lr=lr, ms_per_iter=ms, tokens_per_s=tok_s,
-                               mfu=mfu, elapsed_s=now - t_start)
-                    if master:
-                        csv_log.write(**row)
-                    last_train_loss = lossf
-                    if ddp and stop_votes > 0:
-                        save_last(rng_snapshot(device))
-                        interrupted = True
-                        break
-                notify("iter", loss=loss_sum.item() / accum_per_rank if callback else None, lr=lr)
-    except KeyboardInterrupt:
+    def evaluate_heaviest_branch(self):
+        """pgpt: val loss with only the branch of largest weight kept, and the branch weights."""
+        raw_model = self.raw_model
+        raw_model.keep_branch = raw_model.heaviest_branch()
+        try:
+            heavy = estimate_loss(self.model, splits=("val",), **self.eval_args)["val"]
+        finally:
+            kept, raw_model.keep_branch = raw_model.keep_branch, None
+        weights = raw_model.branch_weights()
+        weights = [float(w) for w in (weights.tolist() if torch.is_tensor(weights) else weights)]
+        self.say(f"step {self.iter_num}: val loss (heaviest branch only) {heavy:.4f} (branch {kept}), "
+                 f"branch weights {' '.join(f'{w:.4f}' for w in weights)}")
+        return dict(val_loss_heaviest=heavy, branch_weights=weights)
+
+    def train_step(self):
+        """One optimizer step: accum_per_rank micro-steps, gradients synced on the last. Returns the summed
+        micro-step losses; iter_num is advanced."""
+        loss_sum = torch.zeros((), device=self.device)
+        for micro in range(self.accum_per_rank):
+            last_micro = micro == self.accum_per_rank - 1
+            sync = contextlib.nullcontext() if (not self.ddp or last_micro) else self.train_model.no_sync()
+            with sync:
+                with self.autocast():
+                    _, loss = self.train_model(self.X, self.Y)
+                loss_sum += loss.detach().float()
+                # fetch the next batch while the GPU works on this one
+                if last_micro:
+                    self.X, self.Y = self.next_batch(self.iter_num + 1, 0)
+                else:
+                    self.X, self.Y = self.next_batch(self.iter_num, micro + 1)
+                self.scaler.scale(loss / self.accum_per_rank).backward()
+        if self.config["grad_clip"] > 0:
+            self.scaler.unscale_(self.optimizer)
+            torch.nn.utils.clip_grad_norm_(self.raw_model.parameters(), self.config["grad_clip"])
+        self.stepping = True
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.iter_num += 1
+        self.stepping = False
+        self.snapshot = None   # from here to the next loop top the live RNG state is the boundary state
+        self.evaluated = False
+        self.window_iters += 1
+        return loss_sum
+
+    def log_progress(self, it, lr, loss_sum):
+        """Print and log iteration `it` (loss averaged over ranks, timing, eta, mfu). Returns how many ranks
+        asked to stop (Ctrl-C), summed in the same all_reduce as the loss."""
+        stop_requested = torch.tensor(float(self.stop.requested), device=self.device)
+        stats = torch.stack([loss_sum / self.accum_per_rank, stop_requested])
+        if self.ddp:
+            torch.distributed.all_reduce(stats)
+        lossf, stop_votes = stats[0].item() / self.world, stats[1].item()
+        now = time.time()
+        ms = (now - self.t_window) * 1000 / max(1, self.window_iters)
+        self.t_window, self.window_iters = now, 0
+        self.window_ms.append(ms)
+        tok_s = self.tokens_per_iter / (ms / 1000)
+        eta = self.estimate_eta(ms)
+        mfu = self.update_mfu(ms)
+        self.say(f"iter {it}: loss {lossf:.4f}, lr {lr:.2e}, {ms:.2f} ms/iter, {tok_s:,.0f} tok/s, "
+                 f"eta {format_eta(eta)}" + (f", mfu {mfu * 100:.2f}%" if mfu is not None else ""))
+        row = dict(iter=it, kind="train", loss=lossf, lr=lr, ms_per_iter=ms, tokens_per_s=tok_s,
+                   mfu=mfu, elapsed_s=now - self.t_start)
+        if self.master:
+            self.csv_log.write(**row)
+        self.last_train_loss = lossf
+        return stop_votes
+
+    def estimate_eta(self, ms):
+        """Seconds left: remaining iterations at the smoothed ms/iter plus the remaining evals."""
+        ema = self.ema_ms
+        self.ema_ms = ms if ema is None or len(self.window_ms) <= 2 else 0.9 * ema + 0.1 * ms
+        max_iters, eval_interval = self.config["max_iters"], self.config["eval_interval"]
+        remaining_evals = max(0, (max_iters - self.iter_num) // eval_interval + 1)
+        return ((max_iters - self.iter_num) * self.ema_ms / 1000
+                + remaining_evals * self.eval_seconds / max(1, self.n_evals))
+
+    def update_mfu(self, ms):
+        """Smoothed model FLOPs utilization, or None (unknown peak, or still warming up)."""
+        if self.peak is None or len(self.window_ms) <= 2:
+            return None
+        m = self.raw_model.estimate_mfu(self.batch_size * self.accum_per_rank, ms / 1000, self.peak)
+        self.running_mfu = m if self.running_mfu is None else 0.9 * self.running_mfu + 0.1 * m
+        return self.running_mfu
+
+    def save_after_keyboard_interrupt(self):
         # raised mid-iteration (second Ctrl-C, or by a callback): unless the optimizer was mid-step, the
         # weights are those at the start of iteration iter_num and `snapshot` holds that RNG state
-        interrupted = True
-        if stepping:
-            say("\ninterrupted during an optimizer step: last.pt not updated (the previous one is kept)")
-            stepping = None
+        self.interrupted = True
+        if self.stepping:
+            self.say("\ninterrupted during an optimizer step: last.pt not updated (the previous one is kept)")
+            self.stepping = None
         else:
-            save_last(snapshot if snapshot is not None else rng_snapshot(device), gather=False, eval_done=evaluated)
-    if interrupted and stepping is not None:
-        say(f"interrupted at iteration {iter_num}: saved {os.path.join(out_dir, LAST_NAME)}; "
-            f"continue with --init_from=resume")
-    if master:
-        csv_log.close()
-        plot_losses(out_dir)
-    train_time = time.time() - t_start
-    steady = window_ms[1:] or window_ms
-    summary = {
-        "best_val_loss": best_val_loss,
-        "final_train_loss": final.get("loss"),
-        "final_val_loss": final.get("val_loss"),
-        "final_val_loss_heaviest": final.get("val_loss_heaviest"),
-        "last_train_loss": last_train_loss,
-        "iter_num": iter_num,
-        "ms_per_iter": float(np.median(steady)) if steady else None,
-        "tokens_per_s": tokens_per_iter / (float(np.median(steady)) / 1000) if steady else None,
-        "train_time_s": train_time,
-        "eval_time_s": eval_seconds,
-        "num_params": raw_model.get_num_params(False),
-        "num_params_non_embedding": raw_model.get_num_params(True),
-        "model_args": dict(args),
-        "out_dir": out_dir,
-        "interrupted": interrupted,
-        "evals": history,
-    }
-    notify("end", **{k: v for k, v in summary.items() if k != "evals"})
-    if not interrupted:
-        say(f"done: best val loss {best_val_loss:.4f}, {iter_num} iterations in {format_eta(train_time)}")
-    return summary
+            snapshot = self.snapshot if self.snapshot is not None else rng_snapshot(self.device)
+            self.save_last(snapshot, gather=False, eval_done=self.evaluated)
+
+    # --- the end ---------------------------------------------------------------------------------
+
+    def summarize(self):
+        train_time = time.time() - self.t_start
+        steady = self.window_ms[1:] or self.window_ms
+        ms_per_iter = float(np.median(steady)) if steady else None
+        summary = {
+            "best_val_loss": self.best_val_loss,
+            "final_train_loss": self.final.get("loss"),
+            "final_val_loss": self.final.get("val_loss"),
+            "final_val_loss_heaviest": self.final.get("val_loss_heaviest"),
+            "last_train_loss": self.last_train_loss,
+            "iter_num": self.iter_num,
+            "ms_per_iter": ms_per_iter,
+            "tokens_per_s": self.tokens_per_iter / (ms_per_iter / 1000) if steady else None,
+            "train_time_s": train_time,
+            "eval_time_s": self.eval_seconds,
+            "num_params": self.raw_model.get_num_params(False),
+            "num_params_non_embedding": self.raw_model.get_num_params(True),
+            "model_args": dict(self.args),
+            "out_dir": self.out_dir,
+            "interrupted": self.interrupted,
+            "evals": self.history,
+        }
+        self.notify("end", **{k: v for k, v in summary.items() if k != "evals"})
+        if not self.interrupted:
+            self.say(f"done: best val loss {self.best_val_loss:.4f}, {self.iter_num} iterations in "
+                     f"{format_eta(train_time)}")
+        return summary
 
 
 def main(argv=None):

@@ -2,7 +2,7 @@
 Is our general model.py as fast per training step as a plain GPT-2 written only for that?
 
     python benchmarks/plain_gpt_speed.py                 # nanoGPT's CPU recipe size: 4 layers, 128 wide, 12 x 64 tokens
-    python benchmarks/plain_gpt_speed.py --threads=2
+    python benchmarks/plain_gpt_speed.py --num_threads=2
 
 `PlainGPT` below is the textbook GPT-2 block (pre-LayerNorm, fused qkv, SDPA causal attention, GELU MLP,
 tied embeddings) with nothing else: no flags, no cache, no sharing. Both models take the same AdamW steps
@@ -79,9 +79,9 @@ def main():
     p.add_argument("--batch_size", type=int, default=12)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--steps", type=int, default=30)
-    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--num_threads", type=int, default=1)
     a = p.parse_args()
-    torch.set_num_threads(a.threads)
+    torch.set_num_threads(a.num_threads)
     torch.manual_seed(0)
     vocab = 65
     ours = GPT(GPTConfig(vocab_size=vocab, block_size=a.block_size, n_layer=a.n_layer, n_head=a.n_head,
@@ -92,7 +92,7 @@ def main():
     for _ in range(a.rounds):
         times["plain GPT-2"] += step_times(plain, x, y, a.steps)
         times["model.py GPT"] += step_times(ours, x, y, a.steps)
-    print(f"{a.n_layer} layers x {a.n_embd}, batch {a.batch_size} x {a.block_size}, {a.threads} thread(s), "
+    print(f"{a.n_layer} layers x {a.n_embd}, batch {a.batch_size} x {a.block_size}, {a.num_threads} thread(s), "
           f"torch {torch.__version__}")
     for name, t in times.items():
         print(f"  {name:14s} {1000 * statistics.median(t):7.2f} ms/step (median of {len(t)})")
