@@ -385,7 +385,6 @@ def bench_train(model, cfg, device, dtype, seq, batch, measure_memory):
     out = dict(train_ms=median_ms(times), train_tok_s=batch * seq / statistics.median(times))
     if measure_memory:
         out["train_peak_bytes"] = peak_bytes(step, device, lambda: live_tensors(model, opt, (data,)))
-    del opt
     return out
 
 

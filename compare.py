@@ -45,7 +45,7 @@ import torch
 
 import plots
 import train
-from checkpoint import CKPT_NAME, LAST_NAME, CheckpointError, atomic_open
+from checkpoint import LAST_NAME, CheckpointError, atomic_open
 from configurator import ConfigError, gpt_config_defaults, load_config
 from configurator import model_args as resolve_model_args
 
@@ -731,7 +731,7 @@ def main(argv=None):
         return run(config, explicit)
     except KeyboardInterrupt:
         # outside train.py's own handling (e.g. while sampling): finished models are already recorded
-        print(f"\ncompare: interrupted; run the same command again to continue", flush=True)
+        print("\ncompare: interrupted; run the same command again to continue", flush=True)
         raise SystemExit(130) from None
 
 

@@ -69,6 +69,31 @@ def _styles(names):
                        linestyle=LINESTYLES[i % len(LINESTYLES)]) for i, name in enumerate(names)}
 
 
+def plot_run(out_dir):
+    """out_dir/loss.png for one training run: per-iteration train loss, eval train/val losses, and for
+    pgpt the val loss with only the heaviest branch. None when the run has no log.csv yet."""
+    if not os.path.exists(os.path.join(out_dir, "log.csv")):
+        return None
+    log = read_log(out_dir)
+    evals = log["eval"]
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8, 5))
+    if log["train"]:
+        ax.plot(*zip(*log["train"]), color="tab:blue", alpha=0.3, linewidth=0.8, label="train (batch)")
+    iters = [e["iter"] for e in evals]
+    ax.plot(iters, [e["loss"] for e in evals], "o-", color="tab:blue", markersize=3, label="train (eval)")
+    ax.plot(iters, [e["val_loss"] for e in evals], "o-", color="tab:orange", markersize=3, label="val")
+    heavy = [(e["iter"], e["val_loss_heaviest"]) for e in evals if e["val_loss_heaviest"] is not None]
+    if heavy:
+        ax.plot(*zip(*heavy), "s--", color="tab:green", markersize=3, label="val (heaviest branch)")
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("loss")
+    ax.set_title(os.path.basename(os.path.abspath(out_dir)))
+    ax.grid(alpha=0.3)
+    ax.legend()
+    return _save(fig, os.path.join(out_dir, "loss.png"), plt)
+
+
 def plot_loss_curves(logs, path, title="Loss comparison"):
     """Two panels, one line per model: loss on the training split and on the validation split, both
     measured at the evaluations (the same fixed batches every time). pgpt's val loss with only its

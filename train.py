@@ -445,47 +445,9 @@ def _fmt(v):
 
 
 def plot_losses(out_dir):
-    """out_dir/loss.png from out_dir/log.csv: per-iteration train loss and the eval train/val losses."""
-    path = os.path.join(out_dir, "log.csv")
-    if not os.path.exists(path):
-        return None
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    curves = {"train": ([], []), "eval_train": ([], []), "eval_val": ([], []), "eval_heaviest": ([], [])}
-
-    def add(name, it, value):
-        if value not in (None, ""):
-            curves[name][0].append(it)
-            curves[name][1].append(float(value))
-
-    with open(path, newline="", encoding="utf-8") as f:
-        for row in csv.DictReader(f):
-            it = int(row["iter"])
-            if row["kind"] == "train":
-                add("train", it, row["loss"])
-            elif row["kind"] == "eval":
-                add("eval_train", it, row["loss"])
-                add("eval_val", it, row["val_loss"])
-                add("eval_heaviest", it, row.get("val_loss_heaviest"))
-    fig, ax = plt.subplots(figsize=(8, 5))
-    ax.plot(*curves["train"], color="tab:blue", alpha=0.3, linewidth=0.8, label="train (batch)")
-    ax.plot(*curves["eval_train"], "o-", color="tab:blue", markersize=3, label="train (eval)")
-    ax.plot(*curves["eval_val"], "o-", color="tab:orange", markersize=3, label="val")
-    if curves["eval_heaviest"][0]:
-        ax.plot(*curves["eval_heaviest"], "s--", color="tab:green", markersize=3, label="val (heaviest branch)")
-    ax.set_xlabel("iteration")
-    ax.set_ylabel("loss")
-    ax.set_title(os.path.basename(os.path.abspath(out_dir)))
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    png = os.path.join(out_dir, "loss.png")
-    with atomic_open(png, "wb") as f:
-        fig.savefig(f, format="png", dpi=110)
-    plt.close(fig)
-    return png
+    """out_dir/loss.png from out_dir/log.csv (plots.plot_run: batch train loss, eval train/val losses)."""
+    import plots
+    return plots.plot_run(out_dir)
 
 
 def format_eta(seconds):

@@ -63,17 +63,61 @@ def tokens(batch, length, seed=1):
     return torch.randint(0, TINY["vocab_size"], (batch, length), generator=g)
 
 
-@pytest.mark.parametrize("name", FLAGS)
-def test_causality(name):
-    model = make_model(name)
+# --- checks shared with tests/test_variants.py ---------------------------------------------------
+
+def check_causal(model, positions=(0, 5, 14)):
+    """Changing the tokens after position i leaves the logits at positions <= i unchanged (and does
+    change the later ones, so the check is not vacuous)."""
     idx = tokens(2, 16)
     logits, _ = model(idx, all_logits=True)
-    for i in (0, 5, 14):
+    for i in positions:
         changed = idx.clone()
         changed[:, i + 1:] = (changed[:, i + 1:] + 7) % TINY["vocab_size"]
         logits2, _ = model(changed, all_logits=True)
         torch.testing.assert_close(logits2[:, :i + 1], logits[:, :i + 1], rtol=1e-5, atol=1e-5)
         assert not torch.allclose(logits2[:, i + 1:], logits[:, i + 1:])
+
+
+def check_kv_cache(model, length):
+    """Cached decoding gives the logits of the full forward pass over the same window, at every step."""
+    seq = tokens(2, length)
+    for t, start, logits in cached_logits(model, seq, prefill=3):
+        full, _ = model(seq[:, start:t])
+        torch.testing.assert_close(logits, full[:, -1], rtol=1e-4, atol=1e-4)
+
+
+def check_save_load(model):
+    """A checkpoint round trip (state_dict + config through torch.save/load) gives identical logits."""
+    buf = io.BytesIO()
+    torch.save({"model": model.state_dict(), "model_args": dataclasses.asdict(model.config)}, buf)
+    buf.seek(0)
+    ckpt = torch.load(buf, weights_only=True)
+    clone = GPT(GPTConfig(**ckpt["model_args"])).eval()
+    clone.load_state_dict(ckpt["model"])
+    idx = tokens(2, 16)
+    assert torch.equal(model(idx, all_logits=True)[0], clone(idx, all_logits=True)[0])
+
+
+def check_learns(model, steps):
+    """A few AdamW steps on one batch lower the loss by more than 0.5 nats."""
+    model.train()
+    opt = model.configure_optimizers(0.1, 1e-2, (0.9, 0.95), "cpu")
+    idx = tokens(4, 17, seed=5)
+    x, y = idx[:, :-1], idx[:, 1:]
+    first = model(x, y)[1].item()
+    for _ in range(steps):
+        _, loss = model(x, y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert model(x, y)[1].item() < first - 0.5
+
+
+# --- every flag -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", FLAGS)
+def test_causality(name):
+    check_causal(make_model(name))
 
 
 @pytest.mark.parametrize("name", FLAGS)
@@ -106,11 +150,7 @@ def cached_logits(model, seq, prefill):
 
 @pytest.mark.parametrize("name", FLAGS)
 def test_kv_cache_equals_full_forward(name):
-    model = make_model(name)
-    seq = tokens(2, 2 * TINY["block_size"] + 5)
-    for t, start, logits in cached_logits(model, seq, prefill=3):
-        full, _ = model(seq[:, start:t])
-        torch.testing.assert_close(logits, full[:, -1], rtol=1e-4, atol=1e-4)
+    check_kv_cache(make_model(name), 2 * TINY["block_size"] + 5)
 
 
 @pytest.mark.parametrize("name", ["gpt", "pgpt", "gqa", "deep_thinking", "cgpt_k3", "shishu", "mobilellm_dt"])
@@ -142,30 +182,12 @@ def test_pgpt_branch_drop_kv_cache_and_weights():
 
 @pytest.mark.parametrize("name", FLAGS)
 def test_save_load_round_trip(name):
-    model = make_model(name)
-    buf = io.BytesIO()
-    torch.save({"model": model.state_dict(), "model_args": dataclasses.asdict(model.config)}, buf)
-    buf.seek(0)
-    ckpt = torch.load(buf, weights_only=True)
-    clone = GPT(GPTConfig(**ckpt["model_args"])).eval()
-    clone.load_state_dict(ckpt["model"])
-    idx = tokens(2, 16)
-    assert torch.equal(model(idx, all_logits=True)[0], clone(idx, all_logits=True)[0])
+    check_save_load(make_model(name))
 
 
 @pytest.mark.parametrize("name", FLAGS)
 def test_training_lowers_loss(name):
-    model = make_model(name).train()
-    opt = model.configure_optimizers(0.1, 1e-2, (0.9, 0.95), "cpu")
-    idx = tokens(4, 17, seed=5)
-    x, y = idx[:, :-1], idx[:, 1:]
-    first = model(x, y)[1].item()
-    for _ in range(40):
-        _, loss = model(x, y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    assert model(x, y)[1].item() < first - 0.5
+    check_learns(make_model(name), steps=40)
 
 
 def test_sharing_plan_schemes():

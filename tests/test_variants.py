@@ -4,14 +4,13 @@ tiny sizes) through the correctness checks of test_model.py: causality, KV cache
 save/load round trip, training lowers the loss. Also the shakespeare config files of the variants."""
 import dataclasses
 import importlib
-import io
 
 import pytest
 import torch
 
 import variants
 from model import GPT, GPTConfig
-from tests.test_model import TINY, cached_logits, tokens
+from tests.test_model import TINY, check_causal, check_kv_cache, check_learns, check_save_load
 
 PRESETS = variants.available()
 
@@ -146,52 +145,22 @@ def tiny_model(name, seed=0):
 
 @pytest.mark.parametrize("name", PRESETS)
 def test_tiny_preset_is_causal(name):
-    model = tiny_model(name)
-    idx = tokens(2, 16)
-    logits, _ = model(idx, all_logits=True)
-    for i in (0, 9):
-        changed = idx.clone()
-        changed[:, i + 1:] = (changed[:, i + 1:] + 7) % TINY["vocab_size"]
-        logits2, _ = model(changed, all_logits=True)
-        torch.testing.assert_close(logits2[:, :i + 1], logits[:, :i + 1], rtol=1e-5, atol=1e-5)
-        assert not torch.allclose(logits2[:, i + 1:], logits[:, i + 1:])
+    check_causal(tiny_model(name), positions=(0, 9))
 
 
 @pytest.mark.parametrize("name", PRESETS)
 def test_tiny_preset_kv_cache_equals_full_forward(name):
-    model = tiny_model(name)
-    seq = tokens(2, TINY["block_size"] + 6)
-    for t, start, logits in cached_logits(model, seq, prefill=3):
-        full, _ = model(seq[:, start:t])
-        torch.testing.assert_close(logits, full[:, -1], rtol=1e-4, atol=1e-4)
+    check_kv_cache(tiny_model(name), TINY["block_size"] + 6)
 
 
 @pytest.mark.parametrize("name", PRESETS)
 def test_tiny_preset_save_load_round_trip(name):
-    model = tiny_model(name)
-    buf = io.BytesIO()
-    torch.save({"model": model.state_dict(), "model_args": dataclasses.asdict(model.config)}, buf)
-    buf.seek(0)
-    ckpt = torch.load(buf, weights_only=True)
-    clone = GPT(GPTConfig(**ckpt["model_args"])).eval()
-    clone.load_state_dict(ckpt["model"])
-    idx = tokens(2, 16)
-    assert torch.equal(model(idx, all_logits=True)[0], clone(idx, all_logits=True)[0])
+    check_save_load(tiny_model(name))
 
 
 @pytest.mark.parametrize("name", PRESETS)
 def test_tiny_preset_training_lowers_loss(name):
-    model = tiny_model(name).train()
-    opt = model.configure_optimizers(0.1, 1e-2, (0.9, 0.95), "cpu")
-    idx = tokens(4, 17, seed=5)
-    x, y = idx[:, :-1], idx[:, 1:]
-    first = model(x, y)[1].item()
-    for _ in range(30):
-        _, loss = model(x, y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    assert model(x, y)[1].item() < first - 0.5
+    check_learns(tiny_model(name), steps=30)
 
 
 # --- config/<variant>_shakespeare*.py -----------------------------------------------------------------
