@@ -615,6 +615,16 @@ class GPT(nn.Module):
             n -= self.pos_emb.weight.numel()
         return n
 
+    def depth_summary(self):
+        """Effective depth vs unique weights, e.g. '60 layers applied per branch, from 30 unique attention
+        and 30 unique FFN sub-layers' (layer sharing reuses weights; ShishuLM has fewer attention layers)."""
+        stack = self.branches[0]
+        n_attn = len({a for a in stack.attn_index if a is not None})
+        branches = f" x {self.config.n_branches} branches" if self.config.n_branches > 1 else ""
+        passes = f", {self.config.think_steps + 1} passes (Deep Thinking)" if self.config.think_steps else ""
+        return (f"{len(stack.mlp_index)} layers applied{branches}, from {n_attn} unique attention and "
+                f"{len(stack.mlp)} unique FFN sub-layers{passes}")
+
     # --- ParallelGPT (paper 004, 3.1) ---
     def branch_weights(self):
         """pgpt combination weights: softmax of learned logits (positive, summing to 1; start equal).

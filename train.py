@@ -614,6 +614,7 @@ class Trainer:
         self.raw_model.to(self.device)
         self.say(f"number of parameters: {self.raw_model.get_num_params(False) / 1e6:.2f}M "
                  f"(non-embedding: {self.raw_model.get_num_params(True) / 1e6:.2f}M)")
+        self.say(f"depth: {self.raw_model.depth_summary()}")
 
     def make_optimizer(self):
         """optimizer, GradScaler (active for float16 only) and the autocast context for the dtype."""

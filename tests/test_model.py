@@ -282,3 +282,11 @@ def test_invalid_configs_raise_clear_errors(kwargs, message):
 def test_forward_rejects_too_long_sequence():
     with pytest.raises(ValueError, match="block_size"):
         make_model("gpt")(tokens(1, 17))
+
+
+def test_depth_summary_reports_effective_depth_and_unique_sublayers():
+    assert make_model("repeat2").depth_summary() == \
+        "4 layers applied, from 2 unique attention and 2 unique FFN sub-layers"
+    assert make_model("shishu").depth_summary() == \
+        "4 layers applied, from 2 unique attention and 3 unique FFN sub-layers"
+    assert make_model("deep_thinking").depth_summary().endswith("3 passes (Deep Thinking)")
