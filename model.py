@@ -463,6 +463,11 @@ def sharing_plan(config):
     return _compact(attn_keys) + [None] * (n - len(attn_keys)), _compact(mlp_keys)
 
 
+def _first_uses(index):
+    """For weight sets 0, 1, 2, ... of a plan, the first layer that uses each (None entries skipped)."""
+    return [index.index(i) for i in range(max((i for i in index if i is not None), default=-1) + 1)]
+
+
 def _compact(keys):
     """Renumber keys 0, 1, 2, ... in order of first appearance."""
     index = {}
@@ -514,22 +519,18 @@ class DecoderStack(nn.Module):
         super().__init__()
         self.attn_index, self.mlp_index = sharing_plan(config)
         widths = config.widths()
+        # one module per unique weight set, built at the width of the first layer that uses it
+        # (a sharing group never spans a width change: GPTConfig forbids sharing with shrinking)
         self.attn = nn.ModuleList([
-            ResidualSubLayer(config, widths[self._first_use(self.attn_index, i)],
-                             CausalSelfAttention(config, widths[self._first_use(self.attn_index, i)]))
-            for i in range(max((i for i in self.attn_index if i is not None), default=-1) + 1)])
+            ResidualSubLayer(config, widths[layer], CausalSelfAttention(config, widths[layer]))
+            for layer in _first_uses(self.attn_index)])
         self.mlp = nn.ModuleList([
-            ResidualSubLayer(config, widths[self._first_use(self.mlp_index, i)],
-                             MLP(config, widths[self._first_use(self.mlp_index, i)]))
-            for i in range(max(self.mlp_index) + 1)])
-        n, every = len(widths), config.shrink_every
+            ResidualSubLayer(config, widths[layer], MLP(config, widths[layer]))
+            for layer in _first_uses(self.mlp_index)])
+        every = config.shrink_every
         shrink_cls = ConvShrink if config.shrink_layer == "conv" else LinearShrink
-        self.shrink_after = [l for l in range(n - 1) if every and (l + 1) % every == 0]
+        self.shrink_after = [l for l in range(len(widths) - 1) if every and (l + 1) % every == 0]
         self.shrink = nn.ModuleList([shrink_cls(config, widths[l]) for l in self.shrink_after])
-
-    @staticmethod
-    def _first_use(index, i):
-        return index.index(i)
 
     def forward(self, x, ctx):
         for layer in range(len(self.mlp_index)):
