@@ -228,8 +228,9 @@ def ensure_data(dataset, data_dir):
     try:
         import prepare
         prepare.prepare(dataset, out_dir=data_dir)
-    except SystemExit as e:
-        raise TrainError(f"preparing dataset '{dataset}' failed: {e}") from None
+    except SystemExit as e:   # prepare.py's own one-line "error: ..." message
+        reason = str(e).removeprefix("error: ")
+        raise TrainError(f"preparing dataset '{dataset}' failed: {reason}") from None
     except (ValueError, KeyError, OSError) as e:
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise TrainError(f"preparing dataset '{dataset}' failed: {msg} "
