@@ -64,6 +64,7 @@ class GPTConfig:
     share_sublayers: str = "both"   # "both" | "attn" | "mlp": which sub-layers the group shares
     # --- Enhanced Residual (000 2.7) ---
     enhanced_residual: bool = False
+    residual_logit_init: float = 0.0   # w at init (paper: 0, alpha = 0.5); e.g. 3.0 starts at alpha = 0.95
     # --- Deep Thinking (000 2.8) ---
     think_steps: int = 0            # T thinking passes before the final pass (paper: 3); 0 = off
     think_eta: float = 0.01         # memory update M = eta*K_t + (1-eta)*M
@@ -417,15 +418,19 @@ class ResidualSubLayer(nn.Module):
     """x -> x + F(norm(x)), the pre-norm residual around one attention or FFN.
 
     Enhanced Residual (paper 000, 2.7):  x -> alpha * x + (1 - alpha) * F(norm(x)),  alpha = sigmoid(w),
-    one learned w per sub-layer, starting at w = 0 (alpha = 0.5). w is a 0-d tensor, so the optimizer's
-    ">= 2-D gets weight decay" rule leaves it undecayed.
+    one learned w per sub-layer, starting at w = 0 (alpha = 0.5; `residual_logit_init` changes that).
+    w is a 0-d tensor, so the optimizer's ">= 2-D gets weight decay" rule leaves it undecayed.
+    Note: with alpha = 0.5 everywhere the input of the first layer reaches the last one scaled by
+    0.5 ** (2 * n_layer), so a deep stack starts without the current token's identity (see README).
     """
 
     def __init__(self, config, width, inner):
         super().__init__()
         self.norm = make_norm(config, width)
         self.inner = inner
-        self.alpha_logit = nn.Parameter(torch.zeros(())) if config.enhanced_residual else None
+        self.alpha_logit = None
+        if config.enhanced_residual:
+            self.alpha_logit = nn.Parameter(torch.full((), float(config.residual_logit_init)))
 
     def forward(self, x, ctx, slot):
         fx = self.inner(self.norm(x), ctx, slot)

@@ -2,6 +2,7 @@
 the full forward pass (also past block_size), save/load round trip, learning, and clear config errors."""
 import dataclasses
 import io
+import math
 
 import pytest
 import torch
@@ -214,6 +215,12 @@ def test_enhanced_residual_alphas_start_at_half_and_are_not_decayed():
     no_decay = {id(p) for g in opt.param_groups if g["weight_decay"] == 0 for p in g["params"]}
     alphas = [m.alpha_logit for m in model.modules() if getattr(m, "alpha_logit", None) is not None]
     assert len(alphas) == 8 and all(id(a) in no_decay for a in alphas)
+
+
+def test_enhanced_residual_init_is_a_flag():
+    model = GPT(GPTConfig(**TINY, enhanced_residual=True, residual_logit_init=3.0))
+    alpha = 1 / (1 + math.exp(-3.0))
+    assert all(a == pytest.approx(alpha) and m == pytest.approx(alpha) for a, m in model.residual_alphas())
 
 
 def test_swiglu_applies_silu_to_gate_only():
