@@ -350,9 +350,11 @@ class CausalSelfAttention(nn.Module):
 
     def forward(self, x, ctx, slot):
         B, T, C = x.shape
-        q, kv = self.qkv_proj(x).split([C, 2 * self.n_kv_head * self.head_dim], dim=-1)
-        q = q.view(B, T, self.n_head, self.head_dim).transpose(1, 2)
-        k, v = kv.view(B, T, 2, self.n_kv_head, self.head_dim).permute(2, 0, 3, 1, 4)
+        kv_width = self.n_kv_head * self.head_dim
+        q, k, v = self.qkv_proj(x).split([C, kv_width, kv_width], dim=-1)
+        q = q.view(B, T, self.n_head, self.head_dim).transpose(1, 2)       # (B, H, T, D)
+        k = k.view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)    # (B, H_kv, T, D)
+        v = v.view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)
         if self.use_rope:
             cos = self.rope_cos[ctx.start:ctx.start + T]
             sin = self.rope_sin[ctx.start:ctx.start + T]

@@ -32,5 +32,4 @@ beta2 = 0.99
 warmup_iters = 100
 
 device = "cpu"
-num_threads = 1   # torch's default (all cores) runs many times slower as soon as other jobs share a 2-core machine
 compile = False

@@ -39,6 +39,5 @@ beta1 = 0.9
 beta2 = 0.99
 
 device = "cpu"
-num_threads = 1   # torch's default (all cores) runs many times slower as soon as other jobs share a 2-core machine
 dtype = "float32"
 compile = False

@@ -1,7 +1,7 @@
 # Character-level Shakespeare on a laptop CPU: nanoGPT's CPU recipe (~0.8M parameters, 4 layers).
-# Val loss ~1.88 after 2000 iterations (~90 ms/iter on one idle core of a 2-core VM, so 3-4 minutes).
+# Val loss 1.88 after 2000 iterations; about 2 minutes on an idle 2-core VM (58 ms/iter, see README).
 #   python train.py config/gpt_shakespeare_cpu.py
-#   python train.py config/gpt_shakespeare_cpu.py --num_threads=2   # try both threads on an otherwise idle machine
+#   python train.py config/gpt_shakespeare_cpu.py --num_threads=1   # when other jobs share the cores (2 busy threads thrash)
 #   python sample.py --start "War is "        (reads out/ckpt.pt)
 
 out_dir = "out"       # sample.py's default, so it finds this checkpoint without flags
@@ -28,5 +28,4 @@ beta2 = 0.99
 warmup_iters = 100
 
 device = "cpu"
-num_threads = 1   # torch's default (all cores) runs many times slower as soon as other jobs share a 2-core machine
 compile = False
