@@ -33,6 +33,7 @@ FLAGS = {
     "share_attn": dict(share_group_size=2, share_sublayers="attn"),
     "share_mlp": dict(share_group_size=2, share_sublayers="mlp"),
     "enhanced_residual": dict(enhanced_residual=True),
+    "enhanced_residual_init": dict(enhanced_residual=True, residual_logit_init=3.0),
     "deep_thinking": dict(think_steps=2, think_eta=0.3),
     "shishu": dict(n_attn_layers=2, share_from_layer=2, share_group_size=2, **LLAMA),
     "rmsnorm": dict(norm="rmsnorm"),
