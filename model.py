@@ -5,7 +5,7 @@ Read top to bottom:
   1. GPTConfig            - every flag, validated in __post_init__
   2. building blocks      - norms, positions (learned / sinusoidal / RoPE), MLP (plain / gated = SwiGLU)
   3. attention            - causal self-attention with GQA, a KV cache and Deep Thinking's KV memory
-  4. residual sub-layers  - plain residual or Enhanced Residual (paper 000, 2.7)
+  4. residual sub-layers  - pre- or post-norm, plain residual or Enhanced Residual (paper 000, 2.7)
   5. layer sharing plan   - one mechanism for MobileLLM repeats, ALBERT, groups, ShishuLM pairs
   6. DecoderStack         - the layers of one branch, with lgpt/cgpt width halving between groups
   7. GPT                  - embeddings (factorized or not), pgpt branches, Deep Thinking passes, head
@@ -46,6 +46,8 @@ class GPTConfig:
     # --- LLaMA-style options (000, 001) ---
     norm: str = "layernorm"         # "layernorm" | "rmsnorm"
     norm_eps: float = 1e-5
+    norm_placement: str = "pre"     # "pre": x + F(norm(x)) (GPT-2, LLaMA) | "post": norm(x + F(x)) (original
+                                    # Transformer; paper 000's public code)
     pos_embedding: str = "learned"  # "learned" | "sinusoidal" | "rope" | "none"
     rope_base: float = 10000.0
     # --- attention: GQA (000 2.5) ---
@@ -57,6 +59,7 @@ class GPTConfig:
     mlp_ratio: float = 4.0
     # --- embeddings: sharing/tying (000 2.4) and factorization (002 3.0.1) ---
     tie_embeddings: bool = True
+    head_bias: bool = False         # a bias on the output head (paper 000's code keeps one, also when tied)
     embd_factor_dim: Optional[int] = None   # E: vocab -> E -> n_embd; None = no factorization
     # --- layer sharing (000 2.6, 002 3.0.2, 001 4.4): one general mechanism ---
     share_group_size: int = 1       # k consecutive layers use one set of weights (1 = no sharing)
@@ -66,8 +69,10 @@ class GPTConfig:
     enhanced_residual: bool = False
     residual_logit_init: float = 0.0   # w at init (paper: 0, alpha = 0.5); e.g. 3.0 starts at alpha = 0.95
     # --- Deep Thinking (000 2.8) ---
-    think_steps: int = 0            # T thinking passes before the final pass (paper: 3); 0 = off
-    think_eta: float = 0.01         # memory update M = eta*K_t + (1-eta)*M
+    think_steps: int = 0            # T thinking passes before the test pass (paper: 3); 0 = off
+    think_eta: float = 0.01         # memory update M_t = eta*K_t + (1-eta)*M_{t-1}
+    think_memory: str = "own"       # memory after pass 1: "own" = the layer's own K_1, V_1 (paper text) |
+                                    # "first_layer" = seeded from the first layer's K_1, V_1 (authors' code)
     # --- ShishuLM (001 4.1-4.4) ---
     n_attn_layers: Optional[int] = None  # only the first n_attn_layers have attention; None = all
     # --- ParallelGPT (004 3.1) ---
@@ -88,6 +93,8 @@ class GPTConfig:
             check(getattr(self, name) >= 1, f"{name} must be >= 1, got {getattr(self, name)}")
         check(0.0 <= self.dropout < 1.0, f"dropout must be in [0, 1), got {self.dropout}")
         check(self.norm in ("layernorm", "rmsnorm"), f"norm must be 'layernorm' or 'rmsnorm', got {self.norm!r}")
+        check(self.norm_placement in ("pre", "post"),
+              f"norm_placement must be 'pre' or 'post', got {self.norm_placement!r}")
         check(self.pos_embedding in ("learned", "sinusoidal", "rope", "none"),
               f"pos_embedding must be learned|sinusoidal|rope|none, got {self.pos_embedding!r}")
         check(self.mlp_type in ("standard", "gated"), f"mlp_type must be 'standard' or 'gated', got {self.mlp_type!r}")
@@ -98,10 +105,7 @@ class GPTConfig:
         check(self.init_scheme in ("gpt2", "constant"), f"init_scheme must be 'gpt2' or 'constant', got {self.init_scheme!r}")
         self._check_widths(check)
         self._check_sharing(check)
-        check(self.think_steps >= 0, f"think_steps must be >= 0, got {self.think_steps}")
-        check(0.0 < self.think_eta <= 1.0, f"think_eta must be in (0, 1], got {self.think_eta}")
-        check(self.think_steps == 0 or self.attn_layers_per_branch() > 0,
-              "Deep Thinking needs attention layers (think_steps > 0 with n_attn_layers = 0)")
+        self._check_thinking(check)
         check(self.shrink_kernel >= 1, f"shrink_kernel must be >= 1, got {self.shrink_kernel}")
         check(self.shrink_kernel == 1 or self.shrink_layer == "conv", "shrink_kernel > 1 needs shrink_layer='conv'")
         check(self.mlp_hidden is None or self.shrink_every == 0,
@@ -135,6 +139,21 @@ class GPTConfig:
         check(k == 1 or a <= start or (a - start) % k == 0,
               "a sharing group would mix attention and MLP-only layers; set share_from_layer = n_attn_layers")
 
+    def _check_thinking(self, check):
+        check(self.think_steps >= 0, f"think_steps must be >= 0, got {self.think_steps}")
+        check(0.0 < self.think_eta <= 1.0, f"think_eta must be in (0, 1], got {self.think_eta}")
+        check(self.think_memory in ("own", "first_layer"),
+              f"think_memory must be 'own' or 'first_layer', got {self.think_memory!r}")
+        if self.think_steps == 0:
+            return
+        check(self.attn_layers_per_branch() > 0, "Deep Thinking needs attention layers (n_attn_layers = 0)")
+        check(self.n_branches == 1 and self.shrink_every == 0,
+              "Deep Thinking feeds each pass's output into the next pass, so the output must be as wide as the "
+              "embedding: not with pgpt branches or lgpt/cgpt shrinking")
+        check(self.think_steps >= 2 or self.think_memory == "first_layer",
+              "think_steps=1 with think_memory='own' computes exactly the function of think_steps=0 (the test "
+              "pass re-reads the keys of an identical pass); use think_steps >= 2")
+
     # --- derived sizes (used by the model and by the checks above) ---
     def layers_per_branch(self):
         return self.n_layer // self.n_branches
@@ -161,35 +180,11 @@ class GPTConfig:
 # 2. Building blocks: norms, positions, MLP
 # ----------------------------------------------------------------------------------------------
 
-class LayerNorm(nn.Module):
-    """LayerNorm with an optional bias (PyTorch's has no bias=False before 2.1 on every path)."""
-
-    def __init__(self, dim, bias, eps):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
-        self.bias = nn.Parameter(torch.zeros(dim)) if bias else None
-        self.eps = eps
-
-    def forward(self, x):
-        return F.layer_norm(x, self.weight.shape, self.weight, self.bias, self.eps)
-
-
-class RMSNorm(nn.Module):
-    """RMSNorm (LLaMA): x / rms(x) * g. No mean subtraction, no bias."""
-
-    def __init__(self, dim, eps):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
-        self.eps = eps
-
-    def forward(self, x):
-        return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
-
-
 def make_norm(config, dim):
+    """LayerNorm (GPT-2; its bias follows `bias`) or RMSNorm (LLaMA: x / rms(x) * g, no mean, no bias)."""
     if config.norm == "rmsnorm":
-        return RMSNorm(dim, config.norm_eps)
-    return LayerNorm(dim, config.bias, config.norm_eps)
+        return nn.RMSNorm(dim, eps=config.norm_eps)
+    return nn.LayerNorm(dim, eps=config.norm_eps, bias=config.bias)
 
 
 def sinusoidal_positions(n_positions, dim):
@@ -280,22 +275,26 @@ class KVCache:
 class InferenceCache:
     """Everything incremental decoding needs, keyed by the *application* of a layer.
 
-    A slot is (branch, layer, pass, kind), so a shared block applied twice, each pgpt branch and each
-    Deep Thinking pass get their own keys and values. `length` is the number of tokens already seen.
+    A slot is (branch, layer, think_pass), so a shared block applied twice, each pgpt branch and each
+    Deep Thinking pass get their own entries:
+      kv[slot]         keys/values of that attention application (KVCache)
+      memory[slot]     Deep Thinking's memory after that pass (KVCache; read by the next pass)
+      conv_tail[slot]  the last kernel-1 inputs of a causal ConvShrink (cgpt)
+    `length` is the number of tokens already seen.
     """
 
     def __init__(self, max_len):
         self.max_len = max_len
         self.length = 0
-        self.slots = {}
+        self.kv, self.memory, self.conv_tail = {}, {}, {}
 
-    def kv(self, slot):
-        if slot not in self.slots:
-            self.slots[slot] = KVCache(self.max_len)
-        return self.slots[slot]
+    def get(self, table, slot):
+        if slot not in table:
+            table[slot] = KVCache(self.max_len)
+        return table[slot]
 
     def nbytes(self):
-        return sum(c.nbytes() for c in self.slots.values() if isinstance(c, KVCache))
+        return sum(c.nbytes() for table in (self.kv, self.memory) for c in table.values())
 
 
 class ForwardContext:
@@ -307,8 +306,9 @@ class ForwardContext:
         self.cache = cache              # InferenceCache or None (training / full forward)
         self.device = device
         self.branch = 0
-        self.think_pass = 0             # 0 .. think_steps (the last one is the final pass)
-        self.memory = {}                # Deep Thinking memory without a cache: (branch, layer, pass) -> (k, v)
+        self.think_pass = 0             # Deep Thinking: 0 .. think_steps - 1 think, think_steps = test pass
+        self.memory = {}                # Deep Thinking memory without a cache: slot -> (k, v)
+        self.first_kv = None            # think_memory="first_layer": pass-1 k, v of the first attention layer
 
     def causal_mask(self):
         """Boolean (T, start+T) mask: query i (absolute start+i) sees keys at positions <= start+i."""
@@ -316,18 +316,27 @@ class ForwardContext:
         k_pos = torch.arange(self.start + self.length, device=self.device)[None, :]
         return k_pos <= q_pos
 
+    def read_memory(self, slot):
+        """Deep Thinking memory written by `slot` (a layer in some pass), for every position seen so far."""
+        if self.cache is None:
+            return self.memory[slot]
+        c = self.cache.get(self.cache.memory, slot)
+        end = self.start + self.length
+        return c.k[:, :, :end], c.v[:, :, :end]
+
+    def write_memory(self, slot, k, v):
+        """Store the memory of the new positions (cached positions keep theirs: memory is causal)."""
+        if self.cache is None:
+            self.memory[slot] = (k, v)
+        else:
+            self.cache.get(self.cache.memory, slot).append(k, v, self.start)
+
 
 class CausalSelfAttention(nn.Module):
     """Multi-head causal self-attention with grouped-query attention (paper 000, 2.5).
 
     GQA: n_head query heads share n_kv_head key/value heads (n_head / n_kv_head queries per group).
-
-    Deep Thinking (paper 000, 2.8, after Yang et al. 2024): with think_steps = T the whole model runs
-    T thinking passes and a final pass over the same input embeddings. Every layer keeps a KV memory:
-        pass 1:       M_1 = K_1                                 (the layer's own keys, same for V)
-        pass t > 1:   attend over [M_{t-1} ; K_t],  then  M_t = eta * K_t + (1 - eta) * M_{t-1}
-    Both halves of [M ; K] are causally masked: query i sees memory positions <= i and keys <= i,
-    so no pass ever looks at a future token, and memory is per sequence (never mixed across the batch).
+    With think_steps > 0 it also does Deep Thinking's attention (see `deep_thinking`).
     """
 
     def __init__(self, config, width):
@@ -342,6 +351,7 @@ class CausalSelfAttention(nn.Module):
         self.dropout = config.dropout
         self.resid_dropout = nn.Dropout(config.dropout)
         self.think_steps, self.think_eta = config.think_steps, config.think_eta
+        self.think_memory = config.think_memory
         self.use_rope = config.pos_embedding == "rope"
         if self.use_rope:
             cos, sin = rope_tables(config.block_size, self.head_dim, config.rope_base)
@@ -359,17 +369,18 @@ class CausalSelfAttention(nn.Module):
             cos = self.rope_cos[ctx.start:ctx.start + T]
             sin = self.rope_sin[ctx.start:ctx.start + T]
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        keys, values = k, v
-        if ctx.cache is not None:
-            keys, values = ctx.cache.kv(slot + ("kv",)).append(k, v, ctx.start)
-        if self.think_steps and ctx.think_pass > 0:
-            y = self._attend_with_memory(q, keys, values, ctx, slot)
+        if self.think_steps:
+            y = self.deep_thinking(q, k, v, ctx, slot)
         else:
-            y = self._attend(q, keys, values, ctx)
-        if self.think_steps and ctx.think_pass < self.think_steps:
-            self._update_memory(k, v, ctx, slot)
+            y = self._attend(q, *self._cached(k, v, ctx, slot), ctx)
         y = y.transpose(1, 2).contiguous().view(B, T, C)
         return self.resid_dropout(self.out_proj(y))
+
+    def _cached(self, k, v, ctx, slot):
+        """This call's keys/values, preceded by the cached ones of earlier calls when decoding."""
+        if ctx.cache is None:
+            return k, v
+        return ctx.cache.get(ctx.cache.kv, slot).append(k, v, ctx.start)
 
     def _sdpa(self, q, k, v, mask=None, is_causal=False):
         return F.scaled_dot_product_attention(
@@ -383,59 +394,73 @@ class CausalSelfAttention(nn.Module):
             return self._sdpa(q, k, v)                  # one new token sees every cached key
         return self._sdpa(q, k, v, mask=ctx.causal_mask())
 
-    def _attend_with_memory(self, q, k, v, ctx, slot):
-        mem_k, mem_v = self._read_memory(ctx, slot)
-        mask = ctx.causal_mask()
-        return self._sdpa(q, torch.cat([mem_k, k], dim=2), torch.cat([mem_v, v], dim=2),
-                          mask=torch.cat([mask, mask], dim=-1))
+    # --- Deep Thinking (paper 000, 2.8) ---
+    def deep_thinking(self, q, k, v, ctx, slot):
+        """One layer of Deep Thinking pass p = ctx.think_pass (0-based; passes 0..T-1 think, pass T tests).
 
-    def _read_memory(self, ctx, slot):
-        """Memory of the previous pass for all positions seen so far (cached ones and the new ones)."""
-        prev = slot[:2] + (ctx.think_pass - 1,)
-        if ctx.cache is not None:
-            c = ctx.cache.kv(prev + ("memory",))
-            end = ctx.start + ctx.length
-            return c.k[:, :, :end], c.v[:, :, :end]
-        return ctx.memory[prev]
-
-    def _update_memory(self, k, v, ctx, slot):
-        """M_t = K_t after the first pass, then M_t = eta * K_t + (1 - eta) * M_{t-1} (new positions only)."""
-        if ctx.think_pass > 0:
-            mem_k, mem_v = self._read_memory(ctx, slot)
-            new = slice(ctx.start, ctx.start + ctx.length)
-            eta = self.think_eta
-            k = eta * k + (1 - eta) * mem_k[:, :, new]
-            v = eta * v + (1 - eta) * mem_v[:, :, new]
-        if ctx.cache is not None:
-            ctx.cache.kv(slot + ("memory",)).append(k, v, ctx.start)
+            thinking pass 1:       attend over own K_1                 M_1 = K_1            (same for V)
+            thinking pass t > 1:   attend over [M_{t-1} ; K_t]         M_t = eta*K_t + (1-eta)*M_{t-1}
+            test pass:             attend over M_T only
+        Both halves of [M ; K] are causally masked (query i sees memory and keys at positions <= i), so no
+        pass sees a future token, and the memory is per sequence. think_memory="first_layer" is the
+        authors' code instead of the paper's text: M_1 = eta*K_1 + (1-eta)*K_1(first attention layer).
+        """
+        p, (B, _, T, _) = ctx.think_pass, q.shape
+        prev = slot[:2] + (p - 1,)
+        if p == self.think_steps:  # the test pass uses its queries only: keys/values come from memory
+            return self._attend(q, *ctx.read_memory(prev), ctx)
+        keys, values = self._cached(k, v, ctx, slot)
+        if p == 0:
+            y = self._attend(q, keys, values, ctx)
+            if self.think_memory == "first_layer":
+                if ctx.first_kv is None:  # this is the first attention layer
+                    ctx.first_kv = (k, v)
+                k = self.think_eta * k + (1 - self.think_eta) * ctx.first_kv[0]
+                v = self.think_eta * v + (1 - self.think_eta) * ctx.first_kv[1]
         else:
-            ctx.memory[slot] = (k, v)
+            mem_k, mem_v = ctx.read_memory(prev)
+            mask = ctx.causal_mask()
+            y = self._sdpa(q, torch.cat([mem_k, keys], dim=2), torch.cat([mem_v, values], dim=2),
+                           mask=torch.cat([mask, mask], dim=-1))
+            new = slice(ctx.start, ctx.start + T)
+            k = self.think_eta * k + (1 - self.think_eta) * mem_k[:, :, new]
+            v = self.think_eta * v + (1 - self.think_eta) * mem_v[:, :, new]
+        ctx.write_memory(slot, k, v)
+        return y
 
 
 # ----------------------------------------------------------------------------------------------
-# 4. Residual sub-layers: plain and Enhanced Residual (paper 000, 2.7)
+# 4. Residual sub-layers: pre- or post-norm, plain or Enhanced Residual (paper 000, 2.7)
 # ----------------------------------------------------------------------------------------------
 
 class ResidualSubLayer(nn.Module):
-    """x -> x + F(norm(x)), the pre-norm residual around one attention or FFN.
+    """The residual around one attention or FFN sub-layer F.
 
-    Enhanced Residual (paper 000, 2.7):  x -> alpha * x + (1 - alpha) * F(norm(x)),  alpha = sigmoid(w),
-    one learned w per sub-layer, starting at w = 0 (alpha = 0.5; `residual_logit_init` changes that).
-    w is a 0-d tensor, so the optimizer's ">= 2-D gets weight decay" rule leaves it undecayed.
-    Note: with alpha = 0.5 everywhere the input of the first layer reaches the last one scaled by
-    0.5 ** (2 * n_layer), so a deep stack starts without the current token's identity (see README).
+        pre-norm  (GPT-2, LLaMA):                 x -> x + F(norm(x))
+        post-norm (original Transformer; paper 000's code):  x -> norm(x + F(x))
+
+    Enhanced Residual (paper 000, 2.7) replaces the sum by  alpha * x + (1 - alpha) * F(.),  alpha = sigmoid(w),
+    one learned w per sub-layer, w = 0 at init (alpha = 0.5; the paper gives no init, 0 is its code's;
+    `residual_logit_init` changes it). w is a 0-d tensor, so the optimizer leaves it undecayed.
+    Pre-norm + enhanced residual shrinks the residual stream by alpha at every sub-layer with nothing to
+    restore its scale; post-norm (how the paper's code runs it) renormalises after every mix.
     """
 
     def __init__(self, config, width, inner):
         super().__init__()
         self.norm = make_norm(config, width)
         self.inner = inner
+        self.post_norm = config.norm_placement == "post"
         self.alpha_logit = None
         if config.enhanced_residual:
             self.alpha_logit = nn.Parameter(torch.full((), float(config.residual_logit_init)))
 
     def forward(self, x, ctx, slot):
-        fx = self.inner(self.norm(x), ctx, slot)
+        if self.post_norm:
+            return self.norm(self.mix(x, self.inner(x, ctx, slot)))
+        return self.mix(x, self.inner(self.norm(x), ctx, slot))
+
+    def mix(self, x, fx):
         if self.alpha_logit is None:
             return x + fx
         alpha = torch.sigmoid(self.alpha_logit)
@@ -500,10 +525,10 @@ class ConvShrink(nn.Module):
     def forward(self, x, ctx, slot):
         past = x.new_zeros(x.size(0), self.kernel - 1, x.size(2))
         if ctx.cache is not None and ctx.start > 0:
-            past = ctx.cache.slots[slot]
+            past = ctx.cache.conv_tail[slot]
         window = torch.cat([past, x], dim=1)
         if ctx.cache is not None:
-            ctx.cache.slots[slot] = window[:, window.size(1) - (self.kernel - 1):]
+            ctx.cache.conv_tail[slot] = window[:, window.size(1) - (self.kernel - 1):]
         return self.conv(window.transpose(1, 2)).transpose(1, 2)
 
 
@@ -546,7 +571,6 @@ class DecoderStack(nn.Module):
                 x = self.attn[self.attn_index[layer]](x, ctx, slot)
             x = self.mlp[self.mlp_index[layer]](x, ctx, slot)
             if layer in self.shrink_after:
-                slot = (ctx.branch, layer, ctx.think_pass, "shrink")
                 x = self.shrink[self.shrink_after.index(layer)](x, ctx, slot)
         return x
 
@@ -597,9 +621,13 @@ class GPT(nn.Module):
         if config.n_branches > 1:
             self.branch_logits = nn.Parameter(torch.zeros(config.n_branches))
         self.keep_branch = None   # pgpt at inference: index of the only branch to run (None = all)
-        self.ln_f = make_norm(config, config.final_width())
+        # post-norm: every sub-layer already ends in a norm, so a final norm would only stack a second one
+        # (the original Transformer and paper 000's code have none)
+        self.ln_f = make_norm(config, config.final_width()) if config.norm_placement == "pre" else nn.Identity()
         if not config.tie_embeddings:
-            self.lm_head = nn.Linear(config.final_width(), config.vocab_size, bias=False)
+            self.lm_head = nn.Linear(config.final_width(), config.vocab_size, bias=config.head_bias)
+        elif config.head_bias:
+            self.tied_head_bias = nn.Parameter(torch.zeros(config.vocab_size))
         self.apply(self._init_weights)
 
     # --- initialisation (GPT-2 / paper 003 3.1) ---
@@ -638,7 +666,7 @@ class GPT(nn.Module):
         """pgpt combination weights: softmax of learned logits (positive, summing to 1; start equal).
         For two branches this is w = sigmoid(a1 - a2) and 1 - w, the paper's eq. 3."""
         if self.config.n_branches == 1:
-            return torch.ones(1, device=self.ln_f.weight.device)
+            return torch.ones(1, device=self.tok_emb.wte.weight.device)
         return F.softmax(self.branch_logits, dim=0)
 
     def heaviest_branch(self):
@@ -667,21 +695,39 @@ class GPT(nn.Module):
             raise ValueError(f"sequence of {start + T} tokens exceeds block_size {self.config.block_size}")
         ctx = ForwardContext(start, T, cache, idx.device)
         x = self.embed(idx, start)
-        # Deep Thinking (paper 000, 2.8): think_steps passes that only build the KV memory, then the
-        # final pass; all start from the same embeddings x. Without Deep Thinking this is one pass.
-        for think_pass in range(self.config.think_steps + 1):
-            ctx.think_pass = think_pass
-            h = self.run_branches(x, ctx)
+        h = self.think(x, ctx) if self.config.think_steps else self.run_branches(x, ctx)
         if cache is not None:
             cache.length += T
         h = self.ln_f(h)
         if targets is None and not all_logits:
             h = h[:, [-1], :]
-        logits = self.tok_emb.tied_logits(h) if self.config.tie_embeddings else self.lm_head(h)
+        logits = self.head(h)
         loss = None
         if targets is not None:
             loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1), ignore_index=-1)
         return logits, loss
+
+    def head(self, h):
+        """Output logits: through the tied embedding (paper 000, 2.4) or a separate lm_head."""
+        if not self.config.tie_embeddings:
+            return self.lm_head(h)
+        logits = self.tok_emb.tied_logits(h)
+        return logits + self.tied_head_bias if self.config.head_bias else logits
+
+    def think(self, x, ctx):
+        """Deep Thinking (paper 000, 2.8): T thinking passes, then the test pass that gives the output.
+
+        Thinking pass 1 reads the embeddings x, pass t > 1 reads the output of pass t-1 ("using the output
+        of the previous layer at the t-th forward pass"); each layer accumulates a KV memory (see
+        CausalSelfAttention.deep_thinking). The test pass reads x again and attends over the memory M_T
+        ("the accumulated matrices are used in the test stage"). Gradients flow through every pass.
+        """
+        h = x
+        for think_pass in range(self.config.think_steps):
+            ctx.think_pass = think_pass
+            h = self.run_branches(h, ctx)
+        ctx.think_pass = self.config.think_steps
+        return self.run_branches(x, ctx)
 
     def run_branches(self, x, ctx):
         """One branch: the decoder stack. pgpt: branch i gets the i-th n_embd-wide chunk of the

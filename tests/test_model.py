@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+from torch.nn import functional as F
 
 from model import GPT, GPTConfig, sharing_plan
 
@@ -35,6 +36,12 @@ FLAGS = {
     "enhanced_residual": dict(enhanced_residual=True),
     "enhanced_residual_init": dict(enhanced_residual=True, residual_logit_init=3.0),
     "deep_thinking": dict(think_steps=2, think_eta=0.3),
+    "deep_thinking_first_layer": dict(think_steps=2, think_eta=0.3, think_memory="first_layer"),
+    "deep_thinking_first_layer_1": dict(think_steps=1, think_eta=0.3, think_memory="first_layer"),
+    "post_norm": dict(norm_placement="post"),
+    "post_norm_enhanced": dict(norm_placement="post", enhanced_residual=True),
+    "head_bias": dict(head_bias=True),
+    "head_bias_untied": dict(head_bias=True, tie_embeddings=False),
     "shishu": dict(n_attn_layers=2, share_from_layer=2, share_group_size=2, **LLAMA),
     "rmsnorm": dict(norm="rmsnorm"),
     "rope": dict(pos_embedding="rope"),
@@ -44,8 +51,20 @@ FLAGS = {
     "mobilellm": dict(n_layer=4, n_head=4, n_kv_head=2, share_group_size=2, enhanced_residual=True, **LLAMA),
     "mobilellm_dt": dict(n_head=4, n_kv_head=2, share_group_size=2, enhanced_residual=True, think_steps=2,
                          think_eta=0.5, **LLAMA),
-    "pgpt_dt_lgpt": dict(n_branches=2, shrink_every=1, n_embd=32, think_steps=1, think_eta=0.5,
-                         shrink_layer="conv", shrink_kernel=2, tie_embeddings=False),
+    "post_norm_pgpt_cgpt": dict(n_branches=2, shrink_every=1, n_embd=32, norm_placement="post",
+                                shrink_layer="conv", shrink_kernel=2, tie_embeddings=False),
+    # paper 000's models as its code runs them: post-LayerNorm with biases, sinusoidal positions, head bias
+    "paper000_baseline": dict(norm_placement="post", pos_embedding="sinusoidal", activation="relu",
+                              tie_embeddings=False, head_bias=True),
+    "paper000_dt": dict(n_head=4, n_kv_head=2, share_group_size=2, enhanced_residual=True, think_steps=3,
+                        think_eta=0.3, norm_placement="post", pos_embedding="sinusoidal", mlp_type="gated",
+                        activation="silu", head_bias=True),
+    "paper000_dt_first_layer": dict(n_head=4, n_kv_head=2, share_group_size=2, enhanced_residual=True,
+                                    think_steps=3, think_eta=0.3, think_memory="first_layer",
+                                    norm_placement="post", pos_embedding="rope", mlp_type="gated",
+                                    activation="silu", head_bias=True),
+    "shishu_dt_post": dict(n_attn_layers=2, share_from_layer=2, share_group_size=2, think_steps=2,
+                           norm_placement="post", **LLAMA),
 }
 
 
@@ -236,16 +255,17 @@ def test_gqa_cache_stores_only_kv_heads():
     model = make_model("gqa")
     cache = model.new_cache()
     model(tokens(1, 4), cache=cache)
-    kv = [c for key, c in cache.slots.items() if key[-1] == "kv"]
-    assert len(kv) == 4 and all(c.k.shape[1] == 2 for c in kv)
+    assert len(cache.kv) == 4 and all(c.k.shape[1] == 2 for c in cache.kv.values())
 
 
 def test_cache_slot_per_application():
-    for name, expected in [("repeat2", 4), ("deep_thinking", 12), ("shishu", 2), ("pgpt", 4)]:
+    # Deep Thinking (T=2, 4 layers): keys/values for the 2 thinking passes, memories after each of them;
+    # the test pass reads memory only
+    for name, kv, memory in [("repeat2", 4, 0), ("deep_thinking", 8, 8), ("shishu", 2, 0), ("pgpt", 4, 0)]:
         model = make_model(name)
         cache = model.new_cache()
         model(tokens(1, 3), cache=cache)
-        assert sum(key[-1] == "kv" for key in cache.slots) == expected, name
+        assert (len(cache.kv), len(cache.memory)) == (kv, memory), name
 
 
 def test_lgpt_widths_and_no_config_mutation():
@@ -270,7 +290,12 @@ def test_lgpt_widths_and_no_config_mutation():
     (dict(share_group_size=2, shrink_every=2, tie_embeddings=False), "width shrinking"),
     (dict(n_attn_layers=1, share_group_size=2), "mix attention"),
     (dict(n_attn_layers=5), "n_attn_layers"),
-    (dict(think_steps=1, n_attn_layers=0), "Deep Thinking"),
+    (dict(think_steps=2, n_attn_layers=0), "Deep Thinking"),
+    (dict(think_steps=1), "think_steps=1"),
+    (dict(think_steps=2, n_branches=2, tie_embeddings=False), "as wide as the embedding"),
+    (dict(think_steps=2, shrink_every=2, tie_embeddings=False), "as wide as the embedding"),
+    (dict(think_memory="last"), "think_memory"),
+    (dict(norm_placement="sandwich"), "norm_placement"),
     (dict(think_eta=0.0), "think_eta"),
     (dict(norm="batchnorm"), "norm"),
     (dict(pos_embedding="alibi"), "pos_embedding"),
@@ -298,3 +323,144 @@ def test_depth_summary_reports_effective_depth_and_unique_sublayers():
     assert make_model("shishu").depth_summary() == \
         "4 layers applied, from 2 unique attention and 3 unique FFN sub-layers"
     assert make_model("deep_thinking").depth_summary().endswith("3 passes (Deep Thinking)")
+
+
+# --- non-degeneracy: switching a technique on changes the function --------------------------------------
+
+INIT_ONLY = {"constant_init": "init_scheme changes only the initial weights (tested by test_init_schemes)",
+             "enhanced_residual_init": "residual_logit_init changes only the initial alphas (tested above)"}
+
+
+def relative_change(a, b):
+    return ((a - b).norm() / a.norm()).item()
+
+
+@pytest.mark.parametrize("name", [n for n in FLAGS if n != "gpt" and n not in INIT_ONLY])
+def test_every_flag_changes_the_function(name):
+    """The plain GPT's weights go into the model with the flag wherever a tensor of the same name and shape
+    exists. If that covers every matmul weight (Deep Thinking, norm placement, enhanced residual, activations,
+    positions, norms), the logits must move by more than 1e-3 relative. Otherwise the flag changes the
+    parameter shapes themselves, which the parameter-count checks (test_variants.py) pin down."""
+    plain, model = make_model("gpt"), make_model(name)
+    own = model.state_dict()
+    shared = {k: v for k, v in plain.state_dict().items() if k in own and own[k].shape == v.shape}
+    matmuls = {k for k, v in own.items() if v.dim() >= 2}
+    if not matmuls <= shared.keys():
+        assert {k: v.shape for k, v in own.items()} != {k: v.shape for k, v in plain.state_dict().items()}
+        return
+    model.load_state_dict(shared, strict=False)
+    idx = tokens(2, 16)
+    assert relative_change(plain(idx, all_logits=True)[0], model(idx, all_logits=True)[0]) > 1e-3
+
+
+@pytest.mark.parametrize("memory", ["own", "first_layer"])
+def test_deep_thinking_at_the_papers_eta_changes_the_function(memory):
+    """Paper 000, 3.2: T = 3, eta = 0.01, on top of enhanced residual; same weights with and without thinking,
+    in float64. With own-layer memory the test pass reads M_3 = 0.98 K_1 + 0.0099 K_2 + 0.01 K_3, almost pass
+    1's keys, so at initialisation the logits move only ~6e-5 relative (measured): far above float noise (the
+    old no-op implementation differed by 3e-8 in float32), but small. first_layer memory moves them far more."""
+    base = dict(enhanced_residual=True, norm_placement="post")
+    plain = make_model("gpt", **base).double()
+    model = make_model("gpt", **base, think_steps=3, think_eta=0.01, think_memory=memory).double()
+    model.load_state_dict(plain.state_dict())
+    idx = tokens(2, 16)
+    change = relative_change(plain(idx, all_logits=True)[0], model(idx, all_logits=True)[0])
+    assert change > (1e-5 if memory == "own" else 1e-3)
+
+
+def test_deep_thinking_memory_modes_differ():
+    own = make_model("deep_thinking")
+    first = make_model("deep_thinking", think_memory="first_layer")
+    first.load_state_dict(own.state_dict())
+    idx = tokens(2, 16)
+    assert relative_change(own(idx, all_logits=True)[0], first(idx, all_logits=True)[0]) > 1e-3
+
+
+# --- reference implementations written from the equations, without the model's attention/residual code ---
+
+def reference_forward(model, idx):
+    """Paper 000's equations with explicit loops and masks, for a plain (unshared, single-branch, standard-MLP,
+    LayerNorm, learned-position) model: pre- or post-norm, plain or enhanced residual, Deep Thinking with
+    own-layer or first-layer memory (2.7, 2.8; eq. numbers as in the paper's text)."""
+    cfg = model.config
+    H, Hkv = cfg.n_head, cfg.n_kv_head or cfg.n_head
+    D, T = cfg.n_embd // H, idx.size(1)
+    stack = model.branches[0]
+    x0 = model.tok_emb.wte.weight[idx] + model.pos_emb.weight[:T]
+    causal = torch.ones(T, T).tril().bool()
+
+    def attention(q, keys, values, mask):
+        scores = q @ keys.transpose(-1, -2) / math.sqrt(D)
+        return scores.masked_fill(~mask, float("-inf")).softmax(-1) @ values
+
+    def heads(t, n):
+        return t.view(t.size(0), T, n, D).transpose(1, 2)
+
+    def sublayer(sub, x, f):
+        alpha = torch.sigmoid(sub.alpha_logit) if sub.alpha_logit is not None else None
+        mix = (lambda a, b: a + b) if alpha is None else (lambda a, b: alpha * a + (1 - alpha) * b)
+        if cfg.norm_placement == "post":
+            return sub.norm(mix(x, f(x)))
+        return mix(x, f(sub.norm(x)))
+
+    def run_pass(x, p, memory):
+        first = None
+        for layer in range(cfg.n_layer):
+            att, mlp = stack.attn[layer], stack.mlp[layer]
+
+            def attend(h):
+                nonlocal first
+                W, b = att.inner.qkv_proj.weight, att.inner.qkv_proj.bias
+                q = heads(h @ W[:cfg.n_embd].T + b[:cfg.n_embd], H)
+                k = heads(h @ W[cfg.n_embd:cfg.n_embd + Hkv * D].T + b[cfg.n_embd:cfg.n_embd + Hkv * D], Hkv)
+                v = heads(h @ W[cfg.n_embd + Hkv * D:].T + b[cfg.n_embd + Hkv * D:], Hkv)
+                k, v = k.repeat_interleave(H // Hkv, 1), v.repeat_interleave(H // Hkv, 1)
+                eta = cfg.think_eta
+                if cfg.think_steps == 0:
+                    y = attention(q, k, v, causal)
+                elif p == cfg.think_steps:                      # test stage: accumulated K~_T, V~_T only
+                    y = attention(q, *memory[layer], causal)
+                elif p == 0:                                    # thinking pass 1: own keys, K~_1 = K_1
+                    y = attention(q, k, v, causal)
+                    if cfg.think_memory == "first_layer":
+                        first = first or (k, v)
+                        k, v = eta * k + (1 - eta) * first[0], eta * v + (1 - eta) * first[1]
+                    memory[layer] = (k, v)
+                else:                                           # X_t = F(Attn({K~_{t-1} || K_t}, ...))
+                    mk, mv = memory[layer]
+                    y = attention(q, torch.cat([mk, k], 2), torch.cat([mv, v], 2), torch.cat([causal, causal], 1))
+                    memory[layer] = (eta * k + (1 - eta) * mk, eta * v + (1 - eta) * mv)
+                y = y.transpose(1, 2).reshape(h.size(0), T, cfg.n_embd)
+                return att.inner.out_proj(y)
+
+            x = sublayer(att, x, attend)
+            x = sublayer(mlp, x, lambda h: mlp.inner.down(F.gelu(mlp.inner.up(h))))
+        return x
+
+    memory, h = {}, x0
+    for p in range(cfg.think_steps):
+        h = run_pass(h, p, memory)      # thinking pass t > 1 reads the output of pass t - 1
+    h = run_pass(x0, cfg.think_steps, memory)
+    return model.head(model.ln_f(h))
+
+
+@pytest.mark.parametrize("flags", [
+    {}, dict(norm_placement="post"), dict(enhanced_residual=True),
+    dict(enhanced_residual=True, norm_placement="post", n_head=4, n_kv_head=2),
+    dict(think_steps=2, think_eta=0.3), dict(think_steps=3, think_eta=0.3, norm_placement="post", enhanced_residual=True),
+    dict(think_steps=2, think_eta=0.3, think_memory="first_layer", n_head=4, n_kv_head=2),
+    dict(think_steps=1, think_eta=0.3, think_memory="first_layer", norm_placement="post"),
+], ids=lambda f: ",".join(f"{k}={v}" for k, v in f.items()) or "plain")
+def test_matches_reference_equations(flags):
+    model = make_model("gpt", **flags)
+    idx = tokens(2, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(model(idx, all_logits=True)[0], reference_forward(model, idx),
+                                   rtol=1e-4, atol=1e-4)
+
+
+def test_post_norm_has_no_final_norm_and_head_bias_counts():
+    post = GPT(GPTConfig(**TINY, norm_placement="post", head_bias=True))
+    pre = GPT(GPTConfig(**TINY))
+    assert isinstance(post.ln_f, torch.nn.Identity)
+    assert post.get_num_params(False) == pre.get_num_params(False) - 2 * 16 + TINY["vocab_size"]

@@ -1,26 +1,34 @@
-"""baseline: the GPT-2 baseline of paper 000 (Yu, "Efficient parameter optimization for compact
-language models"), section 2.1 and Table 1: d_model 768, d_hidden 1536, 12 heads, 12 layers, 134.0M.
+"""baseline: the Baseline model of paper 000 (Yu, "Efficient parameter optimization for compact language
+models"), section 2.1 and Table 1: d_model 768, d_hidden 1536, 12 heads, 12 layers, 134.0M.
 
-A GPT-2 decoder: LayerNorm, plain GELU MLP (hidden 1536 = 2x, not GPT-2's 4x), biases, multi-head
-attention, GPT-2 vocabulary (50257) and untied input/output embeddings (2.4 says sharing them saves
-~25M, i.e. the baseline has two). Positions are fixed sinusoids, which have no parameters: that is the
-only choice that lands on 134.0M (learned positions would add 0.8M). The paper does not give the
-context length; block_size=1024 is GPT-2's.
-
-Parameters: 133,920,768 (133.9M) vs Table 1's 134.0M.
+Each choice and where it comes from ("code" = the authors' public code, colin31472/Parameter_Optimization-
+MobileLLM, `code/1. Baseline_134.0M.py`, used where the paper is silent):
+  GPT-2 decoder-only model                 paper 2.1 ("The GPT-2 decoder-only model was used as the baseline")
+  FFN Linear -> ReLU -> Linear, 1536       paper 2.3 ("In the traditional FFN approach, the ReLU activation
+                                           function is used"), Table 1; code: nn.Sequential(Linear, ReLU, Linear)
+  post-norm: x <- LayerNorm(x + F(x))      code (GPTBlock: ln1(logits + att_logits), ln2(...)); no final norm
+  LayerNorm and Linear layers with biases  code (nn.LayerNorm, nn.Linear defaults)
+  sinusoidal positions                     code (PositionalEncoding: sin/cos, no parameters)
+  untied head with a bias                  code (linear1 = nn.Linear(d_model, vocab_size)); paper 2.4 says
+                                           sharing is what saves the ~25M, so the baseline has two matrices
+  vocabulary 50257 (GPT-2)                 code (AutoTokenizer "gpt2", tokenizer.vocab_size)
+  context 128                              code (context_length = 128); the paper gives none
+Parameters: 133,969,489 = Table 1's 134.0M.
 """
 
 CONFIG = dict(
     vocab_size=50257,
-    block_size=1024,
+    block_size=128,
     n_layer=12,
     n_head=12,
     n_embd=768,
     bias=True,
     norm="layernorm",
+    norm_placement="post",
     pos_embedding="sinusoidal",
     mlp_type="standard",
-    activation="gelu",
+    activation="relu",
     mlp_hidden=1536,
     tie_embeddings=False,
+    head_bias=True,
 )

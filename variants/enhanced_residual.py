@@ -1,12 +1,13 @@
 """enhanced_residual: the "Enhanced Residual" (ER) model of paper 000, section 2.7 and Table 1:
-layer_sharing plus residuals alpha * x + (1 - alpha) * F(x), alpha = sigmoid(w), one learned w per
-sub-layer (attention and FFN) of each of the 30 unique blocks: the 60 extra parameters 2.7 counts
+layer_sharing with every residual  x + F(x)  replaced by  alpha * x + (1 - alpha) * F(x),  alpha = sigmoid(w),
+one w per sub-layer (attention and FFN) of each of the 30 unique blocks: the 60 extra parameters 2.7 counts
 (a block applied twice uses its alphas twice).
 
-Switched on: everything of layer_sharing (RMSNorm, RoPE, no bias, SwiGLU hidden 1536, tied embeddings,
-GQA 9/3 heads, 30 blocks each applied twice) + enhanced_residual=True.
+Where the paper is silent, the authors' code (`code/8. Enhanced Residual_135.4M.py`): w = 0 at init
+(alpha = 0.5) and post-norm blocks, x <- LayerNorm(alpha * x + (1 - alpha) * F(x)) (inherited from
+layer_sharing's norm_placement='post').
 
-Parameters: 135,151,548 (135.2M, = layer_sharing + 60) vs Table 1's 135.4M.
+Parameters: 135,391,309 (layer_sharing + 60) = Table 1's 135.4M.
 """
 
 from variants.layer_sharing import CONFIG as LAYER_SHARING
@@ -14,4 +15,5 @@ from variants.layer_sharing import CONFIG as LAYER_SHARING
 CONFIG = dict(
     LAYER_SHARING,
     enhanced_residual=True,
+    residual_logit_init=0.0,
 )
