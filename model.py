@@ -91,6 +91,11 @@ class GPTConfig:
                 raise ValueError(f"GPTConfig: {msg}")
         for name in ("block_size", "vocab_size", "n_layer", "n_head", "n_embd", "n_branches"):
             check(getattr(self, name) >= 1, f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("mlp_hidden", "embd_factor_dim"):
+            check(getattr(self, name) is None or getattr(self, name) >= 1,
+                  f"{name} must be >= 1 (or None), got {getattr(self, name)}")
+        for name in ("mlp_ratio", "init_std", "norm_eps", "rope_base"):
+            check(getattr(self, name) > 0, f"{name} must be > 0, got {getattr(self, name)}")
         check(0.0 <= self.dropout < 1.0, f"dropout must be in [0, 1), got {self.dropout}")
         check(self.norm in ("layernorm", "rmsnorm"), f"norm must be 'layernorm' or 'rmsnorm', got {self.norm!r}")
         check(self.norm_placement in ("pre", "post"),

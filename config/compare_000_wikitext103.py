@@ -1,9 +1,9 @@
 # Paper 000's four models on WikiText-103 (GPT-2 BPE tokens), one GPU: Table 2's perplexities (here
 # exp(best val loss) in results.md) and Figure 7's enhanced-residual alphas (alphas.png).
-#   baseline           GPT-2-style, 12 layers, width 768, FFN 1536                       133.9M
-#   layer_sharing      + SwiGLU, tied embeddings, GQA 9/3, 30 blocks each applied twice   135.2M
-#   enhanced_residual  + alpha * x + (1 - alpha) * F(x) residuals                         135.2M
-#   deep_thinking      + 3 thinking passes (4 forward passes per step)                    135.2M
+#   baseline           post-LN GPT, 12 layers, width 768, ReLU FFN 1536                   134.0M
+#   layer_sharing      + SwiGLU, tied embeddings, GQA 9/3, 30 blocks each applied twice   135.4M
+#   enhanced_residual  + alpha * x + (1 - alpha) * F(x) residuals                         135.4M
+#   deep_thinking      + 3 thinking passes, then the test pass (4 forward passes)         135.4M
 # The sizes come from variants/<name>.py (no model keys here); the recipe is paper 000's 3.1 where it
 # says something (lr 2e-3, weight decay 0.1), our choice where it does not (context 1024, 16 sequences
 # per step, 5000 steps = 82M tokens, about 0.7 epoch of WikiText-103's 117M training tokens).
@@ -27,6 +27,7 @@ samples_per_prompt = 1
 bench_iters = 20
 
 dataset = "wikitext103"
+block_size = 1024     # our choice (the authors' code: 128)
 eval_interval = 250
 eval_iters = 100
 log_interval = 10

@@ -1,10 +1,10 @@
-# WikiText-103 (GPT-2 BPE) on one GPU: paper 000 Deep Thinking: enhanced_residual + T=3 thinking passes (eta 0.01) before the final pass.
+# WikiText-103 (GPT-2 BPE) on one GPU: paper 000 Deep Thinking: enhanced_residual + T=3 thinking passes (eta 0.01), then the test pass.
 # Every token costs 4 forward passes, so this is ~4x the time of enhanced_residual for the same tokens.
 #   python prepare.py wikitext103 && python train.py config/deep_thinking_wikitext103.py
 #   torchrun --standalone --nproc_per_node=8 train.py config/deep_thinking_wikitext103.py   # same global batch on 8 GPUs
 #   python eval.py --out_dir=out-deep_thinking-wikitext103 --splits=val,test
 # Expected on one H100 (an ESTIMATE, not a measurement: the session that wrote this had no GPU):
-# 135.2M parameters, model.flops_per_token() = 6.97 GFLOP per training token, 0.52B tokens
+# 135.4M parameters, model.flops_per_token() = 6.97 GFLOP per training token, 0.52B tokens
 # -> ~137 min at the 45% MFU target. Peak memory not measured; if it does not fit, lower batch_size
 # and raise gradient_accumulation_steps (same tokens per iteration).
 
@@ -12,7 +12,7 @@ out_dir = "out-deep_thinking-wikitext103"
 variant = "deep_thinking"
 
 dataset = "wikitext103"      # python prepare.py wikitext103 (GPT-2 BPE; run once, ~10 min on 16 cores)
-block_size = 1024
+block_size = 1024             # our choice (the authors' code uses 128; sinusoids have no parameters)
 batch_size = 8
 gradient_accumulation_steps = 16   # 8 x 16 x 1024 = 131,072 tokens per iteration (divided over DDP ranks)
 max_iters = 4000                  # 0.52B tokens, ~4.5 epochs of WikiText-103's ~117M training tokens

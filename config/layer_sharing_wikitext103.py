@@ -1,10 +1,10 @@
-# WikiText-103 (GPT-2 BPE) on one GPU: paper 000 Layer Sharing (Table 1: 135.4M; ours 135,151,488): 576 wide, SwiGLU 1536, GQA 9/3,
-# RMSNorm, RoPE, tied, 30 unique blocks each applied twice (effective depth 60).
+# WikiText-103 (GPT-2 BPE) on one GPU: paper 000 Layer Sharing (Table 1: 135.4M; ours 135,391,249): 576 wide, SwiGLU 1536, GQA 9/3,
+# post-LayerNorm, biases, sinusoidal positions, tied (head bias kept), 30 unique blocks each applied twice (effective depth 60).
 #   python prepare.py wikitext103 && python train.py config/layer_sharing_wikitext103.py
 #   torchrun --standalone --nproc_per_node=8 train.py config/layer_sharing_wikitext103.py   # same global batch on 8 GPUs
 #   python eval.py --out_dir=out-layer_sharing-wikitext103 --splits=val,test
 # Expected on one H100 (an ESTIMATE, not a measurement: the session that wrote this had no GPU):
-# 135.2M parameters, model.flops_per_token() = 1.87 GFLOP per training token, 0.52B tokens
+# 135.4M parameters, model.flops_per_token() = 1.87 GFLOP per training token, 0.52B tokens
 # -> ~37 min at the 45% MFU target. Peak memory not measured; if it does not fit, lower batch_size
 # and raise gradient_accumulation_steps (same tokens per iteration).
 
@@ -12,7 +12,7 @@ out_dir = "out-layer_sharing-wikitext103"
 variant = "layer_sharing"
 
 dataset = "wikitext103"      # python prepare.py wikitext103 (GPT-2 BPE; run once, ~10 min on 16 cores)
-block_size = 1024
+block_size = 1024             # our choice (the authors' code uses 128; sinusoids have no parameters)
 batch_size = 16
 gradient_accumulation_steps = 8   # 16 x 8 x 1024 = 131,072 tokens per iteration (divided over DDP ranks)
 max_iters = 4000                  # 0.52B tokens, ~4.5 epochs of WikiText-103's ~117M training tokens
