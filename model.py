@@ -73,16 +73,17 @@ class GPTConfig:
     think_eta: float = 0.01         # memory update M_t = eta*K_t + (1-eta)*M_{t-1}
     think_memory: str = "own"       # memory after pass 1: "own" = the layer's own K_1, V_1 (paper text) |
                                     # "first_layer" = seeded from the first layer's K_1, V_1 (authors' code)
-    # --- ShishuLM (001 4.1-4.4) ---
+    # --- ShishuLM (001 4.1-4.4, Appendix E) ---
     n_attn_layers: Optional[int] = None  # only the first n_attn_layers have attention; None = all
+    n_top_attn_layers: int = 0      # ... and the last n_top_attn_layers too (001 Table 10's "n + m"); never shared
     # --- ParallelGPT (004 3.1) ---
     n_branches: int = 1             # >1: embedding is n_branches*n_embd wide, split over parallel stacks
     # --- LinearGPT / ConvGPT (004 3.2-3.3) ---
     shrink_every: int = 0           # halve the width after every `shrink_every` layers; 0 = off
     shrink_layer: str = "linear"    # "linear" (lgpt) | "conv" (cgpt)
     shrink_kernel: int = 1          # Conv1d kernel size for cgpt; >1 is causal (left padding only)
-    # --- initialisation (003 3.1) ---
-    init_scheme: str = "gpt2"       # "gpt2": residual projections std/sqrt(2*n_layer) | "constant"
+    # --- initialisation (003 3.1, Table 4, Appendix B; formulas in init_stds) ---
+    init_scheme: str = "gpt2"       # "gpt2" | "constant" | "internlm" | "depth_adaptive"
     init_std: float = 0.02
 
     def __post_init__(self):
@@ -107,8 +108,9 @@ class GPTConfig:
         check(self.shrink_layer in ("linear", "conv"), f"shrink_layer must be 'linear' or 'conv', got {self.shrink_layer!r}")
         check(self.share_sublayers in ("both", "attn", "mlp"),
               f"share_sublayers must be both|attn|mlp, got {self.share_sublayers!r}")
-        check(self.init_scheme in ("gpt2", "constant"), f"init_scheme must be 'gpt2' or 'constant', got {self.init_scheme!r}")
+        check(self.init_scheme in INIT_SCHEMES, f"init_scheme must be one of {'|'.join(INIT_SCHEMES)}, got {self.init_scheme!r}")
         self._check_widths(check)
+        self._check_attention_placement(check)
         self._check_sharing(check)
         self._check_thinking(check)
         check(self.shrink_kernel >= 1, f"shrink_kernel must be >= 1, got {self.shrink_kernel}")
@@ -131,17 +133,28 @@ class GPTConfig:
         head_dim = self.widths()[-1] // self.n_head
         check(self.pos_embedding != "rope" or head_dim % 2 == 0, f"RoPE needs an even head size, got {head_dim}")
 
+    def _check_attention_placement(self, check):
+        n, bottom, top = self.layers_per_branch(), self.n_attn_layers, self.n_top_attn_layers
+        check(bottom is None or 0 <= bottom <= n, f"n_attn_layers must be in [0, {n}], got {bottom}")
+        check(top >= 0, f"n_top_attn_layers must be >= 0, got {top}")
+        check(top == 0 or bottom is not None,
+              "n_top_attn_layers needs n_attn_layers, the number of attention layers at the bottom "
+              "(fix: set n_attn_layers, 0 for attention at the top only)")
+        check(bottom is None or bottom + top <= n,
+              f"n_attn_layers + n_top_attn_layers = {(bottom or 0) + top} exceeds the {n} layers per branch")
+
     def _check_sharing(self, check):
         n, k, start = self.layers_per_branch(), self.share_group_size, self.share_from_layer
+        end = n - self.n_top_attn_layers   # the top attention layers are never shared
         check(k >= 1, f"share_group_size must be >= 1, got {k}")
-        check(0 <= start <= n, f"share_from_layer must be in [0, {n}], got {start}")
-        check((n - start) % k == 0,
-              f"the {n - start} shared layers (n_layer/n_branches - share_from_layer) must split into groups of "
-              f"share_group_size={k}")
+        check(0 <= start <= end, f"share_from_layer must be in [0, {end}] (n_layer/n_branches - n_top_attn_layers), "
+              f"got {start}")
+        check((end - start) % k == 0,
+              f"the {end - start} shared layers (n_layer/n_branches - share_from_layer - n_top_attn_layers) must "
+              f"split into groups of share_group_size={k}")
         check(k == 1 or self.shrink_every == 0, "layer sharing cannot be combined with width shrinking (lgpt/cgpt)")
-        a = self.attn_layers_per_branch()
-        check(0 <= a <= n, f"n_attn_layers must be in [0, {n}], got {self.n_attn_layers}")
-        check(k == 1 or a <= start or (a - start) % k == 0,
+        bottom = n if self.n_attn_layers is None else self.n_attn_layers
+        check(k == 1 or bottom <= start or (bottom - start) % k == 0,
               "a sharing group would mix attention and MLP-only layers; set share_from_layer = n_attn_layers")
 
     def _check_thinking(self, check):
@@ -163,9 +176,16 @@ class GPTConfig:
     def layers_per_branch(self):
         return self.n_layer // self.n_branches
 
-    def attn_layers_per_branch(self):
+    def attention_layers(self):
+        """The layers of a branch that have attention: all, or the first n_attn_layers and the last
+        n_top_attn_layers (ShishuLM, paper 001 4.2 and Table 10); the others are MLP-only."""
         n = self.layers_per_branch()
-        return n if self.n_attn_layers is None else self.n_attn_layers
+        if self.n_attn_layers is None:
+            return list(range(n))
+        return list(range(self.n_attn_layers)) + list(range(n - self.n_top_attn_layers, n))
+
+    def attn_layers_per_branch(self):
+        return len(self.attention_layers())
 
     def embd_width(self):
         return self.n_embd * self.n_branches
@@ -239,7 +259,6 @@ class MLP(nn.Module):
         self.up = nn.Linear(width, hidden, bias=config.bias)
         self.gate = nn.Linear(width, hidden, bias=config.bias) if self.gated else None
         self.down = nn.Linear(hidden, width, bias=config.bias)
-        self.down.is_residual_projection = True
         self.act = ACTIVATIONS[config.activation]
         self.dropout = nn.Dropout(config.dropout)
 
@@ -352,7 +371,6 @@ class CausalSelfAttention(nn.Module):
         # one matmul for queries, keys and values (GQA: fewer key/value heads than query heads)
         self.qkv_proj = nn.Linear(width, width + 2 * self.n_kv_head * self.head_dim, bias=config.bias)
         self.out_proj = nn.Linear(width, width, bias=config.bias)
-        self.out_proj.is_residual_projection = True
         self.dropout = config.dropout
         self.resid_dropout = nn.Dropout(config.dropout)
         self.think_steps, self.think_eta = config.think_steps, config.think_eta
@@ -482,22 +500,31 @@ class ResidualSubLayer(nn.Module):
 def sharing_plan(config):
     """Which attention / FFN weights each layer of a branch uses: (attn_index, mlp_index) lists.
 
-    Layers from `share_from_layer` on form groups of `share_group_size` consecutive layers; a group shares
-    the sub-layers named by `share_sublayers`. One mechanism covers:
+    Layers share_from_layer .. n - n_top_attn_layers - 1 form groups of `share_group_size` consecutive
+    layers; a group shares the sub-layers named by `share_sublayers`. The layers before share_from_layer
+    and the top attention layers keep their own weights. One mechanism covers:
       MobileLLM immediate block-wise repeat (000 2.6):  share_group_size=2            -> 0 0 1 1 2 2 ...
       ALBERT all-layer sharing (002 3.0.2):             share_group_size=n_layer      -> 0 0 0 0 ...
       G groups (002 3.0.2):                             share_group_size=n_layer/G
       per sub-layer sharing (002 3.0.2):                share_sublayers="attn" or "mlp"
       ShishuLM paired MLP-only blocks (001 4.4):        share_from_layer=n_attn_layers, share_group_size=2
-    attn_index[l] is None for ShishuLM's MLP-only layers.
+    attn_index[l] is None for ShishuLM's MLP-only layers. E.g. 001 Table 10's "2 + 1" in 7 layers
+    (n_attn_layers=2, n_top_attn_layers=1, share_from_layer=2, share_group_size=2):
+      layer       0   1   2   3   4   5   6
+      attention   0   1   -   -   -   -   2      attention at the bottom and at the top
+      FFN         0   1   2   2   3   3   4      the run of MLP-only layers shared in pairs
     """
     n, k, start = config.layers_per_branch(), config.share_group_size, config.share_from_layer
-    group = [layer if layer < start else start + (layer - start) // k for layer in range(n)]
+    end = n - config.n_top_attn_layers
+    group = [start + (layer - start) // k if start <= layer < end else layer for layer in range(n)]
     shared_attn = config.share_sublayers in ("both", "attn")
     shared_mlp = config.share_sublayers in ("both", "mlp")
-    attn_keys = [group[l] if shared_attn else l for l in range(config.attn_layers_per_branch())]
-    mlp_keys = [group[l] if shared_mlp else l for l in range(n)]
-    return _compact(attn_keys) + [None] * (n - len(attn_keys)), _compact(mlp_keys)
+    attn_layers = config.attention_layers()
+    attn_keys = _compact([group[l] if shared_attn else l for l in attn_layers])
+    attn_index = [None] * n
+    for layer, key in zip(attn_layers, attn_keys):
+        attn_index[layer] = key
+    return attn_index, _compact([group[l] if shared_mlp else l for l in range(n)])
 
 
 def _first_uses(index):
@@ -610,6 +637,53 @@ class TokenEmbedding(nn.Module):
         return h @ self.wte.weight.t()
 
 
+INIT_SCHEMES = ("gpt2", "constant", "internlm", "depth_adaptive")
+
+
+def init_stds(config, depth):
+    """Std of each attention (q, k, v, out) and FFN (up, gate, down) weight of a layer at relative depth
+    `depth` = l / (L - 1) (0 = first layer, 1 = last; L = layers per branch; 0 when L = 1). sigma = init_std, N = 2 * n_layer
+    (residual sub-layers; a shared or MLP-only layer still counts two, as in GPT-2's code). Embeddings, the
+    head and lgpt/cgpt shrink layers always use sigma.
+      constant        sigma everywhere. Paper 003 3.1/Table 4: the best of its three and its recommendation
+                      for tiny models; paper 001 5: "mean = 0 and standard deviation = 0.02".
+      gpt2            out, down: sigma / sqrt(N) (GPT-2's code: the projections that write into the residual
+                      stream). Paper 003 3.1 describes GPT-2 as scaling "all linear layer parameters" by
+                      1/sqrt(N); we follow GPT-2's code.
+      internlm        out and gate: sigma / sqrt(N). Paper 003 3.1: InternLM applies the same scale "only to
+                      ... the out projection in MHA layers and the gate projection in MLP layers". Ours: a
+                      standard (ungated) FFN has no gate, so its up projection, the one the activation reads,
+                      takes the gate's scale.
+      depth_adaptive  paper 003 Appendix B (Table 11, "Ours"): q, k "decrease from sqrt(2) sigma to sigma",
+                      v, out "increase from sigma / sqrt(2) to sigma" as the layer index grows; FFN sigma.
+                      The paper gives only the end points; linear in depth is ours:
+                        q, k:    sigma * (sqrt(2) - (sqrt(2) - 1) * depth)
+                        v, out:  sigma * (1/sqrt(2) + (1 - 1/sqrt(2)) * depth)
+    """
+    sigma, scheme = config.init_std, config.init_scheme
+    std = dict.fromkeys(("q", "k", "v", "out", "up", "gate", "down"), sigma)
+    scaled = sigma / math.sqrt(2 * config.n_layer)
+    if scheme == "gpt2":
+        std.update(out=scaled, down=scaled)
+    elif scheme == "internlm":
+        std.update({"out": scaled, "gate" if config.mlp_type == "gated" else "up": scaled})
+    elif scheme == "depth_adaptive":
+        qk = sigma * (math.sqrt(2) - (math.sqrt(2) - 1) * depth)
+        vo = sigma * (1 / math.sqrt(2) + (1 - 1 / math.sqrt(2)) * depth)
+        std.update(q=qk, k=qk, v=vo, out=vo)
+    return std
+
+
+def _merge_blocks(blocks):
+    """[(rows, std), ...] with neighbouring blocks of the same std joined (one draw, as for a plain Linear)."""
+    merged = []
+    for rows, std in blocks:
+        if merged and merged[-1][1] == std:
+            rows += merged.pop()[0]
+        merged.append((rows, std))
+    return merged
+
+
 class GPT(nn.Module):
 
     def __init__(self, config):
@@ -633,19 +707,40 @@ class GPT(nn.Module):
             self.lm_head = nn.Linear(config.final_width(), config.vocab_size, bias=config.head_bias)
         elif config.head_bias:
             self.tied_head_bias = nn.Parameter(torch.zeros(config.vocab_size))
-        self.apply(self._init_weights)
+        plan = self._init_plan()
+        self.apply(lambda module: self._init_weights(module, plan))
 
-    # --- initialisation (GPT-2 / paper 003 3.1) ---
-    def _init_weights(self, module):
-        """Normal(0, init_std) everywhere; with init_scheme='gpt2' the projections that write into the
-        residual stream use std / sqrt(2 * n_layer), so the stream's variance does not grow with depth."""
+    # --- initialisation (paper 003 3.1, Table 4, Appendix B) ---
+    def _init_weights(self, module, plan):
+        """Every Linear, Conv1d and Embedding weight ~ N(0, std), biases 0. The std is init_std, except for
+        the attention and FFN weights whose std init_stds sets (per block of rows for the fused qkv_proj)."""
         if isinstance(module, (nn.Linear, nn.Conv1d, nn.Embedding)):
-            std = self.config.init_std
-            if self.config.init_scheme == "gpt2" and getattr(module, "is_residual_projection", False):
-                std = std / math.sqrt(2 * self.config.n_layer)
-            nn.init.normal_(module.weight, mean=0.0, std=std)
+            blocks = plan.get(module, [(module.weight.size(0), self.config.init_std)])
+            start = 0
+            for rows, std in blocks:
+                nn.init.normal_(module.weight[start:start + rows], mean=0.0, std=std)
+                start += rows
             if getattr(module, "bias", None) is not None:
                 nn.init.zeros_(module.bias)
+
+    def _init_plan(self):
+        """{module: [(rows, std), ...]} for the weights of every attention and FFN sub-layer, from init_stds
+        at the depth of the first layer that uses them (neighbouring blocks of one std are drawn as one)."""
+        plan = {}
+        for stack in self.branches:
+            last = max(1, len(stack.mlp_index) - 1)
+            for layer, sub in zip(_first_uses(stack.attn_index), stack.attn):
+                std, attn = init_stds(self.config, layer / last), sub.inner
+                kv = attn.n_kv_head * attn.head_dim
+                plan[attn.qkv_proj] = _merge_blocks([(attn.out_proj.in_features, std["q"]), (kv, std["k"]),
+                                                     (kv, std["v"])])
+                plan[attn.out_proj] = [(attn.out_proj.out_features, std["out"])]
+            for layer, sub in zip(_first_uses(stack.mlp_index), stack.mlp):
+                std, mlp = init_stds(self.config, layer / last), sub.inner
+                for name in ("up", "gate", "down"):
+                    if getattr(mlp, name) is not None:
+                        plan[getattr(mlp, name)] = [(getattr(mlp, name).out_features, std[name])]
+        return plan
 
     # --- sizes ---
     def get_num_params(self, non_embedding=True):

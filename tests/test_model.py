@@ -43,11 +43,15 @@ FLAGS = {
     "head_bias": dict(head_bias=True),
     "head_bias_untied": dict(head_bias=True, tie_embeddings=False),
     "shishu": dict(n_attn_layers=2, share_from_layer=2, share_group_size=2, **LLAMA),
+    "shishu_bottom_top": dict(n_attn_layers=1, n_top_attn_layers=1, share_from_layer=1, share_group_size=2, **LLAMA),
+    "attn_top_only": dict(n_layer=3, n_attn_layers=0, n_top_attn_layers=1),
     "rmsnorm": dict(norm="rmsnorm"),
     "rope": dict(pos_embedding="rope"),
     "sinusoidal": dict(pos_embedding="sinusoidal"),
     "no_pos": dict(pos_embedding="none"),
     "constant_init": dict(init_scheme="constant"),
+    "internlm_init": dict(init_scheme="internlm", **LLAMA),
+    "depth_adaptive_init": dict(init_scheme="depth_adaptive", n_head=4, n_kv_head=2),
     "mobilellm": dict(n_layer=4, n_head=4, n_kv_head=2, share_group_size=2, enhanced_residual=True, **LLAMA),
     "mobilellm_dt": dict(n_head=4, n_kv_head=2, share_group_size=2, enhanced_residual=True, think_steps=2,
                          think_eta=0.5, **LLAMA),
@@ -174,7 +178,8 @@ def test_kv_cache_equals_full_forward(name):
     check_kv_cache(make_model(name), 2 * TINY["block_size"] + 5)
 
 
-@pytest.mark.parametrize("name", ["gpt", "pgpt", "gqa", "deep_thinking", "cgpt_k3", "shishu", "mobilellm_dt"])
+@pytest.mark.parametrize("name", ["gpt", "pgpt", "gqa", "deep_thinking", "cgpt_k3", "shishu", "shishu_bottom_top",
+                                  "mobilellm_dt"])
 def test_generate_same_tokens_with_and_without_cache(name):
     model = make_model(name)
     prompt = tokens(2, 5)
@@ -220,6 +225,36 @@ def test_sharing_plan_schemes():
     assert sharing_plan(cfg(share_group_size=2, share_sublayers="mlp")) == (list(range(6)), [0, 0, 1, 1, 2, 2])
     shishu = cfg(n_attn_layers=2, share_from_layer=2, share_group_size=2)
     assert sharing_plan(shishu) == ([0, 1, None, None, None, None], [0, 1, 2, 2, 3, 3])
+    bottom_top = cfg(n_attn_layers=1, n_top_attn_layers=1, share_from_layer=1, share_group_size=2)
+    assert sharing_plan(bottom_top) == ([0, None, None, None, None, 1], [0, 1, 1, 2, 2, 3])
+    assert sharing_plan(cfg(n_attn_layers=2, n_top_attn_layers=2)) == ([0, 1, None, None, 2, 3], list(range(6)))
+    assert sharing_plan(cfg(n_attn_layers=0, n_top_attn_layers=1)) == ([None] * 5 + [0], list(range(6)))
+    # repeat-2 sharing stops below the top attention layers, which keep their own weights
+    assert sharing_plan(cfg(n_attn_layers=2, n_top_attn_layers=2, share_group_size=2)) == \
+        ([0, 0, None, None, 1, 2], [0, 0, 1, 1, 2, 3])
+
+
+def test_table10_attention_budgets_are_valid_configs():
+    """Paper 001 Table 10: 10 attention layers of 30, n at the bottom and m at the top, the 20 MLP-only layers
+    in between shared in pairs; the '10 + 0' row is the ShishuLM preset."""
+    for bottom in (0, 2, 4, 6, 8, 10):
+        top = 10 - bottom
+        cfg = GPTConfig(**{**TINY, "n_layer": 30, "n_attn_layers": bottom, "n_top_attn_layers": top,
+                           "share_from_layer": bottom, "share_group_size": 2})
+        attn, mlp = sharing_plan(cfg)
+        has_attn = [a is not None for a in attn]
+        assert has_attn == [True] * bottom + [False] * 20 + [True] * top
+        assert len(set(mlp)) == 10 + 10 and len(set(a for a in attn if a is not None)) == 10
+
+
+def test_attention_placement_changes_the_function():
+    """Same weights, attention moved from the bottom to the top: different logits (the placement is not a
+    relabelling of the same computation)."""
+    bottom = make_model("shishu")                     # A A - -, FFN 0 1 2 2
+    top = GPT(GPTConfig(**{**TINY, **FLAGS["shishu_bottom_top"]})).eval()   # A - - A, FFN 0 1 1 2
+    top.load_state_dict(bottom.state_dict())          # the same tensors under the same names
+    idx = tokens(2, 16)
+    assert not torch.allclose(bottom(idx, all_logits=True)[0], top(idx, all_logits=True)[0], atol=1e-3)
 
 
 def test_sharing_counts_unique_params_once():
@@ -261,7 +296,8 @@ def test_gqa_cache_stores_only_kv_heads():
 def test_cache_slot_per_application():
     # Deep Thinking (T=2, 4 layers): keys/values for the 2 thinking passes, memories after each of them;
     # the test pass reads memory only
-    for name, kv, memory in [("repeat2", 4, 0), ("deep_thinking", 8, 8), ("shishu", 2, 0), ("pgpt", 4, 0)]:
+    for name, kv, memory in [("repeat2", 4, 0), ("deep_thinking", 8, 8), ("shishu", 2, 0), ("shishu_bottom_top", 2, 0),
+                             ("pgpt", 4, 0)]:
         model = make_model(name)
         cache = model.new_cache()
         model(tokens(1, 3), cache=cache)
@@ -300,6 +336,11 @@ def test_lgpt_widths_and_no_config_mutation():
     (dict(embd_factor_dim=0), "embd_factor_dim must be >= 1"),
     (dict(mlp_ratio=-1.0), "mlp_ratio must be > 0"),
     (dict(init_std=-0.02), "init_std must be > 0"),
+    (dict(n_attn_layers=3, n_top_attn_layers=2), "exceeds"),
+    (dict(n_top_attn_layers=1), "needs n_attn_layers"),
+    (dict(n_attn_layers=1, n_top_attn_layers=-1), "n_top_attn_layers"),
+    (dict(n_attn_layers=1, n_top_attn_layers=2, share_from_layer=1, share_group_size=2), "groups of"),
+    (dict(n_attn_layers=1, n_top_attn_layers=1, share_from_layer=4), "share_from_layer"),
     (dict(think_eta=0.0), "think_eta"),
     (dict(norm="batchnorm"), "norm"),
     (dict(pos_embedding="alibi"), "pos_embedding"),
@@ -316,6 +357,42 @@ def test_invalid_configs_raise_clear_errors(kwargs, message):
         GPTConfig(**{**TINY, **kwargs})
 
 
+def test_init_schemes_follow_their_formulas():
+    """Empirical std of every attention / FFN weight (and of each of q, k, v inside the fused qkv_proj) against
+    the formulas of paper 003 (3.1 and Appendix B), written out here independently of model.init_stds."""
+    L, s = 5, 0.02
+    size = dict(vocab_size=64, block_size=8, n_layer=L, n_head=4, n_kv_head=2, n_embd=128, mlp_hidden=256)
+    n_res = 2 * L
+    for scheme in ("constant", "gpt2", "internlm", "depth_adaptive"):
+        for mlp in (dict(), dict(mlp_type="gated", activation="silu")):
+            torch.manual_seed(0)
+            model = GPT(GPTConfig(**size, **mlp, init_scheme=scheme))
+            for l in range(L):
+                attn, ffn = model.branches[0].attn[l].inner, model.branches[0].mlp[l].inner
+                q, k, v = attn.qkv_proj.weight.split([128, 64, 64])
+                expected = dict(q=s, k=s, v=s, out=s, up=s, gate=s, down=s)
+                if scheme == "gpt2":
+                    expected.update(out=s / math.sqrt(n_res), down=s / math.sqrt(n_res))
+                elif scheme == "internlm":
+                    expected.update({"out": s / math.sqrt(n_res), "gate" if mlp else "up": s / math.sqrt(n_res)})
+                elif scheme == "depth_adaptive":   # sqrt(2) s -> s and s / sqrt(2) -> s, linear in l / (L - 1)
+                    t = l / (L - 1)
+                    expected.update(q=s * (math.sqrt(2) + t * (1 - math.sqrt(2))),
+                                    k=s * (math.sqrt(2) + t * (1 - math.sqrt(2))),
+                                    v=s * (1 / math.sqrt(2) + t * (1 - 1 / math.sqrt(2))),
+                                    out=s * (1 / math.sqrt(2) + t * (1 - 1 / math.sqrt(2))))
+                weights = dict(q=q, k=k, v=v, out=attn.out_proj.weight, up=ffn.up.weight, down=ffn.down.weight)
+                if mlp:
+                    weights["gate"] = ffn.gate.weight
+                for name, w in weights.items():
+                    assert w.std().item() == pytest.approx(expected[name], rel=0.03), (scheme, l, name)
+                    assert abs(w.mean().item()) < 0.05 * expected[name]
+            assert model.tok_emb.wte.weight.std().item() == pytest.approx(s, rel=0.03)
+    ends = [GPT(GPTConfig(**size, init_scheme="depth_adaptive")).branches[0].attn[l].inner for l in (0, L - 1)]
+    assert ends[0].qkv_proj.weight[:128].std() > 1.3 * ends[1].qkv_proj.weight[:128].std()   # q shrinks with depth
+    assert ends[0].out_proj.weight.std() < 0.8 * ends[1].out_proj.weight.std()               # out grows with depth
+
+
 def test_forward_rejects_too_long_sequence():
     with pytest.raises(ValueError, match="block_size"):
         make_model("gpt")(tokens(1, 17))
@@ -325,6 +402,8 @@ def test_depth_summary_reports_effective_depth_and_unique_sublayers():
     assert make_model("repeat2").depth_summary() == \
         "4 layers applied, from 2 unique attention and 2 unique FFN sub-layers"
     assert make_model("shishu").depth_summary() == \
+        "4 layers applied, from 2 unique attention and 3 unique FFN sub-layers"
+    assert make_model("shishu_bottom_top").depth_summary() == \
         "4 layers applied, from 2 unique attention and 3 unique FFN sub-layers"
     assert make_model("deep_thinking").depth_summary().endswith("3 passes (Deep Thinking)")
 

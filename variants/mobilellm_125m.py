@@ -6,6 +6,10 @@ and 3 key/value heads, width 576, 30 layers (no layer sharing), tied input/outpu
 vocabulary 32000 (the MobileLLM tokenizer; train.py replaces it by the dataset's vocab_size unless
 --vocab_size is given) and MobileLLM's context of 2048 (001 section 5).
 
+Initialisation: N(0, 0.02) for every weight, init_scheme="constant" (001 section 5: "Our model weights are
+initialized from a Normal distribution with mean = 0 and standard deviation = 0.02"; the parents are trained
+with the same configuration as the ShishuLMs). The mobilellm_600m and shishulm_* presets inherit it.
+
 Parameters: 124,635,456 vs Table 2's 124,635,456 (exact).
 """
 
@@ -24,4 +28,6 @@ CONFIG = dict(
     activation="silu",
     mlp_hidden=1536,
     tie_embeddings=True,
+    init_scheme="constant",
+    init_std=0.02,
 )

@@ -2,7 +2,7 @@
 (configuration) and Table 2 (408,506,112 parameters). Derived from MobileLLM-600M (mobilellm_600m).
 
 Switched on, on top of MobileLLM-600M (width 1152, SwiGLU hidden 3072, GQA 18/6 heads, RMSNorm, RoPE,
-no bias, tied embeddings, vocabulary 32000, context 2048):
+no bias, tied embeddings, vocabulary 32000, context 2048, N(0, 0.02) initialisation as in 001 section 5):
   full decoder layers first, then ShishuMLP blocks (norm + MLP, no attention; 4.1):  n_attn_layers
   adjacent ShishuMLP blocks share weights in pairs (4.4):   share_from_layer=n_attn_layers, share_group_size=2
 
