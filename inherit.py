@@ -4,6 +4,9 @@ layers and neurons of a trained larger one instead of from random numbers.
 
     python inherit.py --from=out-big --out_dir=out-small --n_layer=3 --n_embd=64
     python inherit.py --from=out-big --out_dir=out-small --n_layer=3 --layers=loss --neurons=taylor --calib_batches=16
+    python inherit.py --from=out-big --out_dir=out-small --n_layer=3 --neurons=learned --mask_steps=200
+    python inherit.py --from=out-gpt2 --out_dir=out-small --n_layer=3 --target_data_dir=data/shakespeare_v4096
+    python inherit.py --from=out-big --out_dir=out-small --n_kv_head=2        # MHA -> GQA (Appendix A)
     python train.py config/x.py --init_from=out-small/ckpt.pt      # then train the small model as usual
 
 (train.py builds the model from the inherited checkpoint's model_args, so do not set n_layer/n_embd/...
@@ -13,8 +16,15 @@ Two steps, as in the paper: "we firstly select important layers and then recogni
 the selected layers".
 
 1. Important layers selection, --layers (K = --n_layer of the L source layers):
-   first_last  keep = round(linspace(0, L-1, K)): the first and the last layer stay, intermediate ones are
-               dropped evenly. Paper Fig. 5: skipping shallow or deep layers hurts most, the middle is redundant.
+   first_last  keep a prefix of ceil(K/2) and a suffix of floor(K/2) layers, i.e. drop one contiguous block of
+               L-K layers from the middle (6 -> 3: [0, 1, 5]; 32 -> 21: 0..10 and 22..31). The paper (Fig. 5,
+               3.2) finds that skipping "the initial two to three layers" or the deep layers hurts most, while
+               for the intermediate layers "redundancy occurs within these layers. These layers are tend to be
+               removed when inheriting parameters"; its final models inherit "after removing intermediate
+               redundant layers" (5). How many kept layers go to the prefix and how many to the suffix it does
+               not say. Ours: half each, the prefix getting the odd one (the paper stresses the first layers).
+   spread      keep round(linspace(0, L-1, K)): first and last layer, the others dropped evenly over the depth
+               (this repository's earlier rule; kept to reproduce the README's measurements).
    loss        Delta_l = loss(model with layer l skipped) - loss(model) on calibration batches (a skipped
                layer is the identity); the K layers with the largest Delta_l are kept, in their original order.
 
@@ -22,6 +32,17 @@ the selected layers".
    l1      I(s) = sum_{w in s} |w|
    l2      I(s) = ||s||_2 = sqrt(sum_{w in s} w^2)       (ranked by sum w^2: same order)
    taylor  I(s) = sum_{batches} sum_{w in s} |w * dL/dw|   first-order Taylor estimate of the loss change
+   learned learnable masks (the paper's final choice, 3.2: "binary masks, which are automatically learned
+           during the training process", citing Xia et al. 2023 and Tang et al. 2020; it gives no formulation).
+           Ours, after Xia et al. (Sheared LLaMA): one hard-concrete gate z_s in [0, 1] per structure that has to
+           shrink (Louizos et al. 2018: z = clamp(sigmoid((log u - log(1-u) + log_alpha_s) / beta) * (zeta - gamma)
+           + gamma, 0, 1), u ~ U(0, 1), beta = 2/3, gamma = -0.1, zeta = 1.1), multiplied into the frozen model:
+           residual channels where a norm reads the stream, FFN neurons before `down`, heads before `out_proj`.
+           --mask_steps Adam steps (lr 0.1) on the calibration batches minimise
+               task loss + 10 * sum_{kind, layer} (mean_s P(z_s != 0) - target)^2,
+           the target falling linearly from 1 to the kept fraction (e.g. n_embd_small / n_embd) over the first
+           half of the steps. I(s) = P(z_s != 0) = sigmoid(log_alpha_s - beta * log(-gamma / zeta)).
+           (Xia et al. use Lagrange multipliers instead of the fixed quadratic penalty.)
    Structures (the small model's sizes say how many are kept):
      FFN neuron j (per layer)     row j of up (and gate) and their biases, column j of down -> mlp_hidden
      query head h (per layer)     its head_dim rows of q in qkv_proj, its head_dim columns of out_proj
@@ -30,8 +51,21 @@ the selected layers".
      residual channel c (global)  entry c of everything that reads or writes the residual stream: token and
                                   position embeddings, every norm, qkv/up/gate columns, out_proj/down rows and
                                   biases, ln_f, lm_head -> n_embd, the same channel subset everywhere
-   Heads are kept whole, so the head size n_embd/n_head stays the source's. The paper's best criterion,
-   learned binary masks, is not implemented (it needs a masked training run).
+   Heads are kept whole, so the head size n_embd/n_head stays the source's.
+
+3. MHA -> GQA (paper 003 Appendix A, Table 10: "mean-pooling (Ainslie et al., 2023) the KV heads in each
+   group"): when the small model has more query heads per kv head than the source, step 2 keeps
+   n_head / (source group size) kv heads, and then every m = (small group) / (source group) consecutive kept
+   kv heads are averaged into one (the rows of k and v in qkv_proj and their biases), as Ainslie et al. pool
+   neighbouring heads. MHA is the case of source groups of one head.
+
+4. A compact vocabulary. PanGu-pi-1B Pro (48k tokenizer, 2.1 and 5) inherits from PanGu-pi-7B (100,883
+   tokens, 2.1); how the embedding rows are carried over the paper does not say. Ours, by token identity:
+   --target_data_dir=<dataset made by `prepare.py --vocab_size K`>. Its meta.json lists the GPT-2 id of every
+   compact token (gpt2_ids; the last token is <|endoftext|>); row i of the small model's token embedding (and
+   untied head) is the source's row of the same GPT-2 token. Works from a GPT-2 vocabulary or any compact one
+   that holds the target's tokens; a target token the source lacks is an error. The output records the target
+   dataset, so sample.py uses the compact tokenizer with it (pass --dataset=<target> to train.py).
 
 Supported sources: single-branch GPT / LLaMA-style models (MHA or GQA, standard or gated FFN, any norm and
 position embedding, tied, untied or factorized embeddings, enhanced residual, Deep Thinking). Layer sharing,
@@ -42,11 +76,14 @@ weights only (optimizer=None) and an 'inherit' entry recording what was kept.
 """
 
 import dataclasses
+import json
 import math
 import os
 import re
 import sys
 from dataclasses import dataclass
+from functools import partial
+from typing import Optional
 
 import torch
 
@@ -63,22 +100,25 @@ DEFAULTS = {
     "n_kv_head": 0,            # 0 = keep the source's query heads per kv group (MHA stays MHA)
     "mlp_hidden": 0,           # 0 = source mlp_hidden, or mlp_ratio * n_embd
     "mlp_ratio": 0.0,          # 0 = the source's
-    "layers": "first_last",    # first_last | loss
-    "neurons": "taylor",       # l1 | l2 | taylor
-    "calib_batches": 8,        # calibration batches for --layers=loss and --neurons=taylor
+    "layers": "first_last",    # first_last | spread | loss
+    "neurons": "taylor",       # l1 | l2 | taylor | learned
+    "mask_steps": 100,         # --neurons=learned: optimisation steps of the masks (cycling the calibration batches)
+    "target_data_dir": "",     # dataset the small model will train on (a compact vocabulary); '' = the source's
+    "calib_batches": 8,        # calibration batches for --layers=loss and --neurons=taylor|learned
     "calib_batch_size": 0,     # 0 = the source run's batch_size
     "data_dir": "",            # calibration data; '' = the source checkpoint's dataset
     "seed": 1337,
     "num_threads": 0,          # CPU threads (inheritance runs on the CPU); 0 = torch's default
 }
-LAYER_METHODS = ("first_last", "loss")
-NEURON_CRITERIA = ("l1", "l2", "taylor")
+LAYER_METHODS = ("first_last", "spread", "loss")
+NEURON_CRITERIA = ("l1", "l2", "taylor", "learned")
+GPT2_EOT_ID = 50256   # prepare.py's <|endoftext|>: the last token of a compact vocabulary
 
 # What each dimension of a state-dict tensor indexes (None: kept whole).
-CH, FFN, HEAD, QKV = "channel", "ffn", "head", "qkv"   # HEAD: attention inner dim (n_head * head_dim)
+CH, FFN, HEAD, QKV, VOCAB = "channel", "ffn", "head", "qkv", "vocab"   # HEAD: attention inner dim (n_head * head_dim)
 TOP_AXES = {
-    "tok_emb.wte.weight": (None, CH), "tok_emb.proj.weight": (CH, None), "pos_emb.weight": (None, CH),
-    "ln_f.weight": (CH,), "ln_f.bias": (CH,), "lm_head.weight": (None, CH),
+    "tok_emb.wte.weight": (VOCAB, CH), "tok_emb.proj.weight": (CH, None), "pos_emb.weight": (None, CH),
+    "ln_f.weight": (CH,), "ln_f.bias": (CH,), "lm_head.weight": (VOCAB, CH),
 }
 SUBLAYER_AXES = {
     "norm.weight": (CH,), "norm.bias": (CH,), "alpha_logit": (),
@@ -98,6 +138,8 @@ class Plan:
     ffn: list           # per small-model layer: kept FFN neurons
     q_heads: list       # per small-model layer: kept query heads, kv group by kv group
     kv_heads: list      # per small-model layer: kept key/value heads
+    vocab: Optional[torch.Tensor] = None   # source row of each small-model token; None = the same vocabulary
+    kv_pool: int = 1    # MHA -> GQA: this many consecutive kept kv heads are averaged into one
 
 
 # ----------------------------------------------------------------------------------------------
@@ -131,7 +173,7 @@ def check_supported(cfg):
                          f"{', '.join(problems)} (fix: inherit from a plain gpt/llama-style checkpoint)")
 
 
-def target_config(src, n_layer=0, n_embd=0, n_head=0, n_kv_head=0, hidden=0, mlp_ratio=0.0):
+def target_config(src, n_layer=0, n_embd=0, n_head=0, n_kv_head=0, hidden=0, mlp_ratio=0.0, vocab_size=0):
     """GPTConfig of the small model: the source's, with the given sizes (0 = derived, see DEFAULTS)."""
     def need(ok, msg):
         if not ok:
@@ -153,12 +195,14 @@ def target_config(src, n_layer=0, n_embd=0, n_head=0, n_kv_head=0, hidden=0, mlp
         n_kv_head = n_head // group
     kv = n_kv_head or n_head
     need(n_head % kv == 0, f"n_kv_head={kv} must divide n_head={n_head}")
-    need(kv <= src_kv and n_head // kv <= group,
-         f"n_head={n_head}, n_kv_head={kv} needs {n_head // kv} query heads per kv group, but the source groups "
-         f"have {group} (its n_head={src.n_head}, n_kv_head={src_kv}): kv heads cannot be merged "
-         f"(fix: --n_kv_head={max(1, n_head // group)})")
+    new_group = n_head // kv
+    need(new_group <= group or new_group % group == 0,
+         f"n_head={n_head}, n_kv_head={kv} needs {new_group} query heads per kv group, but the source groups have "
+         f"{group} (its n_head={src.n_head}, n_kv_head={src_kv}): kv heads can only be merged whole, in groups of a "
+         f"multiple of {group} (fix: --n_kv_head={max(1, n_head // group)})")
     args = dataclasses.asdict(src)
-    args.update(n_layer=n_layer, n_embd=n_embd, n_head=n_head, n_kv_head=n_kv_head or None)
+    args.update(n_layer=n_layer, n_embd=n_embd, n_head=n_head, n_kv_head=n_kv_head or None,
+                vocab_size=vocab_size or src.vocab_size)
     if mlp_ratio:
         args.update(mlp_ratio=mlp_ratio, mlp_hidden=None)
     if hidden:
@@ -170,6 +214,67 @@ def target_config(src, n_layer=0, n_embd=0, n_head=0, n_kv_head=0, hidden=0, mlp
     return cfg
 
 
+def before_pooling(dst, src):
+    """The small model as step 2 cuts it: dst, but with the source's kv group size where dst merges groups
+    (MHA -> GQA, Appendix A); pool_kv_heads then averages each m consecutive kv heads. Returns (config, m)."""
+    group, new_group = src.n_head // n_kv_heads(src), dst.n_head // n_kv_heads(dst)
+    if new_group <= group:
+        return dst, 1
+    return dataclasses.replace(dst, n_kv_head=dst.n_head // group), new_group // group
+
+
+def pool_kv_heads(state, cfg, m):
+    """Mean-pool every m consecutive kv heads (their k and v rows of qkv_proj, weights and biases) into one."""
+    hd, n_kv = head_dim(cfg), n_kv_heads(cfg)
+    out = {}
+    for name, t in state.items():
+        if name.endswith("inner.qkv_proj.weight") or name.endswith("inner.qkv_proj.bias"):
+            q, k, v = t.split([cfg.n_embd, n_kv * hd, n_kv * hd])
+            k, v = (x.reshape(n_kv // m, m, hd, *x.shape[1:]).mean(1).reshape(n_kv // m * hd, *x.shape[1:])
+                    for x in (k, v))
+            t = torch.cat([q, k, v])
+        out[name] = t
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# vocabularies (prepare.py's meta.json)
+
+def read_meta(data_dir):
+    path = os.path.join(data_dir, "meta.json")
+    if not os.path.isfile(path):
+        raise ValueError(f"{path} is missing, so its tokenizer is unknown (fix: run `python prepare.py ...` for it, "
+                         f"or point --data_dir/--target_data_dir at a prepared dataset)")
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def gpt2_ids(meta):
+    """GPT-2 id of every token id of a dataset's tokenizer: itself for GPT-2, meta['gpt2_ids'] plus
+    <|endoftext|> for a compact vocabulary (prepare.py --vocab_size), None for others (char)."""
+    if meta.get("tokenizer") == "gpt2":
+        return list(range(meta["vocab_size"]))
+    if meta.get("tokenizer") == "compact":
+        return list(meta["gpt2_ids"]) + [GPT2_EOT_ID]
+    return None
+
+
+def vocab_rows(src_meta, dst_meta):
+    """Source row of each target token: the source token with the same GPT-2 id (paper 003 2.1 and 3.2)."""
+    src, dst = gpt2_ids(src_meta), gpt2_ids(dst_meta)
+    if src is None or dst is None:
+        raise ValueError(f"cannot map a {src_meta.get('tokenizer')!r} vocabulary onto a {dst_meta.get('tokenizer')!r} "
+                         f"one: only GPT-2-based tokenizers (gpt2, compact) share token ids (fix: drop "
+                         f"--target_data_dir to keep the source's vocabulary)")
+    index = {g: i for i, g in enumerate(src)}
+    missing = [g for g in dst if g not in index]
+    if missing:
+        raise ValueError(f"{len(missing)} target tokens are not in the source's vocabulary (first: GPT-2 id "
+                         f"{missing[0]}) (fix: make the target vocabulary a subset of the source's, e.g. "
+                         f"prepare.py --vocab_size K on the source's GPT-2 dataset)")
+    return torch.tensor([index[g] for g in dst])
+
+
 # ----------------------------------------------------------------------------------------------
 # slicing a state dict by a plan
 
@@ -178,7 +283,7 @@ def tensor_axes(name, cfg):
     m = LAYER_KEY.match(name)
     layer, axes = (int(m.group(2)), SUBLAYER_AXES.get(m.group(3))) if m else (None, TOP_AXES.get(name))
     if name == "tok_emb.wte.weight" and cfg.embd_factor_dim:
-        axes = (None, None)   # factorized: wte is vocab x E; the channels are the rows of tok_emb.proj
+        axes = (VOCAB, None)  # factorized: wte is vocab x E; the channels are the rows of tok_emb.proj
     if axes is None:
         raise ValueError(f"inherit: no slicing rule for tensor '{name}' (fix: extend tensor_axes in inherit.py)")
     return layer, axes
@@ -190,7 +295,9 @@ def head_rows(heads, hd):
 
 
 def axis_index(kind, plan, j, cfg):
-    """Kept indices along one dimension of kind `kind` for small-model layer j."""
+    """Kept indices along one dimension of kind `kind` for small-model layer j (None: all)."""
+    if kind == VOCAB:
+        return plan.vocab
     if kind == CH:
         return plan.channels
     if kind == FFN:
@@ -217,8 +324,9 @@ def extract(state, cfg, plan):
             j = plan.layers.index(layer)
             name = LAYER_KEY.sub(lambda m: f"branches.0.{m.group(1)}.{j}.{m.group(3)}", name)
         for dim, kind in enumerate(axes):
-            if kind is not None:
-                t = t.index_select(dim, axis_index(kind, plan, j, cfg))
+            index = None if kind is None else axis_index(kind, plan, j, cfg)
+            if index is not None:
+                t = t.index_select(dim, index)
         out[name] = t.detach().clone()
     return out
 
@@ -240,6 +348,12 @@ def build(cfg, state):
 # step 1: important layers
 
 def first_last_layers(n_src, k):
+    """A prefix of ceil(k/2) and a suffix of floor(k/2) layers: one contiguous middle block is dropped."""
+    head = (k + 1) // 2
+    return list(range(head)) + list(range(n_src - (k - head), n_src))
+
+
+def spread_layers(n_src, k):
     """keep = round(linspace(0, L-1, K)): first and last layer kept, intermediate ones dropped evenly."""
     if k == 1:
         return [0]
@@ -266,12 +380,14 @@ def layer_importance(model, batches):
 
 
 def choose_layers(model, k, method, batches=None):
-    """The k source layers to keep (in order), by 'first_last' or by the 'loss' ranking."""
+    """The k source layers to keep (in order), by 'first_last', 'spread' or the 'loss' ranking."""
     n = model.config.n_layer
     if k == n:
         return list(range(n))
     if method == "first_last":
         return first_last_layers(n, k)
+    if method == "spread":
+        return spread_layers(n, k)
     if method == "loss":
         return sorted(top_k(layer_importance(model, batches), k).tolist())
     raise ValueError(f"unknown layer selection '{method}' (fix: --layers={' or '.join(LAYER_METHODS)})")
@@ -302,6 +418,104 @@ def element_importance(model, criterion, batches=None):
     return scores
 
 
+class HardConcrete(torch.nn.Module):
+    """One hard-concrete gate per structure (Louizos et al. 2018, as used by Xia et al. 2023); see the module
+    docstring. forward() samples the gates, kept() is P(gate != 0), differentiable in log_alpha."""
+    BETA, GAMMA, ZETA = 2 / 3, -0.1, 1.1
+
+    def __init__(self, n, init=3.0):
+        super().__init__()
+        self.log_alpha = torch.nn.Parameter(torch.full((n,), init))
+
+    def forward(self):
+        u = torch.rand_like(self.log_alpha).clamp(1e-6, 1 - 1e-6)
+        s = torch.sigmoid((u.log() - (-u).log1p() + self.log_alpha) / self.BETA)
+        return (s * (self.ZETA - self.GAMMA) + self.GAMMA).clamp(0, 1)
+
+    def kept(self):
+        return torch.sigmoid(self.log_alpha - self.BETA * math.log(-self.GAMMA / self.ZETA))
+
+
+def mask_hooks(model, gates):
+    """Multiply the gates in `gates` (a dict, read at every forward) into the model: {(CH, None): (n_embd,)}
+    where a norm reads the residual stream, {(FFN, l): (hidden,)} before down, {("q", l): (n_head,)} and
+    {("kv", l): (n_kv_head,)} on the heads before out_proj. Returns the hook handles (call .remove())."""
+    cfg, stack = model.config, model.branches[0]
+    hd, group = head_dim(cfg), cfg.n_head // n_kv_heads(cfg)
+
+    def channels(module, args):
+        z = gates.get((CH, None))
+        return None if z is None else (args[0] * z,) + args[1:]
+
+    def neurons(layer, module, args):
+        z = gates.get((FFN, layer))
+        return None if z is None else (args[0] * z,) + args[1:]
+
+    def heads(layer, module, args):
+        z_q, z_kv = gates.get(("q", layer)), gates.get(("kv", layer))
+        if z_q is None and z_kv is None:
+            return None
+        z = torch.ones(cfg.n_head, device=args[0].device)
+        z = z if z_q is None else z * z_q
+        z = z if z_kv is None else z * z_kv.repeat_interleave(group)
+        x = args[0]
+        return ((x.view(*x.shape[:-1], cfg.n_head, hd) * z[:, None]).view(x.shape),) + args[1:]
+
+    handles = [sub.norm.register_forward_pre_hook(channels) for sub in (*stack.attn, *stack.mlp)]
+    handles.append(model.ln_f.register_forward_pre_hook(channels))
+    for layer, (attn, mlp) in enumerate(zip(stack.attn, stack.mlp)):
+        handles.append(mlp.inner.down.register_forward_pre_hook(partial(neurons, layer)))
+        handles.append(attn.inner.out_proj.register_forward_pre_hook(partial(heads, layer)))
+    return handles
+
+
+def learned_mask_scores(model, dst, batches, steps, lr=0.1, penalty=10.0):
+    """Scores like structure_scores' from learned hard-concrete masks: P(gate != 0) of every structure that
+    shrinks from model.config to dst (0 for the others, which are all kept). See the module docstring."""
+    cfg = model.config
+    group = cfg.n_head // n_kv_heads(cfg)
+    sizes = [((CH, None), cfg.n_embd, dst.n_embd)]   # (kind, layer), structures in the source, kept
+    for l in range(cfg.n_layer):
+        sizes += [((FFN, l), mlp_hidden(cfg), mlp_hidden(dst)), (("q", l), cfg.n_head, dst.n_head)]
+        if group > 1:   # MHA: a query head's gate already gates its own key/value head
+            sizes.append((("kv", l), n_kv_heads(cfg), n_kv_heads(dst)))
+    masks = {key: (HardConcrete(n), k / n) for key, n, k in sizes if k < n}   # (gates, fraction to keep)
+    params = list(model.parameters())
+    trainable = [p.requires_grad for p in params]
+    for p in params:
+        p.requires_grad_(False)
+    gates = {}
+    handles = mask_hooks(model, gates)
+    model.eval()   # no dropout
+    opt = torch.optim.Adam([m.log_alpha for m, _ in masks.values()], lr=lr)
+    try:
+        for step in range(steps):
+            ramp = min(1.0, step / max(1, steps // 2))   # the target falls from 1 to the kept fraction
+            x, y = batches[step % len(batches)]
+            gates.update({key: m() for key, (m, _) in masks.items()})
+            loss = model(x, y)[1]
+            for m, frac in masks.values():
+                loss = loss + penalty * (m.kept().mean() - (1 - ramp * (1 - frac))) ** 2
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+    finally:
+        for h in handles:
+            h.remove()
+        for p, t in zip(params, trainable):
+            p.requires_grad_(t)
+    L = cfg.n_layer
+    scores = {CH: torch.zeros(cfg.n_embd), FFN: [torch.zeros(mlp_hidden(cfg)) for _ in range(L)],
+              "q": [torch.zeros(cfg.n_head) for _ in range(L)], "kv": [torch.zeros(n_kv_heads(cfg)) for _ in range(L)]}
+    for (kind, layer), (m, _) in masks.items():
+        kept = m.kept().detach().double()   # float64: no ties from rounding near 1
+        if layer is None:
+            scores[kind] = kept
+        else:
+            scores[kind][layer] = kept
+    return scores
+
+
 def structure_scores(elem, cfg):
     """Sum the per-weight importances over each structure: residual channels, and per layer the FFN neurons,
     query heads and key/value heads."""
@@ -311,7 +525,7 @@ def structure_scores(elem, cfg):
     for name, e in elem.items():
         layer, axes = tensor_axes(name, cfg)
         for dim, kind in enumerate(axes):
-            if kind is None:
+            if kind in (None, VOCAB):
                 continue
             v = e.sum(dim=[d for d in range(e.dim()) if d != dim]) if e.dim() > 1 else e
             if kind == CH:
@@ -356,29 +570,43 @@ def same_width(a, b):
     return (a.n_embd, a.n_head, n_kv_heads(a), mlp_hidden(a)) == (b.n_embd, b.n_head, n_kv_heads(b), mlp_hidden(b))
 
 
-def inherit(model, dst, layers="first_last", neurons="taylor", batches=None):
+def inherit(model, dst, layers="first_last", neurons="taylor", batches=None, vocab=None, mask_steps=100):
     """(small GPT with config dst, Plan in source indices): paper 003 3.2, important layers first, then the
-    important neurons, heads and channels of the depth-pruned model."""
+    important neurons, heads and channels of the depth-pruned model; kv heads mean-pooled where dst has fewer
+    (Appendix A); with `vocab` (source row of each dst token) the embedding and head rows follow it."""
     src = model.config
     check_supported(src)
     if layers not in LAYER_METHODS:
         raise ValueError(f"unknown layer selection '{layers}' (fix: --layers={' or '.join(LAYER_METHODS)})")
     if neurons not in NEURON_CRITERIA:
         raise ValueError(f"unknown neuron criterion '{neurons}' (fix: --neurons={' or '.join(NEURON_CRITERIA)})")
+    n_tokens = src.vocab_size if vocab is None else len(vocab)
+    if dst.vocab_size != n_tokens:
+        raise ValueError(f"the small model's vocab_size {dst.vocab_size} does not match its {n_tokens} tokens "
+                         f"(fix: target_config(..., vocab_size={n_tokens}))")
     keep = choose_layers(model, dst.n_layer, layers, batches)
     deep_cfg = dataclasses.replace(src, n_layer=dst.n_layer)
     deep = build(deep_cfg, extract(clean_state_dict(model.state_dict()), src, full_plan(src, keep)))
-    if same_width(deep_cfg, dst):
+    cut, pool = before_pooling(dst, src)
+    if same_width(deep_cfg, cut):
         plan = full_plan(deep_cfg, range(dst.n_layer))
+    elif neurons == "learned":
+        plan = width_plan(learned_mask_scores(deep, cut, batches, mask_steps), deep_cfg, cut)
     else:
-        plan = width_plan(structure_scores(element_importance(deep, neurons, batches), deep_cfg), deep_cfg, dst)
-    small = build(dst, extract(deep.state_dict(), deep_cfg, plan))
+        plan = width_plan(structure_scores(element_importance(deep, neurons, batches), deep_cfg), deep_cfg, cut)
+    plan.vocab, plan.kv_pool = vocab, pool
+    state = extract(deep.state_dict(), deep_cfg, plan)
+    if pool > 1:
+        state = pool_kv_heads(state, cut, pool)
+    small = build(dst, state)
     plan.layers = keep
     return small, plan
 
 
 def needs_data(src, dst, layers, neurons):
-    return (layers == "loss" and dst.n_layer < src.n_layer) or (neurons == "taylor" and not same_width(src, dst))
+    cut, _ = before_pooling(dst, src)
+    return (layers == "loss" and dst.n_layer < src.n_layer) or (
+        neurons in ("taylor", "learned") and not same_width(src, cut))
 
 
 def calibration_batches(data_dir, n, batch_size, block_size, seed):
@@ -402,6 +630,8 @@ def run(opts):
                          "(fix: python inherit.py --from=out-big --out_dir=out-small --n_layer=...)")
     if opts["calib_batches"] < 1:
         raise ValueError(f"calib_batches must be >= 1, got {opts['calib_batches']}")
+    if opts["mask_steps"] < 1:
+        raise ValueError(f"mask_steps must be >= 1, got {opts['mask_steps']}")
     if opts["num_threads"] > 0:
         torch.set_num_threads(opts["num_threads"])
     model, ckpt = load_model(opts["from"], "cpu")
@@ -409,24 +639,32 @@ def run(opts):
         raise ValueError(f"--out_dir={opts['out_dir']} is the source's folder (fix: pick a new --out_dir)")
     src = model.config
     check_supported(src)
+    data_dir = opts["data_dir"] or ckpt.get("data_dir", "")
+    vocab, dataset, target_dir = None, ckpt.get("dataset", ""), ckpt.get("data_dir", "")
+    if opts["target_data_dir"]:
+        target_dir = opts["target_data_dir"]
+        target_meta = read_meta(target_dir)
+        vocab = vocab_rows(read_meta(data_dir), target_meta)
+        dataset = target_meta.get("dataset") or os.path.basename(os.path.normpath(target_dir))
     dst = target_config(src, opts["n_layer"], opts["n_embd"], opts["n_head"], opts["n_kv_head"],
-                        opts["mlp_hidden"], opts["mlp_ratio"])
+                        opts["mlp_hidden"], opts["mlp_ratio"], 0 if vocab is None else len(vocab))
     batches = None
     if needs_data(src, dst, opts["layers"], opts["neurons"]):
-        data_dir = opts["data_dir"] or ckpt.get("data_dir", "")
         bs = opts["calib_batch_size"] or (ckpt.get("config") or {}).get("batch_size", 8)
         batches = calibration_batches(data_dir, opts["calib_batches"], bs, src.block_size, opts["seed"])
     torch.manual_seed(opts["seed"])
-    small, plan = inherit(model, dst, opts["layers"], opts["neurons"], batches)
-    report(model, small, plan, batches)
+    small, plan = inherit(model, dst, opts["layers"], opts["neurons"], batches, vocab, opts["mask_steps"])
+    report(model, small, plan, None if vocab is not None else batches)
     info = dict(source=ckpt["path"], layers_method=opts["layers"], neurons=opts["neurons"], layers=plan.layers,
                 channels=plan.channels.tolist(), ffn=[t.tolist() for t in plan.ffn],
-                q_heads=[t.tolist() for t in plan.q_heads], kv_heads=[t.tolist() for t in plan.kv_heads])
+                q_heads=[t.tolist() for t in plan.q_heads], kv_heads=[t.tolist() for t in plan.kv_heads],
+                kv_pool=plan.kv_pool, vocab=None if vocab is None else vocab.tolist())
     args = dataclasses.asdict(dst)
-    config = dict(ckpt.get("config") or {}, **args, out_dir=opts["out_dir"], init_from=ckpt["path"])
+    config = dict(ckpt.get("config") or {}, **args, out_dir=opts["out_dir"], init_from=ckpt["path"],
+                  dataset=dataset, data_dir=target_dir)
     out = {"model": small.state_dict(), "model_args": args, "optimizer": None, "scaler": None, "iter_num": 0,
-           "best_val_loss": float("inf"), "config": config, "rng": None, "dataset": ckpt.get("dataset", ""),
-           "data_dir": ckpt.get("data_dir", ""), "inherit": info}
+           "best_val_loss": float("inf"), "config": config, "rng": None, "dataset": dataset,
+           "data_dir": target_dir, "inherit": info}
     os.makedirs(opts["out_dir"], exist_ok=True)
     path = os.path.join(opts["out_dir"], CKPT_NAME)
     atomic_save(out, path)
@@ -440,6 +678,10 @@ def report(big, small, plan, batches):
           f"{big.get_num_params(False) / 1e6:.3f}M params")
     print(f"small:  {s.n_layer} layers, n_embd {s.n_embd}, {s.n_head} heads ({n_kv_heads(s)} kv), FFN {mlp_hidden(s)}, "
           f"{small.get_num_params(False) / 1e6:.3f}M params; source layers kept: {plan.layers}")
+    if plan.kv_pool > 1:
+        print(f"kv heads: every {plan.kv_pool} kept kv heads mean-pooled into one (MHA -> GQA)")
+    if plan.vocab is not None:
+        print(f"vocabulary: {c.vocab_size} -> {s.vocab_size} tokens (rows picked by GPT-2 id)")
     if batches:
         print(f"calibration loss: source {calibration_loss(big, batches):.4f}, "
               f"inherited {calibration_loss(small, batches):.4f} "

@@ -108,7 +108,8 @@ class GPTConfig:
         check(self.shrink_layer in ("linear", "conv"), f"shrink_layer must be 'linear' or 'conv', got {self.shrink_layer!r}")
         check(self.share_sublayers in ("both", "attn", "mlp"),
               f"share_sublayers must be both|attn|mlp, got {self.share_sublayers!r}")
-        check(self.init_scheme in INIT_SCHEMES, f"init_scheme must be one of {'|'.join(INIT_SCHEMES)}, got {self.init_scheme!r}")
+        check(self.init_scheme in INIT_SCHEMES,
+              f"init_scheme must be one of {'|'.join(INIT_SCHEMES)}, got {self.init_scheme!r}")
         self._check_widths(check)
         self._check_attention_placement(check)
         self._check_sharing(check)
@@ -642,9 +643,9 @@ INIT_SCHEMES = ("gpt2", "constant", "internlm", "depth_adaptive")
 
 def init_stds(config, depth):
     """Std of each attention (q, k, v, out) and FFN (up, gate, down) weight of a layer at relative depth
-    `depth` = l / (L - 1) (0 = first layer, 1 = last; L = layers per branch; 0 when L = 1). sigma = init_std, N = 2 * n_layer
-    (residual sub-layers; a shared or MLP-only layer still counts two, as in GPT-2's code). Embeddings, the
-    head and lgpt/cgpt shrink layers always use sigma.
+    `depth` = l / (L - 1) (0 = first layer, 1 = last; L = layers per branch; 0 when L = 1). sigma = init_std,
+    N = 2 * n_layer (residual sub-layers; a shared or MLP-only layer still counts two, as this repository's gpt2
+    scheme always did). Embeddings, the head and lgpt/cgpt shrink layers always use sigma.
       constant        sigma everywhere. Paper 003 3.1/Table 4: the best of its three and its recommendation
                       for tiny models; paper 001 5: "mean = 0 and standard deviation = 0.02".
       gpt2            out, down: sigma / sqrt(N) (GPT-2's code: the projections that write into the residual

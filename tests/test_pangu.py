@@ -1,6 +1,8 @@
 """Paper 003 (PanGu-pi Pro) formulas: parameter inheritance (inherit.py), data refining for multi-round
 training (refine.py + train.py --data_segments) and the batch-size / learning-rate rule (configurator.scaled_lr).
 Tiny models on the synthetic dataset of conftest.py; the whole file runs in a few seconds."""
+import dataclasses
+import json
 import os
 
 import numpy as np
@@ -74,13 +76,27 @@ def test_same_shape_inheritance_reproduces_logits_exactly(kw):
     assert torch.equal(logits(small, x), logits(src, x))
 
 
-def test_first_last_keeps_both_ends_and_drops_the_middle_evenly():
-    assert inherit.first_last_layers(6, 3) == [0, 2, 5]
-    assert inherit.first_last_layers(12, 4) == [0, 4, 7, 11]
+def test_first_last_keeps_a_prefix_and_a_suffix_and_drops_one_middle_block():
+    assert inherit.first_last_layers(6, 3) == [0, 1, 5]
+    assert inherit.first_last_layers(32, 21) == list(range(11)) + list(range(22, 32))
+    assert inherit.first_last_layers(12, 4) == [0, 1, 10, 11]
     assert inherit.first_last_layers(5, 2) == [0, 4] and inherit.first_last_layers(5, 1) == [0]
+    for n in range(1, 13):
+        for k in range(1, n + 1):
+            kept = inherit.first_last_layers(n, k)
+            dropped = sorted(set(range(n)) - set(kept))
+            assert len(kept) == k and kept[0] == 0 and (k == 1 or kept[-1] == n - 1)
+            assert dropped == list(range(dropped[0], dropped[0] + len(dropped))) if dropped else k == n  # contiguous
+            assert kept[:(k + 1) // 2] == list(range((k + 1) // 2))    # the prefix gets the odd one
+
+
+def test_spread_keeps_both_ends_and_drops_the_middle_evenly():
+    assert inherit.spread_layers(6, 3) == [0, 2, 5]
+    assert inherit.spread_layers(12, 4) == [0, 4, 7, 11]
+    assert inherit.spread_layers(5, 2) == [0, 4] and inherit.spread_layers(5, 1) == [0]
     for n in range(2, 13):
         for k in range(2, n + 1):
-            kept = inherit.first_last_layers(n, k)
+            kept = inherit.spread_layers(n, k)
             assert len(kept) == k and kept[0] == 0 and kept[-1] == n - 1
 
 
@@ -133,16 +149,172 @@ def test_gqa_head_and_ffn_slicing_is_exact():
         torch.testing.assert_close(small_mlp(x_small), src_mlp(x_full)[..., ch])
 
 
-@pytest.mark.parametrize("layers,neurons", [("first_last", "l1"), ("first_last", "l2"), ("loss", "taylor")])
+@pytest.mark.parametrize("layers,neurons", [("first_last", "l1"), ("spread", "l2"), ("loss", "taylor"),
+                                            ("first_last", "learned")])
 def test_inherited_small_model_starts_below_random_init(big, layers, neurons):
     out_dir, data, _ = big
     model, _ = load_model(out_dir)
     dst = inherit.target_config(model.config, n_layer=2, n_embd=16)
-    small, plan = inherit.inherit(model, dst, layers, neurons, inherit.calibration_batches(data, 4, 8, 16, 0))
+    small, plan = inherit.inherit(model, dst, layers, neurons, inherit.calibration_batches(data, 4, 8, 16, 0),
+                                  mask_steps=40)
     assert len(plan.layers) == 2 and small.get_num_params() < model.get_num_params() / 3
     torch.manual_seed(0)
     held_out = inherit.calibration_batches(data, 4, 8, 16, 1000)
     assert inherit.calibration_loss(small, held_out) < inherit.calibration_loss(GPT(dst), held_out) - 0.2
+
+
+def test_mask_hooks_with_binary_gates_remove_the_gated_structures():
+    """A gate of 0 on an FFN neuron, a query head or a kv group computes exactly what the model computes with
+    that neuron's / those heads' columns of down / out_proj zeroed (which test_gqa_head_and_ffn_slicing_is_exact
+    shows equal to slicing them away); residual-channel gates of 1 change nothing."""
+    torch.manual_seed(0)
+    cfg = GPTConfig(block_size=16, vocab_size=16, n_layer=2, n_head=8, n_kv_head=4, n_embd=64, mlp_hidden=48,
+                    mlp_type="gated", activation="silu", pos_embedding="rope", bias=False, norm="rmsnorm")
+    model, zeroed = GPT(cfg).eval(), GPT(cfg).eval()
+    zeroed.load_state_dict(model.state_dict())
+    gates = {(inherit.CH, None): torch.ones(64)}
+    with torch.no_grad():
+        for l, (dead_ffn, dead_q, dead_kv) in enumerate([([1, 5, 40], [0, 7], [2]), ([0, 47], [3], [0, 1])]):
+            gates[(inherit.FFN, l)] = torch.ones(48).index_fill(0, torch.tensor(dead_ffn), 0.0)
+            gates[("q", l)] = torch.ones(8).index_fill(0, torch.tensor(dead_q), 0.0)
+            gates[("kv", l)] = torch.ones(4).index_fill(0, torch.tensor(dead_kv), 0.0)
+            dead_heads = torch.tensor(sorted(set(dead_q) | {2 * g + i for g in dead_kv for i in range(2)}))
+            zeroed.branches[0].mlp[l].inner.down.weight[:, dead_ffn] = 0
+            zeroed.branches[0].attn[l].inner.out_proj.weight[:, inherit.head_rows(dead_heads, 8)] = 0
+    x = torch.randint(0, 16, (2, 16))
+    plain = logits(model, x)
+    handles = inherit.mask_hooks(model, gates)
+    try:
+        masked = logits(model, x)
+    finally:
+        for h in handles:
+            h.remove()
+    torch.testing.assert_close(masked, logits(zeroed, x))
+    assert not torch.allclose(plain, masked) and torch.equal(logits(model, x), plain)   # hooks removed
+
+
+def test_learned_masks_drop_neurons_that_do_nothing(big):
+    """Half of the FFN neurons of every layer write nothing (their down columns are zero): the learned masks
+    keep the other half."""
+    out_dir, data, _ = big
+    model, _ = load_model(out_dir)
+    hidden = inherit.mlp_hidden(model.config)
+    dead = torch.arange(hidden) % 2 == 1
+    with torch.no_grad():
+        for sub in model.branches[0].mlp:
+            sub.inner.down.weight[:, dead] = 0
+    dst = inherit.target_config(model.config, hidden=hidden // 2)
+    torch.manual_seed(0)
+    scores = inherit.learned_mask_scores(model, dst, inherit.calibration_batches(data, 4, 8, 16, 0), steps=60)
+    assert all(p.requires_grad for p in model.parameters())     # the source is left as it was
+    for layer_scores in scores[inherit.FFN]:
+        kept = inherit.top_k(layer_scores, hidden // 2)
+        assert (~dead[kept]).float().mean() > 0.8   # chance: 0.5
+    assert (scores[inherit.CH] == 0).all() and all((q == 0).all() for q in scores["q"])   # nothing else shrinks
+
+
+def test_mha_to_gqa_mean_pools_kv_heads_within_each_group():
+    torch.manual_seed(0)
+    cfg = GPTConfig(block_size=16, vocab_size=16, n_layer=2, n_head=4, n_embd=32, pos_embedding="rope")
+    src = GPT(cfg).eval()
+    dst = inherit.target_config(cfg, n_kv_head=2)           # MHA -> GQA, groups of 2 (Appendix A)
+    small, plan = inherit.inherit(src, dst, "loss", "taylor")   # nothing pruned: no data needed
+    assert plan.kv_pool == 2 and small.config.n_kv_head == 2
+    for l in range(2):
+        w_src = src.branches[0].attn[l].inner.qkv_proj
+        w_dst = small.branches[0].attn[l].inner.qkv_proj
+        for part in (1, 2):   # k rows, then v rows: 4 heads of 8 -> 2 heads of 8, each the mean of two neighbours
+            heads = w_src.weight[32 * part:32 * (part + 1)].view(4, 8, 32)
+            torch.testing.assert_close(w_dst.weight[32 + 16 * (part - 1):32 + 16 * part].view(2, 8, 32),
+                                       heads.view(2, 2, 8, 32).mean(1))
+            torch.testing.assert_close(w_dst.bias[32 + 16 * (part - 1):32 + 16 * part].view(2, 8),
+                                       w_src.bias[32 * part:32 * (part + 1)].view(2, 2, 8).mean(1))
+        torch.testing.assert_close(w_dst.weight[:32], w_src.weight[:32])   # queries untouched
+    # a source whose neighbouring kv heads are already equal is a GQA model: pooling reproduces it exactly
+    with torch.no_grad():
+        for sub in src.branches[0].attn:
+            w = sub.inner.qkv_proj.weight
+            for part in (1, 2):
+                rows = w[32 * part:32 * (part + 1)].view(2, 2, 8, 32)
+                rows[:, 1] = rows[:, 0]
+            sub.inner.qkv_proj.bias[32:].view(4, 2, 8)[:, 1] = sub.inner.qkv_proj.bias[32:].view(4, 2, 8)[:, 0]
+    small, _ = inherit.inherit(src, dst, "loss", "taylor")
+    x = torch.randint(0, 16, (2, 16))
+    torch.testing.assert_close(logits(small, x), logits(src, x))
+
+
+def test_mha_to_gqa_with_width_pruning(big):
+    out_dir, data, _ = big
+    model, _ = load_model(out_dir)                           # 4 heads, MHA
+    dst = inherit.target_config(model.config, n_layer=2, n_embd=16, n_kv_head=1)   # 2 heads sharing one kv head
+    small, plan = inherit.inherit(model, dst, "first_last", "taylor", inherit.calibration_batches(data, 4, 8, 16, 0))
+    assert plan.kv_pool == 2 and [len(h) for h in plan.kv_heads] == [2, 2] and small.config.n_kv_head == 1
+    held_out = inherit.calibration_batches(data, 4, 8, 16, 1000)
+    torch.manual_seed(0)
+    assert inherit.calibration_loss(small, held_out) < inherit.calibration_loss(GPT(dst), held_out) - 0.2
+
+
+def gpt2_meta(vocab_size=50257):
+    return {"tokenizer": "gpt2", "vocab_size": vocab_size}
+
+
+def compact_meta(ids):
+    """prepare.py's meta.json of a compact vocabulary: GPT-2 ids of all tokens but the last, <|endoftext|>."""
+    return {"dataset": "toy_compact", "tokenizer": "compact", "vocab_size": len(ids) + 1, "gpt2_ids": list(ids)}
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(tie_embeddings=False), dict(embd_factor_dim=8)])
+def test_compact_vocabulary_rows_follow_the_gpt2_ids(kw):
+    """The inherited compact model computes the source's logits on the mapped tokens, restricted to the
+    compact vocabulary's columns (paper 003: a 48k model inherits from a 100k one)."""
+    torch.manual_seed(0)
+    cfg = GPTConfig(block_size=8, vocab_size=50304, n_layer=2, n_head=2, n_embd=16, **kw)   # padded GPT-2 size
+    src = GPT(cfg).eval()
+    ids = [0, 1, 2, 100, 256, 50255, 13, 7000]
+    rows = inherit.vocab_rows(gpt2_meta(), compact_meta(ids))
+    assert rows.tolist() == ids + [50256]
+    dst = inherit.target_config(cfg, vocab_size=len(rows))
+    small, plan = inherit.inherit(src, dst, "loss", "taylor", vocab=rows)
+    assert small.config.vocab_size == 9 and torch.equal(plan.vocab, rows)
+    x = torch.randint(0, 9, (2, 8))
+    torch.testing.assert_close(logits(small, x), logits(src, rows[x])[..., rows])
+    # a smaller compact vocabulary inherits from a larger one through the GPT-2 ids
+    sub = inherit.vocab_rows(compact_meta(ids), compact_meta([13, 0, 7000]))
+    assert sub.tolist() == [6, 0, 7, 8]
+    with pytest.raises(ValueError, match="not in the source's vocabulary"):
+        inherit.vocab_rows(compact_meta(ids), compact_meta([13, 99]))
+    with pytest.raises(ValueError, match="only GPT-2-based"):
+        inherit.vocab_rows({"tokenizer": "char", "vocab_size": 65}, compact_meta(ids))
+    with pytest.raises(ValueError, match="vocab_size"):
+        inherit.inherit(src, cfg, vocab=rows)
+
+
+def test_inherit_cli_into_a_compact_vocabulary(tmp_path, capsys):
+    """--target_data_dir: the output has the compact vocabulary and records the target dataset."""
+    from checkpoint import atomic_save
+    torch.manual_seed(0)
+    cfg = GPTConfig(block_size=8, vocab_size=50257, n_layer=3, n_head=2, n_embd=16)
+    src_data, dst_data = tmp_path / "gpt2data", tmp_path / "compact"
+    for folder, meta in ((src_data, gpt2_meta()), (dst_data, compact_meta([5, 6, 7, 300]))):
+        os.makedirs(folder)
+        (folder / "meta.json").write_text(json.dumps(meta))
+    atomic_save({"model": GPT(cfg).state_dict(), "model_args": dataclasses.asdict(cfg), "iter_num": 10,
+                 "config": {}, "dataset": "gpt2data", "data_dir": str(src_data)}, str(tmp_path / "big" / "ckpt.pt"))
+    inherit.main([f"--from={tmp_path / 'big'}", f"--out_dir={tmp_path / 'small'}", "--n_layer=2",
+                  f"--target_data_dir={dst_data}", "--layers=first_last"])
+    assert "vocabulary: 50257 -> 5 tokens" in capsys.readouterr().out
+    model, ckpt = load_model(str(tmp_path / "small"))
+    assert model.config.vocab_size == 5 and ckpt["data_dir"] == str(dst_data) and ckpt["dataset"] == "toy_compact"
+    assert ckpt["inherit"]["vocab"] == [5, 6, 7, 300, 50256] and ckpt["inherit"]["layers"] == [0, 2]
+    # train.py takes vocab_size 5 from the compact dataset and copies every inherited tensor
+    ids = np.random.default_rng(0).integers(0, 5, 2000).astype(np.uint16)
+    ids.tofile(dst_data / "train.bin")
+    ids[:500].tofile(dst_data / "val.bin")
+    run_cfg = {k: v for k, v in tiny_config(dst_data, tmp_path / "run").items()
+               if k not in ("n_layer", "n_head", "n_embd")}   # the shape comes from the inherited checkpoint
+    run_train(dict(run_cfg, block_size=8, init_from=str(tmp_path / "small" / "ckpt.pt"), max_iters=2, eval_interval=2))
+    n_tensors = len(ckpt["model"])
+    assert f"initialized {n_tensors}/{n_tensors} tensors" in capsys.readouterr().out
 
 
 def test_inherit_cli_then_train_continues_from_it(big, tmp_path, capsys):
@@ -189,7 +361,6 @@ def test_unsupported_sources_are_refused(kw, words):
     (dict(n_embd=20), "whole number of heads"),
     (dict(n_embd=16, n_head=4), "head size"),
     (dict(n_layer=5), "n_layer"),
-    (dict(n_kv_head=1), "cannot be merged"),
     (dict(hidden=999), "FFN hidden"),
 ])
 def test_bad_target_shapes_are_one_line_errors(kw, words):
@@ -199,10 +370,20 @@ def test_bad_target_shapes_are_one_line_errors(kw, words):
     assert "\n" not in str(e.value)
 
 
+def test_kv_groups_merge_only_whole():
+    src = GPTConfig(block_size=8, vocab_size=16, n_layer=2, n_head=6, n_kv_head=3, n_embd=48)   # groups of 2
+    assert inherit.target_config(src, n_kv_head=1).n_kv_head == 1            # 3 groups -> 1 (groups of 6)
+    with pytest.raises(ValueError, match="merged whole") as e:
+        inherit.target_config(src, n_kv_head=2)                              # groups of 3: not whole groups
+    assert "\n" not in str(e.value) and "fix:" in str(e.value)
+
+
 def test_inherit_cli_errors(big, tmp_path):
     out_dir, _, _ = big
     with pytest.raises(SystemExit, match="--from"):
         inherit.main([f"--out_dir={tmp_path}"])
+    with pytest.raises(SystemExit, match="mask_steps"):
+        inherit.main([f"--from={out_dir}", f"--out_dir={tmp_path / 's'}", "--neurons=learned", "--mask_steps=0"])
     with pytest.raises(SystemExit, match="unknown layer selection"):
         inherit.main([f"--from={out_dir}", f"--out_dir={tmp_path / 's'}", "--n_layer=2", "--layers=middle"])
 
