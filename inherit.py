@@ -69,7 +69,7 @@ the selected layers".
 
 Supported sources: single-branch GPT / LLaMA-style models (MHA or GQA, standard or gated FFN, any norm and
 position embedding, tied, untied or factorized embeddings, enhanced residual, Deep Thinking). Layer sharing,
-ShishuLM MLP-only layers, pgpt branches and lgpt/cgpt width shrinking raise a clear error.
+ShishuLM MLP-only layers, post-norm blocks, pgpt branches and lgpt/cgpt width shrinking raise a clear error.
 
 Output: out_dir/ckpt.pt in train.py's format (model, model_args, config, iter_num=0, dataset, data_dir) with
 weights only (optimizer=None) and an 'inherit' entry recording what was kept.
@@ -168,6 +168,8 @@ def check_supported(cfg):
         problems.append(f"layer sharing (share_group_size={cfg.share_group_size})")
     if cfg.attn_layers_per_branch() != cfg.n_layer:
         problems.append(f"MLP-only layers (n_attn_layers={cfg.n_attn_layers})")
+    if cfg.norm_placement != "pre":   # the learned masks gate where each pre-norm reads the residual stream
+        problems.append("post-norm blocks (norm_placement='post')")
     if problems:
         raise ValueError(f"inherit supports single-branch GPT/LLaMA-style sources only; this one uses "
                          f"{', '.join(problems)} (fix: inherit from a plain gpt/llama-style checkpoint)")
