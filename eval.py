@@ -3,6 +3,8 @@ Honest perplexity: evaluate a checkpoint on the WHOLE of each split, every token
 
     python eval.py --out_dir=out-shakespeare-char                 # val (and test if present)
     python eval.py --out_dir=out-wt103 --splits=val,test --stride=512 --batch_size=4
+    python eval.py --init_from=gpt2 --data_dir=data/wikitext103   # a Hugging Face model (see huggingface/)
+    python eval.py --init_from=gpt2 --mc_file=hellaswag.jsonl     # zero-shot multiple choice: acc, acc_norm
 
 Reported per split:
   loss            mean negative log-likelihood per scored token (nats)
@@ -22,6 +24,16 @@ Which tokens are scored. A split of N tokens has N - 1 targets (the first token 
                          scores what is left), so every token after the first window sees at least
                          block_size - S tokens of context. S=1 is the exact (slow) per-token limit.
 No padding token is ever fed or scored. Windows of the same length are batched; no_grad; autocast on GPU.
+
+Multiple choice (--mc_file=task.jsonl, one {"context": str, "choices": [str, ...], "label": int} per line):
+the log-likelihood of each choice given the context, computed like lm-evaluation-harness does it:
+continuation = " " + choice (trailing spaces of the context move into it), tokens = encode(context +
+continuation) with the context's own tokens cut off the front, left-truncated to block_size + 1 tokens.
+  acc       argmax of the summed log-likelihood is the label
+  acc_norm  argmax of log-likelihood / len(choice) is the label (lm-evaluation-harness divides by the
+            choice's length in characters, which is its byte length for ASCII text)
+Choices are batched (longest first, padded on the right: a causal model's logits never see later
+positions, so the padding changes nothing that is read).
 """
 
 import math
@@ -34,16 +46,19 @@ import torch
 import torch.nn.functional as F
 
 from sample import (apply_keep_heaviest_branch, autocast_context, load_checkpoint_model,
-                    load_dataset_tokenizer, parse_args, pick_device, pick_dtype, resolve_data_dir)
+                    load_dataset_tokenizer, load_hf_model, load_hf_tokenizer, parse_args, pick_device,
+                    pick_dtype, resolve_data_dir)
 
 DEFAULTS = dict(
     out_dir="",             # directory with ckpt.pt / last.pt, or a checkpoint file; "" = the out*/ folder
                             # with the newest checkpoint (the run train.py just finished)
-    data_dir="",            # "" = the dataset recorded in the checkpoint
+    init_from="",           # a Hugging Face GPT-2 / Llama / MobileLLM directory or hub name instead of out_dir
+    data_dir="",            # "" = the dataset recorded in the checkpoint (init_from: required for perplexity)
+    mc_file="",             # JSONL multiple-choice task: report acc / acc_norm instead of perplexity
     splits="",              # comma list, e.g. "val,test"; "" = val, and test if the dataset has one
     block_size=0,           # context window; 0 = the model's block_size (smaller values are allowed)
     stride=0,               # 0 = non-overlapping windows; S < block_size = sliding window scoring S tokens
-    batch_size=8,           # windows per forward pass
+    batch_size=8,           # windows (or multiple-choice continuations) per forward pass
     device="auto",
     dtype="auto",
     keep_heaviest_branch=False,  # pgpt: evaluate with only the heaviest branch (paper 004's inference)
@@ -135,10 +150,15 @@ def metrics(nll_sum, n_tokens, n_words=None, n_bytes=None):
     loss = nll_sum / n_tokens
     return dict(
         loss=loss,
-        token_ppl=math.exp(loss),
-        word_ppl=math.exp(nll_sum / n_words) if n_words else None,
+        token_ppl=exp_or_inf(loss),
+        word_ppl=exp_or_inf(nll_sum / n_words) if n_words else None,
         bpb=nll_sum / math.log(2) / n_bytes if n_bytes else None,
     )
+
+
+def exp_or_inf(x):
+    """exp(x), or inf where a float overflows (an untrained model on a text with few words)."""
+    return math.exp(x) if x < 709 else float("inf")
 
 
 def split_counts(meta, split, data, tok):
@@ -154,6 +174,125 @@ def split_counts(meta, split, data, tok):
         ids = ids[ids != eot]  # separators between articles are not text
     text = tok.decode(ids.tolist())
     return len(text.split()), len(text.encode("utf-8")), "counted from the decoded split"
+
+
+# --- zero-shot multiple choice -----------------------------------------------------------------
+
+def read_mc_file(path):
+    """The questions of a JSONL task file: [{"context": str, "choices": [str, ...], "label": int}]."""
+    import json
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = [(n, line) for n, line in enumerate(f, 1) if line.strip()]
+    except OSError as e:
+        raise SystemExit(f"error: cannot read --mc_file '{path}': {e.strerror} (fix: pass a JSONL task file)")
+    docs = []
+    for n, line in lines:
+        try:
+            doc = json.loads(line)
+            ok = (isinstance(doc.get("context"), str) and isinstance(doc.get("choices"), list)
+                  and len(doc["choices"]) >= 2 and all(isinstance(c, str) and c for c in doc["choices"])
+                  and isinstance(doc.get("label"), int) and 0 <= doc["label"] < len(doc["choices"]))
+        except (ValueError, AttributeError):
+            ok = False
+        if not ok:
+            raise SystemExit(f"error: {path} line {n} is not a JSON object with context (text), choices (two or "
+                             f"more non-empty texts) and label (index of the right choice) (fix: rewrite that line)")
+        docs.append(doc)
+    if not docs:
+        raise SystemExit(f"error: {path} has no questions (fix: one JSON object per line)")
+    return docs
+
+
+def mc_request(tok, context, choice, block_size):
+    """(tokens, n): the tokens to feed plus the one to predict last, and how many of the last are the
+    continuation. lm-evaluation-harness's rules: the continuation is " " + choice, trailing whitespace of
+    the context moves into it, its tokens are those of context + continuation after the context's own;
+    an empty context becomes the eot token; the whole is left-truncated to block_size + 1 tokens."""
+    continuation = " " + choice
+    stripped = context.rstrip()
+    continuation = context[len(stripped):] + continuation
+    eot = getattr(tok, "eot_token", None)
+    if not stripped and eot is None:
+        raise SystemExit("error: a question has an empty context and the tokenizer has no eot token to "
+                         "start from (fix: give every question a context)")
+    try:
+        ctx_ids = tok.encode(stripped) if stripped else [eot]
+        cont_ids = tok.encode(stripped + continuation)[len(ctx_ids):] if stripped else tok.encode(continuation)
+    except (ValueError, KeyError) as e:
+        raise SystemExit(f"error: cannot encode the question {context[:40]!r}: {e} "
+                         f"(fix: a tokenizer that covers the task's text, e.g. the model's own)")
+    if not 1 <= len(cont_ids) <= block_size:
+        raise SystemExit(f"error: choice {choice[:40]!r} is {len(cont_ids)} tokens; it must be 1..{block_size} "
+                         f"(fix: shorter choices, or a model with a longer block_size)")
+    return (ctx_ids + cont_ids)[-(block_size + 1):], len(cont_ids)
+
+
+@torch.no_grad()
+def continuation_loglikelihoods(model, requests, batch_size=8, device="cpu", dtype=torch.float32):
+    """sum of log p(token | everything before it) over the last n tokens of each (tokens, n) request."""
+    was_training = model.training
+    model.eval()
+    order = sorted(range(len(requests)), key=lambda i: -len(requests[i][0]))
+    out = [0.0] * len(requests)
+    for first in range(0, len(order), batch_size):
+        rows = order[first:first + batch_size]
+        x = torch.zeros(len(rows), len(requests[rows[0]][0]) - 1, dtype=torch.long)
+        for r, i in enumerate(rows):
+            tokens = requests[i][0]
+            x[r, :len(tokens) - 1] = torch.tensor(tokens[:-1])
+        with autocast_context(str(device), dtype):
+            logits, _ = model(x.to(device), all_logits=True)
+        logprobs = F.log_softmax(logits.float(), dim=-1)
+        for r, i in enumerate(rows):
+            tokens, n = requests[i]
+            end = len(tokens) - 1                       # positions end-n .. end-1 predict the last n tokens
+            targets = torch.tensor(tokens[-n:], device=logprobs.device)
+            out[i] = float(logprobs[r, end - n:end].gather(-1, targets[:, None]).sum())
+    model.train(was_training)
+    return out
+
+
+def score_multiple_choice(model, tok, docs, block_size, batch_size=8, device="cpu", dtype=torch.float32):
+    """acc, acc_norm (and their standard errors), the per-choice log-likelihoods and the time taken."""
+    t0 = time.perf_counter()
+    keys = [(d, c) for d, doc in enumerate(docs) for c in range(len(doc["choices"]))]
+    requests = [mc_request(tok, docs[d]["context"], docs[d]["choices"][c], block_size) for d, c in keys]
+    flat = continuation_loglikelihoods(model, requests, batch_size, device, dtype)
+    lls = [[] for _ in docs]
+    for (d, _), ll in zip(keys, flat):
+        lls[d].append(ll)
+    labels = np.array([doc["label"] for doc in docs])
+    pred = np.array([int(np.argmax(ll)) for ll in lls])
+    pred_norm = np.array([int(np.argmax(np.array(ll) / [len(c) for c in doc["choices"]]))
+                          for ll, doc in zip(lls, docs)])
+    acc, acc_norm = float(np.mean(pred == labels)), float(np.mean(pred_norm == labels))
+    n = len(docs)
+    return dict(acc=acc, acc_norm=acc_norm, acc_stderr=mean_stderr(acc, n), acc_norm_stderr=mean_stderr(acc_norm, n),
+                n=n, n_choices=len(requests), lls=lls, seconds=time.perf_counter() - t0)
+
+
+def mean_stderr(p, n):
+    """Standard error of a mean of n 0/1 outcomes with mean p (sample standard deviation, as lm-eval reports)."""
+    return math.sqrt(p * (1 - p) / (n - 1)) if n > 1 else float("nan")
+
+
+def run_multiple_choice(cfg, model, ckpt, info, block_size, device, dtype):
+    docs = read_mc_file(cfg["mc_file"])
+    if info is not None and not cfg["data_dir"]:
+        tok = load_hf_tokenizer(info)
+    else:
+        tok = load_dataset_tokenizer(resolve_data_dir(ckpt, cfg["data_dir"]))
+    note = apply_keep_heaviest_branch(model, cfg["keep_heaviest_branch"])
+    r = score_multiple_choice(model, tok, docs, block_size, cfg["batch_size"], device, dtype)
+    print(f"model: {ckpt['path']} ({model.get_num_params() / 1e6:.2f}M params)" + (f"; {note}" if note else ""))
+    print(f"task: {cfg['mc_file']}, {r['n']:,} questions, {r['n_choices']:,} choices scored in {r['seconds']:.1f}s "
+          f"on {device}; context left-truncated to {block_size} tokens")
+    print()
+    print("| task | questions | acc | acc_norm |")
+    print("|---|---:|---:|---:|")
+    print(f"| {os.path.basename(cfg['mc_file'])} | {r['n']:,} | {r['acc']:.4f} ± {r['acc_stderr']:.4f} | "
+          f"{r['acc_norm']:.4f} ± {r['acc_norm_stderr']:.4f} |")
 
 
 # --- command line -------------------------------------------------------------------------------
@@ -186,7 +325,11 @@ def main(argv):
     cfg = parse_args(DEFAULTS, argv, BOOL_FLAGS)
     device = pick_device(cfg["device"])
     dtype = pick_dtype(cfg["dtype"], device)
-    model, ckpt = load_checkpoint_model(cfg["out_dir"], device)
+    if cfg["init_from"]:
+        model, ckpt, info = load_hf_model(cfg["init_from"], device)
+    else:
+        model, ckpt = load_checkpoint_model(cfg["out_dir"], device)
+        info = None
     block_size = cfg["block_size"] or model.config.block_size
     if not 1 <= block_size <= model.config.block_size:
         raise SystemExit(f"error: --block_size={block_size} must be in [1, {model.config.block_size}] "
@@ -194,8 +337,16 @@ def main(argv):
     if cfg["stride"] < 0 or cfg["stride"] > block_size or cfg["batch_size"] < 1:
         raise SystemExit(f"error: --stride must be in [0, {block_size}] and --batch_size >= 1 "
                          f"(fix: --stride=0 for non-overlapping windows)")
+    if cfg["mc_file"]:
+        return run_multiple_choice(cfg, model, ckpt, info, block_size, device, dtype)
+    if info is not None and not cfg["data_dir"]:
+        raise SystemExit("error: perplexity of a Hugging Face model needs token files: --data_dir=<dataset "
+                         "tokenized with the model's tokenizer> (fix: e.g. --data_dir=data/wikitext103 for GPT-2)")
     data_dir = resolve_data_dir(ckpt, cfg["data_dir"])
     meta = load_meta(data_dir)
+    if meta.get("vocab_size", 0) > model.config.vocab_size:
+        raise SystemExit(f"error: {data_dir} has a vocabulary of {meta['vocab_size']} tokens, more than the model's "
+                         f"{model.config.vocab_size} (fix: a dataset tokenized with the model's tokenizer)")
     splits = choose_splits(cfg["splits"], data_dir)
     if not splits:
         raise SystemExit(f"error: no val.bin or test.bin in {data_dir} (fix: run prepare.py, or pass --splits)")

@@ -711,6 +711,13 @@ class GPT(nn.Module):
         plan = self._init_plan()
         self.apply(lambda module: self._init_weights(module, plan))
 
+    @classmethod
+    def from_pretrained(cls, name_or_dir, device="cpu", verbose=True):
+        """A Hugging Face GPT2LMHeadModel / LlamaForCausalLM / MobileLLM checkpoint (a local directory or a hub
+        name) as our GPT; refuses what it cannot represent exactly. The mapping is in huggingface/convert.py."""
+        from huggingface.convert import from_pretrained
+        return from_pretrained(name_or_dir, device, verbose)
+
     # --- initialisation (paper 003 3.1, Table 4, Appendix B) ---
     def _init_weights(self, module, plan):
         """Every Linear, Conv1d and Embedding weight ~ N(0, std), biases 0. The std is init_std, except for

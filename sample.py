@@ -7,6 +7,7 @@ Sample text from a trained checkpoint.
     python sample.py --start=FILE:prompt.txt --temperature=0.7 --top_k=50 --seed=42
     python sample.py --no_kv_cache              # plain path: re-run the whole window every token
     python sample.py --keep_heaviest_branch     # pgpt: run only the branch with the largest weight
+    python sample.py --init_from=gpt2           # a Hugging Face model (directory or hub name), see huggingface/
 
 Loads out_dir/ckpt.pt (the best validation loss; falls back to last.pt) or the .pt file given as
 --out_dir, encodes --start with the tokenizer of the dataset the model was trained on, and prints
@@ -29,7 +30,9 @@ from configurator import ConfigError, load_config
 DEFAULTS = dict(
     out_dir="",             # directory with ckpt.pt / last.pt, or a checkpoint file; "" = the out*/ folder
                             # with the newest checkpoint (the run train.py just finished)
+    init_from="",           # a Hugging Face GPT-2 / Llama / MobileLLM directory or hub name instead of out_dir
     data_dir="",            # dataset folder with meta.json; "" = the one recorded in the checkpoint
+                            # (with init_from: "" = the model's own tokenizer)
     start="\n",             # prompt text, or FILE:path to read it from a file
     num_samples=10,
     max_new_tokens=500,
@@ -113,6 +116,26 @@ def load_checkpoint_model(out_dir, device):
     try:
         return load_model(out_dir, device)
     except CheckpointError as e:
+        raise SystemExit(f"error: {e}")
+
+
+def load_hf_model(init_from, device):
+    """(model, checkpoint-like dict, info) of a Hugging Face model, via huggingface/convert.py."""
+    from huggingface.convert import ConversionError, load_pretrained
+    try:
+        model, info = load_pretrained(init_from, device)
+    except ConversionError as e:
+        raise SystemExit(f"error: {e}")
+    return model, {"path": info["source"], "iter_num": "pretrained"}, info
+
+
+def load_hf_tokenizer(info):
+    """GPT-2 BPE for GPT-2 models, else the model's own tokenizer through transformers (one-line errors)."""
+    from huggingface.convert import ConversionError
+    from huggingface.tokenizer import tokenizer_for
+    try:
+        return tokenizer_for(info)
+    except ConversionError as e:
         raise SystemExit(f"error: {e}")
 
 
@@ -204,11 +227,19 @@ def main(argv):
     dtype = pick_dtype(cfg["dtype"], device)
     start_text = read_start(cfg["start"])  # before loading: a bad prompt file fails fast
 
-    model, ckpt = load_checkpoint_model(cfg["out_dir"], device)
-    data_dir = resolve_data_dir(ckpt, cfg["data_dir"])
-    tok = load_dataset_tokenizer(data_dir)
-    dataset = ckpt.get("dataset") or os.path.basename(os.path.normpath(data_dir))
+    if cfg["init_from"]:
+        model, ckpt, info = load_hf_model(cfg["init_from"], device)
+        tok = load_dataset_tokenizer(cfg["data_dir"]) if cfg["data_dir"] else load_hf_tokenizer(info)
+        dataset = cfg["data_dir"] or f"{info['source']}'s tokenizer"
+    else:
+        model, ckpt = load_checkpoint_model(cfg["out_dir"], device)
+        data_dir = resolve_data_dir(ckpt, cfg["data_dir"])
+        tok = load_dataset_tokenizer(data_dir)
+        dataset = ckpt.get("dataset") or os.path.basename(os.path.normpath(data_dir))
     start_ids = encode_start(tok, start_text, dataset)
+    if max(start_ids) >= model.config.vocab_size:
+        raise SystemExit(f"error: the prompt encodes to token id {max(start_ids)}, beyond the model's vocabulary "
+                         f"of {model.config.vocab_size} (fix: use the tokenizer the model was trained with)")
 
     note = apply_keep_heaviest_branch(model, cfg["keep_heaviest_branch"])
     if cfg["compile"]:

@@ -49,7 +49,8 @@ TRAIN_DEFAULTS = dict(
     eval_iters=200,
     eval_only=False,              # evaluate once and exit
     always_save_checkpoint=False,  # write ckpt.pt at every eval, not only when val loss improves
-    init_from="scratch",          # 'scratch' | 'resume' (out_dir/last.pt) | path to a checkpoint (weights only)
+    init_from="scratch",          # 'scratch' | 'resume' (out_dir/last.pt) | path to a checkpoint or a Hugging Face
+                                  # model directory (weights only)
     # data
     dataset="shakespeare_char",
     data_dir="",                  # '' = data/<dataset>
@@ -390,6 +391,13 @@ def model_args_for(config, explicit, meta_vocab, device, say):
             raise TrainError(f"resume: {key}={wanted[key]!r} differs from the checkpoint's {key}={args.get(key)!r} "
                              f"(fix: drop that override, or use --init_from={ckpt['path']} to start a new run from its weights)")
         args["dropout"] = wanted["dropout"]
+    elif os.path.isfile(os.path.join(init_from, "config.json")):   # a Hugging Face model directory
+        from huggingface.convert import ConversionError, checkpoint_dict
+        try:
+            ckpt = checkpoint_dict(init_from, say=say)
+        except ConversionError as e:
+            raise TrainError(str(e)) from None
+        args = resolve_model_args(config, explicit, base=ckpt["model_args"])
     else:
         ckpt = load_checkpoint(init_from, device)
         args = resolve_model_args(config, explicit, base=ckpt["model_args"])

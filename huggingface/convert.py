@@ -1,0 +1,527 @@
+"""
+Hugging Face checkpoints in and out of our GPT, with logits equal to `transformers` (tests/test_huggingface.py).
+
+Import (GPT.from_pretrained, and --init_from=<dir or name> in sample.py / eval.py / train.py):
+    a local directory with config.json + model.safetensors | pytorch_model.bin (sharded or not), or a hub
+    name such as "gpt2" (downloaded with huggingface_hub when it is installed and you are online), of
+      GPT2LMHeadModel        LayerNorm, learned positions, fused c_attn (Conv1D: weights stored transposed),
+                             MLP c_fc -> act -> c_proj, head tied to wte unless tie_word_embeddings=false
+      LlamaForCausalLM       RMSNorm, rotate-half RoPE, GQA, SwiGLU (gate/up/down), optional biases
+      MobileLLMForCausalLM   a Llama whose config.json adds share_embedding (tied head) and layer_sharing
+                             (each block applied twice in a row: our share_group_size=2 over 2x the layers)
+    Anything we cannot represent exactly is refused with a one-line reason (ConversionError).
+
+Export (python -m huggingface.convert export --ckpt out/ckpt.pt --out hf-out/):
+    our GPT -> a directory (config.json + model.safetensors, or pytorch_model.bin without safetensors) that
+    transformers loads with AutoModelForCausalLM.from_pretrained and no custom code:
+      learned positions + LayerNorm + plain MLP + multi-head attention  ->  GPT2LMHeadModel
+      RoPE + RMSNorm + gated MLP (SwiGLU), GQA allowed                  ->  LlamaForCausalLM
+    Layer sharing is written out as repeated weights (same function, bigger file). Our-only techniques
+    (pgpt, lgpt, cgpt, enhanced residual, Deep Thinking, ShishuLM MLP-only blocks, factorized embedding,
+    post-norm) have no transformers equivalent and are refused with the reason.
+
+Our mapping choices (not from any paper): RoPE conventions agree (our apply_rope rotates the (first half,
+second half) pairs of a head exactly like transformers' rotate_half), so q/k weights copy unpermuted;
+GPT-2's missing biases are written as zeros when our model has bias=False; Llama's attention_bias and
+mlp_bias become our single `bias` flag, with zeros for the side that has none.
+"""
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+
+import torch
+
+GPT2_ARCHS = ("GPT2LMHeadModel",)
+LLAMA_ARCHS = ("LlamaForCausalLM", "MobileLLMForCausalLM")
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json",
+                "pytorch_model.bin", "pytorch_model.bin.index.json")
+# transformers' activation names <-> ours (gelu_new and gelu_pytorch_tanh are both the tanh approximation)
+ACT_FROM_HF = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu",
+               "relu": "relu", "silu": "silu", "swish": "silu"}
+ACT_TO_HF = {"gelu_tanh": "gelu_new", "gelu": "gelu", "relu": "relu", "silu": "silu"}
+
+
+class ConversionError(ValueError):
+    """A checkpoint or model that cannot be converted; the message is one line with the reason and a fix."""
+
+
+def refuse(ok, msg):
+    if not ok:
+        raise ConversionError(msg)
+
+
+# ----------------------------------------------------------------------------------------------
+# reading a Hugging Face directory (or downloading one)
+# ----------------------------------------------------------------------------------------------
+
+def resolve_source(name_or_dir):
+    """A local directory holding config.json: the argument itself, or a hub snapshot downloaded into the
+    Hugging Face cache (needs huggingface_hub and a connection)."""
+    path = os.fspath(name_or_dir)
+    if os.path.isdir(path):
+        refuse(os.path.isfile(os.path.join(path, "config.json")),
+               f"'{path}' has no config.json, so it is not a Hugging Face model directory "
+               f"(fix: pass the directory that transformers' save_pretrained wrote)")
+        return path
+    refuse(not os.path.exists(path), f"'{path}' is a file, not a Hugging Face model directory "
+           f"(fix: pass the directory with config.json; for our own checkpoints use --out_dir)")
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError:
+        raise ConversionError(f"'{path}' is not a local directory, and downloading it by hub name needs the "
+                              f"huggingface_hub package (fix: pip install huggingface_hub, or pass a local "
+                              f"directory with config.json and the weights)") from None
+    patterns = ["*.json", "*.model", "*.txt", "*.tiktoken"]
+    try:
+        local = snapshot_download(path, allow_patterns=patterns + ["*.safetensors"])
+        if not any(os.path.isfile(os.path.join(local, f)) for f in WEIGHT_FILES):
+            local = snapshot_download(path, allow_patterns=patterns + ["*.bin"])
+    except Exception as e:  # offline, unknown repo, gated repo, ...: one line, not a stack trace
+        raise ConversionError(f"cannot download '{path}' from the Hugging Face hub: {_first_line(e)} "
+                              f"(fix: check the name and the connection, or pass a local directory)") from None
+    return local
+
+
+def read_config(directory):
+    path = os.path.join(directory, "config.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError) as e:
+        raise ConversionError(f"cannot read {path}: {_first_line(e)} (fix: re-download or re-save the model)") from None
+
+
+def read_weights(directory):
+    """All tensors of the checkpoint (one file or the shards listed in an *.index.json)."""
+    name = next((f for f in WEIGHT_FILES if os.path.isfile(os.path.join(directory, f))), None)
+    refuse(name is not None, f"no weights in '{directory}' (expected one of {', '.join(WEIGHT_FILES)}) "
+           f"(fix: save the model with save_pretrained, or download its weights too)")
+    files = [name]
+    if name.endswith(".index.json"):
+        with open(os.path.join(directory, name), encoding="utf-8") as f:
+            files = sorted(set(json.load(f)["weight_map"].values()))
+    tensors = {}
+    for file in files:
+        tensors.update(_read_weight_file(os.path.join(directory, file)))
+    return tensors
+
+
+def _read_weight_file(path):
+    try:
+        if path.endswith(".safetensors"):
+            try:
+                from safetensors.torch import load_file  # optional: only needed for .safetensors files
+            except ImportError:
+                raise ConversionError(f"'{path}' is a .safetensors file and the optional package safetensors "
+                                      f"is not installed (fix: pip install safetensors)") from None
+            return load_file(path)
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except ConversionError:
+        raise
+    except Exception as e:
+        raise ConversionError(f"cannot read weights '{path}': {_first_line(e)} (fix: re-download the file)") from None
+
+
+def _first_line(e):
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+# ----------------------------------------------------------------------------------------------
+# config.json -> GPTConfig
+# ----------------------------------------------------------------------------------------------
+
+def architecture(hf):
+    """'gpt2' or 'llama' for a transformers config dict; refuses anything else."""
+    archs = hf.get("architectures") or []
+    kind = hf.get("model_type")
+    if any(a in GPT2_ARCHS for a in archs) or (not archs and kind == "gpt2"):
+        return "gpt2"
+    if any(a in LLAMA_ARCHS for a in archs) or (not archs and kind in ("llama", "mobilellm")):
+        return "llama"
+    found = ", ".join(archs) or f"model_type {kind!r}"
+    raise ConversionError(f"unknown architecture {found} (supported: {', '.join(GPT2_ARCHS + LLAMA_ARCHS)})")
+
+
+def gpt_config_from_hf(hf):
+    """The GPTConfig whose model computes the same function as the transformers model of config dict `hf`."""
+    from model import GPTConfig
+    args = gpt2_args(hf) if architecture(hf) == "gpt2" else llama_args(hf)
+    try:
+        return GPTConfig(dropout=0.0, **args)
+    except ValueError as e:
+        raise ConversionError(f"the checkpoint's config does not fit our GPTConfig: {e}") from None
+
+
+def activation_from_hf(name):
+    refuse(name in ACT_FROM_HF, f"activation {name!r} is not implemented here (supported: {', '.join(ACT_FROM_HF)})")
+    return ACT_FROM_HF[name]
+
+
+def gpt2_args(hf):
+    """GPT2LMHeadModel (defaults are GPT2Config's)."""
+    refuse(hf.get("scale_attn_weights", True), "scale_attn_weights=false (attention without the 1/sqrt(head "
+           "size) scale) is not implemented here")
+    refuse(not hf.get("scale_attn_by_inverse_layer_idx", False), "scale_attn_by_inverse_layer_idx=true "
+           "(attention scaled by 1/layer) is not implemented here")
+    refuse(not hf.get("add_cross_attention", False), "cross-attention (add_cross_attention=true) is not "
+           "implemented here: ours is a decoder-only model")
+    width = hf.get("n_embd", 768)
+    return dict(
+        vocab_size=hf.get("vocab_size", 50257), block_size=hf.get("n_positions", hf.get("n_ctx", 1024)),
+        n_layer=hf.get("n_layer", 12), n_head=hf.get("n_head", 12), n_embd=width, bias=True,
+        norm="layernorm", norm_eps=hf.get("layer_norm_epsilon", 1e-5), pos_embedding="learned",
+        mlp_type="standard", activation=activation_from_hf(hf.get("activation_function", "gelu_new")),
+        mlp_hidden=hf.get("n_inner") or 4 * width, tie_embeddings=bool(hf.get("tie_word_embeddings", True)))
+
+
+def llama_args(hf):
+    """LlamaForCausalLM (defaults are LlamaConfig's) and MobileLLM's variant of it."""
+    width, heads = hf.get("hidden_size", 4096), hf.get("num_attention_heads", 32)
+    head_dim = hf.get("head_dim") or width // heads
+    refuse(head_dim * heads == width, f"head_dim={head_dim} x {heads} heads != hidden_size={width}: our "
+           f"attention's head size is always width / n_head")
+    mobilellm = hf.get("model_type") == "mobilellm"
+    tied = hf.get("tie_word_embeddings", False) or hf.get("share_embedding", mobilellm)
+    repeats = hf.get("layer_sharing_repeats", 2) if hf.get("layer_sharing", False) else 1
+    return dict(
+        vocab_size=hf.get("vocab_size", 32000), block_size=hf.get("max_position_embeddings", 2048),
+        n_layer=hf.get("num_hidden_layers", 32) * repeats, share_group_size=repeats,
+        n_head=heads, n_kv_head=hf.get("num_key_value_heads") or heads, n_embd=width,
+        bias=bool(hf.get("attention_bias", False) or hf.get("mlp_bias", False)),
+        norm="rmsnorm", norm_eps=hf.get("rms_norm_eps", 1e-6), pos_embedding="rope", rope_base=rope_base(hf),
+        mlp_type="gated", activation=activation_from_hf(hf.get("hidden_act", "silu")),
+        mlp_hidden=hf.get("intermediate_size", 11008), tie_embeddings=bool(tied))
+
+
+def rope_base(hf):
+    """rope_theta from config.json: transformers 5 writes rope_parameters, older versions rope_theta and
+    rope_scaling. Only plain RoPE is implemented here; any scaling is refused."""
+    params = hf.get("rope_parameters") or {}
+    scaling = hf.get("rope_scaling") or {}
+    for spec in (params, scaling):
+        kind = spec.get("rope_type") or spec.get("type") or "default"
+        refuse(kind == "default", f"rope scaling {kind!r} is not implemented here (fix: use a checkpoint with "
+               f"plain RoPE, i.e. rope_scaling null)")
+        refuse(spec.get("partial_rotary_factor", 1.0) == 1.0, "partial rotary embeddings are not implemented here")
+    return float(params.get("rope_theta", hf.get("rope_theta", 10000.0)))
+
+
+# ----------------------------------------------------------------------------------------------
+# transformers weights -> our state_dict
+# ----------------------------------------------------------------------------------------------
+
+class Tensors:
+    """The checkpoint's tensors; take() removes what the mapping used, so leftovers can be reported."""
+
+    def __init__(self, tensors):
+        self.tensors = dict(tensors)
+
+    def take(self, key):
+        refuse(key in self.tensors, f"the weights have no '{key}' (fix: use the complete checkpoint)")
+        return self.tensors.pop(key)
+
+    def take_or_zeros(self, key, size):
+        return self.tensors.pop(key) if key in self.tensors else torch.zeros(size)
+
+    def check_all_used(self):
+        left = sorted(self.tensors)
+        refuse(not left, f"the weights have {len(left)} tensors this mapping does not know, e.g. "
+               f"{', '.join(left[:3])}; converting would drop them")
+
+
+def gpt2_state_dict(tensors, config):
+    """Our state_dict from GPT2LMHeadModel tensors. Conv1D stores weights as (in, out): transpose."""
+    t = Tensors({k.removeprefix("transformer."): v for k, v in tensors.items()
+                 if not k.endswith((".attn.bias", ".attn.masked_bias"))})  # old files keep the causal mask
+    sd = {"tok_emb.wte.weight": t.take("wte.weight"), "pos_emb.weight": t.take("wpe.weight")}
+    for i in range(config.n_layer):
+        h, a, m = f"h.{i}.", f"branches.0.attn.{i}.", f"branches.0.mlp.{i}."
+        for ours, theirs in ((a + "norm", h + "ln_1"), (m + "norm", h + "ln_2")):
+            sd[ours + ".weight"], sd[ours + ".bias"] = t.take(theirs + ".weight"), t.take(theirs + ".bias")
+        for ours, theirs in ((a + "inner.qkv_proj", h + "attn.c_attn"), (a + "inner.out_proj", h + "attn.c_proj"),
+                             (m + "inner.up", h + "mlp.c_fc"), (m + "inner.down", h + "mlp.c_proj")):
+            sd[ours + ".weight"] = t.take(theirs + ".weight").t()
+            sd[ours + ".bias"] = t.take(theirs + ".bias")
+    sd["ln_f.weight"], sd["ln_f.bias"] = t.take("ln_f.weight"), t.take("ln_f.bias")
+    head = t.tensors.pop("lm_head.weight", None)   # tied: transformers ignores a stored copy, so do we
+    if not config.tie_embeddings:
+        refuse(head is not None, "config.json says tie_word_embeddings=false but the weights have no lm_head.weight")
+        sd["lm_head.weight"] = head
+    t.check_all_used()
+    return sd
+
+
+def llama_state_dict(tensors, config):
+    """Our state_dict from LlamaForCausalLM tensors: q, k, v rows concatenate into our fused qkv_proj."""
+    t = Tensors({k: v for k, v in tensors.items() if not k.endswith("rotary_emb.inv_freq")})
+    width, kv_width = config.n_embd, (config.n_kv_head or config.n_head) * (config.n_embd // config.n_head)
+    sd = {"tok_emb.wte.weight": t.take("model.embed_tokens.weight")}
+    for i in range(config.n_layer // config.share_group_size):   # one entry per unique (stored) block
+        h, a, m = f"model.layers.{i}.", f"branches.0.attn.{i}.", f"branches.0.mlp.{i}."
+        qkv = [h + f"self_attn.{p}_proj" for p in "qkv"]
+        sd[a + "norm.weight"] = t.take(h + "input_layernorm.weight")
+        sd[a + "inner.qkv_proj.weight"] = torch.cat([t.take(k + ".weight") for k in qkv])
+        sd[a + "inner.out_proj.weight"] = t.take(h + "self_attn.o_proj.weight")
+        sd[m + "norm.weight"] = t.take(h + "post_attention_layernorm.weight")
+        hidden = None
+        for ours, theirs in (("gate", "gate_proj"), ("up", "up_proj"), ("down", "down_proj")):
+            sd[m + f"inner.{ours}.weight"] = w = t.take(h + f"mlp.{theirs}.weight")
+            hidden = hidden or w.size(0)
+        if config.bias:   # attention_bias and mlp_bias are separate there: a missing side is zeros
+            sizes = (width, kv_width, kv_width)
+            sd[a + "inner.qkv_proj.bias"] = torch.cat([t.take_or_zeros(k + ".bias", n) for k, n in zip(qkv, sizes)])
+            sd[a + "inner.out_proj.bias"] = t.take_or_zeros(h + "self_attn.o_proj.bias", width)
+            for ours, theirs, n in (("gate", "gate_proj", hidden), ("up", "up_proj", hidden), ("down", "down_proj", width)):
+                sd[m + f"inner.{ours}.bias"] = t.take_or_zeros(h + f"mlp.{theirs}.bias", n)
+    sd["ln_f.weight"] = t.take("model.norm.weight")
+    head = t.tensors.pop("lm_head.weight", None)
+    if not config.tie_embeddings:
+        refuse(head is not None, "config.json says the embeddings are untied but the weights have no lm_head.weight")
+        sd["lm_head.weight"] = head
+    t.check_all_used()
+    return sd
+
+
+# ----------------------------------------------------------------------------------------------
+# import: the entry points
+# ----------------------------------------------------------------------------------------------
+
+def load_pretrained(name_or_dir, device="cpu", say=None):
+    """(our GPT in eval mode, info) for a Hugging Face directory or hub name. info: source, directory,
+    hf_config, architecture. `say` (default: print to stderr) gets one line on what was mapped."""
+    from model import GPT
+    say = say or (lambda msg: print(msg, file=sys.stderr))
+    directory = resolve_source(name_or_dir)
+    hf = read_config(directory)
+    config = gpt_config_from_hf(hf)
+    arch = architecture(hf)
+    tensors = read_weights(directory)
+    sd = (gpt2_state_dict if arch == "gpt2" else llama_state_dict)(tensors, config)
+    model = GPT(config)
+    try:
+        model.load_state_dict(sd)
+    except RuntimeError as e:
+        raise ConversionError(f"the weights of '{name_or_dir}' do not fit the mapped config: "
+                              f"{_first_line(e)}") from None
+    model.to(device).eval()
+    say(f"imported {(hf.get('architectures') or [arch])[0]} from {name_or_dir}: "
+        f"{model.get_num_params(False):,} parameters, {model.depth_summary()}; GPTConfig({describe(config)})")
+    return model, dict(source=os.fspath(name_or_dir), directory=directory, hf_config=hf, architecture=arch)
+
+
+def from_pretrained(name_or_dir, device="cpu", verbose=True):
+    """GPT.from_pretrained's implementation."""
+    model, _ = load_pretrained(name_or_dir, device, say=None if verbose else (lambda msg: None))
+    return model
+
+
+def checkpoint_dict(name_or_dir, say=None):
+    """A train.py-style checkpoint dict (model, model_args, path) of a Hugging Face model, for
+    train.py --init_from=<hf dir> (weights only, like init_from=<ckpt.pt>)."""
+    model, info = load_pretrained(name_or_dir, say=say)
+    return {"model": model.state_dict(), "model_args": dataclasses.asdict(model.config), "path": info["source"]}
+
+
+def is_hf_dir(path):
+    return os.path.isdir(path) and os.path.isfile(os.path.join(path, "config.json"))
+
+
+def describe(config):
+    """The GPTConfig fields that differ from the defaults, as k=v."""
+    from model import GPTConfig
+    defaults = GPTConfig()
+    return ", ".join(f"{f.name}={getattr(config, f.name)!r}" for f in dataclasses.fields(config)
+                     if getattr(config, f.name) != getattr(defaults, f.name))
+
+
+# ----------------------------------------------------------------------------------------------
+# export: our GPT -> a transformers directory
+# ----------------------------------------------------------------------------------------------
+
+# fields that never change the function of the exported model (or that export_plan checks itself)
+HANDLED_FIELDS = {
+    "block_size", "vocab_size", "n_layer", "n_head", "n_embd", "dropout", "bias", "norm", "norm_eps",
+    "pos_embedding", "rope_base", "n_kv_head", "mlp_type", "activation", "mlp_hidden", "mlp_ratio",
+    "tie_embeddings", "embd_factor_dim", "share_group_size", "share_from_layer", "share_sublayers",
+    "enhanced_residual", "residual_logit_init", "think_steps", "think_eta", "n_attn_layers", "n_branches",
+    "shrink_every", "shrink_layer", "shrink_kernel", "init_scheme", "init_std", "norm_placement",
+}
+
+
+def export_plan(config):
+    """'gpt2' or 'llama': the transformers architecture that computes exactly what `config` computes.
+    Raises ConversionError naming the technique that has no transformers equivalent."""
+    no_equivalent = [
+        (config.n_branches > 1, "pgpt (n_branches > 1): parallel decoder branches"),
+        (config.shrink_every > 0, "lgpt/cgpt (shrink_every > 0): width-halving layers between blocks"),
+        (config.enhanced_residual, "enhanced residual: the learned alpha * x + (1 - alpha) * F(x) mix"),
+        (config.think_steps > 0, "Deep Thinking (think_steps > 0): repeated passes with a KV memory"),
+        (config.attn_layers_per_branch() < config.layers_per_branch(),
+         "ShishuLM MLP-only blocks (n_attn_layers < n_layer)"),
+        (config.embd_factor_dim is not None, "factorized embedding (embd_factor_dim)"),
+        (getattr(config, "norm_placement", "pre") != "pre", "post-norm (norm_placement != 'pre')"),
+    ]
+    for bad, what in no_equivalent:
+        refuse(not bad, f"cannot export {what}: transformers has no equivalent of it, so a loaded model "
+               f"would compute something else")
+    from model import GPTConfig
+    defaults = GPTConfig()
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        refuse(f.name in HANDLED_FIELDS or value == getattr(defaults, f.name),
+               f"cannot export {f.name}={value!r}: the exporter does not know this flag, so it cannot promise "
+               f"an equal transformers model (fix: extend huggingface/convert.py)")
+    refuse(config.activation in ACT_TO_HF, f"activation {config.activation!r} has no transformers name here")
+    if (config.pos_embedding, config.norm, config.mlp_type) == ("learned", "layernorm", "standard"):
+        refuse((config.n_kv_head or config.n_head) == config.n_head,
+               "cannot export GQA in GPT-2 style: GPT2LMHeadModel has no grouped-query attention "
+               "(fix: n_kv_head = n_head, or a RoPE + RMSNorm + gated MLP model, which exports as Llama)")
+        return "gpt2"
+    if (config.pos_embedding, config.norm, config.mlp_type) == ("rope", "rmsnorm", "gated"):
+        return "llama"
+    raise ConversionError(
+        f"cannot export pos_embedding={config.pos_embedding!r}, norm={config.norm!r}, mlp_type={config.mlp_type!r}: "
+        f"transformers' GPT-2 is learned + layernorm + standard, its Llama is rope + rmsnorm + gated")
+
+
+def hf_config_for(model, arch):
+    c = model.config
+    hidden = model.branches[0].mlp[0].inner.up.weight.size(0)
+    common = dict(vocab_size=c.vocab_size, tie_word_embeddings=c.tie_embeddings, torch_dtype="float32",
+                  use_cache=True)
+    if arch == "gpt2":
+        gpt2_vocab = c.vocab_size >= 50257   # GPT-2 BPE: <|endoftext|> = 50256 is both bos and eos
+        return dict(architectures=["GPT2LMHeadModel"], model_type="gpt2", n_positions=c.block_size,
+                    n_embd=c.n_embd, n_layer=c.n_layer, n_head=c.n_head, n_inner=hidden,
+                    activation_function=ACT_TO_HF[c.activation], layer_norm_epsilon=c.norm_eps,
+                    resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, scale_attn_weights=True,
+                    bos_token_id=50256 if gpt2_vocab else None, eos_token_id=50256 if gpt2_vocab else None,
+                    **common)
+    return dict(architectures=["LlamaForCausalLM"], model_type="llama", hidden_size=c.n_embd,
+                intermediate_size=hidden, num_hidden_layers=c.n_layer, num_attention_heads=c.n_head,
+                num_key_value_heads=c.n_kv_head or c.n_head, head_dim=c.n_embd // c.n_head,
+                hidden_act=ACT_TO_HF[c.activation], max_position_embeddings=c.block_size,
+                rms_norm_eps=c.norm_eps, attention_bias=c.bias, mlp_bias=c.bias, attention_dropout=0.0,
+                # transformers >= 5 reads rope_parameters, older versions rope_theta (+ rope_scaling)
+                rope_theta=c.rope_base, rope_scaling=None,
+                rope_parameters={"rope_type": "default", "rope_theta": c.rope_base},
+                bos_token_id=None, eos_token_id=None, pretraining_tp=1, **common)
+
+
+def hf_state_dict_for(model, arch):
+    """transformers tensors for our model; layer l gets the weights its (possibly shared) sub-layers use."""
+    sd = {k: v.detach().float() for k, v in model.state_dict().items()}
+    stack = model.branches[0]
+
+    def bias(key, n):
+        return sd[key] if key in sd else torch.zeros(n)   # bias=False: zeros are the same function
+
+    out = {}
+    width = model.config.n_embd
+    for layer, (ai, mi) in enumerate(zip(stack.attn_index, stack.mlp_index)):
+        a, m = f"branches.0.attn.{ai}.", f"branches.0.mlp.{mi}."
+        qkv, qkv_b = sd[a + "inner.qkv_proj.weight"], bias(a + "inner.qkv_proj.bias", sd[a + "inner.qkv_proj.weight"].size(0))
+        up = sd[m + "inner.up.weight"]
+        if arch == "gpt2":
+            h = f"transformer.h.{layer}."
+            for ours, theirs, n in ((a + "norm", h + "ln_1", width), (m + "norm", h + "ln_2", width)):
+                out[theirs + ".weight"], out[theirs + ".bias"] = sd[ours + ".weight"], bias(ours + ".bias", n)
+            for ours, theirs, n in ((a + "inner.qkv_proj", h + "attn.c_attn", qkv.size(0)),
+                                    (a + "inner.out_proj", h + "attn.c_proj", width),
+                                    (m + "inner.up", h + "mlp.c_fc", up.size(0)),
+                                    (m + "inner.down", h + "mlp.c_proj", width)):
+                out[theirs + ".weight"] = sd[ours + ".weight"].t()      # Conv1D: (in, out)
+                out[theirs + ".bias"] = bias(ours + ".bias", n)
+        else:
+            h = f"model.layers.{layer}."
+            kv = (qkv.size(0) - width) // 2
+            for p, w, b in zip("qkv", qkv.split([width, kv, kv]), qkv_b.split([width, kv, kv])):
+                out[h + f"self_attn.{p}_proj.weight"] = w
+                if model.config.bias:
+                    out[h + f"self_attn.{p}_proj.bias"] = b
+            names = [(a + "inner.out_proj", h + "self_attn.o_proj"), (m + "inner.gate", h + "mlp.gate_proj"),
+                     (m + "inner.up", h + "mlp.up_proj"), (m + "inner.down", h + "mlp.down_proj")]
+            for ours, theirs in names:
+                out[theirs + ".weight"] = sd[ours + ".weight"]
+                if model.config.bias:
+                    out[theirs + ".bias"] = sd[ours + ".bias"]
+            out[h + "input_layernorm.weight"] = sd[a + "norm.weight"]
+            out[h + "post_attention_layernorm.weight"] = sd[m + "norm.weight"]
+    if arch == "gpt2":
+        out["transformer.wte.weight"], out["transformer.wpe.weight"] = sd["tok_emb.wte.weight"], sd["pos_emb.weight"]
+        out["transformer.ln_f.weight"], out["transformer.ln_f.bias"] = sd["ln_f.weight"], bias("ln_f.bias", width)
+    else:
+        out["model.embed_tokens.weight"], out["model.norm.weight"] = sd["tok_emb.wte.weight"], sd["ln_f.weight"]
+    if not model.config.tie_embeddings:
+        out["lm_head.weight"] = sd["lm_head.weight"]
+    # own contiguous copies: shared layers must not alias (safetensors refuses shared storage)
+    return {k: v.contiguous().clone() for k, v in out.items()}
+
+
+def export(model, out_dir, say=None, weights_format="auto"):
+    """Write `model` as a transformers directory. weights_format: auto (safetensors when installed,
+    else pytorch_model.bin) | safetensors | bin. Returns the list of files written."""
+    say = say or (lambda msg: print(msg, file=sys.stderr))
+    arch = export_plan(model.config)
+    config, tensors = hf_config_for(model, arch), hf_state_dict_for(model, arch)
+    if weights_format == "auto":
+        try:
+            import safetensors.torch  # noqa: F401
+            weights_format = "safetensors"
+        except ImportError:
+            weights_format = "bin"
+    os.makedirs(out_dir, exist_ok=True)
+    if weights_format == "safetensors":
+        from safetensors.torch import save_file
+        weights = os.path.join(out_dir, "model.safetensors")
+        save_file(tensors, weights, metadata={"format": "pt"})
+    else:
+        from checkpoint import atomic_save
+        weights = os.path.join(out_dir, "pytorch_model.bin")
+        atomic_save(tensors, weights)
+    for stale in WEIGHT_FILES:   # a leftover file of another format would be loaded instead
+        path = os.path.join(out_dir, stale)
+        if path != weights and os.path.isfile(path):
+            os.remove(path)
+    config_path = os.path.join(out_dir, "config.json")
+    with open(config_path, "w", encoding="utf-8") as f:
+        json.dump(config, f, indent=2)
+    stack = model.branches[0]
+    shared = (f"; layer sharing written out as repeated weights ({model.config.n_layer} layers from "
+              f"{len(stack.attn)} unique attention and {len(stack.mlp)} unique FFN sub-layers)"
+              if len(stack.attn) + len(stack.mlp) < 2 * model.config.n_layer else "")
+    say(f"exported as {config['architectures'][0]} to {out_dir} ({os.path.basename(weights)}, "
+        f"{sum(t.numel() for t in tensors.values()):,} stored parameters){shared}")
+    return [config_path, weights]
+
+
+# ----------------------------------------------------------------------------------------------
+# command line
+# ----------------------------------------------------------------------------------------------
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        prog="python -m huggingface.convert",
+        description="Export a checkpoint of ours as a Hugging Face transformers directory.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    ex = sub.add_parser("export", help="our ckpt.pt -> config.json + model.safetensors for transformers")
+    ex.add_argument("--ckpt", required=True, help="ckpt.pt written by train.py, or its out_dir")
+    ex.add_argument("--out", required=True, help="directory to write (created if needed)")
+    ex.add_argument("--format", default="auto", choices=("auto", "safetensors", "bin"),
+                    help="weights file: auto = safetensors when installed, else pytorch_model.bin")
+    args = parser.parse_args(argv)
+    from checkpoint import CheckpointError, load_model
+    try:
+        model, ckpt = load_model(args.ckpt)
+        export(model, args.out, weights_format=args.format)
+    except (CheckpointError, ConversionError) as e:
+        raise SystemExit(f"error: {e}")
+    print(f"load it with: AutoModelForCausalLM.from_pretrained({args.out!r})", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

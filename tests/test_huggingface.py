@@ -1,0 +1,401 @@
+"""huggingface/: weights in and out of transformers, checked against transformers itself.
+
+Every model is randomly initialised (no download) with every parameter randomised, norms and biases included,
+so a wrong mapping of any tensor shows up in the logits. fp32, max abs difference <= 1e-4; greedy decoding
+with our KV cache must produce exactly transformers' generate(do_sample=False).
+"""
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("safetensors")
+from safetensors.torch import load_file, save_file  # noqa: E402
+from transformers import (AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel, LlamaConfig,  # noqa: E402
+                          LlamaForCausalLM)
+
+from checkpoint import atomic_save  # noqa: E402
+from huggingface import convert  # noqa: E402
+from huggingface.convert import ConversionError, export, gpt_config_from_hf  # noqa: E402
+from model import GPT, GPTConfig  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TOL = 1e-4
+NEW_TOKENS = 20
+QUIET = dict(bos_token_id=None, eos_token_id=None, pad_token_id=None)   # no early stop in generate()
+
+# odd sizes on purpose: head sizes 9, 4, 8 and 10, hidden sizes that are no multiple of the width
+HF_MODELS = {
+    "gpt2_tied": lambda: GPT2LMHeadModel(GPT2Config(
+        vocab_size=61, n_positions=48, n_embd=36, n_layer=3, n_head=4, activation_function="gelu_new",
+        layer_norm_epsilon=1e-5, **QUIET)),
+    "gpt2_untied": lambda: GPT2LMHeadModel(GPT2Config(
+        vocab_size=53, n_positions=40, n_embd=20, n_layer=2, n_head=5, n_inner=52, activation_function="gelu",
+        tie_word_embeddings=False, **QUIET)),
+    "llama_gqa_tied": lambda: LlamaForCausalLM(LlamaConfig(
+        vocab_size=59, hidden_size=48, intermediate_size=76, num_hidden_layers=3, num_attention_heads=6,
+        num_key_value_heads=2, max_position_embeddings=48, rope_theta=500.0, rms_norm_eps=1e-5,
+        tie_word_embeddings=True, **QUIET)),
+    "llama_gqa_untied_bias": lambda: LlamaForCausalLM(LlamaConfig(
+        vocab_size=47, hidden_size=40, intermediate_size=60, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=1, max_position_embeddings=40, tie_word_embeddings=False, attention_bias=True,
+        mlp_bias=False, **QUIET)),
+}
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def randomize(model, seed):
+    """Every parameter random: matrices N(0, 0.15^2), norm weights 1 + N(0, 0.1^2), biases N(0, 0.1^2)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            noise = torch.randn(p.shape, generator=g)
+            if p.dim() >= 2:
+                p.copy_(0.15 * noise)
+            elif name.endswith("bias"):
+                p.copy_(0.1 * noise)
+            else:
+                p.copy_(1 + 0.1 * noise)
+    return model.eval()
+
+
+@pytest.fixture(scope="module")
+def hf_dirs(tmp_path_factory):
+    """{name: (transformers model, its save_pretrained directory)}"""
+    out = {}
+    for i, (name, build) in enumerate(HF_MODELS.items()):
+        torch.manual_seed(i)
+        model = randomize(build(), seed=100 + i)
+        path = tmp_path_factory.mktemp(name)
+        model.save_pretrained(path)
+        out[name] = (model, str(path))
+    return out
+
+
+def tokens(vocab, shape, seed=0):
+    return torch.randint(0, vocab, shape, generator=torch.Generator().manual_seed(seed))
+
+
+def assert_same_function(ours, theirs, vocab):
+    x = tokens(vocab, (2, 23))
+    with torch.no_grad():
+        expected = theirs(x).logits
+        got, _ = ours(x, all_logits=True)
+    assert expected.abs().max() > 1.0   # the random weights give logits far from uniform
+    assert (got - expected).abs().max().item() <= TOL
+    prompt = tokens(vocab, (1, 6), seed=1)
+    want = theirs.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=NEW_TOKENS,
+                           do_sample=False, pad_token_id=0)
+    have = ours.generate(prompt, NEW_TOKENS, temperature=0)           # our KV-cache path
+    assert have.shape == (1, 6 + NEW_TOKENS)
+    assert torch.equal(have, want)
+
+
+# --- import -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", list(HF_MODELS))
+def test_import_matches_transformers(hf_dirs, name, capsys):
+    theirs, path = hf_dirs[name]
+    ours = GPT.from_pretrained(path)
+    assert f"imported {type(theirs).__name__}" in capsys.readouterr().err
+    c = ours.config
+    assert c.tie_embeddings == theirs.config.tie_word_embeddings
+    if name.startswith("llama"):
+        assert (c.pos_embedding, c.norm, c.mlp_type, c.n_kv_head) == ("rope", "rmsnorm", "gated",
+                                                                      theirs.config.num_key_value_heads)
+    extra = 0   # attention_bias without mlp_bias: our single bias flag gives the MLP zero biases
+    if name == "llama_gqa_untied_bias":
+        mlp_biases = [p for n, p in ours.named_parameters() if ".mlp." in n and n.endswith("bias")]
+        assert mlp_biases and all(torch.all(p == 0) for p in mlp_biases)
+        extra = sum(p.numel() for p in mlp_biases)
+    assert ours.get_num_params(False) == sum(p.numel() for p in theirs.parameters()) + extra
+    assert_same_function(ours, theirs, c.vocab_size)
+
+
+def test_import_pytorch_model_bin_and_old_gpt2_keys(hf_dirs, tmp_path):
+    """Old GPT-2 files: pytorch_model.bin, keys without 'transformer.', the causal-mask buffers stored."""
+    theirs, path = hf_dirs["gpt2_tied"]
+    tensors = {k.removeprefix("transformer."): v for k, v in load_file(os.path.join(path, "model.safetensors")).items()}
+    n = theirs.config.n_positions
+    for i in range(theirs.config.n_layer):
+        tensors[f"h.{i}.attn.bias"] = torch.tril(torch.ones(n, n)).view(1, 1, n, n)
+    torch.save(tensors, tmp_path / "pytorch_model.bin")
+    (tmp_path / "config.json").write_text(open(os.path.join(path, "config.json")).read())
+    ours = GPT.from_pretrained(str(tmp_path), verbose=False)
+    assert_same_function(ours, theirs, theirs.config.vocab_size)
+
+
+def mobilellm_dir(tmp_path, model, layer_sharing):
+    """A directory laid out like facebook/MobileLLM-*: model_type mobilellm, share_embedding, layer_sharing
+    (their modeling_mobilellm.py applies each stored block twice in a row), weights of the stored blocks only."""
+    cfg = model.config
+    stored = cfg.num_hidden_layers // 2 if layer_sharing else cfg.num_hidden_layers
+    config = dict(architectures=["MobileLLMForCausalLM"], model_type="mobilellm", vocab_size=cfg.vocab_size,
+                  hidden_size=cfg.hidden_size, intermediate_size=cfg.intermediate_size, num_hidden_layers=stored,
+                  num_attention_heads=cfg.num_attention_heads, num_key_value_heads=cfg.num_key_value_heads,
+                  head_dim=cfg.head_dim, hidden_act="silu", max_position_embeddings=cfg.max_position_embeddings,
+                  rms_norm_eps=cfg.rms_norm_eps, rope_theta=cfg.rope_parameters["rope_theta"], rope_scaling=None,
+                  attention_bias=False, mlp_bias=False, share_embedding=True, tie_word_embeddings=False,
+                  layer_sharing=layer_sharing)
+    step = 2 if layer_sharing else 1
+    tensors = {}
+    for k, v in model.state_dict().items():
+        if k.startswith("model.layers."):
+            i = int(k.split(".")[2])
+            if i % step:
+                continue
+            k = k.replace(f"model.layers.{i}.", f"model.layers.{i // step}.")
+        if k != "lm_head.weight":
+            tensors[k] = v.clone()
+    save_file(tensors, str(tmp_path / "model.safetensors"))
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    return str(tmp_path)
+
+
+def test_mobilellm_layer_sharing_matches_repeated_llama(tmp_path):
+    """MobileLLM's layer_sharing = every block twice in a row: a 6-layer Llama whose layers 2i and 2i+1 are
+    equal is the same function as our share_group_size=2 import of the 3 stored blocks."""
+    torch.manual_seed(7)
+    llama = randomize(LlamaForCausalLM(LlamaConfig(
+        vocab_size=43, hidden_size=24, intermediate_size=40, num_hidden_layers=6, num_attention_heads=6,
+        num_key_value_heads=2, max_position_embeddings=40, rms_norm_eps=1e-5, tie_word_embeddings=True, **QUIET)), 7)
+    with torch.no_grad():
+        for i in range(0, 6, 2):
+            llama.model.layers[i + 1].load_state_dict(llama.model.layers[i].state_dict())
+    ours = GPT.from_pretrained(mobilellm_dir(tmp_path, llama, layer_sharing=True), verbose=False)
+    c = ours.config
+    assert (c.n_layer, c.share_group_size, c.tie_embeddings) == (6, 2, True)
+    assert len(ours.branches[0].attn) == 3 and len(ours.branches[0].mlp) == 3
+    assert_same_function(ours, llama, 43)
+
+
+# MobileLLM's published config.json files (huggingface.co/facebook/MobileLLM-125M and -600M; the
+# -layer-share repositories differ only in layer_sharing=true)
+MOBILELLM_125M = dict(
+    architectures=["MobileLLMForCausalLM"], model_type="mobilellm", attention_bias=False, attention_dropout=0.0,
+    bos_token_id=1, eos_token_id=2, head_dim=64, hidden_act="silu", hidden_size=576, initializer_range=0.02,
+    intermediate_size=1536, layer_sharing=False, max_position_embeddings=2048, mlp_bias=False,
+    num_attention_heads=9, num_hidden_layers=30, num_key_value_heads=3, pretraining_tp=1, rms_norm_eps=1e-5,
+    rope_scaling=None, rope_theta=10000.0, share_embedding=True, tie_word_embeddings=False,
+    torch_dtype="float16", use_cache=True, vocab_size=32000)
+MOBILELLM_600M = dict(MOBILELLM_125M, hidden_size=1152, intermediate_size=3072, num_attention_heads=18,
+                      num_hidden_layers=40, num_key_value_heads=6)
+
+
+@pytest.mark.parametrize("hf, variant, n_params, n_layer", [
+    (MOBILELLM_125M, "mobilellm_125m", 124_635_456, 30),
+    (MOBILELLM_600M, "mobilellm_600m", 603_188_352, 40),
+    (dict(MOBILELLM_125M, layer_sharing=True), "mobilellm_125m", 124_635_456, 60),
+])
+def test_mobilellm_configs_convert_with_exact_counts(hf, variant, n_params, n_layer):
+    import variants
+    config = gpt_config_from_hf(hf)
+    with torch.device("meta"):
+        model = GPT(config)
+    assert model.get_num_params(non_embedding=False) == n_params     # paper 001 Table 2
+    assert config.n_layer == n_layer
+    if n_layer == hf["num_hidden_layers"]:   # the same model as our preset of paper 001 Table 7
+        assert {k: getattr(config, k) for k in variants.load(variant)} == variants.load(variant)
+
+
+@pytest.mark.parametrize("change, words", [
+    (dict(rope_scaling={"rope_type": "linear", "factor": 2.0}), ["rope scaling", "linear"]),
+    (dict(rope_parameters={"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0}), ["rope scaling", "yarn"]),
+    (dict(head_dim=32), ["head_dim=32"]),
+    (dict(architectures=["BertForMaskedLM"], model_type="bert"), ["unknown architecture", "BertForMaskedLM"]),
+    (dict(hidden_act="gelu_fast"), ["activation", "gelu_fast"]),
+])
+def test_import_refuses_with_one_line_reason(change, words):
+    with pytest.raises(ConversionError) as e:
+        gpt_config_from_hf(dict(MOBILELLM_125M, **change))
+    msg = str(e.value)
+    assert "\n" not in msg and all(w in msg for w in words)
+
+
+def test_import_refuses_bad_directories(hf_dirs, tmp_path):
+    with pytest.raises(ConversionError, match="no config.json"):
+        GPT.from_pretrained(str(tmp_path))
+    theirs, path = hf_dirs["gpt2_untied"]
+    (tmp_path / "config.json").write_text(open(os.path.join(path, "config.json")).read())
+    with pytest.raises(ConversionError, match="no weights"):
+        GPT.from_pretrained(str(tmp_path))
+    tensors = load_file(os.path.join(path, "model.safetensors"))
+    save_file({k: v for k, v in tensors.items() if k != "lm_head.weight"}, str(tmp_path / "model.safetensors"))
+    with pytest.raises(ConversionError, match="no lm_head.weight"):
+        GPT.from_pretrained(str(tmp_path))
+    save_file(dict(tensors, extra=torch.zeros(2)), str(tmp_path / "model.safetensors"))
+    with pytest.raises(ConversionError, match="does not know"):
+        GPT.from_pretrained(str(tmp_path))
+
+
+# --- export -------------------------------------------------------------------------------------
+
+OURS = {
+    "gpt2_tied_nobias": dict(vocab_size=57, block_size=40, n_layer=2, n_head=3, n_embd=27, bias=False,
+                             activation="gelu_tanh"),
+    "gpt2_untied": dict(vocab_size=50, block_size=40, n_layer=3, n_head=2, n_embd=20, mlp_hidden=44,
+                        activation="gelu", tie_embeddings=False, norm_eps=1e-6),
+    "llama_gqa_tied": dict(vocab_size=61, block_size=40, n_layer=3, n_head=6, n_kv_head=3, n_embd=36,
+                           bias=False, norm="rmsnorm", pos_embedding="rope", rope_base=300.0, mlp_type="gated",
+                           activation="silu", mlp_hidden=50),
+    "llama_untied_bias": dict(vocab_size=45, block_size=40, n_layer=2, n_head=4, n_kv_head=2, n_embd=32,
+                              bias=True, norm="rmsnorm", pos_embedding="rope", mlp_type="gated",
+                              activation="silu", tie_embeddings=False),
+    "llama_layer_sharing": dict(vocab_size=41, block_size=40, n_layer=6, n_head=4, n_kv_head=1, n_embd=24,
+                                bias=False, norm="rmsnorm", pos_embedding="rope", mlp_type="gated",
+                                activation="silu", share_group_size=2, share_from_layer=2, share_sublayers="attn"),
+}
+
+
+@pytest.mark.parametrize("name", list(OURS))
+def test_export_loads_in_transformers_with_equal_outputs(name, tmp_path, capsys):
+    torch.manual_seed(0)
+    ours = randomize(GPT(GPTConfig(**OURS[name])), seed=3)
+    export(ours, str(tmp_path))
+    said = capsys.readouterr().err
+    assert ("layer sharing written out as repeated weights" in said) == (name == "llama_layer_sharing")
+    theirs = AutoModelForCausalLM.from_pretrained(str(tmp_path)).eval()   # no trust_remote_code: plain classes
+    expected = "GPT2LMHeadModel" if name.startswith("gpt2") else "LlamaForCausalLM"
+    assert type(theirs).__name__ == expected
+    assert_same_function(ours, theirs, ours.config.vocab_size)
+
+
+REFUSED = {
+    "pgpt": (dict(n_branches=2, n_layer=4, tie_embeddings=False), "pgpt"),
+    "lgpt": (dict(shrink_every=1, tie_embeddings=False), "lgpt/cgpt"),
+    "cgpt": (dict(shrink_every=1, shrink_layer="conv", tie_embeddings=False), "lgpt/cgpt"),
+    "enhanced_residual": (dict(enhanced_residual=True), "enhanced residual"),
+    "deep_thinking": (dict(think_steps=2), "Deep Thinking"),
+    "shishumlp": (dict(n_attn_layers=1), "ShishuLM"),
+    "factorized_embedding": (dict(embd_factor_dim=8), "factorized embedding"),
+    "sinusoidal": (dict(pos_embedding="sinusoidal"), "pos_embedding='sinusoidal'"),
+    "gqa_gpt2": (dict(n_kv_head=1), "GQA"),
+    "rope_layernorm": (dict(pos_embedding="rope"), "norm='layernorm'"),
+}
+
+
+@pytest.mark.parametrize("name", list(REFUSED))
+def test_export_refuses_our_only_techniques(name, tmp_path):
+    change, words = REFUSED[name]
+    model = GPT(GPTConfig(**{**dict(vocab_size=16, block_size=8, n_layer=2, n_head=2, n_embd=16), **change}))
+    with pytest.raises(ConversionError) as e:
+        export(model, str(tmp_path / "hf"))
+    assert "\n" not in str(e.value) and words in str(e.value)
+    assert not os.path.exists(tmp_path / "hf")   # refused before anything is written
+
+
+def test_export_refuses_post_norm_when_the_flag_exists():
+    if "norm_placement" not in {f.name for f in dataclasses.fields(GPTConfig)}:
+        pytest.skip("GPTConfig has no norm_placement flag yet")
+    config = GPTConfig(vocab_size=16, block_size=8, n_layer=2, n_head=2, n_embd=16, norm_placement="post")
+    with pytest.raises(ConversionError, match="post-norm"):
+        convert.export_plan(config)
+
+
+def test_export_command_line(tmp_path, capsys):
+    torch.manual_seed(0)
+    ours = randomize(GPT(GPTConfig(**OURS["llama_gqa_tied"])), seed=5)
+    ckpt = tmp_path / "out" / "ckpt.pt"
+    atomic_save({"model": ours.state_dict(), "model_args": dataclasses.asdict(ours.config), "iter_num": 1,
+                 "best_val_loss": 1.0, "config": {}}, str(ckpt))
+    convert.main(["export", "--ckpt", str(ckpt), "--out", str(tmp_path / "hf")])
+    assert sorted(os.listdir(tmp_path / "hf")) == ["config.json", "model.safetensors"]
+    theirs = AutoModelForCausalLM.from_pretrained(str(tmp_path / "hf")).eval()
+    x = tokens(61, (1, 12))
+    with torch.no_grad():
+        assert (ours(x, all_logits=True)[0] - theirs(x).logits).abs().max() <= TOL
+    bad = GPT(GPTConfig(vocab_size=16, block_size=8, n_layer=2, n_head=2, n_embd=16, think_steps=1))
+    atomic_save({"model": bad.state_dict(), "model_args": dataclasses.asdict(bad.config)}, str(ckpt))
+    with pytest.raises(SystemExit) as e:
+        convert.main(["export", "--ckpt", str(ckpt), "--out", str(tmp_path / "bad")])
+    assert str(e.value).startswith("error: cannot export Deep Thinking")
+
+
+# --- sample.py / train.py with --init_from=<hf dir> ------------------------------------------------
+
+def gpt2_ranks_file():
+    env = os.environ.get("GPT2_TIKTOKEN_FILE")
+    fallback = os.path.join(os.path.dirname(ROOT), "shared", "data", "gpt2", "gpt2.tiktoken")
+    return env if env and os.path.isfile(env) else (fallback if os.path.isfile(fallback) else None)
+
+
+def test_sample_prints_text_from_a_gpt2_directory(tmp_path):
+    ranks = gpt2_ranks_file()
+    if ranks is None:
+        pytest.skip("no GPT-2 ranks file: set GPT2_TIKTOKEN_FILE or provide ../shared/data/gpt2/gpt2.tiktoken")
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=50257, n_positions=32, n_embd=8, n_layer=1, n_head=2))
+    model.save_pretrained(tmp_path)
+    env = dict(os.environ, OMP_NUM_THREADS="1", GPT2_TIKTOKEN_FILE=ranks)
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "sample.py"), f"--init_from={tmp_path}",
+                        "--start=Hello world", "--num_samples=1", "--max_new_tokens=8", "--device=cpu"],
+                       capture_output=True, text=True, cwd=ROOT, timeout=120, env=env)
+    assert r.returncode == 0, r.stderr
+    text = r.stdout.split("---------------\n")[0]
+    assert text.startswith("Hello world") and len(text) > len("Hello world\n")
+    assert "imported GPT2LMHeadModel" in r.stderr
+
+
+def test_sample_without_a_tokenizer_says_what_is_needed(hf_dirs, capsys):
+    import sample
+    with pytest.raises(SystemExit) as e:
+        sample.main([f"--init_from={hf_dirs['llama_gqa_tied'][1]}", "--device=cpu", "--max_new_tokens=1"])
+    msg = str(e.value)
+    assert msg.startswith("error: no tokenizer") and "fix:" in msg and "\n" not in msg
+
+
+def llama_for_tiny_data(path):
+    """A Llama with the sizes of conftest's tiny_config (vocab 16, width 32, 2 layers, 2 heads, block 16),
+    transformers' own initialisation (near-uniform predictions: finite perplexities)."""
+    torch.manual_seed(0)
+    theirs = LlamaForCausalLM(LlamaConfig(
+        vocab_size=16, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=2,
+        num_key_value_heads=1, max_position_embeddings=16, **QUIET))
+    theirs.save_pretrained(path)
+    return str(path)
+
+
+def test_eval_init_from_hf_directory(tiny_data, tmp_path, capsys):
+    import eval as evaluate
+    path = llama_for_tiny_data(tmp_path / "hf")
+    with pytest.raises(SystemExit, match="needs token files: --data_dir"):
+        evaluate.main([f"--init_from={path}", "--device=cpu"])
+    evaluate.main([f"--init_from={path}", f"--data_dir={tiny_data}", "--device=cpu"])
+    out = capsys.readouterr().out
+    assert "checkpoint: " + path in out and out.splitlines()[-1].startswith("| val | 3,999 |")
+    task = tmp_path / "task.jsonl"
+    task.write_text(json.dumps(dict(context="abc", choices=["d", "ef"], label=1)) + "\n")
+    with pytest.raises(SystemExit, match="cannot encode the question 'abc'"):   # tiny_data's vocabulary has no " "
+        evaluate.main([f"--init_from={path}", f"--data_dir={tiny_data}", f"--mc_file={task}", "--device=cpu"])
+    spaced = tmp_path / "spaced"
+    spaced.mkdir()
+    (spaced / "meta.json").write_text(json.dumps(dict(tokenizer="char", vocab_size=16, chars=list("abcdefghijklmno "))))
+    evaluate.main([f"--init_from={path}", f"--data_dir={spaced}", f"--mc_file={task}", "--device=cpu"])
+    assert capsys.readouterr().out.splitlines()[-1].startswith("| task.jsonl | 1 |")
+
+
+def test_train_init_from_hf_directory_copies_every_tensor(tiny_train_config, capsys):
+    """train.py --init_from=<hf dir>: the run starts from the imported weights (vocab and sizes fit the data)."""
+    import train
+    path = llama_for_tiny_data(tiny_train_config["out_dir"] + "-hf")
+    ours = GPT.from_pretrained(path, verbose=False)
+    got = {}
+    config = dict(tiny_train_config, init_from=path, max_iters=0)
+    train.train({**train.DEFAULTS, **config}, explicit=set(config),
+                callback=lambda event, info: got.update(model=info["model"]) if event == "end" else None)
+    n = len(ours.state_dict())
+    assert f"initialized {n}/{n} tensors from {path}" in capsys.readouterr().out
+    trained = got["model"].state_dict()
+    assert all(torch.equal(v, trained[k].cpu()) for k, v in ours.state_dict().items())
