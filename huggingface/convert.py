@@ -18,7 +18,7 @@ Export (python -m huggingface.convert export --ckpt out/ckpt.pt --out hf-out/):
       RoPE + RMSNorm + gated MLP (SwiGLU), GQA allowed                  ->  LlamaForCausalLM
     Layer sharing is written out as repeated weights (same function, bigger file). Our-only techniques
     (pgpt, lgpt, cgpt, enhanced residual, Deep Thinking, ShishuLM MLP-only blocks, factorized embedding,
-    post-norm) have no transformers equivalent and are refused with the reason.
+    post-norm, a head bias) have no transformers equivalent and are refused with the reason.
 
 Our mapping choices (not from any paper): RoPE conventions agree (our apply_rope rotates the (first half,
 second half) pairs of a head exactly like transformers' rotate_half), so q/k weights copy unpermuted;
@@ -348,7 +348,8 @@ HANDLED_FIELDS = {
     "pos_embedding", "rope_base", "n_kv_head", "mlp_type", "activation", "mlp_hidden", "mlp_ratio",
     "tie_embeddings", "embd_factor_dim", "share_group_size", "share_from_layer", "share_sublayers",
     "enhanced_residual", "residual_logit_init", "think_steps", "think_eta", "n_attn_layers", "n_branches",
-    "shrink_every", "shrink_layer", "shrink_kernel", "init_scheme", "init_std", "norm_placement",
+    "shrink_every", "shrink_layer", "shrink_kernel", "init_scheme", "init_std", "norm_placement", "head_bias",
+    "think_memory",
 }
 
 
@@ -364,6 +365,7 @@ def export_plan(config):
          "ShishuLM MLP-only blocks (n_attn_layers < n_layer)"),
         (config.embd_factor_dim is not None, "factorized embedding (embd_factor_dim)"),
         (getattr(config, "norm_placement", "pre") != "pre", "post-norm (norm_placement != 'pre')"),
+        (getattr(config, "head_bias", False), "a bias on the output head (head_bias)"),
     ]
     for bad, what in no_equivalent:
         refuse(not bad, f"cannot export {what}: transformers has no equivalent of it, so a loaded model "

@@ -283,6 +283,8 @@ REFUSED = {
     "sinusoidal": (dict(pos_embedding="sinusoidal"), "pos_embedding='sinusoidal'"),
     "gqa_gpt2": (dict(n_kv_head=1), "GQA"),
     "rope_layernorm": (dict(pos_embedding="rope"), "norm='layernorm'"),
+    "post_norm": (dict(norm_placement="post"), "post-norm"),
+    "head_bias": (dict(head_bias=True), "head_bias"),
 }
 
 
@@ -296,12 +298,12 @@ def test_export_refuses_our_only_techniques(name, tmp_path):
     assert not os.path.exists(tmp_path / "hf")   # refused before anything is written
 
 
-def test_export_refuses_post_norm_when_the_flag_exists():
-    if "norm_placement" not in {f.name for f in dataclasses.fields(GPTConfig)}:
-        pytest.skip("GPTConfig has no norm_placement flag yet")
-    config = GPTConfig(vocab_size=16, block_size=8, n_layer=2, n_head=2, n_embd=16, norm_placement="post")
-    with pytest.raises(ConversionError, match="post-norm"):
-        convert.export_plan(config)
+def test_export_refuses_flags_it_does_not_know(monkeypatch):
+    """A flag added to GPTConfig later is refused when set, until the exporter learns it."""
+    monkeypatch.setattr(convert, "HANDLED_FIELDS", convert.HANDLED_FIELDS - {"init_std"})
+    convert.export_plan(GPTConfig(vocab_size=16, block_size=8, n_layer=2, n_head=2, n_embd=16))
+    with pytest.raises(ConversionError, match="init_std=0.5: the exporter does not know this flag"):
+        convert.export_plan(GPTConfig(vocab_size=16, block_size=8, n_layer=2, n_head=2, n_embd=16, init_std=0.5))
 
 
 def test_export_command_line(tmp_path, capsys):
@@ -316,7 +318,7 @@ def test_export_command_line(tmp_path, capsys):
     x = tokens(61, (1, 12))
     with torch.no_grad():
         assert (ours(x, all_logits=True)[0] - theirs(x).logits).abs().max() <= TOL
-    bad = GPT(GPTConfig(vocab_size=16, block_size=8, n_layer=2, n_head=2, n_embd=16, think_steps=1))
+    bad = GPT(GPTConfig(vocab_size=16, block_size=8, n_layer=2, n_head=2, n_embd=16, think_steps=2))
     atomic_save({"model": bad.state_dict(), "model_args": dataclasses.asdict(bad.config)}, str(ckpt))
     with pytest.raises(SystemExit) as e:
         convert.main(["export", "--ckpt", str(ckpt), "--out", str(tmp_path / "bad")])
