@@ -347,9 +347,9 @@ HANDLED_FIELDS = {
     "block_size", "vocab_size", "n_layer", "n_head", "n_embd", "dropout", "bias", "norm", "norm_eps",
     "pos_embedding", "rope_base", "n_kv_head", "mlp_type", "activation", "mlp_hidden", "mlp_ratio",
     "tie_embeddings", "embd_factor_dim", "share_group_size", "share_from_layer", "share_sublayers",
-    "enhanced_residual", "residual_logit_init", "think_steps", "think_eta", "n_attn_layers", "n_branches",
-    "shrink_every", "shrink_layer", "shrink_kernel", "init_scheme", "init_std", "norm_placement", "head_bias",
-    "think_memory",
+    "enhanced_residual", "residual_logit_init", "think_steps", "think_eta", "think_memory", "n_attn_layers",
+    "n_top_attn_layers", "n_branches", "shrink_every", "shrink_layer", "shrink_kernel", "init_scheme", "init_std",
+    "norm_placement", "head_bias",
 }
 
 
