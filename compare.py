@@ -17,27 +17,47 @@ model) plus
     bench_iters          timed training steps per model for ms/iter, tokens/s and peak memory
                          (0: take ms/iter and tokens/s from the training loop; no peak memory)
     dry_run              print the models, their sizes and what is already done, then exit
+    seeds                train every variant once per seed: --seeds=3 (seed, seed+1, seed+2) or
+                         --seeds=1,2,3; the tables then show mean +- std over the seeds. Not set: one
+                         run per variant with `seed`, as before
+    custom_variants      named variants made of a preset plus keys for that variant only (config files):
+                         custom_variants = {"cgpt_k3": dict(variant="cgpt", shrink_kernel=3)}; list the
+                         name in `variants`. Model keys and training keys (lr, batch_size, init_from=<ckpt>,
+                         data_segments, ...) may be set, not out_dir or seed
 Model sizes: GPTConfig defaults <- the variant's preset <- model keys set in the config or on the command
 line. A compare config that sets n_layer/n_embd/n_head/block_size gives every model that size while each
 keeps its own technique flags (pgpt's branches, lgpt/cgpt's halving layers, ...); leave them out to get
 the papers' sizes.
 
-Written to compare_dir: results.md and results.csv (Table 1 layout plus training figures),
-loss_curves.png (Figure 6), samples.md (pgpt samples with its heaviest branch only, as the paper),
-alphas.png (models with enhanced_residual: alpha_1/alpha_2 per layer, Figure 7), branch_weights.png
-(pgpt: the branch weights over training) and status.json.
+Written to compare_dir: results.md and results.csv (Table 1 layout plus training figures and the
+equal-compute table), loss_curves.png (Figure 6), loss_vs_compute.png (val loss against training FLOPs),
+samples.md (pgpt samples with its heaviest branch only, as the paper), alphas.png (models with
+enhanced_residual: alpha_1/alpha_2 per layer, Figure 7), branch_weights.png (pgpt: the branch weights over
+training) and status.json. With --seeds, every run trains into <compare_dir>/<variant>/seed<S>/,
+results.csv holds the means and standard deviations and results_per_seed.csv every run; samples and the
+alpha/branch-weight figures come from each variant's first seed.
 
-Resumable: status.json records the finished models with their training summaries. Re-running the same
-command skips them and resumes an interrupted model from its last.pt; Ctrl-C stops cleanly (train.py
-finishes the iteration and saves last.pt). Changing a training key of a finished model is an error
-(use another --compare_dir); changing only the sampling/timing keys re-measures without retraining.
+Equal compute: the training FLOPs of a run are model.flops_per_token() x tokens per iteration x
+iterations. The cheapest variant's full run sets the budget; every model's val loss at that budget is read
+off its logged eval curve (linear interpolation between the two evaluations around it).
+Noise: with several seeds, a difference from the first row is called better/worse only when Welch's
+statistic |mean_b - mean_a| / sqrt(std_a^2/n_a + std_b^2/n_b) exceeds 2 (`noise_verdict`), else
+"within noise".
+
+Resumable: status.json records the finished runs (variant, seed) with their training summaries.
+Re-running the same command skips them and resumes an interrupted run from its last.pt; Ctrl-C stops
+cleanly (train.py finishes the iteration and saves last.pt). Changing a training key of a finished run
+is an error (use another --compare_dir); changing only the sampling/timing keys re-measures without
+retraining.
 """
 
 import contextlib
 import csv
+import dataclasses
 import json
 import math
 import os
+import statistics
 import sys
 import time
 
@@ -59,15 +79,25 @@ COMPARE_DEFAULTS = dict(
     sample_top_k=0,
     bench_iters=10,
     dry_run=False,
+    seeds=None,            # None: one run per variant with `seed`; N: seed .. seed+N-1; or a list of seeds
+    custom_variants={},    # name -> dict(variant=<preset>, key=value, ...): keys for that variant only
 )
 # keys that never change what a model learns: a finished model is reused when only these differ
 NOT_TRAINING_KEYS = ("out_dir", "init_from", "variant", "log_interval", "compile")
 # the settings that produced a model's measurements (sizes, samples, timing): change one, re-measure
 REPORT_KEYS = ("prompts", "samples_per_prompt", "sample_tokens", "sample_temperature", "sample_top_k",
                "bench_iters", "seed", "device", "dtype", "compile")
+# keys a custom variant may not set: compare.py decides them per run
+NOT_CUSTOM_KEYS = ("out_dir", "seed", "eval_only")
 STATUS_NAME = "status.json"
 MB = 1e6   # decimal megabytes, as paper 004's Table 1 (10.77M parameters x 12 bytes = 129.3 MB)
 BENCH_WARMUP = 2
+NOISE_T = 2.0   # noise_verdict: |Welch's t| above this is a difference
+# per-run metrics that get a mean and a standard deviation over the seeds; other columns are the same
+# for every seed (sizes, FLOPs) and come from the first seed's run
+SEED_METRICS = ("best_val_loss", "best_val_ppl", "val_loss_weaker_branch_dropped", "val_loss_equal_compute",
+                "final_train_loss", "best_iter", "ms_per_iter", "tokens_per_s", "peak_memory_mb", "train_time_s",
+                "train_ms_per_iter", "train_tokens_per_s")
 
 
 def defaults():
@@ -111,6 +141,39 @@ def parse(argv):
     return config, explicit
 
 
+def resolve_seeds(seeds, seed):
+    """`seeds` as given (None, a count N, or a list) -> None or the list of seeds to train with."""
+    if seeds is None:
+        return None
+    if isinstance(seeds, int) and not isinstance(seeds, bool):
+        if seeds < 1:
+            raise SystemExit(f"error: seeds must be >= 1, got {seeds} (fix: --seeds=3)")
+        return [seed + k for k in range(seeds)]
+    if (isinstance(seeds, (list, tuple)) and seeds
+            and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds)):
+        if len(set(seeds)) != len(seeds):
+            raise SystemExit(f"error: seeds lists a seed twice: {list(seeds)} (fix: name each seed once)")
+        return list(seeds)
+    raise SystemExit(f"error: seeds must be a count or a list of seeds >= 0, got {seeds!r} "
+                     f"(fix: --seeds=3 or --seeds=1,2,3)")
+
+
+def check_custom_variants(custom):
+    def need(ok, msg):
+        if not ok:
+            raise SystemExit(f"error: {msg}")
+
+    need(isinstance(custom, dict) and all(isinstance(k, str) and isinstance(v, dict) for k, v in custom.items()),
+         f"custom_variants must be a dict {{name: dict(variant='cgpt', shrink_kernel=3)}}, got {custom!r} "
+         f"(fix: set it in a config file)")
+    for name, keys in custom.items():
+        bad = sorted(k for k in keys if k != "variant" and (k not in train.DEFAULTS or k in NOT_CUSTOM_KEYS))
+        need(not bad, f"custom_variants['{name}'] sets {', '.join(bad)}, which is not a key a variant can set "
+                      f"(fix: model or training keys only; compare.py sets {', '.join(NOT_CUSTOM_KEYS)} itself)")
+        need(keys.get("init_from", "scratch") != "resume", f"custom_variants['{name}'] sets init_from='resume' "
+             f"(fix: leave it out: compare.py resumes interrupted runs itself; a checkpoint path is fine)")
+
+
 def check(config, explicit):
     def need(ok, msg):
         if not ok:
@@ -132,9 +195,11 @@ def check(config, explicit):
         need(config[key] >= 0, f"{key} must be >= 0 (fix: --{key}=0)")
     need(config["compare_dir"] != "", "compare_dir is empty (fix: --compare_dir=out-compare)")
     need("init_from" not in explicit, "compare.py sets init_from itself: scratch, or resume for a model whose "
-         "last.pt exists (fix: drop init_from)")
+         "last.pt exists (fix: drop init_from; a custom variant may start from a checkpoint path)")
     need(not config["eval_only"], "eval_only does not train (fix: drop --eval_only; use eval.py on the out_dirs)")
     need(train.distributed_env() is None, "compare.py runs in one process (fix: run it with python, not torchrun)")
+    config["seeds"] = resolve_seeds(config["seeds"], config["seed"])
+    check_custom_variants(config["custom_variants"])
     for key in ("out_dir", "variant"):
         if key in explicit:
             print(f"note: {key} is ignored by compare.py: each variant of `variants` trains into "
@@ -142,7 +207,28 @@ def check(config, explicit):
 
 
 # -----------------------------------------------------------------------------------------------
-# the models to train
+# the runs: one per variant, or one per (variant, seed) with --seeds
+
+@dataclasses.dataclass
+class Run:
+    name: str        # the variant: a variants/<name>.py preset or a custom_variants entry
+    seed: int
+    key: str         # its key in status.json and its folder under compare_dir: name, or name/seed<S>
+    out_dir: str
+    config: dict     # the train.py config of this run (shared keys <- the custom variant's keys)
+    explicit: set    # the train.py keys set explicitly for this run
+    args: dict       # the model, resolved as train.py will
+    first: bool      # the variant's first seed: its samples and alpha/branch-weight figures are shown
+
+    @property
+    def label(self):
+        return self.name if self.key == self.name else f"{self.name} seed {self.seed}"
+
+    def cost_per_iter(self, flops_per_token):
+        """Training FLOPs of one iteration: every token of the global batch, forward and backward."""
+        return (flops_per_token * self.config["batch_size"] * self.config["gradient_accumulation_steps"]
+                * self.args["block_size"])
+
 
 def dataset_vocab(config):
     """vocab_size of the prepared dataset, or None before prepare.py has run."""
@@ -153,28 +239,44 @@ def dataset_vocab(config):
         return int(json.load(f)["vocab_size"])
 
 
+def variant_config(config, explicit, name):
+    """(train.py config, explicit keys) of variant `name`: the shared keys, then the custom variant's own."""
+    custom = dict(config["custom_variants"].get(name, {}))
+    base = custom.pop("variant", name)
+    tcfg = {k: config[k] for k in train.DEFAULTS}
+    tcfg.update(custom, variant=base)
+    texplicit = ({k for k in explicit if k in train.DEFAULTS} | set(custom)) - {"variant", "out_dir", "init_from"}
+    return tcfg, texplicit
+
+
 def plan(config, explicit):
-    """[(variant, model_args)] resolved as train.py will: GPTConfig defaults <- preset <- explicit model
-    keys, vocabulary from the dataset (when prepared). Invalid combinations fail here, before training."""
+    """[Run] for every variant (and seed), the model resolved as train.py will: GPTConfig defaults <- preset <-
+    explicit model keys, vocabulary from the dataset (when prepared). Invalid combinations fail here,
+    before training."""
     from model import GPTConfig
     fields = gpt_config_defaults()
-    model_explicit = {k for k in explicit if k in fields}
-    vocab = None if "vocab_size" in model_explicit else dataset_vocab(config)
+    seeds = config["seeds"] or [config["seed"]]
     out = []
     for name in config["variants"]:
+        tcfg, texplicit = variant_config(config, explicit, name)
+        model_explicit = {k for k in texplicit if k in fields}
+        vocab = None if "vocab_size" in model_explicit else dataset_vocab(tcfg)
         try:
-            args = resolve_model_args({**config, "variant": name}, model_explicit)
+            args = resolve_model_args(tcfg, model_explicit)
         except ConfigError as e:
             raise SystemExit(f"error: {e}")
         if vocab:
             args["vocab_size"] = vocab
         try:
             GPTConfig(**args)
-        except ValueError as e:
+        except (ValueError, TypeError) as e:
             set_keys = ", ".join(sorted(model_explicit)) or "none"
             raise SystemExit(f"error: variant {name} with this config: {e} (the config's model keys ({set_keys}) "
                              f"apply to every variant; fix: adjust them, or drop them to keep the preset's sizes)")
-        out.append((name, args))
+        for k, seed in enumerate(seeds):
+            key = name if config["seeds"] is None else f"{name}/seed{seed}"
+            out.append(Run(name=name, seed=seed, key=key, out_dir=os.path.join(config["compare_dir"], key),
+                           config=dict(tcfg, seed=seed), explicit=set(texplicit), args=dict(args), first=k == 0))
     return out
 
 
@@ -189,10 +291,6 @@ def model_info(args):
 def describe(args):
     import bench
     return bench.describe(args)
-
-
-def model_dir(config, name):
-    return os.path.join(config["compare_dir"], name)
 
 
 def resume_iter(out_dir):
@@ -238,16 +336,18 @@ def jsonable(x):
     return json.loads(json.dumps(x))
 
 
-def training_settings(config, args):
-    """What decides a model's training: the train.py keys and the resolved model (vocab aside: it comes
+def training_settings(run):
+    """What decides a run's training: the train.py keys and the resolved model (vocab aside: it comes
     from the dataset, which is a key here)."""
     fields = gpt_config_defaults()   # model keys count through the resolved model_args
-    keys = {k: config[k] for k in train.DEFAULTS if k not in NOT_TRAINING_KEYS and k not in fields}
-    return jsonable({"train": keys, "model_args": {k: v for k, v in args.items() if k != "vocab_size"}})
+    keys = {k: run.config[k] for k in train.DEFAULTS if k not in NOT_TRAINING_KEYS and k not in fields}
+    return jsonable({"train": keys, "model_args": {k: v for k, v in run.args.items() if k != "vocab_size"}})
 
 
-def report_settings(config):
-    return jsonable({k: config[k] for k in REPORT_KEYS})
+def report_settings(config, run):
+    settings = {k: run.config.get(k, config[k]) for k in REPORT_KEYS}
+    settings["samples"] = run.first    # only a variant's first seed is sampled
+    return jsonable(settings)
 
 
 def differences(old, new):
@@ -259,23 +359,24 @@ def differences(old, new):
     return out
 
 
-def check_finished(config, status, models):
-    """A finished model must have been trained with today's settings, else its row would be wrong."""
-    for name, args in models:
-        entry = status["models"].get(name)
+def check_finished(config, status, runs):
+    """A finished run must have been trained with today's settings, else its row would be wrong."""
+    for run in runs:
+        entry = status["models"].get(run.key)
         if not entry or "settings" not in entry:
             continue
-        diff = differences(entry["settings"], training_settings(config, args))
+        now = training_settings(run)
+        diff = differences(entry["settings"], now)
         model_diff = differences({"model_args": entry["settings"].get("model_args", {})},
-                                 {"model_args": training_settings(config, args)["model_args"]})
+                                 {"model_args": now["model_args"]})
         if entry.get("state") == "finished" and diff:
-            raise SystemExit(f"error: {name} in {config['compare_dir']} was trained with other settings "
+            raise SystemExit(f"error: {run.label} in {config['compare_dir']} was trained with other settings "
                              f"({'; '.join(diff[:4])}{'; ...' if len(diff) > 4 else ''}) (fix: use another "
                              f"--compare_dir, or the old values)")
-        if model_diff and os.path.exists(os.path.join(model_dir(config, name), LAST_NAME)):
-            raise SystemExit(f"error: {name} in {config['compare_dir']} was started with another model "
+        if model_diff and os.path.exists(os.path.join(run.out_dir, LAST_NAME)):
+            raise SystemExit(f"error: {run.label} in {config['compare_dir']} was started with another model "
                              f"({'; '.join(model_diff[:4])}) (fix: use another --compare_dir, or delete "
-                             f"{model_dir(config, name)} to start it over)")
+                             f"{run.out_dir} to start it over)")
 
 
 # -----------------------------------------------------------------------------------------------
@@ -286,60 +387,59 @@ def format_eta(seconds):
 
 
 class Progress:
-    """train.py callback printing an overall ETA over all models. Seconds per iteration are measured on
-    the model being trained (evaluations included) and carried over to the other models in proportion
-    to their training FLOPs per token, so a model with 4x the FLOPs is expected to take 4x as long."""
+    """train.py callback printing an overall ETA over all runs. Seconds per iteration are measured on
+    the run being trained (evaluations included) and carried over to the other runs in proportion
+    to their training FLOPs per iteration, so a model with 4x the FLOPs is expected to take 4x as long."""
 
-    def __init__(self, names, flops, remaining, max_iters, print_every_s=60.0):
-        self.names, self.flops, self.remaining = names, flops, dict(remaining)
-        self.max_iters, self.print_every_s = max_iters, print_every_s
-        self.rate = None   # seconds per iteration per FLOP/token
+    def __init__(self, runs, cost, remaining, print_every_s=60.0):
+        self.runs = runs
+        self.cost, self.remaining = cost, dict(remaining)   # by run key
+        self.print_every_s = print_every_s
+        self.rate = None   # seconds per training FLOP
         self.index = self.current = None
 
-    def start(self, index, name, iter_num):
-        self.index, self.current = index, name
+    def start(self, index, run, iter_num):
+        self.index, self.current = index, run
         self.t0, self.start_iter, self.last_print = time.time(), iter_num, time.time()
 
-    def finish(self, name):
-        self.remaining[name] = 0
+    def finish(self, run):
+        self.remaining[run.key] = 0
 
     def eta(self):
         if self.rate is None:
             return None
-        return sum(self.remaining[n] * self.flops[n] * self.rate for n in self.names)
+        return sum(self.remaining[r.key] * self.cost[r.key] * self.rate for r in self.runs)
 
     def line(self, it):
-        return (f"[compare {self.index}/{len(self.names)} {self.current}] iteration {it}/{self.max_iters}; "
-                f"all models: ETA {format_eta(self.eta())}")
+        return (f"[compare {self.index}/{len(self.runs)} {self.current.label}] iteration {it}/"
+                f"{self.current.config['max_iters']}; all runs: ETA {format_eta(self.eta())}")
 
     def __call__(self, event, info):
         if info.get("rank", 0) != 0 or event == "end":
             return
-        it = info["iter_num"]
+        it, run = info["iter_num"], self.current
         now = time.time()
-        self.remaining[self.current] = max(0, self.max_iters - it)
+        self.remaining[run.key] = max(0, run.config["max_iters"] - it)
         if it > self.start_iter:
-            self.rate = (now - self.t0) / (it - self.start_iter) / self.flops[self.current]
+            self.rate = (now - self.t0) / (it - self.start_iter) / self.cost[run.key]
         if event == "eval" or now - self.last_print >= self.print_every_s:
             print(self.line(it), flush=True)
             self.last_print = now
 
 
 # -----------------------------------------------------------------------------------------------
-# training one model
+# training one run
 
-def train_model(config, explicit, name, progress):
-    out_dir = model_dir(config, name)
-    resume = os.path.isfile(os.path.join(out_dir, LAST_NAME))
-    tcfg = {k: config[k] for k in train.DEFAULTS}
-    tcfg.update(variant=name, out_dir=out_dir, init_from="resume" if resume else "scratch")
-    texplicit = {k for k in explicit if k in train.DEFAULTS} | {"variant", "out_dir", "init_from"}
+def train_model(run, progress):
+    resume = os.path.isfile(os.path.join(run.out_dir, LAST_NAME))
+    tcfg = dict(run.config, out_dir=run.out_dir, init_from="resume" if resume else run.config["init_from"])
+    texplicit = run.explicit | {"variant", "out_dir", "init_from"}
     try:
         return train.train(tcfg, texplicit, callback=progress)
     except (ConfigError, train.TrainError, CheckpointError) as e:
-        raise SystemExit(f"error: {name}: {e}")
+        raise SystemExit(f"error: {run.label}: {e}")
     except torch.OutOfMemoryError:
-        raise SystemExit(f"error: {name}: out of memory (fix: lower --batch_size and raise "
+        raise SystemExit(f"error: {run.label}: out of memory (fix: lower --batch_size and raise "
                          f"--gradient_accumulation_steps, or lower --block_size)") from None
 
 
@@ -430,11 +530,12 @@ def bench_model(args, config, device, dtype):
             torch.cuda.empty_cache()
 
 
-def measure(config, name, device, dtype):
-    """Everything results.md / samples.md / the figures need from a trained model (its ckpt.pt)."""
+def measure(config, run, device, dtype):
+    """Everything results.md / samples.md / the figures need from a trained run (its ckpt.pt). Samples
+    only for a variant's first seed (samples.md shows one model per variant)."""
     from sample import load_checkpoint_model
-    out_dir = model_dir(config, name)
-    model, ckpt = load_checkpoint_model(out_dir, device)
+    cfg = {**config, **run.config}   # the run's seed, batch size, ...
+    model, ckpt = load_checkpoint_model(run.out_dir, device)
     rep = dict(ckpt=os.path.relpath(ckpt["path"], config["compare_dir"]), ckpt_iter=int(ckpt.get("iter_num", 0)),
                params=model.get_num_params(non_embedding=False), weights_fp32_bytes=fp32_weights_bytes(model),
                ckpt_bytes=os.path.getsize(ckpt["path"]))
@@ -444,12 +545,90 @@ def measure(config, name, device, dtype):
         rep["branch_weights"] = [float(w) for w in model.branch_weights().tolist()]
         rep["heaviest_branch"] = model.heaviest_branch()
         model.keep_branch = rep["heaviest_branch"]   # paper 004 samples pgpt with one branch
-    if config["prompts"] and config["sample_tokens"] > 0:
-        rep["samples"] = generate_samples(model, ckpt, config, device, dtype)
+    if run.first and cfg["prompts"] and cfg["sample_tokens"] > 0:
+        rep["samples"] = generate_samples(model, ckpt, cfg, device, dtype)
     args = dict(ckpt["model_args"])
     del model, ckpt
-    rep.update(bench_model(args, config, device, dtype))
+    rep.update(bench_model(args, cfg, device, dtype))
     return rep
+
+
+# -----------------------------------------------------------------------------------------------
+# equal compute, seed statistics, noise
+
+def tokens_per_iter(cfg, block_size):
+    """Tokens of one training iteration (compare.py runs in one process: no DDP ranks)."""
+    return cfg["batch_size"] * cfg["gradient_accumulation_steps"] * block_size
+
+
+def val_loss_at(curve, it):
+    """The val loss an eval curve [(iteration, val loss)] had reached at iteration `it` (fractional),
+    linearly interpolated between the two evaluations around it. The evaluation at iteration 0 (the
+    untrained model) is not used: None when `it` comes before the first evaluation after it, or after
+    the last one."""
+    points = sorted({i: v for i, v in curve if i > 0 and v is not None}.items())
+    if not points or it < points[0][0] or it > points[-1][0] * (1 + 1e-9):
+        return None
+    for (i0, v0), (i1, v1) in zip(points, points[1:]):
+        if it <= i1:
+            return v0 + (v1 - v0) * (it - i0) / (i1 - i0)
+    return points[-1][1]
+
+
+def add_equal_compute(rows, curves):
+    """The compute budget is the cheapest run's training FLOPs; every run row gets the iteration at which
+    it had spent that budget and its val loss there (val_loss_at its eval curve). Returns the budget
+    and the cheapest run's row."""
+    cheapest = min(rows, key=lambda r: r["train_flops"])
+    budget = cheapest["train_flops"]
+    for r, curve in zip(rows, curves):
+        r["equal_compute_iter"] = budget / r["flops_per_iter"]
+        r["val_loss_equal_compute"] = val_loss_at(curve, r["equal_compute_iter"])
+    return budget, cheapest
+
+
+def mean_std(values):
+    """(mean, sample standard deviation, n-1 in the denominator); both None if a value is missing, the
+    std None for a single value."""
+    if not values or any(v is None for v in values):
+        return None, None
+    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else None)
+
+
+def aggregate(rows):
+    """One row per variant from its per-seed rows: the mean of each SEED_METRICS column and its standard
+    deviation as <column>_std; the other columns (sizes, FLOPs, ...) from the first seed."""
+    out = []
+    for name in dict.fromkeys(r["name"] for r in rows):
+        group = [r for r in rows if r["name"] == name]
+        agg = {k: v for k, v in group[0].items() if k != "seed"}
+        agg.update(n_seeds=len(group), seeds=" ".join(str(r["seed"]) for r in group))
+        for key in SEED_METRICS:
+            agg[key], agg[key + "_std"] = mean_std([r[key] for r in group])
+        out.append(agg)
+    return out
+
+
+def noise_verdict(a, b, key):
+    """Whether row b's mean of `key` (a loss: lower is better) differs from row a's beyond the spread over
+    seeds: Welch's statistic t = (mean_b - mean_a) / sqrt(std_a^2 / n_a + std_b^2 / n_b). |t| > NOISE_T (2)
+    gives ("better" or "worse", mean_b - mean_a), otherwise ("within noise", mean_b - mean_a). None when a
+    row has no spread (fewer than 2 seeds) or no value."""
+    ma, mb, sa, sb = a.get(key), b.get(key), a.get(key + "_std"), b.get(key + "_std")
+    na, nb = a.get("n_seeds", 1), b.get("n_seeds", 1)
+    if None in (ma, mb, sa, sb) or min(na, nb) < 2:
+        return None
+    diff = mb - ma
+    if abs(diff) <= NOISE_T * math.sqrt(sa ** 2 / na + sb ** 2 / nb):
+        return "within noise", diff
+    return ("better" if diff < 0 else "worse"), diff
+
+
+def verdict_text(rows, i, key):
+    if i == 0:
+        return "(reference)"
+    v = noise_verdict(rows[0], rows[i], key)
+    return "n/a" if v is None else f"{v[0]} ({v[1]:+.4f})"
 
 
 # -----------------------------------------------------------------------------------------------
@@ -459,38 +638,69 @@ def fmt(v, spec):
     return "n/a" if v is None else format(v, spec)
 
 
-def best_eval(out_dir):
+def fmt_si(v):
+    """12345678 -> '12.3M' (FLOPs)."""
+    for scale, unit in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(v) >= scale:
+            return f"{v / scale:.3g}{unit}"
+    return f"{v:.3g}"
+
+
+def fmt_iter(it):
+    """A fractional iteration: whole above 10, two digits below."""
+    return f"{it:,.0f}" if it >= 10 else f"{it:.2g}"
+
+
+def cell(row, key, spec, seeds):
+    """A table cell; with seeds, a SEED_METRICS column is 'mean ± std'. spec: a format spec or a function."""
+    text = (lambda v: "n/a" if v is None else (spec(v) if callable(spec) else format(v, spec)))
+    if seeds and key in SEED_METRICS and row.get(key) is not None:
+        return f"{text(row[key])} ± {text(row.get(key + '_std'))}"
+    return text(row.get(key))
+
+
+def best_eval(log):
     """The eval row with the lowest val loss (the state saved as ckpt.pt)."""
-    rows = [r for r in plots.read_log(out_dir)["eval"] if r["val_loss"] is not None]
+    rows = [r for r in log["eval"] if r["val_loss"] is not None]
     return min(rows, key=lambda r: r["val_loss"]) if rows else {}
 
 
-def result_rows(config, status):
-    rows = []
-    for name in config["variants"]:
-        entry = status["models"].get(name, {})
-        if entry.get("state") != "finished" or "report" not in entry:
-            continue
-        s, r = entry["summary"], entry["report"]
-        best = best_eval(model_dir(config, name))
-        bench_ok = "bench_ms" in r
-        bvl = s.get("best_val_loss")
-        rows.append(dict(
-            name=name, params=r["params"], params_m=r["params"] / 1e6,
-            size_mb_fp32_weights=r["weights_fp32_bytes"] / MB, ckpt_mb=r["ckpt_bytes"] / MB,
-            ms_per_iter=r["bench_ms"] if bench_ok else s.get("ms_per_iter"),
-            tokens_per_s=r["bench_tok_s"] if bench_ok else s.get("tokens_per_s"),
-            peak_memory_mb=r["peak_bytes"] / MB if r.get("peak_bytes") is not None else None,
-            timing="bench" if bench_ok else "training loop",
-            best_val_loss=bvl, best_val_ppl=math.exp(bvl) if bvl is not None and bvl < 50 else None,
-            val_loss_weaker_branch_dropped=best.get("val_loss_heaviest") if "heaviest_branch" in r else None,
-            heaviest_branch=r.get("heaviest_branch"),
-            branch_weights=" ".join(f"{w:.4f}" for w in r["branch_weights"]) if "branch_weights" in r else None,
-            best_iter=best.get("iter"), iters=s.get("iter_num"), train_time_s=s.get("train_time_total_s", s.get("train_time_s")),
-            train_ms_per_iter=s.get("ms_per_iter"), train_tokens_per_s=s.get("tokens_per_s"),
-            final_train_loss=s.get("final_train_loss"), model=describe(s["model_args"]),
-        ))
-    return rows
+def run_row(run, entry, log):
+    s, r = entry["summary"], entry["report"]
+    best = best_eval(log)
+    bench_ok = "bench_ms" in r
+    bvl = s.get("best_val_loss")
+    flops = model_info(s["model_args"])[1]
+    per_iter = flops * tokens_per_iter(run.config, s["model_args"]["block_size"])
+    return dict(
+        name=run.name, params=r["params"], params_m=r["params"] / 1e6,
+        size_mb_fp32_weights=r["weights_fp32_bytes"] / MB, ckpt_mb=r["ckpt_bytes"] / MB,
+        ms_per_iter=r["bench_ms"] if bench_ok else s.get("ms_per_iter"),
+        tokens_per_s=r["bench_tok_s"] if bench_ok else s.get("tokens_per_s"),
+        peak_memory_mb=r["peak_bytes"] / MB if r.get("peak_bytes") is not None else None,
+        timing="bench" if bench_ok else "training loop",
+        best_val_loss=bvl, best_val_ppl=math.exp(bvl) if bvl is not None and bvl < 50 else None,
+        val_loss_weaker_branch_dropped=best.get("val_loss_heaviest") if "heaviest_branch" in r else None,
+        heaviest_branch=r.get("heaviest_branch"),
+        branch_weights=" ".join(f"{w:.4f}" for w in r["branch_weights"]) if "branch_weights" in r else None,
+        best_iter=best.get("iter"), iters=s.get("iter_num"), train_time_s=s.get("train_time_total_s", s.get("train_time_s")),
+        train_ms_per_iter=s.get("ms_per_iter"), train_tokens_per_s=s.get("tokens_per_s"),
+        final_train_loss=s.get("final_train_loss"), model=describe(s["model_args"]),
+        flops_per_token=flops, flops_per_iter=per_iter, train_flops=per_iter * s["iter_num"],
+        seed=run.seed,
+    )
+
+
+def result_rows(runs, status, logs):
+    """(per-run rows, equal-compute budget, the cheapest run's row) of the finished and measured runs."""
+    done = [run for run in runs if status["models"].get(run.key, {}).get("state") == "finished"
+            and "report" in status["models"][run.key]]
+    rows = [run_row(run, status["models"][run.key], logs[run.key]) for run in done]
+    if not rows:
+        return rows, None, None
+    curves = [[(e["iter"], e["val_loss"]) for e in logs[run.key]["eval"]] for run in done]
+    budget, cheapest = add_equal_compute(rows, curves)
+    return rows, budget, cheapest
 
 
 def md_table(header, body, left=1):
@@ -502,30 +712,83 @@ def md_table(header, body, left=1):
 
 def setup_line(config, device, dtype):
     accum = config["gradient_accumulation_steps"]
-    return (f"Dataset `{config['dataset']}`; every model: {config['max_iters']} iterations of "
+    seeds = config["seeds"]
+    line = (f"Dataset `{config['dataset']}`; every model: {config['max_iters']} iterations of "
             f"{config['batch_size']} x {config['block_size']} tokens" + (f" x {accum} accumulation steps" if accum > 1 else "")
             + f", AdamW lr {config['learning_rate']:g} (warmup {config['warmup_iters']}, cosine to "
             f"{config['min_lr'] if config['min_lr'] is not None else config['learning_rate'] / 10:g}), "
-            f"weight decay {config['weight_decay']:g}, dropout {config['dropout']:g}, seed {config['seed']}; "
+            f"weight decay {config['weight_decay']:g}, dropout {config['dropout']:g}, "
+            + (f"seeds {', '.join(map(str, seeds))}" if seeds else f"seed {config['seed']}") + "; "
             f"evaluation every {config['eval_interval']} iterations on {config['eval_iters']} fixed batches; "
             f"device {device}, dtype {dtype}, torch {torch.__version__}.")
+    custom = {n: k for n, k in config["custom_variants"].items() if n in config["variants"]}
+    if custom:
+        line += " Custom variants (these keys for that model only): " + "; ".join(
+            f"{n} = {k.get('variant', n)} with " + ", ".join(f"{key}={v!r}" for key, v in k.items() if key != "variant")
+            for n, k in custom.items()) + "."
+    return line
 
 
-def write_results(config, status, rows, figures):
+def seeds_note(config, rows):
+    seeds = config["seeds"]
+    return (f"**Seeds.** Every variant was trained once per seed ({', '.join(map(str, seeds))}). The seed sets the "
+            f"initial weights, the training batches, the dropout masks and the fixed evaluation batches (train.py "
+            f"draws all of them from it), so within one seed every model sees the same data. Numbers are **mean ± "
+            f"std over {len(seeds)} seeds** (sample standard deviation, n-1); every run: results_per_seed.csv. "
+            f"\"vs {rows[0]['name']}\": **better** or **worse** when Welch's statistic |mean difference| / "
+            f"sqrt(std_a²/n_a + std_b²/n_b) exceeds {NOISE_T:g} (about two standard errors of the difference), "
+            f"otherwise **within noise**; the signed number is the difference of the means (negative: lower loss).")
+
+
+def write_csv(path, rows):
+    with atomic_open(path, "w") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["name"], lineterminator="\n")
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else ("" if v is None else v)) for k, v in r.items()})
+
+
+def equal_compute_lines(config, rows, budget, cheapest, seeds):
+    ref = rows[0]
+    header = ["Name", "Train FLOPs/token", f"x {ref['name']}", "Train FLOPs, full run", "Iteration at equal compute",
+              "Val loss at equal compute"] + ([f"vs {ref['name']}"] if seeds else []) + ["Train time, full run"]
+    body = [[r["name"], fmt_si(r["flops_per_token"]), f"{r['flops_per_token'] / ref['flops_per_token']:.2f}x",
+             fmt_si(r["train_flops"]), f"{fmt_iter(r['equal_compute_iter'])} of {r['iters']}",
+             cell(r, "val_loss_equal_compute", ".4f", seeds)]
+            + ([verdict_text(rows, i, "val_loss_equal_compute")] if seeds else [])
+            + [cell(r, "train_time_s", format_eta, seeds)] for i, r in enumerate(rows)]
+    return ["## Equal compute", "", md_table(header, body), "",
+            "- **Train FLOPs/token**: `model.flops_per_token()`, forward + backward: 6 per weight per token plus "
+            "the attention scores and values, counting every application of a shared layer, every Deep Thinking "
+            "pass and both pgpt branches. Evaluations are not counted.",
+            f"- **Val loss at equal compute**: the budget is the cheapest full run, {cheapest['name']}'s "
+            f"{fmt_si(budget)} FLOPs ({cheapest['iters']} iterations). Every model's val loss when its own training "
+            f"had spent that many FLOPs, read off its eval curve (an evaluation every {config['eval_interval']} "
+            f"iterations) by linear interpolation between the two evaluations around that iteration; n/a when the "
+            f"first evaluation after iteration 0 comes later. Every model ran the learning-rate schedule of its full "
+            f"run, so a costlier model is read mid-schedule, before its learning rate has decayed: this view favours "
+            f"the cheaper models a little (a schedule that ends at the budget would do better).",
+            "- **Train time**: wall time of the whole run, evaluations included; noisy on a shared machine.", ""]
+
+
+def write_results(config, rows, per_run, budget, cheapest, figures):
     d = config["compare_dir"]
+    seeds = config["seeds"]
     device = train.resolve_device(config["device"])
     dtype = train.resolve_dtype(config["dtype"], device)
     table1 = md_table(
         ["Name", "Params (M)", "Size (MB), fp32 weights", "ms/iter", "tokens/s", "Peak memory (MB)",
-         "Best val loss", "Val loss, weaker branch dropped"],
-        [[r["name"], f"{r['params_m']:.2f}", f"{r['size_mb_fp32_weights']:.2f}", fmt(r["ms_per_iter"], ".1f"),
-          fmt(r["tokens_per_s"], ",.0f"), fmt(r["peak_memory_mb"], ".1f"), fmt(r["best_val_loss"], ".4f"),
-          fmt(r["val_loss_weaker_branch_dropped"], ".4f")] for r in rows])
+         "Best val loss", "Val loss, weaker branch dropped"] + ([f"Best val loss vs {rows[0]['name']}"] if seeds else []),
+        [[r["name"], f"{r['params_m']:.2f}", f"{r['size_mb_fp32_weights']:.2f}", cell(r, "ms_per_iter", ".1f", seeds),
+          cell(r, "tokens_per_s", ",.0f", seeds), cell(r, "peak_memory_mb", ".1f", seeds),
+          cell(r, "best_val_loss", ".4f", seeds), cell(r, "val_loss_weaker_branch_dropped", ".4f", seeds)]
+         + ([verdict_text(rows, i, "best_val_loss")] if seeds else []) for i, r in enumerate(rows)])
     training = md_table(
         ["Name", "Model", "Iterations", "Train time", "Loop ms/iter", "Final train loss", "Best val ppl",
          "Best at iter", "ckpt.pt (MB)"],
-        [[r["name"], r["model"], r["iters"], format_eta(r["train_time_s"]), fmt(r["train_ms_per_iter"], ".1f"),
-          fmt(r["final_train_loss"], ".4f"), fmt(r["best_val_ppl"], ".2f"), r["best_iter"], f"{r['ckpt_mb']:.2f}"]
+        [[r["name"], r["model"], r["iters"], cell(r, "train_time_s", format_eta, seeds),
+          cell(r, "train_ms_per_iter", ".1f", seeds), cell(r, "final_train_loss", ".4f", seeds),
+          cell(r, "best_val_ppl", ".2f", seeds), cell(r, "best_iter", ".0f", seeds), f"{r['ckpt_mb']:.2f}"]
          for r in rows], left=2)
     timing = {r["timing"] for r in rows}
     if timing == {"bench"}:
@@ -541,25 +804,29 @@ def write_results(config, status, rows, figures):
         timing_note = ("the training loop's median over its log windows (evaluations excluded); bench_iters=0, "
                        "so no peak memory")
     pgpt = [r for r in rows if r["heaviest_branch"] is not None]
-    lines = [f"# Model comparison: {', '.join(r['name'] for r in rows)}", "", setup_line(config, device, dtype), "",
-             "Layout of paper 004's Table 1, from our own runs.", "", table1, "",
-             "- **Params**: every parameter, a shared layer counted once (`get_num_params(non_embedding=False)`).",
-             "- **Size**: bytes of `torch.save(state_dict)` of the best checkpoint's weights in fp32: the model "
-             "weights only, no optimizer state. The ckpt.pt files, which also hold the two AdamW moments per "
-             "weight (about 12 bytes per parameter), are listed below; paper 004's sizes (129.3 MB for 10.7M "
-             "parameters) match such full checkpoints, not the weights alone.",
-             f"- **ms/iter, tokens/s**: {timing_note}. Timings on a shared machine are noisy.",
-             f"- **Best val loss**: mean cross-entropy over {config['eval_iters']} fixed validation batches, the "
-             f"lowest over all evaluations (the ckpt.pt state)."]
+    lines = [f"# Model comparison: {', '.join(r['name'] for r in rows)}", "", setup_line(config, device, dtype), ""]
+    if seeds:
+        lines += [seeds_note(config, rows), ""]
+    lines += ["Layout of paper 004's Table 1, from our own runs.", "", table1, "",
+              "- **Params**: every parameter, a shared layer counted once (`get_num_params(non_embedding=False)`).",
+              "- **Size**: bytes of `torch.save(state_dict)` of the best checkpoint's weights in fp32: the model "
+              "weights only, no optimizer state. The ckpt.pt files, which also hold the two AdamW moments per "
+              "weight (about 12 bytes per parameter), are listed below; paper 004's sizes (129.3 MB for 10.7M "
+              "parameters) match such full checkpoints, not the weights alone.",
+              f"- **ms/iter, tokens/s**: {timing_note}. Timings on a shared machine are noisy.",
+              f"- **Best val loss**: mean cross-entropy over {config['eval_iters']} fixed validation batches, the "
+              f"lowest over all evaluations (the ckpt.pt state)."]
     if pgpt:
         lines.append("- **Val loss, weaker branch dropped**: pgpt at that same checkpoint with only its heaviest "
                      "branch running (paper 004's inference): " + "; ".join(
-                         f"{r['name']} keeps branch {r['heaviest_branch']} (weights {r['branch_weights']})"
-                         for r in pgpt) + ". n/a for single-branch models.")
-    lines += ["", "## Training", "", training, "",
+                         f"{r['name']} keeps branch {r['heaviest_branch']} (weights {r['branch_weights']}"
+                         + (", first seed" if seeds else "") + ")" for r in pgpt) + ". n/a for single-branch models.")
+    lines += [""] + equal_compute_lines(config, rows, budget, cheapest, seeds)
+    lines += ["## Training", "", training, "",
               "Loop ms/iter: the training loop's own median (data loading included, evaluations excluded). "
               "Best val ppl = exp(best val loss), per token of the dataset's tokenizer.", ""]
     titles = {"loss_curves.png": "Loss curves (paper 004 Figure 6)",
+              "loss_vs_compute.png": "Val loss against training compute",
               "branch_weights.png": "pgpt branch weights during training",
               "alphas.png": "Enhanced-residual alphas per layer (paper 000 Figure 7)"}
     for fig in figures:
@@ -567,33 +834,37 @@ def write_results(config, status, rows, figures):
     lines += ["Samples: [samples.md](samples.md).", ""]
     with atomic_open(os.path.join(d, "results.md"), "w") as f:
         f.write("\n".join(lines))
-    with atomic_open(os.path.join(d, "results.csv"), "w") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["name"], lineterminator="\n")
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else ("" if v is None else v)) for k, v in r.items()})
+    if seeds:
+        for i, r in enumerate(rows):
+            for key in ("best_val_loss", "val_loss_equal_compute"):
+                r[f"{key}_vs_first"] = verdict_text(rows, i, key)
+        write_csv(os.path.join(d, "results_per_seed.csv"), per_run)
+    write_csv(os.path.join(d, "results.csv"), rows)
 
 
-def write_samples(config, status):
-    names = [n for n in config["variants"] if "samples" in status["models"].get(n, {}).get("report", {})]
-    if not names:
+def write_samples(config, status, runs):
+    firsts = [run for run in runs if run.first and "samples" in status["models"].get(run.key, {}).get("report", {})]
+    if not firsts:
         return None
-    reports = {n: status["models"][n]["report"] for n in names}
+    reports = {run.key: status["models"][run.key]["report"] for run in firsts}
     top_k = f"top-k {config['sample_top_k']}" if config["sample_top_k"] else "no top-k"
     lines = ["# Samples", "",
              f"Temperature {config['sample_temperature']:g}, {config['sample_tokens']} new tokens, {top_k}, "
-             f"seed {config['seed']}; {config['samples_per_prompt']} sample(s) per prompt from each model's ckpt.pt "
-             f"(the best validation loss; its iteration is given after the model's name)."]
-    for n in names:
-        if "heaviest_branch" in reports[n]:
-            w = ", ".join(f"{x:.3f}" for x in reports[n]["branch_weights"])
-            lines.append(f"{n} is sampled with only its heaviest branch (branch {reports[n]['heaviest_branch']}, "
+             f"seed {firsts[0].seed}; {config['samples_per_prompt']} sample(s) per prompt from each model's ckpt.pt "
+             f"(the best validation loss; its iteration is given after the model's name)"
+             + (", the run of each model's first seed." if config["seeds"] else ".")]
+    for run in firsts:
+        rep = reports[run.key]
+        if "heaviest_branch" in rep:
+            w = ", ".join(f"{x:.3f}" for x in rep["branch_weights"])
+            lines.append(f"{run.name} is sampled with only its heaviest branch (branch {rep['heaviest_branch']}, "
                          f"weights {w}), the weaker one dropped, as paper 004 does.")
     for prompt in config["prompts"]:
         lines += ["", f"## Prompt {prompt!r}"]
-        for n in names:
-            for k, s in enumerate(x for x in reports[n]["samples"] if x["prompt"] == prompt):
-                label = f"{n} (iter {reports[n]['ckpt_iter']})" + (f", sample {k + 1}" if config["samples_per_prompt"] > 1 else "")
+        for run in firsts:
+            rep = reports[run.key]
+            for k, s in enumerate(x for x in rep["samples"] if x["prompt"] == prompt):
+                label = f"{run.label} (iter {rep['ckpt_iter']})" + (f", sample {k + 1}" if config["samples_per_prompt"] > 1 else "")
                 lines += ["", f"### {label}", ""]
                 if "error" in s:
                     lines.append(f"(no sample: {s['error']})")
@@ -605,31 +876,50 @@ def write_samples(config, status):
     return path
 
 
-def write_figures(config, status):
+def write_figures(config, status, runs, logs, per_run, budget):
+    """The figures from the finished runs: with seeds, loss curves show every seed faintly and the mean;
+    the branch-weight and alpha figures show each variant's first seed."""
     d = config["compare_dir"]
-    done = [n for n in config["variants"] if status["models"].get(n, {}).get("state") == "finished"]
-    logs = {n: plots.read_log(model_dir(config, n)) for n in done}
+    done = [run for run in runs if status["models"].get(run.key, {}).get("state") == "finished"]
+    names = list(dict.fromkeys(run.name for run in done))
+    if config["seeds"]:
+        curves = {n: [logs[run.key] for run in done if run.name == n] for n in names}
+    else:
+        curves = {run.name: logs[run.key] for run in done}
+    firsts = [run for run in done if run.first]
     written = []
-    if plots.plot_loss_curves(logs, os.path.join(d, "loss_curves.png"),
+    if plots.plot_loss_curves(curves, os.path.join(d, "loss_curves.png"),
                               title=f"Loss comparison on {config['dataset']}"):
         written.append("loss_curves.png")
-    if plots.plot_branch_weights(logs, os.path.join(d, "branch_weights.png")):
+    flops_per_iter = {r["name"]: r["flops_per_iter"] for r in per_run}
+    if flops_per_iter and plots.plot_loss_vs_compute({n: c for n, c in curves.items() if n in flops_per_iter},
+                                                     flops_per_iter, os.path.join(d, "loss_vs_compute.png"),
+                                                     budget=budget, title=f"Val loss against training compute "
+                                                                          f"on {config['dataset']}"):
+        written.append("loss_vs_compute.png")
+    if plots.plot_branch_weights({run.name: logs[run.key] for run in firsts}, os.path.join(d, "branch_weights.png")):
         written.append("branch_weights.png")
-    alphas = {n: status["models"][n].get("report", {}).get("alphas") for n in done}
+    alphas = {run.name: status["models"][run.key].get("report", {}).get("alphas") for run in firsts}
     if plots.plot_alphas(alphas, os.path.join(d, "alphas.png")):
         written.append("alphas.png")
     return written
 
 
-def write_report(config, status):
-    figures = write_figures(config, status)
-    rows = result_rows(config, status)
-    write_results(config, status, rows, figures)
-    samples = write_samples(config, status)
+def write_report(config, status, runs):
+    logs = {run.key: plots.read_log(run.out_dir) for run in runs}
+    per_run, budget, cheapest = result_rows(runs, status, logs)
+    rows = aggregate(per_run) if config["seeds"] else per_run
+    figures = write_figures(config, status, runs, logs, per_run, budget)
+    if rows:
+        write_results(config, rows, per_run, budget, cheapest, figures)
+    samples = write_samples(config, status, runs)
     # outputs of an earlier run that this one has nothing for (e.g. no pgpt in the list any more)
-    stale = {"loss_curves.png", "branch_weights.png", "alphas.png", "samples.md"} - set(figures)
+    stale = {"loss_curves.png", "loss_vs_compute.png", "branch_weights.png", "alphas.png", "samples.md",
+             "results_per_seed.csv"} - set(figures)
     if samples:
         stale.discard("samples.md")
+    if config["seeds"] and rows:
+        stale.discard("results_per_seed.csv")
     for name in stale:
         with contextlib.suppress(FileNotFoundError):
             os.remove(os.path.join(config["compare_dir"], name))
@@ -639,89 +929,127 @@ def write_report(config, status):
 # -----------------------------------------------------------------------------------------------
 # main
 
-def print_plan(config, status, models, infos):
-    print(f"compare: {len(models)} models on {config['dataset']}, {config['max_iters']} iterations each -> "
-          f"{config['compare_dir']}", flush=True)
-    ref = infos[models[0][0]][1]
-    for i, (name, args) in enumerate(models, 1):
-        params, flops = infos[name]
-        entry = status["models"].get(name, {})
-        if entry.get("state") == "finished":
-            state = "finished"
-        elif os.path.isfile(os.path.join(model_dir(config, name), LAST_NAME)):
-            state = f"resumes at iteration {resume_iter(model_dir(config, name))}"
-        else:
-            state = "to train"
-        print(f"  [{i}/{len(models)}] {name}: {params / 1e6:.2f}M params, {flops / ref:.2f}x the training FLOPs "
-              f"of {models[0][0]}, {describe(args)}; {state}", flush=True)
+def equal_compute_plan(runs, infos):
+    """{variant: (iteration at the equal-compute budget, evaluations at or before it)} from the plan, and
+    the name of the cheapest variant: what the equal-compute column will be read from."""
+    firsts = [run for run in runs if run.first]
+    cost = {run.name: run.cost_per_iter(infos[run.name][1]) * run.config["max_iters"] for run in firsts}
+    cheapest = min(cost, key=cost.get)
+    out = {}
+    for run in firsts:
+        it = cost[cheapest] / (cost[run.name] / run.config["max_iters"])
+        out[run.name] = (it, int(it // run.config["eval_interval"]))
+    return out, cheapest
+
+
+def print_plan(config, status, runs, infos):
+    firsts = [run for run in runs if run.first]
+    n_seeds = len(config["seeds"] or [None])
+    iters = {run.config["max_iters"] for run in firsts}
+    print(f"compare: {len(firsts)} models on {config['dataset']}, "
+          + (f"{config['max_iters']} iterations each" if iters == {config["max_iters"]} else "iterations per model below")
+          + (f", {n_seeds} seeds each ({len(runs)} runs)" if config["seeds"] else "")
+          + f" -> {config['compare_dir']}", flush=True)
+    unprepared = sorted({run.config["dataset"] for run in firsts if dataset_vocab(run.config) is None})
+    if unprepared:
+        print(f"  ({', '.join(unprepared)} not prepared yet: sizes and FLOPs below use the presets' vocabulary; "
+              f"training prepares the data and uses its own)", flush=True)
+    ref = firsts[0].cost_per_iter(infos[firsts[0].name][1])
+    equal, cheapest = equal_compute_plan(runs, infos)
+    for i, first in enumerate(firsts, 1):
+        params, flops = infos[first.name]
+        states = []
+        for run in (r for r in runs if r.name == first.name):
+            if status["models"].get(run.key, {}).get("state") == "finished":
+                state = "finished"
+            elif os.path.isfile(os.path.join(run.out_dir, LAST_NAME)):
+                state = f"resumes at iteration {resume_iter(run.out_dir)}"
+            else:
+                state = "to train"
+            states.append(state if not config["seeds"] else f"seed {run.seed} {state}")
+        it, n_evals = equal[first.name]
+        own_iters = "" if iters == {config["max_iters"]} else f"{first.config['max_iters']} iterations, "
+        print(f"  [{i}/{len(firsts)}] {first.name}: {own_iters}{params / 1e6:.2f}M params, "
+              f"{first.cost_per_iter(flops) / ref:.2f}x the training FLOPs per iteration of {firsts[0].name}, "
+              f"{describe(first.args)}; equal compute ({cheapest}'s full run) at iteration {fmt_iter(it)}; "
+              f"{', '.join(states)}", flush=True)
+        if n_evals < 3:
+            print(f"  note: {first.name} spends {cheapest}'s budget by iteration {fmt_iter(it)}, with {n_evals} evaluation(s) "
+                  f"before it: its equal-compute loss will be coarse or n/a (fix: a smaller --eval_interval)", flush=True)
 
 
 def run(config, explicit):
-    models = plan(config, explicit)
-    infos = {name: model_info(args) for name, args in models}
+    runs = plan(config, explicit)
+    infos = {run.name: model_info(run.args) for run in runs if run.first}
     status = load_status(config)
-    check_finished(config, status, models)
-    print_plan(config, status, models, infos)
+    check_finished(config, status, runs)
+    print_plan(config, status, runs, infos)
     if config["dry_run"]:
         return None
     os.makedirs(config["compare_dir"], exist_ok=True)
     status["variants"] = config["variants"]
-    names = [n for n, _ in models]
-    remaining = {n: 0 if status["models"].get(n, {}).get("state") == "finished"
-                 else max(0, config["max_iters"] - resume_iter(model_dir(config, n))) for n in names}
-    progress = Progress(names, {n: infos[n][1] for n in names}, remaining, config["max_iters"])
+    if config["seeds"]:
+        status["seeds"] = config["seeds"]
+    remaining = {run.key: 0 if status["models"].get(run.key, {}).get("state") == "finished"
+                 else max(0, run.config["max_iters"] - resume_iter(run.out_dir)) for run in runs}
+    cost = {run.key: run.cost_per_iter(infos[run.name][1]) for run in runs}
+    progress = Progress(runs, cost, remaining)
     device = str(train.resolve_device(config["device"]))
     from sample import pick_dtype
     dtype = pick_dtype(config["dtype"], device)
-    rsettings = report_settings(config)
 
-    for i, (name, args) in enumerate(models, 1):
-        entry = status["models"].setdefault(name, {})
+    for i, run_ in enumerate(runs, 1):
+        entry = status["models"].setdefault(run_.key, {})
         if entry.get("state") == "finished":
-            print(f"=== [{i}/{len(models)}] {name}: finished earlier (best val loss "
+            print(f"=== [{i}/{len(runs)}] {run_.label}: finished earlier (best val loss "
                   f"{entry['summary']['best_val_loss']:.4f}), skipped ===", flush=True)
         else:
-            out_dir = model_dir(config, name)
-            start = resume_iter(out_dir)
-            print(f"\n=== [{i}/{len(models)}] {name}: {infos[name][0] / 1e6:.2f}M params, {describe(args)}; "
-                  + (f"resuming at iteration {start}" if start else "from scratch")
-                  + f" -> {out_dir}; all models: ETA {format_eta(progress.eta())} ===", flush=True)
-            entry.update(state="running", settings=training_settings(config, args))
+            start = resume_iter(run_.out_dir)
+            print(f"\n=== [{i}/{len(runs)}] {run_.label}: {infos[run_.name][0] / 1e6:.2f}M params, "
+                  f"{describe(run_.args)}; " + (f"resuming at iteration {start}" if start else "from scratch")
+                  + f" -> {run_.out_dir}; all runs: ETA {format_eta(progress.eta())} ===", flush=True)
+            entry.update(state="running", settings=training_settings(run_))
             entry.pop("report", None)
             save_status(config, status)
-            progress.start(i, name, start)
-            summary = train_model(config, explicit, name, progress)
+            progress.start(i, run_, start)
+            summary = train_model(run_, progress)
             summary = {k: v for k, v in summary.items() if k != "evals"}
-            # train_time_s covers this session only; earlier sessions of an interrupted model add up
+            # train_time_s covers this session only; earlier sessions of an interrupted run add up
             summary["train_time_total_s"] = summary["train_time_s"] + entry.pop("train_time_before_s", 0.0)
             if summary["interrupted"]:
                 entry.update(state="interrupted", summary=jsonable(summary),
                              train_time_before_s=summary["train_time_total_s"])
                 save_status(config, status)
-                print(f"\ncompare: stopped during {name} (iteration {summary['iter_num']}); run the same command "
-                      f"again to resume it", flush=True)
+                print(f"\ncompare: stopped during {run_.label} (iteration {summary['iter_num']}); run the same "
+                      f"command again to resume it", flush=True)
                 raise SystemExit(130)
             entry.update(state="finished", summary=jsonable(summary))
-            progress.finish(name)
+            progress.finish(run_)
             save_status(config, status)
             if device.startswith("cuda"):
                 torch.cuda.empty_cache()
+        rsettings = report_settings(config, run_)
         if entry.get("report_settings") != rsettings or "report" not in entry:
-            print(f"[compare {i}/{len(models)} {name}] measuring: sizes, "
-                  + (f"{config['bench_iters']} timed steps, " if config["bench_iters"] else "")
-                  + f"{len(config['prompts']) * config['samples_per_prompt']} samples", flush=True)
-            entry.update(report=jsonable(measure(config, name, device, dtype)), report_settings=rsettings)
+            sampling = run_.first and config["prompts"] and config["sample_tokens"] > 0
+            print(f"[compare {i}/{len(runs)} {run_.label}] measuring: sizes"
+                  + (f", {config['bench_iters']} timed steps" if config["bench_iters"] else "")
+                  + (f", {len(config['prompts']) * config['samples_per_prompt']} samples" if sampling else ""),
+                  flush=True)
+            entry.update(report=jsonable(measure(config, run_, device, dtype)), report_settings=rsettings)
             save_status(config, status)
 
-    rows, figures = write_report(config, status)
+    rows, figures = write_report(config, status, runs)
     d = config["compare_dir"]
-    written = ["results.md", "results.csv"] + (["samples.md"] if os.path.exists(os.path.join(d, "samples.md")) else [])
+    written = (["results.md", "results.csv"] + (["results_per_seed.csv"] if config["seeds"] else [])
+               + (["samples.md"] if os.path.exists(os.path.join(d, "samples.md")) else []))
     print(f"\ncompare: done. {', '.join(os.path.join(d, f) for f in written + figures)}")
+    seeds = config["seeds"]
     for r in rows:
-        print(f"  {r['name']:<20} {r['params_m']:7.2f}M  best val {fmt(r['best_val_loss'], '.4f')}"
-              + (f"  (weaker branch dropped: {r['val_loss_weaker_branch_dropped']:.4f})"
+        print(f"  {r['name']:<20} {r['params_m']:7.2f}M  best val {cell(r, 'best_val_loss', '.4f', seeds)}"
+              + (f"  (weaker branch dropped: {cell(r, 'val_loss_weaker_branch_dropped', '.4f', seeds)})"
                  if r["val_loss_weaker_branch_dropped"] is not None else "")
-              + f"  {fmt(r['ms_per_iter'], '.1f')} ms/iter")
+              + f"  at equal compute {cell(r, 'val_loss_equal_compute', '.4f', seeds)}"
+              + f"  {cell(r, 'ms_per_iter', '.1f', seeds)} ms/iter")
     return rows
 
 
@@ -730,7 +1058,7 @@ def main(argv=None):
     try:
         return run(config, explicit)
     except KeyboardInterrupt:
-        # outside train.py's own handling (e.g. while sampling): finished models are already recorded
+        # outside train.py's own handling (e.g. while sampling): finished runs are already recorded
         print("\ncompare: interrupted; run the same command again to continue", flush=True)
         raise SystemExit(130) from None
 

@@ -3,6 +3,8 @@ Plots for compare.py, drawn from the files train.py writes (out_dir/log.csv) and
 
     read_log(out_dir)                         -> {'train': [(iter, loss)], 'eval': [row dict, ...]}
     plot_loss_curves({name: log}, path)       paper 004 Figure 6: train and val loss of every model
+                                              ({name: [log per seed]}: faint seeds and their mean)
+    plot_loss_vs_compute({name: log}, {name: FLOPs per iteration}, path)   val loss against training FLOPs
     plot_branch_weights({name: log}, path)    pgpt: branch combination weights over training
     plot_alphas({name: [(a1, a2), ...]}, path) paper 000 Figure 7: enhanced-residual alphas per layer
 
@@ -94,25 +96,51 @@ def plot_run(out_dir):
     return _save(fig, os.path.join(out_dir, "loss.png"), plt)
 
 
+def _seed_logs(log):
+    """A model's logs: one log, or a list of logs (one per seed)."""
+    return log if isinstance(log, list) else [log]
+
+
+def _mean_curve(evals, key):
+    """(iterations, mean of `key`) over the seeds' eval rows, at the iterations every seed evaluated."""
+    by_seed = [{r["iter"]: r[key] for r in ev if r.get(key) is not None} for ev in evals]
+    common = sorted(set.intersection(*(set(d) for d in by_seed))) if by_seed else []
+    return common, [sum(d[i] for d in by_seed) / len(by_seed) for i in common]
+
+
+def _plot_seeds(ax, evals, key, xscale, label, style):
+    """One model on one panel: a single run as one line; several seeds as a faint line per seed and
+    their mean as the full line."""
+    if len(evals) > 1:
+        for ev in evals:
+            pts = [(r["iter"] * xscale, r[key]) for r in ev if r.get(key) is not None]
+            if pts:
+                ax.plot(*zip(*pts), color=style["color"], linewidth=0.7, alpha=0.3)
+        label = f"{label} (mean of {len(evals)} seeds)"
+    its, values = _mean_curve(evals, key)
+    if its:
+        ax.plot([i * xscale for i in its], values, label=label, **style)
+
+
 def plot_loss_curves(logs, path, title="Loss comparison"):
     """Two panels, one line per model: loss on the training split and on the validation split, both
     measured at the evaluations (the same fixed batches every time). pgpt's val loss with only its
-    heaviest branch is a thin dotted line with x markers."""
-    if not any(log["eval"] for log in logs.values()):
+    heaviest branch is a thin dotted line with x markers. logs: {name: log} or {name: [log per seed]};
+    with several seeds each seed is a faint line and the mean the full one."""
+    if not any(log["eval"] for logs_ in logs.values() for log in _seed_logs(logs_)):
         return None
     plt = _pyplot()
     styles = _styles(list(logs))
     fig, (ax_t, ax_v) = plt.subplots(1, 2, figsize=(12, 4.8), sharey=True)
     for name, log in logs.items():
-        ev = [r for r in log["eval"] if r["val_loss"] is not None]
-        if not ev:
+        evals = [ev for ev in ([r for r in lg["eval"] if r["val_loss"] is not None] for lg in _seed_logs(log)) if ev]
+        if not evals:
             continue
-        its = [r["iter"] for r in ev]
-        ax_t.plot(its, [r["loss"] for r in ev], label=name, **styles[name])
-        ax_v.plot(its, [r["val_loss"] for r in ev], label=name, **styles[name])
-        heavy = [(r["iter"], r["val_loss_heaviest"]) for r in ev if r["val_loss_heaviest"] is not None]
+        _plot_seeds(ax_t, evals, "loss", 1, name, styles[name])
+        _plot_seeds(ax_v, evals, "val_loss", 1, name, styles[name])
+        its, heavy = _mean_curve(evals, "val_loss_heaviest")
         if heavy:
-            ax_v.plot(*zip(*heavy), color=styles[name]["color"], linewidth=1.0, alpha=0.7, marker="x",
+            ax_v.plot(its, heavy, color=styles[name]["color"], linewidth=1.0, alpha=0.7, marker="x",
                       markersize=4, linestyle=(0, (1, 1)), label=f"{name} (heaviest branch only)")
     for ax, split in ((ax_t, "train"), (ax_v, "val")):
         ax.set_title(f"{split} loss")
@@ -121,6 +149,32 @@ def plot_loss_curves(logs, path, title="Loss comparison"):
         ax.legend()
     ax_t.set_ylabel("cross-entropy loss")
     fig.suptitle(title)
+    return _save(fig, path, plt)
+
+
+def plot_loss_vs_compute(logs, flops_per_iter, path, budget=None, title="Val loss against training compute"):
+    """Val loss at the evaluations against the training FLOPs spent so far (iteration x flops_per_iter[name]),
+    one line per model (several seeds: faint per seed, the mean full). budget: a dotted vertical line, the
+    cheapest model's full run, where compare.py reads the equal-compute losses."""
+    if not any(log["eval"] for logs_ in logs.values() for log in _seed_logs(logs_)):
+        return None
+    plt = _pyplot()
+    styles = _styles(list(logs))
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for name, log in logs.items():
+        # iteration 0 (no compute yet) has no place on the log axis
+        evals = [ev for ev in ([r for r in lg["eval"] if r["val_loss"] is not None and r["iter"] > 0]
+                               for lg in _seed_logs(log)) if ev]
+        if evals:
+            _plot_seeds(ax, evals, "val_loss", flops_per_iter[name], name, styles[name])
+    if budget:
+        ax.axvline(budget, color="gray", linewidth=1.0, linestyle=":", label="equal-compute budget")
+    ax.set_xscale("log")
+    ax.set_xlabel("training FLOPs (forward + backward), log scale")
+    ax.set_ylabel("val loss")
+    ax.set_title(title)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend()
     return _save(fig, path, plt)
 
 

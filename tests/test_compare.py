@@ -1,8 +1,11 @@
 """compare.py: tables, figures, samples, status.json, skipping finished models, resuming an interrupted
 one, and the three compare configs. Tiny models on a tiny char dataset: the file runs in seconds."""
 import csv
+import glob
 import json
+import math
 import os
+import statistics
 
 import pytest
 import torch
@@ -47,15 +50,17 @@ def tiny_argv(data_dir, compare_dir, variants, **extra):
 
 
 class CountingTrain:
-    """Stands in for train.train: records each call's init_from; optionally interrupts the first call
-    after iteration `stop_at` (as Ctrl-C would: train.py saves last.pt and returns interrupted)."""
+    """Stands in for train.train: records each call's init_from (and out_dir in `dirs`); optionally
+    interrupts call number `stop_call` after iteration `stop_at` (as Ctrl-C would: train.py saves last.pt
+    and returns interrupted)."""
 
-    def __init__(self, stop_at=None):
-        self.real, self.calls, self.stop_at = train.train, [], stop_at
+    def __init__(self, stop_at=None, stop_call=1):
+        self.real, self.calls, self.dirs, self.stop_at, self.stop_call = train.train, [], [], stop_at, stop_call
 
     def __call__(self, config, explicit=None, callback=None):
         self.calls.append(config["init_from"])
-        stop = self.stop_at if len(self.calls) == 1 else None
+        self.dirs.append(config["out_dir"])
+        stop = self.stop_at if len(self.calls) == self.stop_call else None
 
         def cb(event, info):
             callback(event, info)
@@ -108,6 +113,11 @@ def test_compare_writes_tables_figures_samples_and_skips_finished(char_data, tmp
     assert status["models"]["pgpt"]["summary"]["iter_num"] == 6
     assert len(status["models"]["enhanced_residual"]["report"]["alphas"]) == 1   # 2 layers = 1 shared block
 
+    # one seed: no seed folders, no per-seed table, no noise column; the equal-compute table is there
+    assert not os.path.exists(os.path.join(cdir, "results_per_seed.csv"))
+    assert "## Equal compute" in md and "within noise" not in md
+    assert float(pgpt["val_loss_equal_compute"]) > 0 and float(pgpt["flops_per_token"]) > 0
+
     # the same command again: nothing is retrained, the report is rewritten
     os.remove(os.path.join(cdir, "results.md"))
     compare.main(argv)
@@ -156,4 +166,141 @@ def test_compare_configs_dry_run(cfg, tmp_path, capsys):
     assert compare.main([path, "--dry_run=True", f"--compare_dir={tmp_path / 'cmp'}"]) is None
     out = capsys.readouterr().out
     assert "[4/4]" in out and "to train" in out
+    assert not os.path.exists(tmp_path / "cmp")
+
+
+# -----------------------------------------------------------------------------------------------
+# seeds, equal compute, noise
+
+def test_val_loss_at_interpolates_between_evaluations():
+    curve = [(0, 4.0), (20, 2.0), (10, 3.0), (30, 1.8), (40, None)]   # any order; a missing value skipped
+    assert compare.val_loss_at(curve, 15) == pytest.approx(2.5)
+    assert compare.val_loss_at(curve, 25) == pytest.approx(1.9)
+    assert compare.val_loss_at(curve, 10) == pytest.approx(3.0)
+    assert compare.val_loss_at(curve, 30) == pytest.approx(1.8)
+    assert compare.val_loss_at(curve, 12.5) == pytest.approx(2.75)
+    # before the first evaluation after iteration 0 (the untrained model is not an end point), or past the end
+    assert compare.val_loss_at(curve, 5) is None
+    assert compare.val_loss_at(curve, 31) is None
+    assert compare.val_loss_at([(0, 4.0)], 0) is None
+
+
+def test_equal_compute_budget_is_the_cheapest_full_run():
+    rows = [dict(name="cheap", flops_per_iter=2.0, train_flops=2.0 * 30),
+            dict(name="costly", flops_per_iter=4.0, train_flops=4.0 * 30),
+            dict(name="sparse", flops_per_iter=20.0, train_flops=20.0 * 30)]
+    curves = [[(10, 3.0), (20, 2.0), (30, 1.5)], [(10, 2.8), (20, 1.8), (30, 1.4)], [(10, 2.0), (30, 1.0)]]
+    budget, cheapest = compare.add_equal_compute(rows, curves)
+    assert budget == 60.0 and cheapest["name"] == "cheap"
+    assert [r["equal_compute_iter"] for r in rows] == [30, 15, 3]
+    assert rows[0]["val_loss_equal_compute"] == pytest.approx(1.5)   # its own last evaluation
+    assert rows[1]["val_loss_equal_compute"] == pytest.approx(2.3)   # halfway between iterations 10 and 20
+    assert rows[2]["val_loss_equal_compute"] is None                 # first evaluation (10) after the budget
+
+
+def test_noise_verdict_is_welchs_two_standard_errors():
+    a = dict(loss=2.0, loss_std=0.03, n_seeds=3)
+    se = math.sqrt(0.03 ** 2 / 3 + 0.03 ** 2 / 3)
+    assert compare.noise_verdict(a, dict(loss=2.0 - 2.1 * se, loss_std=0.03, n_seeds=3), "loss")[0] == "better"
+    assert compare.noise_verdict(a, dict(loss=2.0 + 2.1 * se, loss_std=0.03, n_seeds=3), "loss")[0] == "worse"
+    verdict, diff = compare.noise_verdict(a, dict(loss=2.0 + 1.9 * se, loss_std=0.03, n_seeds=3), "loss")
+    assert verdict == "within noise" and diff == pytest.approx(1.9 * se)
+    assert compare.noise_verdict(a, dict(loss=1.0, loss_std=None, n_seeds=1), "loss") is None   # no spread
+
+
+def test_seeds_and_custom_variants_on_the_command_line():
+    assert compare.parse(["--seeds=3", "--seed=7"])[0]["seeds"] == [7, 8, 9]
+    assert compare.parse(["--seeds=5,1"])[0]["seeds"] == [5, 1]
+    assert compare.parse([])[0]["seeds"] is None
+    for bad, match in (("--seeds=0", ">= 1"), ("--seeds=1,1", "twice"), ("--seeds=abc", "count or a list")):
+        with pytest.raises(SystemExit, match=match):
+            compare.parse([bad])
+    with pytest.raises(SystemExit, match="out_dir, which is not a key"):
+        compare.parse(["--custom_variants={'x': {'out_dir': 'y'}}"])
+    with pytest.raises(SystemExit, match="unknown variant 'nope'"):
+        compare.run(*compare.parse(["--variants=x", "--custom_variants={'x': {'variant': 'nope'}}", "--dry_run=True"]))
+
+
+def test_compare_with_seeds_mean_std_equal_compute_and_resume(char_data, tmp_path, monkeypatch, one_thread):
+    """Two variants (gpt and a 4-layer gpt, about twice the FLOPs) x 2 seeds: the second run is
+    interrupted, the next command resumes it and skips the finished one."""
+    cdir = str(tmp_path / "cmp")
+    counter = CountingTrain(stop_at=3, stop_call=2)
+    monkeypatch.setattr(train, "train", counter)
+    custom = repr({"deep": {"variant": "gpt", "n_layer": 4}})
+    argv = tiny_argv(char_data, cdir, "gpt,deep", seeds=2, eval_interval=1, bench_iters=0, sample_tokens=4,
+                     prompts="['War is ']", custom_variants=custom)
+    with pytest.raises(SystemExit) as e:
+        compare.main(argv)
+    assert e.value.code == 130
+    rows = compare.main(argv)
+    assert counter.calls == ["scratch", "scratch", "resume", "scratch", "scratch"]
+    assert [os.path.relpath(d, cdir) for d in counter.dirs] == [
+        os.path.join("gpt", "seed1337"), os.path.join("gpt", "seed1338"), os.path.join("gpt", "seed1338"),
+        os.path.join("deep", "seed1337"), os.path.join("deep", "seed1338")]
+    compare.main(argv)                      # everything finished: nothing retrained
+    assert len(counter.calls) == 5
+
+    status = json.load(open(os.path.join(cdir, "status.json")))["models"]
+    assert sorted(status) == ["deep/seed1337", "deep/seed1338", "gpt/seed1337", "gpt/seed1338"]
+    assert all(v["state"] == "finished" and v["summary"]["iter_num"] == 6 for v in status.values())
+    # only a variant's first seed is sampled
+    assert "samples" in status["gpt/seed1337"]["report"] and "samples" not in status["gpt/seed1338"]["report"]
+
+    # the seeds differ: already the first evaluation (untrained models, seeded init and eval batches), and the results
+    first_loss = {k: next(csv.DictReader(open(os.path.join(cdir, k, "log.csv"))))["loss"] for k in status}
+    assert first_loss["gpt/seed1337"] != first_loss["gpt/seed1338"]
+    assert status["gpt/seed1337"]["summary"]["best_val_loss"] != status["gpt/seed1338"]["summary"]["best_val_loss"]
+
+    # mean and std over the seeds come from the per-seed summaries
+    with open(os.path.join(cdir, "results.csv"), newline="") as f:
+        table = {r["name"]: r for r in csv.DictReader(f)}
+    with open(os.path.join(cdir, "results_per_seed.csv"), newline="") as f:
+        per_seed = list(csv.DictReader(f))
+    assert [(r["name"], r["seed"]) for r in per_seed] == [("gpt", "1337"), ("gpt", "1338"), ("deep", "1337"),
+                                                          ("deep", "1338")]
+    for name in ("gpt", "deep"):
+        losses = [status[f"{name}/seed{s}"]["summary"]["best_val_loss"] for s in (1337, 1338)]
+        assert float(table[name]["best_val_loss"]) == pytest.approx(statistics.fmean(losses), rel=1e-5)
+        assert float(table[name]["best_val_loss_std"]) == pytest.approx(statistics.stdev(losses), rel=1e-5)
+        assert table[name]["n_seeds"] == "2" and table[name]["seeds"] == "1337 1338"
+    assert rows[1]["best_val_loss"] == pytest.approx(statistics.fmean(
+        [status[f"deep/seed{s}"]["summary"]["best_val_loss"] for s in (1337, 1338)]))
+
+    # equal compute: gpt is the cheaper; deep's loss is read off its own eval curve at gpt's budget
+    gpt, deep = table["gpt"], table["deep"]
+    assert 1.5 < float(deep["flops_per_token"]) / float(gpt["flops_per_token"]) < 2.5
+    it = float(gpt["train_flops"]) / float(deep["flops_per_iter"])
+    assert float(deep["equal_compute_iter"]) == pytest.approx(it, rel=1e-5) and 2 < it < 5
+    at_budget = []
+    for s in (1337, 1338):
+        evals = {int(r["iter"]): float(r["val_loss"]) for r in csv.DictReader(open(os.path.join(cdir, "deep", f"seed{s}",
+                                                                                                  "log.csv")))
+                 if r["kind"] == "eval"}
+        lo = int(it)
+        at_budget.append(evals[lo] + (evals[lo + 1] - evals[lo]) * (it - lo))
+    assert float(deep["val_loss_equal_compute"]) == pytest.approx(statistics.fmean(at_budget), rel=1e-5)
+    assert float(gpt["val_loss_equal_compute"]) == pytest.approx(statistics.fmean(
+        [status[f"gpt/seed{s}"]["summary"]["final_val_loss"] for s in (1337, 1338)]), rel=1e-5)
+
+    md = open(os.path.join(cdir, "results.md"), encoding="utf-8").read()
+    assert "mean ± std over 2 seeds" in md and "| gpt | " in md and " ± " in md
+    assert deep["best_val_loss_vs_first"].split(" (")[0] in ("better", "worse", "within noise")
+    assert gpt["best_val_loss_vs_first"] == "(reference)"
+    for png in ("loss_curves.png", "loss_vs_compute.png"):
+        with open(os.path.join(cdir, png), "rb") as f:
+            assert f.read(8) == b"\x89PNG\r\n\x1a\n", png
+
+
+ABLATIONS = sorted(glob.glob(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "config",
+                                          "ablation_*.py")))
+
+
+@pytest.mark.parametrize("cfg", ABLATIONS, ids=os.path.basename)
+def test_ablation_configs_dry_run(cfg, tmp_path, capsys):
+    assert compare.main([cfg, "--dry_run=True", f"--compare_dir={tmp_path / 'cmp'}"]) is None
+    out = capsys.readouterr().out
+    assert "seeds each" in out and "to train" in out
+    if "tokenizer" not in cfg:   # per-token losses of different vocabularies are not compared at equal compute
+        assert "note:" not in out, "too few evaluations before the equal-compute point"
     assert not os.path.exists(tmp_path / "cmp")

@@ -15,7 +15,7 @@ CONFIGS = sorted(glob.glob(os.path.join(os.path.dirname(__file__), "..", "config
 @pytest.mark.parametrize("path", CONFIGS, ids=os.path.basename)
 def test_config_builds_a_valid_model(path):
     defaults = dict(train.DEFAULTS)
-    if os.path.basename(path).startswith("compare_"):
+    if os.path.basename(path).startswith(("compare_", "ablation_")):
         import compare
         defaults = compare.defaults()
     config, explicit = load_config(defaults, [path])
