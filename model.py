@@ -880,6 +880,9 @@ class GPT(nn.Module):
                     per_pass += _matmul_params(stack.attn[a]) + 2 * widths[layer] * T
             per_pass += sum(_matmul_params(s) for s in stack.shrink)
         head = cfg.vocab_size * cfg.final_width()
+        E = cfg.embd_factor_dim
+        if E:   # factorized: the E -> width input projection; a tied head goes back through it (h P) W_e^T
+            head = E * cfg.embd_width() + (E * cfg.embd_width() + cfg.vocab_size * E if cfg.tie_embeddings else head)
         return 6 * (n_passes * per_pass + head)
 
     def estimate_mfu(self, fwdbwd_per_iter, dt, peak_flops):

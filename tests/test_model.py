@@ -547,3 +547,14 @@ def test_post_norm_has_no_final_norm_and_head_bias_counts():
     pre = GPT(GPTConfig(**TINY))
     assert isinstance(post.ln_f, torch.nn.Identity)
     assert post.get_num_params(False) == pre.get_num_params(False) - 2 * 16 + TINY["vocab_size"]
+
+
+def test_flops_per_token_counts_the_factorized_embedding_path():
+    """Body FLOPs are the same; a tied factorized head costs (h P) W_e^T = E*width + vocab*E per token, plus
+    the E -> width input projection, instead of vocab*width (6 FLOPs per weight per token for training)."""
+    V, W, E = TINY["vocab_size"], TINY["n_embd"], 8
+    plain = GPT(GPTConfig(**TINY)).flops_per_token()
+    factorized = GPT(GPTConfig(**TINY, embd_factor_dim=E)).flops_per_token()
+    assert factorized - plain == 6 * (2 * E * W + V * E - V * W)
+    untied = GPT(GPTConfig(**TINY, embd_factor_dim=E, tie_embeddings=False)).flops_per_token()
+    assert untied - plain == 6 * E * W
