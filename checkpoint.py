@@ -11,12 +11,17 @@ target, so a crash or a full disk mid-write never leaves a truncated checkpoint 
 """
 
 import contextlib
+import glob
 import os
 import pickle
+import random
 import shutil
 import tempfile
 
+import numpy as np
 import torch
+
+from configurator import UserError
 
 CKPT_NAME = "ckpt.pt"
 LAST_NAME = "last.pt"
@@ -24,19 +29,20 @@ ORIG_MOD_PREFIX = "_orig_mod."   # added to state_dict keys by torch.compile
 DDP_PREFIX = "module."           # added by DistributedDataParallel
 
 
-class CheckpointError(ValueError):
-    """A checkpoint is missing or unusable; the message is one line and says how to fix it."""
+CheckpointError = UserError   # the former name, still imported by some scripts
 
 
 @contextlib.contextmanager
 def atomic_open(path, mode="wb"):
     """Open a temp file next to `path`; on success flush+fsync it and os.replace it onto `path`.
-    On any error (including KeyboardInterrupt) the temp file is removed and `path` is untouched."""
+    On any error (including KeyboardInterrupt) the temp file is removed and `path` is untouched; a
+    filesystem error (full disk, read-only folder, ...) becomes a one-line UserError naming the path."""
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
+    tmp = None
     try:
+        os.makedirs(directory, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
         with os.fdopen(fd, mode) as f:
             yield f
             f.flush()
@@ -46,9 +52,13 @@ def atomic_open(path, mode="wb"):
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+    except BaseException as e:
+        if tmp is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+        if isinstance(e, OSError):
+            raise UserError(f"cannot write {path}: {e.strerror or e} (any previous version is kept) "
+                            f"(fix: free disk space, or choose a writable folder)") from None
         raise
     _fsync_dir(directory)
 
@@ -86,6 +96,34 @@ def atomic_copy(src, dst):
             os.unlink(tmp)
         with open(src, "rb") as fsrc, atomic_open(dst, "wb") as fdst:
             shutil.copyfileobj(fsrc, fdst)
+
+
+def check_out_dir(path):
+    """One-line UserError unless `path` is (or can become) a writable folder. Writes nothing that stays."""
+    existing = os.path.abspath(path)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise UserError(f"out_dir '{path}': {existing} is a file, not a folder (fix: choose another --out_dir)")
+    try:
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as e:
+        raise UserError(f"out_dir '{path}': cannot write to {existing}: {e.strerror} "
+                        f"(fix: choose a writable --out_dir)") from None
+
+
+def remove_stale_temp_files(directory, names):
+    """Delete the temporary files that a killed atomic save of one of `names` left in `directory` (e.g.
+    .last.pt.x8f2k.tmp, possibly gigabytes). Returns (how many, bytes). Only call it when no other process
+    writes these files."""
+    stale = [p for name in names for p in glob.glob(os.path.join(glob.escape(directory), f".{name}.*.tmp"))]
+    freed = 0
+    for path in stale:
+        with contextlib.suppress(OSError):
+            freed += os.path.getsize(path)
+            os.unlink(path)
+    return len(stale), freed
 
 
 def latest_out_dir(root="."):
@@ -149,21 +187,52 @@ def clean_state_dict(state_dict):
     return out
 
 
-def build_model(model_args, device="cpu"):
-    """GPT(GPTConfig(**model_args)) with one-line errors for args this model.py does not know."""
+def check_finite(state_dict, path):
+    """UserError if any floating tensor holds NaN or inf (the weights of a diverged run)."""
+    bad = [k for k, v in state_dict.items() if torch.is_tensor(v) and v.is_floating_point()
+           and not torch.isfinite(v).all()]
+    if bad:
+        raise UserError(f"{path} holds non-finite weights ({len(bad)} tensors, e.g. {bad[0]}): the run diverged "
+                        f"(fix: retrain with a lower --learning_rate)")
+
+
+def build_model(model_args, device="cpu", source=None):
+    """GPT(GPTConfig(**model_args)) with a one-line error for arguments this model.py refuses or does not
+    know. source: the checkpoint they come from (None: the user's config)."""
     from model import GPT, GPTConfig
     try:
         config = GPTConfig(**model_args)
-    except TypeError as e:
-        raise CheckpointError(f"checkpoint model_args do not fit this model.py: {e} "
-                              f"(fix: use the code version that wrote the checkpoint)") from None
+    except (TypeError, ValueError) as e:
+        if source is None:
+            raise UserError(f"invalid model configuration: {e} (fix: correct the model keys)") from None
+        raise UserError(f"the model_args of {source} do not fit this model.py: {e} "
+                        f"(fix: use the code version that wrote the checkpoint)") from None
     return GPT(config).to(device)
+
+
+def load_matching_weights(model, state_dict, source, allow_partial):
+    """Initialize `model` from another checkpoint: every tensor whose name and shape match is copied. Nothing
+    matching is an error; a partial match (either side has tensors the other lacks) needs allow_partial."""
+    own, theirs = model.state_dict(), clean_state_dict(state_dict)
+    matched = {k: v for k, v in theirs.items() if k in own and own[k].shape == v.shape}
+    fresh, unused = [k for k in own if k not in matched], [k for k in theirs if k not in matched]
+    if not matched:
+        raise UserError(f"--init_from={source}: none of its {len(theirs)} tensors fits this model (names or shapes "
+                        f"differ) (fix: drop the model overrides that change its shape, or --init_from=scratch)")
+    if (fresh or unused) and not allow_partial:
+        listed = ", ".join((fresh + unused)[:4]) + (", ..." if len(fresh) + len(unused) > 4 else "")
+        raise UserError(f"--init_from={source} fits {len(matched)} of this model's {len(own)} tensors ({len(fresh)} "
+                        f"would start fresh, {len(unused)} of the checkpoint's unused: {listed}) "
+                        f"(fix: --allow_partial_init=True to go on, or match the checkpoint's shape)")
+    model.load_state_dict(matched, strict=False)
+    return len(matched), len(own)
 
 
 def load_model(path_or_out_dir, device="cpu"):
     """(model in eval mode on `device`, checkpoint dict). A directory means its ckpt.pt (else last.pt)."""
     ckpt = load_checkpoint(path_or_out_dir, device)
-    model = build_model(ckpt["model_args"], device)
+    model = build_model(ckpt["model_args"], device, source=ckpt["path"])
+    check_finite(ckpt["model"], ckpt["path"])
     try:
         model.load_state_dict(clean_state_dict(ckpt["model"]))
     except RuntimeError as e:
@@ -172,3 +241,28 @@ def load_model(path_or_out_dir, device="cpu"):
                               f"(fix: use the code version that wrote the checkpoint)") from None
     model.eval()
     return model, ckpt
+
+
+# --- RNG state: saved in checkpoints so that a resumed run draws the same dropout masks ----------------
+
+def rng_state(device):
+    np_state = np.random.get_state()
+    return {
+        "python": random.getstate(),
+        # numpy's state as tensors/ints, so checkpoints load with torch.load(weights_only=True)
+        "numpy": {"name": np_state[0], "keys": torch.from_numpy(np_state[1].astype(np.int64)),
+                  "pos": int(np_state[2]), "has_gauss": int(np_state[3]), "cached_gaussian": float(np_state[4])},
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
+    }
+
+
+def restore_rng(state, device):
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    n = state["numpy"]
+    np.random.set_state((n["name"], n["keys"].cpu().numpy().astype(np.uint32), n["pos"], n["has_gauss"],
+                         n["cached_gaussian"]))
+    torch.set_rng_state(state["torch"].cpu())
+    if device.type == "cuda" and state.get("cuda") is not None:
+        torch.cuda.set_rng_state(state["cuda"].cpu(), device)

@@ -8,8 +8,9 @@ Positional arguments are config files: plain python, executed in order; their to
 applied, so the command line always wins over config files. Values are parsed with ast.literal_eval
 (falling back to the raw text) and must match the type of the key's default.
 
-Bad input never produces a traceback in scripts: load_config raises ConfigError (a ValueError) with a
-one-line message naming the problem and the fix, and scripts do `raise SystemExit(f"error: {e}")`.
+Bad input never produces a traceback in scripts: every check raises UserError (a ValueError) with a
+one-line message naming the problem and the fix; only the scripts' main() turns it into
+`error: ...` and a non-zero exit code.
 
 Model variants: a config key `variant = "lgpt"` selects variants/lgpt.py. The model arguments are
     GPTConfig defaults  <-  variants.load(variant)  <-  model keys set explicitly (files or CLI)
@@ -25,8 +26,12 @@ import pkgutil
 import sys
 
 
-class ConfigError(ValueError):
-    """Bad configuration input; the message is one line and says how to fix it."""
+class UserError(ValueError):
+    """Bad input from the user (config, data, checkpoint, paths). The message is one line that names the
+    problem and ends with `(fix: ...)`; entry points print it as `error: <message>` and exit non-zero."""
+
+
+ConfigError = UserError   # the former name, still imported by some scripts
 
 
 def load_config(defaults, argv):
@@ -71,14 +76,14 @@ def _split_argv(argv):
             else:
                 # `--key value`: the value is the next argument (it may itself start with '-', e.g. -1)
                 if i + 1 >= len(argv) or argv[i + 1].startswith("--"):
-                    raise ConfigError(f"missing value for --{body} (fix: write --{body}=VALUE or --{body} VALUE)")
+                    raise UserError(f"missing value for --{body} (fix: write --{body}=VALUE or --{body} VALUE)")
                 key, text = body, argv[i + 1]
                 i += 1
             if not key:
-                raise ConfigError(f"malformed argument '{arg}' (fix: write --key=value)")
+                raise UserError(f"malformed argument '{arg}' (fix: write --key=value)")
             overrides.append((key, text))
         elif arg.startswith("-") and len(arg) > 1:
-            raise ConfigError(f"unknown option '{arg}' (fix: overrides look like --key=value; see --help)")
+            raise UserError(f"unknown option '{arg}' (fix: overrides look like --key=value; see --help)")
         else:
             files.append(arg)
         i += 1
@@ -91,20 +96,24 @@ def _read_config_file(path, config):
     if not os.path.isfile(path):
         hint = " (fix: overrides need two dashes, e.g. --key=value)" if "=" in path else \
             " (fix: check the path; config files live in config/)"
-        raise ConfigError(f"config file '{path}' not found{hint}")
-    with open(path, encoding="utf-8") as f:
-        source = f.read()
+        raise UserError(f"config file '{path}' not found{hint}")
+    try:
+        with open(path, encoding="utf-8") as f:
+            source = f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        reason = e.strerror if isinstance(e, OSError) else "it is not UTF-8 text"
+        raise UserError(f"cannot read config file {path}: {reason} (fix: save it as a UTF-8 python file)") from None
     try:
         tree = ast.parse(source, filename=path)
     except SyntaxError as e:
-        raise ConfigError(f"syntax error in config file {path} line {e.lineno}: {e.msg} (fix: it must be valid python)") from None
+        raise UserError(f"syntax error in config file {path} line {e.lineno}: {e.msg} (fix: it must be valid python)") from None
     assigned = _top_level_names(tree)
     namespace = dict(config)
     namespace["__file__"] = os.path.abspath(path)
     try:
         exec(compile(tree, path, "exec"), namespace)
     except Exception as e:  # a config file is user input: report it in one line
-        raise ConfigError(f"config file {path} failed: {type(e).__name__}: {e} (fix: correct the file)") from None
+        raise UserError(f"config file {path} failed: {type(e).__name__}: {e} (fix: correct the file)") from None
     return {name: namespace[name] for name in assigned if name in namespace}
 
 
@@ -138,7 +147,7 @@ def _check_key(key, defaults, source):
     hint = f"did you mean {' or '.join('--' + c for c in close)}?" if close else "see --help for the list of keys"
     if source != "on the command line":
         hint += "; helper variables in config files must start with '_'"
-    raise ConfigError(f"unknown config key '{key}' {source} (fix: {hint})")
+    raise UserError(f"unknown config key '{key}' {source} (fix: {hint})")
 
 
 def _check_value(key, value, defaults, source):
@@ -146,7 +155,7 @@ def _check_value(key, value, defaults, source):
     _check_key(key, defaults, f"in {source}")
     ok, value = _coerce(value, defaults[key])
     if not ok:
-        raise ConfigError(f"{source}: {key} = {value!r} is a {type(value).__name__}, expected "
+        raise UserError(f"{source}: {key} = {value!r} is a {type(value).__name__}, expected "
                           f"{_type_name(defaults[key])} (fix: e.g. {key} = {defaults[key]!r})")
     return value
 
@@ -163,7 +172,7 @@ def _parse_override(key, text, default):
         value = value.lower() == "true"
     ok, coerced = _coerce(value, default)
     if not ok:
-        raise ConfigError(f"--{key}={text}: expected {_type_name(default)} (fix: e.g. --{key}={default!r})")
+        raise UserError(f"--{key}={text}: expected {_type_name(default)} (fix: e.g. --{key}={default!r})")
     return coerced
 
 
@@ -222,6 +231,47 @@ def scaled_lr(batch_size, base_batch_size, base_lr, r=0.5):
     return (batch_size / base_batch_size) ** r * base_lr
 
 
+# --- 'auto' device and dtype ----------------------------------------------------------------------
+
+def resolve_device(name, local_rank=None):
+    """torch.device for --device: 'auto' = cuda > mps > cpu; under DDP one GPU per local rank."""
+    import torch
+    mps = getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "mps" if mps else "cpu"
+    kind = name.split(":")[0]
+    if kind not in ("cpu", "cuda", "mps"):
+        raise UserError(f"unknown device '{name}' (fix: --device=auto|cpu|cuda|cuda:N|mps)")
+    if (kind == "cuda" and not torch.cuda.is_available()) or (kind == "mps" and not mps):
+        raise UserError(f"device '{name}' requested but {kind.upper()} is not available "
+                        f"(fix: --device=cpu or --device=auto)")
+    if kind == "cuda" and local_rank is not None:
+        name = f"cuda:{local_rank}"
+    return torch.device(name)
+
+
+def resolve_dtype(name, device):
+    """'float32' | 'bfloat16' | 'float16' for --dtype: 'auto' = bf16 on CUDA if supported, else fp16;
+    float32 elsewhere."""
+    if name not in ("auto", "float32", "bfloat16", "float16"):
+        raise UserError(f"unknown dtype '{name}' (fix: --dtype=auto|float32|bfloat16|float16)")
+    if name != "auto":
+        return name
+    import torch
+    if str(device).startswith("cuda"):
+        return "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
+    return "float32"
+
+
+def autocast(device, dtype):
+    """The autocast context for a resolved dtype (none for float32)."""
+    import contextlib
+    import torch
+    if dtype == "float32":
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=str(device).split(":")[0], dtype=getattr(torch, dtype))
+
+
 # --- model arguments and variants ------------------------------------------------------------------
 
 def gpt_config_defaults():
@@ -270,19 +320,19 @@ def load_variant(name, fields=None):
     try:
         variants = importlib.import_module("variants")
     except ImportError:
-        raise ConfigError(f"variant '{name}' requested but the variants/ package is missing "
+        raise UserError(f"variant '{name}' requested but the variants/ package is missing "
                           f"(fix: run from the repository root, or drop --variant)") from None
     names = available_variants()
     listing = ", ".join(names) if names else "none found"
     if names is not None and name not in names:
-        raise ConfigError(f"unknown variant '{name}' (fix: use one of: {listing})")
+        raise UserError(f"unknown variant '{name}' (fix: use one of: {listing})")
     try:
         cfg = dict(variants.load(name))
     except (KeyError, ValueError, ImportError) as e:
-        raise ConfigError(f"unknown variant '{name}': {e} (fix: use one of: {listing})") from None
+        raise UserError(f"unknown variant '{name}': {e} (fix: use one of: {listing})") from None
     if fields is None:
         fields = gpt_config_defaults()
     bad = sorted(k for k in cfg if k not in fields)
     if bad:
-        raise ConfigError(f"variant '{name}' sets unknown model keys {bad} (fix: edit variants/{name}.py)")
+        raise UserError(f"variant '{name}' sets unknown model keys {bad} (fix: edit variants/{name}.py)")
     return cfg

@@ -67,8 +67,14 @@ def test_get_lr_schedule():
 
 def test_none_schedule_defaults_follow_max_iters():
     cfg = dict(train.DEFAULTS, max_iters=300, learning_rate=2e-3)
-    train.resolve_schedule(cfg)
-    assert cfg["lr_decay_iters"] == 300 and cfg["min_lr"] == pytest.approx(2e-4)
+    train.check_config(cfg)
+    assert cfg["lr_decay_iters"] == 300 and cfg["min_lr"] == pytest.approx(2e-4) and cfg["warmup_iters"] == 30
+    cfg = dict(train.DEFAULTS, max_iters=20)   # `python train.py --max_iters=20`: the warmup shrinks with the run
+    train.check_config(cfg)
+    assert cfg["warmup_iters"] == 2
+    cfg = dict(train.DEFAULTS, max_iters=5000)
+    train.check_config(cfg)
+    assert cfg["warmup_iters"] == 100
 
 
 # --- training ----------------------------------------------------------------------------------------
@@ -176,17 +182,27 @@ def test_init_from_checkpoint_path_copies_matching_weights(tiny_train_config, tm
     src = os.path.join(tiny_train_config["out_dir"], "ckpt.pt")
     copied = {}
     grown = dict(tiny_train_config, out_dir=str(tmp_path / "grown"), init_from=src, n_layer=3, max_iters=0)
+    # a partial match is refused unless asked for, and the message names tensors that would start fresh
+    with pytest.raises(TrainError, match=r"fits \d+ of .*branches\.0\..*2.*allow_partial_init") as e:
+        run(grown)
+    assert "\n" not in str(e.value) and not os.path.exists(grown["out_dir"])
 
     def grab(event, info):
         if event == "end":
             copied.update(collect_params(info["model"]))
 
-    summary = run(grown, callback=grab)
+    summary = run(dict(grown, allow_partial_init=True), callback=grab)
     assert "initialized" in capsys.readouterr().out
     assert summary["model_args"]["n_layer"] == 3 and summary["model_args"]["n_embd"] == 32
     src_sd = load_checkpoint(src)["model"]
     same = [k for k in src_sd if k in copied and torch.equal(src_sd[k], copied[k])]
     assert len(same) > 5
+    # nothing fits (every shape differs): refused even with the flag
+    wide = dict(grown, out_dir=str(tmp_path / "wide"), n_layer=2, n_embd=48, vocab_size=17, block_size=8,
+                allow_partial_init=True)
+    with pytest.raises(TrainError, match="none of its"):
+        run(wide)
+    assert not os.path.exists(wide["out_dir"])
 
 
 def test_pgpt_logs_heaviest_branch(tiny_train_config, capsys):
