@@ -43,11 +43,14 @@ import time
 
 import torch
 
-import plots
 import train
-from checkpoint import LAST_NAME, CheckpointError, atomic_open
-from configurator import ConfigError, gpt_config_defaults, load_config
+from configurator import UserError, autocast, gpt_config_defaults, load_config, resolve_device, resolve_dtype
 from configurator import model_args as resolve_model_args
+from runfiles import plots
+from runfiles.checkpoint import LAST_NAME, atomic_open, load_model
+from runfiles.dataset import dataset_vocab_size, resolve_data_dir
+from runfiles.runlog import format_duration, read_log
+from runfiles.tokenizer import encode_start, load_tokenizer, render
 
 COMPARE_DEFAULTS = dict(
     variants=["gpt", "pgpt", "lgpt", "cgpt"],
@@ -105,7 +108,7 @@ def parse(argv):
     """(config, explicit) from config files and overrides; bad input -> one-line SystemExit."""
     try:
         config, explicit = load_config(defaults(), normalize_argv(list(argv)))
-    except ConfigError as e:
+    except UserError as e:
         raise SystemExit(f"error: {e}")
     check(config, explicit)
     return config, explicit
@@ -144,30 +147,19 @@ def check(config, explicit):
 # -----------------------------------------------------------------------------------------------
 # the models to train
 
-def dataset_vocab(config):
-    """vocab_size of the prepared dataset, or None before prepare.py has run."""
-    path = os.path.join(config["data_dir"] or os.path.join("data", config["dataset"]), "meta.json")
-    if not os.path.isfile(path):
-        return None
-    with open(path, encoding="utf-8") as f:
-        return int(json.load(f)["vocab_size"])
-
-
 def plan(config, explicit):
     """[(variant, model_args)] resolved as train.py will: GPTConfig defaults <- preset <- explicit model
     keys, vocabulary from the dataset (when prepared). Invalid combinations fail here, before training."""
     from model import GPTConfig
     fields = gpt_config_defaults()
     model_explicit = {k for k in explicit if k in fields}
-    vocab = None if "vocab_size" in model_explicit else dataset_vocab(config)
+    vocab = None if "vocab_size" in model_explicit else dataset_vocab_size(config)
     out = []
     for name in config["variants"]:
         try:
-            args = resolve_model_args({**config, "variant": name}, model_explicit)
-        except ConfigError as e:
+            args = resolve_model_args({**config, "variant": name}, model_explicit, vocab_size=vocab)
+        except UserError as e:
             raise SystemExit(f"error: {e}")
-        if vocab:
-            args["vocab_size"] = vocab
         try:
             GPTConfig(**args)
         except ValueError as e:
@@ -282,7 +274,7 @@ def check_finished(config, status, models):
 # progress
 
 def format_eta(seconds):
-    return "?" if seconds is None else train.format_eta(seconds)
+    return "?" if seconds is None else format_duration(seconds)
 
 
 class Progress:
@@ -336,7 +328,7 @@ def train_model(config, explicit, name, progress):
     texplicit = {k for k in explicit if k in train.DEFAULTS} | {"variant", "out_dir", "init_from"}
     try:
         return train.train(tcfg, texplicit, callback=progress)
-    except (ConfigError, train.TrainError, CheckpointError) as e:
+    except UserError as e:
         raise SystemExit(f"error: {name}: {e}")
     except torch.OutOfMemoryError:
         raise SystemExit(f"error: {name}: out of memory (fix: lower --batch_size and raise "
@@ -387,8 +379,7 @@ def unique_alphas(model):
 
 @torch.no_grad()
 def generate_samples(model, ckpt, config, device, dtype):
-    from sample import autocast_context, encode_start, load_dataset_tokenizer, render, resolve_data_dir
-    tok = load_dataset_tokenizer(resolve_data_dir(ckpt))
+    tok = load_tokenizer(resolve_data_dir(ckpt))
     dataset = ckpt.get("dataset") or config["dataset"]
     gen = torch.Generator(device=device).manual_seed(config["seed"])
     top_k = config["sample_top_k"] or None
@@ -396,12 +387,12 @@ def generate_samples(model, ckpt, config, device, dtype):
     for prompt in config["prompts"]:
         try:
             ids = encode_start(tok, prompt, dataset)
-        except SystemExit as e:   # e.g. a character the char vocabulary lacks: report it, keep going
-            out.append(dict(prompt=prompt, error=str(e).removeprefix("error: ")))
+        except UserError as e:   # e.g. a character the char vocabulary lacks: report it, keep going
+            out.append(dict(prompt=prompt, error=str(e)))
             continue
         x = torch.tensor(ids, dtype=torch.long, device=device)[None, :]
         for _ in range(config["samples_per_prompt"]):
-            with autocast_context(device, dtype):
+            with autocast(device, dtype):
                 y = model.generate(x, config["sample_tokens"], temperature=config["sample_temperature"],
                                    top_k=top_k, generator=gen)
             out.append(dict(prompt=prompt, text=render(tok, prompt, ids, y[0].tolist())))
@@ -432,9 +423,8 @@ def bench_model(args, config, device, dtype):
 
 def measure(config, name, device, dtype):
     """Everything results.md / samples.md / the figures need from a trained model (its ckpt.pt)."""
-    from sample import load_checkpoint_model
     out_dir = model_dir(config, name)
-    model, ckpt = load_checkpoint_model(out_dir, device)
+    model, ckpt = load_model(out_dir, device)
     rep = dict(ckpt=os.path.relpath(ckpt["path"], config["compare_dir"]), ckpt_iter=int(ckpt.get("iter_num", 0)),
                params=model.get_num_params(non_embedding=False), weights_fp32_bytes=fp32_weights_bytes(model),
                ckpt_bytes=os.path.getsize(ckpt["path"]))
@@ -461,7 +451,7 @@ def fmt(v, spec):
 
 def best_eval(out_dir):
     """The eval row with the lowest val loss (the state saved as ckpt.pt)."""
-    rows = [r for r in plots.read_log(out_dir)["eval"] if r["val_loss"] is not None]
+    rows = [r for r in read_log(out_dir)["eval"] if r["val_loss"] is not None]
     return min(rows, key=lambda r: r["val_loss"]) if rows else {}
 
 
@@ -513,8 +503,8 @@ def setup_line(config, device, dtype):
 
 def write_results(config, status, rows, figures):
     d = config["compare_dir"]
-    device = train.resolve_device(config["device"])
-    dtype = train.resolve_dtype(config["dtype"], device)
+    device = resolve_device(config["device"])
+    dtype = resolve_dtype(config["dtype"], device)
     table1 = md_table(
         ["Name", "Params (M)", "Size (MB), fp32 weights", "ms/iter", "tokens/s", "Peak memory (MB)",
          "Best val loss", "Val loss, weaker branch dropped"],
@@ -608,7 +598,7 @@ def write_samples(config, status):
 def write_figures(config, status):
     d = config["compare_dir"]
     done = [n for n in config["variants"] if status["models"].get(n, {}).get("state") == "finished"]
-    logs = {n: plots.read_log(model_dir(config, n)) for n in done}
+    logs = {n: read_log(model_dir(config, n)) for n in done}
     written = []
     if plots.plot_loss_curves(logs, os.path.join(d, "loss_curves.png"),
                               title=f"Loss comparison on {config['dataset']}"):
@@ -670,9 +660,8 @@ def run(config, explicit):
     remaining = {n: 0 if status["models"].get(n, {}).get("state") == "finished"
                  else max(0, config["max_iters"] - resume_iter(model_dir(config, n))) for n in names}
     progress = Progress(names, {n: infos[n][1] for n in names}, remaining, config["max_iters"])
-    device = str(train.resolve_device(config["device"]))
-    from sample import pick_dtype
-    dtype = pick_dtype(config["dtype"], device)
+    device = str(resolve_device(config["device"]))
+    dtype = getattr(torch, resolve_dtype(config["dtype"], device))
     rsettings = report_settings(config)
 
     for i, (name, args) in enumerate(models, 1):

@@ -1,5 +1,6 @@
 """
-Config files + command-line overrides, shared by train.py, sample.py, eval.py, bench.py, compare.py.
+Config files + command-line overrides, shared by every script (train.py, sample.py, eval.py, bench.py,
+compare.py, prepare.py, pangu/), and the one exception type for bad input, UserError.
 
     python train.py config/gpt_shakespeare_cpu.py --n_layer=6 --dropout 0.1
 
@@ -31,18 +32,17 @@ class UserError(ValueError):
     problem and ends with `(fix: ...)`; entry points print it as `error: <message>` and exit non-zero."""
 
 
-ConfigError = UserError   # the former name, still imported by some scripts
 
-
-def load_config(defaults, argv):
-    """defaults: dict of every known key -> default value. argv: e.g. sys.argv[1:].
+def load_config(defaults, argv, bool_flags=()):
+    """defaults: dict of every known key -> default value. argv: e.g. sys.argv[1:]. bool_flags: boolean keys
+    that may also be given bare (`--no_kv_cache` means `--no_kv_cache=True`).
     Returns (config, explicit): the final dict and the set of keys set by config files or the CLI."""
     if any(a in ("-h", "--help") for a in argv):
         print(usage(defaults))
         raise SystemExit(0)
     config = dict(defaults)
     explicit = set()
-    files, overrides = _split_argv(argv)
+    files, overrides = _split_argv(expand_bool_flags(list(argv), bool_flags))
     for path in files:
         for key, value in _read_config_file(path, config).items():
             config[key] = _check_value(key, value, defaults, source=path)
@@ -54,8 +54,35 @@ def load_config(defaults, argv):
     return config, explicit
 
 
+def run_command(command, defaults, argv=None, bool_flags=(), errors=UserError):
+    """A script's whole main(): the config from argv (sys.argv[1:] when None), then command(config). Bad input
+    (`errors`, UserError by default) ends here as one line `error: ...` and exit code 1; nowhere else."""
+    try:
+        config, _ = load_config(defaults, sys.argv[1:] if argv is None else list(argv), bool_flags)
+        return command(config)
+    except errors as e:
+        raise SystemExit(f"error: {e}") from None
+
+
+def expand_bool_flags(argv, flags):
+    """Turn a bare `--flag` into `--flag=True` for the given boolean keys. `--key value` pairs are read as
+    one setting, so a bare `--no_kv_cache` would swallow the next argument (or fail when it is the last
+    one); `--flag True|False|1|0` and `--flag=...` are left unchanged."""
+    out = []
+    for i, arg in enumerate(argv):
+        key = arg[2:].replace("-", "_") if arg.startswith("--") else None
+        if key in flags:
+            nxt = argv[i + 1] if i + 1 < len(argv) else None
+            if nxt is None or nxt.lower() not in ("true", "false", "1", "0"):
+                arg = f"--{key}=True"
+        out.append(arg)
+    return out
+
+
 def usage(defaults):
-    prog = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "script.py"
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)   # set under `python -m pangu.inherit`
+    prog = f"-m {spec.name}" if spec is not None else \
+        os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "script.py"
     lines = [f"usage: python {prog} [config/file.py ...] [--key=value | --key value ...]", "", "keys (default):"]
     width = max((len(k) for k in defaults), default=0)
     lines += [f"  --{k:<{width}}  {v!r}" for k, v in defaults.items()]
@@ -209,28 +236,6 @@ def _type_name(default):
     return f"a {type(default).__name__}"
 
 
-# --- helpers for config files ---------------------------------------------------------------------
-
-def scaled_lr(batch_size, base_batch_size, base_lr, r=0.5):
-    """Learning rate for a new batch size (paper 003, PanGu-pi Pro, 4.1):
-
-        lr = (bs / bs_0)^r * lr_0
-
-    r is the increment rate: 0.5 (square-root scaling) or 1.0 (linear scaling). The paper (Fig. 7/8,
-    bs_0 = 1M tokens, lr_0 = 1e-4) finds every r converges alike below ~4M-token batches, and the
-    moderate r = 0.5 is preferable for larger ones; batches >= 16M tokens slow convergence anyway.
-    Give bs and bs_0 in the same unit (tokens or sequences). In a config file:
-        from configurator import scaled_lr
-        batch_size = 48
-        learning_rate = scaled_lr(batch_size, 12, 1e-3)   # 2e-3
-    (config files run before command-line overrides: a --batch_size on the command line does not
-    re-scale the learning rate.)"""
-    if batch_size <= 0 or base_batch_size <= 0 or base_lr <= 0:
-        raise ValueError(f"scaled_lr needs positive batch sizes and base_lr, got batch_size={batch_size}, "
-                         f"base_batch_size={base_batch_size}, base_lr={base_lr}")
-    return (batch_size / base_batch_size) ** r * base_lr
-
-
 # --- 'auto' device and dtype ----------------------------------------------------------------------
 
 def resolve_device(name, local_rank=None):
@@ -264,12 +269,13 @@ def resolve_dtype(name, device):
 
 
 def autocast(device, dtype):
-    """The autocast context for a resolved dtype (none for float32)."""
+    """The autocast context for a resolved dtype, by name or torch.dtype (none for float32)."""
     import contextlib
     import torch
-    if dtype == "float32":
+    dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+    if dtype == torch.float32:
         return contextlib.nullcontext()
-    return torch.autocast(device_type=str(device).split(":")[0], dtype=getattr(torch, dtype))
+    return torch.autocast(device_type=str(device).split(":")[0], dtype=dtype)
 
 
 # --- model arguments and variants ------------------------------------------------------------------
@@ -288,9 +294,10 @@ def gpt_config_defaults():
     return out
 
 
-def model_args(config, explicit, base=None):
+def model_args(config, explicit, base=None, vocab_size=None):
     """GPTConfig keyword arguments: base (default: GPTConfig defaults) <- variant <- explicitly-set keys.
-    base lets train.py start from a checkpoint's model_args (init_from=<path>)."""
+    base lets train.py start from a checkpoint's model_args (init_from=<path>); vocab_size (the dataset's,
+    from meta.json) replaces the preset's unless the user set vocab_size."""
     fields = gpt_config_defaults()
     args = dict(fields)
     if base:
@@ -298,6 +305,8 @@ def model_args(config, explicit, base=None):
     name = config.get("variant", "")
     if name:
         args.update(load_variant(name, fields))
+    if vocab_size is not None:
+        args["vocab_size"] = vocab_size
     args.update({k: config[k] for k in explicit if k in fields})
     return args
 

@@ -33,8 +33,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from sample import (apply_keep_heaviest_branch, autocast_context, load_checkpoint_model,
-                    load_dataset_tokenizer, parse_args, pick_device, pick_dtype, resolve_data_dir)
+from configurator import UserError, autocast, resolve_device, resolve_dtype, run_command
+from runfiles.checkpoint import keep_heaviest_branch, load_model
+from runfiles.dataset import load_meta, resolve_data_dir
+from runfiles.tokenizer import load_tokenizer
 
 DEFAULTS = dict(
     out_dir="",             # directory with ckpt.pt / last.pt, or a checkpoint file; "" = the out*/ folder
@@ -99,7 +101,7 @@ def evaluate_split(model, data, block_size, stride=0, batch_size=8, device="cpu"
         rows = np.stack([np.asarray(data[s:e + 1], dtype=np.int64) for s, e, _ in batch])
         rows = torch.from_numpy(rows).to(device)
         x, y = rows[:, :-1], rows[:, -k:]
-        with autocast_context(str(device), dtype):
+        with autocast(device, dtype):
             logits, _ = model(x, all_logits=True)
         logits = logits[:, -k:].float()
         nll = F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1), reduction="sum")
@@ -158,15 +160,6 @@ def split_counts(meta, split, data, tok):
 
 # --- command line -------------------------------------------------------------------------------
 
-def load_meta(data_dir):
-    import json
-    path = os.path.join(data_dir, "meta.json")
-    if not os.path.isfile(path):
-        raise SystemExit(f"error: {path} not found (fix: run python prepare.py <dataset>, or pass --data_dir)")
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
-
-
 def choose_splits(text, data_dir):
     if text:
         splits = [s.strip() for s in text.split(",") if s.strip()]
@@ -182,11 +175,14 @@ def fmt(v, spec=".4f"):
     return "n/a" if v is None else format(v, spec)
 
 
-def main(argv):
-    cfg = parse_args(DEFAULTS, argv, BOOL_FLAGS)
-    device = pick_device(cfg["device"])
-    dtype = pick_dtype(cfg["dtype"], device)
-    model, ckpt = load_checkpoint_model(cfg["out_dir"], device)
+def main(argv=None):
+    return run_command(run, DEFAULTS, argv, BOOL_FLAGS)
+
+
+def run(cfg):
+    device = str(resolve_device(cfg["device"]))
+    dtype = getattr(torch, resolve_dtype(cfg["dtype"], device))
+    model, ckpt = load_model(cfg["out_dir"], device)
     block_size = cfg["block_size"] or model.config.block_size
     if not 1 <= block_size <= model.config.block_size:
         raise SystemExit(f"error: --block_size={block_size} must be in [1, {model.config.block_size}] "
@@ -200,10 +196,10 @@ def main(argv):
     if not splits:
         raise SystemExit(f"error: no val.bin or test.bin in {data_dir} (fix: run prepare.py, or pass --splits)")
     try:
-        tok = load_dataset_tokenizer(data_dir)
-    except SystemExit:
+        tok = load_tokenizer(data_dir)
+    except UserError:
         tok = None  # only needed to count words/bytes when meta.json lacks them
-    note = apply_keep_heaviest_branch(model, cfg["keep_heaviest_branch"])
+    note = keep_heaviest_branch(model, cfg["keep_heaviest_branch"])
     if cfg["compile"]:
         model.compile()
 

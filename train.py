@@ -31,18 +31,15 @@ import time
 import numpy as np
 import torch
 
-from checkpoint import (CKPT_NAME, LAST_NAME, atomic_copy, atomic_save, build_model, check_finite, check_out_dir,
-                        clean_state_dict, load_checkpoint, load_matching_weights, remove_stale_temp_files,
-                        restore_rng, rng_state)
 from configurator import UserError, autocast, gpt_config_defaults, load_config, resolve_device, resolve_dtype
 from configurator import model_args as resolve_model_args
-from plots import plot_run
-from runfiles.dataset import (SPLIT_CODES, batch_seed, get_batch, load_meta, load_segments, split_path,
-                              split_tokens, tokenizer_id)
+from runfiles.checkpoint import (CKPT_NAME, LAST_NAME, atomic_copy, atomic_save, build_model, check_finite,
+                                 check_out_dir, clean_state_dict, load_checkpoint, load_matching_weights,
+                                 remove_stale_temp_files, restore_rng, rng_state)
+from runfiles.dataset import (SPLIT_CODES, batch_seed, default_data_dir, get_batch, load_meta, load_segments,
+                              split_path, split_tokens, tokenizer_id)
+from runfiles.plots import plot_run
 from runfiles.runlog import CsvLog, format_duration
-
-TrainError = UserError   # the former name, still imported by some scripts
-format_eta = format_duration
 
 TRAIN_DEFAULTS = dict(
     # I/O
@@ -155,11 +152,8 @@ def ensure_data(dataset, data_dir):
     import prepare
     try:
         prepare.prepare(dataset, out_dir=data_dir)
-    except SystemExit as e:   # prepare.py's own one-line "error: ..." message
-        raise UserError(f"preparing dataset '{dataset}' failed: {str(e).removeprefix('error: ')}") from None
-    except (ValueError, KeyError, OSError) as e:
-        raise UserError(f"preparing dataset '{dataset}' failed: {str(e).strip() or type(e).__name__} "
-                        f"(fix: check --dataset, or run `python prepare.py {dataset}` by hand)") from None
+    except UserError as e:
+        raise UserError(f"preparing dataset '{dataset}' failed: {e}") from None
 
 
 def model_args_for(config, explicit, meta, device, say):
@@ -167,7 +161,7 @@ def model_args_for(config, explicit, meta, device, say):
     another tokenizer, with non-finite weights, or (resume) of another architecture."""
     init_from, ckpt = config["init_from"], None
     if init_from == "scratch":
-        args = resolve_model_args(config, explicit)
+        args = resolve_model_args(config, explicit, vocab_size=meta["vocab_size"])
     elif init_from == "resume":
         out_dir = config["out_dir"]
         if not any(os.path.isfile(os.path.join(out_dir, n)) for n in (LAST_NAME, CKPT_NAME)):
@@ -189,15 +183,13 @@ def model_args_for(config, explicit, meta, device, say):
         args["dropout"] = wanted["dropout"]
     else:
         ckpt = load_checkpoint(init_from, device)
-        args = resolve_model_args(config, explicit, base=ckpt["model_args"])
-    if init_from != "resume" and "vocab_size" not in explicit:
-        args["vocab_size"] = meta["vocab_size"]
+        args = resolve_model_args(config, explicit, base=ckpt["model_args"], vocab_size=meta["vocab_size"])
     if args["vocab_size"] < meta["vocab_size"]:
         raise UserError(f"vocab_size {args['vocab_size']} is smaller than the dataset's {meta['vocab_size']} tokens "
                         f"(fix: drop --vocab_size, it is read from meta.json)")
     if ckpt is not None:
         check_finite(ckpt["model"], ckpt["path"])
-        if ckpt.get("tokenizer_id", tokenizer_id(meta)) != tokenizer_id(meta):
+        if ckpt.get("tokenizer_id") not in (None, tokenizer_id(meta)):   # older checkpoints record none
             raise UserError(f"{ckpt['path']} was trained with another tokenizer than {config['data_dir']}'s (its "
                             f"dataset: {ckpt.get('dataset')}) (fix: --dataset/--data_dir of that run, or --init_from=scratch)")
     return args, ckpt
@@ -334,7 +326,7 @@ def run(config, explicit, callback, device, rank=0, world=1):
     out_dir = config["out_dir"]
 
     # --- data: prepared on first use (by rank 0; the others wait), then checked -----------------------
-    data_dir = config["data_dir"] = config["data_dir"] or os.path.join("data", config["dataset"])
+    data_dir = config["data_dir"] = default_data_dir(config)
     if master:
         ensure_data(config["dataset"], data_dir)
     if ddp:

@@ -40,6 +40,33 @@ def load_meta(data_dir):
     return meta
 
 
+def default_data_dir(config):
+    """The dataset folder of a train.py config: data_dir, or data/<dataset>."""
+    return config.get("data_dir") or os.path.join("data", config["dataset"])
+
+
+def dataset_vocab_size(config):
+    """vocab_size of a train.py config's dataset (what train.py will use), or None before it is prepared."""
+    path = os.path.join(default_data_dir(config), "meta.json")
+    return load_meta(default_data_dir(config))["vocab_size"] if os.path.isfile(path) else None
+
+
+def resolve_data_dir(ckpt, override=""):
+    """The dataset folder for a checkpoint: --data_dir, else the one it recorded (a relative path is tried
+    from the current directory, then from the repository root). A --data_dir whose tokenizer is not the
+    checkpoint's is refused: its ids would mean other text."""
+    data_dir = override or ckpt.get("data_dir") or ""
+    if not data_dir:
+        raise UserError("the checkpoint records no data_dir (fix: pass --data_dir=data/<dataset>)")
+    if not os.path.isabs(data_dir) and not os.path.isdir(data_dir):
+        here = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), data_dir)
+        data_dir = here if os.path.isdir(here) else data_dir
+    if override and ckpt.get("tokenizer_id") and ckpt["tokenizer_id"] != tokenizer_id(load_meta(data_dir)):
+        raise UserError(f"{data_dir} has another tokenizer than the one {ckpt.get('path', 'the checkpoint')} was "
+                        f"trained with (dataset {ckpt.get('dataset')}) (fix: --data_dir=<that dataset>, or drop it)")
+    return data_dir
+
+
 def tokenizer_id(meta):
     """A short hash of what maps ids to text (tokenizer kind, vocabulary, eot), recorded in checkpoints:
     two datasets with the same id decode the same ids to the same text."""
@@ -103,9 +130,9 @@ def load_segments(path, n_tokens, block_size):
     try:
         starts = np.load(path)
     except (OSError, ValueError) as e:
-        raise UserError(f"cannot read data_segments '{path}': {e} (fix: write it with refine first)") from None
+        raise UserError(f"cannot read data_segments '{path}': {e} (fix: write it with `python -m pangu.refine` first)") from None
     if starts.ndim != 1 or len(starts) == 0 or starts.dtype.kind not in "iu":
-        raise UserError(f"data_segments '{path}' is not a non-empty 1-D integer array (fix: write it with refine)")
+        raise UserError(f"data_segments '{path}' is not a non-empty 1-D integer array (fix: write it with `python -m pangu.refine`)")
     if starts.min() < 0 or starts.max() + block_size >= n_tokens:
         raise UserError(f"data_segments '{path}' has window starts outside the train split for block_size="
                         f"{block_size} (fix: refine with a model of this dataset and block_size)")

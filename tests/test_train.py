@@ -1,4 +1,4 @@
-"""train.py + checkpoint.py: lr schedule, learning, exact resume, Ctrl-C, atomic saves, one-line errors.
+"""train.py + runfiles/checkpoint.py: lr schedule, learning, exact resume, Ctrl-C, atomic saves, one-line errors.
 Tiny models (2 layers, width 32, block 16) on a synthetic dataset: the whole file runs in seconds."""
 import csv
 import os
@@ -7,10 +7,11 @@ import signal
 import pytest
 import torch
 
-import checkpoint
+import runfiles.checkpoint as checkpoint
 import train
-from checkpoint import CheckpointError, atomic_save, load_checkpoint, load_model
-from train import TrainError, get_lr
+from configurator import UserError
+from runfiles.checkpoint import atomic_save, load_checkpoint, load_model
+from train import get_lr
 
 
 def run(config, explicit=None, callback=None):
@@ -183,7 +184,7 @@ def test_init_from_checkpoint_path_copies_matching_weights(tiny_train_config, tm
     copied = {}
     grown = dict(tiny_train_config, out_dir=str(tmp_path / "grown"), init_from=src, n_layer=3, max_iters=0)
     # a partial match is refused unless asked for, and the message names tensors that would start fresh
-    with pytest.raises(TrainError, match=r"fits \d+ of .*branches\.0\..*2.*allow_partial_init") as e:
+    with pytest.raises(UserError, match=r"fits \d+ of .*branches\.0\..*2.*allow_partial_init") as e:
         run(grown)
     assert "\n" not in str(e.value) and not os.path.exists(grown["out_dir"])
 
@@ -200,7 +201,7 @@ def test_init_from_checkpoint_path_copies_matching_weights(tiny_train_config, tm
     # nothing fits (every shape differs): refused even with the flag
     wide = dict(grown, out_dir=str(tmp_path / "wide"), n_layer=2, n_embd=48, vocab_size=17, block_size=8,
                 allow_partial_init=True)
-    with pytest.raises(TrainError, match="none of its"):
+    with pytest.raises(UserError, match="none of its"):
         run(wide)
     assert not os.path.exists(wide["out_dir"])
 
@@ -245,7 +246,7 @@ def test_missing_dataset_is_prepared_automatically(tmp_path, monkeypatch, tiny_t
     (dict(n_layerz=3), ["unknown config keys", "n_layerz"]),
 ])
 def test_bad_input_is_one_line_error(tiny_train_config, override, words):
-    with pytest.raises((TrainError, CheckpointError)) as e:
+    with pytest.raises(UserError) as e:
         run(dict(tiny_train_config, **override))
     msg = str(e.value)
     assert "\n" not in msg and all(w in msg for w in words), msg
@@ -261,11 +262,11 @@ def test_unknown_dataset_via_main(tmp_path, monkeypatch):
 
 def test_resume_refuses_architecture_change(tiny_train_config):
     run(dict(tiny_train_config, max_iters=10))
-    with pytest.raises(TrainError, match="n_layer"):
+    with pytest.raises(UserError, match="n_layer"):
         run(dict(tiny_train_config, init_from="resume", n_layer=3))
 
 
-# --- checkpoint.py -----------------------------------------------------------------------------------
+# --- runfiles/checkpoint.py -----------------------------------------------------------------------------------
 
 def test_atomic_save_failure_keeps_previous_file(tmp_path, monkeypatch):
     path = tmp_path / "ckpt.pt"
@@ -293,14 +294,14 @@ def test_atomic_save_failure_keeps_previous_file(tmp_path, monkeypatch):
 
 
 def test_load_checkpoint_fallback_and_errors(tmp_path):
-    with pytest.raises(CheckpointError, match="run train.py"):
+    with pytest.raises(UserError, match="run train.py"):
         load_checkpoint(tmp_path)
-    with pytest.raises(CheckpointError, match="does not exist"):
+    with pytest.raises(UserError, match="does not exist"):
         load_checkpoint(tmp_path / "nope")
     atomic_save({"model": {}, "model_args": {}, "iter_num": 5}, tmp_path / "last.pt")
     assert load_checkpoint(tmp_path)["iter_num"] == 5          # ckpt.pt missing -> last.pt
     (tmp_path / "ckpt.pt").write_bytes(b"not a checkpoint")
-    with pytest.raises(CheckpointError, match="cannot read"):
+    with pytest.raises(UserError, match="cannot read"):
         load_checkpoint(tmp_path)
 
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import train
-from checkpoint import load_checkpoint, load_model
+from runfiles.checkpoint import load_checkpoint, load_model
 from configurator import UserError
 
 
@@ -248,3 +248,40 @@ def test_ctrl_c_during_a_long_evaluation_stops_at_once(tiny_train_config, monkey
     assert summary["interrupted"] and summary["iter_num"] == 10 and len(evals) == 5   # stopped there, not at 8
     assert load_checkpoint(tiny_train_config["out_dir"], prefer=("last.pt",))["iter_num"] == 10
     assert "saved" in capsys.readouterr().out
+
+
+# --- the other entry points: the same classes of bad input ---------------------------------------------------
+
+@pytest.mark.parametrize("script", ["sample", "eval"])
+def test_data_dir_of_another_tokenizer_is_refused(finished, tmp_path, script):
+    from conftest import write_token_dataset
+    module = __import__(script)
+    other = write_token_dataset(tmp_path / "other", vocab_size=12)
+    with pytest.raises(SystemExit) as e:
+        module.main([f"--out_dir={finished['out_dir']}", f"--data_dir={other}", "--device=cpu"])
+    assert str(e.value.code).startswith("error: ") and "another tokenizer" in str(e.value.code)
+
+
+def test_config_file_that_is_not_utf8(tmp_path):
+    path = tmp_path / "latin1.py"
+    path.write_bytes("out_dir = 'caf\xe9'\n".encode("latin-1"))
+    message = main_error([str(path)])
+    assert str(path) in message and "UTF-8" in message
+
+
+@pytest.mark.parametrize("args,words", [
+    (["shakespeare", "--vocab_size", "0"], ["vocab_size", "0"]),          # not silently "the full vocabulary"
+    (["shakespeare_char", "--input", "EMPTY"], ["is empty"]),
+    (["shakespeare_char", "--input", "LATIN1"], ["not UTF-8"]),
+])
+def test_prepare_refuses_nonsense(tmp_path, args, words):
+    import prepare
+    (tmp_path / "EMPTY").write_text("")
+    (tmp_path / "LATIN1").write_bytes("caf\xe9\n".encode("latin-1"))
+    args = [str(tmp_path / a) if a in ("EMPTY", "LATIN1") else a for a in args]
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as e:
+        prepare.main(args + ["--out_dir", str(out)])
+    message = str(e.value.code)
+    assert message.startswith("error: ") and "\n" not in message and all(w in message for w in words), message
+    assert not out.exists() or not os.listdir(out)   # nothing half-written

@@ -1,8 +1,8 @@
 """
-Checkpoint files: atomic writes and loading.
+Checkpoint files: atomic writes, loading, and building the model a checkpoint describes.
 
-A checkpoint is a torch.save'd dict (see CONTRACT: model, model_args, optimizer, scaler, iter_num,
-best_val_loss, config, rng, dataset, data_dir). train.py writes two of them into out_dir:
+A checkpoint is a torch.save'd dict (model, model_args, optimizer, scaler, iter_num, best_val_loss,
+config, rng, rng_ranks, dataset, data_dir, tokenizer_id). train.py writes two of them into out_dir:
   ckpt.pt  - the best validation loss so far (what sample.py / eval.py load by default)
   last.pt  - the latest state, written at every eval and on Ctrl-C (what init_from='resume' loads)
 
@@ -16,6 +16,7 @@ import os
 import pickle
 import random
 import shutil
+import sys
 import tempfile
 
 import numpy as np
@@ -28,8 +29,6 @@ LAST_NAME = "last.pt"
 ORIG_MOD_PREFIX = "_orig_mod."   # added to state_dict keys by torch.compile
 DDP_PREFIX = "module."           # added by DistributedDataParallel
 
-
-CheckpointError = UserError   # the former name, still imported by some scripts
 
 
 @contextlib.contextmanager
@@ -138,7 +137,7 @@ def latest_out_dir(root="."):
 
 def resolve_path(path_or_out_dir, prefer=(CKPT_NAME, LAST_NAME)):
     """A checkpoint file path: the argument itself if it is a file, else the first of `prefer` found in
-    that directory. Raises CheckpointError telling the user to train first."""
+    that directory. Raises UserError telling the user to train first."""
     p = os.fspath(path_or_out_dir)
     if os.path.isfile(p):
         return p
@@ -147,9 +146,9 @@ def resolve_path(path_or_out_dir, prefer=(CKPT_NAME, LAST_NAME)):
             candidate = os.path.join(p, name)
             if os.path.isfile(candidate):
                 return candidate
-        raise CheckpointError(f"no checkpoint ({' or '.join(prefer)}) in '{p}' "
+        raise UserError(f"no checkpoint ({' or '.join(prefer)}) in '{p}' "
                               f"(fix: run train.py with --out_dir={p} first, or pass the right --out_dir)")
-    raise CheckpointError(f"checkpoint '{p}' does not exist (fix: run train.py first, or pass the right --out_dir)")
+    raise UserError(f"checkpoint '{p}' does not exist (fix: run train.py first, or pass the right --out_dir)")
 
 
 def load_checkpoint(path_or_out_dir, device="cpu", prefer=(CKPT_NAME, LAST_NAME)):
@@ -165,9 +164,9 @@ def load_checkpoint(path_or_out_dir, device="cpu", prefer=(CKPT_NAME, LAST_NAME)
             ckpt = torch.load(path, map_location=device, weights_only=False)
     except (RuntimeError, EOFError, OSError, pickle.UnpicklingError) as e:
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise CheckpointError(f"cannot read checkpoint '{path}': {msg} (fix: re-run train.py to rewrite it)") from None
+        raise UserError(f"cannot read checkpoint '{path}': {msg} (fix: re-run train.py to rewrite it)") from None
     if not isinstance(ckpt, dict) or "model" not in ckpt or "model_args" not in ckpt:
-        raise CheckpointError(f"'{path}' is not a train.py checkpoint (no 'model'/'model_args') "
+        raise UserError(f"'{path}' is not a train.py checkpoint (no 'model'/'model_args') "
                               f"(fix: point at a ckpt.pt or last.pt written by train.py)")
     ckpt.setdefault("path", path)
     return ckpt
@@ -228,19 +227,37 @@ def load_matching_weights(model, state_dict, source, allow_partial):
     return len(matched), len(own)
 
 
-def load_model(path_or_out_dir, device="cpu"):
-    """(model in eval mode on `device`, checkpoint dict). A directory means its ckpt.pt (else last.pt)."""
+def load_model(path_or_out_dir="", device="cpu"):
+    """(model in eval mode on `device`, checkpoint dict): what sample.py, eval.py, compare.py and pangu/ run.
+    A directory means its ckpt.pt (else last.pt); "" means the out*/ folder with the newest checkpoint (the
+    run train.py just finished), announced on stderr. Refuses non-finite weights."""
+    if not path_or_out_dir:
+        path_or_out_dir = latest_out_dir()
+        print(f"loading the newest checkpoint: {path_or_out_dir} (choose another with --out_dir)", file=sys.stderr)
     ckpt = load_checkpoint(path_or_out_dir, device)
     model = build_model(ckpt["model_args"], device, source=ckpt["path"])
     check_finite(ckpt["model"], ckpt["path"])
     try:
         model.load_state_dict(clean_state_dict(ckpt["model"]))
     except RuntimeError as e:
-        first = str(e).strip().splitlines()[0]
-        raise CheckpointError(f"weights in '{ckpt['path']}' do not match its model_args: {first} "
-                              f"(fix: use the code version that wrote the checkpoint)") from None
+        problems = [line.strip() for line in str(e).splitlines()[1:] if line.strip()]
+        raise UserError(f"the weights in '{ckpt['path']}' do not fit its own model_args ({len(problems)} "
+                        f"problem(s), e.g. {problems[0][:160] if problems else e}) (fix: the file is damaged or was "
+                        f"edited: retrain, or load it with the code version that wrote it)") from None
     model.eval()
     return model, ckpt
+
+
+def keep_heaviest_branch(model, enabled):
+    """pgpt at inference (paper 004): run only the branch with the largest combination weight. Returns a
+    note for the user ("" when not enabled)."""
+    if not enabled:
+        return ""
+    if model.config.n_branches == 1:
+        return "keep_heaviest_branch ignored (the model has one branch)"
+    model.keep_branch = model.heaviest_branch()
+    weights = ", ".join(f"{w:.3f}" for w in model.branch_weights().tolist())
+    return f"running only branch {model.keep_branch} of {model.config.n_branches} (weights {weights})"
 
 
 # --- RNG state: saved in checkpoints so that a resumed run draws the same dropout masks ----------------
