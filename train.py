@@ -179,7 +179,8 @@ def model_args_for(config, explicit, meta, device, say):
         wanted["vocab_size"] = wanted["vocab_size"] if "vocab_size" in explicit else args["vocab_size"]
         for key in sorted(k for k in wanted if k != "dropout" and wanted[k] != args.get(k)):
             raise UserError(f"resume: {key}={wanted[key]!r} differs from the checkpoint's {key}={args.get(key)!r} "
-                            f"(fix: drop that override, or use --init_from={ckpt['path']} to start a new run from it)")
+                            f"(fix: drop that override, or start a new run from its weights: --init_from={ckpt['path']} "
+                            f"--allow_partial_init=True)")
         args["dropout"] = wanted["dropout"]
     else:
         ckpt = load_checkpoint(init_from, device)

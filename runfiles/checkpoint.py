@@ -219,9 +219,11 @@ def load_matching_weights(model, state_dict, source, allow_partial):
         raise UserError(f"--init_from={source}: none of its {len(theirs)} tensors fits this model (names or shapes "
                         f"differ) (fix: drop the model overrides that change its shape, or --init_from=scratch)")
     if (fresh or unused) and not allow_partial:
-        listed = ", ".join((fresh + unused)[:4]) + (", ..." if len(fresh) + len(unused) > 4 else "")
-        raise UserError(f"--init_from={source} fits {len(matched)} of this model's {len(own)} tensors ({len(fresh)} "
-                        f"would start fresh, {len(unused)} of the checkpoint's unused: {listed}) "
+        def listed(names):
+            return ", ".join(names[:3]) + (f", ... ({len(names)} in all)" if len(names) > 3 else "")
+        detail = (f"; starting fresh: {listed(fresh)}" if fresh else "") + \
+            (f"; unused from the checkpoint: {listed(unused)}" if unused else "")
+        raise UserError(f"--init_from={source} fits {len(matched)} of this model's {len(own)} tensors{detail} "
                         f"(fix: --allow_partial_init=True to go on, or match the checkpoint's shape)")
     model.load_state_dict(matched, strict=False)
     return len(matched), len(own)

@@ -285,3 +285,47 @@ def test_prepare_refuses_nonsense(tmp_path, args, words):
     message = str(e.value.code)
     assert message.startswith("error: ") and "\n" not in message and all(w in message for w in words), message
     assert not out.exists() or not os.listdir(out)   # nothing half-written
+
+
+@pytest.mark.parametrize("damage,words", [
+    ("meta_not_json", ["meta.json", "not readable JSON"]),
+    ("odd_bin", ["train.bin", "odd number of bytes"]),
+    ("id_too_large", ["token id 40", "vocab_size is 16"]),
+    ("empty_val", ["val split", "0 tokens"]),
+])
+def test_corrupt_dataset_is_one_line(tiny_train_config, damage, words):
+    data_dir = tiny_train_config["data_dir"]
+    if damage == "meta_not_json":
+        with open(os.path.join(data_dir, "meta.json"), "w") as f:
+            f.write("{not json")
+    elif damage == "odd_bin":
+        with open(os.path.join(data_dir, "train.bin"), "ab") as f:
+            f.write(b"\0")
+    elif damage == "id_too_large":
+        with open(os.path.join(data_dir, "train.bin"), "r+b") as f:
+            f.write(bytes([40, 0]))
+    else:
+        open(os.path.join(data_dir, "val.bin"), "wb").close()
+    message = main_error(argv(tiny_train_config))
+    assert all(w in message for w in words), message
+    assert not os.path.exists(tiny_train_config["out_dir"])
+
+
+@pytest.mark.parametrize("damage,words", [
+    ("bad_model_args", ["model_args", "do not fit this model.py"]),
+    ("weights_mismatch", ["do not fit its own model_args"]),
+])
+def test_damaged_checkpoint_is_one_line_in_sample(finished, tmp_path, damage, words):
+    import sample
+    cfg = copy_run(finished, tmp_path)
+    path = os.path.join(cfg["out_dir"], "ckpt.pt")
+    ckpt = torch.load(path, weights_only=True)
+    if damage == "bad_model_args":
+        ckpt["model_args"]["n_head"] = 3   # 32 is not divisible by 3: GPTConfig refuses it
+    else:
+        ckpt["model"].pop(next(iter(ckpt["model"])))
+    torch.save(ckpt, path)
+    with pytest.raises(SystemExit) as e:
+        sample.main([f"--out_dir={path}", "--device=cpu", "--num_samples=1", "--max_new_tokens=2"])
+    message = str(e.value.code)
+    assert message.startswith("error: ") and "\n" not in message and all(w in message for w in words), message
