@@ -46,9 +46,10 @@ import time
 
 import torch
 
-from configurator import ConfigError, gpt_config_defaults, load_config, load_variant, model_args
+from configurator import (UserError, autocast, expand_bool_flags, gpt_config_defaults, load_config, load_variant,
+                          model_args, resolve_device, resolve_dtype)
 from model import GPT, GPTConfig, InferenceCache
-from sample import autocast_context, expand_bool_flags, pick_device, pick_dtype
+from runfiles.dataset import dataset_vocab_size
 
 BENCH_DEFAULTS = dict(
     variants="",            # comma list of variants/<name>.py presets
@@ -111,7 +112,7 @@ def parse(argv):
     files, rest = split_files(expand_bool_flags(list(argv), BOOL_FLAGS))
     try:
         cfg, explicit = load_config(defaults(), rest)
-    except ConfigError as e:
+    except UserError as e:
         raise SystemExit(f"error: {e}")
     if cfg["mode"] not in MODES:
         raise SystemExit(f"error: unknown --mode={cfg['mode']} (fix: use paper001, paper004 or leave it out)")
@@ -144,7 +145,7 @@ def variant_entry(name, cfg, cli_model):
     try:
         args = gpt_config_defaults()
         args.update(load_variant(name))
-    except ConfigError as e:
+    except UserError as e:
         raise SystemExit(f"error: {e}")
     return finish_entry(name, args, cfg, cli_model, None)
 
@@ -154,24 +155,11 @@ def file_entry(path, cfg, cli_model, batch_explicit):
     import train
     try:
         tcfg, texplicit = load_config(train.DEFAULTS, [path])
-        args = model_args(tcfg, texplicit)
-    except ConfigError as e:
+        args = model_args(tcfg, texplicit, vocab_size=dataset_vocab_size(tcfg))   # as train.py: the dataset's vocab
+    except UserError as e:
         raise SystemExit(f"error: {e}")
-    if "vocab_size" not in texplicit:
-        args["vocab_size"] = dataset_vocab(tcfg, args["vocab_size"])
     batch = None if batch_explicit else tcfg.get("batch_size")
     return finish_entry(os.path.splitext(os.path.basename(path))[0], args, cfg, cli_model, batch)
-
-
-def dataset_vocab(tcfg, fallback):
-    """train.py takes vocab_size from the dataset's meta.json; do the same when it exists."""
-    import json
-    data_dir = tcfg.get("data_dir") or os.path.join("data", tcfg.get("dataset", ""))
-    path = os.path.join(data_dir, "meta.json")
-    if os.path.isfile(path):
-        with open(path, encoding="utf-8") as f:
-            return int(json.load(f)["vocab_size"])
-    return fallback
 
 
 def finish_entry(name, args, cfg, cli_model, batch):
@@ -369,7 +357,7 @@ def bench_train(model, cfg, device, dtype, seq, batch, measure_memory):
     model.train()
 
     def step():
-        with autocast_context(device, dtype):
+        with autocast(device, dtype):
             _, loss = runner(x, y)
         scaler.scale(loss).backward()
         if cfg["optimizer_step"]:
@@ -398,7 +386,7 @@ def bench_infer(model, cfg, device, dtype, seq, measure_memory):
 
     def prefill():
         cache = InferenceCache(seq)
-        with autocast_context(device, dtype):
+        with autocast(device, dtype):
             model(idx, cache=cache)
         holder["cache"] = cache
 
@@ -413,7 +401,7 @@ def bench_infer(model, cfg, device, dtype, seq, measure_memory):
         step_times = []
         for r in range(cfg["warmup"] + cfg["repeats"]):
             cache = InferenceCache(seq)
-            with autocast_context(device, dtype):
+            with autocast(device, dtype):
                 model(idx[:, :seq - d], cache=cache)
                 for i in range(seq - d, seq):
                     dt = timed(lambda: model(idx[:, i:i + 1], cache=cache), device)
@@ -434,13 +422,13 @@ def bench_sample(model, cfg, device, dtype):
     for use_cache in (True, False):
         def run(n):
             gen = torch.Generator(device=device).manual_seed(cfg["seed"])
-            with autocast_context(device, dtype):
+            with autocast(device, dtype):
                 model.generate(start, n, temperature=1.0, top_k=None, use_kv_cache=use_cache, generator=gen)
         run(min(8, cfg["gen_tokens"]))  # warm-up
         times = [timed(lambda: run(cfg["gen_tokens"]), device) for _ in range(cfg["sample_repeats"])]
         out["sample_tok_s_cache" if use_cache else "sample_tok_s_plain"] = cfg["gen_tokens"] / statistics.median(times)
     cache = model.new_cache()
-    with autocast_context(device, dtype):
+    with autocast(device, dtype):
         model(start, cache=cache)
     out["kv_block_bytes"] = cache.nbytes()
     return out
@@ -660,8 +648,11 @@ def main(argv):
     cfg, entries = parse(argv)
     if cfg["num_threads"]:
         torch.set_num_threads(cfg["num_threads"])
-    device = pick_device(cfg["device"])
-    dtype = pick_dtype(cfg["dtype"], device)
+    try:
+        device = str(resolve_device(cfg["device"]))
+        dtype = getattr(torch, resolve_dtype(cfg["dtype"], device))
+    except UserError as e:
+        raise SystemExit(f"error: {e}")
     head = header(cfg, entries, device, dtype)
     print(head, flush=True)
     if cfg["dry_run"]:

@@ -63,11 +63,14 @@ import time
 
 import torch
 
-import plots
 import train
-from checkpoint import LAST_NAME, CheckpointError, atomic_open
-from configurator import ConfigError, gpt_config_defaults, load_config
+from configurator import UserError, autocast, gpt_config_defaults, load_config, resolve_device, resolve_dtype
 from configurator import model_args as resolve_model_args
+from runfiles import plots
+from runfiles.checkpoint import LAST_NAME, atomic_open, load_model
+from runfiles.dataset import dataset_vocab_size, resolve_data_dir
+from runfiles.runlog import format_duration, read_log
+from runfiles.tokenizer import encode_start, load_tokenizer, render
 
 COMPARE_DEFAULTS = dict(
     variants=["gpt", "pgpt", "lgpt", "cgpt"],
@@ -135,7 +138,7 @@ def parse(argv):
     """(config, explicit) from config files and overrides; bad input -> one-line SystemExit."""
     try:
         config, explicit = load_config(defaults(), normalize_argv(list(argv)))
-    except ConfigError as e:
+    except UserError as e:
         raise SystemExit(f"error: {e}")
     check(config, explicit)
     return config, explicit
@@ -230,15 +233,6 @@ class Run:
                 * self.args["block_size"])
 
 
-def dataset_vocab(config):
-    """vocab_size of the prepared dataset, or None before prepare.py has run."""
-    path = os.path.join(config["data_dir"] or os.path.join("data", config["dataset"]), "meta.json")
-    if not os.path.isfile(path):
-        return None
-    with open(path, encoding="utf-8") as f:
-        return int(json.load(f)["vocab_size"])
-
-
 def variant_config(config, explicit, name):
     """(train.py config, explicit keys) of variant `name`: the shared keys, then the custom variant's own."""
     custom = dict(config["custom_variants"].get(name, {}))
@@ -260,13 +254,11 @@ def plan(config, explicit):
     for name in config["variants"]:
         tcfg, texplicit = variant_config(config, explicit, name)
         model_explicit = {k for k in texplicit if k in fields}
-        vocab = None if "vocab_size" in model_explicit else dataset_vocab(tcfg)
+        vocab = None if "vocab_size" in model_explicit else dataset_vocab_size(tcfg)
         try:
-            args = resolve_model_args(tcfg, model_explicit)
-        except ConfigError as e:
+            args = resolve_model_args(tcfg, model_explicit, vocab_size=vocab)
+        except UserError as e:
             raise SystemExit(f"error: {e}")
-        if vocab:
-            args["vocab_size"] = vocab
         try:
             GPTConfig(**args)
         except (ValueError, TypeError) as e:
@@ -383,7 +375,7 @@ def check_finished(config, status, runs):
 # progress
 
 def format_eta(seconds):
-    return "?" if seconds is None else train.format_eta(seconds)
+    return "?" if seconds is None else format_duration(seconds)
 
 
 class Progress:
@@ -436,7 +428,7 @@ def train_model(run, progress):
     texplicit = run.explicit | {"variant", "out_dir", "init_from"}
     try:
         return train.train(tcfg, texplicit, callback=progress)
-    except (ConfigError, train.TrainError, CheckpointError) as e:
+    except UserError as e:
         raise SystemExit(f"error: {run.label}: {e}")
     except torch.OutOfMemoryError:
         raise SystemExit(f"error: {run.label}: out of memory (fix: lower --batch_size and raise "
@@ -487,8 +479,7 @@ def unique_alphas(model):
 
 @torch.no_grad()
 def generate_samples(model, ckpt, config, device, dtype):
-    from sample import autocast_context, encode_start, load_dataset_tokenizer, render, resolve_data_dir
-    tok = load_dataset_tokenizer(resolve_data_dir(ckpt))
+    tok = load_tokenizer(resolve_data_dir(ckpt))
     dataset = ckpt.get("dataset") or config["dataset"]
     gen = torch.Generator(device=device).manual_seed(config["seed"])
     top_k = config["sample_top_k"] or None
@@ -496,12 +487,12 @@ def generate_samples(model, ckpt, config, device, dtype):
     for prompt in config["prompts"]:
         try:
             ids = encode_start(tok, prompt, dataset)
-        except SystemExit as e:   # e.g. a character the char vocabulary lacks: report it, keep going
-            out.append(dict(prompt=prompt, error=str(e).removeprefix("error: ")))
+        except UserError as e:   # e.g. a character the char vocabulary lacks: report it, keep going
+            out.append(dict(prompt=prompt, error=str(e)))
             continue
         x = torch.tensor(ids, dtype=torch.long, device=device)[None, :]
         for _ in range(config["samples_per_prompt"]):
-            with autocast_context(device, dtype):
+            with autocast(device, dtype):
                 y = model.generate(x, config["sample_tokens"], temperature=config["sample_temperature"],
                                    top_k=top_k, generator=gen)
             out.append(dict(prompt=prompt, text=render(tok, prompt, ids, y[0].tolist())))
@@ -533,9 +524,8 @@ def bench_model(args, config, device, dtype):
 def measure(config, run, device, dtype):
     """Everything results.md / samples.md / the figures need from a trained run (its ckpt.pt). Samples
     only for a variant's first seed (samples.md shows one model per variant)."""
-    from sample import load_checkpoint_model
     cfg = {**config, **run.config}   # the run's seed, batch size, ...
-    model, ckpt = load_checkpoint_model(run.out_dir, device)
+    model, ckpt = load_model(run.out_dir, device)
     rep = dict(ckpt=os.path.relpath(ckpt["path"], config["compare_dir"]), ckpt_iter=int(ckpt.get("iter_num", 0)),
                params=model.get_num_params(non_embedding=False), weights_fp32_bytes=fp32_weights_bytes(model),
                ckpt_bytes=os.path.getsize(ckpt["path"]))
@@ -774,8 +764,8 @@ def equal_compute_lines(config, rows, budget, cheapest, seeds):
 def write_results(config, rows, per_run, budget, cheapest, figures):
     d = config["compare_dir"]
     seeds = config["seeds"]
-    device = train.resolve_device(config["device"])
-    dtype = train.resolve_dtype(config["dtype"], device)
+    device = resolve_device(config["device"])
+    dtype = resolve_dtype(config["dtype"], device)
     table1 = md_table(
         ["Name", "Params (M)", "Size (MB), fp32 weights", "ms/iter", "tokens/s", "Peak memory (MB)",
          "Best val loss", "Val loss, weaker branch dropped"] + ([f"Best val loss vs {rows[0]['name']}"] if seeds else []),
@@ -950,7 +940,7 @@ def print_plan(config, status, runs, infos):
           + (f"{config['max_iters']} iterations each" if iters == {config["max_iters"]} else "iterations per model below")
           + (f", {n_seeds} seeds each ({len(runs)} runs)" if config["seeds"] else "")
           + f" -> {config['compare_dir']}", flush=True)
-    unprepared = sorted({run.config["dataset"] for run in firsts if dataset_vocab(run.config) is None})
+    unprepared = sorted({run.config["dataset"] for run in firsts if dataset_vocab_size(run.config) is None})
     if unprepared:
         print(f"  ({', '.join(unprepared)} not prepared yet: sizes and FLOPs below use the presets' vocabulary; "
               f"training prepares the data and uses its own)", flush=True)
@@ -994,9 +984,8 @@ def run(config, explicit):
                  else max(0, run.config["max_iters"] - resume_iter(run.out_dir)) for run in runs}
     cost = {run.key: run.cost_per_iter(infos[run.name][1]) for run in runs}
     progress = Progress(runs, cost, remaining)
-    device = str(train.resolve_device(config["device"]))
-    from sample import pick_dtype
-    dtype = pick_dtype(config["dtype"], device)
+    device = str(resolve_device(config["device"]))
+    dtype = getattr(torch, resolve_dtype(config["dtype"], device))
 
     for i, run_ in enumerate(runs, 1):
         entry = status["models"].setdefault(run_.key, {})

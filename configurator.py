@@ -1,5 +1,6 @@
 """
-Config files + command-line overrides, shared by train.py, sample.py, eval.py, bench.py, compare.py.
+Config files + command-line overrides, shared by every script (train.py, sample.py, eval.py, bench.py,
+compare.py, prepare.py, pangu/), and the one exception type for bad input, UserError.
 
     python train.py config/gpt_shakespeare_cpu.py --n_layer=6 --dropout 0.1
 
@@ -8,8 +9,9 @@ Positional arguments are config files: plain python, executed in order; their to
 applied, so the command line always wins over config files. Values are parsed with ast.literal_eval
 (falling back to the raw text) and must match the type of the key's default.
 
-Bad input never produces a traceback in scripts: load_config raises ConfigError (a ValueError) with a
-one-line message naming the problem and the fix, and scripts do `raise SystemExit(f"error: {e}")`.
+Bad input never produces a traceback in scripts: every check raises UserError (a ValueError) with a
+one-line message naming the problem and the fix; only the scripts' main() turns it into
+`error: ...` and a non-zero exit code.
 
 Model variants: a config key `variant = "lgpt"` selects variants/lgpt.py. The model arguments are
     GPTConfig defaults  <-  variants.load(variant)  <-  model keys set explicitly (files or CLI)
@@ -25,19 +27,22 @@ import pkgutil
 import sys
 
 
-class ConfigError(ValueError):
-    """Bad configuration input; the message is one line and says how to fix it."""
+class UserError(ValueError):
+    """Bad input from the user (config, data, checkpoint, paths). The message is one line that names the
+    problem and ends with `(fix: ...)`; entry points print it as `error: <message>` and exit non-zero."""
 
 
-def load_config(defaults, argv):
-    """defaults: dict of every known key -> default value. argv: e.g. sys.argv[1:].
+
+def load_config(defaults, argv, bool_flags=()):
+    """defaults: dict of every known key -> default value. argv: e.g. sys.argv[1:]. bool_flags: boolean keys
+    that may also be given bare (`--no_kv_cache` means `--no_kv_cache=True`).
     Returns (config, explicit): the final dict and the set of keys set by config files or the CLI."""
     if any(a in ("-h", "--help") for a in argv):
         print(usage(defaults))
         raise SystemExit(0)
     config = dict(defaults)
     explicit = set()
-    files, overrides = _split_argv(argv)
+    files, overrides = _split_argv(expand_bool_flags(list(argv), bool_flags))
     for path in files:
         for key, value in _read_config_file(path, config).items():
             config[key] = _check_value(key, value, defaults, source=path)
@@ -49,8 +54,35 @@ def load_config(defaults, argv):
     return config, explicit
 
 
+def run_command(command, defaults, argv=None, bool_flags=(), errors=UserError):
+    """A script's whole main(): the config from argv (sys.argv[1:] when None), then command(config). Bad input
+    (`errors`, UserError by default) ends here as one line `error: ...` and exit code 1; nowhere else."""
+    try:
+        config, _ = load_config(defaults, sys.argv[1:] if argv is None else list(argv), bool_flags)
+        return command(config)
+    except errors as e:
+        raise SystemExit(f"error: {e}") from None
+
+
+def expand_bool_flags(argv, flags):
+    """Turn a bare `--flag` into `--flag=True` for the given boolean keys. `--key value` pairs are read as
+    one setting, so a bare `--no_kv_cache` would swallow the next argument (or fail when it is the last
+    one); `--flag True|False|1|0` and `--flag=...` are left unchanged."""
+    out = []
+    for i, arg in enumerate(argv):
+        key = arg[2:].replace("-", "_") if arg.startswith("--") else None
+        if key in flags:
+            nxt = argv[i + 1] if i + 1 < len(argv) else None
+            if nxt is None or nxt.lower() not in ("true", "false", "1", "0"):
+                arg = f"--{key}=True"
+        out.append(arg)
+    return out
+
+
 def usage(defaults):
-    prog = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "script.py"
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)   # set under `python -m pangu.inherit`
+    prog = f"-m {spec.name}" if spec is not None else \
+        os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "script.py"
     lines = [f"usage: python {prog} [config/file.py ...] [--key=value | --key value ...]", "", "keys (default):"]
     width = max((len(k) for k in defaults), default=0)
     lines += [f"  --{k:<{width}}  {v!r}" for k, v in defaults.items()]
@@ -71,14 +103,14 @@ def _split_argv(argv):
             else:
                 # `--key value`: the value is the next argument (it may itself start with '-', e.g. -1)
                 if i + 1 >= len(argv) or argv[i + 1].startswith("--"):
-                    raise ConfigError(f"missing value for --{body} (fix: write --{body}=VALUE or --{body} VALUE)")
+                    raise UserError(f"missing value for --{body} (fix: write --{body}=VALUE or --{body} VALUE)")
                 key, text = body, argv[i + 1]
                 i += 1
             if not key:
-                raise ConfigError(f"malformed argument '{arg}' (fix: write --key=value)")
+                raise UserError(f"malformed argument '{arg}' (fix: write --key=value)")
             overrides.append((key, text))
         elif arg.startswith("-") and len(arg) > 1:
-            raise ConfigError(f"unknown option '{arg}' (fix: overrides look like --key=value; see --help)")
+            raise UserError(f"unknown option '{arg}' (fix: overrides look like --key=value; see --help)")
         else:
             files.append(arg)
         i += 1
@@ -91,20 +123,24 @@ def _read_config_file(path, config):
     if not os.path.isfile(path):
         hint = " (fix: overrides need two dashes, e.g. --key=value)" if "=" in path else \
             " (fix: check the path; config files live in config/)"
-        raise ConfigError(f"config file '{path}' not found{hint}")
-    with open(path, encoding="utf-8") as f:
-        source = f.read()
+        raise UserError(f"config file '{path}' not found{hint}")
+    try:
+        with open(path, encoding="utf-8") as f:
+            source = f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        reason = e.strerror if isinstance(e, OSError) else "it is not UTF-8 text"
+        raise UserError(f"cannot read config file {path}: {reason} (fix: save it as a UTF-8 python file)") from None
     try:
         tree = ast.parse(source, filename=path)
     except SyntaxError as e:
-        raise ConfigError(f"syntax error in config file {path} line {e.lineno}: {e.msg} (fix: it must be valid python)") from None
+        raise UserError(f"syntax error in config file {path} line {e.lineno}: {e.msg} (fix: it must be valid python)") from None
     assigned = _top_level_names(tree)
     namespace = dict(config)
     namespace["__file__"] = os.path.abspath(path)
     try:
         exec(compile(tree, path, "exec"), namespace)
     except Exception as e:  # a config file is user input: report it in one line
-        raise ConfigError(f"config file {path} failed: {type(e).__name__}: {e} (fix: correct the file)") from None
+        raise UserError(f"config file {path} failed: {type(e).__name__}: {e} (fix: correct the file)") from None
     return {name: namespace[name] for name in assigned if name in namespace}
 
 
@@ -138,7 +174,7 @@ def _check_key(key, defaults, source):
     hint = f"did you mean {' or '.join('--' + c for c in close)}?" if close else "see --help for the list of keys"
     if source != "on the command line":
         hint += "; helper variables in config files must start with '_'"
-    raise ConfigError(f"unknown config key '{key}' {source} (fix: {hint})")
+    raise UserError(f"unknown config key '{key}' {source} (fix: {hint})")
 
 
 def _check_value(key, value, defaults, source):
@@ -146,7 +182,7 @@ def _check_value(key, value, defaults, source):
     _check_key(key, defaults, f"in {source}")
     ok, value = _coerce(value, defaults[key])
     if not ok:
-        raise ConfigError(f"{source}: {key} = {value!r} is a {type(value).__name__}, expected "
+        raise UserError(f"{source}: {key} = {value!r} is a {type(value).__name__}, expected "
                           f"{_type_name(defaults[key])} (fix: e.g. {key} = {defaults[key]!r})")
     return value
 
@@ -163,7 +199,7 @@ def _parse_override(key, text, default):
         value = value.lower() == "true"
     ok, coerced = _coerce(value, default)
     if not ok:
-        raise ConfigError(f"--{key}={text}: expected {_type_name(default)} (fix: e.g. --{key}={default!r})")
+        raise UserError(f"--{key}={text}: expected {_type_name(default)} (fix: e.g. --{key}={default!r})")
     return coerced
 
 
@@ -200,26 +236,46 @@ def _type_name(default):
     return f"a {type(default).__name__}"
 
 
-# --- helpers for config files ---------------------------------------------------------------------
+# --- 'auto' device and dtype ----------------------------------------------------------------------
 
-def scaled_lr(batch_size, base_batch_size, base_lr, r=0.5):
-    """Learning rate for a new batch size (paper 003, PanGu-pi Pro, 4.1):
+def resolve_device(name, local_rank=None):
+    """torch.device for --device: 'auto' = cuda > mps > cpu; under DDP one GPU per local rank."""
+    import torch
+    mps = getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "mps" if mps else "cpu"
+    kind = name.split(":")[0]
+    if kind not in ("cpu", "cuda", "mps"):
+        raise UserError(f"unknown device '{name}' (fix: --device=auto|cpu|cuda|cuda:N|mps)")
+    if (kind == "cuda" and not torch.cuda.is_available()) or (kind == "mps" and not mps):
+        raise UserError(f"device '{name}' requested but {kind.upper()} is not available "
+                        f"(fix: --device=cpu or --device=auto)")
+    if kind == "cuda" and local_rank is not None:
+        name = f"cuda:{local_rank}"
+    return torch.device(name)
 
-        lr = (bs / bs_0)^r * lr_0
 
-    r is the increment rate: 0.5 (square-root scaling) or 1.0 (linear scaling). The paper (Fig. 7/8,
-    bs_0 = 1M tokens, lr_0 = 1e-4) finds every r converges alike below ~4M-token batches, and the
-    moderate r = 0.5 is preferable for larger ones; batches >= 16M tokens slow convergence anyway.
-    Give bs and bs_0 in the same unit (tokens or sequences). In a config file:
-        from configurator import scaled_lr
-        batch_size = 48
-        learning_rate = scaled_lr(batch_size, 12, 1e-3)   # 2e-3
-    (config files run before command-line overrides: a --batch_size on the command line does not
-    re-scale the learning rate.)"""
-    if batch_size <= 0 or base_batch_size <= 0 or base_lr <= 0:
-        raise ValueError(f"scaled_lr needs positive batch sizes and base_lr, got batch_size={batch_size}, "
-                         f"base_batch_size={base_batch_size}, base_lr={base_lr}")
-    return (batch_size / base_batch_size) ** r * base_lr
+def resolve_dtype(name, device):
+    """'float32' | 'bfloat16' | 'float16' for --dtype: 'auto' = bf16 on CUDA if supported, else fp16;
+    float32 elsewhere."""
+    if name not in ("auto", "float32", "bfloat16", "float16"):
+        raise UserError(f"unknown dtype '{name}' (fix: --dtype=auto|float32|bfloat16|float16)")
+    if name != "auto":
+        return name
+    import torch
+    if str(device).startswith("cuda"):
+        return "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
+    return "float32"
+
+
+def autocast(device, dtype):
+    """The autocast context for a resolved dtype, by name or torch.dtype (none for float32)."""
+    import contextlib
+    import torch
+    dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+    if dtype == torch.float32:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=str(device).split(":")[0], dtype=dtype)
 
 
 # --- model arguments and variants ------------------------------------------------------------------
@@ -238,9 +294,10 @@ def gpt_config_defaults():
     return out
 
 
-def model_args(config, explicit, base=None):
+def model_args(config, explicit, base=None, vocab_size=None):
     """GPTConfig keyword arguments: base (default: GPTConfig defaults) <- variant <- explicitly-set keys.
-    base lets train.py start from a checkpoint's model_args (init_from=<path>)."""
+    base lets train.py start from a checkpoint's model_args (init_from=<path>); vocab_size (the dataset's,
+    from meta.json) replaces the preset's unless the user set vocab_size."""
     fields = gpt_config_defaults()
     args = dict(fields)
     if base:
@@ -248,6 +305,8 @@ def model_args(config, explicit, base=None):
     name = config.get("variant", "")
     if name:
         args.update(load_variant(name, fields))
+    if vocab_size is not None:
+        args["vocab_size"] = vocab_size
     args.update({k: config[k] for k in explicit if k in fields})
     return args
 
@@ -270,19 +329,19 @@ def load_variant(name, fields=None):
     try:
         variants = importlib.import_module("variants")
     except ImportError:
-        raise ConfigError(f"variant '{name}' requested but the variants/ package is missing "
+        raise UserError(f"variant '{name}' requested but the variants/ package is missing "
                           f"(fix: run from the repository root, or drop --variant)") from None
     names = available_variants()
     listing = ", ".join(names) if names else "none found"
     if names is not None and name not in names:
-        raise ConfigError(f"unknown variant '{name}' (fix: use one of: {listing})")
+        raise UserError(f"unknown variant '{name}' (fix: use one of: {listing})")
     try:
         cfg = dict(variants.load(name))
     except (KeyError, ValueError, ImportError) as e:
-        raise ConfigError(f"unknown variant '{name}': {e} (fix: use one of: {listing})") from None
+        raise UserError(f"unknown variant '{name}': {e} (fix: use one of: {listing})") from None
     if fields is None:
         fields = gpt_config_defaults()
     bad = sorted(k for k in cfg if k not in fields)
     if bad:
-        raise ConfigError(f"variant '{name}' sets unknown model keys {bad} (fix: edit variants/{name}.py)")
+        raise UserError(f"variant '{name}' sets unknown model keys {bad} (fix: edit variants/{name}.py)")
     return cfg

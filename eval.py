@@ -45,9 +45,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from sample import (apply_keep_heaviest_branch, autocast_context, load_checkpoint_model,
-                    load_dataset_tokenizer, load_hf_model, load_hf_tokenizer, parse_args, pick_device,
-                    pick_dtype, resolve_data_dir)
+from configurator import UserError, autocast, resolve_device, resolve_dtype, run_command
+from huggingface.convert import load_pretrained
+from huggingface.tokenizer import tokenizer_for
+from runfiles.checkpoint import keep_heaviest_branch, load_model
+from runfiles.dataset import load_meta, resolve_data_dir
+from runfiles.tokenizer import load_tokenizer
 
 DEFAULTS = dict(
     out_dir="",             # directory with ckpt.pt / last.pt, or a checkpoint file; "" = the out*/ folder
@@ -114,7 +117,7 @@ def evaluate_split(model, data, block_size, stride=0, batch_size=8, device="cpu"
         rows = np.stack([np.asarray(data[s:e + 1], dtype=np.int64) for s, e, _ in batch])
         rows = torch.from_numpy(rows).to(device)
         x, y = rows[:, :-1], rows[:, -k:]
-        with autocast_context(str(device), dtype):
+        with autocast(device, dtype):
             logits, _ = model(x, all_logits=True)
         logits = logits[:, -k:].float()
         nll = F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1), reduction="sum")
@@ -185,7 +188,7 @@ def read_mc_file(path):
         with open(path, encoding="utf-8") as f:
             lines = [(n, line) for n, line in enumerate(f, 1) if line.strip()]
     except OSError as e:
-        raise SystemExit(f"error: cannot read --mc_file '{path}': {e.strerror} (fix: pass a JSONL task file)")
+        raise UserError(f"cannot read --mc_file '{path}': {e.strerror} (fix: pass a JSONL task file)")
     docs = []
     for n, line in lines:
         try:
@@ -196,11 +199,11 @@ def read_mc_file(path):
         except (ValueError, AttributeError):
             ok = False
         if not ok:
-            raise SystemExit(f"error: {path} line {n} is not a JSON object with context (text), choices (two or "
+            raise UserError(f"{path} line {n} is not a JSON object with context (text), choices (two or "
                              f"more non-empty texts) and label (index of the right choice) (fix: rewrite that line)")
         docs.append(doc)
     if not docs:
-        raise SystemExit(f"error: {path} has no questions (fix: one JSON object per line)")
+        raise UserError(f"{path} has no questions (fix: one JSON object per line)")
     return docs
 
 
@@ -214,16 +217,16 @@ def mc_request(tok, context, choice, block_size):
     continuation = context[len(stripped):] + continuation
     eot = getattr(tok, "eot_token", None)
     if not stripped and eot is None:
-        raise SystemExit("error: a question has an empty context and the tokenizer has no eot token to "
+        raise UserError("a question has an empty context and the tokenizer has no eot token to "
                          "start from (fix: give every question a context)")
     try:
         ctx_ids = tok.encode(stripped) if stripped else [eot]
         cont_ids = tok.encode(stripped + continuation)[len(ctx_ids):] if stripped else tok.encode(continuation)
     except (ValueError, KeyError) as e:
-        raise SystemExit(f"error: cannot encode the question {context[:40]!r}: {e} "
+        raise UserError(f"cannot encode the question {context[:40]!r}: {e} "
                          f"(fix: a tokenizer that covers the task's text, e.g. the model's own)")
     if not 1 <= len(cont_ids) <= block_size:
-        raise SystemExit(f"error: choice {choice[:40]!r} is {len(cont_ids)} tokens; it must be 1..{block_size} "
+        raise UserError(f"choice {choice[:40]!r} is {len(cont_ids)} tokens; it must be 1..{block_size} "
                          f"(fix: shorter choices, or a model with a longer block_size)")
     return (ctx_ids + cont_ids)[-(block_size + 1):], len(cont_ids)
 
@@ -241,7 +244,7 @@ def continuation_loglikelihoods(model, requests, batch_size=8, device="cpu", dty
         for r, i in enumerate(rows):
             tokens = requests[i][0]
             x[r, :len(tokens) - 1] = torch.tensor(tokens[:-1])
-        with autocast_context(str(device), dtype):
+        with autocast(str(device), dtype):
             logits, _ = model(x.to(device), all_logits=True)
         logprobs = F.log_softmax(logits.float(), dim=-1)
         for r, i in enumerate(rows):
@@ -280,10 +283,10 @@ def mean_stderr(p, n):
 def run_multiple_choice(cfg, model, ckpt, info, block_size, device, dtype):
     docs = read_mc_file(cfg["mc_file"])
     if info is not None and not cfg["data_dir"]:
-        tok = load_hf_tokenizer(info)
+        tok = tokenizer_for(info)
     else:
-        tok = load_dataset_tokenizer(resolve_data_dir(ckpt, cfg["data_dir"]))
-    note = apply_keep_heaviest_branch(model, cfg["keep_heaviest_branch"])
+        tok = load_tokenizer(resolve_data_dir(ckpt, cfg["data_dir"]))
+    note = keep_heaviest_branch(model, cfg["keep_heaviest_branch"])
     r = score_multiple_choice(model, tok, docs, block_size, cfg["batch_size"], device, dtype)
     print(f"model: {ckpt['path']} ({model.get_num_params() / 1e6:.2f}M params)" + (f"; {note}" if note else ""))
     print(f"task: {cfg['mc_file']}, {r['n']:,} questions, {r['n_choices']:,} choices scored in {r['seconds']:.1f}s "
@@ -297,21 +300,12 @@ def run_multiple_choice(cfg, model, ckpt, info, block_size, device, dtype):
 
 # --- command line -------------------------------------------------------------------------------
 
-def load_meta(data_dir):
-    import json
-    path = os.path.join(data_dir, "meta.json")
-    if not os.path.isfile(path):
-        raise SystemExit(f"error: {path} not found (fix: run python prepare.py <dataset>, or pass --data_dir)")
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
-
-
 def choose_splits(text, data_dir):
     if text:
         splits = [s.strip() for s in text.split(",") if s.strip()]
         for s in splits:
             if not os.path.isfile(os.path.join(data_dir, f"{s}.bin")):
-                raise SystemExit(f"error: split '{s}' not found: no {s}.bin in {data_dir} "
+                raise UserError(f"split '{s}' not found: no {s}.bin in {data_dir} "
                                  f"(fix: --splits=val or prepare the dataset with that split)")
         return splits
     return [s for s in ("val", "test") if os.path.isfile(os.path.join(data_dir, f"{s}.bin"))]
@@ -321,40 +315,44 @@ def fmt(v, spec=".4f"):
     return "n/a" if v is None else format(v, spec)
 
 
-def main(argv):
-    cfg = parse_args(DEFAULTS, argv, BOOL_FLAGS)
-    device = pick_device(cfg["device"])
-    dtype = pick_dtype(cfg["dtype"], device)
+def main(argv=None):
+    return run_command(run, DEFAULTS, argv, BOOL_FLAGS)
+
+
+def run(cfg):
+    device = str(resolve_device(cfg["device"]))
+    dtype = getattr(torch, resolve_dtype(cfg["dtype"], device))
     if cfg["init_from"]:
-        model, ckpt, info = load_hf_model(cfg["init_from"], device)
+        model, info = load_pretrained(cfg["init_from"], device)
+        ckpt = {"path": info["source"], "iter_num": "pretrained"}
     else:
-        model, ckpt = load_checkpoint_model(cfg["out_dir"], device)
+        model, ckpt = load_model(cfg["out_dir"], device)
         info = None
     block_size = cfg["block_size"] or model.config.block_size
     if not 1 <= block_size <= model.config.block_size:
-        raise SystemExit(f"error: --block_size={block_size} must be in [1, {model.config.block_size}] "
+        raise UserError(f"--block_size={block_size} must be in [1, {model.config.block_size}] "
                          f"(the model's context) (fix: leave it at 0)")
     if cfg["stride"] < 0 or cfg["stride"] > block_size or cfg["batch_size"] < 1:
-        raise SystemExit(f"error: --stride must be in [0, {block_size}] and --batch_size >= 1 "
+        raise UserError(f"--stride must be in [0, {block_size}] and --batch_size >= 1 "
                          f"(fix: --stride=0 for non-overlapping windows)")
     if cfg["mc_file"]:
         return run_multiple_choice(cfg, model, ckpt, info, block_size, device, dtype)
     if info is not None and not cfg["data_dir"]:
-        raise SystemExit("error: perplexity of a Hugging Face model needs token files: --data_dir=<dataset "
+        raise UserError("perplexity of a Hugging Face model needs token files: --data_dir=<dataset "
                          "tokenized with the model's tokenizer> (fix: e.g. --data_dir=data/wikitext103 for GPT-2)")
     data_dir = resolve_data_dir(ckpt, cfg["data_dir"])
     meta = load_meta(data_dir)
     if meta.get("vocab_size", 0) > model.config.vocab_size:
-        raise SystemExit(f"error: {data_dir} has a vocabulary of {meta['vocab_size']} tokens, more than the model's "
+        raise UserError(f"{data_dir} has a vocabulary of {meta['vocab_size']} tokens, more than the model's "
                          f"{model.config.vocab_size} (fix: a dataset tokenized with the model's tokenizer)")
     splits = choose_splits(cfg["splits"], data_dir)
     if not splits:
-        raise SystemExit(f"error: no val.bin or test.bin in {data_dir} (fix: run prepare.py, or pass --splits)")
+        raise UserError(f"no val.bin or test.bin in {data_dir} (fix: run prepare.py, or pass --splits)")
     try:
-        tok = load_dataset_tokenizer(data_dir)
-    except SystemExit:
+        tok = load_tokenizer(data_dir)
+    except UserError:
         tok = None  # only needed to count words/bytes when meta.json lacks them
-    note = apply_keep_heaviest_branch(model, cfg["keep_heaviest_branch"])
+    note = keep_heaviest_branch(model, cfg["keep_heaviest_branch"])
     if cfg["compile"]:
         model.compile()
 
@@ -368,7 +366,7 @@ def main(argv):
     for split in splits:
         data = np.memmap(os.path.join(data_dir, f"{split}.bin"), dtype=np.uint16, mode="r")
         if len(data) < 2:
-            raise SystemExit(f"error: split '{split}' has {len(data)} tokens; nothing to score")
+            raise UserError(f"split '{split}' has {len(data)} tokens; nothing to score")
         r = evaluate_split(model, data, block_size, cfg["stride"], cfg["batch_size"], device, dtype)
         words, nbytes, source = split_counts(meta, split, data, tok)
         m = metrics(r["nll_sum"], r["n_tokens"], words, nbytes)

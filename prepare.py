@@ -1,5 +1,5 @@
 """
-Dataset preparation and tokenizers.
+Dataset preparation.
 
     python prepare.py shakespeare_char             # chars, 65-symbol vocabulary
     python prepare.py shakespeare                  # GPT-2 BPE
@@ -15,12 +15,11 @@ Offline use: SHAKESPEARE_INPUT (or --input) names a local tinyshakespeare input.
 GPT2_TIKTOKEN_FILE (or --gpt2_ranks) a local gpt2.tiktoken ranks file, --source (or
 WIKITEXT103_SOURCE) a local wikitext-103-raw-v1.zip or its extracted folder.
 
-Library use: prepare(dataset, **opts) -> out_dir, load_tokenizer(data_dir) -> tokenizer with
-.encode / .decode / .vocab_size / .eot_token, get_gpt2_encoding().
+Library use: prepare(dataset, **opts) -> out_dir. The tokenizers meta.json describes are read back by
+runfiles/tokenizer.py (load_tokenizer(data_dir)); the compact vocabulary is chosen by pangu/compact_vocab.py.
 """
 import argparse
 import base64
-import functools
 import hashlib
 import http.client
 import json
@@ -33,8 +32,12 @@ import zipfile
 from multiprocessing import Pool
 
 import numpy as np
-import tiktoken
-import tiktoken.load
+
+from configurator import UserError
+from pangu.compact_vocab import build_compact
+from runfiles.checkpoint import atomic_open
+from runfiles.tokenizer import (GPT2_EOT_ID, GPT2_VOCAB_SIZE, CharTokenizer, compact_encoding, get_gpt2_encoding,
+                                one_line)
 
 SHAKESPEARE_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 SHAKESPEARE_BYTES = 1115394
@@ -50,14 +53,6 @@ WIKITEXT103_BYTES = 191984949
 WIKITEXT103_SHA256 = "91c00ae287f0d699e18605c84afc9e45c192bc6b7797ff8837e5474655a33794"
 WIKITEXT103_DIR = "wikitext-103-raw"
 WIKITEXT103_SPLITS = {"train": "wiki.train.raw", "val": "wiki.valid.raw", "test": "wiki.test.raw"}
-
-# The GPT-2 pre-tokenization regex, as defined in OpenAI's gpt-2 encoder.py: English
-# contractions, optionally space-prefixed runs of letters / digits / other symbols, and
-# whitespace (a whitespace run keeps its last space for the following word).
-GPT2_PAT_STR = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
-GPT2_EOT = "<|endoftext|>"
-GPT2_EOT_ID = 50256
-GPT2_VOCAB_SIZE = 50257
 
 BASE_DATASETS = ("shakespeare_char", "shakespeare", "wikitext103")
 COMPACT_BASES = ("shakespeare", "wikitext103")  # datasets that support --vocab_size
@@ -92,12 +87,6 @@ class Progress:
         print(f"\r{self.label}: {done} {self.unit})", end=end, file=sys.stderr, flush=True)
 
 
-def _one_line(err):
-    """A short single-line description of an exception, for one-line error messages."""
-    text = " ".join(str(err).split()) or type(err).__name__
-    return text if len(text) <= 200 else text[:197] + "..."
-
-
 def download(url, dest, expected_size=None, expected_sha256=None):
     """Download url to dest with a progress line; verify the size (and sha256 when given).
 
@@ -123,7 +112,7 @@ def download(url, dest, expected_size=None, expected_sha256=None):
         if os.path.exists(tmp):
             os.remove(tmp)
         if isinstance(e, http.client.HTTPException):  # e.g. IncompleteRead, which is not an OSError
-            raise OSError(_one_line(e)) from e
+            raise OSError(one_line(e)) from e
         raise
     for want in (announced or None, expected_size):
         if want is not None and size != want:
@@ -138,279 +127,16 @@ def download(url, dest, expected_size=None, expected_sha256=None):
 
 def write_meta(out_dir, meta):
     """Write meta.json atomically; it goes last, so it marks a complete dataset folder."""
-    path = os.path.join(out_dir, "meta.json")
-    with open(path + ".tmp", "w", encoding="utf-8") as f:
+    with atomic_open(os.path.join(out_dir, "meta.json"), "w") as f:
         json.dump(meta, f, indent=1, ensure_ascii=False)
-    os.replace(path + ".tmp", path)
 
 
 def write_bin(path, ids):
-    """Write token ids as a flat uint16 file (readable with np.memmap)."""
+    """Write token ids as a flat uint16 file (readable with np.memmap), atomically."""
     ids = np.asarray(ids)
     assert ids.size == 0 or ids.max() < 2**16, "token ids must fit in uint16"
-    ids.astype(np.uint16).tofile(path + ".tmp")
-    os.replace(path + ".tmp", path)
-
-
-# -----------------------------------------------------------------------------
-# GPT-2 BPE and the compact tokenizer
-
-def get_gpt2_encoding(ranks_path=None):
-    """The GPT-2 tiktoken encoding, offline when a local ranks file is configured.
-
-    ranks_path (or env GPT2_TIKTOKEN_FILE) names a gpt2.tiktoken file; from it we build the same
-    encoding tiktoken ships as "gpt2". Without one we ask tiktoken, which downloads (or uses its cache).
-    """
-    ranks_path = ranks_path or os.environ.get("GPT2_TIKTOKEN_FILE") or None
-    if ranks_path is None:
-        try:
-            return tiktoken.get_encoding("gpt2")
-        except Exception as e:  # tiktoken raises requests/OS/blobfile errors when offline
-            raise SystemExit(f"error: could not load the GPT-2 BPE vocabulary ({_one_line(e)}); "
-                             "set GPT2_TIKTOKEN_FILE=PATH to a local gpt2.tiktoken ranks file "
-                             "(or pass --gpt2_ranks PATH)") from None
-    return _gpt2_encoding_from_file(os.path.abspath(ranks_path))
-
-
-@functools.lru_cache(maxsize=4)
-def _gpt2_encoding_from_file(path):
-    if not os.path.isfile(path):
-        raise SystemExit(f"error: GPT-2 ranks file not found: {path} "
-                         "(fix: point GPT2_TIKTOKEN_FILE or --gpt2_ranks to a gpt2.tiktoken file)")
-    try:
-        ranks = tiktoken.load.load_tiktoken_bpe(path)
-    except Exception as e:
-        raise SystemExit(f"error: could not read GPT-2 ranks file {path} ({_one_line(e)})") from None
-    if len(ranks) != GPT2_EOT_ID:
-        raise SystemExit(f"error: {path} has {len(ranks)} ranks, expected {GPT2_EOT_ID} for GPT-2")
-    return tiktoken.Encoding(name="gpt2", pat_str=GPT2_PAT_STR, mergeable_ranks=ranks,
-                             special_tokens={GPT2_EOT: GPT2_EOT_ID})
-
-
-def compact_encoding(tokens, name="gpt2_compact"):
-    """A tiktoken encoding over a subset of GPT-2's byte tokens, ids 0..len(tokens) (eot last).
-
-    `tokens` must be listed in GPT-2 rank order: BPE merges by rank, so re-ranking the subset
-    0..n-1 while preserving the order keeps GPT-2's merge priorities. All 256 single bytes are in
-    the subset, so any text encodes losslessly.
-    """
-    ranks = {tok: i for i, tok in enumerate(tokens)}
-    return tiktoken.Encoding(name=f"{name}_{len(tokens) + 1}", pat_str=GPT2_PAT_STR,
-                             mergeable_ranks=ranks, special_tokens={GPT2_EOT: len(tokens)})
-
-
-def gpt2_ranks(enc):
-    """bytes -> rank for the mergeable GPT-2 tokens (rank == token id for GPT-2)."""
-    return {enc.decode_single_token_bytes(i): i for i in range(GPT2_EOT_ID)}
-
-
-def bpe_parts(token, ranks, max_rank):
-    """Run byte-pair merging on `token`'s bytes using only merges of rank < max_rank.
-
-    This is tiktoken's merge order (always merge the adjacent pair whose concatenation has the
-    lowest rank). Run with max_rank = rank(token) it stops one merge short of the token, i.e. it
-    returns the token's two merge parents.
-    """
-    parts = [token[i:i + 1] for i in range(len(token))]
-    while len(parts) > 1:
-        best_rank, best_i = None, None
-        for i in range(len(parts) - 1):
-            r = ranks.get(parts[i] + parts[i + 1])
-            if r is not None and r < max_rank and (best_rank is None or r < best_rank):
-                best_rank, best_i = r, i
-        if best_i is None:
-            break
-        parts[best_i:best_i + 2] = [parts[best_i] + parts[best_i + 1]]
-    return parts
-
-
-def merge_parents(token, ranks):
-    """The two lower-ranked tokens whose merge produces `token` (empty for a single byte)."""
-    if len(token) == 1:
-        return ()
-    rank = ranks[token]
-    parts = bpe_parts(token, ranks, rank)
-    if len(parts) == 2:
-        return tuple(parts)
-    # Not reachable by BPE (never happens for GPT-2): any split into two lower-ranked tokens.
-    for i in range(1, len(token)):
-        if ranks.get(token[:i], rank) < rank and ranks.get(token[i:], rank) < rank:
-            return token[:i], token[i:]
-    raise ValueError(f"token {token!r} has no merge parents in the vocabulary")
-
-
-def select_compact_tokens(counts, ranks, vocab_size):
-    """Choose vocab_size-1 GPT-2 tokens (eot is added on top) by training-set frequency.
-
-    Always keeps the 256 single bytes (lossless encoding) and every kept token's merge parents,
-    recursively (so BPE over the subset can still build each kept token). Tokens are visited by
-    decreasing count, ties (and never-seen tokens, used to fill) by rank; a token is kept when it
-    fits together with its missing ancestors. Filling always succeeds: the lowest-ranked token not
-    yet kept has both parents kept. Returns the kept tokens as bytes, in GPT-2 rank order.
-    """
-    if not 257 <= vocab_size <= GPT2_VOCAB_SIZE:
-        raise ValueError(f"vocab_size must be in [257, {GPT2_VOCAB_SIZE}] "
-                         f"(256 byte tokens + <|endoftext|>), got {vocab_size}")
-    by_rank = sorted(ranks, key=ranks.get)
-    kept = {tok for tok in by_rank if len(tok) == 1}
-    budget = vocab_size - 1
-    counts = np.asarray(counts)[:GPT2_EOT_ID]
-    for tid in np.argsort(-counts, kind="stable"):
-        if len(kept) >= budget:
-            break
-        missing = _missing_ancestors(by_rank[tid], ranks, kept)
-        if len(kept) + len(missing) <= budget:
-            kept.update(missing)
-    assert len(kept) == budget
-    return sorted(kept, key=ranks.get)
-
-
-def _missing_ancestors(token, ranks, kept):
-    """`token` plus all of its merge ancestors that are not in `kept`."""
-    missing, stack = set(), [token]
-    while stack:
-        tok = stack.pop()
-        if tok not in kept and tok not in missing:
-            missing.add(tok)
-            stack.extend(merge_parents(tok, ranks))
-    return missing
-
-
-def coverage_table(counts, ks):
-    """[(k, fraction of all tokens covered by the k most frequent token types)] (paper's Fig. 2)."""
-    counts = np.sort(np.asarray(counts, dtype=np.int64))[::-1]
-    cum = np.cumsum(counts) / max(counts.sum(), 1)
-    return [(k, float(cum[min(k, len(cum)) - 1])) for k in ks]
-
-
-def pehl(vocab_size, n_layer, n_embd):
-    """Proportion of parameters in embedding + head: 2*V*d / (2*V*d + 12*L*d^2).
-
-    Untied input embedding and LM head (V*d each); each transformer block counted as 12*d^2
-    (attention 4*d^2 + MLP with 4x expansion 8*d^2), ignoring biases, norms and positions.
-    """
-    vocab_params = 2 * vocab_size * n_embd
-    return vocab_params / (vocab_params + 12 * n_layer * n_embd ** 2)
-
-
-PEHL_FORMULA = "PEHL = 2*V*d / (2*V*d + 12*n_layer*d^2)  (untied embedding+head; block = 4d^2 attn + 8d^2 MLP)"
-
-
-def compact_report(counts, kept_ids, vocab_size, n_layer, n_embd, plot_path=None):
-    """Print coverage of the top-k GPT-2 tokens and PEHL; optionally plot the coverage curve.
-
-    Returns a dict that goes into meta.json.
-    """
-    seen = int((np.asarray(counts) > 0).sum())
-    ks = sorted({k for k in (256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 48000, GPT2_VOCAB_SIZE, vocab_size)})
-    table = coverage_table(counts, ks)
-    kept_cov = float(np.asarray(counts)[kept_ids].sum() / max(np.sum(counts), 1))
-    print(f"GPT-2 tokens in the training split: {int(np.sum(counts)):,} ({seen:,} distinct types)")
-    print(f"{'top-k':>8} {'coverage':>9} {'PEHL':>7}")
-    for k, cov in table:
-        print(f"{k:>8} {100 * cov:8.2f}% {100 * pehl(k, n_layer, n_embd):6.2f}%")
-    print(f"compact vocab ({vocab_size} tokens incl. bytes, merge parents and eot) covers "
-          f"{100 * kept_cov:.2f}% of the GPT-2 tokens")
-    print(f"{PEHL_FORMULA}, n_layer={n_layer}, d={n_embd}: "
-          f"V={GPT2_VOCAB_SIZE}: {100 * pehl(GPT2_VOCAB_SIZE, n_layer, n_embd):.2f}%, "
-          f"V={vocab_size}: {100 * pehl(vocab_size, n_layer, n_embd):.2f}%")
-    if plot_path:
-        plot_coverage(counts, vocab_size, plot_path)
-    return {"coverage_topk": {str(k): cov for k, cov in table}, "kept_coverage": kept_cov,
-            "pehl": {"formula": PEHL_FORMULA, "n_layer": n_layer, "n_embd": n_embd,
-                     "gpt2": pehl(GPT2_VOCAB_SIZE, n_layer, n_embd),
-                     "compact": pehl(vocab_size, n_layer, n_embd)}}
-
-
-def plot_coverage(counts, vocab_size, path):
-    """Save the accumulative frequency of the top-k vocabulary (paper's Figure 2) as a PNG."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    counts = np.sort(np.asarray(counts, dtype=np.int64))[::-1]
-    cum = 100 * np.cumsum(counts) / max(counts.sum(), 1)
-    fig, ax = plt.subplots(figsize=(6, 4))
-    ax.plot(np.arange(1, len(cum) + 1), cum)
-    ax.axvline(vocab_size, color="gray", ls="--", label=f"k={vocab_size}: {cum[vocab_size - 1]:.2f}%")
-    ax.set_xscale("log")
-    ax.set_xlabel("top-k GPT-2 tokens")
-    ax.set_ylabel("accumulated frequency (%)")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    print(f"saved {path}")
-
-
-def build_compact(counts, vocab_size, ranks_path=None, n_layer=12, n_embd=768, plot_path=None):
-    """From GPT-2 token counts of a training split: (compact encoding, meta fields, report)."""
-    base = get_gpt2_encoding(ranks_path)
-    ranks = gpt2_ranks(base)
-    tokens = select_compact_tokens(counts, ranks, vocab_size)
-    kept_ids = [ranks[t] for t in tokens]
-    report = compact_report(counts, kept_ids, vocab_size, n_layer, n_embd, plot_path)
-    meta = {"tokenizer": "compact", "vocab_size": vocab_size, "eot_token": vocab_size - 1,
-            "base_tokenizer": "gpt2", "pat_str": GPT2_PAT_STR,
-            "tokens": [base64.b64encode(t).decode("ascii") for t in tokens],
-            "gpt2_ids": kept_ids}
-    return compact_encoding(tokens), meta, report
-
-
-# -----------------------------------------------------------------------------
-# tokenizers as seen by train.py / sample.py
-
-class CharTokenizer:
-    """Character-level tokenizer from a list of symbols (id = position in the list)."""
-
-    def __init__(self, chars):
-        self.chars = list(chars)
-        self.stoi = {ch: i for i, ch in enumerate(self.chars)}
-        self.vocab_size = len(self.chars)
-        self.eot_token = None
-
-    def encode(self, text):
-        unknown = sorted(set(text) - self.stoi.keys())
-        if unknown:
-            raise ValueError(f"characters not in the vocabulary: {''.join(unknown)!r}")
-        return [self.stoi[ch] for ch in text]
-
-    def decode(self, ids):
-        return "".join(self.chars[i] for i in ids)
-
-
-class BPETokenizer:
-    """A tiktoken encoding (GPT-2 or compact). '<|endoftext|>' in a prompt maps to the eot token."""
-
-    def __init__(self, enc, vocab_size, eot_token):
-        self.enc, self.vocab_size, self.eot_token = enc, vocab_size, eot_token
-
-    def encode(self, text):
-        return self.enc.encode(text, allowed_special={GPT2_EOT})
-
-    def decode(self, ids):
-        return self.enc.decode(list(ids))
-
-
-def load_tokenizer(data_dir):
-    """The tokenizer described by data_dir/meta.json (char, gpt2 or compact)."""
-    path = os.path.join(data_dir, "meta.json")
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"{path} not found (fix: run python prepare.py <dataset> first)")
-    with open(path, encoding="utf-8") as f:
-        meta = json.load(f)
-    return tokenizer_from_meta(meta)
-
-
-def tokenizer_from_meta(meta):
-    kind = meta.get("tokenizer")
-    if kind == "char":
-        return CharTokenizer(meta["chars"])
-    if kind == "gpt2":
-        return BPETokenizer(get_gpt2_encoding(), GPT2_VOCAB_SIZE, GPT2_EOT_ID)
-    if kind == "compact":
-        tokens = [base64.b64decode(t) for t in meta["tokens"]]
-        return BPETokenizer(compact_encoding(tokens), meta["vocab_size"], meta["eot_token"])
-    raise ValueError(f"unknown tokenizer {kind!r} in meta.json (expected char, gpt2 or compact)")
+    with atomic_open(path, "wb") as f:
+        f.write(ids.astype(np.uint16).tobytes())
 
 
 # -----------------------------------------------------------------------------
@@ -495,7 +221,7 @@ def tokenize_to_file(path, articles, spec, eot, num_proc=None, label="tokenizing
     stats = {"tokens": 0, "words": 0, "bytes": 0, "articles": len(articles)}
     counts = np.zeros(vocab_size, dtype=np.int64) if vocab_size else None
     sep = np.array([eot], dtype=np.uint16)
-    with open(path + ".tmp" if path else os.devnull, "wb") as f:
+    with (atomic_open(path, "wb") if path else open(os.devnull, "wb")) as f:
         for i, (ids, words, nbytes) in enumerate(iter_tokenized(articles, spec, eot, num_proc, label)):
             if i:
                 f.write(sep.tobytes())
@@ -506,8 +232,6 @@ def tokenize_to_file(path, articles, spec, eot, num_proc=None, label="tokenizing
             stats["bytes"] += nbytes
             if counts is not None:
                 counts += np.bincount(ids, minlength=vocab_size)
-    if path:
-        os.replace(path + ".tmp", path)
     return stats, counts
 
 
@@ -521,17 +245,23 @@ def shakespeare_text(out_dir, input_path=None):
                   os.path.join(os.path.dirname(os.path.abspath(out_dir)), "shakespeare_char", "input.txt")]
     explicit = [p for p in candidates[:2] if p]
     if explicit and not os.path.isfile(explicit[0]):
-        raise SystemExit(f"error: tinyshakespeare input not found: {explicit[0]} (fix: check --input / SHAKESPEARE_INPUT)")
+        raise UserError(f"tinyshakespeare input not found: {explicit[0]} (fix: check --input / SHAKESPEARE_INPUT)")
     path = next((p for p in candidates if p and os.path.isfile(p)), None)
     if path is None:
         path = os.path.join(out_dir, "input.txt")
         try:
             download(SHAKESPEARE_URL, path, expected_size=SHAKESPEARE_BYTES)
         except (OSError, ValueError) as e:
-            raise SystemExit(f"error: could not download tinyshakespeare ({_one_line(e)}); "
-                             "pass a local copy with --input PATH or SHAKESPEARE_INPUT=PATH") from None
-    with open(path, encoding="utf-8") as f:
-        return f.read()
+            raise UserError(f"could not download tinyshakespeare ({one_line(e)}); "
+                            "pass a local copy with --input PATH or SHAKESPEARE_INPUT=PATH") from None
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except UnicodeDecodeError:
+        raise UserError(f"{path} is not UTF-8 text (fix: pass the tinyshakespeare input.txt)") from None
+    if not text:
+        raise UserError(f"{path} is empty (fix: pass the tinyshakespeare input.txt)")
+    return text
 
 
 def split_90_10(text):
@@ -606,28 +336,28 @@ def wikitext_reader(source):
         folder = source if os.path.isfile(os.path.join(source, "wiki.train.raw")) else os.path.join(source, WIKITEXT103_DIR)
         missing = [n for n in WIKITEXT103_SPLITS.values() if not os.path.isfile(os.path.join(folder, n))]
         if missing:
-            raise SystemExit(f"error: {source} lacks {WIKITEXT103_DIR}/{missing[0]} {how_to}")
+            raise UserError(f"{source} lacks {WIKITEXT103_DIR}/{missing[0]} {how_to}")
 
         def read(name):
             with open(os.path.join(folder, name), "rb") as f:
                 return f.read()
         return read
     if not os.path.isfile(source):
-        raise SystemExit(f"error: WikiText-103 source not found: {source} {how_to}")
+        raise UserError(f"WikiText-103 source not found: {source} {how_to}")
     try:
         zf = zipfile.ZipFile(source)
         names = set(zf.namelist())
     except (zipfile.BadZipFile, OSError) as e:
-        raise SystemExit(f"error: {source} is not a valid zip archive ({_one_line(e)}) {how_to}") from None
+        raise UserError(f"{source} is not a valid zip archive ({one_line(e)}) {how_to}") from None
     missing = [n for n in WIKITEXT103_SPLITS.values() if f"{WIKITEXT103_DIR}/{n}" not in names]
     if missing:
-        raise SystemExit(f"error: {source} lacks {WIKITEXT103_DIR}/{missing[0]} {how_to}")
+        raise UserError(f"{source} lacks {WIKITEXT103_DIR}/{missing[0]} {how_to}")
 
     def read(name):
         try:
             return zf.read(f"{WIKITEXT103_DIR}/{name}")
         except (zipfile.BadZipFile, OSError, EOFError) as e:  # CRC errors, truncated archives
-            raise SystemExit(f"error: {source} is damaged ({_one_line(e)}) {how_to}") from None
+            raise UserError(f"{source} is damaged ({one_line(e)}) {how_to}") from None
     return read
 
 
@@ -644,9 +374,9 @@ def wikitext_source(out_dir, source=None):
         try:
             return download(url, path, WIKITEXT103_BYTES, WIKITEXT103_SHA256)
         except (OSError, ValueError) as e:
-            reasons.append(f"{url.split('/')[2]}: {_one_line(e)}")
-    raise SystemExit(f"error: could not download WikiText-103 ({'; '.join(reasons)}); pass a local "
-                     "wikitext-103-raw-v1.zip or its extracted folder with --source PATH") from None
+            reasons.append(f"{url.split('/')[2]}: {one_line(e)}")
+    raise UserError(f"could not download WikiText-103 ({'; '.join(reasons)}); pass a local "
+                    "wikitext-103-raw-v1.zip or its extracted folder with --source PATH") from None
 
 
 def prepare_wikitext103(out_dir, source=None, gpt2_ranks=None, vocab_size=None, num_proc=None,
@@ -732,8 +462,8 @@ def parse_dataset(name):
     if m:
         return m.group(1), int(m.group(2))
     if name not in BASE_DATASETS:
-        raise ValueError(f"unknown dataset {name!r} (choose from {', '.join(BASE_DATASETS)}, "
-                         "or shakespeare_vK / wikitext103_vK for a compact K-token vocabulary)")
+        raise UserError(f"unknown dataset {name!r} (choose from {', '.join(BASE_DATASETS)}, "
+                        "or shakespeare_vK / wikitext103_vK for a compact K-token vocabulary)")
     return name, None
 
 
@@ -742,11 +472,13 @@ def prepare(dataset, out_dir=None, vocab_size=None, **opts):
     compact vocab_size K). Options: input_path, source, gpt2_ranks, num_proc, n_layer, n_embd, plot.
     Returns out_dir."""
     base, k = parse_dataset(dataset)
-    vocab_size = vocab_size or k
-    if vocab_size and base not in COMPACT_BASES:
-        raise ValueError(f"--vocab_size works with {' and '.join(COMPACT_BASES)}, not {base}")
-    if vocab_size and not 257 <= vocab_size <= GPT2_VOCAB_SIZE:
-        raise ValueError(f"vocab_size must be in [257, {GPT2_VOCAB_SIZE}], got {vocab_size}")
+    vocab_size = k if vocab_size is None else vocab_size
+    if vocab_size is not None and base not in COMPACT_BASES:
+        raise UserError(f"--vocab_size works with {' and '.join(COMPACT_BASES)}, not {base} "
+                        f"(fix: drop --vocab_size, or use --dataset=shakespeare)")
+    if vocab_size is not None and not 257 <= vocab_size <= GPT2_VOCAB_SIZE:
+        raise UserError(f"vocab_size must be in [257, {GPT2_VOCAB_SIZE}] (256 bytes + eot at least), got "
+                        f"{vocab_size} (fix: --vocab_size=8192, or leave it out for the full GPT-2 vocabulary)")
     name = f"{base}_v{vocab_size}" if vocab_size else base
     out_dir = out_dir or os.path.join("data", name)
     os.makedirs(out_dir, exist_ok=True)
@@ -778,7 +510,7 @@ def main(argv=None):
             bench_tokenize(mb, args["input_path"], args["gpt2_ranks"], args["num_proc"])
         else:
             prepare(dataset, **args)
-    except ValueError as e:
+    except UserError as e:
         raise SystemExit(f"error: {e}") from None
 
 

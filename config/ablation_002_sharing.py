@@ -18,8 +18,8 @@
 #   python compare.py config/ablation_002_sharing.py --dry_run=True
 # Time: about 55 min on one free CPU core (estimated from 50-iteration timings; README "Comparisons with
 # seeds and equal compute").
-# Note: model.flops_per_token() counts the tied head of a factorized embedding as vocab x width, not
-# vocab x E + E x width, so embd_e32/embd_e64's FLOPs are overstated (reported to the model owner).
+# model.flops_per_token() counts a factorized embedding's tied head as vocab x E + E x width (and the
+# E -> width input projection), so embd_e32 is the cheapest model and sets the equal-compute budget.
 
 variants = ["none", "all", "groups2", "groups3", "attn_shared", "ffn_shared", "embd_e32", "embd_e64", "none_2l"]
 custom_variants = {
@@ -40,7 +40,7 @@ sample_tokens = 100
 bench_iters = 0
 
 dataset = "shakespeare_v4096"
-eval_interval = 100           # none_2l's budget is the 6-layer models' iteration ~400: 3 evaluations before it
+eval_interval = 50            # the cheapest model's budget comes early for the others: enough evaluations before it
 eval_iters = 20
 log_interval = 50
 

@@ -7,6 +7,7 @@
 
 variant = "cgpt"
 out_dir = "out-cgpt-shakespeare"
+cpu_twin = "config/cgpt_shakespeare_cpu.py"   # named (with the time estimate) when run on a CPU
 eval_interval = 200
 eval_iters = 200
 log_interval = 10

@@ -4,6 +4,7 @@
 #   python train.py config/gpt_shakespeare.py --variant=lgpt --out_dir=out-shakespeare-lgpt
 
 out_dir = "out-shakespeare-char"
+cpu_twin = "config/gpt_shakespeare_cpu.py"   # named (with the time estimate) when run on a CPU
 eval_interval = 250   # the model overfits on this small dataset, so evaluate often
 eval_iters = 200
 log_interval = 10

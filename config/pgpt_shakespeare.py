@@ -7,6 +7,7 @@
 
 variant = "pgpt"
 out_dir = "out-pgpt-shakespeare"
+cpu_twin = "config/pgpt_shakespeare_cpu.py"   # named (with the time estimate) when run on a CPU
 eval_interval = 200
 eval_iters = 200
 log_interval = 10

@@ -34,6 +34,8 @@ import sys
 
 import torch
 
+from configurator import UserError
+
 GPT2_ARCHS = ("GPT2LMHeadModel",)
 LLAMA_ARCHS = ("LlamaForCausalLM", "MobileLLMForCausalLM")
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json",
@@ -44,7 +46,7 @@ ACT_FROM_HF = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu"
 ACT_TO_HF = {"gelu_tanh": "gelu_new", "gelu": "gelu", "relu": "relu", "silu": "silu"}
 
 
-class ConversionError(ValueError):
+class ConversionError(UserError):
     """A checkpoint or model that cannot be converted; the message is one line with the reason and a fix."""
 
 
@@ -482,7 +484,7 @@ def export(model, out_dir, say=None, weights_format="auto"):
         weights = os.path.join(out_dir, "model.safetensors")
         save_file(tensors, weights, metadata={"format": "pt"})
     else:
-        from checkpoint import atomic_save
+        from runfiles.checkpoint import atomic_save
         weights = os.path.join(out_dir, "pytorch_model.bin")
         atomic_save(tensors, weights)
     for stale in WEIGHT_FILES:   # a leftover file of another format would be loaded instead
@@ -516,12 +518,12 @@ def main(argv=None):
     ex.add_argument("--format", default="auto", choices=("auto", "safetensors", "bin"),
                     help="weights file: auto = safetensors when installed, else pytorch_model.bin")
     args = parser.parse_args(argv)
-    from checkpoint import CheckpointError, load_model
+    from runfiles.checkpoint import load_model
     try:
         model, ckpt = load_model(args.ckpt)
         export(model, args.out, weights_format=args.format)
-    except (CheckpointError, ConversionError) as e:
-        raise SystemExit(f"error: {e}")
+    except UserError as e:
+        raise SystemExit(f"error: {e}") from None
     print(f"load it with: AutoModelForCausalLM.from_pretrained({args.out!r})", file=sys.stderr)
 
 

@@ -36,7 +36,7 @@ def tokenizer_for(info):
     """The tokenizer for load_pretrained's info (architecture, hf_config, directory, source)."""
     vocab = info["hf_config"].get("vocab_size", 0)
     if info["architecture"] == "gpt2" and vocab >= GPT2_VOCAB_SIZE:
-        from prepare import GPT2_EOT_ID, BPETokenizer, get_gpt2_encoding
+        from runfiles.tokenizer import GPT2_EOT_ID, BPETokenizer, get_gpt2_encoding
         return BPETokenizer(get_gpt2_encoding(), GPT2_VOCAB_SIZE, GPT2_EOT_ID)
     directory = info["directory"]
     has_files = any(os.path.isfile(os.path.join(directory, f)) for f in HF_TOKENIZER_FILES)

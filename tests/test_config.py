@@ -5,7 +5,7 @@ import types
 import pytest
 
 import configurator
-from configurator import ConfigError, load_config, model_args
+from configurator import UserError, load_config, model_args
 
 DEFAULTS = dict(out_dir="out", batch_size=12, learning_rate=6e-4, compile=False, lr_decay_iters=None,
                 n_layer=12, dropout=0.0, betas=(0.9, 0.95), variant="")
@@ -44,26 +44,26 @@ def test_bool_parsing(text, value):
     (["--betas=0.9"], ["betas", "tuple"]),
 ])
 def test_wrong_type_is_one_line_error(argv, words):
-    with pytest.raises(ConfigError) as e:
+    with pytest.raises(UserError) as e:
         load_config(DEFAULTS, argv)
     msg = str(e.value)
     assert "\n" not in msg and all(w in msg for w in words) and "fix" in msg
 
 
 def test_unknown_key_suggests_close_match():
-    with pytest.raises(ConfigError) as e:
+    with pytest.raises(UserError) as e:
         load_config(DEFAULTS, ["--n_layers=2"])
     assert "n_layers" in str(e.value) and "--n_layer" in str(e.value) and "\n" not in str(e.value)
-    with pytest.raises(ConfigError, match="--help"):
+    with pytest.raises(UserError, match="--help"):
         load_config(DEFAULTS, ["--zzzzzz=1"])
 
 
 def test_missing_value_and_bad_options():
-    with pytest.raises(ConfigError, match="missing value"):
+    with pytest.raises(UserError, match="missing value"):
         load_config(DEFAULTS, ["--batch_size"])
-    with pytest.raises(ConfigError, match="missing value"):
+    with pytest.raises(UserError, match="missing value"):
         load_config(DEFAULTS, ["--batch_size", "--n_layer=2"])
-    with pytest.raises(ConfigError, match="unknown option"):
+    with pytest.raises(UserError, match="unknown option"):
         load_config(DEFAULTS, ["-x"])
 
 
@@ -87,19 +87,19 @@ def test_later_config_file_wins_and_sees_earlier_values(tmp_path):
 
 
 def test_config_file_errors(tmp_path):
-    with pytest.raises(ConfigError, match="not found"):
+    with pytest.raises(UserError, match="not found"):
         load_config(DEFAULTS, [str(tmp_path / "missing.py")])
-    with pytest.raises(ConfigError, match="two dashes"):
+    with pytest.raises(UserError, match="two dashes"):
         load_config(DEFAULTS, ["batch_size=3"])
     bad = tmp_path / "bad.py"
     bad.write_text("n_layr = 3\n")
-    with pytest.raises(ConfigError, match="did you mean --n_layer.*'_'"):
+    with pytest.raises(UserError, match="did you mean --n_layer.*'_'"):
         load_config(DEFAULTS, [str(bad)])
     bad.write_text("batch_size = 'big'\n")
-    with pytest.raises(ConfigError, match="batch_size"):
+    with pytest.raises(UserError, match="batch_size"):
         load_config(DEFAULTS, [str(bad)])
     bad.write_text("batch_size = (\n")
-    with pytest.raises(ConfigError, match="syntax error"):
+    with pytest.raises(UserError, match="syntax error"):
         load_config(DEFAULTS, [str(bad)])
 
 
@@ -135,10 +135,10 @@ def test_variant_precedence(fake_variants, tmp_path):
 
 
 def test_unknown_variant_lists_available(fake_variants):
-    with pytest.raises(ConfigError) as e:
+    with pytest.raises(UserError) as e:
         model_args({"variant": "wdie"}, set())
     assert "wdie" in str(e.value) and "broken, wide" in str(e.value)
-    with pytest.raises(ConfigError, match="not_a_field"):
+    with pytest.raises(UserError, match="not_a_field"):
         model_args({"variant": "broken"}, set())
 
 

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import train
+from configurator import UserError
 from conftest import ROOT
 
 WORKER = """
@@ -75,6 +76,6 @@ def test_ddp_two_cpu_ranks_match_single_process(tiny_train_config, tmp_path):
 def test_ddp_accumulation_must_divide_by_world_size(tiny_train_config, monkeypatch):
     monkeypatch.setenv("RANK", "0")
     monkeypatch.setenv("WORLD_SIZE", "2")
-    with pytest.raises(train.TrainError) as e:
+    with pytest.raises(UserError) as e:
         train.train({**train.DEFAULTS, **tiny_train_config, "gradient_accumulation_steps": 3})
     assert "divisible" in str(e.value) and "--gradient_accumulation_steps=2" in str(e.value)

@@ -19,7 +19,7 @@ from safetensors.torch import load_file, save_file  # noqa: E402
 from transformers import (AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel, LlamaConfig,  # noqa: E402
                           LlamaForCausalLM)
 
-from checkpoint import atomic_save  # noqa: E402
+from runfiles.checkpoint import atomic_save  # noqa: E402
 from huggingface import convert  # noqa: E402
 from huggingface.convert import ConversionError, export, gpt_config_from_hf  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402

@@ -10,9 +10,9 @@ import torch
 import torch.nn.functional as F
 
 import eval as evaluate
-from checkpoint import atomic_save
+from runfiles.checkpoint import atomic_save
 from model import GPT, GPTConfig
-from prepare import CharTokenizer
+from runfiles.tokenizer import CharTokenizer
 
 CHARS = "abcdefgh "          # vocabulary of the test models; the bigram model walks it cyclically
 BLOCK = 16

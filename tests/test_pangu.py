@@ -1,5 +1,5 @@
-"""Paper 003 (PanGu-pi Pro) formulas: parameter inheritance (inherit.py), data refining for multi-round
-training (refine.py + train.py --data_segments) and the batch-size / learning-rate rule (configurator.scaled_lr).
+"""Paper 003 (PanGu-pi Pro) formulas: parameter inheritance (pangu/inherit.py), data refining for multi-round
+training (pangu/refine.py + train.py --data_segments) and the batch-size / learning-rate rule (pangu/scaled_lr.py).
 Tiny models on the synthetic dataset of conftest.py; the whole file runs in a few seconds."""
 import dataclasses
 import json
@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-import inherit
-import refine
+import runfiles.dataset
 import train
-from checkpoint import load_checkpoint, load_model
-from configurator import load_config, scaled_lr
+from configurator import UserError, load_config
+from pangu import inherit, refine
+from pangu.scaled_lr import scaled_lr
+from runfiles.checkpoint import load_checkpoint, load_model
 from conftest import tiny_config, write_token_dataset
 from model import GPT, ForwardContext, GPTConfig
 
@@ -50,7 +51,7 @@ def test_scaled_lr_rule():
 
 def test_scaled_lr_in_a_config_file(tmp_path):
     path = tmp_path / "lr.py"
-    path.write_text("from configurator import scaled_lr\n"
+    path.write_text("from pangu.scaled_lr import scaled_lr\n"
                     "batch_size = 48\n"
                     "learning_rate = scaled_lr(batch_size, 12, 1e-3)\n")
     config, explicit = load_config(train.DEFAULTS, [str(path)])
@@ -291,7 +292,7 @@ def test_compact_vocabulary_rows_follow_the_gpt2_ids(kw):
 
 def test_inherit_cli_into_a_compact_vocabulary(tmp_path, capsys):
     """--target_data_dir: the output has the compact vocabulary and records the target dataset."""
-    from checkpoint import atomic_save
+    from runfiles.checkpoint import atomic_save
     torch.manual_seed(0)
     cfg = GPTConfig(block_size=8, vocab_size=50257, n_layer=3, n_head=2, n_embd=16)
     src_data, dst_data = tmp_path / "gpt2data", tmp_path / "compact"
@@ -341,7 +342,7 @@ def test_inherit_cli_then_train_continues_from_it(big, tmp_path, capsys):
     assert f"initialized {n_tensors}/{n_tensors} tensors" in out
     assert summary["model_args"]["n_layer"] == 2 and summary["model_args"]["n_embd"] == 16
     assert first["val"] < 2.6   # starts from the inherited weights, not from ln(16) = 2.77
-    with pytest.raises(train.TrainError, match="weights only"):
+    with pytest.raises(UserError, match="weights only"):
         run_train(dict(run_cfg, out_dir=small_dir, init_from="resume"))
 
 
@@ -418,10 +419,10 @@ def test_segment_losses_match_the_model_loss():
 
 
 def test_get_batch_draws_only_from_the_segments(tiny_data):
-    path = train.split_path(tiny_data, "train")
+    path = runfiles.dataset.split_path(tiny_data, "train")
     data = np.memmap(path, dtype=np.uint16, mode="r")
     segments = np.array([17, 5000, 12345])
-    x, y = train.get_batch(path, 64, 16, torch.Generator().manual_seed(0), segments=segments)
+    x, y = runfiles.dataset.get_batch(path, 64, 16, torch.Generator().manual_seed(0), segments=segments)
     allowed = {tuple(data[s:s + 16].tolist()) for s in segments}
     assert {tuple(row.tolist()) for row in x} == allowed
     assert torch.equal(x[:, 1:], y[:, :-1])
@@ -451,7 +452,7 @@ def test_refine_cli_and_second_round(big, tmp_path, monkeypatch, capsys):
     assert len(training) == 4 and all(np.array_equal(s, starts) for s in training)   # first batch + 3 steps
     assert "training windows start only at" in capsys.readouterr().out
     np.save(tmp_path / "bad.npy", np.array([10 ** 7]))
-    with pytest.raises(train.TrainError, match="outside the train split"):
+    with pytest.raises(UserError, match="outside the train split"):
         run_train(dict(cfg, out_dir=str(tmp_path / "bad"), data_segments=str(tmp_path / "bad.npy")))
-    with pytest.raises(train.TrainError, match="cannot read data_segments"):
+    with pytest.raises(UserError, match="cannot read data_segments"):
         run_train(dict(cfg, out_dir=str(tmp_path / "bad"), data_segments=str(tmp_path / "missing.npy")))

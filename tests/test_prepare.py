@@ -20,6 +20,9 @@ import tiktoken
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 import prepare  # noqa: E402
+from configurator import UserError  # noqa: E402
+from pangu import compact_vocab  # noqa: E402
+from runfiles import tokenizer  # noqa: E402
 
 SMALL_TEXT = ("First Citizen:\nBefore we proceed any further, hear me speak.\n\n"
               "All:\nSpeak, speak.\n\nFirst Citizen:\nYou are all resolved rather to die than to famish?\n") * 5
@@ -80,7 +83,7 @@ def test_shakespeare_char_small(tmp_path):
     n_train = int(len(SMALL_TEXT) * 0.9)
     train, val = read_bin(out / "train.bin"), read_bin(out / "val.bin")
     assert train.dtype == np.uint16 and len(train) == n_train and len(val) == len(SMALL_TEXT) - n_train
-    tok = prepare.load_tokenizer(str(out))
+    tok = tokenizer.load_tokenizer(str(out))
     assert tok.decode(train.tolist()) + tok.decode(val.tolist()) == SMALL_TEXT
     assert tok.decode(tok.encode("Speak")) == "Speak" and tok.eot_token is None
     with pytest.raises(ValueError, match="not in the vocabulary"):
@@ -96,17 +99,17 @@ def test_shakespeare_input_from_env_and_cli(tmp_path, monkeypatch, capsys):
 
 def test_download_failure_is_one_line(tmp_path, monkeypatch, offline):
     monkeypatch.chdir(tmp_path)  # no data/shakespeare_char/input.txt to fall back on
-    with pytest.raises(SystemExit) as exc:
+    with pytest.raises(UserError) as exc:
         prepare.prepare("shakespeare_char", out_dir=str(tmp_path / "sc"))
-    msg = str(exc.value.code)
+    msg = str(exc.value)
     assert "\n" not in msg
-    assert msg.startswith("error: could not download tinyshakespeare (")
+    assert msg.startswith("could not download tinyshakespeare (")
     assert "--input PATH" in msg and "SHAKESPEARE_INPUT" in msg
     assert not list((tmp_path / "sc").glob("*.part"))
 
 
 def test_missing_explicit_input(tmp_path):
-    with pytest.raises(SystemExit, match="input not found"):
+    with pytest.raises(UserError, match="input not found"):
         prepare.prepare("shakespeare_char", out_dir=str(tmp_path), input_path=str(tmp_path / "nope.txt"))
 
 
@@ -137,7 +140,7 @@ def test_download_checks_size_and_sha(tmp_path, monkeypatch):
 # ----------------------------------------------------------------------------- GPT-2 BPE
 
 def test_gpt2_from_ranks_file(gpt2_file):
-    enc = prepare.get_gpt2_encoding()
+    enc = tokenizer.get_gpt2_encoding()
     assert enc.name == "gpt2" and enc.n_vocab == 50257 and enc.eot_token == 50256
     assert enc.encode_ordinary("Hello world") == [15496, 995]
     assert enc.decode(enc.encode_ordinary(UNICODE_TEXT)) == UNICODE_TEXT
@@ -146,7 +149,7 @@ def test_gpt2_from_ranks_file(gpt2_file):
 def test_gpt2_regex_matches_tiktoken_reference(gpt2_file):
     """Our hand-written GPT-2 pattern splits text exactly like tiktoken's own gpt2 pattern."""
     from tiktoken_ext.openai_public import r50k_pat_str
-    ours = prepare.get_gpt2_encoding()
+    ours = tokenizer.get_gpt2_encoding()
     ref = tiktoken.Encoding(name="ref", pat_str=r50k_pat_str, mergeable_ranks=ours._mergeable_ranks,
                             special_tokens={"<|endoftext|>": 50256})
     text = (SMALL_TEXT + UNICODE_TEXT + " I'm you're they'll it's we've he'd  \n\n  x2024 3.14 "
@@ -160,15 +163,15 @@ def test_gpt2_offline_error_is_one_line(monkeypatch):
     def fail(name):
         raise ConnectionError("Failed to resolve 'openaipublic.blob.core.windows.net'\n(more)")
     monkeypatch.setattr(tiktoken, "get_encoding", fail)
-    with pytest.raises(SystemExit) as exc:
-        prepare.get_gpt2_encoding()
-    msg = str(exc.value.code)
-    assert "\n" not in msg and msg.startswith("error:") and "GPT2_TIKTOKEN_FILE" in msg
+    with pytest.raises(UserError) as exc:
+        tokenizer.get_gpt2_encoding()
+    msg = str(exc.value)
+    assert "\n" not in msg and "(fix: " in msg and "GPT2_TIKTOKEN_FILE" in msg
 
 
 def test_gpt2_ranks_file_missing(tmp_path):
-    with pytest.raises(SystemExit, match="not found"):
-        prepare.get_gpt2_encoding(str(tmp_path / "missing.tiktoken"))
+    with pytest.raises(UserError, match="not found"):
+        tokenizer.get_gpt2_encoding(str(tmp_path / "missing.tiktoken"))
 
 
 def test_shakespeare_gpt2(tmp_path, gpt2_file):
@@ -176,7 +179,7 @@ def test_shakespeare_gpt2(tmp_path, gpt2_file):
     prepare.prepare("shakespeare", out_dir=str(out), input_path=write_input(tmp_path))
     meta = read_meta(out)
     assert meta["tokenizer"] == "gpt2" and meta["vocab_size"] == 50257 and meta["eot_token"] == 50256
-    tok = prepare.load_tokenizer(str(out))
+    tok = tokenizer.load_tokenizer(str(out))
     train, val = read_bin(out / "train.bin"), read_bin(out / "val.bin")
     n = int(len(SMALL_TEXT) * 0.9)
     assert tok.decode(train.tolist()) == SMALL_TEXT[:n] and tok.decode(val.tolist()) == SMALL_TEXT[n:]
@@ -237,7 +240,7 @@ def test_wikitext103_layout(tmp_path, monkeypatch, gpt2_file, offline, kind):
     prepare.prepare("wikitext103", out_dir=str(out), source=make_wikitext(tmp_path, kind), num_proc=2)
     meta = read_meta(out)
     assert meta["tokenizer"] == "gpt2" and meta["eot_token"] == 50256
-    enc = prepare.get_gpt2_encoding()
+    enc = tokenizer.get_gpt2_encoding()
     for split in ("train", "val", "test"):
         text = "".join(WIKI[split])
         ids = read_bin(out / f"{split}.bin").tolist()
@@ -257,41 +260,41 @@ def test_wikitext103_layout(tmp_path, monkeypatch, gpt2_file, offline, kind):
 def test_wikitext103_malformed(tmp_path, offline):
     bad = tmp_path / "bad.zip"
     bad.write_bytes(b"this is not a zip file")
-    with pytest.raises(SystemExit) as exc:
+    with pytest.raises(UserError) as exc:
         prepare.prepare("wikitext103", out_dir=str(tmp_path / "o"), source=str(bad))
-    assert "\n" not in str(exc.value.code) and "not a valid zip" in str(exc.value.code)
+    assert "\n" not in str(exc.value) and "not a valid zip" in str(exc.value)
 
     incomplete = tmp_path / "incomplete.zip"
     with zipfile.ZipFile(incomplete, "w") as zf:
         zf.writestr("wikitext-103-raw/wiki.train.raw", " = A = \n")
-    with pytest.raises(SystemExit, match="lacks wikitext-103-raw/wiki.valid.raw"):
+    with pytest.raises(UserError, match="lacks wikitext-103-raw/wiki.valid.raw"):
         prepare.prepare("wikitext103", out_dir=str(tmp_path / "o"), source=str(incomplete))
     (tmp_path / "empty").mkdir()
-    with pytest.raises(SystemExit, match="lacks"):
+    with pytest.raises(UserError, match="lacks"):
         prepare.prepare("wikitext103", out_dir=str(tmp_path / "o"), source=str(tmp_path / "empty"))
 
 
 def test_wikitext103_download_failure(tmp_path, offline):
-    with pytest.raises(SystemExit) as exc:
+    with pytest.raises(UserError) as exc:
         prepare.prepare("wikitext103", out_dir=str(tmp_path / "o"))
-    msg = str(exc.value.code)
-    assert "\n" not in msg and msg.startswith("error: could not download WikiText-103") and "--source" in msg
+    msg = str(exc.value)
+    assert "\n" not in msg and msg.startswith("could not download WikiText-103") and "--source" in msg
 
 
 # ----------------------------------------------------------------------------- compact tokenizer
 
 @pytest.fixture
 def gpt2_ranks(gpt2_file):
-    return prepare.gpt2_ranks(prepare.get_gpt2_encoding())
+    return compact_vocab.gpt2_ranks(tokenizer.get_gpt2_encoding())
 
 
 def test_merge_parents_follow_bpe(gpt2_ranks):
     # " the" is built from " t" + "he" in GPT-2 (not " " + "the"): the split comes from merge order
-    assert prepare.merge_parents(b" the", gpt2_ranks) == (b" t", b"he")
+    assert compact_vocab.merge_parents(b" the", gpt2_ranks) == (b" t", b"he")
     for tok in [b"Hello", b" world", b"ization", b" Shakespeare", b"\n\n"]:
-        a, b = prepare.merge_parents(tok, gpt2_ranks)
+        a, b = compact_vocab.merge_parents(tok, gpt2_ranks)
         assert a + b == tok and gpt2_ranks[a] < gpt2_ranks[tok] and gpt2_ranks[b] < gpt2_ranks[tok]
-    assert prepare.merge_parents(b"a", gpt2_ranks) == ()
+    assert compact_vocab.merge_parents(b"a", gpt2_ranks) == ()
 
 
 def check_compact(tokens, ranks, vocab_size):
@@ -303,15 +306,15 @@ def check_compact(tokens, ranks, vocab_size):
     sub = {t: i for i, t in enumerate(tokens)}
     for tok in tokens:
         if len(tok) > 1:
-            assert set(prepare.merge_parents(tok, ranks)) <= kept
-            assert prepare.bpe_parts(tok, sub, sub[tok] + 1) == [tok]  # BPE over the subset builds it
+            assert set(compact_vocab.merge_parents(tok, ranks)) <= kept
+            assert compact_vocab.bpe_parts(tok, sub, sub[tok] + 1) == [tok]  # BPE over the subset builds it
 
 
 @pytest.mark.parametrize("vocab_size", [257, 300, 1000])
 def test_select_compact_tokens(gpt2_file, gpt2_ranks, vocab_size):
-    enc = prepare.get_gpt2_encoding()
+    enc = tokenizer.get_gpt2_encoding()
     counts = np.bincount(enc.encode_ordinary(SMALL_TEXT), minlength=50257)
-    tokens = prepare.select_compact_tokens(counts, gpt2_ranks, vocab_size)
+    tokens = compact_vocab.select_compact_tokens(counts, gpt2_ranks, vocab_size)
     check_compact(tokens, gpt2_ranks, vocab_size)
     # most frequent tokens are kept first
     top = [enc.decode_single_token_bytes(int(i)) for i in np.argsort(-counts, kind="stable")[:20]]
@@ -321,7 +324,7 @@ def test_select_compact_tokens(gpt2_file, gpt2_ranks, vocab_size):
 
 def test_select_compact_rejects_bad_size(gpt2_ranks):
     with pytest.raises(ValueError, match="vocab_size"):
-        prepare.select_compact_tokens(np.zeros(50257), gpt2_ranks, 256)
+        compact_vocab.select_compact_tokens(np.zeros(50257), gpt2_ranks, 256)
     with pytest.raises(SystemExit, match="error: vocab_size"):
         prepare.main(["shakespeare", "--vocab_size", "100"])
 
@@ -336,7 +339,7 @@ def test_compact_shakespeare_roundtrip(tmp_path, monkeypatch, gpt2_file, gpt2_ra
     assert meta["dataset"] == "shakespeare_v400" and (Path(out) / "coverage.png").is_file()
     tokens = [base64.b64decode(t) for t in meta["tokens"]]
     check_compact(tokens, gpt2_ranks, 400)
-    tok = prepare.load_tokenizer(out)
+    tok = tokenizer.load_tokenizer(out)
     assert tok.vocab_size == 400 and tok.eot_token == 399
     for text in (UNICODE_TEXT, SMALL_TEXT, "Ωmega ∑ 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 \U0010FFFF end"):
         ids = tok.encode(text)
@@ -356,7 +359,7 @@ def test_compact_wikitext103(tmp_path, gpt2_file, offline):
                     vocab_size=300, num_proc=2, plot=False)
     meta = read_meta(out)
     assert meta["tokenizer"] == "compact" and meta["vocab_size"] == 300
-    tok = prepare.load_tokenizer(str(out))
+    tok = tokenizer.load_tokenizer(str(out))
     ids = read_bin(out / "train.bin").tolist()
     assert max(ids) < 300 and ids.count(299) == len(WIKI["train"]) - 1
     assert tok.decode(ids).split("<|endoftext|>") == WIKI["train"]
@@ -364,11 +367,11 @@ def test_compact_wikitext103(tmp_path, gpt2_file, offline):
 
 
 def test_coverage_and_pehl():
-    table = prepare.coverage_table([5, 0, 3, 2], [1, 2, 4, 10])
+    table = compact_vocab.coverage_table([5, 0, 3, 2], [1, 2, 4, 10])
     assert table == [(1, 0.5), (2, 0.8), (4, 1.0), (10, 1.0)]
     v, layers, d = 50257, 12, 768
-    assert prepare.pehl(v, layers, d) == pytest.approx(2 * v * d / (2 * v * d + 12 * layers * d * d))
-    assert prepare.pehl(8192, layers, d) < prepare.pehl(v, layers, d)
+    assert compact_vocab.pehl(v, layers, d) == pytest.approx(2 * v * d / (2 * v * d + 12 * layers * d * d))
+    assert compact_vocab.pehl(8192, layers, d) < compact_vocab.pehl(v, layers, d)
 
 
 def test_parse_dataset():

@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from checkpoint import atomic_save
+from runfiles.checkpoint import atomic_save
 from model import GPT, GPTConfig
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -154,7 +154,7 @@ def test_bad_start_file_is_one_line_error(ckpt_dir, tmp_path):
 
 
 def test_expand_bool_flags():
-    from sample import expand_bool_flags
+    from configurator import expand_bool_flags
     flags = ("no_kv_cache",)
     assert expand_bool_flags(["--no_kv_cache"], flags) == ["--no_kv_cache=True"]
     assert expand_bool_flags(["--no_kv_cache", "--seed=1"], flags) == ["--no_kv_cache=True", "--seed=1"]
@@ -164,7 +164,7 @@ def test_expand_bool_flags():
 
 
 def test_default_out_dir_is_the_newest_checkpoint(tmp_path):
-    from checkpoint import latest_out_dir
+    from runfiles.checkpoint import latest_out_dir
     assert latest_out_dir(str(tmp_path)) == str(tmp_path / "out")
     for i, name in enumerate(["out", "out-lgpt-shakespeare", "outside"]):
         (tmp_path / name).mkdir()

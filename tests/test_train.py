@@ -1,4 +1,4 @@
-"""train.py + checkpoint.py: lr schedule, learning, exact resume, Ctrl-C, atomic saves, one-line errors.
+"""train.py + runfiles/checkpoint.py: lr schedule, learning, exact resume, Ctrl-C, atomic saves, one-line errors.
 Tiny models (2 layers, width 32, block 16) on a synthetic dataset: the whole file runs in seconds."""
 import csv
 import os
@@ -7,10 +7,11 @@ import signal
 import pytest
 import torch
 
-import checkpoint
+import runfiles.checkpoint as checkpoint
 import train
-from checkpoint import CheckpointError, atomic_save, load_checkpoint, load_model
-from train import TrainError, get_lr
+from configurator import UserError
+from runfiles.checkpoint import atomic_save, load_checkpoint, load_model
+from train import get_lr
 
 
 def run(config, explicit=None, callback=None):
@@ -67,8 +68,14 @@ def test_get_lr_schedule():
 
 def test_none_schedule_defaults_follow_max_iters():
     cfg = dict(train.DEFAULTS, max_iters=300, learning_rate=2e-3)
-    train.resolve_schedule(cfg)
-    assert cfg["lr_decay_iters"] == 300 and cfg["min_lr"] == pytest.approx(2e-4)
+    train.check_config(cfg)
+    assert cfg["lr_decay_iters"] == 300 and cfg["min_lr"] == pytest.approx(2e-4) and cfg["warmup_iters"] == 30
+    cfg = dict(train.DEFAULTS, max_iters=20)   # `python train.py --max_iters=20`: the warmup shrinks with the run
+    train.check_config(cfg)
+    assert cfg["warmup_iters"] == 2
+    cfg = dict(train.DEFAULTS, max_iters=5000)
+    train.check_config(cfg)
+    assert cfg["warmup_iters"] == 100
 
 
 # --- training ----------------------------------------------------------------------------------------
@@ -176,17 +183,27 @@ def test_init_from_checkpoint_path_copies_matching_weights(tiny_train_config, tm
     src = os.path.join(tiny_train_config["out_dir"], "ckpt.pt")
     copied = {}
     grown = dict(tiny_train_config, out_dir=str(tmp_path / "grown"), init_from=src, n_layer=3, max_iters=0)
+    # a partial match is refused unless asked for, and the message names tensors that would start fresh
+    with pytest.raises(UserError, match=r"fits \d+ of .*branches\.0\..*2.*allow_partial_init") as e:
+        run(grown)
+    assert "\n" not in str(e.value) and not os.path.exists(grown["out_dir"])
 
     def grab(event, info):
         if event == "end":
             copied.update(collect_params(info["model"]))
 
-    summary = run(grown, callback=grab)
+    summary = run(dict(grown, allow_partial_init=True), callback=grab)
     assert "initialized" in capsys.readouterr().out
     assert summary["model_args"]["n_layer"] == 3 and summary["model_args"]["n_embd"] == 32
     src_sd = load_checkpoint(src)["model"]
     same = [k for k in src_sd if k in copied and torch.equal(src_sd[k], copied[k])]
     assert len(same) > 5
+    # nothing fits (every shape differs): refused even with the flag
+    wide = dict(grown, out_dir=str(tmp_path / "wide"), n_layer=2, n_embd=48, vocab_size=17, block_size=8,
+                allow_partial_init=True)
+    with pytest.raises(UserError, match="none of its"):
+        run(wide)
+    assert not os.path.exists(wide["out_dir"])
 
 
 def test_pgpt_logs_heaviest_branch(tiny_train_config, capsys):
@@ -229,7 +246,7 @@ def test_missing_dataset_is_prepared_automatically(tmp_path, monkeypatch, tiny_t
     (dict(n_layerz=3), ["unknown config keys", "n_layerz"]),
 ])
 def test_bad_input_is_one_line_error(tiny_train_config, override, words):
-    with pytest.raises((TrainError, CheckpointError)) as e:
+    with pytest.raises(UserError) as e:
         run(dict(tiny_train_config, **override))
     msg = str(e.value)
     assert "\n" not in msg and all(w in msg for w in words), msg
@@ -245,11 +262,11 @@ def test_unknown_dataset_via_main(tmp_path, monkeypatch):
 
 def test_resume_refuses_architecture_change(tiny_train_config):
     run(dict(tiny_train_config, max_iters=10))
-    with pytest.raises(TrainError, match="n_layer"):
+    with pytest.raises(UserError, match="n_layer"):
         run(dict(tiny_train_config, init_from="resume", n_layer=3))
 
 
-# --- checkpoint.py -----------------------------------------------------------------------------------
+# --- runfiles/checkpoint.py -----------------------------------------------------------------------------------
 
 def test_atomic_save_failure_keeps_previous_file(tmp_path, monkeypatch):
     path = tmp_path / "ckpt.pt"
@@ -277,14 +294,14 @@ def test_atomic_save_failure_keeps_previous_file(tmp_path, monkeypatch):
 
 
 def test_load_checkpoint_fallback_and_errors(tmp_path):
-    with pytest.raises(CheckpointError, match="run train.py"):
+    with pytest.raises(UserError, match="run train.py"):
         load_checkpoint(tmp_path)
-    with pytest.raises(CheckpointError, match="does not exist"):
+    with pytest.raises(UserError, match="does not exist"):
         load_checkpoint(tmp_path / "nope")
     atomic_save({"model": {}, "model_args": {}, "iter_num": 5}, tmp_path / "last.pt")
     assert load_checkpoint(tmp_path)["iter_num"] == 5          # ckpt.pt missing -> last.pt
     (tmp_path / "ckpt.pt").write_bytes(b"not a checkpoint")
-    with pytest.raises(CheckpointError, match="cannot read"):
+    with pytest.raises(UserError, match="cannot read"):
         load_checkpoint(tmp_path)
 
 

@@ -2,7 +2,7 @@
 Multiple-round training with data refining (paper 003, PanGu-pi Pro, 4.2).
 
     python train.py config/x.py --out_dir=out-round1                      # round 1
-    python refine.py --out_dir=out-round1 [--rate=0.5]                    # -> out-round1/refine.npy
+    python -m pangu.refine --out_dir=out-round1 [--rate=0.5]              # -> out-round1/refine.npy
     python train.py config/x.py --out_dir=out-round2 --init_from=out-round1/ckpt.pt \\
         --data_segments=out-round1/refine.npy                             # round 2 on the refined data
 
@@ -21,14 +21,14 @@ A full pass over the refined data is N0 / batch_size iterations.
 """
 
 import os
-import sys
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from checkpoint import CheckpointError, atomic_open, load_model
-from configurator import ConfigError, load_config
+from configurator import run_command
+from runfiles.checkpoint import atomic_open, load_model
+from runfiles.dataset import split_path
 
 DEFAULTS = dict(
     out_dir="out",       # round-1 out_dir (its ckpt.pt, else last.pt) or a checkpoint file
@@ -93,8 +93,7 @@ def refine(losses, rate=0.5, temperature=1.0, parts=1, generator=None):
 
 
 def run(opts):
-    """refine.py's command: score every segment with the checkpoint, write refine.npy. Returns its path."""
-    from train import split_path
+    """pangu.refine's command: score every segment with the checkpoint, write refine.npy. Returns its path."""
     if opts["batch_size"] < 1:
         raise ValueError(f"batch_size must be >= 1, got {opts['batch_size']}")
     if opts["num_threads"] > 0:
@@ -124,12 +123,7 @@ def run(opts):
 
 
 def main(argv=None):
-    argv = sys.argv[1:] if argv is None else argv
-    try:
-        opts, _ = load_config(DEFAULTS, argv)
-        return run(opts)
-    except (ConfigError, CheckpointError, ValueError) as e:
-        raise SystemExit(f"error: {e}")
+    return run_command(run, DEFAULTS, argv, errors=ValueError)   # ValueError: bad rate, parts, ... (see refine)
 
 
 if __name__ == "__main__":

@@ -2,11 +2,11 @@
 Parameter inheritance (paper 003, PanGu-pi Pro, 3.2): start a small model from the most important
 layers and neurons of a trained larger one instead of from random numbers.
 
-    python inherit.py --from=out-big --out_dir=out-small --n_layer=3 --n_embd=64
-    python inherit.py --from=out-big --out_dir=out-small --n_layer=3 --layers=loss --neurons=taylor --calib_batches=16
-    python inherit.py --from=out-big --out_dir=out-small --n_layer=3 --neurons=learned --mask_steps=200
-    python inherit.py --from=out-gpt2 --out_dir=out-small --n_layer=3 --target_data_dir=data/shakespeare_v4096
-    python inherit.py --from=out-big --out_dir=out-small --n_kv_head=2        # MHA -> GQA (Appendix A)
+    python -m pangu.inherit --from=out-big --out_dir=out-small --n_layer=3 --n_embd=64
+    python -m pangu.inherit --from=out-big --out_dir=out-small --n_layer=3 --layers=loss --neurons=taylor --calib_batches=16
+    python -m pangu.inherit --from=out-big --out_dir=out-small --n_layer=3 --neurons=learned --mask_steps=200
+    python -m pangu.inherit --from=out-gpt2 --out_dir=out-small --n_layer=3 --target_data_dir=data/shakespeare_v4096
+    python -m pangu.inherit --from=out-big --out_dir=out-small --n_kv_head=2        # MHA -> GQA (Appendix A)
     python train.py config/x.py --init_from=out-small/ckpt.pt      # then train the small model as usual
 
 (train.py builds the model from the inherited checkpoint's model_args, so do not set n_layer/n_embd/...
@@ -80,16 +80,16 @@ import json
 import math
 import os
 import re
-import sys
 from dataclasses import dataclass
 from functools import partial
 from typing import Optional
 
 import torch
 
-from checkpoint import CKPT_NAME, CheckpointError, atomic_save, clean_state_dict, load_model
-from configurator import ConfigError, load_config
+from configurator import run_command
 from model import GPT, GPTConfig
+from runfiles.checkpoint import CKPT_NAME, atomic_save, clean_state_dict, load_model
+from runfiles.dataset import get_batch, split_path
 
 DEFAULTS = {
     "from": "",                # source out_dir or checkpoint file (the big model)
@@ -287,7 +287,7 @@ def tensor_axes(name, cfg):
     if name == "tok_emb.wte.weight" and cfg.embd_factor_dim:
         axes = (VOCAB, None)  # factorized: wte is vocab x E; the channels are the rows of tok_emb.proj
     if axes is None:
-        raise ValueError(f"inherit: no slicing rule for tensor '{name}' (fix: extend tensor_axes in inherit.py)")
+        raise ValueError(f"inherit: no slicing rule for tensor '{name}' (fix: extend tensor_axes in pangu/inherit.py)")
     return layer, axes
 
 
@@ -613,7 +613,6 @@ def needs_data(src, dst, layers, neurons):
 
 def calibration_batches(data_dir, n, batch_size, block_size, seed):
     """n fixed training batches (seeded), as train.py draws them."""
-    from train import get_batch, split_path
     path = split_path(data_dir, "train")
     if not os.path.isfile(path):
         raise ValueError(f"no calibration data: {path} is missing (fix: --data_dir=<prepared dataset>)")
@@ -626,10 +625,10 @@ def calibration_batches(data_dir, n, batch_size, block_size, seed):
 
 
 def run(opts):
-    """inherit.py's command: load --from, build the small model, write out_dir/ckpt.pt. Returns its path."""
+    """pangu.inherit's command: load --from, build the small model, write out_dir/ckpt.pt. Returns its path."""
     if not opts["from"] or not opts["out_dir"]:
         raise ValueError("both --from (the big model's out_dir) and --out_dir are needed "
-                         "(fix: python inherit.py --from=out-big --out_dir=out-small --n_layer=...)")
+                         "(fix: python -m pangu.inherit --from=out-big --out_dir=out-small --n_layer=...)")
     if opts["calib_batches"] < 1:
         raise ValueError(f"calib_batches must be >= 1, got {opts['calib_batches']}")
     if opts["mask_steps"] < 1:
@@ -691,12 +690,7 @@ def report(big, small, plan, batches):
 
 
 def main(argv=None):
-    argv = sys.argv[1:] if argv is None else argv
-    try:
-        opts, _ = load_config(DEFAULTS, argv)
-        return run(opts)
-    except (ConfigError, CheckpointError, ValueError) as e:
-        raise SystemExit(f"error: {e}")
+    return run_command(run, DEFAULTS, argv, errors=ValueError)   # ValueError: bad sizes or methods, see above
 
 
 if __name__ == "__main__":

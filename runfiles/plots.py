@@ -1,7 +1,8 @@
 """
-Plots for compare.py, drawn from the files train.py writes (out_dir/log.csv) and from trained models.
+Plots drawn from the files train.py writes (out_dir/log.csv, read by runfiles.runlog.read_log) and from
+trained models: loss.png of one run (train.py), and the comparison figures of compare.py.
 
-    read_log(out_dir)                         -> {'train': [(iter, loss)], 'eval': [row dict, ...]}
+    plot_run(out_dir)                         out_dir/loss.png: train and val loss of one run
     plot_loss_curves({name: log}, path)       paper 004 Figure 6: train and val loss of every model
                                               ({name: [log per seed]}: faint seeds and their mean)
     plot_loss_vs_compute({name: log}, {name: FLOPs per iteration}, path)   val loss against training FLOPs
@@ -11,37 +12,10 @@ Plots for compare.py, drawn from the files train.py writes (out_dir/log.csv) and
 Every function writes a PNG atomically and returns its path (None when there is nothing to draw).
 """
 
-import csv
 import os
 
-from checkpoint import atomic_open
-
-
-def _float(text):
-    return None if text in (None, "") else float(text)
-
-
-def read_log(out_dir):
-    """Rows of out_dir/log.csv: per-iteration train losses and the eval rows (iter, loss = train
-    loss at eval, val_loss, val_loss_heaviest or None, branch_weights list or None)."""
-    log = {"train": [], "eval": []}
-    path = os.path.join(out_dir, "log.csv")
-    if not os.path.exists(path):
-        return log
-    with open(path, newline="", encoding="utf-8") as f:
-        for row in csv.DictReader(f):
-            try:
-                it = int(row["iter"])
-            except (KeyError, ValueError):
-                continue
-            if row.get("kind") == "train" and row.get("loss"):
-                log["train"].append((it, float(row["loss"])))
-            elif row.get("kind") == "eval":
-                weights = row.get("branch_weights") or ""
-                log["eval"].append(dict(iter=it, loss=_float(row.get("loss")), val_loss=_float(row.get("val_loss")),
-                                        val_loss_heaviest=_float(row.get("val_loss_heaviest")),
-                                        branch_weights=[float(w) for w in weights.split()] or None))
-    return log
+from runfiles.checkpoint import atomic_open
+from runfiles.runlog import read_log
 
 
 def _pyplot():

@@ -1,0 +1,173 @@
+"""
+Paper 003 (PanGu-pi Pro), 3.1: a compact tokenizer. Keep the K GPT-2 tokens most frequent in the training
+split (plus the 256 single bytes, every kept token's merge parents, and eot), so the embedding and head
+shrink while any text still encodes. prepare.py uses it:
+
+    python prepare.py shakespeare --vocab_size 8192      # -> data/shakespeare_v8192/
+
+It also reports the coverage of the top-k tokens (paper Fig. 2) and PEHL, the share of parameters in
+embedding + head.
+"""
+
+import base64
+
+import numpy as np
+
+from runfiles.tokenizer import GPT2_EOT_ID, GPT2_PAT_STR, GPT2_VOCAB_SIZE, compact_encoding, get_gpt2_encoding
+
+
+def gpt2_ranks(enc):
+    """bytes -> rank for the mergeable GPT-2 tokens (rank == token id for GPT-2)."""
+    return {enc.decode_single_token_bytes(i): i for i in range(GPT2_EOT_ID)}
+
+
+def bpe_parts(token, ranks, max_rank):
+    """Run byte-pair merging on `token`'s bytes using only merges of rank < max_rank.
+
+    This is tiktoken's merge order (always merge the adjacent pair whose concatenation has the
+    lowest rank). Run with max_rank = rank(token) it stops one merge short of the token, i.e. it
+    returns the token's two merge parents.
+    """
+    parts = [token[i:i + 1] for i in range(len(token))]
+    while len(parts) > 1:
+        best_rank, best_i = None, None
+        for i in range(len(parts) - 1):
+            r = ranks.get(parts[i] + parts[i + 1])
+            if r is not None and r < max_rank and (best_rank is None or r < best_rank):
+                best_rank, best_i = r, i
+        if best_i is None:
+            break
+        parts[best_i:best_i + 2] = [parts[best_i] + parts[best_i + 1]]
+    return parts
+
+
+def merge_parents(token, ranks):
+    """The two lower-ranked tokens whose merge produces `token` (empty for a single byte)."""
+    if len(token) == 1:
+        return ()
+    rank = ranks[token]
+    parts = bpe_parts(token, ranks, rank)
+    if len(parts) == 2:
+        return tuple(parts)
+    # Not reachable by BPE (never happens for GPT-2): any split into two lower-ranked tokens.
+    for i in range(1, len(token)):
+        if ranks.get(token[:i], rank) < rank and ranks.get(token[i:], rank) < rank:
+            return token[:i], token[i:]
+    raise ValueError(f"token {token!r} has no merge parents in the vocabulary")
+
+
+def select_compact_tokens(counts, ranks, vocab_size):
+    """Choose vocab_size-1 GPT-2 tokens (eot is added on top) by training-set frequency.
+
+    Always keeps the 256 single bytes (lossless encoding) and every kept token's merge parents,
+    recursively (so BPE over the subset can still build each kept token). Tokens are visited by
+    decreasing count, ties (and never-seen tokens, used to fill) by rank; a token is kept when it
+    fits together with its missing ancestors. Filling always succeeds: the lowest-ranked token not
+    yet kept has both parents kept. Returns the kept tokens as bytes, in GPT-2 rank order.
+    """
+    if not 257 <= vocab_size <= GPT2_VOCAB_SIZE:
+        raise ValueError(f"vocab_size must be in [257, {GPT2_VOCAB_SIZE}] "
+                         f"(256 byte tokens + <|endoftext|>), got {vocab_size}")
+    by_rank = sorted(ranks, key=ranks.get)
+    kept = {tok for tok in by_rank if len(tok) == 1}
+    budget = vocab_size - 1
+    counts = np.asarray(counts)[:GPT2_EOT_ID]
+    for tid in np.argsort(-counts, kind="stable"):
+        if len(kept) >= budget:
+            break
+        missing = _missing_ancestors(by_rank[tid], ranks, kept)
+        if len(kept) + len(missing) <= budget:
+            kept.update(missing)
+    assert len(kept) == budget
+    return sorted(kept, key=ranks.get)
+
+
+def _missing_ancestors(token, ranks, kept):
+    """`token` plus all of its merge ancestors that are not in `kept`."""
+    missing, stack = set(), [token]
+    while stack:
+        tok = stack.pop()
+        if tok not in kept and tok not in missing:
+            missing.add(tok)
+            stack.extend(merge_parents(tok, ranks))
+    return missing
+
+
+def coverage_table(counts, ks):
+    """[(k, fraction of all tokens covered by the k most frequent token types)] (paper's Fig. 2)."""
+    counts = np.sort(np.asarray(counts, dtype=np.int64))[::-1]
+    cum = np.cumsum(counts) / max(counts.sum(), 1)
+    return [(k, float(cum[min(k, len(cum)) - 1])) for k in ks]
+
+
+def pehl(vocab_size, n_layer, n_embd):
+    """Proportion of parameters in embedding + head: 2*V*d / (2*V*d + 12*L*d^2).
+
+    Untied input embedding and LM head (V*d each); each transformer block counted as 12*d^2
+    (attention 4*d^2 + MLP with 4x expansion 8*d^2), ignoring biases, norms and positions.
+    """
+    vocab_params = 2 * vocab_size * n_embd
+    return vocab_params / (vocab_params + 12 * n_layer * n_embd ** 2)
+
+
+PEHL_FORMULA = "PEHL = 2*V*d / (2*V*d + 12*n_layer*d^2)  (untied embedding+head; block = 4d^2 attn + 8d^2 MLP)"
+
+
+def compact_report(counts, kept_ids, vocab_size, n_layer, n_embd, plot_path=None):
+    """Print coverage of the top-k GPT-2 tokens and PEHL; optionally plot the coverage curve.
+
+    Returns a dict that goes into meta.json.
+    """
+    seen = int((np.asarray(counts) > 0).sum())
+    ks = sorted({k for k in (256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 48000, GPT2_VOCAB_SIZE, vocab_size)})
+    table = coverage_table(counts, ks)
+    kept_cov = float(np.asarray(counts)[kept_ids].sum() / max(np.sum(counts), 1))
+    print(f"GPT-2 tokens in the training split: {int(np.sum(counts)):,} ({seen:,} distinct types)")
+    print(f"{'top-k':>8} {'coverage':>9} {'PEHL':>7}")
+    for k, cov in table:
+        print(f"{k:>8} {100 * cov:8.2f}% {100 * pehl(k, n_layer, n_embd):6.2f}%")
+    print(f"compact vocab ({vocab_size} tokens incl. bytes, merge parents and eot) covers "
+          f"{100 * kept_cov:.2f}% of the GPT-2 tokens")
+    print(f"{PEHL_FORMULA}, n_layer={n_layer}, d={n_embd}: "
+          f"V={GPT2_VOCAB_SIZE}: {100 * pehl(GPT2_VOCAB_SIZE, n_layer, n_embd):.2f}%, "
+          f"V={vocab_size}: {100 * pehl(vocab_size, n_layer, n_embd):.2f}%")
+    if plot_path:
+        plot_coverage(counts, vocab_size, plot_path)
+    return {"coverage_topk": {str(k): cov for k, cov in table}, "kept_coverage": kept_cov,
+            "pehl": {"formula": PEHL_FORMULA, "n_layer": n_layer, "n_embd": n_embd,
+                     "gpt2": pehl(GPT2_VOCAB_SIZE, n_layer, n_embd),
+                     "compact": pehl(vocab_size, n_layer, n_embd)}}
+
+
+def plot_coverage(counts, vocab_size, path):
+    """Save the accumulative frequency of the top-k vocabulary (paper's Figure 2) as a PNG."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    counts = np.sort(np.asarray(counts, dtype=np.int64))[::-1]
+    cum = 100 * np.cumsum(counts) / max(counts.sum(), 1)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot(np.arange(1, len(cum) + 1), cum)
+    ax.axvline(vocab_size, color="gray", ls="--", label=f"k={vocab_size}: {cum[vocab_size - 1]:.2f}%")
+    ax.set_xscale("log")
+    ax.set_xlabel("top-k GPT-2 tokens")
+    ax.set_ylabel("accumulated frequency (%)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    print(f"saved {path}")
+
+
+def build_compact(counts, vocab_size, ranks_path=None, n_layer=12, n_embd=768, plot_path=None):
+    """From GPT-2 token counts of a training split: (compact encoding, meta fields, report)."""
+    base = get_gpt2_encoding(ranks_path)
+    ranks = gpt2_ranks(base)
+    tokens = select_compact_tokens(counts, ranks, vocab_size)
+    kept_ids = [ranks[t] for t in tokens]
+    report = compact_report(counts, kept_ids, vocab_size, n_layer, n_embd, plot_path)
+    meta = {"tokenizer": "compact", "vocab_size": vocab_size, "eot_token": vocab_size - 1,
+            "base_tokenizer": "gpt2", "pat_str": GPT2_PAT_STR,
+            "tokens": [base64.b64encode(t).decode("ascii") for t in tokens],
+            "gpt2_ids": kept_ids}
+    return compact_encoding(tokens), meta, report

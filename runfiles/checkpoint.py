@@ -1,0 +1,287 @@
+"""
+Checkpoint files: atomic writes, loading, and building the model a checkpoint describes.
+
+A checkpoint is a torch.save'd dict (model, model_args, optimizer, scaler, iter_num, best_val_loss,
+config, rng, rng_ranks, dataset, data_dir, tokenizer_id). train.py writes two of them into out_dir:
+  ckpt.pt  - the best validation loss so far (what sample.py / eval.py load by default)
+  last.pt  - the latest state, written at every eval and on Ctrl-C (what init_from='resume' loads)
+
+Every write goes to a temporary file in the same directory, is fsync'ed and then os.replace'd over the
+target, so a crash or a full disk mid-write never leaves a truncated checkpoint behind.
+"""
+
+import contextlib
+import glob
+import os
+import pickle
+import random
+import shutil
+import sys
+import tempfile
+
+import numpy as np
+import torch
+
+from configurator import UserError
+
+CKPT_NAME = "ckpt.pt"
+LAST_NAME = "last.pt"
+ORIG_MOD_PREFIX = "_orig_mod."   # added to state_dict keys by torch.compile
+DDP_PREFIX = "module."           # added by DistributedDataParallel
+
+
+
+@contextlib.contextmanager
+def atomic_open(path, mode="wb"):
+    """Open a temp file next to `path`; on success flush+fsync it and os.replace it onto `path`.
+    On any error (including KeyboardInterrupt) the temp file is removed and `path` is untouched; a
+    filesystem error (full disk, read-only folder, ...) becomes a one-line UserError naming the path."""
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    tmp = None
+    try:
+        os.makedirs(directory, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
+        with os.fdopen(fd, mode) as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        # mkstemp creates 0600 files; give the result the usual permissions (0666 minus umask)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, path)
+    except BaseException as e:
+        if tmp is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+        if isinstance(e, OSError):
+            raise UserError(f"cannot write {path}: {e.strerror or e} (any previous version is kept) "
+                            f"(fix: free disk space, or choose a writable folder)") from None
+        raise
+    _fsync_dir(directory)
+
+
+def _fsync_dir(directory):
+    """Make the rename itself durable (best effort: not every OS/filesystem allows it)."""
+    with contextlib.suppress(OSError, AttributeError):
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def atomic_save(obj, path):
+    """torch.save(obj, path), atomically."""
+    with atomic_open(path, "wb") as f:
+        torch.save(obj, f)
+
+
+def atomic_copy(src, dst):
+    """Make dst an identical copy of the (complete) file src, atomically. Uses a hard link when the
+    filesystem allows it (free, and a later os.replace of src gives src a new inode, so dst keeps
+    its content), else a byte copy."""
+    directory = os.path.dirname(os.path.abspath(dst))
+    tmp = os.path.join(directory, f".{os.path.basename(dst)}.{os.getpid()}.link.tmp")
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(tmp)
+    try:
+        os.link(src, tmp)
+        os.replace(tmp, dst)
+        _fsync_dir(directory)
+    except OSError:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        with open(src, "rb") as fsrc, atomic_open(dst, "wb") as fdst:
+            shutil.copyfileobj(fsrc, fdst)
+
+
+def check_out_dir(path):
+    """One-line UserError unless `path` is (or can become) a writable folder. Writes nothing that stays."""
+    existing = os.path.abspath(path)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise UserError(f"out_dir '{path}': {existing} is a file, not a folder (fix: choose another --out_dir)")
+    try:
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as e:
+        raise UserError(f"out_dir '{path}': cannot write to {existing}: {e.strerror} "
+                        f"(fix: choose a writable --out_dir)") from None
+
+
+def remove_stale_temp_files(directory, names):
+    """Delete the temporary files that a killed atomic save of one of `names` left in `directory` (e.g.
+    .last.pt.x8f2k.tmp, possibly gigabytes). Returns (how many, bytes). Only call it when no other process
+    writes these files."""
+    stale = [p for name in names for p in glob.glob(os.path.join(glob.escape(directory), f".{name}.*.tmp"))]
+    freed = 0
+    for path in stale:
+        with contextlib.suppress(OSError):
+            freed += os.path.getsize(path)
+            os.unlink(path)
+    return len(stale), freed
+
+
+def latest_out_dir(root="."):
+    """The out*/ folder under `root` whose checkpoint was written most recently, i.e. the run train.py
+    just finished; 'out' when there is none. sample.py and eval.py use it when --out_dir is not given."""
+    found = [os.path.join(root, d, name) for d in os.listdir(root) if d.startswith("out")
+             for name in (CKPT_NAME, LAST_NAME) if os.path.isfile(os.path.join(root, d, name))]
+    if not found:
+        return os.path.normpath(os.path.join(root, "out"))
+    return os.path.normpath(os.path.dirname(max(found, key=os.path.getmtime)))
+
+
+def resolve_path(path_or_out_dir, prefer=(CKPT_NAME, LAST_NAME)):
+    """A checkpoint file path: the argument itself if it is a file, else the first of `prefer` found in
+    that directory. Raises UserError telling the user to train first."""
+    p = os.fspath(path_or_out_dir)
+    if os.path.isfile(p):
+        return p
+    if os.path.isdir(p):
+        for name in prefer:
+            candidate = os.path.join(p, name)
+            if os.path.isfile(candidate):
+                return candidate
+        raise UserError(f"no checkpoint ({' or '.join(prefer)}) in '{p}' "
+                              f"(fix: run train.py with --out_dir={p} first, or pass the right --out_dir)")
+    raise UserError(f"checkpoint '{p}' does not exist (fix: run train.py first, or pass the right --out_dir)")
+
+
+def load_checkpoint(path_or_out_dir, device="cpu", prefer=(CKPT_NAME, LAST_NAME)):
+    """Load a checkpoint dict. A directory means its ckpt.pt (falling back to last.pt)."""
+    path = resolve_path(path_or_out_dir, prefer)
+    try:
+        # checkpoints written by train.py hold only tensors and plain python values, so the safe
+        # loader works; older or foreign files (e.g. numpy arrays inside) need the full unpickler.
+        # Either way these are the user's own local files.
+        try:
+            ckpt = torch.load(path, map_location=device, weights_only=True)
+        except pickle.UnpicklingError:
+            ckpt = torch.load(path, map_location=device, weights_only=False)
+    except (RuntimeError, EOFError, OSError, pickle.UnpicklingError) as e:
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise UserError(f"cannot read checkpoint '{path}': {msg} (fix: re-run train.py to rewrite it)") from None
+    if not isinstance(ckpt, dict) or "model" not in ckpt or "model_args" not in ckpt:
+        raise UserError(f"'{path}' is not a train.py checkpoint (no 'model'/'model_args') "
+                              f"(fix: point at a ckpt.pt or last.pt written by train.py)")
+    ckpt.setdefault("path", path)
+    return ckpt
+
+
+def clean_state_dict(state_dict):
+    """Strip the torch.compile ('_orig_mod.') and DDP ('module.') key prefixes."""
+    out = {}
+    for k, v in state_dict.items():
+        stripped = True
+        while stripped:
+            stripped = False
+            for prefix in (ORIG_MOD_PREFIX, DDP_PREFIX):
+                if k.startswith(prefix):
+                    k, stripped = k[len(prefix):], True
+        out[k] = v
+    return out
+
+
+def check_finite(state_dict, path):
+    """UserError if any floating tensor holds NaN or inf (the weights of a diverged run)."""
+    bad = [k for k, v in state_dict.items() if torch.is_tensor(v) and v.is_floating_point()
+           and not torch.isfinite(v).all()]
+    if bad:
+        raise UserError(f"{path} holds non-finite weights ({len(bad)} tensors, e.g. {bad[0]}): the run diverged "
+                        f"(fix: retrain with a lower --learning_rate)")
+
+
+def build_model(model_args, device="cpu", source=None):
+    """GPT(GPTConfig(**model_args)) with a one-line error for arguments this model.py refuses or does not
+    know. source: the checkpoint they come from (None: the user's config)."""
+    from model import GPT, GPTConfig
+    try:
+        config = GPTConfig(**model_args)
+    except (TypeError, ValueError) as e:
+        if source is None:
+            raise UserError(f"invalid model configuration: {e} (fix: correct the model keys)") from None
+        raise UserError(f"the model_args of {source} do not fit this model.py: {e} "
+                        f"(fix: use the code version that wrote the checkpoint)") from None
+    return GPT(config).to(device)
+
+
+def load_matching_weights(model, state_dict, source, allow_partial):
+    """Initialize `model` from another checkpoint: every tensor whose name and shape match is copied. Nothing
+    matching is an error; a partial match (either side has tensors the other lacks) needs allow_partial."""
+    own, theirs = model.state_dict(), clean_state_dict(state_dict)
+    matched = {k: v for k, v in theirs.items() if k in own and own[k].shape == v.shape}
+    fresh, unused = [k for k in own if k not in matched], [k for k in theirs if k not in matched]
+    if not matched:
+        raise UserError(f"--init_from={source}: none of its {len(theirs)} tensors fits this model (names or shapes "
+                        f"differ) (fix: drop the model overrides that change its shape, or --init_from=scratch)")
+    if (fresh or unused) and not allow_partial:
+        def listed(names):
+            return ", ".join(names[:3]) + (f", ... ({len(names)} in all)" if len(names) > 3 else "")
+        detail = (f"; starting fresh: {listed(fresh)}" if fresh else "") + \
+            (f"; unused from the checkpoint: {listed(unused)}" if unused else "")
+        raise UserError(f"--init_from={source} fits {len(matched)} of this model's {len(own)} tensors{detail} "
+                        f"(fix: --allow_partial_init=True to go on, or match the checkpoint's shape)")
+    model.load_state_dict(matched, strict=False)
+    return len(matched), len(own)
+
+
+def load_model(path_or_out_dir="", device="cpu"):
+    """(model in eval mode on `device`, checkpoint dict): what sample.py, eval.py, compare.py and pangu/ run.
+    A directory means its ckpt.pt (else last.pt); "" means the out*/ folder with the newest checkpoint (the
+    run train.py just finished), announced on stderr. Refuses non-finite weights."""
+    if not path_or_out_dir:
+        path_or_out_dir = latest_out_dir()
+        print(f"loading the newest checkpoint: {path_or_out_dir} (choose another with --out_dir)", file=sys.stderr)
+    ckpt = load_checkpoint(path_or_out_dir, device)
+    model = build_model(ckpt["model_args"], device, source=ckpt["path"])
+    check_finite(ckpt["model"], ckpt["path"])
+    try:
+        model.load_state_dict(clean_state_dict(ckpt["model"]))
+    except RuntimeError as e:
+        problems = [line.strip() for line in str(e).splitlines()[1:] if line.strip()]
+        raise UserError(f"the weights in '{ckpt['path']}' do not fit its own model_args ({len(problems)} "
+                        f"problem(s), e.g. {problems[0][:160] if problems else e}) (fix: the file is damaged or was "
+                        f"edited: retrain, or load it with the code version that wrote it)") from None
+    model.eval()
+    return model, ckpt
+
+
+def keep_heaviest_branch(model, enabled):
+    """pgpt at inference (paper 004): run only the branch with the largest combination weight. Returns a
+    note for the user ("" when not enabled)."""
+    if not enabled:
+        return ""
+    if model.config.n_branches == 1:
+        return "keep_heaviest_branch ignored (the model has one branch)"
+    model.keep_branch = model.heaviest_branch()
+    weights = ", ".join(f"{w:.3f}" for w in model.branch_weights().tolist())
+    return f"running only branch {model.keep_branch} of {model.config.n_branches} (weights {weights})"
+
+
+# --- RNG state: saved in checkpoints so that a resumed run draws the same dropout masks ----------------
+
+def rng_state(device):
+    np_state = np.random.get_state()
+    return {
+        "python": random.getstate(),
+        # numpy's state as tensors/ints, so checkpoints load with torch.load(weights_only=True)
+        "numpy": {"name": np_state[0], "keys": torch.from_numpy(np_state[1].astype(np.int64)),
+                  "pos": int(np_state[2]), "has_gauss": int(np_state[3]), "cached_gaussian": float(np_state[4])},
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
+    }
+
+
+def restore_rng(state, device):
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    n = state["numpy"]
+    np.random.set_state((n["name"], n["keys"].cpu().numpy().astype(np.uint32), n["pos"], n["has_gauss"],
+                         n["cached_gaussian"]))
+    torch.set_rng_state(state["torch"].cpu())
+    if device.type == "cuda" and state.get("cuda") is not None:
+        torch.cuda.set_rng_state(state["cuda"].cpu(), device)

@@ -1,0 +1,139 @@
+"""
+A prepared dataset folder (written by prepare.py): train.bin / val.bin (/ test.bin) hold flat uint16
+token ids, meta.json describes the tokenizer (written last: its presence means the folder is complete).
+
+Batches are a pure function of (seed, split, iteration, micro-step): the generator is re-seeded with
+batch_seed(...) for every batch, so training data does not depend on how often we evaluate, resuming
+needs no sampler state, and a DDP rank sees exactly the batches a single process would see.
+"""
+
+import hashlib
+import json
+import os
+
+import numpy as np
+import torch
+
+from configurator import UserError
+
+SPLIT_CODES = {"train": 0, "val": 1, "test": 2}
+TOKEN_DTYPE = np.uint16
+
+
+def split_path(data_dir, split):
+    return os.path.join(data_dir, f"{split}.bin")
+
+
+def load_meta(data_dir):
+    """meta.json of a prepared dataset, with one-line errors for a missing or damaged file."""
+    path = os.path.join(data_dir, "meta.json")
+    fix = f"(fix: prepare it with `python prepare.py <dataset> --out_dir={data_dir}`, or pass the right --data_dir)"
+    try:
+        with open(path, encoding="utf-8") as f:
+            meta = json.load(f)
+    except FileNotFoundError:
+        raise UserError(f"{path} not found {fix}") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise UserError(f"{path} is not readable JSON ({type(e).__name__}: {e}) {fix}") from None
+    if not isinstance(meta, dict) or not isinstance(meta.get("vocab_size"), int) or meta["vocab_size"] < 1:
+        raise UserError(f"{path} has no valid vocab_size {fix}")
+    return meta
+
+
+def default_data_dir(config):
+    """The dataset folder of a train.py config: data_dir, or data/<dataset>."""
+    return config.get("data_dir") or os.path.join("data", config["dataset"])
+
+
+def dataset_vocab_size(config):
+    """vocab_size of a train.py config's dataset (what train.py will use), or None before it is prepared."""
+    path = os.path.join(default_data_dir(config), "meta.json")
+    return load_meta(default_data_dir(config))["vocab_size"] if os.path.isfile(path) else None
+
+
+def resolve_data_dir(ckpt, override=""):
+    """The dataset folder for a checkpoint: --data_dir, else the one it recorded (a relative path is tried
+    from the current directory, then from the repository root). A --data_dir whose tokenizer is not the
+    checkpoint's is refused: its ids would mean other text."""
+    data_dir = override or ckpt.get("data_dir") or ""
+    if not data_dir:
+        raise UserError("the checkpoint records no data_dir (fix: pass --data_dir=data/<dataset>)")
+    if not os.path.isabs(data_dir) and not os.path.isdir(data_dir):
+        here = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), data_dir)
+        data_dir = here if os.path.isdir(here) else data_dir
+    if override and ckpt.get("tokenizer_id") and ckpt["tokenizer_id"] != tokenizer_id(load_meta(data_dir)):
+        raise UserError(f"{data_dir} has another tokenizer than the one {ckpt.get('path', 'the checkpoint')} was "
+                        f"trained with (dataset {ckpt.get('dataset')}) (fix: --data_dir=<that dataset>, or drop it)")
+    return data_dir
+
+
+def tokenizer_id(meta):
+    """A short hash of what maps ids to text (tokenizer kind, vocabulary, eot), recorded in checkpoints:
+    two datasets with the same id decode the same ids to the same text."""
+    keys = ("tokenizer", "vocab_size", "chars", "tokens", "eot_token")
+    identity = json.dumps({k: meta.get(k) for k in keys}, sort_keys=True)
+    return hashlib.sha256(identity.encode("utf-8")).hexdigest()[:16]
+
+
+def split_tokens(data_dir, split, vocab_size, block_size):
+    """Number of tokens of a split, after checking the file: present, whole uint16 ids, ids below
+    vocab_size, and longer than one training window."""
+    path = split_path(data_dir, split)
+    fix = "(fix: re-run `python prepare.py` for this dataset, or pass the right --data_dir)"
+    if not os.path.isfile(path):
+        raise UserError(f"{path} not found {fix}")
+    size = os.path.getsize(path)
+    if size % np.dtype(TOKEN_DTYPE).itemsize:
+        raise UserError(f"{path} has an odd number of bytes ({size}): not uint16 token ids {fix}")
+    n = size // np.dtype(TOKEN_DTYPE).itemsize
+    if n <= block_size:
+        raise UserError(f"{split} split of {data_dir} has {n} tokens, not enough for block_size={block_size} "
+                        f"(fix: --block_size={max(1, n // 2)} or a bigger dataset)")
+    top = int(np.memmap(path, dtype=TOKEN_DTYPE, mode="r").max())
+    if top >= vocab_size:
+        raise UserError(f"{path} holds token id {top}, but meta.json's vocab_size is {vocab_size} {fix}")
+    return n
+
+
+def batch_seed(*parts):
+    """Mix integers into one 63-bit seed (splitmix64), so nearby (iter, micro-step) pairs give unrelated
+    generator states."""
+    mask = (1 << 64) - 1
+    x = 0
+    for p in parts:
+        x = (x + 0x9E3779B97F4A7C15 + (int(p) & mask)) & mask
+        x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & mask
+        x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & mask
+        x ^= x >> 31
+    return x >> 1
+
+
+def get_batch(path, batch_size, block_size, generator, device=torch.device("cpu"), segments=None):
+    """(x, y) of shape (batch_size, block_size): random windows of the token file `path`, y = x shifted by
+    one. The memmap is reopened every call: a long-lived one keeps growing resident memory.
+    segments: optional array of allowed window starts (data refining, paper 003 4.2: see pangu/refine.py)."""
+    data = np.memmap(path, dtype=TOKEN_DTYPE, mode="r")
+    if segments is None:
+        starts = torch.randint(len(data) - block_size, (batch_size,), generator=generator).numpy()
+    else:
+        starts = segments[torch.randint(len(segments), (batch_size,), generator=generator).numpy()]
+    windows = torch.from_numpy(data[starts[:, None] + np.arange(block_size + 1)].astype(np.int64))
+    x, y = windows[:, :-1].contiguous(), windows[:, 1:].contiguous()
+    if device.type == "cuda":
+        # pinned host memory lets the copy run asynchronously with the GPU work already queued
+        return x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
+    return x.to(device), y.to(device)
+
+
+def load_segments(path, n_tokens, block_size):
+    """The window starts saved by refine (an int .npy), checked against the train split."""
+    try:
+        starts = np.load(path)
+    except (OSError, ValueError) as e:
+        raise UserError(f"cannot read data_segments '{path}': {e} (fix: write it with `python -m pangu.refine` first)") from None
+    if starts.ndim != 1 or len(starts) == 0 or starts.dtype.kind not in "iu":
+        raise UserError(f"data_segments '{path}' is not a non-empty 1-D integer array (fix: write it with `python -m pangu.refine`)")
+    if starts.min() < 0 or starts.max() + block_size >= n_tokens:
+        raise UserError(f"data_segments '{path}' has window starts outside the train split for block_size="
+                        f"{block_size} (fix: refine with a model of this dataset and block_size)")
+    return starts.astype(np.int64)

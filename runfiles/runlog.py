@@ -1,0 +1,82 @@
+"""
+out_dir/log.csv: one row per logged value of a training run (train.py writes it with CsvLog; plots and
+compare.py read it with read_log). A fresh run starts a new file; a resumed run keeps the rows from
+before its resume point.
+"""
+
+import csv
+import os
+
+from runfiles.checkpoint import atomic_open
+
+COLUMNS = ["iter", "kind", "loss", "val_loss", "val_loss_heaviest", "lr", "ms_per_iter", "tokens_per_s",
+           "mfu", "elapsed_s", "branch_weights"]
+
+
+class CsvLog:
+    """Appends rows to `path`. keep_before=k keeps the existing rows of iterations < k (a run resumed at
+    iteration k logs iteration k and later again, its eval at k included); None starts an empty file."""
+
+    def __init__(self, path, keep_before=None):
+        rows = []
+        if keep_before is not None:
+            rows = [r for r in read_rows(path) if int(r["iter"]) < keep_before]
+        with atomic_open(path, "w") as f:
+            writer = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
+            writer.writeheader()
+            writer.writerows(rows)
+        self.file = open(path, "a", newline="", encoding="utf-8")
+        self.writer = csv.DictWriter(self.file, fieldnames=COLUMNS, extrasaction="ignore")
+
+    def write(self, **row):
+        self.writer.writerow({k: _text(v) for k, v in row.items()})
+        self.file.flush()
+
+    def close(self):
+        self.file.close()
+
+
+def read_rows(path):
+    """The rows of a log.csv (dicts of text) with a valid iteration number; [] when there is no file."""
+    if not os.path.exists(path):
+        return []
+    with open(path, newline="", encoding="utf-8") as f:
+        return [row for row in csv.DictReader(f) if (row.get("iter") or "").isdigit()]
+
+
+def _float(text):
+    return None if text in (None, "") else float(text)
+
+
+def read_log(out_dir):
+    """Rows of out_dir/log.csv: per-iteration train losses and the eval rows (iter, loss = train
+    loss at eval, val_loss, val_loss_heaviest or None, branch_weights list or None)."""
+    log = {"train": [], "eval": []}
+    for row in read_rows(os.path.join(out_dir, "log.csv")):
+        it = int(row["iter"])
+        if row.get("kind") == "train" and row.get("loss"):
+            log["train"].append((it, float(row["loss"])))
+        elif row.get("kind") == "eval":
+            weights = row.get("branch_weights") or ""
+            log["eval"].append(dict(iter=it, loss=_float(row.get("loss")), val_loss=_float(row.get("val_loss")),
+                                    val_loss_heaviest=_float(row.get("val_loss_heaviest")),
+                                    branch_weights=[float(w) for w in weights.split()] or None))
+    return log
+
+
+def _text(v):
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    if isinstance(v, (list, tuple)):
+        return " ".join(_text(x) for x in v)
+    return v
+
+
+def format_duration(seconds):
+    """h:mm:ss"""
+    seconds = int(max(0, seconds))
+    h, rem = divmod(seconds, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}:{m:02d}:{s:02d}"

@@ -1,0 +1,331 @@
+"""train.py when things go wrong (issue 11): bad input is refused with one `error:` line and a non-zero exit
+before anything on disk changes; divergence stops the run without saving NaN weights; signals and stale
+temporary files; the CPU-time note for GPU recipes. Tiny models on a synthetic dataset: seconds in all."""
+import hashlib
+import os
+import shutil
+import signal
+
+import pytest
+import torch
+
+import train
+from runfiles.checkpoint import load_checkpoint, load_model
+from configurator import UserError
+
+
+def run(config, callback=None):
+    return train.train({**train.DEFAULTS, **config}, explicit=set(config), callback=callback)
+
+
+def argv(config):
+    return [f"--{k}={v}" for k, v in config.items()]
+
+
+def snapshot(directory):
+    """{file name: sha256 of its bytes} of everything in `directory` (recursively)."""
+    out = {}
+    for root, _, files in os.walk(directory):
+        for name in files:
+            path = os.path.join(root, name)
+            with open(path, "rb") as f:
+                out[os.path.relpath(path, directory)] = hashlib.sha256(f.read()).hexdigest()
+    return out
+
+
+def main_error(args):
+    """Run train.main(args); assert it exits non-zero with one `error: ...` line, and return that line."""
+    with pytest.raises(SystemExit) as e:
+        train.main(args)
+    message = e.value.code
+    assert isinstance(message, str) and message.startswith("error: ") and "\n" not in message, message
+    return message
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    """A finished 10-iteration run (config, out_dir) to copy; never modified."""
+    from conftest import tiny_config, write_token_dataset
+    root = tmp_path_factory.mktemp("finished")
+    cfg = dict(tiny_config(write_token_dataset(root / "data"), root / "out"), max_iters=10, eval_interval=5)
+    run(cfg)
+    return cfg
+
+
+def copy_run(finished, tmp_path):
+    out_dir = str(tmp_path / "copy")
+    shutil.copytree(finished["out_dir"], out_dir)
+    return dict(finished, out_dir=out_dir)
+
+
+# --- bad input: one error line, non-zero exit, nothing on disk changed -------------------------------------
+
+@pytest.mark.parametrize("override,words", [
+    (dict(data_segments="missing.npy"), ["data_segments", "missing.npy"]),
+    (dict(n_layer=3), ["n_layer", "differs"]),
+    (dict(weight_decay=-1.0), ["weight_decay", ">= 0"]),
+    (dict(learning_rate=-1e-3), ["learning_rate must be > 0"]),   # not blamed on min_lr
+    (dict(beta1=1.0), ["beta1", "[0, 1)"]),
+    (dict(beta2=-0.5), ["beta2"]),
+    (dict(grad_clip=-1.0), ["grad_clip"]),
+    (dict(min_lr=1.0), ["min_lr"]),
+    (dict(warmup_iters=-1), ["warmup_iters"]),
+    (dict(max_iters=-5), ["max_iters"]),
+    (dict(block_size=5000), ["block_size"]),
+    (dict(dtype="fp8"), ["dtype"]),
+    (dict(device="tpu"), ["device"]),
+])
+def test_bad_resume_input_changes_nothing(finished, tmp_path, override, words):
+    cfg = dict(copy_run(finished, tmp_path), init_from="resume", **override)
+    before = snapshot(cfg["out_dir"])
+    message = main_error(argv(cfg))
+    assert all(w in message for w in words), message
+    assert snapshot(cfg["out_dir"]) == before   # log.csv, last.pt, ckpt.pt, loss.png untouched
+
+
+def test_warmup_longer_than_the_run_names_the_fix_that_works(tiny_train_config):
+    message = main_error(argv(dict(tiny_train_config, max_iters=20, lr_decay_iters=20, warmup_iters=100)))
+    assert "warmup_iters" in message and "--warmup_iters=2" in message
+    # the fix it names works, and so does leaving warmup_iters out
+    cfg = {k: v for k, v in tiny_train_config.items() if k not in ("warmup_iters", "lr_decay_iters")}
+    assert run(dict(cfg, max_iters=4, eval_interval=4))["iter_num"] == 4
+
+
+def test_out_dir_that_is_a_file(tiny_train_config, tmp_path):
+    path = tmp_path / "taken"
+    path.write_text("not a folder")
+    message = main_error(argv(dict(tiny_train_config, out_dir=str(path / "run"))))
+    assert str(path) in message and "is a file" in message
+    assert path.read_text() == "not a folder"
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may write into read-only folders")
+def test_read_only_out_dir(tiny_train_config, tmp_path):
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    folder.chmod(0o500)
+    try:
+        message = main_error(argv(dict(tiny_train_config, out_dir=str(folder))))
+    finally:
+        folder.chmod(0o700)
+    assert str(folder) in message and "cannot write" in message
+
+
+def test_init_from_checkpoint_of_another_tokenizer_is_refused(finished, tmp_path):
+    from conftest import write_token_dataset
+    other = write_token_dataset(tmp_path / "other", vocab_size=12)
+    cfg = dict(finished, data_dir=other, out_dir=str(tmp_path / "new"),
+               init_from=os.path.join(finished["out_dir"], "ckpt.pt"))
+    message = main_error(argv(cfg))
+    assert "another tokenizer" in message and not os.path.exists(cfg["out_dir"])
+
+
+# --- divergence --------------------------------------------------------------------------------------------
+
+def test_divergence_stops_without_saving_nan_weights(finished, tmp_path):
+    cfg = dict(copy_run(finished, tmp_path), learning_rate=1e4, min_lr=0.0, grad_clip=0.0, max_iters=20)
+    message = main_error(argv(cfg))
+    assert "diverged" in message and "at iteration" in message and "--learning_rate" in message
+    for name in ("last.pt", "ckpt.pt"):   # whatever is there now still loads: never NaN weights
+        model, _ = load_model(os.path.join(cfg["out_dir"], name))
+        assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+def test_checkpoint_with_nan_weights_is_refused(finished, tmp_path):
+    cfg = copy_run(finished, tmp_path)
+    path = os.path.join(cfg["out_dir"], "last.pt")
+    ckpt = torch.load(path, weights_only=True)
+    next(v for v in ckpt["model"].values() if v.is_floating_point()).fill_(float("nan"))
+    torch.save(ckpt, path)
+    with pytest.raises(UserError, match="non-finite"):
+        load_model(path)
+    before = snapshot(cfg["out_dir"])
+    assert "non-finite" in main_error(argv(dict(cfg, init_from="resume", max_iters=20)))
+    assert snapshot(cfg["out_dir"]) == before
+
+
+# --- resume, signals, leftovers ------------------------------------------------------------------------------
+
+def test_resuming_a_finished_run_does_not_duplicate_its_last_eval(finished, tmp_path):
+    cfg = copy_run(finished, tmp_path)
+    run(dict(cfg, init_from="resume"))
+    evals = [r for r in train_log(cfg["out_dir"]) if r[1] == "eval"]
+    assert [r[0] for r in evals] == ["0", "5", "10"]
+
+
+def train_log(out_dir):
+    with open(os.path.join(out_dir, "log.csv")) as f:
+        return [line.split(",")[:2] for line in f.read().splitlines()[1:]]
+
+
+@pytest.fixture
+def ctrl_c_handler():
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def interrupt_mid_step(monkeypatch, at_call):
+    """Make the at_call-th training batch fetch (inside an optimizer step) receive two Ctrl-C."""
+    calls = []
+    real = train.get_batch
+
+    def get_batch(path, *args, **kwargs):
+        if len(args) == 5:   # training batches pass segments; evaluation batches do not
+            calls.append(1)
+            if len(calls) == at_call:
+                os.kill(os.getpid(), signal.SIGINT)
+                os.kill(os.getpid(), signal.SIGINT)   # the second one stops at once
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(train, "get_batch", get_batch)
+
+
+def test_double_ctrl_c_before_any_save(tiny_train_config, monkeypatch, ctrl_c_handler, capsys):
+    interrupt_mid_step(monkeypatch, at_call=4)   # call 1 is the first batch; 4 is inside step 2
+    summary = run(tiny_train_config)
+    out = capsys.readouterr().out
+    assert summary["interrupted"] and "nothing was saved" in out and "keeps" not in out
+    assert not os.path.exists(os.path.join(tiny_train_config["out_dir"], "last.pt"))
+
+
+def test_double_ctrl_c_after_a_save_keeps_that_save(tiny_train_config, monkeypatch, ctrl_c_handler, capsys):
+    interrupt_mid_step(monkeypatch, at_call=14)   # inside step 12; last.pt was saved at iteration 10
+    assert run(tiny_train_config)["interrupted"]
+    assert "last.pt keeps iteration 10" in capsys.readouterr().out
+    assert load_checkpoint(tiny_train_config["out_dir"], prefer=("last.pt",))["iter_num"] == 10
+
+
+def test_sigterm_saves_like_ctrl_c(tiny_train_config, capsys):
+    def callback(event, info):
+        if event == "iter" and info["iter_num"] == 5:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    summary = run(tiny_train_config, callback)
+    assert summary["interrupted"] and summary["iter_num"] == 5
+    assert load_checkpoint(tiny_train_config["out_dir"], prefer=("last.pt",))["iter_num"] == 5
+    assert "SIGTERM" in capsys.readouterr().out
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL   # handler removed after the run
+
+
+def test_stale_temp_files_are_removed_and_reported(finished, tmp_path, capsys):
+    cfg = copy_run(finished, tmp_path)
+    stale = os.path.join(cfg["out_dir"], ".last.pt.k3j9x1.tmp")
+    other = os.path.join(cfg["out_dir"], "notes.tmp")   # not ours: kept
+    for path in (stale, other):
+        with open(path, "wb") as f:
+            f.write(b"\0" * 2_000_000)
+    run(dict(cfg, init_from="resume", max_iters=12))
+    assert "removed 1 temporary file(s) (2.0 MB)" in capsys.readouterr().out
+    assert not os.path.exists(stale) and os.path.exists(other)
+
+
+# --- a GPU recipe on a CPU (issue 13) ---------------------------------------------------------------------
+
+def test_gpu_recipe_on_cpu_names_time_and_twin(tiny_train_config, monkeypatch, capsys):
+    monkeypatch.setattr(train, "PROGRESS_EVERY_S", 0)   # show evaluation progress at every batch
+    cfg = dict(tiny_train_config, max_iters=10 ** 8, eval_only=True, cpu_twin="config/gpt_shakespeare_cpu.py")
+    run(cfg)
+    out = capsys.readouterr().out
+    note = [line for line in out.splitlines() if line.startswith("note: ")]
+    assert len(note) == 1 and "GPU recipe" in note[0] and "config/gpt_shakespeare_cpu.py" in note[0]
+    assert "evaluating: val batch 2/2" in out
+
+
+def test_ctrl_c_during_a_long_evaluation_stops_at_once(tiny_train_config, monkeypatch, ctrl_c_handler, capsys):
+    evals = []
+    real = train.get_batch
+
+    def get_batch(path, *args, **kwargs):
+        if len(args) == 4:   # an evaluation batch
+            evals.append(1)
+            if len(evals) == 5:   # inside the evaluation at iteration 10 (4 batches per evaluation)
+                os.kill(os.getpid(), signal.SIGINT)
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(train, "get_batch", get_batch)
+    summary = run(tiny_train_config)
+    assert summary["interrupted"] and summary["iter_num"] == 10 and len(evals) == 5   # stopped there, not at 8
+    assert load_checkpoint(tiny_train_config["out_dir"], prefer=("last.pt",))["iter_num"] == 10
+    assert "saved" in capsys.readouterr().out
+
+
+# --- the other entry points: the same classes of bad input ---------------------------------------------------
+
+@pytest.mark.parametrize("script", ["sample", "eval"])
+def test_data_dir_of_another_tokenizer_is_refused(finished, tmp_path, script):
+    from conftest import write_token_dataset
+    module = __import__(script)
+    other = write_token_dataset(tmp_path / "other", vocab_size=12)
+    with pytest.raises(SystemExit) as e:
+        module.main([f"--out_dir={finished['out_dir']}", f"--data_dir={other}", "--device=cpu"])
+    assert str(e.value.code).startswith("error: ") and "another tokenizer" in str(e.value.code)
+
+
+def test_config_file_that_is_not_utf8(tmp_path):
+    path = tmp_path / "latin1.py"
+    path.write_bytes("out_dir = 'caf\xe9'\n".encode("latin-1"))
+    message = main_error([str(path)])
+    assert str(path) in message and "UTF-8" in message
+
+
+@pytest.mark.parametrize("args,words", [
+    (["shakespeare", "--vocab_size", "0"], ["vocab_size", "0"]),          # not silently "the full vocabulary"
+    (["shakespeare_char", "--input", "EMPTY"], ["is empty"]),
+    (["shakespeare_char", "--input", "LATIN1"], ["not UTF-8"]),
+])
+def test_prepare_refuses_nonsense(tmp_path, args, words):
+    import prepare
+    (tmp_path / "EMPTY").write_text("")
+    (tmp_path / "LATIN1").write_bytes("caf\xe9\n".encode("latin-1"))
+    args = [str(tmp_path / a) if a in ("EMPTY", "LATIN1") else a for a in args]
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as e:
+        prepare.main(args + ["--out_dir", str(out)])
+    message = str(e.value.code)
+    assert message.startswith("error: ") and "\n" not in message and all(w in message for w in words), message
+    assert not out.exists() or not os.listdir(out)   # nothing half-written
+
+
+@pytest.mark.parametrize("damage,words", [
+    ("meta_not_json", ["meta.json", "not readable JSON"]),
+    ("odd_bin", ["train.bin", "odd number of bytes"]),
+    ("id_too_large", ["token id 40", "vocab_size is 16"]),
+    ("empty_val", ["val split", "0 tokens"]),
+])
+def test_corrupt_dataset_is_one_line(tiny_train_config, damage, words):
+    data_dir = tiny_train_config["data_dir"]
+    if damage == "meta_not_json":
+        with open(os.path.join(data_dir, "meta.json"), "w") as f:
+            f.write("{not json")
+    elif damage == "odd_bin":
+        with open(os.path.join(data_dir, "train.bin"), "ab") as f:
+            f.write(b"\0")
+    elif damage == "id_too_large":
+        with open(os.path.join(data_dir, "train.bin"), "r+b") as f:
+            f.write(bytes([40, 0]))
+    else:
+        open(os.path.join(data_dir, "val.bin"), "wb").close()
+    message = main_error(argv(tiny_train_config))
+    assert all(w in message for w in words), message
+    assert not os.path.exists(tiny_train_config["out_dir"])
+
+
+@pytest.mark.parametrize("damage,words", [
+    ("bad_model_args", ["model_args", "do not fit this model.py"]),
+    ("weights_mismatch", ["do not fit its own model_args"]),
+])
+def test_damaged_checkpoint_is_one_line_in_sample(finished, tmp_path, damage, words):
+    import sample
+    cfg = copy_run(finished, tmp_path)
+    path = os.path.join(cfg["out_dir"], "ckpt.pt")
+    ckpt = torch.load(path, weights_only=True)
+    if damage == "bad_model_args":
+        ckpt["model_args"]["n_head"] = 3   # 32 is not divisible by 3: GPTConfig refuses it
+    else:
+        ckpt["model"].pop(next(iter(ckpt["model"])))
+    torch.save(ckpt, path)
+    with pytest.raises(SystemExit) as e:
+        sample.main([f"--out_dir={path}", "--device=cpu", "--num_samples=1", "--max_new_tokens=2"])
+    message = str(e.value.code)
+    assert message.startswith("error: ") and "\n" not in message and all(w in message for w in words), message
