@@ -135,11 +135,8 @@ def normalize_argv(argv):
 
 
 def parse(argv):
-    """(config, explicit) from config files and overrides; bad input -> one-line SystemExit."""
-    try:
-        config, explicit = load_config(defaults(), normalize_argv(list(argv)))
-    except UserError as e:
-        raise SystemExit(f"error: {e}")
+    """(config, explicit) from config files and overrides; bad input raises UserError."""
+    config, explicit = load_config(defaults(), normalize_argv(list(argv)))
     check(config, explicit)
     return config, explicit
 
@@ -150,21 +147,21 @@ def resolve_seeds(seeds, seed):
         return None
     if isinstance(seeds, int) and not isinstance(seeds, bool):
         if seeds < 1:
-            raise SystemExit(f"error: seeds must be >= 1, got {seeds} (fix: --seeds=3)")
+            raise UserError(f"seeds must be >= 1, got {seeds} (fix: --seeds=3)")
         return [seed + k for k in range(seeds)]
     if (isinstance(seeds, (list, tuple)) and seeds
             and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds)):
         if len(set(seeds)) != len(seeds):
-            raise SystemExit(f"error: seeds lists a seed twice: {list(seeds)} (fix: name each seed once)")
+            raise UserError(f"seeds lists a seed twice: {list(seeds)} (fix: name each seed once)")
         return list(seeds)
-    raise SystemExit(f"error: seeds must be a count or a list of seeds >= 0, got {seeds!r} "
+    raise UserError(f"seeds must be a count or a list of seeds >= 0, got {seeds!r} "
                      f"(fix: --seeds=3 or --seeds=1,2,3)")
 
 
 def check_custom_variants(custom):
     def need(ok, msg):
         if not ok:
-            raise SystemExit(f"error: {msg}")
+            raise UserError(f"{msg}")
 
     need(isinstance(custom, dict) and all(isinstance(k, str) and isinstance(v, dict) for k, v in custom.items()),
          f"custom_variants must be a dict {{name: dict(variant='cgpt', shrink_kernel=3)}}, got {custom!r} "
@@ -180,7 +177,7 @@ def check_custom_variants(custom):
 def check(config, explicit):
     def need(ok, msg):
         if not ok:
-            raise SystemExit(f"error: {msg}")
+            raise UserError(f"{msg}")
 
     v = config["variants"]
     need(isinstance(v, (list, tuple)) and v and all(isinstance(x, str) and x for x in v),
@@ -258,12 +255,12 @@ def plan(config, explicit):
         try:
             args = resolve_model_args(tcfg, model_explicit, vocab_size=vocab)
         except UserError as e:
-            raise SystemExit(f"error: {e}")
+            raise UserError(f"{e}")
         try:
             GPTConfig(**args)
         except (ValueError, TypeError) as e:
             set_keys = ", ".join(sorted(model_explicit)) or "none"
-            raise SystemExit(f"error: variant {name} with this config: {e} (the config's model keys ({set_keys}) "
+            raise UserError(f"variant {name} with this config: {e} (the config's model keys ({set_keys}) "
                              f"apply to every variant; fix: adjust them, or drop them to keep the preset's sizes)")
         for k, seed in enumerate(seeds):
             key = name if config["seeds"] is None else f"{name}/seed{seed}"
@@ -313,7 +310,7 @@ def load_status(config):
             status = json.load(f)
         status["models"]  # noqa: B018 - a KeyError means a foreign file
     except (ValueError, OSError, KeyError, TypeError) as e:
-        raise SystemExit(f"error: cannot read {path}: {type(e).__name__} {e} (fix: delete it; the next run then "
+        raise UserError(f"cannot read {path}: {type(e).__name__} {e} (fix: delete it; the next run then "
                          f"resumes every model from its last.pt)")
     return status
 
@@ -362,11 +359,11 @@ def check_finished(config, status, runs):
         model_diff = differences({"model_args": entry["settings"].get("model_args", {})},
                                  {"model_args": now["model_args"]})
         if entry.get("state") == "finished" and diff:
-            raise SystemExit(f"error: {run.label} in {config['compare_dir']} was trained with other settings "
+            raise UserError(f"{run.label} in {config['compare_dir']} was trained with other settings "
                              f"({'; '.join(diff[:4])}{'; ...' if len(diff) > 4 else ''}) (fix: use another "
                              f"--compare_dir, or the old values)")
         if model_diff and os.path.exists(os.path.join(run.out_dir, LAST_NAME)):
-            raise SystemExit(f"error: {run.label} in {config['compare_dir']} was started with another model "
+            raise UserError(f"{run.label} in {config['compare_dir']} was started with another model "
                              f"({'; '.join(model_diff[:4])}) (fix: use another --compare_dir, or delete "
                              f"{run.out_dir} to start it over)")
 
@@ -429,9 +426,9 @@ def train_model(run, progress):
     try:
         return train.train(tcfg, texplicit, callback=progress)
     except UserError as e:
-        raise SystemExit(f"error: {run.label}: {e}")
+        raise UserError(f"{run.label}: {e}")
     except torch.OutOfMemoryError:
-        raise SystemExit(f"error: {run.label}: out of memory (fix: lower --batch_size and raise "
+        raise UserError(f"{run.label}: out of memory (fix: lower --batch_size and raise "
                          f"--gradient_accumulation_steps, or lower --block_size)") from None
 
 
@@ -1043,9 +1040,11 @@ def run(config, explicit):
 
 
 def main(argv=None):
-    config, explicit = parse(sys.argv[1:] if argv is None else argv)
     try:
+        config, explicit = parse(sys.argv[1:] if argv is None else argv)
         return run(config, explicit)
+    except UserError as e:   # bad input anywhere: one line and exit code 1
+        raise SystemExit(f"error: {e}") from None
     except KeyboardInterrupt:
         # outside train.py's own handling (e.g. while sampling): finished runs are already recorded
         print("\ncompare: interrupted; run the same command again to continue", flush=True)

@@ -13,6 +13,7 @@ import torch
 import compare
 import prepare
 import train
+from configurator import UserError
 
 PROMPTS = ["Oh God, ", "War is "]
 TEXT_LINES = ["Oh God, what is this war?", "War is a thing of kings and fools.", "Her affability is known.",
@@ -153,9 +154,9 @@ def test_variants_and_prompts_on_the_command_line():
     argv = compare.normalize_argv(["--variants=gpt, lgpt", "--prompts", "Oh God, ", "--max_iters=5"])
     assert argv == ["--variants=['gpt', 'lgpt']", "--prompts=['Oh God, ']", "--max_iters=5"]
     assert compare.normalize_argv(["--variants=['gpt']"]) == ["--variants=['gpt']"]
-    with pytest.raises(SystemExit, match="unknown variant 'nope'"):
-        compare.run(*compare.parse(["--variants=gpt,nope", "--dry_run=True"]))
-    with pytest.raises(SystemExit, match="twice"):
+    with pytest.raises(SystemExit, match="error: unknown variant 'nope'"):
+        compare.main(["--variants=gpt,nope", "--dry_run=True"])
+    with pytest.raises(UserError, match="twice"):
         compare.parse(["--variants=gpt,gpt"])
 
 
@@ -213,11 +214,11 @@ def test_seeds_and_custom_variants_on_the_command_line():
     assert compare.parse(["--seeds=5,1"])[0]["seeds"] == [5, 1]
     assert compare.parse([])[0]["seeds"] is None
     for bad, match in (("--seeds=0", ">= 1"), ("--seeds=1,1", "twice"), ("--seeds=abc", "count or a list")):
-        with pytest.raises(SystemExit, match=match):
+        with pytest.raises(UserError, match=match):
             compare.parse([bad])
-    with pytest.raises(SystemExit, match="out_dir, which is not a key"):
+    with pytest.raises(UserError, match="out_dir, which is not a key"):
         compare.parse(["--custom_variants={'x': {'out_dir': 'y'}}"])
-    with pytest.raises(SystemExit, match="unknown variant 'nope'"):
+    with pytest.raises(UserError, match="unknown variant 'nope'"):
         compare.run(*compare.parse(["--variants=x", "--custom_variants={'x': {'variant': 'nope'}}", "--dry_run=True"]))
 
 
