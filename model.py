@@ -467,7 +467,9 @@ class ResidualSubLayer(nn.Module):
     one learned w per sub-layer, w = 0 at init (alpha = 0.5; the paper gives no init, 0 is its code's;
     `residual_logit_init` changes it). w is a 0-d tensor, so the optimizer leaves it undecayed.
     Pre-norm + enhanced residual shrinks the residual stream by alpha at every sub-layer with nothing to
-    restore its scale; post-norm (how the paper's code runs it) renormalises after every mix.
+    restore its scale; post-norm (how the paper's code runs it) renormalises after every mix. A norm is
+    scale-invariant, so under post-norm the mix is norm(x + g * F(x)) with g = (1 - alpha) / alpha: at alpha =
+    0.5 exactly the plain residual (up to eps), and training can only learn a gain per sub-layer.
     """
 
     def __init__(self, config, width, inner):

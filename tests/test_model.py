@@ -558,3 +558,13 @@ def test_flops_per_token_counts_the_factorized_embedding_path():
     assert factorized - plain == 6 * (2 * E * W + V * E - V * W)
     untied = GPT(GPTConfig(**TINY, embd_factor_dim=E, tie_embeddings=False)).flops_per_token()
     assert untied - plain == 6 * E * W
+
+
+def test_post_norm_enhanced_residual_at_half_is_the_plain_residual():
+    """norm(0.5 x + 0.5 F(x)) = norm(x + F(x)) up to the norm's eps: with post-norm (the authors' code) enhanced
+    residual starts as exactly the plain model and can only learn a gain (1 - alpha) / alpha per sub-layer."""
+    plain = GPT(GPTConfig(**TINY, norm_placement="post")).eval()
+    enhanced = GPT(GPTConfig(**TINY, norm_placement="post", enhanced_residual=True)).eval()
+    enhanced.load_state_dict(plain.state_dict(), strict=False)
+    idx = tokens(2, 16)
+    torch.testing.assert_close(enhanced(idx, all_logits=True)[0], plain(idx, all_logits=True)[0], rtol=1e-4, atol=1e-4)
