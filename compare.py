@@ -57,7 +57,6 @@ import dataclasses
 import json
 import math
 import os
-import statistics
 import sys
 import time
 
@@ -70,6 +69,7 @@ from runfiles import plots
 from runfiles.checkpoint import LAST_NAME, atomic_open, load_model
 from runfiles.dataset import dataset_vocab_size, resolve_data_dir
 from runfiles.runlog import format_duration, read_log
+from runfiles.spread import NOISE_T, add_equal_compute, mean_std, noise_verdict
 from runfiles.tokenizer import encode_start, load_tokenizer, render
 
 COMPARE_DEFAULTS = dict(
@@ -95,7 +95,6 @@ NOT_CUSTOM_KEYS = ("out_dir", "seed", "eval_only")
 STATUS_NAME = "status.json"
 MB = 1e6   # decimal megabytes, as paper 004's Table 1 (10.77M parameters x 12 bytes = 129.3 MB)
 BENCH_WARMUP = 2
-NOISE_T = 2.0   # noise_verdict: |Welch's t| above this is a difference
 # per-run metrics that get a mean and a standard deviation over the seeds; other columns are the same
 # for every seed (sizes, FLOPs) and come from the first seed's run
 SEED_METRICS = ("best_val_loss", "best_val_ppl", "val_loss_weaker_branch_dropped", "val_loss_equal_compute",
@@ -548,38 +547,10 @@ def tokens_per_iter(cfg, block_size):
     return cfg["batch_size"] * cfg["gradient_accumulation_steps"] * block_size
 
 
-def val_loss_at(curve, it):
-    """The val loss an eval curve [(iteration, val loss)] had reached at iteration `it` (fractional),
-    linearly interpolated between the two evaluations around it. The evaluation at iteration 0 (the
-    untrained model) is not used: None when `it` comes before the first evaluation after it, or after
-    the last one."""
-    points = sorted({i: v for i, v in curve if i > 0 and v is not None}.items())
-    if not points or it < points[0][0] or it > points[-1][0] * (1 + 1e-9):
-        return None
-    for (i0, v0), (i1, v1) in zip(points, points[1:]):
-        if it <= i1:
-            return v0 + (v1 - v0) * (it - i0) / (i1 - i0)
-    return points[-1][1]
 
 
-def add_equal_compute(rows, curves):
-    """The compute budget is the cheapest run's training FLOPs; every run row gets the iteration at which
-    it had spent that budget and its val loss there (val_loss_at its eval curve). Returns the budget
-    and the cheapest run's row."""
-    cheapest = min(rows, key=lambda r: r["train_flops"])
-    budget = cheapest["train_flops"]
-    for r, curve in zip(rows, curves):
-        r["equal_compute_iter"] = budget / r["flops_per_iter"]
-        r["val_loss_equal_compute"] = val_loss_at(curve, r["equal_compute_iter"])
-    return budget, cheapest
 
 
-def mean_std(values):
-    """(mean, sample standard deviation, n-1 in the denominator); both None if a value is missing, the
-    std None for a single value."""
-    if not values or any(v is None for v in values):
-        return None, None
-    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else None)
 
 
 def aggregate(rows):
@@ -596,19 +567,6 @@ def aggregate(rows):
     return out
 
 
-def noise_verdict(a, b, key):
-    """Whether row b's mean of `key` (a loss: lower is better) differs from row a's beyond the spread over
-    seeds: Welch's statistic t = (mean_b - mean_a) / sqrt(std_a^2 / n_a + std_b^2 / n_b). |t| > NOISE_T (2)
-    gives ("better" or "worse", mean_b - mean_a), otherwise ("within noise", mean_b - mean_a). None when a
-    row has no spread (fewer than 2 seeds) or no value."""
-    ma, mb, sa, sb = a.get(key), b.get(key), a.get(key + "_std"), b.get(key + "_std")
-    na, nb = a.get("n_seeds", 1), b.get("n_seeds", 1)
-    if None in (ma, mb, sa, sb) or min(na, nb) < 2:
-        return None
-    diff = mb - ma
-    if abs(diff) <= NOISE_T * math.sqrt(sa ** 2 / na + sb ** 2 / nb):
-        return "within noise", diff
-    return ("better" if diff < 0 else "worse"), diff
 
 
 def verdict_text(rows, i, key):
@@ -893,7 +851,7 @@ def write_figures(config, status, runs, logs, per_run, budget):
 
 
 def write_report(config, status, runs):
-    logs = {run.key: plots.read_log(run.out_dir) for run in runs}
+    logs = {run.key: read_log(run.out_dir) for run in runs}
     per_run, budget, cheapest = result_rows(runs, status, logs)
     rows = aggregate(per_run) if config["seeds"] else per_run
     figures = write_figures(config, status, runs, logs, per_run, budget)

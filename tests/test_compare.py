@@ -14,6 +14,7 @@ import compare
 import prepare
 import train
 from configurator import UserError
+from runfiles import spread
 
 PROMPTS = ["Oh God, ", "War is "]
 TEXT_LINES = ["Oh God, what is this war?", "War is a thing of kings and fools.", "Her affability is known.",
@@ -175,15 +176,15 @@ def test_compare_configs_dry_run(cfg, tmp_path, capsys):
 
 def test_val_loss_at_interpolates_between_evaluations():
     curve = [(0, 4.0), (20, 2.0), (10, 3.0), (30, 1.8), (40, None)]   # any order; a missing value skipped
-    assert compare.val_loss_at(curve, 15) == pytest.approx(2.5)
-    assert compare.val_loss_at(curve, 25) == pytest.approx(1.9)
-    assert compare.val_loss_at(curve, 10) == pytest.approx(3.0)
-    assert compare.val_loss_at(curve, 30) == pytest.approx(1.8)
-    assert compare.val_loss_at(curve, 12.5) == pytest.approx(2.75)
+    assert spread.val_loss_at(curve, 15) == pytest.approx(2.5)
+    assert spread.val_loss_at(curve, 25) == pytest.approx(1.9)
+    assert spread.val_loss_at(curve, 10) == pytest.approx(3.0)
+    assert spread.val_loss_at(curve, 30) == pytest.approx(1.8)
+    assert spread.val_loss_at(curve, 12.5) == pytest.approx(2.75)
     # before the first evaluation after iteration 0 (the untrained model is not an end point), or past the end
-    assert compare.val_loss_at(curve, 5) is None
-    assert compare.val_loss_at(curve, 31) is None
-    assert compare.val_loss_at([(0, 4.0)], 0) is None
+    assert spread.val_loss_at(curve, 5) is None
+    assert spread.val_loss_at(curve, 31) is None
+    assert spread.val_loss_at([(0, 4.0)], 0) is None
 
 
 def test_equal_compute_budget_is_the_cheapest_full_run():
@@ -191,7 +192,7 @@ def test_equal_compute_budget_is_the_cheapest_full_run():
             dict(name="costly", flops_per_iter=4.0, train_flops=4.0 * 30),
             dict(name="sparse", flops_per_iter=20.0, train_flops=20.0 * 30)]
     curves = [[(10, 3.0), (20, 2.0), (30, 1.5)], [(10, 2.8), (20, 1.8), (30, 1.4)], [(10, 2.0), (30, 1.0)]]
-    budget, cheapest = compare.add_equal_compute(rows, curves)
+    budget, cheapest = spread.add_equal_compute(rows, curves)
     assert budget == 60.0 and cheapest["name"] == "cheap"
     assert [r["equal_compute_iter"] for r in rows] == [30, 15, 3]
     assert rows[0]["val_loss_equal_compute"] == pytest.approx(1.5)   # its own last evaluation
@@ -202,11 +203,11 @@ def test_equal_compute_budget_is_the_cheapest_full_run():
 def test_noise_verdict_is_welchs_two_standard_errors():
     a = dict(loss=2.0, loss_std=0.03, n_seeds=3)
     se = math.sqrt(0.03 ** 2 / 3 + 0.03 ** 2 / 3)
-    assert compare.noise_verdict(a, dict(loss=2.0 - 2.1 * se, loss_std=0.03, n_seeds=3), "loss")[0] == "better"
-    assert compare.noise_verdict(a, dict(loss=2.0 + 2.1 * se, loss_std=0.03, n_seeds=3), "loss")[0] == "worse"
-    verdict, diff = compare.noise_verdict(a, dict(loss=2.0 + 1.9 * se, loss_std=0.03, n_seeds=3), "loss")
+    assert spread.noise_verdict(a, dict(loss=2.0 - 2.1 * se, loss_std=0.03, n_seeds=3), "loss")[0] == "better"
+    assert spread.noise_verdict(a, dict(loss=2.0 + 2.1 * se, loss_std=0.03, n_seeds=3), "loss")[0] == "worse"
+    verdict, diff = spread.noise_verdict(a, dict(loss=2.0 + 1.9 * se, loss_std=0.03, n_seeds=3), "loss")
     assert verdict == "within noise" and diff == pytest.approx(1.9 * se)
-    assert compare.noise_verdict(a, dict(loss=1.0, loss_std=None, n_seeds=1), "loss") is None   # no spread
+    assert spread.noise_verdict(a, dict(loss=1.0, loss_std=None, n_seeds=1), "loss") is None   # no spread
 
 
 def test_seeds_and_custom_variants_on_the_command_line():
