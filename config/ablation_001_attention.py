@@ -6,7 +6,7 @@
 # can go" hold here? Read the best val loss and its "vs attn_all" column.
 #   python compare.py config/ablation_001_attention.py
 #   python compare.py config/ablation_001_attention.py --dry_run=True
-# Time: about 50 min on one free CPU core (estimated from 50-iteration timings; README "Comparisons with
+# Time: about 50 min on one free CPU core (estimated from 50-iteration timings; docs/compare.md "Comparisons with
 # seeds and equal compute").
 #
 # Table 10 (where the 1/3 budget goes: n decoders at the bottom, m at the top, shared MLP-only layers

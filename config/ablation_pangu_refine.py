@@ -1,4 +1,4 @@
-# Ablation set 4c (issue 15): paper 003's multiple-round training with data refining (README "PanGu-pi Pro",
+# Ablation set 4c (issue 15): paper 003's multiple-round training with data refining (results/README.md "PanGu-pi Pro",
 # (c)) with 3 seeds. Every schedule spends 2000 iterations of 12 x 64 tokens: one round of 2000, or round 1
 # (1000, seed 1337, shared by all round-2 runs) + a fresh 1000-iteration round 2 on all data or on the refined
 # 50% (tau = 1, the paper; tau = 0.1). Run the steps first (repository root, OMP_NUM_THREADS=1):

@@ -1,19 +1,18 @@
 """
 Summarise paper 000's CPU ladder (runs of config/paper000_cpu.py, one out_dir per model and seed, named
-<model>-s<seed>) into this folder: README.md (tables), loss_curves.png and alphas.png (Figure 7).
+<model>-s<seed>, each with a `done` file holding its wall time in seconds) into this folder:
+tables on stdout, loss_curves.png, loss_vs_compute.png and alphas.png (paper 000 Figure 7).
 
     python results/paper000_cpu/summarize.py --runs=out-000
 
-Per model: mean and standard deviation over seeds of the final and best in-run val loss (20 fixed batches),
-training FLOPs per token (model.flops_per_token(): every shared-layer application and every Deep Thinking
-pass counted), and the val loss at equal compute: each run's eval curve read at the compute of the cheapest
-model's full run, linearly interpolated between eval points.
+Per model, mean and sample std over seeds (runfiles/spread.py): final and best in-run val loss (20 fixed
+batches), and the val loss at equal compute: each run's eval curve read at the training FLOPs of the cheapest
+model's full run (model.flops_per_token(): every shared-layer application and Deep Thinking pass counted).
 """
 
 import argparse
 import os
 import re
-import statistics
 import sys
 
 import torch
@@ -21,95 +20,101 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
 
-from checkpoint import load_checkpoint  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
-from plots import plot_alphas, plot_loss_curves, read_log  # noqa: E402
+from runfiles.checkpoint import load_checkpoint  # noqa: E402
+from runfiles.plots import plot_alphas, plot_loss_curves, plot_loss_vs_compute  # noqa: E402
+from runfiles.runlog import read_log  # noqa: E402
+from runfiles.spread import add_equal_compute, mean_std, noise_verdict  # noqa: E402
 
 
 def load_runs(root):
-    """{model: {seed: dict(log, flops_per_iter, params, alphas, wall_s)}} from root/<model>-s<seed>/."""
-    runs = {}
-    for name in sorted(os.listdir(root)):
-        match = re.fullmatch(r"(.+)-s(\d+)", name)
-        out_dir = os.path.join(root, name)
+    """One row per finished run: name, seed, log, sizes, FLOPs, final/best val loss, alphas, wall time."""
+    rows = []
+    for folder in sorted(os.listdir(root)):
+        match = re.fullmatch(r"(.+)-s(\d+)", folder)
+        out_dir = os.path.join(root, folder)
         if not match or not os.path.exists(os.path.join(out_dir, "done")):
             continue
-        ckpt = load_checkpoint(os.path.join(out_dir, "last.pt"))
+        ckpt = load_checkpoint(out_dir, prefer=("last.pt",))
         with torch.device("meta"):
             model = GPT(GPTConfig(**ckpt["model_args"]))
         model.load_state_dict(ckpt["model"], assign=True)
-        cfg = ckpt["config"]
-        tokens_per_iter = cfg["batch_size"] * cfg["gradient_accumulation_steps"] * model.config.block_size
-        runs.setdefault(match.group(1), {})[int(match.group(2))] = dict(
-            log=read_log(out_dir), flops_per_token=model.flops_per_token(),
-            flops_per_iter=model.flops_per_token() * tokens_per_iter, params=model.get_num_params(False),
-            alphas=(model.residual_alphas()[::model.config.share_group_size]   # unique blocks
-                    if model.config.enhanced_residual else None),
-            iters=cfg["max_iters"], wall_s=float(open(os.path.join(out_dir, "done")).read()))
-    return runs
+        cfg, log = ckpt["config"], read_log(out_dir)
+        evals = [r for r in log["eval"] if r["val_loss"] is not None]
+        tokens = cfg["batch_size"] * cfg["gradient_accumulation_steps"] * model.config.block_size
+        unique = model.residual_alphas()[::model.config.share_group_size] if model.config.enhanced_residual else None
+        rows.append(dict(name=match.group(1), seed=int(match.group(2)), log=log,
+                         params=model.get_num_params(False), flops_per_token=model.flops_per_token(),
+                         flops_per_iter=model.flops_per_token() * tokens, iters=cfg["max_iters"],
+                         train_flops=model.flops_per_token() * tokens * cfg["max_iters"],
+                         final_val=evals[-1]["val_loss"], best_val=min(r["val_loss"] for r in evals),
+                         alphas=unique, wall_s=float(open(os.path.join(out_dir, "done")).read())))
+    return rows
 
 
-def loss_at_compute(run, flops):
-    """Val loss when the run had spent `flops` training FLOPs (linear between eval points; None if past the end)."""
-    points = [(row["iter"] * run["flops_per_iter"], row["val_loss"]) for row in run["log"]["eval"]]
-    for (f0, l0), (f1, l1) in zip(points, points[1:]):
-        if f0 <= flops <= f1:
-            return l0 + (l1 - l0) * (flops - f0) / (f1 - f0)
-    return None
+def fmt(mean, std):
+    return "n/a" if mean is None else f"{mean:.4f}" + ("" if std is None else f" ± {std:.4f}")
 
 
-def mean_std(values):
-    values = [v for v in values if v is not None]
-    if not values:
-        return "n/a"
-    std = statistics.stdev(values) if len(values) > 1 else 0.0
-    return f"{statistics.mean(values):.4f} ± {std:.4f}"
+def summary(rows):
+    """One row per model: means and stds over its seeds (the keys noise_verdict reads)."""
+    out = []
+    for name in dict.fromkeys(r["name"] for r in rows):
+        group = [r for r in rows if r["name"] == name]
+        agg = dict(name=name, n_seeds=len(group), params=group[0]["params"], iters=group[0]["iters"],
+                   flops_per_token=group[0]["flops_per_token"], wall_min=sum(r["wall_s"] for r in group) / len(group) / 60)
+        for key in ("final_val", "best_val", "val_loss_equal_compute"):
+            agg[key], agg[key + "_std"] = mean_std([r[key] for r in group])
+        out.append(agg)
+    return out
 
 
-def table(runs):
-    budget = min(r["flops_per_iter"] * r["iters"] for seeds in runs.values() for r in seeds.values())
-    lines = ["| model | seeds | params | GFLOPs/token | iterations | val loss at end | best val loss | "
-             f"val loss at {budget:.3g} FLOPs (equal compute) | wall time per run |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for name, seeds in runs.items():
-        rs = list(seeds.values())
-        lines.append(f"| {name} | {len(rs)} | {rs[0]['params']:,} | {rs[0]['flops_per_token'] / 1e9:.4f} | "
-                     f"{rs[0]['iters']} | {mean_std([r['log']['eval'][-1]['val_loss'] for r in rs])} | "
-                     f"{mean_std([min(e['val_loss'] for e in r['log']['eval']) for r in rs])} | "
-                     f"{mean_std([loss_at_compute(r, budget) for r in rs])} | "
-                     f"{statistics.mean(r['wall_s'] for r in rs) / 60:.1f} min |")
+def table(models, budget, reference):
+    ref = next(m for m in models if m["name"] == reference)
+    lines = [f"| model | seeds | params | GFLOPs/token | iterations | val loss at end | best val loss | "
+             f"val loss at {budget:.3g} FLOPs | best val vs {reference} | wall per run |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|"]
+    for m in models:
+        verdict = noise_verdict(ref, m, "best_val") if m is not ref else None
+        lines.append(f"| {m['name']} | {m['n_seeds']} | {m['params']:,} | {m['flops_per_token'] / 1e9:.4f} | "
+                     f"{m['iters']} | {fmt(m['final_val'], m['final_val_std'])} | {fmt(m['best_val'], m['best_val_std'])} | "
+                     f"{fmt(m['val_loss_equal_compute'], m['val_loss_equal_compute_std'])} | "
+                     f"{'-' if verdict is None else f'{verdict[0]} ({verdict[1]:+.4f})'} | {m['wall_min']:.1f} min |")
     return "\n".join(lines)
 
 
-def alpha_table(runs):
-    lines = ["| model | layer | alpha_1 (attention), mean ± std | alpha_2 (FFN), mean ± std |", "|---|---:|---:|---:|"]
-    for name, seeds in runs.items():
-        per_seed = [r["alphas"] for r in seeds.values() if r["alphas"]]
-        for layer in range(len(per_seed[0]) if per_seed else 0):
-            a1 = mean_std([a[layer][0] for a in per_seed])
-            a2 = mean_std([a[layer][1] for a in per_seed])
-            lines.append(f"| {name} | {layer + 1} | {a1} | {a2} |")
+def alpha_table(rows):
+    lines = ["| model | block | alpha_1 (attention) | alpha_2 (FFN) |", "|---|---:|---:|---:|"]
+    for name in dict.fromkeys(r["name"] for r in rows if r["alphas"]):
+        per_seed = [r["alphas"] for r in rows if r["name"] == name]
+        for block in range(len(per_seed[0])):
+            a1 = mean_std([a[block][0] for a in per_seed])
+            a2 = mean_std([a[block][1] for a in per_seed])
+            lines.append(f"| {name} | {block + 1} | {fmt(*a1)} | {fmt(*a2)} |")
     return "\n".join(lines)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
-    parser.add_argument("--runs", default="out-000", help="folder holding <model>-s<seed> run folders")
+    parser.add_argument("--runs", default="out-000", help="folder holding the <model>-s<seed> run folders")
+    parser.add_argument("--reference", default="layer_sharing", help="the row the noise verdicts compare with")
     args = parser.parse_args()
-    runs = load_runs(args.runs)
-    if not runs:
+    rows = load_runs(args.runs)
+    if not rows:
         sys.exit(f"error: no finished runs in {args.runs} (fix: run the commands in {HERE}/README.md first)")
-    plot_loss_curves({f"{n} (seed {s})": r["log"] for n, seeds in runs.items() for s, r in seeds.items()},
-                     os.path.join(HERE, "loss_curves.png"), title="paper 000 ladder, char-level Shakespeare (CPU)")
-    alphas = {}
-    for name, seeds in runs.items():
-        first = seeds[min(seeds)]["alphas"]
-        if first:   # Figure 7: the unique blocks' alphas (shared blocks counted once), lowest seed
-            alphas[f"{name} (seed {min(seeds)})"] = first
-    plot_alphas(alphas, os.path.join(HERE, "alphas.png"))
-    print(table(runs))
+    budget, cheapest = add_equal_compute(rows, [[(e["iter"], e["val_loss"]) for e in r["log"]["eval"]] for r in rows])
+    logs = {}
+    for r in rows:
+        logs.setdefault(r["name"], []).append(r["log"])
+    plot_loss_curves(logs, os.path.join(HERE, "loss_curves.png"), title="paper 000 ladder, char-level Shakespeare (CPU)")
+    plot_loss_vs_compute(logs, {r["name"]: r["flops_per_iter"] for r in rows}, os.path.join(HERE, "loss_vs_compute.png"),
+                         budget=budget)
+    plot_alphas({f"{r['name']} (seed {r['seed']})": r["alphas"] for r in rows if r["alphas"] and r["seed"] == 1},
+                os.path.join(HERE, "alphas.png"))
+    print(f"equal compute: {budget:.3g} training FLOPs, the full run of {cheapest['name']} (seed {cheapest['seed']})\n")
+    print(table(summary(rows), budget, args.reference))
     print()
-    print(alpha_table(runs))
+    print(alpha_table(rows))
 
 
 if __name__ == "__main__":
