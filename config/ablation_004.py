@@ -5,7 +5,7 @@
 # Shakespeare. The tables give equal iterations (best val loss) and equal compute (lgpt's full run).
 #   python compare.py config/ablation_004.py
 #   python compare.py config/ablation_004.py --dry_run=True      # the plan: sizes, FLOPs, what is done
-# Time: about 40 min on one free CPU core (estimated from 50-iteration timings of each model; README
+# Time: about 40 min on one free CPU core (estimated from 50-iteration timings of each model; docs/compare.md
 # "Comparisons with seeds and equal compute"). Re-running the command resumes after a kill.
 
 variants = ["gpt", "pgpt", "lgpt", "cgpt", "cgpt_k3"]
