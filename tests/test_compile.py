@@ -220,3 +220,20 @@ def test_resume_on_cpu_of_a_checkpoint_written_on_cuda(tiny_train_config, tmp_pa
     resumed = run(dict(tiny_train_config, max_iters=8, eval_interval=2, init_from="resume"))
     assert resumed["iter_num"] == 8 and torch.isfinite(torch.tensor(resumed["final_val_loss"]))
     assert resumed["final_val_loss"] < first["evals"][0]["val_loss"]
+
+
+def test_sample_py_compile_prints_the_same_text(tmp_path, monkeypatch, capsys):
+    """sample.py --compile (the compiled static-cache step; aot_eager here instead of inductor) prints the
+    text of the eager KV-cache path for the same seed, several samples long enough to re-prime the window."""
+    import sample
+    from test_sample import make_checkpoint
+    out_dir = make_checkpoint(tmp_path, block_size=16)
+    real_compile = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: real_compile(fn, backend="aot_eager", fullgraph=True))
+    torch._dynamo.reset()
+    texts = {}
+    for flag in ([], ["--compile"]):
+        sample.main([f"--out_dir={out_dir}", "--start=To be", "--num_samples=2", "--max_new_tokens=40",
+                     "--device=cpu", *flag])
+        texts[bool(flag)] = capsys.readouterr().out
+    assert texts[True] == texts[False] and len(texts[True]) > 80
