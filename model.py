@@ -830,7 +830,9 @@ class GPT(nn.Module):
     def static_cache(self, batch_size):
         """The model's reusable static cache for compiled decoding (same buffers -> the compiled step is reused
         across generate calls without recompiling or re-recording)."""
-        key = (batch_size, self.ln_f.weight.device)
+        device = self.ln_f.weight.device
+        autocast = torch.get_autocast_dtype(device.type) if torch.is_autocast_enabled(device.type) else None
+        key = (batch_size, device, autocast)   # the buffers take the dtype of the keys: autocast's
         kept = getattr(self, "_static_cache", None)
         if kept is None or kept[0] != key:
             kept = self._static_cache = (key, self.new_cache(static=True))
@@ -879,7 +881,7 @@ def sample_next(logits, temperature=1.0, top_k=None, generator=None):
         return logits.argmax(dim=-1, keepdim=True)
     logits = logits.float() / temperature
     if top_k is not None and top_k < logits.size(-1):   # top_k >= vocabulary: nothing to cut
-        kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, [-1]]
+        kth = torch.topk(logits, top_k).values[:, [-1]]
         logits = logits.masked_fill(logits < kth, float("-inf"))
     probs = F.softmax(logits, dim=-1)
     return torch.multinomial(probs, num_samples=1, generator=generator)
