@@ -419,12 +419,16 @@ def job_decode(cfg, item, device, rows):
 
 def job_tests(cfg, item, device, rows):
     select = ["-k", "refuses_deep_thinking"] if cfg["smoke"] else ["-m", "slow"]   # smoke: the path, not the proofs
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_compile.py"] + select
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
-    print(proc.stdout[-6000:] + proc.stderr[-3000:], flush=True)
-    lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
+    cmd = [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "tests/test_compile.py"] + select
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    for line in proc.stdout:   # into the job's log as it comes: a timeout still shows which tests passed
+        print(line, end="", flush=True)
+        lines.append(line.strip())
+    proc.wait()
+    lines = [ln for ln in lines if ln]
     rows.add(dict(part="tests", command=" ".join(["pytest"] + cmd[3:]), exit=proc.returncode,
-                  summary=lines[-1] if lines else "", ok=proc.returncode == 0))
+                  summary=lines[-1].strip("= ") if lines else "", ok=proc.returncode == 0))
 
 
 # paper 004
