@@ -6,6 +6,8 @@ Speed and memory of model variants, side by side in one process.
     python bench.py --mode=paper001 --scale=0.5 --vocab_size=8000      # paper 001 Tables 3-6 layout
     python bench.py --mode=paper004                                     # paper 004: lgpt/cgpt vs gpt
     python bench.py --variants=gpt --measure=sample --gen_tokens=500    # KV cache vs plain sampling
+    python bench.py --mode=decode --device=cpu --num_threads=1          # decode vs the weight-streaming floor
+    python bench.py --mode=gpu                                          # everything on one GPU: results/gpu/
 
 Models come from --variants (variants/<name>.py presets) and from config files given as positional
 arguments (each file is one model, read as train.py reads it, so its variant and model keys apply and
@@ -24,6 +26,15 @@ Measurements (--measure, comma list):
           application; GQA stores only n_kv_head heads)
   sample  model.generate from one token: --gen_tokens new tokens with the KV cache and without (the plain
           path re-runs the whole window every token); tokens/s of each and the speed-up
+  decode  batch-1 sampling speed against its lower bound, both timed in alternating rounds: the
+          weight-streaming floor (one F.linear per weight matrix, bias included, on a preallocated
+          1-token input: every weight read once, nothing else; n passes in a row) and cached decoding
+          (model.generate of n = min(--gen_tokens, block_size - 1) tokens from one token, temperature
+          0.8, top_k 200, the defaults of sample.py; the window is never re-primed); ms per pass/token,
+          tokens/s and the ratio. The floor leaves out what decoding must also read: the KV cache.
+          Timed in CPU time of the process on a CPU with one thread (--num_threads=1; equal to the wall
+          time of an idle machine, and not inflated by other jobs), else in wall time.
+          With --compile also the compiled static-cache step (generate(compile=True), for GPUs).
 Warm-up iterations (--warmup) are not timed; each figure is the median of --repeats timed runs.
 Sequence lengths above a model's block_size are skipped; on CUDA an out-of-memory length is reported
 as OOM; on CPU longer lengths are skipped once one step takes more than --max_step_seconds.
@@ -54,7 +65,7 @@ from runfiles.dataset import dataset_vocab_size
 BENCH_DEFAULTS = dict(
     variants="",            # comma list of variants/<name>.py presets
     mode="",                # "" | "paper001" (Tables 3-6 layout) | "paper004" (lgpt/cgpt/pgpt vs gpt)
-    measure="",             # comma list of train,memory,infer,sample; "" = the mode's default
+    measure="",             # comma list of train,memory,infer,sample,decode; "" = the mode's default
     seq_lens="64,128,256,512,1024,2048",
     batch_size=8,           # training batch (sequences per step)
     infer_batch=1,          # sequences per prefill / decode step
@@ -75,14 +86,25 @@ BENCH_DEFAULTS = dict(
     seed=0,
     out="",                 # also write the results: .csv (one row per measurement) or .md (the tables)
     dry_run=False,          # print the models (sizes after --scale and overrides) and exit
+    # --mode=gpu (benchmarks/gpu_suite.py)
+    smoke=False,            # the GPU command's code paths on the CPU at toy sizes
+    parts="",               # comma list of checks,train,paper001,decode,tests,paper004; "" = all but paper004
+    results_dir="",         # "" = results/gpu (results/gpu_smoke with --smoke)
+    budget_minutes=20.0,    # time for all parts but paper004; jobs that do not fit are reported as not run
+    gpu_batch=0,            # training-throughput batch; 0 = each model's WikiText-103 config batch
+    compile_backend="inductor",  # torch.compile backend of the GPU suite (--smoke: aot_eager)
+    data_dir="",            # paper004: dataset folder for compare.py ("" = shakespeare_char, prepared if missing)
+    job="",                 # internal: the one job a child process of the GPU suite runs
 )
-BOOL_FLAGS = ("optimizer_step", "keep_heaviest_branch", "compile", "dry_run")
+BOOL_FLAGS = ("optimizer_step", "keep_heaviest_branch", "compile", "dry_run", "smoke")
 MODES = {
     "": dict(measure="train,memory,infer,sample"),
     "paper001": dict(variants="mobilellm_125m,shishulm_125", measure="train,memory,infer", optimizer_step=False),
     "paper004": dict(variants="gpt,lgpt,cgpt,pgpt", measure="train,memory,infer,sample", seq_lens="256"),
+    "decode": dict(variants="gpt", measure="decode", repeats=7),
+    "gpu": dict(),   # benchmarks/gpu_suite.py: its own plan (see there)
 }
-MEASURES = ("train", "memory", "infer", "sample")
+MEASURES = ("train", "memory", "infer", "sample", "decode")
 
 
 def defaults():
@@ -115,7 +137,11 @@ def parse(argv):
     except UserError as e:
         raise SystemExit(f"error: {e}")
     if cfg["mode"] not in MODES:
-        raise SystemExit(f"error: unknown --mode={cfg['mode']} (fix: use paper001, paper004 or leave it out)")
+        raise SystemExit(f"error: unknown --mode={cfg['mode']} (fix: use paper001, paper004, decode, gpu or leave it out)")
+    if cfg["mode"] == "gpu":   # benchmarks/gpu_suite.py has its own plan
+        if cfg["smoke"] and "compile_backend" not in explicit:
+            cfg["compile_backend"] = "aot_eager"
+        return cfg, []
     for key, value in MODES[cfg["mode"]].items():
         if key not in explicit:
             cfg[key] = value
@@ -434,15 +460,85 @@ def bench_sample(model, cfg, device, dtype):
     return out
 
 
+def weight_matrices(model):
+    """(weight, bias) of every matrix a decode step multiplies the new token by, each once: the Linears,
+    cgpt's Conv1d as an (out, in * kernel) matrix, and the output head (the token embedding when tied)."""
+    mats = [(m.weight.flatten(1), m.bias) for m in model.modules() if isinstance(m, (torch.nn.Linear, torch.nn.Conv1d))]
+    if model.config.tie_embeddings:
+        mats.append((model.tok_emb.wte.weight, None))
+    return mats
+
+
+@torch.inference_mode()
+def bench_decode(model, cfg, device, dtype):
+    """Cached decoding vs the weight-streaming floor, in alternating rounds (see --measure=decode)."""
+    from torch.nn import functional as F
+    model.eval()
+    mats = weight_matrices(model)
+    inputs = [torch.zeros(1, 1, w.size(1), device=device, dtype=w.dtype) for w, _ in mats]
+    n_tokens = max(1, min(cfg["gen_tokens"], model.config.block_size - 1))
+    start = torch.zeros((1, 1), dtype=torch.long, device=device)
+
+    def stream_weights():
+        for x, (w, b) in zip(inputs, mats):
+            F.linear(x, w, b)
+
+    def decode(compile):
+        gen = torch.Generator(device=device).manual_seed(cfg["seed"])
+        with autocast(device, dtype):
+            model.generate(start, n_tokens, temperature=0.8, top_k=200, generator=gen, compile=compile)
+
+    def floor_run():   # as many weight passes as decode steps, timed the same way
+        for _ in range(n_tokens):
+            stream_weights()
+
+    # one CPU thread: the process's CPU time (the wall time of an idle machine; other jobs on a shared
+    # machine do not inflate it); otherwise wall time
+    cpu_clock = device == "cpu" and torch.get_num_threads() == 1
+    clock = time.process_time if cpu_clock else time.perf_counter
+
+    def measure(fn):
+        synchronize(device)
+        t0 = clock()
+        fn()
+        synchronize(device)
+        return (clock() - t0) / n_tokens
+
+    paths = [False, True] if cfg["compile"] else [False]
+    floor, times = [], {p: [] for p in paths}
+    for r in range(cfg["warmup"] + cfg["repeats"]):
+        f = measure(floor_run)
+        t = {p: measure(lambda: decode(p)) for p in paths}
+        if r >= cfg["warmup"]:
+            floor.append(f)
+            for p in paths:
+                times[p].append(t[p])
+    out = dict(decode_tokens=n_tokens, clock="cpu time" if cpu_clock else "wall", floor_ms=median_ms(floor), floor_mb=sum(
+        w.numel() * w.element_size() + (0 if b is None else b.numel() * b.element_size()) for w, b in mats) / 1e6,
+        decode_ms_token=median_ms(times[False]))
+    out["decode_vs_floor"] = out["decode_ms_token"] / out["floor_ms"]
+    if cfg["compile"]:
+        out["compiled_ms_token"] = median_ms(times[True])
+    print(f"  {model_label(model)} decode: {out['decode_ms_token']:.3f} ms/token, floor {out['floor_ms']:.3f} ms "
+          f"({out['decode_vs_floor']:.2f}x)", file=sys.stderr, flush=True)
+    return out
+
+
+def model_label(model):
+    c = model.config
+    return f"{c.n_layer}L d{c.n_embd} ctx{c.block_size}"
+
+
 def run_entry(entry, cfg, device, dtype):
-    """All measurements of one model. Returns (per-seq rows, sample row or None)."""
+    """All measurements of one model. Returns (per-seq rows, per-model row (sample, decode) or None)."""
     torch.manual_seed(cfg["seed"])
     model = GPT(GPTConfig(**entry["args"])).to(device)
     params = model.get_num_params(non_embedding=False)
     name, block = entry["name"], model.config.block_size
     rows, measures = [], cfg["measure"]
-    seqs = [s for s in cfg["seq_lens"] if s <= block]
-    skipped = [s for s in cfg["seq_lens"] if s > block]
+    per_seq = {"train", "memory", "infer"} & set(measures)
+    seqs = [s for s in cfg["seq_lens"] if s <= block] if per_seq else []
+    skipped = [s for s in cfg["seq_lens"] if s > block] if per_seq else []
     base = dict(model=name, params=params, batch=entry["batch_size"])
     last = None
     for seq in seqs:
@@ -472,13 +568,16 @@ def run_entry(entry, cfg, device, dtype):
     for seq in skipped:
         rows.append(dict(base, seq=seq, note=f"skipped: > block_size {block}"))
     sample = None
-    if "sample" in measures:
+    if "sample" in measures or "decode" in measures:
         keep = set_branch(model, cfg["keep_heaviest_branch"])
-        sample = dict(base, gen_tokens=cfg["gen_tokens"], **bench_sample(model, cfg, device, dtype))
-        sample["infer_model"] = branch_label(model, name)
+        sample = dict(base, infer_model=branch_label(model, name))
+        if "sample" in measures:
+            sample.update(gen_tokens=cfg["gen_tokens"], **bench_sample(model, cfg, device, dtype))
+            print(f"  {name} sampling: {_short(sample['sample_tok_s_cache'])} tok/s cached, "
+                  f"{_short(sample['sample_tok_s_plain'])} plain", file=sys.stderr, flush=True)
+        if "decode" in measures:
+            sample.update(bench_decode(model, cfg, device, dtype))
         model.keep_branch = keep
-        print(f"  {name} sampling: {_short(sample['sample_tok_s_cache'])} tok/s cached, "
-              f"{_short(sample['sample_tok_s_plain'])} plain", file=sys.stderr, flush=True)
     del model
     if device.startswith("cuda"):
         torch.cuda.empty_cache()
@@ -561,13 +660,26 @@ def render(cfg, entries, rows, samples, device, dtype):
                          mb(r.get("infer_peak_bytes")) if "memory" in m else "-"])
         out.append(table(["model", "seq", "prefill ms", "decode ms/token", f"decode speed vs {first}",
                           "KV cache MB", "peak MB (prefill)"], body))
-    if samples:
+    sampled = [s for s in samples if "sample_tok_s_cache" in s]
+    decoded = [s for s in samples if "decode_ms_token" in s]
+    if sampled:
         out.append(f"### Sampling: {cfg['gen_tokens']} new tokens from one token, batch 1, "
                    f"temperature 1, with and without the KV cache")
         body = [[s["infer_model"], s["gen_tokens"], f"{s['sample_tok_s_cache']:.1f}", f"{s['sample_tok_s_plain']:.1f}",
-                 f"{s['sample_tok_s_cache'] / s['sample_tok_s_plain']:.1f}x", mb(s["kv_block_bytes"])] for s in samples]
+                 f"{s['sample_tok_s_cache'] / s['sample_tok_s_plain']:.1f}x", mb(s["kv_block_bytes"])] for s in sampled]
         out.append(table(["model", "new tokens", "tokens/s (KV cache)", "tokens/s (no cache)", "speed-up",
                           "KV cache MB (block_size)"], body))
+    if decoded:
+        out.append(f"### Decoding vs the weight-streaming floor: batch 1, median of {cfg['repeats']} alternating "
+                   f"rounds after {cfg['warmup']} warm-up, {decoded[0]['clock']} (floor: one F.linear per weight "
+                   f"matrix on a 1-token input)")
+        compiled = "compiled_ms_token" in decoded[0]
+        body = [[s["infer_model"], s["decode_tokens"], f"{s['floor_mb']:.1f}", f"{s['floor_ms']:.3f}",
+                 f"{s['decode_ms_token']:.3f}", f"{1000 / s['decode_ms_token']:.0f}", f"{s['decode_vs_floor']:.2f}x"]
+                + ([f"{s['compiled_ms_token']:.3f}", f"{1000 / s['compiled_ms_token']:.0f}"] if compiled else [])
+                for s in decoded]
+        out.append(table(["model", "tokens", "weights MB", "floor ms", "decode ms/token", "tokens/s",
+                          "decode / floor"] + (["compiled ms/token", "compiled tokens/s"] if compiled else []), body))
     if cfg["mode"] == "paper001" and len(entries) >= 2:
         out += paper001_tables(entries[0]["name"], entries[1]["name"], rows, m)
     return "\n\n".join(out)
@@ -608,7 +720,7 @@ def paper001_tables(a, b, rows, m):
 def write_out(path, text, rows, samples):
     if path.endswith(".csv"):
         import csv
-        records = rows + [dict(s, seq="sample") for s in samples]
+        records = rows + [dict(s, seq="sample" if "sample_tok_s_cache" in s else "decode") for s in samples]
         keys = []
         for r in records:
             keys += [k for k in r if k not in keys]
@@ -646,6 +758,9 @@ def header(cfg, entries, device, dtype):
 
 def main(argv):
     cfg, entries = parse(argv)
+    if cfg["mode"] == "gpu":
+        from benchmarks import gpu_suite
+        sys.exit(gpu_suite.main(cfg, argv))
     if cfg["num_threads"]:
         torch.set_num_threads(cfg["num_threads"])
     try:

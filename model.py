@@ -278,23 +278,44 @@ class KVCache:
     GQA: only the n_kv_head heads are stored, so the cache shrinks by n_head / n_kv_head.
     """
 
-    def __init__(self, max_len):
+    def __init__(self, max_len, static=False):
         self.max_len = max_len
+        self.static = static
         self.k = self.v = None
+
+    def _allocate(self, k, v):
+        shape = (k.size(0), k.size(1), self.max_len, k.size(3))
+        self.k, self.v = k.new_zeros(shape), v.new_zeros(shape)
+        if self.static:
+            _mark_static(self.k, self.v)
 
     def append(self, k, v, start):
         """Write k, v (B, H_kv, T, D) at positions start.. and return all keys/values up to there."""
-        end = start + k.size(2)
         if self.k is None:
-            shape = (k.size(0), k.size(1), self.max_len, k.size(3))
-            self.k = k.new_zeros(shape)
-            self.v = v.new_zeros(shape)
-        self.k[:, :, start:end] = k
-        self.v[:, :, start:end] = v
-        return self.k[:, :, :end], self.v[:, :, :end]
+            self._allocate(k, v)
+        end = start + k.size(2)
+        self.k.narrow(2, start, k.size(2)).copy_(k)
+        self.v.narrow(2, start, v.size(2)).copy_(v)
+        return self.k.narrow(2, 0, end), self.v.narrow(2, 0, end)
+
+    def write(self, k, v, positions):
+        """Static cache: write k, v at `positions` (a tensor) and return the whole buffers; the caller masks
+        the slots not written yet. No shape and no Python number changes from one decode step to the next."""
+        if self.k is None:
+            self._allocate(k, v)
+        self.k.index_copy_(2, positions, k)
+        self.v.index_copy_(2, positions, v)
+        return self.k, self.v
 
     def nbytes(self):
         return 0 if self.k is None else 2 * self.k.numel() * self.k.element_size()
+
+
+def _mark_static(*tensors):
+    """Tell torch.compile (CUDA graphs) that these buffers keep their address from call to call."""
+    import torch._dynamo
+    for t in tensors:
+        torch._dynamo.mark_static_address(t)
 
 
 class InferenceCache:
@@ -306,17 +327,62 @@ class InferenceCache:
       memory[slot]     Deep Thinking's memory after that pass (KVCache; read by the next pass)
       conv_tail[slot]  the last kernel-1 inputs of a causal ConvShrink (cgpt)
     `length` is the number of tokens already seen.
+
+    static=True is the gpt-fast layout for a compiled decode step: keys/values are written at the positions
+    of a tensor (`position` holds the next one) and attention reads the whole max_len buffer with a mask,
+    so every step has the same shapes and no Python number changes, and torch.compile (with CUDA graphs)
+    reuses one graph for the whole generation. `length` is not kept then. Deep Thinking is not supported.
     """
 
-    def __init__(self, max_len):
+    def __init__(self, max_len, static=False):
         self.max_len = max_len
+        self.static = static
         self.length = 0
+        self.position = None   # static: LongTensor (1,), created at the first forward on the model's device
         self.kv, self.memory, self.conv_tail = {}, {}, {}
 
     def get(self, table, slot):
         if slot not in table:
-            table[slot] = KVCache(self.max_len)
+            table[slot] = KVCache(self.max_len, self.static)
         return table[slot]
+
+    def conv_window(self, slot, x, n_past, start):
+        """cgpt's causal Conv1d (ConvShrink): x (B, T, C) preceded by the n_past inputs before it (zeros
+        before position 0); the last n_past inputs are kept for the next call (in place when static)."""
+        past = self.conv_tail.get(slot)
+        if past is None or (not self.static and start == 0):
+            past = x.new_zeros(x.size(0), n_past, x.size(2))
+            if self.static:
+                _mark_static(past)
+                self.conv_tail[slot] = past
+        window = torch.cat([past, x], dim=1)
+        if self.static:
+            past.copy_(window[:, window.size(1) - n_past:])
+        else:
+            self.conv_tail[slot] = window[:, window.size(1) - n_past:]
+        return window
+
+    def start_positions(self, length, device):
+        """Static: positions of the next `length` tokens as a tensor (the position buffer is made on first use)."""
+        if self.position is None:
+            self.position = torch.zeros(1, dtype=torch.long, device=device)
+            _mark_static(self.position)
+        return self.position + torch.arange(length, device=device)
+
+    def advance(self, n):
+        """Count n more tokens as seen (static: in place on the position tensor, inside a compiled step)."""
+        if self.static:
+            self.position.add_(n)
+        else:
+            self.length += n
+
+    def reset(self):
+        """Start a new sequence, keeping the allocated buffers (a compiled step keeps its graph)."""
+        self.length = 0
+        if self.static and self.position is not None:
+            self.position.zero_()
+            for tail in self.conv_tail.values():
+                tail.zero_()   # cgpt's conv window: zeros before position 0
 
     def nbytes(self):
         return sum(c.nbytes() for table in (self.kv, self.memory) for c in table.values())
@@ -326,7 +392,7 @@ class ForwardContext:
     """Per-call state shared by all layers: where the new tokens start, the cache, the Deep Thinking pass."""
 
     def __init__(self, start, length, cache, device):
-        self.start = start              # absolute position of the first new token
+        self.start = start              # absolute position of the first new token (None with a static cache)
         self.length = length            # number of new tokens
         self.cache = cache              # InferenceCache or None (training / full forward)
         self.device = device
@@ -334,6 +400,13 @@ class ForwardContext:
         self.think_pass = 0             # Deep Thinking: 0 .. think_steps - 1 think, think_steps = test pass
         self.memory = {}                # Deep Thinking memory without a cache: slot -> (k, v)
         self.first_kv = None            # think_memory="first_layer": pass-1 k, v of the first attention layer
+        self.static = cache is not None and cache.static
+        if self.static:
+            self.positions = cache.start_positions(length, device)
+            # (T, max_len): the query at position p sees cache slots <= p (later ones are not written yet)
+            self.key_mask = torch.arange(cache.max_len, device=device) <= self.positions[:, None]
+        else:
+            self.positions = torch.arange(start, start + length, device=device)
 
     def causal_mask(self):
         """Boolean (T, start+T) mask: query i (absolute start+i) sees keys at positions <= start+i."""
@@ -384,26 +457,26 @@ class CausalSelfAttention(nn.Module):
 
     def forward(self, x, ctx, slot):
         B, T, C = x.shape
-        kv_width = self.n_kv_head * self.head_dim
-        q, k, v = self.qkv_proj(x).split([C, kv_width, kv_width], dim=-1)
-        q = q.view(B, T, self.n_head, self.head_dim).transpose(1, 2)       # (B, H, T, D)
-        k = k.view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)    # (B, H_kv, T, D)
-        v = v.view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)
+        # q (B, H, T, D), k and v (B, H_kv, T, D): views of the one projection, 3 ops (a lean decode step)
+        q, k, v = self.qkv_proj(x).view(B, T, -1, self.head_dim).transpose(1, 2).split(
+            [self.n_head, self.n_kv_head, self.n_kv_head], dim=1)
         if self.use_rope:
-            cos = self.rope_cos[ctx.start:ctx.start + T]
-            sin = self.rope_sin[ctx.start:ctx.start + T]
+            cos, sin = self.rope_cos[ctx.positions], self.rope_sin[ctx.positions]
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         if self.think_steps:
             y = self.deep_thinking(q, k, v, ctx, slot)
         else:
             y = self._attend(q, *self._cached(k, v, ctx, slot), ctx)
-        y = y.transpose(1, 2).contiguous().view(B, T, C)
-        return self.resid_dropout(self.out_proj(y))
+        y = self.out_proj(y.transpose(1, 2).reshape(B, T, C))
+        return self.resid_dropout(y) if self.training else y   # eval: no module call for a no-op (decode speed)
 
     def _cached(self, k, v, ctx, slot):
-        """This call's keys/values, preceded by the cached ones of earlier calls when decoding."""
+        """This call's keys/values, preceded by the cached ones of earlier calls when decoding (a static cache
+        returns its whole buffer; ctx.key_mask hides the slots not written yet)."""
         if ctx.cache is None:
             return k, v
+        if ctx.static:
+            return ctx.cache.get(ctx.cache.kv, slot).write(k, v, ctx.positions)
         return ctx.cache.get(ctx.cache.kv, slot).append(k, v, ctx.start)
 
     def _sdpa(self, q, k, v, mask=None, is_causal=False):
@@ -412,6 +485,8 @@ class CausalSelfAttention(nn.Module):
             enable_gqa=self.n_kv_head != self.n_head)
 
     def _attend(self, q, k, v, ctx):
+        if ctx.static:
+            return self._sdpa(q, k, v, mask=ctx.key_mask)
         if ctx.start == 0:
             return self._sdpa(q, k, v, is_causal=True)  # the fast (flash) path for training
         if q.size(2) == 1:
@@ -429,7 +504,7 @@ class CausalSelfAttention(nn.Module):
         pass sees a future token, and the memory is per sequence. think_memory="first_layer" is the
         authors' code instead of the paper's text: M_1 = eta*K_1 + (1-eta)*K_1(first attention layer).
         """
-        p, (B, _, T, _) = ctx.think_pass, q.shape
+        p, T = ctx.think_pass, q.size(2)
         prev = slot[:2] + (p - 1,)
         if p == self.think_steps:  # the test pass uses its queries only: keys/values come from memory
             return self._attend(q, *ctx.read_memory(prev), ctx)
@@ -558,12 +633,10 @@ class ConvShrink(nn.Module):
         self.conv = nn.Conv1d(width, width // 2, self.kernel, bias=config.bias)
 
     def forward(self, x, ctx, slot):
-        past = x.new_zeros(x.size(0), self.kernel - 1, x.size(2))
-        if ctx.cache is not None and ctx.start > 0:
-            past = ctx.cache.conv_tail[slot]
-        window = torch.cat([past, x], dim=1)
-        if ctx.cache is not None:
-            ctx.cache.conv_tail[slot] = window[:, window.size(1) - (self.kernel - 1):]
+        if ctx.cache is None:
+            window = torch.cat([x.new_zeros(x.size(0), self.kernel - 1, x.size(2)), x], dim=1)
+        else:
+            window = ctx.cache.conv_window(slot, x, self.kernel - 1, ctx.start)
         return self.conv(window.transpose(1, 2)).transpose(1, 2)
 
 
@@ -786,13 +859,12 @@ class GPT(nn.Module):
         return self.branches[0].residual_alphas()
 
     # --- forward ---
-    def embed(self, idx, start):
+    def embed(self, idx, positions):
         x = self.tok_emb(idx)
-        T = idx.size(1)
         if self.config.pos_embedding == "learned":
-            x = x + self.pos_emb(torch.arange(start, start + T, device=idx.device))
+            x = x + self.pos_emb(positions)
         elif self.config.pos_embedding == "sinusoidal":
-            x = x + self.pos_table[start:start + T]
+            x = x + self.pos_table[positions]
         return self.drop(x)
 
     def forward(self, idx, targets=None, cache=None, all_logits=False):
@@ -800,17 +872,22 @@ class GPT(nn.Module):
         Without: logits of the last position only, unless all_logits=True. With an InferenceCache the
         tokens continue the cached sequence (positions cache.length ..) and the cache is extended."""
         B, T = idx.shape
-        start = cache.length if cache is not None else 0
-        if start + T > self.config.block_size:
-            raise ValueError(f"sequence of {start + T} tokens exceeds block_size {self.config.block_size}")
-        ctx = ForwardContext(start, T, cache, idx.device)
-        x = self.embed(idx, start)
+        if cache is not None and cache.static:   # position in a tensor, bounds kept by the caller (generate)
+            if self.config.think_steps:
+                raise ValueError("a static cache does not support Deep Thinking (fix: use model.new_cache())")
+            ctx = ForwardContext(None, T, cache, idx.device)
+        else:
+            start = cache.length if cache is not None else 0
+            if start + T > self.config.block_size:
+                raise ValueError(f"sequence of {start + T} tokens exceeds block_size {self.config.block_size}")
+            ctx = ForwardContext(start, T, cache, idx.device)
+        x = self.embed(idx, ctx.positions)
         h = self.think(x, ctx) if self.config.think_steps else self.run_branches(x, ctx)
         if cache is not None:
-            cache.length += T
+            cache.advance(T)
         h = self.ln_f(h)
         if targets is None and not all_logits:
-            h = h[:, [-1], :]
+            h = h[:, -1:, :]
         logits = self.head(h)
         loss = None
         if targets is not None:
@@ -893,11 +970,36 @@ class GPT(nn.Module):
         return self.flops_per_token() * tokens / dt / peak_flops
 
     # --- 8. generation ---
-    def new_cache(self):
-        return InferenceCache(self.config.block_size)
+    def new_cache(self, static=False):
+        return InferenceCache(self.config.block_size, static)
 
-    @torch.no_grad()
-    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_kv_cache=True, generator=None):
+    def decode_step(self, idx, cache):
+        """Logits (B, 1, V) after one more token per sequence, idx (B, 1), continuing the cached ones."""
+        return self(idx, cache=cache)[0]
+
+    def compiled_decode_step(self, backend="inductor"):
+        """decode_step through torch.compile, made once per model (gpt-fast style): with a static cache every
+        step has the same shapes, so one graph serves the whole generation; inductor's "reduce-overhead"
+        replays it as a CUDA graph on GPUs (on the CPU it is plain inductor code)."""
+        if getattr(self, "_compiled_decode_step", None) is None:
+            options = dict(mode="reduce-overhead") if backend == "inductor" else {}
+            self._compiled_decode_step = torch.compile(self.decode_step, backend=backend, fullgraph=True, **options)
+        return self._compiled_decode_step
+
+    def static_cache(self, batch_size):
+        """The model's reusable static cache for compiled decoding (same buffers -> the compiled step is reused
+        across generate calls without recompiling or re-recording)."""
+        device = self.tok_emb.wte.weight.device
+        autocast = torch.get_autocast_dtype(device.type) if torch.is_autocast_enabled(device.type) else None
+        key = (batch_size, device, autocast)   # the buffers take the dtype of the keys: autocast's
+        kept = getattr(self, "_static_cache", None)
+        if kept is None or kept[0] != key:
+            kept = self._static_cache = (key, self.new_cache(static=True))
+        return kept[1]
+
+    @torch.inference_mode()
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_kv_cache=True, generator=None,
+                 compile=False):
         """Sample max_new_tokens tokens after idx (B, T).
 
         With the KV cache each step feeds one token through the cached keys/values. When the window is
@@ -905,22 +1007,27 @@ class GPT(nn.Module):
         restart at 0, which keeps learned/RoPE positions inside what the model was trained on. The
         plain path (use_kv_cache=False) feeds the very same window each step, so both paths compute
         the same logits and, with the same generator, produce the same text.
+        compile=True (for GPUs): the single-token steps run compiled_decode_step over a static cache.
         """
         was_training = self.training
         self.eval()
-        window_start, cache = 0, None
+        cache = None
+        if use_kv_cache:
+            cache = self.static_cache(idx.size(0)) if compile else self.new_cache()
+            step = self.compiled_decode_step() if compile else self.decode_step
+        window_start, prime = 0, True
         for _ in range(max_new_tokens):
             if idx.size(1) - window_start > self.config.block_size:  # window full: keep the recent half
                 window_start = idx.size(1) - max(1, self.config.block_size // 2)
-                cache = None
-            if use_kv_cache:
-                if cache is None:
-                    cache = self.new_cache()
-                    logits, _ = self(idx[:, window_start:], cache=cache)
-                else:
-                    logits, _ = self(idx[:, -1:], cache=cache)
-            else:
+                prime = True
+            if cache is None:
                 logits, _ = self(idx[:, window_start:])
+            elif prime:
+                cache.reset()   # same buffers, positions from 0
+                logits, _ = self(idx[:, window_start:], cache=cache)
+                prime = False
+            else:
+                logits = step(idx_next, cache)   # the last token (B, 1): same strides every step
             idx_next = sample_next(logits[:, -1, :], temperature, top_k, generator)
             idx = torch.cat((idx, idx_next), dim=1)
         self.train(was_training)
@@ -932,8 +1039,8 @@ def sample_next(logits, temperature=1.0, top_k=None, generator=None):
     if temperature == 0:
         return logits.argmax(dim=-1, keepdim=True)
     logits = logits.float() / temperature
-    if top_k is not None:
-        kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, [-1]]
+    if top_k is not None and top_k < logits.size(-1):   # top_k >= vocabulary: nothing to cut
+        kth = torch.topk(logits, top_k).values[:, [-1]]
         logits = logits.masked_fill(logits < kth, float("-inf"))
     probs = F.softmax(logits, dim=-1)
     return torch.multinomial(probs, num_samples=1, generator=generator)

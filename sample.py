@@ -8,6 +8,7 @@ Sample text from a trained checkpoint.
     python sample.py --no_kv_cache              # plain path: re-run the whole window every token
     python sample.py --keep_heaviest_branch     # pgpt: run only the branch with the largest weight
     python sample.py --init_from=gpt2           # a Hugging Face model (directory or hub name), see huggingface/
+    python sample.py --compile                  # GPU: compiled decode step over a static KV cache (CUDA graphs)
 
 Loads out_dir/ckpt.pt (the best validation loss; falls back to last.pt) or the .pt file given as
 --out_dir, encodes --start with the tokenizer of the dataset the model was trained on, and prints
@@ -47,7 +48,8 @@ DEFAULTS = dict(
     dtype="auto",           # auto = bfloat16 on cuda if supported (else float16), float32 elsewhere
     no_kv_cache=False,      # True: the plain path that re-runs the whole window for every token
     keep_heaviest_branch=False,  # pgpt: run only the heaviest branch (paper 004's inference)
-    compile=False,          # torch.compile (dynamic shapes); compiling costs minutes, so only for long GPU runs
+    compile=False,          # compiled single-token step over a static KV cache (gpt-fast style, CUDA graphs on a
+                            # GPU); compiling costs a minute or more, so for long GPU runs (Deep Thinking: ignored)
 )
 
 # Boolean keys that may be given as a bare flag (`--no_kv_cache` means `--no_kv_cache=True`).
@@ -96,9 +98,11 @@ def run(cfg):
                         f"{model.config.vocab_size} (fix: use the tokenizer the model was trained with)")
 
     note = keep_heaviest_branch(model, cfg["keep_heaviest_branch"])
-    if cfg["compile"]:
-        model.compile(dynamic=True)  # in place, so generate()'s self(...) calls go through the compiled forward
     use_cache = not cfg["no_kv_cache"]
+    compile_step = cfg["compile"] and use_cache and not model.config.think_steps
+    if cfg["compile"] and not compile_step:
+        note = "; ".join(filter(None, [note, "--compile ignored (it compiles the cached decode step; "
+                                             "Deep Thinking and --no_kv_cache decode without it)"]))
     info = (f"sampling from {ckpt['path']} (iter {ckpt.get('iter_num', '?')}, "
             f"{model.get_num_params() / 1e6:.2f}M params) on {device}, {str(dtype).replace('torch.', '')}, "
             f"KV cache {'on' if use_cache else 'off'}")
@@ -112,7 +116,7 @@ def run(cfg):
     with torch.no_grad(), autocast(device, dtype):
         for _ in range(cfg["num_samples"]):
             y = model.generate(x, cfg["max_new_tokens"], temperature=cfg["temperature"], top_k=top_k,
-                               use_kv_cache=use_cache, generator=generator)
+                               use_kv_cache=use_cache, generator=generator, compile=compile_step)
             n_new += y.size(1) - x.size(1)
             print(render(tok, start_text, start_ids, y[0].tolist()))
             print(SEPARATOR, flush=True)

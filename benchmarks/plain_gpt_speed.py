@@ -49,7 +49,7 @@ class PlainGPT(nn.Module):
         self.ln_f = nn.LayerNorm(width)
 
     def forward(self, idx, targets):
-        x = self.tok(idx) + self.pos(torch.arange(idx.size(1)))
+        x = self.tok(idx) + self.pos(torch.arange(idx.size(1), device=idx.device))
         for block in self.blocks:
             x = block(x)
         logits = self.ln_f(x) @ self.tok.weight.t()

@@ -59,3 +59,19 @@ def tiny_config(data_dir, out_dir):
 def tiny_train_config(tiny_data, tmp_path):
     """tiny_config on the tiny_data dataset, writing to tmp_path/out."""
     return tiny_config(tiny_data, tmp_path / "out")
+
+
+# --- the `slow` marker: compile-with-inductor proofs that take minutes on a CPU ----------------------
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: minutes on a CPU (torch.compile with inductor); skipped unless "
+                                       "selected with -m slow (python bench.py --mode=gpu runs them)")
+
+
+def pytest_collection_modifyitems(config, items):
+    if "slow" in (config.getoption("markexpr") or ""):
+        return
+    skip = pytest.mark.skip(reason="slow: run with `pytest -m slow` (python bench.py --mode=gpu does)")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)

@@ -1,0 +1,239 @@
+"""torch.compile, bf16 autocast and checkpoint portability: what can be proven without a GPU.
+
+Compile: for every architecture family a compiled training step gives the loss of the eager step, and a
+steady loop (train steps with optimizer updates, evaluation forwards in between, as train.py runs them)
+compiles nothing new after its warm-up. Graphs are counted by a backend that wraps the real one (dynamo
+calls the backend once per graph: each first compile, each recompile, each piece of a graph break).
+The default suite traces with backend="aot_eager" (dynamo + AOTAutograd: graph capture, guards, functional
+backward; no code generation, seconds per model). The cases marked `slow` use inductor, train.py's
+backend, on CUDA when there is one: about a minute per model on a CPU (C++ compilation), so they run with
+`pytest -m slow tests/test_compile.py`, which `python bench.py --mode=gpu` does.
+"""
+import copy
+import dataclasses
+import os
+
+import pytest
+import torch
+
+from runfiles import checkpoint
+import train
+from test_model import FLAGS, make_model, tokens
+from test_train import run
+
+# one model per architecture family (tiny sizes of tests/test_model.py)
+FAMILIES = {
+    "plain": FLAGS["gpt"],
+    "pgpt": FLAGS["pgpt"],
+    "lgpt": FLAGS["lgpt"],
+    "cgpt_k3": FLAGS["cgpt_k3"],
+    "layer_sharing": FLAGS["repeat2"],
+    "shishulm": FLAGS["shishu"],
+    "enhanced_residual": FLAGS["enhanced_residual"],
+    "deep_thinking": FLAGS["deep_thinking"],
+    "gqa_rope": dict(n_head=4, n_kv_head=2, pos_embedding="rope"),
+}
+DEFAULT_SUITE = ("plain", "gqa_rope", "deep_thinking")   # aot_eager, seconds each
+SLOW_DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+class GraphCounter:
+    """A torch.compile backend that counts the graphs dynamo hands it and compiles them with `backend`."""
+
+    def __init__(self, backend):
+        self.backend = torch._dynamo.lookup_backend(backend)
+        self.graphs = 0
+
+    def __call__(self, gm, example_inputs):
+        self.graphs += 1
+        return self.backend(gm, example_inputs)
+
+
+def family_model(family, device="cpu"):
+    return make_model("gpt", **FAMILIES[family]).to(device)
+
+
+def compiled_vs_eager(family, backend, device, steps=6, eval_every=2):
+    """Losses of the same AdamW steps (and eval forwards) on an eager model and a compiled copy; the number
+    of graphs after the warm-up (first train step + first eval) and at the end."""
+    torch._dynamo.reset()
+    eager = family_model(family, device).train()
+    twin = copy.deepcopy(eager)
+    counter = GraphCounter(backend)
+    compiled = torch.compile(twin, backend=counter)
+    losses = {"eager": [], "compiled": []}
+    data = tokens(4, 17, seed=3).to(device)
+    x, y = data[:, :-1], data[:, 1:]
+    evals = tokens(4, 17, seed=4).to(device)
+    graphs_after_warmup = None
+    for name, model, runner in (("eager", eager, eager), ("compiled", twin, compiled)):
+        opt = model.configure_optimizers(0.1, 1e-2, (0.9, 0.95), device)
+        for step in range(steps):
+            _, loss = runner(x, y)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            losses[name].append(loss.item())
+            if step % eval_every == 0:   # train.py's estimate_loss: eval mode, no grad
+                model.eval()
+                with torch.no_grad():
+                    losses[name].append(runner(evals[:, :-1], evals[:, 1:])[1].item())
+                model.train()
+            if name == "compiled" and step == 0:
+                graphs_after_warmup = counter.graphs
+    return losses, graphs_after_warmup, counter.graphs
+
+
+def check_compile(family, backend, device, rtol):
+    losses, warm, end = compiled_vs_eager(family, backend, device)
+    torch.testing.assert_close(torch.tensor(losses["compiled"]), torch.tensor(losses["eager"]), rtol=rtol, atol=1e-5)
+    assert losses["eager"][-1] < losses["eager"][0]   # the steps did change the weights
+    assert warm == 2, f"{warm} graphs for one train and one eval forward: a graph break?"
+    assert end == warm, f"recompiled in the steady loop: {warm} graphs after warm-up, {end} at the end"
+
+
+@pytest.mark.parametrize("family", DEFAULT_SUITE)
+def test_compile_matches_eager_without_recompiling(family):
+    check_compile(family, "aot_eager", "cpu", rtol=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", FAMILIES)
+def test_inductor_compile_matches_eager_without_recompiling(family):
+    if SLOW_DEVICE == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = False   # fp32 on both sides; TF32 would differ from eager
+    check_compile(family, "inductor", SLOW_DEVICE, rtol=1e-4 if SLOW_DEVICE == "cpu" else 1e-3)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", ["plain", "cgpt_k3", "gqa_rope"])
+def test_compiled_static_decode_same_tokens(family):
+    """sample.py --compile: the compiled single-token step over a static cache (inductor; CUDA graphs on
+    CUDA) gives the greedy tokens of the eager path, with one graph for two generate calls and re-priming."""
+    torch._dynamo.reset()
+    model = family_model(family, SLOW_DEVICE)
+    prompt = tokens(2, 3).to(SLOW_DEVICE)
+    eager = model.generate(prompt, 40, temperature=0.0)
+    counter = GraphCounter("inductor")
+    model.compiled_decode_step(backend=counter)   # inductor, counted (generate then reuses it)
+    assert torch.equal(model.generate(prompt, 40, temperature=0.0, compile=True), eager)
+    assert torch.equal(model.generate(prompt, 40, temperature=0.0, compile=True), eager)
+    assert counter.graphs == 1
+
+
+@pytest.mark.parametrize("family", ["plain", "cgpt_k3", "shishulm", "pgpt", "gqa_rope"])
+def test_static_cache_decode_same_tokens_and_one_graph(family):
+    """The static cache (gpt-fast layout) decodes the tokens of the plain path, and its step compiles to one
+    graph that serves every step, the re-primed windows and a second generate call (aot_eager here)."""
+    torch._dynamo.reset()
+    model = family_model(family)
+    prompt = tokens(2, 3)
+    counter = GraphCounter("aot_eager")
+    model.compiled_decode_step(backend=counter)
+    for temperature, top_k in ((0.0, None), (1.0, 5)):
+        g1, g2 = torch.Generator().manual_seed(0), torch.Generator().manual_seed(0)
+        plain = model.generate(prompt, 40, temperature, top_k, use_kv_cache=False, generator=g1)   # 2 re-primes
+        static = model.generate(prompt, 40, temperature, top_k, compile=True, generator=g2)
+        assert torch.equal(static, plain)
+    assert counter.graphs == 1
+
+
+def test_static_cache_refuses_deep_thinking():
+    model = make_model("deep_thinking")
+    with pytest.raises(ValueError, match="static cache does not support Deep Thinking"):
+        model(tokens(1, 4), cache=model.new_cache(static=True))
+
+
+# --- bf16 autocast on the CPU ----------------------------------------------------------------------
+
+def test_bfloat16_autocast_trains_on_cpu(tiny_train_config):
+    losses = []
+    summary = run(dict(tiny_train_config, dtype="bfloat16", max_iters=30, eval_interval=15, lr_decay_iters=30),
+                  callback=lambda event, info: losses.append(info["loss"]) if event == "iter" else None)
+    assert len(losses) == 30 and all(torch.isfinite(torch.tensor(losses)))
+    assert sum(losses[-5:]) / 5 < sum(losses[:5]) / 5 - 0.5
+    evals = [e["val_loss"] for e in summary["evals"]]
+    assert evals[-1] < evals[0] - 0.5 and all(torch.isfinite(torch.tensor(evals)))
+
+
+# --- checkpoints from compiled / DDP models, and from CUDA ------------------------------------------
+
+def test_train_py_compile_writes_plain_checkpoints(tiny_train_config, monkeypatch):
+    """train.py --compile=True saves the weights of the raw model: no '_orig_mod.' keys, loads anywhere."""
+    real_compile = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda model, **kw: real_compile(model, backend="aot_eager", **kw))
+    torch._dynamo.reset()
+    summary = run(dict(tiny_train_config, compile=True, max_iters=4, eval_interval=2))
+    ckpt = checkpoint.load_checkpoint(summary["out_dir"])
+    assert not [k for k in ckpt["model"] if k.startswith(("_orig_mod.", "module."))]
+    model, _ = checkpoint.load_model(summary["out_dir"], "cpu")
+    assert model.config.n_embd == tiny_train_config["n_embd"]
+    resumed = run(dict(tiny_train_config, compile=False, max_iters=6, eval_interval=2, init_from="resume"))
+    assert resumed["iter_num"] == 6
+
+
+def test_ddp_and_compile_prefixes_are_stripped_on_load(tmp_path):
+    """A state_dict taken from DDP(torch.compile(model)) (keys 'module._orig_mod.…') loads into a plain GPT."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+    model = make_model("gqa")
+    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
+    try:
+        wrapped = DistributedDataParallel(torch.compile(model, backend="aot_eager"))
+        state = wrapped.state_dict()
+    finally:
+        dist.destroy_process_group()
+    assert all(k.startswith("module._orig_mod.") for k in state)
+    path = tmp_path / "ckpt.pt"
+    torch.save({"model": state, "model_args": dataclasses.asdict(model.config)}, path)
+    loaded, _ = checkpoint.load_model(str(path), "cpu")
+    idx = tokens(2, 8)
+    assert torch.equal(loaded(idx, all_logits=True)[0], model(idx, all_logits=True)[0])
+
+
+def save_as_if_on_cuda(obj, path, monkeypatch):
+    """torch.save `obj` with every storage tagged 'cuda:0', byte for byte what a CUDA run writes for the
+    same values (torch.save records each storage's bytes plus its device tag)."""
+    with monkeypatch.context() as m:
+        m.setattr(torch.serialization, "location_tag", lambda storage: "cuda:0")
+        torch.save(obj, path)
+
+
+def test_resume_on_cpu_of_a_checkpoint_written_on_cuda(tiny_train_config, tmp_path, monkeypatch):
+    """What a CPU machine can show: a checkpoint whose tensors are tagged cuda:0 and whose optimizer/config
+    say CUDA (fused AdamW, bf16, a CUDA RNG state) resumes on the CPU, and sample/eval's loader reads it.
+    Not shown here: that a real GPU writes these tags (torch.save does; the GPU run of bench.py covers it)."""
+    first = run(dict(tiny_train_config, max_iters=4, eval_interval=2))
+    out_dir = first["out_dir"]
+    path = os.path.join(out_dir, checkpoint.LAST_NAME)
+    ckpt = torch.load(path, weights_only=False)
+    for group in ckpt["optimizer"]["param_groups"]:
+        group["fused"] = True          # train.py uses fused AdamW on CUDA
+    ckpt["config"].update(device="cuda", dtype="bfloat16")
+    ckpt["rng"]["cuda"] = torch.ByteTensor(16)
+    save_as_if_on_cuda(ckpt, path, monkeypatch)
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError, match="CUDA"):
+            torch.load(path, weights_only=False)   # the tags are real: without map_location this fails
+    model, _ = checkpoint.load_model(path, "cpu")
+    assert next(model.parameters()).device.type == "cpu"
+    resumed = run(dict(tiny_train_config, max_iters=8, eval_interval=2, init_from="resume"))
+    assert resumed["iter_num"] == 8 and torch.isfinite(torch.tensor(resumed["final_val_loss"]))
+    assert resumed["final_val_loss"] < first["evals"][0]["val_loss"]
+
+
+def test_sample_py_compile_prints_the_same_text(tmp_path, monkeypatch, capsys):
+    """sample.py --compile (the compiled static-cache step; aot_eager here instead of inductor) prints the
+    text of the eager KV-cache path for the same seed, several samples long enough to re-prime the window."""
+    import sample
+    from test_sample import make_checkpoint
+    out_dir = make_checkpoint(tmp_path, block_size=16)
+    real_compile = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: real_compile(fn, backend="aot_eager", fullgraph=True))
+    torch._dynamo.reset()
+    texts = {}
+    for flag in ([], ["--compile"]):
+        sample.main([f"--out_dir={out_dir}", "--start=To be", "--num_samples=2", "--max_new_tokens=40",
+                     "--device=cpu", *flag])
+        texts[bool(flag)] = capsys.readouterr().out
+    assert texts[True] == texts[False] and len(texts[True]) > 80
