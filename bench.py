@@ -756,8 +756,18 @@ def header(cfg, entries, device, dtype):
     return "\n".join(lines)
 
 
+def check_out_file(path):
+    """--out is checked before any measurement: its folder must exist and be writable."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+        raise SystemExit(f"error: --out={path}: the folder {folder} does not exist or is not writable "
+                         f"(fix: create it, or write elsewhere)")
+
+
 def main(argv):
     cfg, entries = parse(argv)
+    if cfg["out"]:
+        check_out_file(cfg["out"])
     if cfg["mode"] == "gpu":
         from benchmarks import gpu_suite
         sys.exit(gpu_suite.main(cfg, argv))

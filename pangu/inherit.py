@@ -89,7 +89,7 @@ import torch
 from configurator import run_command
 from model import GPT, GPTConfig
 from runfiles.checkpoint import CKPT_NAME, atomic_save, clean_state_dict, load_model
-from runfiles.dataset import get_batch, split_path
+from runfiles.dataset import get_batch, split_path, tokenizer_id
 
 DEFAULTS = {
     "from": "",                # source out_dir or checkpoint file (the big model)
@@ -665,7 +665,9 @@ def run(opts):
                   dataset=dataset, data_dir=target_dir)
     out = {"model": small.state_dict(), "model_args": args, "optimizer": None, "scaler": None, "iter_num": 0,
            "best_val_loss": float("inf"), "config": config, "rng": None, "dataset": dataset,
-           "data_dir": target_dir, "inherit": info}
+           "data_dir": target_dir, "inherit": info,
+           # the target vocabulary's tokenizer (compact: the target dataset's), else the source checkpoint's
+           "tokenizer_id": tokenizer_id(target_meta) if opts["target_data_dir"] else ckpt.get("tokenizer_id")}
     os.makedirs(opts["out_dir"], exist_ok=True)
     path = os.path.join(opts["out_dir"], CKPT_NAME)
     atomic_save(out, path)

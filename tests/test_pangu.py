@@ -327,6 +327,7 @@ def test_inherit_cli_then_train_continues_from_it(big, tmp_path, capsys):
     ckpt = load_checkpoint(small_dir)
     assert ckpt["iter_num"] == 0 and ckpt["optimizer"] is None and ckpt["inherit"]["neurons"] == "taylor"
     assert (ckpt["model_args"]["n_layer"], ckpt["model_args"]["n_embd"], ckpt["model_args"]["n_head"]) == (2, 16, 2)
+    assert ckpt["tokenizer_id"] is not None and ckpt["tokenizer_id"] == load_checkpoint(out_dir)["tokenizer_id"]
     first = {}
 
     def grab(event, info):

@@ -329,3 +329,15 @@ def test_damaged_checkpoint_is_one_line_in_sample(finished, tmp_path, damage, wo
         sample.main([f"--out_dir={path}", "--device=cpu", "--num_samples=1", "--max_new_tokens=2"])
     message = str(e.value.code)
     assert message.startswith("error: ") and "\n" not in message and all(w in message for w in words), message
+
+
+def test_bench_out_to_a_missing_folder_fails_before_measuring(tmp_path):
+    """bench.py --out checks its folder first (it used to fail only after all measurements)."""
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = tmp_path / "missing" / "bench.md"
+    r = subprocess.run([sys.executable, os.path.join(root, "bench.py"), f"--out={out}", "--device=cpu"],
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert r.returncode != 0 and r.stderr.strip().splitlines()[-1].startswith("error: --out=")
+    assert not out.parent.exists()
