@@ -265,7 +265,8 @@ class MLP(nn.Module):
 
     def forward(self, x, ctx=None, slot=None):
         h = self.act(self.gate(x)) * self.up(x) if self.gated else self.act(self.up(x))
-        return self.dropout(self.down(h))
+        y = self.down(h)
+        return self.dropout(y) if self.training else y   # eval: no module call for a no-op (decode speed)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -865,7 +866,7 @@ class GPT(nn.Module):
             x = x + self.pos_emb(positions)
         elif self.config.pos_embedding == "sinusoidal":
             x = x + self.pos_table[positions]
-        return self.drop(x)
+        return self.drop(x) if self.training else x
 
     def forward(self, idx, targets=None, cache=None, all_logits=False):
         """idx (B, T) -> (logits, loss). With targets: logits at every position and the mean cross-entropy.
