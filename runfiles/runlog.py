@@ -50,7 +50,7 @@ def _float(text):
 
 def read_log(out_dir):
     """Rows of out_dir/log.csv: per-iteration train losses and the eval rows (iter, loss = train
-    loss at eval, val_loss, val_loss_heaviest or None, branch_weights list or None)."""
+    loss at eval, val_loss, val_loss_heaviest or None, elapsed_s, branch_weights list or None)."""
     log = {"train": [], "eval": []}
     for row in read_rows(os.path.join(out_dir, "log.csv")):
         it = int(row["iter"])
@@ -60,6 +60,7 @@ def read_log(out_dir):
             weights = row.get("branch_weights") or ""
             log["eval"].append(dict(iter=it, loss=_float(row.get("loss")), val_loss=_float(row.get("val_loss")),
                                     val_loss_heaviest=_float(row.get("val_loss_heaviest")),
+                                    elapsed_s=_float(row.get("elapsed_s")),
                                     branch_weights=[float(w) for w in weights.split()] or None))
     return log
 

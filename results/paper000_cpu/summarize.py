@@ -1,6 +1,6 @@
 """
 Summarise paper 000's CPU ladder (runs of config/paper000_cpu.py, one out_dir per model and seed, named
-<model>-s<seed>, each with a `done` file holding its wall time in seconds) into this folder:
+<model>-s<seed>; unfinished runs are skipped) into this folder:
 tables on stdout, loss_curves.png, loss_vs_compute.png and alphas.png (paper 000 Figure 7).
 
     python results/paper000_cpu/summarize.py --runs=out-000
@@ -33,7 +33,7 @@ def load_runs(root):
     for folder in sorted(os.listdir(root)):
         match = re.fullmatch(r"(.+)-s(\d+)", folder)
         out_dir = os.path.join(root, folder)
-        if not match or not os.path.exists(os.path.join(out_dir, "done")):
+        if not match or not os.path.exists(os.path.join(out_dir, "last.pt")):
             continue
         ckpt = load_checkpoint(out_dir, prefer=("last.pt",))
         with torch.device("meta"):
@@ -41,6 +41,8 @@ def load_runs(root):
         model.load_state_dict(ckpt["model"], assign=True)
         cfg, log = ckpt["config"], read_log(out_dir)
         evals = [r for r in log["eval"] if r["val_loss"] is not None]
+        if not evals or evals[-1]["iter"] < cfg["max_iters"]:
+            continue   # still training
         tokens = cfg["batch_size"] * cfg["gradient_accumulation_steps"] * model.config.block_size
         unique = model.residual_alphas()[::model.config.share_group_size] if model.config.enhanced_residual else None
         rows.append(dict(name=match.group(1), seed=int(match.group(2)), log=log,
@@ -48,7 +50,7 @@ def load_runs(root):
                          flops_per_iter=model.flops_per_token() * tokens, iters=cfg["max_iters"],
                          train_flops=model.flops_per_token() * tokens * cfg["max_iters"],
                          final_val=evals[-1]["val_loss"], best_val=min(r["val_loss"] for r in evals),
-                         alphas=unique, wall_s=float(open(os.path.join(out_dir, "done")).read())))
+                         alphas=unique, wall_s=evals[-1]["elapsed_s"]))
     return rows
 
 
