@@ -8,7 +8,6 @@ import os
 import statistics
 
 import pytest
-import torch
 
 import compare
 import prepare
@@ -21,13 +20,6 @@ TEXT_LINES = ["Oh God, what is this war?", "War is a thing of kings and fools.",
               "KING RICHARD III: Say that thou wert my friend.", "GLOUCESTER: Why, sir, the love of the world."]
 
 
-@pytest.fixture
-def one_thread():
-    """One torch thread: tiny models are faster so, and other processes on the machine matter less."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 @pytest.fixture

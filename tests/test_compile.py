@@ -17,7 +17,6 @@ import pytest
 import torch
 
 from runfiles import checkpoint
-import train
 from test_model import FLAGS, make_model, tokens
 from test_train import run
 

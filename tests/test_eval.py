@@ -15,12 +15,7 @@ BLOCK = 8
 VOCAB = 11
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")   # conftest.py
 
 
 @pytest.fixture(scope="module")

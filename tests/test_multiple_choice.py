@@ -18,12 +18,7 @@ CHARS = "abcdefgh "          # vocabulary of the test models; the bigram model w
 BLOCK = 16
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")   # conftest.py
 
 
 def cyclic_bigram_model():

@@ -51,12 +51,7 @@ def ckpt_dir(tmp_path_factory):
     return make_checkpoint(tmp_path_factory.mktemp("sample"))
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")   # conftest.py
 
 
 def run_main(capsys, *args):
