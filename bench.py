@@ -156,6 +156,8 @@ def parse(argv):
         cfg["seq_lens"] = [int(s) for s in str(cfg["seq_lens"]).strip("()[] ").split(",") if s.strip()]
     except ValueError:
         raise SystemExit(f"error: --seq_lens={cfg['seq_lens']} (fix: a comma list of integers, e.g. 64,128,256)")
+    if not cfg["seq_lens"] or min(cfg["seq_lens"]) < 1:
+        raise SystemExit(f"error: --seq_lens needs lengths >= 1, got {cfg['seq_lens']} (fix: e.g. --seq_lens=64,128,256)")
     if cfg["warmup"] < 0 or cfg["repeats"] < 1 or cfg["batch_size"] < 1 or cfg["infer_batch"] < 1:
         raise SystemExit("error: --warmup >= 0, --repeats >= 1, --batch_size >= 1, --infer_batch >= 1 required")
     if not cfg["scale"] > 0 or cfg["depth_scale"] < 0:

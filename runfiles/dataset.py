@@ -133,6 +133,9 @@ def load_segments(path, n_tokens, block_size):
         raise UserError(f"cannot read data_segments '{path}': {e} (fix: write it with `python -m pangu.refine` first)") from None
     if starts.ndim != 1 or len(starts) == 0 or starts.dtype.kind not in "iu":
         raise UserError(f"data_segments '{path}' is not a non-empty 1-D integer array (fix: write it with `python -m pangu.refine`)")
+    if np.any(starts % (block_size + 1)):   # refine scores whole windows: segment i starts at i * (block_size + 1)
+        raise UserError(f"data_segments '{path}' was made for another block_size than {block_size} (fix: refine "
+                        f"again with a model of this block_size, or train with the block_size it was made for)")
     if starts.min() < 0 or starts.max() + block_size >= n_tokens:
         raise UserError(f"data_segments '{path}' has window starts outside the train split for block_size="
                         f"{block_size} (fix: refine with a model of this dataset and block_size)")

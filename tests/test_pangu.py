@@ -452,8 +452,11 @@ def test_refine_cli_and_second_round(big, tmp_path, monkeypatch, capsys):
     training = [s for s in seen if s is not None]   # evaluation batches of the train split pass no segments
     assert len(training) == 4 and all(np.array_equal(s, starts) for s in training)   # first batch + 3 steps
     assert "training windows start only at" in capsys.readouterr().out
-    np.save(tmp_path / "bad.npy", np.array([10 ** 7]))
+    np.save(tmp_path / "bad.npy", np.array([17 * 10 ** 6]))
     with pytest.raises(UserError, match="outside the train split"):
         run_train(dict(cfg, out_dir=str(tmp_path / "bad"), data_segments=str(tmp_path / "bad.npy")))
+    np.save(tmp_path / "other_block.npy", starts + 1)   # windows of another block_size do not start at i * 17
+    with pytest.raises(UserError, match="another block_size"):
+        run_train(dict(cfg, out_dir=str(tmp_path / "bad"), data_segments=str(tmp_path / "other_block.npy")))
     with pytest.raises(UserError, match="cannot read data_segments"):
         run_train(dict(cfg, out_dir=str(tmp_path / "bad"), data_segments=str(tmp_path / "missing.npy")))
