@@ -8,7 +8,7 @@
 #                       ... --norm_placement=pre for the pre-norm contrast
 #   deep_thinking       --variant=deep_thinking + the layer_sharing sizes (T=3, eta=0.01; --think_memory=first_layer
 #                       for the authors' code's seeding)
-# The baseline's 8 layers make its unique parameters (1.07M) about layer_sharing's (1.12M), as Table 1's 134.0M vs
+# The baseline's 8 layers make its unique parameters (1.08M) about layer_sharing's (1.13M), as Table 1's 134.0M vs
 # 135.4M; that sizing is our choice. Recipe: this repo's CPU recipe (compare_shakespeare_cpu.py), not paper 000's
 # GPU one (lr 2e-3, weight decay 0.1, batch 4), and 1000 iterations (Deep Thinking: also 250, about the same compute).
 # Positions are learned (GPT-2's, the paper's stated baseline) instead of the presets' sinusoids (the authors'
