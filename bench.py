@@ -719,17 +719,21 @@ def paper001_tables(a, b, rows, m):
     return out
 
 
+def write_csv(path, records):
+    """One CSV row per record; the columns are every key that appears, in order of first appearance."""
+    import csv
+    keys = []
+    for r in records:
+        keys += [k for k in r if k not in keys]
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=keys)
+        w.writeheader()
+        w.writerows(records)
+
+
 def write_out(path, text, rows, samples):
     if path.endswith(".csv"):
-        import csv
-        records = rows + [dict(s, seq="sample" if "sample_tok_s_cache" in s else "decode") for s in samples]
-        keys = []
-        for r in records:
-            keys += [k for k in r if k not in keys]
-        with open(path, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=keys)
-            w.writeheader()
-            w.writerows(records)
+        write_csv(path, rows + [dict(s, seq="sample" if "sample_tok_s_cache" in s else "decode") for s in samples])
     else:
         with open(path, "w", encoding="utf-8") as f:
             f.write(text + "\n")

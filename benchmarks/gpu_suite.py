@@ -492,7 +492,7 @@ def report(out, status, meta):
     md += section_decode(by.get("decode", []))
     with open(os.path.join(out, "README.md"), "w", encoding="utf-8") as f:
         f.write("\n".join(md) + "\n")
-    write_csv(os.path.join(out, "measurements.csv"), rows)
+    bench.write_csv(os.path.join(out, "measurements.csv"), rows)
     plot(out, by)
 
 
@@ -578,17 +578,6 @@ def section_paper004(rows):
     md = ["", "## Paper 004 at the paper's recipe: compare.py (2.3)", ""] if rows else []
     return md + [f"`{r['command']}`: exit {r['exit']} in {r['seconds'] / 60:.1f} min; its outputs: "
                  f"{', '.join(f'[{f}]({f})' for f in r['files'].split()) or 'none'}" for r in rows]
-
-
-def write_csv(path, rows):
-    import csv
-    keys = []
-    for r in rows:
-        keys += [k for k in r if k not in keys]
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=keys)
-        w.writeheader()
-        w.writerows(rows)
 
 
 def plot(out, by):
