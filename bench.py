@@ -39,17 +39,11 @@ Warm-up iterations (--warmup) are not timed; each figure is the median of --repe
 Sequence lengths above a model's block_size are skipped; on CUDA an out-of-memory length is reported
 as OOM; on CPU longer lengths are skipped once one step takes more than --max_step_seconds.
 
-Peak memory, what it measures:
-  CUDA: torch.cuda.max_memory_allocated() over the step (reset before it): every live tensor (weights,
-        gradients, AdamW state, activations, KV cache), without the caching allocator's reserve.
-  CPU:  the same quantity, computed: the bytes of the tensors alive when the step starts (weights,
-        buffers, AdamW state, gradients, inputs) plus the highest point of the running sum of tensor
-        allocations minus frees during the step, recorded by torch.profiler(profile_memory=True).
-        It is tensor memory only: no Python objects, no allocator caching, no process RSS. (RSS is not
-        used because glibc keeps freed memory mapped, so RSS deltas mostly measure allocator history.)
+Peak memory is tensor memory only (no Python objects, allocator caching or process RSS): on CUDA
+torch.cuda.max_memory_allocated(); on a CPU the tensors alive when the step starts plus the highest running
+sum of allocations minus frees during it, from torch.profiler (benchmarks/measure.py: peak_bytes).
 """
 
-import contextlib
 import os
 import statistics
 import sys
@@ -57,6 +51,7 @@ import time
 
 import torch
 
+from benchmarks.measure import TooSlow, bench_train, describe, live_tensors, median_ms, peak_bytes, synchronize, timed
 from configurator import (UserError, autocast, expand_bool_flags, gpt_config_defaults, load_config, load_variant,
                           model_args, resolve_device, resolve_dtype)
 from model import GPT, GPTConfig, InferenceCache
@@ -132,12 +127,9 @@ def split_files(argv):
 
 def parse(argv):
     files, rest = split_files(expand_bool_flags(list(argv), BOOL_FLAGS))
-    try:
-        cfg, explicit = load_config(defaults(), rest)
-    except UserError as e:
-        raise SystemExit(f"error: {e}")
+    cfg, explicit = load_config(defaults(), rest)
     if cfg["mode"] not in MODES:
-        raise SystemExit(f"error: unknown --mode={cfg['mode']} (fix: use paper001, paper004, decode, gpu or leave it out)")
+        raise UserError(f"unknown --mode={cfg['mode']} (fix: use paper001, paper004, decode, gpu or leave it out)")
     if cfg["mode"] == "gpu":   # benchmarks/gpu_suite.py has its own plan
         if cfg["smoke"] and "compile_backend" not in explicit:
             cfg["compile_backend"] = "aot_eager"
@@ -150,18 +142,19 @@ def parse(argv):
     measures = [m.strip() for m in cfg["measure"].split(",") if m.strip()]
     bad = [m for m in measures if m not in MEASURES]
     if bad or not measures:
-        raise SystemExit(f"error: unknown measure {bad} (fix: --measure is a comma list of {','.join(MEASURES)})")
+        raise UserError(f"unknown measure {bad} (fix: --measure is a comma list of {','.join(MEASURES)})")
     cfg["measure"] = measures
     try:
         cfg["seq_lens"] = [int(s) for s in str(cfg["seq_lens"]).strip("()[] ").split(",") if s.strip()]
     except ValueError:
-        raise SystemExit(f"error: --seq_lens={cfg['seq_lens']} (fix: a comma list of integers, e.g. 64,128,256)")
+        raise UserError(f"--seq_lens={cfg['seq_lens']} (fix: a comma list of integers, e.g. 64,128,256)")
     if not cfg["seq_lens"] or min(cfg["seq_lens"]) < 1:
-        raise SystemExit(f"error: --seq_lens needs lengths >= 1, got {cfg['seq_lens']} (fix: e.g. --seq_lens=64,128,256)")
+        raise UserError(f"--seq_lens needs lengths >= 1, got {cfg['seq_lens']} (fix: e.g. --seq_lens=64,128,256)")
     if cfg["warmup"] < 0 or cfg["repeats"] < 1 or cfg["batch_size"] < 1 or cfg["infer_batch"] < 1:
-        raise SystemExit("error: --warmup >= 0, --repeats >= 1, --batch_size >= 1, --infer_batch >= 1 required")
+        raise UserError("--warmup >= 0, --repeats >= 1, --batch_size >= 1, --infer_batch >= 1 required "
+                        "(fix: e.g. --warmup=2 --repeats=5 --batch_size=8 --infer_batch=1)")
     if not cfg["scale"] > 0 or cfg["depth_scale"] < 0:
-        raise SystemExit("error: --scale must be > 0 and --depth_scale >= 0")
+        raise UserError("--scale must be > 0 and --depth_scale >= 0 (fix: e.g. --scale=0.5, --depth_scale=0 to follow it)")
     model_keys = set(gpt_config_defaults())
     cli_model = {k: cfg[k] for k in explicit if k in model_keys}
     entries = [variant_entry(name.strip(), cfg, cli_model) for name in cfg["variants"].split(",") if name.strip()]
@@ -170,22 +163,16 @@ def parse(argv):
 
 
 def variant_entry(name, cfg, cli_model):
-    try:
-        args = gpt_config_defaults()
-        args.update(load_variant(name))
-    except UserError as e:
-        raise SystemExit(f"error: {e}")
+    args = gpt_config_defaults()
+    args.update(load_variant(name))
     return finish_entry(name, args, cfg, cli_model, None)
 
 
 def file_entry(path, cfg, cli_model, batch_explicit):
     """One model from a train.py config file: train.py's defaults <- the file; vocab from the dataset."""
     import train
-    try:
-        tcfg, texplicit = load_config(train.DEFAULTS, [path])
-        args = model_args(tcfg, texplicit, vocab_size=dataset_vocab_size(tcfg))   # as train.py: the dataset's vocab
-    except UserError as e:
-        raise SystemExit(f"error: {e}")
+    tcfg, texplicit = load_config(train.DEFAULTS, [path])
+    args = model_args(tcfg, texplicit, vocab_size=dataset_vocab_size(tcfg))   # as train.py: the dataset's vocab
     batch = None if batch_explicit else tcfg.get("batch_size")
     return finish_entry(os.path.splitext(os.path.basename(path))[0], args, cfg, cli_model, batch)
 
@@ -197,7 +184,7 @@ def finish_entry(name, args, cfg, cli_model, batch):
     try:
         GPTConfig(**args)
     except ValueError as e:
-        raise SystemExit(f"error: {name}: {e}")
+        raise UserError(f"{name}: {e} (fix: correct the model keys)") from None
     return dict(name=name, args=args, batch_size=batch or cfg["batch_size"])
 
 
@@ -244,7 +231,7 @@ def depth_args(args, s):
                 cand["share_from_layer"] = round(args["share_from_layer"] * n / n0)
             if _valid(cand):
                 return cand
-    raise SystemExit(f"error: no valid depth near {n0 * s:.1f} layers (fix: pass --n_layer explicitly)")
+    raise UserError(f"no valid depth near {n0 * s:.1f} layers (fix: pass --n_layer explicitly)")
 
 
 def width_args(args, s):
@@ -259,150 +246,10 @@ def width_args(args, s):
                 cand[key] = max(1, round(args[key] * w / w0))
         if _valid(cand):
             return cand
-    raise SystemExit(f"error: no valid width near {w0 * s:.0f} (fix: pass --n_embd explicitly)")
-
-
-def describe(args):
-    a = args
-    parts = [f"{a['n_layer']}L", f"d{a['n_embd']}", f"{a['n_head']}h"]
-    if a.get("n_kv_head"):
-        parts.append(f"kv{a['n_kv_head']}")
-    if a.get("mlp_hidden"):
-        parts.append(f"ffn{a['mlp_hidden']}")
-    if a.get("n_attn_layers") is not None:
-        parts.append(f"attn in {a['n_attn_layers']}")
-    if a.get("share_group_size", 1) > 1:
-        parts.append(f"share {a['share_group_size']} from {a.get('share_from_layer', 0)}")
-    if a.get("n_branches", 1) > 1:
-        parts.append(f"{a['n_branches']} branches")
-    if a.get("shrink_every"):
-        parts.append(f"halve/{a['shrink_every']} {a.get('shrink_layer')}")
-    if a.get("think_steps"):
-        parts.append(f"think {a['think_steps']}")
-    parts += [f"vocab {a['vocab_size']}", f"block {a['block_size']}"]
-    return " ".join(parts)
-
-
-# --- timing and memory ---------------------------------------------------------------------------
-
-def synchronize(device):
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-    elif device == "mps":
-        torch.mps.synchronize()
-
-
-def timed(fn, device):
-    synchronize(device)
-    t0 = time.perf_counter()
-    fn()
-    synchronize(device)
-    return time.perf_counter() - t0
-
-
-def storage_bytes(tensors):
-    """Bytes of the distinct storages behind `tensors` (views and shared weights counted once)."""
-    seen = {}
-    for t in tensors:
-        if t is not None and t.device.type == "cpu":
-            s = t.untyped_storage()
-            seen[s.data_ptr()] = s.nbytes()
-    return sum(seen.values())
-
-
-def live_tensors(model, optimizer=None, extra=()):
-    out = list(model.parameters()) + list(model.buffers()) + [p.grad for p in model.parameters()] + list(extra)
-    if optimizer is not None:
-        for state in optimizer.state.values():
-            out += [v for v in state.values() if torch.is_tensor(v)]
-    return out
-
-
-def peak_bytes(fn, device, live):
-    """Peak bytes of live tensors while fn() runs (see the module docstring). None if unavailable."""
-    if device.startswith("cuda"):
-        synchronize(device)
-        torch.cuda.reset_peak_memory_stats()
-        fn()
-        synchronize(device)
-        return torch.cuda.max_memory_allocated()
-    if device != "cpu":
-        return None
-    before = storage_bytes(live())
-    from torch.profiler import ProfilerActivity, profile
-    with quiet_stderr(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        fn()
-    try:
-        events = []
-        stack = list(prof.profiler.kineto_results.experimental_event_tree())
-        while stack:
-            node = stack.pop()
-            fields = node.extra_fields
-            if type(fields).__name__ == "_ExtraFields_Allocation" and str(fields.device) == "cpu":
-                events.append((node.start_time_ns, fields.alloc_size))
-            stack.extend(node.children)
-    except AttributeError:
-        return None  # this torch's profiler has no event tree: report n/a rather than guess
-    running = peak = 0
-    for _, size in sorted(events, key=lambda e: e[0]):
-        running += size
-        peak = max(peak, running)
-    return before + peak
-
-
-@contextlib.contextmanager
-def quiet_stderr():
-    """Silence the profiler backend's start/stop lines, which C++ writes straight to file descriptor 2."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    try:
-        with open(os.devnull, "w") as devnull:
-            os.dup2(devnull.fileno(), 2)
-            yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-
-
-def median_ms(times):
-    return 1000 * statistics.median(times)
-
-
-class TooSlow(Exception):
-    pass
+    raise UserError(f"no valid width near {w0 * s:.0f} (fix: pass --n_embd explicitly)")
 
 
 # --- the measurements ----------------------------------------------------------------------------
-
-def bench_train(model, cfg, device, dtype, seq, batch, measure_memory):
-    vocab = model.config.vocab_size
-    gen = torch.Generator(device="cpu").manual_seed(cfg["seed"])
-    data = torch.randint(vocab, (batch, seq + 1), generator=gen).to(device)
-    x, y = data[:, :-1], data[:, 1:]
-    opt = model.configure_optimizers(0.1, 6e-4, (0.9, 0.95), device.split(":")[0])
-    scaler = torch.amp.GradScaler(device.split(":")[0], enabled=dtype == torch.float16)
-    runner = torch.compile(model) if cfg["compile"] else model
-    model.train()
-
-    def step():
-        with autocast(device, dtype):
-            _, loss = runner(x, y)
-        scaler.scale(loss).backward()
-        if cfg["optimizer_step"]:
-            scaler.step(opt)
-            scaler.update()
-        opt.zero_grad(set_to_none=True)
-
-    for i in range(cfg["warmup"]):
-        dt = timed(step, device)
-        if i == 0 and device == "cpu" and dt > 3 * cfg["max_step_seconds"]:
-            raise TooSlow(dt)
-    times = [timed(step, device) for _ in range(cfg["repeats"])]
-    out = dict(train_ms=median_ms(times), train_tok_s=batch * seq / statistics.median(times))
-    if measure_memory:
-        out["train_peak_bytes"] = peak_bytes(step, device, lambda: live_tensors(model, opt, (data,)))
-    return out
-
 
 @torch.no_grad()
 def bench_infer(model, cfg, device, dtype, seq, measure_memory):
@@ -766,11 +613,20 @@ def check_out_file(path):
     """--out is checked before any measurement: its folder must exist and be writable."""
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
-        raise SystemExit(f"error: --out={path}: the folder {folder} does not exist or is not writable "
-                         f"(fix: create it, or write elsewhere)")
+        raise UserError(f"--out={path}: the folder {folder} does not exist or is not writable "
+                        f"(fix: create it, or write elsewhere)")
 
 
 def main(argv):
+    """The command line. Bad input (UserError, from here or the GPU suite) ends here as one line `error: ...`
+    and exit code 1, nowhere else."""
+    try:
+        run(argv)
+    except UserError as e:
+        raise SystemExit(f"error: {e}") from None
+
+
+def run(argv):
     cfg, entries = parse(argv)
     if cfg["out"]:
         check_out_file(cfg["out"])
@@ -779,11 +635,8 @@ def main(argv):
         sys.exit(gpu_suite.main(cfg, argv))
     if cfg["num_threads"]:
         torch.set_num_threads(cfg["num_threads"])
-    try:
-        device = str(resolve_device(cfg["device"]))
-        dtype = getattr(torch, resolve_dtype(cfg["dtype"], device))
-    except UserError as e:
-        raise SystemExit(f"error: {e}")
+    device = str(resolve_device(cfg["device"]))
+    dtype = getattr(torch, resolve_dtype(cfg["dtype"], device))
     head = header(cfg, entries, device, dtype)
     print(head, flush=True)
     if cfg["dry_run"]:

@@ -63,7 +63,9 @@ import time
 import torch
 
 import train
-from configurator import UserError, autocast, gpt_config_defaults, load_config, resolve_device, resolve_dtype
+from benchmarks.measure import bench_train, describe
+from configurator import (UserError, autocast, distributed_env, gpt_config_defaults, load_config, resolve_device,
+                          resolve_dtype)
 from configurator import model_args as resolve_model_args
 from runfiles import plots
 from runfiles.checkpoint import LAST_NAME, atomic_open, load_model
@@ -196,7 +198,7 @@ def check(config, explicit):
     need("init_from" not in explicit, "compare.py sets init_from itself: scratch, or resume for a model whose "
          "last.pt exists (fix: drop init_from; a custom variant may start from a checkpoint path)")
     need(not config["eval_only"], "eval_only does not train (fix: drop --eval_only; use eval.py on the out_dirs)")
-    need(train.distributed_env() is None, "compare.py runs in one process (fix: run it with python, not torchrun)")
+    need(distributed_env() is None, "compare.py runs in one process (fix: run it with python, not torchrun)")
     config["seeds"] = resolve_seeds(config["seeds"], config["seed"])
     check_custom_variants(config["custom_variants"])
     for key in ("out_dir", "variant"):
@@ -274,11 +276,6 @@ def model_info(args):
     with torch.device("meta"):
         m = GPT(GPTConfig(**args))
     return m.get_num_params(non_embedding=False), m.flops_per_token()
-
-
-def describe(args):
-    import bench
-    return bench.describe(args)
 
 
 def resume_iter(out_dir):
@@ -496,18 +493,17 @@ def generate_samples(model, ckpt, config, device, dtype):
 
 
 def bench_model(args, config, device, dtype):
-    """bench.py's training-step measurement on a fresh model of the same shape (random tokens, batch
-    batch_size x block_size): median ms of bench_iters steps after BENCH_WARMUP, and peak memory."""
+    """bench.py's training-step measurement (benchmarks/measure.py) on a fresh model of the same shape (random
+    tokens, batch batch_size x block_size): median ms of bench_iters steps after BENCH_WARMUP, and peak memory."""
     if config["bench_iters"] <= 0:
         return {}
-    import bench
     from model import GPT, GPTConfig
     torch.manual_seed(config["seed"])
     model = GPT(GPTConfig(**args)).to(device)
     cfg = dict(seed=config["seed"], compile=config["compile"], optimizer_step=True, warmup=BENCH_WARMUP,
                repeats=config["bench_iters"], max_step_seconds=float("inf"))
     try:
-        r = bench.bench_train(model, cfg, device, dtype, args["block_size"], config["batch_size"], True)
+        r = bench_train(model, cfg, device, dtype, args["block_size"], config["batch_size"], True)
         return dict(bench_ms=r["train_ms"], bench_tok_s=r["train_tok_s"], peak_bytes=r.get("train_peak_bytes"))
     except torch.OutOfMemoryError:
         return dict(bench_note="out of memory")

@@ -16,12 +16,15 @@ one-line message naming the problem and the fix; only the scripts' main() turns 
 Model variants: a config key `variant = "lgpt"` selects variants/lgpt.py. The model arguments are
     GPTConfig defaults  <-  variants.load(variant)  <-  model keys set explicitly (files or CLI)
 which is what model_args() computes; that is why load_config also returns the explicitly-set keys.
+train.py's own checks live here too: check_train_config (its values) and train_model_args (its model:
+fresh, resumed or from a checkpoint).
 """
 
 import ast
 import dataclasses
 import difflib
 import importlib
+import math
 import os
 import pkgutil
 import sys
@@ -236,7 +239,62 @@ def _type_name(default):
     return f"a {type(default).__name__}"
 
 
-# --- 'auto' device and dtype ----------------------------------------------------------------------
+# --- train.py's values -----------------------------------------------------------------------------
+
+def check_train_config(c, world=1):
+    """train.py's keys: fill the schedule's None defaults and refuse values that make no sense, naming the
+    key. world: the number of DDP ranks. Runs before anything is read or written."""
+    def need(ok, key, rule, fix):
+        if not ok:
+            raise UserError(f"{key} must be {rule}, got {c[key]!r} (fix: {fix})")
+
+    def integer(v):
+        return isinstance(v, int) and not isinstance(v, bool)
+
+    def number(v):
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+    for key in ("batch_size", "eval_interval", "log_interval", "eval_iters", "gradient_accumulation_steps"):
+        need(integer(c[key]) and c[key] >= 1, key, "an integer >= 1", f"--{key}=1 or more")
+    for key in ("max_iters", "num_threads"):
+        need(integer(c[key]) and c[key] >= 0, key, "an integer >= 0", f"--{key}=0 or more")
+    need(number(c["learning_rate"]) and c["learning_rate"] > 0, "learning_rate", "> 0", "--learning_rate=1e-3")
+    need(number(c["weight_decay"]) and c["weight_decay"] >= 0, "weight_decay", ">= 0", "--weight_decay=0.1")
+    for key, usual in (("beta1", 0.9), ("beta2", 0.95)):
+        need(number(c[key]) and 0 <= c[key] < 1, key, "in [0, 1)", f"--{key}={usual}")
+    need(number(c["grad_clip"]) and c["grad_clip"] >= 0, "grad_clip", ">= 0 (0 = off)", "--grad_clip=1.0")
+    c["lr_decay_iters"] = c["max_iters"] if c["lr_decay_iters"] is None else c["lr_decay_iters"]
+    need(number(c["lr_decay_iters"]) and c["lr_decay_iters"] >= 0, "lr_decay_iters", "a number >= 0",
+         f"--lr_decay_iters={c['max_iters']}")
+    c["min_lr"] = c["learning_rate"] / 10 if c["min_lr"] is None else c["min_lr"]
+    need(number(c["min_lr"]) and 0 <= c["min_lr"] <= c["learning_rate"], "min_lr",
+         f"in [0, learning_rate={c['learning_rate']:g}]", f"--min_lr={c['learning_rate'] / 10:g}")
+    c["warmup_iters"] = min(100, int(c["lr_decay_iters"]) // 10) if c["warmup_iters"] is None else c["warmup_iters"]
+    need(integer(c["warmup_iters"]) and 0 <= c["warmup_iters"] <= (c["lr_decay_iters"] if c["decay_lr"] else math.inf),
+         "warmup_iters", f"an integer in [0, lr_decay_iters={c['lr_decay_iters']}]",
+         f"--warmup_iters={int(c['lr_decay_iters']) // 10}, or leave it out: it defaults to min(100, lr_decay_iters // 10)")
+    accum = c["gradient_accumulation_steps"]
+    if accum % world:
+        raise UserError(f"gradient_accumulation_steps={accum} must be divisible by the {world} DDP ranks; each "
+                        f"rank runs gradient_accumulation_steps/{world} micro-steps "
+                        f"(fix: --gradient_accumulation_steps={max(world, accum // world * world)})")
+    need(c["dataset"] != "", "dataset", "a dataset name", "--dataset=shakespeare_char")
+    need(c["out_dir"] != "", "out_dir", "a folder", "--out_dir=out")
+    from huggingface.convert import is_hf_dir
+    need(c["init_from"] in ("scratch", "resume") or os.path.isfile(c["init_from"]) or is_hf_dir(c["init_from"]),
+         "init_from", "'scratch', 'resume', an existing checkpoint file or a Hugging Face model directory",
+         "--init_from=scratch|resume|path/to/ckpt.pt|path/to/hf-dir")
+
+
+# --- processes, 'auto' device and dtype -------------------------------------------------------------
+
+def distributed_env():
+    """(rank, local_rank, world_size) from torchrun's environment, or None when not launched by it."""
+    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+        return None
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    return rank, int(os.environ.get("LOCAL_RANK", rank)), world
+
 
 def resolve_device(name, local_rank=None):
     """torch.device for --device: 'auto' = cuda > mps > cpu; under DDP one GPU per local rank."""
@@ -309,6 +367,49 @@ def model_args(config, explicit, base=None, vocab_size=None):
         args["vocab_size"] = vocab_size
     args.update({k: config[k] for k in explicit if k in fields})
     return args
+
+
+def train_model_args(config, explicit, meta, device, say):
+    """train.py's model: (model_args, checkpoint or None) for init_from = scratch | resume | <path>. Refuses
+    a checkpoint of another tokenizer, with non-finite weights, or (resume) of another architecture."""
+    from huggingface.convert import checkpoint_dict, is_hf_dir
+    from runfiles.checkpoint import CKPT_NAME, LAST_NAME, check_finite, load_checkpoint
+    from runfiles.dataset import tokenizer_id
+    init_from, ckpt = config["init_from"], None
+    if init_from == "scratch":
+        args = model_args(config, explicit, vocab_size=meta["vocab_size"])
+    elif init_from == "resume":
+        out_dir = config["out_dir"]
+        if not any(os.path.isfile(os.path.join(out_dir, n)) for n in (LAST_NAME, CKPT_NAME)):
+            raise UserError(f"nothing to resume: no {LAST_NAME} or {CKPT_NAME} in '{out_dir}' (fix: pass the "
+                            f"out_dir of an earlier run, or start one with --init_from=scratch)")
+        ckpt = load_checkpoint(out_dir, device, prefer=(LAST_NAME, CKPT_NAME))
+        if ckpt.get("optimizer") is None:
+            raise UserError(f"{ckpt['path']} has weights only (e.g. from pangu.inherit), nothing to resume "
+                            f"(fix: --init_from={ckpt['path']} to start a new run from it)")
+        say(f"resuming from {ckpt['path']} at iteration {ckpt['iter_num']}")
+        args = dict(ckpt["model_args"])
+        # dropout may change between sessions; anything else changes the architecture. vocab_size came
+        # from meta.json, not the variant's preset, unless the user set it
+        wanted = model_args(config, explicit, base=args)
+        wanted["vocab_size"] = wanted["vocab_size"] if "vocab_size" in explicit else args["vocab_size"]
+        for key in sorted(k for k in wanted if k != "dropout" and wanted[k] != args.get(k)):
+            raise UserError(f"resume: {key}={wanted[key]!r} differs from the checkpoint's {key}={args.get(key)!r} "
+                            f"(fix: drop that override, or start a new run from its weights: --init_from={ckpt['path']} "
+                            f"--allow_partial_init=True)")
+        args["dropout"] = wanted["dropout"]
+    else:
+        ckpt = checkpoint_dict(init_from, say=say) if is_hf_dir(init_from) else load_checkpoint(init_from, device)
+        args = model_args(config, explicit, base=ckpt["model_args"], vocab_size=meta["vocab_size"])
+    if args["vocab_size"] < meta["vocab_size"]:
+        raise UserError(f"vocab_size {args['vocab_size']} is smaller than the dataset's {meta['vocab_size']} tokens "
+                        f"(fix: drop --vocab_size, it is read from meta.json)")
+    if ckpt is not None:
+        check_finite(ckpt["model"], ckpt["path"])
+        if ckpt.get("tokenizer_id") not in (None, tokenizer_id(meta)):   # older checkpoints record none
+            raise UserError(f"{ckpt['path']} was trained with another tokenizer than {config['data_dir']}'s (its "
+                            f"dataset: {ckpt.get('dataset')}) (fix: --dataset/--data_dir of that run, or --init_from=scratch)")
+    return args, ckpt
 
 
 def available_variants():

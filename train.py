@@ -23,22 +23,20 @@ import contextlib
 import math
 import os
 import random
-import signal
 import sys
-import threading
 import time
 
 import numpy as np
 import torch
 
-from configurator import UserError, autocast, gpt_config_defaults, load_config, resolve_device, resolve_dtype
-from configurator import model_args as resolve_model_args
-from huggingface.convert import checkpoint_dict, is_hf_dir
-from runfiles.checkpoint import (CKPT_NAME, LAST_NAME, atomic_copy, atomic_save, build_model, check_finite,
-                                 check_out_dir, clean_state_dict, load_checkpoint, load_matching_weights,
-                                 remove_stale_temp_files, restore_rng, rng_state)
-from runfiles.dataset import (SPLIT_CODES, batch_seed, default_data_dir, get_batch, load_meta, load_segments,
-                              split_path, split_tokens, tokenizer_id)
+from benchmarks.measure import peak_flops
+from configurator import (UserError, autocast, check_train_config, distributed_env, gpt_config_defaults, load_config,
+                          resolve_device, resolve_dtype, train_model_args)
+from runfiles.checkpoint import (CKPT_NAME, LAST_NAME, StopRequest, atomic_copy, atomic_save, build_model,
+                                 check_out_dir, clean_state_dict, load_matching_weights, remove_stale_temp_files,
+                                 restore_rng, rng_state)
+from runfiles.dataset import (SPLIT_CODES, batch_seed, check_splits, default_data_dir, ensure_prepared, get_batch,
+                              load_meta, split_path, tokenizer_id)
 from runfiles.plots import plot_run
 from runfiles.runlog import CsvLog, format_duration
 
@@ -83,7 +81,6 @@ TRAIN_DEFAULTS = dict(
     seed=1337,
 )
 DEFAULTS = {**TRAIN_DEFAULTS, **{k: v for k, v in gpt_config_defaults().items() if k not in TRAIN_DEFAULTS}}
-PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12}   # dense bf16, for the MFU print
 PROGRESS_EVERY_S = 15   # a long evaluation prints a progress line this often
 
 
@@ -100,142 +97,13 @@ def get_lr(it, learning_rate, min_lr, warmup_iters, lr_decay_iters, decay_lr=Tru
     return min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (learning_rate - min_lr)
 
 
-def check_config(c):
-    """Fill the schedule's None defaults and refuse values that make no sense, naming the key. Runs
-    before anything is read or written."""
-    def need(ok, key, rule, fix):
-        if not ok:
-            raise UserError(f"{key} must be {rule}, got {c[key]!r} (fix: {fix})")
-
-    def integer(v):
-        return isinstance(v, int) and not isinstance(v, bool)
-
-    def number(v):
-        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-    for key in ("batch_size", "eval_interval", "log_interval", "eval_iters", "gradient_accumulation_steps"):
-        need(integer(c[key]) and c[key] >= 1, key, "an integer >= 1", f"--{key}=1 or more")
-    for key in ("max_iters", "num_threads"):
-        need(integer(c[key]) and c[key] >= 0, key, "an integer >= 0", f"--{key}=0 or more")
-    need(number(c["learning_rate"]) and c["learning_rate"] > 0, "learning_rate", "> 0", "--learning_rate=1e-3")
-    need(number(c["weight_decay"]) and c["weight_decay"] >= 0, "weight_decay", ">= 0", "--weight_decay=0.1")
-    for key in ("beta1", "beta2"):
-        need(number(c[key]) and 0 <= c[key] < 1, key, "in [0, 1)", f"--{key}={DEFAULTS[key]}")
-    need(number(c["grad_clip"]) and c["grad_clip"] >= 0, "grad_clip", ">= 0 (0 = off)", "--grad_clip=1.0")
-    c["lr_decay_iters"] = c["max_iters"] if c["lr_decay_iters"] is None else c["lr_decay_iters"]
-    need(number(c["lr_decay_iters"]) and c["lr_decay_iters"] >= 0, "lr_decay_iters", "a number >= 0",
-         f"--lr_decay_iters={c['max_iters']}")
-    c["min_lr"] = c["learning_rate"] / 10 if c["min_lr"] is None else c["min_lr"]
-    need(number(c["min_lr"]) and 0 <= c["min_lr"] <= c["learning_rate"], "min_lr",
-         f"in [0, learning_rate={c['learning_rate']:g}]", f"--min_lr={c['learning_rate'] / 10:g}")
-    c["warmup_iters"] = min(100, int(c["lr_decay_iters"]) // 10) if c["warmup_iters"] is None else c["warmup_iters"]
-    need(integer(c["warmup_iters"]) and 0 <= c["warmup_iters"] <= (c["lr_decay_iters"] if c["decay_lr"] else math.inf),
-         "warmup_iters", f"an integer in [0, lr_decay_iters={c['lr_decay_iters']}]",
-         f"--warmup_iters={int(c['lr_decay_iters']) // 10}, or leave it out: it defaults to min(100, lr_decay_iters // 10)")
-    need(c["dataset"] != "", "dataset", "a dataset name", "--dataset=shakespeare_char")
-    need(c["out_dir"] != "", "out_dir", "a folder", "--out_dir=out")
-    need(c["init_from"] in ("scratch", "resume") or os.path.isfile(c["init_from"]) or is_hf_dir(c["init_from"]),
-         "init_from", "'scratch', 'resume', an existing checkpoint file or a Hugging Face model directory",
-         "--init_from=scratch|resume|path/to/ckpt.pt|path/to/hf-dir")
-
-
-def distributed_env():
-    """(rank, local_rank, world_size) from torchrun's environment, or None when not launched by it."""
-    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
-        return None
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    return rank, int(os.environ.get("LOCAL_RANK", rank)), world
-
-
-def ensure_data(dataset, data_dir):
-    """Run prepare.prepare(dataset) into data_dir when it has not been prepared yet (first run)."""
-    if all(os.path.exists(os.path.join(data_dir, name)) for name in ("train.bin", "val.bin", "meta.json")):
-        return
-    print(f"dataset '{dataset}' is not prepared in {data_dir}: running prepare.prepare('{dataset}')", flush=True)
-    import prepare
-    try:
-        prepare.prepare(dataset, out_dir=data_dir)
-    except UserError as e:
-        raise UserError(f"preparing dataset '{dataset}' failed: {e}") from None
-
-
-def model_args_for(config, explicit, meta, device, say):
-    """(model_args, checkpoint or None) for init_from = scratch | resume | <path>. Refuses a checkpoint of
-    another tokenizer, with non-finite weights, or (resume) of another architecture."""
-    init_from, ckpt = config["init_from"], None
-    if init_from == "scratch":
-        args = resolve_model_args(config, explicit, vocab_size=meta["vocab_size"])
-    elif init_from == "resume":
-        out_dir = config["out_dir"]
-        if not any(os.path.isfile(os.path.join(out_dir, n)) for n in (LAST_NAME, CKPT_NAME)):
-            raise UserError(f"nothing to resume: no {LAST_NAME} or {CKPT_NAME} in '{out_dir}' (fix: pass the "
-                            f"out_dir of an earlier run, or start one with --init_from=scratch)")
-        ckpt = load_checkpoint(out_dir, device, prefer=(LAST_NAME, CKPT_NAME))
-        if ckpt.get("optimizer") is None:
-            raise UserError(f"{ckpt['path']} has weights only (e.g. from pangu.inherit), nothing to resume "
-                            f"(fix: --init_from={ckpt['path']} to start a new run from it)")
-        say(f"resuming from {ckpt['path']} at iteration {ckpt['iter_num']}")
-        args = dict(ckpt["model_args"])
-        # dropout may change between sessions; anything else changes the architecture. vocab_size came
-        # from meta.json, not the variant's preset, unless the user set it
-        wanted = resolve_model_args(config, explicit, base=args)
-        wanted["vocab_size"] = wanted["vocab_size"] if "vocab_size" in explicit else args["vocab_size"]
-        for key in sorted(k for k in wanted if k != "dropout" and wanted[k] != args.get(k)):
-            raise UserError(f"resume: {key}={wanted[key]!r} differs from the checkpoint's {key}={args.get(key)!r} "
-                            f"(fix: drop that override, or start a new run from its weights: --init_from={ckpt['path']} "
-                            f"--allow_partial_init=True)")
-        args["dropout"] = wanted["dropout"]
-    else:
-        ckpt = checkpoint_dict(init_from, say=say) if is_hf_dir(init_from) else load_checkpoint(init_from, device)
-        args = resolve_model_args(config, explicit, base=ckpt["model_args"], vocab_size=meta["vocab_size"])
-    if args["vocab_size"] < meta["vocab_size"]:
-        raise UserError(f"vocab_size {args['vocab_size']} is smaller than the dataset's {meta['vocab_size']} tokens "
-                        f"(fix: drop --vocab_size, it is read from meta.json)")
-    if ckpt is not None:
-        check_finite(ckpt["model"], ckpt["path"])
-        if ckpt.get("tokenizer_id") not in (None, tokenizer_id(meta)):   # older checkpoints record none
-            raise UserError(f"{ckpt['path']} was trained with another tokenizer than {config['data_dir']}'s (its "
-                            f"dataset: {ckpt.get('dataset')}) (fix: --dataset/--data_dir of that run, or --init_from=scratch)")
-    return args, ckpt
-
-
-@torch.no_grad()
-def estimate_loss(model, splits, data_dir, eval_iters, batch_size, block_size, seed, device, dtype,
-                  rank=0, world=1, say=print, stop=None):
-    """Mean loss over eval_iters fixed batches per split (the same batches at every call). Under DDP each
-    rank evaluates every world-th batch and the sums are all-reduced. Long evaluations print progress.
-    Raises KeyboardInterrupt once stop() is true: evaluating changes no state, so the caller can save at once."""
-    was_training = model.training
-    model.eval()
-    gen, out = torch.Generator(), {}
-    t0 = shown = time.time()
-    for split in splits:
-        losses = torch.zeros(eval_iters, device=device)
-        for k in range(rank, eval_iters, world):
-            gen.manual_seed(batch_seed(seed, 1000 + SPLIT_CODES.get(split, 9), k))
-            x, y = get_batch(split_path(data_dir, split), batch_size, block_size, gen, device)
-            with autocast(device, dtype):
-                losses[k] = model(x, y)[1].float()
-            if stop is not None and stop():
-                model.train(was_training)
-                raise KeyboardInterrupt
-            if time.time() - shown > PROGRESS_EVERY_S:
-                say(f"  evaluating: {split} batch {k + 1}/{eval_iters}, {time.time() - t0:.0f} s")
-                shown = time.time()
-        if world > 1:
-            torch.distributed.all_reduce(losses)
-        out[split] = losses.mean().item()
-    model.train(was_training)
-    return out
-
-
-def time_estimate_note(config, model, x, y, device, dtype, micro_steps):
+def note_cpu_time(config, model, x, y, dtype, micro_steps, say):
     """On a CPU: time a forward+backward of one sequence (the second call: the first pays one-time costs),
     scale it to the run and, when that is over half an hour, say so in one line (naming a CPU twin)."""
     with torch.random.fork_rng(devices=[]):   # the probe must not move the dropout RNG
         for _ in range(2):
             t0 = time.time()
-            with autocast(device, dtype):
+            with autocast("cpu", dtype):
                 loss = model(x[:1], y[:1])[1]
             loss.backward()
             step_s = (time.time() - t0) * len(x)
@@ -243,40 +111,11 @@ def time_estimate_note(config, model, x, y, device, dtype, micro_steps):
     evals = config["max_iters"] // config["eval_interval"] + 1
     total_s = step_s * (micro_steps * config["max_iters"] + evals * 2 * config["eval_iters"] / 3)
     if total_s < 1800:
-        return None
+        return
     fix = (f"this is a GPU recipe; its CPU twin is `python train.py {config['cpu_twin']}`" if config["cpu_twin"]
            else "a GPU, or a smaller model / fewer --max_iters")
-    return (f"note: this run needs about {format_duration(total_s)} on this CPU (~{step_s:.1f} s per micro-step, "
-            f"{config['max_iters']} iterations) (fix: {fix})")
-
-
-class StopRequest:
-    """Ctrl-C (SIGINT) or SIGTERM asks the loop to stop at the next iteration boundary, where the state saved
-    to last.pt is exactly resumable; a second signal raises KeyboardInterrupt at once. Installed only in the
-    main thread and over the default handlers (a caller's own handlers are left alone)."""
-
-    DEFAULT_HANDLERS = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}
-
-    def __init__(self, say):
-        self.requested, self.say, self.previous = False, say, {}
-
-    def __enter__(self):
-        if threading.current_thread() is threading.main_thread():
-            for sig, default in self.DEFAULT_HANDLERS.items():
-                if signal.getsignal(sig) == default:
-                    self.previous[sig] = signal.signal(sig, self.handle)
-        return self
-
-    def handle(self, signum, frame):
-        if self.requested:
-            raise KeyboardInterrupt
-        self.requested = True
-        self.say(f"\n{signal.Signals(signum).name}: stopping after this iteration to save last.pt "
-                 f"(Ctrl-C again to stop at once)")
-
-    def __exit__(self, *exc):
-        for sig, handler in self.previous.items():
-            signal.signal(sig, handler)
+    say(f"note: this run needs about {format_duration(total_s)} on this CPU (~{step_s:.1f} s per micro-step, "
+        f"{config['max_iters']} iterations) (fix: {fix})")
 
 
 def train(config, explicit=None, callback=None):
@@ -291,17 +130,11 @@ def train(config, explicit=None, callback=None):
     config = {**DEFAULTS, **config}
     if explicit is None:   # called as a library: model keys that differ from GPTConfig's defaults win over a variant
         explicit = {k for k, v in gpt_config_defaults().items() if config[k] != v}
-    check_config(config)
-    dist_env = distributed_env()
-    if dist_env is None:
-        return run(config, set(explicit), callback, resolve_device(config["device"]))
-    rank, local_rank, world = dist_env
-    accum = config["gradient_accumulation_steps"]
-    if accum % world != 0:
-        raise UserError(f"gradient_accumulation_steps={accum} must be divisible by the {world} DDP ranks; each "
-                        f"rank runs gradient_accumulation_steps/{world} micro-steps "
-                        f"(fix: --gradient_accumulation_steps={max(world, accum // world * world)})")
+    rank, local_rank, world = distributed_env() or (0, None, 1)   # torchrun sets the ranks
+    check_train_config(config, world)
     device = resolve_device(config["device"], local_rank)
+    if world == 1:
+        return run(config, set(explicit), callback, device)
     if device.type == "cuda":
         torch.cuda.set_device(device)
     owns_group = not torch.distributed.is_initialized()
@@ -332,20 +165,17 @@ def run(config, explicit, callback, device, rank=0, world=1):
     # --- data: prepared on first use (by rank 0; the others wait), then checked -----------------------
     data_dir = config["data_dir"] = default_data_dir(config)
     if master:
-        ensure_data(config["dataset"], data_dir)
+        ensure_prepared(config["dataset"], data_dir)
     if ddp:
         torch.distributed.barrier()
     meta = load_meta(data_dir)
 
     # --- model: fresh, resumed, or initialized from another checkpoint's weights ----------------------
-    args, ckpt = model_args_for(config, explicit, meta, device, say)
+    args, ckpt = train_model_args(config, explicit, meta, device, say)
     config.update(args)   # the config saved with checkpoints shows the model that was really trained
     block_size, batch_size = args["block_size"], config["batch_size"]
-    n_train = split_tokens(data_dir, "train", args["vocab_size"], block_size)
-    split_tokens(data_dir, "val", args["vocab_size"], block_size)
-    segments = None
-    if config["data_segments"]:
-        segments = load_segments(config["data_segments"], n_train, block_size)
+    segments = check_splits(data_dir, args["vocab_size"], block_size, config["data_segments"])
+    if segments is not None:   # paper 003's data refining
         say(f"training windows start only at the {len(segments):,} segments of {config['data_segments']}")
     torch.manual_seed(config["seed"])   # the same initial weights on every rank and in every run with this seed
     raw_model = build_model(args)
@@ -389,9 +219,7 @@ def run(config, explicit, callback, device, rank=0, world=1):
 
     X, Y = next_batch(iter_num, 0)   # the first batch; each step fetches the next one while the GPU works
     if device.type == "cpu" and master:
-        note = time_estimate_note(config, raw_model, X, Y, device, dtype, accum)
-        if note:
-            say(note)
+        note_cpu_time(config, raw_model, X, Y, dtype, accum, say)
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
@@ -401,21 +229,44 @@ def run(config, explicit, callback, device, rank=0, world=1):
     if ddp:
         from torch.nn.parallel import DistributedDataParallel
         train_model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
-    # the RNG (dropout): each rank its own stream; a resumed run continues the saved one
-    torch.manual_seed(config["seed"] + rank)
-    random.seed(config["seed"] + rank)
-    np.random.seed((config["seed"] + rank) % 2**32)
+    # the RNG (dropout): each rank its own stream; a resumed run continues the saved one (a rank that has
+    # none, after a change of the number of ranks, starts a new stream for this iteration)
+    torch.manual_seed(config["seed"] + rank + iter_num)
+    random.seed(config["seed"] + rank + iter_num)
+    np.random.seed((config["seed"] + rank + iter_num) % 2**32)
     if resuming:
         saved = ckpt["rng_ranks"][rank] if ckpt.get("rng_ranks") and len(ckpt["rng_ranks"]) == world else \
             ckpt.get("rng") if master else None
         if saved is not None:
             restore_rng(saved, device)
-        else:
-            torch.manual_seed(config["seed"] + rank + iter_num)
 
-    def evaluate(splits):   # Ctrl-C / SIGTERM cut it short (single process only: DDP ranks all finish it)
-        return estimate_loss(model, splits, data_dir, config["eval_iters"], batch_size, block_size, config["seed"],
-                             device, dtype, rank, world, say, stop=None if ddp else lambda: stop.requested)
+    @torch.no_grad()
+    def evaluate(splits):
+        """Mean loss over eval_iters fixed batches per split (the same batches at every call). Under DDP each
+        rank evaluates every world-th batch and the sums are all-reduced. Ctrl-C / SIGTERM cut it short
+        (single process only: DDP ranks all finish it); evaluating changes no state, so the loop saves at once."""
+        n, gen, out = config["eval_iters"], torch.Generator(), {}
+        t0 = shown = time.time()
+        model.eval()
+        try:
+            for split in splits:
+                losses = torch.zeros(n, device=device)
+                for k in range(rank, n, world):
+                    gen.manual_seed(batch_seed(config["seed"], 1000 + SPLIT_CODES.get(split, 9), k))
+                    x, y = get_batch(split_path(data_dir, split), batch_size, block_size, gen, device)
+                    with autocast(device, dtype):
+                        losses[k] = model(x, y)[1].float()
+                    if stop.requested and not ddp:
+                        raise KeyboardInterrupt
+                    if time.time() - shown > PROGRESS_EVERY_S:
+                        say(f"  evaluating: {split} batch {k + 1}/{n}, {time.time() - t0:.0f} s")
+                        shown = time.time()
+                if ddp:
+                    torch.distributed.all_reduce(losses)
+                out[split] = losses.mean().item()
+        finally:
+            model.train()
+        return out
 
     def notify(event, **info):
         if callback is not None:
@@ -454,11 +305,9 @@ def run(config, explicit, callback, device, rank=0, world=1):
     # steps, and the RNG (dropout) is exactly where step iter_num-1 left it. State saved there resumes
     # exactly, so evaluation, saving and stopping happen only there. The one flag `in_step` marks the rest
     # (from the first forward to iter_num += 1): an interrupt in there saves nothing.
-    peak = next((f for name, f in PEAK_FLOPS.items() if name in torch.cuda.get_device_name(device)), None) \
-        if device.type == "cuda" else None
+    peak = peak_flops(device)   # the GPU's bf16 FLOP/s for the MFU print; None on a CPU
     saved_iter = iter_num if resuming and ckpt["path"].endswith(LAST_NAME) else None   # what last.pt holds
-    history, final, last_train_loss, window_ms = [], {}, None, []
-    ema_ms = running_mfu = None
+    history, window_ms, last_train_loss, ema_ms = [], [], None, None
     t_start = t_window = time.time()
     window_iters, eval_seconds, n_evals = 0, 0.0, 0
     in_step = interrupted = hard_stop = False
@@ -491,7 +340,6 @@ def run(config, explicit, callback, device, rank=0, world=1):
                             f"branch weights {' '.join(f'{w:.4f}' for w in weights)}")
                         row.update(val_loss_heaviest=heavy, branch_weights=weights)
                     history.append(row)
-                    final = row
                     if master:
                         csv_log.write(**row)
                     improved = losses["val"] < best_val_loss
@@ -546,10 +394,8 @@ def run(config, explicit, callback, device, rank=0, world=1):
                     ema_ms = ms if len(window_ms) <= 2 else 0.9 * ema_ms + 0.1 * ms   # the first windows warm up
                     evals_left = (config["max_iters"] - iter_num) // config["eval_interval"] + 1
                     eta = (config["max_iters"] - iter_num) * ema_ms / 1000 + evals_left * eval_seconds / max(1, n_evals)
-                    mfu = None
-                    if peak is not None and len(window_ms) > 2:
-                        m = raw_model.estimate_mfu(batch_size * accum, ms / 1000, peak)
-                        running_mfu = mfu = m if running_mfu is None else 0.9 * running_mfu + 0.1 * m
+                    mfu = raw_model.estimate_mfu(batch_size * accum, ema_ms / 1000, peak) \
+                        if peak is not None and len(window_ms) > 2 else None
                     tok_s = tokens_per_iter / (ms / 1000)
                     say(f"iter {it}: loss {lossf:.4f}, lr {lr:.2e}, {ms:.2f} ms/iter, {tok_s:,.0f} tok/s, "
                         f"eta {format_duration(eta)}" + (f", mfu {mfu * 100:.2f}%" if mfu is not None else ""))
@@ -578,6 +424,7 @@ def run(config, explicit, callback, device, rank=0, world=1):
     train_time = time.time() - t_start
     steady = window_ms[1:] or window_ms   # the first window includes warm-up (and compilation)
     ms_per_iter = float(np.median(steady)) if steady else None
+    final = history[-1] if history else {}
     summary = {
         "best_val_loss": best_val_loss, "final_train_loss": final.get("loss"), "final_val_loss": final.get("val_loss"),
         "final_val_loss_heaviest": final.get("val_loss_heaviest"), "last_train_loss": last_train_loss,
@@ -598,7 +445,7 @@ def main(argv=None):
         config, explicit = load_config(DEFAULTS, sys.argv[1:] if argv is None else argv)
         summary = train(config, explicit)
     except UserError as e:
-        raise SystemExit(f"error: {e}")
+        raise SystemExit(f"error: {e}") from None
     except KeyboardInterrupt:   # a third Ctrl-C, while saving after the second
         raise SystemExit(130) from None
     except (torch.OutOfMemoryError, RuntimeError) as e:

@@ -52,8 +52,9 @@ if REPO not in sys.path:
 
 import bench  # noqa: E402
 import variants  # noqa: E402
+from benchmarks.measure import median_ms, peak_flops, timed  # noqa: E402
+from configurator import UserError, autocast, gpt_config_defaults, resolve_device  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
-from configurator import autocast, resolve_device  # noqa: E402
 
 DEFAULT_PARTS = ("checks", "train", "paper001", "decode", "tests")
 PARTS = DEFAULT_PARTS + ("paper004",)
@@ -87,7 +88,7 @@ def main(cfg, argv):
              .split(",") if p.strip()]
     bad = [p for p in parts if p not in PARTS]
     if bad:
-        raise SystemExit(f"error: unknown --parts {bad} (fix: a comma list of {','.join(PARTS)})")
+        raise UserError(f"unknown --parts {bad} (fix: a comma list of {','.join(PARTS)})")
     device = job_device(cfg)
     out = results_dir(cfg)
     for sub in ("raw", "logs"):
@@ -136,8 +137,8 @@ def job_device(cfg):
         return "cpu"
     device = str(resolve_device(cfg["device"]))
     if not device.startswith("cuda"):
-        raise SystemExit("error: --mode=gpu needs a CUDA GPU (fix: run it on a GPU machine, or add --smoke for "
-                         "the CPU dry run at toy sizes)")
+        raise UserError("--mode=gpu needs a CUDA GPU (fix: run it on a GPU machine, or add --smoke for "
+                        "the CPU dry run at toy sizes)")
     return device
 
 
@@ -205,7 +206,7 @@ def preset_args(name, cfg):
     if name == "gpt2_124m":
         args = bench.file_entry(GPT2_CONFIG, cfg, {}, True)["args"]
     else:
-        args = dict(bench.gpt_config_defaults(), **variants.load(name))
+        args = dict(gpt_config_defaults(), **variants.load(name))
     return smoke_size(args) if cfg["smoke"] else args
 
 
@@ -329,11 +330,6 @@ def job_train(cfg, item, device, rows):
     rows.add(row)
 
 
-def peak_flops(device):
-    import train
-    return train.peak_flops(torch.device(device)) if device.startswith("cuda") else None
-
-
 def time_training(model, opt, cfg, device, seq, batch, warmup, repeats):
     """train.py's step on random tokens (bf16 autocast, compiled model, clip 1.0, AdamW); the first step
     (compilation) timed on its own, then warm-up, then the median of `repeats` steps and their peak memory."""
@@ -352,13 +348,13 @@ def time_training(model, opt, cfg, device, seq, batch, warmup, repeats):
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-    out = dict(first_step_s=bench.timed(step, device))
+    out = dict(first_step_s=timed(step, device))
     for _ in range(warmup):
-        bench.timed(step, device)
+        timed(step, device)
     if device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats()
-    times = [bench.timed(step, device) for _ in range(repeats)]
-    ms = bench.median_ms(times)
+    times = [timed(step, device) for _ in range(repeats)]
+    ms = median_ms(times)
     out.update(ms_iter=ms, tok_s=batch * seq / (ms / 1000))
     out["peak_gb"] = torch.cuda.max_memory_allocated() / 2**30 if device.startswith("cuda") else None
     return out
@@ -479,7 +475,7 @@ def report(out, status, meta):
     by = {}
     for r in rows:
         by.setdefault(r["part"], []).append(r)
-    md = [f"# GPU measurements (`python bench.py --mode=gpu`)" + (" -- SMOKE RUN: toy sizes on the CPU, not "
+    md = ["# GPU measurements (`python bench.py --mode=gpu`)" + (" -- SMOKE RUN: toy sizes on the CPU, not "
                                                                    "measurements" if meta["smoke"] else ""),
           f"Last run: `{meta['command']}` on {meta['device']}, torch {meta['torch']}, {meta['seconds']} s, "
           f"finished {now()}.", "", "| job | status | seconds | when |", "|---|---|---:|---|"]
@@ -525,7 +521,7 @@ def section_train(rows):
     md = ["", "## Training throughput (2.2)", "",
           f"Sequence {r0['seq']}, batch {r0['batch']}, random tokens, bf16 autocast, torch.compile "
           f"(backend {r0['compile']}), fused AdamW + clip 1.0 (train.py's step). First step = compilation. "
-          f"MFU = flops_per_token x tokens/s / peak bf16 FLOP/s (train.PEAK_FLOPS); target for gpt2_124m on an "
+          f"MFU = flops_per_token x tokens/s / peak bf16 FLOP/s (benchmarks/measure.py: PEAK_FLOPS); target for gpt2_124m on an "
           f"H100: >= {MFU_TARGET:.0%}. Peak memory: torch.cuda.max_memory_allocated over the timed steps. "
           "plain_gpt2 = benchmarks/plain_gpt_speed.py's PlainGPT at gpt2_124m's size (the reference).", "",
           "| model | params | ms/iter | tokens/s | MFU | peak GiB | tokens/s vs plain GPT-2 | first step s |",

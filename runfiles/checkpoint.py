@@ -1,5 +1,6 @@
 """
-Checkpoint files: atomic writes, loading, and building the model a checkpoint describes.
+Checkpoint files: atomic writes, loading, and building the model a checkpoint describes; the RNG state
+and the Ctrl-C / SIGTERM stop request (StopRequest) that make a resumed run continue exactly.
 
 A checkpoint is a torch.save'd dict (model, model_args, optimizer, scaler, iter_num, best_val_loss,
 config, rng, rng_ranks, dataset, data_dir, tokenizer_id). train.py writes two of them into out_dir:
@@ -16,8 +17,10 @@ import os
 import pickle
 import random
 import shutil
+import signal
 import sys
 import tempfile
+import threading
 
 import numpy as np
 import torch
@@ -285,3 +288,34 @@ def restore_rng(state, device):
     torch.set_rng_state(state["torch"].cpu())
     if device.type == "cuda" and state.get("cuda") is not None:
         torch.cuda.set_rng_state(state["cuda"].cpu(), device)
+
+
+# --- stopping where a checkpoint resumes exactly ------------------------------------------------------
+
+class StopRequest:
+    """Ctrl-C (SIGINT) or SIGTERM asks train.py's loop to stop at the next iteration boundary, where the state saved
+    to last.pt is exactly resumable; a second signal raises KeyboardInterrupt at once. Installed only in the
+    main thread and over the default handlers (a caller's own handlers are left alone)."""
+
+    DEFAULT_HANDLERS = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}
+
+    def __init__(self, say):
+        self.requested, self.say, self.previous = False, say, {}
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for sig, default in self.DEFAULT_HANDLERS.items():
+                if signal.getsignal(sig) == default:
+                    self.previous[sig] = signal.signal(sig, self.handle)
+        return self
+
+    def handle(self, signum, frame):
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        self.say(f"\n{signal.Signals(signum).name}: stopping after this iteration to save last.pt "
+                 f"(Ctrl-C again to stop at once)")
+
+    def __exit__(self, *exc):
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)

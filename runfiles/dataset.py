@@ -45,6 +45,18 @@ def default_data_dir(config):
     return config.get("data_dir") or os.path.join("data", config["dataset"])
 
 
+def ensure_prepared(dataset, data_dir):
+    """Run prepare.prepare(dataset) into data_dir when it has not been prepared yet (train.py's first run)."""
+    if all(os.path.exists(os.path.join(data_dir, name)) for name in ("train.bin", "val.bin", "meta.json")):
+        return
+    print(f"dataset '{dataset}' is not prepared in {data_dir}: running prepare.prepare('{dataset}')", flush=True)
+    import prepare
+    try:
+        prepare.prepare(dataset, out_dir=data_dir)
+    except UserError as e:
+        raise UserError(f"preparing dataset '{dataset}' failed: {e}") from None
+
+
 def dataset_vocab_size(config):
     """vocab_size of a train.py config's dataset (what train.py will use), or None before it is prepared."""
     path = os.path.join(default_data_dir(config), "meta.json")
@@ -93,6 +105,14 @@ def split_tokens(data_dir, split, vocab_size, block_size):
     if top >= vocab_size:
         raise UserError(f"{path} holds token id {top}, but meta.json's vocab_size is {vocab_size} {fix}")
     return n
+
+
+def check_splits(data_dir, vocab_size, block_size, segments_path=""):
+    """train.py's data check: the train and val token files fit the model (split_tokens). Returns the window
+    starts of segments_path (data_segments, checked against the train split), or None: every position."""
+    n_train = split_tokens(data_dir, "train", vocab_size, block_size)
+    split_tokens(data_dir, "val", vocab_size, block_size)
+    return load_segments(segments_path, n_train, block_size) if segments_path else None
 
 
 def batch_seed(*parts):

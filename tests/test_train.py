@@ -9,7 +9,7 @@ import torch
 
 import runfiles.checkpoint as checkpoint
 import train
-from configurator import UserError
+from configurator import UserError, check_train_config
 from runfiles.checkpoint import atomic_save, load_checkpoint, load_model
 from train import get_lr
 
@@ -68,13 +68,13 @@ def test_get_lr_schedule():
 
 def test_none_schedule_defaults_follow_max_iters():
     cfg = dict(train.DEFAULTS, max_iters=300, learning_rate=2e-3)
-    train.check_config(cfg)
+    check_train_config(cfg)
     assert cfg["lr_decay_iters"] == 300 and cfg["min_lr"] == pytest.approx(2e-4) and cfg["warmup_iters"] == 30
     cfg = dict(train.DEFAULTS, max_iters=20)   # `python train.py --max_iters=20`: the warmup shrinks with the run
-    train.check_config(cfg)
+    check_train_config(cfg)
     assert cfg["warmup_iters"] == 2
     cfg = dict(train.DEFAULTS, max_iters=5000)
-    train.check_config(cfg)
+    check_train_config(cfg)
     assert cfg["warmup_iters"] == 100
 
 

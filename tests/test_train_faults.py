@@ -341,3 +341,24 @@ def test_bench_out_to_a_missing_folder_fails_before_measuring(tmp_path):
                        capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert r.returncode != 0 and r.stderr.strip().splitlines()[-1].startswith("error: --out=")
     assert not out.parent.exists()
+
+
+def test_bench_bad_input_is_a_user_error_turned_into_one_line_by_main():
+    """bench.py's checks raise UserError; only its main() turns it into `error: ... (fix: ...)` and exit code 1."""
+    import bench
+    with pytest.raises(UserError, match="unknown measure"):
+        bench.parse(["--measure=nope"])
+    with pytest.raises(SystemExit) as e:
+        bench.main(["--scale=0"])
+    message = str(e.value.code)
+    assert message.startswith("error: --scale must be > 0") and "(fix:" in message and "\n" not in message
+
+
+def test_mfu_peak_flops_by_gpu_name(monkeypatch):
+    """train.py's MFU and the GPU suite read the peak from one table; no GPU (or an unknown one): no MFU."""
+    from benchmarks.measure import peak_flops
+    assert peak_flops("cpu") is None
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 80GB HBM3")
+    assert peak_flops("cuda") == 989e12 and peak_flops(torch.device("cuda", 0)) == 989e12
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Some Other GPU")
+    assert peak_flops("cuda") is None
