@@ -59,7 +59,8 @@ import torch
 
 from configurator import (UserError, autocast, expand_bool_flags, gpt_config_defaults, load_config, load_variant,
                           model_args, resolve_device, resolve_dtype)
-from model import GPT, GPTConfig, InferenceCache
+from decoding.cache import InferenceCache
+from model import GPT, GPTConfig
 from runfiles.dataset import dataset_vocab_size
 
 BENCH_DEFAULTS = dict(

@@ -9,7 +9,7 @@ Read top to bottom:
   5. layer sharing plan   - one mechanism for MobileLLM repeats, ALBERT, groups, ShishuLM pairs
   6. DecoderStack         - the layers of one branch, with lgpt/cgpt width halving between groups
   7. GPT                  - embeddings (factorized or not), pgpt branches, Deep Thinking passes, head
-  8. generation           - KV-cache sampler (and the plain path for comparison)
+  8. generation           - GPT.new_cache / decode_step; the cache and the sampling loop are in decoding/
 
 Papers (text in ../shared/papers/):
   000 MobileLLM-style compact model (double up-projection, SwiGLU, GQA, embedding sharing,
@@ -27,6 +27,9 @@ from typing import Optional
 import torch
 import torch.nn as nn
 from torch.nn import functional as F
+
+import decoding.generate
+from decoding.cache import InferenceCache
 
 
 # ----------------------------------------------------------------------------------------------
@@ -270,124 +273,8 @@ class MLP(nn.Module):
 
 
 # ----------------------------------------------------------------------------------------------
-# 3. Attention: GQA, KV cache, Deep Thinking memory
+# 3. Attention: GQA, the KV cache (decoding/cache.py), Deep Thinking memory
 # ----------------------------------------------------------------------------------------------
-
-class KVCache:
-    """Keys and values of one attention application, preallocated for `max_len` positions.
-
-    GQA: only the n_kv_head heads are stored, so the cache shrinks by n_head / n_kv_head.
-    """
-
-    def __init__(self, max_len, static=False):
-        self.max_len = max_len
-        self.static = static
-        self.k = self.v = None
-
-    def _allocate(self, k, v):
-        shape = (k.size(0), k.size(1), self.max_len, k.size(3))
-        self.k, self.v = k.new_zeros(shape), v.new_zeros(shape)
-        if self.static:
-            _mark_static(self.k, self.v)
-
-    def append(self, k, v, start):
-        """Write k, v (B, H_kv, T, D) at positions start.. and return all keys/values up to there."""
-        if self.k is None:
-            self._allocate(k, v)
-        end = start + k.size(2)
-        self.k.narrow(2, start, k.size(2)).copy_(k)
-        self.v.narrow(2, start, v.size(2)).copy_(v)
-        return self.k.narrow(2, 0, end), self.v.narrow(2, 0, end)
-
-    def write(self, k, v, positions):
-        """Static cache: write k, v at `positions` (a tensor) and return the whole buffers; the caller masks
-        the slots not written yet. No shape and no Python number changes from one decode step to the next."""
-        if self.k is None:
-            self._allocate(k, v)
-        self.k.index_copy_(2, positions, k)
-        self.v.index_copy_(2, positions, v)
-        return self.k, self.v
-
-    def nbytes(self):
-        return 0 if self.k is None else 2 * self.k.numel() * self.k.element_size()
-
-
-def _mark_static(*tensors):
-    """Tell torch.compile (CUDA graphs) that these buffers keep their address from call to call."""
-    import torch._dynamo
-    for t in tensors:
-        torch._dynamo.mark_static_address(t)
-
-
-class InferenceCache:
-    """Everything incremental decoding needs, keyed by the *application* of a layer.
-
-    A slot is (branch, layer, think_pass), so a shared block applied twice, each pgpt branch and each
-    Deep Thinking pass get their own entries:
-      kv[slot]         keys/values of that attention application (KVCache)
-      memory[slot]     Deep Thinking's memory after that pass (KVCache; read by the next pass)
-      conv_tail[slot]  the last kernel-1 inputs of a causal ConvShrink (cgpt)
-    `length` is the number of tokens already seen.
-
-    static=True is the gpt-fast layout for a compiled decode step: keys/values are written at the positions
-    of a tensor (`position` holds the next one) and attention reads the whole max_len buffer with a mask,
-    so every step has the same shapes and no Python number changes, and torch.compile (with CUDA graphs)
-    reuses one graph for the whole generation. `length` is not kept then. Deep Thinking is not supported.
-    """
-
-    def __init__(self, max_len, static=False):
-        self.max_len = max_len
-        self.static = static
-        self.length = 0
-        self.position = None   # static: LongTensor (1,), created at the first forward on the model's device
-        self.kv, self.memory, self.conv_tail = {}, {}, {}
-
-    def get(self, table, slot):
-        if slot not in table:
-            table[slot] = KVCache(self.max_len, self.static)
-        return table[slot]
-
-    def conv_window(self, slot, x, n_past, start):
-        """cgpt's causal Conv1d (ConvShrink): x (B, T, C) preceded by the n_past inputs before it (zeros
-        before position 0); the last n_past inputs are kept for the next call (in place when static)."""
-        past = self.conv_tail.get(slot)
-        if past is None or (not self.static and start == 0):
-            past = x.new_zeros(x.size(0), n_past, x.size(2))
-            if self.static:
-                _mark_static(past)
-                self.conv_tail[slot] = past
-        window = torch.cat([past, x], dim=1)
-        if self.static:
-            past.copy_(window[:, window.size(1) - n_past:])
-        else:
-            self.conv_tail[slot] = window[:, window.size(1) - n_past:]
-        return window
-
-    def start_positions(self, length, device):
-        """Static: positions of the next `length` tokens as a tensor (the position buffer is made on first use)."""
-        if self.position is None:
-            self.position = torch.zeros(1, dtype=torch.long, device=device)
-            _mark_static(self.position)
-        return self.position + torch.arange(length, device=device)
-
-    def advance(self, n):
-        """Count n more tokens as seen (static: in place on the position tensor, inside a compiled step)."""
-        if self.static:
-            self.position.add_(n)
-        else:
-            self.length += n
-
-    def reset(self):
-        """Start a new sequence, keeping the allocated buffers (a compiled step keeps its graph)."""
-        self.length = 0
-        if self.static and self.position is not None:
-            self.position.zero_()
-            for tail in self.conv_tail.values():
-                tail.zero_()   # cgpt's conv window: zeros before position 0
-
-    def nbytes(self):
-        return sum(c.nbytes() for table in (self.kv, self.memory) for c in table.values())
-
 
 class ForwardContext:
     """Per-call state shared by all layers: where the new tokens start, the cache, the Deep Thinking pass."""
@@ -978,73 +865,12 @@ class GPT(nn.Module):
         """Logits (B, 1, V) after one more token per sequence, idx (B, 1), continuing the cached ones."""
         return self(idx, cache=cache)[0]
 
-    def compiled_decode_step(self, backend="inductor"):
-        """decode_step through torch.compile, made once per model (gpt-fast style): with a static cache every
-        step has the same shapes, so one graph serves the whole generation; inductor's "reduce-overhead"
-        replays it as a CUDA graph on GPUs (on the CPU it is plain inductor code)."""
-        if getattr(self, "_compiled_decode_step", None) is None:
-            options = dict(mode="reduce-overhead") if backend == "inductor" else {}
-            self._compiled_decode_step = torch.compile(self.decode_step, backend=backend, fullgraph=True, **options)
-        return self._compiled_decode_step
-
-    def static_cache(self, batch_size):
-        """The model's reusable static cache for compiled decoding (same buffers -> the compiled step is reused
-        across generate calls without recompiling or re-recording)."""
-        device = self.tok_emb.wte.weight.device
-        autocast = torch.get_autocast_dtype(device.type) if torch.is_autocast_enabled(device.type) else None
-        key = (batch_size, device, autocast)   # the buffers take the dtype of the keys: autocast's
-        kept = getattr(self, "_static_cache", None)
-        if kept is None or kept[0] != key:
-            kept = self._static_cache = (key, self.new_cache(static=True))
-        return kept[1]
-
-    @torch.inference_mode()
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_kv_cache=True, generator=None,
                  compile=False):
-        """Sample max_new_tokens tokens after idx (B, T).
-
-        With the KV cache each step feeds one token through the cached keys/values. When the window is
-        full (block_size tokens) it is re-primed with the most recent block_size // 2 tokens: positions
-        restart at 0, which keeps learned/RoPE positions inside what the model was trained on. The
-        plain path (use_kv_cache=False) feeds the very same window each step, so both paths compute
-        the same logits and, with the same generator, produce the same text.
-        compile=True (for GPUs): the single-token steps run compiled_decode_step over a static cache.
-        """
-        was_training = self.training
-        self.eval()
-        cache = None
-        if use_kv_cache:
-            cache = self.static_cache(idx.size(0)) if compile else self.new_cache()
-            step = self.compiled_decode_step() if compile else self.decode_step
-        window_start, prime = 0, True
-        for _ in range(max_new_tokens):
-            if idx.size(1) - window_start > self.config.block_size:  # window full: keep the recent half
-                window_start = idx.size(1) - max(1, self.config.block_size // 2)
-                prime = True
-            if cache is None:
-                logits, _ = self(idx[:, window_start:])
-            elif prime:
-                cache.reset()   # same buffers, positions from 0
-                logits, _ = self(idx[:, window_start:], cache=cache)
-                prime = False
-            else:
-                logits = step(idx_next, cache)   # the last token (B, 1): same strides every step
-            idx_next = sample_next(logits[:, -1, :], temperature, top_k, generator)
-            idx = torch.cat((idx, idx_next), dim=1)
-        self.train(was_training)
-        return idx
-
-
-def sample_next(logits, temperature=1.0, top_k=None, generator=None):
-    """Pick the next token from last-position logits (B, V): greedy at temperature 0, else top-k sampling."""
-    if temperature == 0:
-        return logits.argmax(dim=-1, keepdim=True)
-    logits = logits.float() / temperature
-    if top_k is not None and top_k < logits.size(-1):   # top_k >= vocabulary: nothing to cut
-        kth = torch.topk(logits, top_k).values[:, [-1]]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    probs = F.softmax(logits, dim=-1)
-    return torch.multinomial(probs, num_samples=1, generator=generator)
+        """Sample max_new_tokens tokens after idx (B, T); the loop (KV cache, re-priming, compile) is in
+        decoding/generate.py."""
+        return decoding.generate.generate(self, idx, max_new_tokens, temperature, top_k, use_kv_cache,
+                                          generator, compile)
 
 
 def _matmul_params(module):
