@@ -54,7 +54,8 @@ import torch
 from benchmarks.measure import TooSlow, bench_train, describe, live_tensors, median_ms, peak_bytes, synchronize, timed
 from configurator import (UserError, autocast, expand_bool_flags, gpt_config_defaults, load_config, load_variant,
                           model_args, resolve_device, resolve_dtype)
-from model import GPT, GPTConfig, InferenceCache
+from decoding.cache import InferenceCache
+from model import GPT, GPTConfig
 from runfiles.dataset import dataset_vocab_size
 
 BENCH_DEFAULTS = dict(

@@ -9,14 +9,14 @@ Read top to bottom:
   5. layer sharing plan   - one mechanism for MobileLLM repeats, ALBERT, groups, ShishuLM pairs
   6. DecoderStack         - the layers of one branch, with lgpt/cgpt width halving between groups
   7. GPT                  - embeddings (factorized or not), pgpt branches, Deep Thinking passes, head
-  8. generation           - KV-cache sampler (and the plain path for comparison)
+  8. generation           - GPT.new_cache / decode_step; the cache and the sampling loop are in decoding/
 
 Papers (text in ../shared/papers/):
   000 MobileLLM-style compact model (double up-projection, SwiGLU, GQA, embedding sharing,
       layer sharing, enhanced residual, Deep Thinking)
   001 ShishuLM (attention only in the first blocks, MLP-only blocks after, paired weight sharing)
   002 GPT-Efficio (factorized embedding, cross-layer parameter sharing)
-  003 PanGu-pi Pro (init, tokenizer, inheritance: see prepare.py / inherit.py)
+  003 PanGu-pi Pro (init formulas: pangu/init_schemes.py; tokenizer, inheritance: pangu/)
   004 ParallelGPT / LinearGPT / ConvGPT
 """
 
@@ -28,10 +28,12 @@ import torch
 import torch.nn as nn
 from torch.nn import functional as F
 
+import decoding.generate
+from decoding.cache import InferenceCache
+from pangu.init_schemes import INIT_SCHEMES, init_stds, merge_blocks
 
-# ----------------------------------------------------------------------------------------------
-# 1. Configuration
-# ----------------------------------------------------------------------------------------------
+
+# --- 1. Configuration -------------------------------------------------------------------------
 
 @dataclass
 class GPTConfig:
@@ -82,7 +84,7 @@ class GPTConfig:
     shrink_every: int = 0           # halve the width after every `shrink_every` layers; 0 = off
     shrink_layer: str = "linear"    # "linear" (lgpt) | "conv" (cgpt)
     shrink_kernel: int = 1          # Conv1d kernel size for cgpt; >1 is causal (left padding only)
-    # --- initialisation (003 3.1, Table 4, Appendix B; formulas in init_stds) ---
+    # --- initialisation (003 3.1, Table 4, Appendix B; formulas in pangu/init_schemes.py) ---
     init_scheme: str = "gpt2"       # "gpt2" | "constant" | "internlm" | "depth_adaptive"
     init_std: float = 0.02
 
@@ -90,7 +92,8 @@ class GPTConfig:
         def check(ok, msg):
             if not ok:
                 raise ValueError(f"GPTConfig: {msg}")
-        for name in ("block_size", "vocab_size", "n_layer", "n_head", "n_embd", "n_branches"):
+        for name in ("block_size", "vocab_size", "n_layer", "n_head", "n_embd", "n_branches", "share_group_size",
+                     "shrink_kernel"):
             check(getattr(self, name) >= 1, f"{name} must be >= 1, got {getattr(self, name)}")
         for name in ("mlp_hidden", "embd_factor_dim"):
             check(getattr(self, name) is None or getattr(self, name) >= 1,
@@ -98,23 +101,18 @@ class GPTConfig:
         for name in ("mlp_ratio", "init_std", "norm_eps", "rope_base"):
             check(getattr(self, name) > 0, f"{name} must be > 0, got {getattr(self, name)}")
         check(0.0 <= self.dropout < 1.0, f"dropout must be in [0, 1), got {self.dropout}")
-        check(self.norm in ("layernorm", "rmsnorm"), f"norm must be 'layernorm' or 'rmsnorm', got {self.norm!r}")
-        check(self.norm_placement in ("pre", "post"),
-              f"norm_placement must be 'pre' or 'post', got {self.norm_placement!r}")
-        check(self.pos_embedding in ("learned", "sinusoidal", "rope", "none"),
-              f"pos_embedding must be learned|sinusoidal|rope|none, got {self.pos_embedding!r}")
-        check(self.mlp_type in ("standard", "gated"), f"mlp_type must be 'standard' or 'gated', got {self.mlp_type!r}")
-        check(self.activation in ACTIVATIONS, f"activation must be one of {sorted(ACTIVATIONS)}, got {self.activation!r}")
-        check(self.shrink_layer in ("linear", "conv"), f"shrink_layer must be 'linear' or 'conv', got {self.shrink_layer!r}")
-        check(self.share_sublayers in ("both", "attn", "mlp"),
-              f"share_sublayers must be both|attn|mlp, got {self.share_sublayers!r}")
-        check(self.init_scheme in INIT_SCHEMES,
-              f"init_scheme must be one of {'|'.join(INIT_SCHEMES)}, got {self.init_scheme!r}")
+        # the fields that name a choice, and their allowed values
+        choices = dict(norm=("layernorm", "rmsnorm"), norm_placement=("pre", "post"), mlp_type=("standard", "gated"),
+                       pos_embedding=("learned", "sinusoidal", "rope", "none"), activation=tuple(ACTIVATIONS),
+                       shrink_layer=("linear", "conv"), share_sublayers=("both", "attn", "mlp"),
+                       think_memory=("own", "first_layer"), init_scheme=INIT_SCHEMES)
+        for name, allowed in choices.items():
+            value = getattr(self, name)
+            check(value in allowed, f"{name} must be one of {'|'.join(allowed)}, got {value!r}")
         self._check_widths(check)
         self._check_attention_placement(check)
         self._check_sharing(check)
         self._check_thinking(check)
-        check(self.shrink_kernel >= 1, f"shrink_kernel must be >= 1, got {self.shrink_kernel}")
         check(self.shrink_kernel == 1 or self.shrink_layer == "conv", "shrink_kernel > 1 needs shrink_layer='conv'")
         check(self.mlp_hidden is None or self.shrink_every == 0,
               "mlp_hidden is one size for all layers, but shrink_every changes the width; use mlp_ratio instead")
@@ -147,7 +145,6 @@ class GPTConfig:
     def _check_sharing(self, check):
         n, k, start = self.layers_per_branch(), self.share_group_size, self.share_from_layer
         end = n - self.n_top_attn_layers   # the top attention layers are never shared
-        check(k >= 1, f"share_group_size must be >= 1, got {k}")
         check(0 <= start <= end, f"share_from_layer must be in [0, {end}] (n_layer/n_branches - n_top_attn_layers), "
               f"got {start}")
         check((end - start) % k == 0,
@@ -161,8 +158,6 @@ class GPTConfig:
     def _check_thinking(self, check):
         check(self.think_steps >= 0, f"think_steps must be >= 0, got {self.think_steps}")
         check(0.0 < self.think_eta <= 1.0, f"think_eta must be in (0, 1], got {self.think_eta}")
-        check(self.think_memory in ("own", "first_layer"),
-              f"think_memory must be 'own' or 'first_layer', got {self.think_memory!r}")
         if self.think_steps == 0:
             return
         check(self.attn_layers_per_branch() > 0, "Deep Thinking needs attention layers (n_attn_layers = 0)")
@@ -202,9 +197,7 @@ class GPTConfig:
         return self.widths()[-1]
 
 
-# ----------------------------------------------------------------------------------------------
-# 2. Building blocks: norms, positions, MLP
-# ----------------------------------------------------------------------------------------------
+# --- 2. Building blocks: norms, positions, MLP ------------------------------------------------
 
 def make_norm(config, dim):
     """LayerNorm (GPT-2; its bias follows `bias`) or RMSNorm (LLaMA: x / rms(x) * g, no mean, no bias)."""
@@ -236,12 +229,8 @@ def apply_rope(x, cos, sin):
     return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).type_as(x)
 
 
-ACTIVATIONS = {
-    "gelu": F.gelu,
-    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
-    "silu": F.silu,
-    "relu": F.relu,
-}
+ACTIVATIONS = {"gelu": F.gelu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"), "silu": F.silu,
+               "relu": F.relu}
 
 
 class MLP(nn.Module):
@@ -269,125 +258,7 @@ class MLP(nn.Module):
         return self.dropout(y) if self.training else y   # eval: no module call for a no-op (decode speed)
 
 
-# ----------------------------------------------------------------------------------------------
-# 3. Attention: GQA, KV cache, Deep Thinking memory
-# ----------------------------------------------------------------------------------------------
-
-class KVCache:
-    """Keys and values of one attention application, preallocated for `max_len` positions.
-
-    GQA: only the n_kv_head heads are stored, so the cache shrinks by n_head / n_kv_head.
-    """
-
-    def __init__(self, max_len, static=False):
-        self.max_len = max_len
-        self.static = static
-        self.k = self.v = None
-
-    def _allocate(self, k, v):
-        shape = (k.size(0), k.size(1), self.max_len, k.size(3))
-        self.k, self.v = k.new_zeros(shape), v.new_zeros(shape)
-        if self.static:
-            _mark_static(self.k, self.v)
-
-    def append(self, k, v, start):
-        """Write k, v (B, H_kv, T, D) at positions start.. and return all keys/values up to there."""
-        if self.k is None:
-            self._allocate(k, v)
-        end = start + k.size(2)
-        self.k.narrow(2, start, k.size(2)).copy_(k)
-        self.v.narrow(2, start, v.size(2)).copy_(v)
-        return self.k.narrow(2, 0, end), self.v.narrow(2, 0, end)
-
-    def write(self, k, v, positions):
-        """Static cache: write k, v at `positions` (a tensor) and return the whole buffers; the caller masks
-        the slots not written yet. No shape and no Python number changes from one decode step to the next."""
-        if self.k is None:
-            self._allocate(k, v)
-        self.k.index_copy_(2, positions, k)
-        self.v.index_copy_(2, positions, v)
-        return self.k, self.v
-
-    def nbytes(self):
-        return 0 if self.k is None else 2 * self.k.numel() * self.k.element_size()
-
-
-def _mark_static(*tensors):
-    """Tell torch.compile (CUDA graphs) that these buffers keep their address from call to call."""
-    import torch._dynamo
-    for t in tensors:
-        torch._dynamo.mark_static_address(t)
-
-
-class InferenceCache:
-    """Everything incremental decoding needs, keyed by the *application* of a layer.
-
-    A slot is (branch, layer, think_pass), so a shared block applied twice, each pgpt branch and each
-    Deep Thinking pass get their own entries:
-      kv[slot]         keys/values of that attention application (KVCache)
-      memory[slot]     Deep Thinking's memory after that pass (KVCache; read by the next pass)
-      conv_tail[slot]  the last kernel-1 inputs of a causal ConvShrink (cgpt)
-    `length` is the number of tokens already seen.
-
-    static=True is the gpt-fast layout for a compiled decode step: keys/values are written at the positions
-    of a tensor (`position` holds the next one) and attention reads the whole max_len buffer with a mask,
-    so every step has the same shapes and no Python number changes, and torch.compile (with CUDA graphs)
-    reuses one graph for the whole generation. `length` is not kept then. Deep Thinking is not supported.
-    """
-
-    def __init__(self, max_len, static=False):
-        self.max_len = max_len
-        self.static = static
-        self.length = 0
-        self.position = None   # static: LongTensor (1,), created at the first forward on the model's device
-        self.kv, self.memory, self.conv_tail = {}, {}, {}
-
-    def get(self, table, slot):
-        if slot not in table:
-            table[slot] = KVCache(self.max_len, self.static)
-        return table[slot]
-
-    def conv_window(self, slot, x, n_past, start):
-        """cgpt's causal Conv1d (ConvShrink): x (B, T, C) preceded by the n_past inputs before it (zeros
-        before position 0); the last n_past inputs are kept for the next call (in place when static)."""
-        past = self.conv_tail.get(slot)
-        if past is None or (not self.static and start == 0):
-            past = x.new_zeros(x.size(0), n_past, x.size(2))
-            if self.static:
-                _mark_static(past)
-                self.conv_tail[slot] = past
-        window = torch.cat([past, x], dim=1)
-        if self.static:
-            past.copy_(window[:, window.size(1) - n_past:])
-        else:
-            self.conv_tail[slot] = window[:, window.size(1) - n_past:]
-        return window
-
-    def start_positions(self, length, device):
-        """Static: positions of the next `length` tokens as a tensor (the position buffer is made on first use)."""
-        if self.position is None:
-            self.position = torch.zeros(1, dtype=torch.long, device=device)
-            _mark_static(self.position)
-        return self.position + torch.arange(length, device=device)
-
-    def advance(self, n):
-        """Count n more tokens as seen (static: in place on the position tensor, inside a compiled step)."""
-        if self.static:
-            self.position.add_(n)
-        else:
-            self.length += n
-
-    def reset(self):
-        """Start a new sequence, keeping the allocated buffers (a compiled step keeps its graph)."""
-        self.length = 0
-        if self.static and self.position is not None:
-            self.position.zero_()
-            for tail in self.conv_tail.values():
-                tail.zero_()   # cgpt's conv window: zeros before position 0
-
-    def nbytes(self):
-        return sum(c.nbytes() for table in (self.kv, self.memory) for c in table.values())
-
+# --- 3. Attention: GQA, the KV cache (decoding/cache.py), Deep Thinking memory ----------------
 
 class ForwardContext:
     """Per-call state shared by all layers: where the new tokens start, the cache, the Deep Thinking pass."""
@@ -448,8 +319,7 @@ class CausalSelfAttention(nn.Module):
         self.out_proj = nn.Linear(width, width, bias=config.bias)
         self.dropout = config.dropout
         self.resid_dropout = nn.Dropout(config.dropout)
-        self.think_steps, self.think_eta = config.think_steps, config.think_eta
-        self.think_memory = config.think_memory
+        self.think_steps, self.think_eta, self.think_memory = config.think_steps, config.think_eta, config.think_memory
         self.use_rope = config.pos_embedding == "rope"
         if self.use_rope:
             cos, sin = rope_tables(config.block_size, self.head_dim, config.rope_base)
@@ -529,9 +399,7 @@ class CausalSelfAttention(nn.Module):
         return y
 
 
-# ----------------------------------------------------------------------------------------------
-# 4. Residual sub-layers: pre- or post-norm, plain or Enhanced Residual (paper 000, 2.7)
-# ----------------------------------------------------------------------------------------------
+# --- 4. Residual sub-layers: pre- or post-norm, plain or Enhanced Residual (paper 000, 2.7) ---
 
 class ResidualSubLayer(nn.Module):
     """The residual around one attention or FFN sub-layer F.
@@ -572,9 +440,7 @@ class ResidualSubLayer(nn.Module):
         return None if self.alpha_logit is None else torch.sigmoid(self.alpha_logit).item()
 
 
-# ----------------------------------------------------------------------------------------------
-# 5. Layer sharing: one plan for every scheme
-# ----------------------------------------------------------------------------------------------
+# --- 5. Layer sharing: one plan for every scheme ----------------------------------------------
 
 def sharing_plan(config):
     """Which attention / FFN weights each layer of a branch uses: (attn_index, mlp_index) lists.
@@ -617,9 +483,7 @@ def _compact(keys):
     return [index.setdefault(key, len(index)) for key in keys]
 
 
-# ----------------------------------------------------------------------------------------------
-# 6. A decoder stack, with lgpt/cgpt width halving (paper 004, 3.2-3.3)
-# ----------------------------------------------------------------------------------------------
+# --- 6. A decoder stack, with lgpt/cgpt width halving (paper 004, 3.2-3.3) --------------------
 
 class ConvShrink(nn.Module):
     """ConvGPT (paper 004, 3.3): a Conv1d over the sequence axis maps width C -> C/2.
@@ -654,7 +518,9 @@ class LinearShrink(nn.Module):
 
 class DecoderStack(nn.Module):
     """The layers of one branch. Layer l applies attention sub-layer attn[attn_index[l]] (if any), then
-    FFN sub-layer mlp[mlp_index[l]], then a width-halving layer if l ends a group of `shrink_every`."""
+    FFN sub-layer mlp[mlp_index[l]], then a width-halving layer if l ends a group of `shrink_every`. The indices
+    are sharing_plan's (its table shows every scheme); e.g. MobileLLM's repeat, share_group_size=2, 4 layers:
+        x -> attn[0] mlp[0] -> attn[0] mlp[0] -> attn[1] mlp[1] -> attn[1] mlp[1] -> output"""
 
     def __init__(self, config):
         super().__init__()
@@ -689,9 +555,7 @@ class DecoderStack(nn.Module):
                 for a, m in zip(self.attn_index, self.mlp_index)]
 
 
-# ----------------------------------------------------------------------------------------------
-# 7. The model
-# ----------------------------------------------------------------------------------------------
+# --- 7. The model -----------------------------------------------------------------------------
 
 class TokenEmbedding(nn.Module):
     """Token embedding, optionally factorized (paper 002, 3.0.1): vocab -> E -> width, V*E + E*width
@@ -712,53 +576,6 @@ class TokenEmbedding(nn.Module):
         if self.proj is not None:
             h = h @ self.proj.weight
         return h @ self.wte.weight.t()
-
-
-INIT_SCHEMES = ("gpt2", "constant", "internlm", "depth_adaptive")
-
-
-def init_stds(config, depth):
-    """Std of each attention (q, k, v, out) and FFN (up, gate, down) weight of a layer at relative depth
-    `depth` = l / (L - 1) (0 = first layer, 1 = last; L = layers per branch; 0 when L = 1). sigma = init_std,
-    N = 2 * n_layer (residual sub-layers; a shared or MLP-only layer still counts two, as this repository's gpt2
-    scheme always did). Embeddings, the head and lgpt/cgpt shrink layers always use sigma.
-      constant        sigma everywhere. Paper 003 3.1/Table 4: the best of its three and its recommendation
-                      for tiny models; paper 001 5: "mean = 0 and standard deviation = 0.02".
-      gpt2            out, down: sigma / sqrt(N) (GPT-2's code: the projections that write into the residual
-                      stream). Paper 003 3.1 describes GPT-2 as scaling "all linear layer parameters" by
-                      1/sqrt(N); we follow GPT-2's code.
-      internlm        out and gate: sigma / sqrt(N). Paper 003 3.1: InternLM applies the same scale "only to
-                      ... the out projection in MHA layers and the gate projection in MLP layers". Ours: a
-                      standard (ungated) FFN has no gate, so its up projection, the one the activation reads,
-                      takes the gate's scale.
-      depth_adaptive  paper 003 Appendix B (Table 11, "Ours"): q, k "decrease from sqrt(2) sigma to sigma",
-                      v, out "increase from sigma / sqrt(2) to sigma" as the layer index grows; FFN sigma.
-                      The paper gives only the end points; linear in depth is ours:
-                        q, k:    sigma * (sqrt(2) - (sqrt(2) - 1) * depth)
-                        v, out:  sigma * (1/sqrt(2) + (1 - 1/sqrt(2)) * depth)
-    """
-    sigma, scheme = config.init_std, config.init_scheme
-    std = dict.fromkeys(("q", "k", "v", "out", "up", "gate", "down"), sigma)
-    scaled = sigma / math.sqrt(2 * config.n_layer)
-    if scheme == "gpt2":
-        std.update(out=scaled, down=scaled)
-    elif scheme == "internlm":
-        std.update({"out": scaled, "gate" if config.mlp_type == "gated" else "up": scaled})
-    elif scheme == "depth_adaptive":
-        qk = sigma * (math.sqrt(2) - (math.sqrt(2) - 1) * depth)
-        vo = sigma * (1 / math.sqrt(2) + (1 - 1 / math.sqrt(2)) * depth)
-        std.update(q=qk, k=qk, v=vo, out=vo)
-    return std
-
-
-def _merge_blocks(blocks):
-    """[(rows, std), ...] with neighbouring blocks of the same std joined (one draw, as for a plain Linear)."""
-    merged = []
-    for rows, std in blocks:
-        if merged and merged[-1][1] == std:
-            rows += merged.pop()[0]
-        merged.append((rows, std))
-    return merged
 
 
 class GPT(nn.Module):
@@ -816,8 +633,8 @@ class GPT(nn.Module):
             for layer, sub in zip(_first_uses(stack.attn_index), stack.attn):
                 std, attn = init_stds(self.config, layer / last), sub.inner
                 kv = attn.n_kv_head * attn.head_dim
-                plan[attn.qkv_proj] = _merge_blocks([(attn.out_proj.in_features, std["q"]), (kv, std["k"]),
-                                                     (kv, std["v"])])
+                plan[attn.qkv_proj] = merge_blocks([(attn.out_proj.in_features, std["q"]), (kv, std["k"]),
+                                                    (kv, std["v"])])
                 plan[attn.out_proj] = [(attn.out_proj.out_features, std["out"])]
             for layer, sub in zip(_first_uses(stack.mlp_index), stack.mlp):
                 std, mlp = init_stds(self.config, layer / last), sub.inner
@@ -939,18 +756,14 @@ class GPT(nn.Module):
         """AdamW; weight decay only on >= 2-D weights (matmuls, embeddings, convs), never on norms,
         biases, enhanced-residual alphas or pgpt branch logits."""
         params = [p for p in self.parameters() if p.requires_grad]
-        groups = [
-            {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
-            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
-        ]
-        fused = device_type == "cuda"
-        return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, fused=fused)
+        groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+                  {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+        return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, fused=device_type == "cuda")
 
     def flops_per_token(self, seq_len=None):
         """Training FLOPs per token (forward + backward = 3 x forward): 6 per weight application plus the
         attention score/value matmuls, counting every application of a shared layer and every pass."""
         cfg, T = self.config, seq_len or self.config.block_size
-        n_passes = cfg.think_steps + 1
         widths = cfg.widths()
         per_pass = 0
         for stack in self.branches if self.keep_branch is None else [self.branches[self.keep_branch]]:
@@ -963,7 +776,7 @@ class GPT(nn.Module):
         E = cfg.embd_factor_dim
         if E:   # factorized: the E -> width input projection; a tied head goes back through it (h P) W_e^T
             head = E * cfg.embd_width() + (E * cfg.embd_width() + cfg.vocab_size * E if cfg.tie_embeddings else head)
-        return 6 * (n_passes * per_pass + head)
+        return 6 * ((cfg.think_steps + 1) * per_pass + head)   # every Deep Thinking pass applies the layers
 
     def estimate_mfu(self, fwdbwd_per_iter, dt, peak_flops):
         """Model FLOPs utilisation: achieved training FLOP/s as a fraction of the device's peak."""
@@ -978,73 +791,9 @@ class GPT(nn.Module):
         """Logits (B, 1, V) after one more token per sequence, idx (B, 1), continuing the cached ones."""
         return self(idx, cache=cache)[0]
 
-    def compiled_decode_step(self, backend="inductor"):
-        """decode_step through torch.compile, made once per model (gpt-fast style): with a static cache every
-        step has the same shapes, so one graph serves the whole generation; inductor's "reduce-overhead"
-        replays it as a CUDA graph on GPUs (on the CPU it is plain inductor code)."""
-        if getattr(self, "_compiled_decode_step", None) is None:
-            options = dict(mode="reduce-overhead") if backend == "inductor" else {}
-            self._compiled_decode_step = torch.compile(self.decode_step, backend=backend, fullgraph=True, **options)
-        return self._compiled_decode_step
-
-    def static_cache(self, batch_size):
-        """The model's reusable static cache for compiled decoding (same buffers -> the compiled step is reused
-        across generate calls without recompiling or re-recording)."""
-        device = self.tok_emb.wte.weight.device
-        autocast = torch.get_autocast_dtype(device.type) if torch.is_autocast_enabled(device.type) else None
-        key = (batch_size, device, autocast)   # the buffers take the dtype of the keys: autocast's
-        kept = getattr(self, "_static_cache", None)
-        if kept is None or kept[0] != key:
-            kept = self._static_cache = (key, self.new_cache(static=True))
-        return kept[1]
-
-    @torch.inference_mode()
-    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_kv_cache=True, generator=None,
-                 compile=False):
-        """Sample max_new_tokens tokens after idx (B, T).
-
-        With the KV cache each step feeds one token through the cached keys/values. When the window is
-        full (block_size tokens) it is re-primed with the most recent block_size // 2 tokens: positions
-        restart at 0, which keeps learned/RoPE positions inside what the model was trained on. The
-        plain path (use_kv_cache=False) feeds the very same window each step, so both paths compute
-        the same logits and, with the same generator, produce the same text.
-        compile=True (for GPUs): the single-token steps run compiled_decode_step over a static cache.
-        """
-        was_training = self.training
-        self.eval()
-        cache = None
-        if use_kv_cache:
-            cache = self.static_cache(idx.size(0)) if compile else self.new_cache()
-            step = self.compiled_decode_step() if compile else self.decode_step
-        window_start, prime = 0, True
-        for _ in range(max_new_tokens):
-            if idx.size(1) - window_start > self.config.block_size:  # window full: keep the recent half
-                window_start = idx.size(1) - max(1, self.config.block_size // 2)
-                prime = True
-            if cache is None:
-                logits, _ = self(idx[:, window_start:])
-            elif prime:
-                cache.reset()   # same buffers, positions from 0
-                logits, _ = self(idx[:, window_start:], cache=cache)
-                prime = False
-            else:
-                logits = step(idx_next, cache)   # the last token (B, 1): same strides every step
-            idx_next = sample_next(logits[:, -1, :], temperature, top_k, generator)
-            idx = torch.cat((idx, idx_next), dim=1)
-        self.train(was_training)
-        return idx
-
-
-def sample_next(logits, temperature=1.0, top_k=None, generator=None):
-    """Pick the next token from last-position logits (B, V): greedy at temperature 0, else top-k sampling."""
-    if temperature == 0:
-        return logits.argmax(dim=-1, keepdim=True)
-    logits = logits.float() / temperature
-    if top_k is not None and top_k < logits.size(-1):   # top_k >= vocabulary: nothing to cut
-        kth = torch.topk(logits, top_k).values[:, [-1]]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    probs = F.softmax(logits, dim=-1)
-    return torch.multinomial(probs, num_samples=1, generator=generator)
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_kv_cache=True, generator=None, compile=False):
+        """Sample max_new_tokens tokens after idx (B, T): the loop (KV cache, re-priming) is decoding/generate.py."""
+        return decoding.generate.generate(self, idx, max_new_tokens, temperature, top_k, use_kv_cache, generator, compile)
 
 
 def _matmul_params(module):

@@ -55,6 +55,7 @@ import variants  # noqa: E402
 from benchmarks.measure import median_ms, peak_flops, timed  # noqa: E402
 from configurator import UserError, autocast, gpt_config_defaults, resolve_device  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
+from decoding.generate import compiled_decode_step  # noqa: E402
 
 DEFAULT_PARTS = ("checks", "train", "paper001", "decode", "tests")
 PARTS = DEFAULT_PARTS + ("paper004",)
@@ -390,7 +391,7 @@ def job_decode(cfg, item, device, rows):
         n = SMOKE["decode_tokens"] if smoke else min(500, model.config.block_size - 1)
         dtype = torch.float32 if smoke else torch.bfloat16
         t0 = time.time()
-        model.compiled_decode_step(cfg["compile_backend"])
+        compiled_decode_step(model, cfg["compile_backend"])
         with autocast(device, dtype):
             model.generate(torch.zeros((1, 1), dtype=torch.long, device=device), 4, compile=True)
         compile_s = time.time() - t0

@@ -6,5 +6,6 @@ Paper 003 (PanGu-pi Pro, text in ../shared/papers/) tools, each run from the rep
     python prepare.py shakespeare --vocab_size 8192       # 3.1 compact tokenizer (pangu/compact_vocab.py)
     from pangu.scaled_lr import scaled_lr                  # 4.1 batch size -> learning rate, in a config file
 
-The model-side techniques of the paper (initialization, tokenizer size) are GPTConfig flags in model.py.
+The model-side techniques of the paper (initialization, tokenizer size) are GPTConfig flags in model.py;
+the initialization formulas are in pangu/init_schemes.py.
 """

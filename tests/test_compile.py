@@ -16,6 +16,7 @@ import os
 import pytest
 import torch
 
+from decoding.generate import compiled_decode_step
 from runfiles import checkpoint
 from test_model import FLAGS, make_model, tokens
 from test_train import run
@@ -114,7 +115,7 @@ def test_compiled_static_decode_same_tokens(family):
     prompt = tokens(2, 3).to(SLOW_DEVICE)
     eager = model.generate(prompt, 40, temperature=0.0)
     counter = GraphCounter("inductor")
-    model.compiled_decode_step(backend=counter)   # inductor, counted (generate then reuses it)
+    compiled_decode_step(model, backend=counter)   # inductor, counted (generate then reuses it)
     assert torch.equal(model.generate(prompt, 40, temperature=0.0, compile=True), eager)
     assert torch.equal(model.generate(prompt, 40, temperature=0.0, compile=True), eager)
     assert counter.graphs == 1
@@ -128,7 +129,7 @@ def test_static_cache_decode_same_tokens_and_one_graph(family):
     model = family_model(family)
     prompt = tokens(2, 3)
     counter = GraphCounter("aot_eager")
-    model.compiled_decode_step(backend=counter)
+    compiled_decode_step(model, backend=counter)
     for temperature, top_k in ((0.0, None), (1.0, 5)):
         g1, g2 = torch.Generator().manual_seed(0), torch.Generator().manual_seed(0)
         plain = model.generate(prompt, 40, temperature, top_k, use_kv_cache=False, generator=g1)   # 2 re-primes
