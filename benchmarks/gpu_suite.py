@@ -50,9 +50,10 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
-import bench  # noqa: E402
 import variants  # noqa: E402
-from benchmarks.measure import median_ms, peak_flops, timed  # noqa: E402
+from benchmarks.entries import file_entry, scale_args, variant_entry  # noqa: E402
+from benchmarks.measure import bench_decode, median_ms, peak_flops, run_entry, timed  # noqa: E402
+from benchmarks.report import paper001_tables, short, write_csv  # noqa: E402
 from configurator import UserError, autocast, gpt_config_defaults, resolve_device  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
 from decoding.generate import compiled_decode_step  # noqa: E402
@@ -185,7 +186,7 @@ class Rows:
     def add(self, row):
         self.rows.append(row)
         save_json(self.path, self.rows)
-        print("  " + ", ".join(f"{k}={bench._short(v)}" for k, v in row.items()), flush=True)
+        print("  " + ", ".join(f"{k}={short(v)}" for k, v in row.items()), flush=True)
 
 
 def run_job(cfg):
@@ -205,7 +206,7 @@ def run_job(cfg):
 def preset_args(name, cfg):
     """GPTConfig kwargs of a variants/ preset (gpt2_124m: its config file); toy-sized with --smoke."""
     if name == "gpt2_124m":
-        args = bench.file_entry(GPT2_CONFIG, cfg, {}, True)["args"]
+        args = file_entry(GPT2_CONFIG, cfg, {}, True)["args"]
     else:
         args = dict(gpt_config_defaults(), **variants.load(name))
     return smoke_size(args) if cfg["smoke"] else args
@@ -213,13 +214,15 @@ def preset_args(name, cfg):
 
 def smoke_size(args):
     """About 3 layers, a tenth of the width: each family keeps its structure (GQA, sharing, branches, ...)."""
-    args = bench.scale_args(args, SMOKE["scale"], min(1.0, SMOKE["layers"] / args["n_layer"]))
+    args = scale_args(args, SMOKE["scale"], min(1.0, SMOKE["layers"] / args["n_layer"]))
     return dict(args, vocab_size=SMOKE["vocab_size"], block_size=SMOKE["block_size"])
 
 
-def wikitext_config(name):
-    """(GPTConfig kwargs, batch_size) of config/<name>_wikitext103.py, the model as train.py would build it."""
-    entry = bench.file_entry(os.path.join(REPO, "config", f"{name}_wikitext103.py"), bench.defaults(), {}, False)
+def wikitext_config(name, cfg):
+    """(GPTConfig kwargs, batch_size) of config/<name>_wikitext103.py, the model as train.py would build it
+    (full size: bench's --scale does not apply)."""
+    unscaled = dict(cfg, scale=1.0, depth_scale=0.0)
+    entry = file_entry(os.path.join(REPO, "config", f"{name}_wikitext103.py"), unscaled, {}, False)
     return entry["args"], entry["batch_size"]
 
 
@@ -300,7 +303,7 @@ def check_model(args, device, dtype):
 def job_train(cfg, item, device, rows):
     """One model of the throughput table, at its WikiText-103 config's batch (--gpu_batch overrides)."""
     smoke = cfg["smoke"]
-    args, batch = wikitext_config("gpt2_124m" if item == "plain_gpt2" else item)
+    args, batch = wikitext_config("gpt2_124m" if item == "plain_gpt2" else item, cfg)
     seq, batch = (SMOKE["seq"], SMOKE["batch"]) if smoke else (1024, cfg["gpu_batch"] or batch)
     args = smoke_size(args) if smoke else args
     args["block_size"] = max(args["block_size"], seq)
@@ -375,8 +378,8 @@ def job_paper001(cfg, item, device, rows):
         over["vocab_size"] = SMOKE["vocab_size"]
     dtype = torch.float32 if smoke else torch.bfloat16
     for name in ("mobilellm_125m", "shishulm_125"):
-        entry = bench.variant_entry(name, bcfg, over)
-        per_seq, _ = bench.run_entry(entry, bcfg, device, dtype)
+        entry = variant_entry(name, bcfg, over)
+        per_seq, _ = run_entry(entry, bcfg, device, dtype)
         for r in per_seq:
             rows.add(dict(part="paper001", dtype=str(dtype).replace("torch.", ""), **r))
 
@@ -396,7 +399,7 @@ def job_decode(cfg, item, device, rows):
             model.generate(torch.zeros((1, 1), dtype=torch.long, device=device), 4, compile=True)
         compile_s = time.time() - t0
         bcfg = dict(cfg, gen_tokens=n, compile=True, warmup=1, repeats=2 if smoke else 3)
-        r = bench.bench_decode(model, bcfg, device, dtype)
+        r = bench_decode(model, bcfg, device, dtype)
         prompt = torch.zeros((1, 1), dtype=torch.long, device=device)
         with autocast(device, dtype):
             eager = model.generate(prompt, n, temperature=0.0)
@@ -489,7 +492,7 @@ def report(out, status, meta):
     md += section_decode(by.get("decode", []))
     with open(os.path.join(out, "README.md"), "w", encoding="utf-8") as f:
         f.write("\n".join(md) + "\n")
-    bench.write_csv(os.path.join(out, "measurements.csv"), rows)
+    write_csv(os.path.join(out, "measurements.csv"), rows)
     plot(out, by)
 
 
@@ -546,7 +549,7 @@ def section_paper001(rows):
           f"bench.py --mode=paper001 at lengths {', '.join(str(s) for s in sorted({r['seq'] for r in rows}))}, "
           f"batch 1, {rows[0]['dtype']} (block_size raised to the longest length), eager.", ""]
     if len(models) >= 2:
-        md.append("\n\n".join(bench.paper001_tables(models[0], models[1], rows, ["train", "infer", "memory"])))
+        md.append("\n\n".join(paper001_tables(models[0], models[1], rows, ["train", "infer", "memory"])))
     return md
 
 

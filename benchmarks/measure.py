@@ -1,6 +1,8 @@
 """
 Speed and memory measurements shared by bench.py, compare.py, train.py (MFU) and the GPU suite: timing
-with device synchronization, peak tensor memory, one training step's speed, and a model's short description.
+with device synchronization, peak tensor memory, one training step's speed, a model's short description,
+inference (prefill, decode step, KV-cache bytes), sampling and decoding against the weight-streaming floor,
+and run_entry: every measurement of one model (an entry of benchmarks/entries.py).
 
 Peak memory, what peak_bytes measures:
   CUDA: torch.cuda.max_memory_allocated() over the call (reset before it): every live tensor (weights,
@@ -20,7 +22,10 @@ import time
 
 import torch
 
+from benchmarks.report import short
 from configurator import autocast
+from decoding.cache import InferenceCache
+from model import GPT, GPTConfig
 
 PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12}   # dense bf16 FLOP/s, for MFU
 
@@ -181,3 +186,204 @@ def bench_train(model, cfg, device, dtype, seq, batch, measure_memory):
     if measure_memory:
         out["train_peak_bytes"] = peak_bytes(step, device, lambda: live_tensors(model, opt, (data,)))
     return out
+
+
+# --- inference, sampling and decoding ------------------------------------------------------------
+
+@torch.no_grad()
+def bench_infer(model, cfg, device, dtype, seq, measure_memory):
+    model.eval()
+    vocab, batch = model.config.vocab_size, cfg["infer_batch"]
+    gen = torch.Generator(device="cpu").manual_seed(cfg["seed"])
+    idx = torch.randint(vocab, (batch, seq), generator=gen).to(device)
+    holder = {}
+
+    def prefill():
+        cache = InferenceCache(seq)
+        with autocast(device, dtype):
+            model(idx, cache=cache)
+        holder["cache"] = cache
+
+    for _ in range(cfg["warmup"]):
+        timed(prefill, device)
+    prefill_times = [timed(prefill, device) for _ in range(cfg["repeats"])]
+    out = dict(prefill_ms=median_ms(prefill_times), kv_bytes=holder["cache"].nbytes())
+    holder.clear()
+
+    d = max(1, min(cfg["decode_steps"], seq - 1)) if seq > 1 else 0
+    if d:
+        step_times = []
+        for r in range(cfg["warmup"] + cfg["repeats"]):
+            cache = InferenceCache(seq)
+            with autocast(device, dtype):
+                model(idx[:, :seq - d], cache=cache)
+                for i in range(seq - d, seq):
+                    dt = timed(lambda: model(idx[:, i:i + 1], cache=cache), device)
+                    if r >= cfg["warmup"]:
+                        step_times.append(dt)
+        out["decode_ms"] = median_ms(step_times)
+    if measure_memory:
+        out["infer_peak_bytes"] = peak_bytes(prefill, device, lambda: live_tensors(model, None, (idx,)))
+        holder.clear()
+    return out
+
+
+@torch.no_grad()
+def bench_sample(model, cfg, device, dtype):
+    model.eval()
+    start = torch.zeros((1, 1), dtype=torch.long, device=device)
+    out = {}
+    for use_cache in (True, False):
+        def run(n):
+            gen = torch.Generator(device=device).manual_seed(cfg["seed"])
+            with autocast(device, dtype):
+                model.generate(start, n, temperature=1.0, top_k=None, use_kv_cache=use_cache, generator=gen)
+        run(min(8, cfg["gen_tokens"]))  # warm-up
+        times = [timed(lambda: run(cfg["gen_tokens"]), device) for _ in range(cfg["sample_repeats"])]
+        out["sample_tok_s_cache" if use_cache else "sample_tok_s_plain"] = cfg["gen_tokens"] / statistics.median(times)
+    cache = model.new_cache()
+    with autocast(device, dtype):
+        model(start, cache=cache)
+    out["kv_block_bytes"] = cache.nbytes()
+    return out
+
+
+def weight_matrices(model):
+    """(weight, bias) of every matrix a decode step multiplies the new token by, each once: the Linears,
+    cgpt's Conv1d as an (out, in * kernel) matrix, and the output head (the token embedding when tied)."""
+    mats = [(m.weight.flatten(1), m.bias) for m in model.modules() if isinstance(m, (torch.nn.Linear, torch.nn.Conv1d))]
+    if model.config.tie_embeddings:
+        mats.append((model.tok_emb.wte.weight, None))
+    return mats
+
+
+@torch.inference_mode()
+def bench_decode(model, cfg, device, dtype):
+    """Cached decoding vs the weight-streaming floor, in alternating rounds (see --measure=decode)."""
+    from torch.nn import functional as F
+    model.eval()
+    mats = weight_matrices(model)
+    inputs = [torch.zeros(1, 1, w.size(1), device=device, dtype=w.dtype) for w, _ in mats]
+    n_tokens = max(1, min(cfg["gen_tokens"], model.config.block_size - 1))
+    start = torch.zeros((1, 1), dtype=torch.long, device=device)
+
+    def stream_weights():
+        for x, (w, b) in zip(inputs, mats):
+            F.linear(x, w, b)
+
+    def decode(compile):
+        gen = torch.Generator(device=device).manual_seed(cfg["seed"])
+        with autocast(device, dtype):
+            model.generate(start, n_tokens, temperature=0.8, top_k=200, generator=gen, compile=compile)
+
+    def floor_run():   # as many weight passes as decode steps, timed the same way
+        for _ in range(n_tokens):
+            stream_weights()
+
+    # one CPU thread: the process's CPU time (the wall time of an idle machine; other jobs on a shared
+    # machine do not inflate it); otherwise wall time
+    cpu_clock = device == "cpu" and torch.get_num_threads() == 1
+    clock = time.process_time if cpu_clock else time.perf_counter
+
+    def measure(fn):
+        synchronize(device)
+        t0 = clock()
+        fn()
+        synchronize(device)
+        return (clock() - t0) / n_tokens
+
+    paths = [False, True] if cfg["compile"] else [False]
+    floor, times = [], {p: [] for p in paths}
+    for r in range(cfg["warmup"] + cfg["repeats"]):
+        f = measure(floor_run)
+        t = {p: measure(lambda: decode(p)) for p in paths}
+        if r >= cfg["warmup"]:
+            floor.append(f)
+            for p in paths:
+                times[p].append(t[p])
+    out = dict(decode_tokens=n_tokens, clock="cpu time" if cpu_clock else "wall", floor_ms=median_ms(floor), floor_mb=sum(
+        w.numel() * w.element_size() + (0 if b is None else b.numel() * b.element_size()) for w, b in mats) / 1e6,
+        decode_ms_token=median_ms(times[False]))
+    out["decode_vs_floor"] = out["decode_ms_token"] / out["floor_ms"]
+    if cfg["compile"]:
+        out["compiled_ms_token"] = median_ms(times[True])
+    print(f"  {model_label(model)} decode: {out['decode_ms_token']:.3f} ms/token, floor {out['floor_ms']:.3f} ms "
+          f"({out['decode_vs_floor']:.2f}x)", file=sys.stderr, flush=True)
+    return out
+
+
+def model_label(model):
+    c = model.config
+    return f"{c.n_layer}L d{c.n_embd} ctx{c.block_size}"
+
+
+
+# --- every measurement of one model -------------------------------------------------------------
+
+def run_entry(entry, cfg, device, dtype):
+    """All measurements of one model. Returns (per-seq rows, per-model row (sample, decode) or None)."""
+    torch.manual_seed(cfg["seed"])
+    model = GPT(GPTConfig(**entry["args"])).to(device)
+    params = model.get_num_params(non_embedding=False)
+    name, block = entry["name"], model.config.block_size
+    rows, measures = [], cfg["measure"]
+    per_seq = {"train", "memory", "infer"} & set(measures)
+    seqs = [s for s in cfg["seq_lens"] if s <= block] if per_seq else []
+    skipped = [s for s in cfg["seq_lens"] if s > block] if per_seq else []
+    base = dict(model=name, params=params, batch=entry["batch_size"])
+    last = None
+    for seq in seqs:
+        row = dict(base, seq=seq)
+        if last and device == "cpu" and last[1] * seq / last[0] > cfg["max_step_seconds"]:
+            row["note"] = f"skipped: a step would take > {cfg['max_step_seconds']:g}s (--max_step_seconds)"
+            rows.append(row)
+            continue
+        try:
+            if "train" in measures or "memory" in measures:
+                row.update(bench_train(model, cfg, device, dtype, seq, entry["batch_size"], "memory" in measures))
+                last = (seq, row["train_ms"] / 1000)
+            if "infer" in measures or "memory" in measures:
+                keep = set_branch(model, cfg["keep_heaviest_branch"])
+                row["infer_model"] = branch_label(model, name)
+                row.update(bench_infer(model, cfg, device, dtype, seq, "memory" in measures))
+                model.keep_branch = keep
+        except TooSlow as e:
+            row["note"] = f"skipped: one step took {e.args[0]:.0f}s"
+            last = (seq, e.args[0])
+        except getattr(torch, "OutOfMemoryError", MemoryError):
+            row["note"] = "OOM"
+            torch.cuda.empty_cache()
+        rows.append(row)
+        print(f"  {name} seq {seq}: " + ", ".join(f"{k}={short(v)}" for k, v in row.items()
+                                                   if k not in base and k not in ("seq", "infer_model")), file=sys.stderr, flush=True)
+    for seq in skipped:
+        rows.append(dict(base, seq=seq, note=f"skipped: > block_size {block}"))
+    sample = None
+    if "sample" in measures or "decode" in measures:
+        keep = set_branch(model, cfg["keep_heaviest_branch"])
+        sample = dict(base, infer_model=branch_label(model, name))
+        if "sample" in measures:
+            sample.update(gen_tokens=cfg["gen_tokens"], **bench_sample(model, cfg, device, dtype))
+            print(f"  {name} sampling: {short(sample['sample_tok_s_cache'])} tok/s cached, "
+                  f"{short(sample['sample_tok_s_plain'])} plain", file=sys.stderr, flush=True)
+        if "decode" in measures:
+            sample.update(bench_decode(model, cfg, device, dtype))
+        model.keep_branch = keep
+    del model
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
+    return rows, sample
+
+
+def set_branch(model, enabled):
+    """pgpt: keep only the heaviest branch (fresh weights are equal: branch 0). Returns the old setting."""
+    old = model.keep_branch
+    if enabled and model.config.n_branches > 1:
+        model.keep_branch = model.heaviest_branch()
+    return old
+
+
+def branch_label(model, name):
+    if model.keep_branch is None:
+        return name
+    return f"{name} (branch {model.keep_branch} of {model.config.n_branches} only)"

@@ -1,0 +1,98 @@
+"""
+The models a benchmark measures, one "entry" each: {name, args (GPTConfig kwargs), batch_size}, built from a
+variants/ preset or a train.py config file, with the command line's model overrides and --scale applied.
+Shared by bench.py and the GPU suite (benchmarks/gpu_suite.py).
+"""
+
+import os
+
+from configurator import UserError, gpt_config_defaults, load_config, load_variant, model_args
+from model import GPTConfig
+from runfiles.dataset import dataset_vocab_size
+
+
+def variant_entry(name, cfg, cli_model):
+    args = gpt_config_defaults()
+    args.update(load_variant(name))
+    return finish_entry(name, args, cfg, cli_model, None)
+
+
+def file_entry(path, cfg, cli_model, batch_explicit):
+    """One model from a train.py config file: train.py's defaults <- the file; vocab from the dataset."""
+    import train
+    tcfg, texplicit = load_config(train.DEFAULTS, [path])
+    args = model_args(tcfg, texplicit, vocab_size=dataset_vocab_size(tcfg))   # as train.py: the dataset's vocab
+    batch = None if batch_explicit else tcfg.get("batch_size")
+    return finish_entry(os.path.splitext(os.path.basename(path))[0], args, cfg, cli_model, batch)
+
+
+def finish_entry(name, args, cfg, cli_model, batch):
+    if cfg["scale"] != 1 or cfg["depth_scale"] not in (0, 1):
+        args = scale_args(args, cfg["scale"], cfg["depth_scale"] or cfg["scale"])
+    args.update(cli_model)  # explicit overrides win over presets and scaling
+    try:
+        GPTConfig(**args)
+    except ValueError as e:
+        raise UserError(f"{name}: {e} (fix: correct the model keys)") from None
+    return dict(name=name, args=args, batch_size=batch or cfg["batch_size"])
+
+
+# --- scaling big presets down to CPU size --------------------------------------------------------
+
+def scale_args(args, width_scale, depth_scale):
+    """Shrink width by width_scale and depth by depth_scale, keeping the preset's structure (heads,
+    GQA ratio, ShishuLM's attention/MLP-only split, sharing groups, lgpt halvings); the nearest valid
+    configuration is taken."""
+    args = dict(depth_args(args, depth_scale))
+    return width_args(args, width_scale)
+
+
+def _valid(args):
+    try:
+        GPTConfig(**args)
+        return True
+    except ValueError:
+        return False
+
+
+def _nearest(target, lo=1, span=4096):
+    """Integers >= lo ordered by distance to target (ties: the smaller first)."""
+    base = int(round(target))
+    return sorted(range(max(lo, base - span), base + span + 1), key=lambda x: (abs(x - target), x))
+
+
+def depth_args(args, s):
+    """n_layer * s, and for ShishuLM-like presets n_attn_layers (and share_from_layer) in proportion;
+    the attention split gives way first, so models compared side by side keep the same depth."""
+    if s == 1:
+        return args
+    n0, a0 = args["n_layer"], args.get("n_attn_layers")
+    same_start = a0 is not None and args.get("share_from_layer") == a0
+    for n in _nearest(n0 * s, lo=args.get("n_branches", 1), span=n0):
+        attn_options = [None] if a0 is None else _nearest(a0 * n / n0, lo=0, span=n)
+        for a in attn_options:
+            if a is not None and a > n:
+                continue
+            cand = dict(args, n_layer=n, n_attn_layers=a)
+            if same_start:
+                cand["share_from_layer"] = a
+            elif args.get("share_from_layer"):
+                cand["share_from_layer"] = round(args["share_from_layer"] * n / n0)
+            if _valid(cand):
+                return cand
+    raise UserError(f"no valid depth near {n0 * s:.1f} layers (fix: pass --n_layer explicitly)")
+
+
+def width_args(args, s):
+    if s == 1:
+        return args
+    w0, head = args["n_embd"], args["n_head"]
+    for mult in _nearest(w0 * s / head, span=w0):
+        w = mult * head
+        cand = dict(args, n_embd=w)
+        for key in ("mlp_hidden", "embd_factor_dim"):
+            if args.get(key):
+                cand[key] = max(1, round(args[key] * w / w0))
+        if _valid(cand):
+            return cand
+    raise UserError(f"no valid width near {w0 * s:.0f} (fix: pass --n_embd explicitly)")
