@@ -49,7 +49,7 @@ from configurator import UserError, autocast, resolve_device, resolve_dtype, run
 from huggingface.convert import load_pretrained
 from huggingface.tokenizer import tokenizer_for
 from runfiles.checkpoint import keep_heaviest_branch, load_model
-from runfiles.dataset import load_meta, resolve_data_dir
+from runfiles.dataset import load_meta, resolve_data_dir, split_tokens
 from runfiles.tokenizer import load_tokenizer
 
 DEFAULTS = dict(
@@ -188,7 +188,9 @@ def read_mc_file(path):
         with open(path, encoding="utf-8") as f:
             lines = [(n, line) for n, line in enumerate(f, 1) if line.strip()]
     except OSError as e:
-        raise UserError(f"cannot read --mc_file '{path}': {e.strerror} (fix: pass a JSONL task file)")
+        raise UserError(f"cannot read --mc_file '{path}': {e.strerror} (fix: pass a JSONL task file)") from None
+    except UnicodeDecodeError:
+        raise UserError(f"--mc_file '{path}' is not UTF-8 text (fix: save it as UTF-8 JSONL)") from None
     docs = []
     for n, line in lines:
         try:
@@ -348,6 +350,8 @@ def run(cfg):
     splits = choose_splits(cfg["splits"], data_dir)
     if not splits:
         raise UserError(f"no val.bin or test.bin in {data_dir} (fix: run prepare.py, or pass --splits)")
+    for split in splits:   # before any scoring: whole uint16 ids below vocab_size, at least 2 of them
+        split_tokens(data_dir, split, meta["vocab_size"])
     try:
         tok = load_tokenizer(data_dir)
     except UserError:
@@ -365,8 +369,6 @@ def run(cfg):
     rows = []
     for split in splits:
         data = np.memmap(os.path.join(data_dir, f"{split}.bin"), dtype=np.uint16, mode="r")
-        if len(data) < 2:
-            raise UserError(f"split '{split}' has {len(data)} tokens; nothing to score")
         r = evaluate_split(model, data, block_size, cfg["stride"], cfg["batch_size"], device, dtype)
         words, nbytes, source = split_counts(meta, split, data, tok)
         m = metrics(r["nll_sum"], r["n_tokens"], words, nbytes)

@@ -35,7 +35,7 @@ import numpy as np
 
 from configurator import UserError
 from pangu.compact_vocab import build_compact
-from runfiles.checkpoint import atomic_open
+from runfiles.checkpoint import atomic_open, check_out_dir, remove_stale_temp_files
 from runfiles.tokenizer import (GPT2_EOT_ID, GPT2_VOCAB_SIZE, CharTokenizer, compact_encoding, get_gpt2_encoding,
                                 one_line)
 
@@ -123,6 +123,27 @@ def download(url, dest, expected_size=None, expected_sha256=None):
         raise ValueError(f"sha256 mismatch ({sha.hexdigest()[:12]}... != {expected_sha256[:12]}...)")
     os.replace(tmp, dest)
     return dest
+
+
+DATA_FILES = ("train.bin", "val.bin", "test.bin", "meta.json", "coverage.png")
+
+
+def begin_writing(out_dir):
+    """Called once the inputs are read and checked, before the first file is written. meta.json marks a
+    complete folder, so an old one goes first: a run stopped halfway must not leave new token files under
+    the old vocabulary. Temporary files a killed earlier run left behind are removed (and reported)."""
+    os.makedirs(out_dir, exist_ok=True)
+    n_stale, stale_bytes = remove_stale_temp_files(out_dir, DATA_FILES)
+    if n_stale:
+        print(f"removed {n_stale} temporary file(s) ({stale_bytes / 1e6:,.1f} MB) left in {out_dir} by an "
+              f"interrupted run")
+    try:
+        os.remove(os.path.join(out_dir, "meta.json"))
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        raise UserError(f"cannot replace {os.path.join(out_dir, 'meta.json')}: {e.strerror} "
+                        f"(fix: choose a writable --out_dir)") from None
 
 
 def write_meta(out_dir, meta):
@@ -275,6 +296,7 @@ def prepare_shakespeare_char(out_dir, input_path=None, **_):
     chars = sorted(set(text))
     tok = CharTokenizer(chars)
     train, val = split_90_10(text)
+    begin_writing(out_dir)
     write_bin(os.path.join(out_dir, "train.bin"), tok.encode(train))
     write_bin(os.path.join(out_dir, "val.bin"), tok.encode(val))
     print(f"length of dataset in characters: {len(text):,}; vocab size: {len(chars)}")
@@ -290,6 +312,7 @@ def prepare_shakespeare(out_dir, input_path=None, gpt2_ranks=None, vocab_size=No
     gpt2 = get_gpt2_encoding(gpt2_ranks)
     meta = {"dataset": dataset, "tokenizer": "gpt2", "vocab_size": GPT2_VOCAB_SIZE, "eot_token": GPT2_EOT_ID}
     enc, extra = gpt2, {}
+    begin_writing(out_dir)
     if vocab_size:
         counts = np.bincount(gpt2.encode_ordinary(train), minlength=GPT2_VOCAB_SIZE)
         plot_path = os.path.join(out_dir, "coverage.png") if plot else None
@@ -387,6 +410,7 @@ def prepare_wikitext103(out_dir, source=None, gpt2_ranks=None, vocab_size=None, 
     spec, eot = encoding_spec(ranks_path=gpt2_ranks), GPT2_EOT_ID
     meta = {"dataset": dataset, "tokenizer": "gpt2", "vocab_size": GPT2_VOCAB_SIZE, "eot_token": GPT2_EOT_ID}
     extra = {}
+    begin_writing(out_dir)
     if vocab_size:
         # the compact vocabulary is chosen by GPT-2 token frequency in the training split
         _, counts = tokenize_to_file(None, splits["train"], spec, eot, num_proc,
@@ -438,6 +462,9 @@ def bench_corpus(mb, input_path=None):
 
 def bench_tokenize(mb=32, input_path=None, gpt2_ranks=None, num_proc=None):
     """Tokenize ~mb MB through the WikiText parallel path with 1 worker and with all workers."""
+    if not mb > 0:
+        raise UserError(f"--mb must be > 0, got {mb} (fix: --mb=32)")
+    check_positive(num_proc=num_proc)
     articles, source = bench_corpus(mb, input_path)
     get_gpt2_encoding(gpt2_ranks)
     spec = encoding_spec(ranks_path=gpt2_ranks)
@@ -467,6 +494,13 @@ def parse_dataset(name):
     return name, None
 
 
+def check_positive(**values):
+    """UserError for an option given as 0 or less (None = not given)."""
+    for key, value in values.items():
+        if value is not None and value < 1:
+            raise UserError(f"--{key} must be >= 1, got {value} (fix: a positive number, or leave it out)")
+
+
 def prepare(dataset, out_dir=None, vocab_size=None, **opts):
     """Prepare `dataset` into out_dir (default data/<dataset>, or data/<dataset>_v<K> with a
     compact vocab_size K). Options: input_path, source, gpt2_ranks, num_proc, n_layer, n_embd, plot.
@@ -479,9 +513,10 @@ def prepare(dataset, out_dir=None, vocab_size=None, **opts):
     if vocab_size is not None and not 257 <= vocab_size <= GPT2_VOCAB_SIZE:
         raise UserError(f"vocab_size must be in [257, {GPT2_VOCAB_SIZE}] (256 bytes + eot at least), got "
                         f"{vocab_size} (fix: --vocab_size=8192, or leave it out for the full GPT-2 vocabulary)")
+    check_positive(**{k: opts.get(k) for k in ("n_layer", "n_embd", "num_proc")})
     name = f"{base}_v{vocab_size}" if vocab_size else base
     out_dir = out_dir or os.path.join("data", name)
-    os.makedirs(out_dir, exist_ok=True)
+    check_out_dir(out_dir)   # a file, or not writable: one line now, not a traceback later
     fn = {"shakespeare_char": prepare_shakespeare_char, "shakespeare": prepare_shakespeare,
           "wikitext103": prepare_wikitext103}[base]
     fn(out_dir, vocab_size=vocab_size, dataset=name, **opts)
@@ -489,8 +524,15 @@ def prepare(dataset, out_dir=None, vocab_size=None, **opts):
     return out_dir
 
 
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse that reports bad arguments (a missing dataset, --vocab_size abc) as one `error:` line."""
+
+    def error(self, message):
+        raise SystemExit(f"error: {message} (fix: see `python prepare.py --help`)")
+
+
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("dataset", help="shakespeare_char | shakespeare | wikitext103 | bench_tokenize "
                                    "(shakespeare_vK / wikitext103_vK = --vocab_size K)")
     p.add_argument("--out_dir", help="output folder (default data/<dataset>, data/<dataset>_v<K> with --vocab_size)")

@@ -303,6 +303,8 @@ def load_pretrained(name_or_dir, device="cpu", say=None):
     arch = architecture(hf)
     tensors = read_weights(directory)
     sd = (gpt2_state_dict if arch == "gpt2" else llama_state_dict)(tensors, config)
+    from runfiles.checkpoint import check_finite
+    check_finite(sd, name_or_dir, fix="download or export the model again")   # NaN weights sample nothing sane
     model = GPT(config)
     try:
         model.load_state_dict(sd)
@@ -478,13 +480,20 @@ def export(model, out_dir, say=None, weights_format="auto"):
             weights_format = "safetensors"
         except ImportError:
             weights_format = "bin"
-    os.makedirs(out_dir, exist_ok=True)
+    # every file goes through a temporary file: a full disk or read-only folder is one line, never half a file
+    from runfiles.checkpoint import atomic_open, atomic_save, check_out_dir, remove_stale_temp_files
+    check_out_dir(out_dir, key="out")
+    if os.path.isdir(out_dir):   # what a killed export left behind (the weights' can be gigabytes)
+        n_stale, stale_bytes = remove_stale_temp_files(out_dir, WEIGHT_FILES + ("config.json",))
+        if n_stale:
+            say(f"removed {n_stale} temporary file(s) ({stale_bytes / 1e6:,.1f} MB) left in {out_dir} by an "
+                f"interrupted export")
     if weights_format == "safetensors":
-        from safetensors.torch import save_file
+        from safetensors.torch import save
         weights = os.path.join(out_dir, "model.safetensors")
-        save_file(tensors, weights, metadata={"format": "pt"})
+        with atomic_open(weights, "wb") as f:
+            f.write(save(tensors, metadata={"format": "pt"}))
     else:
-        from runfiles.checkpoint import atomic_save
         weights = os.path.join(out_dir, "pytorch_model.bin")
         atomic_save(tensors, weights)
     for stale in WEIGHT_FILES:   # a leftover file of another format would be loaded instead
@@ -492,7 +501,7 @@ def export(model, out_dir, say=None, weights_format="auto"):
         if path != weights and os.path.isfile(path):
             os.remove(path)
     config_path = os.path.join(out_dir, "config.json")
-    with open(config_path, "w", encoding="utf-8") as f:
+    with atomic_open(config_path, "w") as f:
         json.dump(config, f, indent=2)
     stack = model.branches[0]
     shared = (f"; layer sharing written out as repeated weights ({model.config.n_layer} layers from "
@@ -507,8 +516,15 @@ def export(model, out_dir, say=None, weights_format="auto"):
 # command line
 # ----------------------------------------------------------------------------------------------
 
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse that reports bad arguments (a missing --out, an unknown --format) as one `error:` line."""
+
+    def error(self, message):
+        raise SystemExit(f"error: {message} (fix: see `{self.prog} --help`)")
+
+
 def main(argv=None):
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="python -m huggingface.convert",
         description="Export a checkpoint of ours as a Hugging Face transformers directory.")
     sub = parser.add_subparsers(dest="command", required=True)

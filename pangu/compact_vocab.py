@@ -13,6 +13,7 @@ import base64
 
 import numpy as np
 
+from runfiles.checkpoint import atomic_open
 from runfiles.tokenizer import GPT2_EOT_ID, GPT2_PAT_STR, GPT2_VOCAB_SIZE, compact_encoding, get_gpt2_encoding
 
 
@@ -154,7 +155,8 @@ def plot_coverage(counts, vocab_size, path):
     ax.set_ylabel("accumulated frequency (%)")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    with atomic_open(path, "wb") as f:   # a full disk or read-only folder: one-line error, no half file
+        fig.savefig(f, format="png", dpi=120)
     plt.close(fig)
     print(f"saved {path}")
 

@@ -76,7 +76,6 @@ weights only (optimizer=None) and an 'inherit' entry recording what was kept.
 """
 
 import dataclasses
-import json
 import math
 import os
 import re
@@ -88,8 +87,9 @@ import torch
 
 from configurator import run_command
 from model import GPT, GPTConfig
-from runfiles.checkpoint import CKPT_NAME, atomic_save, clean_state_dict, load_model
-from runfiles.dataset import get_batch, split_path, tokenizer_id
+from runfiles.checkpoint import (CKPT_NAME, atomic_save, check_out_dir, clean_state_dict, load_model,
+                                 remove_stale_temp_files)
+from runfiles.dataset import get_batch, load_meta, resolve_data_dir, split_path, split_tokens, tokenizer_id
 
 DEFAULTS = {
     "from": "",                # source out_dir or checkpoint file (the big model)
@@ -184,8 +184,10 @@ def target_config(src, n_layer=0, n_embd=0, n_head=0, n_kv_head=0, hidden=0, mlp
     hd, src_kv = head_dim(src), n_kv_heads(src)
     group = src.n_head // src_kv
     n_layer, n_embd = n_layer or src.n_layer, n_embd or src.n_embd
-    need(1 <= n_layer <= src.n_layer, f"n_layer must be in [1, {src.n_layer}] (the source's), got {n_layer}")
-    need(1 <= n_embd <= src.n_embd, f"n_embd must be in [1, {src.n_embd}] (the source's), got {n_embd}")
+    need(1 <= n_layer <= src.n_layer, f"n_layer must be in [1, {src.n_layer}] (the source's), got {n_layer} "
+         f"(fix: e.g. --n_layer={max(1, src.n_layer // 2)})")
+    need(1 <= n_embd <= src.n_embd, f"n_embd must be in [1, {src.n_embd}] (the source's), got {n_embd} "
+         f"(fix: a multiple of the head size {hd}, e.g. --n_embd={max(1, src.n_embd // hd // 2) * hd})")
     need(n_embd % hd == 0, f"n_embd={n_embd} is not a whole number of heads of size {hd}: heads are kept whole "
          f"(fix: --n_embd={max(1, n_embd // hd) * hd})")
     n_head = n_head or n_embd // hd
@@ -196,7 +198,8 @@ def target_config(src, n_layer=0, n_embd=0, n_head=0, n_kv_head=0, hidden=0, mlp
              f"query heads (fix: set --n_kv_head)")
         n_kv_head = n_head // group
     kv = n_kv_head or n_head
-    need(n_head % kv == 0, f"n_kv_head={kv} must divide n_head={n_head}")
+    need(kv >= 1 and n_head % kv == 0, f"n_kv_head={kv} must divide n_head={n_head} (fix: --n_kv_head=1 or "
+         f"another divisor of {n_head})")
     new_group = n_head // kv
     need(new_group <= group or new_group % group == 0,
          f"n_head={n_head}, n_kv_head={kv} needs {new_group} query heads per kv group, but the source groups have "
@@ -209,7 +212,10 @@ def target_config(src, n_layer=0, n_embd=0, n_head=0, n_kv_head=0, hidden=0, mlp
         args.update(mlp_ratio=mlp_ratio, mlp_hidden=None)
     if hidden:
         args.update(mlp_hidden=hidden)
-    cfg = GPTConfig(**args)
+    try:
+        cfg = GPTConfig(**args)
+    except ValueError as e:
+        raise ValueError(f"{e} (fix: correct --mlp_hidden/--mlp_ratio/--n_kv_head)") from None
     need(mlp_hidden(cfg) <= mlp_hidden(src),
          f"FFN hidden size {mlp_hidden(cfg)} exceeds the source's {mlp_hidden(src)} "
          f"(fix: lower --mlp_hidden/--mlp_ratio)")
@@ -247,8 +253,7 @@ def read_meta(data_dir):
     if not os.path.isfile(path):
         raise ValueError(f"{path} is missing, so its tokenizer is unknown (fix: run `python prepare.py ...` for it, "
                          f"or point --data_dir/--target_data_dir at a prepared dataset)")
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+    return load_meta(data_dir)   # one-line errors for a damaged file
 
 
 def gpt2_ids(meta):
@@ -611,11 +616,14 @@ def needs_data(src, dst, layers, neurons):
         neurons in ("taylor", "learned") and not same_width(src, cut))
 
 
-def calibration_batches(data_dir, n, batch_size, block_size, seed):
-    """n fixed training batches (seeded), as train.py draws them."""
+def calibration_batches(data_dir, n, batch_size, block_size, seed, vocab_size=None):
+    """n fixed training batches (seeded), as train.py draws them. vocab_size: the model's, to check the
+    token file against first (one-line errors instead of an index error deep in the model)."""
     path = split_path(data_dir, "train")
     if not os.path.isfile(path):
         raise ValueError(f"no calibration data: {path} is missing (fix: --data_dir=<prepared dataset>)")
+    if vocab_size is not None:
+        split_tokens(data_dir, "train", vocab_size, block_size)
     gen = torch.Generator()
     batches = []
     for i in range(n):
@@ -630,9 +638,13 @@ def run(opts):
         raise ValueError("both --from (the big model's out_dir) and --out_dir are needed "
                          "(fix: python -m pangu.inherit --from=out-big --out_dir=out-small --n_layer=...)")
     if opts["calib_batches"] < 1:
-        raise ValueError(f"calib_batches must be >= 1, got {opts['calib_batches']}")
+        raise ValueError(f"calib_batches must be >= 1, got {opts['calib_batches']} (fix: --calib_batches=8)")
+    if opts["calib_batch_size"] < 0:
+        raise ValueError(f"calib_batch_size must be >= 0 (0 = the source run's batch_size), got "
+                         f"{opts['calib_batch_size']} (fix: --calib_batch_size=0)")
     if opts["mask_steps"] < 1:
-        raise ValueError(f"mask_steps must be >= 1, got {opts['mask_steps']}")
+        raise ValueError(f"mask_steps must be >= 1, got {opts['mask_steps']} (fix: --mask_steps=100)")
+    check_out_dir(opts["out_dir"])   # a file or a read-only folder: one line now, not after the work
     if opts["num_threads"] > 0:
         torch.set_num_threads(opts["num_threads"])
     model, ckpt = load_model(opts["from"], "cpu")
@@ -640,19 +652,20 @@ def run(opts):
         raise ValueError(f"--out_dir={opts['out_dir']} is the source's folder (fix: pick a new --out_dir)")
     src = model.config
     check_supported(src)
-    data_dir = opts["data_dir"] or ckpt.get("data_dir", "")
     vocab, dataset, target_dir = None, ckpt.get("dataset", ""), ckpt.get("data_dir", "")
     if opts["target_data_dir"]:
         target_dir = opts["target_data_dir"]
         target_meta = read_meta(target_dir)
-        vocab = vocab_rows(read_meta(data_dir), target_meta)
+        vocab = vocab_rows(read_meta(resolve_data_dir(ckpt, opts["data_dir"])), target_meta)
         dataset = target_meta.get("dataset") or os.path.basename(os.path.normpath(target_dir))
     dst = target_config(src, opts["n_layer"], opts["n_embd"], opts["n_head"], opts["n_kv_head"],
                         opts["mlp_hidden"], opts["mlp_ratio"], 0 if vocab is None else len(vocab))
     batches = None
     if needs_data(src, dst, opts["layers"], opts["neurons"]):
         bs = opts["calib_batch_size"] or (ckpt.get("config") or {}).get("batch_size", 8)
-        batches = calibration_batches(data_dir, opts["calib_batches"], bs, src.block_size, opts["seed"])
+        # the source's data (its tokenizer: refused otherwise), which the source model scores
+        batches = calibration_batches(resolve_data_dir(ckpt, opts["data_dir"]), opts["calib_batches"], bs,
+                                      src.block_size, opts["seed"], src.vocab_size)
     torch.manual_seed(opts["seed"])
     small, plan = inherit(model, dst, opts["layers"], opts["neurons"], batches, vocab, opts["mask_steps"])
     report(model, small, plan, None if vocab is not None else batches)
@@ -669,6 +682,10 @@ def run(opts):
            # the target vocabulary's tokenizer (compact: the target dataset's), else the source checkpoint's
            "tokenizer_id": tokenizer_id(target_meta) if opts["target_data_dir"] else ckpt.get("tokenizer_id")}
     os.makedirs(opts["out_dir"], exist_ok=True)
+    n_stale, stale_bytes = remove_stale_temp_files(opts["out_dir"], (CKPT_NAME,))
+    if n_stale:
+        print(f"removed {n_stale} temporary file(s) ({stale_bytes / 1e6:,.1f} MB) left in {opts['out_dir']} by an "
+              f"interrupted save")
     path = os.path.join(opts["out_dir"], CKPT_NAME)
     atomic_save(out, path)
     print(f"wrote {path} (continue with: python train.py ... --init_from={path})")

@@ -15,11 +15,13 @@ and the next round uses N0 = round(r * N) of the N segments, drawn without repla
 p (sampling rate r; the paper recommends two rounds with r = 50%). With --parts=P the segments are cut into
 P contiguous parts and each part is normalised and sampled on its own, as the paper does for its eight parts.
 
-refine.npy (next to the checkpoint) holds the sorted token offsets of the chosen segments; train.py's
+refine.npy (next to the checkpoint) holds the sorted token offsets of the chosen segments (refine.json beside
+it: the train split they index, which train.py checks); train.py's
 --data_segments makes every training window start at one of them (uniformly; validation is unchanged).
 A full pass over the refined data is N0 / batch_size iterations.
 """
 
+import json
 import os
 
 import numpy as np
@@ -27,8 +29,8 @@ import torch
 import torch.nn.functional as F
 
 from configurator import run_command
-from runfiles.checkpoint import atomic_open, load_model
-from runfiles.dataset import split_path
+from runfiles.checkpoint import atomic_open, check_out_dir, load_model
+from runfiles.dataset import resolve_data_dir, segments_info_path, split_path, split_tokens
 
 DEFAULTS = dict(
     out_dir="out",       # round-1 out_dir (its ckpt.pt, else last.pt) or a checkpoint file
@@ -68,17 +70,22 @@ def sampling_probs(losses, temperature=1.0):
     return torch.softmax(torch.as_tensor(np.asarray(losses), dtype=torch.float64) / temperature, dim=0)
 
 
+def check_options(rate, temperature, parts, n_segments):
+    """ValueError for a sampling rate, temperature or number of parts that makes no sense."""
+    if not 0 < rate <= 1:
+        raise ValueError(f"rate must be in (0, 1], got {rate} (fix: --rate=0.5)")
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature} (fix: --temperature=1)")
+    if not 1 <= parts <= n_segments:
+        raise ValueError(f"parts must be in [1, {n_segments}] (the number of segments), got {parts} (fix: --parts=1)")
+
+
 def refine(losses, rate=0.5, temperature=1.0, parts=1, generator=None):
     """Indices (sorted) of the segments for the next round: N0 = round(rate * N) of the N segments (at least
     1), drawn without replacement with probabilities p_i; with parts > 1 every contiguous part gets its
     share of N0 and its own softmax."""
     losses = np.asarray(losses, dtype=np.float64)
-    if not 0 < rate <= 1:
-        raise ValueError(f"rate must be in (0, 1], got {rate}")
-    if temperature <= 0:
-        raise ValueError(f"temperature must be > 0, got {temperature}")
-    if not 1 <= parts <= len(losses):
-        raise ValueError(f"parts must be in [1, {len(losses)}] (the number of segments), got {parts}")
+    check_options(rate, temperature, parts, len(losses))
     n, total = len(losses), max(1, round(rate * len(losses)))
     chosen = []
     for idx in np.array_split(np.arange(n), parts):
@@ -95,25 +102,31 @@ def refine(losses, rate=0.5, temperature=1.0, parts=1, generator=None):
 def run(opts):
     """pangu.refine's command: score every segment with the checkpoint, write refine.npy. Returns its path."""
     if opts["batch_size"] < 1:
-        raise ValueError(f"batch_size must be >= 1, got {opts['batch_size']}")
+        raise ValueError(f"batch_size must be >= 1, got {opts['batch_size']} (fix: --batch_size=64)")
     if opts["num_threads"] > 0:
         torch.set_num_threads(opts["num_threads"])
     model, ckpt = load_model(opts["out_dir"], "cpu")
-    data_dir = opts["data_dir"] or ckpt.get("data_dir", "")
+    check_out_dir(os.path.dirname(os.path.abspath(ckpt["path"])))   # refine.npy goes there: writable, checked now
+    data_dir = resolve_data_dir(ckpt, opts["data_dir"])   # refuses a dataset of another tokenizer
     path = split_path(data_dir, "train")
     if not os.path.isfile(path):
         raise ValueError(f"{path} not found (fix: --data_dir=<the dataset round 1 trained on>)")
+    # whole uint16 ids below the model's vocab_size, and at least one segment of block_size + 1 tokens
+    split_tokens(data_dir, "train", model.config.vocab_size, model.config.block_size)
     data = np.memmap(path, dtype=np.uint16, mode="r")
     seg_len = model.config.block_size + 1
     starts = segment_starts(len(data), seg_len)
-    if len(starts) == 0:
-        raise ValueError(f"{path} has {len(data)} tokens, fewer than one segment of {seg_len}")
+    check_options(opts["rate"], opts["temperature"], opts["parts"], len(starts))   # before the long scoring pass
     losses = segment_losses(model, data, starts, seg_len, opts["batch_size"])
     gen = torch.Generator().manual_seed(opts["seed"])
     keep = refine(losses, opts["rate"], opts["temperature"], opts["parts"], gen)
     out = os.path.join(os.path.dirname(ckpt["path"]), OUT_NAME)
     with atomic_open(out, "wb") as f:
         np.save(f, starts[keep])
+    # what the offsets refer to: train.py refuses them for a train split of another length (another dataset)
+    with atomic_open(segments_info_path(out), "w") as f:
+        json.dump({"train_tokens": int(len(data)), "block_size": model.config.block_size, "data_dir": data_dir,
+                   "tokenizer_id": ckpt.get("tokenizer_id")}, f, indent=1)
     print(f"{len(starts):,} segments of {seg_len} tokens in {path}: loss mean {losses.mean():.4f} "
           f"(min {losses.min():.4f}, max {losses.max():.4f})")
     print(f"kept {len(keep):,} ({len(keep) / len(starts):.0%}) with p = softmax(l / {opts['temperature']:g}): "

@@ -58,11 +58,24 @@ def atomic_open(path, mode="wb"):
         if tmp is not None:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
-        if isinstance(e, OSError):
-            raise UserError(f"cannot write {path}: {e.strerror or e} (any previous version is kept) "
+        os_error = underlying_os_error(e)
+        if os_error is not None:
+            raise UserError(f"cannot write {path}: {os_error.strerror or os_error} (any previous version is kept) "
                             f"(fix: free disk space, or choose a writable folder)") from None
         raise
     _fsync_dir(directory)
+
+
+def underlying_os_error(e):
+    """The OSError that `e` is or was raised while handling, else None. torch.save reports a full disk as
+    a RuntimeError of its zip writer, raised while the OSError of the failed write is handled."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        if isinstance(e, OSError):
+            return e
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return None
 
 
 def _fsync_dir(directory):
@@ -100,19 +113,20 @@ def atomic_copy(src, dst):
             shutil.copyfileobj(fsrc, fdst)
 
 
-def check_out_dir(path):
-    """One-line UserError unless `path` is (or can become) a writable folder. Writes nothing that stays."""
+def check_out_dir(path, key="out_dir"):
+    """One-line UserError unless `path` is (or can become) a writable folder. Writes nothing that stays.
+    key: the option that named the folder (out_dir, compare_dir, ...), for the message."""
     existing = os.path.abspath(path)
     while not os.path.exists(existing):
         existing = os.path.dirname(existing)
     if not os.path.isdir(existing):
-        raise UserError(f"out_dir '{path}': {existing} is a file, not a folder (fix: choose another --out_dir)")
+        raise UserError(f"{key} '{path}': {existing} is a file, not a folder (fix: choose another --{key})")
     try:
         with tempfile.TemporaryFile(dir=existing):
             pass
     except OSError as e:
-        raise UserError(f"out_dir '{path}': cannot write to {existing}: {e.strerror} "
-                        f"(fix: choose a writable --out_dir)") from None
+        raise UserError(f"{key} '{path}': cannot write to {existing}: {e.strerror} "
+                        f"(fix: choose a writable --{key})") from None
 
 
 def remove_stale_temp_files(directory, names):
@@ -171,8 +185,25 @@ def load_checkpoint(path_or_out_dir, device="cpu", prefer=(CKPT_NAME, LAST_NAME)
     if not isinstance(ckpt, dict) or "model" not in ckpt or "model_args" not in ckpt:
         raise UserError(f"'{path}' is not a train.py checkpoint (no 'model'/'model_args') "
                               f"(fix: point at a ckpt.pt or last.pt written by train.py)")
+    damaged = damaged_fields(ckpt)
+    if damaged:
+        raise UserError(f"'{path}' is damaged: {damaged} (fix: the file was edited or written by other code: "
+                        f"retrain, or use a ckpt.pt/last.pt written by train.py)")
     ckpt.setdefault("path", path)
     return ckpt
+
+
+def damaged_fields(ckpt):
+    """What is wrong with the fields of a checkpoint dict that scripts rely on ("" when nothing)."""
+    if not isinstance(ckpt["model"], dict) or not all(torch.is_tensor(v) for v in ckpt["model"].values()):
+        return "'model' is not a dict of tensors"
+    if not isinstance(ckpt["model_args"], dict):
+        return f"'model_args' is a {type(ckpt['model_args']).__name__}, not a dict"
+    if not isinstance(ckpt.get("iter_num", 0), int) or isinstance(ckpt.get("iter_num"), bool):
+        return f"'iter_num' is {ckpt['iter_num']!r}, not an integer"
+    if not isinstance(ckpt.get("best_val_loss", 0.0), (int, float)):
+        return f"'best_val_loss' is {ckpt['best_val_loss']!r}, not a number"
+    return ""
 
 
 def clean_state_dict(state_dict):
@@ -189,13 +220,13 @@ def clean_state_dict(state_dict):
     return out
 
 
-def check_finite(state_dict, path):
+def check_finite(state_dict, path, fix="retrain with a lower --learning_rate"):
     """UserError if any floating tensor holds NaN or inf (the weights of a diverged run)."""
     bad = [k for k, v in state_dict.items() if torch.is_tensor(v) and v.is_floating_point()
            and not torch.isfinite(v).all()]
     if bad:
-        raise UserError(f"{path} holds non-finite weights ({len(bad)} tensors, e.g. {bad[0]}): the run diverged "
-                        f"(fix: retrain with a lower --learning_rate)")
+        raise UserError(f"{path} holds non-finite weights ({len(bad)} tensors, e.g. {bad[0]}): the run that wrote "
+                        f"them diverged (fix: {fix})")
 
 
 def build_model(model_args, device="cpu", source=None):
@@ -242,15 +273,37 @@ def load_model(path_or_out_dir="", device="cpu"):
     ckpt = load_checkpoint(path_or_out_dir, device)
     model = build_model(ckpt["model_args"], device, source=ckpt["path"])
     check_finite(ckpt["model"], ckpt["path"])
-    try:
-        model.load_state_dict(clean_state_dict(ckpt["model"]))
-    except RuntimeError as e:
-        problems = [line.strip() for line in str(e).splitlines()[1:] if line.strip()]
-        raise UserError(f"the weights in '{ckpt['path']}' do not fit its own model_args ({len(problems)} "
-                        f"problem(s), e.g. {problems[0][:160] if problems else e}) (fix: the file is damaged or was "
-                        f"edited: retrain, or load it with the code version that wrote it)") from None
+    load_own_weights(model, ckpt)
     model.eval()
     return model, ckpt
+
+
+def load_own_weights(model, ckpt):
+    """model.load_state_dict(the checkpoint's weights), for a model built from the checkpoint's own
+    model_args; weights that do not fit them (an edited or damaged file, or another model.py) are a
+    one-line error naming what differs."""
+    own, theirs = model.state_dict(), clean_state_dict(ckpt["model"])
+    missing = [k for k in own if k not in theirs]
+    unexpected = [k for k in theirs if k not in own]
+    reshaped = [f"{k} {tuple(theirs[k].shape)} instead of {tuple(own[k].shape)}" for k in own
+                if k in theirs and theirs[k].shape != own[k].shape]
+    problems = [f"{len(names)} {what} (e.g. {names[0]})" for what, names in
+                (("missing", missing), ("unexpected", unexpected), ("of another shape", reshaped)) if names]
+    if problems:
+        raise UserError(f"the weights in '{ckpt['path']}' do not fit its own model_args: {', '.join(problems)} "
+                        f"(fix: the file is damaged or was edited: retrain, or load it with the code version that "
+                        f"wrote it)")
+    model.load_state_dict(theirs)
+
+
+def load_optimizer_state(optimizer, ckpt):
+    """optimizer.load_state_dict(the checkpoint's), with a one-line error when it does not fit the model
+    (e.g. a checkpoint of a code version that grouped the parameters differently)."""
+    try:
+        optimizer.load_state_dict(ckpt["optimizer"])
+    except (ValueError, KeyError, TypeError) as e:
+        raise UserError(f"the optimizer state in '{ckpt['path']}' does not fit the model ({e}) (fix: start a new "
+                        f"run from its weights: --init_from={ckpt['path']})") from None
 
 
 def keep_heaviest_branch(model, enabled):

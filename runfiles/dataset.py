@@ -7,6 +7,7 @@ batch_seed(...) for every batch, so training data does not depend on how often w
 needs no sampler state, and a DDP rank sees exactly the batches a single process would see.
 """
 
+import contextlib
 import hashlib
 import json
 import os
@@ -65,17 +66,23 @@ def dataset_vocab_size(config):
 
 def resolve_data_dir(ckpt, override=""):
     """The dataset folder for a checkpoint: --data_dir, else the one it recorded (a relative path is tried
-    from the current directory, then from the repository root). A --data_dir whose tokenizer is not the
-    checkpoint's is refused: its ids would mean other text."""
+    from the current directory, then from the repository root). A folder whose tokenizer is not the
+    checkpoint's (another --data_dir, or the recorded one prepared again) is refused: its ids mean other text."""
     data_dir = override or ckpt.get("data_dir") or ""
     if not data_dir:
         raise UserError("the checkpoint records no data_dir (fix: pass --data_dir=data/<dataset>)")
     if not os.path.isabs(data_dir) and not os.path.isdir(data_dir):
         here = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), data_dir)
         data_dir = here if os.path.isdir(here) else data_dir
-    if override and ckpt.get("tokenizer_id") and ckpt["tokenizer_id"] != tokenizer_id(load_meta(data_dir)):
-        raise UserError(f"{data_dir} has another tokenizer than the one {ckpt.get('path', 'the checkpoint')} was "
-                        f"trained with (dataset {ckpt.get('dataset')}) (fix: --data_dir=<that dataset>, or drop it)")
+    if ckpt.get("tokenizer_id") and ckpt["tokenizer_id"] != tokenizer_id(load_meta(data_dir)):
+        source = ckpt.get("path", "the checkpoint")
+        if override:
+            raise UserError(f"{data_dir} has another tokenizer than the one {source} was trained with (dataset "
+                            f"{ckpt.get('dataset')}) (fix: --data_dir=<that dataset>, or drop it)")
+        # the recorded folder was prepared again since, e.g. from another text: its ids now mean other text
+        raise UserError(f"{data_dir}, the dataset {source} was trained on, has been prepared again with another "
+                        f"tokenizer since (fix: prepare it again as it was for that run, or pass --data_dir=<a "
+                        f"dataset with that run's tokenizer>)")
     return data_dir
 
 
@@ -87,9 +94,9 @@ def tokenizer_id(meta):
     return hashlib.sha256(identity.encode("utf-8")).hexdigest()[:16]
 
 
-def split_tokens(data_dir, split, vocab_size, block_size):
+def split_tokens(data_dir, split, vocab_size, block_size=None):
     """Number of tokens of a split, after checking the file: present, whole uint16 ids, ids below
-    vocab_size, and longer than one training window."""
+    vocab_size, and longer than one training window (block_size None: at least one prediction, 2 tokens)."""
     path = split_path(data_dir, split)
     fix = "(fix: re-run `python prepare.py` for this dataset, or pass the right --data_dir)"
     if not os.path.isfile(path):
@@ -98,7 +105,9 @@ def split_tokens(data_dir, split, vocab_size, block_size):
     if size % np.dtype(TOKEN_DTYPE).itemsize:
         raise UserError(f"{path} has an odd number of bytes ({size}): not uint16 token ids {fix}")
     n = size // np.dtype(TOKEN_DTYPE).itemsize
-    if n <= block_size:
+    if block_size is None and n < 2:
+        raise UserError(f"{split} split of {data_dir} has {n} token(s), nothing to score {fix}")
+    if block_size is not None and n <= block_size:
         raise UserError(f"{split} split of {data_dir} has {n} tokens, not enough for block_size={block_size} "
                         f"(fix: --block_size={max(1, n // 2)} or a bigger dataset)")
     top = int(np.memmap(path, dtype=TOKEN_DTYPE, mode="r").max())
@@ -145,8 +154,14 @@ def get_batch(path, batch_size, block_size, generator, device=torch.device("cpu"
     return x.to(device), y.to(device)
 
 
+def segments_info_path(path):
+    """refine.json for refine.npy: what the window starts were made for (pangu/refine.py writes it)."""
+    return os.path.splitext(path)[0] + ".json"
+
+
 def load_segments(path, n_tokens, block_size):
-    """The window starts saved by refine (an int .npy), checked against the train split."""
+    """The window starts saved by refine (an int .npy), checked against the train split (and, when refine.json
+    is beside it, against the length of the train split they were made for: another dataset's are refused)."""
     try:
         starts = np.load(path)
     except (OSError, ValueError) as e:
@@ -156,6 +171,15 @@ def load_segments(path, n_tokens, block_size):
     if np.any(starts % (block_size + 1)):   # refine scores whole windows: segment i starts at i * (block_size + 1)
         raise UserError(f"data_segments '{path}' was made for another block_size than {block_size} (fix: refine "
                         f"again with a model of this block_size, or train with the block_size it was made for)")
+    info = {}
+    with contextlib.suppress(OSError, ValueError):
+        with open(segments_info_path(path), encoding="utf-8") as f:
+            info = json.load(f)
+    made_for = info.get("train_tokens") if isinstance(info, dict) else None
+    if made_for is not None and made_for != n_tokens:
+        raise UserError(f"data_segments '{path}' was made for a train split of {made_for:,} tokens "
+                        f"({info.get('data_dir')}), this run's has {n_tokens:,} (fix: train on the dataset it was "
+                        f"refined on, or refine again with a model of this dataset)")
     if starts.min() < 0 or starts.max() + block_size >= n_tokens:
         raise UserError(f"data_segments '{path}' has window starts outside the train split for block_size="
                         f"{block_size} (fix: refine with a model of this dataset and block_size)")

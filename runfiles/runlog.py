@@ -4,9 +4,11 @@ compare.py read it with read_log). A fresh run starts a new file; a resumed run 
 before its resume point.
 """
 
+import contextlib
 import csv
 import os
 
+from configurator import UserError
 from runfiles.checkpoint import atomic_open
 
 COLUMNS = ["iter", "kind", "loss", "val_loss", "val_loss_heaviest", "lr", "ms_per_iter", "tokens_per_s",
@@ -25,12 +27,19 @@ class CsvLog:
             writer = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
             writer.writeheader()
             writer.writerows(rows)
+        self.path = path
         self.file = open(path, "a", newline="", encoding="utf-8")
         self.writer = csv.DictWriter(self.file, fieldnames=COLUMNS, extrasaction="ignore")
 
     def write(self, **row):
-        self.writer.writerow({k: _text(v) for k, v in row.items()})
-        self.file.flush()
+        try:
+            self.writer.writerow({k: _text(v) for k, v in row.items()})
+            self.file.flush()
+        except OSError as e:   # a full disk mid-run: one line, not a traceback
+            with contextlib.suppress(OSError):
+                self.file.close()   # now, so that the unwritten row does not fail again at exit
+            raise UserError(f"cannot write {self.path}: {e.strerror or e} (fix: free disk space; "
+                            f"--init_from=resume continues from the last saved last.pt)") from None
 
     def close(self):
         self.file.close()

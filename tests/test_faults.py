@@ -1,0 +1,310 @@
+"""Issue 11 for the scripts beside train.py (prepare, eval, sample, pangu, huggingface) and the shared runfiles:
+bad input, damaged files and filesystem faults give one `error: ... (fix: ...)` line, a non-zero exit and leave
+the files on disk as they were; data of another tokenizer never meets a model silently. The xfail tests name a
+defect whose fix belongs in train.py, compare.py or bench.py (see each reason). Tiny models: seconds in all."""
+import errno
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import train
+from configurator import UserError
+from conftest import ROOT, tiny_config, write_token_dataset
+from runfiles import checkpoint
+from runfiles.runlog import CsvLog
+
+
+def snapshot(directory):
+    """{relative path: sha256} of every file under `directory` ({} when it does not exist)."""
+    out = {}
+    for root, _, files in os.walk(directory):
+        for name in files:
+            with open(os.path.join(root, name), "rb") as f:
+                out[os.path.relpath(os.path.join(root, name), directory)] = hashlib.sha256(f.read()).hexdigest()
+    return out
+
+
+def one_error_line(main, args, *words):
+    """Run main(args); assert a non-zero exit with one `error: ... (fix: ...)` line holding `words`."""
+    with pytest.raises(SystemExit) as e:
+        main(args)
+    message = e.value.code
+    assert isinstance(message, str) and message.startswith("error: ") and "\n" not in message, message
+    assert "(fix: " in message and all(w in message for w in words), message
+    return message
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    """A finished 10-iteration tiny run on a vocab-16 dataset: its train config (never modified)."""
+    root = tmp_path_factory.mktemp("finished")
+    cfg = dict(tiny_config(write_token_dataset(root / "data"), root / "out"), max_iters=10, eval_interval=5)
+    train.train({**train.DEFAULTS, **cfg}, explicit=set(cfg))
+    return cfg
+
+
+def copy_run(finished, tmp_path, edit=None):
+    """A copy of the finished run's out_dir; edit(ckpt dict) changes both of its checkpoints."""
+    out_dir = str(tmp_path / "run")
+    shutil.copytree(finished["out_dir"], out_dir)
+    for name in ("ckpt.pt", "last.pt") if edit else ():
+        path = os.path.join(out_dir, name)
+        ckpt = torch.load(path, weights_only=True)
+        edit(ckpt)
+        torch.save(ckpt, path)
+    return out_dir
+
+
+def entry_point(name):
+    """main() of a script or module, by name."""
+    return __import__(name, fromlist=["main"]).main
+
+
+# --- data of another tokenizer -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("script", ["sample", "eval"])
+def test_recorded_data_dir_prepared_again_with_another_tokenizer(finished, tmp_path, script):
+    """The dataset folder a checkpoint recorded was prepared again since (another text, another vocabulary): its
+    ids now mean other text, so sampling or scoring with it is refused (it used to crash or print wrong numbers)."""
+    other = write_token_dataset(tmp_path / "prepared_again", vocab_size=12)
+    out_dir = copy_run(finished, tmp_path, edit=lambda ckpt: ckpt.update(data_dir=other))
+    one_error_line(entry_point(script), [f"--out_dir={out_dir}", "--device=cpu"], "prepared again", "tokenizer")
+
+
+@pytest.mark.parametrize("module,args", [
+    ("pangu.refine", []),
+    ("pangu.inherit", ["--n_layer=1", "--n_embd=16", "--neurons=taylor"]),   # Taylor scores need calibration data
+])
+def test_pangu_tools_refuse_data_of_another_tokenizer(finished, tmp_path, module, args):
+    other = write_token_dataset(tmp_path / "other", vocab_size=12)
+    out_dir = copy_run(finished, tmp_path)
+    before = snapshot(out_dir)
+    where = [f"--out_dir={out_dir}"] if module == "pangu.refine" else [f"--from={out_dir}",
+                                                                      f"--out_dir={tmp_path / 'small'}"]
+    one_error_line(entry_point(module), where + args + [f"--data_dir={other}"], "another tokenizer")
+    assert snapshot(out_dir) == before and not (tmp_path / "small").exists()
+
+
+def test_refined_segments_of_another_dataset_are_refused(finished, tmp_path):
+    """refine.json beside refine.npy records the train split it indexes; a train split of another length
+    (another dataset) is refused before anything is written."""
+    from pangu import refine
+    out_dir = copy_run(finished, tmp_path)
+    segments = refine.main([f"--out_dir={out_dir}", "--batch_size=256"])
+    assert json.load(open(os.path.join(out_dir, "refine.json")))["train_tokens"] == 20000
+    other = write_token_dataset(tmp_path / "longer", n_train=30000)   # same tokenizer, another text
+    new_run = tmp_path / "round2"
+    cfg = dict(finished, data_dir=other, out_dir=str(new_run), data_segments=segments)
+    one_error_line(train.main, [f"--{k}={v}" for k, v in cfg.items()], "20,000 tokens", "30,000")
+    assert not new_run.exists()
+
+
+# --- damaged data and checkpoints ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("damage,words", [
+    ("odd_bin", ["val.bin", "odd number of bytes"]),
+    ("id_too_large", ["token id 40", "vocab_size is 16"]),
+    ("empty_val", ["val split", "0 token(s)"]),
+])
+def test_eval_damaged_split_is_one_line(finished, tmp_path, damage, words):
+    data_dir = str(tmp_path / "data")
+    shutil.copytree(finished["data_dir"], data_dir)
+    path = os.path.join(data_dir, "val.bin")
+    if damage == "odd_bin":
+        with open(path, "ab") as f:
+            f.write(b"\0")
+    elif damage == "id_too_large":
+        with open(path, "r+b") as f:
+            f.write(bytes([40, 0]))
+    else:
+        open(path, "wb").close()
+    one_error_line(entry_point("eval"), [f"--out_dir={finished['out_dir']}", f"--data_dir={data_dir}",
+                                         "--device=cpu"], *words)
+
+
+def test_eval_multiple_choice_file_that_is_not_utf8(finished, tmp_path):
+    path = tmp_path / "task.jsonl"
+    path.write_bytes('{"context": "caf\xe9"}\n'.encode("latin-1"))
+    one_error_line(entry_point("eval"), [f"--out_dir={finished['out_dir']}", f"--mc_file={path}", "--device=cpu"],
+                   str(path), "UTF-8")
+
+
+@pytest.mark.parametrize("script", ["sample", "eval"])
+def test_hugging_face_model_with_nan_weights_is_refused(finished, tmp_path, script):
+    """The NaN check of our checkpoints holds for --init_from=<Hugging Face directory> too (it used to sample
+    into a torch.multinomial traceback and print a NaN table with exit code 0)."""
+    hf_dir = tmp_path / "hf"
+    entry_point("huggingface.convert")(["export", f"--ckpt={finished['out_dir']}", f"--out={hf_dir}", "--format=bin"])
+    weights = torch.load(hf_dir / "pytorch_model.bin", weights_only=True)
+    next(iter(weights.values())).fill_(float("nan"))
+    torch.save(weights, hf_dir / "pytorch_model.bin")
+    one_error_line(entry_point(script), [f"--init_from={hf_dir}", f"--data_dir={finished['data_dir']}",
+                                         "--device=cpu"], "non-finite weights")
+
+
+@pytest.mark.parametrize("edit,words", [
+    (lambda c: c.update(model_args="n_layer=2"), ["damaged", "'model_args' is a str"]),
+    (lambda c: c.update(iter_num="ten"), ["damaged", "'iter_num'"]),
+    (lambda c: c["model"].pop("ln_f.weight"), ["do not fit its own model_args", "1 missing", "ln_f.weight"]),
+    (lambda c: c["model"].update(extra=torch.zeros(2)), ["do not fit its own model_args", "1 unexpected (e.g. extra)"]),
+])
+@pytest.mark.parametrize("script", ["sample", "eval"])
+def test_damaged_checkpoint_names_what_is_wrong(finished, tmp_path, script, edit, words):
+    out_dir = copy_run(finished, tmp_path, edit)
+    one_error_line(entry_point(script), [f"--out_dir={out_dir}", "--device=cpu"], *words)
+
+
+# --- filesystem faults ---------------------------------------------------------------------------------------
+
+def test_full_disk_during_torch_save_is_one_line(tmp_path, monkeypatch):
+    """torch.save reports a full disk as a RuntimeError of its zip writer, raised while handling the OSError."""
+    path = tmp_path / "last.pt"
+    checkpoint.atomic_save({"v": torch.arange(3)}, path)
+
+    def full_disk(obj, f, *args, **kwargs):
+        try:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        finally:
+            raise RuntimeError("[enforce fail at inline_container.cc] unexpected pos")
+
+    monkeypatch.setattr(checkpoint.torch, "save", full_disk)
+    with pytest.raises(UserError, match="cannot write .*last.pt: No space left on device .*previous version is kept"):
+        checkpoint.atomic_save({"v": torch.zeros(3)}, path)
+    monkeypatch.undo()
+    assert torch.equal(torch.load(path)["v"], torch.arange(3)) and os.listdir(tmp_path) == ["last.pt"]
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_full_disk_while_logging_is_one_line(tmp_path):
+    log = CsvLog(str(tmp_path / "log.csv"))
+    log.file.close()
+    log.file = open("/dev/full", "w")   # every flush fails with ENOSPC
+    log.writer = __import__("csv").DictWriter(log.file, fieldnames=["iter"], extrasaction="ignore")
+    with pytest.raises(UserError, match="log.csv: No space left on device .*init_from=resume"):
+        log.write(iter=1)
+
+
+@pytest.mark.parametrize("module,args", [
+    ("prepare", ["shakespeare_char", "--out_dir", "{file}/data"]),
+    ("pangu.inherit", ["--from={run}", "--out_dir={file}", "--n_layer=1"]),
+    ("huggingface.convert", ["export", "--ckpt={run}", "--out={file}/hf"]),
+])
+def test_output_folder_that_is_a_file(finished, tmp_path, module, args):
+    taken = tmp_path / "taken"
+    taken.write_text("not a folder")
+    args = [a.format(file=taken, run=finished["out_dir"]) for a in args]
+    one_error_line(entry_point(module), args, str(taken), "is a file")
+    assert taken.read_text() == "not a folder"
+
+
+@pytest.mark.parametrize("module,args,words", [
+    ("prepare", [], ["required: dataset"]),
+    ("prepare", ["shakespeare", "--vocab_size", "many"], ["--vocab_size", "many"]),
+    ("prepare", ["shakespeare", "--vocab_size", "1024", "--n_layer", "-1"], ["--n_layer must be >= 1"]),
+    ("prepare", ["bench_tokenize", "--mb", "0"], ["--mb must be > 0"]),   # used to print 0 MB/s rows
+    ("prepare", ["bench_tokenize", "--num_proc", "-1"], ["--num_proc must be >= 1"]),
+    ("huggingface.convert", ["export", "--ckpt=x"], ["required: --out"]),
+])
+def test_command_line_mistakes_are_one_line(module, args, words):
+    one_error_line(entry_point(module), args, *words)
+
+
+def test_prepare_cleans_up_after_an_interrupted_run(tmp_path, monkeypatch, capsys):
+    """A prepare killed halfway must not leave new token files under the old meta.json (ids that mean other
+    text); its temporary files are removed, and reported, at the next start."""
+    import prepare
+    text = tmp_path / "input.txt"
+    text.write_text("abc abd\n" * 200)
+    out = tmp_path / "data"
+    prepare.main(["shakespeare_char", "--input", str(text), "--out_dir", str(out)])
+    (out / ".train.bin.x1y2.tmp").write_bytes(b"\0" * 1000)   # left by a kill -9
+    text.write_text("xyz xyw\n" * 200)   # another vocabulary
+
+    def killed(out_dir, meta):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(prepare, "write_meta", killed)
+    with pytest.raises(KeyboardInterrupt):
+        prepare.main(["shakespeare_char", "--input", str(text), "--out_dir", str(out)])
+    assert "removed 1 temporary file(s)" in capsys.readouterr().out
+    assert sorted(os.listdir(out)) == ["train.bin", "val.bin"]   # no meta.json: not a complete dataset
+
+
+# --- defects whose fix belongs in a file this suite's author could not edit ------------------------------
+
+@pytest.mark.xfail(strict=True, reason="train.py run(): resume must load weights and optimizer state with "
+                   "runfiles.checkpoint.load_own_weights / load_optimizer_state (now a RuntimeError traceback)")
+def test_resume_from_damaged_weights_is_one_line(finished, tmp_path):
+    out_dir = copy_run(finished, tmp_path, edit=lambda c: c["model"].pop("ln_f.weight"))
+    before = snapshot(out_dir)
+    cfg = dict(finished, out_dir=out_dir, init_from="resume", max_iters=20)
+    one_error_line(train.main, [f"--{k}={v}" for k, v in cfg.items()], "1 missing", "ln_f.weight")
+    assert snapshot(out_dir) == before
+
+
+@pytest.mark.xfail(strict=True, reason="train.py model_args_for(): the tokenizer check must come before the "
+                   "vocab_size check (now: 'vocab_size 16 is smaller ... drop --vocab_size', never given)")
+def test_resume_on_a_bigger_vocabulary_names_the_tokenizer(finished, tmp_path):
+    out_dir = copy_run(finished, tmp_path)
+    other = write_token_dataset(tmp_path / "other", vocab_size=20)
+    cfg = dict(finished, out_dir=out_dir, init_from="resume", max_iters=20, data_dir=other)
+    one_error_line(train.main, [f"--{k}={v}" for k, v in cfg.items()], "another tokenizer")
+
+
+@pytest.fixture
+def ctrl_c_handler():
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+@pytest.mark.xfail(strict=True, reason="train.py run(): a second Ctrl-C during the save that the first one "
+                   "started escapes as a bare KeyboardInterrupt (exit 130, no word on what is kept); catch it "
+                   "around that save_last and say kept()")
+def test_second_ctrl_c_during_the_save_says_what_is_kept(tiny_train_config, monkeypatch, ctrl_c_handler, capsys):
+    real_save = train.atomic_save
+
+    def save(obj, path):   # the first Ctrl-C arrives in iteration 13; the second during the save it asks for
+        if obj["iter_num"] == 14:
+            os.kill(os.getpid(), signal.SIGINT)
+        return real_save(obj, path)
+
+    def callback(event, info):
+        if event == "iter" and info["iter_num"] == 14:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(train, "atomic_save", save)
+    try:
+        summary = train.train({**train.DEFAULTS, **tiny_train_config}, explicit=set(tiny_train_config),
+                              callback=callback)
+    except KeyboardInterrupt:   # not a test failure by itself: pytest would stop the whole session
+        pytest.fail("the second Ctrl-C escaped train() without a word on what is kept")
+    assert summary["interrupted"] and "last.pt keeps iteration 10" in capsys.readouterr().out
+    assert checkpoint.load_checkpoint(tiny_train_config["out_dir"], prefer=("last.pt",))["iter_num"] == 10
+
+
+@pytest.mark.xfail(strict=True, reason="compare.py run(): check_out_dir(compare_dir, key='compare_dir') before "
+                   "os.makedirs (now a FileExistsError traceback)")
+def test_compare_dir_that_is_a_file(tmp_path):
+    taken = tmp_path / "taken"
+    taken.write_text("not a folder")
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "compare.py"), "--variants=gpt", "--max_iters=2",
+                        f"--compare_dir={taken}"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert r.returncode == 1 and r.stderr.strip().startswith("error: ") and "Traceback" not in r.stderr, r.stderr
+
+
+@pytest.mark.xfail(strict=True, reason="bench.py parse(): refuse --gen_tokens/--sample_repeats/--decode_steps < 1 "
+                   "(now negative tok/s rows with exit 0, or a ZeroDivisionError after the measurements)")
+def test_bench_refuses_nonpositive_counts(tmp_path):
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "bench.py"), "--variants=gpt", "--measure=sample",
+                        "--gen_tokens=-5", "--device=cpu", "--n_layer=1", "--n_embd=16", "--n_head=2",
+                        "--block_size=16", "--vocab_size=32", "--seq_lens=8"],
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert r.returncode == 1 and r.stderr.strip().startswith("error: --gen_tokens"), r.stdout + r.stderr
