@@ -151,6 +151,10 @@ def parse(argv):
     if cfg["warmup"] < 0 or cfg["repeats"] < 1 or cfg["batch_size"] < 1 or cfg["infer_batch"] < 1:
         raise UserError("--warmup >= 0, --repeats >= 1, --batch_size >= 1, --infer_batch >= 1 required "
                         "(fix: e.g. --warmup=2 --repeats=5 --batch_size=8 --infer_batch=1)")
+    for key in ("gen_tokens", "sample_repeats", "decode_steps"):
+        if cfg[key] < 1:
+            raise UserError(f"--{key}={cfg[key]} must be >= 1 (fix: e.g. --gen_tokens=500 --sample_repeats=1 "
+                            f"--decode_steps=16)")
     if not cfg["scale"] > 0 or cfg["depth_scale"] < 0:
         raise UserError("--scale must be > 0 and --depth_scale >= 0 (fix: e.g. --scale=0.5, --depth_scale=0 to follow it)")
     model_keys = set(gpt_config_defaults())
@@ -185,6 +189,8 @@ def header(cfg, entries, device, dtype):
 
 def check_out_file(path):
     """--out is checked before any measurement: its folder must exist and be writable."""
+    if os.path.isdir(path):
+        raise UserError(f"--out={path} is a folder (fix: name a file in it, e.g. --out={os.path.join(path, 'bench.md')})")
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
         raise UserError(f"--out={path}: the folder {folder} does not exist or is not writable "

@@ -64,11 +64,11 @@ import torch
 
 import train
 from benchmarks.measure import bench_train, describe
-from configurator import (UserError, autocast, distributed_env, gpt_config_defaults, load_config, resolve_device,
-                          resolve_dtype)
+from configurator import (UserError, autocast, check_train_config, distributed_env, gpt_config_defaults, load_config,
+                          resolve_device, resolve_dtype)
 from configurator import model_args as resolve_model_args
 from runfiles import plots
-from runfiles.checkpoint import LAST_NAME, atomic_open, load_model
+from runfiles.checkpoint import LAST_NAME, atomic_open, check_out_dir, load_model
 from runfiles.dataset import dataset_vocab_size, resolve_data_dir
 from runfiles.runlog import format_duration, read_log
 from runfiles.spread import NOISE_T, add_equal_compute, mean_std, noise_verdict
@@ -927,6 +927,12 @@ def run(config, explicit):
     print_plan(config, status, runs, infos)
     if config["dry_run"]:
         return None
+    check_out_dir(config["compare_dir"], key="compare_dir")
+    for run in runs:   # every run's training values, before anything is written
+        try:
+            check_train_config(dict(train.DEFAULTS, **run.config))
+        except UserError as e:
+            raise UserError(f"{run.label}: {e}") from None
     os.makedirs(config["compare_dir"], exist_ok=True)
     status["variants"] = config["variants"]
     if config["seeds"]:

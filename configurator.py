@@ -401,14 +401,14 @@ def train_model_args(config, explicit, meta, device, say):
     else:
         ckpt = checkpoint_dict(init_from, say=say) if is_hf_dir(init_from) else load_checkpoint(init_from, device)
         args = model_args(config, explicit, base=ckpt["model_args"], vocab_size=meta["vocab_size"])
-    if args["vocab_size"] < meta["vocab_size"]:
-        raise UserError(f"vocab_size {args['vocab_size']} is smaller than the dataset's {meta['vocab_size']} tokens "
-                        f"(fix: drop --vocab_size, it is read from meta.json)")
-    if ckpt is not None:
+    if ckpt is not None:   # first: another tokenizer's data also shows up as a vocab_size mismatch below
         check_finite(ckpt["model"], ckpt["path"])
         if ckpt.get("tokenizer_id") not in (None, tokenizer_id(meta)):   # older checkpoints record none
             raise UserError(f"{ckpt['path']} was trained with another tokenizer than {config['data_dir']}'s (its "
                             f"dataset: {ckpt.get('dataset')}) (fix: --dataset/--data_dir of that run, or --init_from=scratch)")
+    if args["vocab_size"] < meta["vocab_size"]:
+        raise UserError(f"vocab_size {args['vocab_size']} is smaller than the dataset's {meta['vocab_size']} tokens "
+                        f"(fix: drop --vocab_size, it is read from meta.json)")
     return args, ckpt
 
 

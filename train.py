@@ -33,8 +33,8 @@ from benchmarks.measure import peak_flops
 from configurator import (UserError, autocast, check_train_config, distributed_env, gpt_config_defaults, load_config,
                           resolve_device, resolve_dtype, train_model_args)
 from runfiles.checkpoint import (CKPT_NAME, LAST_NAME, StopRequest, atomic_copy, atomic_save, build_model,
-                                 check_out_dir, clean_state_dict, load_matching_weights, remove_stale_temp_files,
-                                 restore_rng, rng_state)
+                                 check_out_dir, load_matching_weights, load_optimizer_state, load_own_weights,
+                                 remove_stale_temp_files, restore_rng, rng_state)
 from runfiles.dataset import (SPLIT_CODES, batch_seed, check_splits, default_data_dir, ensure_prepared, get_batch,
                               load_meta, split_path, tokenizer_id)
 from runfiles.plots import plot_run
@@ -182,7 +182,7 @@ def run(config, explicit, callback, device, rank=0, world=1):
     resuming = config["init_from"] == "resume"
     iter_num, best_val_loss = (int(ckpt["iter_num"]), float(ckpt["best_val_loss"])) if resuming else (0, math.inf)
     if resuming:
-        raw_model.load_state_dict(clean_state_dict(ckpt["model"]))
+        load_own_weights(raw_model, ckpt)
     elif ckpt is not None:
         copied, total = load_matching_weights(raw_model, ckpt["model"], ckpt["path"], config["allow_partial_init"])
         say(f"initialized {copied}/{total} tensors from {ckpt['path']}")
@@ -191,7 +191,7 @@ def run(config, explicit, callback, device, rank=0, world=1):
                                                (config["beta1"], config["beta2"]), device.type)
     scaler = torch.amp.GradScaler(device.type, enabled=(dtype == "float16"))   # loss scaling for fp16 only
     if resuming:
-        optimizer.load_state_dict(ckpt["optimizer"])
+        load_optimizer_state(optimizer, ckpt)
         if scaler.is_enabled() and ckpt.get("scaler"):
             scaler.load_state_dict(ckpt["scaler"])
     check_out_dir(out_dir)
@@ -210,6 +210,9 @@ def run(config, explicit, callback, device, rank=0, world=1):
     tokens_per_iter = accum * world * batch_size * block_size
     say(f"tokens per iteration: {tokens_per_iter:,} ({accum} accum x {world} ranks x {batch_size} batch x "
         f"{block_size} block); device {device}, dtype {dtype}, compile {config['compile']}")
+    if config["decay_lr"] and config["warmup_iters"] >= config["max_iters"] > 0:   # e.g. a config shrunk by --max_iters
+        say(f"note: all {config['max_iters']} iterations fall in the {config['warmup_iters']}-iteration warmup, so the "
+            f"lr never reaches {config['learning_rate']:g} (fix: also pass --warmup_iters and --lr_decay_iters)")
     train_gen = torch.Generator()
 
     def next_batch(it, micro):
@@ -412,10 +415,13 @@ def run(config, explicit, callback, device, rank=0, world=1):
         if interrupted and in_step:
             say(f"\nstopped during iteration {iter_num}: {kept()}")
         elif interrupted:
-            if saved_iter != iter_num:
-                save_last(gather=not hard_stop)   # after a hard stop the other DDP ranks may be gone
-            say(f"interrupted at iteration {iter_num}: saved {os.path.join(out_dir, LAST_NAME)}; "
-                f"continue with --init_from=resume")
+            try:
+                if saved_iter != iter_num:
+                    save_last(gather=not hard_stop)   # after a hard stop the other DDP ranks may be gone
+                say(f"interrupted at iteration {iter_num}: saved {os.path.join(out_dir, LAST_NAME)}; "
+                    f"continue with --init_from=resume")
+            except KeyboardInterrupt:   # a second Ctrl-C during that save: the atomic save kept the old file
+                say(f"\nstopped while saving iteration {iter_num}: {kept()}")
 
     # --- the end: loss.png and the summary -------------------------------------------------------------
     if master:

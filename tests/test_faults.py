@@ -1,7 +1,7 @@
 """Issue 11 for the scripts beside train.py (prepare, eval, sample, pangu, huggingface) and the shared runfiles:
 bad input, damaged files and filesystem faults give one `error: ... (fix: ...)` line, a non-zero exit and leave
-the files on disk as they were; data of another tokenizer never meets a model silently. The xfail tests name a
-defect whose fix belongs in train.py, compare.py or bench.py (see each reason). Tiny models: seconds in all."""
+the files on disk as they were; data of another tokenizer never meets a model silently. The last tests cover
+train.py, compare.py and bench.py cases found by the same audit. Tiny models: seconds in all."""
 import errno
 import hashlib
 import json
@@ -237,10 +237,8 @@ def test_prepare_cleans_up_after_an_interrupted_run(tmp_path, monkeypatch, capsy
     assert sorted(os.listdir(out)) == ["train.bin", "val.bin"]   # no meta.json: not a complete dataset
 
 
-# --- defects whose fix belongs in a file this suite's author could not edit ------------------------------
+# --- train.py, compare.py and bench.py cases found by the same audit ---------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="train.py run(): resume must load weights and optimizer state with "
-                   "runfiles.checkpoint.load_own_weights / load_optimizer_state (now a RuntimeError traceback)")
 def test_resume_from_damaged_weights_is_one_line(finished, tmp_path):
     out_dir = copy_run(finished, tmp_path, edit=lambda c: c["model"].pop("ln_f.weight"))
     before = snapshot(out_dir)
@@ -249,8 +247,6 @@ def test_resume_from_damaged_weights_is_one_line(finished, tmp_path):
     assert snapshot(out_dir) == before
 
 
-@pytest.mark.xfail(strict=True, reason="train.py model_args_for(): the tokenizer check must come before the "
-                   "vocab_size check (now: 'vocab_size 16 is smaller ... drop --vocab_size', never given)")
 def test_resume_on_a_bigger_vocabulary_names_the_tokenizer(finished, tmp_path):
     out_dir = copy_run(finished, tmp_path)
     other = write_token_dataset(tmp_path / "other", vocab_size=20)
@@ -265,9 +261,6 @@ def ctrl_c_handler():
     signal.signal(signal.SIGINT, previous)
 
 
-@pytest.mark.xfail(strict=True, reason="train.py run(): a second Ctrl-C during the save that the first one "
-                   "started escapes as a bare KeyboardInterrupt (exit 130, no word on what is kept); catch it "
-                   "around that save_last and say kept()")
 def test_second_ctrl_c_during_the_save_says_what_is_kept(tiny_train_config, monkeypatch, ctrl_c_handler, capsys):
     real_save = train.atomic_save
 
@@ -290,8 +283,6 @@ def test_second_ctrl_c_during_the_save_says_what_is_kept(tiny_train_config, monk
     assert checkpoint.load_checkpoint(tiny_train_config["out_dir"], prefer=("last.pt",))["iter_num"] == 10
 
 
-@pytest.mark.xfail(strict=True, reason="compare.py run(): check_out_dir(compare_dir, key='compare_dir') before "
-                   "os.makedirs (now a FileExistsError traceback)")
 def test_compare_dir_that_is_a_file(tmp_path):
     taken = tmp_path / "taken"
     taken.write_text("not a folder")
@@ -300,8 +291,6 @@ def test_compare_dir_that_is_a_file(tmp_path):
     assert r.returncode == 1 and r.stderr.strip().startswith("error: ") and "Traceback" not in r.stderr, r.stderr
 
 
-@pytest.mark.xfail(strict=True, reason="bench.py parse(): refuse --gen_tokens/--sample_repeats/--decode_steps < 1 "
-                   "(now negative tok/s rows with exit 0, or a ZeroDivisionError after the measurements)")
 def test_bench_refuses_nonpositive_counts(tmp_path):
     r = subprocess.run([sys.executable, os.path.join(ROOT, "bench.py"), "--variants=gpt", "--measure=sample",
                         "--gen_tokens=-5", "--device=cpu", "--n_layer=1", "--n_embd=16", "--n_head=2",
