@@ -735,7 +735,7 @@ def write_results(config, rows, per_run, budget, cheapest, figures):
     if timing == {"bench"}:
         timing_note = (f"one training step (forward + backward + AdamW update) of {config['batch_size']} x "
                        f"{config['block_size']} random tokens on a fresh model, median of {config['bench_iters']} "
-                       f"steps after {BENCH_WARMUP} warm-up (bench.py's `bench_train`, run right after that model "
+                       f"steps after {BENCH_WARMUP} warm-up (`benchmarks/measure.py`'s `bench_train`, run right after that model "
                        f"trained). Peak memory: the highest total of live tensors during such a step (weights, "
                        f"gradients, AdamW state, activations; CUDA: max_memory_allocated, CPU: tensor allocations "
                        f"recorded by the profiler)")

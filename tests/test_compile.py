@@ -74,7 +74,7 @@ def compiled_vs_eager(family, backend, device, steps=6, eval_every=2):
             loss.backward()
             opt.step()
             losses[name].append(loss.item())
-            if step % eval_every == 0:   # train.py's estimate_loss: eval mode, no grad
+            if step % eval_every == 0:   # train.py's evaluate(): eval mode, no grad
                 model.eval()
                 with torch.no_grad():
                     losses[name].append(runner(evals[:, :-1], evals[:, 1:])[1].item())
