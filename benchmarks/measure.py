@@ -47,7 +47,8 @@ def describe(args):
     if a.get("mlp_hidden"):
         parts.append(f"ffn{a['mlp_hidden']}")
     if a.get("n_attn_layers") is not None:
-        parts.append(f"attn in {a['n_attn_layers']}")
+        top = a.get("n_top_attn_layers", 0)
+        parts.append(f"attn in {a['n_attn_layers']}" + (f" + top {top}" if top else ""))
     if a.get("share_group_size", 1) > 1:
         parts.append(f"share {a['share_group_size']} from {a.get('share_from_layer', 0)}")
     if a.get("n_branches", 1) > 1:

@@ -9,12 +9,10 @@
 # Time: about 50 min on one free CPU core (estimated from 50-iteration timings; docs/compare.md "Comparisons with
 # seeds and equal compute").
 #
-# Table 10 (where the 1/3 budget goes: n decoders at the bottom, m at the top, shared MLP-only layers
-# between) needs attention at arbitrary layers, which model.py does not have yet (issue 14, item 1:
-# n_attn_layers is a prefix). Once it does, add e.g. "attn_1_3_top1" (3 bottom + 1 top) and "attn_1_3_top2"
-# (2 + 2) to custom_variants and variants with that option.
+# Table 10 (where the 1/3 budget goes): 4 attention layers as n at the bottom + m at the top, the MLP-only layers
+# between them shared in pairs: attn_1_3 is 4 + 0, attn_1_3_top1 is 3 + 1, attn_1_3_top2 is 2 + 2.
 
-variants = ["attn_all", "attn_2_3", "attn_1_2", "attn_1_3", "attn_1_6"]
+variants = ["attn_all", "attn_2_3", "attn_1_2", "attn_1_3", "attn_1_6", "attn_1_3_top1", "attn_1_3_top2"]
 custom_variants = {
     "attn_all": dict(variant="mobilellm_125m"),
     # shishulm_125: attention in the first n_attn_layers, then MLP-only layers shared in pairs
@@ -22,6 +20,8 @@ custom_variants = {
     "attn_1_2": dict(variant="shishulm_125", n_attn_layers=6, share_from_layer=6),
     "attn_1_3": dict(variant="shishulm_125", n_attn_layers=4, share_from_layer=4),
     "attn_1_6": dict(variant="shishulm_125", n_attn_layers=2, share_from_layer=2),
+    "attn_1_3_top1": dict(variant="shishulm_125", n_attn_layers=3, n_top_attn_layers=1, share_from_layer=3),
+    "attn_1_3_top2": dict(variant="shishulm_125", n_attn_layers=2, n_top_attn_layers=2, share_from_layer=2),
 }
 seeds = 3
 compare_dir = "out-ablation-001-attention"
