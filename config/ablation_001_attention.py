@@ -6,8 +6,7 @@
 # can go" hold here? Read the best val loss and its "vs attn_all" column.
 #   python compare.py config/ablation_001_attention.py
 #   python compare.py config/ablation_001_attention.py --dry_run=True
-# Time: about 50 min on one free CPU core (estimated from 50-iteration timings; docs/compare.md "Comparisons with
-# seeds and equal compute").
+# Time measured: 78 min for the first 5 models, 21 min for the two Table 10 splits, with 2-4 other jobs on the 2 cores.
 #
 # Table 10 (where the 1/3 budget goes): 4 attention layers as n at the bottom + m at the top, the MLP-only layers
 # between them shared in pairs: attn_1_3 is 4 + 0, attn_1_3_top1 is 3 + 1, attn_1_3_top2 is 2 + 2.

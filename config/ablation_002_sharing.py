@@ -16,10 +16,9 @@
 # once); the equal-compute column compares every model at none_2l's budget.
 #   python compare.py config/ablation_002_sharing.py
 #   python compare.py config/ablation_002_sharing.py --dry_run=True
-# Time: about 55 min on one free CPU core (estimated from 50-iteration timings; docs/compare.md "Comparisons with
-# seeds and equal compute").
-# model.flops_per_token() counts a factorized embedding's tied head as vocab x E + E x width (and the
-# E -> width input projection), so embd_e32 is the cheapest model and sets the equal-compute budget.
+# Time measured: 78 min with 2-3 other jobs on the 2 cores. model.flops_per_token() counts a factorized
+# embedding's tied head as vocab x E + E x width (and the E -> width input projection); none_2l (a third of
+# the layers) is the cheapest model and sets the equal-compute budget.
 
 variants = ["none", "all", "groups2", "groups3", "attn_shared", "ffn_shared", "embd_e32", "embd_e64", "none_2l"]
 custom_variants = {

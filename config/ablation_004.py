@@ -5,8 +5,7 @@
 # Shakespeare. The tables give equal iterations (best val loss) and equal compute (lgpt's full run).
 #   python compare.py config/ablation_004.py
 #   python compare.py config/ablation_004.py --dry_run=True      # the plan: sizes, FLOPs, what is done
-# Time: about 40 min on one free CPU core (estimated from 50-iteration timings of each model; docs/compare.md
-# "Comparisons with seeds and equal compute"). Re-running the command resumes after a kill.
+# Time measured: 73 min, with 2-4 other jobs on the 2 cores. Re-running the command resumes after a kill.
 
 variants = ["gpt", "pgpt", "lgpt", "cgpt", "cgpt_k3"]
 custom_variants = {"cgpt_k3": dict(variant="cgpt", shrink_kernel=3)}

@@ -11,7 +11,7 @@
 #   python compare.py config/ablation_pangu_inherit.py
 # The question: do the four criteria differ beyond the noise (the README's single runs ended within 0.005)?
 # The source's 1500 iterations are not in the compute columns (they count the small runs only).
-# Time: about 15 min on one free CPU core, the source's ~5 included (estimated from 50-iteration timings).
+# Time measured: 14 min, the source's 4.5 included, with 2-4 other jobs on the 2 cores.
 
 variants = ["random", "inh_first_last_l1", "inh_first_last_l2", "inh_first_last_taylor", "inh_loss_taylor"]
 _src = "out-ablation-pangu-src"

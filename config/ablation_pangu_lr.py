@@ -6,7 +6,7 @@
 #   python compare.py config/ablation_pangu_lr.py
 # Evaluation: 80 batches of 12 windows for batch 12, 20 batches of 48 for batch 48 (train.py evaluates with
 # the training batch size), so every model is scored on 960 windows (different ones: a small extra noise).
-# Time: about 13 min on one free CPU core (estimated from 50-iteration timings).
+# Time measured: 14 min, with 2-4 other jobs on the 2 cores.
 from pangu.scaled_lr import scaled_lr
 
 

@@ -10,7 +10,7 @@
 # The compute columns count what compare.py trained: round 1 (1000 iterations) is not in them, so the
 # round-2 rows look half as costly. All four schedules cost the same; read the best val loss column.
 # The spread covers the round-2 runs (and the single-round runs), not round 1.
-# Time: about 10 min on one free CPU core, round 1 and refining included (estimated from 50-iteration timings).
+# Time measured: 15 min, round 1 and refining included, with 2-4 other jobs on the 2 cores.
 
 variants = ["single_round", "r2_all", "r2_refined_t1", "r2_refined_t01"]
 custom_variants = {
