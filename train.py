@@ -297,7 +297,11 @@ def run(config, explicit, callback, device, rank=0, world=1):
         saved_iter = iter_num
 
     def kept():
-        return f"{LAST_NAME} keeps iteration {saved_iter}" if saved_iter is not None else "nothing was saved"
+        if saved_iter is not None:
+            return f"{LAST_NAME} keeps iteration {saved_iter}"
+        # a new run that saved nothing yet: checkpoints in out_dir are an earlier run's, which sample.py would load
+        earlier = [n for n in (CKPT_NAME, LAST_NAME) if not resuming and os.path.exists(os.path.join(out_dir, n))]
+        return "nothing was saved" + (f" (the {' and '.join(earlier)} in {out_dir} are an earlier run's)" if earlier else "")
 
     def diverged(what, it):
         return UserError(f"{what} at iteration {it}: training diverged; {kept()} (fix: lower --learning_rate "

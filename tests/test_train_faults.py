@@ -126,6 +126,8 @@ def test_divergence_stops_without_saving_nan_weights(finished, tmp_path):
     cfg = dict(copy_run(finished, tmp_path), learning_rate=1e4, min_lr=0.0, grad_clip=0.0, max_iters=20)
     message = main_error(argv(cfg))
     assert "diverged" in message and "at iteration" in message and "--learning_rate" in message
+    # it diverges before its first save: the copied run's checkpoints are still there, and the error says whose
+    assert "nothing was saved" in message and "earlier run's" in message
     for name in ("last.pt", "ckpt.pt"):   # whatever is there now still loads: never NaN weights
         model, _ = load_model(os.path.join(cfg["out_dir"], name))
         assert all(torch.isfinite(p).all() for p in model.parameters())
