@@ -20,6 +20,7 @@ train.py's own checks live here too: check_train_config (its values) and train_m
 fresh, resumed or from a checkpoint).
 """
 
+import argparse
 import ast
 import dataclasses
 import difflib
@@ -34,6 +35,13 @@ class UserError(ValueError):
     """Bad input from the user (config, data, checkpoint, paths). The message is one line that names the
     problem and ends with `(fix: ...)`; entry points print it as `error: <message>` and exit non-zero."""
 
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse for the tools that use it (prepare.py, huggingface.convert): a bad argument is the same
+    one-line `error: ... (fix: ...)` as every other bad input, not argparse's usage block."""
+
+    def error(self, message):
+        raise SystemExit(f"error: {message} (fix: see `{self.prog} --help`)")
 
 
 def load_config(defaults, argv, bool_flags=()):

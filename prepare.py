@@ -33,7 +33,7 @@ from multiprocessing import Pool
 
 import numpy as np
 
-from configurator import UserError
+from configurator import ArgumentParser, UserError
 from pangu.compact_vocab import build_compact
 from runfiles.checkpoint import atomic_open, check_out_dir, remove_stale_temp_files
 from runfiles.tokenizer import (GPT2_EOT_ID, GPT2_VOCAB_SIZE, CharTokenizer, compact_encoding, get_gpt2_encoding,
@@ -133,10 +133,7 @@ def begin_writing(out_dir):
     complete folder, so an old one goes first: a run stopped halfway must not leave new token files under
     the old vocabulary. Temporary files a killed earlier run left behind are removed (and reported)."""
     os.makedirs(out_dir, exist_ok=True)
-    n_stale, stale_bytes = remove_stale_temp_files(out_dir, DATA_FILES)
-    if n_stale:
-        print(f"removed {n_stale} temporary file(s) ({stale_bytes / 1e6:,.1f} MB) left in {out_dir} by an "
-              f"interrupted run")
+    remove_stale_temp_files(out_dir, DATA_FILES)
     try:
         os.remove(os.path.join(out_dir, "meta.json"))
     except FileNotFoundError:
@@ -524,15 +521,9 @@ def prepare(dataset, out_dir=None, vocab_size=None, **opts):
     return out_dir
 
 
-class ArgumentParser(argparse.ArgumentParser):
-    """argparse that reports bad arguments (a missing dataset, --vocab_size abc) as one `error:` line."""
-
-    def error(self, message):
-        raise SystemExit(f"error: {message} (fix: see `python prepare.py --help`)")
-
-
 def main(argv=None):
-    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(prog="python prepare.py", description=__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("dataset", help="shakespeare_char | shakespeare | wikitext103 | bench_tokenize "
                                    "(shakespeare_vK / wikitext103_vK = --vocab_size K)")
     p.add_argument("--out_dir", help="output folder (default data/<dataset>, data/<dataset>_v<K> with --vocab_size)")

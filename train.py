@@ -199,10 +199,7 @@ def run(config, explicit, callback, device, rank=0, world=1):
     # --- every input is checked: only from here on do files in out_dir change -------------------------
     if master:
         os.makedirs(out_dir, exist_ok=True)
-        n_stale, stale_bytes = remove_stale_temp_files(out_dir, (CKPT_NAME, LAST_NAME, "log.csv", "loss.png"))
-        if n_stale:
-            say(f"removed {n_stale} temporary file(s) ({stale_bytes / 1e6:,.1f} MB) left in {out_dir} by an "
-                f"interrupted save")
+        remove_stale_temp_files(out_dir, (CKPT_NAME, LAST_NAME, "log.csv", "loss.png"), say)
         csv_log = CsvLog(os.path.join(out_dir, "log.csv"), keep_before=iter_num if resuming else None)
     say(f"number of parameters: {raw_model.get_num_params(False) / 1e6:.2f}M "
         f"(non-embedding: {raw_model.get_num_params(True) / 1e6:.2f}M)")

@@ -26,7 +26,6 @@ GPT-2's missing biases are written as zeros when our model has bias=False; Llama
 mlp_bias become our single `bias` flag, with zeros for the side that has none.
 """
 
-import argparse
 import dataclasses
 import json
 import os
@@ -34,7 +33,7 @@ import sys
 
 import torch
 
-from configurator import UserError
+from configurator import ArgumentParser, UserError
 
 GPT2_ARCHS = ("GPT2LMHeadModel",)
 LLAMA_ARCHS = ("LlamaForCausalLM", "MobileLLMForCausalLM")
@@ -484,10 +483,7 @@ def export(model, out_dir, say=None, weights_format="auto"):
     from runfiles.checkpoint import atomic_open, atomic_save, check_out_dir, remove_stale_temp_files
     check_out_dir(out_dir, key="out")
     if os.path.isdir(out_dir):   # what a killed export left behind (the weights' can be gigabytes)
-        n_stale, stale_bytes = remove_stale_temp_files(out_dir, WEIGHT_FILES + ("config.json",))
-        if n_stale:
-            say(f"removed {n_stale} temporary file(s) ({stale_bytes / 1e6:,.1f} MB) left in {out_dir} by an "
-                f"interrupted export")
+        remove_stale_temp_files(out_dir, WEIGHT_FILES + ("config.json",), say)
     if weights_format == "safetensors":
         from safetensors.torch import save
         weights = os.path.join(out_dir, "model.safetensors")
@@ -515,13 +511,6 @@ def export(model, out_dir, say=None, weights_format="auto"):
 # ----------------------------------------------------------------------------------------------
 # command line
 # ----------------------------------------------------------------------------------------------
-
-class ArgumentParser(argparse.ArgumentParser):
-    """argparse that reports bad arguments (a missing --out, an unknown --format) as one `error:` line."""
-
-    def error(self, message):
-        raise SystemExit(f"error: {message} (fix: see `{self.prog} --help`)")
-
 
 def main(argv=None):
     parser = ArgumentParser(

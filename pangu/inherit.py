@@ -682,10 +682,7 @@ def run(opts):
            # the target vocabulary's tokenizer (compact: the target dataset's), else the source checkpoint's
            "tokenizer_id": tokenizer_id(target_meta) if opts["target_data_dir"] else ckpt.get("tokenizer_id")}
     os.makedirs(opts["out_dir"], exist_ok=True)
-    n_stale, stale_bytes = remove_stale_temp_files(opts["out_dir"], (CKPT_NAME,))
-    if n_stale:
-        print(f"removed {n_stale} temporary file(s) ({stale_bytes / 1e6:,.1f} MB) left in {opts['out_dir']} by an "
-              f"interrupted save")
+    remove_stale_temp_files(opts["out_dir"], (CKPT_NAME,))
     path = os.path.join(opts["out_dir"], CKPT_NAME)
     atomic_save(out, path)
     print(f"wrote {path} (continue with: python train.py ... --init_from={path})")

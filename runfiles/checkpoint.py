@@ -129,9 +129,9 @@ def check_out_dir(path, key="out_dir"):
                         f"(fix: choose a writable --{key})") from None
 
 
-def remove_stale_temp_files(directory, names):
+def remove_stale_temp_files(directory, names, say=print):
     """Delete the temporary files that a killed atomic save of one of `names` left in `directory` (e.g.
-    .last.pt.x8f2k.tmp, possibly gigabytes). Returns (how many, bytes). Only call it when no other process
+    .last.pt.x8f2k.tmp, possibly gigabytes), and say so. Returns how many. Only call it when no other process
     writes these files."""
     stale = [p for name in names for p in glob.glob(os.path.join(glob.escape(directory), f".{name}.*.tmp"))]
     freed = 0
@@ -139,7 +139,10 @@ def remove_stale_temp_files(directory, names):
         with contextlib.suppress(OSError):
             freed += os.path.getsize(path)
             os.unlink(path)
-    return len(stale), freed
+    if stale:
+        say(f"removed {len(stale)} temporary file(s) ({freed / 1e6:,.1f} MB) left in {directory} by an "
+            f"interrupted write")
+    return len(stale)
 
 
 def latest_out_dir(root="."):
