@@ -1,7 +1,7 @@
 """
 Summarise paper 000's CPU ladder (runs of config/paper000_cpu.py, one out_dir per model and seed, named
 <model>-s<seed>; unfinished runs are skipped) into this folder:
-tables on stdout, loss_curves.png, loss_vs_compute.png and alphas.png (paper 000 Figure 7).
+tables on stdout, loss_curves.png, loss_vs_compute.png and alphas.png (paper 000 Figure 7) in --plot_dir.
 
     python results/paper000_cpu/summarize.py --runs=out-000
 
@@ -74,10 +74,10 @@ def summary(rows):
 def table(models, budget, reference):
     ref = next(m for m in models if m["name"] == reference)
     lines = [f"| model | seeds | params | GFLOPs/token | iterations | val loss at end | best val loss | "
-             f"val loss at {budget:.3g} FLOPs | best val vs {reference} | wall per run |",
+             f"val loss at {budget:.3g} FLOPs | val at end vs {reference} | wall per run |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|"]
     for m in models:
-        verdict = noise_verdict(ref, m, "best_val") if m is not ref else None
+        verdict = noise_verdict(ref, m, "final_val") if m is not ref else None
         lines.append(f"| {m['name']} | {m['n_seeds']} | {m['params']:,} | {m['flops_per_token'] / 1e9:.4f} | "
                      f"{m['iters']} | {fmt(m['final_val'], m['final_val_std'])} | {fmt(m['best_val'], m['best_val_std'])} | "
                      f"{fmt(m['val_loss_equal_compute'], m['val_loss_equal_compute_std'])} | "
@@ -100,6 +100,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
     parser.add_argument("--runs", default="out-000", help="folder holding the <model>-s<seed> run folders")
     parser.add_argument("--reference", default="layer_sharing", help="the row the noise verdicts compare with")
+    parser.add_argument("--plot_dir", default=HERE, help="folder for the PNGs")
     args = parser.parse_args()
     rows = load_runs(args.runs)
     if not rows:
@@ -108,11 +109,11 @@ def main():
     logs = {}
     for r in rows:
         logs.setdefault(r["name"], []).append(r["log"])
-    plot_loss_curves(logs, os.path.join(HERE, "loss_curves.png"), title="paper 000 ladder, char-level Shakespeare (CPU)")
-    plot_loss_vs_compute(logs, {r["name"]: r["flops_per_iter"] for r in rows}, os.path.join(HERE, "loss_vs_compute.png"),
+    plot_loss_curves(logs, os.path.join(args.plot_dir, "loss_curves.png"), title="paper 000 ladder, char-level Shakespeare (CPU)")
+    plot_loss_vs_compute(logs, {r["name"]: r["flops_per_iter"] for r in rows}, os.path.join(args.plot_dir, "loss_vs_compute.png"),
                          budget=budget)
     plot_alphas({f"{r['name']} (seed {r['seed']})": r["alphas"] for r in rows if r["alphas"] and r["seed"] == 1},
-                os.path.join(HERE, "alphas.png"))
+                os.path.join(args.plot_dir, "alphas.png"))
     print(f"equal compute: {budget:.3g} training FLOPs, the full run of {cheapest['name']} (seed {cheapest['seed']})\n")
     print(table(summary(rows), budget, args.reference))
     print()
