@@ -1,7 +1,7 @@
 """
 Summarise paper 000's CPU ladder (runs of config/paper000_cpu.py, one out_dir per model and seed, named
-<model>-s<seed>; unfinished runs are skipped) into this folder:
-tables on stdout, loss_curves.png, loss_vs_compute.png and alphas.png (paper 000 Figure 7) in --plot_dir.
+<model>-s<seed>; unfinished runs are skipped): tables on stdout, and loss_curves.png, loss_vs_compute.png and
+alphas.png (paper 000 Figure 7) in --plot_dir (default: this folder).
 
     python results/paper000_cpu/summarize.py --runs=out-000
 
@@ -102,9 +102,10 @@ def main():
     parser.add_argument("--reference", default="layer_sharing", help="the row the noise verdicts compare with")
     parser.add_argument("--plot_dir", default=HERE, help="folder for the PNGs")
     args = parser.parse_args()
-    rows = load_runs(args.runs)
+    rows = load_runs(args.runs) if os.path.isdir(args.runs) else []
     if not rows:
         sys.exit(f"error: no finished runs in {args.runs} (fix: run the commands in {HERE}/README.md first)")
+    os.makedirs(args.plot_dir, exist_ok=True)
     budget, cheapest = add_equal_compute(rows, [[(e["iter"], e["val_loss"]) for e in r["log"]["eval"]] for r in rows])
     logs = {}
     for r in rows:
