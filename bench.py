@@ -31,10 +31,11 @@ Measurements (--measure, comma list):
           1-token input: every weight read once, nothing else; n passes in a row) and cached decoding
           (model.generate of n = min(--gen_tokens, block_size - 1) tokens from one token, temperature
           0.8, top_k 200, the defaults of sample.py; the window is never re-primed); ms per pass/token,
-          tokens/s and the ratio. The floor leaves out what decoding must also read: the KV cache.
-          Timed in CPU time of the process on a CPU with one thread (--num_threads=1; equal to the wall
-          time of an idle machine, and not inflated by other jobs), else in wall time.
-          With --compile also the compiled static-cache step (generate(compile=True), for GPUs).
+          tokens/s and the ratio (the median of each round's decode time over that round's floor, so that
+          what other jobs do to the machine in one round cancels out). The floor leaves out what decoding
+          must also read: the KV cache. Timed in CPU time of the process on a CPU with one thread
+          (--num_threads=1; equal to the wall time of an idle machine, and not inflated by other jobs),
+          else in wall time. With --compile also the compiled static-cache step (generate(compile=True)).
 Warm-up iterations (--warmup) are not timed; each figure is the median of --repeats timed runs.
 Sequence lengths above a model's block_size are skipped; on CUDA an out-of-memory length is reported
 as OOM; on CPU longer lengths are skipped once one step takes more than --max_step_seconds.

@@ -8,7 +8,7 @@ Sample text from a trained checkpoint.
     python sample.py --no_kv_cache              # plain path: re-run the whole window every token
     python sample.py --keep_heaviest_branch     # pgpt: run only the branch with the largest weight
     python sample.py --init_from=gpt2           # a Hugging Face model (directory or hub name), see huggingface/
-    python sample.py --compile                  # GPU: compiled decode step over a static KV cache (CUDA graphs)
+    python sample.py --compile                  # compiled decode step over a static KV cache (for long runs)
 
 Loads out_dir/ckpt.pt (the best validation loss; falls back to last.pt) or the .pt file given as
 --out_dir, encodes --start with the tokenizer of the dataset the model was trained on, and prints
@@ -48,8 +48,9 @@ DEFAULTS = dict(
     dtype="auto",           # auto = bfloat16 on cuda if supported (else float16), float32 elsewhere
     no_kv_cache=False,      # True: the plain path that re-runs the whole window for every token
     keep_heaviest_branch=False,  # pgpt: run only the heaviest branch (paper 004's inference)
-    compile=False,          # compiled single-token step over a static KV cache (gpt-fast style, CUDA graphs on a
-                            # GPU); compiling costs a minute or more, so for long GPU runs (Deep Thinking: ignored)
+    compile=False,          # compiled single-token step over a static KV cache (gpt-fast style: CUDA graphs on a
+                            # GPU, inductor's C++ wrapper on a CPU); compiling takes ~20 s to a minute, so it pays
+                            # off on long runs only (Deep Thinking: ignored)
 )
 
 # Boolean keys that may be given as a bare flag (`--no_kv_cache` means `--no_kv_cache=True`).

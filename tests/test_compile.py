@@ -138,6 +138,35 @@ def test_static_cache_decode_same_tokens_and_one_graph(family):
     assert counter.graphs == 1
 
 
+def test_compiled_decode_checks_guards_on_the_first_step_of_each_call():
+    """generate(compile=True) skips dynamo's guards after each call's first compiled step (they cost ~0.2 ms a
+    step on a CPU). A call that needs another graph (another batch size) still gets it on its first step, the
+    later steps pick the right one of the two, the re-primes of a full window (plain forwards) run with the
+    guards on, and no skipping leaks out of generate."""
+    from torch._dynamo import eval_frame   # eval_frame._stance: the stance now (set_stance replaces it)
+    torch._dynamo.reset()
+    model = family_model("plain")
+    counter = GraphCounter("aot_eager")
+    compiled_decode_step(model, backend=counter)
+    primes_unchecked = []
+    forward = model.forward
+    def watched_forward(idx, *args, **kwargs):
+        if idx.size(1) > 1:   # a prime: the prompt or a re-primed window
+            primes_unchecked.append(eval_frame._stance.skip_guard_eval_unsafe)
+        return forward(idx, *args, **kwargs)
+    model.forward = watched_forward
+    n_new = 2 * model.config.block_size   # re-primes the window at least twice
+    for batch in (2, 1, 2):
+        prompt = tokens(batch, 3, seed=batch)
+        plain = model.generate(prompt, n_new, 1.0, 5, use_kv_cache=False, generator=torch.Generator().manual_seed(1))
+        primes_unchecked.clear()
+        static = model.generate(prompt, n_new, 1.0, 5, compile=True, generator=torch.Generator().manual_seed(1))
+        assert torch.equal(static, plain)
+        assert len(primes_unchecked) >= 3 and not any(primes_unchecked)
+        assert not eval_frame._stance.skip_guard_eval_unsafe
+    assert counter.graphs == 2
+
+
 def test_static_cache_refuses_deep_thinking():
     model = make_model("deep_thinking")
     with pytest.raises(ValueError, match="static cache does not support Deep Thinking"):
