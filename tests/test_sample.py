@@ -187,3 +187,30 @@ def test_default_out_dir_is_the_newest_checkpoint(tmp_path):
     assert latest_out_dir(str(tmp_path)) == str(tmp_path / "outside")
     os.utime(tmp_path / "out-lgpt-shakespeare" / "last.pt", (2000, 2000))
     assert latest_out_dir(str(tmp_path)) == str(tmp_path / "out-lgpt-shakespeare")
+
+
+# --- benchmarks/decode_overhead.py: its reference steps compute the model's function ------------------
+def test_decode_overhead_reference_steps_give_the_models_tokens(capsys):
+    """The textbook GPT-2 and the module-free step of the diagnostic run the gpt preset's weights; over 12
+    sampled tokens they give exactly the model's tokens, and the nn.Module patches leave nothing behind."""
+    import torch.nn as nn
+    from benchmarks import decode_overhead as d
+    from configurator import load_variant
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(**dict(load_variant("gpt"), n_layer=2, n_embd=64, n_head=4, block_size=16),
+                          dropout=0.0)).eval()
+    start = torch.zeros((1, 1), dtype=torch.long)
+    with torch.inference_mode():
+        want = model.generate(start, 12, temperature=0.8, top_k=200, generator=torch.Generator().manual_seed(3))
+        for step in (d.TextbookGPT(model), d.module_free_step(model)):
+            gen, idx = torch.Generator().manual_seed(3), start
+            for pos in range(12):
+                idx = torch.cat((idx, d.sample_next(step(idx[:, -1:], pos)[:, -1, :], 0.8, 200, gen)), dim=1)
+            assert torch.equal(idx, want)
+    call = nn.Module.__call__
+    with d.plain_module_calls(), d.attributes_in_dict(model):
+        assert "ln_f" in model.__dict__ and nn.Module.__call__ is not call
+    assert "ln_f" not in model.__dict__ and nn.Module.__call__ is call
+    d.main(["--tokens=2", "--repeats=1"])
+    table = capsys.readouterr().out.splitlines()
+    assert sum(line.endswith("| yes |") for line in table) == 6 and not any("| no |" in line for line in table)
