@@ -122,8 +122,8 @@ def train(config, explicit=None, callback=None):
     """Train with `config` (DEFAULTS updated with the caller's values). explicit: the keys the user set
     (model keys among them override the variant; see configurator.model_args); None means the model keys
     that differ from GPTConfig's defaults. callback(event, info), if given, is called on every rank with
-    event 'iter' (after each optimizer step), 'eval' or 'end'; info has iter_num, model (the raw module),
-    rank and the logged values. Returns a summary dict."""
+    event 'iter' (after each optimizer step; its loss is a 0-d tensor on the device), 'eval' or 'end'; info has
+    iter_num, model (the raw module), rank and the logged values. Returns a summary dict."""
     unknown = sorted(set(config) - set(DEFAULTS))
     if unknown:
         raise UserError(f"unknown config keys {unknown} (fix: see `python train.py --help` for the keys)")
@@ -224,6 +224,10 @@ def run(config, explicit, callback, device, rank=0, world=1):
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
     # model (compiled if asked) evaluates; train_model (model in DDP when distributed) trains
+    if config["compile"]:
+        # dynamo keeps at most 8 graphs of GPT.forward per process; compare.py trains 4 models in one, and the
+        # later ones would silently run uncompiled: start each run's compilation afresh
+        torch._dynamo.reset()
     model = torch.compile(raw_model) if config["compile"] else raw_model
     train_model = model
     if ddp:
@@ -410,7 +414,7 @@ def run(config, explicit, callback, device, rank=0, world=1):
                     if stop_votes > 0:
                         interrupted = True
                         break
-                notify("iter", loss=loss_sum.item() / accum if callback else None, lr=lr)
+                notify("iter", loss=loss_sum / accum, lr=lr)   # a tensor: .item() would wait for the GPU
         except KeyboardInterrupt:   # a second Ctrl-C, or raised by a callback
             interrupted = hard_stop = True
         if interrupted and in_step:

@@ -189,7 +189,8 @@ def main(argv=None):
     print("| step | ms/token | / floor | same tokens as model |\n|---|---:|---:|---|")
     for name in runs:
         same = "" if name == "floor" else "yes" if torch.equal(tokens[name], tokens["model"]) else "no"
-        print(f"| {name} | {statistics.median(times[name]) * 1e3:.3f} | {statistics.median(ratios[name]):.3f}x | {same} |")
+        ms, ratio = statistics.median(times[name]) * 1e3, statistics.median(ratios[name])
+        print(f"| {name} | {ms:.3f} | {ratio:.3f}x | {same} |")
 
 
 if __name__ == "__main__":

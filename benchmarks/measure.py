@@ -166,6 +166,8 @@ def bench_train(model, cfg, device, dtype, seq, batch, measure_memory):
     x, y = data[:, :-1], data[:, 1:]
     opt = model.configure_optimizers(0.1, 6e-4, (0.9, 0.95), device.split(":")[0])
     scaler = torch.amp.GradScaler(device.split(":")[0], enabled=dtype == torch.float16)
+    if cfg["compile"]:
+        torch._dynamo.reset()   # as train.py: each model compiles afresh (dynamo keeps 8 graphs per function)
     runner = torch.compile(model) if cfg["compile"] else model
     model.train()
 

@@ -178,11 +178,25 @@ def test_static_cache_refuses_deep_thinking():
 def test_bfloat16_autocast_trains_on_cpu(tiny_train_config):
     losses = []
     summary = run(dict(tiny_train_config, dtype="bfloat16", max_iters=30, eval_interval=15, lr_decay_iters=30),
-                  callback=lambda event, info: losses.append(info["loss"]) if event == "iter" else None)
+                  callback=lambda event, info: losses.append(info["loss"].item()) if event == "iter" else None)
     assert len(losses) == 30 and all(torch.isfinite(torch.tensor(losses)))
     assert sum(losses[-5:]) / 5 < sum(losses[:5]) / 5 - 0.5
     evals = [e["val_loss"] for e in summary["evals"]]
     assert evals[-1] < evals[0] - 0.5 and all(torch.isfinite(torch.tensor(evals)))
+
+
+def test_each_training_run_compiles_afresh(tiny_train_config, monkeypatch):
+    """compare.py trains several models in one process. Dynamo keeps a limited number of graphs per function
+    (8; lowered to 4 here), so without train.py's reset per run a later model would fall back to eager:
+    here pgpt (train, eval and heaviest-branch graphs) after gpt's two."""
+    real_compile = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda model, **kw: real_compile(model, backend="eager", **kw))
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 4)
+    for i, model_keys in enumerate([{}, dict(n_branches=2, tie_embeddings=False)]):
+        out_dir = f"{tiny_train_config['out_dir']}{i}"
+        run(dict(tiny_train_config, compile=True, max_iters=2, eval_interval=2, out_dir=out_dir, **model_keys))
+        frames = torch._dynamo.utils.counters["frames"]   # cleared by each run's reset
+        assert frames["ok"] == frames["total"] > 0, dict(frames)
 
 
 # --- checkpoints from compiled / DDP models, and from CUDA ------------------------------------------

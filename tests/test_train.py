@@ -31,7 +31,7 @@ class Recorder:
             raise KeyboardInterrupt   # after the eval of stop_at, before its training step
         if event != "iter":
             return
-        self.losses[info["iter_num"] - 1] = info["loss"]
+        self.losses[info["iter_num"] - 1] = info["loss"].item()
         if info["iter_num"] == self.stop_at:
             if self.how == "sigint":
                 os.kill(os.getpid(), signal.SIGINT)   # like Ctrl-C in a terminal
