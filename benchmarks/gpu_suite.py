@@ -5,7 +5,7 @@ Everything a GPU has to show, in one command (issue 13). Run it the moment a GPU
     python bench.py --mode=gpu --parts=paper004       # paper 004's full recipe (compare.py): ~20 min of its own
     python bench.py --mode=gpu --smoke                # the same code paths on the CPU at toy sizes (< 3 min)
 
-Parts, in run order (--parts picks some; the default is all but paper004):
+Parts, in run order (--parts picks some, or single jobs such as train:gpt2_124m; the default is all but paper004):
   checks    model correctness on the device for every preset in variants/, float32 and bfloat16 autocast:
             causality (changing the tokens after position i leaves the logits up to i unchanged, and does
             change the later ones), KV-cache decoding equals the full forward (prefill, then one token at a
@@ -75,12 +75,13 @@ MFU_TARGET = 0.45
 # --- the orchestrator ------------------------------------------------------------------------------
 
 def plan(parts):
-    """[(job, part, time limit in s)] in run order: what matters most first, the slowest compile last."""
+    """[(job, part, time limit in s)] in run order: what matters most first, the slowest compile last. `parts`
+    names parts ("train") or single jobs ("train:gpt2_124m")."""
     jobs = [("checks", "checks", 300), ("train:plain_gpt2", "train", 180)]
     jobs += [(f"train:{m}", "train", 180) for m in TRAIN_MODELS if m != "deep_thinking"]
     jobs += [("paper001", "paper001", 300), ("decode", "decode", 300), ("train:deep_thinking", "train", 420),
              ("tests", "tests", 600), ("paper004", "paper004", 3600)]
-    return [j for j in jobs if j[1] in parts]
+    return [j for j in jobs if j[0] in parts or j[1] in parts]
 
 
 def main(cfg, argv):
@@ -88,9 +89,10 @@ def main(cfg, argv):
         return run_job(cfg)
     parts = [p.strip() for p in (cfg["parts"] or ",".join(DEFAULT_PARTS + (("paper004",) if cfg["smoke"] else ())))
              .split(",") if p.strip()]
-    bad = [p for p in parts if p not in PARTS]
+    bad = [p for p in parts if not plan([p])]
     if bad:
-        raise UserError(f"unknown --parts {bad} (fix: a comma list of {','.join(PARTS)})")
+        raise UserError(f"unknown --parts {bad} (fix: a comma list of {','.join(PARTS)}, or of jobs such as "
+                        f"train:gpt2_124m)")
     device = job_device(cfg)
     out = results_dir(cfg)
     for sub in ("raw", "logs"):

@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 import variants
 from conftest import ROOT
 
@@ -38,3 +40,14 @@ def test_gpu_command_smoke(tmp_path, tiny_data):
     assert all(float(r["argmax_agree"]) == 1 and float(r["logit_err"]) < 1e-4 for r in decode)
     report = (out / "README.md").read_text()
     assert "SMOKE RUN" in report and "| gpt2_124m |" in report and "Paper 001 Tables 3/4 layout" in report
+
+
+def test_parts_name_parts_or_single_jobs(capsys):
+    """--parts takes parts and single jobs (to split the suite into calls of a few minutes); a wrong name is a
+    one-line error before anything runs."""
+    from benchmarks import gpu_suite
+    from configurator import UserError
+    assert [j for j, _, _ in gpu_suite.plan(["train:layer_sharing", "checks"])] == ["checks", "train:layer_sharing"]
+    assert len(gpu_suite.plan(["train"])) == len(gpu_suite.TRAIN_MODELS) + 1   # + the plain GPT-2 reference
+    with pytest.raises(UserError, match=r"unknown --parts \['train:nope'\]"):
+        gpu_suite.main(dict(job="", parts="checks,train:nope", smoke=True), [])
