@@ -419,10 +419,10 @@ def compiled_agreement(model, tokens, device, dtype, backend):
     """The eager cached step and the compiled static-cache step fed the same tokens (teacher forcing: two
     free-running greedy decodings are no check, since one near-tie flips a token and all later ones differ):
     the share of steps whose argmax agrees, and the max |logit difference| / max |logit|."""
-    step, eager_cache, static = compiled_decode_step(model, backend), model.new_cache(), static_cache(model, 1)
-    static.reset()
-    agree, err = [], []
+    step, eager_cache, agree, err = compiled_decode_step(model, backend), model.new_cache(), [], []
     with autocast(device, dtype):
+        static = static_cache(model, 1)   # under autocast: the cache of bench_decode's compiled runs (same graph)
+        static.reset()
         a, b = model(tokens[:, :1], cache=eager_cache)[0], model(tokens[:, :1], cache=static)[0]   # the prime
         for t in range(1, tokens.size(1)):
             a, b = a[:, -1].float(), b[:, -1].float()
