@@ -69,11 +69,11 @@ class GPTConfig:
     share_sublayers: str = "both"   # "both" | "attn" | "mlp": which sub-layers the group shares
     # --- Enhanced Residual (000 2.7) ---
     enhanced_residual: bool = False
-    residual_logit_init: float = 0.0   # w at init (paper: 0, alpha = 0.5); e.g. 3.0 starts at alpha = 0.95
+    residual_logit_init: float = 0.0   # w at init (authors' code: 0, alpha = 0.5); e.g. 3.0 starts at alpha = 0.95
     # --- Deep Thinking (000 2.8) ---
     think_steps: int = 0            # T thinking passes before the test pass (paper: 3); 0 = off
     think_eta: float = 0.01         # memory update M_t = eta*K_t + (1-eta)*M_{t-1}
-    think_memory: str = "own"       # memory after pass 1: "own" = the layer's own K_1, V_1 (paper text) |
+    think_memory: str = "own"       # memory after pass 1: "own" = the layer's own K_1, V_1 (our reading) |
                                     # "first_layer" = seeded from the first layer's K_1, V_1 (authors' code)
     # --- ShishuLM (001 4.1-4.4, Appendix E) ---
     n_attn_layers: Optional[int] = None  # only the first n_attn_layers have attention; None = all
@@ -207,7 +207,7 @@ def make_norm(config, dim):
 
 
 def sinusoidal_positions(n_positions, dim):
-    """Fixed sin/cos positions of 'Attention is all you need' (used by the paper-000 baseline)."""
+    """Fixed sin/cos positions of 'Attention is all you need' (the paper-000 baseline in its authors' code)."""
     pos = torch.arange(n_positions, dtype=torch.float32)[:, None]
     freq = torch.exp(torch.arange(0, dim, 2, dtype=torch.float32) * (-math.log(10000.0) / dim))
     table = torch.zeros(n_positions, dim)
@@ -372,8 +372,9 @@ class CausalSelfAttention(nn.Module):
             thinking pass t > 1:   attend over [M_{t-1} ; K_t]         M_t = eta*K_t + (1-eta)*M_{t-1}
             test pass:             attend over M_T only
         Both halves of [M ; K] are causally masked (query i sees memory and keys at positions <= i), so no
-        pass sees a future token, and the memory is per sequence. think_memory="first_layer" is the
-        authors' code instead of the paper's text: M_1 = eta*K_1 + (1-eta)*K_1(first attention layer).
+        pass sees a future token, and the memory is per sequence. M_1 = K_1 is our reading (2.8 leaves the
+        first memory undefined); think_memory="first_layer" is the authors' code instead:
+        M_1 = eta*K_1 + (1-eta)*K_1(first attention layer).
         """
         p, T = ctx.think_pass, q.size(2)
         prev = slot[:2] + (p - 1,)
@@ -451,9 +452,9 @@ def sharing_plan(config):
       MobileLLM immediate block-wise repeat (000 2.6):  share_group_size=2            -> 0 0 1 1 2 2 ...
       ALBERT all-layer sharing (002 3.0.2):             share_group_size=n_layer      -> 0 0 0 0 ...
       G groups (002 3.0.2):                             share_group_size=n_layer/G
-      per sub-layer sharing (002 3.0.2):                share_sublayers="attn" or "mlp"
+      only attention or only FFN shared (ours):         share_sublayers="attn" or "mlp"
       ShishuLM paired MLP-only blocks (001 4.4):        share_from_layer=n_attn_layers, share_group_size=2
-    attn_index[l] is None for ShishuLM's MLP-only layers. E.g. 001 Table 10's "2 + 1" in 7 layers
+    attn_index[l] is None for ShishuLM's MLP-only layers. E.g. "2 + 1" (001 Table 10's n + m notation) in 7 layers
     (n_attn_layers=2, n_top_attn_layers=1, share_from_layer=2, share_group_size=2):
       layer       0   1   2   3   4   5   6
       attention   0   1   -   -   -   -   2      attention at the bottom and at the top
@@ -722,10 +723,11 @@ class GPT(nn.Module):
     def think(self, x, ctx):
         """Deep Thinking (paper 000, 2.8): T thinking passes, then the test pass that gives the output.
 
-        Thinking pass 1 reads the embeddings x, pass t > 1 reads the output of pass t-1 ("using the output
-        of the previous layer at the t-th forward pass"); each layer accumulates a KV memory (see
-        CausalSelfAttention.deep_thinking). The test pass reads x again and attends over the memory M_T
-        ("the accumulated matrices are used in the test stage"). Gradients flow through every pass.
+        Thinking pass 1 reads the embeddings x, pass t > 1 reads the output of pass t-1 (the authors' code;
+        the text only says that in pass t each layer reads the previous layer's output); each layer
+        accumulates a KV memory (see CausalSelfAttention.deep_thinking). The test pass reads x again and
+        attends over the memory M_T ("the accumulated matrices are used in the test stage"). Gradients flow
+        through every pass.
         """
         h = x
         for think_pass in range(self.config.think_steps):

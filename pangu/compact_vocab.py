@@ -1,5 +1,5 @@
 """
-Paper 003 (PanGu-pi Pro), 3.1: a compact tokenizer. Keep the K GPT-2 tokens most frequent in the training
+Paper 003 (PanGu-pi Pro), 2.1: a compact tokenizer. Keep the K GPT-2 tokens most frequent in the training
 split (plus the 256 single bytes, every kept token's merge parents, and eot), so the embedding and head
 shrink while any text still encodes. prepare.py uses it:
 

@@ -16,7 +16,7 @@ Presets by paper (text in ../shared/papers/):
   004 ParallelGPT/LinearGPT/ConvGPT:  gpt, pgpt, lgpt, cgpt            (char-level Shakespeare, ~5-11M)
   000 MobileLLM-style compact model:  baseline, layer_sharing, enhanced_residual, deep_thinking (~135M)
   001 ShishuLM and its parents:       mobilellm_125m, mobilellm_600m, shishulm_125, shishulm_600
-  002 GPT-Efficio:                    efficio (the paper gives no sizes: GPT-2-small-like, see its file)
+  002 GPT-Efficio:                    efficio (the paper gives only d_model and totals: see its file)
 """
 
 import importlib

@@ -3,9 +3,10 @@ enhanced_residual plus T = 3 thinking passes with eta = 0.01 (3.2), then the tes
 
 Data flow (2.8, and the authors' `code/9. Deep Thinking.py` where the text leaves it open): thinking pass 1
 reads the token embeddings, pass t > 1 the output of pass t-1; every layer application accumulates a KV memory,
-M_1 = K_1 and M_t = eta * K_t + (1 - eta) * M_{t-1}, attending over [M_{t-1} ; K_t] in pass t; the test pass
-reads the embeddings again and attends over M_T only. think_memory='first_layer' reproduces the authors' code,
-where every layer's memory starts from the first layer's pass-1 K, V (not in the paper's text).
+M_1 = K_1 (our reading: 2.8 leaves the first memory undefined) and M_t = eta * K_t + (1 - eta) * M_{t-1},
+attending over [M_{t-1} ; K_t] in pass t; the test pass reads the embeddings again and attends over M_T only.
+think_memory='first_layer' reproduces the authors' code, where every layer's memory starts from the first
+layer's pass-1 K, V (not in the paper's text).
 
 No new parameters; every forward runs T + 1 = 4 passes (4x the FLOPs), and decoding keeps keys/values for
 the thinking passes plus their memories.
