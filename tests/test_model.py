@@ -49,6 +49,11 @@ FLAGS = {
     "rope": dict(pos_embedding="rope"),
     "sinusoidal": dict(pos_embedding="sinusoidal"),
     "no_pos": dict(pos_embedding="none"),
+    "rope_base": dict(pos_embedding="rope", rope_base=100.0),
+    "relu": dict(activation="relu"),
+    "gelu_tanh": dict(activation="gelu_tanh"),
+    "mlp_ratio": dict(mlp_ratio=2.0),
+    "norm_eps": dict(norm_eps=0.1),
     "constant_init": dict(init_scheme="constant"),
     "internlm_init": dict(init_scheme="internlm", **LLAMA),
     "depth_adaptive_init": dict(init_scheme="depth_adaptive", n_head=4, n_kv_head=2),
@@ -360,13 +365,14 @@ def test_invalid_configs_raise_clear_errors(kwargs, message):
 def test_init_schemes_follow_their_formulas():
     """Empirical std of every attention / FFN weight (and of each of q, k, v inside the fused qkv_proj) against
     the formulas of paper 003 (3.1 and Appendix B), written out here independently of pangu.init_schemes.init_stds."""
-    L, s = 5, 0.02
+    L = 5
     size = dict(vocab_size=64, block_size=8, n_layer=L, n_head=4, n_kv_head=2, n_embd=128, mlp_hidden=256)
     n_res = 2 * L
-    for scheme in ("constant", "gpt2", "internlm", "depth_adaptive"):
+    schemes = ("constant", "gpt2", "internlm", "depth_adaptive")
+    for scheme, s in [(scheme, s) for scheme in schemes for s in (0.02, 0.05)]:   # s: init_std
         for mlp in (dict(), dict(mlp_type="gated", activation="silu")):
             torch.manual_seed(0)
-            model = GPT(GPTConfig(**size, **mlp, init_scheme=scheme))
+            model = GPT(GPTConfig(**size, **mlp, init_scheme=scheme, init_std=s))
             for l in range(L):
                 attn, ffn = model.branches[0].attn[l].inner, model.branches[0].mlp[l].inner
                 q, k, v = attn.qkv_proj.weight.split([128, 64, 64])
@@ -414,26 +420,94 @@ INIT_ONLY = {"constant_init": "init_scheme changes only the initial weights (tes
              "enhanced_residual_init": "residual_logit_init changes only the initial alphas (tested above)"}
 
 
+# each flag against the same model with the flag switched off: the config with the flag's keys at their
+# GPTConfig defaults (the model's size keys n_layer, n_head, n_embd kept), except where "off" means something else
+OFF = {"rope": dict(pos_embedding="none"), "sinusoidal": dict(pos_embedding="none"),
+       "rope_base": dict(pos_embedding="rope", rope_base=10000.0),
+       "attn_top_only": dict(n_attn_layers=None, n_top_attn_layers=0)}
+SIZE_KEYS = ("n_layer", "n_head", "n_embd")
+# flags that change the weights themselves (their shapes, or how many there are): the same weights cannot go
+# into both models, so these are proven used by test_every_weight_is_used and counted by test_variants.py
+STRUCTURAL = {"pgpt", "pgpt3", "lgpt", "cgpt_k1", "cgpt_k3", "swiglu", "gated_gelu", "gqa", "mqa", "factorized",
+              "factorized_untied", "repeat2", "albert", "share_attn", "share_mlp", "mlp_ratio", "shishu",
+              "shishu_bottom_top", "internlm_init", "depth_adaptive_init", "mobilellm", "mobilellm_dt",
+              "post_norm_pgpt_cgpt", "paper000_baseline", "paper000_dt", "paper000_dt_first_layer", "shishu_dt_post"}
+# the few flags whose change is small by nature (the default threshold is 1e-2 relative)
+SMALL_CHANGE = {"gelu_tanh": 1e-5}   # GELU's tanh approximation is within 1e-3 of GELU (measured 1.8e-4 here)
+
+
 def relative_change(a, b):
     return ((a - b).norm() / a.norm()).item()
 
 
-@pytest.mark.parametrize("name", [n for n in FLAGS if n != "gpt" and n not in INIT_ONLY])
+def flag_off(name):
+    defaults = {f.name: f.default for f in dataclasses.fields(GPTConfig)}
+    off = {k: defaults[k] for k in FLAGS[name] if k not in SIZE_KEYS}
+    return {**off, **OFF.get(name, {})}
+
+
+def visible_weights(model, std=0.3):
+    """Matmul weights at N(0, 0.3^2) (as test_huggingface.py): at init's 0.02 attention is nearly uniform and
+    a technique can move the logits by less than 1e-4."""
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() >= 2:
+                p.normal_(0, std)
+    return model
+
+
+def test_flag_tables_are_consistent():
+    assert STRUCTURAL | INIT_ONLY.keys() | {"gpt"} <= FLAGS.keys() and OFF.keys() | SMALL_CHANGE.keys() <= FLAGS.keys()
+
+
+@pytest.mark.parametrize("name", [n for n in FLAGS if n != "gpt" and n not in INIT_ONLY and n not in STRUCTURAL])
 def test_every_flag_changes_the_function(name):
-    """The plain GPT's weights go into the model with the flag wherever a tensor of the same name and shape
-    exists. If that covers every matmul weight (Deep Thinking, norm placement, enhanced residual, activations,
-    positions, norms), the logits must move by more than 1e-3 relative. Otherwise the flag changes the
-    parameter shapes themselves, which the parameter-count checks (test_variants.py) pin down."""
-    plain, model = make_model("gpt"), make_model(name)
-    own = model.state_dict()
-    shared = {k: v for k, v in plain.state_dict().items() if k in own and own[k].shape == v.shape}
-    matmuls = {k for k, v in own.items() if v.dim() >= 2}
-    if not matmuls <= shared.keys():
-        assert {k: v.shape for k, v in own.items()} != {k: v.shape for k, v in plain.state_dict().items()}
-        return
-    model.load_state_dict(shared, strict=False)
+    """The model with the flag and the same config with the flag off share every matmul weight (one of them
+    may have a few weights more: a separate head, learned positions); switching the flag must move the
+    logits by more than 1e-2 relative (SMALL_CHANGE: less for a few)."""
+    on = visible_weights(make_model(name))
+    off = make_model("gpt", **{**FLAGS[name], **flag_off(name)})
+    mats = lambda m: {k: v.shape for k, v in m.state_dict().items() if v.dim() >= 2}   # noqa: E731
+    small, large = sorted([mats(on), mats(off)], key=len)
+    assert small.items() <= large.items(), f"{name}: the weights differ in shape; list it in STRUCTURAL"
+    own = off.state_dict()
+    off.load_state_dict({k: v for k, v in on.state_dict().items() if k in own and own[k].shape == v.shape},
+                        strict=False)
     idx = tokens(2, 16)
-    assert relative_change(plain(idx, all_logits=True)[0], model(idx, all_logits=True)[0]) > 1e-3
+    assert relative_change(off(idx, all_logits=True)[0], on(idx, all_logits=True)[0]) > SMALL_CHANGE.get(name, 1e-2)
+
+
+@pytest.mark.parametrize("name", FLAGS)
+def test_every_weight_is_used(name):
+    """Every parameter gets a gradient, and so does every conv tap and every embedding column (a pgpt
+    branch's half of the embedding): a weight the forward never reads is a technique implemented as a no-op."""
+    model = make_model(name)
+    V, T = TINY["vocab_size"], TINY["block_size"]
+    idx = torch.cat([torch.arange(V), tokens(1, 3 * T - V)[0]]).view(3, T)   # every token, every position
+    logits, _ = model(idx, all_logits=True)
+    (logits * torch.randn_like(logits)).sum().backward()
+
+    def unused(param_name, g):
+        if g is None or not g.any():
+            return True
+        if g.dim() == 3:   # Conv1d (out, in, kernel): each tap
+            return not g.abs().sum((0, 1)).all()
+        return param_name.endswith("wte.weight") and not g.abs().sum(0).all()
+    assert not [n for n, p in model.named_parameters() if unused(n, p.grad)]
+
+
+def test_mlp_ratio_sets_the_hidden_width():
+    """mlp_ratio is STRUCTURAL (it changes the FFN's shapes), so its proof is the width it gives."""
+    ffn = make_model("mlp_ratio").branches[0].mlp[0].inner
+    assert ffn.up.out_features == ffn.down.in_features == 2 * TINY["n_embd"]
+
+
+def test_dropout_acts_in_training_only():
+    model = make_model("gpt", dropout=0.2)
+    idx = tokens(2, 16)
+    torch.testing.assert_close(model(idx)[0], model(idx)[0])
+    model.train()
+    assert not torch.allclose(model(idx)[0], model(idx)[0])
 
 
 @pytest.mark.parametrize("memory", ["own", "first_layer"])
