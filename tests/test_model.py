@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from model import GPT, GPTConfig, sharing_plan
+from model import GPT, GPTConfig, sharing_plan, sinusoidal_positions
 
 TINY = dict(vocab_size=37, block_size=16, n_layer=4, n_head=2, n_embd=16, dropout=0.0)
 LLAMA = dict(norm="rmsnorm", pos_embedding="rope", bias=False, mlp_type="gated", activation="silu")
@@ -643,3 +643,15 @@ def test_post_norm_enhanced_residual_at_half_is_the_plain_residual():
     enhanced.load_state_dict(plain.state_dict(), strict=False)
     idx = tokens(2, 16)
     torch.testing.assert_close(enhanced(idx, all_logits=True)[0], plain(idx, all_logits=True)[0], rtol=1e-4, atol=1e-4)
+
+
+def test_sinusoidal_positions_follow_attention_is_all_you_need():
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d)), written out with loops,
+    and GPT.embed adds exactly that to the token embedding."""
+    n, d = 12, 16
+    expected = torch.tensor([[math.sin(pos / 10000 ** (j / d)) if j % 2 == 0 else math.cos(pos / 10000 ** ((j - 1) / d))
+                              for j in range(d)] for pos in range(n)])
+    torch.testing.assert_close(sinusoidal_positions(n, d), expected, rtol=0, atol=1e-5)
+    model = make_model("sinusoidal")
+    idx = tokens(1, 16)
+    torch.testing.assert_close(model.embed(idx, torch.arange(16)), model.tok_emb(idx) + sinusoidal_positions(16, 16))
