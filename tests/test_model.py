@@ -504,10 +504,15 @@ def test_mlp_ratio_sets_the_hidden_width():
 
 
 def test_dropout_acts_in_training_only():
+    """Also on the attention weights alone (the nn.Dropout modules set to 0: SDPA's dropout_p still acts)."""
     model = make_model("gpt", dropout=0.2)
     idx = tokens(2, 16)
     torch.testing.assert_close(model(idx)[0], model(idx)[0])
     model.train()
+    assert not torch.allclose(model(idx)[0], model(idx)[0])
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
     assert not torch.allclose(model(idx)[0], model(idx)[0])
 
 
