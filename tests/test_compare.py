@@ -298,3 +298,23 @@ def test_ablation_configs_dry_run(cfg, tmp_path, capsys):
     if "tokenizer" not in cfg:   # per-token losses of different vocabularies are not compared at equal compute
         assert "note:" not in out, "too few evaluations before the equal-compute point"
     assert not os.path.exists(tmp_path / "cmp")
+
+
+def test_noise_verdict_weighs_each_rows_own_spread_and_count():
+    """Welch's standard error uses each row's own std and seed count, and the threshold is 2 exactly."""
+    a = dict(loss=2.0, loss_std=0.01, n_seeds=3)
+    assert spread.noise_verdict(a, dict(loss=2.05, loss_std=0.05, n_seeds=3), "loss")[0] == "within noise"  # b's std
+    a2 = dict(loss=2.0, loss_std=0.05, n_seeds=2)
+    assert spread.noise_verdict(a2, dict(loss=2.08, loss_std=0.05, n_seeds=10), "loss")[0] == "worse"  # b's n: 10
+    se = math.sqrt(2 * 0.03 ** 2 / 3)
+    b = dict(loss=2.0 + 1.98 * se, loss_std=0.03, n_seeds=3)
+    assert spread.noise_verdict(dict(loss=2.0, loss_std=0.03, n_seeds=3), b, "loss")[0] == "within noise"   # not 1.96
+
+
+def test_seed_statistics_and_the_verdicts_direction():
+    mean, std = spread.mean_std([1.0, 1.1, 1.5])
+    assert mean == pytest.approx(1.2) and std == pytest.approx(math.sqrt(0.14 / 2))   # sample std (n - 1)
+    assert spread.mean_std([1.0, None, 1.5]) == (None, None)   # a missing seed is not averaged away
+    rows = [dict(loss=2.0, loss_std=0.01, n_seeds=3), dict(loss=1.9, loss_std=0.01, n_seeds=3)]
+    assert compare.verdict_text(rows, 1, "loss") == "better (-0.1000)"   # lower loss than the reference row
+    assert compare.tokens_per_iter(dict(batch_size=12, gradient_accumulation_steps=4), 64) == 12 * 4 * 64

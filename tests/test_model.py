@@ -660,3 +660,33 @@ def test_sinusoidal_positions_follow_attention_is_all_you_need():
     model = make_model("sinusoidal")
     idx = tokens(1, 16)
     torch.testing.assert_close(model.embed(idx, torch.arange(16)), model.tok_emb(idx) + sinusoidal_positions(16, 16))
+
+
+def test_static_cache_reset_starts_a_fresh_sequence():
+    """A static cache reused for a new window (generate's re-prime, sample.py --compile) gives the uncached
+    logits: positions restart at 0, and cgpt's causal conv window starts from zeros again."""
+    model = make_model("cgpt_k3")
+    cache = model.new_cache(static=True)
+    first, second = tokens(1, 10), tokens(1, 10, seed=2)
+    with torch.no_grad():
+        model(first[:, :6], cache=cache)
+        for t in range(6, 9):
+            model(first[:, t:t + 1], cache=cache)
+        cache.reset()
+        torch.testing.assert_close(model(second[:, :6], cache=cache, all_logits=True)[0],
+                                   model(second[:, :6], all_logits=True)[0])
+        torch.testing.assert_close(model(second[:, 6:7], cache=cache)[0][:, -1], model(second[:, :7])[0][:, -1])
+
+
+@pytest.mark.parametrize("use_kv_cache", [False, True])
+def test_generation_windows_fill_block_size_then_keep_the_recent_half(use_kv_cache):
+    """The window grows to block_size (16) tokens; the next token starts a new window of the recent
+    block_size // 2 (the plain path feeds it whole, the cached path primes the cache with it)."""
+    model, seen = make_model("gpt"), []
+    model.register_forward_pre_hook(lambda module, args: seen.append(args[0].size(1)))
+    with torch.no_grad():
+        model.generate(tokens(1, 1), 40, temperature=0.0, use_kv_cache=use_kv_cache)
+    if use_kv_cache:
+        assert seen[:17] == [1] * 16 + [8] and seen[17:25] == [1] * 8 and seen[25] == 8
+    else:
+        assert seen[:16] == list(range(1, 17)) and seen[16:25] == list(range(8, 17)) and max(seen) == 16

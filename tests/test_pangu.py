@@ -401,7 +401,10 @@ def test_refine_prefers_high_loss_segments_and_respects_the_rate():
     assert np.array_equal(keep, again)   # deterministic with a seeded generator
     flat = refine.refine(losses, rate=0.5, temperature=1e6, generator=torch.Generator().manual_seed(0))
     assert 0.4 < (flat >= 500).mean() < 0.6   # a huge temperature samples uniformly
-    assert len(refine.refine(losses, rate=0.25, parts=4, generator=torch.Generator().manual_seed(0))) == 250
+    quarters = refine.refine(losses, rate=0.25, parts=4, generator=torch.Generator().manual_seed(0))
+    assert len(set(quarters.tolist())) == 250   # parts: each quarter of the data gives a quarter of the kept
+    assert np.histogram(quarters, [0, 250, 500, 750, 1000])[0].tolist() == [62, 63, 63, 62]
+    assert len(refine.refine(np.zeros(3), rate=0.5)) == 2   # N0 = round(0.5 * 3), not int()
     assert np.allclose(refine.sampling_probs([1.0, 2.0]), np.exp([1, 2]) / np.exp([1, 2]).sum())
     for bad in (dict(rate=0), dict(rate=1.5), dict(temperature=0), dict(parts=0)):
         with pytest.raises(ValueError):
@@ -460,3 +463,54 @@ def test_refine_cli_and_second_round(big, tmp_path, monkeypatch, capsys):
         run_train(dict(cfg, out_dir=str(tmp_path / "bad"), data_segments=str(tmp_path / "other_block.npy")))
     with pytest.raises(UserError, match="cannot read data_segments"):
         run_train(dict(cfg, out_dir=str(tmp_path / "bad"), data_segments=str(tmp_path / "missing.npy")))
+
+
+# --- the importance scores behind width pruning (003 3.2): each weight counts for its own structure ---------
+
+def test_element_importance_formulas():
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(block_size=8, vocab_size=16, n_layer=1, n_head=2, n_embd=16))
+    x = torch.randint(16, (2, 8))
+    l1, l2 = inherit.element_importance(model, "l1"), inherit.element_importance(model, "l2")
+    taylor = inherit.element_importance(model, "taylor", [(x, x)])
+    model(x, x)[1].backward()
+    for n, p in model.named_parameters():
+        torch.testing.assert_close(l1[n], p.detach().abs())
+        torch.testing.assert_close(l2[n], p.detach() ** 2)
+        torch.testing.assert_close(taylor[n], (p.detach() * p.grad).abs())
+
+
+def test_structure_scores_credit_each_weight_to_its_structure():
+    """One large importance at a time, in a GQA model (8 query heads, 2 kv heads of size 8): residual channel
+    20 through the token embedding, key head 1 and value head 0 through their qkv rows, query head 5, FFN
+    neuron 7. Every other score stays 0."""
+    cfg = GPTConfig(block_size=8, vocab_size=16, n_layer=1, n_head=8, n_kv_head=2, n_embd=64)
+    params = dict(GPT(cfg).named_parameters())
+    qkv, up = "branches.0.attn.0.inner.qkv_proj.weight", "branches.0.mlp.0.inner.up.weight"
+    cases = [("tok_emb.wte.weight", (slice(None), 20), "channel", 20), (qkv, (64 + 8 + 3, 0), "kv", 1),
+             (qkv, (64 + 16 + 2, 0), "kv", 0), (qkv, (5 * 8 + 1, 0), "q", 5), (up, (7, 0), "ffn", 7)]
+    for name, where, kind, index in cases:
+        elem = {n: torch.zeros_like(p) for n, p in params.items()}
+        elem[name][where] = 100.0
+        scores = inherit.structure_scores(elem, cfg)
+        for k in ("channel", "ffn", "q", "kv"):
+            s = scores[k] if k == "channel" else scores[k][0]
+            expected = torch.zeros_like(s)
+            if k == kind:
+                expected[index] = s[index]
+                assert s[index] > 0, (name, kind)
+            if k != "channel" or kind == "channel":   # a qkv/up weight also counts for its input channel
+                torch.testing.assert_close(s, expected, msg=f"{name} -> {k}")
+
+
+def test_choose_heads_scores_whole_groups_then_heads_inside_them():
+    src = GPTConfig(block_size=8, vocab_size=16, n_layer=1, n_head=8, n_kv_head=4, n_embd=64)
+    # kv groups of 2 query heads; the kv rows score 0, so the groups' query heads decide: groups 1 and 3
+    q_heads, kv_heads = inherit.choose_heads(torch.tensor([0., 0, 9, 9, 0, 0, 9, 9]), torch.zeros(4), src,
+                                             inherit.target_config(src, n_embd=32, n_kv_head=2))
+    assert kv_heads.tolist() == [1, 3] and q_heads.tolist() == [2, 3, 6, 7]
+    src = GPTConfig(block_size=8, vocab_size=16, n_layer=1, n_head=8, n_kv_head=2, n_embd=64)
+    # 2 groups of 4 query heads cut to groups of 2: the best 2 inside each group
+    q_heads, kv_heads = inherit.choose_heads(torch.tensor([0., 0, 5, 5, 5, 0, 5, 0]), torch.zeros(2), src,
+                                             inherit.target_config(src, n_embd=32, n_kv_head=2))
+    assert kv_heads.tolist() == [0, 1] and q_heads.tolist() == [2, 3, 4, 6]

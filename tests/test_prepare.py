@@ -388,3 +388,10 @@ def test_bench_tokenize(tmp_path, gpt2_file, capsys):
     res = prepare.bench_tokenize(mb=0.2, input_path=write_input(tmp_path), num_proc=2)
     assert set(res) == {1, 2} and all(v > 0 for v in res.values())
     assert "MB/s" in capsys.readouterr().out
+
+
+def test_merge_parents_are_the_last_bpe_merge():
+    """BPE merges ' ' 'a' 'n' by lowest rank: ' a' (3) first, so ' an' comes from (' a', 'n'), not from the
+    first split into two known tokens (' ', 'an')."""
+    ranks = {b" ": 0, b"a": 1, b"n": 2, b" a": 3, b"an": 4, b" an": 5}
+    assert compact_vocab.merge_parents(b" an", ranks) == (b" a", b"n")
