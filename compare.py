@@ -88,7 +88,7 @@ COMPARE_DEFAULTS = dict(
     custom_variants={},    # name -> dict(variant=<preset>, key=value, ...): keys for that variant only
 )
 # keys that never change what a model learns: a finished model is reused when only these differ
-NOT_TRAINING_KEYS = ("out_dir", "init_from", "variant", "log_interval", "compile")
+NOT_TRAINING_KEYS = ("out_dir", "init_from", "variant", "log_interval", "compile", "num_threads")
 # the settings that produced a model's measurements (sizes, samples, timing): change one, re-measure
 REPORT_KEYS = ("prompts", "samples_per_prompt", "sample_tokens", "sample_temperature", "sample_top_k",
                "bench_iters", "seed", "device", "dtype", "compile")
@@ -543,12 +543,6 @@ def tokens_per_iter(cfg, block_size):
     return cfg["batch_size"] * cfg["gradient_accumulation_steps"] * block_size
 
 
-
-
-
-
-
-
 def aggregate(rows):
     """One row per variant from its per-seed rows: the mean of each SEED_METRICS column and its standard
     deviation as <column>_std; the other columns (sizes, FLOPs, ...) from the first seed."""
@@ -561,8 +555,6 @@ def aggregate(rows):
             agg[key], agg[key + "_std"] = mean_std([r[key] for r in group])
         out.append(agg)
     return out
-
-
 
 
 def verdict_text(rows, i, key):

@@ -486,7 +486,7 @@ def parse_dataset(name):
     if m:
         return m.group(1), int(m.group(2))
     if name not in BASE_DATASETS:
-        raise UserError(f"unknown dataset {name!r} (choose from {', '.join(BASE_DATASETS)}, "
+        raise UserError(f"unknown dataset {name!r} (fix: one of {', '.join(BASE_DATASETS)}, "
                         "or shakespeare_vK / wikitext103_vK for a compact K-token vocabulary)")
     return name, None
 

@@ -105,7 +105,7 @@ def run(cfg):
         note = "; ".join(filter(None, [note, "--compile ignored (it compiles the cached decode step; "
                                              "Deep Thinking and --no_kv_cache decode without it)"]))
     info = (f"sampling from {ckpt['path']} (iter {ckpt.get('iter_num', '?')}, "
-            f"{model.get_num_params() / 1e6:.2f}M params) on {device}, {str(dtype).replace('torch.', '')}, "
+            f"{model.get_num_params(non_embedding=False) / 1e6:.2f}M params) on {device}, {str(dtype).replace('torch.', '')}, "
             f"KV cache {'on' if use_cache else 'off'}")
     print(info + (f"; {note}" if note else ""), file=sys.stderr)
 

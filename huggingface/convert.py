@@ -372,7 +372,7 @@ def export_plan(config):
     ]
     for bad, what in no_equivalent:
         refuse(not bad, f"cannot export {what}: transformers has no equivalent of it, so a loaded model "
-               f"would compute something else")
+               f"would compute something else (fix: export a model without it; ours loads with sample.py)")
     from model import GPTConfig
     defaults = GPTConfig()
     for f in dataclasses.fields(config):
