@@ -104,9 +104,9 @@ def run(cfg):
     if cfg["compile"] and not compile_step:
         note = "; ".join(filter(None, [note, "--compile ignored (it compiles the cached decode step; "
                                              "Deep Thinking and --no_kv_cache decode without it)"]))
-    info = (f"sampling from {ckpt['path']} (iter {ckpt.get('iter_num', '?')}, "
-            f"{model.get_num_params(non_embedding=False) / 1e6:.2f}M params) on {device}, {str(dtype).replace('torch.', '')}, "
-            f"KV cache {'on' if use_cache else 'off'}")
+    params = model.get_num_params(non_embedding=False)
+    info = (f"sampling from {ckpt['path']} (iter {ckpt.get('iter_num', '?')}, {params / 1e6:.2f}M params) on "
+            f"{device}, {str(dtype).replace('torch.', '')}, KV cache {'on' if use_cache else 'off'}")
     print(info + (f"; {note}" if note else ""), file=sys.stderr)
 
     torch.manual_seed(cfg["seed"])

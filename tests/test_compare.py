@@ -318,3 +318,19 @@ def test_seed_statistics_and_the_verdicts_direction():
     rows = [dict(loss=2.0, loss_std=0.01, n_seeds=3), dict(loss=1.9, loss_std=0.01, n_seeds=3)]
     assert compare.verdict_text(rows, 1, "loss") == "better (-0.1000)"   # lower loss than the reference row
     assert compare.tokens_per_iter(dict(batch_size=12, gradient_accumulation_steps=4), 64) == 12 * 4 * 64
+
+
+def test_run_row_counts_the_compute_of_every_iteration_trained():
+    """Equal compute starts from each run's training FLOPs: every iteration trained (iter_num), each of
+    batch x accumulation x block tokens, not only those up to the best evaluation."""
+    import dataclasses
+    from types import SimpleNamespace
+    from model import GPTConfig
+    run = SimpleNamespace(name="x", config=dict(batch_size=4, gradient_accumulation_steps=2), seed=1)
+    args = dataclasses.asdict(GPTConfig(n_layer=1, n_head=1, n_embd=8, block_size=8, vocab_size=16))
+    entry = dict(summary=dict(model_args=args, iter_num=6, best_val_loss=1.0),
+                 report=dict(params=1, weights_fp32_bytes=4, ckpt_bytes=8))
+    log = dict(eval=[dict(iter=3, val_loss=1.0), dict(iter=6, val_loss=1.2)])
+    row = compare.run_row(run, entry, log)
+    assert row["best_iter"] == 3 and row["flops_per_iter"] == row["flops_per_token"] * 4 * 2 * 8
+    assert row["train_flops"] == 6 * row["flops_per_iter"]

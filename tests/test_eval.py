@@ -186,3 +186,12 @@ def test_eval_cli_in_process(tmp_path, capsys):
     assert f"{r['nll_sum'] / 99:.4f}" in out
     with pytest.raises(SystemExit, match="split 'train' not found"):
         eval_script.main([f"--out_dir={tmp_path / 'out'}", "--device=cpu", "--splits=train"])
+
+
+def test_split_counts_leave_the_eot_separators_out():
+    """Words and bytes for bits per byte, counted from the decoded split when meta.json has none: the eot
+    tokens between articles are not text (GPT-2's decodes to '<|endoftext|>', 13 bytes)."""
+    from types import SimpleNamespace
+    tok = SimpleNamespace(eot_token=0, decode=lambda ids: "".join("<|endoftext|>" if i == 0 else chr(i) for i in ids))
+    data = [ord(c) for c in "ab cd"] + [0] + [ord(c) for c in " ef"]
+    assert split_counts({}, "val", data, tok) == (3, 8, "counted from the decoded split")

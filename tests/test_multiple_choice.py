@@ -122,3 +122,11 @@ def test_eval_command_line_scores_a_task_file(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         evaluate.main([f"--out_dir={tmp_path / 'out'}", f"--mc_file={bad}", "--device=cpu"])
     assert str(e.value).startswith("error:") and "line 1" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_an_empty_context_starts_from_the_eot_token():
+    """lm-evaluation-harness's rule: with no context, the continuation is scored after the eot token."""
+    from types import SimpleNamespace
+    tok = SimpleNamespace(eot_token=99, encode=lambda text: [ord(c) for c in text])
+    assert evaluate.mc_request(tok, "", "ab", 16) == ([99, ord(" "), ord("a"), ord("b")], 3)
+    assert evaluate.mc_request(tok, "  ", "ab", 16) == ([99] + [ord(c) for c in "   ab"], 5)   # its spaces move on
