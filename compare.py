@@ -921,10 +921,6 @@ def run(config, explicit):
         return None
     check_out_dir(config["compare_dir"], key="compare_dir")
     for run in runs:   # every run's training values, before anything is written
-        start = run.config["init_from"]
-        if start not in ("scratch", "resume") and not os.path.exists(start):
-            raise UserError(f"{run.label} starts from {start}, which does not exist (fix: first run the steps that "
-                            f"write it, e.g. those at the top of the config file)")
         try:
             check_train_config(dict(train.DEFAULTS, **run.config))
         except UserError as e:

@@ -289,6 +289,9 @@ def check_train_config(c, world=1):
     need(c["dataset"] != "", "dataset", "a dataset name", "--dataset=shakespeare_char")
     need(c["out_dir"] != "", "out_dir", "a folder", "--out_dir=out")
     from huggingface.convert import is_hf_dir
+    if c["init_from"] not in ("scratch", "resume") and not os.path.exists(c["init_from"]):
+        raise UserError(f"init_from '{c['init_from']}' does not exist (fix: write it first, e.g. with train.py or "
+                        f"pangu.inherit as its config says, or --init_from=scratch)")
     need(c["init_from"] in ("scratch", "resume") or os.path.isfile(c["init_from"]) or is_hf_dir(c["init_from"]),
          "init_from", "'scratch', 'resume', an existing checkpoint file or a Hugging Face model directory",
          "--init_from=scratch|resume|path/to/ckpt.pt|path/to/hf-dir")

@@ -338,9 +338,9 @@ def test_run_row_counts_the_compute_of_every_iteration_trained():
 
 def test_a_missing_starting_checkpoint_names_the_run_and_the_fix(char_data, tmp_path):
     """A custom variant that starts from a checkpoint its config's preparation steps write (the pangu
-    ablations): before those steps, one line naming the run and the missing file, not train.py's generic
-    init_from message."""
+    ablations): before those steps, one line naming the run and the missing file (train.py's config check,
+    which compare.py runs for every run before anything is written)."""
     missing = tmp_path / "src" / "ckpt.pt"
     argv = tiny_argv(char_data, tmp_path / "cmp", "inh", custom_variants=repr({"inh": {"variant": "gpt", "init_from": str(missing)}}))
-    with pytest.raises(SystemExit, match=f"inh.* starts from {missing}, which does not exist .*fix: first run"):
+    with pytest.raises(SystemExit, match=f"inh.*: init_from '{missing}' does not exist .*fix: write it first"):
         compare.main(argv)
