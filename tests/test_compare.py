@@ -341,6 +341,7 @@ def test_a_missing_starting_checkpoint_names_the_run_and_the_fix(char_data, tmp_
     ablations): before those steps, one line naming the run and the missing file (train.py's config check,
     which compare.py runs for every run before anything is written)."""
     missing = tmp_path / "src" / "ckpt.pt"
-    argv = tiny_argv(char_data, tmp_path / "cmp", "inh", custom_variants=repr({"inh": {"variant": "gpt", "init_from": str(missing)}}))
+    custom = {"inh": {"variant": "gpt", "init_from": str(missing)}}
+    argv = tiny_argv(char_data, tmp_path / "cmp", "inh", custom_variants=repr(custom))
     with pytest.raises(SystemExit, match=f"inh.*: init_from '{missing}' does not exist .*fix: write it first"):
         compare.main(argv)
