@@ -290,7 +290,7 @@ def run_multiple_choice(cfg, model, ckpt, info, block_size, device, dtype):
         tok = load_tokenizer(resolve_data_dir(ckpt, cfg["data_dir"]))
     note = keep_heaviest_branch(model, cfg["keep_heaviest_branch"])
     r = score_multiple_choice(model, tok, docs, block_size, cfg["batch_size"], device, dtype)
-    print(f"model: {ckpt['path']} ({model.get_num_params() / 1e6:.2f}M params)" + (f"; {note}" if note else ""))
+    print(f"model: {ckpt['path']} ({model.get_num_params(non_embedding=False) / 1e6:.2f}M params)" + (f"; {note}" if note else ""))
     print(f"task: {cfg['mc_file']}, {r['n']:,} questions, {r['n_choices']:,} choices scored in {r['seconds']:.1f}s "
           f"on {device}; context left-truncated to {block_size} tokens")
     print()
@@ -360,7 +360,7 @@ def run(cfg):
     if cfg["compile"]:
         model.compile()
 
-    print(f"checkpoint: {ckpt['path']} (iter {ckpt.get('iter_num', '?')}, {model.get_num_params() / 1e6:.2f}M params)"
+    print(f"checkpoint: {ckpt['path']} (iter {ckpt.get('iter_num', '?')}, {model.get_num_params(non_embedding=False) / 1e6:.2f}M params)"
           + (f"; {note}" if note else ""))
     print(f"dataset: {data_dir} ({meta.get('tokenizer', '?')} tokenizer, vocab {meta.get('vocab_size', '?')}); "
           f"device {device}, {str(dtype).replace('torch.', '')}")

@@ -1,7 +1,6 @@
-"""Shared pytest fixtures. The repository root is put on sys.path so tests import model, train, ... directly."""
+"""Shared pytest fixtures. pytest.ini puts the repository root on the import path (tests import model, train, ...)."""
 import json
 import os
-import sys
 
 # One thread per test process: on a 2-core machine torch's default thread pool thrashes as soon as anything
 # else runs (10-100x slower steps); subprocesses started by tests inherit this through the environment.
@@ -11,11 +10,34 @@ import numpy as np
 import pytest
 import torch
 
+import torch._dynamo
+
 torch.set_num_threads(1)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
+# offline: the local copies in ../shared/data (CI's layout), unless the caller points elsewhere
+SHARED_DATA = os.path.join(os.path.dirname(ROOT), "shared", "data")
+for _var, _file in (("SHAKESPEARE_INPUT", "tinyshakespeare/input.txt"), ("GPT2_TIKTOKEN_FILE", "gpt2/gpt2.tiktoken")):
+    if _var not in os.environ and os.path.isfile(os.path.join(SHARED_DATA, _file)):
+        os.environ[_var] = os.path.join(SHARED_DATA, _file)
+
+
+@pytest.fixture(autouse=True)
+def dynamo_config_unchanged():
+    """No test may leave torch._dynamo.config changed: a later compile test would then run under another
+    config, or fail on an attribute that an undone monkeypatch deleted (pytest 9.2 with dynamo's config module)."""
+    before = torch._dynamo.config.get_config_copy()
+    yield
+    # read every key through the module, as compiling does (the config copy alone misses a deleted attribute)
+    broken, changed = [], []
+    for key, value in before.items():
+        try:
+            if getattr(torch._dynamo.config, key) != value:
+                changed.append(key)
+        except AttributeError:
+            broken.append(key)
+    assert not broken, f"this test left torch._dynamo.config broken: {broken} no longer readable (use config.patch)"
+    assert not changed, f"this test left torch._dynamo.config changed: {changed} (use torch._dynamo.config.patch)"
 
 
 def write_token_dataset(data_dir, n_train=20000, n_val=4000, vocab_size=16, seed=0):

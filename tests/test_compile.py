@@ -191,12 +191,14 @@ def test_each_training_run_compiles_afresh(tiny_train_config, monkeypatch):
     here pgpt (train, eval and heaviest-branch graphs) after gpt's two."""
     real_compile = torch.compile
     monkeypatch.setattr(torch, "compile", lambda model, **kw: real_compile(model, backend="eager", **kw))
-    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 4)
-    for i, model_keys in enumerate([{}, dict(n_branches=2, tie_embeddings=False)]):
-        out_dir = f"{tiny_train_config['out_dir']}{i}"
-        run(dict(tiny_train_config, compile=True, max_iters=2, eval_interval=2, out_dir=out_dir, **model_keys))
-        frames = torch._dynamo.utils.counters["frames"]   # cleared by each run's reset
-        assert frames["ok"] == frames["total"] > 0, dict(frames)
+    # config.patch restores the limit on exit; pytest's monkeypatch.setattr cannot undo dynamo's config module
+    # (pytest 9.2 leaves the attribute deleted, and every later compile test fails)
+    with torch._dynamo.config.patch(recompile_limit=4):
+        for i, model_keys in enumerate([{}, dict(n_branches=2, tie_embeddings=False)]):
+            out_dir = f"{tiny_train_config['out_dir']}{i}"
+            run(dict(tiny_train_config, compile=True, max_iters=2, eval_interval=2, out_dir=out_dir, **model_keys))
+            frames = torch._dynamo.utils.counters["frames"]   # cleared by each run's reset
+            assert frames["ok"] == frames["total"] > 0, dict(frames)
 
 
 # --- checkpoints from compiled / DDP models, and from CUDA ------------------------------------------

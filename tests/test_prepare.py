@@ -17,12 +17,12 @@ import numpy as np
 import pytest
 import tiktoken
 
+import prepare
+from configurator import UserError
+from pangu import compact_vocab
+from runfiles import tokenizer
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-import prepare  # noqa: E402
-from configurator import UserError  # noqa: E402
-from pangu import compact_vocab  # noqa: E402
-from runfiles import tokenizer  # noqa: E402
 
 SMALL_TEXT = ("First Citizen:\nBefore we proceed any further, hear me speak.\n\n"
               "All:\nSpeak, speak.\n\nFirst Citizen:\nYou are all resolved rather to die than to famish?\n") * 5
