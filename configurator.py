@@ -1,33 +1,24 @@
 """
-Config files + command-line overrides, shared by every script (train.py, sample.py, eval.py, bench.py,
-compare.py, prepare.py, pangu/), and the one exception type for bad input, UserError.
+Config files + command-line overrides, shared by every script (train.py, sample.py, prepare.py, tools/), and
+the one exception type for bad input, UserError. Imports nothing of the project.
 
     python train.py config/gpt_shakespeare_cpu.py --n_layer=6 --dropout 0.1
 
 Positional arguments are config files: plain python, executed in order; their top-level assignments
 (names not starting with '_') set config keys. Then every `--key=value` / `--key value` override is
 applied, so the command line always wins over config files. Values are parsed with ast.literal_eval
-(falling back to the raw text) and must match the type of the key's default.
+(falling back to the raw text) and must match the type of the key's default. load_config also returns
+the keys set explicitly: model keys set explicitly win over a variant's preset (train.model_args).
 
 Bad input never produces a traceback in scripts: every check raises UserError (a ValueError) with a
 one-line message naming the problem and the fix; only the scripts' main() turns it into
-`error: ...` and a non-zero exit code.
-
-Model variants: a config key `variant = "lgpt"` selects variants/lgpt.py. The model arguments are
-    GPTConfig defaults  <-  variants.load(variant)  <-  model keys set explicitly (files or CLI)
-which is what model_args() computes; that is why load_config also returns the explicitly-set keys.
-train.py's own checks live here too: check_train_config (its values) and train_model_args (its model:
-fresh, resumed or from a checkpoint).
+`error: ...` and exit code 1.
 """
 
 import argparse
 import ast
-import dataclasses
 import difflib
-import importlib
-import math
 import os
-import pkgutil
 import sys
 
 
@@ -245,215 +236,3 @@ def _type_name(default):
     if isinstance(default, int):
         return "an integer"
     return f"a {type(default).__name__}"
-
-
-# --- train.py's values -----------------------------------------------------------------------------
-
-def check_train_config(c, world=1):
-    """train.py's keys: fill the schedule's None defaults and refuse values that make no sense, naming the
-    key. world: the number of DDP ranks. Runs before anything is read or written."""
-    def need(ok, key, rule, fix):
-        if not ok:
-            raise UserError(f"{key} must be {rule}, got {c[key]!r} (fix: {fix})")
-
-    def integer(v):
-        return isinstance(v, int) and not isinstance(v, bool)
-
-    def number(v):
-        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-    for key in ("batch_size", "eval_interval", "log_interval", "eval_iters", "gradient_accumulation_steps"):
-        need(integer(c[key]) and c[key] >= 1, key, "an integer >= 1", f"--{key}=1 or more")
-    for key in ("max_iters", "num_threads"):
-        need(integer(c[key]) and c[key] >= 0, key, "an integer >= 0", f"--{key}=0 or more")
-    need(number(c["learning_rate"]) and c["learning_rate"] > 0, "learning_rate", "> 0", "--learning_rate=1e-3")
-    need(number(c["weight_decay"]) and c["weight_decay"] >= 0, "weight_decay", ">= 0", "--weight_decay=0.1")
-    for key, usual in (("beta1", 0.9), ("beta2", 0.95)):
-        need(number(c[key]) and 0 <= c[key] < 1, key, "in [0, 1)", f"--{key}={usual}")
-    need(number(c["grad_clip"]) and c["grad_clip"] >= 0, "grad_clip", ">= 0 (0 = off)", "--grad_clip=1.0")
-    c["lr_decay_iters"] = c["max_iters"] if c["lr_decay_iters"] is None else c["lr_decay_iters"]
-    need(number(c["lr_decay_iters"]) and c["lr_decay_iters"] >= 0, "lr_decay_iters", "a number >= 0",
-         f"--lr_decay_iters={c['max_iters']}")
-    c["min_lr"] = c["learning_rate"] / 10 if c["min_lr"] is None else c["min_lr"]
-    need(number(c["min_lr"]) and 0 <= c["min_lr"] <= c["learning_rate"], "min_lr",
-         f"in [0, learning_rate={c['learning_rate']:g}]", f"--min_lr={c['learning_rate'] / 10:g}")
-    c["warmup_iters"] = min(100, int(c["lr_decay_iters"]) // 10) if c["warmup_iters"] is None else c["warmup_iters"]
-    need(integer(c["warmup_iters"]) and 0 <= c["warmup_iters"] <= (c["lr_decay_iters"] if c["decay_lr"] else math.inf),
-         "warmup_iters", f"an integer in [0, lr_decay_iters={c['lr_decay_iters']}]",
-         f"--warmup_iters={int(c['lr_decay_iters']) // 10}, or leave it out: it defaults to min(100, lr_decay_iters // 10)")
-    accum = c["gradient_accumulation_steps"]
-    if accum % world:
-        raise UserError(f"gradient_accumulation_steps={accum} must be divisible by the {world} DDP ranks; each "
-                        f"rank runs gradient_accumulation_steps/{world} micro-steps "
-                        f"(fix: --gradient_accumulation_steps={max(world, accum // world * world)})")
-    need(c["dataset"] != "", "dataset", "a dataset name", "--dataset=shakespeare_char")
-    need(c["out_dir"] != "", "out_dir", "a folder", "--out_dir=out")
-    from huggingface.convert import is_hf_dir
-    if c["init_from"] not in ("scratch", "resume") and not os.path.exists(c["init_from"]):
-        raise UserError(f"init_from '{c['init_from']}' does not exist (fix: write it first, e.g. with train.py or "
-                        f"pangu.inherit as its config says, or --init_from=scratch)")
-    need(c["init_from"] in ("scratch", "resume") or os.path.isfile(c["init_from"]) or is_hf_dir(c["init_from"]),
-         "init_from", "'scratch', 'resume', an existing checkpoint file or a Hugging Face model directory",
-         "--init_from=scratch|resume|path/to/ckpt.pt|path/to/hf-dir")
-
-
-# --- processes, 'auto' device and dtype -------------------------------------------------------------
-
-def distributed_env():
-    """(rank, local_rank, world_size) from torchrun's environment, or None when not launched by it."""
-    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
-        return None
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    return rank, int(os.environ.get("LOCAL_RANK", rank)), world
-
-
-def resolve_device(name, local_rank=None):
-    """torch.device for --device: 'auto' = cuda > mps > cpu; under DDP one GPU per local rank."""
-    import torch
-    mps = getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "mps" if mps else "cpu"
-    kind = name.split(":")[0]
-    if kind not in ("cpu", "cuda", "mps"):
-        raise UserError(f"unknown device '{name}' (fix: --device=auto|cpu|cuda|cuda:N|mps)")
-    if (kind == "cuda" and not torch.cuda.is_available()) or (kind == "mps" and not mps):
-        raise UserError(f"device '{name}' requested but {kind.upper()} is not available "
-                        f"(fix: --device=cpu or --device=auto)")
-    if kind == "cuda" and local_rank is not None:
-        name = f"cuda:{local_rank}"
-    return torch.device(name)
-
-
-def resolve_dtype(name, device):
-    """'float32' | 'bfloat16' | 'float16' for --dtype: 'auto' = bf16 on CUDA if supported, else fp16;
-    float32 elsewhere."""
-    if name not in ("auto", "float32", "bfloat16", "float16"):
-        raise UserError(f"unknown dtype '{name}' (fix: --dtype=auto|float32|bfloat16|float16)")
-    if name != "auto":
-        return name
-    import torch
-    if str(device).startswith("cuda"):
-        return "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
-    return "float32"
-
-
-def autocast(device, dtype):
-    """The autocast context for a resolved dtype, by name or torch.dtype (none for float32)."""
-    import contextlib
-    import torch
-    dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
-    if dtype == torch.float32:
-        return contextlib.nullcontext()
-    return torch.autocast(device_type=str(device).split(":")[0], dtype=dtype)
-
-
-# --- model arguments and variants ------------------------------------------------------------------
-
-def gpt_config_defaults():
-    """{field: default} for every GPTConfig field (imported lazily so configurator has no torch import)."""
-    from model import GPTConfig
-    out = {}
-    for f in dataclasses.fields(GPTConfig):
-        if f.default is not dataclasses.MISSING:
-            out[f.name] = f.default
-        elif f.default_factory is not dataclasses.MISSING:
-            out[f.name] = f.default_factory()
-        else:
-            out[f.name] = None
-    return out
-
-
-def model_args(config, explicit, base=None, vocab_size=None):
-    """GPTConfig keyword arguments: base (default: GPTConfig defaults) <- variant <- explicitly-set keys.
-    base lets train.py start from a checkpoint's model_args (init_from=<path>); vocab_size (the dataset's,
-    from meta.json) replaces the preset's unless the user set vocab_size."""
-    fields = gpt_config_defaults()
-    args = dict(fields)
-    if base:
-        args.update({k: v for k, v in base.items() if k in fields})
-    name = config.get("variant", "")
-    if name:
-        args.update(load_variant(name, fields))
-    if vocab_size is not None:
-        args["vocab_size"] = vocab_size
-    args.update({k: config[k] for k in explicit if k in fields})
-    return args
-
-
-def train_model_args(config, explicit, meta, device, say):
-    """train.py's model: (model_args, checkpoint or None) for init_from = scratch | resume | <path>. Refuses
-    a checkpoint of another tokenizer, with non-finite weights, or (resume) of another architecture."""
-    from huggingface.convert import checkpoint_dict, is_hf_dir
-    from runfiles.checkpoint import CKPT_NAME, LAST_NAME, check_finite, load_checkpoint
-    from runfiles.dataset import tokenizer_id
-    init_from, ckpt = config["init_from"], None
-    if init_from == "scratch":
-        args = model_args(config, explicit, vocab_size=meta["vocab_size"])
-    elif init_from == "resume":
-        out_dir = config["out_dir"]
-        if not any(os.path.isfile(os.path.join(out_dir, n)) for n in (LAST_NAME, CKPT_NAME)):
-            raise UserError(f"nothing to resume: no {LAST_NAME} or {CKPT_NAME} in '{out_dir}' (fix: pass the "
-                            f"out_dir of an earlier run, or start one with --init_from=scratch)")
-        ckpt = load_checkpoint(out_dir, device, prefer=(LAST_NAME, CKPT_NAME))
-        if ckpt.get("optimizer") is None:
-            raise UserError(f"{ckpt['path']} has weights only (e.g. from pangu.inherit), nothing to resume "
-                            f"(fix: --init_from={ckpt['path']} to start a new run from it)")
-        say(f"resuming from {ckpt['path']} at iteration {ckpt['iter_num']}")
-        args = dict(ckpt["model_args"])
-        # dropout may change between sessions; anything else changes the architecture. vocab_size came
-        # from meta.json, not the variant's preset, unless the user set it
-        wanted = model_args(config, explicit, base=args)
-        wanted["vocab_size"] = wanted["vocab_size"] if "vocab_size" in explicit else args["vocab_size"]
-        for key in sorted(k for k in wanted if k != "dropout" and wanted[k] != args.get(k)):
-            raise UserError(f"resume: {key}={wanted[key]!r} differs from the checkpoint's {key}={args.get(key)!r} "
-                            f"(fix: drop that override, or start a new run from its weights: --init_from={ckpt['path']} "
-                            f"--allow_partial_init=True)")
-        args["dropout"] = wanted["dropout"]
-    else:
-        ckpt = checkpoint_dict(init_from, say=say) if is_hf_dir(init_from) else load_checkpoint(init_from, device)
-        args = model_args(config, explicit, base=ckpt["model_args"], vocab_size=meta["vocab_size"])
-    if ckpt is not None:   # first: another tokenizer's data also shows up as a vocab_size mismatch below
-        check_finite(ckpt["model"], ckpt["path"])
-        if ckpt.get("tokenizer_id") not in (None, tokenizer_id(meta)):   # older checkpoints record none
-            raise UserError(f"{ckpt['path']} was trained with another tokenizer than {config['data_dir']}'s (its "
-                            f"dataset: {ckpt.get('dataset')}) (fix: --dataset/--data_dir of that run, or --init_from=scratch)")
-    if args["vocab_size"] < meta["vocab_size"]:
-        raise UserError(f"vocab_size {args['vocab_size']} is smaller than the dataset's {meta['vocab_size']} tokens "
-                        f"(fix: drop --vocab_size, it is read from meta.json)")
-    return args, ckpt
-
-
-def available_variants():
-    """Names of variants/<name>.py modules, or None if the variants package cannot be inspected."""
-    try:
-        variants = importlib.import_module("variants")
-    except ImportError:
-        return None
-    if hasattr(variants, "available"):
-        return sorted(variants.available())
-    if hasattr(variants, "__path__"):
-        return sorted(m.name for m in pkgutil.iter_modules(variants.__path__) if not m.name.startswith("_"))
-    return None
-
-
-def load_variant(name, fields=None):
-    """variants.load(name) as a dict of GPTConfig fields, with one-line errors."""
-    try:
-        variants = importlib.import_module("variants")
-    except ImportError:
-        raise UserError(f"variant '{name}' requested but the variants/ package is missing "
-                          f"(fix: run from the repository root, or drop --variant)") from None
-    names = available_variants()
-    listing = ", ".join(names) if names else "none found"
-    if names is not None and name not in names:
-        raise UserError(f"unknown variant '{name}' (fix: use one of: {listing})")
-    try:
-        cfg = dict(variants.load(name))
-    except (KeyError, ValueError, ImportError) as e:
-        raise UserError(f"unknown variant '{name}': {e} (fix: use one of: {listing})") from None
-    if fields is None:
-        fields = gpt_config_defaults()
-    bad = sorted(k for k in cfg if k not in fields)
-    if bad:
-        raise UserError(f"variant '{name}' sets unknown model keys {bad} (fix: edit variants/{name}.py)")
-    return cfg

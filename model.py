@@ -9,14 +9,15 @@ Read top to bottom:
   5. layer sharing plan   - one mechanism for MobileLLM repeats, ALBERT, groups, ShishuLM pairs
   6. DecoderStack         - the layers of one branch, with lgpt/cgpt width halving between groups
   7. GPT                  - embeddings (factorized or not), pgpt branches, Deep Thinking passes, head
-  8. generation           - GPT.new_cache / decode_step; the cache and the sampling loop are in decoding/
+  8. initialisation       - the std of every weight: GPT-2, constant, InternLM, PanGu's depth-adaptive (paper 003)
+  9. generation           - the KV cache and the sampling loop (sample.py adds a compiled step for --compile)
 
 Papers (text in ../shared/papers/):
   000 MobileLLM-style compact model (double up-projection, SwiGLU, GQA, embedding sharing,
       layer sharing, enhanced residual, Deep Thinking)
   001 ShishuLM (attention only in the first blocks, MLP-only blocks after, paired weight sharing)
   002 GPT-Efficio (factorized embedding, cross-layer parameter sharing)
-  003 PanGu-pi Pro (init formulas: pangu/init_schemes.py; tokenizer, inheritance: pangu/)
+  003 PanGu-pi Pro (init formulas here; the compact tokenizer in prepare.py; inheritance in tools/pangu/)
   004 ParallelGPT / LinearGPT / ConvGPT
 """
 
@@ -27,10 +28,6 @@ from typing import Optional
 import torch
 import torch.nn as nn
 from torch.nn import functional as F
-
-import decoding.generate
-from decoding.cache import InferenceCache
-from pangu.init_schemes import INIT_SCHEMES, init_stds, merge_blocks
 
 
 # --- 1. Configuration -------------------------------------------------------------------------
@@ -84,7 +81,7 @@ class GPTConfig:
     shrink_every: int = 0           # halve the width after every `shrink_every` layers; 0 = off
     shrink_layer: str = "linear"    # "linear" (lgpt) | "conv" (cgpt)
     shrink_kernel: int = 1          # Conv1d kernel size for cgpt; >1 is causal (left padding only)
-    # --- initialisation (003 3.1, Table 4, Appendix B; formulas in pangu/init_schemes.py) ---
+    # --- initialisation (003 3.1, Table 4, Appendix B; formulas in init_stds, section 8) ---
     init_scheme: str = "gpt2"       # "gpt2" | "constant" | "internlm" | "depth_adaptive"
     init_std: float = 0.02
 
@@ -258,7 +255,7 @@ class MLP(nn.Module):
         return self.dropout(y) if self.training else y   # eval: no module call for a no-op (decode speed)
 
 
-# --- 3. Attention: GQA, the KV cache (decoding/cache.py), Deep Thinking memory ----------------
+# --- 3. Attention: GQA, the KV cache (section 9), Deep Thinking memory ----------------------------
 
 class ForwardContext:
     """Per-call state shared by all layers: where the new tokens start, the cache, the Deep Thinking pass."""
@@ -605,13 +602,6 @@ class GPT(nn.Module):
         plan = self._init_plan()
         self.apply(lambda module: self._init_weights(module, plan))
 
-    @classmethod
-    def from_pretrained(cls, name_or_dir, device="cpu", verbose=True):
-        """A Hugging Face GPT2LMHeadModel / LlamaForCausalLM / MobileLLM checkpoint (a local directory or a hub
-        name) as our GPT; refuses what it cannot represent exactly. The mapping is in huggingface/convert.py."""
-        from huggingface.convert import from_pretrained
-        return from_pretrained(name_or_dir, device, verbose)
-
     # --- initialisation (paper 003 3.1, Table 4, Appendix B) ---
     def _init_weights(self, module, plan):
         """Every Linear, Conv1d and Embedding weight ~ N(0, std), biases 0. The std is init_std, except for
@@ -785,18 +775,187 @@ class GPT(nn.Module):
         tokens = fwdbwd_per_iter * self.config.block_size
         return self.flops_per_token() * tokens / dt / peak_flops
 
-    # --- 8. generation ---
-    def new_cache(self, static=False):
-        return InferenceCache(self.config.block_size, static)
+    # --- generation (section 9) ---
+    def new_cache(self):
+        return InferenceCache(self.config.block_size)
 
     def decode_step(self, idx, cache):
         """Logits (B, 1, V) after one more token per sequence, idx (B, 1), continuing the cached ones."""
         return self(idx, cache=cache)[0]
 
-    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_kv_cache=True, generator=None, compile=False):
-        """Sample max_new_tokens tokens after idx (B, T): the loop (KV cache, re-priming) is decoding/generate.py."""
-        return decoding.generate.generate(self, idx, max_new_tokens, temperature, top_k, use_kv_cache, generator, compile)
+    @torch.inference_mode()
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_kv_cache=True, generator=None,
+                 cache=None, step=None):
+        """Sample max_new_tokens tokens after idx (B, T).
+
+        With the KV cache each step feeds one token through the cached keys/values. When the window is
+        full (block_size tokens) it is re-primed with the most recent block_size // 2 tokens: positions
+        restart at 0, which keeps learned/RoPE positions inside what the model was trained on. The
+        plain path (use_kv_cache=False) feeds the very same window each step, so both paths compute
+        the same logits and, with the same generator, produce the same text.
+        cache, step: another cache and single-token step (sample.py --compile: a static cache, a compiled step).
+        """
+        was_training = self.training
+        self.eval()
+        block_size = self.config.block_size
+        if use_kv_cache:
+            cache = cache if cache is not None else self.new_cache()
+            step = step or self.decode_step
+        else:
+            cache = None
+        window_start, prime, idx_next = 0, True, None   # idx_next: the token sampled last
+        for _ in range(max_new_tokens):
+            if idx.size(1) - window_start > block_size:  # window full: keep the recent half
+                window_start = idx.size(1) - max(1, block_size // 2)
+                prime = True
+            if cache is None:
+                logits, _ = self(idx[:, window_start:])
+            elif prime:
+                cache.reset()   # same buffers, positions from 0
+                logits, _ = self(idx[:, window_start:], cache=cache)
+                prime = False
+            else:
+                logits = step(idx_next, cache)   # the last token (B, 1): same strides every step
+            idx_next = sample_next(logits[:, -1, :], temperature, top_k, generator)
+            idx = torch.cat((idx, idx_next), dim=1)
+        self.train(was_training)
+        return idx
 
 
 def _matmul_params(module):
     return sum(p.numel() for p in module.parameters() if p.dim() >= 2)
+
+
+# --- 8. Initialisation (paper 003, PanGu-pi Pro, 3.1, Table 4, Appendix B) ----------------------
+
+INIT_SCHEMES = ("gpt2", "constant", "internlm", "depth_adaptive")
+
+
+def init_stds(config, depth):
+    """Std of each attention (q, k, v, out) and FFN (up, gate, down) weight of a layer at relative depth
+    `depth` = l / (L - 1) (0 = first layer, 1 = last; L = layers per branch; 0 when L = 1). sigma = init_std,
+    N = 2 * n_layer (residual sub-layers; a shared or MLP-only layer still counts two, as this repository's gpt2
+    scheme always did). Embeddings, the head and lgpt/cgpt shrink layers always use sigma.
+      constant        sigma everywhere. Paper 003 3.1/Table 4: the best of its three and its recommendation
+                      for tiny models; paper 001 5: "mean = 0 and standard deviation = 0.02".
+      gpt2            out, down: sigma / sqrt(N) (GPT-2's code: the projections that write into the residual
+                      stream). Paper 003 3.1 describes GPT-2 as scaling "all linear layer parameters" by
+                      1/sqrt(N); we follow GPT-2's code.
+      internlm        out and gate: sigma / sqrt(N). Paper 003 3.1: InternLM applies the same scale "only to
+                      ... the out projection in MHA layers and the gate projection in MLP layers". Ours: a
+                      standard (ungated) FFN has no gate, so its up projection, the one the activation reads,
+                      takes the gate's scale.
+      depth_adaptive  paper 003 Appendix B (Table 11, "Ours"): q, k "decrease from sqrt(2) sigma to sigma",
+                      v, out "increase from sigma / sqrt(2) to sigma" as the layer index grows; FFN sigma.
+                      The paper gives only the end points; linear in depth is ours:
+                        q, k:    sigma * (sqrt(2) - (sqrt(2) - 1) * depth)
+                        v, out:  sigma * (1/sqrt(2) + (1 - 1/sqrt(2)) * depth)
+    """
+    sigma, scheme = config.init_std, config.init_scheme
+    std = dict.fromkeys(("q", "k", "v", "out", "up", "gate", "down"), sigma)
+    scaled = sigma / math.sqrt(2 * config.n_layer)
+    if scheme == "gpt2":
+        std.update(out=scaled, down=scaled)
+    elif scheme == "internlm":
+        std.update({"out": scaled, "gate" if config.mlp_type == "gated" else "up": scaled})
+    elif scheme == "depth_adaptive":
+        qk = sigma * (math.sqrt(2) - (math.sqrt(2) - 1) * depth)
+        vo = sigma * (1 / math.sqrt(2) + (1 - 1 / math.sqrt(2)) * depth)
+        std.update(q=qk, k=qk, v=vo, out=vo)
+    return std
+
+
+def merge_blocks(blocks):
+    """[(rows, std), ...] with neighbouring blocks of the same std joined (one draw, as for a plain Linear)."""
+    merged = []
+    for rows, std in blocks:
+        if merged and merged[-1][1] == std:
+            rows += merged.pop()[0]
+        merged.append((rows, std))
+    return merged
+
+
+# --- 9. Generation: the KV cache and sampling ----------------------------------------------------
+
+class KVCache:
+    """Keys and values of one attention application, preallocated for `max_len` positions.
+    GQA: only the n_kv_head heads are stored, so the cache shrinks by n_head / n_kv_head."""
+
+    def __init__(self, max_len):
+        self.max_len = max_len
+        self.k = self.v = None
+
+    def allocate(self, k, v):
+        shape = (k.size(0), k.size(1), self.max_len, k.size(3))
+        self.k, self.v = k.new_zeros(shape), v.new_zeros(shape)
+
+    def append(self, k, v, start):
+        """Write k, v (B, H_kv, T, D) at positions start.. and return all keys/values up to there."""
+        if self.k is None:
+            self.allocate(k, v)
+        end = start + k.size(2)
+        self.k.narrow(2, start, k.size(2)).copy_(k)
+        self.v.narrow(2, start, v.size(2)).copy_(v)
+        return self.k.narrow(2, 0, end), self.v.narrow(2, 0, end)
+
+    def nbytes(self):
+        return 0 if self.k is None else 2 * self.k.numel() * self.k.element_size()
+
+
+class InferenceCache:
+    """Everything incremental decoding needs, keyed by the *application* of a layer.
+
+    A slot is (branch, layer, think_pass), so a shared block applied twice, each pgpt branch and each
+    Deep Thinking pass get their own entries:
+      kv[slot]         keys/values of that attention application (KVCache)
+      memory[slot]     Deep Thinking's memory after that pass (KVCache; read by the next pass)
+      conv_tail[slot]  the last kernel-1 inputs of a causal ConvShrink (cgpt)
+    `length` is the number of tokens already seen.
+    """
+    static = False   # sample.py's StaticCache (a compiled decode step) sets True: positions in a tensor
+
+    def __init__(self, max_len):
+        self.max_len = max_len
+        self.length = 0
+        self.kv, self.memory, self.conv_tail = {}, {}, {}
+
+    def get(self, table, slot):
+        if slot not in table:
+            table[slot] = KVCache(self.max_len)
+        return table[slot]
+
+    def conv_window(self, slot, x, n_past, start):
+        """cgpt's causal Conv1d (ConvShrink): x (B, T, C) preceded by the n_past inputs before it (zeros
+        before position 0); the last n_past inputs are kept for the next call."""
+        past = self.conv_tail.get(slot)
+        if past is None or start == 0:
+            past = x.new_zeros(x.size(0), n_past, x.size(2))
+        window = torch.cat([past, x], dim=1)
+        self.conv_tail[slot] = window[:, window.size(1) - n_past:]
+        return window
+
+    def advance(self, n):
+        self.length += n
+
+    def reset(self):
+        """Start a new sequence (the allocated buffers are reused)."""
+        self.length = 0
+
+    def nbytes(self):
+        return sum(c.nbytes() for table in (self.kv, self.memory) for c in table.values())
+
+
+def sample_next(logits, temperature=1.0, top_k=None, generator=None):
+    """Pick the next token from last-position logits (B, V): greedy at temperature 0, else top-k sampling."""
+    if temperature == 0:
+        return logits.argmax(dim=-1, keepdim=True)
+    logits = logits.float() / temperature
+    if top_k is not None and top_k < logits.size(-1):   # top_k >= vocabulary: nothing to cut
+        kth = torch.topk(logits, top_k).values[:, [-1]]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = F.softmax(logits, dim=-1)
+    # torch.multinomial(probs, 1) draws its token this very way (the same token, the same generator state:
+    # tested), but first checks probs with several extra ops; in a decode step that is ~0.2 ms (gpt-fast
+    # samples the same way). argmax of p_i / E_i with E_i ~ Exp(1) picks token i with probability p_i.
+    race = torch.empty_like(probs).exponential_(generator=generator)
+    return torch.argmax(probs / race, dim=-1, keepdim=True)

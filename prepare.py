@@ -5,7 +5,6 @@ Dataset preparation.
     python prepare.py shakespeare                  # GPT-2 BPE
     python prepare.py shakespeare --vocab_size 8192   # compact GPT-2 BPE -> data/shakespeare_v8192/
     python prepare.py wikitext103 [--source wikitext-103-raw-v1.zip]
-    python prepare.py bench_tokenize [--mb 32]     # tokenization throughput, 1 worker vs all
 
 Every dataset is written to data/<dataset>/ (or --out_dir) as train.bin / val.bin (/ test.bin):
 flat uint16 token ids that np.memmap(path, dtype=np.uint16, mode="r") reads, plus meta.json that
@@ -16,7 +15,8 @@ GPT2_TIKTOKEN_FILE (or --gpt2_ranks) a local gpt2.tiktoken ranks file, --source 
 WIKITEXT103_SOURCE) a local wikitext-103-raw-v1.zip or its extracted folder.
 
 Library use: prepare(dataset, **opts) -> out_dir. The tokenizers meta.json describes are read back by
-runfiles/tokenizer.py (load_tokenizer(data_dir)); the compact vocabulary is chosen by pangu/compact_vocab.py.
+dataset.py (load_tokenizer(data_dir)); the compact vocabulary of paper 003 is chosen here (build_compact).
+Tokenization throughput: python -m tools.bench_tokenize.
 """
 import argparse
 import base64
@@ -33,11 +33,10 @@ from multiprocessing import Pool
 
 import numpy as np
 
+from checkpoint import atomic_open, check_out_dir, remove_stale_temp_files
 from configurator import ArgumentParser, UserError
-from pangu.compact_vocab import build_compact
-from runfiles.checkpoint import atomic_open, check_out_dir, remove_stale_temp_files
-from runfiles.tokenizer import (GPT2_EOT_ID, GPT2_VOCAB_SIZE, CharTokenizer, compact_encoding, get_gpt2_encoding,
-                                one_line)
+from dataset import (GPT2_EOT_ID, GPT2_PAT_STR, GPT2_VOCAB_SIZE, CharTokenizer, compact_encoding, get_gpt2_encoding,
+                     one_line)
 
 SHAKESPEARE_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 SHAKESPEARE_BYTES = 1115394
@@ -325,6 +324,170 @@ def prepare_shakespeare(out_dir, input_path=None, gpt2_ranks=None, vocab_size=No
 
 
 # -----------------------------------------------------------------------------
+# paper 003 (PanGu-pi Pro) 2.1: a compact tokenizer. Keep the K GPT-2 tokens most frequent in the training
+# split (plus the 256 single bytes, every kept token's merge parents, and eot), so the embedding and head
+# shrink while any text still encodes; report the coverage of the top-k tokens (Fig. 2) and PEHL, the share
+# of parameters in embedding + head.
+
+def gpt2_ranks(enc):
+    """bytes -> rank for the mergeable GPT-2 tokens (rank == token id for GPT-2)."""
+    return {enc.decode_single_token_bytes(i): i for i in range(GPT2_EOT_ID)}
+
+
+def bpe_parts(token, ranks, max_rank):
+    """Run byte-pair merging on `token`'s bytes using only merges of rank < max_rank.
+
+    This is tiktoken's merge order (always merge the adjacent pair whose concatenation has the
+    lowest rank). Run with max_rank = rank(token) it stops one merge short of the token, i.e. it
+    returns the token's two merge parents.
+    """
+    parts = [token[i:i + 1] for i in range(len(token))]
+    while len(parts) > 1:
+        best_rank, best_i = None, None
+        for i in range(len(parts) - 1):
+            r = ranks.get(parts[i] + parts[i + 1])
+            if r is not None and r < max_rank and (best_rank is None or r < best_rank):
+                best_rank, best_i = r, i
+        if best_i is None:
+            break
+        parts[best_i:best_i + 2] = [parts[best_i] + parts[best_i + 1]]
+    return parts
+
+
+def merge_parents(token, ranks):
+    """The two lower-ranked tokens whose merge produces `token` (empty for a single byte)."""
+    if len(token) == 1:
+        return ()
+    rank = ranks[token]
+    parts = bpe_parts(token, ranks, rank)
+    if len(parts) == 2:
+        return tuple(parts)
+    # Not reachable by BPE (never happens for GPT-2): any split into two lower-ranked tokens.
+    for i in range(1, len(token)):
+        if ranks.get(token[:i], rank) < rank and ranks.get(token[i:], rank) < rank:
+            return token[:i], token[i:]
+    raise ValueError(f"token {token!r} has no merge parents in the vocabulary")
+
+
+def select_compact_tokens(counts, ranks, vocab_size):
+    """Choose vocab_size-1 GPT-2 tokens (eot is added on top) by training-set frequency.
+
+    Always keeps the 256 single bytes (lossless encoding) and every kept token's merge parents,
+    recursively (so BPE over the subset can still build each kept token). Tokens are visited by
+    decreasing count, ties (and never-seen tokens, used to fill) by rank; a token is kept when it
+    fits together with its missing ancestors. Filling always succeeds: the lowest-ranked token not
+    yet kept has both parents kept. Returns the kept tokens as bytes, in GPT-2 rank order.
+    """
+    if not 257 <= vocab_size <= GPT2_VOCAB_SIZE:
+        raise ValueError(f"vocab_size must be in [257, {GPT2_VOCAB_SIZE}] "
+                         f"(256 byte tokens + <|endoftext|>), got {vocab_size}")
+    by_rank = sorted(ranks, key=ranks.get)
+    kept = {tok for tok in by_rank if len(tok) == 1}
+    budget = vocab_size - 1
+    counts = np.asarray(counts)[:GPT2_EOT_ID]
+    for tid in np.argsort(-counts, kind="stable"):
+        if len(kept) >= budget:
+            break
+        missing = _missing_ancestors(by_rank[tid], ranks, kept)
+        if len(kept) + len(missing) <= budget:
+            kept.update(missing)
+    assert len(kept) == budget
+    return sorted(kept, key=ranks.get)
+
+
+def _missing_ancestors(token, ranks, kept):
+    """`token` plus all of its merge ancestors that are not in `kept`."""
+    missing, stack = set(), [token]
+    while stack:
+        tok = stack.pop()
+        if tok not in kept and tok not in missing:
+            missing.add(tok)
+            stack.extend(merge_parents(tok, ranks))
+    return missing
+
+
+def coverage_table(counts, ks):
+    """[(k, fraction of all tokens covered by the k most frequent token types)] (paper's Fig. 2)."""
+    counts = np.sort(np.asarray(counts, dtype=np.int64))[::-1]
+    cum = np.cumsum(counts) / max(counts.sum(), 1)
+    return [(k, float(cum[min(k, len(cum)) - 1])) for k in ks]
+
+
+def pehl(vocab_size, n_layer, n_embd):
+    """Proportion of parameters in embedding + head: 2*V*d / (2*V*d + 12*L*d^2).
+
+    Untied input embedding and LM head (V*d each); each transformer block counted as 12*d^2
+    (attention 4*d^2 + MLP with 4x expansion 8*d^2), ignoring biases, norms and positions.
+    """
+    vocab_params = 2 * vocab_size * n_embd
+    return vocab_params / (vocab_params + 12 * n_layer * n_embd ** 2)
+
+
+PEHL_FORMULA = "PEHL = 2*V*d / (2*V*d + 12*n_layer*d^2)  (untied embedding+head; block = 4d^2 attn + 8d^2 MLP)"
+
+
+def compact_report(counts, kept_ids, vocab_size, n_layer, n_embd, plot_path=None):
+    """Print coverage of the top-k GPT-2 tokens and PEHL; optionally plot the coverage curve.
+
+    Returns a dict that goes into meta.json.
+    """
+    seen = int((np.asarray(counts) > 0).sum())
+    ks = sorted({k for k in (256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 48000, GPT2_VOCAB_SIZE, vocab_size)})
+    table = coverage_table(counts, ks)
+    kept_cov = float(np.asarray(counts)[kept_ids].sum() / max(np.sum(counts), 1))
+    print(f"GPT-2 tokens in the training split: {int(np.sum(counts)):,} ({seen:,} distinct types)")
+    print(f"{'top-k':>8} {'coverage':>9} {'PEHL':>7}")
+    for k, cov in table:
+        print(f"{k:>8} {100 * cov:8.2f}% {100 * pehl(k, n_layer, n_embd):6.2f}%")
+    print(f"compact vocab ({vocab_size} tokens incl. bytes, merge parents and eot) covers "
+          f"{100 * kept_cov:.2f}% of the GPT-2 tokens")
+    print(f"{PEHL_FORMULA}, n_layer={n_layer}, d={n_embd}: "
+          f"V={GPT2_VOCAB_SIZE}: {100 * pehl(GPT2_VOCAB_SIZE, n_layer, n_embd):.2f}%, "
+          f"V={vocab_size}: {100 * pehl(vocab_size, n_layer, n_embd):.2f}%")
+    if plot_path:
+        plot_coverage(counts, vocab_size, plot_path)
+    return {"coverage_topk": {str(k): cov for k, cov in table}, "kept_coverage": kept_cov,
+            "pehl": {"formula": PEHL_FORMULA, "n_layer": n_layer, "n_embd": n_embd,
+                     "gpt2": pehl(GPT2_VOCAB_SIZE, n_layer, n_embd),
+                     "compact": pehl(vocab_size, n_layer, n_embd)}}
+
+
+def plot_coverage(counts, vocab_size, path):
+    """Save the accumulative frequency of the top-k vocabulary (paper's Figure 2) as a PNG."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    counts = np.sort(np.asarray(counts, dtype=np.int64))[::-1]
+    cum = 100 * np.cumsum(counts) / max(counts.sum(), 1)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot(np.arange(1, len(cum) + 1), cum)
+    ax.axvline(vocab_size, color="gray", ls="--", label=f"k={vocab_size}: {cum[vocab_size - 1]:.2f}%")
+    ax.set_xscale("log")
+    ax.set_xlabel("top-k GPT-2 tokens")
+    ax.set_ylabel("accumulated frequency (%)")
+    ax.legend()
+    fig.tight_layout()
+    with atomic_open(path, "wb") as f:   # a full disk or read-only folder: one-line error, no half file
+        fig.savefig(f, format="png", dpi=120)
+    plt.close(fig)
+    print(f"saved {path}")
+
+
+def build_compact(counts, vocab_size, ranks_path=None, n_layer=12, n_embd=768, plot_path=None):
+    """From GPT-2 token counts of a training split: (compact encoding, meta fields, report)."""
+    base = get_gpt2_encoding(ranks_path)
+    ranks = gpt2_ranks(base)
+    tokens = select_compact_tokens(counts, ranks, vocab_size)
+    kept_ids = [ranks[t] for t in tokens]
+    report = compact_report(counts, kept_ids, vocab_size, n_layer, n_embd, plot_path)
+    meta = {"tokenizer": "compact", "vocab_size": vocab_size, "eot_token": vocab_size - 1,
+            "base_tokenizer": "gpt2", "pat_str": GPT2_PAT_STR,
+            "tokens": [base64.b64encode(t).decode("ascii") for t in tokens],
+            "gpt2_ids": kept_ids}
+    return compact_encoding(tokens), meta, report
+
+
+# -----------------------------------------------------------------------------
 # WikiText-103
 
 # A level-1 heading line " = Title = " starts an article; " = = Section = = " does not.
@@ -430,54 +593,6 @@ def prepare_wikitext103(out_dir, source=None, gpt2_ranks=None, vocab_size=None, 
 
 
 # -----------------------------------------------------------------------------
-# tokenization throughput benchmark
-
-def bench_corpus(mb, input_path=None):
-    """About `mb` MB of text as ~100 KB articles: tinyshakespeare repeated when available,
-    else deterministic pseudo-random words."""
-    path = input_path or os.environ.get("SHAKESPEARE_INPUT") or os.path.join("data", "shakespeare_char", "input.txt")
-    if os.path.isfile(path):
-        with open(path, "rb") as f:
-            text, source = f.read(), path
-    else:
-        rng = np.random.default_rng(0)
-        words = [bytes(rng.integers(97, 123, size=rng.integers(1, 10)).astype(np.uint8)) for _ in range(5000)]
-        text = b" ".join(words[i] for i in rng.integers(0, len(words), size=200_000)) + b"\n"
-        source = "generated words"
-    text = text * (int(mb * 1e6) // len(text) + 1)
-    text = text[:int(mb * 1e6)]
-    text = text[:text.rfind(b"\n") + 1]
-    # cut into ~100 KB articles at line boundaries (keeps utf-8 characters whole)
-    arts, start = [], 0
-    while start < len(text):
-        end = text.find(b"\n", start + 100_000)
-        end = len(text) if end < 0 else end + 1
-        arts.append(text[start:end])
-        start = end
-    return arts, source
-
-
-def bench_tokenize(mb=32, input_path=None, gpt2_ranks=None, num_proc=None):
-    """Tokenize ~mb MB through the WikiText parallel path with 1 worker and with all workers."""
-    if not mb > 0:
-        raise UserError(f"--mb must be > 0, got {mb} (fix: --mb=32)")
-    check_positive(num_proc=num_proc)
-    articles, source = bench_corpus(mb, input_path)
-    get_gpt2_encoding(gpt2_ranks)
-    spec = encoding_spec(ranks_path=gpt2_ranks)
-    nbytes = sum(len(a) for a in articles)
-    print(f"corpus: {nbytes / 1e6:.1f} MB ({source}), {len(articles)} articles, GPT-2 encode_ordinary")
-    results = {}
-    for workers in sorted({1, num_proc or os.cpu_count() or 1}):
-        t0 = time.time()
-        ntok = sum(len(ids) for ids, _, _ in iter_tokenized(articles, spec, GPT2_EOT_ID, workers, f"{workers} worker(s)"))
-        dt = time.time() - t0
-        results[workers] = nbytes / 1e6 / dt
-        print(f"workers={workers:3d}: {nbytes / 1e6 / dt:7.2f} MB/s, {ntok / dt / 1e6:6.2f} M tokens/s ({dt:.2f} s, {ntok:,} tokens)")
-    return results
-
-
-# -----------------------------------------------------------------------------
 # entry points
 
 def parse_dataset(name):
@@ -524,7 +639,7 @@ def prepare(dataset, out_dir=None, vocab_size=None, **opts):
 def main(argv=None):
     p = ArgumentParser(prog="python prepare.py", description=__doc__,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("dataset", help="shakespeare_char | shakespeare | wikitext103 | bench_tokenize "
+    p.add_argument("dataset", help="shakespeare_char | shakespeare | wikitext103 "
                                    "(shakespeare_vK / wikitext103_vK = --vocab_size K)")
     p.add_argument("--out_dir", help="output folder (default data/<dataset>, data/<dataset>_v<K> with --vocab_size)")
     p.add_argument("--input", dest="input_path", help="local tinyshakespeare input.txt (env SHAKESPEARE_INPUT)")
@@ -535,14 +650,10 @@ def main(argv=None):
     p.add_argument("--n_embd", type=int, default=768, help="model width for the PEHL report")
     p.add_argument("--no_plot", dest="plot", action="store_false", help="do not save coverage.png")
     p.add_argument("--num_proc", type=int, help="tokenizer worker processes (default: all CPUs)")
-    p.add_argument("--mb", type=float, default=32, help="bench_tokenize: corpus size in MB")
     args = vars(p.parse_args(argv))
-    dataset, mb = args.pop("dataset"), args.pop("mb")
+    dataset = args.pop("dataset")
     try:
-        if dataset == "bench_tokenize":
-            bench_tokenize(mb, args["input_path"], args["gpt2_ranks"], args["num_proc"])
-        else:
-            prepare(dataset, **args)
+        prepare(dataset, **args)
     except UserError as e:
         raise SystemExit(f"error: {e}") from None
 

@@ -7,7 +7,7 @@
 # Evaluation: 80 batches of 12 windows for batch 12, 20 batches of 48 for batch 48 (train.py evaluates with
 # the training batch size), so every model is scored on 960 windows (different ones: a small extra noise).
 # Time measured: 14 min, with 2-4 other jobs on the 2 cores.
-from pangu.scaled_lr import scaled_lr
+from tools.pangu.scaled_lr import scaled_lr
 
 
 def _bs48(r):

@@ -5,7 +5,7 @@
 #   python train.py config/pangu_char_cpu.py config/pangu_lr_bs48_cpu.py                  # r = 0.5: 2e-3
 #   python train.py config/pangu_char_cpu.py config/pangu_lr_bs48_cpu.py --learning_rate=4e-3 --min_lr=4e-4  # r = 1
 #   python train.py config/pangu_char_cpu.py config/pangu_lr_bs48_cpu.py --learning_rate=1e-3 --min_lr=1e-4  # r = 0
-from pangu.scaled_lr import scaled_lr
+from tools.pangu.scaled_lr import scaled_lr
 
 _r = 0.5
 _tokens = 1600 * 12 * 64         # the budget of a 1600-iteration run at batch 12

@@ -9,11 +9,11 @@ import statistics
 
 import pytest
 
-import compare
+from tools import compare
 import prepare
 import train
 from configurator import UserError
-from runfiles import spread
+from tools import spread
 
 PROMPTS = ["Oh God, ", "War is "]
 TEXT_LINES = ["Oh God, what is this war?", "War is a thing of kings and fools.", "Her affability is known.",

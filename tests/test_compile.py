@@ -16,8 +16,10 @@ import os
 import pytest
 import torch
 
-from decoding.generate import compiled_decode_step
-from runfiles import checkpoint
+import sample
+
+from sample import compiled_decode_step
+import checkpoint
 from test_model import FLAGS, make_model, tokens
 from test_train import run
 
@@ -116,8 +118,8 @@ def test_compiled_static_decode_same_tokens(family):
     eager = model.generate(prompt, 40, temperature=0.0)
     counter = GraphCounter("inductor")
     compiled_decode_step(model, backend=counter)   # inductor, counted (generate then reuses it)
-    assert torch.equal(model.generate(prompt, 40, temperature=0.0, compile=True), eager)
-    assert torch.equal(model.generate(prompt, 40, temperature=0.0, compile=True), eager)
+    assert torch.equal(sample.generate(model, prompt, 40, temperature=0.0, compile=True), eager)
+    assert torch.equal(sample.generate(model, prompt, 40, temperature=0.0, compile=True), eager)
     assert counter.graphs == 1
 
 
@@ -133,13 +135,13 @@ def test_static_cache_decode_same_tokens_and_one_graph(family):
     for temperature, top_k in ((0.0, None), (1.0, 5)):
         g1, g2 = torch.Generator().manual_seed(0), torch.Generator().manual_seed(0)
         plain = model.generate(prompt, 40, temperature, top_k, use_kv_cache=False, generator=g1)   # 2 re-primes
-        static = model.generate(prompt, 40, temperature, top_k, compile=True, generator=g2)
+        static = sample.generate(model, prompt, 40, temperature, top_k, compile=True, generator=g2)
         assert torch.equal(static, plain)
     assert counter.graphs == 1
 
 
 def test_compiled_decode_checks_guards_on_the_first_step_of_each_window():
-    """generate(compile=True) skips dynamo's guards after the first compiled step that follows each prime (they
+    """sample.generate(compile=True) skips dynamo's guards after the first compiled step that follows each prime (they
     cost ~0.2 ms a step on a CPU). A call that needs another graph (another batch size) still gets it on its first step, the
     later steps pick the right one of the two, the re-primes of a full window (plain forwards) run with the
     guards on, and no skipping leaks out of generate."""
@@ -160,7 +162,7 @@ def test_compiled_decode_checks_guards_on_the_first_step_of_each_window():
         prompt = tokens(batch, 3, seed=batch)
         plain = model.generate(prompt, n_new, 1.0, 5, use_kv_cache=False, generator=torch.Generator().manual_seed(1))
         primes_unchecked.clear()
-        static = model.generate(prompt, n_new, 1.0, 5, compile=True, generator=torch.Generator().manual_seed(1))
+        static = sample.generate(model, prompt, n_new, 1.0, 5, compile=True, generator=torch.Generator().manual_seed(1))
         assert torch.equal(static, plain)
         assert len(primes_unchecked) >= 3 and not any(primes_unchecked)
         assert not eval_frame._stance.skip_guard_eval_unsafe
@@ -170,7 +172,7 @@ def test_compiled_decode_checks_guards_on_the_first_step_of_each_window():
 def test_static_cache_refuses_deep_thinking():
     model = make_model("deep_thinking")
     with pytest.raises(ValueError, match="static cache does not support Deep Thinking"):
-        model(tokens(1, 4), cache=model.new_cache(static=True))
+        model(tokens(1, 4), cache=sample.StaticCache(model.config.block_size))
 
 
 # --- bf16 autocast on the CPU ----------------------------------------------------------------------

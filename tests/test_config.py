@@ -5,7 +5,10 @@ import types
 import pytest
 
 import configurator
-from configurator import UserError, load_config, model_args
+from configurator import UserError, load_config
+import train
+import variants
+from train import model_args
 
 DEFAULTS = dict(out_dir="out", batch_size=12, learning_rate=6e-4, compile=False, lr_decay_iters=None,
                 n_layer=12, dropout=0.0, betas=(0.9, 0.95), variant="")
@@ -125,7 +128,7 @@ def test_variant_precedence(fake_variants, tmp_path):
     f.write_text("variant = 'wide'\nn_layer = 5\n")
     cfg, explicit = load_config(TRAIN_DEFAULTS, [str(f), "--block_size=32"])
     args = model_args(cfg, explicit)
-    defaults = configurator.gpt_config_defaults()
+    defaults = train.gpt_config_defaults()
     assert args["n_embd"] == 64 and args["n_head"] == 4     # variant beats GPTConfig defaults
     assert args["n_layer"] == 5 and args["block_size"] == 32  # explicit keys beat the variant
     assert args["bias"] == defaults["bias"]                  # untouched keys keep GPTConfig defaults
@@ -143,11 +146,9 @@ def test_unknown_variant_lists_available(fake_variants):
 
 
 def test_real_variants_load():
-    names = configurator.available_variants()
-    if not names:
-        pytest.skip("variants/ package not present")
+    names = variants.available()
     for name in names:
-        assert isinstance(configurator.load_variant(name), dict)
+        assert isinstance(train.load_variant(name), dict)
 
 
 def test_train_main_reports_config_errors_in_one_line():

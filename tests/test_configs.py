@@ -6,7 +6,8 @@ import pytest
 import torch
 
 import train
-from configurator import load_config, model_args
+from configurator import load_config
+from train import model_args
 from model import GPT, GPTConfig
 
 CONFIGS = sorted(glob.glob(os.path.join(os.path.dirname(__file__), "..", "config", "*.py")))
@@ -16,7 +17,7 @@ CONFIGS = sorted(glob.glob(os.path.join(os.path.dirname(__file__), "..", "config
 def test_config_builds_a_valid_model(path):
     defaults = dict(train.DEFAULTS)
     if os.path.basename(path).startswith(("compare_", "ablation_")):
-        import compare
+        from tools import compare
         defaults = compare.defaults()
     config, explicit = load_config(defaults, [path])
     args = model_args(config, explicit)   # compare configs: the shared sizes on top of the default model

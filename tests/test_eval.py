@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from eval import evaluate_split, metrics, split_counts, window_plan
+from tools.eval import evaluate_split, metrics, split_counts, window_plan
 from model import GPT, GPTConfig
 
 BLOCK = 8
@@ -152,7 +152,7 @@ def test_metric_formulas_on_known_numbers():
 
 
 def test_split_counts_prefers_meta_then_decodes():
-    from runfiles.tokenizer import CharTokenizer
+    from dataset import CharTokenizer
     tok = CharTokenizer(list(" ab\u00e9"))
     data = np.array(tok.encode("ab \u00e9a b"), dtype=np.uint16)
     meta = {"splits": {"val": {"tokens": 7, "words": 10, "bytes": 99}}}
@@ -164,8 +164,8 @@ def test_split_counts_prefers_meta_then_decodes():
 
 def test_eval_cli_in_process(tmp_path, capsys):
     """eval.main on a saved tiny checkpoint prints a row per split with the method stated."""
-    import eval as eval_script
-    from runfiles.checkpoint import atomic_save
+    from tools import eval as eval_script
+    from checkpoint import atomic_save
     data_dir = tmp_path / "data"
     data_dir.mkdir()
     chars = [chr(ord("a") + i) for i in range(VOCAB)]

@@ -17,8 +17,8 @@ import torch
 import train
 from configurator import UserError
 from conftest import ROOT, tiny_config, write_token_dataset
-from runfiles import checkpoint
-from runfiles.runlog import CsvLog
+import checkpoint
+from train import CsvLog
 
 
 def snapshot(directory):
@@ -69,7 +69,7 @@ def entry_point(name):
 
 # --- data of another tokenizer -------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("script", ["sample", "eval"])
+@pytest.mark.parametrize("script", ["sample", "tools.eval"])
 def test_recorded_data_dir_prepared_again_with_another_tokenizer(finished, tmp_path, script):
     """The dataset folder a checkpoint recorded was prepared again since (another text, another vocabulary): its
     ids now mean other text, so sampling or scoring with it is refused (it used to crash or print wrong numbers)."""
@@ -79,14 +79,14 @@ def test_recorded_data_dir_prepared_again_with_another_tokenizer(finished, tmp_p
 
 
 @pytest.mark.parametrize("module,args", [
-    ("pangu.refine", []),
-    ("pangu.inherit", ["--n_layer=1", "--n_embd=16", "--neurons=taylor"]),   # Taylor scores need calibration data
+    ("tools.pangu.refine", []),
+    ("tools.pangu.inherit", ["--n_layer=1", "--n_embd=16", "--neurons=taylor"]),   # Taylor scores need calibration data
 ])
 def test_pangu_tools_refuse_data_of_another_tokenizer(finished, tmp_path, module, args):
     other = write_token_dataset(tmp_path / "other", vocab_size=12)
     out_dir = copy_run(finished, tmp_path)
     before = snapshot(out_dir)
-    where = [f"--out_dir={out_dir}"] if module == "pangu.refine" else [f"--from={out_dir}",
+    where = [f"--out_dir={out_dir}"] if module == "tools.pangu.refine" else [f"--from={out_dir}",
                                                                       f"--out_dir={tmp_path / 'small'}"]
     one_error_line(entry_point(module), where + args + [f"--data_dir={other}"], "another tokenizer")
     assert snapshot(out_dir) == before and not (tmp_path / "small").exists()
@@ -95,7 +95,7 @@ def test_pangu_tools_refuse_data_of_another_tokenizer(finished, tmp_path, module
 def test_refined_segments_of_another_dataset_are_refused(finished, tmp_path):
     """refine.json beside refine.npy records the train split it indexes; a train split of another length
     (another dataset) is refused before anything is written."""
-    from pangu import refine
+    from tools.pangu import refine
     out_dir = copy_run(finished, tmp_path)
     segments = refine.main([f"--out_dir={out_dir}", "--batch_size=256"])
     assert json.load(open(os.path.join(out_dir, "refine.json")))["train_tokens"] == 20000
@@ -125,23 +125,23 @@ def test_eval_damaged_split_is_one_line(finished, tmp_path, damage, words):
             f.write(bytes([40, 0]))
     else:
         open(path, "wb").close()
-    one_error_line(entry_point("eval"), [f"--out_dir={finished['out_dir']}", f"--data_dir={data_dir}",
+    one_error_line(entry_point("tools.eval"), [f"--out_dir={finished['out_dir']}", f"--data_dir={data_dir}",
                                          "--device=cpu"], *words)
 
 
 def test_eval_multiple_choice_file_that_is_not_utf8(finished, tmp_path):
     path = tmp_path / "task.jsonl"
     path.write_bytes('{"context": "caf\xe9"}\n'.encode("latin-1"))
-    one_error_line(entry_point("eval"), [f"--out_dir={finished['out_dir']}", f"--mc_file={path}", "--device=cpu"],
+    one_error_line(entry_point("tools.eval"), [f"--out_dir={finished['out_dir']}", f"--mc_file={path}", "--device=cpu"],
                    str(path), "UTF-8")
 
 
-@pytest.mark.parametrize("script", ["sample", "eval"])
+@pytest.mark.parametrize("script", ["tools.huggingface.sample", "tools.eval"])
 def test_hugging_face_model_with_nan_weights_is_refused(finished, tmp_path, script):
     """The NaN check of our checkpoints holds for --init_from=<Hugging Face directory> too (it used to sample
     into a torch.multinomial traceback and print a NaN table with exit code 0)."""
     hf_dir = tmp_path / "hf"
-    entry_point("huggingface.convert")(["export", f"--ckpt={finished['out_dir']}", f"--out={hf_dir}", "--format=bin"])
+    entry_point("tools.huggingface.convert")(["export", f"--ckpt={finished['out_dir']}", f"--out={hf_dir}", "--format=bin"])
     weights = torch.load(hf_dir / "pytorch_model.bin", weights_only=True)
     next(iter(weights.values())).fill_(float("nan"))
     torch.save(weights, hf_dir / "pytorch_model.bin")
@@ -155,7 +155,7 @@ def test_hugging_face_model_with_nan_weights_is_refused(finished, tmp_path, scri
     (lambda c: c["model"].pop("ln_f.weight"), ["do not fit its own model_args", "1 missing", "ln_f.weight"]),
     (lambda c: c["model"].update(extra=torch.zeros(2)), ["do not fit its own model_args", "1 unexpected (e.g. extra)"]),
 ])
-@pytest.mark.parametrize("script", ["sample", "eval"])
+@pytest.mark.parametrize("script", ["sample", "tools.eval"])
 def test_damaged_checkpoint_names_what_is_wrong(finished, tmp_path, script, edit, words):
     out_dir = copy_run(finished, tmp_path, edit)
     one_error_line(entry_point(script), [f"--out_dir={out_dir}", "--device=cpu"], *words)
@@ -193,8 +193,8 @@ def test_full_disk_while_logging_is_one_line(tmp_path):
 
 @pytest.mark.parametrize("module,args", [
     ("prepare", ["shakespeare_char", "--out_dir", "{file}/data"]),
-    ("pangu.inherit", ["--from={run}", "--out_dir={file}", "--n_layer=1"]),
-    ("huggingface.convert", ["export", "--ckpt={run}", "--out={file}/hf"]),
+    ("tools.pangu.inherit", ["--from={run}", "--out_dir={file}", "--n_layer=1"]),
+    ("tools.huggingface.convert", ["export", "--ckpt={run}", "--out={file}/hf"]),
 ])
 def test_output_folder_that_is_a_file(finished, tmp_path, module, args):
     taken = tmp_path / "taken"
@@ -208,9 +208,9 @@ def test_output_folder_that_is_a_file(finished, tmp_path, module, args):
     ("prepare", [], ["required: dataset"]),
     ("prepare", ["shakespeare", "--vocab_size", "many"], ["--vocab_size", "many"]),
     ("prepare", ["shakespeare", "--vocab_size", "1024", "--n_layer", "-1"], ["--n_layer must be >= 1"]),
-    ("prepare", ["bench_tokenize", "--mb", "0"], ["--mb must be > 0"]),   # used to print 0 MB/s rows
-    ("prepare", ["bench_tokenize", "--num_proc", "-1"], ["--num_proc must be >= 1"]),
-    ("huggingface.convert", ["export", "--ckpt=x"], ["required: --out"]),
+    ("tools.bench_tokenize", ["--mb=0"], ["--mb must be > 0"]),   # used to print 0 MB/s rows
+    ("tools.bench_tokenize", ["--num_proc=-1"], ["--num_proc must be >= 1"]),
+    ("tools.huggingface.convert", ["export", "--ckpt=x"], ["required: --out"]),
 ])
 def test_command_line_mistakes_are_one_line(module, args, words):
     one_error_line(entry_point(module), args, *words)
@@ -286,14 +286,15 @@ def test_second_ctrl_c_during_the_save_says_what_is_kept(tiny_train_config, monk
 def test_compare_dir_that_is_a_file(tmp_path):
     taken = tmp_path / "taken"
     taken.write_text("not a folder")
-    r = subprocess.run([sys.executable, os.path.join(ROOT, "compare.py"), "--variants=gpt", "--max_iters=2",
-                        f"--compare_dir={taken}"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    r = subprocess.run([sys.executable, "-m", "tools.compare", "--variants=gpt", "--max_iters=2",
+                        f"--compare_dir={taken}"], capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                       env=dict(os.environ, PYTHONPATH=ROOT))
     assert r.returncode == 1 and r.stderr.strip().startswith("error: ") and "Traceback" not in r.stderr, r.stderr
 
 
 def test_bench_refuses_nonpositive_counts(tmp_path):
-    r = subprocess.run([sys.executable, os.path.join(ROOT, "bench.py"), "--variants=gpt", "--measure=sample",
+    r = subprocess.run([sys.executable, "-m", "tools.bench", "--variants=gpt", "--measure=sample",
                         "--gen_tokens=-5", "--device=cpu", "--n_layer=1", "--n_embd=16", "--n_head=2",
                         "--block_size=16", "--vocab_size=32", "--seq_lens=8"],
-                       capture_output=True, text=True, timeout=120, cwd=tmp_path)
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path, env=dict(os.environ, PYTHONPATH=ROOT))
     assert r.returncode == 1 and r.stderr.strip().startswith("error: --gen_tokens"), r.stdout + r.stderr

@@ -19,9 +19,9 @@ from safetensors.torch import load_file, save_file  # noqa: E402
 from transformers import (AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel, LlamaConfig,  # noqa: E402
                           LlamaForCausalLM)
 
-from runfiles.checkpoint import atomic_save  # noqa: E402
-from huggingface import convert  # noqa: E402
-from huggingface.convert import ConversionError, export, gpt_config_from_hf  # noqa: E402
+from checkpoint import atomic_save  # noqa: E402
+from tools.huggingface import convert  # noqa: E402
+from tools.huggingface.convert import ConversionError, export, from_pretrained, gpt_config_from_hf  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -103,7 +103,7 @@ def assert_same_function(ours, theirs, vocab):
 @pytest.mark.parametrize("name", list(HF_MODELS))
 def test_import_matches_transformers(hf_dirs, name, capsys):
     theirs, path = hf_dirs[name]
-    ours = GPT.from_pretrained(path)
+    ours = from_pretrained(path)
     assert f"imported {type(theirs).__name__}" in capsys.readouterr().err
     c = ours.config
     assert c.tie_embeddings == theirs.config.tie_word_embeddings
@@ -128,7 +128,7 @@ def test_import_pytorch_model_bin_and_old_gpt2_keys(hf_dirs, tmp_path):
         tensors[f"h.{i}.attn.bias"] = torch.tril(torch.ones(n, n)).view(1, 1, n, n)
     torch.save(tensors, tmp_path / "pytorch_model.bin")
     (tmp_path / "config.json").write_text(open(os.path.join(path, "config.json")).read())
-    ours = GPT.from_pretrained(str(tmp_path), verbose=False)
+    ours = from_pretrained(str(tmp_path), verbose=False)
     assert_same_function(ours, theirs, theirs.config.vocab_size)
 
 
@@ -169,7 +169,7 @@ def test_mobilellm_layer_sharing_matches_repeated_llama(tmp_path):
     with torch.no_grad():
         for i in range(0, 6, 2):
             llama.model.layers[i + 1].load_state_dict(llama.model.layers[i].state_dict())
-    ours = GPT.from_pretrained(mobilellm_dir(tmp_path, llama, layer_sharing=True), verbose=False)
+    ours = from_pretrained(mobilellm_dir(tmp_path, llama, layer_sharing=True), verbose=False)
     c = ours.config
     assert (c.n_layer, c.share_group_size, c.tie_embeddings) == (6, 2, True)
     assert len(ours.branches[0].attn) == 3 and len(ours.branches[0].mlp) == 3
@@ -222,18 +222,18 @@ def test_import_refuses_with_one_line_reason(change, words):
 
 def test_import_refuses_bad_directories(hf_dirs, tmp_path):
     with pytest.raises(ConversionError, match="no config.json"):
-        GPT.from_pretrained(str(tmp_path))
+        from_pretrained(str(tmp_path))
     theirs, path = hf_dirs["gpt2_untied"]
     (tmp_path / "config.json").write_text(open(os.path.join(path, "config.json")).read())
     with pytest.raises(ConversionError, match="no weights"):
-        GPT.from_pretrained(str(tmp_path))
+        from_pretrained(str(tmp_path))
     tensors = load_file(os.path.join(path, "model.safetensors"))
     save_file({k: v for k, v in tensors.items() if k != "lm_head.weight"}, str(tmp_path / "model.safetensors"))
     with pytest.raises(ConversionError, match="no lm_head.weight"):
-        GPT.from_pretrained(str(tmp_path))
+        from_pretrained(str(tmp_path))
     save_file(dict(tensors, extra=torch.zeros(2)), str(tmp_path / "model.safetensors"))
     with pytest.raises(ConversionError, match="does not know"):
-        GPT.from_pretrained(str(tmp_path))
+        from_pretrained(str(tmp_path))
 
 
 # --- export -------------------------------------------------------------------------------------
@@ -321,7 +321,7 @@ def test_export_command_line(tmp_path, capsys):
     assert str(e.value).startswith("error: cannot export Deep Thinking")
 
 
-# --- sample.py / train.py with --init_from=<hf dir> ------------------------------------------------
+# --- tools.huggingface.sample / train.py from a converted Hugging Face model ------------------------------------------------
 
 def gpt2_ranks_file():
     env = os.environ.get("GPT2_TIKTOKEN_FILE")
@@ -337,7 +337,7 @@ def test_sample_prints_text_from_a_gpt2_directory(tmp_path):
     model = GPT2LMHeadModel(GPT2Config(vocab_size=50257, n_positions=32, n_embd=8, n_layer=1, n_head=2))
     model.save_pretrained(tmp_path)
     env = dict(os.environ, OMP_NUM_THREADS="1", GPT2_TIKTOKEN_FILE=ranks)
-    r = subprocess.run([sys.executable, os.path.join(ROOT, "sample.py"), f"--init_from={tmp_path}",
+    r = subprocess.run([sys.executable, "-m", "tools.huggingface.sample", f"--init_from={tmp_path}",
                         "--start=Hello world", "--num_samples=1", "--max_new_tokens=8", "--device=cpu"],
                        capture_output=True, text=True, cwd=ROOT, timeout=120, env=env)
     assert r.returncode == 0, r.stderr
@@ -347,7 +347,7 @@ def test_sample_prints_text_from_a_gpt2_directory(tmp_path):
 
 
 def test_sample_without_a_tokenizer_says_what_is_needed(hf_dirs, capsys):
-    import sample
+    from tools.huggingface import sample
     with pytest.raises(SystemExit) as e:
         sample.main([f"--init_from={hf_dirs['llama_gqa_tied'][1]}", "--device=cpu", "--max_new_tokens=1"])
     msg = str(e.value)
@@ -366,7 +366,7 @@ def llama_for_tiny_data(path):
 
 
 def test_eval_init_from_hf_directory(tiny_data, tmp_path, capsys):
-    import eval as evaluate
+    from tools import eval as evaluate
     path = llama_for_tiny_data(tmp_path / "hf")
     with pytest.raises(SystemExit, match="needs token files: --data_dir"):
         evaluate.main([f"--init_from={path}", "--device=cpu"])
@@ -385,10 +385,16 @@ def test_eval_init_from_hf_directory(tiny_data, tmp_path, capsys):
 
 
 def test_train_init_from_hf_directory_copies_every_tensor(tiny_train_config, capsys):
-    """train.py --init_from=<hf dir>: the run starts from the imported weights (vocab and sizes fit the data)."""
+    """convert import, then train.py --init_from=<file>: the run starts from the imported weights (vocab and sizes
+    fit the data). A Hugging Face folder given to train.py directly is refused with the import command."""
     import train
-    path = llama_for_tiny_data(tiny_train_config["out_dir"] + "-hf")
-    ours = GPT.from_pretrained(path, verbose=False)
+    from tools.huggingface.convert import main as convert_main
+    hf_dir = llama_for_tiny_data(tiny_train_config["out_dir"] + "-hf")
+    ours = from_pretrained(hf_dir, verbose=False)
+    with pytest.raises(train.UserError, match="tools.huggingface.convert import"):
+        train.train(dict(tiny_train_config, init_from=hf_dir))
+    path = tiny_train_config["out_dir"] + "-hf.pt"
+    convert_main(["import", hf_dir, f"--out={path}"])
     got = {}
     config = dict(tiny_train_config, init_from=path, max_iters=0)
     train.train({**train.DEFAULTS, **config}, explicit=set(config),

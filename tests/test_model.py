@@ -6,6 +6,8 @@ import math
 
 import pytest
 import torch
+
+import sample
 from torch.nn import functional as F
 
 from model import GPT, GPTConfig, sharing_plan, sinusoidal_positions
@@ -666,7 +668,7 @@ def test_static_cache_reset_starts_a_fresh_sequence():
     """A static cache reused for a new window (generate's re-prime, sample.py --compile) gives the uncached
     logits: positions restart at 0, and cgpt's causal conv window starts from zeros again."""
     model = make_model("cgpt_k3")
-    cache = model.new_cache(static=True)
+    cache = sample.StaticCache(model.config.block_size)
     first, second = tokens(1, 10), tokens(1, 10, seed=2)
     with torch.no_grad():
         model(first[:, :6], cache=cache)

@@ -9,10 +9,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import eval as evaluate
-from runfiles.checkpoint import atomic_save
+from tools import eval as evaluate
+from checkpoint import atomic_save
 from model import GPT, GPTConfig
-from runfiles.tokenizer import CharTokenizer
+from dataset import CharTokenizer
 
 CHARS = "abcdefgh "          # vocabulary of the test models; the bigram model walks it cyclically
 BLOCK = 16

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-import runfiles.dataset
+import dataset
 import train
 from configurator import UserError, load_config
-from pangu import inherit, refine
-from pangu.scaled_lr import scaled_lr
-from runfiles.checkpoint import load_checkpoint, load_model
+from tools.pangu import inherit, refine
+from tools.pangu.scaled_lr import scaled_lr
+from checkpoint import load_checkpoint, load_model
 from conftest import tiny_config, write_token_dataset
 from model import GPT, ForwardContext, GPTConfig
 
@@ -51,7 +51,7 @@ def test_scaled_lr_rule():
 
 def test_scaled_lr_in_a_config_file(tmp_path):
     path = tmp_path / "lr.py"
-    path.write_text("from pangu.scaled_lr import scaled_lr\n"
+    path.write_text("from tools.pangu.scaled_lr import scaled_lr\n"
                     "batch_size = 48\n"
                     "learning_rate = scaled_lr(batch_size, 12, 1e-3)\n")
     config, explicit = load_config(train.DEFAULTS, [str(path)])
@@ -292,7 +292,7 @@ def test_compact_vocabulary_rows_follow_the_gpt2_ids(kw):
 
 def test_inherit_cli_into_a_compact_vocabulary(tmp_path, capsys):
     """--target_data_dir: the output has the compact vocabulary and records the target dataset."""
-    from runfiles.checkpoint import atomic_save
+    from checkpoint import atomic_save
     torch.manual_seed(0)
     cfg = GPTConfig(block_size=8, vocab_size=50257, n_layer=3, n_head=2, n_embd=16)
     src_data, dst_data = tmp_path / "gpt2data", tmp_path / "compact"
@@ -423,10 +423,10 @@ def test_segment_losses_match_the_model_loss():
 
 
 def test_get_batch_draws_only_from_the_segments(tiny_data):
-    path = runfiles.dataset.split_path(tiny_data, "train")
+    path = dataset.split_path(tiny_data, "train")
     data = np.memmap(path, dtype=np.uint16, mode="r")
     segments = np.array([17, 5000, 12345])
-    x, y = runfiles.dataset.get_batch(path, 64, 16, torch.Generator().manual_seed(0), segments=segments)
+    x, y = dataset.get_batch(path, 64, 16, torch.Generator().manual_seed(0), segments=segments)
     allowed = {tuple(data[s:s + 16].tolist()) for s in segments}
     assert {tuple(row.tolist()) for row in x} == allowed
     assert torch.equal(x[:, 1:], y[:, :-1])

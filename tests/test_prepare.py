@@ -19,8 +19,7 @@ import tiktoken
 
 import prepare
 from configurator import UserError
-from pangu import compact_vocab
-from runfiles import tokenizer
+import dataset as tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -285,16 +284,16 @@ def test_wikitext103_download_failure(tmp_path, offline):
 
 @pytest.fixture
 def gpt2_ranks(gpt2_file):
-    return compact_vocab.gpt2_ranks(tokenizer.get_gpt2_encoding())
+    return prepare.gpt2_ranks(tokenizer.get_gpt2_encoding())
 
 
 def test_merge_parents_follow_bpe(gpt2_ranks):
     # " the" is built from " t" + "he" in GPT-2 (not " " + "the"): the split comes from merge order
-    assert compact_vocab.merge_parents(b" the", gpt2_ranks) == (b" t", b"he")
+    assert prepare.merge_parents(b" the", gpt2_ranks) == (b" t", b"he")
     for tok in [b"Hello", b" world", b"ization", b" Shakespeare", b"\n\n"]:
-        a, b = compact_vocab.merge_parents(tok, gpt2_ranks)
+        a, b = prepare.merge_parents(tok, gpt2_ranks)
         assert a + b == tok and gpt2_ranks[a] < gpt2_ranks[tok] and gpt2_ranks[b] < gpt2_ranks[tok]
-    assert compact_vocab.merge_parents(b"a", gpt2_ranks) == ()
+    assert prepare.merge_parents(b"a", gpt2_ranks) == ()
 
 
 def check_compact(tokens, ranks, vocab_size):
@@ -306,15 +305,15 @@ def check_compact(tokens, ranks, vocab_size):
     sub = {t: i for i, t in enumerate(tokens)}
     for tok in tokens:
         if len(tok) > 1:
-            assert set(compact_vocab.merge_parents(tok, ranks)) <= kept
-            assert compact_vocab.bpe_parts(tok, sub, sub[tok] + 1) == [tok]  # BPE over the subset builds it
+            assert set(prepare.merge_parents(tok, ranks)) <= kept
+            assert prepare.bpe_parts(tok, sub, sub[tok] + 1) == [tok]  # BPE over the subset builds it
 
 
 @pytest.mark.parametrize("vocab_size", [257, 300, 1000])
 def test_select_compact_tokens(gpt2_file, gpt2_ranks, vocab_size):
     enc = tokenizer.get_gpt2_encoding()
     counts = np.bincount(enc.encode_ordinary(SMALL_TEXT), minlength=50257)
-    tokens = compact_vocab.select_compact_tokens(counts, gpt2_ranks, vocab_size)
+    tokens = prepare.select_compact_tokens(counts, gpt2_ranks, vocab_size)
     check_compact(tokens, gpt2_ranks, vocab_size)
     # most frequent tokens are kept first
     top = [enc.decode_single_token_bytes(int(i)) for i in np.argsort(-counts, kind="stable")[:20]]
@@ -324,7 +323,7 @@ def test_select_compact_tokens(gpt2_file, gpt2_ranks, vocab_size):
 
 def test_select_compact_rejects_bad_size(gpt2_ranks):
     with pytest.raises(ValueError, match="vocab_size"):
-        compact_vocab.select_compact_tokens(np.zeros(50257), gpt2_ranks, 256)
+        prepare.select_compact_tokens(np.zeros(50257), gpt2_ranks, 256)
     with pytest.raises(SystemExit, match="error: vocab_size"):
         prepare.main(["shakespeare", "--vocab_size", "100"])
 
@@ -367,11 +366,11 @@ def test_compact_wikitext103(tmp_path, gpt2_file, offline):
 
 
 def test_coverage_and_pehl():
-    table = compact_vocab.coverage_table([5, 0, 3, 2], [1, 2, 4, 10])
+    table = prepare.coverage_table([5, 0, 3, 2], [1, 2, 4, 10])
     assert table == [(1, 0.5), (2, 0.8), (4, 1.0), (10, 1.0)]
     v, layers, d = 50257, 12, 768
-    assert compact_vocab.pehl(v, layers, d) == pytest.approx(2 * v * d / (2 * v * d + 12 * layers * d * d))
-    assert compact_vocab.pehl(8192, layers, d) < compact_vocab.pehl(v, layers, d)
+    assert prepare.pehl(v, layers, d) == pytest.approx(2 * v * d / (2 * v * d + 12 * layers * d * d))
+    assert prepare.pehl(8192, layers, d) < prepare.pehl(v, layers, d)
 
 
 def test_parse_dataset():
@@ -385,7 +384,8 @@ def test_parse_dataset():
 # ----------------------------------------------------------------------------- benchmark
 
 def test_bench_tokenize(tmp_path, gpt2_file, capsys):
-    res = prepare.bench_tokenize(mb=0.2, input_path=write_input(tmp_path), num_proc=2)
+    from tools.bench_tokenize import bench_tokenize
+    res = bench_tokenize(mb=0.2, input_path=write_input(tmp_path), num_proc=2)
     assert set(res) == {1, 2} and all(v > 0 for v in res.values())
     assert "MB/s" in capsys.readouterr().out
 
@@ -394,4 +394,4 @@ def test_merge_parents_are_the_last_bpe_merge():
     """BPE merges ' ' 'a' 'n' by lowest rank: ' a' (3) first, so ' an' comes from (' a', 'n'), not from the
     first split into two known tokens (' ', 'an')."""
     ranks = {b" ": 0, b"a": 1, b"n": 2, b" a": 3, b"an": 4, b" an": 5}
-    assert compact_vocab.merge_parents(b" an", ranks) == (b" a", b"n")
+    assert prepare.merge_parents(b" an", ranks) == (b" a", b"n")

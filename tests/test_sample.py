@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from runfiles.checkpoint import atomic_save
+from checkpoint import atomic_save
 from model import GPT, GPTConfig
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -122,7 +122,7 @@ def test_sample_next_draws_the_tokens_of_torch_multinomial(vocab, batch, top_k):
     """The sampler's exponential race is how torch.multinomial(probs, 1) draws: the same tokens from the same
     generator, which is left in the same state (so every later token is the same too)."""
     from torch.nn import functional as F
-    from decoding.generate import sample_next
+    from model import sample_next
     torch.manual_seed(vocab + batch)
     logits = torch.randn(batch, vocab) * 3
     ours, theirs = torch.Generator().manual_seed(7), torch.Generator().manual_seed(7)
@@ -177,7 +177,7 @@ def test_expand_bool_flags():
 
 
 def test_default_out_dir_is_the_newest_checkpoint(tmp_path):
-    from runfiles.checkpoint import latest_out_dir
+    from checkpoint import latest_out_dir
     assert latest_out_dir(str(tmp_path)) == str(tmp_path / "out")
     for i, name in enumerate(["out", "out-lgpt-shakespeare", "outside"]):
         (tmp_path / name).mkdir()
@@ -187,30 +187,3 @@ def test_default_out_dir_is_the_newest_checkpoint(tmp_path):
     assert latest_out_dir(str(tmp_path)) == str(tmp_path / "outside")
     os.utime(tmp_path / "out-lgpt-shakespeare" / "last.pt", (2000, 2000))
     assert latest_out_dir(str(tmp_path)) == str(tmp_path / "out-lgpt-shakespeare")
-
-
-# --- benchmarks/decode_overhead.py: its reference steps compute the model's function ------------------
-def test_decode_overhead_reference_steps_give_the_models_tokens(capsys):
-    """The textbook GPT-2 and the module-free step of the diagnostic run the gpt preset's weights; over 12
-    sampled tokens they give exactly the model's tokens, and the nn.Module patches leave nothing behind."""
-    import torch.nn as nn
-    from benchmarks import decode_overhead as d
-    from configurator import load_variant
-    torch.manual_seed(0)
-    model = GPT(GPTConfig(**dict(load_variant("gpt"), n_layer=2, n_embd=64, n_head=4, block_size=16),
-                          dropout=0.0)).eval()
-    start = torch.zeros((1, 1), dtype=torch.long)
-    with torch.inference_mode():
-        want = model.generate(start, 12, temperature=0.8, top_k=200, generator=torch.Generator().manual_seed(3))
-        for step in (d.TextbookGPT(model), d.module_free_step(model)):
-            gen, idx = torch.Generator().manual_seed(3), start
-            for pos in range(12):
-                idx = torch.cat((idx, d.sample_next(step(idx[:, -1:], pos)[:, -1, :], 0.8, 200, gen)), dim=1)
-            assert torch.equal(idx, want)
-    call = nn.Module.__call__
-    with d.plain_module_calls(), d.attributes_in_dict(model):
-        assert "ln_f" in model.__dict__ and nn.Module.__call__ is not call
-    assert "ln_f" not in model.__dict__ and nn.Module.__call__ is call
-    d.main(["--tokens=2", "--repeats=1"])
-    table = capsys.readouterr().out.splitlines()
-    assert sum(line.endswith("| yes |") for line in table) == 6 and not any("| no |" in line for line in table)

@@ -7,10 +7,11 @@ import signal
 import pytest
 import torch
 
-import runfiles.checkpoint as checkpoint
+import checkpoint
 import train
-from configurator import UserError, check_train_config
-from runfiles.checkpoint import atomic_save, load_checkpoint, load_model
+from configurator import UserError
+from train import check_train_config
+from checkpoint import atomic_save, load_checkpoint, load_model
 from train import get_lr
 
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import train
-from runfiles.checkpoint import load_checkpoint, load_model
+from checkpoint import load_checkpoint, load_model
 from configurator import UserError
 
 
@@ -104,7 +104,7 @@ def test_read_only_out_dir(tiny_train_config, tmp_path, monkeypatch):
     folder.mkdir()
     folder.chmod(0o500)
     if os.geteuid() == 0:   # root writes into read-only folders (CI runs as root): fail the write as for a user
-        from runfiles import checkpoint
+        import checkpoint
         real = checkpoint.tempfile.TemporaryFile
 
         def refuse(*args, dir=None, **kwargs):
@@ -262,10 +262,10 @@ def test_ctrl_c_during_a_long_evaluation_stops_at_once(tiny_train_config, monkey
 
 # --- the other entry points: the same classes of bad input ---------------------------------------------------
 
-@pytest.mark.parametrize("script", ["sample", "eval"])
+@pytest.mark.parametrize("script", ["sample", "tools.eval"])
 def test_data_dir_of_another_tokenizer_is_refused(finished, tmp_path, script):
     from conftest import write_token_dataset
-    module = __import__(script)
+    module = __import__(script, fromlist=["main"])
     other = write_token_dataset(tmp_path / "other", vocab_size=12)
     with pytest.raises(SystemExit) as e:
         module.main([f"--out_dir={finished['out_dir']}", f"--data_dir={other}", "--device=cpu"])
@@ -342,20 +342,20 @@ def test_damaged_checkpoint_is_one_line_in_sample(finished, tmp_path, damage, wo
 
 
 def test_bench_out_to_a_missing_folder_fails_before_measuring(tmp_path):
-    """bench.py --out checks its folder first (it used to fail only after all measurements)."""
+    """tools/bench.py --out checks its folder first (it used to fail only after all measurements)."""
     import subprocess
     import sys
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     out = tmp_path / "missing" / "bench.md"
-    r = subprocess.run([sys.executable, os.path.join(root, "bench.py"), f"--out={out}", "--device=cpu"],
-                       capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    r = subprocess.run([sys.executable, "-m", "tools.bench", f"--out={out}", "--device=cpu"],
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path, env=dict(os.environ, PYTHONPATH=root))
     assert r.returncode != 0 and r.stderr.strip().splitlines()[-1].startswith("error: --out=")
     assert not out.parent.exists()
 
 
 def test_bench_bad_input_is_a_user_error_turned_into_one_line_by_main():
     """bench.py's checks raise UserError; only its main() turns it into `error: ... (fix: ...)` and exit code 1."""
-    import bench
+    from tools import bench
     with pytest.raises(UserError, match="unknown measure"):
         bench.parse(["--measure=nope"])
     with pytest.raises(SystemExit) as e:
@@ -366,7 +366,7 @@ def test_bench_bad_input_is_a_user_error_turned_into_one_line_by_main():
 
 def test_mfu_peak_flops_by_gpu_name(monkeypatch):
     """train.py's MFU and the GPU suite read the peak from one table; no GPU (or an unknown one): no MFU."""
-    from benchmarks.measure import peak_flops
+    from train import peak_flops
     assert peak_flops("cpu") is None
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 80GB HBM3")
     assert peak_flops("cuda") == 989e12 and peak_flops(torch.device("cuda", 0)) == 989e12

@@ -196,7 +196,8 @@ def test_tiny_preset_training_lowers_loss(name):
 @pytest.mark.parametrize("suffix", ["", "_cpu"])
 def test_shakespeare_configs_load(variant, suffix):
     train = pytest.importorskip("train")
-    from configurator import load_config, model_args
+    from configurator import load_config
+    from train import model_args
     config, explicit = load_config(train.DEFAULTS, [f"config/{variant}_shakespeare{suffix}.py"])
     assert config["variant"] == variant and config["dataset"] == "shakespeare_char"
     args = model_args(config, explicit)

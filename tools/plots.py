@@ -1,8 +1,7 @@
 """
-Plots drawn from the files train.py writes (out_dir/log.csv, read by runfiles.runlog.read_log) and from
-trained models: loss.png of one run (train.py), and the comparison figures of compare.py.
+Plots drawn from the files train.py writes (out_dir/log.csv, read by read_log) and from
+trained models: the comparison figures of tools/compare.py (train.py draws each run's loss.png itself).
 
-    plot_run(out_dir)                         out_dir/loss.png: train and val loss of one run
     plot_loss_curves({name: log}, path)       paper 004 Figure 6: train and val loss of every model
                                               ({name: [log per seed]}: faint seeds and their mean)
     plot_loss_vs_compute({name: log}, {name: FLOPs per iteration}, path)   val loss against training FLOPs
@@ -12,10 +11,32 @@ trained models: loss.png of one run (train.py), and the comparison figures of co
 Every function writes a PNG atomically and returns its path (None when there is nothing to draw).
 """
 
+import csv
 import os
 
-from runfiles.checkpoint import atomic_open
-from runfiles.runlog import read_log
+from checkpoint import atomic_open
+from train import read_rows
+
+
+def _float(text):
+    return None if text in (None, "") else float(text)
+
+
+def read_log(out_dir):
+    """Rows of out_dir/log.csv: per-iteration train losses and the eval rows (iter, loss = train
+    loss at eval, val_loss, val_loss_heaviest or None, elapsed_s, branch_weights list or None)."""
+    log = {"train": [], "eval": []}
+    for row in read_rows(os.path.join(out_dir, "log.csv")):
+        it = int(row["iter"])
+        if row.get("kind") == "train" and row.get("loss"):
+            log["train"].append((it, float(row["loss"])))
+        elif row.get("kind") == "eval":
+            weights = row.get("branch_weights") or ""
+            log["eval"].append(dict(iter=it, loss=_float(row.get("loss")), val_loss=_float(row.get("val_loss")),
+                                    val_loss_heaviest=_float(row.get("val_loss_heaviest")),
+                                    elapsed_s=_float(row.get("elapsed_s")),
+                                    branch_weights=[float(w) for w in weights.split()] or None))
+    return log
 
 
 def _pyplot():
@@ -43,31 +64,6 @@ def _styles(names):
     learn the same function: the dashes show both colours)."""
     return {name: dict(color=f"C{i % 10}", marker=MARKERS[i % len(MARKERS)], markersize=4, linewidth=1.8,
                        linestyle=LINESTYLES[i % len(LINESTYLES)]) for i, name in enumerate(names)}
-
-
-def plot_run(out_dir):
-    """out_dir/loss.png for one training run: per-iteration train loss, eval train/val losses, and for
-    pgpt the val loss with only the heaviest branch. None when the run has no log.csv yet."""
-    if not os.path.exists(os.path.join(out_dir, "log.csv")):
-        return None
-    log = read_log(out_dir)
-    evals = log["eval"]
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(8, 5))
-    if log["train"]:
-        ax.plot(*zip(*log["train"]), color="tab:blue", alpha=0.3, linewidth=0.8, label="train (batch)")
-    iters = [e["iter"] for e in evals]
-    ax.plot(iters, [e["loss"] for e in evals], "o-", color="tab:blue", markersize=3, label="train (eval)")
-    ax.plot(iters, [e["val_loss"] for e in evals], "o-", color="tab:orange", markersize=3, label="val")
-    heavy = [(e["iter"], e["val_loss_heaviest"]) for e in evals if e["val_loss_heaviest"] is not None]
-    if heavy:
-        ax.plot(*zip(*heavy), "s--", color="tab:green", markersize=3, label="val (heaviest branch)")
-    ax.set_xlabel("iteration")
-    ax.set_ylabel("loss")
-    ax.set_title(os.path.basename(os.path.abspath(out_dir)))
-    ax.grid(alpha=0.3)
-    ax.legend()
-    return _save(fig, os.path.join(out_dir, "loss.png"), plt)
 
 
 def _seed_logs(log):

@@ -50,10 +50,12 @@ import sys
 
 import torch
 
-from benchmarks.entries import file_entry, variant_entry
-from benchmarks.measure import describe, run_entry
-from benchmarks.report import render, write_out
-from configurator import UserError, expand_bool_flags, gpt_config_defaults, load_config, resolve_device, resolve_dtype
+from tools.benchmarks.entries import file_entry, variant_entry
+from tools.benchmarks.measure import describe, run_entry
+from tools.benchmarks.report import render, write_out
+from configurator import UserError, expand_bool_flags, load_config
+from train import gpt_config_defaults
+from checkpoint import resolve_device, resolve_dtype
 from model import GPT, GPTConfig
 
 BENCH_DEFAULTS = dict(
@@ -212,7 +214,7 @@ def run(argv):
     if cfg["out"]:
         check_out_file(cfg["out"])
     if cfg["mode"] == "gpu":
-        from benchmarks import gpu_suite
+        from tools.benchmarks import gpu_suite
         sys.exit(gpu_suite.main(cfg, argv))
     if cfg["num_threads"]:
         torch.set_num_threads(cfg["num_threads"])

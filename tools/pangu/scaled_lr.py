@@ -1,7 +1,7 @@
 """
 Paper 003 (PanGu-pi Pro), 4.1: the learning rate for a new batch size, for use in config files:
 
-    from pangu.scaled_lr import scaled_lr
+    from tools.pangu.scaled_lr import scaled_lr
     batch_size = 48
     learning_rate = scaled_lr(batch_size, 12, 1e-3)   # 2e-3
 

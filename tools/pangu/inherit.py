@@ -87,9 +87,8 @@ import torch
 
 from configurator import run_command
 from model import GPT, GPTConfig
-from runfiles.checkpoint import (CKPT_NAME, atomic_save, check_out_dir, clean_state_dict, load_model,
-                                 remove_stale_temp_files)
-from runfiles.dataset import get_batch, load_meta, resolve_data_dir, split_path, split_tokens, tokenizer_id
+from checkpoint import CKPT_NAME, atomic_save, check_out_dir, clean_state_dict, load_model, remove_stale_temp_files
+from dataset import get_batch, load_meta, resolve_data_dir, split_path, split_tokens, tokenizer_id
 
 DEFAULTS = {
     "from": "",                # source out_dir or checkpoint file (the big model)

@@ -15,14 +15,10 @@ import contextlib
 import glob
 import os
 import pickle
-import random
 import shutil
-import signal
 import sys
 import tempfile
-import threading
 
-import numpy as np
 import torch
 
 from configurator import UserError
@@ -246,26 +242,6 @@ def build_model(model_args, device="cpu", source=None):
     return GPT(config).to(device)
 
 
-def load_matching_weights(model, state_dict, source, allow_partial):
-    """Initialize `model` from another checkpoint: every tensor whose name and shape match is copied. Nothing
-    matching is an error; a partial match (either side has tensors the other lacks) needs allow_partial."""
-    own, theirs = model.state_dict(), clean_state_dict(state_dict)
-    matched = {k: v for k, v in theirs.items() if k in own and own[k].shape == v.shape}
-    fresh, unused = [k for k in own if k not in matched], [k for k in theirs if k not in matched]
-    if not matched:
-        raise UserError(f"--init_from={source}: none of its {len(theirs)} tensors fits this model (names or shapes "
-                        f"differ) (fix: drop the model overrides that change its shape, or --init_from=scratch)")
-    if (fresh or unused) and not allow_partial:
-        def listed(names):
-            return ", ".join(names[:3]) + (f", ... ({len(names)} in all)" if len(names) > 3 else "")
-        detail = (f"; starting fresh: {listed(fresh)}" if fresh else "") + \
-            (f"; unused from the checkpoint: {listed(unused)}" if unused else "")
-        raise UserError(f"--init_from={source} fits {len(matched)} of this model's {len(own)} tensors{detail} "
-                        f"(fix: --allow_partial_init=True to go on, or match the checkpoint's shape)")
-    model.load_state_dict(matched, strict=False)
-    return len(matched), len(own)
-
-
 def load_model(path_or_out_dir="", device="cpu"):
     """(model in eval mode on `device`, checkpoint dict): what sample.py, eval.py, compare.py and pangu/ run.
     A directory means its ckpt.pt (else last.pt); "" means the out*/ folder with the newest checkpoint (the
@@ -299,16 +275,6 @@ def load_own_weights(model, ckpt):
     model.load_state_dict(theirs)
 
 
-def load_optimizer_state(optimizer, ckpt):
-    """optimizer.load_state_dict(the checkpoint's), with a one-line error when it does not fit the model
-    (e.g. a checkpoint of a code version that grouped the parameters differently)."""
-    try:
-        optimizer.load_state_dict(ckpt["optimizer"])
-    except (ValueError, KeyError, TypeError) as e:
-        raise UserError(f"the optimizer state in '{ckpt['path']}' does not fit the model ({e}) (fix: start a new "
-                        f"run from its weights: --init_from={ckpt['path']})") from None
-
-
 def keep_heaviest_branch(model, enabled):
     """pgpt at inference (paper 004): run only the branch with the largest combination weight. Returns a
     note for the user ("" when not enabled)."""
@@ -321,57 +287,39 @@ def keep_heaviest_branch(model, enabled):
     return f"running only branch {model.keep_branch} of {model.config.n_branches} (weights {weights})"
 
 
-# --- RNG state: saved in checkpoints so that a resumed run draws the same dropout masks ----------------
+# --- where a model runs: device and dtype -------------------------------------------------------
 
-def rng_state(device):
-    np_state = np.random.get_state()
-    return {
-        "python": random.getstate(),
-        # numpy's state as tensors/ints, so checkpoints load with torch.load(weights_only=True)
-        "numpy": {"name": np_state[0], "keys": torch.from_numpy(np_state[1].astype(np.int64)),
-                  "pos": int(np_state[2]), "has_gauss": int(np_state[3]), "cached_gaussian": float(np_state[4])},
-        "torch": torch.get_rng_state(),
-        "cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
-    }
-
-
-def restore_rng(state, device):
-    version, internal, gauss = state["python"]
-    random.setstate((version, tuple(internal), gauss))
-    n = state["numpy"]
-    np.random.set_state((n["name"], n["keys"].cpu().numpy().astype(np.uint32), n["pos"], n["has_gauss"],
-                         n["cached_gaussian"]))
-    torch.set_rng_state(state["torch"].cpu())
-    if device.type == "cuda" and state.get("cuda") is not None:
-        torch.cuda.set_rng_state(state["cuda"].cpu(), device)
+def resolve_device(name, local_rank=None):
+    """torch.device for --device: 'auto' = cuda > mps > cpu; under DDP one GPU per local rank."""
+    mps = getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "mps" if mps else "cpu"
+    kind = name.split(":")[0]
+    if kind not in ("cpu", "cuda", "mps"):
+        raise UserError(f"unknown device '{name}' (fix: --device=auto|cpu|cuda|cuda:N|mps)")
+    if (kind == "cuda" and not torch.cuda.is_available()) or (kind == "mps" and not mps):
+        raise UserError(f"device '{name}' requested but {kind.upper()} is not available "
+                        f"(fix: --device=cpu or --device=auto)")
+    if kind == "cuda" and local_rank is not None:
+        name = f"cuda:{local_rank}"
+    return torch.device(name)
 
 
-# --- stopping where a checkpoint resumes exactly ------------------------------------------------------
+def resolve_dtype(name, device):
+    """'float32' | 'bfloat16' | 'float16' for --dtype: 'auto' = bf16 on CUDA if supported, else fp16;
+    float32 elsewhere."""
+    if name not in ("auto", "float32", "bfloat16", "float16"):
+        raise UserError(f"unknown dtype '{name}' (fix: --dtype=auto|float32|bfloat16|float16)")
+    if name != "auto":
+        return name
+    if str(device).startswith("cuda"):
+        return "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
+    return "float32"
 
-class StopRequest:
-    """Ctrl-C (SIGINT) or SIGTERM asks train.py's loop to stop at the next iteration boundary, where the state saved
-    to last.pt is exactly resumable; a second signal raises KeyboardInterrupt at once. Installed only in the
-    main thread and over the default handlers (a caller's own handlers are left alone)."""
 
-    DEFAULT_HANDLERS = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}
-
-    def __init__(self, say):
-        self.requested, self.say, self.previous = False, say, {}
-
-    def __enter__(self):
-        if threading.current_thread() is threading.main_thread():
-            for sig, default in self.DEFAULT_HANDLERS.items():
-                if signal.getsignal(sig) == default:
-                    self.previous[sig] = signal.signal(sig, self.handle)
-        return self
-
-    def handle(self, signum, frame):
-        if self.requested:
-            raise KeyboardInterrupt
-        self.requested = True
-        self.say(f"\n{signal.Signals(signum).name}: stopping after this iteration to save last.pt "
-                 f"(Ctrl-C again to stop at once)")
-
-    def __exit__(self, *exc):
-        for sig, handler in self.previous.items():
-            signal.signal(sig, handler)
+def autocast(device, dtype):
+    """The autocast context for a resolved dtype, by name or torch.dtype (none for float32)."""
+    dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+    if dtype == torch.float32:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=str(device).split(":")[0], dtype=dtype)

@@ -10,7 +10,7 @@ Otherwise a one-line error says what is needed; eval.py still scores token files
 
 import os
 
-from huggingface.convert import ConversionError
+from tools.huggingface.convert import ConversionError
 
 GPT2_VOCAB_SIZE = 50257
 HF_TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
@@ -36,7 +36,7 @@ def tokenizer_for(info):
     """The tokenizer for load_pretrained's info (architecture, hf_config, directory, source)."""
     vocab = info["hf_config"].get("vocab_size", 0)
     if info["architecture"] == "gpt2" and vocab >= GPT2_VOCAB_SIZE:
-        from runfiles.tokenizer import GPT2_EOT_ID, BPETokenizer, get_gpt2_encoding
+        from dataset import GPT2_EOT_ID, BPETokenizer, get_gpt2_encoding
         return BPETokenizer(get_gpt2_encoding(), GPT2_VOCAB_SIZE, GPT2_EOT_ID)
     directory = info["directory"]
     has_files = any(os.path.isfile(os.path.join(directory, f)) for f in HF_TOKENIZER_FILES)

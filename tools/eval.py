@@ -45,12 +45,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from configurator import UserError, autocast, resolve_device, resolve_dtype, run_command
-from huggingface.convert import load_pretrained
-from huggingface.tokenizer import tokenizer_for
-from runfiles.checkpoint import keep_heaviest_branch, load_model
-from runfiles.dataset import load_meta, resolve_data_dir, split_tokens
-from runfiles.tokenizer import load_tokenizer
+from configurator import UserError, run_command
+from checkpoint import autocast, resolve_device, resolve_dtype
+from tools.huggingface.convert import load_pretrained
+from tools.huggingface.tokenizer import tokenizer_for
+from checkpoint import keep_heaviest_branch, load_model
+from dataset import load_meta, resolve_data_dir, split_tokens
+from dataset import load_tokenizer
 
 DEFAULTS = dict(
     out_dir="",             # directory with ckpt.pt / last.pt, or a checkpoint file; "" = the out*/ folder

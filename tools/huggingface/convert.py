@@ -302,7 +302,7 @@ def load_pretrained(name_or_dir, device="cpu", say=None):
     arch = architecture(hf)
     tensors = read_weights(directory)
     sd = (gpt2_state_dict if arch == "gpt2" else llama_state_dict)(tensors, config)
-    from runfiles.checkpoint import check_finite
+    from checkpoint import check_finite
     check_finite(sd, name_or_dir, fix="download or export the model again")   # NaN weights sample nothing sane
     model = GPT(config)
     try:
@@ -323,10 +323,10 @@ def from_pretrained(name_or_dir, device="cpu", verbose=True):
 
 
 def checkpoint_dict(name_or_dir, say=None):
-    """A train.py-style checkpoint dict (model, model_args, path) of a Hugging Face model, for
-    train.py --init_from=<hf dir> (weights only, like init_from=<ckpt.pt>)."""
+    """A train.py-style checkpoint dict (model, model_args) of a Hugging Face model, for
+    train.py --init_from=<file> (weights only), written by `import`."""
     model, info = load_pretrained(name_or_dir, say=say)
-    return {"model": model.state_dict(), "model_args": dataclasses.asdict(model.config), "path": info["source"]}
+    return {"model": model.state_dict(), "model_args": dataclasses.asdict(model.config), "source": info["source"]}
 
 
 def is_hf_dir(path):
@@ -480,7 +480,7 @@ def export(model, out_dir, say=None, weights_format="auto"):
         except ImportError:
             weights_format = "bin"
     # every file goes through a temporary file: a full disk or read-only folder is one line, never half a file
-    from runfiles.checkpoint import atomic_open, atomic_save, check_out_dir, remove_stale_temp_files
+    from checkpoint import atomic_open, atomic_save, check_out_dir, remove_stale_temp_files
     check_out_dir(out_dir, key="out")
     if os.path.isdir(out_dir):   # what a killed export left behind (the weights' can be gigabytes)
         remove_stale_temp_files(out_dir, WEIGHT_FILES + ("config.json",), say)
@@ -514,17 +514,26 @@ def export(model, out_dir, say=None, weights_format="auto"):
 
 def main(argv=None):
     parser = ArgumentParser(
-        prog="python -m huggingface.convert",
-        description="Export a checkpoint of ours as a Hugging Face transformers directory.")
+        prog="python -m tools.huggingface.convert",
+        description="Our checkpoints to Hugging Face transformers directories and back.")
     sub = parser.add_subparsers(dest="command", required=True)
     ex = sub.add_parser("export", help="our ckpt.pt -> config.json + model.safetensors for transformers")
     ex.add_argument("--ckpt", required=True, help="ckpt.pt written by train.py, or its out_dir")
     ex.add_argument("--out", required=True, help="directory to write (created if needed)")
     ex.add_argument("--format", default="auto", choices=("auto", "safetensors", "bin"),
                     help="weights file: auto = safetensors when installed, else pytorch_model.bin")
+    im = sub.add_parser("import", help="a Hugging Face model -> a checkpoint file for train.py --init_from")
+    im.add_argument("source", help="a local GPT-2 / Llama / MobileLLM directory, or a hub name")
+    im.add_argument("--out", required=True, help="the checkpoint file to write, e.g. hf.pt")
     args = parser.parse_args(argv)
-    from runfiles.checkpoint import load_model
+    from checkpoint import atomic_save, check_out_dir, load_model
     try:
+        if args.command == "import":
+            check_out_dir(os.path.dirname(os.path.abspath(args.out)), key="out")
+            atomic_save(checkpoint_dict(args.source), args.out)
+            print(f"wrote {args.out}: start a run from it with python train.py ... --init_from={args.out}",
+                  file=sys.stderr)
+            return
         model, ckpt = load_model(args.ckpt)
         export(model, args.out, weights_format=args.format)
     except UserError as e:

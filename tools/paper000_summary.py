@@ -21,10 +21,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
 
 from model import GPT, GPTConfig  # noqa: E402
-from runfiles.checkpoint import load_checkpoint  # noqa: E402
-from runfiles.plots import plot_alphas, plot_loss_curves, plot_loss_vs_compute  # noqa: E402
-from runfiles.runlog import read_log  # noqa: E402
-from runfiles.spread import add_equal_compute, mean_std, noise_verdict  # noqa: E402
+from checkpoint import load_checkpoint  # noqa: E402
+from tools.plots import plot_alphas, plot_loss_curves, plot_loss_vs_compute  # noqa: E402
+from tools.plots import read_log  # noqa: E402
+from tools.spread import add_equal_compute, mean_std, noise_verdict  # noqa: E402
 
 
 def load_runs(root):

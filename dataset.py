@@ -2,12 +2,19 @@
 A prepared dataset folder (written by prepare.py): train.bin / val.bin (/ test.bin) hold flat uint16
 token ids, meta.json describes the tokenizer (written last: its presence means the folder is complete).
 
+Tokenizers, as meta.json describes them:
+    char      CharTokenizer: one id per character of meta["chars"]
+    gpt2      GPT-2 BPE (tiktoken; offline from GPT2_TIKTOKEN_FILE when set)
+    compact   a subset of GPT-2's tokens (paper 003, 2.1, chosen by prepare.py), meta["tokens"]
+
 Batches are a pure function of (seed, split, iteration, micro-step): the generator is re-seeded with
 batch_seed(...) for every batch, so training data does not depend on how often we evaluate, resuming
 needs no sampler state, and a DDP rank sees exactly the batches a single process would see.
 """
 
+import base64
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -46,24 +53,6 @@ def default_data_dir(config):
     return config.get("data_dir") or os.path.join("data", config["dataset"])
 
 
-def ensure_prepared(dataset, data_dir):
-    """Run prepare.prepare(dataset) into data_dir when it has not been prepared yet (train.py's first run)."""
-    if all(os.path.exists(os.path.join(data_dir, name)) for name in ("train.bin", "val.bin", "meta.json")):
-        return
-    print(f"dataset '{dataset}' is not prepared in {data_dir}: running prepare.prepare('{dataset}')", flush=True)
-    import prepare
-    try:
-        prepare.prepare(dataset, out_dir=data_dir)
-    except UserError as e:
-        raise UserError(f"preparing dataset '{dataset}' failed: {e}") from None
-
-
-def dataset_vocab_size(config):
-    """vocab_size of a train.py config's dataset (what train.py will use), or None before it is prepared."""
-    path = os.path.join(default_data_dir(config), "meta.json")
-    return load_meta(default_data_dir(config))["vocab_size"] if os.path.isfile(path) else None
-
-
 def resolve_data_dir(ckpt, override=""):
     """The dataset folder for a checkpoint: --data_dir, else the one it recorded (a relative path is tried
     from the current directory, then from the repository root). A folder whose tokenizer is not the
@@ -72,7 +61,7 @@ def resolve_data_dir(ckpt, override=""):
     if not data_dir:
         raise UserError("the checkpoint records no data_dir (fix: pass --data_dir=data/<dataset>)")
     if not os.path.isabs(data_dir) and not os.path.isdir(data_dir):
-        here = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), data_dir)
+        here = os.path.join(os.path.dirname(os.path.abspath(__file__)), data_dir)
         data_dir = here if os.path.isdir(here) else data_dir
     if ckpt.get("tokenizer_id") and ckpt["tokenizer_id"] != tokenizer_id(load_meta(data_dir)):
         source = ckpt.get("path", "the checkpoint")
@@ -184,3 +173,159 @@ def load_segments(path, n_tokens, block_size):
         raise UserError(f"data_segments '{path}' has window starts outside the train split for block_size="
                         f"{block_size} (fix: refine with a model of this dataset and block_size)")
     return starts.astype(np.int64)
+
+
+# --- tokenizers ------------------------------------------------------------------------------------
+
+# The GPT-2 pre-tokenization regex, as defined in OpenAI's gpt-2 encoder.py: English
+# contractions, optionally space-prefixed runs of letters / digits / other symbols, and
+# whitespace (a whitespace run keeps its last space for the following word).
+GPT2_PAT_STR = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+GPT2_EOT = "<|endoftext|>"
+GPT2_EOT_ID = 50256
+GPT2_VOCAB_SIZE = 50257
+
+
+def get_gpt2_encoding(ranks_path=None):
+    """The GPT-2 tiktoken encoding, offline when a local ranks file is configured.
+
+    ranks_path (or env GPT2_TIKTOKEN_FILE) names a gpt2.tiktoken file; from it we build the same
+    encoding tiktoken ships as "gpt2". Without one we ask tiktoken, which downloads (or uses its cache).
+    """
+    import tiktoken   # here, not at the top: a char-level run never pays for it
+    ranks_path = ranks_path or os.environ.get("GPT2_TIKTOKEN_FILE") or None
+    if ranks_path is None:
+        try:
+            return tiktoken.get_encoding("gpt2")
+        except Exception as e:  # tiktoken raises requests/OS/blobfile errors when offline
+            raise UserError(f"could not load the GPT-2 BPE vocabulary ({one_line(e)}) "
+                            "(fix: set GPT2_TIKTOKEN_FILE=PATH to a local gpt2.tiktoken ranks file, "
+                            "or pass --gpt2_ranks PATH)") from None
+    return _gpt2_encoding_from_file(os.path.abspath(ranks_path))
+
+
+@functools.lru_cache(maxsize=4)
+def _gpt2_encoding_from_file(path):
+    import tiktoken
+    import tiktoken.load
+    if not os.path.isfile(path):
+        raise UserError(f"GPT-2 ranks file not found: {path} "
+                        "(fix: point GPT2_TIKTOKEN_FILE or --gpt2_ranks to a gpt2.tiktoken file)")
+    try:
+        ranks = tiktoken.load.load_tiktoken_bpe(path)
+    except Exception as e:
+        raise UserError(f"could not read GPT-2 ranks file {path} ({one_line(e)}) "
+                        "(fix: point GPT2_TIKTOKEN_FILE or --gpt2_ranks to a gpt2.tiktoken file)") from None
+    if len(ranks) != GPT2_EOT_ID:
+        raise UserError(f"{path} has {len(ranks)} ranks, expected {GPT2_EOT_ID} for GPT-2 "
+                        "(fix: point GPT2_TIKTOKEN_FILE or --gpt2_ranks to a gpt2.tiktoken file)")
+    return tiktoken.Encoding(name="gpt2", pat_str=GPT2_PAT_STR, mergeable_ranks=ranks,
+                             special_tokens={GPT2_EOT: GPT2_EOT_ID})
+
+
+def compact_encoding(tokens, name="gpt2_compact"):
+    """A tiktoken encoding over a subset of GPT-2's byte tokens, ids 0..len(tokens) (eot last).
+
+    `tokens` must be listed in GPT-2 rank order: BPE merges by rank, so re-ranking the subset
+    0..n-1 while preserving the order keeps GPT-2's merge priorities. All 256 single bytes are in
+    the subset, so any text encodes losslessly.
+    """
+    import tiktoken
+    ranks = {tok: i for i, tok in enumerate(tokens)}
+    return tiktoken.Encoding(name=f"{name}_{len(tokens) + 1}", pat_str=GPT2_PAT_STR,
+                             mergeable_ranks=ranks, special_tokens={GPT2_EOT: len(tokens)})
+
+
+class CharTokenizer:
+    """Character-level tokenizer from a list of symbols (id = position in the list)."""
+
+    def __init__(self, chars):
+        self.chars = list(chars)
+        self.stoi = {ch: i for i, ch in enumerate(self.chars)}
+        self.vocab_size = len(self.chars)
+        self.eot_token = None
+
+    def encode(self, text):
+        unknown = sorted(set(text) - self.stoi.keys())
+        if unknown:
+            raise ValueError(f"characters not in the vocabulary: {''.join(unknown)!r}")
+        return [self.stoi[ch] for ch in text]
+
+    def decode(self, ids):
+        return "".join(self.chars[i] for i in ids)
+
+
+class BPETokenizer:
+    """A tiktoken encoding (GPT-2 or compact). '<|endoftext|>' in a prompt maps to the eot token."""
+
+    def __init__(self, enc, vocab_size, eot_token):
+        self.enc, self.vocab_size, self.eot_token = enc, vocab_size, eot_token
+
+    def encode(self, text):
+        return self.enc.encode(text, allowed_special={GPT2_EOT})
+
+    def decode(self, ids):
+        return self.enc.decode(list(ids))
+
+
+def load_tokenizer(data_dir):
+    """The tokenizer described by data_dir/meta.json (char, gpt2 or compact), with one-line errors."""
+    meta = load_meta(data_dir)
+    try:
+        return tokenizer_from_meta(meta)
+    except (KeyError, ValueError, TypeError) as e:
+        if isinstance(e, UserError):
+            raise
+        raise UserError(f"cannot build the tokenizer of {data_dir}/meta.json: {one_line(e)} "
+                        f"(fix: re-run prepare.py for that dataset, or pass --data_dir)") from None
+
+
+def tokenizer_from_meta(meta):
+    kind = meta.get("tokenizer")
+    if kind == "char":
+        return CharTokenizer(meta["chars"])
+    if kind == "gpt2":
+        return BPETokenizer(get_gpt2_encoding(), GPT2_VOCAB_SIZE, GPT2_EOT_ID)
+    if kind == "compact":
+        tokens = [base64.b64decode(t) for t in meta["tokens"]]
+        return BPETokenizer(compact_encoding(tokens), meta["vocab_size"], meta["eot_token"])
+    raise UserError(f"unknown tokenizer {kind!r} in meta.json (fix: re-run prepare.py; it writes char, gpt2 or compact)")
+
+
+def encode_start(tok, text, dataset):
+    """Token ids of the prompt; characters the (char-level) vocabulary lacks are a one-line error."""
+    known = getattr(tok, "stoi", None)
+    if known is not None:
+        unknown = sorted(set(text) - set(known))
+        if unknown:
+            listed = ", ".join(repr(ch) for ch in unknown)
+            raise UserError(f"characters not in the vocabulary: {listed} "
+                            f"(the model was trained on {dataset}; fix: remove them from --start)")
+    try:
+        ids = tok.encode(text)
+    except (ValueError, KeyError) as e:
+        raise UserError(f"cannot encode --start: {e} (the model was trained on {dataset}; "
+                        f"fix: change --start)") from None
+    if not ids:
+        eot = getattr(tok, "eot_token", None)
+        if eot is None:
+            raise UserError("--start is empty (fix: give at least one character, e.g. --start=\"\\n\")")
+        ids = [eot]  # an empty prompt means "start of a document" for BPE datasets
+    return ids
+
+
+def render(tok, start_text, start_ids, ids):
+    """The sample as text, beginning with the start text exactly as given. Decoding all ids at once
+    keeps multi-byte characters that straddle the prompt boundary whole (BPE); the decoded prompt is
+    then swapped for the user's text (they differ only for an empty BPE prompt, which became eot)."""
+    prompt = tok.decode(start_ids)
+    text = tok.decode(ids)
+    if text.startswith(prompt):
+        return start_text + text[len(prompt):]
+    return start_text + tok.decode(ids[len(start_ids):])
+
+
+def one_line(err):
+    """A short single-line description of an exception, for one-line error messages."""
+    text = " ".join(str(err).split()) or type(err).__name__
+    return text if len(text) <= 200 else text[:197] + "..."

@@ -63,16 +63,19 @@ import time
 import torch
 
 import train
-from benchmarks.measure import bench_train, describe
-from configurator import (UserError, autocast, check_train_config, distributed_env, gpt_config_defaults, load_config,
-                          resolve_device, resolve_dtype)
-from configurator import model_args as resolve_model_args
-from runfiles import plots
-from runfiles.checkpoint import LAST_NAME, atomic_open, check_out_dir, load_model
-from runfiles.dataset import dataset_vocab_size, resolve_data_dir
-from runfiles.runlog import format_duration, read_log
-from runfiles.spread import NOISE_T, add_equal_compute, mean_std, noise_verdict
-from runfiles.tokenizer import encode_start, load_tokenizer, render
+from tools.benchmarks.measure import bench_train, describe
+from configurator import UserError, load_config
+from checkpoint import autocast, resolve_device, resolve_dtype
+from train import check_train_config, distributed_env, gpt_config_defaults
+from train import model_args as resolve_model_args
+from tools import plots
+from checkpoint import LAST_NAME, atomic_open, check_out_dir, load_model
+from train import dataset_vocab_size
+from dataset import resolve_data_dir
+from train import format_duration
+from tools.plots import read_log
+from tools.spread import NOISE_T, add_equal_compute, mean_std, noise_verdict
+from dataset import encode_start, load_tokenizer, render
 
 COMPARE_DEFAULTS = dict(
     variants=["gpt", "pgpt", "lgpt", "cgpt"],

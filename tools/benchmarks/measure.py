@@ -22,9 +22,9 @@ import time
 
 import torch
 
-from benchmarks.report import short
-from configurator import autocast
-from decoding.cache import InferenceCache
+from tools.benchmarks.report import short
+from checkpoint import autocast
+from model import InferenceCache
 from model import GPT, GPTConfig
 
 PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12}   # dense bf16 FLOP/s, for MFU

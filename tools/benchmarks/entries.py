@@ -6,9 +6,10 @@ Shared by bench.py and the GPU suite (benchmarks/gpu_suite.py).
 
 import os
 
-from configurator import UserError, gpt_config_defaults, load_config, load_variant, model_args
+from configurator import UserError, load_config
+from train import gpt_config_defaults, load_variant, model_args
 from model import GPTConfig
-from runfiles.dataset import dataset_vocab_size
+from train import dataset_vocab_size
 
 
 def variant_entry(name, cfg, cli_model):

@@ -1,0 +1,70 @@
+"""
+Tokenization throughput of prepare.py's parallel WikiText path: GPT-2 encode_ordinary with 1 worker and with all.
+
+    python -m tools.bench_tokenize [--mb=32] [--num_proc=N]
+"""
+import os
+import sys
+import time
+
+import numpy as np
+
+from configurator import UserError, run_command
+from dataset import GPT2_EOT_ID, get_gpt2_encoding
+from prepare import check_positive, encoding_spec, iter_tokenized
+
+DEFAULTS = dict(mb=32.0, input_path="", gpt2_ranks="", num_proc=0)
+
+
+def bench_corpus(mb, input_path=None):
+    """About `mb` MB of text as ~100 KB articles: tinyshakespeare repeated when available,
+    else deterministic pseudo-random words."""
+    path = input_path or os.environ.get("SHAKESPEARE_INPUT") or os.path.join("data", "shakespeare_char", "input.txt")
+    if os.path.isfile(path):
+        with open(path, "rb") as f:
+            text, source = f.read(), path
+    else:
+        rng = np.random.default_rng(0)
+        words = [bytes(rng.integers(97, 123, size=rng.integers(1, 10)).astype(np.uint8)) for _ in range(5000)]
+        text = b" ".join(words[i] for i in rng.integers(0, len(words), size=200_000)) + b"\n"
+        source = "generated words"
+    text = text * (int(mb * 1e6) // len(text) + 1)
+    text = text[:int(mb * 1e6)]
+    text = text[:text.rfind(b"\n") + 1]
+    # cut into ~100 KB articles at line boundaries (keeps utf-8 characters whole)
+    arts, start = [], 0
+    while start < len(text):
+        end = text.find(b"\n", start + 100_000)
+        end = len(text) if end < 0 else end + 1
+        arts.append(text[start:end])
+        start = end
+    return arts, source
+
+
+def bench_tokenize(mb=32, input_path=None, gpt2_ranks=None, num_proc=None):
+    """Tokenize ~mb MB through the WikiText parallel path with 1 worker and with all workers."""
+    if not mb > 0:
+        raise UserError(f"--mb must be > 0, got {mb} (fix: --mb=32)")
+    check_positive(num_proc=num_proc)
+    articles, source = bench_corpus(mb, input_path)
+    get_gpt2_encoding(gpt2_ranks)
+    spec = encoding_spec(ranks_path=gpt2_ranks)
+    nbytes = sum(len(a) for a in articles)
+    print(f"corpus: {nbytes / 1e6:.1f} MB ({source}), {len(articles)} articles, GPT-2 encode_ordinary")
+    results = {}
+    for workers in sorted({1, num_proc or os.cpu_count() or 1}):
+        t0 = time.time()
+        ntok = sum(len(ids) for ids, _, _ in iter_tokenized(articles, spec, GPT2_EOT_ID, workers, f"{workers} worker(s)"))
+        dt = time.time() - t0
+        results[workers] = nbytes / 1e6 / dt
+        print(f"workers={workers:3d}: {nbytes / 1e6 / dt:7.2f} MB/s, {ntok / dt / 1e6:6.2f} M tokens/s ({dt:.2f} s, {ntok:,} tokens)")
+    return results
+
+
+def main(argv=None):
+    return run_command(lambda c: bench_tokenize(c["mb"], c["input_path"] or None, c["gpt2_ranks"] or None,
+                                                c["num_proc"] or None), DEFAULTS, argv)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

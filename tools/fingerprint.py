@@ -1,0 +1,101 @@
+"""
+A refactor's proof that nothing changed: sha256 fingerprints of what the code computes, for every preset family.
+
+    python -m tools.fingerprint > now.json                       # write the fingerprints
+    python -m tools.fingerprint --check=results/fingerprint.json  # compare with the committed ones (exit 1 if any differs)
+
+Per preset (variants/*.py, shrunk where the preset is large, see SMALL): the initial weights (seed 0), the logits of
+a fixed batch (every position), the greedy and the sampled tokens of model.generate with and without the KV cache,
+and (for the four CPU recipes of paper 004) the losses of a 6-iteration train.py run on tinyshakespeare. Equal
+hashes mean bit-identical tensors. Needs the prepared data/shakespeare_char (train.py prepares it on first use).
+"""
+import csv
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import torch
+
+import variants
+from model import GPT, GPTConfig
+
+# the large presets at a width and depth that build in a second, keeping every flag they switch on
+SMALL = dict(baseline=dict(n_layer=2, n_embd=64, n_head=4, mlp_hidden=128, vocab_size=97, block_size=32),
+             layer_sharing=dict(n_layer=4, n_embd=48, n_head=6, n_kv_head=2, mlp_hidden=96, vocab_size=97,
+                                block_size=32),
+             enhanced_residual=dict(n_layer=4, n_embd=48, n_head=6, n_kv_head=2, mlp_hidden=96, vocab_size=97,
+                                    block_size=32),
+             deep_thinking=dict(n_layer=4, n_embd=48, n_head=6, n_kv_head=2, mlp_hidden=96, vocab_size=97,
+                                block_size=32),
+             mobilellm_125m=dict(n_layer=4, n_embd=48, n_head=6, n_kv_head=2, mlp_hidden=96, vocab_size=97,
+                                 block_size=32),
+             mobilellm_600m=dict(n_layer=4, n_embd=48, n_head=6, n_kv_head=2, mlp_hidden=96, vocab_size=97,
+                                 block_size=32),
+             shishulm_125=dict(n_layer=6, n_embd=48, n_head=6, n_kv_head=2, mlp_hidden=96, vocab_size=97,
+                               block_size=32, n_attn_layers=2, share_from_layer=2),
+             shishulm_600=dict(n_layer=6, n_embd=48, n_head=6, n_kv_head=2, mlp_hidden=96, vocab_size=97,
+                               block_size=32, n_attn_layers=2, share_from_layer=2),
+             efficio=dict(n_layer=4, n_embd=64, n_head=4, vocab_size=97, block_size=32, share_group_size=2),
+             gpt=dict(block_size=32), pgpt=dict(block_size=32), lgpt=dict(block_size=32), cgpt=dict(block_size=32))
+RUNS = ("gpt", "pgpt", "lgpt", "cgpt")   # config/<name>_shakespeare_cpu.py
+
+
+def digest(*tensors):
+    h = hashlib.sha256()
+    for t in tensors:
+        h.update(t.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def model_prints(name):
+    cfg = {**variants.load(name), **SMALL.get(name, {})}
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(**cfg)).eval()
+    out = {"weights": digest(*model.state_dict().values())}
+    gen = torch.Generator().manual_seed(1)
+    idx = torch.randint(cfg["vocab_size"], (2, 24), generator=gen)
+    with torch.no_grad():
+        out["logits"] = digest(model(idx, all_logits=True)[0])
+    prompt = idx[:1, :5]
+    for cache in (True, False):
+        greedy = model.generate(prompt, 40, temperature=0, use_kv_cache=cache)   # past block_size: re-primes
+        sampled = model.generate(prompt, 40, temperature=0.9, top_k=20, use_kv_cache=cache,
+                                 generator=torch.Generator().manual_seed(2))
+        out[f"tokens_kv{int(cache)}"] = digest(greedy, sampled)
+    return out
+
+
+def run_prints(name, tmp):
+    out_dir = os.path.join(tmp, name)
+    cmd = [sys.executable, "train.py", f"config/{name}_shakespeare_cpu.py", "--max_iters=6", "--eval_interval=3",
+           "--eval_iters=2", "--log_interval=1", f"--out_dir={out_dir}", "--device=cpu", "--num_threads=1"]
+    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    with open(os.path.join(out_dir, "log.csv"), newline="") as f:
+        rows = [(r["iter"], r["kind"], r["loss"], r["val_loss"]) for r in csv.DictReader(f)]
+    return hashlib.sha256(json.dumps(rows).encode()).hexdigest()[:16]
+
+
+def main(argv):
+    torch.set_num_threads(1)
+    prints = {name: model_prints(name) for name in variants.available()}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in RUNS:
+            prints[name]["train_losses"] = run_prints(name, tmp)
+    check = next((a.split("=", 1)[1] for a in argv if a.startswith("--check=")), None)
+    if check is None:
+        print(json.dumps(prints, indent=1, sort_keys=True))
+        return 0
+    with open(check) as f:
+        want = json.load(f)
+    diff = [f"{n}.{k}" for n in sorted(set(want) | set(prints)) for k in sorted(set(want.get(n, {})) |
+            set(prints.get(n, {}))) if want.get(n, {}).get(k) != prints.get(n, {}).get(k)]
+    print(f"{sum(len(v) for v in prints.values())} fingerprints, {len(diff)} differ" +
+          (": " + ", ".join(diff) if diff else ": bit-identical to " + check))
+    return 1 if diff else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
