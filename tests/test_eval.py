@@ -2,6 +2,7 @@
 import dataclasses
 import json
 import math
+import os
 
 import numpy as np
 import pytest
@@ -195,3 +196,85 @@ def test_split_counts_leave_the_eot_separators_out():
     tok = SimpleNamespace(eot_token=0, decode=lambda ids: "".join("<|endoftext|>" if i == 0 else chr(i) for i in ids))
     data = [ord(c) for c in "ab cd"] + [0] + [ord(c) for c in " ef"]
     assert split_counts({}, "val", data, tok) == (3, 8, "counted from the decoded split")
+
+
+# --- multiple choice: per-question results and the hints of its errors ------------------------------
+
+def mc_checkpoint(tmp_path, meta, vocab_size):
+    """A tiny random checkpoint recording a dataset folder that holds only `meta` (all --mc_file needs)."""
+    data_dir = tmp_path / "data"
+    data_dir.mkdir(exist_ok=True)
+    (data_dir / "meta.json").write_text(json.dumps(meta))
+    torch.manual_seed(0)
+    m = GPT(GPTConfig(vocab_size=vocab_size, block_size=BLOCK, n_layer=1, n_head=2, n_embd=16))
+    from checkpoint import atomic_save
+    atomic_save({"model": m.state_dict(), "model_args": dataclasses.asdict(m.config), "iter_num": 3,
+                 "data_dir": str(data_dir)}, str(tmp_path / "out" / "ckpt.pt"))
+    return str(tmp_path / "out"), m.eval()
+
+
+def test_log_samples_writes_one_line_per_question(tmp_path, capsys):
+    from tools import eval as evaluate
+    from dataset import CharTokenizer
+    chars = list("abcdefgh ")
+    out, model = mc_checkpoint(tmp_path, {"tokenizer": "char", "vocab_size": len(chars), "chars": chars}, len(chars))
+    docs = [dict(context="abc", choices=["d", "ef", "gh"], label=1), dict(context="h ", choices=["a", "bbbb"], label=0),
+            dict(context="ggg", choices=["hab", "c"], label=1)]
+    task = tmp_path / "task.jsonl"
+    task.write_text("".join(json.dumps(d) + "\n" for d in docs))
+    log = tmp_path / "items.jsonl"
+    evaluate.main([f"--out_dir={out}", f"--mc_file={task}", f"--log_samples={log}", "--device=cpu"])
+    printed = capsys.readouterr().out
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    want = evaluate.score_multiple_choice(model, CharTokenizer(chars), docs, BLOCK)
+    assert [line["doc_id"] for line in lines] == [0, 1, 2]
+    for doc, line, lls in zip(docs, lines, want["lls"]):
+        assert {k: line[k] for k in ("context", "choices", "label")} == doc
+        assert line["loglikelihoods"] == pytest.approx(lls, abs=1e-6) and all(ll < 0 for ll in lls)
+        assert line["prediction"] == int(np.argmax(lls))
+        assert line["prediction_norm"] == int(np.argmax(np.array(lls) / [len(c) for c in doc["choices"]]))
+    acc = np.mean([line["prediction"] == line["label"] for line in lines])
+    assert f"| task.jsonl | 3 | {acc:.4f} ±" in printed and f"per-question results: {log}" in printed
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--log_samples={tmp}/items.jsonl"], "--log_samples writes the per-question results of --mc_file"),
+    (["--mc_file={tmp}/task.jsonl", "--log_samples={tmp}"], "is a folder"),
+    (["--mc_file={tmp}/task.jsonl", "--log_samples={tmp}/task.jsonl/items.jsonl"], "is a file, not a folder"),
+])
+def test_log_samples_refuses_bad_paths(tmp_path, args, words):
+    from tools import eval as evaluate
+    (tmp_path / "task.jsonl").write_text(json.dumps(dict(context="a", choices=["b", "c"], label=0)) + "\n")
+    before = sorted(os.listdir(tmp_path))
+    with pytest.raises(SystemExit) as e:
+        evaluate.main([a.format(tmp=tmp_path) for a in args] + [f"--out_dir={tmp_path}/none", "--device=cpu"])
+    assert str(e.value).startswith("error: ") and words in str(e.value) and "\n" not in str(e.value)
+    assert sorted(os.listdir(tmp_path)) == before
+
+
+def test_gpt2_vocabulary_errors_name_keys_eval_accepts(tmp_path, monkeypatch, capsys):
+    """Offline without GPT2_TIKTOKEN_FILE the hint names --gpt2_ranks, which eval.py accepts and uses."""
+    import re
+
+    import tiktoken
+
+    from tools import eval as evaluate
+    out, _ = mc_checkpoint(tmp_path, {"tokenizer": "gpt2", "vocab_size": 50257}, 50257)
+    task = tmp_path / "task.jsonl"
+    task.write_text(json.dumps(dict(context="Hello", choices=["world", "there"], label=0)) + "\n")
+    ranks = os.environ.get("GPT2_TIKTOKEN_FILE") or os.path.join(   # the local copy, for the last step
+        os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "shared", "data", "gpt2",
+        "gpt2.tiktoken")
+    monkeypatch.delenv("GPT2_TIKTOKEN_FILE", raising=False)
+    monkeypatch.setattr(tiktoken, "get_encoding", lambda name: (_ for _ in ()).throw(ConnectionError("offline")))
+    with pytest.raises(SystemExit) as e:
+        evaluate.main([f"--out_dir={out}", f"--mc_file={task}", "--device=cpu"])
+    keys = re.findall(r"--(\w+)", str(e.value))
+    assert "gpt2_ranks" in keys and all(k in evaluate.DEFAULTS for k in keys), str(e.value)
+    with pytest.raises(SystemExit, match="--gpt2_ranks: .*missing.tiktoken is not a file"):
+        evaluate.main([f"--out_dir={out}", f"--mc_file={task}", f"--gpt2_ranks={tmp_path}/missing.tiktoken"])
+    if not os.path.isfile(ranks):
+        pytest.skip("no GPT-2 ranks file: set GPT2_TIKTOKEN_FILE or provide ../shared/data/gpt2/gpt2.tiktoken")
+    evaluate.main([f"--out_dir={out}", f"--mc_file={task}", f"--gpt2_ranks={ranks}", "--device=cpu"])
+    assert capsys.readouterr().out.splitlines()[-1].startswith("| task.jsonl | 1 |")
+    assert "GPT2_TIKTOKEN_FILE" not in os.environ   # set for the run only

@@ -308,8 +308,11 @@ def test_export_command_line(tmp_path, capsys):
     ckpt = tmp_path / "out" / "ckpt.pt"
     atomic_save({"model": ours.state_dict(), "model_args": dataclasses.asdict(ours.config), "iter_num": 1,
                  "best_val_loss": 1.0, "config": {}}, str(ckpt))
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "tokenizer.json").write_text("{}")   # another model's tokenizer, left by an earlier export
     convert.main(["export", "--ckpt", str(ckpt), "--out", str(tmp_path / "hf")])
-    assert sorted(os.listdir(tmp_path / "hf")) == ["config.json", "model.safetensors"]
+    assert "no tokenizer written" in capsys.readouterr().err   # the checkpoint records no dataset
+    assert sorted(os.listdir(tmp_path / "hf")) == ["config.json", "generation_config.json", "model.safetensors"]
     theirs = AutoModelForCausalLM.from_pretrained(str(tmp_path / "hf")).eval()
     x = tokens(61, (1, 12))
     with torch.no_grad():
@@ -319,6 +322,193 @@ def test_export_command_line(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         convert.main(["export", "--ckpt", str(ckpt), "--out", str(tmp_path / "bad")])
     assert str(e.value).startswith("error: cannot export Deep Thinking")
+
+
+# --- the tokenizer of the checkpoint's dataset, exported beside the model ------------------------------
+
+def shakespeare_file():
+    env = os.environ.get("SHAKESPEARE_INPUT")
+    fallback = os.path.join(os.path.dirname(ROOT), "shared", "data", "tinyshakespeare", "input.txt")
+    return env if env and os.path.isfile(env) else (fallback if os.path.isfile(fallback) else None)
+
+
+def test_gpt2_byte_table_and_recovered_merges():
+    """GPT-2's byte -> printable character table, and merges recovered from ranks alone: each multi-byte token's
+    two parts are what BPE (lowest-ranked pair first) reaches one merge before the token."""
+    from tools.huggingface.tokenizer import bpe_vocab_and_merges, gpt2_byte_to_unicode
+    table = gpt2_byte_to_unicode()
+    assert len(set(table.values())) == 256 and all(not ch.isspace() and ch.isprintable() for ch in table.values())
+    assert (table[ord("A")], table[ord(" ")], table[ord("\n")], table[0], table[0xFF]) == ("A", "Ġ", "Ċ", "Ā", "ÿ")
+    singles = [bytes([b]) for b in range(256)]
+    # "bc" ranks below "ab", so BPE on "abc" merges b+c first: its parents are (a, bc), not (ab, c)
+    vocab, merges = bpe_vocab_and_merges(singles + [b"bc", b"ab", b"abc", b" a"])
+    assert merges == [["b", "c"], ["a", "b"], ["a", "bc"], ["Ġ", "a"]]
+    assert vocab["abc"] == 258 and vocab["Ġa"] == 259 and len(vocab) == 260
+    ranks = gpt2_ranks_file()
+    if ranks is None:
+        pytest.skip("no GPT-2 ranks file: set GPT2_TIKTOKEN_FILE or provide ../shared/data/gpt2/gpt2.tiktoken")
+    from dataset import get_gpt2_encoding
+    enc = get_gpt2_encoding(ranks)
+    vocab, merges = bpe_vocab_and_merges([enc.decode_single_token_bytes(i) for i in range(50256)])
+    assert len(vocab) == 50256 and len(merges) == 50000            # GPT-2's merges.txt has 50,000 lines
+    assert merges[0] == ["Ġ", "t"] and vocab["Ġthe"] == 262
+    assert all(vocab[a + b] == 256 + i and vocab[a] < 256 + i and vocab[b] < 256 + i for i, (a, b) in enumerate(merges))
+
+
+def export_for_dataset(kind, root):
+    """tinyshakespeare prepared by prepare.py as `kind` (char, gpt2 or compact with 1,024 tokens), a tiny
+    random model of its vocabulary saved as train.py does (recording data_dir), exported by the command line."""
+    import prepare
+    dataset, extra = {"char": ("shakespeare_char", {}), "gpt2": ("shakespeare", {}),
+                      "compact": ("shakespeare", dict(vocab_size=1024, plot=False))}[kind]
+    data_dir = prepare.prepare(dataset, out_dir=str(root / "data"), input_path=shakespeare_file(), **extra)
+    meta = json.loads((root / "data" / "meta.json").read_text(encoding="utf-8"))
+    llama = kind == "compact"   # both architectures carry the tokenizer's end-of-text id
+    torch.manual_seed(0)
+    model = randomize(GPT(GPTConfig(vocab_size=meta["vocab_size"], block_size=32, n_layer=1, n_head=2, n_embd=16,
+                                    **(dict(norm="rmsnorm", pos_embedding="rope", mlp_type="gated",
+                                            activation="silu", bias=False) if llama else {}))), seed=1)
+    ckpt = root / "out" / "ckpt.pt"
+    atomic_save({"model": model.state_dict(), "model_args": dataclasses.asdict(model.config), "iter_num": 1,
+                 "data_dir": data_dir}, str(ckpt))
+    convert.main(["export", "--ckpt", str(ckpt), "--out", str(root / "hf")])
+    return str(root / "hf"), data_dir, meta, model
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """export(kind) -> (folder, data_dir, meta, model), built once per kind for this module."""
+    if shakespeare_file() is None or gpt2_ranks_file() is None:
+        pytest.skip("needs tinyshakespeare and the GPT-2 ranks file (SHAKESPEARE_INPUT / GPT2_TIKTOKEN_FILE or "
+                    "../shared/data)")
+    done = {}
+
+    def get(kind):
+        if kind not in done:
+            with pytest.MonkeyPatch.context() as mp:
+                mp.setenv("GPT2_TIKTOKEN_FILE", gpt2_ranks_file())
+                done[kind] = export_for_dataset(kind, tmp_path_factory.mktemp(kind))
+        return done[kind]
+    return get
+
+
+@pytest.mark.parametrize("kind", ["char", "gpt2", "compact"])
+def test_exported_tokenizer_gives_the_token_files_ids(exported, kind, monkeypatch, capsys):
+    """AutoTokenizer on the export, offline and without the GPT-2 ranks file, turns each split's text into exactly
+    the ids prepare.py wrote (the whole of tinyshakespeare) and decodes them back to the text; end-of-text is
+    bos/eos/pad where the vocabulary has one, and pipeline("text-generation") runs on the folder."""
+    from transformers import AutoTokenizer, pipeline
+
+    import numpy as np
+    import prepare
+    folder, data_dir, meta, model = exported(kind)
+    assert "tokenizer: " + {"char": "char-level, 65 characters", "gpt2": "GPT-2 BPE, 50,257 tokens",
+                            "compact": "compact GPT-2 BPE (paper 003), 1,024 tokens"}[kind] in capsys.readouterr().err
+    monkeypatch.setenv("GPT2_TIKTOKEN_FILE", os.path.join(folder, "missing.tiktoken"))
+    tok = AutoTokenizer.from_pretrained(folder)
+    assert len(tok) == meta["vocab_size"]
+    texts = dict(zip(("train", "val"), prepare.split_90_10(open(shakespeare_file(), encoding="utf-8").read())))
+    counts = 0
+    for split, text in texts.items():
+        ids = tok.encode(text, add_special_tokens=False)
+        assert ids == np.fromfile(os.path.join(data_dir, f"{split}.bin"), dtype=np.uint16).tolist()
+        counts += len(ids)
+    if kind == "gpt2":
+        assert counts == 338_025     # a tokenizer with another split pattern gives 330,837
+    assert tok.decode(ids) == text   # no clean-up of spaces, no special tokens added
+    eot = meta.get("eot_token")
+    assert (tok.bos_token_id, tok.eos_token_id, tok.pad_token_id) == (eot, eot, eot)
+    if eot is not None:
+        assert tok.decode(tok.encode("a<|endoftext|>b", add_special_tokens=False)[1:2]) == "<|endoftext|>"
+    config = json.loads(open(os.path.join(folder, "config.json")).read())
+    generation = json.loads(open(os.path.join(folder, "generation_config.json")).read())
+    assert (config["bos_token_id"], config["eos_token_id"], generation.get("eos_token_id")) == (eot, eot, eot)
+    generate = pipeline("text-generation", model=folder, device="cpu")
+    out = generate("ROMEO:", max_new_tokens=6, do_sample=False)[0]["generated_text"]
+    greedy = model.generate(torch.tensor([tok.encode("ROMEO:")]), 6, temperature=0)[0].tolist()
+    assert eot not in greedy and out == tok.decode(greedy)   # our greedy tokens, through transformers
+
+
+def test_export_refuses_a_tokenizer_it_cannot_write(tmp_path, capsys):
+    """Before anything is written: a vocabulary bigger than the model's, a tokenizer kind it does not know, a
+    recorded dataset that is gone; one line each."""
+    model = GPT(GPTConfig(vocab_size=3, block_size=8, n_layer=1, n_head=2, n_embd=8))
+    ckpt = tmp_path / "out" / "ckpt.pt"
+    data = tmp_path / "data"
+    data.mkdir()
+    cases = [({"tokenizer": "char", "vocab_size": 4, "chars": list("abcd")},
+              "4 tokens, more than the model's vocab_size 3"),
+             ({"tokenizer": "sentencepiece", "vocab_size": 3}, "names tokenizer 'sentencepiece'"),
+             (None, "meta.json not found")]
+    for meta, words in cases:
+        if meta is None:
+            os.remove(data / "meta.json")
+        else:
+            (data / "meta.json").write_text(json.dumps(meta))
+        atomic_save({"model": model.state_dict(), "model_args": dataclasses.asdict(model.config),
+                     "data_dir": str(data)}, str(ckpt))
+        with pytest.raises(SystemExit) as e:
+            convert.main(["export", "--ckpt", str(ckpt), "--out", str(tmp_path / "hf")])
+        assert str(e.value).startswith("error: ") and words in str(e.value) and "\n" not in str(e.value)
+        assert not os.path.exists(tmp_path / "hf")
+
+
+def test_import_reads_the_folders_own_tokenizer(exported, tmp_path, monkeypatch, capsys):
+    """An export imported back samples (char) and evaluates (GPT-2 BPE) with the folder's tokenizer: the GPT-2
+    ranks file is missing and tiktoken cannot download."""
+    import tiktoken
+
+    from tools import eval as evaluate
+    from tools.huggingface import sample
+    from tools.huggingface.convert import load_pretrained
+    from tools.huggingface.tokenizer import TransformersTokenizer, tokenizer_for
+    char_folder, _, meta, _ = exported("char")
+    gpt2_folder = exported("gpt2")[0]
+    monkeypatch.setenv("GPT2_TIKTOKEN_FILE", os.path.join(char_folder, "missing.tiktoken"))
+    monkeypatch.setattr(tiktoken, "get_encoding", lambda name: (_ for _ in ()).throw(ConnectionError("offline")))
+    tok = tokenizer_for(load_pretrained(gpt2_folder, say=lambda msg: None)[1])
+    assert isinstance(tok, TransformersTokenizer) and tok.eot_token == 50256
+    assert tok.encode("Hello world") == [15496, 995] and tok.decode([15496, 995]) == "Hello world"
+    capsys.readouterr()   # what preparing the datasets printed
+    sample.main([f"--init_from={char_folder}", "--start=ROMEO:", "--num_samples=1", "--max_new_tokens=5",
+                 "--device=cpu"])
+    text = capsys.readouterr().out.split("---------------")[0]
+    assert text.startswith("ROMEO:") and len(text.rstrip("\n")) >= len("ROMEO:") + 1
+    assert set(text) <= set(meta["chars"])
+    with pytest.raises(SystemExit) as e:   # a character-level vocabulary checks prompts as ours does
+        sample.main([f"--init_from={char_folder}", "--start=ROMEO~", "--device=cpu", "--max_new_tokens=1"])
+    assert str(e.value).startswith("error: characters not in the vocabulary: '~'")
+    task = tmp_path / "task.jsonl"
+    task.write_text(json.dumps(dict(context="To be, or not to be:", choices=["that is", "the question"], label=0)))
+    evaluate.main([f"--init_from={gpt2_folder}", f"--mc_file={task}", "--device=cpu"])
+    assert capsys.readouterr().out.splitlines()[-1].startswith("| task.jsonl | 1 |")
+
+
+def test_folder_tokenizer_without_transformers(exported, monkeypatch):
+    """Without transformers a GPT-2-vocabulary folder falls back to the built-in GPT-2 BPE; any other folder's
+    tokenizer files are a one-line error naming what to install."""
+    from tools.huggingface.convert import load_pretrained
+    from tools.huggingface.tokenizer import tokenizer_for
+    from dataset import BPETokenizer
+    gpt2_info = load_pretrained(exported("gpt2")[0], say=lambda msg: None)[1]
+    char_info = load_pretrained(exported("char")[0], say=lambda msg: None)[1]
+    monkeypatch.setenv("GPT2_TIKTOKEN_FILE", gpt2_ranks_file())
+    monkeypatch.setitem(sys.modules, "transformers", None)   # import transformers -> ImportError
+    tok = tokenizer_for(gpt2_info)
+    assert isinstance(tok, BPETokenizer) and tok.encode("Hello world") == [15496, 995]
+    with pytest.raises(ConversionError, match="needs transformers \\(fix: pip install transformers"):
+        tokenizer_for(char_info)
+
+
+def test_tokenizer_files_that_load_empty_are_refused(tmp_path):
+    """transformers turns a tokenizer_config.json without vocabulary files into a GPT-2 tokenizer of one token,
+    which encodes every text to []: refused in one line instead of sampling from nothing."""
+    from tools.huggingface.tokenizer import tokenizer_for
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "GPT2Tokenizer"}))
+    info = dict(architecture="llama", hf_config={"vocab_size": 59}, directory=str(tmp_path), source=str(tmp_path))
+    with pytest.raises(ConversionError) as e:
+        tokenizer_for(info)
+    assert "hold 1 token(s), which do not fit the model's vocabulary (fix: " in str(e.value)
 
 
 # --- tools.huggingface.sample / train.py from a converted Hugging Face model ------------------------------------------------

@@ -5,6 +5,7 @@ Honest perplexity: evaluate a checkpoint on the WHOLE of each split, every token
     python eval.py --out_dir=out-wt103 --splits=val,test --stride=512 --batch_size=4
     python eval.py --init_from=gpt2 --data_dir=data/wikitext103   # a Hugging Face model (see huggingface/)
     python eval.py --init_from=gpt2 --mc_file=hellaswag.jsonl     # zero-shot multiple choice: acc, acc_norm
+    python eval.py --init_from=hf-out --mc_file=task.jsonl --log_samples=items.jsonl   # + per-question results
 
 Reported per split:
   loss            mean negative log-likelihood per scored token (nats)
@@ -33,7 +34,9 @@ continuation) with the context's own tokens cut off the front, left-truncated to
   acc_norm  argmax of log-likelihood / len(choice) is the label (lm-evaluation-harness divides by the
             choice's length in characters, which is its byte length for ASCII text)
 Choices are batched (longest first, padded on the right: a causal model's logits never see later
-positions, so the padding changes nothing that is read).
+positions, so the padding changes nothing that is read). --log_samples=FILE writes one JSON line per
+question (context, choices, label, per-choice log-likelihoods, the acc and acc_norm predictions), to compare
+item by item with lm-evaluation-harness's --log_samples (docs/sampling_and_eval.md).
 """
 
 import math
@@ -59,6 +62,10 @@ DEFAULTS = dict(
     init_from="",           # a Hugging Face GPT-2 / Llama / MobileLLM directory or hub name instead of out_dir
     data_dir="",            # "" = the dataset recorded in the checkpoint (init_from: required for perplexity)
     mc_file="",             # JSONL multiple-choice task: report acc / acc_norm instead of perplexity
+    log_samples="",         # with mc_file: write per-question results to this JSONL file (context, choices,
+                            # per-choice log-likelihoods, predictions, label), as lm-eval's --log_samples
+    gpt2_ranks="",          # local gpt2.tiktoken ranks file for GPT-2 BPE ("" = env GPT2_TIKTOKEN_FILE, else
+                            # tiktoken's download)
     splits="",              # comma list, e.g. "val,test"; "" = val, and test if the dataset has one
     block_size=0,           # context window; 0 = the model's block_size (smaller values are allowed)
     stride=0,               # 0 = non-overlapping windows; S < block_size = sliding window scoring S tokens
@@ -275,7 +282,20 @@ def score_multiple_choice(model, tok, docs, block_size, batch_size=8, device="cp
     acc, acc_norm = float(np.mean(pred == labels)), float(np.mean(pred_norm == labels))
     n = len(docs)
     return dict(acc=acc, acc_norm=acc_norm, acc_stderr=mean_stderr(acc, n), acc_norm_stderr=mean_stderr(acc_norm, n),
-                n=n, n_choices=len(requests), lls=lls, seconds=time.perf_counter() - t0)
+                n=n, n_choices=len(requests), lls=lls, pred=pred.tolist(), pred_norm=pred_norm.tolist(),
+                seconds=time.perf_counter() - t0)
+
+
+def write_log_samples(path, docs, r):
+    """One JSON line per question: doc_id, context, choices, label, loglikelihoods (per choice, summed over the
+    continuation's tokens), prediction (argmax, acc) and prediction_norm (argmax per character, acc_norm)."""
+    import json
+    from checkpoint import atomic_open
+    with atomic_open(path, "w") as f:
+        for i, doc in enumerate(docs):
+            f.write(json.dumps(dict(doc_id=i, context=doc["context"], choices=doc["choices"], label=doc["label"],
+                                    loglikelihoods=r["lls"][i], prediction=r["pred"][i],
+                                    prediction_norm=r["pred_norm"][i]), ensure_ascii=False) + "\n")
 
 
 def mean_stderr(p, n):
@@ -291,6 +311,8 @@ def run_multiple_choice(cfg, model, ckpt, info, block_size, device, dtype):
         tok = load_tokenizer(resolve_data_dir(ckpt, cfg["data_dir"]))
     note = keep_heaviest_branch(model, cfg["keep_heaviest_branch"])
     r = score_multiple_choice(model, tok, docs, block_size, cfg["batch_size"], device, dtype)
+    if cfg["log_samples"]:
+        write_log_samples(cfg["log_samples"], docs, r)
     print(f"model: {ckpt['path']} ({model.get_num_params(non_embedding=False) / 1e6:.2f}M params)" + (f"; {note}" if note else ""))
     print(f"task: {cfg['mc_file']}, {r['n']:,} questions, {r['n_choices']:,} choices scored in {r['seconds']:.1f}s "
           f"on {device}; context left-truncated to {block_size} tokens")
@@ -299,6 +321,8 @@ def run_multiple_choice(cfg, model, ckpt, info, block_size, device, dtype):
     print("|---|---:|---:|---:|")
     print(f"| {os.path.basename(cfg['mc_file'])} | {r['n']:,} | {r['acc']:.4f} ± {r['acc_stderr']:.4f} | "
           f"{r['acc_norm']:.4f} ± {r['acc_norm_stderr']:.4f} |")
+    if cfg["log_samples"]:
+        print(f"per-question results: {cfg['log_samples']}")
 
 
 # --- command line -------------------------------------------------------------------------------
@@ -323,6 +347,40 @@ def main(argv=None):
 
 
 def run(cfg):
+    check_outputs(cfg)
+    ranks = cfg["gpt2_ranks"]
+    if not ranks:
+        return run_eval(cfg)
+    if not os.path.isfile(ranks):
+        raise UserError(f"--gpt2_ranks: {ranks} is not a file (fix: point it to a gpt2.tiktoken ranks file, "
+                        f"or leave it out)")
+    previous = os.environ.get("GPT2_TIKTOKEN_FILE")
+    os.environ["GPT2_TIKTOKEN_FILE"] = ranks   # what dataset.get_gpt2_encoding reads
+    try:
+        return run_eval(cfg)
+    finally:
+        if previous is None:
+            del os.environ["GPT2_TIKTOKEN_FILE"]
+        else:
+            os.environ["GPT2_TIKTOKEN_FILE"] = previous
+
+
+def check_outputs(cfg):
+    """--log_samples: only with --mc_file, and a file that can be written (checked before any scoring)."""
+    path = cfg["log_samples"]
+    if not path:
+        return
+    if not cfg["mc_file"]:
+        raise UserError("--log_samples writes the per-question results of --mc_file (fix: add --mc_file=TASK.jsonl, "
+                        "or drop --log_samples)")
+    if os.path.isdir(path):
+        raise UserError(f"--log_samples '{path}' is a folder (fix: name a file, e.g. "
+                        f"{os.path.join(path, 'samples.jsonl')})")
+    from checkpoint import check_out_dir
+    check_out_dir(os.path.dirname(path) or ".", key="log_samples")
+
+
+def run_eval(cfg):
     device = str(resolve_device(cfg["device"]))
     dtype = getattr(torch, resolve_dtype(cfg["dtype"], device))
     if cfg["init_from"]:

@@ -11,9 +11,11 @@ Import (GPT.from_pretrained, and --init_from=<dir or name> in sample.py / eval.p
                              (each block applied twice in a row: our share_group_size=2 over 2x the layers)
     Anything we cannot represent exactly is refused with a one-line reason (ConversionError).
 
-Export (python -m huggingface.convert export --ckpt out/ckpt.pt --out hf-out/):
+Export (python -m huggingface.convert export --ckpt out/ckpt.pt --out hf-out/ [--data_dir=data/<dataset>]):
     our GPT -> a directory (config.json + model.safetensors, or pytorch_model.bin without safetensors) that
-    transformers loads with AutoModelForCausalLM.from_pretrained and no custom code:
+    transformers loads with AutoModelForCausalLM.from_pretrained and no custom code, plus generation_config.json
+    and the tokenizer of the checkpoint's dataset (char, GPT-2 BPE or compact: tokenizer.json, tokenizer_config.json,
+    special_tokens_map.json; huggingface/tokenizer.py), which AutoTokenizer.from_pretrained loads offline:
       learned positions + LayerNorm + plain MLP + multi-head attention  ->  GPT2LMHeadModel
       RoPE + RMSNorm + gated MLP (SwiGLU), GQA allowed                  ->  LlamaForCausalLM
     Layer sharing is written out as repeated weights (same function, bigger file). Our-only techniques
@@ -39,6 +41,8 @@ GPT2_ARCHS = ("GPT2LMHeadModel",)
 LLAMA_ARCHS = ("LlamaForCausalLM", "MobileLLMForCausalLM")
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json",
                 "pytorch_model.bin", "pytorch_model.bin.index.json")
+# what export writes beside the weights and config.json (huggingface/tokenizer.py builds the first three)
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json")
 # transformers' activation names <-> ours (gelu_new and gelu_pytorch_tanh are both the tanh approximation)
 ACT_FROM_HF = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu",
                "relu": "relu", "silu": "silu", "swish": "silu"}
@@ -393,19 +397,21 @@ def export_plan(config):
         f"transformers' GPT-2 is learned + layernorm + standard, its Llama is rope + rmsnorm + gated")
 
 
-def hf_config_for(model, arch):
+def hf_config_for(model, arch, eot="gpt2"):
+    """config.json. eot: the end-of-text id of the exported tokenizer (bos = eos), None for none; "gpt2" (no
+    tokenizer exported): GPT-2's 50256 for a GPT-2-style model of GPT-2's vocabulary size, else none."""
     c = model.config
     hidden = model.branches[0].mlp[0].inner.up.weight.size(0)
     common = dict(vocab_size=c.vocab_size, tie_word_embeddings=c.tie_embeddings, torch_dtype="float32",
                   use_cache=True)
+    if eot == "gpt2":   # GPT-2 BPE: <|endoftext|> = 50256 is both bos and eos
+        eot = 50256 if arch == "gpt2" and c.vocab_size >= 50257 else None
     if arch == "gpt2":
-        gpt2_vocab = c.vocab_size >= 50257   # GPT-2 BPE: <|endoftext|> = 50256 is both bos and eos
         return dict(architectures=["GPT2LMHeadModel"], model_type="gpt2", n_positions=c.block_size,
                     n_embd=c.n_embd, n_layer=c.n_layer, n_head=c.n_head, n_inner=hidden,
                     activation_function=ACT_TO_HF[c.activation], layer_norm_epsilon=c.norm_eps,
                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, scale_attn_weights=True,
-                    bos_token_id=50256 if gpt2_vocab else None, eos_token_id=50256 if gpt2_vocab else None,
-                    **common)
+                    bos_token_id=eot, eos_token_id=eot, **common)
     return dict(architectures=["LlamaForCausalLM"], model_type="llama", hidden_size=c.n_embd,
                 intermediate_size=hidden, num_hidden_layers=c.n_layer, num_attention_heads=c.n_head,
                 num_key_value_heads=c.n_kv_head or c.n_head, head_dim=c.n_embd // c.n_head,
@@ -414,7 +420,14 @@ def hf_config_for(model, arch):
                 # transformers >= 5 reads rope_parameters, older versions rope_theta (+ rope_scaling)
                 rope_theta=c.rope_base, rope_scaling=None,
                 rope_parameters={"rope_type": "default", "rope_theta": c.rope_base},
-                bos_token_id=None, eos_token_id=None, pretraining_tp=1, **common)
+                bos_token_id=eot, eos_token_id=eot, pretraining_tp=1, **common)
+
+
+def generation_config_for(model, eot):
+    """generation_config.json: end-of-text (when the vocabulary has one) ends, starts and pads generation, so
+    pipeline("text-generation") stops there; by default generation stops at the model's context length."""
+    special = {} if eot is None else dict(bos_token_id=eot, eos_token_id=eot, pad_token_id=eot)
+    return dict(special, max_length=model.config.block_size)
 
 
 def hf_state_dict_for(model, arch):
@@ -467,12 +480,20 @@ def hf_state_dict_for(model, arch):
     return {k: v.contiguous().clone() for k, v in out.items()}
 
 
-def export(model, out_dir, say=None, weights_format="auto"):
+def export(model, out_dir, say=None, weights_format="auto", meta=None, meta_source="meta.json"):
     """Write `model` as a transformers directory. weights_format: auto (safetensors when installed,
-    else pytorch_model.bin) | safetensors | bin. Returns the list of files written."""
+    else pytorch_model.bin) | safetensors | bin. meta: the meta.json (read from meta_source) of the dataset
+    the model was trained on, whose tokenizer is written beside it (tokenizer.json & co); None: weights and
+    configs only. Returns the list of files written."""
     say = say or (lambda msg: print(msg, file=sys.stderr))
     arch = export_plan(model.config)
-    config, tensors = hf_config_for(model, arch), hf_state_dict_for(model, arch)
+    files, eot, kind = {}, "gpt2", "none"
+    if meta is not None:   # built (and checked) before anything is written
+        from tools.huggingface.tokenizer import tokenizer_files
+        files, eot = tokenizer_files(meta, model.config.vocab_size, model.config.block_size, meta_source)
+        kind = describe_tokenizer(meta, files["tokenizer.json"])
+    config, tensors = hf_config_for(model, arch, eot), hf_state_dict_for(model, arch)
+    files["generation_config.json"] = generation_config_for(model, config["eos_token_id"])
     if weights_format == "auto":
         try:
             import safetensors.torch  # noqa: F401
@@ -483,7 +504,7 @@ def export(model, out_dir, say=None, weights_format="auto"):
     from checkpoint import atomic_open, atomic_save, check_out_dir, remove_stale_temp_files
     check_out_dir(out_dir, key="out")
     if os.path.isdir(out_dir):   # what a killed export left behind (the weights' can be gigabytes)
-        remove_stale_temp_files(out_dir, WEIGHT_FILES + ("config.json",), say)
+        remove_stale_temp_files(out_dir, WEIGHT_FILES + ("config.json",) + TOKENIZER_FILES, say)
     if weights_format == "safetensors":
         from safetensors.torch import save
         weights = os.path.join(out_dir, "model.safetensors")
@@ -496,16 +517,30 @@ def export(model, out_dir, say=None, weights_format="auto"):
         path = os.path.join(out_dir, stale)
         if path != weights and os.path.isfile(path):
             os.remove(path)
-    config_path = os.path.join(out_dir, "config.json")
-    with atomic_open(config_path, "w") as f:
-        json.dump(config, f, indent=2)
+    for stale in TOKENIZER_FILES:   # another model's tokenizer must not stay beside this one
+        path = os.path.join(out_dir, stale)
+        if stale not in files and os.path.isfile(path):
+            os.remove(path)
+    written = [weights]
+    for name, content in [("config.json", config)] + sorted(files.items()):
+        path = os.path.join(out_dir, name)
+        with atomic_open(path, "w") as f:   # ensure_ascii=False: the vocabularies stay readable (UTF-8)
+            json.dump(content, f, indent=2 if name != "tokenizer.json" else None, ensure_ascii=False)
+        written.append(path)
     stack = model.branches[0]
     shared = (f"; layer sharing written out as repeated weights ({model.config.n_layer} layers from "
               f"{len(stack.attn)} unique attention and {len(stack.mlp)} unique FFN sub-layers)"
               if len(stack.attn) + len(stack.mlp) < 2 * model.config.n_layer else "")
     say(f"exported as {config['architectures'][0]} to {out_dir} ({os.path.basename(weights)}, "
-        f"{sum(t.numel() for t in tensors.values()):,} stored parameters){shared}")
-    return [config_path, weights]
+        f"{sum(t.numel() for t in tensors.values()):,} stored parameters){shared}; tokenizer: {kind}")
+    return written
+
+
+def describe_tokenizer(meta, tokenizer):
+    """A few words on the exported tokenizer, for the export's summary line."""
+    size = len(tokenizer["model"]["vocab"])
+    return {"char": f"char-level, {size} characters", "gpt2": f"GPT-2 BPE, {size:,} tokens",
+            "compact": f"compact GPT-2 BPE (paper 003), {size:,} tokens"}[meta["tokenizer"]]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -522,6 +557,8 @@ def main(argv=None):
     ex.add_argument("--out", required=True, help="directory to write (created if needed)")
     ex.add_argument("--format", default="auto", choices=("auto", "safetensors", "bin"),
                     help="weights file: auto = safetensors when installed, else pytorch_model.bin")
+    ex.add_argument("--data_dir", default="", help="dataset folder whose tokenizer (meta.json) is written too; "
+                    "default: the one the checkpoint records")
     im = sub.add_parser("import", help="a Hugging Face model -> a checkpoint file for train.py --init_from")
     im.add_argument("source", help="a local GPT-2 / Llama / MobileLLM directory, or a hub name")
     im.add_argument("--out", required=True, help="the checkpoint file to write, e.g. hf.pt")
@@ -535,10 +572,25 @@ def main(argv=None):
                   file=sys.stderr)
             return
         model, ckpt = load_model(args.ckpt)
-        export(model, args.out, weights_format=args.format)
+        meta, source = checkpoint_meta(ckpt, args.data_dir)
+        export(model, args.out, weights_format=args.format, meta=meta, meta_source=source)
     except UserError as e:
         raise SystemExit(f"error: {e}") from None
-    print(f"load it with: AutoModelForCausalLM.from_pretrained({args.out!r})", file=sys.stderr)
+    if meta is None:
+        print(f"no tokenizer written: {ckpt['path']} records no dataset (to include it: --data_dir=<the dataset "
+              f"folder it was trained on>)", file=sys.stderr)
+    print(f"load it with: AutoModelForCausalLM.from_pretrained({args.out!r})"
+          + ("" if meta is None else f" and AutoTokenizer.from_pretrained({args.out!r})"), file=sys.stderr)
+
+
+def checkpoint_meta(ckpt, data_dir=""):
+    """(meta.json, its path) of the dataset a checkpoint was trained on (data_dir overrides the recorded one;
+    either is checked to have the checkpoint's tokenizer), or (None, None) when neither names one."""
+    if not data_dir and not ckpt.get("data_dir"):
+        return None, None
+    from dataset import load_meta, resolve_data_dir
+    folder = resolve_data_dir(ckpt, data_dir)
+    return load_meta(folder), os.path.join(folder, "meta.json")
 
 
 if __name__ == "__main__":
