@@ -1,4 +1,4 @@
-"""train.py + runfiles/checkpoint.py: lr schedule, learning, exact resume, Ctrl-C, atomic saves, one-line errors.
+"""train.py + checkpoint.py: lr schedule, learning, exact resume, Ctrl-C, atomic saves, one-line errors.
 Tiny models (2 layers, width 32, block 16) on a synthetic dataset: the whole file runs in seconds."""
 import csv
 import os
@@ -309,3 +309,28 @@ def test_load_checkpoint_fallback_and_errors(tmp_path):
 def test_clean_state_dict_strips_compile_and_ddp_prefixes():
     sd = {"_orig_mod.a": 1, "module._orig_mod.b": 2, "c": 3}
     assert checkpoint.clean_state_dict(sd) == {"a": 1, "b": 2, "c": 3}
+
+
+def test_checkpoint_written_before_the_redesign_still_loads_resumes_and_samples(tmp_path, capsys):
+    """tests/fixtures/ckpt_before_issue24.pt: a last.pt of the code before issue 24's redesign (1 x 16 char-level
+    GPT, iteration 4 of 6). It loads with the safe loader, samples, and resumes to the end of its run."""
+    import shutil
+
+    import prepare
+    import sample
+    src = os.environ.get("SHAKESPEARE_INPUT")
+    if not src or not os.path.isfile(src):
+        pytest.skip("needs tinyshakespeare: SHAKESPEARE_INPUT or ../shared/data")
+    data_dir = prepare.prepare("shakespeare_char", out_dir=str(tmp_path / "data"), input_path=src)
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    shutil.copy(os.path.join(os.path.dirname(__file__), "fixtures", "ckpt_before_issue24.pt"), out_dir / "last.pt")
+    model, ckpt = load_model(str(out_dir))
+    assert ckpt["iter_num"] == 4 and model.config.n_layer == 1 and model.config.vocab_size == 65
+    capsys.readouterr()
+    sample.main([f"--out_dir={out_dir}", f"--data_dir={data_dir}", "--start=ROMEO:", "--num_samples=1",
+                 "--max_new_tokens=5", "--device=cpu"])
+    assert capsys.readouterr().out.startswith("ROMEO:")
+    config = dict(ckpt["config"], out_dir=str(out_dir), data_dir=data_dir, init_from="resume", max_iters=6)
+    summary = train.train({k: v for k, v in config.items() if k in train.DEFAULTS}, explicit={"max_iters"})
+    assert summary["iter_num"] == 6 and not summary["interrupted"]
