@@ -426,7 +426,7 @@ def test_get_batch_draws_only_from_the_segments(tiny_data):
     path = dataset.split_path(tiny_data, "train")
     data = np.memmap(path, dtype=np.uint16, mode="r")
     segments = np.array([17, 5000, 12345])
-    x, y = dataset.get_batch(path, 64, 16, torch.Generator().manual_seed(0), segments=segments)
+    x, y = train.get_batch(path, 64, 16, torch.Generator().manual_seed(0), segments=segments)
     allowed = {tuple(data[s:s + 16].tolist()) for s in segments}
     assert {tuple(row.tolist()) for row in x} == allowed
     assert torch.equal(x[:, 1:], y[:, :-1])

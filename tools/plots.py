@@ -11,7 +11,6 @@ trained models: the comparison figures of tools/compare.py (train.py draws each 
 Every function writes a PNG atomically and returns its path (None when there is nothing to draw).
 """
 
-import csv
 import os
 
 from checkpoint import atomic_open

@@ -88,7 +88,8 @@ import torch
 from configurator import run_command
 from model import GPT, GPTConfig
 from checkpoint import CKPT_NAME, atomic_save, check_out_dir, clean_state_dict, load_model, remove_stale_temp_files
-from dataset import get_batch, load_meta, resolve_data_dir, split_path, split_tokens, tokenizer_id
+from dataset import load_meta, resolve_data_dir, split_path, tokenizer_id
+from train import get_batch, split_tokens
 
 DEFAULTS = {
     "from": "",                # source out_dir or checkpoint file (the big model)

@@ -30,7 +30,8 @@ import torch.nn.functional as F
 
 from configurator import run_command
 from checkpoint import atomic_open, check_out_dir, load_model
-from dataset import resolve_data_dir, segments_info_path, split_path, split_tokens
+from dataset import resolve_data_dir, split_path
+from train import segments_info_path, split_tokens
 
 DEFAULTS = dict(
     out_dir="out",       # round-1 out_dir (its ckpt.pt, else last.pt) or a checkpoint file
