@@ -11,11 +11,11 @@ Import (GPT.from_pretrained, and --init_from=<dir or name> in sample.py / eval.p
                              (each block applied twice in a row: our share_group_size=2 over 2x the layers)
     Anything we cannot represent exactly is refused with a one-line reason (ConversionError).
 
-Export (python -m huggingface.convert export --ckpt out/ckpt.pt --out hf-out/ [--data_dir=data/<dataset>]):
+Export (python -m tools.huggingface.convert export --ckpt out/ckpt.pt --out hf-out/ [--data_dir=data/<dataset>]):
     our GPT -> a directory (config.json + model.safetensors, or pytorch_model.bin without safetensors) that
     transformers loads with AutoModelForCausalLM.from_pretrained and no custom code, plus generation_config.json
     and the tokenizer of the checkpoint's dataset (char, GPT-2 BPE or compact: tokenizer.json, tokenizer_config.json,
-    special_tokens_map.json; huggingface/tokenizer.py), which AutoTokenizer.from_pretrained loads offline:
+    special_tokens_map.json; tools/huggingface/tokenizer.py), which AutoTokenizer.from_pretrained loads offline:
       learned positions + LayerNorm + plain MLP + multi-head attention  ->  GPT2LMHeadModel
       RoPE + RMSNorm + gated MLP (SwiGLU), GQA allowed                  ->  LlamaForCausalLM
     Layer sharing is written out as repeated weights (same function, bigger file). Our-only techniques
@@ -36,26 +36,19 @@ import sys
 import torch
 
 from configurator import ArgumentParser, UserError
+from tools.huggingface import ConversionError, _first_line, refuse
+from tools.huggingface.tokenizer import tokenizer_files
 
 GPT2_ARCHS = ("GPT2LMHeadModel",)
 LLAMA_ARCHS = ("LlamaForCausalLM", "MobileLLMForCausalLM")
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json",
                 "pytorch_model.bin", "pytorch_model.bin.index.json")
-# what export writes beside the weights and config.json (huggingface/tokenizer.py builds the first three)
+# what export writes beside the weights and config.json (tools/huggingface/tokenizer.py builds the first three)
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json")
 # transformers' activation names <-> ours (gelu_new and gelu_pytorch_tanh are both the tanh approximation)
 ACT_FROM_HF = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu",
                "relu": "relu", "silu": "silu", "swish": "silu"}
 ACT_TO_HF = {"gelu_tanh": "gelu_new", "gelu": "gelu", "relu": "relu", "silu": "silu"}
-
-
-class ConversionError(UserError):
-    """A checkpoint or model that cannot be converted; the message is one line with the reason and a fix."""
-
-
-def refuse(ok, msg):
-    if not ok:
-        raise ConversionError(msg)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -128,11 +121,6 @@ def _read_weight_file(path):
         raise
     except Exception as e:
         raise ConversionError(f"cannot read weights '{path}': {_first_line(e)} (fix: re-download the file)") from None
-
-
-def _first_line(e):
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
 
 
 # ----------------------------------------------------------------------------------------------
@@ -489,7 +477,6 @@ def export(model, out_dir, say=None, weights_format="auto", meta=None, meta_sour
     arch = export_plan(model.config)
     files, eot, kind = {}, "gpt2", "none"
     if meta is not None:   # built (and checked) before anything is written
-        from tools.huggingface.tokenizer import tokenizer_files
         files, eot = tokenizer_files(meta, model.config.vocab_size, model.config.block_size, meta_source)
         kind = describe_tokenizer(meta, files["tokenizer.json"])
     config, tensors = hf_config_for(model, arch, eot), hf_state_dict_for(model, arch)

@@ -14,7 +14,7 @@ import base64
 import binascii
 import os
 
-from tools.huggingface.convert import ConversionError, _first_line, refuse
+from tools.huggingface import ConversionError, _first_line, refuse
 
 GPT2_VOCAB_SIZE = 50257
 HF_TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
