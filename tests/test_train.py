@@ -334,3 +334,21 @@ def test_checkpoint_written_before_the_redesign_still_loads_resumes_and_samples(
     config = dict(ckpt["config"], out_dir=str(out_dir), data_dir=data_dir, init_from="resume", max_iters=6)
     summary = train.train({k: v for k, v in config.items() if k in train.DEFAULTS}, explicit={"max_iters"})
     assert summary["iter_num"] == 6 and not summary["interrupted"]
+
+
+def test_busy_machine_is_named_with_the_fix(tiny_train_config, monkeypatch, capsys):
+    """With other jobs on the cores (load average above the cores torch's threads leave free), train.py and
+    sample.py say so in one line naming --num_threads=1, as bench does; on an idle machine they say nothing."""
+    import sample
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.2, 0.2, 0.2))
+    assert train.busy_machine_note(torch.device("cpu")) == ""
+    monkeypatch.setattr(os, "getloadavg", lambda: (3.5, 3.0, 2.0))
+    run(dict(tiny_train_config, max_iters=2, eval_interval=2))
+    printed = capsys.readouterr().out
+    assert "note: the machine is busy (load 3.5 on 2 CPUs)" in printed and "(fix: --num_threads=1)" in printed
+    sample.main([f"--out_dir={tiny_train_config['out_dir']}", "--max_new_tokens=2", "--num_samples=1",
+                 "--start=a", "--device=cpu"])
+    err = capsys.readouterr().err
+    assert "the machine is busy (load 3.5 on 2 CPUs)" in err and "(fix: --num_threads=1)" in err
