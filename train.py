@@ -34,7 +34,7 @@ from configurator import (UserError, autocast, check_train_config, distributed_e
                           resolve_device, resolve_dtype, train_model_args)
 from runfiles.checkpoint import (CKPT_NAME, LAST_NAME, StopRequest, atomic_copy, atomic_save, build_model,
                                  check_out_dir, load_matching_weights, load_optimizer_state, load_own_weights,
-                                 remove_stale_temp_files, restore_rng, rng_state)
+                                 plain_values, remove_stale_temp_files, restore_rng, rng_state)
 from runfiles.dataset import (SPLIT_CODES, batch_seed, check_splits, default_data_dir, ensure_prepared, get_batch,
                               load_meta, split_path, tokenizer_id)
 from runfiles.plots import plot_run
@@ -127,7 +127,9 @@ def train(config, explicit=None, callback=None):
     unknown = sorted(set(config) - set(DEFAULTS))
     if unknown:
         raise UserError(f"unknown config keys {unknown} (fix: see `python train.py --help` for the keys)")
-    config = {**DEFAULTS, **config}
+    # numpy scalars (a config file may compute with numpy) would reach the checkpoint, in its config and the
+    # optimizer's lr, and the safe loader refuses them
+    config = plain_values({**DEFAULTS, **config})
     if explicit is None:   # called as a library: model keys that differ from GPTConfig's defaults win over a variant
         explicit = {k for k, v in gpt_config_defaults().items() if config[k] != v}
     rank, local_rank, world = distributed_env() or (0, None, 1)   # torchrun sets the ranks

@@ -9,6 +9,9 @@ config, rng, rng_ranks, dataset, data_dir, tokenizer_id). train.py writes two of
 
 Every write goes to a temporary file in the same directory, is fsync'ed and then os.replace'd over the
 target, so a crash or a full disk mid-write never leaves a truncated checkpoint behind.
+
+Loading uses torch.load(weights_only=True) only, with no way around it: checkpoints travel (shared files,
+out*/ folders in cloned repositories), and the full unpickler runs whatever code a file names.
 """
 
 import contextlib
@@ -16,6 +19,7 @@ import glob
 import os
 import pickle
 import random
+import re
 import shutil
 import signal
 import sys
@@ -92,6 +96,18 @@ def atomic_save(obj, path):
     """torch.save(obj, path), atomically."""
     with atomic_open(path, "wb") as f:
         torch.save(obj, f)
+
+
+def plain_values(obj):
+    """obj with numpy scalars (e.g. from a config file that computes a value with numpy) turned into Python
+    numbers, through dicts, lists and tuples, so the safe loader reads the checkpoint it goes into."""
+    if isinstance(obj, dict):
+        return {k: plain_values(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(plain_values(v) for v in obj)
+    if isinstance(obj, np.generic):
+        return obj.item()
+    return obj
 
 
 def atomic_copy(src, dst):
@@ -172,18 +188,20 @@ def resolve_path(path_or_out_dir, prefer=(CKPT_NAME, LAST_NAME)):
 
 
 def load_checkpoint(path_or_out_dir, device="cpu", prefer=(CKPT_NAME, LAST_NAME)):
-    """Load a checkpoint dict. A directory means its ckpt.pt (falling back to last.pt)."""
+    """Load a checkpoint dict. A directory means its ckpt.pt (falling back to last.pt). Only the safe loader
+    (weights_only) is used: checkpoints are shared and cloned with repositories, and the full unpickler runs
+    whatever code a file names. A file that needs it is refused (unsafe_pickle_error)."""
     path = resolve_path(path_or_out_dir, prefer)
     try:
-        # checkpoints written by train.py hold only tensors and plain python values, so the safe
-        # loader works; older or foreign files (e.g. numpy arrays inside) need the full unpickler.
-        # Either way these are the user's own local files.
-        try:
-            ckpt = torch.load(path, map_location=device, weights_only=True)
-        except pickle.UnpicklingError:
-            ckpt = torch.load(path, map_location=device, weights_only=False)
+        # what train.py writes holds only tensors and plain python values, which this loads
+        ckpt = torch.load(path, map_location=device, weights_only=True)
     except (RuntimeError, EOFError, OSError, pickle.UnpicklingError) as e:
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        refused = unsafe_pickle_error(e, path)
+        if refused is not None:
+            raise refused from None
+        # the safe loader's own reason, not its advice to load the file unsafely
+        text = str(e).split("WeightsUnpickler error:", 1)[-1].strip()
+        msg = text.splitlines()[0] if text else type(e).__name__
         raise UserError(f"cannot read checkpoint '{path}': {msg} (fix: re-run train.py to rewrite it)") from None
     if not isinstance(ckpt, dict) or "model" not in ckpt or "model_args" not in ckpt:
         raise UserError(f"'{path}' is not a train.py checkpoint (no 'model'/'model_args') "
@@ -194,6 +212,20 @@ def load_checkpoint(path_or_out_dir, device="cpu", prefer=(CKPT_NAME, LAST_NAME)
                         f"retrain, or use a ckpt.pt/last.pt written by train.py)")
     ckpt.setdefault("path", path)
     return ckpt
+
+
+def unsafe_pickle_error(e, path, fix="re-save it with tensors and plain Python values only, or re-run train.py"):
+    """The UserError for a file the safe loader refused because its pickle names a global outside the allowed
+    tensors and plain values (a class, or a function such as os.system that unpickling would call); None when
+    `e` is another error. There is no way around it on purpose: loading such a file runs code from it."""
+    if not isinstance(e, pickle.UnpicklingError):
+        return None
+    found = re.search(r"GLOBAL ([\w.]+)", str(e))
+    if found is None:   # not a refused global: a damaged file, reported as such
+        return None
+    return UserError(f"refusing to load '{path}': it holds objects the safe loader refuses ({found.group(1)}); "
+                     f"loading them would run code from the file (fix: only load files you trust; for one of your "
+                     f"own, written by other code, {fix})")
 
 
 def damaged_fields(ckpt):
