@@ -68,7 +68,7 @@ from configurator import (UserError, autocast, check_train_config, distributed_e
                           resolve_device, resolve_dtype)
 from configurator import model_args as resolve_model_args
 from runfiles import plots
-from runfiles.checkpoint import LAST_NAME, atomic_open, check_out_dir, load_model
+from runfiles.checkpoint import LAST_NAME, atomic_open, check_out_dir, load_model, lock_dir
 from runfiles.dataset import dataset_vocab_size, resolve_data_dir
 from runfiles.runlog import format_duration, read_log
 from runfiles.spread import NOISE_T, add_equal_compute, mean_std, noise_verdict
@@ -925,6 +925,15 @@ def run(config, explicit):
             check_train_config(dict(train.DEFAULTS, **run.config))
         except UserError as e:
             raise UserError(f"{run.label}: {e}") from None
+    # one writer per compare_dir: a second compare.py would train the same runs over this one's
+    with lock_dir(config["compare_dir"], key="compare_dir"):
+        status = load_status(config)   # again: another compare.py may have changed it before this one had the lock
+        check_finished(config, status, runs)
+        return train_and_report(config, runs, infos, status)
+
+
+def train_and_report(config, runs, infos, status):
+    """run()'s work once every input is checked and compare_dir is locked: train, measure, write the report."""
     os.makedirs(config["compare_dir"], exist_ok=True)
     status["variants"] = config["variants"]
     if config["seeds"]:

@@ -34,7 +34,7 @@ from configurator import (UserError, autocast, check_train_config, distributed_e
                           resolve_device, resolve_dtype, train_model_args)
 from runfiles.checkpoint import (CKPT_NAME, LAST_NAME, StopRequest, atomic_copy, atomic_save, build_model,
                                  check_out_dir, load_matching_weights, load_optimizer_state, load_own_weights,
-                                 plain_values, remove_stale_temp_files, restore_rng, rng_state)
+                                 lock_dir, plain_values, remove_stale_temp_files, restore_rng, rng_state)
 from runfiles.dataset import (SPLIT_CODES, batch_seed, check_splits, default_data_dir, ensure_prepared, get_batch,
                               load_meta, split_path, tokenizer_id)
 from runfiles.plots import plot_run
@@ -136,21 +136,24 @@ def train(config, explicit=None, callback=None):
     check_train_config(config, world)
     device = resolve_device(config["device"], local_rank)
     if world == 1:
-        return run(config, set(explicit), callback, device)
+        with contextlib.ExitStack() as held:   # run() keeps out_dir's lock in it: released however run() ends
+            return run(config, set(explicit), callback, device, held=held)
     if device.type == "cuda":
         torch.cuda.set_device(device)
     owns_group = not torch.distributed.is_initialized()
     if owns_group:
         torch.distributed.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
     try:
-        return run(config, set(explicit), callback, device, rank, world)
+        with contextlib.ExitStack() as held:
+            return run(config, set(explicit), callback, device, rank, world, held=held)
     finally:
         if owns_group:
             torch.distributed.destroy_process_group()
 
 
-def run(config, explicit, callback, device, rank=0, world=1):
-    """One training run: setup, the loop, the summary. Every rank runs it; only rank 0 prints and writes."""
+def run(config, explicit, callback, device, rank=0, world=1, *, held):
+    """One training run: setup, the loop, the summary. Every rank runs it; only rank 0 prints and writes.
+    held: an ExitStack of the caller's that keeps rank 0's lock on out_dir until the run has ended."""
     master, ddp = rank == 0, world > 1
 
     def say(message):
@@ -200,6 +203,8 @@ def run(config, explicit, callback, device, rank=0, world=1):
 
     # --- every input is checked: only from here on do files in out_dir change -------------------------
     if master:
+        # one writer per out_dir: a second run into it would replace this one's checkpoints and log.csv
+        held.enter_context(lock_dir(out_dir))
         os.makedirs(out_dir, exist_ok=True)
         remove_stale_temp_files(out_dir, (CKPT_NAME, LAST_NAME, "log.csv", "loss.png"), say)
         csv_log = CsvLog(os.path.join(out_dir, "log.csv"), keep_before=iter_num if resuming else None)

@@ -15,6 +15,7 @@ out*/ folders in cloned repositories), and the full unpickler runs whatever code
 """
 
 import contextlib
+import fcntl
 import glob
 import os
 import pickle
@@ -32,6 +33,7 @@ import torch
 from configurator import UserError
 
 CKPT_NAME = "ckpt.pt"
+LOCK_NAME = ".lock"         # lock_dir: one writer per out_dir / compare_dir
 LAST_NAME = "last.pt"
 ORIG_MOD_PREFIX = "_orig_mod."   # added to state_dict keys by torch.compile
 DDP_PREFIX = "module."           # added by DistributedDataParallel
@@ -143,6 +145,32 @@ def check_out_dir(path, key="out_dir"):
     except OSError as e:
         raise UserError(f"{key} '{path}': cannot write to {existing}: {e.strerror} "
                         f"(fix: choose a writable --{key})") from None
+
+
+def lock_dir(path, key="out_dir"):
+    """Make this process the one writer of folder `path` (created if needed): an exclusive flock on
+    <path>/.lock, which holds the writer's pid. Returns the open lock file: keep it open while writing, close it
+    to release (it is a context manager). The lock belongs to the open file, so it dies with the process (kill -9
+    included) and is never left stale. A second writer gets a one-line UserError naming the holder."""
+    os.makedirs(path, exist_ok=True)
+    f = open(os.path.join(path, LOCK_NAME), "a+", encoding="utf-8")   # "a+": opening keeps the holder's pid
+    try:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.seek(0)
+        holder = f.read().strip() or "?"   # "?": the holder has the lock but has not written its pid yet
+        f.close()
+        raise UserError(f"{key} '{path}' is being written by another process (pid {holder}); two writers would "
+                        f"overwrite each other's files (fix: wait for it to finish or stop it, or choose another "
+                        f"--{key})") from None
+    except BaseException:
+        f.close()
+        raise
+    f.seek(0)
+    f.truncate()
+    f.write(f"{os.getpid()}\n")
+    f.flush()
+    return f
 
 
 def remove_stale_temp_files(directory, names, say=print):

@@ -1,6 +1,7 @@
 """Shared pytest fixtures. The repository root is put on sys.path so tests import model, train, ... directly."""
 import json
 import os
+import subprocess
 import sys
 
 # One thread per test process: on a 2-core machine torch's default thread pool thrashes as soon as anything
@@ -84,3 +85,17 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+# --- another writer -------------------------------------------------------------------------------------
+
+def hold_lock(folder):
+    """Another process holding `folder`'s writer lock the way lock_dir takes it (flock, its pid in the file) until
+    it is killed. Plain python, no torch: it starts in milliseconds."""
+    from runfiles.checkpoint import LOCK_NAME
+    code = ("import fcntl, os, sys, time\nf = open(sys.argv[1], 'a+')\nfcntl.flock(f, fcntl.LOCK_EX)\nf.seek(0)\n"
+            "f.truncate()\nf.write(str(os.getpid()))\nf.flush()\nprint('locked', flush=True)\ntime.sleep(300)")
+    holder = subprocess.Popen([sys.executable, "-c", code, os.path.join(folder, LOCK_NAME)],
+                              stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "locked"
+    return holder

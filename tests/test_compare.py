@@ -345,3 +345,22 @@ def test_a_missing_starting_checkpoint_names_the_run_and_the_fix(char_data, tmp_
     argv = tiny_argv(char_data, tmp_path / "cmp", "inh", custom_variants=repr(custom))
     with pytest.raises(SystemExit, match=f"inh.*: init_from '{missing}' does not exist .*fix: write it first"):
         compare.main(argv)
+
+
+def test_a_second_compare_into_a_compare_dir_is_refused(tmp_path):
+    """One writer per compare_dir: while another process holds it, compare.py stops in one line naming the folder
+    and that process, before it prepares data or writes anything; the lock dies with its holder (SIGKILL)."""
+    from conftest import hold_lock
+    cdir = tmp_path / "cmp"
+    cdir.mkdir()
+    holder = hold_lock(cdir)
+    try:
+        with pytest.raises(SystemExit) as e:
+            compare.main(tiny_argv(str(tmp_path / "data"), str(cdir), "gpt"))
+    finally:
+        holder.kill()
+        holder.wait()
+    assert e.value.code.startswith(f"error: compare_dir '{cdir}' is being written by another process "
+                                   f"(pid {holder.pid})") and "(fix: " in e.value.code
+    assert os.listdir(cdir) == [".lock"] and not (tmp_path / "data").exists()
+    compare.lock_dir(str(cdir)).close()   # free again

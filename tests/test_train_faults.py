@@ -10,8 +10,10 @@ import pytest
 import torch
 
 import train
+from runfiles import checkpoint
 from runfiles.checkpoint import load_checkpoint, load_model
 from configurator import UserError
+from conftest import hold_lock
 
 
 def run(config, callback=None):
@@ -228,6 +230,37 @@ def test_stale_temp_files_are_removed_and_reported(finished, tmp_path, capsys):
     run(dict(cfg, init_from="resume", max_iters=12))
     assert "removed 1 temporary file(s) (2.0 MB)" in capsys.readouterr().out
     assert not os.path.exists(stale) and os.path.exists(other)
+
+
+# --- one writer per out_dir (issue 23) ------------------------------------------------------------------------
+
+def test_a_second_writer_into_an_out_dir_is_refused(finished, tmp_path):
+    cfg = copy_run(finished, tmp_path)
+    with open(os.path.join(cfg["out_dir"], ".last.pt.k3j9x1.tmp"), "wb") as f:   # the holder's save in progress
+        f.write(b"\0" * 1000)
+    holder = hold_lock(cfg["out_dir"])
+    try:
+        before = snapshot(cfg["out_dir"])
+        for second in (dict(cfg, init_from="resume", max_iters=20), cfg):   # a resume, and a new run from scratch
+            message = main_error(argv(second))
+            assert f"out_dir '{cfg['out_dir']}' is being written by another process (pid {holder.pid})" in message
+            assert "(fix: " in message and snapshot(cfg["out_dir"]) == before   # its temporary file too
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_the_out_dir_lock_never_outlives_its_writer(finished, tmp_path):
+    """Killed with SIGKILL, the holder has no chance to release anything: the lock dies with it. A run releases
+    it when it ends, also when it fails."""
+    cfg = copy_run(finished, tmp_path)
+    holder = hold_lock(cfg["out_dir"])
+    holder.kill()
+    holder.wait()
+    assert run(dict(cfg, init_from="resume", max_iters=12))["iter_num"] == 12
+    checkpoint.lock_dir(cfg["out_dir"]).close()
+    assert "diverged" in main_error(argv(dict(cfg, learning_rate=1e4, min_lr=0.0, grad_clip=0.0, max_iters=20)))
+    checkpoint.lock_dir(cfg["out_dir"]).close()
 
 
 # --- a GPU recipe on a CPU (issue 13) ---------------------------------------------------------------------
