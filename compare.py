@@ -46,9 +46,9 @@ statistic |mean_b - mean_a| / sqrt(std_a^2/n_a + std_b^2/n_b) exceeds 2 (`noise_
 
 Resumable: status.json records the finished runs (variant, seed) with their training summaries.
 Re-running the same command skips them and resumes an interrupted run from its last.pt; Ctrl-C stops
-cleanly (train.py finishes the iteration and saves last.pt). Changing a training key of a finished run
-is an error (use another --compare_dir); changing only the sampling/timing keys re-measures without
-retraining.
+cleanly (train.py finishes the iteration and saves last.pt). Changing a training key of a finished or
+interrupted run is an error (use another --compare_dir); changing only the sampling/timing keys re-measures
+without retraining.
 """
 
 import contextlib
@@ -345,7 +345,8 @@ def differences(old, new):
 
 
 def check_finished(config, status, runs):
-    """A finished run must have been trained with today's settings, else its row would be wrong."""
+    """A finished run must have been trained with today's settings, else its row would be wrong; an interrupted
+    one too, since it resumes."""
     for run in runs:
         entry = status["models"].get(run.key)
         if not entry or "settings" not in entry:
@@ -362,6 +363,13 @@ def check_finished(config, status, runs):
             raise UserError(f"{run.label} in {config['compare_dir']} was started with another model "
                              f"({'; '.join(model_diff[:4])}) (fix: use another --compare_dir, or delete "
                              f"{run.out_dir} to start it over)")
+        if diff and os.path.exists(os.path.join(run.out_dir, LAST_NAME)):
+            # an interrupted run resumes from its last.pt: other values now would mix two recipes in one run
+            # (its log, and results.md that reports the new values for all of it)
+            raise UserError(f"{run.label} in {config['compare_dir']} was interrupted after training with other "
+                             f"settings ({'; '.join(diff[:4])}{'; ...' if len(diff) > 4 else ''}) (fix: resume it "
+                             f"with the old values, use another --compare_dir, or delete {run.out_dir} to start it "
+                             f"over)")
 
 
 # -----------------------------------------------------------------------------------------------

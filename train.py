@@ -207,7 +207,12 @@ def run(config, explicit, callback, device, rank=0, world=1, *, held):
         held.enter_context(lock_dir(out_dir))
         os.makedirs(out_dir, exist_ok=True)
         remove_stale_temp_files(out_dir, (CKPT_NAME, LAST_NAME, "log.csv", "loss.png"), say)
-        csv_log = CsvLog(os.path.join(out_dir, "log.csv"), keep_before=iter_num if resuming else None)
+        # a new run into the folder of an earlier one: its log.csv and loss.png stay until this run's first save,
+        # so that they always go with the checkpoints beside them
+        earlier = not resuming and any(os.path.exists(os.path.join(out_dir, n)) for n in (CKPT_NAME, LAST_NAME))
+        csv_log = CsvLog(os.path.join(out_dir, "log.csv"), keep_before=iter_num if resuming else None,
+                         pending=earlier)
+        held.callback(csv_log.discard)   # also when the run fails before its first save
     say(f"number of parameters: {raw_model.get_num_params(False) / 1e6:.2f}M "
         f"(non-embedding: {raw_model.get_num_params(True) / 1e6:.2f}M)")
     say(f"depth: {raw_model.depth_summary()}")
@@ -299,9 +304,11 @@ def run(config, explicit, callback, device, rank=0, world=1, *, held):
                          "best_val_loss": best_val_loss, "config": dict(config), "rng": rng, "rng_ranks": rng_ranks,
                          "dataset": config["dataset"], "data_dir": data_dir, "tokenizer_id": tokenizer_id(meta)},
                         os.path.join(out_dir, LAST_NAME))
-            if best:
+            # the first save of a new run replaces an earlier run's ckpt.pt too (Ctrl-C before the first eval's)
+            if best or (earlier and saved_iter is None):
                 atomic_copy(os.path.join(out_dir, LAST_NAME), os.path.join(out_dir, CKPT_NAME))
                 say(f"saved {CKPT_NAME} and {LAST_NAME} to {out_dir}")
+            csv_log.commit()
         saved_iter = iter_num
 
     def kept():
@@ -437,8 +444,12 @@ def run(config, explicit, callback, device, rank=0, world=1, *, held):
 
     # --- the end: loss.png and the summary -------------------------------------------------------------
     if master:
-        csv_log.close()
-        plot_run(out_dir)
+        if csv_log.discard():
+            say(f"this run saved no checkpoint: kept the earlier run's log.csv and loss.png in {out_dir}, which go "
+                f"with its checkpoints")
+        else:
+            csv_log.close()
+            plot_run(out_dir)
     train_time = time.time() - t_start
     steady = window_ms[1:] or window_ms   # the first window includes warm-up (and compilation)
     ms_per_iter = float(np.median(steady)) if steady else None

@@ -7,6 +7,7 @@ before its resume point.
 import contextlib
 import csv
 import os
+import tempfile
 
 from configurator import UserError
 from runfiles.checkpoint import atomic_open
@@ -17,9 +18,21 @@ COLUMNS = ["iter", "kind", "loss", "val_loss", "val_loss_heaviest", "lr", "ms_pe
 
 class CsvLog:
     """Appends rows to `path`. keep_before=k keeps the existing rows of iterations < k (a run resumed at
-    iteration k logs iteration k and later again, its eval at k included); None starts an empty file."""
+    iteration k logs iteration k and later again, its eval at k included); None starts an empty file.
+    pending=True: a new run into a folder whose log.csv goes with an earlier run's checkpoints; its rows go to a
+    temporary file beside `path` until commit() (its first checkpoint is written) moves it onto `path`, and
+    discard() (it never saved one) deletes it, so that log.csv always belongs to the checkpoints beside it."""
 
-    def __init__(self, path, keep_before=None):
+    def __init__(self, path, keep_before=None, pending=False):
+        self.path, self.tmp = path, None
+        if pending:
+            # the name remove_stale_temp_files cleans up after a kill -9
+            fd, self.tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp",
+                                            dir=os.path.dirname(os.path.abspath(path)))
+            self.file = os.fdopen(fd, "w", newline="", encoding="utf-8")
+            self.writer = csv.DictWriter(self.file, fieldnames=COLUMNS, extrasaction="ignore")
+            self.writer.writeheader()
+            return
         rows = []
         if keep_before is not None:
             rows = [r for r in read_rows(path) if int(r["iter"]) < keep_before]
@@ -27,9 +40,29 @@ class CsvLog:
             writer = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
             writer.writeheader()
             writer.writerows(rows)
-        self.path = path
         self.file = open(path, "a", newline="", encoding="utf-8")
         self.writer = csv.DictWriter(self.file, fieldnames=COLUMNS, extrasaction="ignore")
+
+    def commit(self):
+        """Pending rows: move them onto `path` (later rows follow them there: the open file moves with them)."""
+        if self.tmp is None:
+            return
+        self.file.flush()
+        umask = os.umask(0)   # mkstemp made it 0600; give it the usual permissions, as atomic_open does
+        os.umask(umask)
+        os.chmod(self.tmp, 0o666 & ~umask)
+        os.replace(self.tmp, self.path)
+        self.tmp = None
+
+    def discard(self):
+        """Pending rows never committed: delete them, leaving `path` as it was. True when there were any."""
+        if self.tmp is None:
+            return False
+        self.file.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.tmp)
+        self.tmp = None
+        return True
 
     def write(self, **row):
         try:

@@ -130,6 +130,18 @@ def test_init_from_checkpoint_of_another_tokenizer_is_refused(finished, tmp_path
     assert "another tokenizer" in message and not os.path.exists(cfg["out_dir"])
 
 
+def test_init_from_checkpoint_with_model_args_this_code_does_not_know(finished, tmp_path):
+    """A checkpoint of a later code version: its unknown model_args are named, not dropped (that would train
+    another model), as --init_from=resume refuses the same file."""
+    path = str(tmp_path / "future.pt")
+    ckpt = torch.load(os.path.join(finished["out_dir"], "ckpt.pt"), weights_only=True)
+    ckpt["model_args"].update(moe_experts=4, attn_sinks=True)
+    torch.save(ckpt, path)
+    message = main_error(argv(dict(finished, out_dir=str(tmp_path / "new"), init_from=path)))
+    assert f"{path} has model_args this model.py does not know: attn_sinks, moe_experts" in message
+    assert "(fix: " in message and not os.path.exists(tmp_path / "new")
+
+
 # --- divergence --------------------------------------------------------------------------------------------
 
 def test_divergence_stops_without_saving_nan_weights(finished, tmp_path):
@@ -230,6 +242,50 @@ def test_stale_temp_files_are_removed_and_reported(finished, tmp_path, capsys):
     run(dict(cfg, init_from="resume", max_iters=12))
     assert "removed 1 temporary file(s) (2.0 MB)" in capsys.readouterr().out
     assert not os.path.exists(stale) and os.path.exists(other)
+
+
+# --- a new run into the folder of a finished one (issue 23) ----------------------------------------------------
+
+def without_lock(files):
+    return {k: v for k, v in files.items() if k != checkpoint.LOCK_NAME}
+
+
+@pytest.mark.parametrize("how", ["max_iters=0", "killed before its first save"])
+def test_a_new_run_that_saves_nothing_keeps_the_earlier_runs_log(finished, tmp_path, capsys, how):
+    """log.csv and loss.png go with the checkpoints beside them: a new run that writes no checkpoint leaves the
+    earlier run's, and says so (they used to be replaced, under the old run's checkpoints)."""
+    cfg = copy_run(finished, tmp_path)
+    before = without_lock(snapshot(cfg["out_dir"]))
+
+    class Killed(Exception):
+        pass
+
+    def kill(event, info):
+        if event == "iter" and info["iter_num"] == 3:
+            raise Killed
+
+    if how == "max_iters=0":
+        run(dict(cfg, max_iters=0))
+        assert "this run saved no checkpoint: kept the earlier run's log.csv and loss.png" in capsys.readouterr().out
+    else:
+        with pytest.raises(Killed):
+            run(cfg, callback=kill)
+    assert without_lock(snapshot(cfg["out_dir"])) == before   # no temporary log left behind either
+
+
+def test_a_new_runs_first_save_replaces_the_earlier_runs_files(finished, tmp_path, ctrl_c_handler):
+    """Stopped with Ctrl-C before its first evaluation's save, a new run saves last.pt; ckpt.pt and log.csv become
+    its own at that moment too, so the folder never mixes two runs."""
+    cfg = copy_run(finished, tmp_path)
+
+    def ctrl_c(event, info):
+        if event == "iter" and info["iter_num"] == 3:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    assert run(dict(cfg, max_iters=20, eval_interval=10), ctrl_c)["interrupted"]
+    for name in ("ckpt.pt", "last.pt"):
+        assert load_checkpoint(os.path.join(cfg["out_dir"], name))["iter_num"] == 3
+    assert [r[0] for r in train_log(cfg["out_dir"])] == ["0", "0", "1", "2"]   # eval 0, then train 0-2
 
 
 # --- one writer per out_dir (issue 23) ------------------------------------------------------------------------
