@@ -249,6 +249,11 @@ def _type_name(default):
 
 # --- train.py's values -----------------------------------------------------------------------------
 
+# seeds of train.py and sample.py: numpy's range (train.py also seeds it); a larger one used to end in torch's
+# "Overflow when unpacking long long" traceback
+MAX_SEED = 2**32
+
+
 def check_train_config(c, world=1):
     """train.py's keys: fill the schedule's None defaults and refuse values that make no sense, naming the
     key. world: the number of DDP ranks. Runs before anything is read or written."""
@@ -266,6 +271,7 @@ def check_train_config(c, world=1):
         need(integer(c[key]) and c[key] >= 1, key, "an integer >= 1", f"--{key}=1 or more")
     for key in ("max_iters", "num_threads"):
         need(integer(c[key]) and c[key] >= 0, key, "an integer >= 0", f"--{key}=0 or more")
+    need(integer(c["seed"]) and 0 <= c["seed"] < MAX_SEED, "seed", f"an integer in [0, {MAX_SEED - 1}]", "--seed=1337")
     need(number(c["learning_rate"]) and c["learning_rate"] > 0, "learning_rate", "> 0", "--learning_rate=1e-3")
     need(number(c["weight_decay"]) and c["weight_decay"] >= 0, "weight_decay", ">= 0", "--weight_decay=0.1")
     for key, usual in (("beta1", 0.9), ("beta2", 0.95)):
@@ -314,11 +320,18 @@ def resolve_device(name, local_rank=None):
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "mps" if mps else "cpu"
     kind = name.split(":")[0]
-    if kind not in ("cpu", "cuda", "mps"):
+    try:   # 'cuda:x' is not a device; 'cpu:3' is to torch, but every map_location to it fails
+        index = torch.device(name).index
+    except RuntimeError:
+        index = -1
+    if kind not in ("cpu", "cuda", "mps") or index is not None and (index < 0 or kind != "cuda" and index != 0):
         raise UserError(f"unknown device '{name}' (fix: --device=auto|cpu|cuda|cuda:N|mps)")
     if (kind == "cuda" and not torch.cuda.is_available()) or (kind == "mps" and not mps):
         raise UserError(f"device '{name}' requested but {kind.upper()} is not available "
                         f"(fix: --device=cpu or --device=auto)")
+    if kind == "cuda" and index is not None and index >= torch.cuda.device_count():
+        raise UserError(f"device '{name}' does not exist: this machine has {torch.cuda.device_count()} GPU(s) "
+                        f"(fix: --device=cuda:0 to cuda:{torch.cuda.device_count() - 1}, or --device=cuda)")
     if kind == "cuda" and local_rank is not None:
         name = f"cuda:{local_rank}"
     return torch.device(name)

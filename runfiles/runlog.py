@@ -82,8 +82,12 @@ def read_rows(path):
     """The rows of a log.csv (dicts of text) with a valid iteration number; [] when there is no file."""
     if not os.path.exists(path):
         return []
-    with open(path, newline="", encoding="utf-8") as f:
-        return [row for row in csv.DictReader(f) if (row.get("iter") or "").isdigit()]
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            return [row for row in csv.DictReader(f) if (row.get("iter") or "").isdigit()]
+    except (UnicodeDecodeError, csv.Error) as e:   # e.g. overwritten by another program: one line, not a traceback
+        raise UserError(f"{path} is damaged ({e}) (fix: delete it: a resumed run then logs from where it "
+                        f"resumes, and loss.png shows only that part)") from None
 
 
 def _float(text):

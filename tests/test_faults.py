@@ -310,6 +310,12 @@ def test_output_folder_that_is_a_file(finished, tmp_path, module, args):
     ("prepare", ["bench_tokenize", "--mb", "0"], ["--mb must be > 0"]),   # used to print 0 MB/s rows
     ("prepare", ["bench_tokenize", "--num_proc", "-1"], ["--num_proc must be >= 1"]),
     ("huggingface.convert", ["export", "--ckpt=x"], ["required: --out"]),
+    # issue 23: refused before any checkpoint is looked for (they used to sample NaN or end in a traceback)
+    ("sample", ["--temperature=1e-30"], ["--temperature=1e-30 is too small", "--temperature=0 for greedy"]),
+    ("sample", ["--seed=-1"], ["--seed must be an integer in [0, 4294967295], got -1"]),
+    ("sample", ["--seed=99999999999999999999"], ["--seed must be"]),
+    ("sample", ["--device=cpu:x"], ["unknown device 'cpu:x'"]),
+    ("eval", ["--device=cuda:abc"], ["unknown device 'cuda:abc'"]),
 ])
 def test_command_line_mistakes_are_one_line(module, args, words):
     one_error_line(entry_point(module), args, *words)

@@ -76,6 +76,12 @@ def copy_run(finished, tmp_path):
     (dict(block_size=5000), ["block_size"]),
     (dict(dtype="fp8"), ["dtype"]),
     (dict(device="tpu"), ["device"]),
+    # issue 23: out-of-range numbers and device strings torch does not know (tracebacks before)
+    (dict(seed=-1), ["seed must be an integer in [0, 4294967295]"]),
+    (dict(seed=2**70), ["seed must be"]),
+    (dict(num_threads=-1), ["num_threads must be an integer >= 0"]),
+    (dict(device="cpu:x"), ["unknown device 'cpu:x'"]),
+    (dict(device="cpu:3"), ["unknown device 'cpu:3'"]),   # torch takes it, then no checkpoint loads onto it
 ])
 def test_bad_resume_input_changes_nothing(finished, tmp_path, override, words):
     cfg = dict(copy_run(finished, tmp_path), init_from="resume", **override)
@@ -248,6 +254,17 @@ def test_stale_temp_files_are_removed_and_reported(finished, tmp_path, capsys):
 
 def without_lock(files):
     return {k: v for k, v in files.items() if k != checkpoint.LOCK_NAME}
+
+
+def test_resume_with_a_damaged_log_is_one_line(finished, tmp_path):
+    """log.csv overwritten with bytes that are not text (it used to end in a UnicodeDecodeError traceback)."""
+    cfg = copy_run(finished, tmp_path)
+    with open(os.path.join(cfg["out_dir"], "log.csv"), "wb") as f:
+        f.write(b"\xff\xfe\x00garbage\n")
+    before = without_lock(snapshot(cfg["out_dir"]))
+    message = main_error(argv(dict(cfg, init_from="resume", max_iters=20)))
+    assert f"{cfg['out_dir']}/log.csv is damaged" in message and "(fix: delete it" in message
+    assert without_lock(snapshot(cfg["out_dir"])) == before
 
 
 @pytest.mark.parametrize("how", ["max_iters=0", "killed before its first save"])
