@@ -9,12 +9,17 @@ config, rng, rng_ranks, dataset, data_dir, tokenizer_id). train.py writes two of
 
 Every write goes to a temporary file in the same directory, is fsync'ed and then os.replace'd over the
 target, so a crash or a full disk mid-write never leaves a truncated checkpoint behind.
+
+Loading uses torch.load(weights_only=True) only, with no way around it: checkpoints travel (shared files,
+out*/ folders in cloned repositories), and the full unpickler runs whatever code a file names.
 """
 
 import contextlib
+import fcntl
 import glob
 import os
 import pickle
+import re
 import shutil
 import sys
 import tempfile
@@ -24,6 +29,7 @@ import torch
 from configurator import UserError
 
 CKPT_NAME = "ckpt.pt"
+LOCK_NAME = ".lock"         # lock_dir: one writer per out_dir / compare_dir
 LAST_NAME = "last.pt"
 ORIG_MOD_PREFIX = "_orig_mod."   # added to state_dict keys by torch.compile
 DDP_PREFIX = "module."           # added by DistributedDataParallel
@@ -125,6 +131,32 @@ def check_out_dir(path, key="out_dir"):
                         f"(fix: choose a writable --{key})") from None
 
 
+def lock_dir(path, key="out_dir"):
+    """Make this process the one writer of folder `path` (created if needed): an exclusive flock on
+    <path>/.lock, which holds the writer's pid. Returns the open lock file: keep it open while writing, close it
+    to release (it is a context manager). The lock belongs to the open file, so it dies with the process (kill -9
+    included) and is never left stale. A second writer gets a one-line UserError naming the holder."""
+    os.makedirs(path, exist_ok=True)
+    f = open(os.path.join(path, LOCK_NAME), "a+", encoding="utf-8")   # "a+": opening keeps the holder's pid
+    try:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.seek(0)
+        holder = f.read().strip() or "?"   # "?": the holder has the lock but has not written its pid yet
+        f.close()
+        raise UserError(f"{key} '{path}' is being written by another process (pid {holder}); two writers would "
+                        f"overwrite each other's files (fix: wait for it to finish or stop it, or choose another "
+                        f"--{key})") from None
+    except BaseException:
+        f.close()
+        raise
+    f.seek(0)
+    f.truncate()
+    f.write(f"{os.getpid()}\n")
+    f.flush()
+    return f
+
+
 def remove_stale_temp_files(directory, names, say=print):
     """Delete the temporary files that a killed atomic save of one of `names` left in `directory` (e.g.
     .last.pt.x8f2k.tmp, possibly gigabytes), and say so. Returns how many. Only call it when no other process
@@ -168,18 +200,20 @@ def resolve_path(path_or_out_dir, prefer=(CKPT_NAME, LAST_NAME)):
 
 
 def load_checkpoint(path_or_out_dir, device="cpu", prefer=(CKPT_NAME, LAST_NAME)):
-    """Load a checkpoint dict. A directory means its ckpt.pt (falling back to last.pt)."""
+    """Load a checkpoint dict. A directory means its ckpt.pt (falling back to last.pt). Only the safe loader
+    (weights_only) is used: checkpoints are shared and cloned with repositories, and the full unpickler runs
+    whatever code a file names. A file that needs it is refused (unsafe_pickle_error)."""
     path = resolve_path(path_or_out_dir, prefer)
     try:
-        # checkpoints written by train.py hold only tensors and plain python values, so the safe
-        # loader works; older or foreign files (e.g. numpy arrays inside) need the full unpickler.
-        # Either way these are the user's own local files.
-        try:
-            ckpt = torch.load(path, map_location=device, weights_only=True)
-        except pickle.UnpicklingError:
-            ckpt = torch.load(path, map_location=device, weights_only=False)
+        # what train.py writes holds only tensors and plain python values, which this loads
+        ckpt = torch.load(path, map_location=device, weights_only=True)
     except (RuntimeError, EOFError, OSError, pickle.UnpicklingError) as e:
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        refused = unsafe_pickle_error(e, path)
+        if refused is not None:
+            raise refused from None
+        # the safe loader's own reason, not its advice to load the file unsafely
+        text = str(e).split("WeightsUnpickler error:", 1)[-1].strip()
+        msg = text.splitlines()[0] if text else type(e).__name__
         raise UserError(f"cannot read checkpoint '{path}': {msg} (fix: re-run train.py to rewrite it)") from None
     if not isinstance(ckpt, dict) or "model" not in ckpt or "model_args" not in ckpt:
         raise UserError(f"'{path}' is not a train.py checkpoint (no 'model'/'model_args') "
@@ -190,6 +224,20 @@ def load_checkpoint(path_or_out_dir, device="cpu", prefer=(CKPT_NAME, LAST_NAME)
                         f"retrain, or use a ckpt.pt/last.pt written by train.py)")
     ckpt.setdefault("path", path)
     return ckpt
+
+
+def unsafe_pickle_error(e, path, fix="re-save it with tensors and plain Python values only, or re-run train.py"):
+    """The UserError for a file the safe loader refused because its pickle names a global outside the allowed
+    tensors and plain values (a class, or a function such as os.system that unpickling would call); None when
+    `e` is another error. There is no way around it on purpose: loading such a file runs code from it."""
+    if not isinstance(e, pickle.UnpicklingError):
+        return None
+    found = re.search(r"GLOBAL ([\w.]+)", str(e))
+    if found is None:   # not a refused global: a damaged file, reported as such
+        return None
+    return UserError(f"refusing to load '{path}': it holds objects the safe loader refuses ({found.group(1)}); "
+                     f"loading them would run code from the file (fix: only load files you trust; for one of your "
+                     f"own, written by other code, {fix})")
 
 
 def damaged_fields(ckpt):
@@ -287,7 +335,12 @@ def keep_heaviest_branch(model, enabled):
     return f"running only branch {model.keep_branch} of {model.config.n_branches} (weights {weights})"
 
 
-# --- where a model runs: device and dtype -------------------------------------------------------
+# --- where a model runs: device and dtype, and the seeds it accepts ----------------------------------
+
+# seeds of train.py and sample.py: numpy's range (train.py also seeds it); a larger one used to end in torch's
+# "Overflow when unpacking long long" traceback
+MAX_SEED = 2**32
+
 
 def resolve_device(name, local_rank=None):
     """torch.device for --device: 'auto' = cuda > mps > cpu; under DDP one GPU per local rank."""
@@ -295,11 +348,18 @@ def resolve_device(name, local_rank=None):
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "mps" if mps else "cpu"
     kind = name.split(":")[0]
-    if kind not in ("cpu", "cuda", "mps"):
+    try:   # 'cuda:x' is not a device; 'cpu:3' is to torch, but every map_location to it fails
+        index = torch.device(name).index
+    except RuntimeError:
+        index = -1
+    if kind not in ("cpu", "cuda", "mps") or index is not None and (index < 0 or kind != "cuda" and index != 0):
         raise UserError(f"unknown device '{name}' (fix: --device=auto|cpu|cuda|cuda:N|mps)")
     if (kind == "cuda" and not torch.cuda.is_available()) or (kind == "mps" and not mps):
         raise UserError(f"device '{name}' requested but {kind.upper()} is not available "
                         f"(fix: --device=cpu or --device=auto)")
+    if kind == "cuda" and index is not None and index >= torch.cuda.device_count():
+        raise UserError(f"device '{name}' does not exist: this machine has {torch.cuda.device_count()} GPU(s) "
+                        f"(fix: --device=cuda:0 to cuda:{torch.cuda.device_count() - 1}, or --device=cuda)")
     if kind == "cuda" and local_rank is not None:
         name = f"cuda:{local_rank}"
     return torch.device(name)

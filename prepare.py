@@ -223,9 +223,13 @@ def iter_tokenized(articles, spec, eot, num_proc=None, label="tokenizing"):
     bar = Progress(label, sum(len(a) for a in articles))
     with Pool(num_proc, initializer=_init_worker, initargs=(spec,)) as pool:
         jobs = ((group, eot) for group in group_articles(articles))
-        for ids, words, nbytes in pool.imap(_encode_articles, jobs):
-            bar.update(nbytes)
-            yield ids, words, nbytes
+        try:
+            for ids, words, nbytes in pool.imap(_encode_articles, jobs):
+                bar.update(nbytes)
+                yield ids, words, nbytes
+        except UnicodeDecodeError as e:   # a worker's, raised again here: one line, not its traceback
+            raise UserError(f"{label}: the text is not UTF-8 ({e.reason} in an article) (fix: pass UTF-8 text)") \
+                from None
     bar.close()
 
 
@@ -290,6 +294,10 @@ def split_90_10(text):
 def prepare_shakespeare_char(out_dir, input_path=None, **_):
     text = shakespeare_text(out_dir, input_path)
     chars = sorted(set(text))
+    if len(chars) > 2**16:   # checked before begin_writing: a failure must leave an existing folder as it was
+        raise UserError(f"the text has {len(chars):,} distinct characters, and the char tokenizer stores token ids "
+                        f"as uint16: at most 65,536 (fix: a text with fewer distinct characters, or a BPE dataset: "
+                        f"python prepare.py shakespeare --input ...)")
     tok = CharTokenizer(chars)
     train, val = split_90_10(text)
     begin_writing(out_dir)
@@ -562,10 +570,28 @@ def wikitext_source(out_dir, source=None):
                     "wikitext-103-raw-v1.zip or its extracted folder with --source PATH") from None
 
 
+def check_utf8(splits, source):
+    """UserError unless every article is UTF-8 text: the workers decode them after begin_writing, and a failure
+    there would leave the folder without meta.json. Article by article: one str of a whole split could take
+    gigabytes."""
+    for split, articles in splits.items():
+        offset = 0
+        for article in articles:
+            try:
+                article.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise UserError(f"{source}: the {split} split is not UTF-8 text ({e.reason} at byte "
+                                f"{offset + e.start:,}) (fix: pass the original wikitext-103-raw-v1.zip, or "
+                                f"re-download it)") from None
+            offset += len(article)
+
+
 def prepare_wikitext103(out_dir, source=None, gpt2_ranks=None, vocab_size=None, num_proc=None,
                         n_layer=12, n_embd=768, plot=True, dataset="wikitext103", **_):
-    read = wikitext_reader(wikitext_source(out_dir, source))
+    source = wikitext_source(out_dir, source)
+    read = wikitext_reader(source)
     splits = {split: split_articles(read(name)) for split, name in WIKITEXT103_SPLITS.items()}
+    check_utf8(splits, source)
     get_gpt2_encoding(gpt2_ranks)  # fail early (and download once) before starting workers
     spec, eot = encoding_spec(ranks_path=gpt2_ranks), GPT2_EOT_ID
     meta = {"dataset": dataset, "tokenizer": "gpt2", "vocab_size": GPT2_VOCAB_SIZE, "eot_token": GPT2_EOT_ID}

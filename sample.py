@@ -25,7 +25,7 @@ import time
 
 import torch
 
-from checkpoint import autocast, keep_heaviest_branch, load_model, resolve_device, resolve_dtype
+from checkpoint import MAX_SEED, autocast, keep_heaviest_branch, load_model, resolve_device, resolve_dtype
 from configurator import UserError, run_command
 from dataset import encode_start, load_tokenizer, render, resolve_data_dir
 from model import InferenceCache, KVCache
@@ -53,6 +53,7 @@ DEFAULTS = dict(
 # Boolean keys that may be given as a bare flag (`--no_kv_cache` means `--no_kv_cache=True`).
 BOOL_FLAGS = ("no_kv_cache", "keep_heaviest_branch", "compile")
 SEPARATOR = "---------------"
+MIN_TEMPERATURE = 1e-6   # float32 logits / 1e-6 stay finite (|logit| < 1e32); float32 rounds 1e-300 itself to 0
 
 
 def read_start(start):
@@ -73,6 +74,11 @@ def check_options(cfg):
         raise UserError("--num_samples must be >= 1 and --max_new_tokens >= 0 (fix: e.g. --num_samples=1)")
     if cfg["temperature"] < 0 or cfg["top_k"] < 0:
         raise UserError("--temperature and --top_k must be >= 0 (fix: 0 means greedy / no top-k)")
+    if 0 < cfg["temperature"] < MIN_TEMPERATURE:   # logits / temperature would overflow to inf: NaN probabilities
+        raise UserError(f"--temperature={cfg['temperature']:g} is too small to divide the logits by (fix: "
+                        f"--temperature=0 for greedy decoding, or {MIN_TEMPERATURE:g} or more)")
+    if not 0 <= cfg["seed"] < MAX_SEED:
+        raise UserError(f"--seed must be an integer in [0, {MAX_SEED - 1}], got {cfg['seed']} (fix: --seed=1337)")
     if cfg["num_threads"] < 0:
         raise UserError(f"--num_threads must be >= 0, got {cfg['num_threads']} (fix: 1, or 0 for torch's default)")
     if cfg["num_threads"] > 0:

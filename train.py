@@ -30,6 +30,7 @@ import os
 import random
 import signal
 import sys
+import tempfile
 import threading
 import time
 from types import SimpleNamespace
@@ -37,8 +38,8 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-from checkpoint import (CKPT_NAME, LAST_NAME, atomic_copy, atomic_open, atomic_save, autocast, build_model,
-                        check_finite, check_out_dir, clean_state_dict, load_checkpoint, load_own_weights,
+from checkpoint import (CKPT_NAME, LAST_NAME, MAX_SEED, atomic_copy, atomic_open, atomic_save, autocast, build_model,
+                        check_finite, check_out_dir, clean_state_dict, load_checkpoint, load_own_weights, lock_dir,
                         remove_stale_temp_files, resolve_device, resolve_dtype)
 from configurator import UserError, load_config
 from dataset import default_data_dir, load_meta, split_path, tokenizer_id
@@ -115,6 +116,7 @@ def check_train_config(c, world=1):
         need(integer(c[key]) and c[key] >= 1, key, "an integer >= 1", f"--{key}=1 or more")
     for key in ("max_iters", "num_threads"):
         need(integer(c[key]) and c[key] >= 0, key, "an integer >= 0", f"--{key}=0 or more")
+    need(integer(c["seed"]) and 0 <= c["seed"] < MAX_SEED, "seed", f"an integer in [0, {MAX_SEED - 1}]", "--seed=1337")
     need(number(c["learning_rate"]) and c["learning_rate"] > 0, "learning_rate", "> 0", "--learning_rate=1e-3")
     need(number(c["weight_decay"]) and c["weight_decay"] >= 0, "weight_decay", ">= 0", "--weight_decay=0.1")
     for key, usual in (("beta1", 0.9), ("beta2", 0.95)):
@@ -207,6 +209,12 @@ def train_model_args(config, explicit, meta, device, say):
         args["dropout"] = wanted["dropout"]
     else:
         ckpt = load_checkpoint(init_from, device)
+        # model_args() keeps only the keys GPTConfig knows: dropping the others would train another model
+        unknown = sorted(set(ckpt["model_args"]) - set(gpt_config_defaults()))
+        if unknown:
+            raise UserError(f"{ckpt['path']} has model_args this model.py does not know: {', '.join(unknown)} (a "
+                            f"checkpoint of another code version) (fix: use the code version that wrote it, or "
+                            f"--init_from=scratch)")
         args = model_args(config, explicit, base=ckpt["model_args"], vocab_size=meta["vocab_size"])
     if ckpt is not None:   # first: another tokenizer's data also shows up as a vocab_size mismatch below
         check_finite(ckpt["model"], ckpt["path"])
@@ -235,6 +243,18 @@ def load_variant(name, fields=None):
     if bad:
         raise UserError(f"variant '{name}' sets unknown model keys {bad} (fix: edit variants/{name}.py)")
     return cfg
+
+def plain_values(obj):
+    """obj with numpy scalars (e.g. from a config file that computes a value with numpy) turned into Python
+    numbers, through dicts, lists and tuples, so the safe loader reads the checkpoint it goes into."""
+    if isinstance(obj, dict):
+        return {k: plain_values(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(plain_values(v) for v in obj)
+    if isinstance(obj, np.generic):
+        return obj.item()
+    return obj
+
 
 def dataset_vocab_size(config):
     """vocab_size of a train.py config's dataset (what train.py will use), or None before it is prepared."""
@@ -496,17 +516,48 @@ COLUMNS = ["iter", "kind", "loss", "val_loss", "val_loss_heaviest", "lr", "ms_pe
 
 class CsvLog:
     """Appends rows to `path` and keeps them for loss.png. keep_before=k keeps the existing rows of iterations < k
-    (a run resumed at iteration k logs iteration k and later again, its eval at k included); None starts empty."""
+    (a run resumed at iteration k logs iteration k and later again, its eval at k included); None starts empty.
+    pending=True: a new run into a folder whose log.csv goes with an earlier run's checkpoints; its rows go to a
+    temporary file beside `path` until commit() (its first checkpoint is written) moves it onto `path`, and
+    discard() (it never saved one) deletes it, so that log.csv always belongs to the checkpoints beside it."""
 
-    def __init__(self, path, keep_before=None):
+    def __init__(self, path, keep_before=None, pending=False):
+        self.path, self.tmp = path, None
         self.rows = [] if keep_before is None else [r for r in read_rows(path) if int(r["iter"]) < keep_before]
-        with atomic_open(path, "w") as f:
-            writer = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
-            writer.writeheader()
-            writer.writerows(self.rows)
-        self.path = path
-        self.file = open(path, "a", newline="", encoding="utf-8")
+        if pending:   # the temporary name is one remove_stale_temp_files cleans up after a kill -9
+            fd, self.tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp",
+                                            dir=os.path.dirname(os.path.abspath(path)))
+            self.file = os.fdopen(fd, "w", newline="", encoding="utf-8")
+        else:
+            with atomic_open(path, "w") as f:
+                writer = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
+                writer.writeheader()
+                writer.writerows(self.rows)
+            self.file = open(path, "a", newline="", encoding="utf-8")
         self.writer = csv.DictWriter(self.file, fieldnames=COLUMNS, extrasaction="ignore")
+        if pending:
+            self.writer.writeheader()
+
+    def commit(self):
+        """Pending rows: move them onto `path` (later rows follow them there: the open file moves with them)."""
+        if self.tmp is None:
+            return
+        self.file.flush()
+        umask = os.umask(0)   # mkstemp made it 0600; give it the usual permissions, as atomic_open does
+        os.umask(umask)
+        os.chmod(self.tmp, 0o666 & ~umask)
+        os.replace(self.tmp, self.path)
+        self.tmp = None
+
+    def discard(self):
+        """Pending rows never committed: delete them, leaving `path` as it was. True when there were any."""
+        if self.tmp is None:
+            return False
+        self.file.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.tmp)
+        self.tmp = None
+        return True
 
     def write(self, **row):
         row = {k: _text(v) for k, v in row.items()}
@@ -528,8 +579,12 @@ def read_rows(path):
     """The rows of a log.csv (dicts of text) with a valid iteration number; [] when there is no file."""
     if not os.path.exists(path):
         return []
-    with open(path, newline="", encoding="utf-8") as f:
-        return [row for row in csv.DictReader(f) if (row.get("iter") or "").isdigit()]
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            return [row for row in csv.DictReader(f) if (row.get("iter") or "").isdigit()]
+    except (UnicodeDecodeError, csv.Error) as e:   # e.g. overwritten by another program: one line, not a traceback
+        raise UserError(f"{path} is damaged ({e}) (fix: delete it: a resumed run then logs from where it "
+                        f"resumes, and loss.png shows only that part)") from None
 
 
 def _text(v):
@@ -665,9 +720,11 @@ def save_last(run, best=False, gather=True):
                      "iter_num": run.iter_num, "best_val_loss": run.best_val_loss, "config": dict(run.config),
                      "rng": rng, "rng_ranks": rng_ranks, "dataset": run.config["dataset"], "data_dir": run.data_dir,
                      "tokenizer_id": tokenizer_id(run.meta)}, path)
-        if best:
+        # the first save of a new run replaces an earlier run's ckpt.pt too (Ctrl-C before the first eval's)
+        if best or (run.earlier and run.saved_iter is None):
             atomic_copy(path, os.path.join(run.out_dir, CKPT_NAME))
             say(run, f"saved {CKPT_NAME} and {LAST_NAME} to {run.out_dir}")
+        run.csv_log.commit()
     run.saved_iter = run.iter_num
 
 
@@ -739,29 +796,34 @@ def train(config, explicit=None, callback=None):
     unknown = sorted(set(config) - set(DEFAULTS))
     if unknown:
         raise UserError(f"unknown config keys {unknown} (fix: see `python train.py --help` for the keys)")
-    config = {**DEFAULTS, **config}
+    # numpy scalars (a config file may compute with numpy) would reach the checkpoint, in its config and the
+    # optimizer's lr, and the safe loader refuses them
+    config = plain_values({**DEFAULTS, **config})
     if explicit is None:   # called as a library: model keys that differ from GPTConfig's defaults win over a variant
         explicit = {k for k, v in gpt_config_defaults().items() if config[k] != v}
     rank, local_rank, world = distributed_env() or (0, None, 1)   # torchrun sets the ranks
     check_train_config(config, world)
     device = resolve_device(config["device"], local_rank)
     if world == 1:
-        return run_training(setup(config, set(explicit), device), callback)
+        with contextlib.ExitStack() as held:   # out_dir's lock, released however the run ends
+            return run_training(setup(config, set(explicit), device, held), callback)
     if device.type == "cuda":
         torch.cuda.set_device(device)
     owns_group = not torch.distributed.is_initialized()
     if owns_group:
         torch.distributed.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
     try:
-        return run_training(setup(config, set(explicit), device, rank, world), callback)
+        with contextlib.ExitStack() as held:
+            return run_training(setup(config, set(explicit), device, held, rank, world), callback)
     finally:
         if owns_group:
             torch.distributed.destroy_process_group()
 
 
-def setup(config, explicit, device, rank=0, world=1):
+def setup(config, explicit, device, held, rank=0, world=1):
     """Everything before the loop: data, model (fresh, resumed or from another checkpoint), optimizer, out_dir.
-    Every input is checked before the first file in out_dir changes. Returns the run's state."""
+    Every input is checked before the first file in out_dir changes. Returns the run's state. held: an ExitStack
+    that keeps rank 0's lock on out_dir (and discards an uncommitted log) until the run has ended."""
     run = SimpleNamespace(config=config, device=device, rank=rank, world=world, master=rank == 0, ddp=world > 1)
     run.accum = config["gradient_accumulation_steps"] // world   # micro-steps per iteration on this rank
     run.dtype = resolve_dtype(config["dtype"], device)
@@ -806,10 +868,17 @@ def setup(config, explicit, device, rank=0, world=1):
     check_out_dir(run.out_dir)
 
     # every input is checked: only from here on do files in out_dir change
+    run.earlier = False
     if run.master:
-        os.makedirs(run.out_dir, exist_ok=True)
+        # one writer per out_dir: a second run into it would replace this one's checkpoints and log.csv
+        held.enter_context(lock_dir(run.out_dir))
         remove_stale_temp_files(run.out_dir, (CKPT_NAME, LAST_NAME, "log.csv", "loss.png"), lambda m: say(run, m))
-        run.csv_log = CsvLog(os.path.join(run.out_dir, "log.csv"), keep_before=run.iter_num if run.resuming else None)
+        # a new run into the folder of an earlier one: its log.csv and loss.png stay until this run's first save,
+        # so that they always go with the checkpoints beside them
+        run.earlier = not run.resuming and any(os.path.exists(os.path.join(run.out_dir, n)) for n in (CKPT_NAME, LAST_NAME))
+        run.csv_log = CsvLog(os.path.join(run.out_dir, "log.csv"), keep_before=run.iter_num if run.resuming else None,
+                             pending=run.earlier)
+        held.callback(run.csv_log.discard)   # also when the run fails before its first save
     say(run, f"number of parameters: {model.get_num_params(False) / 1e6:.2f}M "
         f"(non-embedding: {model.get_num_params(True) / 1e6:.2f}M)")
     say(run, f"depth: {model.depth_summary()}")
@@ -959,7 +1028,10 @@ def save_on_stop(run, in_step, hard_stop):
 
 def finish(run, history, last_train_loss, speed, interrupted):
     """loss.png and the summary dict."""
-    if run.master:
+    if run.master and run.csv_log.discard():
+        say(run, f"this run saved no checkpoint: kept the earlier run's log.csv and loss.png in {run.out_dir}, which go "
+            f"with its checkpoints")
+    elif run.master:
         run.csv_log.close()
         plot_run(run.csv_log.rows, os.path.join(run.out_dir, "loss.png"), os.path.basename(os.path.abspath(run.out_dir)))
     train_time = time.time() - run.t_start

@@ -1,6 +1,8 @@
 """Shared pytest fixtures. pytest.ini puts the repository root on the import path (tests import model, train, ...)."""
 import json
 import os
+import subprocess
+import sys
 import warnings
 
 # One thread per test process: on a 2-core machine torch's default thread pool thrashes as soon as anything
@@ -109,3 +111,17 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+# --- another writer -------------------------------------------------------------------------------------
+
+def hold_lock(folder):
+    """Another process holding `folder`'s writer lock the way lock_dir takes it (flock, its pid in the file) until
+    it is killed. Plain python, no torch: it starts in milliseconds."""
+    from checkpoint import LOCK_NAME
+    code = ("import fcntl, os, sys, time\nf = open(sys.argv[1], 'a+')\nfcntl.flock(f, fcntl.LOCK_EX)\nf.seek(0)\n"
+            "f.truncate()\nf.write(str(os.getpid()))\nf.flush()\nprint('locked', flush=True)\ntime.sleep(300)")
+    holder = subprocess.Popen([sys.executable, "-c", code, os.path.join(folder, LOCK_NAME)],
+                              stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "locked"
+    return holder

@@ -345,3 +345,45 @@ def test_a_missing_starting_checkpoint_names_the_run_and_the_fix(char_data, tmp_
     argv = tiny_argv(char_data, tmp_path / "cmp", "inh", custom_variants=repr(custom))
     with pytest.raises(SystemExit, match=f"inh.*: init_from '{missing}' does not exist .*fix: write it first"):
         compare.main(argv)
+
+
+def test_a_second_compare_into_a_compare_dir_is_refused(tmp_path):
+    """One writer per compare_dir: while another process holds it, compare.py stops in one line naming the folder
+    and that process, before it prepares data or writes anything; the lock dies with its holder (SIGKILL)."""
+    from conftest import hold_lock
+    cdir = tmp_path / "cmp"
+    cdir.mkdir()
+    holder = hold_lock(cdir)
+    try:
+        with pytest.raises(SystemExit) as e:
+            compare.main(tiny_argv(str(tmp_path / "data"), str(cdir), "gpt"))
+    finally:
+        holder.kill()
+        holder.wait()
+    assert e.value.code.startswith(f"error: compare_dir '{cdir}' is being written by another process "
+                                   f"(pid {holder.pid})") and "(fix: " in e.value.code
+    assert os.listdir(cdir) == [".lock"] and not (tmp_path / "data").exists()
+    compare.lock_dir(str(cdir)).close()   # free again
+
+
+def test_an_interrupted_model_resumes_only_with_its_own_settings(char_data, tmp_path, monkeypatch, one_thread):
+    """Resumed after Ctrl-C with another learning rate or batch size, a run would mix two recipes (and results.md
+    would report the new one for all of it): refused as for a finished run, nothing changed. Keys that do not
+    change what is learned (--num_threads) still resume."""
+    cdir = str(tmp_path / "cmp")
+    counter = CountingTrain(stop_at=4)
+    monkeypatch.setattr(train, "train", counter)
+    argv = tiny_argv(char_data, cdir, "gpt", bench_iters=0, prompts="[]")
+    with pytest.raises(SystemExit):
+        compare.main(argv)
+    files = {name: open(os.path.join(cdir, name), "rb").read()
+             for name in ("status.json", "gpt/last.pt", "gpt/log.csv")}
+    for change, shown in (("--learning_rate=0.01", "learning_rate: 0.003 -> 0.01"),
+                          ("--batch_size=8", "batch_size: 4 -> 8")):
+        with pytest.raises(SystemExit) as e:
+            compare.main(argv + [change])
+        assert e.value.code.startswith("error: gpt in ") and "interrupted after training with other settings" in \
+            e.value.code and shown in e.value.code and "(fix: " in e.value.code, e.value.code
+        assert all(open(os.path.join(cdir, name), "rb").read() == data for name, data in files.items())
+    assert compare.main(argv + ["--num_threads=1"])[0]["iters"] == 6
+    assert counter.calls == ["scratch", "resume"]

@@ -1,4 +1,4 @@
-"""Issue 11 for the scripts beside train.py (prepare, eval, sample, pangu, huggingface) and the shared runfiles:
+"""Issue 11 for the scripts beside train.py (prepare, eval, sample, pangu, huggingface) and the shared checkpoint.py / dataset.py:
 bad input, damaged files and filesystem faults give one `error: ... (fix: ...)` line, a non-zero exit and leave
 the files on disk as they were; data of another tokenizer never meets a model silently. The last tests cover
 train.py, compare.py and bench.py cases found by the same audit. Tiny models: seconds in all."""
@@ -161,6 +161,105 @@ def test_damaged_checkpoint_names_what_is_wrong(finished, tmp_path, script, edit
     one_error_line(entry_point(script), [f"--out_dir={out_dir}", "--device=cpu"], *words)
 
 
+# --- checkpoints from others: loading never runs code from the file (issue 23) -------------------------------
+
+class RunsCode:
+    """Pickled, this becomes a call: unpickling it with the full unpickler runs `func(*args)`."""
+
+    def __init__(self, func, *args):
+        self.func, self.args = func, args
+
+    def __reduce__(self):
+        return self.func, self.args
+
+
+def plant(finished, tmp_path, marker):
+    """A copy of the finished run whose ckpt.pt and last.pt also hold an object that creates `marker` when unpickled
+    (a shared checkpoint or a cloned repository's out*/ folder), else valid."""
+    return copy_run(finished, tmp_path, edit=lambda ckpt: ckpt.update(note=RunsCode(open, str(marker), "w")))
+
+
+@pytest.mark.parametrize("command", ["train --init_from=<file>", "train --init_from=resume", "sample --out_dir",
+                                     "sample in a folder with a planted out-x/", "eval", "huggingface.convert export",
+                                     "pangu.inherit", "pangu.refine", "compare resuming"])
+def test_checkpoint_that_would_run_code_is_refused(finished, tmp_path, monkeypatch, command):
+    marker = tmp_path / "marker"
+    run_dir = plant(finished, tmp_path, marker)
+
+    def train_argv(**changes):
+        return [f"--{k}={v}" for k, v in dict(finished, **changes).items()]
+
+    if command == "sample in a folder with a planted out-x/":   # `python sample.py` loads the newest out*/ folder
+        shutil.move(run_dir, tmp_path / "clone" / "out-x")
+        monkeypatch.chdir(tmp_path / "clone")
+    if command == "compare resuming":   # an interrupted model of a compare_dir resumes from its last.pt
+        os.makedirs(tmp_path / "cmp" / "gpt")
+        shutil.move(os.path.join(run_dir, "last.pt"), tmp_path / "cmp" / "gpt" / "last.pt")
+    main, args = {
+        "train --init_from=<file>": (train.main, train_argv(out_dir=tmp_path / "new",
+                                                            init_from=os.path.join(run_dir, "ckpt.pt"))),
+        "train --init_from=resume": (train.main, train_argv(out_dir=run_dir, init_from="resume", max_iters=20)),
+        "sample --out_dir": (entry_point("sample"), [f"--out_dir={run_dir}", "--device=cpu"]),
+        "sample in a folder with a planted out-x/": (entry_point("sample"), []),
+        "eval": (entry_point("tools.eval"), [f"--out_dir={run_dir}", "--device=cpu"]),
+        "huggingface.convert export": (entry_point("tools.huggingface.convert"),
+                                       ["export", f"--ckpt={run_dir}", f"--out={tmp_path / 'hf'}"]),
+        "pangu.inherit": (entry_point("tools.pangu.inherit"),
+                          [f"--from={run_dir}", f"--out_dir={tmp_path / 'small'}", "--n_layer=1"]),
+        "pangu.refine": (entry_point("tools.pangu.refine"), [f"--out_dir={run_dir}"]),
+        "compare resuming": (entry_point("tools.compare"), [a for a in train_argv() if not a.startswith("--out_dir=")]
+                             + ["--variants=gpt", "--bench_iters=0", f"--compare_dir={tmp_path / 'cmp'}"]),
+    }[command]
+    one_error_line(main, args, "refusing to load", "io.open", "would run code", "only load files you trust")
+    assert not marker.exists()
+    assert not (tmp_path / "new").exists() and not (tmp_path / "hf").exists() and not (tmp_path / "small").exists()
+
+
+@pytest.mark.parametrize("payload,named", [((os.system, "touch {marker}"), "posix.system"),
+                                           ((open, "{marker}", "w"), "io.open")])
+def test_the_refusal_names_what_the_file_would_run(tmp_path, payload, named):
+    """The loader itself: the message names the global, one of a module torch blocks outright (os.system) or one
+    it merely does not allow (open); a damaged file is still reported as damaged, not as unsafe."""
+    marker = tmp_path / "marker"
+    path = tmp_path / "ckpt.pt"
+    func, *args = payload
+    torch.save({"model": {}, "model_args": {}, "x": RunsCode(func, *(a.format(marker=marker) for a in args))}, path)
+    with pytest.raises(UserError, match=rf"refusing to load '{path}': it holds objects the safe loader refuses "
+                                        rf"\({named}\).*\(fix: only load files you trust"):
+        checkpoint.load_checkpoint(path)
+    assert not marker.exists()
+    path.write_bytes(b"not a checkpoint")
+    with pytest.raises(UserError, match="cannot read checkpoint") as e:
+        checkpoint.load_checkpoint(path)
+    assert "weights_only" not in str(e.value)   # torch's advice to load it unsafely is not passed on
+
+
+def test_hugging_face_weights_that_would_run_code_are_refused(finished, tmp_path):
+    """pytorch_model.bin of a downloaded model directory goes through the same safe loader and the same message."""
+    hf_dir, marker = tmp_path / "hf", tmp_path / "marker"
+    entry_point("tools.huggingface.convert")(["export", f"--ckpt={finished['out_dir']}", f"--out={hf_dir}", "--format=bin"])
+    weights = torch.load(hf_dir / "pytorch_model.bin", weights_only=True)
+    torch.save(dict(weights, note=RunsCode(open, str(marker), "w")), hf_dir / "pytorch_model.bin")
+    one_error_line(entry_point("tools.huggingface.sample"), [f"--init_from={hf_dir}", f"--data_dir={finished['data_dir']}",
+                                           "--device=cpu"], "refusing to load", "io.open", "model.safetensors")
+    assert not marker.exists()
+
+
+def test_what_train_py_writes_loads_with_the_safe_loader(tmp_path):
+    """A pgpt run with fp16 loss scaling (scaler state), a numpy value from a config file and a resume: every
+    checkpoint it writes loads with weights_only=True (the only loader left)."""
+    import numpy as np
+    cfg = dict(tiny_config(write_token_dataset(tmp_path / "data"), tmp_path / "out"), variant="pgpt", dtype="float16",
+               max_iters=2, eval_interval=1, min_lr=np.float64(3e-4))
+    train.train({**train.DEFAULTS, **cfg}, explicit=set(cfg) - {"variant"})
+    train.train({**train.DEFAULTS, **cfg, "init_from": "resume", "max_iters": 3}, explicit=set(cfg) - {"variant"})
+    for name in ("ckpt.pt", "last.pt"):
+        ckpt = torch.load(tmp_path / "out" / name, weights_only=True)
+        assert ckpt["model_args"]["n_branches"] == 2 and ckpt["scaler"]["scale"] > 0
+        assert ckpt["config"]["min_lr"] == 3e-4 and type(ckpt["config"]["min_lr"]) is float
+    assert ckpt["iter_num"] == 3 and ckpt["rng"]["python"][0] == 3
+
+
 # --- filesystem faults ---------------------------------------------------------------------------------------
 
 def test_full_disk_during_torch_save_is_one_line(tmp_path, monkeypatch):
@@ -211,6 +310,12 @@ def test_output_folder_that_is_a_file(finished, tmp_path, module, args):
     ("tools.bench_tokenize", ["--mb=0"], ["--mb must be > 0"]),   # used to print 0 MB/s rows
     ("tools.bench_tokenize", ["--num_proc=-1"], ["--num_proc must be >= 1"]),
     ("tools.huggingface.convert", ["export", "--ckpt=x"], ["required: --out"]),
+    # issue 23: refused before any checkpoint is looked for (they used to sample NaN or end in a traceback)
+    ("sample", ["--temperature=1e-30"], ["--temperature=1e-30 is too small", "--temperature=0 for greedy"]),
+    ("sample", ["--seed=-1"], ["--seed must be an integer in [0, 4294967295], got -1"]),
+    ("sample", ["--seed=99999999999999999999"], ["--seed must be"]),
+    ("sample", ["--device=cpu:x"], ["unknown device 'cpu:x'"]),
+    ("tools.eval", ["--device=cuda:abc"], ["unknown device 'cuda:abc'"]),
 ])
 def test_command_line_mistakes_are_one_line(module, args, words):
     one_error_line(entry_point(module), args, *words)

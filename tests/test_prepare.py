@@ -280,6 +280,58 @@ def test_wikitext103_download_failure(tmp_path, offline):
     assert "\n" not in msg and msg.startswith("could not download WikiText-103") and "--source" in msg
 
 
+# ----------------------------------------------------------------------------- bad input leaves the folder as it was
+
+def prepared_folder(tmp_path):
+    """An existing dataset folder (a finished shakespeare_char prepare) and {file name: bytes} of it."""
+    out = tmp_path / "data"
+    prepare.prepare("shakespeare_char", out_dir=str(out), input_path=write_input(tmp_path))
+    return out, {p.name: p.read_bytes() for p in out.iterdir()}
+
+
+def one_line_error(argv, *words):
+    with pytest.raises(SystemExit) as e:
+        prepare.main(argv)
+    message = e.value.code
+    assert isinstance(message, str) and message.startswith("error: ") and "\n" not in message, message
+    assert "(fix: " in message and all(w in message for w in words), message
+
+
+def test_too_many_distinct_characters_leave_the_folder_as_it_was(tmp_path):
+    """Over 65,536 distinct characters do not fit uint16 ids: refused before meta.json goes (it used to be deleted
+    first, then an AssertionError)."""
+    out, before = prepared_folder(tmp_path)
+    text = "".join(chr(c) for c in range(0x100, 0x100 + 70_000) if not 0xD800 <= c < 0xE000)
+    big = tmp_path / "big.txt"
+    big.write_text(text, encoding="utf-8")
+    one_line_error(["shakespeare_char", "--input", str(big), "--out_dir", str(out)],
+                   f"{len(set(text)):,} distinct characters", "65,536")
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+def test_wikitext_that_is_not_utf8_leaves_the_folder_as_it_was(tmp_path, offline):
+    out, before = prepared_folder(tmp_path)
+    path = tmp_path / "bad.zip"
+    with zipfile.ZipFile(path, "w") as zf:
+        for split, name in WIKI_FILES.items():
+            raw = "".join(WIKI[split]).encode("utf-8")
+            zf.writestr(f"wikitext-103-raw/{name}", raw[:40] + b"\xff\xfe" + raw[40:] if split == "val" else raw)
+    one_line_error(["wikitext103", "--source", str(path), "--out_dir", str(out)],
+                   "the val split is not UTF-8 text", "invalid start byte at byte 40")
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+def test_a_decode_error_in_a_tokenizer_worker_is_one_line(tmp_path, gpt2_file):
+    """The workers decode the text: an error there comes back as the one-line error, not the worker's traceback
+    (bench_tokenize reads --input as bytes)."""
+    bad = tmp_path / "latin1.txt"
+    bad.write_bytes("caf\xe9 au lait\n".encode("latin-1") * 100)
+    from tools import bench_tokenize
+    with pytest.raises(SystemExit) as e:
+        bench_tokenize.main([f"--input_path={bad}", "--mb=0.001", "--num_proc=1"])
+    assert str(e.value).startswith("error: ") and "not UTF-8" in str(e.value) and "\n" not in str(e.value)
+
+
 # ----------------------------------------------------------------------------- compact tokenizer
 
 @pytest.fixture

@@ -267,7 +267,7 @@ def test_resume_refuses_architecture_change(tiny_train_config):
         run(dict(tiny_train_config, init_from="resume", n_layer=3))
 
 
-# --- runfiles/checkpoint.py -----------------------------------------------------------------------------------
+# --- checkpoint.py -----------------------------------------------------------------------------------
 
 def test_atomic_save_failure_keeps_previous_file(tmp_path, monkeypatch):
     path = tmp_path / "ckpt.pt"

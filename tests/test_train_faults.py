@@ -10,8 +10,10 @@ import pytest
 import torch
 
 import train
+import checkpoint
 from checkpoint import load_checkpoint, load_model
 from configurator import UserError
+from conftest import hold_lock
 
 
 def run(config, callback=None):
@@ -74,6 +76,12 @@ def copy_run(finished, tmp_path):
     (dict(block_size=5000), ["block_size"]),
     (dict(dtype="fp8"), ["dtype"]),
     (dict(device="tpu"), ["device"]),
+    # issue 23: out-of-range numbers and device strings torch does not know (tracebacks before)
+    (dict(seed=-1), ["seed must be an integer in [0, 4294967295]"]),
+    (dict(seed=2**70), ["seed must be"]),
+    (dict(num_threads=-1), ["num_threads must be an integer >= 0"]),
+    (dict(device="cpu:x"), ["unknown device 'cpu:x'"]),
+    (dict(device="cpu:3"), ["unknown device 'cpu:3'"]),   # torch takes it, then no checkpoint loads onto it
 ])
 def test_bad_resume_input_changes_nothing(finished, tmp_path, override, words):
     cfg = dict(copy_run(finished, tmp_path), init_from="resume", **override)
@@ -126,6 +134,18 @@ def test_init_from_checkpoint_of_another_tokenizer_is_refused(finished, tmp_path
                init_from=os.path.join(finished["out_dir"], "ckpt.pt"))
     message = main_error(argv(cfg))
     assert "another tokenizer" in message and not os.path.exists(cfg["out_dir"])
+
+
+def test_init_from_checkpoint_with_model_args_this_code_does_not_know(finished, tmp_path):
+    """A checkpoint of a later code version: its unknown model_args are named, not dropped (that would train
+    another model), as --init_from=resume refuses the same file."""
+    path = str(tmp_path / "future.pt")
+    ckpt = torch.load(os.path.join(finished["out_dir"], "ckpt.pt"), weights_only=True)
+    ckpt["model_args"].update(moe_experts=4, attn_sinks=True)
+    torch.save(ckpt, path)
+    message = main_error(argv(dict(finished, out_dir=str(tmp_path / "new"), init_from=path)))
+    assert f"{path} has model_args this model.py does not know: attn_sinks, moe_experts" in message
+    assert "(fix: " in message and not os.path.exists(tmp_path / "new")
 
 
 # --- divergence --------------------------------------------------------------------------------------------
@@ -228,6 +248,92 @@ def test_stale_temp_files_are_removed_and_reported(finished, tmp_path, capsys):
     run(dict(cfg, init_from="resume", max_iters=12))
     assert "removed 1 temporary file(s) (2.0 MB)" in capsys.readouterr().out
     assert not os.path.exists(stale) and os.path.exists(other)
+
+
+# --- a new run into the folder of a finished one (issue 23) ----------------------------------------------------
+
+def without_lock(files):
+    return {k: v for k, v in files.items() if k != checkpoint.LOCK_NAME}
+
+
+def test_resume_with_a_damaged_log_is_one_line(finished, tmp_path):
+    """log.csv overwritten with bytes that are not text (it used to end in a UnicodeDecodeError traceback)."""
+    cfg = copy_run(finished, tmp_path)
+    with open(os.path.join(cfg["out_dir"], "log.csv"), "wb") as f:
+        f.write(b"\xff\xfe\x00garbage\n")
+    before = without_lock(snapshot(cfg["out_dir"]))
+    message = main_error(argv(dict(cfg, init_from="resume", max_iters=20)))
+    assert f"{cfg['out_dir']}/log.csv is damaged" in message and "(fix: delete it" in message
+    assert without_lock(snapshot(cfg["out_dir"])) == before
+
+
+@pytest.mark.parametrize("how", ["max_iters=0", "killed before its first save"])
+def test_a_new_run_that_saves_nothing_keeps_the_earlier_runs_log(finished, tmp_path, capsys, how):
+    """log.csv and loss.png go with the checkpoints beside them: a new run that writes no checkpoint leaves the
+    earlier run's, and says so (they used to be replaced, under the old run's checkpoints)."""
+    cfg = copy_run(finished, tmp_path)
+    before = without_lock(snapshot(cfg["out_dir"]))
+
+    class Killed(Exception):
+        pass
+
+    def kill(event, info):
+        if event == "iter" and info["iter_num"] == 3:
+            raise Killed
+
+    if how == "max_iters=0":
+        run(dict(cfg, max_iters=0))
+        assert "this run saved no checkpoint: kept the earlier run's log.csv and loss.png" in capsys.readouterr().out
+    else:
+        with pytest.raises(Killed):
+            run(cfg, callback=kill)
+    assert without_lock(snapshot(cfg["out_dir"])) == before   # no temporary log left behind either
+
+
+def test_a_new_runs_first_save_replaces_the_earlier_runs_files(finished, tmp_path, ctrl_c_handler):
+    """Stopped with Ctrl-C before its first evaluation's save, a new run saves last.pt; ckpt.pt and log.csv become
+    its own at that moment too, so the folder never mixes two runs."""
+    cfg = copy_run(finished, tmp_path)
+
+    def ctrl_c(event, info):
+        if event == "iter" and info["iter_num"] == 3:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    assert run(dict(cfg, max_iters=20, eval_interval=10), ctrl_c)["interrupted"]
+    for name in ("ckpt.pt", "last.pt"):
+        assert load_checkpoint(os.path.join(cfg["out_dir"], name))["iter_num"] == 3
+    assert [r[0] for r in train_log(cfg["out_dir"])] == ["0", "0", "1", "2"]   # eval 0, then train 0-2
+
+
+# --- one writer per out_dir (issue 23) ------------------------------------------------------------------------
+
+def test_a_second_writer_into_an_out_dir_is_refused(finished, tmp_path):
+    cfg = copy_run(finished, tmp_path)
+    with open(os.path.join(cfg["out_dir"], ".last.pt.k3j9x1.tmp"), "wb") as f:   # the holder's save in progress
+        f.write(b"\0" * 1000)
+    holder = hold_lock(cfg["out_dir"])
+    try:
+        before = snapshot(cfg["out_dir"])
+        for second in (dict(cfg, init_from="resume", max_iters=20), cfg):   # a resume, and a new run from scratch
+            message = main_error(argv(second))
+            assert f"out_dir '{cfg['out_dir']}' is being written by another process (pid {holder.pid})" in message
+            assert "(fix: " in message and snapshot(cfg["out_dir"]) == before   # its temporary file too
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_the_out_dir_lock_never_outlives_its_writer(finished, tmp_path):
+    """Killed with SIGKILL, the holder has no chance to release anything: the lock dies with it. A run releases
+    it when it ends, also when it fails."""
+    cfg = copy_run(finished, tmp_path)
+    holder = hold_lock(cfg["out_dir"])
+    holder.kill()
+    holder.wait()
+    assert run(dict(cfg, init_from="resume", max_iters=12))["iter_num"] == 12
+    checkpoint.lock_dir(cfg["out_dir"]).close()
+    assert "diverged" in main_error(argv(dict(cfg, learning_rate=1e4, min_lr=0.0, grad_clip=0.0, max_iters=20)))
+    checkpoint.lock_dir(cfg["out_dir"]).close()
 
 
 # --- a GPU recipe on a CPU (issue 13) ---------------------------------------------------------------------

@@ -46,9 +46,9 @@ statistic |mean_b - mean_a| / sqrt(std_a^2/n_a + std_b^2/n_b) exceeds 2 (`noise_
 
 Resumable: status.json records the finished runs (variant, seed) with their training summaries.
 Re-running the same command skips them and resumes an interrupted run from its last.pt; Ctrl-C stops
-cleanly (train.py finishes the iteration and saves last.pt). Changing a training key of a finished run
-is an error (use another --compare_dir); changing only the sampling/timing keys re-measures without
-retraining.
+cleanly (train.py finishes the iteration and saves last.pt). Changing a training key of a finished or
+interrupted run is an error (use another --compare_dir); changing only the sampling/timing keys re-measures
+without retraining.
 """
 
 import contextlib
@@ -63,19 +63,16 @@ import time
 import torch
 
 import train
-from tools.benchmarks.measure import bench_train, describe
+from checkpoint import (LAST_NAME, atomic_open, autocast, check_out_dir, load_model, lock_dir, resolve_device,
+                        resolve_dtype)
 from configurator import UserError, load_config
-from checkpoint import autocast, resolve_device, resolve_dtype
-from train import check_train_config, distributed_env, gpt_config_defaults
-from train import model_args as resolve_model_args
+from dataset import encode_start, load_tokenizer, render, resolve_data_dir
 from tools import plots
-from checkpoint import LAST_NAME, atomic_open, check_out_dir, load_model
-from train import dataset_vocab_size
-from dataset import resolve_data_dir
-from train import format_duration
+from tools.benchmarks.measure import bench_train, describe
 from tools.plots import read_log
 from tools.spread import NOISE_T, add_equal_compute, mean_std, noise_verdict
-from dataset import encode_start, load_tokenizer, render
+from train import check_train_config, dataset_vocab_size, distributed_env, format_duration, gpt_config_defaults
+from train import model_args as resolve_model_args
 
 COMPARE_DEFAULTS = dict(
     variants=["gpt", "pgpt", "lgpt", "cgpt"],
@@ -348,7 +345,8 @@ def differences(old, new):
 
 
 def check_finished(config, status, runs):
-    """A finished run must have been trained with today's settings, else its row would be wrong."""
+    """A finished run must have been trained with today's settings, else its row would be wrong; an interrupted
+    one too, since it resumes."""
     for run in runs:
         entry = status["models"].get(run.key)
         if not entry or "settings" not in entry:
@@ -365,6 +363,13 @@ def check_finished(config, status, runs):
             raise UserError(f"{run.label} in {config['compare_dir']} was started with another model "
                              f"({'; '.join(model_diff[:4])}) (fix: use another --compare_dir, or delete "
                              f"{run.out_dir} to start it over)")
+        if diff and os.path.exists(os.path.join(run.out_dir, LAST_NAME)):
+            # an interrupted run resumes from its last.pt: other values now would mix two recipes in one run
+            # (its log, and results.md that reports the new values for all of it)
+            raise UserError(f"{run.label} in {config['compare_dir']} was interrupted after training with other "
+                             f"settings ({'; '.join(diff[:4])}{'; ...' if len(diff) > 4 else ''}) (fix: resume it "
+                             f"with the old values, use another --compare_dir, or delete {run.out_dir} to start it "
+                             f"over)")
 
 
 # -----------------------------------------------------------------------------------------------
@@ -928,6 +933,15 @@ def run(config, explicit):
             check_train_config(dict(train.DEFAULTS, **run.config))
         except UserError as e:
             raise UserError(f"{run.label}: {e}") from None
+    # one writer per compare_dir: a second compare.py would train the same runs over this one's
+    with lock_dir(config["compare_dir"], key="compare_dir"):
+        status = load_status(config)   # again: another compare.py may have changed it before this one had the lock
+        check_finished(config, status, runs)
+        return train_and_report(config, runs, infos, status)
+
+
+def train_and_report(config, runs, infos, status):
+    """run()'s work once every input is checked and compare_dir is locked: train, measure, write the report."""
     os.makedirs(config["compare_dir"], exist_ok=True)
     status["variants"] = config["variants"]
     if config["seeds"]:

@@ -120,6 +120,10 @@ def _read_weight_file(path):
     except ConversionError:
         raise
     except Exception as e:
+        from checkpoint import unsafe_pickle_error
+        refused = unsafe_pickle_error(e, path, fix="save it as model.safetensors (save_pretrained's default)")
+        if refused is not None:
+            raise ConversionError(str(refused)) from None
         raise ConversionError(f"cannot read weights '{path}': {_first_line(e)} (fix: re-download the file)") from None
 
 
