@@ -804,26 +804,22 @@ def train(config, explicit=None, callback=None):
     rank, local_rank, world = distributed_env() or (0, None, 1)   # torchrun sets the ranks
     check_train_config(config, world)
     device = resolve_device(config["device"], local_rank)
-    if world == 1:
-        with contextlib.ExitStack() as held:   # out_dir's lock, released however the run ends
-            return run_training(setup(config, set(explicit), device, held), callback)
-    if device.type == "cuda":
+    owns_group = world > 1 and not torch.distributed.is_initialized()
+    if world > 1 and device.type == "cuda":
         torch.cuda.set_device(device)
-    owns_group = not torch.distributed.is_initialized()
     if owns_group:
         torch.distributed.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
-    try:
-        with contextlib.ExitStack() as held:
-            return run_training(setup(config, set(explicit), device, held, rank, world), callback)
-    finally:
+    with contextlib.ExitStack() as held:   # out_dir's lock (and the process group): released however the run ends
         if owns_group:
-            torch.distributed.destroy_process_group()
+            held.callback(torch.distributed.destroy_process_group)
+        run, ckpt = setup(config, set(explicit), device, rank, world)
+        prepare_loop(run, ckpt, held)
+        return run_training(run, callback)
 
 
-def setup(config, explicit, device, held, rank=0, world=1):
-    """Everything before the loop: data, model (fresh, resumed or from another checkpoint), optimizer, out_dir.
-    Every input is checked before the first file in out_dir changes. Returns the run's state. held: an ExitStack
-    that keeps rank 0's lock on out_dir (and discards an uncommitted log) until the run has ended."""
+def setup(config, explicit, device, rank=0, world=1):
+    """The run's inputs: data, model (fresh, resumed or from another checkpoint) and optimizer, every one checked
+    before anything in out_dir changes. Returns the run's state and the checkpoint it starts from (or None)."""
     run = SimpleNamespace(config=config, device=device, rank=rank, world=world, master=rank == 0, ddp=world > 1)
     run.accum = config["gradient_accumulation_steps"] // world   # micro-steps per iteration on this rank
     run.dtype = resolve_dtype(config["dtype"], device)
@@ -866,8 +862,14 @@ def setup(config, explicit, device, held, rank=0, world=1):
         if run.scaler.is_enabled() and ckpt.get("scaler"):
             run.scaler.load_state_dict(ckpt["scaler"])
     check_out_dir(run.out_dir)
+    return run, ckpt
 
-    # every input is checked: only from here on do files in out_dir change
+
+def prepare_loop(run, ckpt, held):
+    """Every input is checked: take out_dir (only from here on do files in it change), say what will run, fetch the
+    first batch, compile / wrap the model for DDP, and set the RNG where the run starts. held: an ExitStack that
+    keeps rank 0's lock on out_dir (and discards an uncommitted log) until the run has ended."""
+    config, device, model, rank, world = run.config, run.device, run.raw_model, run.rank, run.world
     run.earlier = False
     if run.master:
         # one writer per out_dir: a second run into it would replace this one's checkpoints and log.csv
