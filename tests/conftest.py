@@ -92,13 +92,13 @@ def tiny_train_config(tiny_data, tmp_path):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: minutes on a CPU (torch.compile with inductor); skipped unless "
-                                       "selected with -m slow (python bench.py --mode=gpu runs them)")
+                                       "selected with -m slow")
 
 
 def pytest_collection_modifyitems(config, items):
     if "slow" in (config.getoption("markexpr") or ""):
         return
-    skip = pytest.mark.skip(reason="slow: run with `pytest -m slow` (python bench.py --mode=gpu does)")
+    skip = pytest.mark.skip(reason="slow: run with `pytest -m slow`")
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)

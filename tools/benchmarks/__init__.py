@@ -1,2 +1,2 @@
-"""Benchmark code: measure.py, entries.py and report.py (shared by bench.py, the GPU suite and compare.py),
-plain_gpt_speed.py, and the one-command GPU suite (gpu_suite.py, run by `python bench.py --mode=gpu`)."""
+"""Benchmark code shared by tools/bench.py and tools/compare.py: measure.py (timing, peak memory, a training step,
+inference and sampling), entries.py (the models bench measures) and report.py (its tables and --out files)."""

@@ -1,7 +1,7 @@
 """
 The models a benchmark measures, one "entry" each: {name, args (GPTConfig kwargs), batch_size}, built from a
 variants/ preset or a train.py config file, with the command line's model overrides and --scale applied.
-Shared by bench.py and the GPU suite (benchmarks/gpu_suite.py).
+Used by tools/bench.py.
 """
 
 import os

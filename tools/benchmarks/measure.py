@@ -1,8 +1,8 @@
 """
-Speed and memory measurements shared by bench.py, compare.py, train.py (MFU) and the GPU suite: timing
+Speed and memory measurements shared by tools/bench.py and tools/compare.py: timing
 with device synchronization, peak tensor memory, one training step's speed, a model's short description,
 inference (prefill, decode step, KV-cache bytes), sampling and decoding against the weight-streaming floor,
-and run_entry: every measurement of one model (an entry of benchmarks/entries.py).
+and run_entry: every measurement of one model (an entry of tools/benchmarks/entries.py).
 
 Peak memory, what peak_bytes measures:
   CUDA: torch.cuda.max_memory_allocated() over the call (reset before it): every live tensor (weights,
@@ -22,21 +22,10 @@ import time
 
 import torch
 
-from tools.benchmarks.report import short
+import sample
 from checkpoint import autocast
-from model import InferenceCache
-from model import GPT, GPTConfig
-
-PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12}   # dense bf16 FLOP/s, for MFU
-
-
-def peak_flops(device):
-    """The dense bf16 peak FLOP/s of a CUDA device named in PEAK_FLOPS, else None (no MFU)."""
-    device = torch.device(device)
-    if device.type != "cuda":
-        return None
-    return next((f for name, f in PEAK_FLOPS.items() if name in torch.cuda.get_device_name(device)), None)
-
+from model import GPT, GPTConfig, InferenceCache
+from tools.benchmarks.report import short
 
 def describe(args):
     """A model's shape in one line, e.g. '6L d384 6h vocab 65 block 256'."""
@@ -277,7 +266,7 @@ def bench_decode(model, cfg, device, dtype):
     def decode(compile):
         gen = torch.Generator(device=device).manual_seed(cfg["seed"])
         with autocast(device, dtype):
-            model.generate(start, n_tokens, temperature=0.8, top_k=200, generator=gen, compile=compile)
+            sample.generate(model, start, n_tokens, temperature=0.8, top_k=200, generator=gen, compile=compile)
 
     def floor_run():   # as many weight passes as decode steps, timed the same way
         for _ in range(n_tokens):

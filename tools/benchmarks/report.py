@@ -1,6 +1,6 @@
 """
 Bench results as text and files: number formatting, the Markdown tables (paper 001's Tables 3-6 layout
-among them) and the CSV / Markdown output of --out. Shared by bench.py and the GPU suite (benchmarks/gpu_suite.py).
+among them) and the CSV / Markdown output of --out, for tools/bench.py.
 """
 
 import csv
