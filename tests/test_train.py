@@ -352,3 +352,19 @@ def test_busy_machine_is_named_with_the_fix(tiny_train_config, monkeypatch, caps
                  "--start=a", "--device=cpu"])
     err = capsys.readouterr().err
     assert "the machine is busy (load 3.5 on 2 CPUs)" in err and "(fix: --num_threads=1)" in err
+
+
+def test_every_script_counts_parameters_the_same_way(tiny_train_config, capsys):
+    """train.py, sample.py and tools.eval print the same parameter count for one checkpoint (eval once counted
+    without the position embeddings)."""
+    import re
+
+    import sample
+    from tools import eval as evaluate
+    run(dict(tiny_train_config, max_iters=2, eval_interval=2))
+    trained = re.search(r"number of parameters: ([\d.]+M)", capsys.readouterr().out).group(1)
+    out_dir = tiny_train_config["out_dir"]
+    sample.main([f"--out_dir={out_dir}", "--max_new_tokens=1", "--num_samples=1", "--start=a", "--device=cpu"])
+    evaluate.main([f"--out_dir={out_dir}", "--device=cpu"])
+    printed = capsys.readouterr()
+    assert re.findall(r"([\d.]+M) params", printed.err + printed.out) == [trained, trained]
