@@ -5,7 +5,10 @@ same sizes and schedule (4 x 128, block 64, batch 12, eval_iters 20, dropout 0, 
 alternating which runs first. Both datasets are prepared before timing; start-up, imports, evaluations,
 checkpoints and (ours) log.csv and loss.png are in the time.
 
-    python -m tools.vs_nanogpt --nanogpt=path/to/nanoGPT [--iters=300] [--rounds=3] [--num_threads=1]
+    python -m tools.vs_nanogpt --nanogpt=path/to/nanoGPT [--iters=500] [--rounds=4] [--num_threads=1]
+
+--iters is best a multiple of eval_interval (250): nanoGPT evaluates only at multiples of it (and trains one
+iteration more), this repository also at the last iteration, so other counts give the two different work.
 
 nanoGPT is not part of this repository: pass a checkout of karpathy/nanoGPT (its data/shakespeare_char/prepare.py
 needs `requests`). Prints each pair and the median ratio (ours / nanoGPT; <= 1.00 means at least as fast).
@@ -20,7 +23,7 @@ import time
 
 from configurator import UserError, run_command
 
-DEFAULTS = dict(nanogpt="", iters=300, rounds=3, num_threads=0, input="")
+DEFAULTS = dict(nanogpt="", iters=500, rounds=4, num_threads=0, input="")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
