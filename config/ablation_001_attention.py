@@ -4,8 +4,8 @@
 # in the first 2/3, 1/2, 1/3 and 1/6 of the layers, the MLP-only layers after it shared in pairs as ShishuLM
 # (section 4.4): 0.97M, 0.84M, 0.71M, 0.58M parameters. Char-level Shakespeare. Does "up to 2/3 of attention
 # can go" hold here? Read the best val loss and its "vs attn_all" column.
-#   python compare.py config/ablation_001_attention.py
-#   python compare.py config/ablation_001_attention.py --dry_run=True
+#   python -m tools.compare config/ablation_001_attention.py
+#   python -m tools.compare config/ablation_001_attention.py --dry_run=True
 # Time measured: 78 min for the first 5 models, 21 min for the two Table 10 splits, with 2-4 other jobs on the 2 cores.
 #
 # Table 10 (where the 1/3 budget goes): 4 attention layers as n at the bottom + m at the top, the MLP-only layers

@@ -14,8 +14,8 @@
 #   none_2l       no sharing, 2 layers: the unique parameters of groups2 (0.62M), a third of the compute
 # groups2 vs none_2l is the comparison at equal unique parameters (the same 2 blocks applied 3 times or
 # once); the equal-compute column compares every model at none_2l's budget.
-#   python compare.py config/ablation_002_sharing.py
-#   python compare.py config/ablation_002_sharing.py --dry_run=True
+#   python -m tools.compare config/ablation_002_sharing.py
+#   python -m tools.compare config/ablation_002_sharing.py --dry_run=True
 # Time measured: 78 min with 2-3 other jobs on the 2 cores. model.flops_per_token() counts a factorized
 # embedding's tied head as vocab x E + E x width (and the E -> width input projection); none_2l (a third of
 # the layers) is the cheapest model and sets the equal-compute budget.

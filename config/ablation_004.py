@@ -3,8 +3,8 @@
 # (the paper's, which is lgpt's function) and cgpt with kernel 3 (a real causal convolution). Every model
 # 6 layers, width 128, 4 heads, context 64 (config/compare_shakespeare_cpu.py's sizes and recipe), char-level
 # Shakespeare. The tables give equal iterations (best val loss) and equal compute (lgpt's full run).
-#   python compare.py config/ablation_004.py
-#   python compare.py config/ablation_004.py --dry_run=True      # the plan: sizes, FLOPs, what is done
+#   python -m tools.compare config/ablation_004.py
+#   python -m tools.compare config/ablation_004.py --dry_run=True      # the plan: sizes, FLOPs, what is done
 # Time measured: 73 min, with 2-4 other jobs on the 2 cores. Re-running the command resumes after a kill.
 
 variants = ["gpt", "pgpt", "lgpt", "cgpt", "cgpt_k3"]

@@ -3,7 +3,7 @@
 # batch 12 with lr_0 = 1e-3 for 1600 iterations, and batch 48 for 400 iterations with r = 0 (1e-3), 0.5 (the
 # paper, 2e-3) and 1 (linear, 4e-3). Warmup 10% and min_lr = lr / 10 in every run. Equal tokens and equal
 # FLOPs: the two compute views agree here.
-#   python compare.py config/ablation_pangu_lr.py
+#   python -m tools.compare config/ablation_pangu_lr.py
 # Evaluation: 80 batches of 12 windows for batch 12, 20 batches of 48 for batch 48 (train.py evaluates with
 # the training batch size), so every model is scored on 960 windows (different ones: a small extra noise).
 # Time measured: 14 min, with 2-4 other jobs on the 2 cores.

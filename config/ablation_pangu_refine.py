@@ -4,10 +4,10 @@
 # 50% (tau = 1, the paper; tau = 0.1). Run the steps first (repository root, OMP_NUM_THREADS=1):
 #   python train.py config/pangu_char_cpu.py --out_dir=out-ablation-pangu-r1
 #   cp -r out-ablation-pangu-r1 out-ablation-pangu-r1-t01
-#   python -m pangu.refine --out_dir=out-ablation-pangu-r1 --rate=0.5 --num_threads=1 --batch_size=128
-#   python -m pangu.refine --out_dir=out-ablation-pangu-r1-t01 --rate=0.5 --temperature=0.1 --num_threads=1 --batch_size=128
-#   python compare.py config/ablation_pangu_refine.py
-# The compute columns count what compare.py trained: round 1 (1000 iterations) is not in them, so the
+#   python -m tools.pangu.refine --out_dir=out-ablation-pangu-r1 --rate=0.5 --num_threads=1 --batch_size=128
+#   python -m tools.pangu.refine --out_dir=out-ablation-pangu-r1-t01 --rate=0.5 --temperature=0.1 --num_threads=1 --batch_size=128
+#   python -m tools.compare config/ablation_pangu_refine.py
+# The compute columns count what tools.compare trained: round 1 (1000 iterations) is not in them, so the
 # round-2 rows look half as costly. All four schedules cost the same; read the best val loss column.
 # The spread covers the round-2 runs (and the single-round runs), not round 1.
 # Time measured: 15 min, round 1 and refining included, with 2-4 other jobs on the 2 cores.

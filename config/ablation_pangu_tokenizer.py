@@ -2,12 +2,12 @@
 # model body (4 layers, width 64, 4 heads, tied embeddings) on Shakespeare with the full GPT-2 BPE (50257)
 # and compact 8192 / 4096 / 1024-token vocabularies (prepared on first use), 200 iterations of 8 x 64 tokens;
 # plus the 4096 model for 2000 iterations (about the 50257 model's wall time).
-#   python compare.py config/ablation_pangu_tokenizer.py
+#   python -m tools.compare config/ablation_pangu_tokenizer.py
 # Losses per token are NOT comparable across vocabularies (a token is a different amount of text), and
 # neither is the "vs" column nor the equal-compute column of results.md. Compare bits per byte over the whole
 # val split, per run:
-#   for d in out-ablation-pangu-tokenizer/*/seed*; do python eval.py --out_dir=$d/last.pt --splits=val --batch_size=8; done
-# Time measured: 22 min, 9 of them the 50257 model, plus 2 min for the eval.py runs, with 2-4 other jobs on the 2 cores.
+#   for d in out-ablation-pangu-tokenizer/*/seed*; do python -m tools.eval --out_dir=$d/last.pt --splits=val --batch_size=8; done
+# Time measured: 22 min, 9 of them the 50257 model, plus 2 min for the tools.eval runs, with 2-4 other jobs on the 2 cores.
 
 variants = ["v50257", "v8192", "v4096", "v1024", "v4096_2000it"]
 custom_variants = {

@@ -7,15 +7,15 @@
 # The sizes come from variants/<name>.py (no model keys here); the recipe is paper 000's 3.1 where it
 # says something (lr 2e-3, weight decay 0.1), our choice where it does not (context 1024, 16 sequences
 # per step, 5000 steps = 82M tokens, about 0.7 epoch of WikiText-103's 117M training tokens).
-# Time on one H100 (bf16, compile): training FLOPs per token are 0.68 G (baseline), 1.87 G (layer_sharing
+# Time on one H100 (bf16, compile; an ESTIMATE, never run: no GPU): training FLOPs per token are 0.68 G (baseline), 1.87 G (layer_sharing
 # and enhanced_residual: 60 layer applications) and 6.97 G (deep_thinking: 4 passes), i.e. 5.6e16,
 # 1.5e17, 1.5e17 and 5.7e17 FLOPs for 5000 steps. At 20-35% of the H100's bf16 peak that is roughly
 # 3-8 min for baseline, 10-25 min each for layer_sharing and enhanced_residual and 30-60 min for
 # deep_thinking: 1-2 hours in all (the run prints an overall ETA; --max_iters=1000 for a first look).
 # First run prepares data/wikitext103 (needs the WikiText-103 zip: downloaded, or
 # `python prepare.py wikitext103 --source PATH` beforehand).
-#   python compare.py config/compare_000_wikitext103.py
-#   python compare.py config/compare_000_wikitext103.py --dry_run=True      # sizes and FLOPs, no training
+#   python -m tools.compare config/compare_000_wikitext103.py
+#   python -m tools.compare config/compare_000_wikitext103.py --dry_run=True      # sizes and FLOPs, no training
 # Re-running the same command skips finished models and resumes an interrupted one.
 
 variants = ["baseline", "layer_sharing", "enhanced_residual", "deep_thinking"]

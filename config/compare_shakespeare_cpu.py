@@ -2,8 +2,8 @@
 # every model gets the same small size below (each keeps its technique: pgpt's two parallel 3-block
 # decoders, lgpt/cgpt's width halving after every 2 blocks: 128 -> 64 -> 32), char-level Shakespeare.
 # About 12-20 minutes for all four on 2 idle CPU cores (the run prints an overall ETA).
-#   python compare.py config/compare_shakespeare_cpu.py
-#   python compare.py config/compare_shakespeare_cpu.py --variants=gpt,lgpt --max_iters=500
+#   python -m tools.compare config/compare_shakespeare_cpu.py
+#   python -m tools.compare config/compare_shakespeare_cpu.py --variants=gpt,lgpt --max_iters=500
 # Re-running the same command skips finished models and resumes an interrupted one.
 
 variants = ["gpt", "pgpt", "lgpt", "cgpt"]

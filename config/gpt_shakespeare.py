@@ -1,5 +1,5 @@
 # Character-level Shakespeare on one GPU: the nanoGPT "baby GPT" recipe (~10.7M parameters).
-# A few minutes on one GPU; nanoGPT reports val loss ~1.47 with this recipe (not measured here: no GPU).
+# nanoGPT reports a few minutes on one GPU and val loss ~1.47 with this recipe (neither measured here: no GPU).
 #   python train.py config/gpt_shakespeare.py
 #   python train.py config/gpt_shakespeare.py --variant=lgpt --out_dir=out-shakespeare-lgpt
 

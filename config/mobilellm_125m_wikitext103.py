@@ -12,7 +12,7 @@
 #   batch 64     as 16 sequences x 4 accumulation steps (same 64 x 1024 tokens per optimizer step; memory is our reason).
 #   python prepare.py wikitext103 && python train.py config/mobilellm_125m_wikitext103.py
 #   torchrun --standalone --nproc_per_node=4 train.py config/mobilellm_125m_wikitext103.py   # same global batch on 4 GPUs
-#   python eval.py --out_dir=out-mobilellm_125m-wikitext103 --splits=val,test
+#   python -m tools.eval --out_dir=out-mobilellm_125m-wikitext103 --splits=val,test
 # Expected on one H100 (an ESTIMATE, not a measurement: the session that wrote this had no GPU):
 # 135.2M parameters, model.flops_per_token() = 1.02 GFLOP per training token, 0.35B tokens
 # -> ~13 min at the 45% MFU target. Peak memory not measured; if it does not fit, lower batch_size

@@ -3,7 +3,7 @@
 #   python prepare.py shakespeare && python prepare.py shakespeare --vocab_size 4096
 #   python train.py config/pangu_tokenizer_cpu.py --dataset=shakespeare --out_dir=out-pangu-tok-50257
 #   python train.py config/pangu_tokenizer_cpu.py --dataset=shakespeare_v4096 --out_dir=out-pangu-tok-4096
-#   python eval.py --out_dir=out-pangu-tok-4096     # bits per byte: comparable across tokenizers
+#   python -m tools.eval --out_dir=out-pangu-tok-4096     # bits per byte: comparable across tokenizers
 # vocab_size comes from each dataset's meta.json.
 out_dir = "out-pangu-tok"
 eval_interval = 100

@@ -15,7 +15,7 @@
 #   --max_iters=1000 --lr_decay_iters=1000 --eval_interval=50   (Deep Thinking at 250: ...=250 ...=250 ...=25)
 # Positions are learned (GPT-2's, the paper's stated baseline) instead of the presets' sinusoids (the authors'
 # code): with sinusoids of amplitude 1 next to token embeddings of std 0.02 the models sat at the unigram loss
-# (layer_sharing: val 3.35 after 900 iterations; pre-norm alike in a 200-step check; results/paper000_cpu/README.md).
+# (layer_sharing: val 3.35 after 900 iterations; results/paper000_cpu/README.md).
 #   python train.py config/paper000_cpu.py --variant=layer_sharing --n_layer=12 --n_kv_head=2 --mlp_hidden=352 \
 #       --seed=1 --out_dir=out-000/layer_sharing-s1
 
