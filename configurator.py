@@ -82,7 +82,7 @@ def expand_bool_flags(argv, flags):
 
 
 def usage(defaults):
-    spec = getattr(sys.modules.get("__main__"), "__spec__", None)   # set under `python -m pangu.inherit`
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)   # set under `python -m tools.pangu.inherit`
     prog = f"-m {spec.name}" if spec is not None else \
         os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "script.py"
     lines = [f"usage: python {prog} [config/file.py ...] [--key=value | --key value ...]", "", "keys (default):"]

@@ -1,13 +1,14 @@
 """
 Train a GPT variant on a tokenized dataset (nanoGPT-style, single process or DDP).
 
-    python train.py config/gpt_shakespeare_cpu.py                 # the CPU quickstart (about 2 minutes)
+    python train.py config/gpt_shakespeare_cpu.py                 # the CPU quickstart (about 1 minute)
     python train.py config/lgpt_shakespeare.py                    # paper 004's recipe, for a GPU
     python train.py config/gpt_shakespeare_cpu.py --init_from=resume --max_iters=3000
     torchrun --standalone --nproc_per_node=8 train.py config/gpt_shakespeare.py
 
-Read it top to bottom: the settings (DEFAULTS) and their checks, the model's arguments, the helpers the loop
-calls (batches, evaluation, checkpoints, the log), then `train`: data, model, optimizer, the loop, the end.
+Read it top to bottom: the settings (DEFAULTS) and their checks, the model's arguments, the data (get_batch),
+the helpers the loop calls (evaluation, checkpoints, the log), then `train`: setup (data, model, optimizer),
+prepare_loop (out_dir, compile, DDP, the RNG), run_training (the loop), finish (loss.png, the summary).
 Every key of DEFAULTS (and every GPTConfig field, e.g. --n_layer=4) can be set in a config file or on the
 command line; `python train.py --help` lists them.
 
@@ -17,7 +18,7 @@ exits; --init_from=resume then continues exactly as if never stopped (same batch
 same weights). A second Ctrl-C stops at once; caught mid-step, it keeps the last.pt saved before.
 
 Training batches are a function of (seed, iteration, micro-step) only, and evaluation uses the same fixed
-batches every time (dataset.py), so val losses of different runs are compared on identical data.
+batches every time (get_batch), so val losses of different runs are compared on identical data.
 train(config) is importable: tools/compare.py calls it in-process and reads the summary dict it returns.
 """
 
@@ -360,7 +361,7 @@ def batch_seed(*parts):
 def get_batch(path, batch_size, block_size, generator, device=torch.device("cpu"), segments=None):
     """(x, y) of shape (batch_size, block_size): random windows of the token file `path`, y = x shifted by
     one. The memmap is reopened every call: a long-lived one keeps growing resident memory.
-    segments: optional array of allowed window starts (data refining, paper 003 4.2: see pangu/refine.py)."""
+    segments: optional array of allowed window starts (data refining, paper 003 4.2: see tools/pangu/refine.py)."""
     data = np.memmap(path, dtype=TOKEN_DTYPE, mode="r")
     if segments is None:
         starts = torch.randint(len(data) - block_size, (batch_size,), generator=generator).numpy()
@@ -375,7 +376,7 @@ def get_batch(path, batch_size, block_size, generator, device=torch.device("cpu"
 
 
 def segments_info_path(path):
-    """refine.json for refine.npy: what the window starts were made for (pangu/refine.py writes it)."""
+    """refine.json for refine.npy: what the window starts were made for (tools/pangu/refine.py writes it)."""
     return os.path.splitext(path)[0] + ".json"
 
 
@@ -385,9 +386,9 @@ def load_segments(path, n_tokens, block_size):
     try:
         starts = np.load(path)
     except (OSError, ValueError) as e:
-        raise UserError(f"cannot read data_segments '{path}': {e} (fix: write it with `python -m pangu.refine` first)") from None
+        raise UserError(f"cannot read data_segments '{path}': {e} (fix: write it with `python -m tools.pangu.refine` first)") from None
     if starts.ndim != 1 or len(starts) == 0 or starts.dtype.kind not in "iu":
-        raise UserError(f"data_segments '{path}' is not a non-empty 1-D integer array (fix: write it with `python -m pangu.refine`)")
+        raise UserError(f"data_segments '{path}' is not a non-empty 1-D integer array (fix: write it with `python -m tools.pangu.refine`)")
     if np.any(starts % (block_size + 1)):   # refine scores whole windows: segment i starts at i * (block_size + 1)
         raise UserError(f"data_segments '{path}' was made for another block_size than {block_size} (fix: refine "
                         f"again with a model of this block_size, or train with the block_size it was made for)")

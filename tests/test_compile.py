@@ -7,7 +7,7 @@ calls the backend once per graph: each first compile, each recompile, each piece
 The default suite traces with backend="aot_eager" (dynamo + AOTAutograd: graph capture, guards, functional
 backward; no code generation, seconds per model). The cases marked `slow` use inductor, train.py's
 backend, on CUDA when there is one: about a minute per model on a CPU (C++ compilation), so they run with
-`pytest -m slow tests/test_compile.py`, which `python bench.py --mode=gpu` does.
+`pytest -m slow tests/test_compile.py`.
 """
 import copy
 import dataclasses

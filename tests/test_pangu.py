@@ -1,5 +1,5 @@
-"""Paper 003 (PanGu-pi Pro) formulas: parameter inheritance (pangu/inherit.py), data refining for multi-round
-training (pangu/refine.py + train.py --data_segments) and the batch-size / learning-rate rule (pangu/scaled_lr.py).
+"""Paper 003 (PanGu-pi Pro) formulas: parameter inheritance (tools/pangu/inherit.py), data refining for multi-round
+training (tools/pangu/refine.py + train.py --data_segments) and the batch-size / learning-rate rule (tools/pangu/scaled_lr.py).
 Tiny models on the synthetic dataset of conftest.py; the whole file runs in a few seconds."""
 import dataclasses
 import json

@@ -471,7 +471,7 @@ def test_bench_bad_input_is_a_user_error_turned_into_one_line_by_main():
 
 
 def test_mfu_peak_flops_by_gpu_name(monkeypatch):
-    """train.py's MFU and the GPU suite read the peak from one table; no GPU (or an unknown one): no MFU."""
+    """train.py's MFU reads the peak from one table; no GPU (or an unknown one): no MFU."""
     from train import peak_flops
     assert peak_flops("cpu") is None
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 80GB HBM3")

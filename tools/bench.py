@@ -186,7 +186,7 @@ def check_out_file(path):
 
 
 def main(argv):
-    """The command line. Bad input (UserError, from here or the GPU suite) ends here as one line `error: ...`
+    """The command line. Bad input (UserError) ends here as one line `error: ...`
     and exit code 1, nowhere else."""
     try:
         run(argv)

@@ -2,11 +2,11 @@
 Train several model variants with one recipe and compare them from our own measurements: paper 004's
 Table 1 and Figure 6 (gpt, pgpt, lgpt, cgpt) and paper 000's Figure 7 (enhanced-residual alphas).
 
-    python compare.py config/compare_shakespeare_cpu.py                  # 4 small models, ~15-20 min, 2 CPU cores
-    python compare.py config/compare_shakespeare.py                      # paper 004's recipe and sizes, one GPU
-    python compare.py config/compare_000_wikitext103.py                  # paper 000's four 135M models, GPU, hours
-    python compare.py config/compare_shakespeare_cpu.py --variants=gpt,lgpt --max_iters=500
-    python compare.py config/compare_000_wikitext103.py --dry_run=True   # print the plan and exit
+    python -m tools.compare config/compare_shakespeare_cpu.py                  # 4 small models, ~15-20 min, 2 CPU cores
+    python -m tools.compare config/compare_shakespeare.py                      # paper 004's recipe and sizes, one GPU
+    python -m tools.compare config/compare_000_wikitext103.py                  # paper 000's four 135M models, GPU, hours
+    python -m tools.compare config/compare_shakespeare_cpu.py --variants=gpt,lgpt --max_iters=500
+    python -m tools.compare config/compare_000_wikitext103.py --dry_run=True   # print the plan and exit
 
 Keys: every train.py key (config files and --key=value exactly as for train.py; they apply to every
 model) plus
@@ -501,7 +501,7 @@ def generate_samples(model, ckpt, config, device, dtype):
 
 
 def bench_model(args, config, device, dtype):
-    """bench.py's training-step measurement (benchmarks/measure.py) on a fresh model of the same shape (random
+    """bench.py's training-step measurement (tools/benchmarks/measure.py) on a fresh model of the same shape (random
     tokens, batch batch_size x block_size): median ms of bench_iters steps after BENCH_WARMUP, and peak memory."""
     if config["bench_iters"] <= 0:
         return {}
@@ -735,7 +735,7 @@ def write_results(config, rows, per_run, budget, cheapest, figures):
     if timing == {"bench"}:
         timing_note = (f"one training step (forward + backward + AdamW update) of {config['batch_size']} x "
                        f"{config['block_size']} random tokens on a fresh model, median of {config['bench_iters']} "
-                       f"steps after {BENCH_WARMUP} warm-up (`benchmarks/measure.py`'s `bench_train`, run right after that model "
+                       f"steps after {BENCH_WARMUP} warm-up (`tools/benchmarks/measure.py`'s `bench_train`, run right after that model "
                        f"trained). Peak memory: the highest total of live tensors during such a step (weights, "
                        f"gradients, AdamW state, activations; CUDA: max_memory_allocated, CPU: tensor allocations "
                        f"recorded by the profiler)")

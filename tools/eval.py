@@ -1,11 +1,11 @@
 """
 Honest perplexity: evaluate a checkpoint on the WHOLE of each split, every token scored exactly once.
 
-    python eval.py --out_dir=out-shakespeare-char                 # val (and test if present)
-    python eval.py --out_dir=out-wt103 --splits=val,test --stride=512 --batch_size=4
-    python eval.py --init_from=gpt2 --data_dir=data/wikitext103   # a Hugging Face model (see huggingface/)
-    python eval.py --init_from=gpt2 --mc_file=hellaswag.jsonl     # zero-shot multiple choice: acc, acc_norm
-    python eval.py --init_from=hf-out --mc_file=task.jsonl --log_samples=items.jsonl   # + per-question results
+    python -m tools.eval --out_dir=out-shakespeare-char                 # val (and test if present)
+    python -m tools.eval --out_dir=out-wt103 --splits=val,test --stride=512 --batch_size=4
+    python -m tools.eval --init_from=gpt2 --data_dir=data/wikitext103   # a Hugging Face model (see tools/huggingface/)
+    python -m tools.eval --init_from=gpt2 --mc_file=hellaswag.jsonl     # zero-shot multiple choice: acc, acc_norm
+    python -m tools.eval --init_from=hf-out --mc_file=task.jsonl --log_samples=items.jsonl   # + per-question results
 
 Reported per split:
   loss            mean negative log-likelihood per scored token (nats)

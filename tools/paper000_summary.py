@@ -5,7 +5,7 @@ alphas.png (paper 000 Figure 7) in --plot_dir (default: this folder).
 
     python results/paper000_cpu/summarize.py --runs=out-000
 
-Per model, mean and sample std over seeds (runfiles/spread.py): final and best in-run val loss (20 fixed
+Per model, mean and sample std over seeds (tools/spread.py): final and best in-run val loss (20 fixed
 batches), and the val loss at equal compute: each run's eval curve read at the training FLOPs of the cheapest
 model's full run (model.flops_per_token(): every shared-layer application and Deep Thinking pass counted).
 """

@@ -1,7 +1,8 @@
 """
 Hugging Face checkpoints in and out of our GPT, with logits equal to `transformers` (tests/test_huggingface.py).
 
-Import (GPT.from_pretrained, and --init_from=<dir or name> in sample.py / eval.py / train.py):
+Import (from_pretrained; tools.huggingface.sample and tools.eval --init_from=<dir or name>; `import` writes a
+checkpoint for train.py --init_from=<file>):
     a local directory with config.json + model.safetensors | pytorch_model.bin (sharded or not), or a hub
     name such as "gpt2" (downloaded with huggingface_hub when it is installed and you are online), of
       GPT2LMHeadModel        LayerNorm, learned positions, fused c_attn (Conv1D: weights stored transposed),
@@ -313,7 +314,7 @@ def load_pretrained(name_or_dir, device="cpu", say=None):
 
 
 def from_pretrained(name_or_dir, device="cpu", verbose=True):
-    """GPT.from_pretrained's implementation."""
+    """Our GPT (eval mode) of a Hugging Face directory or hub name; `verbose` prints what was mapped."""
     model, _ = load_pretrained(name_or_dir, device, say=None if verbose else (lambda msg: None))
     return model
 
@@ -375,7 +376,7 @@ def export_plan(config):
         value = getattr(config, f.name)
         refuse(f.name in HANDLED_FIELDS or value == getattr(defaults, f.name),
                f"cannot export {f.name}={value!r}: the exporter does not know this flag, so it cannot promise "
-               f"an equal transformers model (fix: extend huggingface/convert.py)")
+               f"an equal transformers model (fix: extend tools/huggingface/convert.py)")
     refuse(config.activation in ACT_TO_HF, f"activation {config.activation!r} has no transformers name here")
     if (config.pos_embedding, config.norm, config.mlp_type) == ("learned", "layernorm", "standard"):
         refuse((config.n_kv_head or config.n_head) == config.n_head,

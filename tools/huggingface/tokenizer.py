@@ -7,7 +7,7 @@ The tokenizer of an imported Hugging Face model, with the interface of prepare.p
 Otherwise a one-line error says what is needed; eval.py still scores token files (--data_dir).
 
 It also writes the tokenizer of one of our datasets (meta.json: char, gpt2, compact) as tokenizer.json &
-co for `python -m huggingface.convert export` (tokenizer_files, below).
+co for `python -m tools.huggingface.convert export` (tokenizer_files, below).
 """
 
 import base64

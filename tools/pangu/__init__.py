@@ -1,8 +1,8 @@
 """
 Paper 003 (PanGu-pi Pro, text in ../shared/papers/) tools, each run from the repository root:
 
-    python -m pangu.inherit --from=out-big --out_dir=out-small --n_layer=3 --n_embd=64   # 3.2 parameter inheritance
-    python -m pangu.refine --out_dir=out-round1 --rate=0.5                              # 4.2 data refining
+    python -m tools.pangu.inherit --from=out-big --out_dir=out-small --n_layer=3 --n_embd=64   # 3.2 parameter inheritance
+    python -m tools.pangu.refine --out_dir=out-round1 --rate=0.5                              # 4.2 data refining
     python prepare.py shakespeare --vocab_size 8192       # 2.1 compact tokenizer (pangu/compact_vocab.py)
     from tools.pangu.scaled_lr import scaled_lr  # 4.1 batch size -> learning rate, in a config file
 

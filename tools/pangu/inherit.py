@@ -2,11 +2,11 @@
 Parameter inheritance (paper 003, PanGu-pi Pro, 3.2): start a small model from the most important
 layers and neurons of a trained larger one instead of from random numbers.
 
-    python -m pangu.inherit --from=out-big --out_dir=out-small --n_layer=3 --n_embd=64
-    python -m pangu.inherit --from=out-big --out_dir=out-small --n_layer=3 --layers=loss --neurons=taylor --calib_batches=16
-    python -m pangu.inherit --from=out-big --out_dir=out-small --n_layer=3 --neurons=learned --mask_steps=200
-    python -m pangu.inherit --from=out-gpt2 --out_dir=out-small --n_layer=3 --target_data_dir=data/shakespeare_v4096
-    python -m pangu.inherit --from=out-big --out_dir=out-small --n_kv_head=2        # MHA -> GQA (Appendix A)
+    python -m tools.pangu.inherit --from=out-big --out_dir=out-small --n_layer=3 --n_embd=64
+    python -m tools.pangu.inherit --from=out-big --out_dir=out-small --n_layer=3 --layers=loss --neurons=taylor --calib_batches=16
+    python -m tools.pangu.inherit --from=out-big --out_dir=out-small --n_layer=3 --neurons=learned --mask_steps=200
+    python -m tools.pangu.inherit --from=out-gpt2 --out_dir=out-small --n_layer=3 --target_data_dir=data/shakespeare_v4096
+    python -m tools.pangu.inherit --from=out-big --out_dir=out-small --n_kv_head=2        # MHA -> GQA (Appendix A)
     python train.py config/x.py --init_from=out-small/ckpt.pt      # then train the small model as usual
 
 (train.py builds the model from the inherited checkpoint's model_args, so do not set n_layer/n_embd/...
@@ -292,7 +292,7 @@ def tensor_axes(name, cfg):
     if name == "tok_emb.wte.weight" and cfg.embd_factor_dim:
         axes = (VOCAB, None)  # factorized: wte is vocab x E; the channels are the rows of tok_emb.proj
     if axes is None:
-        raise ValueError(f"inherit: no slicing rule for tensor '{name}' (fix: extend tensor_axes in pangu/inherit.py)")
+        raise ValueError(f"inherit: no slicing rule for tensor '{name}' (fix: extend tensor_axes in tools/pangu/inherit.py)")
     return layer, axes
 
 
@@ -636,7 +636,7 @@ def run(opts):
     """pangu.inherit's command: load --from, build the small model, write out_dir/ckpt.pt. Returns its path."""
     if not opts["from"] or not opts["out_dir"]:
         raise ValueError("both --from (the big model's out_dir) and --out_dir are needed "
-                         "(fix: python -m pangu.inherit --from=out-big --out_dir=out-small --n_layer=...)")
+                         "(fix: python -m tools.pangu.inherit --from=out-big --out_dir=out-small --n_layer=...)")
     if opts["calib_batches"] < 1:
         raise ValueError(f"calib_batches must be >= 1, got {opts['calib_batches']} (fix: --calib_batches=8)")
     if opts["calib_batch_size"] < 0:

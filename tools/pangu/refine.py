@@ -2,7 +2,7 @@
 Multiple-round training with data refining (paper 003, PanGu-pi Pro, 4.2).
 
     python train.py config/x.py --out_dir=out-round1                      # round 1
-    python -m pangu.refine --out_dir=out-round1 [--rate=0.5]              # -> out-round1/refine.npy
+    python -m tools.pangu.refine --out_dir=out-round1 [--rate=0.5]              # -> out-round1/refine.npy
     python train.py config/x.py --out_dir=out-round2 --init_from=out-round1/ckpt.pt \\
         --data_segments=out-round1/refine.npy                             # round 2 on the refined data
 
