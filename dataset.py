@@ -98,8 +98,8 @@ def get_gpt2_encoding(ranks_path=None):
             return tiktoken.get_encoding("gpt2")
         except Exception as e:  # tiktoken raises requests/OS/blobfile errors when offline
             raise UserError(f"could not load the GPT-2 BPE vocabulary ({one_line(e)}) "
-                            "(fix: set GPT2_TIKTOKEN_FILE=PATH to a local gpt2.tiktoken ranks file, "
-                            "or pass --gpt2_ranks PATH)") from None
+                            "(fix: set GPT2_TIKTOKEN_FILE=PATH to a local gpt2.tiktoken ranks file: every script reads "
+                            "it)") from None
     return _gpt2_encoding_from_file(os.path.abspath(ranks_path))
 
 
@@ -109,15 +109,15 @@ def _gpt2_encoding_from_file(path):
     import tiktoken.load
     if not os.path.isfile(path):
         raise UserError(f"GPT-2 ranks file not found: {path} "
-                        "(fix: point GPT2_TIKTOKEN_FILE or --gpt2_ranks to a gpt2.tiktoken file)")
+                        "(fix: point GPT2_TIKTOKEN_FILE=PATH at a gpt2.tiktoken ranks file)")
     try:
         ranks = tiktoken.load.load_tiktoken_bpe(path)
     except Exception as e:
         raise UserError(f"could not read GPT-2 ranks file {path} ({one_line(e)}) "
-                        "(fix: point GPT2_TIKTOKEN_FILE or --gpt2_ranks to a gpt2.tiktoken file)") from None
+                        "(fix: point GPT2_TIKTOKEN_FILE=PATH at a gpt2.tiktoken ranks file)") from None
     if len(ranks) != GPT2_EOT_ID:
         raise UserError(f"{path} has {len(ranks)} ranks, expected {GPT2_EOT_ID} for GPT-2 "
-                        "(fix: point GPT2_TIKTOKEN_FILE or --gpt2_ranks to a gpt2.tiktoken file)")
+                        "(fix: point GPT2_TIKTOKEN_FILE=PATH at a gpt2.tiktoken ranks file)")
     return tiktoken.Encoding(name="gpt2", pat_str=GPT2_PAT_STR, mergeable_ranks=ranks,
                              special_tokens={GPT2_EOT: GPT2_EOT_ID})
 

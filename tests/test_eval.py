@@ -253,7 +253,8 @@ def test_log_samples_refuses_bad_paths(tmp_path, args, words):
 
 
 def test_gpt2_vocabulary_errors_name_keys_eval_accepts(tmp_path, monkeypatch, capsys):
-    """Offline without GPT2_TIKTOKEN_FILE the hint names --gpt2_ranks, which eval.py accepts and uses."""
+    """Offline without GPT2_TIKTOKEN_FILE the hint names GPT2_TIKTOKEN_FILE, which every script reads, and no key the
+    script does not accept (it once named --gpt2_ranks, which eval.py then refused); eval.py's --gpt2_ranks works."""
     import re
 
     import tiktoken
@@ -270,7 +271,7 @@ def test_gpt2_vocabulary_errors_name_keys_eval_accepts(tmp_path, monkeypatch, ca
     with pytest.raises(SystemExit) as e:
         evaluate.main([f"--out_dir={out}", f"--mc_file={task}", "--device=cpu"])
     keys = re.findall(r"--(\w+)", str(e.value))
-    assert "gpt2_ranks" in keys and all(k in evaluate.DEFAULTS for k in keys), str(e.value)
+    assert "GPT2_TIKTOKEN_FILE=PATH" in str(e.value) and all(k in evaluate.DEFAULTS for k in keys), str(e.value)
     with pytest.raises(SystemExit, match="--gpt2_ranks: .*missing.tiktoken is not a file"):
         evaluate.main([f"--out_dir={out}", f"--mc_file={task}", f"--gpt2_ranks={tmp_path}/missing.tiktoken"])
     if not os.path.isfile(ranks):
