@@ -765,6 +765,30 @@ def optimizer_step(run, X, Y):
     return loss_sum / run.accum, X, Y
 
 
+def log_iteration(run, it, loss, lr, speed, stop, peak):
+    """One log line and log.csv row: the loss averaged over ranks (one all_reduce, which also carries the ranks'
+    stop votes), speed, time left (smoothed ms/iter plus the evaluations still to come) and MFU on a known GPU.
+    Returns (the loss as a float, whether any rank asked to stop)."""
+    config = run.config
+    stats = torch.stack([loss, torch.tensor(float(stop.requested), device=run.device)])
+    if run.ddp:
+        torch.distributed.all_reduce(stats)
+    lossf, stop_votes = stats[0].item() / run.world, stats[1].item()
+    if not math.isfinite(lossf):
+        raise diverged(run, f"the training loss is {lossf}", it)
+    ms = speed.window_ms()
+    eta = speed.eta(config["max_iters"] - run.iter_num, (config["max_iters"] - run.iter_num) // config["eval_interval"] + 1)
+    mfu = run.raw_model.estimate_mfu(run.batch_size * run.accum, speed.ema / 1000, peak) \
+        if peak is not None and len(speed.windows) > 2 else None
+    tok_s = run.tokens_per_iter / (ms / 1000)
+    say(run, f"iter {it}: loss {lossf:.4f}, lr {lr:.2e}, {ms:.2f} ms/iter, {tok_s:,.0f} tok/s, "
+        f"eta {format_duration(eta)}" + (f", mfu {mfu * 100:.2f}%" if mfu is not None else ""))
+    if run.master:
+        run.csv_log.write(iter=it, kind="train", loss=lossf, lr=lr, ms_per_iter=ms, tokens_per_s=tok_s, mfu=mfu,
+                          elapsed_s=time.time() - run.t_start)
+    return lossf, stop_votes > 0
+
+
 class Speed:
     """ms/iter of the windows between log lines (evaluation left out), smoothed for the ETA and MFU."""
 
@@ -972,28 +996,9 @@ def run_training(run, callback=None):
                 in_step = False
                 speed.iters += 1
 
-                # log: loss averaged over ranks (one all_reduce, which also carries the ranks' stop votes),
-                # speed, time left (smoothed ms/iter plus the evaluations still to come) and MFU
                 if it % config["log_interval"] == 0:
-                    stats = torch.stack([loss, torch.tensor(float(stop.requested), device=run.device)])
-                    if run.ddp:
-                        torch.distributed.all_reduce(stats)
-                    lossf, stop_votes = stats[0].item() / run.world, stats[1].item()
-                    if not math.isfinite(lossf):
-                        raise diverged(run, f"the training loss is {lossf}", it)
-                    ms = speed.window_ms()
-                    eta = speed.eta(config["max_iters"] - run.iter_num,
-                                    (config["max_iters"] - run.iter_num) // config["eval_interval"] + 1)
-                    mfu = run.raw_model.estimate_mfu(run.batch_size * run.accum, speed.ema / 1000, peak) \
-                        if peak is not None and len(speed.windows) > 2 else None
-                    tok_s = run.tokens_per_iter / (ms / 1000)
-                    say(run, f"iter {it}: loss {lossf:.4f}, lr {lr:.2e}, {ms:.2f} ms/iter, {tok_s:,.0f} tok/s, "
-                        f"eta {format_duration(eta)}" + (f", mfu {mfu * 100:.2f}%" if mfu is not None else ""))
-                    if run.master:
-                        run.csv_log.write(iter=it, kind="train", loss=lossf, lr=lr, ms_per_iter=ms, tokens_per_s=tok_s,
-                                          mfu=mfu, elapsed_s=time.time() - run.t_start)
-                    last_train_loss = lossf
-                    if stop_votes > 0:
+                    last_train_loss, stop_voted = log_iteration(run, it, loss, lr, speed, stop, peak)
+                    if stop_voted:
                         interrupted = True
                         break
                 notify(run, callback, "iter", loss=loss, lr=lr)   # a tensor: .item() would wait for the GPU
