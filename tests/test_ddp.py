@@ -16,16 +16,15 @@ from conftest import ROOT
 
 WORKER = """
 import json, os, sys
-sys.path.insert(0, {root!r})
 import torch, train
 cfg, param_dir = json.loads(sys.argv[1]), sys.argv[2]
 
 def save_params(event, info):
     if event == "end":
-        params = {{k: v.detach().clone() for k, v in info["model"].state_dict().items()}}
+        params = {k: v.detach().clone() for k, v in info["model"].state_dict().items()}
         torch.save(params, os.path.join(param_dir, "rank%d.pt" % info["rank"]))
 
-train.train({{**train.DEFAULTS, **cfg}}, explicit=set(cfg), callback=save_params)
+train.train({**train.DEFAULTS, **cfg}, explicit=set(cfg), callback=save_params)
 """
 
 
@@ -50,8 +49,8 @@ def test_ddp_two_cpu_ranks_match_single_process(tiny_train_config, tmp_path):
     param_dir = tmp_path / "params"
     param_dir.mkdir()
     script = tmp_path / "worker.py"
-    script.write_text(WORKER.format(root=ROOT))
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+    script.write_text(WORKER)
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT)   # the workers import train from the root
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
                            str(script), json.dumps(ddp_cfg), str(param_dir)],
                           capture_output=True, text=True, timeout=240, env=env, cwd=str(tmp_path))

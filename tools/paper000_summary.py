@@ -1,9 +1,9 @@
 """
 Summarise paper 000's CPU ladder (runs of config/paper000_cpu.py, one out_dir per model and seed, named
 <model>-s<seed>; unfinished runs are skipped): tables on stdout, and loss_curves.png, loss_vs_compute.png and
-alphas.png (paper 000 Figure 7) in --plot_dir (default: this folder).
+alphas.png (paper 000 Figure 7) in --plot_dir (default: results/paper000_cpu, where its README cites them).
 
-    python results/paper000_cpu/summarize.py --runs=out-000
+    python -m tools.paper000_summary --runs=out-000
 
 Per model, mean and sample std over seeds (tools/spread.py): final and best in-run val loss (20 fixed
 batches), and the val loss at equal compute: each run's eval curve read at the training FLOPs of the cheapest
@@ -17,14 +17,12 @@ import sys
 
 import torch
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
+from checkpoint import load_checkpoint
+from model import GPT, GPTConfig
+from tools.plots import plot_alphas, plot_loss_curves, plot_loss_vs_compute, read_log
+from tools.spread import add_equal_compute, mean_std, noise_verdict
 
-from model import GPT, GPTConfig  # noqa: E402
-from checkpoint import load_checkpoint  # noqa: E402
-from tools.plots import plot_alphas, plot_loss_curves, plot_loss_vs_compute  # noqa: E402
-from tools.plots import read_log  # noqa: E402
-from tools.spread import add_equal_compute, mean_std, noise_verdict  # noqa: E402
+RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results", "paper000_cpu")
 
 
 def load_runs(root):
@@ -100,11 +98,11 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
     parser.add_argument("--runs", default="out-000", help="folder holding the <model>-s<seed> run folders")
     parser.add_argument("--reference", default="layer_sharing", help="the row the noise verdicts compare with")
-    parser.add_argument("--plot_dir", default=HERE, help="folder for the PNGs")
+    parser.add_argument("--plot_dir", default=RESULTS, help="folder for the PNGs")
     args = parser.parse_args()
     rows = load_runs(args.runs) if os.path.isdir(args.runs) else []
     if not rows:
-        sys.exit(f"error: no finished runs in {args.runs} (fix: run the commands in {HERE}/README.md first)")
+        sys.exit(f"error: no finished runs in {args.runs} (fix: run the commands in {RESULTS}/README.md first)")
     os.makedirs(args.plot_dir, exist_ok=True)
     budget, cheapest = add_equal_compute(rows, [[(e["iter"], e["val_loss"]) for e in r["log"]["eval"]] for r in rows])
     logs = {}
