@@ -342,6 +342,16 @@ def keep_heaviest_branch(model, enabled):
 MAX_SEED = 2**32
 
 
+def check_num_threads(n, key="num_threads"):
+    """UserError unless --num_threads is 0 (torch's default) up to the machine's CPU count: more threads only wait
+    on each other, and a huge count crashes torch (a segfault at 100000 threads, after starving the machine of
+    processes while it starts them)."""
+    cpus = os.cpu_count() or 1
+    if not (isinstance(n, int) and not isinstance(n, bool) and 0 <= n <= cpus):
+        raise UserError(f"--{key} must be an integer in [0, {cpus}] (this machine's CPUs), got {n!r} "
+                        f"(fix: --{key}=1, or 0 for torch's default)")
+
+
 def resolve_device(name, local_rank=None):
     """torch.device for --device: 'auto' = cuda > mps > cpu; under DDP one GPU per local rank."""
     mps = getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()

@@ -25,7 +25,8 @@ import time
 
 import torch
 
-from checkpoint import MAX_SEED, autocast, keep_heaviest_branch, load_model, resolve_device, resolve_dtype
+from checkpoint import (MAX_SEED, autocast, check_num_threads, keep_heaviest_branch, load_model, resolve_device,
+                        resolve_dtype)
 from configurator import UserError, run_command
 from dataset import encode_start, load_tokenizer, render, resolve_data_dir
 from model import InferenceCache, KVCache
@@ -79,8 +80,7 @@ def check_options(cfg):
                         f"--temperature=0 for greedy decoding, or {MIN_TEMPERATURE:g} or more)")
     if not 0 <= cfg["seed"] < MAX_SEED:
         raise UserError(f"--seed must be an integer in [0, {MAX_SEED - 1}], got {cfg['seed']} (fix: --seed=1337)")
-    if cfg["num_threads"] < 0:
-        raise UserError(f"--num_threads must be >= 0, got {cfg['num_threads']} (fix: 1, or 0 for torch's default)")
+    check_num_threads(cfg["num_threads"])
     if cfg["num_threads"] > 0:
         torch.set_num_threads(cfg["num_threads"])
     return str(resolve_device(cfg["device"])), read_start(cfg["start"])  # a bad prompt file fails before loading

@@ -316,6 +316,14 @@ def test_output_folder_that_is_a_file(finished, tmp_path, module, args):
     ("sample", ["--seed=99999999999999999999"], ["--seed must be"]),
     ("sample", ["--device=cpu:x"], ["unknown device 'cpu:x'"]),
     ("tools.eval", ["--device=cuda:abc"], ["unknown device 'cuda:abc'"]),
+    # thread and process counts beyond the machine's CPUs: 100000 torch threads segfaulted (after starving the
+    # machine of processes), a million tokenizer workers would fork until none are left; negative ones were ignored
+    ("train", ["--num_threads=100000"], ["--num_threads must be an integer in [0, "]),
+    ("sample", ["--num_threads=100000"], ["--num_threads must be an integer in [0, "]),
+    ("tools.bench", ["--num_threads=-1", "--dry_run"], ["--num_threads must be an integer in [0, "]),
+    ("tools.pangu.refine", ["--num_threads=-1"], ["--num_threads must be an integer in [0, "]),
+    ("prepare", ["wikitext103", "--num_proc=1000000"], ["--num_proc=1000000 is more than this machine's"]),
+    ("tools.bench_tokenize", ["--num_proc=1000000"], ["--num_proc=1000000 is more than this machine's"]),
 ])
 def test_command_line_mistakes_are_one_line(module, args, words):
     one_error_line(entry_point(module), args, *words)
