@@ -342,6 +342,13 @@ def keep_heaviest_branch(model, enabled):
 MAX_SEED = 2**32
 
 
+def check_seed(seed, key="seed"):
+    """UserError unless the seed is an integer in [0, MAX_SEED) (bench and the pangu tools; train.py and sample.py
+    check theirs with their other settings)."""
+    if not (isinstance(seed, int) and not isinstance(seed, bool) and 0 <= seed < MAX_SEED):
+        raise UserError(f"--{key} must be an integer in [0, {MAX_SEED - 1}], got {seed!r} (fix: e.g. --{key}=1337)")
+
+
 def check_num_threads(n, key="num_threads"):
     """UserError unless --num_threads is 0 (torch's default) up to the machine's CPU count: more threads only wait
     on each other, and a huge count crashes torch (a segfault at 100000 threads, after starving the machine of

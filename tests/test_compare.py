@@ -206,7 +206,10 @@ def test_seeds_and_custom_variants_on_the_command_line():
     assert compare.parse(["--seeds=3", "--seed=7"])[0]["seeds"] == [7, 8, 9]
     assert compare.parse(["--seeds=5,1"])[0]["seeds"] == [5, 1]
     assert compare.parse([])[0]["seeds"] is None
-    for bad, match in (("--seeds=0", ">= 1"), ("--seeds=1,1", "twice"), ("--seeds=abc", "count or a list")):
+    # a seed count or seed beyond train.py's range [0, 2**32) is refused before the list is made (10**12 seeds
+    # used to fill the memory)
+    for bad, match in (("--seeds=0", ">= 1"), ("--seeds=1,1", "twice"), ("--seeds=abc", "count or a list"),
+                       ("--seeds=1000000000000", "at most 4294965959"), ("--seeds=[5, 4294967296]", "count or a list of seeds in")):
         with pytest.raises(UserError, match=match):
             compare.parse([bad])
     with pytest.raises(UserError, match="out_dir, which is not a key"):

@@ -324,6 +324,10 @@ def test_output_folder_that_is_a_file(finished, tmp_path, module, args):
     ("tools.pangu.refine", ["--num_threads=-1"], ["--num_threads must be an integer in [0, "]),
     ("prepare", ["wikitext103", "--num_proc=1000000"], ["--num_proc=1000000 is more than this machine's"]),
     ("tools.bench_tokenize", ["--num_proc=1000000"], ["--num_proc=1000000 is more than this machine's"]),
+    # seeds outside [0, 2**32) in bench and the pangu tools, as in train.py and sample.py (a huge one was torch's
+    # overflow traceback, a negative one went through)
+    ("tools.bench", ["--seed=99999999999999999999", "--dry_run"], ["--seed must be an integer in [0, 4294967295]"]),
+    ("tools.pangu.refine", ["--seed=-1"], ["--seed must be an integer in [0, 4294967295]"]),
 ])
 def test_command_line_mistakes_are_one_line(module, args, words):
     one_error_line(entry_point(module), args, *words)

@@ -55,7 +55,7 @@ from tools.benchmarks.measure import describe, run_entry
 from tools.benchmarks.report import render, write_out
 from configurator import UserError, expand_bool_flags, load_config
 from train import gpt_config_defaults
-from checkpoint import check_num_threads, resolve_device, resolve_dtype
+from checkpoint import check_num_threads, check_seed, resolve_device, resolve_dtype
 from model import GPT, GPTConfig
 
 BENCH_DEFAULTS = dict(
@@ -217,6 +217,7 @@ def run(argv):
         from tools.benchmarks import gpu_suite
         sys.exit(gpu_suite.main(cfg, argv))
     check_num_threads(cfg["num_threads"])
+    check_seed(cfg["seed"])
     if cfg["num_threads"]:
         torch.set_num_threads(cfg["num_threads"])
     device = str(resolve_device(cfg["device"]))

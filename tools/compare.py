@@ -63,8 +63,8 @@ import time
 import torch
 
 import train
-from checkpoint import (LAST_NAME, atomic_open, autocast, check_out_dir, load_model, lock_dir, resolve_device,
-                        resolve_dtype)
+from checkpoint import (LAST_NAME, MAX_SEED, atomic_open, autocast, check_out_dir, load_model, lock_dir,
+                        resolve_device, resolve_dtype)
 from configurator import UserError, load_config
 from dataset import encode_start, load_tokenizer, render, resolve_data_dir
 from tools import plots
@@ -143,19 +143,21 @@ def parse(argv):
 
 
 def resolve_seeds(seeds, seed):
-    """`seeds` as given (None, a count N, or a list) -> None or the list of seeds to train with."""
+    """`seeds` as given (None, a count N, or a list) -> None or the list of seeds to train with, each in train.py's
+    range [0, MAX_SEED) (checked before the list is made: --seeds=10**12 used to fill the memory making it)."""
     if seeds is None:
         return None
     if isinstance(seeds, int) and not isinstance(seeds, bool):
-        if seeds < 1:
-            raise UserError(f"seeds must be >= 1, got {seeds} (fix: --seeds=3)")
+        if not 1 <= seeds <= MAX_SEED - seed:
+            raise UserError(f"seeds must be >= 1 and at most {MAX_SEED - seed} (seed .. seed + seeds - 1 must be "
+                            f"below {MAX_SEED}), got {seeds} (fix: --seeds=3)")
         return [seed + k for k in range(seeds)]
     if (isinstance(seeds, (list, tuple)) and seeds
-            and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds)):
+            and all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s < MAX_SEED for s in seeds)):
         if len(set(seeds)) != len(seeds):
             raise UserError(f"seeds lists a seed twice: {list(seeds)} (fix: name each seed once)")
         return list(seeds)
-    raise UserError(f"seeds must be a count or a list of seeds >= 0, got {seeds!r} "
+    raise UserError(f"seeds must be a count or a list of seeds in [0, {MAX_SEED - 1}], got {seeds!r} "
                      f"(fix: --seeds=3 or --seeds=1,2,3)")
 
 

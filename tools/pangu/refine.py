@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from configurator import run_command
-from checkpoint import atomic_open, check_num_threads, check_out_dir, load_model
+from checkpoint import atomic_open, check_num_threads, check_out_dir, check_seed, load_model
 from dataset import resolve_data_dir, split_path
 from train import segments_info_path, split_tokens
 
@@ -105,6 +105,7 @@ def run(opts):
     if opts["batch_size"] < 1:
         raise ValueError(f"batch_size must be >= 1, got {opts['batch_size']} (fix: --batch_size=64)")
     check_num_threads(opts["num_threads"])
+    check_seed(opts["seed"])
     if opts["num_threads"] > 0:
         torch.set_num_threads(opts["num_threads"])
     model, ckpt = load_model(opts["out_dir"], "cpu")
