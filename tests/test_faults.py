@@ -328,9 +328,22 @@ def test_output_folder_that_is_a_file(finished, tmp_path, module, args):
     # overflow traceback, a negative one went through)
     ("tools.bench", ["--seed=99999999999999999999", "--dry_run"], ["--seed must be an integer in [0, 4294967295]"]),
     ("tools.pangu.refine", ["--seed=-1"], ["--seed must be an integer in [0, 4294967295]"]),
+    # temperatures that are not finite numbers sampled garbage without a word (exit 0)
+    ("sample", ["--temperature=1e999"], ["--temperature=inf is not a finite number"]),
+    ("tools.huggingface.sample", ["--init_from=x", "--temperature=1e999"], ["--temperature=inf is not a finite"]),
+    ("tools.compare", ["--sample_temperature=1e-30"], ["--sample_temperature=1e-30 is too small"]),
+    ("tools.compare", ["--sample_temperature=1e999"], ["--sample_temperature=inf is not a finite number"]),
 ])
+
 def test_command_line_mistakes_are_one_line(module, args, words):
     one_error_line(entry_point(module), args, *words)
+
+
+def test_a_nan_temperature_from_a_config_file_is_refused(tmp_path):
+    """float('nan') passes `< 0` and every other comparison: it sampled NaN probabilities without a word."""
+    cfg = tmp_path / "cfg.py"
+    cfg.write_text("temperature = float('nan')\n")
+    one_error_line(entry_point("sample"), [str(cfg)], "--temperature=nan is not a finite number")
 
 
 def test_prepare_cleans_up_after_an_interrupted_run(tmp_path, monkeypatch, capsys):

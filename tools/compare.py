@@ -67,6 +67,7 @@ from checkpoint import (LAST_NAME, MAX_SEED, atomic_open, autocast, check_out_di
                         resolve_device, resolve_dtype)
 from configurator import UserError, load_config
 from dataset import encode_start, load_tokenizer, render, resolve_data_dir
+from sample import check_temperature
 from tools import plots
 from tools.benchmarks.measure import bench_train, describe
 from tools.plots import read_log
@@ -196,6 +197,8 @@ def check(config, explicit):
         need(config[key] >= 1, f"{key} must be >= 1 (fix: --{key}=1)")
     for key in ("sample_tokens", "sample_temperature", "sample_top_k", "bench_iters"):
         need(config[key] >= 0, f"{key} must be >= 0 (fix: --{key}=0)")
+    # sample.py's rule: a tiny, infinite or NaN temperature samples garbage (NaN probabilities) after all the training
+    check_temperature(config["sample_temperature"], "sample_temperature")
     need(config["compare_dir"] != "", "compare_dir is empty (fix: --compare_dir=out-compare)")
     need("init_from" not in explicit, "compare.py sets init_from itself: scratch, or resume for a model whose "
          "last.pt exists (fix: drop init_from; a custom variant may start from a checkpoint path)")
