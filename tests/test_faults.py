@@ -308,6 +308,8 @@ def test_output_folder_that_is_a_file(finished, tmp_path, module, args):
     ("prepare", ["shakespeare", "--vocab_size", "many"], ["--vocab_size", "many"]),
     ("prepare", ["shakespeare", "--vocab_size", "1024", "--n_layer", "-1"], ["--n_layer must be >= 1"]),
     ("tools.bench_tokenize", ["--mb=0"], ["--mb must be > 0"]),   # used to print 0 MB/s rows
+    ("tools.bench_tokenize", ["--mb=1e999"], ["--mb must be > 0 and finite, got inf"]),   # int(inf): a traceback
+    ("tools.bench", ["--scale=1e999", "--dry_run"], ["--scale must be > 0 and --depth_scale >= 0, both finite"]),
     ("tools.bench_tokenize", ["--num_proc=-1"], ["--num_proc must be >= 1"]),
     ("tools.huggingface.convert", ["export", "--ckpt=x"], ["required: --out"]),
     # issue 23: refused before any checkpoint is looked for (they used to sample NaN or end in a traceback)

@@ -45,6 +45,7 @@ torch.cuda.max_memory_allocated(); on a CPU the tensors alive when the step star
 sum of allocations minus frees during it, from torch.profiler (benchmarks/measure.py: peak_bytes).
 """
 
+import math
 import os
 import sys
 
@@ -158,8 +159,9 @@ def parse(argv):
         if cfg[key] < 1:
             raise UserError(f"--{key}={cfg[key]} must be >= 1 (fix: e.g. --gen_tokens=500 --sample_repeats=1 "
                             f"--decode_steps=16)")
-    if not cfg["scale"] > 0 or cfg["depth_scale"] < 0:
-        raise UserError("--scale must be > 0 and --depth_scale >= 0 (fix: e.g. --scale=0.5, --depth_scale=0 to follow it)")
+    if not 0 < cfg["scale"] < math.inf or not 0 <= cfg["depth_scale"] < math.inf:   # inf: no model has that size
+        raise UserError("--scale must be > 0 and --depth_scale >= 0, both finite (fix: e.g. --scale=0.5, "
+                        "--depth_scale=0 to follow it)")
     model_keys = set(gpt_config_defaults())
     cli_model = {k: cfg[k] for k in explicit if k in model_keys}
     entries = [variant_entry(name.strip(), cfg, cli_model) for name in cfg["variants"].split(",") if name.strip()]

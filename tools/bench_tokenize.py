@@ -3,6 +3,7 @@ Tokenization throughput of prepare.py's parallel WikiText path: GPT-2 encode_ord
 
     python -m tools.bench_tokenize [--mb=32] [--num_proc=N]
 """
+import math
 import os
 import sys
 import time
@@ -43,8 +44,8 @@ def bench_corpus(mb, input_path=None):
 
 def bench_tokenize(mb=32, input_path=None, gpt2_ranks=None, num_proc=None):
     """Tokenize ~mb MB through the WikiText parallel path with 1 worker and with all workers."""
-    if not mb > 0:
-        raise UserError(f"--mb must be > 0, got {mb} (fix: --mb=32)")
+    if not 0 < mb < math.inf:
+        raise UserError(f"--mb must be > 0 and finite, got {mb} (fix: --mb=32)")
     check_num_proc(num_proc)
     articles, source = bench_corpus(mb, input_path)
     get_gpt2_encoding(gpt2_ranks)
