@@ -865,6 +865,9 @@ def setup(config, explicit, device, held, rank=0, world=1):
         load_optimizer_state(run.optimizer, ckpt)
         if run.scaler.is_enabled() and ckpt.get("scaler"):
             run.scaler.load_state_dict(ckpt["scaler"])
+    # the first batch (each step fetches the next one): a batch too big for the machine fails here, not in out_dir
+    run.train_gen = torch.Generator()
+    run.X, run.Y = next_batch(run, run.iter_num, 0)
     check_out_dir(run.out_dir)
 
     # every input is checked: only from here on do files in out_dir change
@@ -888,8 +891,6 @@ def setup(config, explicit, device, held, rank=0, world=1):
     if config["decay_lr"] and config["warmup_iters"] >= config["max_iters"] > 0:   # e.g. a config shrunk by --max_iters
         say(run, f"note: all {config['max_iters']} iterations fall in the {config['warmup_iters']}-iteration warmup, "
             f"so the lr never reaches {config['learning_rate']:g} (fix: also pass --warmup_iters and --lr_decay_iters)")
-    run.train_gen = torch.Generator()
-    run.X, run.Y = next_batch(run, run.iter_num, 0)   # the first batch; each step fetches the next one
     if device.type == "cpu" and run.master:
         if busy_machine_note(device):
             say(run, busy_machine_note(device))

@@ -348,6 +348,25 @@ def test_a_nan_temperature_from_a_config_file_is_refused(tmp_path):
     one_error_line(entry_point("sample"), [str(cfg)], "--temperature=nan is not a finite number")
 
 
+def test_a_size_the_machine_cannot_hold_is_one_line(finished, tmp_path):
+    """The allocator's refusal (a RuntimeError on a CPU, torch's OutOfMemoryError on a GPU) ends as one line in
+    every run_command tool, as in train.py; --calib_batch_size=10**12 was a traceback."""
+    out_dir = tmp_path / "small"
+    message = one_error_line(entry_point("tools.pangu.inherit"), [
+        f"--from={finished['out_dir']}", f"--out_dir={out_dir}", "--n_layer=1", "--n_embd=16",
+        "--calib_batch_size=1000000000000"], "error: out of memory (it needed ")
+    assert "GB at once" in message and not out_dir.exists()
+
+
+def test_bench_reports_a_cpu_allocation_that_fails_as_oom(tmp_path, capsys):
+    """bench marks a length that does not fit as OOM, on a CPU as on a GPU (it was a traceback on a CPU)."""
+    from tools import bench
+    bench.main(["--variants=gpt", "--device=cpu", "--n_layer=1", "--n_embd=16", "--n_head=2", "--block_size=16",
+                "--vocab_size=32", "--seq_lens=8", "--repeats=1", "--warmup=0", "--measure=train",
+                "--batch_size=1000000000000"])
+    assert "OOM" in capsys.readouterr().out
+
+
 def test_prepare_cleans_up_after_an_interrupted_run(tmp_path, monkeypatch, capsys):
     """A prepare killed halfway must not leave new token files under the old meta.json (ids that mean other
     text); its temporary files are removed, and reported, at the next start."""

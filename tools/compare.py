@@ -65,7 +65,7 @@ import torch
 import train
 from checkpoint import (LAST_NAME, MAX_SEED, atomic_open, autocast, check_out_dir, load_model, lock_dir,
                         resolve_device, resolve_dtype)
-from configurator import UserError, load_config
+from configurator import UserError, load_config, out_of_memory
 from dataset import encode_start, load_tokenizer, render, resolve_data_dir
 from sample import check_temperature
 from tools import plots
@@ -436,7 +436,9 @@ def train_model(run, progress):
         return train.train(tcfg, texplicit, callback=progress)
     except UserError as e:
         raise UserError(f"{run.label}: {e}")
-    except torch.OutOfMemoryError:
+    except (MemoryError, RuntimeError) as e:   # a GPU's, or a CPU allocation that failed (a traceback before)
+        if not out_of_memory(e):
+            raise
         raise UserError(f"{run.label}: out of memory (fix: lower --batch_size and raise "
                          f"--gradient_accumulation_steps, or lower --block_size)") from None
 
