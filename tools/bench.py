@@ -7,7 +7,6 @@ Speed and memory of model variants, side by side in one process.
     python bench.py --mode=paper004                                     # paper 004: lgpt/cgpt vs gpt
     python bench.py --variants=gpt --measure=sample --gen_tokens=500    # KV cache vs plain sampling
     python bench.py --mode=decode --device=cpu --num_threads=1          # decode vs the weight-streaming floor
-    python bench.py --mode=gpu                                          # everything on one GPU: results/gpu/
 
 Models come from --variants (variants/<name>.py presets) and from config files given as positional
 arguments (each file is one model, read as train.py reads it, so its variant and model keys apply and
@@ -83,23 +82,13 @@ BENCH_DEFAULTS = dict(
     seed=0,
     out="",                 # also write the results: .csv (one row per measurement) or .md (the tables)
     dry_run=False,          # print the models (sizes after --scale and overrides) and exit
-    # --mode=gpu (benchmarks/gpu_suite.py)
-    smoke=False,            # the GPU command's code paths on the CPU at toy sizes
-    parts="",               # comma list of checks,train,paper001,decode,tests,paper004; "" = all but paper004
-    results_dir="",         # "" = results/gpu (results/gpu_smoke with --smoke)
-    budget_minutes=20.0,    # time for all parts but paper004; jobs that do not fit are reported as not run
-    gpu_batch=0,            # training-throughput batch; 0 = each model's WikiText-103 config batch
-    compile_backend="inductor",  # torch.compile backend of the GPU suite (--smoke: aot_eager)
-    data_dir="",            # paper004: dataset folder for compare.py ("" = shakespeare_char, prepared if missing)
-    job="",                 # internal: the one job a child process of the GPU suite runs
 )
-BOOL_FLAGS = ("optimizer_step", "keep_heaviest_branch", "compile", "dry_run", "smoke")
+BOOL_FLAGS = ("optimizer_step", "keep_heaviest_branch", "compile", "dry_run")
 MODES = {
     "": dict(measure="train,memory,infer,sample"),
     "paper001": dict(variants="mobilellm_125m,shishulm_125", measure="train,memory,infer", optimizer_step=False),
     "paper004": dict(variants="gpt,lgpt,cgpt,pgpt", measure="train,memory,infer,sample", seq_lens="256"),
     "decode": dict(variants="gpt", measure="decode", repeats=7),
-    "gpu": dict(),   # benchmarks/gpu_suite.py: its own plan (see there)
 }
 MEASURES = ("train", "memory", "infer", "sample", "decode")
 
@@ -131,11 +120,7 @@ def parse(argv):
     files, rest = split_files(expand_bool_flags(list(argv), BOOL_FLAGS))
     cfg, explicit = load_config(defaults(), rest)
     if cfg["mode"] not in MODES:
-        raise UserError(f"unknown --mode={cfg['mode']} (fix: use paper001, paper004, decode, gpu or leave it out)")
-    if cfg["mode"] == "gpu":   # benchmarks/gpu_suite.py has its own plan
-        if cfg["smoke"] and "compile_backend" not in explicit:
-            cfg["compile_backend"] = "aot_eager"
-        return cfg, []
+        raise UserError(f"unknown --mode={cfg['mode']} (fix: use paper001, paper004, decode or leave it out)")
     for key, value in MODES[cfg["mode"]].items():
         if key not in explicit:
             cfg[key] = value
@@ -203,8 +188,7 @@ def check_out_file(path):
 
 
 def main(argv):
-    """The command line. Bad input (UserError, from here or the GPU suite) ends here as one line `error: ...`
-    and exit code 1, nowhere else."""
+    """The command line. Bad input (UserError) ends here as one line `error: ...` and exit code 1, nowhere else."""
     try:
         run(argv)
     except UserError as e:
@@ -215,9 +199,6 @@ def run(argv):
     cfg, entries = parse(argv)
     if cfg["out"]:
         check_out_file(cfg["out"])
-    if cfg["mode"] == "gpu":
-        from tools.benchmarks import gpu_suite
-        sys.exit(gpu_suite.main(cfg, argv))
     check_num_threads(cfg["num_threads"])
     check_seed(cfg["seed"])
     if cfg["num_threads"]:
