@@ -244,6 +244,10 @@ def damaged_fields(ckpt):
     """What is wrong with the fields of a checkpoint dict that scripts rely on ("" when nothing)."""
     if not isinstance(ckpt["model"], dict) or not all(torch.is_tensor(v) for v in ckpt["model"].values()):
         return "'model' is not a dict of tensors"
+    # every weight of ours is floating point; load_state_dict would turn integers into floats without a word
+    integer = [k for k, v in ckpt["model"].items() if not v.is_floating_point()]
+    if integer:
+        return f"'model' holds integer tensors where weights are floating point (e.g. {integer[0]})"
     if not isinstance(ckpt["model_args"], dict):
         return f"'model_args' is a {type(ckpt['model_args']).__name__}, not a dict"
     if not isinstance(ckpt.get("iter_num", 0), int) or isinstance(ckpt.get("iter_num"), bool):

@@ -154,6 +154,9 @@ def test_hugging_face_model_with_nan_weights_is_refused(finished, tmp_path, scri
     (lambda c: c.update(iter_num="ten"), ["damaged", "'iter_num'"]),
     (lambda c: c["model"].pop("ln_f.weight"), ["do not fit its own model_args", "1 missing", "ln_f.weight"]),
     (lambda c: c["model"].update(extra=torch.zeros(2)), ["do not fit its own model_args", "1 unexpected (e.g. extra)"]),
+    # integer weights loaded as floats without a word (issue 23 point 5)
+    (lambda c: c["model"].update({"ln_f.weight": c["model"]["ln_f.weight"].long()}),
+     ["damaged", "integer tensors", "ln_f.weight"]),
 ])
 @pytest.mark.parametrize("script", ["sample", "tools.eval"])
 def test_damaged_checkpoint_names_what_is_wrong(finished, tmp_path, script, edit, words):
