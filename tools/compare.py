@@ -267,7 +267,7 @@ def plan(config, explicit):
         except (ValueError, TypeError) as e:
             set_keys = ", ".join(sorted(model_explicit)) or "none"
             raise UserError(f"variant {name} with this config: {e} (the config's model keys ({set_keys}) "
-                             f"apply to every variant; fix: adjust them, or drop them to keep the preset's sizes)")
+                             f"apply to every variant) (fix: adjust them, or drop them to keep the preset's sizes)")
         for k, seed in enumerate(seeds):
             key = name if config["seeds"] is None else f"{name}/seed{seed}"
             out.append(Run(name=name, seed=seed, key=key, out_dir=os.path.join(config["compare_dir"], key),
