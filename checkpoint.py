@@ -199,14 +199,15 @@ def resolve_path(path_or_out_dir, prefer=(CKPT_NAME, LAST_NAME)):
     raise UserError(f"checkpoint '{p}' does not exist (fix: run train.py first, or pass the right --out_dir)")
 
 
-def load_checkpoint(path_or_out_dir, device="cpu", prefer=(CKPT_NAME, LAST_NAME)):
+def load_checkpoint(path_or_out_dir, device="cpu", prefer=(CKPT_NAME, LAST_NAME), mmap=False):
     """Load a checkpoint dict. A directory means its ckpt.pt (falling back to last.pt). Only the safe loader
     (weights_only) is used: checkpoints are shared and cloned with repositories, and the full unpickler runs
-    whatever code a file names. A file that needs it is refused (unsafe_pickle_error)."""
+    whatever code a file names. A file that needs it is refused (unsafe_pickle_error). mmap: tensors are read
+    only when used (a check of the file that costs no memory)."""
     path = resolve_path(path_or_out_dir, prefer)
     try:
         # what train.py writes holds only tensors and plain python values, which this loads
-        ckpt = torch.load(path, map_location=device, weights_only=True)
+        ckpt = torch.load(path, map_location=device, weights_only=True, mmap=mmap)
     except (RuntimeError, EOFError, OSError, pickle.UnpicklingError) as e:
         refused = unsafe_pickle_error(e, path)
         if refused is not None:

@@ -63,8 +63,8 @@ import time
 import torch
 
 import train
-from checkpoint import (LAST_NAME, MAX_SEED, atomic_open, autocast, check_out_dir, load_model, lock_dir,
-                        resolve_device, resolve_dtype)
+from checkpoint import (LAST_NAME, MAX_SEED, atomic_open, autocast, check_out_dir, load_checkpoint, load_model,
+                        lock_dir, resolve_device, resolve_dtype)
 from configurator import UserError, load_config, out_of_memory
 from dataset import encode_start, load_tokenizer, render, resolve_data_dir
 from sample import check_temperature
@@ -189,6 +189,10 @@ def check(config, explicit):
     config["variants"] = list(v)
     dup = sorted({x for x in v if v.count(x) > 1})
     need(not dup, f"variants lists {', '.join(dup)} twice (fix: name each variant once)")
+    # each variant trains into <compare_dir>/<name>: a name like ../../x would write outside compare_dir
+    paths = [x for x in v if os.path.basename(x) != x or x in (".", "..")]
+    need(not paths, f"variant names are folder names inside compare_dir, got {', '.join(map(repr, paths))} "
+                    f"(fix: name the variant without '/' or '..')")
     p = config["prompts"]
     need(isinstance(p, (list, tuple)) and all(isinstance(x, str) for x in p),
          f"prompts must be a list of strings, got {p!r} (fix: --prompts=\"['War is ']\")")
@@ -309,7 +313,9 @@ def load_status(config):
     try:
         with open(path, encoding="utf-8") as f:
             status = json.load(f)
-        status["models"]  # noqa: B018 - a KeyError means a foreign file
+        # {"models": {key: {state, settings, summary, ...}}}: another shape is a foreign or damaged file
+        if not isinstance(status["models"], dict) or not all(isinstance(e, dict) for e in status["models"].values()):
+            raise TypeError("'models' is not a dict of runs")
     except (ValueError, OSError, KeyError, TypeError) as e:
         raise UserError(f"cannot read {path}: {type(e).__name__} {e} (fix: delete it; the next run then "
                          f"resumes every model from its last.pt)")
@@ -935,9 +941,14 @@ def run(config, explicit):
     if config["dry_run"]:
         return None
     check_out_dir(config["compare_dir"], key="compare_dir")
-    for run in runs:   # every run's training values, before anything is written
+    for run in runs:   # every run's training values, and the last.pt it resumes from, before anything is written
         try:
             check_train_config(dict(train.DEFAULTS, **run.config))
+            if status["models"].get(run.key, {}).get("state") != "finished" and \
+                    os.path.isfile(os.path.join(run.out_dir, LAST_NAME)):
+                # read lazily (mmap): a damaged file, or one whose pickle would run code, is refused here, not after
+                # status.json already says the run is running
+                load_checkpoint(run.out_dir, prefer=(LAST_NAME,), mmap=True)
         except UserError as e:
             raise UserError(f"{run.label}: {e}") from None
     # one writer per compare_dir: a second compare.py would train the same runs over this one's
