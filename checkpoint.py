@@ -199,14 +199,15 @@ def resolve_path(path_or_out_dir, prefer=(CKPT_NAME, LAST_NAME)):
     raise UserError(f"checkpoint '{p}' does not exist (fix: run train.py first, or pass the right --out_dir)")
 
 
-def load_checkpoint(path_or_out_dir, device="cpu", prefer=(CKPT_NAME, LAST_NAME)):
+def load_checkpoint(path_or_out_dir, device="cpu", prefer=(CKPT_NAME, LAST_NAME), mmap=False):
     """Load a checkpoint dict. A directory means its ckpt.pt (falling back to last.pt). Only the safe loader
     (weights_only) is used: checkpoints are shared and cloned with repositories, and the full unpickler runs
-    whatever code a file names. A file that needs it is refused (unsafe_pickle_error)."""
+    whatever code a file names. A file that needs it is refused (unsafe_pickle_error). mmap: tensors are read
+    only when used (a check of the file that costs no memory)."""
     path = resolve_path(path_or_out_dir, prefer)
     try:
         # what train.py writes holds only tensors and plain python values, which this loads
-        ckpt = torch.load(path, map_location=device, weights_only=True)
+        ckpt = torch.load(path, map_location=device, weights_only=True, mmap=mmap)
     except (RuntimeError, EOFError, OSError, pickle.UnpicklingError) as e:
         refused = unsafe_pickle_error(e, path)
         if refused is not None:
@@ -244,6 +245,10 @@ def damaged_fields(ckpt):
     """What is wrong with the fields of a checkpoint dict that scripts rely on ("" when nothing)."""
     if not isinstance(ckpt["model"], dict) or not all(torch.is_tensor(v) for v in ckpt["model"].values()):
         return "'model' is not a dict of tensors"
+    # every weight of ours is floating point; load_state_dict would turn integers into floats without a word
+    integer = [k for k, v in ckpt["model"].items() if not v.is_floating_point()]
+    if integer:
+        return f"'model' holds integer tensors where weights are floating point (e.g. {integer[0]})"
     if not isinstance(ckpt["model_args"], dict):
         return f"'model_args' is a {type(ckpt['model_args']).__name__}, not a dict"
     if not isinstance(ckpt.get("iter_num", 0), int) or isinstance(ckpt.get("iter_num"), bool):
@@ -340,6 +345,23 @@ def keep_heaviest_branch(model, enabled):
 # seeds of train.py and sample.py: numpy's range (train.py also seeds it); a larger one used to end in torch's
 # "Overflow when unpacking long long" traceback
 MAX_SEED = 2**32
+
+
+def check_seed(seed, key="seed"):
+    """UserError unless the seed is an integer in [0, MAX_SEED) (bench and the pangu tools; train.py and sample.py
+    check theirs with their other settings)."""
+    if not (isinstance(seed, int) and not isinstance(seed, bool) and 0 <= seed < MAX_SEED):
+        raise UserError(f"--{key} must be an integer in [0, {MAX_SEED - 1}], got {seed!r} (fix: e.g. --{key}=1337)")
+
+
+def check_num_threads(n, key="num_threads"):
+    """UserError unless --num_threads is 0 (torch's default) up to the machine's CPU count: more threads only wait
+    on each other, and a huge count crashes torch (a segfault at 100000 threads, after starving the machine of
+    processes while it starts them)."""
+    cpus = os.cpu_count() or 1
+    if not (isinstance(n, int) and not isinstance(n, bool) and 0 <= n <= cpus):
+        raise UserError(f"--{key} must be an integer in [0, {cpus}] (this machine's CPUs), got {n!r} "
+                        f"(fix: --{key}=1, or 0 for torch's default)")
 
 
 def resolve_device(name, local_rank=None):

@@ -19,6 +19,7 @@ import argparse
 import ast
 import difflib
 import os
+import re
 import sys
 
 
@@ -58,12 +59,27 @@ def load_config(defaults, argv, bool_flags=()):
 
 def run_command(command, defaults, argv=None, bool_flags=(), errors=UserError):
     """A script's whole main(): the config from argv (sys.argv[1:] when None), then command(config). Bad input
-    (`errors`, UserError by default) ends here as one line `error: ...` and exit code 1; nowhere else."""
+    (`errors`, UserError by default) ends here as one line `error: ...` and exit code 1; nowhere else. So does
+    a size this machine cannot hold (e.g. --calib_batch_size=10**12), which ended in the allocator's traceback."""
     try:
         config, _ = load_config(defaults, sys.argv[1:] if argv is None else list(argv), bool_flags)
         return command(config)
     except errors as e:
         raise SystemExit(f"error: {e}") from None
+    except (MemoryError, RuntimeError) as e:
+        if not out_of_memory(e):
+            raise
+        raise SystemExit(f"error: {out_of_memory(e)} (fix: lower the sizes, counts or batch sizes you gave)") from None
+
+
+def out_of_memory(e):
+    """'out of memory ...' when `e` is a failed allocation (Python's MemoryError, torch's OutOfMemoryError or its
+    CPU allocator's RuntimeError, matched by name and text: this module imports no torch), else ''."""
+    if not (isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryError"
+            or isinstance(e, RuntimeError) and "can't allocate memory" in str(e)):
+        return ""
+    tried = re.search(r"allocate (\d+) bytes", str(e))
+    return "out of memory" + (f" (it needed {int(tried.group(1)) / 1e9:,.0f} GB at once)" if tried else "")
 
 
 def expand_bool_flags(argv, flags):

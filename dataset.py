@@ -199,12 +199,12 @@ def encode_start(tok, text, dataset):
         if unknown:
             listed = ", ".join(repr(ch) for ch in unknown)
             raise UserError(f"characters not in the vocabulary: {listed} "
-                            f"(the model was trained on {dataset}; fix: remove them from --start)")
+                            f"(the model was trained on {dataset}) (fix: remove them from --start)")
     try:
         ids = tok.encode(text)
     except (ValueError, KeyError) as e:
-        raise UserError(f"cannot encode --start: {e} (the model was trained on {dataset}; "
-                        f"fix: change --start)") from None
+        raise UserError(f"cannot encode --start: {e} (the model was trained on {dataset}) "
+                        f"(fix: change --start)") from None
     if not ids:
         eot = getattr(tok, "eot_token", None)
         if eot is None:

@@ -95,8 +95,8 @@ class GPTConfig:
         for name in ("mlp_hidden", "embd_factor_dim"):
             check(getattr(self, name) is None or getattr(self, name) >= 1,
                   f"{name} must be >= 1 (or None), got {getattr(self, name)}")
-        for name in ("mlp_ratio", "init_std", "norm_eps", "rope_base"):
-            check(getattr(self, name) > 0, f"{name} must be > 0, got {getattr(self, name)}")
+        for name in ("mlp_ratio", "init_std", "norm_eps", "rope_base"):   # inf: NaN weights or activations
+            check(0 < getattr(self, name) < math.inf, f"{name} must be > 0 and finite, got {getattr(self, name)}")
         check(0.0 <= self.dropout < 1.0, f"dropout must be in [0, 1), got {self.dropout}")
         # the fields that name a choice, and their allowed values
         choices = dict(norm=("layernorm", "rmsnorm"), norm_placement=("pre", "post"), mlp_type=("standard", "gated"),

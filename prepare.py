@@ -639,6 +639,16 @@ def check_positive(**values):
             raise UserError(f"--{key} must be >= 1, got {value} (fix: a positive number, or leave it out)")
 
 
+def check_num_proc(num_proc):
+    """UserError for --num_proc beyond the machine's CPUs (None = not given): more workers cannot go faster, and a
+    huge count would fork processes until the machine has none left."""
+    cpus = os.cpu_count() or 1
+    check_positive(num_proc=num_proc)
+    if num_proc is not None and num_proc > cpus:
+        raise UserError(f"--num_proc={num_proc} is more than this machine's {cpus} CPUs (fix: --num_proc={cpus}, "
+                        f"or leave it out to use them all)")
+
+
 def prepare(dataset, out_dir=None, vocab_size=None, **opts):
     """Prepare `dataset` into out_dir (default data/<dataset>, or data/<dataset>_v<K> with a
     compact vocab_size K). Options: input_path, source, gpt2_ranks, num_proc, n_layer, n_embd, plot.
@@ -651,7 +661,8 @@ def prepare(dataset, out_dir=None, vocab_size=None, **opts):
     if vocab_size is not None and not 257 <= vocab_size <= GPT2_VOCAB_SIZE:
         raise UserError(f"vocab_size must be in [257, {GPT2_VOCAB_SIZE}] (256 bytes + eot at least), got "
                         f"{vocab_size} (fix: --vocab_size=8192, or leave it out for the full GPT-2 vocabulary)")
-    check_positive(**{k: opts.get(k) for k in ("n_layer", "n_embd", "num_proc")})
+    check_positive(**{k: opts.get(k) for k in ("n_layer", "n_embd")})
+    check_num_proc(opts.get("num_proc"))
     name = f"{base}_v{vocab_size}" if vocab_size else base
     out_dir = out_dir or os.path.join("data", name)
     check_out_dir(out_dir)   # a file, or not writable: one line now, not a traceback later

@@ -19,13 +19,15 @@ With the same --seed the KV-cache path and --no_kv_cache print the same text: mo
 both paths the same window and they draw from the same seeded torch.Generator.
 """
 
+import math
 import os
 import sys
 import time
 
 import torch
 
-from checkpoint import MAX_SEED, autocast, keep_heaviest_branch, load_model, resolve_device, resolve_dtype
+from checkpoint import (MAX_SEED, autocast, check_num_threads, keep_heaviest_branch, load_model, resolve_device,
+                        resolve_dtype)
 from configurator import UserError, run_command
 from dataset import encode_start, load_tokenizer, render, resolve_data_dir
 from model import InferenceCache, KVCache
@@ -68,19 +70,30 @@ def read_start(start):
     return start
 
 
+def check_temperature(temperature, key="temperature"):
+    """UserError unless the sampling temperature is 0 (greedy) or a finite number >= MIN_TEMPERATURE: below it
+    logits / temperature overflows to inf, and NaN or inf (a config file's float("nan"), or 1e999) made every
+    probability NaN or equal, sampling garbage without a word. compare.py checks its sample_temperature here too."""
+    if temperature < 0:
+        raise UserError(f"--{key} must be >= 0, got {temperature:g} (fix: 0 means greedy)")
+    if not math.isfinite(temperature):
+        raise UserError(f"--{key}={temperature} is not a finite number (fix: e.g. --{key}=0.8, or 0 for greedy "
+                        f"decoding)")
+    if 0 < temperature < MIN_TEMPERATURE:   # logits / temperature would overflow to inf: NaN probabilities
+        raise UserError(f"--{key}={temperature:g} is too small to divide the logits by (fix: --{key}=0 for greedy "
+                        f"decoding, or {MIN_TEMPERATURE:g} or more)")
+
+
 def check_options(cfg):
     """The sampling options, before anything is loaded; returns the device and the start text."""
     if cfg["num_samples"] < 1 or cfg["max_new_tokens"] < 0:
         raise UserError("--num_samples must be >= 1 and --max_new_tokens >= 0 (fix: e.g. --num_samples=1)")
     if cfg["temperature"] < 0 or cfg["top_k"] < 0:
         raise UserError("--temperature and --top_k must be >= 0 (fix: 0 means greedy / no top-k)")
-    if 0 < cfg["temperature"] < MIN_TEMPERATURE:   # logits / temperature would overflow to inf: NaN probabilities
-        raise UserError(f"--temperature={cfg['temperature']:g} is too small to divide the logits by (fix: "
-                        f"--temperature=0 for greedy decoding, or {MIN_TEMPERATURE:g} or more)")
+    check_temperature(cfg["temperature"])
     if not 0 <= cfg["seed"] < MAX_SEED:
         raise UserError(f"--seed must be an integer in [0, {MAX_SEED - 1}], got {cfg['seed']} (fix: --seed=1337)")
-    if cfg["num_threads"] < 0:
-        raise UserError(f"--num_threads must be >= 0, got {cfg['num_threads']} (fix: 1, or 0 for torch's default)")
+    check_num_threads(cfg["num_threads"])
     if cfg["num_threads"] > 0:
         torch.set_num_threads(cfg["num_threads"])
     return str(resolve_device(cfg["device"])), read_start(cfg["start"])  # a bad prompt file fails before loading

@@ -40,8 +40,8 @@ import numpy as np
 import torch
 
 from checkpoint import (CKPT_NAME, LAST_NAME, MAX_SEED, atomic_copy, atomic_open, atomic_save, autocast, build_model,
-                        check_finite, check_out_dir, clean_state_dict, load_checkpoint, load_own_weights, lock_dir,
-                        remove_stale_temp_files, resolve_device, resolve_dtype)
+                        check_finite, check_num_threads, check_out_dir, clean_state_dict, load_checkpoint,
+                        load_own_weights, lock_dir, remove_stale_temp_files, resolve_device, resolve_dtype)
 from configurator import UserError, load_config
 from dataset import default_data_dir, load_meta, split_path, tokenizer_id
 from model import GPTConfig
@@ -115,8 +115,8 @@ def check_train_config(c, world=1):
 
     for key in ("batch_size", "eval_interval", "log_interval", "eval_iters", "gradient_accumulation_steps"):
         need(integer(c[key]) and c[key] >= 1, key, "an integer >= 1", f"--{key}=1 or more")
-    for key in ("max_iters", "num_threads"):
-        need(integer(c[key]) and c[key] >= 0, key, "an integer >= 0", f"--{key}=0 or more")
+    need(integer(c["max_iters"]) and c["max_iters"] >= 0, "max_iters", "an integer >= 0", "--max_iters=0 or more")
+    check_num_threads(c["num_threads"])
     need(integer(c["seed"]) and 0 <= c["seed"] < MAX_SEED, "seed", f"an integer in [0, {MAX_SEED - 1}]", "--seed=1337")
     need(number(c["learning_rate"]) and c["learning_rate"] > 0, "learning_rate", "> 0", "--learning_rate=1e-3")
     need(number(c["weight_decay"]) and c["weight_decay"] >= 0, "weight_decay", ">= 0", "--weight_decay=0.1")
@@ -886,6 +886,9 @@ def setup(config, explicit, device, rank=0, world=1):
         load_optimizer_state(run.optimizer, ckpt)
         if run.scaler.is_enabled() and ckpt.get("scaler"):
             run.scaler.load_state_dict(ckpt["scaler"])
+    # the first batch (each step fetches the next one): a batch too big for the machine fails here, not in out_dir
+    run.train_gen = torch.Generator()
+    run.X, run.Y = next_batch(run, run.iter_num, 0)
     check_out_dir(run.out_dir)
     return run, ckpt
 
@@ -915,8 +918,6 @@ def prepare_loop(run, ckpt, held):
     if config["decay_lr"] and config["warmup_iters"] >= config["max_iters"] > 0:   # e.g. a config shrunk by --max_iters
         say(run, f"note: all {config['max_iters']} iterations fall in the {config['warmup_iters']}-iteration warmup, "
             f"so the lr never reaches {config['learning_rate']:g} (fix: also pass --warmup_iters and --lr_decay_iters)")
-    run.train_gen = torch.Generator()
-    run.X, run.Y = next_batch(run, run.iter_num, 0)   # the first batch; each step fetches the next one
     if device.type == "cpu" and run.master:
         if busy_machine_note(device):
             say(run, busy_machine_note(device))

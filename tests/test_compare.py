@@ -206,13 +206,58 @@ def test_seeds_and_custom_variants_on_the_command_line():
     assert compare.parse(["--seeds=3", "--seed=7"])[0]["seeds"] == [7, 8, 9]
     assert compare.parse(["--seeds=5,1"])[0]["seeds"] == [5, 1]
     assert compare.parse([])[0]["seeds"] is None
-    for bad, match in (("--seeds=0", ">= 1"), ("--seeds=1,1", "twice"), ("--seeds=abc", "count or a list")):
+    # a seed count or seed beyond train.py's range [0, 2**32) is refused before the list is made (10**12 seeds
+    # used to fill the memory)
+    for bad, match in (("--seeds=0", ">= 1"), ("--seeds=1,1", "twice"), ("--seeds=abc", "count or a list"),
+                       ("--seeds=1000000000000", "at most 4294965959"), ("--seeds=[5, 4294967296]", "count or a list of seeds in")):
         with pytest.raises(UserError, match=match):
             compare.parse([bad])
     with pytest.raises(UserError, match="out_dir, which is not a key"):
         compare.parse(["--custom_variants={'x': {'out_dir': 'y'}}"])
     with pytest.raises(UserError, match="unknown variant 'nope'"):
         compare.run(*compare.parse(["--variants=x", "--custom_variants={'x': {'variant': 'nope'}}", "--dry_run=True"]))
+    # each variant trains into <compare_dir>/<name>: a custom name like ../../x trained and wrote outside it
+    for bad in ("--variants=../../x", "--variants=a/b"):
+        with pytest.raises(UserError, match="variant names are folder names inside compare_dir"):
+            compare.parse([bad, "--custom_variants={'../../x': {'variant': 'gpt'}, 'a/b': {'variant': 'gpt'}}"])
+
+
+@pytest.mark.parametrize("text", ['{"models": [1, 2]}', '{"models": {"gpt": 5}}'])
+def test_a_status_json_of_another_shape_is_one_line(tmp_path, text):
+    """A status.json that parses but is not {"models": {run: {...}}} was an AttributeError or TypeError traceback."""
+    (tmp_path / "status.json").write_text(text)
+    with pytest.raises(UserError, match="cannot read .*status.json.*not a dict of runs .*fix: delete it"):
+        compare.load_status({"compare_dir": str(tmp_path)})
+
+
+def test_a_planted_last_pt_is_refused_before_status_json_changes(char_data, tmp_path, monkeypatch, one_thread):
+    """An interrupted run whose last.pt would run code when loaded (or is damaged) is refused before anything in
+    compare_dir changes: status.json used to say 'running' before train.py refused the file."""
+    import torch
+    cdir = tmp_path / "cmp"
+    monkeypatch.setattr(train, "train", CountingTrain(stop_at=4))
+    argv = tiny_argv(char_data, str(cdir), "gpt", bench_iters=0, prompts="[]")
+    with pytest.raises(SystemExit):
+        compare.main(argv)
+    last = cdir / "gpt" / "last.pt"
+    marker = tmp_path / "ran"
+    ckpt = torch.load(last, weights_only=True)
+    ckpt["note"] = RunsCode(exec, f"open({str(marker)!r}, 'w').close()")
+    torch.save(ckpt, last)
+    status = (cdir / "status.json").read_bytes()
+    with pytest.raises(SystemExit, match=r"error: gpt: refusing to load .*last.pt.*\(exec\)"):
+        compare.main(argv)
+    assert (cdir / "status.json").read_bytes() == status and not marker.exists()
+
+
+class RunsCode:
+    """Pickled, this becomes a call: the full unpickler would run func(*args)."""
+
+    def __init__(self, func, *args):
+        self.func, self.args = func, args
+
+    def __reduce__(self):
+        return self.func, self.args
 
 
 def test_compare_with_seeds_mean_std_equal_compute_and_resume(char_data, tmp_path, monkeypatch, one_thread):

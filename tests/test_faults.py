@@ -154,6 +154,9 @@ def test_hugging_face_model_with_nan_weights_is_refused(finished, tmp_path, scri
     (lambda c: c.update(iter_num="ten"), ["damaged", "'iter_num'"]),
     (lambda c: c["model"].pop("ln_f.weight"), ["do not fit its own model_args", "1 missing", "ln_f.weight"]),
     (lambda c: c["model"].update(extra=torch.zeros(2)), ["do not fit its own model_args", "1 unexpected (e.g. extra)"]),
+    # integer weights loaded as floats without a word (issue 23 point 5)
+    (lambda c: c["model"].update({"ln_f.weight": c["model"]["ln_f.weight"].long()}),
+     ["damaged", "integer tensors", "ln_f.weight"]),
 ])
 @pytest.mark.parametrize("script", ["sample", "tools.eval"])
 def test_damaged_checkpoint_names_what_is_wrong(finished, tmp_path, script, edit, words):
@@ -308,6 +311,9 @@ def test_output_folder_that_is_a_file(finished, tmp_path, module, args):
     ("prepare", ["shakespeare", "--vocab_size", "many"], ["--vocab_size", "many"]),
     ("prepare", ["shakespeare", "--vocab_size", "1024", "--n_layer", "-1"], ["--n_layer must be >= 1"]),
     ("tools.bench_tokenize", ["--mb=0"], ["--mb must be > 0"]),   # used to print 0 MB/s rows
+    ("tools.bench_tokenize", ["--mb=1e999"], ["--mb must be > 0 and finite, got inf"]),   # int(inf): a traceback
+    ("tools.bench", ["--scale=1e999", "--dry_run"], ["--scale must be > 0 and --depth_scale >= 0, both finite"]),
+    ("tools.bench", ["--mode=gpu"], ["unknown --mode=gpu"]),   # the GPU suite is gone: an ImportError traceback
     ("tools.bench_tokenize", ["--num_proc=-1"], ["--num_proc must be >= 1"]),
     ("tools.huggingface.convert", ["export", "--ckpt=x"], ["required: --out"]),
     # issue 23: refused before any checkpoint is looked for (they used to sample NaN or end in a traceback)
@@ -316,9 +322,53 @@ def test_output_folder_that_is_a_file(finished, tmp_path, module, args):
     ("sample", ["--seed=99999999999999999999"], ["--seed must be"]),
     ("sample", ["--device=cpu:x"], ["unknown device 'cpu:x'"]),
     ("tools.eval", ["--device=cuda:abc"], ["unknown device 'cuda:abc'"]),
+    # thread and process counts beyond the machine's CPUs: 100000 torch threads segfaulted (after starving the
+    # machine of processes), a million tokenizer workers would fork until none are left; negative ones were ignored
+    ("train", ["--num_threads=100000"], ["--num_threads must be an integer in [0, "]),
+    ("sample", ["--num_threads=100000"], ["--num_threads must be an integer in [0, "]),
+    ("tools.bench", ["--num_threads=-1", "--dry_run"], ["--num_threads must be an integer in [0, "]),
+    ("tools.pangu.refine", ["--num_threads=-1"], ["--num_threads must be an integer in [0, "]),
+    ("prepare", ["wikitext103", "--num_proc=1000000"], ["--num_proc=1000000 is more than this machine's"]),
+    ("tools.bench_tokenize", ["--num_proc=1000000"], ["--num_proc=1000000 is more than this machine's"]),
+    # seeds outside [0, 2**32) in bench and the pangu tools, as in train.py and sample.py (a huge one was torch's
+    # overflow traceback, a negative one went through)
+    ("tools.bench", ["--seed=99999999999999999999", "--dry_run"], ["--seed must be an integer in [0, 4294967295]"]),
+    ("tools.pangu.refine", ["--seed=-1"], ["--seed must be an integer in [0, 4294967295]"]),
+    # temperatures that are not finite numbers sampled garbage without a word (exit 0)
+    ("sample", ["--temperature=1e999"], ["--temperature=inf is not a finite number"]),
+    ("tools.huggingface.sample", ["--init_from=x", "--temperature=1e999"], ["--temperature=inf is not a finite"]),
+    ("tools.compare", ["--sample_temperature=1e-30"], ["--sample_temperature=1e-30 is too small"]),
+    ("tools.compare", ["--sample_temperature=1e999"], ["--sample_temperature=inf is not a finite number"]),
 ])
+
 def test_command_line_mistakes_are_one_line(module, args, words):
     one_error_line(entry_point(module), args, *words)
+
+
+def test_a_nan_temperature_from_a_config_file_is_refused(tmp_path):
+    """float('nan') passes `< 0` and every other comparison: it sampled NaN probabilities without a word."""
+    cfg = tmp_path / "cfg.py"
+    cfg.write_text("temperature = float('nan')\n")
+    one_error_line(entry_point("sample"), [str(cfg)], "--temperature=nan is not a finite number")
+
+
+def test_a_size_the_machine_cannot_hold_is_one_line(finished, tmp_path):
+    """The allocator's refusal (a RuntimeError on a CPU, torch's OutOfMemoryError on a GPU) ends as one line in
+    every run_command tool, as in train.py; --calib_batch_size=10**12 was a traceback."""
+    out_dir = tmp_path / "small"
+    message = one_error_line(entry_point("tools.pangu.inherit"), [
+        f"--from={finished['out_dir']}", f"--out_dir={out_dir}", "--n_layer=1", "--n_embd=16",
+        "--calib_batch_size=1000000000000"], "error: out of memory (it needed ")
+    assert "GB at once" in message and not out_dir.exists()
+
+
+def test_bench_reports_a_cpu_allocation_that_fails_as_oom(tmp_path, capsys):
+    """bench marks a length that does not fit as OOM, on a CPU as on a GPU (it was a traceback on a CPU)."""
+    from tools import bench
+    bench.main(["--variants=gpt", "--device=cpu", "--n_layer=1", "--n_embd=16", "--n_head=2", "--block_size=16",
+                "--vocab_size=32", "--seq_lens=8", "--repeats=1", "--warmup=0", "--measure=train",
+                "--batch_size=1000000000000"])
+    assert "OOM" in capsys.readouterr().out
 
 
 def test_prepare_cleans_up_after_an_interrupted_run(tmp_path, monkeypatch, capsys):

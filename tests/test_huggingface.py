@@ -236,6 +236,94 @@ def test_import_refuses_bad_directories(hf_dirs, tmp_path):
         from_pretrained(str(tmp_path))
 
 
+def damaged_copy(hf_dirs, tmp_path, config=None, files=None, tensors=None):
+    """A copy of the gpt2_tied folder: config.json updated with `config`, files written ({name: text}; None
+    removes), model.safetensors rewritten as tensors(its tensors)."""
+    import shutil
+    path = tmp_path / "hf"
+    shutil.copytree(hf_dirs["gpt2_tied"][1], path)
+    if config:
+        (path / "config.json").write_text(json.dumps(dict(json.loads((path / "config.json").read_text()), **config)))
+    if tensors:
+        save_file(tensors(load_file(str(path / "model.safetensors"))), str(path / "model.safetensors"))
+    for name, text in (files or {}).items():
+        (path / name).unlink() if text is None else (path / name).write_text(text)
+    return str(path)
+
+
+def index_for(hf_dirs, shard):
+    """model.safetensors.index.json text naming `shard` for every tensor of gpt2_tied."""
+    names = load_file(os.path.join(hf_dirs["gpt2_tied"][1], "model.safetensors"))
+    return json.dumps({"metadata": {}, "weight_map": {n: shard for n in names}})
+
+
+def untyped(w):
+    return {k: (v * 100).to(torch.int32) for k, v in w.items()}
+
+
+def three_d(w):
+    return dict(w, **{"transformer.h.0.attn.c_attn.weight": w["transformer.h.0.attn.c_attn.weight"][None].clone()})
+
+
+@pytest.mark.parametrize("damage, words", [
+    (dict(files={"config.json": "[1, 2]"}), ["is not a JSON object"]),   # was an AttributeError traceback
+    (dict(config=dict(n_embd="sixteen")), ["not whole numbers", "n_embd='sixteen'"]),   # was a TypeError traceback
+    (dict(config=dict(n_layer=1.5)), ["not whole numbers", "n_layer=1.5"]),
+    # sizes of terabytes: refused from the shapes, before the model is built (an allocator traceback before)
+    (dict(config=dict(vocab_size=10**12)), ["another shape", "(1000000000000, 36)"]),
+    (dict(config=dict(n_positions=10**12)), ["another shape", "pos_emb.weight"]),
+    (dict(tensors=untyped), ["integer tensors", "int32"]),   # silently loaded as floats before
+    (dict(tensors=three_d), ["do not fit its config.json", "2 dimensions"]),   # a RuntimeError traceback of t()
+    # a damaged index of shards (json, KeyError and AttributeError tracebacks before)
+    (dict(files={"model.safetensors.index.json": "{oops", "model.safetensors": None}), ["cannot read"]),
+    (dict(files={"model.safetensors.index.json": "{}", "model.safetensors": None}), ["no weight_map"]),
+    (dict(files={"model.safetensors.index.json": '{"weight_map": ["a"]}', "model.safetensors": None}),
+     ["no weight_map"]),
+])
+def test_damaged_or_unusual_folders_are_one_line(hf_dirs, tmp_path, damage, words):
+    with pytest.raises(ConversionError) as e:
+        from_pretrained(damaged_copy(hf_dirs, tmp_path, **damage))
+    msg = str(e.value)
+    assert "\n" not in msg and "(fix: " in msg and all(w in msg for w in words), msg
+
+
+def test_a_shard_outside_the_folder_is_not_read(hf_dirs, tmp_path):
+    """An index naming ../elsewhere/x.safetensors loaded weights from outside the model folder; refused, as is an
+    absolute path. A shard beside the index still loads."""
+    path = damaged_copy(hf_dirs, tmp_path)
+    shard = "model-00001-of-00001.safetensors"
+    os.makedirs(tmp_path / "elsewhere")
+    os.replace(os.path.join(path, "model.safetensors"), tmp_path / "elsewhere" / shard)
+    for name in (f"../elsewhere/{shard}", str(tmp_path / "elsewhere" / shard)):
+        with open(os.path.join(path, "model.safetensors.index.json"), "w") as f:
+            f.write(index_for(hf_dirs, name))
+        with pytest.raises(ConversionError, match="names a shard outside its folder"):
+            from_pretrained(path)
+    os.replace(tmp_path / "elsewhere" / shard, os.path.join(path, shard))
+    with open(os.path.join(path, "model.safetensors.index.json"), "w") as f:
+        f.write(index_for(hf_dirs, shard))
+    assert from_pretrained(path, verbose=False).config.vocab_size == 61
+
+
+def test_every_import_refusal_names_a_fix(hf_dirs, tmp_path):
+    """Refusals of what the mapping cannot represent said why but not what to do; each now ends with a fix."""
+    for change in (dict(architectures=["BertForMaskedLM"], model_type="bert"), dict(activation_function="swish2"),
+                   dict(scale_attn_weights=False), dict(n_head=-2)):
+        with pytest.raises(ConversionError, match=r"\(fix: "):
+            gpt_config_from_hf(dict(json.loads(open(os.path.join(hf_dirs["gpt2_tied"][1], "config.json")).read()),
+                                    **change))
+
+
+def test_sample_refuses_a_dataset_of_a_smaller_vocabulary(hf_dirs, tiny_data):
+    """--data_dir whose tokenizer has fewer tokens than the model samples: decoding ended in an IndexError."""
+    from tools.huggingface import sample
+    with pytest.raises(SystemExit) as e:
+        sample.main([f"--init_from={hf_dirs['gpt2_tied'][1]}", f"--data_dir={tiny_data}", "--start=a", "--device=cpu",
+                     "--max_new_tokens=2", "--num_samples=1"])
+    msg = str(e.value)
+    assert msg.startswith("error: ") and "fewer than the model's 61" in msg and "(fix: " in msg
+
+
 # --- export -------------------------------------------------------------------------------------
 
 OURS = {

@@ -344,6 +344,8 @@ def test_lgpt_widths_and_no_config_mutation():
     (dict(embd_factor_dim=0), "embd_factor_dim must be >= 1"),
     (dict(mlp_ratio=-1.0), "mlp_ratio must be > 0"),
     (dict(init_std=-0.02), "init_std must be > 0"),
+    (dict(init_std=math.inf), "init_std must be > 0 and finite"),   # NaN weights: the first eval "diverged"
+    (dict(norm_eps=math.inf), "norm_eps must be > 0 and finite"),   # e.g. a config.json's Infinity: a constant model
     (dict(n_attn_layers=3, n_top_attn_layers=2), "exceeds"),
     (dict(n_top_attn_layers=1), "needs n_attn_layers"),
     (dict(n_attn_layers=1, n_top_attn_layers=-1), "n_top_attn_layers"),

@@ -3,6 +3,7 @@ training (tools/pangu/refine.py + train.py --data_segments) and the batch-size /
 Tiny models on the synthetic dataset of conftest.py; the whole file runs in a few seconds."""
 import dataclasses
 import json
+import math
 import os
 
 import numpy as np
@@ -406,7 +407,9 @@ def test_refine_prefers_high_loss_segments_and_respects_the_rate():
     assert np.histogram(quarters, [0, 250, 500, 750, 1000])[0].tolist() == [62, 63, 63, 62]
     assert len(refine.refine(np.zeros(3), rate=0.5)) == 2   # N0 = round(0.5 * 3), not int()
     assert np.allclose(refine.sampling_probs([1.0, 2.0]), np.exp([1, 2]) / np.exp([1, 2]).sum())
-    for bad in (dict(rate=0), dict(rate=1.5), dict(temperature=0), dict(parts=0)):
+    # an infinite tau samples uniformly (refining silently off), a tiny one overflows l / tau
+    for bad in (dict(rate=0), dict(rate=1.5), dict(temperature=0), dict(temperature=math.inf),
+                dict(temperature=1e-320), dict(parts=0)):
         with pytest.raises(ValueError):
             refine.refine(losses, **bad)
 

@@ -93,6 +93,7 @@ def test_cli_unknown_characters_one_line_error(ckpt_dir):
     assert lines[0].startswith("error: characters not in the vocabulary:")
     assert "'\u00e9'" in lines[0] and "'\u20ac'" in lines[0] and "'5'" in lines[0]
     assert "tinychars" in lines[0]
+    assert lines[0].endswith("(fix: remove them from --start)")   # was "; fix: ...", which no one-line check finds
     assert r.stdout == ""
 
 

@@ -79,7 +79,7 @@ def copy_run(finished, tmp_path):
     # issue 23: out-of-range numbers and device strings torch does not know (tracebacks before)
     (dict(seed=-1), ["seed must be an integer in [0, 4294967295]"]),
     (dict(seed=2**70), ["seed must be"]),
-    (dict(num_threads=-1), ["num_threads must be an integer >= 0"]),
+    (dict(num_threads=-1), ["num_threads must be an integer in [0, "]),
     (dict(device="cpu:x"), ["unknown device 'cpu:x'"]),
     (dict(device="cpu:3"), ["unknown device 'cpu:3'"]),   # torch takes it, then no checkpoint loads onto it
 ])
@@ -105,6 +105,14 @@ def test_out_dir_that_is_a_file(tiny_train_config, tmp_path):
     message = main_error(argv(dict(tiny_train_config, out_dir=str(path / "run"))))
     assert str(path) in message and "is a file" in message
     assert path.read_text() == "not a folder"
+
+
+def test_a_batch_too_big_for_the_machine_fails_before_out_dir_changes(tiny_train_config):
+    """The first batch is drawn before out_dir is locked and log.csv begun: --batch_size=10**12 used to leave a new
+    out_dir with .lock and log.csv behind its out-of-memory line."""
+    message = main_error(argv(dict(tiny_train_config, batch_size=10**12)))
+    assert message.startswith("error: out of memory") and "(fix: " in message
+    assert not os.path.exists(tiny_train_config["out_dir"])
 
 
 def test_read_only_out_dir(tiny_train_config, tmp_path, monkeypatch):

@@ -44,6 +44,7 @@ torch.cuda.max_memory_allocated(); on a CPU the tensors alive when the step star
 sum of allocations minus frees during it, from torch.profiler (tools/benchmarks/measure.py: peak_bytes).
 """
 
+import math
 import os
 import sys
 
@@ -54,7 +55,7 @@ from tools.benchmarks.measure import describe, run_entry
 from tools.benchmarks.report import render, write_out
 from configurator import UserError, expand_bool_flags, load_config
 from train import gpt_config_defaults
-from checkpoint import resolve_device, resolve_dtype
+from checkpoint import check_num_threads, check_seed, resolve_device, resolve_dtype
 from model import GPT, GPTConfig
 
 BENCH_DEFAULTS = dict(
@@ -143,8 +144,9 @@ def parse(argv):
         if cfg[key] < 1:
             raise UserError(f"--{key}={cfg[key]} must be >= 1 (fix: e.g. --gen_tokens=500 --sample_repeats=1 "
                             f"--decode_steps=16)")
-    if not cfg["scale"] > 0 or cfg["depth_scale"] < 0:
-        raise UserError("--scale must be > 0 and --depth_scale >= 0 (fix: e.g. --scale=0.5, --depth_scale=0 to follow it)")
+    if not 0 < cfg["scale"] < math.inf or not 0 <= cfg["depth_scale"] < math.inf:   # inf: no model has that size
+        raise UserError("--scale must be > 0 and --depth_scale >= 0, both finite (fix: e.g. --scale=0.5, "
+                        "--depth_scale=0 to follow it)")
     model_keys = set(gpt_config_defaults())
     cli_model = {k: cfg[k] for k in explicit if k in model_keys}
     entries = [variant_entry(name.strip(), cfg, cli_model) for name in cfg["variants"].split(",") if name.strip()]
@@ -186,8 +188,7 @@ def check_out_file(path):
 
 
 def main(argv):
-    """The command line. Bad input (UserError) ends here as one line `error: ...`
-    and exit code 1, nowhere else."""
+    """The command line. Bad input (UserError) ends here as one line `error: ...` and exit code 1, nowhere else."""
     try:
         run(argv)
     except UserError as e:
@@ -198,6 +199,8 @@ def run(argv):
     cfg, entries = parse(argv)
     if cfg["out"]:
         check_out_file(cfg["out"])
+    check_num_threads(cfg["num_threads"])
+    check_seed(cfg["seed"])
     if cfg["num_threads"]:
         torch.set_num_threads(cfg["num_threads"])
     device = str(resolve_device(cfg["device"]))

@@ -3,6 +3,7 @@ Tokenization throughput of prepare.py's parallel WikiText path: GPT-2 encode_ord
 
     python -m tools.bench_tokenize [--mb=32] [--num_proc=N]
 """
+import math
 import os
 import sys
 import time
@@ -11,7 +12,7 @@ import numpy as np
 
 from configurator import UserError, run_command
 from dataset import GPT2_EOT_ID, get_gpt2_encoding
-from prepare import check_positive, encoding_spec, iter_tokenized
+from prepare import check_num_proc, encoding_spec, iter_tokenized
 
 DEFAULTS = dict(mb=32.0, input_path="", gpt2_ranks="", num_proc=0)
 
@@ -43,9 +44,9 @@ def bench_corpus(mb, input_path=None):
 
 def bench_tokenize(mb=32, input_path=None, gpt2_ranks=None, num_proc=None):
     """Tokenize ~mb MB through the WikiText parallel path with 1 worker and with all workers."""
-    if not mb > 0:
-        raise UserError(f"--mb must be > 0, got {mb} (fix: --mb=32)")
-    check_positive(num_proc=num_proc)
+    if not 0 < mb < math.inf:
+        raise UserError(f"--mb must be > 0 and finite, got {mb} (fix: --mb=32)")
+    check_num_proc(num_proc)
     articles, source = bench_corpus(mb, input_path)
     get_gpt2_encoding(gpt2_ranks)
     spec = encoding_spec(ranks_path=gpt2_ranks)

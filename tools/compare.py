@@ -63,10 +63,11 @@ import time
 import torch
 
 import train
-from checkpoint import (LAST_NAME, atomic_open, autocast, check_out_dir, load_model, lock_dir, resolve_device,
-                        resolve_dtype)
-from configurator import UserError, load_config
+from checkpoint import (LAST_NAME, MAX_SEED, atomic_open, autocast, check_out_dir, load_checkpoint, load_model,
+                        lock_dir, resolve_device, resolve_dtype)
+from configurator import UserError, load_config, out_of_memory
 from dataset import encode_start, load_tokenizer, render, resolve_data_dir
+from sample import check_temperature
 from tools import plots
 from tools.benchmarks.measure import bench_train, describe
 from tools.plots import read_log
@@ -143,19 +144,21 @@ def parse(argv):
 
 
 def resolve_seeds(seeds, seed):
-    """`seeds` as given (None, a count N, or a list) -> None or the list of seeds to train with."""
+    """`seeds` as given (None, a count N, or a list) -> None or the list of seeds to train with, each in train.py's
+    range [0, MAX_SEED) (checked before the list is made: --seeds=10**12 used to fill the memory making it)."""
     if seeds is None:
         return None
     if isinstance(seeds, int) and not isinstance(seeds, bool):
-        if seeds < 1:
-            raise UserError(f"seeds must be >= 1, got {seeds} (fix: --seeds=3)")
+        if not 1 <= seeds <= MAX_SEED - seed:
+            raise UserError(f"seeds must be >= 1 and at most {MAX_SEED - seed} (seed .. seed + seeds - 1 must be "
+                            f"below {MAX_SEED}), got {seeds} (fix: --seeds=3)")
         return [seed + k for k in range(seeds)]
     if (isinstance(seeds, (list, tuple)) and seeds
-            and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds)):
+            and all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s < MAX_SEED for s in seeds)):
         if len(set(seeds)) != len(seeds):
             raise UserError(f"seeds lists a seed twice: {list(seeds)} (fix: name each seed once)")
         return list(seeds)
-    raise UserError(f"seeds must be a count or a list of seeds >= 0, got {seeds!r} "
+    raise UserError(f"seeds must be a count or a list of seeds in [0, {MAX_SEED - 1}], got {seeds!r} "
                      f"(fix: --seeds=3 or --seeds=1,2,3)")
 
 
@@ -186,6 +189,10 @@ def check(config, explicit):
     config["variants"] = list(v)
     dup = sorted({x for x in v if v.count(x) > 1})
     need(not dup, f"variants lists {', '.join(dup)} twice (fix: name each variant once)")
+    # each variant trains into <compare_dir>/<name>: a name like ../../x would write outside compare_dir
+    paths = [x for x in v if os.path.basename(x) != x or x in (".", "..")]
+    need(not paths, f"variant names are folder names inside compare_dir, got {', '.join(map(repr, paths))} "
+                    f"(fix: name the variant without '/' or '..')")
     p = config["prompts"]
     need(isinstance(p, (list, tuple)) and all(isinstance(x, str) for x in p),
          f"prompts must be a list of strings, got {p!r} (fix: --prompts=\"['War is ']\")")
@@ -194,6 +201,8 @@ def check(config, explicit):
         need(config[key] >= 1, f"{key} must be >= 1 (fix: --{key}=1)")
     for key in ("sample_tokens", "sample_temperature", "sample_top_k", "bench_iters"):
         need(config[key] >= 0, f"{key} must be >= 0 (fix: --{key}=0)")
+    # sample.py's rule: a tiny, infinite or NaN temperature samples garbage (NaN probabilities) after all the training
+    check_temperature(config["sample_temperature"], "sample_temperature")
     need(config["compare_dir"] != "", "compare_dir is empty (fix: --compare_dir=out-compare)")
     need("init_from" not in explicit, "compare.py sets init_from itself: scratch, or resume for a model whose "
          "last.pt exists (fix: drop init_from; a custom variant may start from a checkpoint path)")
@@ -262,7 +271,7 @@ def plan(config, explicit):
         except (ValueError, TypeError) as e:
             set_keys = ", ".join(sorted(model_explicit)) or "none"
             raise UserError(f"variant {name} with this config: {e} (the config's model keys ({set_keys}) "
-                             f"apply to every variant; fix: adjust them, or drop them to keep the preset's sizes)")
+                             f"apply to every variant) (fix: adjust them, or drop them to keep the preset's sizes)")
         for k, seed in enumerate(seeds):
             key = name if config["seeds"] is None else f"{name}/seed{seed}"
             out.append(Run(name=name, seed=seed, key=key, out_dir=os.path.join(config["compare_dir"], key),
@@ -304,7 +313,9 @@ def load_status(config):
     try:
         with open(path, encoding="utf-8") as f:
             status = json.load(f)
-        status["models"]  # noqa: B018 - a KeyError means a foreign file
+        # {"models": {key: {state, settings, summary, ...}}}: another shape is a foreign or damaged file
+        if not isinstance(status["models"], dict) or not all(isinstance(e, dict) for e in status["models"].values()):
+            raise TypeError("'models' is not a dict of runs")
     except (ValueError, OSError, KeyError, TypeError) as e:
         raise UserError(f"cannot read {path}: {type(e).__name__} {e} (fix: delete it; the next run then "
                          f"resumes every model from its last.pt)")
@@ -431,7 +442,9 @@ def train_model(run, progress):
         return train.train(tcfg, texplicit, callback=progress)
     except UserError as e:
         raise UserError(f"{run.label}: {e}")
-    except torch.OutOfMemoryError:
+    except (MemoryError, RuntimeError) as e:   # a GPU's, or a CPU allocation that failed (a traceback before)
+        if not out_of_memory(e):
+            raise
         raise UserError(f"{run.label}: out of memory (fix: lower --batch_size and raise "
                          f"--gradient_accumulation_steps, or lower --block_size)") from None
 
@@ -928,9 +941,14 @@ def run(config, explicit):
     if config["dry_run"]:
         return None
     check_out_dir(config["compare_dir"], key="compare_dir")
-    for run in runs:   # every run's training values, before anything is written
+    for run in runs:   # every run's training values, and the last.pt it resumes from, before anything is written
         try:
             check_train_config(dict(train.DEFAULTS, **run.config))
+            if status["models"].get(run.key, {}).get("state") != "finished" and \
+                    os.path.isfile(os.path.join(run.out_dir, LAST_NAME)):
+                # read lazily (mmap): a damaged file, or one whose pickle would run code, is refused here, not after
+                # status.json already says the run is running
+                load_checkpoint(run.out_dir, prefer=(LAST_NAME,), mmap=True)
         except UserError as e:
             raise UserError(f"{run.label}: {e}") from None
     # one writer per compare_dir: a second compare.py would train the same runs over this one's

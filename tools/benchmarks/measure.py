@@ -24,6 +24,7 @@ import torch
 
 import sample
 from checkpoint import autocast
+from configurator import out_of_memory
 from model import GPT, GPTConfig, InferenceCache
 from tools.benchmarks.report import short
 
@@ -345,7 +346,9 @@ def run_entry(entry, cfg, device, dtype):
         except TooSlow as e:
             row["note"] = f"skipped: one step took {e.args[0]:.0f}s"
             last = (seq, e.args[0])
-        except getattr(torch, "OutOfMemoryError", MemoryError):
+        except (MemoryError, RuntimeError) as e:   # on a CPU too (e.g. --batch_size=10**12): a traceback before
+            if not out_of_memory(e):
+                raise
             row["note"] = "OOM"
             torch.cuda.empty_cache()
         rows.append(row)

@@ -88,9 +88,11 @@ def read_config(directory):
     path = os.path.join(directory, "config.json")
     try:
         with open(path, encoding="utf-8") as f:
-            return json.load(f)
+            hf = json.load(f)
     except (OSError, ValueError) as e:
         raise ConversionError(f"cannot read {path}: {_first_line(e)} (fix: re-download or re-save the model)") from None
+    refuse(isinstance(hf, dict), f"{path} is not a JSON object of settings (fix: re-download or re-save the model)")
+    return hf
 
 
 def read_weights(directory):
@@ -100,12 +102,32 @@ def read_weights(directory):
            f"(fix: save the model with save_pretrained, or download its weights too)")
     files = [name]
     if name.endswith(".index.json"):
-        with open(os.path.join(directory, name), encoding="utf-8") as f:
-            files = sorted(set(json.load(f)["weight_map"].values()))
+        files = shard_files(os.path.join(directory, name))
     tensors = {}
     for file in files:
         tensors.update(_read_weight_file(os.path.join(directory, file)))
     return tensors
+
+
+def shard_files(index):
+    """The shard files an *.index.json names (its weight_map: tensor name -> file), with one-line errors for a
+    damaged index. A shard is a file beside the index: a name that leaves the folder (../x, /x) would read weights
+    from elsewhere, and is refused."""
+    try:
+        with open(index, encoding="utf-8") as f:
+            content = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ConversionError(f"cannot read {index}: {_first_line(e)} (fix: re-download or re-save the model)") \
+            from None
+    weight_map = content.get("weight_map") if isinstance(content, dict) else None
+    refuse(isinstance(weight_map, dict) and weight_map and all(isinstance(f, str) for f in weight_map.values()),
+           f"{index} has no weight_map of tensor names to shard files (fix: re-download or re-save the model)")
+    files = sorted(set(weight_map.values()))
+    outside = [f for f in files if os.path.basename(f) != f or f in ("", ".", "..")]
+    if outside:
+        raise ConversionError(f"{index} names a shard outside its folder ({outside[0]!r}): shards are files beside "
+                              f"it (fix: put the shards in that folder and name them only by file name)")
+    return files
 
 
 def _read_weight_file(path):
@@ -141,32 +163,45 @@ def architecture(hf):
     if any(a in LLAMA_ARCHS for a in archs) or (not archs and kind in ("llama", "mobilellm")):
         return "llama"
     found = ", ".join(archs) or f"model_type {kind!r}"
-    raise ConversionError(f"unknown architecture {found} (supported: {', '.join(GPT2_ARCHS + LLAMA_ARCHS)})")
+    raise ConversionError(f"unknown architecture {found} (supported: {', '.join(GPT2_ARCHS + LLAMA_ARCHS)}) "
+                          f"(fix: convert a GPT-2, Llama or MobileLLM model)")
+
+
+# the sizes of a mapped config (GPTConfig's names), which must be whole numbers
+SIZE_FIELDS = ("vocab_size", "block_size", "n_layer", "n_head", "n_kv_head", "n_embd", "mlp_hidden", "share_group_size")
 
 
 def gpt_config_from_hf(hf):
     """The GPTConfig whose model computes the same function as the transformers model of config dict `hf`."""
     from model import GPTConfig
-    args = gpt2_args(hf) if architecture(hf) == "gpt2" else llama_args(hf)
-    try:
+    fix = "(fix: use the config.json that transformers saved with these weights)"
+    try:   # TypeError: a value of another type ("n_embd": "sixteen") meets arithmetic or a comparison
+        args = gpt2_args(hf) if architecture(hf) == "gpt2" else llama_args(hf)
+        sizes = {k: args[k] for k in SIZE_FIELDS if args.get(k) is not None}
+        odd = {k: v for k, v in sizes.items() if not isinstance(v, int) or isinstance(v, bool)}
+        refuse(not odd, f"config.json gives sizes that are not whole numbers (our names): "
+               f"{', '.join(f'{k}={v!r}' for k, v in odd.items())} {fix}")
         return GPTConfig(dropout=0.0, **args)
-    except ValueError as e:
-        raise ConversionError(f"the checkpoint's config does not fit our GPTConfig: {e}") from None
+    except ConversionError:
+        raise
+    except (TypeError, ValueError) as e:
+        raise ConversionError(f"the checkpoint's config does not fit our GPTConfig: {e} {fix}") from None
 
 
 def activation_from_hf(name):
-    refuse(name in ACT_FROM_HF, f"activation {name!r} is not implemented here (supported: {', '.join(ACT_FROM_HF)})")
+    refuse(name in ACT_FROM_HF, f"activation {name!r} is not implemented here (supported: {', '.join(ACT_FROM_HF)}) "
+           f"(fix: convert a model with one of these)")
     return ACT_FROM_HF[name]
 
 
 def gpt2_args(hf):
     """GPT2LMHeadModel (defaults are GPT2Config's)."""
     refuse(hf.get("scale_attn_weights", True), "scale_attn_weights=false (attention without the 1/sqrt(head "
-           "size) scale) is not implemented here")
+           "size) scale) is not implemented here (fix: convert a model with the usual scale)")
     refuse(not hf.get("scale_attn_by_inverse_layer_idx", False), "scale_attn_by_inverse_layer_idx=true "
-           "(attention scaled by 1/layer) is not implemented here")
+           "(attention scaled by 1/layer) is not implemented here (fix: convert a model without it)")
     refuse(not hf.get("add_cross_attention", False), "cross-attention (add_cross_attention=true) is not "
-           "implemented here: ours is a decoder-only model")
+           "implemented here: ours is a decoder-only model (fix: convert a decoder-only model)")
     width = hf.get("n_embd", 768)
     return dict(
         vocab_size=hf.get("vocab_size", 50257), block_size=hf.get("n_positions", hf.get("n_ctx", 1024)),
@@ -181,7 +216,8 @@ def llama_args(hf):
     width, heads = hf.get("hidden_size", 4096), hf.get("num_attention_heads", 32)
     head_dim = hf.get("head_dim") or width // heads
     refuse(head_dim * heads == width, f"head_dim={head_dim} x {heads} heads != hidden_size={width}: our "
-           f"attention's head size is always width / n_head")
+           f"attention's head size is always width / n_head (fix: convert a model with head_dim = hidden_size / "
+           f"num_attention_heads)")
     mobilellm = hf.get("model_type") == "mobilellm"
     tied = hf.get("tie_word_embeddings", False) or hf.get("share_embedding", mobilellm)
     repeats = hf.get("layer_sharing_repeats", 2) if hf.get("layer_sharing", False) else 1
@@ -204,7 +240,8 @@ def rope_base(hf):
         kind = spec.get("rope_type") or spec.get("type") or "default"
         refuse(kind == "default", f"rope scaling {kind!r} is not implemented here (fix: use a checkpoint with "
                f"plain RoPE, i.e. rope_scaling null)")
-        refuse(spec.get("partial_rotary_factor", 1.0) == 1.0, "partial rotary embeddings are not implemented here")
+        refuse(spec.get("partial_rotary_factor", 1.0) == 1.0, "partial rotary embeddings are not implemented here "
+               "(fix: convert a model with RoPE on the whole head)")
     return float(params.get("rope_theta", hf.get("rope_theta", 10000.0)))
 
 
@@ -228,7 +265,8 @@ class Tensors:
     def check_all_used(self):
         left = sorted(self.tensors)
         refuse(not left, f"the weights have {len(left)} tensors this mapping does not know, e.g. "
-               f"{', '.join(left[:3])}; converting would drop them")
+               f"{', '.join(left[:3])}; converting would drop them (fix: convert a plain GPT-2, Llama or MobileLLM "
+               f"model, or the weights its config.json describes)")
 
 
 def gpt2_state_dict(tensors, config):
@@ -247,7 +285,8 @@ def gpt2_state_dict(tensors, config):
     sd["ln_f.weight"], sd["ln_f.bias"] = t.take("ln_f.weight"), t.take("ln_f.bias")
     head = t.tensors.pop("lm_head.weight", None)   # tied: transformers ignores a stored copy, so do we
     if not config.tie_embeddings:
-        refuse(head is not None, "config.json says tie_word_embeddings=false but the weights have no lm_head.weight")
+        refuse(head is not None, "config.json says tie_word_embeddings=false but the weights have no lm_head.weight "
+               "(fix: re-download the weights, or the config.json saved with them)")
         sd["lm_head.weight"] = head
     t.check_all_used()
     return sd
@@ -278,7 +317,8 @@ def llama_state_dict(tensors, config):
     sd["ln_f.weight"] = t.take("model.norm.weight")
     head = t.tensors.pop("lm_head.weight", None)
     if not config.tie_embeddings:
-        refuse(head is not None, "config.json says the embeddings are untied but the weights have no lm_head.weight")
+        refuse(head is not None, "config.json says the embeddings are untied but the weights have no lm_head.weight "
+               "(fix: re-download the weights, or the config.json saved with them)")
         sd["lm_head.weight"] = head
     t.check_all_used()
     return sd
@@ -298,7 +338,13 @@ def load_pretrained(name_or_dir, device="cpu", say=None):
     config = gpt_config_from_hf(hf)
     arch = architecture(hf)
     tensors = read_weights(directory)
-    sd = (gpt2_state_dict if arch == "gpt2" else llama_state_dict)(tensors, config)
+    fix = "(fix: use the config.json saved with these weights, or download or export the model again)"
+    try:
+        sd = (gpt2_state_dict if arch == "gpt2" else llama_state_dict)(tensors, config)
+    except RuntimeError as e:   # a tensor of another rank than the mapping transposes or concatenates
+        raise ConversionError(f"the weights of '{name_or_dir}' do not fit its config.json: {_first_line(e)} {fix}") \
+            from None
+    check_weights(sd, config, name_or_dir, fix)   # before the model is built: its sizes may be terabytes
     from checkpoint import check_finite
     check_finite(sd, name_or_dir, fix="download or export the model again")   # NaN weights sample nothing sane
     model = GPT(config)
@@ -306,11 +352,29 @@ def load_pretrained(name_or_dir, device="cpu", say=None):
         model.load_state_dict(sd)
     except RuntimeError as e:
         raise ConversionError(f"the weights of '{name_or_dir}' do not fit the mapped config: "
-                              f"{_first_line(e)}") from None
+                              f"{_first_line(e)} {fix}") from None
     model.to(device).eval()
     say(f"imported {(hf.get('architectures') or [arch])[0]} from {name_or_dir}: "
         f"{model.get_num_params(False):,} parameters, {model.depth_summary()}; GPTConfig({describe(config)})")
     return model, dict(source=os.fspath(name_or_dir), directory=directory, hf_config=hf, architecture=arch)
+
+
+def check_weights(sd, config, source, fix):
+    """The mapped weights against the shapes of the model config.json describes, built on the meta device (no
+    memory): a config.json of another model, or of sizes that would allocate terabytes, is refused before the
+    model is built; so are integer tensors, which load_state_dict would quietly turn into floats."""
+    from model import GPT
+    integer = [f"{k}: {str(v.dtype).replace('torch.', '')}" for k, v in sd.items() if not v.is_floating_point()]
+    if integer:
+        raise ConversionError(f"'{source}' holds integer tensors where weights are floating point (e.g. {integer[0]}) "
+                              f"(fix: download or export the model again)")
+    with torch.device("meta"):
+        shapes = {k: v.shape for k, v in GPT(config).state_dict().items()}
+    reshaped = [f"{k} {tuple(v.shape)} instead of {tuple(shapes[k])}" for k, v in sd.items()
+                if k in shapes and v.shape != shapes[k]]
+    if reshaped:
+        raise ConversionError(f"the weights of '{source}' do not fit its config.json: {len(reshaped)} tensor(s) of "
+                              f"another shape (e.g. {reshaped[0]}) {fix}")
 
 
 def from_pretrained(name_or_dir, device="cpu", verbose=True):
@@ -377,7 +441,8 @@ def export_plan(config):
         refuse(f.name in HANDLED_FIELDS or value == getattr(defaults, f.name),
                f"cannot export {f.name}={value!r}: the exporter does not know this flag, so it cannot promise "
                f"an equal transformers model (fix: extend tools/huggingface/convert.py)")
-    refuse(config.activation in ACT_TO_HF, f"activation {config.activation!r} has no transformers name here")
+    refuse(config.activation in ACT_TO_HF, f"activation {config.activation!r} has no transformers name here "
+           f"(fix: export a model with one of {', '.join(ACT_TO_HF)})")
     if (config.pos_embedding, config.norm, config.mlp_type) == ("learned", "layernorm", "standard"):
         refuse((config.n_kv_head or config.n_head) == config.n_head,
                "cannot export GQA in GPT-2 style: GPT2LMHeadModel has no grouped-query attention "
@@ -387,7 +452,8 @@ def export_plan(config):
         return "llama"
     raise ConversionError(
         f"cannot export pos_embedding={config.pos_embedding!r}, norm={config.norm!r}, mlp_type={config.mlp_type!r}: "
-        f"transformers' GPT-2 is learned + layernorm + standard, its Llama is rope + rmsnorm + gated")
+        f"transformers' GPT-2 is learned + layernorm + standard, its Llama is rope + rmsnorm + gated (fix: export a "
+        f"model of one of these two layouts)")
 
 
 def hf_config_for(model, arch, eot="gpt2"):

@@ -21,6 +21,11 @@ def run(cfg):
     device, start_text = sample.check_options(cfg)
     model, info = load_pretrained(cfg["init_from"], device)
     tok = load_tokenizer(cfg["data_dir"]) if cfg["data_dir"] else tokenizer_for(info)
+    # the model samples ids up to its vocab_size: a smaller vocabulary cannot decode them (an IndexError midway)
+    if cfg["data_dir"] and tok.vocab_size < model.config.vocab_size:
+        raise UserError(f"{cfg['data_dir']}'s tokenizer has {tok.vocab_size} tokens, fewer than the model's "
+                        f"{model.config.vocab_size}: it cannot decode what the model samples (fix: --data_dir=<the "
+                        f"dataset the model was trained on>, or leave it out to use the model's own tokenizer)")
     dataset = cfg["data_dir"] or f"{info['source']}'s tokenizer"
     sample.write_samples(model, tok, start_text, cfg, device, f"{info['source']} (iter pretrained", dataset)
 

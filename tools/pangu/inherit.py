@@ -87,7 +87,8 @@ import torch
 
 from configurator import run_command
 from model import GPT, GPTConfig
-from checkpoint import CKPT_NAME, atomic_save, check_out_dir, clean_state_dict, load_model, remove_stale_temp_files
+from checkpoint import (CKPT_NAME, atomic_save, check_num_threads, check_out_dir, check_seed, clean_state_dict,
+                        load_model, remove_stale_temp_files)
 from dataset import load_meta, resolve_data_dir, split_path, tokenizer_id
 from train import get_batch, split_tokens
 
@@ -645,6 +646,8 @@ def run(opts):
     if opts["mask_steps"] < 1:
         raise ValueError(f"mask_steps must be >= 1, got {opts['mask_steps']} (fix: --mask_steps=100)")
     check_out_dir(opts["out_dir"])   # a file or a read-only folder: one line now, not after the work
+    check_num_threads(opts["num_threads"])
+    check_seed(opts["seed"])
     if opts["num_threads"] > 0:
         torch.set_num_threads(opts["num_threads"])
     model, ckpt = load_model(opts["from"], "cpu")

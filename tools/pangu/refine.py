@@ -22,6 +22,7 @@ A full pass over the refined data is N0 / batch_size iterations.
 """
 
 import json
+import math
 import os
 
 import numpy as np
@@ -29,7 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from configurator import run_command
-from checkpoint import atomic_open, check_out_dir, load_model
+from checkpoint import atomic_open, check_num_threads, check_out_dir, check_seed, load_model
 from dataset import resolve_data_dir, split_path
 from train import segments_info_path, split_tokens
 
@@ -44,6 +45,7 @@ DEFAULTS = dict(
     num_threads=0,
 )
 OUT_NAME = "refine.npy"
+MIN_TEMPERATURE = 1e-6   # softmax(l / tau) below it keeps the highest losses anyway; l / 1e-320 is inf
 
 
 def segment_starts(n_tokens, seg_len):
@@ -75,8 +77,10 @@ def check_options(rate, temperature, parts, n_segments):
     """ValueError for a sampling rate, temperature or number of parts that makes no sense."""
     if not 0 < rate <= 1:
         raise ValueError(f"rate must be in (0, 1], got {rate} (fix: --rate=0.5)")
-    if not temperature > 0:
-        raise ValueError(f"temperature must be > 0, got {temperature} (fix: --temperature=1)")
+    # inf samples uniformly, as if refining were off, and a tiny tau overflows l / tau (NaN probabilities): refused
+    if not MIN_TEMPERATURE <= temperature < math.inf:
+        raise ValueError(f"temperature must be a finite number >= {MIN_TEMPERATURE:g}, got {temperature} "
+                         f"(fix: --temperature=1)")
     if not 1 <= parts <= n_segments:
         raise ValueError(f"parts must be in [1, {n_segments}] (the number of segments), got {parts} (fix: --parts=1)")
 
@@ -104,6 +108,8 @@ def run(opts):
     """pangu.refine's command: score every segment with the checkpoint, write refine.npy. Returns its path."""
     if opts["batch_size"] < 1:
         raise ValueError(f"batch_size must be >= 1, got {opts['batch_size']} (fix: --batch_size=64)")
+    check_num_threads(opts["num_threads"])
+    check_seed(opts["seed"])
     if opts["num_threads"] > 0:
         torch.set_num_threads(opts["num_threads"])
     model, ckpt = load_model(opts["out_dir"], "cpu")
