@@ -283,13 +283,7 @@ def gpt2_state_dict(tensors, config):
             sd[ours + ".weight"] = t.take(theirs + ".weight").t()
             sd[ours + ".bias"] = t.take(theirs + ".bias")
     sd["ln_f.weight"], sd["ln_f.bias"] = t.take("ln_f.weight"), t.take("ln_f.bias")
-    head = t.tensors.pop("lm_head.weight", None)   # tied: transformers ignores a stored copy, so do we
-    if not config.tie_embeddings:
-        refuse(head is not None, "config.json says tie_word_embeddings=false but the weights have no lm_head.weight "
-               "(fix: re-download the weights, or the config.json saved with them)")
-        sd["lm_head.weight"] = head
-    t.check_all_used()
-    return sd
+    return with_head(sd, t, config)
 
 
 def llama_state_dict(tensors, config):
@@ -315,6 +309,12 @@ def llama_state_dict(tensors, config):
             for ours, theirs, n in (("gate", "gate_proj", hidden), ("up", "up_proj", hidden), ("down", "down_proj", width)):
                 sd[m + f"inner.{ours}.bias"] = t.take_or_zeros(h + f"mlp.{theirs}.bias", n)
     sd["ln_f.weight"] = t.take("model.norm.weight")
+    return with_head(sd, t, config)
+
+
+def with_head(sd, t, config):
+    """sd with lm_head.weight when the model is untied (tied: transformers ignores a stored copy, so do we), after
+    checking that every tensor of the checkpoint was used."""
     head = t.tensors.pop("lm_head.weight", None)
     if not config.tie_embeddings:
         refuse(head is not None, "config.json says the embeddings are untied but the weights have no lm_head.weight "
