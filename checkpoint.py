@@ -208,7 +208,7 @@ def load_checkpoint(path_or_out_dir, device="cpu", prefer=(CKPT_NAME, LAST_NAME)
     try:
         # what train.py writes holds only tensors and plain python values, which this loads
         ckpt = torch.load(path, map_location=device, weights_only=True, mmap=mmap)
-    except (RuntimeError, EOFError, OSError, pickle.UnpicklingError) as e:
+    except Exception as e:   # a damaged file: the unpickler also raises IndexError, KeyError, UnicodeDecodeError, ...
         refused = unsafe_pickle_error(e, path)
         if refused is not None:
             raise refused from None

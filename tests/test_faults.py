@@ -164,6 +164,15 @@ def test_damaged_checkpoint_names_what_is_wrong(finished, tmp_path, script, edit
     one_error_line(entry_point(script), [f"--out_dir={out_dir}", "--device=cpu"], *words)
 
 
+@pytest.mark.parametrize("seed", [0, 2, 20, 195])
+def test_a_checkpoint_of_random_bytes_is_one_line(tmp_path, seed):
+    """Garbage in a ckpt.pt: the unpickler raises UnpicklingError for most bytes, but IndexError (seed 2), KeyError
+    (20) or UnicodeDecodeError (195) for others, which were tracebacks."""
+    import random
+    (tmp_path / "ckpt.pt").write_bytes(random.Random(seed).randbytes(4096))
+    one_error_line(entry_point("sample"), [f"--out_dir={tmp_path}", "--device=cpu"], "cannot read checkpoint")
+
+
 # --- checkpoints from others: loading never runs code from the file (issue 23) -------------------------------
 
 class RunsCode:
@@ -453,3 +462,32 @@ def test_bench_refuses_nonpositive_counts(tmp_path):
                         "--block_size=16", "--vocab_size=32", "--seq_lens=8"],
                        capture_output=True, text=True, timeout=120, cwd=tmp_path, env=dict(os.environ, PYTHONPATH=ROOT))
     assert r.returncode == 1 and r.stderr.strip().startswith("error: --gen_tokens"), r.stdout + r.stderr
+
+
+# --- the fault trial (tools/fault_trial.py): minutes for all its cases, so the suite runs five ---------------
+
+def test_the_fault_trial_runs_and_judges_its_cases(tmp_path):
+    """python -m tools.fault_trial on five representative cases (a thread count that crashed torch, a planted
+    checkpoint, a token file of odd size, a second writer, a prompt file that is not UTF-8): each ok, with the
+    summary line and exit code 0. Then its judge on three commands that misbehave: each is a FAIL saying why."""
+    from tools import fault_trial
+    cases = ("train_num_threads_huge", "sample_ckpt_planted", "eval_val_bin_odd_size", "train_second_writer",
+             "prepare_input_not_utf8")
+    r = subprocess.run([sys.executable, "-m", "tools.fault_trial", f"--cases={','.join(cases)}"], capture_output=True,
+                       text=True, timeout=300, cwd=tmp_path, env=dict(os.environ, PYTHONPATH=ROOT))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert sorted(line.split()[1] for line in r.stdout.splitlines() if line.startswith("ok ")) == sorted(cases), r.stdout
+    assert "5 cases: 5 ok, 0 fail" in r.stdout
+
+    bad = {"exits_0": ("print('fine')", "exit code 0"),
+           "traceback": ("import json; json.loads('{')", "traceback, exit code 1"),
+           "writes": ("open('left_behind', 'w').close(); raise SystemExit('error: no (fix: none)')",
+                      "changed on disk: +cases/writes/left_behind"),
+           "runs_code": (f"open({fault_trial.MARKER!r}, 'w').close(); raise SystemExit('error: x (fix: y)')",
+                         "code from a planted file ran")}
+    root, fx = str(tmp_path / "root"), str(tmp_path / "fx")
+    os.makedirs(fx)
+    for name, (code, why) in bad.items():
+        case = fault_trial.Case(name, "self-check", ["{c}/cmd.py"], setup=fault_trial.files(**{"cmd.py": code}))
+        got, _ = fault_trial.run_case(case, root, fx, ROOT, dict(os.environ), 60, ())
+        assert got.startswith(why), (name, got)

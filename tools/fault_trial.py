@@ -1,0 +1,929 @@
+"""
+Fault trial (issue 23, point 5): bad input and damaged files given to every command the way a user would give
+them, each case a real subprocess, and what each must do about it.
+
+    python -m tools.fault_trial                          # every case, two at a time (a few minutes on 2 cores)
+    python -m tools.fault_trial --cases=sample_*,hf_*    # the cases whose names match (fnmatch patterns)
+    python -m tools.fault_trial --list                   # the cases and their classes, without running them
+
+Classes: unknown keys and wrong types; out-of-range numbers (negative, zero, huge, inf, NaN from a config file)
+for counts, sizes, seeds, thread counts, rates and temperatures; bad paths (missing, a file for a folder, a
+read-only folder, names that leave their folder); damaged files (checkpoints, meta.json, token files, log.csv,
+status.json, config files); Hugging Face folders with a damaged or unusual config.json, index or weights;
+checkpoints of another tokenizer, with NaN or integer weights, or unknown model_args; checkpoints whose pickle
+would run code; a second writer into an out_dir or compare_dir.
+
+Every case must end with exit code 1, its last line on stderr the one `error: ... (fix: ...)` line (lines
+before it are the commands' own notes, e.g. sample.py naming the newest checkpoint), no Python traceback
+anywhere, and nothing changed on disk: the sizes and sha256 of every file (and the folders) under the case's
+own folder and under the shared fixtures are compared before and after (only the pid inside an existing writer
+lock, .lock, may change). A planted checkpoint (its pickle would create a marker file when loaded) must never
+create it. A read-only folder stops root too: as root the command runs in a user namespace (`unshare -U`).
+
+Nothing here touches the repository's data/ or out*/: the code is copied to a scratch folder, every command
+runs with its own empty temporary folder as the current directory, and the fixtures (tinyshakespeare prepared
+char-level, a tiny trained run, its Hugging Face export, a finished compare.py folder, a dataset of another
+tokenizer) are built once per trial under the same temporary root. Prints one line per case (`ok` /
+`FAIL <why>`), then `N cases: K ok, M fail`; exit code 1 when any case fails. Not part of the pytest suite
+(minutes); tests/test_faults.py runs a few cases through it.
+"""
+
+import concurrent.futures
+import fnmatch
+import hashlib
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+
+from configurator import UserError, run_command
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULTS = dict(
+    cases="",        # comma list of case names or fnmatch patterns; "" = all
+    workers=2,       # cases run at the same time (each is one python process)
+    timeout=120.0,   # seconds a case may take; a case that runs longer fails
+    list=False,      # print the cases and exit
+    keep=False,      # keep the temporary folder (fixtures and every case's folder) and print where it is
+)
+BOOL_FLAGS = ("list", "keep")
+# what the repository copy needs: the code and the config files, not data, results or checkpoints
+COPY_IGNORE = shutil.ignore_patterns(".git", "data", "out*", "hf-out*", "results", "docs", "tests", "__pycache__",
+                                     "*.pyc", ".pytest_cache", ".benchmarks", ".venv")
+MARKER = "RAN_CODE_FROM_A_FILE"
+# the tiny model every training case starts from (train.py's settings, as the fixture run was trained)
+TINY = ["--dataset=shakespeare_char", "--n_layer=1", "--n_embd=16", "--n_head=2", "--block_size=16",
+        "--batch_size=4", "--max_iters=4", "--eval_interval=2", "--eval_iters=1", "--device=cpu"]
+
+
+# --- cases ---------------------------------------------------------------------------------------------
+
+@dataclass
+class Case:
+    name: str
+    kind: str                 # the class of fault, for the report
+    argv: list                # after `python`: a script (train.py) or -m tools.x, then its arguments. {c} is the
+                              # case's folder, {fx} the fixtures'
+    setup: object = None      # setup(c, fx): writes the case's files before it runs (nothing in fx)
+    needs: tuple = ()         # fixtures the case reads (built before it runs)
+    holder: str = ""          # a folder (under {c}) whose writer lock another process holds while the case runs
+    read_only: str = ""       # a folder (under {c}) made read-only before the case runs
+
+
+def train(*extra):
+    return ["train.py", *TINY, "--data_dir={fx}/data", "--out_dir={c}/out", *extra]
+
+
+def sample(*extra):
+    return ["sample.py", "--out_dir={fx}/run", "--device=cpu", "--num_samples=1", "--max_new_tokens=5", *extra]
+
+
+def tool(name, *extra):
+    return ["-m", f"tools.{name}", *extra]
+
+
+def compare(*extra):
+    return tool("compare", "--variants=gpt", "--compare_dir={c}/cmp", "--data_dir={fx}/data", *TINY,
+                "--bench_iters=0", "--sample_tokens=0", *extra)
+
+
+def inherit(*extra):
+    return tool("pangu.inherit", "--from={fx}/run", "--out_dir={c}/small", "--n_layer=1", "--n_embd=8",
+                "--n_head=1", "--calib_batches=1", *extra)
+
+
+def refine(*extra):
+    return tool("pangu.refine", "--out_dir={c}/run", *extra)
+
+
+def export(*extra):
+    return tool("huggingface.convert", "export", "--ckpt={fx}/run", "--out={c}/hf", *extra)
+
+
+def hf_import(*extra):
+    return tool("huggingface.convert", "import", "{c}/hf", "--out={c}/hf.pt", *extra)
+
+
+def all_cases():
+    """Every case, in the order they are reported."""
+    cases = []
+
+    def add(name, kind, argv, setup=None, needs=(), **kw):
+        cases.append(Case(name, kind, argv, setup, tuple(needs), **kw))
+
+    data, run, hf, cmp, data2 = ("data",), ("data", "run"), ("data", "run", "hf"), ("data", "cmp"), ("data2",)
+
+    # train.py: keys and values
+    add("train_unknown_key", "keys/types", train("--n_layers=2"), needs=data)
+    add("train_wrong_type", "keys/types", train("--batch_size=four"), needs=data)
+    add("train_config_key_unknown", "keys/types", ["train.py", "{c}/cfg.py", *train()[1:]],
+        setup=files(**{"cfg.py": "n_layers = 2\n"}), needs=data)
+    add("train_batch_size_zero", "numbers", train("--batch_size=0"), needs=data)
+    add("train_batch_size_huge", "numbers", train("--batch_size=1000000000000"), needs=data)
+    add("train_block_size_huge", "numbers", train("--block_size=1000000000000"), needs=data)
+    add("train_vocab_size_huge", "numbers", train("--vocab_size=1000000000000"), needs=data)
+    add("train_lr_inf", "numbers", train("--learning_rate=1e999"), needs=data)
+    add("train_lr_nan", "numbers", ["train.py", "{c}/cfg.py", *train()[1:]],
+        setup=files(**{"cfg.py": "learning_rate = float('nan')\n"}), needs=data)
+    add("train_dropout_nan", "numbers", ["train.py", "{c}/cfg.py", *train()[1:]],
+        setup=files(**{"cfg.py": "dropout = float('nan')\n"}), needs=data)
+    add("train_init_std_inf", "numbers", train("--init_std=1e999"), needs=data)
+    add("train_seed_huge", "numbers", train("--seed=18446744073709551616"), needs=data)
+    add("train_num_threads_huge", "numbers", train("--num_threads=100000"), needs=data)
+    add("train_device_unknown", "keys/types", train("--device=gpu"), needs=data)
+    # train.py: paths and files
+    add("train_config_missing", "paths", ["train.py", "{c}/nope.py", *train()[1:]], needs=data)
+    add("train_config_syntax", "damaged files", ["train.py", "{c}/cfg.py", *train()[1:]],
+        setup=files(**{"cfg.py": "n_layer = = 2\n"}), needs=data)
+    add("train_config_raises", "damaged files", ["train.py", "{c}/cfg.py", *train()[1:]],
+        setup=files(**{"cfg.py": "n_layer = 1 // 0\n"}), needs=data)
+    add("train_dataset_unknown", "paths", train("--dataset=nope", "--data_dir={c}/nodata"), needs=data)
+    add("train_dataset_escapes", "paths", train("--dataset=../../escaped", "--data_dir="), needs=data)
+    add("train_out_dir_is_file", "paths", train("--out_dir={c}/taken"), setup=files(taken="a file"), needs=data)
+    add("train_out_dir_read_only", "paths", train("--out_dir={c}/ro/out"), setup=folders("ro"), read_only="ro",
+        needs=data)
+    add("train_train_bin_odd_size", "damaged files", train("--data_dir={c}/data"),
+        setup=copy_data(lambda d: truncate(f"{d}/train.bin", -1)), needs=data)
+    add("train_train_bin_beyond_vocab", "damaged files", train("--data_dir={c}/data"),
+        setup=copy_data(lambda d: poke(f"{d}/train.bin", 100, b"\xff\xff")), needs=data)
+    add("train_val_bin_empty", "damaged files", train("--data_dir={c}/data"),
+        setup=copy_data(lambda d: write(f"{d}/val.bin", b"")), needs=data)
+    add("train_meta_json_garbage", "damaged files", train("--data_dir={c}/data"),
+        setup=copy_data(lambda d: write(f"{d}/meta.json", b"\x00\x01garbage")), needs=data)
+    add("train_meta_json_no_vocab", "damaged files", train("--data_dir={c}/data"),
+        setup=copy_data(lambda d: write(f"{d}/meta.json", '{"tokenizer": "char"}')), needs=data)
+    add("train_data_segments_garbage", "damaged files", train("--data_segments={c}/refine.npy"),
+        setup=files(**{"refine.npy": b"\x93NUMPY garbage"}), needs=data)
+    # train.py: checkpoints
+    add("train_resume_nothing", "paths", train("--init_from=resume"), setup=folders("out"), needs=data)
+    add("train_resume_truncated", "damaged files", train("--init_from=resume"),
+        setup=copy_run("out", lambda o: truncate(f"{o}/last.pt", 0.5)), needs=run)
+    add("train_resume_garbage", "damaged files", train("--init_from=resume"),
+        setup=copy_run("out", lambda o: write(f"{o}/last.pt", garbage(20))), needs=run)
+    add("train_resume_not_a_checkpoint", "damaged files", train("--init_from=resume"),
+        setup=copy_run("out", lambda o: save(f"{o}/last.pt", [1, 2, 3])), needs=run)
+    add("train_resume_log_csv_binary", "damaged files", train("--init_from=resume", "--max_iters=6"),
+        setup=copy_run("out", lambda o: write(f"{o}/log.csv", b"iter,kind\n\xff\xfe\x00\x81")), needs=run)
+    add("train_resume_other_model", "checkpoints", train("--init_from=resume", "--n_layer=2"),
+        setup=copy_run("out"), needs=run)
+    add("train_resume_nan_weights", "checkpoints", train("--init_from=resume", "--max_iters=6"),
+        setup=copy_run("out", edit_ckpts(nan_weights)), needs=run)
+    add("train_resume_planted", "planted code", train("--init_from=resume", "--max_iters=6"),
+        setup=copy_run("out", plant_ckpts), needs=run)
+    add("train_init_from_missing", "paths", train("--init_from={c}/nope.pt"), needs=data)
+    add("train_init_from_hf_folder", "paths", train("--init_from={fx}/hf"), needs=hf)
+    add("train_init_from_other_tokenizer", "checkpoints",
+        train("--init_from={fx}/run/ckpt.pt", "--data_dir={fx}/data2"), needs=run + data2)
+    add("train_init_from_nan_weights", "checkpoints", train("--init_from={c}/run/ckpt.pt"),
+        setup=copy_run("run", edit_ckpts(nan_weights)), needs=run)
+    add("train_init_from_unknown_model_args", "checkpoints", train("--init_from={c}/run/ckpt.pt"),
+        setup=copy_run("run", edit_ckpts(unknown_model_args)), needs=run)
+    add("train_init_from_planted", "planted code", train("--init_from={c}/run/ckpt.pt"),
+        setup=copy_run("run", plant_ckpts), needs=run)
+    add("train_second_writer", "second writer", train("--out_dir={c}/out"), setup=copy_run("out"), needs=run,
+        holder="out")
+
+    # sample.py
+    add("sample_unknown_key", "keys/types", sample("--temp=0.5"), needs=run)
+    add("sample_wrong_type", "keys/types", sample("--top_k=many"), needs=run)
+    add("sample_temperature_tiny", "numbers", sample("--temperature=1e-30"), needs=run)
+    add("sample_temperature_inf", "numbers", sample("--temperature=1e999"), needs=run)
+    add("sample_temperature_nan", "numbers", ["sample.py", "{c}/cfg.py", *sample()[1:]],
+        setup=files(**{"cfg.py": "temperature = float('nan')\n"}), needs=run)
+    add("sample_seed_huge", "numbers", sample("--seed=99999999999999999999"), needs=run)
+    add("sample_num_threads_huge", "numbers", sample("--num_threads=100000"), needs=run)
+    add("sample_num_samples_zero", "numbers", sample("--num_samples=0"), needs=run)
+    add("sample_device_unknown", "keys/types", sample("--device=cpu:x"), needs=run)
+    add("sample_out_dir_missing", "paths", sample("--out_dir={c}/nope"), needs=run)
+    add("sample_nothing_trained", "paths", ["sample.py", "--device=cpu"], needs=run)
+    add("sample_start_file_missing", "paths", sample("--start=FILE:{c}/nope.txt"), needs=run)
+    add("sample_start_file_not_utf8", "damaged files", sample("--start=FILE:{c}/p.txt"),
+        setup=files(**{"p.txt": b"\xff\xfe\x81"}), needs=run)
+    add("sample_start_not_in_vocab", "keys/types", sample("--start=\u20ac"), needs=run)
+    add("sample_ckpt_truncated", "damaged files", sample("--out_dir={c}/run"),
+        setup=copy_run("run", lambda o: truncate(f"{o}/ckpt.pt", 0.5)), needs=run)
+    add("sample_ckpt_garbage", "damaged files", sample("--out_dir={c}/run"),
+        setup=copy_run("run", lambda o: write(f"{o}/ckpt.pt", garbage(2))), needs=run)
+    add("sample_ckpt_nan_weights", "checkpoints", sample("--out_dir={c}/run"),
+        setup=copy_run("run", edit_ckpts(nan_weights)), needs=run)
+    add("sample_ckpt_unknown_model_args", "checkpoints", sample("--out_dir={c}/run"),
+        setup=copy_run("run", edit_ckpts(unknown_model_args)), needs=run)
+    add("sample_ckpt_wrong_shape", "checkpoints", sample("--out_dir={c}/run"),
+        setup=copy_run("run", edit_ckpts(wrong_shape)), needs=run)
+    add("sample_ckpt_int_weights", "checkpoints", sample("--out_dir={c}/run"),
+        setup=copy_run("run", edit_ckpts(int_weights)), needs=run)
+    add("sample_ckpt_planted", "planted code", sample("--out_dir={c}/run"),
+        setup=copy_run("run", plant_ckpts), needs=run)
+    add("sample_newest_out_planted", "planted code", ["sample.py", "--device=cpu", "--max_new_tokens=5"],
+        setup=copy_run("out-shared", plant_ckpts), needs=run)
+    add("sample_data_dir_other_tokenizer", "checkpoints", sample("--data_dir={fx}/data2"), needs=run + data2)
+    add("sample_recorded_data_prepared_again", "checkpoints", sample("--out_dir={c}/run"),
+        setup=copy_run("run", edit_ckpts(lambda ck, c: ck.update(data_dir=os.path.join(c, "data2"))),
+                       also=("data2",)), needs=run + data2)
+    add("sample_data_dir_meta_garbage", "damaged files", sample("--data_dir={c}/data"),
+        setup=copy_data(lambda d: write(f"{d}/meta.json", "{")), needs=run)
+
+    # prepare.py
+    add("prepare_unknown_dataset", "keys/types", ["prepare.py", "tinystories", "--out_dir={c}/data"])
+    add("prepare_dataset_escapes", "paths", ["prepare.py", "../../shakespeare_char"])
+    add("prepare_unknown_option", "keys/types", ["prepare.py", "shakespeare_char", "--outdir={c}/data"])
+    add("prepare_vocab_size_for_char", "numbers", ["prepare.py", "shakespeare_char", "--vocab_size=300",
+                                                   "--out_dir={c}/data"])
+    add("prepare_vocab_size_small", "numbers", ["prepare.py", "shakespeare", "--vocab_size=10", "--out_dir={c}/d"])
+    add("prepare_vocab_size_huge", "numbers", ["prepare.py", "shakespeare", "--vocab_size=1000000000000",
+                                               "--out_dir={c}/d"])
+    add("prepare_num_proc_zero", "numbers", ["prepare.py", "wikitext103", "--num_proc=0", "--out_dir={c}/d"])
+    add("prepare_num_proc_huge", "numbers", ["prepare.py", "wikitext103", "--source={c}/wt", "--num_proc=1000000",
+                                             "--out_dir={c}/d"], setup=wikitext_folder)
+    add("prepare_input_missing", "paths", ["prepare.py", "shakespeare_char", "--input={c}/nope.txt",
+                                           "--out_dir={c}/data"])
+    add("prepare_input_empty", "damaged files", ["prepare.py", "shakespeare_char", "--input={c}/in.txt",
+                                                 "--out_dir={c}/data"], setup=files(**{"in.txt": ""}))
+    add("prepare_input_not_utf8", "damaged files", ["prepare.py", "shakespeare_char", "--input={c}/in.txt",
+                                                    "--out_dir={c}/data"],
+        setup=files(**{"in.txt": b"abc\xff\xfe def\n"}))
+    add("prepare_too_many_chars_over_a_dataset", "damaged files",
+        ["prepare.py", "shakespeare_char", "--input={c}/in.txt", "--out_dir={c}/data"],
+        setup=chain(copy_data(), files(**{"in.txt": "".join(map(chr, range(0x10000, 0x10000 + 70000)))})),
+        needs=data)
+    add("prepare_out_dir_is_file", "paths", ["prepare.py", "shakespeare_char", "--out_dir={c}/taken"],
+        setup=files(taken="a file"))
+    add("prepare_out_dir_read_only", "paths", ["prepare.py", "shakespeare_char", "--out_dir={c}/ro/data"],
+        setup=folders("ro"), read_only="ro")
+    add("prepare_gpt2_ranks_garbage", "damaged files", ["prepare.py", "shakespeare", "--gpt2_ranks={c}/r.tiktoken",
+                                                        "--out_dir={c}/d"],
+        setup=files(**{"r.tiktoken": "not base64 ranks\n"}))
+    add("prepare_wikitext_source_missing", "paths", ["prepare.py", "wikitext103", "--source={c}/nope.zip",
+                                                     "--out_dir={c}/d"])
+    add("prepare_wikitext_zip_garbage", "damaged files", ["prepare.py", "wikitext103", "--source={c}/wt.zip",
+                                                          "--out_dir={c}/d"],
+        setup=files(**{"wt.zip": b"PK\x03\x04 not really a zip"}))
+    add("prepare_wikitext_folder_incomplete", "damaged files", ["prepare.py", "wikitext103", "--source={c}/wt",
+                                                                "--out_dir={c}/d"],
+        setup=files(**{"wt/wikitext-103-raw/wiki.train.raw": " = A = \n text \n"}))
+
+    # tools.eval
+    ev = ("--out_dir={fx}/run", "--device=cpu")
+    add("eval_unknown_key", "keys/types", tool("eval", *ev, "--split=val"), needs=run)
+    add("eval_batch_size_zero", "numbers", tool("eval", *ev, "--batch_size=0"), needs=run)
+    add("eval_block_size_huge", "numbers", tool("eval", *ev, "--block_size=1000000000000"), needs=run)
+    add("eval_val_bin_odd_size", "damaged files", tool("eval", *ev, "--data_dir={c}/data"),
+        setup=copy_data(lambda d: truncate(f"{d}/val.bin", -1)), needs=run)
+    add("eval_val_bin_beyond_vocab", "damaged files", tool("eval", *ev, "--data_dir={c}/data"),
+        setup=copy_data(lambda d: poke(f"{d}/val.bin", 10, b"\x00\x7f")), needs=run)
+    add("eval_mc_file_garbage", "damaged files", tool("eval", *ev, "--mc_file={c}/t.jsonl"),
+        setup=files(**{"t.jsonl": "{not json\n"}), needs=run)
+    add("eval_mc_label_out_of_range", "damaged files", tool("eval", *ev, "--mc_file={c}/t.jsonl"),
+        setup=files(**{"t.jsonl": json.dumps({"context": "a", "choices": ["b", "c"], "label": 7}) + "\n"}),
+        needs=run)
+    add("eval_log_samples_is_folder", "paths", tool("eval", *ev, "--mc_file={c}/t.jsonl", "--log_samples={c}"),
+        setup=files(**{"t.jsonl": json.dumps({"context": "a", "choices": ["b", "c"], "label": 0}) + "\n"}),
+        needs=run)
+    add("eval_ckpt_planted", "planted code", tool("eval", "--out_dir={c}/run", "--device=cpu"),
+        setup=copy_run("run", plant_ckpts), needs=run)
+    add("eval_data_dir_other_tokenizer", "checkpoints", tool("eval", *ev, "--data_dir={fx}/data2"),
+        needs=run + data2)
+    add("eval_hf_index_garbage", "hf folders", tool("eval", "--init_from={c}/hf", "--device=cpu",
+                                                    "--data_dir={fx}/data"),
+        setup=copy_hf(drop=("model.safetensors",), put={"model.safetensors.index.json": "{oops"}), needs=hf)
+
+    # tools.bench and tools.bench_tokenize
+    bn = ("--variants=gpt", "--device=cpu", "--n_layer=1", "--n_embd=16", "--n_head=2", "--block_size=16",
+          "--vocab_size=32", "--seq_lens=8", "--repeats=1", "--warmup=0", "--measure=train")
+    add("bench_unknown_key", "keys/types", tool("bench", *bn, "--repeat=3"))
+    add("bench_unknown_variant", "keys/types", tool("bench", *bn, "--variants=nope"))
+    add("bench_unknown_mode", "keys/types", tool("bench", *bn, "--mode=paper999"))
+    add("bench_mode_gpu", "keys/types", tool("bench", *bn, "--mode=gpu"))
+    add("bench_seq_lens_garbage", "keys/types", tool("bench", *bn, "--seq_lens=a,b"))
+    add("bench_scale_zero", "numbers", tool("bench", *bn, "--scale=0"))
+    add("bench_scale_inf", "numbers", tool("bench", *bn, "--scale=1e999"))
+    add("bench_seed_huge", "numbers", tool("bench", *bn, "--seed=99999999999999999999"))
+    add("bench_seed_negative", "numbers", tool("bench", *bn, "--seed=-1"))
+    add("bench_num_threads_negative", "numbers", tool("bench", *bn, "--num_threads=-1"))
+    add("bench_num_threads_huge", "numbers", tool("bench", *bn, "--num_threads=100000"))
+    add("bench_out_is_folder", "paths", tool("bench", *bn, "--out={c}"))
+    add("bench_out_folder_missing", "paths", tool("bench", *bn, "--out={c}/nope/bench.md"))
+    add("bench_config_missing", "paths", tool("bench", "{c}/nope.py", *bn))
+    bt = ("--mb=0.01",)
+    add("bench_tokenize_mb_inf", "numbers", tool("bench_tokenize", "--mb=1e999"))
+    add("bench_tokenize_mb_huge", "numbers", tool("bench_tokenize", "--mb=1e12"))
+    add("bench_tokenize_num_proc_huge", "numbers", tool("bench_tokenize", *bt, "--num_proc=1000000"))
+    add("bench_tokenize_gpt2_ranks_missing", "paths", tool("bench_tokenize", *bt, "--gpt2_ranks={c}/nope"))
+
+    # tools.huggingface.convert export
+    add("export_no_command", "keys/types", tool("huggingface.convert"))
+    add("export_unknown_format", "keys/types", export("--format=onnx"), needs=run)
+    add("export_ckpt_missing", "paths", export("--ckpt={c}/nope"), needs=run)
+    add("export_out_is_file", "paths", export("--out={c}/taken"), setup=files(taken="a file"), needs=run)
+    add("export_out_read_only", "paths", export("--out={c}/ro/hf"), setup=folders("ro"), read_only="ro",
+        needs=run)
+    add("export_ckpt_nan_weights", "checkpoints", export("--ckpt={c}/run"),
+        setup=copy_run("run", edit_ckpts(nan_weights)), needs=run)
+    add("export_ckpt_planted", "planted code", export("--ckpt={c}/run"),
+        setup=copy_run("run", plant_ckpts), needs=run)
+    add("export_data_dir_other_tokenizer", "checkpoints", export("--data_dir={fx}/data2"), needs=run + data2)
+    # tools.huggingface.convert import: damaged or unusual Hugging Face folders
+    add("hf_not_a_folder", "paths", tool("huggingface.convert", "import", "{c}/taken", "--out={c}/hf.pt"),
+        setup=files(taken="a file"))
+    add("hf_no_config", "hf folders", hf_import(), setup=copy_hf(drop=("config.json",)), needs=hf)
+    add("hf_no_weights", "hf folders", hf_import(), setup=copy_hf(drop=("model.safetensors",)), needs=hf)
+    add("hf_config_garbage", "hf folders", hf_import(), setup=copy_hf(put={"config.json": "{oops"}), needs=hf)
+    add("hf_config_list", "hf folders", hf_import(), setup=copy_hf(put={"config.json": "[1, 2]"}), needs=hf)
+    add("hf_config_unknown_arch", "hf folders", hf_import(),
+        setup=copy_hf(config=dict(architectures=["BertModel"], model_type="bert")), needs=hf)
+    add("hf_config_wrong_type", "hf folders", hf_import(), setup=copy_hf(config=dict(n_embd="sixteen")), needs=hf)
+    add("hf_config_float_layers", "hf folders", hf_import(), setup=copy_hf(config=dict(n_layer=1.5)), needs=hf)
+    add("hf_config_vocab_terabytes", "hf folders", hf_import(),
+        setup=copy_hf(config=dict(vocab_size=10**12)), needs=hf)
+    add("hf_config_positions_terabytes", "hf folders", hf_import(),
+        setup=copy_hf(config=dict(n_positions=10**12)), needs=hf)
+    add("hf_config_eps_infinite", "hf folders", hf_import(),
+        setup=copy_hf(config=dict(layer_norm_epsilon=float("inf"))), needs=hf)
+    add("hf_config_activation_unknown", "hf folders", hf_import(),
+        setup=copy_hf(config=dict(activation_function="swishglu")), needs=hf)
+    add("hf_index_garbage", "hf folders", hf_import(),
+        setup=copy_hf(drop=("model.safetensors",), put={"model.safetensors.index.json": "{oops"}), needs=hf)
+    add("hf_index_no_weight_map", "hf folders", hf_import(),
+        setup=copy_hf(drop=("model.safetensors",), put={"model.safetensors.index.json": "{}"}), needs=hf)
+    add("hf_index_weight_map_list", "hf folders", hf_import(),
+        setup=copy_hf(drop=("model.safetensors",),
+                      put={"model.safetensors.index.json": '{"weight_map": ["model-1.safetensors"]}'}), needs=hf)
+    add("hf_index_missing_shard", "hf folders", hf_import(), setup=sharded_hf(missing=True), needs=hf)
+    add("hf_index_shard_escapes", "paths", hf_import(), setup=sharded_hf(outside=True), needs=hf)
+    add("hf_weights_truncated", "hf folders", hf_import(),
+        setup=copy_hf(edit=lambda h: truncate(f"{h}/model.safetensors", 0.5)), needs=hf)
+    add("hf_weights_header_terabytes", "hf folders", hf_import(), setup=copy_hf(edit=huge_safetensors_header),
+        needs=hf)
+    add("hf_weights_wrong_shape", "hf folders", hf_import(), setup=copy_hf(tensors=wrong_hf_shape), needs=hf)
+    add("hf_weights_3d", "hf folders", hf_import(), setup=copy_hf(tensors=hf_3d), needs=hf)
+    add("hf_weights_integer_dtype", "hf folders", hf_import(), setup=copy_hf(tensors=hf_int_dtype), needs=hf)
+    add("hf_weights_nan", "hf folders", hf_import(), setup=copy_hf(tensors=hf_nan), needs=hf)
+    add("hf_weights_extra_tensor", "hf folders", hf_import(), setup=copy_hf(tensors=hf_extra), needs=hf)
+    add("hf_bin_planted", "planted code", hf_import(), setup=copy_hf(drop=("model.safetensors",), plant=True),
+        needs=hf)
+    # tools.huggingface.sample
+    hs = ("--device=cpu", "--num_samples=1", "--max_new_tokens=5")
+    add("hf_sample_no_init_from", "keys/types", tool("huggingface.sample", *hs))
+    add("hf_sample_temperature_nan", "numbers", tool("huggingface.sample", "{c}/cfg.py", "--init_from={fx}/hf", *hs),
+        setup=files(**{"cfg.py": "temperature = float('nan')\n"}), needs=hf)
+    add("hf_sample_top_k_negative", "numbers", tool("huggingface.sample", "--init_from={fx}/hf", *hs, "--top_k=-1"),
+        needs=hf)
+    add("hf_sample_tokenizer_garbage", "hf folders", tool("huggingface.sample", "--init_from={c}/hf", *hs),
+        setup=copy_hf(put={"tokenizer.json": "{oops"}), needs=hf)
+    add("hf_sample_config_terabytes", "hf folders", tool("huggingface.sample", "--init_from={c}/hf", *hs),
+        setup=copy_hf(config=dict(vocab_size=10**12)), needs=hf)
+    add("hf_sample_data_dir_smaller_vocab", "checkpoints",
+        tool("huggingface.sample", "--init_from={fx}/hf", "--data_dir={fx}/data2", "--start=a", *hs),
+        needs=hf + data2)
+
+    # tools.pangu.inherit
+    add("inherit_unknown_key", "keys/types", inherit("--n_layers=1"), needs=run)
+    add("inherit_no_from", "keys/types", tool("pangu.inherit", "--out_dir={c}/small"))
+    add("inherit_n_layer_too_big", "numbers", inherit("--n_layer=5"), needs=run)
+    add("inherit_mlp_ratio_nan", "numbers", ["-m", "tools.pangu.inherit", "{c}/cfg.py", *inherit()[2:]],
+        setup=files(**{"cfg.py": "mlp_ratio = float('nan')\n"}), needs=run)
+    add("inherit_layers_unknown", "keys/types", inherit("--layers=middle"), needs=run)
+    add("inherit_calib_batches_zero", "numbers", inherit("--calib_batches=0"), needs=run)
+    add("inherit_calib_batch_size_huge", "numbers", inherit("--calib_batch_size=1000000000000"), needs=run)
+    add("inherit_seed_negative", "numbers", inherit("--seed=-1"), needs=run)
+    add("inherit_seed_huge", "numbers", inherit("--seed=99999999999999999999"), needs=run)
+    add("inherit_num_threads_negative", "numbers", inherit("--num_threads=-1"), needs=run)
+    add("inherit_num_threads_huge", "numbers", inherit("--num_threads=100000"), needs=run)
+    add("inherit_from_missing", "paths", inherit("--from={c}/nope"), needs=run)
+    add("inherit_out_dir_is_file", "paths", inherit("--out_dir={c}/taken"), setup=files(taken="a file"), needs=run)
+    add("inherit_out_dir_read_only", "paths", inherit("--out_dir={c}/ro/small"), setup=folders("ro"),
+        read_only="ro", needs=run)
+    add("inherit_out_dir_is_source", "paths", inherit("--from={c}/run", "--out_dir={c}/run"), setup=copy_run("run"),
+        needs=run)
+    add("inherit_target_data_dir_missing", "paths", inherit("--target_data_dir={c}/nope"), needs=run)
+    add("inherit_from_nan_weights", "checkpoints", inherit("--from={c}/run"),
+        setup=copy_run("run", edit_ckpts(nan_weights)), needs=run)
+    add("inherit_from_planted", "planted code", inherit("--from={c}/run"), setup=copy_run("run", plant_ckpts),
+        needs=run)
+    add("inherit_data_dir_other_tokenizer", "checkpoints", inherit("--data_dir={fx}/data2"), needs=run + data2)
+
+    # tools.pangu.refine (it writes refine.npy beside the checkpoint: each case has its own copy of the run)
+    add("refine_unknown_key", "keys/types", refine("--ratio=0.5"), setup=copy_run("run"), needs=run)
+    add("refine_rate_zero", "numbers", refine("--rate=0"), setup=copy_run("run"), needs=run)
+    add("refine_rate_nan", "numbers", ["-m", "tools.pangu.refine", "{c}/cfg.py", "--out_dir={c}/run"],
+        setup=chain(copy_run("run"), files(**{"cfg.py": "rate = float('nan')\n"})), needs=run)
+    add("refine_temperature_inf", "numbers", refine("--temperature=1e999"), setup=copy_run("run"), needs=run)
+    add("refine_temperature_tiny", "numbers", refine("--temperature=1e-320"), setup=copy_run("run"), needs=run)
+    add("refine_parts_huge", "numbers", refine("--parts=1000000000"), setup=copy_run("run"), needs=run)
+    add("refine_seed_negative", "numbers", refine("--seed=-1"), setup=copy_run("run"), needs=run)
+    add("refine_seed_huge", "numbers", refine("--seed=99999999999999999999"), setup=copy_run("run"), needs=run)
+    add("refine_num_threads_negative", "numbers", refine("--num_threads=-1"), setup=copy_run("run"), needs=run)
+    add("refine_out_dir_missing", "paths", refine("--out_dir={c}/nope"))
+    add("refine_read_only", "paths", refine("--out_dir={c}/ro/run"), setup=copy_run("ro/run"),
+        read_only="ro/run", needs=run)
+    add("refine_ckpt_garbage", "damaged files", refine(),
+        setup=copy_run("run", lambda o: write(f"{o}/ckpt.pt", garbage(195))), needs=run)
+    add("refine_planted", "planted code", refine(), setup=copy_run("run", plant_ckpts), needs=run)
+    add("refine_data_dir_other_tokenizer", "checkpoints", refine("--data_dir={fx}/data2"), setup=copy_run("run"),
+        needs=run + data2)
+    add("refine_train_bin_beyond_vocab", "damaged files", refine("--data_dir={c}/data"),
+        setup=chain(copy_run("run"), copy_data(lambda d: poke(f"{d}/train.bin", 0, b"\x00\x7f"))), needs=run)
+
+    # tools.compare
+    add("compare_unknown_key", "keys/types", compare("--variant_list=gpt"), needs=data)
+    add("compare_variants_unknown", "keys/types", compare("--variants=gpt,nope"), needs=data)
+    add("compare_seeds_zero", "numbers", compare("--seeds=0"), needs=data)
+    add("compare_seeds_huge", "numbers", compare("--seeds=1000000000000"), needs=data)
+    add("compare_seeds_beyond_range", "numbers", compare("--seeds=[5, 18446744073709551616]"), needs=data)
+    add("compare_sample_temperature_tiny", "numbers", compare("--sample_tokens=5", "--sample_temperature=1e-30"),
+        needs=data)
+    add("compare_sample_temperature_nan", "numbers", ["-m", "tools.compare", "{c}/cfg.py", *compare()[2:]],
+        setup=files(**{"cfg.py": "sample_temperature = float('nan')\n"}), needs=data)
+    add("compare_lr_inf", "numbers", compare("--learning_rate=1e999"), needs=data)
+    add("compare_dir_is_file", "paths", compare("--compare_dir={c}/taken"), setup=files(taken="a file"),
+        needs=data)
+    add("compare_dir_read_only", "paths", compare("--compare_dir={c}/ro/cmp"), setup=folders("ro"),
+        read_only="ro", needs=data)
+    add("compare_custom_variant_escapes", "paths", ["-m", "tools.compare", "{c}/cfg.py", *compare()[2:],
+                                                     "--variants=../../escaped"],
+        setup=files(**{"cfg.py": "custom_variants = {'../../escaped': dict(variant='gpt')}\n"}), needs=data)
+    add("compare_status_garbage", "damaged files", compare(),
+        setup=copy_cmp(lambda d: write(f"{d}/status.json", b"\x00garbage")), needs=cmp)
+    add("compare_status_models_list", "damaged files", compare(),
+        setup=copy_cmp(lambda d: write(f"{d}/status.json", '{"models": [1, 2]}')), needs=cmp)
+    add("compare_status_entry_not_dict", "damaged files", compare(),
+        setup=copy_cmp(lambda d: write(f"{d}/status.json", '{"models": {"gpt": 5}}')), needs=cmp)
+    add("compare_finished_other_settings", "checkpoints", compare("--learning_rate=0.01"), setup=copy_cmp(),
+        needs=cmp)
+    add("compare_log_csv_damaged", "damaged files", compare(),
+        setup=copy_cmp(lambda d: write(f"{d}/gpt/log.csv", b"iter,kind\n\xff\xfe\x00\x81")), needs=cmp)
+    add("compare_resume_planted", "planted code", compare(), setup=copy_cmp(interrupt_planted), needs=cmp)
+    add("compare_second_writer", "second writer", compare(), setup=copy_cmp(), needs=cmp, holder="cmp")
+    return cases
+
+
+# --- setup helpers: each returns setup(c, fx) or changes one file -----------------------------------------
+
+def write(path, content):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(content.encode("utf-8") if isinstance(content, str) else content)
+
+
+def garbage(seed):
+    """4 KB of random bytes, the same every trial. Most garbage makes the unpickler raise UnpicklingError; these seeds
+    make it raise IndexError (2), KeyError (20) and UnicodeDecodeError (195), which load_checkpoint once missed."""
+    return random.Random(seed).randbytes(4096)
+
+
+def truncate(path, keep):
+    """Cut a file: keep < 0 drops that many bytes, 0 < keep < 1 keeps that fraction."""
+    size = os.path.getsize(path)
+    with open(path, "r+b") as f:
+        f.truncate(size + keep if keep < 0 else int(size * keep))
+
+
+def poke(path, offset, data):
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        f.write(data)
+
+
+def files(**contents):
+    """setup: files under the case's folder (names may hold '/')."""
+    def setup(c, fx):
+        for name, content in contents.items():
+            write(os.path.join(c, name), content)
+    return setup
+
+
+def folders(*names):
+    def setup(c, fx):
+        for name in names:
+            os.makedirs(os.path.join(c, name), exist_ok=True)
+    return setup
+
+
+def chain(*setups):
+    def setup(c, fx):
+        for s in setups:
+            s(c, fx)
+    return setup
+
+
+def copy_data(edit=None):
+    """setup: a copy of the prepared dataset in {c}/data, then edit(folder)."""
+    def setup(c, fx):
+        shutil.copytree(os.path.join(fx, "data"), os.path.join(c, "data"))
+        if edit:
+            edit(os.path.join(c, "data"))
+    return setup
+
+
+def copy_run(name, edit=None, also=()):
+    """setup: a copy of the trained run in {c}/<name> (its checkpoints record the fixture dataset), then
+    edit(folder). also: fixture folders copied beside it."""
+    def setup(c, fx):
+        shutil.copytree(os.path.join(fx, "run"), os.path.join(c, name))
+        for other in also:
+            shutil.copytree(os.path.join(fx, other), os.path.join(c, other))
+        if edit:
+            edit(os.path.join(c, name))
+    return setup
+
+
+def save(path, obj):
+    import torch
+    torch.save(obj, path)
+
+
+def edit_ckpts(fn):
+    """edit for copy_run: fn(checkpoint dict, case folder) changes both checkpoints of the copy."""
+    def edit(folder):
+        import torch
+        for name in ("ckpt.pt", "last.pt"):
+            path = os.path.join(folder, name)
+            ckpt = torch.load(path, weights_only=True)
+            fn(ckpt, os.path.dirname(folder))
+            torch.save(ckpt, path)
+    return edit
+
+
+def nan_weights(ckpt, c):
+    ckpt["model"]["ln_f.weight"][0] = float("nan")
+
+
+def unknown_model_args(ckpt, c):
+    ckpt["model_args"]["attention_sinks"] = 4   # a key of a later code version
+
+
+def wrong_shape(ckpt, c):
+    ckpt["model"]["ln_f.weight"] = ckpt["model"]["ln_f.weight"][:-1].clone()
+
+
+def int_weights(ckpt, c):
+    ckpt["model"] = {k: (v * 1000).long() for k, v in ckpt["model"].items()}
+
+
+class Planted:
+    """Unpickling this object calls exec(code): what a shared checkpoint could do to the one who loads it."""
+
+    def __init__(self, marker):
+        self.code = f"open({marker!r}, 'w').close()"
+
+    def __reduce__(self):
+        return exec, (self.code,)
+
+
+def plant_ckpts(folder):
+    """edit for copy_run: both checkpoints get an extra entry whose unpickling would create the marker file."""
+    import torch
+    marker = os.path.join(os.path.dirname(folder), MARKER)
+    for name in ("ckpt.pt", "last.pt"):
+        path = os.path.join(folder, name)
+        ckpt = torch.load(path, weights_only=True)
+        ckpt["note"] = Planted(marker)
+        torch.save(ckpt, path)
+
+
+def copy_cmp(edit=None):
+    def setup(c, fx):
+        shutil.copytree(os.path.join(fx, "cmp"), os.path.join(c, "cmp"))
+        if edit:
+            edit(os.path.join(c, "cmp"))
+    return setup
+
+
+def interrupt_planted(folder):
+    """compare_dir whose gpt run looks interrupted (status 'interrupted', last.pt to resume) with a planted last.pt."""
+    with open(os.path.join(folder, "status.json"), encoding="utf-8") as f:
+        status = json.load(f)
+    status["models"]["gpt"]["state"] = "interrupted"
+    write(os.path.join(folder, "status.json"), json.dumps(status))
+    plant_ckpts(os.path.join(folder, "gpt"))
+
+
+def copy_hf(drop=(), put=None, config=None, tensors=None, edit=None, plant=False):
+    """setup: a copy of the exported Hugging Face folder in {c}/hf; drop files, put files ({name: content}), update
+    config.json, rewrite model.safetensors with tensors(dict), edit(folder), or plant pytorch_model.bin."""
+
+    def setup(c, fx):
+        hf = os.path.join(c, "hf")
+        shutil.copytree(os.path.join(fx, "hf"), hf)
+        if tensors or plant:
+            from safetensors.torch import load_file, save_file
+            weights = load_file(os.path.join(fx, "hf", "model.safetensors"))
+            if tensors:
+                save_file(tensors(weights), os.path.join(hf, "model.safetensors"))
+            if plant:
+                import torch
+                torch.save(dict(weights, note=Planted(os.path.join(c, MARKER))), os.path.join(hf, "pytorch_model.bin"))
+        for name in drop:
+            os.remove(os.path.join(hf, name))
+        for name, content in (put or {}).items():
+            write(os.path.join(hf, name), content)
+        if config:
+            path = os.path.join(hf, "config.json")
+            with open(path, encoding="utf-8") as f:
+                cfg = json.load(f)
+            cfg.update(config)
+            write(path, json.dumps(cfg))
+        if edit:
+            edit(hf)
+    return setup
+
+
+def wrong_hf_shape(w):
+    w["transformer.wte.weight"] = w["transformer.wte.weight"][:, :8].contiguous()
+    return w
+
+
+def hf_3d(w):
+    w["transformer.h.0.attn.c_attn.weight"] = w["transformer.h.0.attn.c_attn.weight"][None].contiguous()
+    return w
+
+
+def hf_int_dtype(w):
+    import torch
+    return {k: (v * 1000).to(torch.int32) for k, v in w.items()}
+
+
+def hf_nan(w):
+    w["transformer.ln_f.weight"][0] = float("nan")
+    return w
+
+
+def hf_missing(w):
+    w.pop("transformer.h.0.mlp.c_fc.weight")
+    return w
+
+
+def hf_extra(w):
+    w["transformer.h.0.attn.extra_gate"] = w["transformer.ln_f.weight"].clone()
+    return w
+
+
+def huge_safetensors_header(hf):
+    """model.safetensors whose header announces a tensor of terabytes (the file itself stays small)."""
+    path = os.path.join(hf, "model.safetensors")
+    header = {"transformer.wte.weight": {"dtype": "F32", "shape": [10**12, 16], "data_offsets": [0, 64 * 10**12]}}
+    raw = json.dumps(header).encode()
+    write(path, len(raw).to_bytes(8, "little") + raw + b"\0" * 64)
+
+
+def sharded_hf(missing=False, outside=False):
+    """setup: the export's weights as a one-shard index (model.safetensors.index.json); the shard missing, or
+    named by a path that leaves the folder (a copy of it outside, which must not be read)."""
+    def setup(c, fx):
+        hf = os.path.join(c, "hf")
+        shutil.copytree(os.path.join(fx, "hf"), hf)
+        shard = "model-00001-of-00001.safetensors"
+        if outside:
+            os.makedirs(os.path.join(c, "elsewhere"))
+            os.replace(os.path.join(hf, "model.safetensors"), os.path.join(c, "elsewhere", shard))
+            shard = f"../elsewhere/{shard}"
+        elif missing:
+            os.remove(os.path.join(hf, "model.safetensors"))
+        else:
+            os.replace(os.path.join(hf, "model.safetensors"), os.path.join(hf, shard))
+        from safetensors import safe_open
+        source = os.path.join(fx, "hf", "model.safetensors")
+        with safe_open(source, "pt") as f:
+            names = list(f.keys())
+        write(os.path.join(hf, "model.safetensors.index.json"),
+              json.dumps({"metadata": {}, "weight_map": {n: shard for n in names}}))
+    return setup
+
+
+def wikitext_folder(c, fx):
+    text = " \n = Title = \n \n some text here \n"
+    for name in ("wiki.train.raw", "wiki.valid.raw", "wiki.test.raw"):
+        write(os.path.join(c, "wt", "wikitext-103-raw", name), text)
+
+
+# --- fixtures -------------------------------------------------------------------------------------------
+
+FIXTURES = {   # name: (fixtures it needs first, argv after python)
+    "data": ((), ["prepare.py", "shakespeare_char", "--out_dir={fx}/data"]),
+    "data2": ((), ["prepare.py", "shakespeare_char", "--input={fx}/other.txt", "--out_dir={fx}/data2"]),
+    "run": (("data",), ["train.py", *TINY, "--data_dir={fx}/data", "--out_dir={fx}/run"]),
+    "hf": (("run",), ["-m", "tools.huggingface.convert", "export", "--ckpt={fx}/run", "--out={fx}/hf"]),
+    "cmp": (("data",), ["-m", "tools.compare", "--variants=gpt", "--compare_dir={fx}/cmp", "--data_dir={fx}/data",
+                        *TINY, "--bench_iters=0", "--sample_tokens=0"]),
+}
+
+
+def build_fixtures(names, fx, repo, env, workers):
+    """Build the named fixtures (and what they need) under fx, in dependency order, `workers` at a time."""
+    wanted, todo = set(), list(names)
+    while todo:
+        name = todo.pop()
+        if name not in wanted:
+            wanted.add(name)
+            todo += FIXTURES[name][0]
+    write(os.path.join(fx, "other.txt"), "a dataset of another tokenizer: fewer characters\n" * 400)
+    done = set()
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        while wanted - done:
+            ready = [n for n in sorted(wanted - done) if set(FIXTURES[n][0]) <= done]
+            results = pool.map(lambda n: (n, run_process(FIXTURES[n][1], fx, fx, repo, env, timeout=600)), ready)
+            for name, r in results:
+                if r.returncode != 0:
+                    raise UserError(f"building the fixture '{name}' failed: {last_lines(r.stdout + r.stderr)} "
+                                    f"(fix: run `python {' '.join(FIXTURES[name][1])}` by hand to see why)")
+                done.add(name)
+
+
+# --- running a case -------------------------------------------------------------------------------------
+
+def command(argv, c, fx, repo):
+    argv = [a.replace("{c}", c).replace("{fx}", fx) for a in argv]
+    if argv[0] != "-m":
+        argv[0] = os.path.join(repo, argv[0])
+    return [sys.executable, *argv]
+
+
+def run_process(argv, c, fx, repo, env, timeout, prefix=()):
+    return subprocess.run([*prefix, *command(argv, c, fx, repo)], cwd=c, env=env, capture_output=True, text=True,
+                          errors="replace", timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def last_lines(text, n=3):
+    return " | ".join(text.strip().splitlines()[-n:])[-400:]
+
+
+def snapshot(*folders):
+    """{path: (size, sha256)} of every file and {path: 'dir'} of every folder under `folders` (__pycache__ left
+    out: python may write it anywhere it imports from)."""
+    out = {}
+    for top in folders:
+        for root, dirs, names in os.walk(top):
+            dirs[:] = [d for d in dirs if d != "__pycache__"]
+            for d in dirs:
+                out[os.path.join(root, d)] = "dir"
+            for name in names:
+                path = os.path.join(root, name)
+                with open(path, "rb") as f:
+                    out[path] = (os.path.getsize(path), hashlib.sha256(f.read()).hexdigest())
+    return out
+
+
+def changes(before, after, root):
+    """What appeared (+), went (-) or changed (~) between two snapshots. The content of an existing writer lock
+    (.lock) is left out: a writer that takes it writes its pid there before it reads the inputs only a writer may
+    read (log.csv on resume, compare.py's status.json again), and the pid is all the file holds."""
+    def rel(p):
+        return os.path.relpath(p, root)
+    out = [f"+{rel(p)}" for p in sorted(after.keys() - before.keys())]
+    out += [f"-{rel(p)}" for p in sorted(before.keys() - after.keys())]
+    out += [f"~{rel(p)}" for p in sorted(before.keys() & after.keys())
+            if before[p] != after[p] and os.path.basename(p) != ".lock"]
+    return out
+
+
+def hold_lock(folder):
+    """Another writer: a process that holds `folder`'s lock as checkpoint.lock_dir takes it (flock, its pid in
+    the file) until it is stopped."""
+    code = ("import fcntl, os, sys, time\nf = open(sys.argv[1], 'a+')\nfcntl.flock(f, fcntl.LOCK_EX)\nf.seek(0)\n"
+            "f.truncate()\nf.write(str(os.getpid()))\nf.flush()\nprint('locked', flush=True)\ntime.sleep(600)")
+    holder = subprocess.Popen([sys.executable, "-c", code, os.path.join(folder, ".lock")], stdout=subprocess.PIPE,
+                              text=True)
+    if holder.stdout.readline().strip() != "locked":
+        holder.kill()
+        raise RuntimeError(f"could not lock {folder}")
+    return holder
+
+
+def read_only_prefix():
+    """How a case runs when its folder is read-only: as root, permissions do not stop writes, so the command
+    runs in a user namespace (`unshare -U`: root's files are no longer its own to override); None when that is
+    impossible (root without unshare)."""
+    if os.geteuid() != 0:
+        return ()
+    unshare = shutil.which("unshare")
+    if unshare and subprocess.run([unshare, "-U", "true"], capture_output=True).returncode == 0:
+        return (unshare, "-U")
+    return None
+
+
+def run_case(case, root, fx, repo, env, timeout, ro_prefix):
+    """('' when the case behaved, else why not; seconds it took)."""
+    t0 = time.time()
+    try:
+        why = try_case(case, root, fx, repo, env, timeout, ro_prefix)
+    except Exception as e:   # the trial's own trouble (e.g. the machine refused a process): that case fails
+        why = f"the trial could not run it: {type(e).__name__}: {e}"
+    return why, time.time() - t0
+
+
+def try_case(case, root, fx, repo, env, timeout, ro_prefix):
+    c = os.path.join(root, "cases", case.name)
+    os.makedirs(c)
+    if case.setup:
+        case.setup(c, fx)
+    holder, prefix = None, ()
+    if case.holder:
+        holder = hold_lock(os.path.join(c, case.holder))
+    if case.read_only:
+        prefix = ro_prefix
+        for top, dirs, names in os.walk(os.path.join(c, case.read_only)):
+            for name in names:
+                os.chmod(os.path.join(top, name), 0o444)
+            os.chmod(top, 0o555)
+    before = snapshot(c, fx)
+    try:
+        r = run_process(case.argv, c, fx, repo, env, timeout, prefix)
+    except subprocess.TimeoutExpired:
+        return f"still running after {timeout:g} s"
+    finally:
+        if holder is not None:
+            holder.kill()
+            holder.wait()
+        if case.read_only:
+            for top, dirs, names in os.walk(os.path.join(c, case.read_only)):
+                os.chmod(top, 0o755)
+    after = snapshot(c, fx)
+    err_lines = [line for line in r.stderr.splitlines() if line.strip()]
+    errors = [line for line in err_lines if line.startswith("error: ")]
+    if any(MARKER in names for _, _, names in os.walk(c)):
+        return "code from a planted file ran (the marker file exists)"
+    if "Traceback (most recent call last)" in r.stderr + r.stdout:
+        return f"traceback, exit code {r.returncode}: {last_lines(r.stderr, 1)}"
+    if r.returncode != 1:
+        return f"exit code {r.returncode}: {last_lines(r.stderr or r.stdout, 2)}"
+    if len(errors) != 1 or err_lines[-1] != errors[0]:
+        return f"{len(errors)} `error: ` lines, the last line on stderr is: {last_lines(r.stderr, 1)}"
+    if "(fix: " not in errors[0]:
+        return f"no (fix: ...) in: {errors[0][:300]}"
+    changed = changes(before, after, root)
+    if changed:
+        return f"changed on disk: {', '.join(changed[:4])}{' ...' if len(changed) > 4 else ''} ({errors[0][:150]})"
+    return ""
+
+
+# --- the command ----------------------------------------------------------------------------------------
+
+def select(cases, patterns):
+    if not patterns:
+        return cases
+    wanted = [p.strip() for p in patterns.split(",") if p.strip()]
+    unknown = [p for p in wanted if not any(fnmatch.fnmatchcase(c.name, p) for c in cases)]
+    if unknown:
+        raise UserError(f"no case matches {', '.join(unknown)} (fix: see `python -m tools.fault_trial --list`)")
+    return [c for c in cases if any(fnmatch.fnmatchcase(c.name, p) for p in wanted)]
+
+
+def trial(cfg):
+    if cfg["workers"] < 1 or not cfg["timeout"] > 0:
+        raise UserError("--workers must be >= 1 and --timeout > 0 (fix: --workers=2 --timeout=120)")
+    cases = select(all_cases(), cfg["cases"])
+    if cfg["list"]:
+        for case in cases:
+            print(f"{case.name:42} {case.kind}")
+        print(f"{len(cases)} cases")
+        return 0
+    t0 = time.time()
+    root = tempfile.mkdtemp(prefix="fault_trial.")
+    ro_prefix = read_only_prefix()
+    if ro_prefix is None:
+        skipped = [c.name for c in cases if c.read_only]
+        print(f"note: running as root without `unshare`, a read-only folder cannot be tested: skipped "
+              f"{', '.join(skipped)}")
+        cases = [c for c in cases if not c.read_only]
+    try:
+        repo = os.path.join(root, "repo")
+        shutil.copytree(ROOT, repo, ignore=COPY_IGNORE)
+        code = snapshot(repo)   # no command may write beside the code either (e.g. a path taken from its folder)
+        fx = os.path.join(root, "fixtures")
+        env = dict(os.environ, PYTHONPATH=repo, OMP_NUM_THREADS="1", MPLBACKEND="Agg")
+        build_fixtures({n for c in cases for n in c.needs}, fx, repo, env, cfg["workers"])
+        print(f"fixtures built in {time.time() - t0:.0f} s; {len(cases)} cases, {cfg['workers']} at a time", flush=True)
+        failed = 0
+        with concurrent.futures.ThreadPoolExecutor(cfg["workers"]) as pool:
+            results = pool.map(lambda case: run_case(case, root, fx, repo, env, cfg["timeout"], ro_prefix), cases)
+            for case, (why, seconds) in zip(cases, results):
+                failed += bool(why)
+                print(f"{'FAIL' if why else 'ok':4} {case.name} [{case.kind}, {seconds:.1f} s]"
+                      + (f": {why}" if why else ""), flush=True)
+        changed = changes(code, snapshot(repo), root)
+        if changed:
+            failed += 1
+            print(f"FAIL the copy of the code changed: {', '.join(changed[:4])}")
+        print(f"{len(cases)} cases: {len(cases) - failed} ok, {failed} fail ({time.time() - t0:.0f} s)")
+    finally:
+        if cfg["keep"]:
+            print(f"kept {root}")
+        else:
+            for top, dirs, _ in os.walk(root):   # a failed case may have left a folder read-only
+                for d in dirs:
+                    os.chmod(os.path.join(top, d), 0o755)
+            shutil.rmtree(root, ignore_errors=True)
+    return 1 if failed else 0
+
+
+def main(argv=None):
+    sys.exit(run_command(trial, DEFAULTS, argv, BOOL_FLAGS))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
