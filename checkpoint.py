@@ -348,10 +348,21 @@ MAX_SEED = 2**32
 
 
 def check_seed(seed, key="seed"):
-    """UserError unless the seed is an integer in [0, MAX_SEED) (bench and the pangu tools; train.py and sample.py
-    check theirs with their other settings)."""
+    """UserError unless the seed is an integer in [0, MAX_SEED) (every script that takes a seed)."""
     if not (isinstance(seed, int) and not isinstance(seed, bool) and 0 <= seed < MAX_SEED):
         raise UserError(f"--{key} must be an integer in [0, {MAX_SEED - 1}], got {seed!r} (fix: e.g. --{key}=1337)")
+
+
+def busy_machine(device):
+    """When other jobs keep the CPUs busy, torch's threads wait on each other and steps get many times slower, while
+    one thread is not slowed: that in one line with the fix ("" on an idle machine, a GPU, or with one thread)."""
+    if str(device) != "cpu" or not hasattr(os, "getloadavg") or torch.get_num_threads() == 1:
+        return ""
+    load, cpus = os.getloadavg()[0], os.cpu_count() or 1
+    if load <= cpus - torch.get_num_threads() + 0.5:
+        return ""
+    return (f"the machine is busy (load {load:.1f} on {cpus} CPUs): {torch.get_num_threads()} torch threads wait on "
+            f"each other (fix: --num_threads=1)")
 
 
 def check_num_threads(n, key="num_threads"):

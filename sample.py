@@ -26,7 +26,7 @@ import time
 
 import torch
 
-from checkpoint import (MAX_SEED, autocast, check_num_threads, keep_heaviest_branch, load_model, resolve_device,
+from checkpoint import (autocast, busy_machine, check_num_threads, check_seed, keep_heaviest_branch, load_model, resolve_device,
                         resolve_dtype)
 from configurator import UserError, run_command
 from dataset import encode_start, load_tokenizer, render, resolve_data_dir
@@ -91,8 +91,7 @@ def check_options(cfg):
     if cfg["temperature"] < 0 or cfg["top_k"] < 0:
         raise UserError("--temperature and --top_k must be >= 0 (fix: 0 means greedy / no top-k)")
     check_temperature(cfg["temperature"])
-    if not 0 <= cfg["seed"] < MAX_SEED:
-        raise UserError(f"--seed must be an integer in [0, {MAX_SEED - 1}], got {cfg['seed']} (fix: --seed=1337)")
+    check_seed(cfg["seed"])
     check_num_threads(cfg["num_threads"])
     if cfg["num_threads"] > 0:
         torch.set_num_threads(cfg["num_threads"])
@@ -125,10 +124,7 @@ def write_samples(model, tok, start_text, cfg, device, source, dataset):
     if cfg["compile"] and not compile_step:
         notes.append("--compile ignored (it compiles the cached decode step; Deep Thinking and --no_kv_cache "
                      "decode without it)")
-    if device == "cpu" and torch.get_num_threads() > 1 and hasattr(os, "getloadavg") and \
-            os.getloadavg()[0] > (os.cpu_count() or 1) - torch.get_num_threads() + 0.5:
-        notes.append(f"the machine is busy (load {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs): "
-                     f"{torch.get_num_threads()} torch threads wait on each other (fix: --num_threads=1)")
+    notes.append(busy_machine(device))
     params = model.get_num_params(non_embedding=False)
     info = (f"sampling from {source}, {params / 1e6:.2f}M params) on {device}, "
             f"{str(dtype).replace('torch.', '')}, KV cache {'on' if use_cache else 'off'}")

@@ -39,10 +39,10 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-from checkpoint import (CKPT_NAME, LAST_NAME, MAX_SEED, atomic_copy, atomic_open, atomic_save, autocast, build_model,
-                        check_finite, check_num_threads, check_out_dir, clean_state_dict, load_checkpoint,
+from checkpoint import (CKPT_NAME, LAST_NAME, atomic_copy, atomic_open, atomic_save, autocast, build_model, busy_machine,
+                        check_finite, check_num_threads, check_out_dir, check_seed, clean_state_dict, load_checkpoint,
                         load_own_weights, lock_dir, remove_stale_temp_files, resolve_device, resolve_dtype)
-from configurator import UserError, load_config
+from configurator import UserError, load_config, out_of_memory
 from dataset import default_data_dir, load_meta, split_path, tokenizer_id
 from model import GPTConfig
 
@@ -117,7 +117,7 @@ def check_train_config(c, world=1):
         need(integer(c[key]) and c[key] >= 1, key, "an integer >= 1", f"--{key}=1 or more")
     need(integer(c["max_iters"]) and c["max_iters"] >= 0, "max_iters", "an integer >= 0", "--max_iters=0 or more")
     check_num_threads(c["num_threads"])
-    need(integer(c["seed"]) and 0 <= c["seed"] < MAX_SEED, "seed", f"an integer in [0, {MAX_SEED - 1}]", "--seed=1337")
+    check_seed(c["seed"])
     need(number(c["learning_rate"]) and c["learning_rate"] > 0, "learning_rate", "> 0", "--learning_rate=1e-3")
     need(number(c["weight_decay"]) and c["weight_decay"] >= 0, "weight_decay", ">= 0", "--weight_decay=0.1")
     for key, usual in (("beta1", 0.9), ("beta2", 0.95)):
@@ -420,18 +420,6 @@ def get_lr(it, learning_rate, min_lr, warmup_iters, lr_decay_iters, decay_lr=Tru
         return min_lr
     ratio = (it - warmup_iters) / max(1, lr_decay_iters - warmup_iters)
     return min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (learning_rate - min_lr)
-
-
-def busy_machine_note(device):
-    """One line when other jobs keep the CPUs busy: torch's threads then wait on each other and steps get many
-    times slower, while one thread is not slowed ("" on an idle machine, a GPU, or with one thread)."""
-    if str(device) != "cpu" or not hasattr(os, "getloadavg") or torch.get_num_threads() == 1:
-        return ""
-    load, cpus = os.getloadavg()[0], os.cpu_count() or 1
-    if load <= cpus - torch.get_num_threads() + 0.5:
-        return ""
-    return (f"note: the machine is busy (load {load:.1f} on {cpus} CPUs): {torch.get_num_threads()} torch threads "
-            f"would wait on each other (fix: --num_threads=1)")
 
 
 def note_cpu_time(config, model, x, y, dtype, micro_steps, say):
@@ -919,8 +907,8 @@ def prepare_loop(run, ckpt, held):
         say(run, f"note: all {config['max_iters']} iterations fall in the {config['warmup_iters']}-iteration warmup, "
             f"so the lr never reaches {config['learning_rate']:g} (fix: also pass --warmup_iters and --lr_decay_iters)")
     if device.type == "cpu" and run.master:
-        if busy_machine_note(device):
-            say(run, busy_machine_note(device))
+        if busy_machine(device):
+            say(run, f"note: {busy_machine(device)}")
         note_cpu_time(config, model, run.X, run.Y, run.dtype, run.accum, lambda m: say(run, m))
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
@@ -1068,10 +1056,10 @@ def main(argv=None):
         raise SystemExit(f"error: {e}") from None
     except KeyboardInterrupt:   # a third Ctrl-C, while saving after the second
         raise SystemExit(130) from None
-    except (torch.OutOfMemoryError, RuntimeError) as e:
-        if not isinstance(e, torch.OutOfMemoryError) and "can't allocate memory" not in str(e):
+    except (MemoryError, RuntimeError) as e:   # torch.OutOfMemoryError is a RuntimeError
+        if not out_of_memory(e):
             raise
-        raise SystemExit("error: out of memory (fix: lower --batch_size and raise --gradient_accumulation_steps, "
+        raise SystemExit(f"error: {out_of_memory(e)} (fix: lower --batch_size and raise --gradient_accumulation_steps, "
                          "or lower --block_size)") from None
     if summary["interrupted"]:
         raise SystemExit(130)

@@ -343,7 +343,7 @@ def test_busy_machine_is_named_with_the_fix(tiny_train_config, monkeypatch, caps
     monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
     monkeypatch.setattr(os, "getloadavg", lambda: (0.2, 0.2, 0.2))
-    assert train.busy_machine_note(torch.device("cpu")) == ""
+    assert checkpoint.busy_machine(torch.device("cpu")) == ""
     monkeypatch.setattr(os, "getloadavg", lambda: (3.5, 3.0, 2.0))
     run(dict(tiny_train_config, max_iters=2, eval_interval=2))
     printed = capsys.readouterr().out

@@ -55,7 +55,7 @@ from tools.benchmarks.measure import describe, run_entry
 from tools.benchmarks.report import render, write_out
 from configurator import UserError, expand_bool_flags, load_config
 from train import gpt_config_defaults
-from checkpoint import check_num_threads, check_seed, resolve_device, resolve_dtype
+from checkpoint import busy_machine, check_num_threads, check_seed, resolve_device, resolve_dtype
 from model import GPT, GPTConfig
 
 BENCH_DEFAULTS = dict(
@@ -162,11 +162,8 @@ def header(cfg, entries, device, dtype):
              + (f" ({torch.cuda.get_device_name()})" if device.startswith("cuda") else "")
              + f", {str(dtype).replace('torch.', '')}, {torch.get_num_threads()} threads, "
                f"{os.cpu_count()} CPUs, load average {load}"]
-    if device == "cpu" and hasattr(os, "getloadavg") and torch.get_num_threads() > 1 \
-            and os.getloadavg()[0] > (os.cpu_count() or 1) - torch.get_num_threads() + 0.5:
-        lines.append(f"warning: the machine is busy (load {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs): "
-                     f"{torch.get_num_threads()} torch threads wait on each other, timings can be inflated many "
-                     f"times (fix: --num_threads=1)")
+    if busy_machine(device):
+        lines.append(f"warning: timings can be inflated many times: {busy_machine(device)}")
     if cfg["scale"] != 1 or cfg["depth_scale"] not in (0, 1):
         lines.append(f"scaled: width x{cfg['scale']:g}, depth x{(cfg['depth_scale'] or cfg['scale']):g} "
                      f"(nearest valid sizes; explicit --key=value overrides applied after scaling)")
