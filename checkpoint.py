@@ -1,6 +1,6 @@
 """
-Checkpoint files: atomic writes, loading, and building the model a checkpoint describes; the RNG state
-and the Ctrl-C / SIGTERM stop request (StopRequest) that make a resumed run continue exactly.
+Checkpoint files: atomic writes, one writer per run folder, safe loading and building the model a checkpoint
+describes; and where a model runs (device, dtype, threads, seeds).
 
 A checkpoint is a torch.save'd dict (model, model_args, optimizer, scaler, iter_num, best_val_loss,
 config, rng, rng_ranks, dataset, data_dir, tokenizer_id). train.py writes two of them into out_dir:

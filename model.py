@@ -770,11 +770,6 @@ class GPT(nn.Module):
             head = E * cfg.embd_width() + (E * cfg.embd_width() + cfg.vocab_size * E if cfg.tie_embeddings else head)
         return 6 * ((cfg.think_steps + 1) * per_pass + head)   # every Deep Thinking pass applies the layers
 
-    def estimate_mfu(self, fwdbwd_per_iter, dt, peak_flops):
-        """Model FLOPs utilisation: achieved training FLOP/s as a fraction of the device's peak."""
-        tokens = fwdbwd_per_iter * self.config.block_size
-        return self.flops_per_token() * tokens / dt / peak_flops
-
     # --- generation (section 9) ---
     def new_cache(self):
         return InferenceCache(self.config.block_size)

@@ -19,6 +19,7 @@ With the same --seed the KV-cache path and --no_kv_cache print the same text: mo
 both paths the same window and they draw from the same seeded torch.Generator.
 """
 
+import gc
 import math
 import os
 import sys
@@ -265,3 +266,6 @@ def compiled_decode_step(model, backend="inductor"):
 
 if __name__ == "__main__":
     main(sys.argv[1:])
+    # everything is written and closed: spare the exit its garbage collection over all of torch's objects, which
+    # takes most of a second (results/README.md, "The whole process against nanoGPT")
+    gc.freeze()

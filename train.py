@@ -25,6 +25,7 @@ train(config) is importable: tools/compare.py calls it in-process and reads the 
 import contextlib
 import csv
 import dataclasses
+import gc
 import json
 import math
 import os
@@ -95,7 +96,6 @@ def gpt_config_defaults():
 
 DEFAULTS = {**TRAIN_DEFAULTS, **{k: v for k, v in gpt_config_defaults().items() if k not in TRAIN_DEFAULTS}}
 PROGRESS_EVERY_S = 15   # a long evaluation prints a progress line this often
-PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12}   # dense bf16 FLOP/s of a GPU, for MFU
 
 
 # --- settings: checks, the model's arguments ---------------------------------------------------------
@@ -156,13 +156,6 @@ def distributed_env():
         return None
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     return rank, int(os.environ.get("LOCAL_RANK", rank)), world
-
-def peak_flops(device):
-    """The dense bf16 peak FLOP/s of a CUDA device named in PEAK_FLOPS, else None (no MFU)."""
-    device = torch.device(device)
-    if device.type != "cuda":
-        return None
-    return next((f for name, f in PEAK_FLOPS.items() if name in torch.cuda.get_device_name(device)), None)
 
 
 def model_args(config, explicit, base=None, vocab_size=None):
@@ -500,7 +493,7 @@ def restore_rng(state, device):
 # --- out_dir/log.csv and loss.png ----------------------------------------------------------------------
 
 COLUMNS = ["iter", "kind", "loss", "val_loss", "val_loss_heaviest", "lr", "ms_per_iter", "tokens_per_s",
-           "mfu", "elapsed_s", "branch_weights"]
+           "elapsed_s", "branch_weights"]
 
 
 class CsvLog:
@@ -753,9 +746,9 @@ def optimizer_step(run, X, Y):
     return loss_sum / run.accum, X, Y
 
 
-def log_iteration(run, it, loss, lr, speed, stop, peak):
+def log_iteration(run, it, loss, lr, speed, stop):
     """One log line and log.csv row: the loss averaged over ranks (one all_reduce, which also carries the ranks'
-    stop votes), speed, time left (smoothed ms/iter plus the evaluations still to come) and MFU on a known GPU.
+    stop votes), speed and time left (smoothed ms/iter plus the evaluations still to come).
     Returns (the loss as a float, whether any rank asked to stop)."""
     config = run.config
     stats = torch.stack([loss, torch.tensor(float(stop.requested), device=run.device)])
@@ -766,19 +759,17 @@ def log_iteration(run, it, loss, lr, speed, stop, peak):
         raise diverged(run, f"the training loss is {lossf}", it)
     ms = speed.window_ms()
     eta = speed.eta(config["max_iters"] - run.iter_num, (config["max_iters"] - run.iter_num) // config["eval_interval"] + 1)
-    mfu = run.raw_model.estimate_mfu(run.batch_size * run.accum, speed.ema / 1000, peak) \
-        if peak is not None and len(speed.windows) > 2 else None
     tok_s = run.tokens_per_iter / (ms / 1000)
     say(run, f"iter {it}: loss {lossf:.4f}, lr {lr:.2e}, {ms:.2f} ms/iter, {tok_s:,.0f} tok/s, "
-        f"eta {format_duration(eta)}" + (f", mfu {mfu * 100:.2f}%" if mfu is not None else ""))
+        f"eta {format_duration(eta)}")
     if run.master:
-        run.csv_log.write(iter=it, kind="train", loss=lossf, lr=lr, ms_per_iter=ms, tokens_per_s=tok_s, mfu=mfu,
+        run.csv_log.write(iter=it, kind="train", loss=lossf, lr=lr, ms_per_iter=ms, tokens_per_s=tok_s,
                           elapsed_s=time.time() - run.t_start)
     return lossf, stop_votes > 0
 
 
 class Speed:
-    """ms/iter of the windows between log lines (evaluation left out), smoothed for the ETA and MFU."""
+    """ms/iter of the windows between log lines (evaluation left out), smoothed for the ETA."""
 
     def __init__(self):
         self.windows, self.ema, self.t_window, self.iters = [], None, time.time(), 0
@@ -945,7 +936,6 @@ def run_training(run, callback=None):
     saved there resumes exactly, so evaluation, saving and stopping happen only there. `in_step` marks the rest
     (from the first forward to iter_num += 1): an interrupt in there saves nothing."""
     config, X, Y = run.config, run.X, run.Y
-    peak = peak_flops(run.device)   # the GPU's bf16 FLOP/s for the MFU print; None on a CPU
     history, last_train_loss, speed = [], None, Speed()
     run.t_start = time.time()
     in_step = interrupted = hard_stop = False
@@ -986,7 +976,7 @@ def run_training(run, callback=None):
                 speed.iters += 1
 
                 if it % config["log_interval"] == 0:
-                    last_train_loss, stop_voted = log_iteration(run, it, loss, lr, speed, stop, peak)
+                    last_train_loss, stop_voted = log_iteration(run, it, loss, lr, speed, stop)
                     if stop_voted:
                         interrupted = True
                         break
@@ -1068,3 +1058,6 @@ def main(argv=None):
 
 if __name__ == "__main__":
     main()
+    # everything is written and closed: spare the exit its garbage collection over all of torch's objects, which
+    # takes most of a second (results/README.md, "The whole process against nanoGPT")
+    gc.freeze()

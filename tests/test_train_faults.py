@@ -477,12 +477,3 @@ def test_bench_bad_input_is_a_user_error_turned_into_one_line_by_main():
     message = str(e.value.code)
     assert message.startswith("error: --scale must be > 0") and "(fix:" in message and "\n" not in message
 
-
-def test_mfu_peak_flops_by_gpu_name(monkeypatch):
-    """train.py's MFU reads the peak from one table; no GPU (or an unknown one): no MFU."""
-    from train import peak_flops
-    assert peak_flops("cpu") is None
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 80GB HBM3")
-    assert peak_flops("cuda") == 989e12 and peak_flops(torch.device("cuda", 0)) == 989e12
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Some Other GPU")
-    assert peak_flops("cuda") is None
