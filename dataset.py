@@ -1,11 +1,11 @@
 """
-A prepared dataset folder (written by prepare.py): train.bin / val.bin (/ test.bin) hold flat uint16
+A prepared dataset folder (written by prepare.py or a tool): train.bin / val.bin (/ test.bin) hold flat uint16
 token ids, meta.json describes the tokenizer (written last: its presence means the folder is complete).
 
 Tokenizers, as meta.json describes them:
     char      CharTokenizer: one id per character of meta["chars"]
     gpt2      GPT-2 BPE (tiktoken; offline from GPT2_TIKTOKEN_FILE when set)
-    compact   a subset of GPT-2's tokens (paper 003, 2.1, chosen by prepare.py), meta["tokens"]
+    compact   a subset of GPT-2's tokens (paper 003, 2.1, chosen by tools/pangu/compact_vocab.py), meta["tokens"]
 What sample.py needs of it: the tokenizer (load_tokenizer), a prompt to ids (encode_start) and back (render).
 train.py reads the token files itself (get_batch).
 """

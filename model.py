@@ -17,7 +17,7 @@ Papers (text in ../shared/papers/):
       layer sharing, enhanced residual, Deep Thinking)
   001 ShishuLM (attention only in the first blocks, MLP-only blocks after, paired weight sharing)
   002 GPT-Efficio (factorized embedding, cross-layer parameter sharing)
-  003 PanGu-pi Pro (init formulas here; the compact tokenizer in prepare.py; inheritance in tools/pangu/)
+  003 PanGu-pi Pro (init formulas here; the compact tokenizer and inheritance in tools/pangu/)
   004 ParallelGPT / LinearGPT / ConvGPT
 """
 

@@ -1,8 +1,8 @@
 # Ablation set 3 (issue 15): paper 002's (GPT-Efficio) sharing schemes and factorized embedding at a CPU
 # size, 3 seeds. A GPT-2-style decoder (LayerNorm, GELU, biases, learned positions, tied embeddings) of
 # 6 layers, width 96, 4 heads, context 64, on Shakespeare with a compact 4096-token BPE vocabulary
-# (data/shakespeare_v4096, prepared on first use): with 65 characters a factorized embedding would save
-# nothing, with 4096 tokens the embedding is 37% of the model.
+# (data/shakespeare_v4096: tools.compare prepares it on first use with tools.pangu.compact_vocab): with 65
+# characters a factorized embedding would save nothing, with 4096 tokens the embedding is 37% of the model.
 #   none          no sharing, no factorization                              1.07M parameters
 #   all           one block for all 6 layers (ALBERT-style)                0.51M
 #   groups2       2 groups of 3 layers, one block per group                0.62M

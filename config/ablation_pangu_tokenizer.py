@@ -1,6 +1,7 @@
 # Ablation set 4a (issue 15): paper 003's compact tokenizer (results/README.md "PanGu-pi Pro", (a)) with 3 seeds. One
 # model body (4 layers, width 64, 4 heads, tied embeddings) on Shakespeare with the full GPT-2 BPE (50257)
-# and compact 8192 / 4096 / 1024-token vocabularies (prepared on first use), 200 iterations of 8 x 64 tokens;
+# and compact 8192 / 4096 / 1024-token vocabularies (tools.compare prepares them on first use with
+# tools.pangu.compact_vocab), 200 iterations of 8 x 64 tokens;
 # plus the 4096 model for 2000 iterations (about the 50257 model's wall time).
 #   python -m tools.compare config/ablation_pangu_tokenizer.py
 # Losses per token are NOT comparable across vocabularies (a token is a different amount of text), and

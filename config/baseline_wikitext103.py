@@ -1,7 +1,7 @@
 # WikiText-103 (GPT-2 BPE) on one GPU: paper 000 Baseline (Table 1: 134.0M; ours 133,969,489): 12 x 768, ReLU FFN 1536,
 # post-LayerNorm, biases, sinusoidal positions, untied head with bias (variants/baseline.py says where each comes from).
 # Paper 000 sec. 3.1: lr 2e-3, weight decay 0.1 (Adam), batch 4 sequences on a TitanXP; we keep lr/wd and use a GPU batch.
-#   python prepare.py wikitext103 && python train.py config/baseline_wikitext103.py
+#   python -m tools.wikitext103 && python train.py config/baseline_wikitext103.py
 #   torchrun --standalone --nproc_per_node=8 train.py config/baseline_wikitext103.py   # same global batch on 8 GPUs
 #   python -m tools.eval --out_dir=out-baseline-wikitext103 --splits=val,test
 # Expected on one H100 (an ESTIMATE, not a measurement: the session that wrote this had no GPU):
@@ -12,7 +12,7 @@
 out_dir = "out-baseline-wikitext103"
 variant = "baseline"
 
-dataset = "wikitext103"      # python prepare.py wikitext103 (GPT-2 BPE; run once, ~10 min on 16 cores)
+dataset = "wikitext103"      # python -m tools.wikitext103 (GPT-2 BPE; run once, ~10 min on 16 cores)
 block_size = 1024             # our choice (the authors' code uses 128; sinusoids have no parameters)
 batch_size = 32
 gradient_accumulation_steps = 4   # 32 x 4 x 1024 = 131,072 tokens per iteration (divided over DDP ranks)

@@ -13,7 +13,7 @@
 # 3-8 min for baseline, 10-25 min each for layer_sharing and enhanced_residual and 30-60 min for
 # deep_thinking: 1-2 hours in all (the run prints an overall ETA; --max_iters=1000 for a first look).
 # First run prepares data/wikitext103 (needs the WikiText-103 zip: downloaded, or
-# `python prepare.py wikitext103 --source PATH` beforehand).
+# `python -m tools.wikitext103 --source PATH` beforehand).
 #   python -m tools.compare config/compare_000_wikitext103.py
 #   python -m tools.compare config/compare_000_wikitext103.py --dry_run=True      # sizes and FLOPs, no training
 # Re-running the same command skips finished models and resumes an interrupted one.

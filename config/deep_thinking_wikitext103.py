@@ -1,6 +1,6 @@
 # WikiText-103 (GPT-2 BPE) on one GPU: paper 000 Deep Thinking: enhanced_residual + T=3 thinking passes (eta 0.01), then the test pass.
 # Every token costs 4 forward passes, so this is ~4x the time of enhanced_residual for the same tokens.
-#   python prepare.py wikitext103 && python train.py config/deep_thinking_wikitext103.py
+#   python -m tools.wikitext103 && python train.py config/deep_thinking_wikitext103.py
 #   torchrun --standalone --nproc_per_node=8 train.py config/deep_thinking_wikitext103.py   # same global batch on 8 GPUs
 #   python -m tools.eval --out_dir=out-deep_thinking-wikitext103 --splits=val,test
 # Expected on one H100 (an ESTIMATE, not a measurement: the session that wrote this had no GPU):
@@ -11,7 +11,7 @@
 out_dir = "out-deep_thinking-wikitext103"
 variant = "deep_thinking"
 
-dataset = "wikitext103"      # python prepare.py wikitext103 (GPT-2 BPE; run once, ~10 min on 16 cores)
+dataset = "wikitext103"      # python -m tools.wikitext103 (GPT-2 BPE; run once, ~10 min on 16 cores)
 block_size = 1024             # our choice (the authors' code uses 128; sinusoids have no parameters)
 batch_size = 8
 gradient_accumulation_steps = 16   # 8 x 16 x 1024 = 131,072 tokens per iteration (divided over DDP ranks)

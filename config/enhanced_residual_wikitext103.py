@@ -1,6 +1,6 @@
 # WikiText-103 (GPT-2 BPE) on one GPU: paper 000 Enhanced Residual: layer_sharing + alpha*x + (1-alpha)*F(x), alpha = sigmoid(w) per sub-layer,
 # post-norm as the authors' code (135,391,309 parameters).
-#   python prepare.py wikitext103 && python train.py config/enhanced_residual_wikitext103.py
+#   python -m tools.wikitext103 && python train.py config/enhanced_residual_wikitext103.py
 #   torchrun --standalone --nproc_per_node=8 train.py config/enhanced_residual_wikitext103.py   # same global batch on 8 GPUs
 #   python -m tools.eval --out_dir=out-enhanced_residual-wikitext103 --splits=val,test
 # Expected on one H100 (an ESTIMATE, not a measurement: the session that wrote this had no GPU):
@@ -11,7 +11,7 @@
 out_dir = "out-enhanced_residual-wikitext103"
 variant = "enhanced_residual"
 
-dataset = "wikitext103"      # python prepare.py wikitext103 (GPT-2 BPE; run once, ~10 min on 16 cores)
+dataset = "wikitext103"      # python -m tools.wikitext103 (GPT-2 BPE; run once, ~10 min on 16 cores)
 block_size = 1024             # our choice (the authors' code uses 128; sinusoids have no parameters)
 batch_size = 16
 gradient_accumulation_steps = 8   # 16 x 8 x 1024 = 131,072 tokens per iteration (divided over DDP ranks)

@@ -1,5 +1,5 @@
 # WikiText-103 (GPT-2 BPE) on one GPU: GPT-2 124M reference (12 x 768, 12 heads, learned positions, tied, GELU MLP).
-#   python prepare.py wikitext103 && python train.py config/gpt2_124m_wikitext103.py
+#   python -m tools.wikitext103 && python train.py config/gpt2_124m_wikitext103.py
 #   torchrun --standalone --nproc_per_node=8 train.py config/gpt2_124m_wikitext103.py   # same global batch on 8 GPUs
 #   python -m tools.eval --out_dir=out-gpt2_124m-wikitext103 --splits=val,test
 # Expected on one H100 (an ESTIMATE, not a measurement: the session that wrote this had no GPU):
@@ -14,7 +14,7 @@ n_embd = 768
 bias = True
 vocab_size = 50304   # GPT-2's 50257 padded to a multiple of 64: faster matmuls, unused rows never scored
 
-dataset = "wikitext103"      # python prepare.py wikitext103 (GPT-2 BPE; run once, ~10 min on 16 cores)
+dataset = "wikitext103"      # python -m tools.wikitext103 (GPT-2 BPE; run once, ~10 min on 16 cores)
 block_size = 1024
 batch_size = 32
 gradient_accumulation_steps = 4   # 32 x 4 x 1024 = 131,072 tokens per iteration (divided over DDP ranks)

@@ -1,6 +1,6 @@
 # WikiText-103 (GPT-2 BPE) on one GPU: paper 000 Layer Sharing (Table 1: 135.4M; ours 135,391,249): 576 wide, SwiGLU 1536, GQA 9/3,
 # post-LayerNorm, biases, sinusoidal positions, tied (head bias kept), 30 unique blocks each applied twice (effective depth 60).
-#   python prepare.py wikitext103 && python train.py config/layer_sharing_wikitext103.py
+#   python -m tools.wikitext103 && python train.py config/layer_sharing_wikitext103.py
 #   torchrun --standalone --nproc_per_node=8 train.py config/layer_sharing_wikitext103.py   # same global batch on 8 GPUs
 #   python -m tools.eval --out_dir=out-layer_sharing-wikitext103 --splits=val,test
 # Expected on one H100 (an ESTIMATE, not a measurement: the session that wrote this had no GPU):
@@ -11,7 +11,7 @@
 out_dir = "out-layer_sharing-wikitext103"
 variant = "layer_sharing"
 
-dataset = "wikitext103"      # python prepare.py wikitext103 (GPT-2 BPE; run once, ~10 min on 16 cores)
+dataset = "wikitext103"      # python -m tools.wikitext103 (GPT-2 BPE; run once, ~10 min on 16 cores)
 block_size = 1024             # our choice (the authors' code uses 128; sinusoids have no parameters)
 batch_size = 16
 gradient_accumulation_steps = 8   # 16 x 8 x 1024 = 131,072 tokens per iteration (divided over DDP ranks)

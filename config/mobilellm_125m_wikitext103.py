@@ -10,7 +10,7 @@
 #   min_lr = 0   the paper says only "cosine scheduler"; its stack (HF Transformers) decays to 0 by default. Our reading.
 #   grad_clip    1.0, not stated in the paper (HF Trainer's default). Our choice.
 #   batch 64     as 16 sequences x 4 accumulation steps (same 64 x 1024 tokens per optimizer step; memory is our reason).
-#   python prepare.py wikitext103 && python train.py config/mobilellm_125m_wikitext103.py
+#   python -m tools.wikitext103 && python train.py config/mobilellm_125m_wikitext103.py
 #   torchrun --standalone --nproc_per_node=4 train.py config/mobilellm_125m_wikitext103.py   # same global batch on 4 GPUs
 #   python -m tools.eval --out_dir=out-mobilellm_125m-wikitext103 --splits=val,test
 # Expected on one H100 (an ESTIMATE, not a measurement: the session that wrote this had no GPU):
@@ -21,7 +21,7 @@
 out_dir = "out-mobilellm_125m-wikitext103"
 variant = "mobilellm_125m"
 
-dataset = "wikitext103"      # python prepare.py wikitext103 (GPT-2 BPE; run once, ~10 min on 16 cores)
+dataset = "wikitext103"      # python -m tools.wikitext103 (GPT-2 BPE; run once, ~10 min on 16 cores)
 block_size = 1024
 batch_size = 16
 gradient_accumulation_steps = 4   # 16 x 4 = 64 sequences x 1024 = 65,536 tokens per step (Appendix E; divided over DDP ranks)

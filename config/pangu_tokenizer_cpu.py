@@ -1,6 +1,6 @@
 # Paper 003, compact tokenizer (2.1): one model body (4 layers, width 64, 4 heads), trained on shakespeare
 # tokenized with the full GPT-2 BPE (50257 tokens) or a compact K-token subset of it:
-#   python prepare.py shakespeare && python prepare.py shakespeare --vocab_size 4096
+#   python prepare.py shakespeare && python -m tools.pangu.compact_vocab shakespeare --vocab_size 4096
 #   python train.py config/pangu_tokenizer_cpu.py --dataset=shakespeare --out_dir=out-pangu-tok-50257
 #   python train.py config/pangu_tokenizer_cpu.py --dataset=shakespeare_v4096 --out_dir=out-pangu-tok-4096
 #   python -m tools.eval --out_dir=out-pangu-tok-4096     # bits per byte: comparable across tokenizers

@@ -7,7 +7,7 @@
 # Table 9's budgets ("n + m": n decoder layers, then m MLP-only layers; 30 in all): --n_attn_layers=n --share_from_layer=n.
 # Paired sharing needs an even m; Table 9 does not say whether its MLP-only layers are shared (25 + 5 has m = 5):
 # --share_group_size=1 leaves them unshared.
-#   python prepare.py wikitext103 && python train.py config/shishulm_125_wikitext103.py
+#   python -m tools.wikitext103 && python train.py config/shishulm_125_wikitext103.py
 #   torchrun --standalone --nproc_per_node=4 train.py config/shishulm_125_wikitext103.py   # same global batch on 4 GPUs
 #   python -m tools.eval --out_dir=out-shishulm_125-wikitext103 --splits=val,test
 # Expected on one H100 (an ESTIMATE, not a measurement: the session that wrote this had no GPU):
@@ -18,7 +18,7 @@
 out_dir = "out-shishulm_125-wikitext103"
 variant = "shishulm_125"
 
-dataset = "wikitext103"      # python prepare.py wikitext103 (GPT-2 BPE; run once, ~10 min on 16 cores)
+dataset = "wikitext103"      # python -m tools.wikitext103 (GPT-2 BPE; run once, ~10 min on 16 cores)
 block_size = 1024
 batch_size = 16
 gradient_accumulation_steps = 4   # 16 x 4 = 64 sequences x 1024 = 65,536 tokens per step (Appendix E; divided over DDP ranks)

@@ -432,3 +432,27 @@ def test_an_interrupted_model_resumes_only_with_its_own_settings(char_data, tmp_
         assert all(open(os.path.join(cdir, name), "rb").read() == data for name, data in files.items())
     assert compare.main(argv + ["--num_threads=1"])[0]["iters"] == 6
     assert counter.calls == ["scratch", "resume"]
+
+
+def test_a_dataset_that_a_tool_prepares_is_prepared_before_its_run(tmp_path, monkeypatch, capsys, one_thread):
+    """compare.py trains in-process through train.train, whose first run prepares only prepare.py's datasets (for
+    the others it names the tool's command): a compact or WikiText-103 dataset that is not prepared yet is prepared
+    here with its tool. A preparation that fails is one line naming the run."""
+    if not os.path.isfile(os.environ.get("GPT2_TIKTOKEN_FILE", "")):
+        pytest.skip("needs the GPT-2 ranks file (GPT2_TIKTOKEN_FILE or ../shared/data)")
+    monkeypatch.chdir(tmp_path)
+    src = tmp_path / "input.txt"
+    src.write_text("\n".join(TEXT_LINES[(7 * i) % len(TEXT_LINES)] for i in range(400)) + "\n", encoding="utf-8")
+    monkeypatch.setenv("SHAKESPEARE_INPUT", str(src))
+    rows = compare.main(tiny_argv("", "cmp", "gpt", dataset="shakespeare_v300", bench_iters=0, prompts="[]"))
+    assert rows[0]["iters"] == 6
+    assert "running python -m tools.pangu.compact_vocab shakespeare --vocab_size 300" in capsys.readouterr().out
+    meta = json.load(open(os.path.join("data", "shakespeare_v300", "meta.json")))
+    assert meta["tokenizer"] == "compact" and meta["vocab_size"] == 300
+
+    monkeypatch.setenv("WIKITEXT103_SOURCE", str(tmp_path / "nope.zip"))
+    with pytest.raises(SystemExit) as e:
+        compare.main(tiny_argv("", "cmp2", "gpt", dataset="wikitext103_v300", bench_iters=0, prompts="[]"))
+    assert e.value.code.startswith("error: gpt: preparing dataset 'wikitext103_v300' failed: WikiText-103 source "
+                                   "not found: ") and "\n" not in e.value.code
+    assert not os.path.exists(os.path.join("data", "wikitext103_v300"))

@@ -304,6 +304,8 @@ def test_full_disk_while_logging_is_one_line(tmp_path):
 
 @pytest.mark.parametrize("module,args", [
     ("prepare", ["shakespeare_char", "--out_dir", "{file}/data"]),
+    ("tools.pangu.compact_vocab", ["shakespeare_v400", "--out_dir", "{file}/data"]),
+    ("tools.wikitext103", ["--out_dir", "{file}/data"]),
     ("tools.pangu.inherit", ["--from={run}", "--out_dir={file}", "--n_layer=1"]),
     ("tools.huggingface.convert", ["export", "--ckpt={run}", "--out={file}/hf"]),
 ])
@@ -317,8 +319,10 @@ def test_output_folder_that_is_a_file(finished, tmp_path, module, args):
 
 @pytest.mark.parametrize("module,args,words", [
     ("prepare", [], ["required: dataset"]),
-    ("prepare", ["shakespeare", "--vocab_size", "many"], ["--vocab_size", "many"]),
-    ("prepare", ["shakespeare", "--vocab_size", "1024", "--n_layer", "-1"], ["--n_layer must be >= 1"]),
+    ("prepare", ["wikitext103"], ["(fix: python -m tools.wikitext103)"]),
+    ("tools.pangu.compact_vocab", ["shakespeare", "--vocab_size", "many"], ["--vocab_size", "many"]),
+    ("tools.pangu.compact_vocab", ["shakespeare", "--vocab_size", "1024", "--n_layer", "-1"], ["--n_layer must be >= 1"]),
+    ("tools.wikitext103", ["--vocab_size", "1024", "--n_embd", "0"], ["--n_embd must be >= 1"]),
     ("tools.bench_tokenize", ["--mb=0"], ["--mb must be > 0"]),   # used to print 0 MB/s rows
     ("tools.bench_tokenize", ["--mb=1e999"], ["--mb must be > 0 and finite, got inf"]),   # int(inf): a traceback
     ("tools.bench", ["--scale=1e999", "--dry_run"], ["--scale must be > 0 and --depth_scale >= 0, both finite"]),
@@ -337,7 +341,7 @@ def test_output_folder_that_is_a_file(finished, tmp_path, module, args):
     ("sample", ["--num_threads=100000"], ["--num_threads must be an integer in [0, "]),
     ("tools.bench", ["--num_threads=-1", "--dry_run"], ["--num_threads must be an integer in [0, "]),
     ("tools.pangu.refine", ["--num_threads=-1"], ["--num_threads must be an integer in [0, "]),
-    ("prepare", ["wikitext103", "--num_proc=1000000"], ["--num_proc=1000000 is more than this machine's"]),
+    ("tools.wikitext103", ["--num_proc=1000000"], ["--num_proc=1000000 is more than this machine's"]),
     ("tools.bench_tokenize", ["--num_proc=1000000"], ["--num_proc=1000000 is more than this machine's"]),
     # seeds outside [0, 2**32) in bench and the pangu tools, as in train.py and sample.py (a huge one was torch's
     # overflow traceback, a negative one went through)

@@ -444,12 +444,14 @@ def test_gpt2_byte_table_and_recovered_merges():
 
 
 def export_for_dataset(kind, root):
-    """tinyshakespeare prepared by prepare.py as `kind` (char, gpt2 or compact with 1,024 tokens), a tiny
+    """tinyshakespeare prepared as `kind` (char, gpt2: prepare.py; compact with 1,024 tokens: its tool), a tiny
     random model of its vocabulary saved as train.py does (recording data_dir), exported by the command line."""
     import prepare
+    from tools.pangu import compact_vocab
     dataset, extra = {"char": ("shakespeare_char", {}), "gpt2": ("shakespeare", {}),
-                      "compact": ("shakespeare", dict(vocab_size=1024, plot=False))}[kind]
-    data_dir = prepare.prepare(dataset, out_dir=str(root / "data"), input_path=shakespeare_file(), **extra)
+                      "compact": ("shakespeare_v1024", dict(plot=False))}[kind]
+    make = compact_vocab.prepare if kind == "compact" else prepare.prepare
+    data_dir = make(dataset, out_dir=str(root / "data"), input_path=shakespeare_file(), **extra)
     meta = json.loads((root / "data" / "meta.json").read_text(encoding="utf-8"))
     llama = kind == "compact"   # both architectures carry the tokenizer's end-of-text id
     torch.manual_seed(0)

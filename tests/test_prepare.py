@@ -1,16 +1,15 @@
-"""Tests for prepare.py: datasets, GPT-2 BPE offline, WikiText-103 layout, compact tokenizer.
+"""Tests for prepare.py: tinyshakespeare as characters and as GPT-2 BPE (offline), and the datasets it leaves to tools.
 
-No network: downloads are monkeypatched to fail, archives are built here, and the GPT-2 ranks
-come from GPT2_TIKTOKEN_FILE or ../shared/data/gpt2/gpt2.tiktoken (tests needing it skip otherwise).
+No network: downloads are monkeypatched to fail, and the GPT-2 ranks come from GPT2_TIKTOKEN_FILE or
+../shared/data/gpt2/gpt2.tiktoken (tests needing it skip otherwise). The helpers here serve test_compact_vocab.py
+and test_wikitext103.py too.
 """
-import base64
 import io
 import json
 import os
-import sys
+import re
 import urllib.error
 import urllib.request
-import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -186,100 +185,6 @@ def test_shakespeare_gpt2(tmp_path, gpt2_file):
     assert tok.encode("Hello world<|endoftext|>") == [15496, 995, 50256]
 
 
-# ----------------------------------------------------------------------------- WikiText-103
-
-def wiki_article(title, paras):
-    """An article in WikiText raw layout: blank line, heading, blank line, paragraphs, subsection."""
-    text = f" \n = {title} = \n \n"
-    for i, p in enumerate(paras):
-        text += f" {p} \n \n"
-        if i == 0:
-            text += f" = = Section of {title} = = \n \n"
-    return text
-
-
-WIKI = {
-    "train": [wiki_article("Valkyria Chronicles III", ["Senjō no Valkyria 3 is a game .", "It was released in 2011 ."]),
-              wiki_article("Tower Building", ["The tower is 1 @,@ 000 ft tall 🙂 .", "Built = rebuilt ."]),
-              wiki_article("A", ["Short one .", "Also = = not a heading = = here ."])],
-    "val": [wiki_article("Homarus gammarus", ["A lobster .", "It lives in the sea ."]),
-            wiki_article("Ice", ["Cold ."])],
-    "test": [wiki_article("Robert Boulter", ["An English actor .", "Born 1976 ."])],
-}
-WIKI_FILES = {"train": "wiki.train.raw", "val": "wiki.valid.raw", "test": "wiki.test.raw"}
-
-
-def make_wikitext(tmp_path, kind):
-    """The real layout (wikitext-103-raw/wiki.*.raw) as an extracted folder or a zip archive."""
-    folder = tmp_path / "extracted"
-    (folder / "wikitext-103-raw").mkdir(parents=True)
-    for split, name in WIKI_FILES.items():
-        (folder / "wikitext-103-raw" / name).write_bytes("".join(WIKI[split]).encode("utf-8"))
-    if kind == "folder":
-        return str(folder)
-    path = tmp_path / "wikitext-103-raw-v1.zip"
-    with zipfile.ZipFile(path, "w") as zf:
-        for name in WIKI_FILES.values():
-            zf.write(folder / "wikitext-103-raw" / name, f"wikitext-103-raw/{name}")
-    return str(path)
-
-
-def test_split_articles_level1_only():
-    raw = "".join(WIKI["train"]).encode()
-    arts = prepare.split_articles(raw)
-    assert [a.decode() for a in arts] == WIKI["train"]  # sub-headings and '= =' text don't split
-    assert arts[1].startswith(b" \n = Tower Building = \n")
-    assert prepare.split_articles(b"no heading at all\n") == [b"no heading at all\n"]
-
-
-@pytest.mark.parametrize("kind", ["zip", "folder"])
-def test_wikitext103_layout(tmp_path, monkeypatch, gpt2_file, offline, kind):
-    monkeypatch.setattr(prepare, "GROUP_BYTES", 150)  # several article groups -> eot between groups too
-    out = tmp_path / "w"
-    prepare.prepare("wikitext103", out_dir=str(out), source=make_wikitext(tmp_path, kind), num_proc=2)
-    meta = read_meta(out)
-    assert meta["tokenizer"] == "gpt2" and meta["eot_token"] == 50256
-    enc = tokenizer.get_gpt2_encoding()
-    for split in ("train", "val", "test"):
-        text = "".join(WIKI[split])
-        ids = read_bin(out / f"{split}.bin").tolist()
-        stats = meta["splits"][split]
-        assert stats["tokens"] == len(ids)
-        assert stats["words"] == len(text.split()) and stats["bytes"] == len(text.encode())
-        assert stats["articles"] == len(WIKI[split]) == ids.count(50256) + 1
-        # eot separates articles; each article's tokens are its own encode_ordinary
-        pieces = enc.decode(ids).split("<|endoftext|>")
-        assert "".join(pieces) == text and len(pieces) == len(WIKI[split])
-        expect = []
-        for i, art in enumerate(prepare.split_articles(text.encode())):
-            expect += ([50256] if i else []) + enc.encode_ordinary(art.decode())
-        assert ids == expect
-
-
-def test_wikitext103_malformed(tmp_path, offline):
-    bad = tmp_path / "bad.zip"
-    bad.write_bytes(b"this is not a zip file")
-    with pytest.raises(UserError) as exc:
-        prepare.prepare("wikitext103", out_dir=str(tmp_path / "o"), source=str(bad))
-    assert "\n" not in str(exc.value) and "not a valid zip" in str(exc.value)
-
-    incomplete = tmp_path / "incomplete.zip"
-    with zipfile.ZipFile(incomplete, "w") as zf:
-        zf.writestr("wikitext-103-raw/wiki.train.raw", " = A = \n")
-    with pytest.raises(UserError, match="lacks wikitext-103-raw/wiki.valid.raw"):
-        prepare.prepare("wikitext103", out_dir=str(tmp_path / "o"), source=str(incomplete))
-    (tmp_path / "empty").mkdir()
-    with pytest.raises(UserError, match="lacks"):
-        prepare.prepare("wikitext103", out_dir=str(tmp_path / "o"), source=str(tmp_path / "empty"))
-
-
-def test_wikitext103_download_failure(tmp_path, offline):
-    with pytest.raises(UserError) as exc:
-        prepare.prepare("wikitext103", out_dir=str(tmp_path / "o"))
-    msg = str(exc.value)
-    assert "\n" not in msg and msg.startswith("could not download WikiText-103") and "--source" in msg
-
-
 # ----------------------------------------------------------------------------- bad input leaves the folder as it was
 
 def prepared_folder(tmp_path):
@@ -289,12 +194,13 @@ def prepared_folder(tmp_path):
     return out, {p.name: p.read_bytes() for p in out.iterdir()}
 
 
-def one_line_error(argv, *words):
+def one_line_error(argv, *words, main=prepare.main):
     with pytest.raises(SystemExit) as e:
-        prepare.main(argv)
+        main(argv)
     message = e.value.code
     assert isinstance(message, str) and message.startswith("error: ") and "\n" not in message, message
     assert "(fix: " in message and all(w in message for w in words), message
+    return message
 
 
 def test_too_many_distinct_characters_leave_the_folder_as_it_was(tmp_path):
@@ -309,141 +215,44 @@ def test_too_many_distinct_characters_leave_the_folder_as_it_was(tmp_path):
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
 
 
-def test_wikitext_that_is_not_utf8_leaves_the_folder_as_it_was(tmp_path, offline):
-    out, before = prepared_folder(tmp_path)
-    path = tmp_path / "bad.zip"
-    with zipfile.ZipFile(path, "w") as zf:
-        for split, name in WIKI_FILES.items():
-            raw = "".join(WIKI[split]).encode("utf-8")
-            zf.writestr(f"wikitext-103-raw/{name}", raw[:40] + b"\xff\xfe" + raw[40:] if split == "val" else raw)
-    one_line_error(["wikitext103", "--source", str(path), "--out_dir", str(out)],
-                   "the val split is not UTF-8 text", "invalid start byte at byte 40")
+# ----------------------------------------------------------------------------- datasets that tools prepare
+
+@pytest.mark.parametrize("dataset,command", [
+    ("shakespeare_v400", "python -m tools.pangu.compact_vocab shakespeare --vocab_size 400"),
+    ("wikitext103", "python -m tools.wikitext103"),
+    ("wikitext103_v8192", "python -m tools.wikitext103 --vocab_size 8192"),
+])
+def test_a_dataset_of_a_tool_is_refused_with_its_command(tmp_path, monkeypatch, dataset, command):
+    """prepare.py prepares the two tinyshakespeare datasets; for the others it names the tool's exact command in
+    one line and writes nothing (train.py's first run passes the line on)."""
+    monkeypatch.chdir(tmp_path)
+    out, before = prepared_folder(tmp_path)   # data/: an existing dataset folder, which must stay as it was
+    message = one_line_error([dataset], f"dataset '{dataset}' is prepared by a tool, not by prepare.py")
+    assert message.endswith(f"(fix: {command})")
+    one_line_error([dataset, "--out_dir", str(out)], f"(fix: {command} --out_dir {out})")
+    with pytest.raises(UserError, match=re.escape(f"(fix: {command})") + "$"):
+        prepare.prepare(dataset, out_dir=os.path.join("data", dataset))
+    assert sorted(os.listdir(tmp_path)) == ["data", "input.txt"]
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert prepare.tool_command(dataset) == command and prepare.tool_command("shakespeare") is None
 
 
-def test_a_decode_error_in_a_tokenizer_worker_is_one_line(tmp_path, gpt2_file):
-    """The workers decode the text: an error there comes back as the one-line error, not the worker's traceback
-    (bench_tokenize reads --input as bytes)."""
-    bad = tmp_path / "latin1.txt"
-    bad.write_bytes("caf\xe9 au lait\n".encode("latin-1") * 100)
-    from tools import bench_tokenize
+def test_a_dataset_of_a_tool_through_train_py(tmp_path, monkeypatch, tiny_train_config):
+    """train.py prepares a missing dataset on its first run; for a tool's dataset it stops with the command."""
+    import train
+    monkeypatch.chdir(tmp_path)
+    cfg = dict({k: v for k, v in tiny_train_config.items() if k != "data_dir"}, dataset="shakespeare_v1024")
     with pytest.raises(SystemExit) as e:
-        bench_tokenize.main([f"--input_path={bad}", "--mb=0.001", "--num_proc=1"])
-    assert str(e.value).startswith("error: ") and "not UTF-8" in str(e.value) and "\n" not in str(e.value)
+        train.main([f"--{k}={v}" for k, v in cfg.items()])
+    assert e.value.code == ("error: preparing dataset 'shakespeare_v1024' failed: dataset 'shakespeare_v1024' is "
+                            "prepared by a tool, not by prepare.py (fix: python -m tools.pangu.compact_vocab "
+                            "shakespeare --vocab_size 1024)")
+    assert not (tmp_path / "data" / "shakespeare_v1024").exists()
 
 
-# ----------------------------------------------------------------------------- compact tokenizer
-
-@pytest.fixture
-def gpt2_ranks(gpt2_file):
-    return prepare.gpt2_ranks(tokenizer.get_gpt2_encoding())
-
-
-def test_merge_parents_follow_bpe(gpt2_ranks):
-    # " the" is built from " t" + "he" in GPT-2 (not " " + "the"): the split comes from merge order
-    assert prepare.merge_parents(b" the", gpt2_ranks) == (b" t", b"he")
-    for tok in [b"Hello", b" world", b"ization", b" Shakespeare", b"\n\n"]:
-        a, b = prepare.merge_parents(tok, gpt2_ranks)
-        assert a + b == tok and gpt2_ranks[a] < gpt2_ranks[tok] and gpt2_ranks[b] < gpt2_ranks[tok]
-    assert prepare.merge_parents(b"a", gpt2_ranks) == ()
-
-
-def check_compact(tokens, ranks, vocab_size):
-    """vocab size, all bytes, parents kept and reachable by BPE over the subset, rank order."""
-    kept = set(tokens)
-    assert len(tokens) + 1 == vocab_size  # + eot
-    assert all(bytes([b]) in kept for b in range(256))
-    assert [ranks[t] for t in tokens] == sorted(ranks[t] for t in tokens)
-    sub = {t: i for i, t in enumerate(tokens)}
-    for tok in tokens:
-        if len(tok) > 1:
-            assert set(prepare.merge_parents(tok, ranks)) <= kept
-            assert prepare.bpe_parts(tok, sub, sub[tok] + 1) == [tok]  # BPE over the subset builds it
-
-
-@pytest.mark.parametrize("vocab_size", [257, 300, 1000])
-def test_select_compact_tokens(gpt2_file, gpt2_ranks, vocab_size):
-    enc = tokenizer.get_gpt2_encoding()
-    counts = np.bincount(enc.encode_ordinary(SMALL_TEXT), minlength=50257)
-    tokens = prepare.select_compact_tokens(counts, gpt2_ranks, vocab_size)
-    check_compact(tokens, gpt2_ranks, vocab_size)
-    # most frequent tokens are kept first
-    top = [enc.decode_single_token_bytes(int(i)) for i in np.argsort(-counts, kind="stable")[:20]]
-    if vocab_size >= 1000:
-        assert set(top) <= set(tokens)
-
-
-def test_select_compact_rejects_bad_size(gpt2_ranks):
-    with pytest.raises(ValueError, match="vocab_size"):
-        prepare.select_compact_tokens(np.zeros(50257), gpt2_ranks, 256)
-    with pytest.raises(SystemExit, match="error: vocab_size"):
-        prepare.main(["shakespeare", "--vocab_size", "100"])
-
-
-def test_compact_shakespeare_roundtrip(tmp_path, monkeypatch, gpt2_file, gpt2_ranks, capsys):
-    monkeypatch.chdir(tmp_path)  # default out_dir data/shakespeare_v400
-    out = prepare.prepare("shakespeare", vocab_size=400, input_path=write_input(tmp_path),
-                          n_layer=6, n_embd=384, plot=True)
-    assert out == os.path.join("data", "shakespeare_v400")
-    meta = read_meta(out)
-    assert meta["tokenizer"] == "compact" and meta["vocab_size"] == 400 and meta["eot_token"] == 399
-    assert meta["dataset"] == "shakespeare_v400" and (Path(out) / "coverage.png").is_file()
-    tokens = [base64.b64decode(t) for t in meta["tokens"]]
-    check_compact(tokens, gpt2_ranks, 400)
-    tok = tokenizer.load_tokenizer(out)
-    assert tok.vocab_size == 400 and tok.eot_token == 399
-    for text in (UNICODE_TEXT, SMALL_TEXT, "Ωmega ∑ 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 \U0010FFFF end"):
-        ids = tok.encode(text)
-        assert max(ids) < 400 and tok.decode(ids) == text
-    assert tok.encode("a<|endoftext|>b")[1] == 399
-    train = read_bin(Path(out) / "train.bin")
-    assert int(train.max()) < 400 and tok.decode(train.tolist()) == SMALL_TEXT[:int(len(SMALL_TEXT) * 0.9)]
-    report = capsys.readouterr().out
-    assert "top-k" in report and "PEHL = 2*V*d / (2*V*d + 12*n_layer*d^2)" in report
-    # dataset name form used by train.py's auto-prepare
-    assert prepare.parse_dataset("shakespeare_v400") == ("shakespeare", 400)
-
-
-def test_compact_wikitext103(tmp_path, gpt2_file, offline):
-    out = tmp_path / "wc"
-    prepare.prepare("wikitext103", out_dir=str(out), source=make_wikitext(tmp_path, "zip"),
-                    vocab_size=300, num_proc=2, plot=False)
-    meta = read_meta(out)
-    assert meta["tokenizer"] == "compact" and meta["vocab_size"] == 300
-    tok = tokenizer.load_tokenizer(str(out))
-    ids = read_bin(out / "train.bin").tolist()
-    assert max(ids) < 300 and ids.count(299) == len(WIKI["train"]) - 1
-    assert tok.decode(ids).split("<|endoftext|>") == WIKI["train"]
-    assert meta["splits"]["test"]["words"] == len("".join(WIKI["test"]).split())
-
-
-def test_coverage_and_pehl():
-    table = prepare.coverage_table([5, 0, 3, 2], [1, 2, 4, 10])
-    assert table == [(1, 0.5), (2, 0.8), (4, 1.0), (10, 1.0)]
-    v, layers, d = 50257, 12, 768
-    assert prepare.pehl(v, layers, d) == pytest.approx(2 * v * d / (2 * v * d + 12 * layers * d * d))
-    assert prepare.pehl(8192, layers, d) < prepare.pehl(v, layers, d)
-
-
-def test_parse_dataset():
-    assert prepare.parse_dataset("wikitext103") == ("wikitext103", None)
-    with pytest.raises(ValueError, match="unknown dataset"):
-        prepare.parse_dataset("openwebtext")
-    with pytest.raises(ValueError, match="vocab_size works with"):
+def test_unknown_dataset():
+    for name in ("openwebtext", "shakespeare_vx", "wikitext2"):
+        with pytest.raises(UserError, match=f"unknown dataset '{name}' .*tools.wikitext103"):
+            prepare.prepare(name)
+    with pytest.raises(TypeError):   # the compact vocabulary is the tool's
         prepare.prepare("shakespeare_char", vocab_size=300)
-
-
-# ----------------------------------------------------------------------------- benchmark
-
-def test_bench_tokenize(tmp_path, gpt2_file, capsys):
-    from tools.bench_tokenize import bench_tokenize
-    res = bench_tokenize(mb=0.2, input_path=write_input(tmp_path), num_proc=2)
-    assert set(res) == {1, 2} and all(v > 0 for v in res.values())
-    assert "MB/s" in capsys.readouterr().out
-
-
-def test_merge_parents_are_the_last_bpe_merge():
-    """BPE merges ' ' 'a' 'n' by lowest rank: ' a' (3) first, so ' an' comes from (' a', 'n'), not from the
-    first split into two known tokens (' ', 'an')."""
-    ranks = {b" ": 0, b"a": 1, b"n": 2, b" a": 3, b"an": 4, b" an": 5}
-    assert prepare.merge_parents(b" an", ranks) == (b" a", b"n")

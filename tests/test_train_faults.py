@@ -393,13 +393,14 @@ def test_config_file_that_is_not_utf8(tmp_path):
     assert str(path) in message and "UTF-8" in message
 
 
-@pytest.mark.parametrize("args,words", [
-    (["shakespeare", "--vocab_size", "0"], ["vocab_size", "0"]),          # not silently "the full vocabulary"
-    (["shakespeare_char", "--input", "EMPTY"], ["is empty"]),
-    (["shakespeare_char", "--input", "LATIN1"], ["not UTF-8"]),
+@pytest.mark.parametrize("script,args,words", [
+    ("tools.pangu.compact_vocab", ["shakespeare", "--vocab_size", "0"], ["vocab_size", "0"]),   # not "the full vocabulary"
+    ("prepare", ["shakespeare_char", "--input", "EMPTY"], ["is empty"]),
+    ("prepare", ["shakespeare_char", "--input", "LATIN1"], ["not UTF-8"]),
+    ("tools.pangu.compact_vocab", ["shakespeare_v300", "--input", "LATIN1"], ["not UTF-8"]),
 ])
-def test_prepare_refuses_nonsense(tmp_path, args, words):
-    import prepare
+def test_prepare_refuses_nonsense(tmp_path, script, args, words):
+    prepare = __import__(script, fromlist=["main"])
     (tmp_path / "EMPTY").write_text("")
     (tmp_path / "LATIN1").write_bytes("caf\xe9\n".encode("latin-1"))
     args = [str(tmp_path / a) if a in ("EMPTY", "LATIN1") else a for a in args]

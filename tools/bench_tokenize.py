@@ -1,5 +1,6 @@
 """
-Tokenization throughput of prepare.py's parallel WikiText path: GPT-2 encode_ordinary with 1 worker and with all.
+Tokenization throughput of the parallel WikiText path (tools/wikitext103.py): GPT-2 encode_ordinary with 1 worker
+and with all.
 
     python -m tools.bench_tokenize [--mb=32] [--num_proc=N]
 """
@@ -12,7 +13,7 @@ import numpy as np
 
 from configurator import UserError, run_command
 from dataset import GPT2_EOT_ID, get_gpt2_encoding
-from prepare import check_num_proc, encoding_spec, iter_tokenized
+from tools.wikitext103 import check_num_proc, encoding_spec, iter_tokenized
 
 DEFAULTS = dict(mb=32.0, input_path="", gpt2_ranks="", num_proc=0)
 

@@ -44,6 +44,9 @@ Noise: with several seeds, a difference from the first row is called better/wors
 statistic |mean_b - mean_a| / sqrt(std_a^2/n_a + std_b^2/n_b) exceeds 2 (`noise_verdict`), else
 "within noise".
 
+Data: a run's dataset that is not prepared yet is prepared before it trains: prepare.py's by train.py, the
+tools' (shakespeare_vK, wikitext103, wikitext103_vK) here, by tools.pangu.compact_vocab or tools.wikitext103.
+
 Resumable: status.json records the finished runs (variant, seed) with their training summaries.
 Re-running the same command skips them and resumes an interrupted run from its last.pt; Ctrl-C stops
 cleanly (train.py finishes the iteration and saves last.pt). Changing a training key of a finished or
@@ -66,7 +69,8 @@ import train
 from checkpoint import (LAST_NAME, MAX_SEED, atomic_open, autocast, check_out_dir, load_checkpoint, load_model,
                         lock_dir, resolve_device, resolve_dtype)
 from configurator import UserError, load_config, out_of_memory
-from dataset import encode_start, load_tokenizer, render, resolve_data_dir
+from dataset import default_data_dir, encode_start, load_tokenizer, render, resolve_data_dir
+from prepare import tool_command
 from sample import check_temperature
 from tools import plots
 from tools.benchmarks.measure import bench_train, describe
@@ -434,11 +438,30 @@ class Progress:
 # -----------------------------------------------------------------------------------------------
 # training one run
 
+def prepare_with_a_tool(config):
+    """Prepare a run's dataset with its tool (shakespeare_vK, wikitext103, wikitext103_vK: prepare.tool_command)
+    when its folder is not complete yet. train.py prepares the tinyshakespeare datasets itself and only points to
+    the tool for these."""
+    dataset, data_dir = config["dataset"], default_data_dir(config)
+    if tool_command(dataset) is None or \
+            all(os.path.exists(os.path.join(data_dir, name)) for name in ("train.bin", "val.bin", "meta.json")):
+        return
+    print(f"dataset '{dataset}' is not prepared in {data_dir}: running {tool_command(dataset)}", flush=True)
+    from tools import wikitext103
+    from tools.pangu import compact_vocab
+    tool = wikitext103 if dataset.startswith("wikitext103") else compact_vocab
+    try:
+        tool.prepare(dataset, out_dir=data_dir)
+    except UserError as e:
+        raise UserError(f"preparing dataset '{dataset}' failed: {e}") from None
+
+
 def train_model(run, progress):
     resume = os.path.isfile(os.path.join(run.out_dir, LAST_NAME))
     tcfg = dict(run.config, out_dir=run.out_dir, init_from="resume" if resume else run.config["init_from"])
     texplicit = run.explicit | {"variant", "out_dir", "init_from"}
     try:
+        prepare_with_a_tool(tcfg)
         return train.train(tcfg, texplicit, callback=progress)
     except UserError as e:
         raise UserError(f"{run.label}: {e}")

@@ -92,6 +92,14 @@ def compare(*extra):
                 "--bench_iters=0", "--sample_tokens=0", *extra)
 
 
+def compact(*extra, out_dir="{c}/d"):
+    return tool("pangu.compact_vocab", *extra, f"--out_dir={out_dir}")
+
+
+def wikitext(*extra, out_dir="{c}/d"):
+    return tool("wikitext103", *extra, f"--out_dir={out_dir}")
+
+
 def inherit(*extra):
     return tool("pangu.inherit", "--from={fx}/run", "--out_dir={c}/small", "--n_layer=1", "--n_embd=8",
                 "--n_head=1", "--calib_batches=1", *extra)
@@ -232,14 +240,9 @@ def all_cases():
     add("prepare_unknown_dataset", "keys/types", ["prepare.py", "tinystories", "--out_dir={c}/data"])
     add("prepare_dataset_escapes", "paths", ["prepare.py", "../../shakespeare_char"])
     add("prepare_unknown_option", "keys/types", ["prepare.py", "shakespeare_char", "--outdir={c}/data"])
-    add("prepare_vocab_size_for_char", "numbers", ["prepare.py", "shakespeare_char", "--vocab_size=300",
-                                                   "--out_dir={c}/data"])
-    add("prepare_vocab_size_small", "numbers", ["prepare.py", "shakespeare", "--vocab_size=10", "--out_dir={c}/d"])
-    add("prepare_vocab_size_huge", "numbers", ["prepare.py", "shakespeare", "--vocab_size=1000000000000",
-                                               "--out_dir={c}/d"])
-    add("prepare_num_proc_zero", "numbers", ["prepare.py", "wikitext103", "--num_proc=0", "--out_dir={c}/d"])
-    add("prepare_num_proc_huge", "numbers", ["prepare.py", "wikitext103", "--source={c}/wt", "--num_proc=1000000",
-                                             "--out_dir={c}/d"], setup=wikitext_folder)
+    add("prepare_compact_dataset_of_a_tool", "keys/types", ["prepare.py", "shakespeare_v400", "--out_dir={c}/d"])
+    add("prepare_wikitext_dataset_of_a_tool", "keys/types", ["prepare.py", "wikitext103_v8192"])
+    add("prepare_vocab_size_option", "keys/types", ["prepare.py", "shakespeare", "--vocab_size=300", "--out_dir={c}/d"])
     add("prepare_input_missing", "paths", ["prepare.py", "shakespeare_char", "--input={c}/nope.txt",
                                            "--out_dir={c}/data"])
     add("prepare_input_empty", "damaged files", ["prepare.py", "shakespeare_char", "--input={c}/in.txt",
@@ -258,14 +261,35 @@ def all_cases():
     add("prepare_gpt2_ranks_garbage", "damaged files", ["prepare.py", "shakespeare", "--gpt2_ranks={c}/r.tiktoken",
                                                         "--out_dir={c}/d"],
         setup=files(**{"r.tiktoken": "not base64 ranks\n"}))
-    add("prepare_wikitext_source_missing", "paths", ["prepare.py", "wikitext103", "--source={c}/nope.zip",
-                                                     "--out_dir={c}/d"])
-    add("prepare_wikitext_zip_garbage", "damaged files", ["prepare.py", "wikitext103", "--source={c}/wt.zip",
-                                                          "--out_dir={c}/d"],
+
+    # tools.pangu.compact_vocab (paper 003's compact tinyshakespeare)
+    add("compact_for_char", "keys/types", compact("shakespeare_char", "--vocab_size=300"))
+    add("compact_no_vocab_size", "keys/types", compact("shakespeare"))
+    add("compact_vocab_size_twice", "keys/types", compact("shakespeare_v400", "--vocab_size=500"))
+    add("compact_vocab_size_small", "numbers", compact("shakespeare", "--vocab_size=10"))
+    add("compact_vocab_size_huge", "numbers", compact("shakespeare", "--vocab_size=1000000000000"))
+    add("compact_vocab_size_not_a_number", "keys/types", compact("shakespeare", "--vocab_size=many"))
+    add("compact_n_layer_negative", "numbers", compact("shakespeare", "--vocab_size=1024", "--n_layer=-1"))
+    add("compact_input_empty", "damaged files", compact("shakespeare_v400", "--input={c}/in.txt"),
+        setup=files(**{"in.txt": ""}))
+    add("compact_out_dir_is_file", "paths", compact("shakespeare_v400", out_dir="{c}/taken"),
+        setup=files(taken="a file"))
+    add("compact_gpt2_ranks_garbage", "damaged files", compact("shakespeare_v400", "--gpt2_ranks={c}/r.tiktoken"),
+        setup=files(**{"r.tiktoken": "not base64 ranks\n"}))
+
+    # tools.wikitext103
+    add("wikitext_dataset_unknown", "keys/types", wikitext("shakespeare_v400"))
+    add("wikitext_vocab_size_small", "numbers", wikitext("--source={c}/wt", "--vocab_size=100"), setup=wikitext_folder)
+    add("wikitext_num_proc_zero", "numbers", wikitext("--num_proc=0"))
+    add("wikitext_num_proc_huge", "numbers", wikitext("--source={c}/wt", "--num_proc=1000000"), setup=wikitext_folder)
+    add("wikitext_source_missing", "paths", wikitext("--source={c}/nope.zip"))
+    add("wikitext_zip_garbage", "damaged files", wikitext("--source={c}/wt.zip"),
         setup=files(**{"wt.zip": b"PK\x03\x04 not really a zip"}))
-    add("prepare_wikitext_folder_incomplete", "damaged files", ["prepare.py", "wikitext103", "--source={c}/wt",
-                                                                "--out_dir={c}/d"],
+    add("wikitext_folder_incomplete", "damaged files", wikitext("--source={c}/wt"),
         setup=files(**{"wt/wikitext-103-raw/wiki.train.raw": " = A = \n text \n"}))
+    add("wikitext_compact_out_dir_is_file", "paths", wikitext("--source={c}/wt", "--vocab_size=400",
+                                                              out_dir="{c}/taken"),
+        setup=chain(wikitext_folder, files(taken="a file")))
 
     # tools.eval
     ev = ("--out_dir={fx}/run", "--device=cpu")

@@ -116,8 +116,8 @@ def bpe_vocab_and_merges(tokens):
     """(vocab, merges) of a byte-level BPE whose ranks are the positions of `tokens` (bytes, in rank order, the
     256 single bytes among them): vocab maps each token's printable spelling to its rank; merges lists, in rank
     order, the two lower-ranked parts each multi-byte token is merged from (BPE run on the token itself with the
-    merges ranked below it: prepare.merge_parents)."""
-    from prepare import merge_parents
+    merges ranked below it: tools.pangu.compact_vocab.merge_parents)."""
+    from tools.pangu.compact_vocab import merge_parents
     table = gpt2_byte_to_unicode()
 
     def spell(token):

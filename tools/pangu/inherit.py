@@ -61,11 +61,12 @@ the selected layers".
 
 4. A compact vocabulary. PanGu-pi-1B Pro (48k tokenizer, 2.1 and 5) inherits from PanGu-pi-7B (100,883
    tokens, 2.1); how the embedding rows are carried over the paper does not say. Ours, by token identity:
-   --target_data_dir=<dataset made by `prepare.py --vocab_size K`>. Its meta.json lists the GPT-2 id of every
-   compact token (gpt2_ids; the last token is <|endoftext|>); row i of the small model's token embedding (and
-   untied head) is the source's row of the same GPT-2 token. Works from a GPT-2 vocabulary or any compact one
-   that holds the target's tokens; a target token the source lacks is an error. The output records the target
-   dataset, so sample.py uses the compact tokenizer with it (pass --dataset=<target> to train.py).
+   --target_data_dir=<dataset made by `python -m tools.pangu.compact_vocab ... --vocab_size K`>. Its meta.json
+   lists the GPT-2 id of every compact token (gpt2_ids; the last token is <|endoftext|>); row i of the small
+   model's token embedding (and untied head) is the source's row of the same GPT-2 token. Works from a GPT-2
+   vocabulary or any compact one that holds the target's tokens; a target token the source lacks is an error.
+   The output records the target dataset, so sample.py uses the compact tokenizer with it (pass
+   --dataset=<target> to train.py).
 
 Supported sources: single-branch GPT / LLaMA-style models (MHA or GQA, standard or gated FFN, any norm and
 position embedding, tied, untied or factorized embeddings, enhanced residual, Deep Thinking). Layer sharing,
@@ -113,7 +114,7 @@ DEFAULTS = {
 }
 LAYER_METHODS = ("first_last", "spread", "loss")
 NEURON_CRITERIA = ("l1", "l2", "taylor", "learned")
-GPT2_EOT_ID = 50256   # prepare.py's <|endoftext|>: the last token of a compact vocabulary
+GPT2_EOT_ID = 50256   # GPT-2's <|endoftext|>: the last token of a compact vocabulary
 
 # What each dimension of a state-dict tensor indexes (None: kept whole).
 CH, FFN, HEAD, QKV, VOCAB = "channel", "ffn", "head", "qkv", "vocab"   # HEAD: attention inner dim (n_head * head_dim)
@@ -247,19 +248,19 @@ def pool_kv_heads(state, cfg, m):
 
 
 # ----------------------------------------------------------------------------------------------
-# vocabularies (prepare.py's meta.json)
+# vocabularies (the datasets' meta.json)
 
 def read_meta(data_dir):
     path = os.path.join(data_dir, "meta.json")
     if not os.path.isfile(path):
-        raise ValueError(f"{path} is missing, so its tokenizer is unknown (fix: run `python prepare.py ...` for it, "
+        raise ValueError(f"{path} is missing, so its tokenizer is unknown (fix: prepare that dataset, "
                          f"or point --data_dir/--target_data_dir at a prepared dataset)")
     return load_meta(data_dir)   # one-line errors for a damaged file
 
 
 def gpt2_ids(meta):
     """GPT-2 id of every token id of a dataset's tokenizer: itself for GPT-2, meta['gpt2_ids'] plus
-    <|endoftext|> for a compact vocabulary (prepare.py --vocab_size), None for others (char)."""
+    <|endoftext|> for a compact vocabulary (tools.pangu.compact_vocab), None for others (char)."""
     if meta.get("tokenizer") == "gpt2":
         return list(range(meta["vocab_size"]))
     if meta.get("tokenizer") == "compact":
@@ -279,7 +280,7 @@ def vocab_rows(src_meta, dst_meta):
     if missing:
         raise ValueError(f"{len(missing)} target tokens are not in the source's vocabulary (first: GPT-2 id "
                          f"{missing[0]}) (fix: make the target vocabulary a subset of the source's, e.g. "
-                         f"prepare.py --vocab_size K on the source's GPT-2 dataset)")
+                         f"--vocab_size K of tools.pangu.compact_vocab or tools.wikitext103 on the source's text)")
     return torch.tensor([index[g] for g in dst])
 
 

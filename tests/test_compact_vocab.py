@@ -1,0 +1,146 @@
+"""Tests for tools/pangu/compact_vocab.py, paper 003's compact tokenizer: merge parents, the choice of tokens,
+coverage and PEHL, and the compact tinyshakespeare dataset (same text and split as prepare.py's shakespeare).
+
+The GPT-2 ranks come from GPT2_TIKTOKEN_FILE or ../shared/data/gpt2/gpt2.tiktoken (tests needing it skip otherwise).
+"""
+import base64
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import dataset as tokenizer
+import prepare
+from configurator import UserError
+from test_prepare import (SMALL_TEXT, UNICODE_TEXT, gpt2_file, one_line_error, prepared_folder,  # noqa: F401
+                          read_bin, read_meta, write_input)
+from tools.pangu import compact_vocab
+from tools.pangu.compact_vocab import main
+
+
+@pytest.fixture
+def gpt2_ranks(gpt2_file):
+    return compact_vocab.gpt2_ranks(tokenizer.get_gpt2_encoding())
+
+
+def test_merge_parents_follow_bpe(gpt2_ranks):
+    # " the" is built from " t" + "he" in GPT-2 (not " " + "the"): the split comes from merge order
+    assert compact_vocab.merge_parents(b" the", gpt2_ranks) == (b" t", b"he")
+    for tok in [b"Hello", b" world", b"ization", b" Shakespeare", b"\n\n"]:
+        a, b = compact_vocab.merge_parents(tok, gpt2_ranks)
+        assert a + b == tok and gpt2_ranks[a] < gpt2_ranks[tok] and gpt2_ranks[b] < gpt2_ranks[tok]
+    assert compact_vocab.merge_parents(b"a", gpt2_ranks) == ()
+
+
+def check_compact(tokens, ranks, vocab_size):
+    """vocab size, all bytes, parents kept and reachable by BPE over the subset, rank order."""
+    kept = set(tokens)
+    assert len(tokens) + 1 == vocab_size  # + eot
+    assert all(bytes([b]) in kept for b in range(256))
+    assert [ranks[t] for t in tokens] == sorted(ranks[t] for t in tokens)
+    sub = {t: i for i, t in enumerate(tokens)}
+    for tok in tokens:
+        if len(tok) > 1:
+            assert set(compact_vocab.merge_parents(tok, ranks)) <= kept
+            assert compact_vocab.bpe_parts(tok, sub, sub[tok] + 1) == [tok]  # BPE over the subset builds it
+
+
+@pytest.mark.parametrize("vocab_size", [257, 300, 1000])
+def test_select_compact_tokens(gpt2_file, gpt2_ranks, vocab_size):
+    enc = tokenizer.get_gpt2_encoding()
+    counts = np.bincount(enc.encode_ordinary(SMALL_TEXT), minlength=50257)
+    tokens = compact_vocab.select_compact_tokens(counts, gpt2_ranks, vocab_size)
+    check_compact(tokens, gpt2_ranks, vocab_size)
+    # most frequent tokens are kept first
+    top = [enc.decode_single_token_bytes(int(i)) for i in np.argsort(-counts, kind="stable")[:20]]
+    if vocab_size >= 1000:
+        assert set(top) <= set(tokens)
+
+
+def test_select_compact_rejects_bad_size(gpt2_ranks):
+    with pytest.raises(ValueError, match="vocab_size"):
+        compact_vocab.select_compact_tokens(np.zeros(50257), gpt2_ranks, 256)
+    with pytest.raises(SystemExit, match="error: vocab_size"):
+        main(["shakespeare", "--vocab_size", "100"])
+
+
+def test_compact_shakespeare_roundtrip(tmp_path, monkeypatch, gpt2_file, gpt2_ranks, capsys):
+    monkeypatch.chdir(tmp_path)  # default out_dir data/shakespeare_v400
+    out = compact_vocab.prepare("shakespeare", vocab_size=400, input_path=write_input(tmp_path),
+                          n_layer=6, n_embd=384, plot=True)
+    assert out == os.path.join("data", "shakespeare_v400")
+    meta = read_meta(out)
+    assert meta["tokenizer"] == "compact" and meta["vocab_size"] == 400 and meta["eot_token"] == 399
+    assert meta["dataset"] == "shakespeare_v400" and (Path(out) / "coverage.png").is_file()
+    tokens = [base64.b64decode(t) for t in meta["tokens"]]
+    check_compact(tokens, gpt2_ranks, 400)
+    tok = tokenizer.load_tokenizer(out)
+    assert tok.vocab_size == 400 and tok.eot_token == 399
+    for text in (UNICODE_TEXT, SMALL_TEXT, "Ωmega ∑ 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 \U0010FFFF end"):
+        ids = tok.encode(text)
+        assert max(ids) < 400 and tok.decode(ids) == text
+    assert tok.encode("a<|endoftext|>b")[1] == 399
+    train = read_bin(Path(out) / "train.bin")
+    assert int(train.max()) < 400 and tok.decode(train.tolist()) == SMALL_TEXT[:int(len(SMALL_TEXT) * 0.9)]
+    report = capsys.readouterr().out
+    assert "top-k" in report and "PEHL = 2*V*d / (2*V*d + 12*n_layer*d^2)" in report
+
+
+def test_coverage_and_pehl():
+    table = compact_vocab.coverage_table([5, 0, 3, 2], [1, 2, 4, 10])
+    assert table == [(1, 0.5), (2, 0.8), (4, 1.0), (10, 1.0)]
+    v, layers, d = 50257, 12, 768
+    assert compact_vocab.pehl(v, layers, d) == pytest.approx(2 * v * d / (2 * v * d + 12 * layers * d * d))
+    assert compact_vocab.pehl(8192, layers, d) < compact_vocab.pehl(v, layers, d)
+
+
+def test_merge_parents_are_the_last_bpe_merge():
+    """BPE merges ' ' 'a' 'n' by lowest rank: ' a' (3) first, so ' an' comes from (' a', 'n'), not from the
+    first split into two known tokens (' ', 'an')."""
+    ranks = {b" ": 0, b"a": 1, b"n": 2, b" a": 3, b"an": 4, b" an": 5}
+    assert compact_vocab.merge_parents(b" an", ranks) == (b" a", b"n")
+
+
+def test_same_text_and_split_as_prepare_py(tmp_path, gpt2_file):
+    """The compact dataset is prepare.py's shakespeare in other tokens: both decode to the same train and val text;
+    the name shakespeare_vK is the same as --vocab_size K."""
+    src = write_input(tmp_path)
+    full = prepare.prepare("shakespeare", out_dir=str(tmp_path / "full"), input_path=src)
+    main(["shakespeare_v300", "--input", src, "--out_dir", str(tmp_path / "a"), "--no_plot"])
+    main(["--vocab_size", "300", "--input", src, "--out_dir", str(tmp_path / "b"), "--no_plot"])
+    for split in ("train", "val"):
+        texts = {tokenizer.load_tokenizer(str(d)).decode(read_bin(Path(d) / f"{split}.bin").tolist())
+                 for d in (full, tmp_path / "a")}
+        assert len(texts) == 1
+        assert (tmp_path / "a" / f"{split}.bin").read_bytes() == (tmp_path / "b" / f"{split}.bin").read_bytes()
+    assert read_meta(tmp_path / "a") == read_meta(tmp_path / "b")
+    assert not (tmp_path / "a" / "coverage.png").exists()
+
+
+def test_dataset_names_and_sizes():
+    assert compact_vocab.dataset_vocab_size("shakespeare_v400", "shakespeare") == 400
+    assert compact_vocab.dataset_vocab_size("shakespeare", "shakespeare", 400) == 400
+    assert compact_vocab.dataset_vocab_size("wikitext103", "wikitext103") is None
+    with pytest.raises(UserError, match="means --vocab_size 400, but --vocab_size is 500"):
+        compact_vocab.dataset_vocab_size("shakespeare_v400", "shakespeare", 500)
+    with pytest.raises(UserError, match="vocab_size must be in \\[257, 50257\\].* got 0"):
+        compact_vocab.dataset_vocab_size("shakespeare", "shakespeare", 0)   # not silently "the full vocabulary"
+    with pytest.raises(UserError, match="no vocabulary size given"):
+        compact_vocab.prepare("shakespeare")
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["shakespeare_char", "--vocab_size=300"], ["not 'shakespeare_char'", "(fix: python prepare.py shakespeare_char)"]),
+    (["wikitext103_v300"], ["(fix: python -m tools.wikitext103 --vocab_size 300)"]),
+    (["openwebtext", "--vocab_size=300"], ["not 'openwebtext'", "shakespeare_vK"]),
+    (["shakespeare", "--vocab_size=1024", "--n_layer=-1"], ["--n_layer must be >= 1, got -1"]),
+    (["shakespeare", "--vocab_size=many"], ["--vocab_size", "many"]),
+])
+def test_bad_input_is_one_line_and_writes_nothing(tmp_path, monkeypatch, argv, words):
+    monkeypatch.chdir(tmp_path)
+    out, before = prepared_folder(tmp_path)
+    one_line_error(argv, *words, main=main)
+    one_line_error(argv + ["--out_dir", str(out)], *words, main=main)
+    assert sorted(os.listdir(tmp_path)) == ["data", "input.txt"]
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before

@@ -1,0 +1,168 @@
+"""Tests for tools/wikitext103.py: the archive's layout (zip or folder), articles, the parallel tokenizer, a compact
+vocabulary, and bad archives (one line, the output folder as it was).
+
+No network: downloads are monkeypatched to fail and the archives are built here (make_wikitext).
+"""
+import os
+import zipfile
+
+import pytest
+
+import dataset as tokenizer
+from configurator import UserError
+from test_prepare import (gpt2_file, offline, one_line_error, prepared_folder, read_bin, read_meta,  # noqa: F401
+                          write_input)
+from tools import wikitext103
+from tools.wikitext103 import main, prepare, split_articles
+
+def wiki_article(title, paras):
+    """An article in WikiText raw layout: blank line, heading, blank line, paragraphs, subsection."""
+    text = f" \n = {title} = \n \n"
+    for i, p in enumerate(paras):
+        text += f" {p} \n \n"
+        if i == 0:
+            text += f" = = Section of {title} = = \n \n"
+    return text
+
+
+WIKI = {
+    "train": [wiki_article("Valkyria Chronicles III", ["Senjō no Valkyria 3 is a game .", "It was released in 2011 ."]),
+              wiki_article("Tower Building", ["The tower is 1 @,@ 000 ft tall 🙂 .", "Built = rebuilt ."]),
+              wiki_article("A", ["Short one .", "Also = = not a heading = = here ."])],
+    "val": [wiki_article("Homarus gammarus", ["A lobster .", "It lives in the sea ."]),
+            wiki_article("Ice", ["Cold ."])],
+    "test": [wiki_article("Robert Boulter", ["An English actor .", "Born 1976 ."])],
+}
+WIKI_FILES = {"train": "wiki.train.raw", "val": "wiki.valid.raw", "test": "wiki.test.raw"}
+
+
+def make_wikitext(tmp_path, kind):
+    """The real layout (wikitext-103-raw/wiki.*.raw) as an extracted folder or a zip archive."""
+    folder = tmp_path / "extracted"
+    (folder / "wikitext-103-raw").mkdir(parents=True)
+    for split, name in WIKI_FILES.items():
+        (folder / "wikitext-103-raw" / name).write_bytes("".join(WIKI[split]).encode("utf-8"))
+    if kind == "folder":
+        return str(folder)
+    path = tmp_path / "wikitext-103-raw-v1.zip"
+    with zipfile.ZipFile(path, "w") as zf:
+        for name in WIKI_FILES.values():
+            zf.write(folder / "wikitext-103-raw" / name, f"wikitext-103-raw/{name}")
+    return str(path)
+
+
+def test_split_articles_level1_only():
+    raw = "".join(WIKI["train"]).encode()
+    arts = split_articles(raw)
+    assert [a.decode() for a in arts] == WIKI["train"]  # sub-headings and '= =' text don't split
+    assert arts[1].startswith(b" \n = Tower Building = \n")
+    assert split_articles(b"no heading at all\n") == [b"no heading at all\n"]
+
+
+@pytest.mark.parametrize("kind", ["zip", "folder"])
+def test_wikitext103_layout(tmp_path, monkeypatch, gpt2_file, offline, kind):
+    monkeypatch.setattr(wikitext103, "GROUP_BYTES", 150)  # several article groups -> eot between groups too
+    out = tmp_path / "w"
+    prepare("wikitext103", out_dir=str(out), source=make_wikitext(tmp_path, kind), num_proc=2)
+    meta = read_meta(out)
+    assert meta["tokenizer"] == "gpt2" and meta["eot_token"] == 50256
+    enc = tokenizer.get_gpt2_encoding()
+    for split in ("train", "val", "test"):
+        text = "".join(WIKI[split])
+        ids = read_bin(out / f"{split}.bin").tolist()
+        stats = meta["splits"][split]
+        assert stats["tokens"] == len(ids)
+        assert stats["words"] == len(text.split()) and stats["bytes"] == len(text.encode())
+        assert stats["articles"] == len(WIKI[split]) == ids.count(50256) + 1
+        # eot separates articles; each article's tokens are its own encode_ordinary
+        pieces = enc.decode(ids).split("<|endoftext|>")
+        assert "".join(pieces) == text and len(pieces) == len(WIKI[split])
+        expect = []
+        for i, art in enumerate(split_articles(text.encode())):
+            expect += ([50256] if i else []) + enc.encode_ordinary(art.decode())
+        assert ids == expect
+
+
+def test_wikitext103_malformed(tmp_path, offline):
+    bad = tmp_path / "bad.zip"
+    bad.write_bytes(b"this is not a zip file")
+    with pytest.raises(UserError) as exc:
+        prepare("wikitext103", out_dir=str(tmp_path / "o"), source=str(bad))
+    assert "\n" not in str(exc.value) and "not a valid zip" in str(exc.value)
+
+    incomplete = tmp_path / "incomplete.zip"
+    with zipfile.ZipFile(incomplete, "w") as zf:
+        zf.writestr("wikitext-103-raw/wiki.train.raw", " = A = \n")
+    with pytest.raises(UserError, match="lacks wikitext-103-raw/wiki.valid.raw"):
+        prepare("wikitext103", out_dir=str(tmp_path / "o"), source=str(incomplete))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UserError, match="lacks"):
+        prepare("wikitext103", out_dir=str(tmp_path / "o"), source=str(tmp_path / "empty"))
+
+
+def test_wikitext103_download_failure(tmp_path, offline):
+    with pytest.raises(UserError) as exc:
+        prepare("wikitext103", out_dir=str(tmp_path / "o"))
+    msg = str(exc.value)
+    assert "\n" not in msg and msg.startswith("could not download WikiText-103") and "--source" in msg
+
+
+def test_wikitext_that_is_not_utf8_leaves_the_folder_as_it_was(tmp_path, offline):
+    out, before = prepared_folder(tmp_path)
+    path = tmp_path / "bad.zip"
+    with zipfile.ZipFile(path, "w") as zf:
+        for split, name in WIKI_FILES.items():
+            raw = "".join(WIKI[split]).encode("utf-8")
+            zf.writestr(f"wikitext-103-raw/{name}", raw[:40] + b"\xff\xfe" + raw[40:] if split == "val" else raw)
+    one_line_error(["--source", str(path), "--out_dir", str(out)],
+                   "the val split is not UTF-8 text", "invalid start byte at byte 40", main=main)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+def test_a_decode_error_in_a_tokenizer_worker_is_one_line(tmp_path, gpt2_file):
+    """The workers decode the text: an error there comes back as the one-line error, not the worker's traceback
+    (bench_tokenize reads --input as bytes)."""
+    bad = tmp_path / "latin1.txt"
+    bad.write_bytes("caf\xe9 au lait\n".encode("latin-1") * 100)
+    from tools import bench_tokenize
+    with pytest.raises(SystemExit) as e:
+        bench_tokenize.main([f"--input_path={bad}", "--mb=0.001", "--num_proc=1"])
+    assert str(e.value).startswith("error: ") and "not UTF-8" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_compact_wikitext103(tmp_path, gpt2_file, offline):
+    out = tmp_path / "wc"
+    prepare("wikitext103", out_dir=str(out), source=make_wikitext(tmp_path, "zip"), vocab_size=300, num_proc=2,
+            plot=False)
+    meta = read_meta(out)
+    assert meta["tokenizer"] == "compact" and meta["vocab_size"] == 300
+    tok = tokenizer.load_tokenizer(str(out))
+    ids = read_bin(out / "train.bin").tolist()
+    assert max(ids) < 300 and ids.count(299) == len(WIKI["train"]) - 1
+    assert tok.decode(ids).split("<|endoftext|>") == WIKI["train"]
+    assert meta["splits"]["test"]["words"] == len("".join(WIKI["test"]).split())
+
+
+def test_bench_tokenize(tmp_path, gpt2_file, capsys):
+    from tools.bench_tokenize import bench_tokenize
+    res = bench_tokenize(mb=0.2, input_path=write_input(tmp_path), num_proc=2)
+    assert set(res) == {1, 2} and all(v > 0 for v in res.values())
+    assert "MB/s" in capsys.readouterr().out
+
+
+def test_command_line_names_and_default_folders(tmp_path, monkeypatch, gpt2_file, offline):
+    """The dataset name may carry the compact size (wikitext103_vK); the folder defaults to data/<that name>."""
+    monkeypatch.chdir(tmp_path)
+    source = make_wikitext(tmp_path, "folder")
+    main(["--source", source, "--num_proc=1"])
+    assert read_meta("data/wikitext103")["tokenizer"] == "gpt2"
+    main(["wikitext103_v300", "--source", source, "--num_proc=1", "--no_plot", "--n_layer=2", "--n_embd=64"])
+    meta = read_meta("data/wikitext103_v300")
+    assert meta["vocab_size"] == 300 and meta["dataset"] == "wikitext103_v300" and meta["pehl"]["n_layer"] == 2
+    assert not os.path.exists("data/wikitext103_v300/coverage.png")
+    with pytest.raises(UserError, match="wikitext103_v300 means --vocab_size 300, but --vocab_size is 400"):
+        prepare("wikitext103_v300", vocab_size=400)
+    one_line_error(["shakespeare_v300"], "tools.wikitext103 prepares wikitext103 and wikitext103_vK",
+                   "(fix: python -m tools.pangu.compact_vocab shakespeare --vocab_size 300)", main=main)
+    one_line_error(["--vocab_size=256", "--source", source], "vocab_size must be in [257, 50257]", main=main)
+    assert sorted(os.listdir("data")) == ["wikitext103", "wikitext103_v300"]
