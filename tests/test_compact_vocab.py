@@ -119,13 +119,13 @@ def test_same_text_and_split_as_prepare_py(tmp_path, gpt2_file):
 
 
 def test_dataset_names_and_sizes():
-    assert compact_vocab.dataset_vocab_size("shakespeare_v400", "shakespeare") == 400
-    assert compact_vocab.dataset_vocab_size("shakespeare", "shakespeare", 400) == 400
-    assert compact_vocab.dataset_vocab_size("wikitext103", "wikitext103") is None
+    assert compact_vocab.compact_size("shakespeare_v400", "shakespeare") == 400
+    assert compact_vocab.compact_size("shakespeare", "shakespeare", 400) == 400
+    assert compact_vocab.compact_size("wikitext103", "wikitext103") is None
     with pytest.raises(UserError, match="means --vocab_size 400, but --vocab_size is 500"):
-        compact_vocab.dataset_vocab_size("shakespeare_v400", "shakespeare", 500)
+        compact_vocab.compact_size("shakespeare_v400", "shakespeare", 500)
     with pytest.raises(UserError, match="vocab_size must be in \\[257, 50257\\].* got 0"):
-        compact_vocab.dataset_vocab_size("shakespeare", "shakespeare", 0)   # not silently "the full vocabulary"
+        compact_vocab.compact_size("shakespeare", "shakespeare", 0)   # not silently "the full vocabulary"
     with pytest.raises(UserError, match="no vocabulary size given"):
         compact_vocab.prepare("shakespeare")
 

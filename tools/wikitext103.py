@@ -27,7 +27,7 @@ from checkpoint import atomic_open, check_out_dir
 from configurator import ArgumentParser, UserError
 from dataset import GPT2_EOT_ID, GPT2_VOCAB_SIZE, compact_encoding, get_gpt2_encoding, one_line
 from prepare import Progress, begin_writing, download, write_meta
-from tools.pangu.compact_vocab import add_report_arguments, build_compact, check_positive, dataset_vocab_size
+from tools.pangu.compact_vocab import add_report_arguments, build_compact, check_positive, compact_size
 
 # WikiText-103 (raw, v1, Merity et al.), tried in order. The original Salesforce S3 bucket is
 # the canonical home; the size and sha256 are those published for this archive with the Hugging
@@ -281,7 +281,7 @@ def prepare_wikitext103(out_dir, source=None, gpt2_ranks=None, vocab_size=None, 
 def prepare(dataset="wikitext103", out_dir=None, vocab_size=None, n_layer=12, n_embd=768, num_proc=None, **opts):
     """Prepare WikiText-103 into out_dir (default data/wikitext103, or data/wikitext103_v<K> with a compact
     vocab_size K, also given by dataset 'wikitext103_vK'). Options: source, gpt2_ranks, plot. Returns out_dir."""
-    vocab_size = dataset_vocab_size(dataset, "wikitext103", vocab_size, tool="tools.wikitext103")
+    vocab_size = compact_size(dataset, "wikitext103", vocab_size, tool="tools.wikitext103")
     check_positive(n_layer=n_layer, n_embd=n_embd)
     check_num_proc(num_proc)
     name = f"wikitext103_v{vocab_size}" if vocab_size else "wikitext103"

@@ -217,7 +217,7 @@ def check_positive(**values):
             raise UserError(f"--{key} must be >= 1, got {value} (fix: a positive number, or leave it out)")
 
 
-def dataset_vocab_size(dataset, base, vocab_size=None, tool="tools.pangu.compact_vocab"):
+def compact_size(dataset, base, vocab_size=None, tool="tools.pangu.compact_vocab"):
     """The compact vocabulary size of `dataset`, which must be `base` or `base`_vK ('shakespeare_v8192' -> 8192),
     and --vocab_size (either may give it; None when neither does). Checked: one line for anything else."""
     m = re.fullmatch(re.escape(base) + r"(?:_v(\d+))?", dataset)
@@ -239,7 +239,7 @@ def dataset_vocab_size(dataset, base, vocab_size=None, tool="tools.pangu.compact
 def prepare(dataset="shakespeare", out_dir=None, vocab_size=None, n_layer=12, n_embd=768, **opts):
     """Prepare tinyshakespeare with a compact vocabulary of vocab_size tokens (or dataset 'shakespeare_vK') into
     out_dir (default data/shakespeare_v<K>). Options: input_path, gpt2_ranks, plot. Returns out_dir."""
-    vocab_size = dataset_vocab_size(dataset, "shakespeare", vocab_size)
+    vocab_size = compact_size(dataset, "shakespeare", vocab_size)
     if vocab_size is None:
         raise UserError("no vocabulary size given (fix: --vocab_size 4096, or the dataset name shakespeare_v4096)")
     check_positive(n_layer=n_layer, n_embd=n_embd)
