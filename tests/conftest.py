@@ -3,6 +3,8 @@ import json
 import os
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 import warnings
 
 # One thread per test process: on a 2-core machine torch's default thread pool thrashes as soon as anything
@@ -23,6 +25,43 @@ SHARED_DATA = os.path.join(os.path.dirname(ROOT), "shared", "data")
 for _var, _file in (("SHAKESPEARE_INPUT", "tinyshakespeare/input.txt"), ("GPT2_TIKTOKEN_FILE", "gpt2/gpt2.tiktoken")):
     if _var not in os.environ and os.path.isfile(os.path.join(SHARED_DATA, _file)):
         os.environ[_var] = os.path.join(SHARED_DATA, _file)
+
+
+def gpt2_ranks_file():
+    """The local GPT-2 ranks file: GPT2_TIKTOKEN_FILE, else ../shared/data/gpt2/gpt2.tiktoken; None when neither exists."""
+    for path in (os.environ.get("GPT2_TIKTOKEN_FILE"), os.path.join(SHARED_DATA, "gpt2", "gpt2.tiktoken")):
+        if path and os.path.isfile(path):
+            return path
+    return None
+
+
+@pytest.fixture
+def gpt2_file(monkeypatch):
+    path = gpt2_ranks_file()
+    if path is None:
+        pytest.skip("no GPT-2 ranks file: set GPT2_TIKTOKEN_FILE or provide ../shared/data/gpt2/gpt2.tiktoken")
+    monkeypatch.setenv("GPT2_TIKTOKEN_FILE", path)
+    return path
+
+
+@pytest.fixture
+def offline(monkeypatch):
+    """Any download attempt fails like it does without network."""
+    def no_network(*args, **kwargs):
+        raise urllib.error.URLError("[Errno -2] Name or service not known")
+    monkeypatch.setattr(urllib.request, "urlopen", no_network)
+    monkeypatch.delenv("SHAKESPEARE_INPUT", raising=False)
+    monkeypatch.delenv("WIKITEXT103_SOURCE", raising=False)
+
+
+def one_error_line(main, args, *words):
+    """Run main(args); assert a non-zero exit with one `error: ... (fix: ...)` line holding `words`."""
+    with pytest.raises(SystemExit) as e:
+        main(args)
+    message = e.value.code
+    assert isinstance(message, str) and message.startswith("error: ") and "\n" not in message, message
+    assert "(fix: " in message and all(w in message for w in words), message
+    return message
 
 
 @pytest.fixture(autouse=True)

@@ -13,7 +13,8 @@ import pytest
 import dataset as tokenizer
 import prepare
 from configurator import UserError
-from test_prepare import (SMALL_TEXT, UNICODE_TEXT, gpt2_file, one_line_error, prepared_folder,  # noqa: F401
+from conftest import one_error_line
+from test_prepare import (SMALL_TEXT, UNICODE_TEXT, prepared_folder,
                           read_bin, read_meta, write_input)
 from tools.pangu import compact_vocab
 from tools.pangu.compact_vocab import main
@@ -140,7 +141,7 @@ def test_dataset_names_and_sizes():
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, monkeypatch, argv, words):
     monkeypatch.chdir(tmp_path)
     out, before = prepared_folder(tmp_path)
-    one_line_error(argv, *words, main=main)
-    one_line_error(argv + ["--out_dir", str(out)], *words, main=main)
+    one_error_line(main, argv, *words)
+    one_error_line(main, argv + ["--out_dir", str(out)], *words)
     assert sorted(os.listdir(tmp_path)) == ["data", "input.txt"]
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before

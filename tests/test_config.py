@@ -4,7 +4,6 @@ import types
 
 import pytest
 
-import configurator
 from configurator import UserError, load_config
 import train
 import variants

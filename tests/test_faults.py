@@ -16,7 +16,7 @@ import torch
 
 import train
 from configurator import UserError
-from conftest import ROOT, tiny_config, write_token_dataset
+from conftest import ROOT, one_error_line, tiny_config, write_token_dataset
 import checkpoint
 from train import CsvLog
 
@@ -29,16 +29,6 @@ def snapshot(directory):
             with open(os.path.join(root, name), "rb") as f:
                 out[os.path.relpath(os.path.join(root, name), directory)] = hashlib.sha256(f.read()).hexdigest()
     return out
-
-
-def one_error_line(main, args, *words):
-    """Run main(args); assert a non-zero exit with one `error: ... (fix: ...)` line holding `words`."""
-    with pytest.raises(SystemExit) as e:
-        main(args)
-    message = e.value.code
-    assert isinstance(message, str) and message.startswith("error: ") and "\n" not in message, message
-    assert "(fix: " in message and all(w in message for w in words), message
-    return message
 
 
 @pytest.fixture(scope="module")

@@ -20,6 +20,7 @@ from transformers import (AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel, Lla
                           LlamaForCausalLM)
 
 from checkpoint import atomic_save  # noqa: E402
+from conftest import gpt2_ranks_file  # noqa: E402
 from tools.huggingface import convert  # noqa: E402
 from tools.huggingface.convert import ConversionError, export, from_pretrained, gpt_config_from_hf  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
@@ -602,12 +603,6 @@ def test_tokenizer_files_that_load_empty_are_refused(tmp_path):
 
 
 # --- tools.huggingface.sample / train.py from a converted Hugging Face model ------------------------------------------------
-
-def gpt2_ranks_file():
-    env = os.environ.get("GPT2_TIKTOKEN_FILE")
-    fallback = os.path.join(os.path.dirname(ROOT), "shared", "data", "gpt2", "gpt2.tiktoken")
-    return env if env and os.path.isfile(env) else (fallback if os.path.isfile(fallback) else None)
-
 
 def test_sample_prints_text_from_a_gpt2_directory(tmp_path):
     ranks = gpt2_ranks_file()

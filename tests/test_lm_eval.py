@@ -13,6 +13,7 @@ pytest.importorskip("safetensors")
 from tools.huggingface import convert  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
 from checkpoint import atomic_save  # noqa: E402
+from conftest import gpt2_ranks_file  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BLOCK = 24
@@ -50,12 +51,6 @@ metric_list:
     aggregation: mean
     higher_is_better: true
 """
-
-
-def gpt2_ranks_file():
-    env = os.environ.get("GPT2_TIKTOKEN_FILE")
-    fallback = os.path.join(os.path.dirname(ROOT), "shared", "data", "gpt2", "gpt2.tiktoken")
-    return env if env and os.path.isfile(env) else (fallback if os.path.isfile(fallback) else None)
 
 
 @pytest.mark.usefixtures("one_thread")

@@ -18,6 +18,7 @@ import tiktoken
 
 import prepare
 from configurator import UserError
+from conftest import one_error_line
 import dataset as tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,34 +26,6 @@ ROOT = Path(__file__).resolve().parents[1]
 SMALL_TEXT = ("First Citizen:\nBefore we proceed any further, hear me speak.\n\n"
               "All:\nSpeak, speak.\n\nFirst Citizen:\nYou are all resolved rather to die than to famish?\n") * 5
 UNICODE_TEXT = "naïve café — 日本語 🙂 \x00\x7f\u200b ROMEO: wherefore art thou, 'tis 1234 \t\n  x"
-
-
-def gpt2_ranks_file():
-    """The local GPT-2 ranks file: env GPT2_TIKTOKEN_FILE, else ../shared relative to the repo."""
-    env = os.environ.get("GPT2_TIKTOKEN_FILE")
-    if env and os.path.isfile(env):
-        return env
-    fallback = ROOT.parent / "shared" / "data" / "gpt2" / "gpt2.tiktoken"
-    return str(fallback) if fallback.is_file() else None
-
-
-@pytest.fixture
-def gpt2_file(monkeypatch):
-    path = gpt2_ranks_file()
-    if path is None:
-        pytest.skip("no GPT-2 ranks file: set GPT2_TIKTOKEN_FILE or provide ../shared/data/gpt2/gpt2.tiktoken")
-    monkeypatch.setenv("GPT2_TIKTOKEN_FILE", path)
-    return path
-
-
-@pytest.fixture
-def offline(monkeypatch):
-    """Any download attempt fails like it does without network."""
-    def no_network(*args, **kwargs):
-        raise urllib.error.URLError("[Errno -2] Name or service not known")
-    monkeypatch.setattr(urllib.request, "urlopen", no_network)
-    monkeypatch.delenv("SHAKESPEARE_INPUT", raising=False)
-    monkeypatch.delenv("WIKITEXT103_SOURCE", raising=False)
 
 
 def read_bin(path):
@@ -194,15 +167,6 @@ def prepared_folder(tmp_path):
     return out, {p.name: p.read_bytes() for p in out.iterdir()}
 
 
-def one_line_error(argv, *words, main=prepare.main):
-    with pytest.raises(SystemExit) as e:
-        main(argv)
-    message = e.value.code
-    assert isinstance(message, str) and message.startswith("error: ") and "\n" not in message, message
-    assert "(fix: " in message and all(w in message for w in words), message
-    return message
-
-
 def test_too_many_distinct_characters_leave_the_folder_as_it_was(tmp_path):
     """Over 65,536 distinct characters do not fit uint16 ids: refused before meta.json goes (it used to be deleted
     first, then an AssertionError)."""
@@ -210,7 +174,7 @@ def test_too_many_distinct_characters_leave_the_folder_as_it_was(tmp_path):
     text = "".join(chr(c) for c in range(0x100, 0x100 + 70_000) if not 0xD800 <= c < 0xE000)
     big = tmp_path / "big.txt"
     big.write_text(text, encoding="utf-8")
-    one_line_error(["shakespeare_char", "--input", str(big), "--out_dir", str(out)],
+    one_error_line(prepare.main, ["shakespeare_char", "--input", str(big), "--out_dir", str(out)],
                    f"{len(set(text)):,} distinct characters", "65,536")
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
 
@@ -227,9 +191,9 @@ def test_a_dataset_of_a_tool_is_refused_with_its_command(tmp_path, monkeypatch, 
     one line and writes nothing (train.py's first run passes the line on)."""
     monkeypatch.chdir(tmp_path)
     out, before = prepared_folder(tmp_path)   # data/: an existing dataset folder, which must stay as it was
-    message = one_line_error([dataset], f"dataset '{dataset}' is prepared by a tool, not by prepare.py")
+    message = one_error_line(prepare.main, [dataset], f"dataset '{dataset}' is prepared by a tool, not by prepare.py")
     assert message.endswith(f"(fix: {command})")
-    one_line_error([dataset, "--out_dir", str(out)], f"(fix: {command} --out_dir {out})")
+    one_error_line(prepare.main, [dataset, "--out_dir", str(out)], f"(fix: {command} --out_dir {out})")
     with pytest.raises(UserError, match=re.escape(f"(fix: {command})") + "$"):
         prepare.prepare(dataset, out_dir=os.path.join("data", dataset))
     assert sorted(os.listdir(tmp_path)) == ["data", "input.txt"]

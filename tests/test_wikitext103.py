@@ -10,7 +10,8 @@ import pytest
 
 import dataset as tokenizer
 from configurator import UserError
-from test_prepare import (gpt2_file, offline, one_line_error, prepared_folder, read_bin, read_meta,  # noqa: F401
+from conftest import one_error_line
+from test_prepare import (prepared_folder, read_bin, read_meta,
                           write_input)
 from tools import wikitext103
 from tools.wikitext103 import main, prepare, split_articles
@@ -114,8 +115,8 @@ def test_wikitext_that_is_not_utf8_leaves_the_folder_as_it_was(tmp_path, offline
         for split, name in WIKI_FILES.items():
             raw = "".join(WIKI[split]).encode("utf-8")
             zf.writestr(f"wikitext-103-raw/{name}", raw[:40] + b"\xff\xfe" + raw[40:] if split == "val" else raw)
-    one_line_error(["--source", str(path), "--out_dir", str(out)],
-                   "the val split is not UTF-8 text", "invalid start byte at byte 40", main=main)
+    one_error_line(main, ["--source", str(path), "--out_dir", str(out)],
+                   "the val split is not UTF-8 text", "invalid start byte at byte 40")
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
 
 
@@ -162,7 +163,7 @@ def test_command_line_names_and_default_folders(tmp_path, monkeypatch, gpt2_file
     assert not os.path.exists("data/wikitext103_v300/coverage.png")
     with pytest.raises(UserError, match="wikitext103_v300 means --vocab_size 300, but --vocab_size is 400"):
         prepare("wikitext103_v300", vocab_size=400)
-    one_line_error(["shakespeare_v300"], "tools.wikitext103 prepares wikitext103 and wikitext103_vK",
-                   "(fix: python -m tools.pangu.compact_vocab shakespeare --vocab_size 300)", main=main)
-    one_line_error(["--vocab_size=256", "--source", source], "vocab_size must be in [257, 50257]", main=main)
+    one_error_line(main, ["shakespeare_v300"], "tools.wikitext103 prepares wikitext103 and wikitext103_vK",
+                   "(fix: python -m tools.pangu.compact_vocab shakespeare --vocab_size 300)")
+    one_error_line(main, ["--vocab_size=256", "--source", source], "vocab_size must be in [257, 50257]")
     assert sorted(os.listdir("data")) == ["wikitext103", "wikitext103_v300"]

@@ -443,8 +443,7 @@ def prepare_with_a_tool(config):
     when its folder is not complete yet. train.py prepares the tinyshakespeare datasets itself and only points to
     the tool for these."""
     dataset, data_dir = config["dataset"], default_data_dir(config)
-    if tool_command(dataset) is None or \
-            all(os.path.exists(os.path.join(data_dir, name)) for name in ("train.bin", "val.bin", "meta.json")):
+    if tool_command(dataset) is None or dataset_vocab_size(config) is not None:   # meta.json: a complete folder
         return
     print(f"dataset '{dataset}' is not prepared in {data_dir}: running {tool_command(dataset)}", flush=True)
     from tools import wikitext103

@@ -1,8 +1,8 @@
 """
-Paper 003 (PanGu-pi Pro) 2.1, a compact tokenizer: keep the K GPT-2 tokens most frequent in the training split
-(plus the 256 single bytes, every kept token's merge parents, and eot), so the embedding and head shrink while
-any text still encodes; report the coverage of the top-k tokens (Fig. 2) and PEHL, the share of parameters in
-embedding + head.
+Paper 003 (PanGu-pi Pro) 2.1, a compact tokenizer: remove the low-frequency tokens, here keeping the K GPT-2 tokens
+most frequent in the training split, so the embedding and head shrink; report the coverage of the top-k tokens
+(Fig. 2) and PEHL, the share of parameters in embedding + head. Ours, so that any text still encodes with BPE: the
+256 single bytes, every kept token's merge parents and eot are always kept.
 
     python -m tools.pangu.compact_vocab shakespeare --vocab_size 4096    # -> data/shakespeare_v4096/
     python -m tools.pangu.compact_vocab shakespeare_v1024 --n_layer 4 --n_embd 128 --no_plot
