@@ -19,11 +19,13 @@ import fcntl
 import glob
 import os
 import pickle
+import random
 import re
 import shutil
 import sys
 import tempfile
 
+import numpy as np
 import torch
 
 from configurator import UserError
@@ -416,3 +418,211 @@ def autocast(device, dtype):
     if dtype == torch.float32:
         return contextlib.nullcontext()
     return torch.autocast(device_type=str(device).split(":")[0], dtype=dtype)
+
+
+# --- train.py's model: its arguments, the checkpoint it starts from, the state that makes a resume exact ----
+
+def gpt_config_defaults():
+    """{field: default} for every GPTConfig field."""
+    import dataclasses
+    from model import GPTConfig
+    return {f.name: f.default for f in dataclasses.fields(GPTConfig)}
+
+
+def load_variant(name, fields=None):
+    """variants.load(name) as a dict of GPTConfig fields, with one-line errors."""
+    import variants
+    names = variants.available()
+    listing = ", ".join(names) if names else "none found"
+    if name not in names:
+        raise UserError(f"unknown variant '{name}' (fix: use one of: {listing})")
+    try:
+        cfg = dict(variants.load(name))
+    except (KeyError, ValueError, ImportError) as e:
+        raise UserError(f"unknown variant '{name}': {e} (fix: use one of: {listing})") from None
+    if fields is None:
+        fields = gpt_config_defaults()
+    bad = sorted(k for k in cfg if k not in fields)
+    if bad:
+        raise UserError(f"variant '{name}' sets unknown model keys {bad} (fix: edit variants/{name}.py)")
+    return cfg
+
+
+def model_args(config, explicit, base=None, vocab_size=None):
+    """GPTConfig keyword arguments: base (default: GPTConfig defaults) <- variant <- explicitly-set keys.
+    base lets train.py start from a checkpoint's model_args (init_from=<path>); vocab_size (the dataset's,
+    from meta.json) replaces the preset's unless the user set vocab_size."""
+    fields = gpt_config_defaults()
+    args = dict(fields)
+    if base:
+        args.update({k: v for k, v in base.items() if k in fields})
+    name = config.get("variant", "")
+    if name:
+        args.update(load_variant(name, fields))
+    if vocab_size is not None:
+        args["vocab_size"] = vocab_size
+    args.update({k: config[k] for k in explicit if k in fields})
+    return args
+
+
+def train_model_args(config, explicit, meta, device, say):
+    """train.py's model: (model_args, checkpoint or None) for init_from = scratch | resume | <path>. Refuses
+    a checkpoint of another tokenizer, with non-finite weights, or (resume) of another architecture."""
+    from dataset import tokenizer_id
+    init_from, ckpt = config["init_from"], None
+    if init_from == "scratch":
+        args = model_args(config, explicit, vocab_size=meta["vocab_size"])
+    elif init_from == "resume":
+        out_dir = config["out_dir"]
+        if not any(os.path.isfile(os.path.join(out_dir, n)) for n in (LAST_NAME, CKPT_NAME)):
+            raise UserError(f"nothing to resume: no {LAST_NAME} or {CKPT_NAME} in '{out_dir}' (fix: pass the "
+                            f"out_dir of an earlier run, or start one with --init_from=scratch)")
+        ckpt = load_checkpoint(out_dir, device, prefer=(LAST_NAME, CKPT_NAME))
+        if ckpt.get("optimizer") is None:
+            raise UserError(f"{ckpt['path']} has weights only (e.g. from pangu.inherit), nothing to resume "
+                            f"(fix: --init_from={ckpt['path']} to start a new run from it)")
+        say(f"resuming from {ckpt['path']} at iteration {ckpt['iter_num']}")
+        args = dict(ckpt["model_args"])
+        # dropout may change between sessions; anything else changes the architecture. vocab_size came
+        # from meta.json, not the variant's preset, unless the user set it
+        wanted = model_args(config, explicit, base=args)
+        wanted["vocab_size"] = wanted["vocab_size"] if "vocab_size" in explicit else args["vocab_size"]
+        for key in sorted(k for k in wanted if k != "dropout" and wanted[k] != args.get(k)):
+            raise UserError(f"resume: {key}={wanted[key]!r} differs from the checkpoint's {key}={args.get(key)!r} "
+                            f"(fix: drop that override, or start a new run from its weights: --init_from={ckpt['path']} "
+                            f"--allow_partial_init=True)")
+        args["dropout"] = wanted["dropout"]
+    else:
+        ckpt = load_checkpoint(init_from, device)
+        # model_args() keeps only the keys GPTConfig knows: dropping the others would train another model
+        unknown = sorted(set(ckpt["model_args"]) - set(gpt_config_defaults()))
+        if unknown:
+            raise UserError(f"{ckpt['path']} has model_args this model.py does not know: {', '.join(unknown)} (a "
+                            f"checkpoint of another code version) (fix: use the code version that wrote it, or "
+                            f"--init_from=scratch)")
+        args = model_args(config, explicit, base=ckpt["model_args"], vocab_size=meta["vocab_size"])
+    if ckpt is not None:   # first: another tokenizer's data also shows up as a vocab_size mismatch below
+        check_finite(ckpt["model"], ckpt["path"])
+        if ckpt.get("tokenizer_id") not in (None, tokenizer_id(meta)):   # older checkpoints record none
+            raise UserError(f"{ckpt['path']} was trained with another tokenizer than {config['data_dir']}'s (its "
+                            f"dataset: {ckpt.get('dataset')}) (fix: --dataset/--data_dir of that run, or --init_from=scratch)")
+    if args["vocab_size"] < meta["vocab_size"]:
+        raise UserError(f"vocab_size {args['vocab_size']} is smaller than the dataset's {meta['vocab_size']} tokens "
+                        f"(fix: drop --vocab_size, it is read from meta.json)")
+    return args, ckpt
+
+
+def load_matching_weights(model, state_dict, source, allow_partial):
+    """Initialize `model` from another checkpoint: every tensor whose name and shape match is copied. Nothing
+    matching is an error; a partial match (either side has tensors the other lacks) needs allow_partial."""
+    own, theirs = model.state_dict(), clean_state_dict(state_dict)
+    matched = {k: v for k, v in theirs.items() if k in own and own[k].shape == v.shape}
+    fresh, unused = [k for k in own if k not in matched], [k for k in theirs if k not in matched]
+    if not matched:
+        raise UserError(f"--init_from={source}: none of its {len(theirs)} tensors fits this model (names or shapes "
+                        f"differ) (fix: drop the model overrides that change its shape, or --init_from=scratch)")
+    if (fresh or unused) and not allow_partial:
+        def listed(names):
+            return ", ".join(names[:3]) + (f", ... ({len(names)} in all)" if len(names) > 3 else "")
+        detail = (f"; starting fresh: {listed(fresh)}" if fresh else "") + \
+            (f"; unused from the checkpoint: {listed(unused)}" if unused else "")
+        raise UserError(f"--init_from={source} fits {len(matched)} of this model's {len(own)} tensors{detail} "
+                        f"(fix: --allow_partial_init=True to go on, or match the checkpoint's shape)")
+    model.load_state_dict(matched, strict=False)
+    return len(matched), len(own)
+
+
+def load_optimizer_state(optimizer, ckpt):
+    """optimizer.load_state_dict(the checkpoint's), with a one-line error when it does not fit the model
+    (e.g. a checkpoint of a code version that grouped the parameters differently)."""
+    try:
+        optimizer.load_state_dict(ckpt["optimizer"])
+    except (ValueError, KeyError, TypeError) as e:
+        raise UserError(f"the optimizer state in '{ckpt['path']}' does not fit the model ({e}) (fix: start a new "
+                        f"run from its weights: --init_from={ckpt['path']})") from None
+
+
+def plain_values(obj):
+    """obj with numpy scalars (e.g. from a config file that computes a value with numpy) turned into Python
+    numbers, through dicts, lists and tuples, so the safe loader reads the checkpoint it goes into."""
+    if isinstance(obj, dict):
+        return {k: plain_values(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(plain_values(v) for v in obj)
+    if isinstance(obj, np.generic):
+        return obj.item()
+    return obj
+
+
+def distributed_env():
+    """(rank, local_rank, world_size) from torchrun's environment, or None when not launched by it."""
+    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+        return None
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    return rank, int(os.environ.get("LOCAL_RANK", rank)), world
+
+
+def rng_state(device):
+    """Every RNG's state (python, numpy, torch, cuda), as tensors and plain values the safe loader reads."""
+    np_state = np.random.get_state()
+    return {
+        "python": random.getstate(),
+        # numpy's state as tensors/ints, so checkpoints load with torch.load(weights_only=True)
+        "numpy": {"name": np_state[0], "keys": torch.from_numpy(np_state[1].astype(np.int64)),
+                  "pos": int(np_state[2]), "has_gauss": int(np_state[3]), "cached_gaussian": float(np_state[4])},
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
+    }
+
+
+def restore_rng(state, device):
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    n = state["numpy"]
+    np.random.set_state((n["name"], n["keys"].cpu().numpy().astype(np.uint32), n["pos"], n["has_gauss"],
+                         n["cached_gaussian"]))
+    torch.set_rng_state(state["torch"].cpu())
+    if device.type == "cuda" and state.get("cuda") is not None:
+        torch.cuda.set_rng_state(state["cuda"].cpu(), device)
+
+
+def start_rng(seed, rank, world, iter_num, ckpt, device):
+    """Where the RNG (dropout) starts: each rank its own stream, seeded from (seed, rank, iter_num); a resumed run
+    continues the stream it saved (a rank that has none, after a change of the number of ranks, starts the new
+    stream of this iteration)."""
+    seed = seed + rank + iter_num
+    torch.manual_seed(seed)
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    if ckpt is not None:
+        saved = ckpt["rng_ranks"][rank] if ckpt.get("rng_ranks") and len(ckpt["rng_ranks"]) == world else \
+            ckpt.get("rng") if rank == 0 else None
+        if saved is not None:
+            restore_rng(saved, device)
+
+
+def gather_rng_states(device, gather):
+    """(this rank's RNG state, every rank's when gather (DDP), else None): what last.pt records. gather is a
+    collective: every rank must call it."""
+    rng = rng_state(device)
+    if not gather:
+        return rng, None
+    ranks = [None] * torch.distributed.get_world_size()
+    torch.distributed.all_gather_object(ranks, rng)
+    return rng, ranks
+
+
+@contextlib.contextmanager
+def process_group(world, device):
+    """DDP's process group for `world` ranks (nccl on CUDA, gloo elsewhere) while the block runs, unless world is 1
+    or the caller already runs one; destroyed however the block ends."""
+    owns = world > 1 and not torch.distributed.is_initialized()
+    if world > 1 and device.type == "cuda":
+        torch.cuda.set_device(device)
+    if owns:
+        torch.distributed.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
+    try:
+        yield
+    finally:
+        if owns:
+            torch.distributed.destroy_process_group()

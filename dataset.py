@@ -7,14 +7,17 @@ Tokenizers, as meta.json describes them:
     gpt2      GPT-2 BPE (tiktoken; offline from GPT2_TIKTOKEN_FILE when set)
     compact   a subset of GPT-2's tokens (paper 003, 2.1, chosen by tools/pangu/compact_vocab.py), meta["tokens"]
 What sample.py needs of it: the tokenizer (load_tokenizer), a prompt to ids (encode_start) and back (render).
-train.py reads the token files itself (get_batch).
+train.py reads the token files itself (get_batch); what it checks of them before a run is here.
 """
 
 import base64
+import contextlib
 import functools
 import hashlib
 import json
 import os
+
+import numpy as np
 
 from configurator import UserError
 
@@ -228,3 +231,95 @@ def one_line(err):
     """A short single-line description of an exception, for one-line error messages."""
     text = " ".join(str(err).split()) or type(err).__name__
     return text if len(text) <= 200 else text[:197] + "..."
+
+
+# --- train.py's token files: checked before a run, and the seeds of its batches -----------------------------
+
+TOKEN_DTYPE = np.uint16   # prepare.py's token files: flat uint16 ids, read with np.memmap
+SPLIT_CODES = {"train": 0, "val": 1, "test": 2}
+
+
+def is_prepared(data_dir):
+    """Whether data_dir holds a prepared dataset (train.py prepares it on first use otherwise)."""
+    return all(os.path.exists(os.path.join(data_dir, name)) for name in ("train.bin", "val.bin", "meta.json"))
+
+
+def dataset_vocab_size(config):
+    """vocab_size of a train.py config's dataset (what train.py will use), or None before it is prepared."""
+    path = os.path.join(default_data_dir(config), "meta.json")
+    return load_meta(default_data_dir(config))["vocab_size"] if os.path.isfile(path) else None
+
+
+def split_tokens(data_dir, split, vocab_size, block_size=None):
+    """Number of tokens of a split, after checking the file: present, whole uint16 ids, ids below
+    vocab_size, and longer than one training window (block_size None: at least one prediction, 2 tokens)."""
+    path = split_path(data_dir, split)
+    fix = "(fix: re-run `python prepare.py` for this dataset, or pass the right --data_dir)"
+    if not os.path.isfile(path):
+        raise UserError(f"{path} not found {fix}")
+    size = os.path.getsize(path)
+    if size % np.dtype(TOKEN_DTYPE).itemsize:
+        raise UserError(f"{path} has an odd number of bytes ({size}): not uint16 token ids {fix}")
+    n = size // np.dtype(TOKEN_DTYPE).itemsize
+    if block_size is None and n < 2:
+        raise UserError(f"{split} split of {data_dir} has {n} token(s), nothing to score {fix}")
+    if block_size is not None and n <= block_size:
+        raise UserError(f"{split} split of {data_dir} has {n} tokens, not enough for block_size={block_size} "
+                        f"(fix: --block_size={max(1, n // 2)} or a bigger dataset)")
+    top = int(np.memmap(path, dtype=TOKEN_DTYPE, mode="r").max())
+    if top >= vocab_size:
+        raise UserError(f"{path} holds token id {top}, but meta.json's vocab_size is {vocab_size} {fix}")
+    return n
+
+
+def check_splits(data_dir, vocab_size, block_size, segments_path=""):
+    """train.py's data check: the train and val token files fit the model (split_tokens). Returns the window
+    starts of segments_path (data_segments, checked against the train split), or None: every position."""
+    n_train = split_tokens(data_dir, "train", vocab_size, block_size)
+    split_tokens(data_dir, "val", vocab_size, block_size)
+    return load_segments(segments_path, n_train, block_size) if segments_path else None
+
+
+def segments_info_path(path):
+    """refine.json for refine.npy: what the window starts were made for (tools/pangu/refine.py writes it)."""
+    return os.path.splitext(path)[0] + ".json"
+
+
+def load_segments(path, n_tokens, block_size):
+    """The window starts saved by refine (an int .npy), checked against the train split (and, when refine.json
+    is beside it, against the length of the train split they were made for: another dataset's are refused)."""
+    try:
+        starts = np.load(path)
+    except (OSError, ValueError) as e:
+        raise UserError(f"cannot read data_segments '{path}': {e} (fix: write it with `python -m tools.pangu.refine` first)") from None
+    if starts.ndim != 1 or len(starts) == 0 or starts.dtype.kind not in "iu":
+        raise UserError(f"data_segments '{path}' is not a non-empty 1-D integer array (fix: write it with `python -m tools.pangu.refine`)")
+    if np.any(starts % (block_size + 1)):   # refine scores whole windows: segment i starts at i * (block_size + 1)
+        raise UserError(f"data_segments '{path}' was made for another block_size than {block_size} (fix: refine "
+                        f"again with a model of this block_size, or train with the block_size it was made for)")
+    info = {}
+    with contextlib.suppress(OSError, ValueError):
+        with open(segments_info_path(path), encoding="utf-8") as f:
+            info = json.load(f)
+    made_for = info.get("train_tokens") if isinstance(info, dict) else None
+    if made_for is not None and made_for != n_tokens:
+        raise UserError(f"data_segments '{path}' was made for a train split of {made_for:,} tokens "
+                        f"({info.get('data_dir')}), this run's has {n_tokens:,} (fix: train on the dataset it was "
+                        f"refined on, or refine again with a model of this dataset)")
+    if starts.min() < 0 or starts.max() + block_size >= n_tokens:
+        raise UserError(f"data_segments '{path}' has window starts outside the train split for block_size="
+                        f"{block_size} (fix: refine with a model of this dataset and block_size)")
+    return starts.astype(np.int64)
+
+
+def batch_seed(*parts):
+    """Mix integers into one 63-bit seed (splitmix64), so nearby (iter, micro-step) pairs give unrelated
+    generator states: train.py seeds every batch's generator with batch_seed(seed, split, iteration, micro-step)."""
+    mask = (1 << 64) - 1
+    x = 0
+    for p in parts:
+        x = (x + 0x9E3779B97F4A7C15 + (int(p) & mask)) & mask
+        x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & mask
+        x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & mask
+        x ^= x >> 31
+    return x >> 1

@@ -5,9 +5,10 @@ import types
 import pytest
 
 from configurator import UserError, load_config
+import checkpoint
 import train
 import variants
-from train import model_args
+from checkpoint import model_args
 
 DEFAULTS = dict(out_dir="out", batch_size=12, learning_rate=6e-4, compile=False, lr_decay_iters=None,
                 n_layer=12, dropout=0.0, betas=(0.9, 0.95), variant="")
@@ -147,7 +148,7 @@ def test_unknown_variant_lists_available(fake_variants):
 def test_real_variants_load():
     names = variants.available()
     for name in names:
-        assert isinstance(train.load_variant(name), dict)
+        assert isinstance(checkpoint.load_variant(name), dict)
 
 
 def test_train_main_reports_config_errors_in_one_line():

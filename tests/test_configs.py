@@ -7,7 +7,7 @@ import torch
 
 import train
 from configurator import load_config
-from train import model_args
+from checkpoint import model_args
 from model import GPT, GPTConfig
 
 CONFIGS = sorted(glob.glob(os.path.join(os.path.dirname(__file__), "..", "config", "*.py")))

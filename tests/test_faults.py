@@ -18,7 +18,7 @@ import train
 from configurator import UserError
 from conftest import ROOT, one_error_line, tiny_config, write_token_dataset
 import checkpoint
-from train import CsvLog
+from run_dir import CsvLog
 
 
 def snapshot(directory):

@@ -11,6 +11,7 @@ import torch
 
 import train
 import checkpoint
+import run_dir
 from checkpoint import load_checkpoint, load_model
 from configurator import UserError
 from conftest import hold_lock
@@ -347,7 +348,7 @@ def test_the_out_dir_lock_never_outlives_its_writer(finished, tmp_path):
 # --- a GPU recipe on a CPU (issue 13) ---------------------------------------------------------------------
 
 def test_gpu_recipe_on_cpu_names_time_and_twin(tiny_train_config, monkeypatch, capsys):
-    monkeypatch.setattr(train, "PROGRESS_EVERY_S", 0)   # show evaluation progress at every batch
+    monkeypatch.setattr(run_dir, "PROGRESS_EVERY_S", 0)   # show evaluation progress at every batch
     cfg = dict(tiny_train_config, max_iters=10 ** 8, eval_only=True, cpu_twin="config/gpt_shakespeare_cpu.py")
     run(cfg)
     out = capsys.readouterr().out

@@ -197,7 +197,7 @@ def test_tiny_preset_training_lowers_loss(name):
 def test_shakespeare_configs_load(variant, suffix):
     train = pytest.importorskip("train")
     from configurator import load_config
-    from train import model_args
+    from checkpoint import model_args
     config, explicit = load_config(train.DEFAULTS, [f"config/{variant}_shakespeare{suffix}.py"])
     assert config["variant"] == variant and config["dataset"] == "shakespeare_char"
     args = model_args(config, explicit)

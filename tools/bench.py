@@ -54,7 +54,7 @@ from tools.benchmarks.entries import file_entry, variant_entry
 from tools.benchmarks.measure import describe, run_entry
 from tools.benchmarks.report import render, write_out
 from configurator import UserError, expand_bool_flags, load_config
-from train import gpt_config_defaults
+from checkpoint import gpt_config_defaults
 from checkpoint import busy_machine, check_num_threads, check_seed, resolve_device, resolve_dtype
 from model import GPT, GPTConfig
 

@@ -66,18 +66,19 @@ import time
 import torch
 
 import train
-from checkpoint import (LAST_NAME, MAX_SEED, atomic_open, autocast, check_out_dir, load_checkpoint, load_model,
-                        lock_dir, resolve_device, resolve_dtype)
+from checkpoint import (LAST_NAME, MAX_SEED, atomic_open, autocast, check_out_dir, distributed_env, gpt_config_defaults,
+                        load_checkpoint, load_model, lock_dir, resolve_device, resolve_dtype)
+from checkpoint import model_args as resolve_model_args
 from configurator import UserError, load_config, out_of_memory
-from dataset import default_data_dir, encode_start, load_tokenizer, render, resolve_data_dir
+from dataset import dataset_vocab_size, default_data_dir, encode_start, load_tokenizer, render, resolve_data_dir
 from prepare import tool_command
 from sample import check_temperature
 from tools import plots
 from tools.benchmarks.measure import bench_train, describe
 from tools.plots import read_log
 from tools.spread import NOISE_T, add_equal_compute, mean_std, noise_verdict
-from train import check_train_config, dataset_vocab_size, distributed_env, format_duration, gpt_config_defaults
-from train import model_args as resolve_model_args
+from run_dir import format_duration
+from train import check_train_config
 
 COMPARE_DEFAULTS = dict(
     variants=["gpt", "pgpt", "lgpt", "cgpt"],

@@ -54,7 +54,7 @@ from tools.huggingface.convert import load_pretrained
 from tools.huggingface.tokenizer import tokenizer_for
 from checkpoint import keep_heaviest_branch, load_model
 from dataset import load_meta, resolve_data_dir
-from train import split_tokens
+from dataset import split_tokens
 from dataset import load_tokenizer
 
 DEFAULTS = dict(

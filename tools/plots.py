@@ -14,7 +14,7 @@ Every function writes a PNG atomically and returns its path (None when there is 
 import os
 
 from checkpoint import atomic_open
-from train import read_rows
+from run_dir import read_rows
 
 
 def _float(text):

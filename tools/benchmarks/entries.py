@@ -7,9 +7,9 @@ Used by tools/bench.py.
 import os
 
 from configurator import UserError, load_config
-from train import gpt_config_defaults, load_variant, model_args
+from checkpoint import gpt_config_defaults, load_variant, model_args
 from model import GPTConfig
-from train import dataset_vocab_size
+from dataset import dataset_vocab_size
 
 
 def variant_entry(name, cfg, cli_model):

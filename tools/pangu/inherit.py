@@ -91,7 +91,8 @@ from model import GPT, GPTConfig
 from checkpoint import (CKPT_NAME, atomic_save, check_num_threads, check_out_dir, check_seed, clean_state_dict,
                         load_model, remove_stale_temp_files)
 from dataset import load_meta, resolve_data_dir, split_path, tokenizer_id
-from train import get_batch, split_tokens
+from dataset import split_tokens
+from train import get_batch
 
 DEFAULTS = {
     "from": "",                # source out_dir or checkpoint file (the big model)

@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from configurator import run_command
 from checkpoint import atomic_open, check_num_threads, check_out_dir, check_seed, load_model
 from dataset import resolve_data_dir, split_path
-from train import segments_info_path, split_tokens
+from dataset import segments_info_path, split_tokens
 
 DEFAULTS = dict(
     out_dir="out",       # round-1 out_dir (its ckpt.pt, else last.pt) or a checkpoint file

@@ -1,0 +1,487 @@
+"""
+A training run's folder (out_dir) and what keeps it consistent, for train.py; a learner can skip this file.
+
+    full_config, check_train_settings, check_schedule, check_run_settings   refuse a bad config in one line,
+               before out_dir changes; train_command: train.py's main(), where a refusal ends as `error: ...`
+    RunDir     takes out_dir (its lock, stale temporary files), log.csv while the run writes it (CsvLog) with the
+               speed and time left (Speed), loss.png at the end, and what last.pt holds: what a stop or a divergence
+               leaves behind, in words, and the save at a stop
+    StopRequest    Ctrl-C / SIGTERM: the first asks the loop to stop at the next iteration boundary (where last.pt
+                   resumes exactly), the second stops at once
+    EvalProgress   a line now and then during a long evaluation
+    notes_before_run   the warmup note, the busy-machine note and the CPU-time note
+
+Holds no training logic: the loop, the batches, the schedule and the optimizer step are train.py's.
+"""
+
+import contextlib
+import csv
+import math
+import os
+import signal
+import sys
+import tempfile
+import threading
+import time
+
+import numpy as np
+import torch
+
+from checkpoint import (CKPT_NAME, LAST_NAME, atomic_open, busy_machine, check_num_threads, check_seed,
+                        gpt_config_defaults, lock_dir, plain_values, remove_stale_temp_files)
+from configurator import UserError, load_config, out_of_memory
+
+PROGRESS_EVERY_S = 15   # a long evaluation prints a progress line this often
+
+
+# --- the config, checked before anything is read or written ---------------------------------------------
+
+def _need(c, ok, key, rule, fix):
+    if not ok:
+        raise UserError(f"{key} must be {rule}, got {c[key]!r} (fix: {fix})")
+
+
+def _integer(v):
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _number(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def full_config(config, explicit, defaults):
+    """(defaults updated with config, the keys the user set). Unknown keys are refused; numpy scalars (a config file
+    may compute with numpy) become Python numbers, as the safe loader refuses them in a checkpoint. explicit None
+    (train() called as a library): the model keys that differ from GPTConfig's defaults win over a variant."""
+    unknown = sorted(set(config) - set(defaults))
+    if unknown:
+        raise UserError(f"unknown config keys {unknown} (fix: see `python train.py --help` for the keys)")
+    config = plain_values({**defaults, **config})
+    if explicit is None:
+        explicit = {k for k, v in gpt_config_defaults().items() if config[k] != v}
+    return config, set(explicit)
+
+
+def train_command(train, defaults, argv=None):
+    """train.py's main(): the config from argv (sys.argv[1:] when None), then train(config, explicit). Bad input
+    ends as one line `error: ...` and exit code 1, so does a size the machine cannot hold; a stopped run exits 130."""
+    try:
+        config, explicit = load_config(defaults, sys.argv[1:] if argv is None else argv)
+        summary = train(config, explicit)
+    except UserError as e:
+        raise SystemExit(f"error: {e}") from None
+    except KeyboardInterrupt:   # a third Ctrl-C, while saving after the second
+        raise SystemExit(130) from None
+    except (MemoryError, RuntimeError) as e:   # torch.OutOfMemoryError is a RuntimeError
+        if not out_of_memory(e):
+            raise
+        raise SystemExit(f"error: {out_of_memory(e)} (fix: lower --batch_size and raise --gradient_accumulation_steps, "
+                         "or lower --block_size)") from None
+    if summary["interrupted"]:
+        raise SystemExit(130)
+    return summary
+
+
+def check_train_settings(c, world=1):
+    """train.py's keys as the user set them (the schedule's None defaults not yet filled): refuse values that make
+    no sense, naming the key. world: the number of DDP ranks."""
+    for key in ("batch_size", "eval_interval", "log_interval", "eval_iters", "gradient_accumulation_steps"):
+        _need(c, _integer(c[key]) and c[key] >= 1, key, "an integer >= 1", f"--{key}=1 or more")
+    _need(c, _integer(c["max_iters"]) and c["max_iters"] >= 0, "max_iters", "an integer >= 0", "--max_iters=0 or more")
+    check_num_threads(c["num_threads"])
+    check_seed(c["seed"])
+    _need(c, _number(c["learning_rate"]) and c["learning_rate"] > 0, "learning_rate", "> 0", "--learning_rate=1e-3")
+    _need(c, _number(c["weight_decay"]) and c["weight_decay"] >= 0, "weight_decay", ">= 0", "--weight_decay=0.1")
+    for key, usual in (("beta1", 0.9), ("beta2", 0.95)):
+        _need(c, _number(c[key]) and 0 <= c[key] < 1, key, "in [0, 1)", f"--{key}={usual}")
+    _need(c, _number(c["grad_clip"]) and c["grad_clip"] >= 0, "grad_clip", ">= 0 (0 = off)", "--grad_clip=1.0")
+    if c["lr_decay_iters"] is not None:
+        _need(c, _number(c["lr_decay_iters"]) and c["lr_decay_iters"] >= 0, "lr_decay_iters", "a number >= 0",
+              f"--lr_decay_iters={c['max_iters']}")
+
+
+def check_schedule(c):
+    """The schedule once its None defaults are filled (train.py's check_train_config): min_lr and warmup_iters fit
+    learning_rate and lr_decay_iters."""
+    _need(c, _number(c["min_lr"]) and 0 <= c["min_lr"] <= c["learning_rate"], "min_lr",
+          f"in [0, learning_rate={c['learning_rate']:g}]", f"--min_lr={c['learning_rate'] / 10:g}")
+    _need(c, _integer(c["warmup_iters"]) and
+          0 <= c["warmup_iters"] <= (c["lr_decay_iters"] if c["decay_lr"] else math.inf),
+          "warmup_iters", f"an integer in [0, lr_decay_iters={c['lr_decay_iters']}]",
+          f"--warmup_iters={int(c['lr_decay_iters']) // 10}, or leave it out: it defaults to "
+          f"min(100, lr_decay_iters // 10)")
+
+
+def check_run_settings(c, world=1):
+    """The rest of train.py's keys: DDP ranks, dataset, out_dir, init_from."""
+    accum = c["gradient_accumulation_steps"]
+    if accum % world:
+        raise UserError(f"gradient_accumulation_steps={accum} must be divisible by the {world} DDP ranks; each "
+                        f"rank runs gradient_accumulation_steps/{world} micro-steps "
+                        f"(fix: --gradient_accumulation_steps={max(world, accum // world * world)})")
+    _need(c, c["dataset"] != "", "dataset", "a dataset name", "--dataset=shakespeare_char")
+    _need(c, c["out_dir"] != "", "out_dir", "a folder", "--out_dir=out")
+    if c["init_from"] not in ("scratch", "resume") and not os.path.exists(c["init_from"]):
+        raise UserError(f"init_from '{c['init_from']}' does not exist (fix: write it first, e.g. with train.py or "
+                        f"pangu.inherit as its config says, or --init_from=scratch)")
+    if os.path.isdir(c["init_from"]) and os.path.isfile(os.path.join(c["init_from"], "config.json")):
+        raise UserError(f"init_from '{c['init_from']}' is a Hugging Face model folder (fix: convert it to a checkpoint "
+                        f"first: python -m tools.huggingface.convert import {c['init_from']} --out=hf.pt)")
+    _need(c, c["init_from"] in ("scratch", "resume") or os.path.isfile(c["init_from"]),
+          "init_from", "'scratch', 'resume' or an existing checkpoint file", "--init_from=scratch|resume|path/to/ckpt.pt")
+
+
+# --- notes before a long run ----------------------------------------------------------------------------
+
+def notes_before_run(config, device, micro_steps, time_one_sequence, batch_size, say):
+    """One line each, when they apply: every iteration falls in the warmup; the CPUs are busy; the run would take
+    over half an hour on this CPU (time_one_sequence(): the seconds of a forward+backward of one sequence)."""
+    if config["decay_lr"] and config["warmup_iters"] >= config["max_iters"] > 0:   # e.g. a config shrunk by --max_iters
+        say(f"note: all {config['max_iters']} iterations fall in the {config['warmup_iters']}-iteration warmup, "
+            f"so the lr never reaches {config['learning_rate']:g} (fix: also pass --warmup_iters and --lr_decay_iters)")
+    if device.type != "cpu":
+        return
+    if busy_machine(device):
+        say(f"note: {busy_machine(device)}")
+    with torch.random.fork_rng(devices=[]):   # the probe must not move the dropout RNG
+        for _ in range(2):   # the second call: the first pays one-time costs
+            step_s = time_one_sequence() * batch_size
+    evals = config["max_iters"] // config["eval_interval"] + 1
+    total_s = step_s * (micro_steps * config["max_iters"] + evals * 2 * config["eval_iters"] / 3)
+    if total_s < 1800:
+        return
+    fix = (f"this is a GPU recipe; its CPU twin is `python train.py {config['cpu_twin']}`" if config["cpu_twin"]
+           else "a GPU, or a smaller model / fewer --max_iters")
+    say(f"note: this run needs about {format_duration(total_s)} on this CPU (~{step_s:.1f} s per micro-step, "
+        f"{config['max_iters']} iterations) (fix: {fix})")
+
+
+# --- stopping where a checkpoint resumes exactly --------------------------------------------------------
+
+class StopRequest:
+    """Ctrl-C (SIGINT) or SIGTERM asks train.py's loop to stop at the next iteration boundary, where the state saved
+    to last.pt is exactly resumable; a second signal raises KeyboardInterrupt at once. Installed only in the
+    main thread and over the default handlers (a caller's own handlers are left alone)."""
+
+    DEFAULT_HANDLERS = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}
+
+    def __init__(self, say):
+        self.requested, self.say, self.previous = False, say, {}
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for sig, default in self.DEFAULT_HANDLERS.items():
+                if signal.getsignal(sig) == default:
+                    self.previous[sig] = signal.signal(sig, self.handle)
+        return self
+
+    def handle(self, signum, frame):
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        self.say(f"\n{signal.Signals(signum).name}: stopping after this iteration to save last.pt "
+                 f"(Ctrl-C again to stop at once)")
+
+    def __exit__(self, *exc):
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+
+
+# --- out_dir while a run writes to it -------------------------------------------------------------------
+
+class RunDir:
+    """out_dir during a run. On rank 0 (master) it holds the folder's lock (one writer per out_dir: a second run into
+    it would replace this one's checkpoints and log.csv) until `held` (an ExitStack) closes, removes the temporary
+    files a kill -9 left, and keeps log.csv (CsvLog). A new run into the folder of an earlier one keeps the earlier
+    log.csv and loss.png until this run's first save, so that they always go with the checkpoints beside them.
+    saved_iter: the iteration last.pt holds for this run (None: nothing saved yet)."""
+
+    def __init__(self, out_dir, config, resuming, iter_num, saved_iter, rank, world, tokens_per_iter, device, held,
+                 say):
+        self.path, self.config, self.resuming, self.saved_iter, self.say = out_dir, config, resuming, saved_iter, say
+        self.master, self.ddp, self.world, self.device = rank == 0, world > 1, world, device
+        self.speed = Speed(config["max_iters"], config["eval_interval"], tokens_per_iter)
+        self.earlier, self.csv_log, self.t_start = False, None, time.time()
+        if self.master:
+            held.enter_context(lock_dir(out_dir))
+            remove_stale_temp_files(out_dir, (CKPT_NAME, LAST_NAME, "log.csv", "loss.png"), say)
+            self.earlier = not resuming and any(os.path.exists(os.path.join(out_dir, n)) for n in (CKPT_NAME, LAST_NAME))
+            self.csv_log = CsvLog(os.path.join(out_dir, "log.csv"), keep_before=iter_num if resuming else None,
+                                  pending=self.earlier)
+            held.callback(self.csv_log.discard)   # also when the run fails before its first save
+
+    def start_clock(self):
+        """The loop starts: elapsed_s counts from here, and the first speed window too."""
+        self.t_start = time.time()
+        self.speed.restart()
+
+    def elapsed(self):
+        return time.time() - self.t_start
+
+    def eval_started(self):
+        self.speed.eval_started()
+
+    def eval_ended(self):
+        self.speed.eval_ended()
+
+    def step_done(self):
+        self.speed.iters += 1
+
+    def log_iteration(self, it, iter_num, loss, lr, stop_requested):
+        """The loss of iteration `it` averaged over ranks (one all_reduce, which also carries the ranks' stop votes):
+        one line and one log.csv row. iter_num: the iterations done. Returns (the loss as a float, whether any rank
+        asked to stop)."""
+        stats = torch.stack([loss, torch.tensor(float(stop_requested), device=self.device)])
+        if self.ddp:
+            torch.distributed.all_reduce(stats)
+        lossf, stop_votes = stats[0].item() / self.world, stats[1].item()
+        if not math.isfinite(lossf):
+            raise self.diverged(f"the training loss is {lossf}", it)
+        line, timing = self.speed.log_window(it, iter_num, lossf, lr)
+        self.say(line)
+        self.log(iter=it, kind="train", loss=lossf, lr=lr, **timing, elapsed_s=self.elapsed())
+        return lossf, stop_votes > 0
+
+    def log(self, **row):
+        if self.master:
+            self.csv_log.write(**row)
+
+    def replaces_best(self, best):
+        """Whether this save also writes ckpt.pt: val loss improved, or the first save of a new run into an earlier
+        run's folder (which replaces that run's ckpt.pt too, e.g. on Ctrl-C before the first eval's)."""
+        return best or (self.earlier and self.saved_iter is None)
+
+    def saved(self, iter_num):
+        """last.pt now holds iter_num: log.csv's pending rows go with it."""
+        if self.master:
+            self.csv_log.commit()
+        self.saved_iter = iter_num
+
+    def kept(self):
+        """What a stop now leaves in out_dir, in words."""
+        if self.saved_iter is not None:
+            return f"{LAST_NAME} keeps iteration {self.saved_iter}"
+        # a new run that saved nothing yet: checkpoints in out_dir are an earlier run's, which sample.py would load
+        earlier = [n for n in (CKPT_NAME, LAST_NAME)
+                   if not self.resuming and os.path.exists(os.path.join(self.path, n))]
+        return "nothing was saved" + (f" (the {' and '.join(earlier)} in {self.path} are an earlier run's)"
+                                      if earlier else "")
+
+    def diverged(self, what, it):
+        c = self.config
+        return UserError(f"{what} at iteration {it}: training diverged; {self.kept()} (fix: lower --learning_rate "
+                         f"(now {c['learning_rate']:g}) or lengthen --warmup_iters (now {c['warmup_iters']}))")
+
+    def save_on_stop(self, iter_num, in_step, hard_stop, save):
+        """After Ctrl-C / SIGTERM: save(gather) last.pt at the iteration boundary the loop stopped at (nothing when
+        stopped mid-step), and say what out_dir keeps."""
+        if in_step:
+            self.say(f"\nstopped during iteration {iter_num}: {self.kept()}")
+            return
+        try:
+            if self.saved_iter != iter_num:
+                save(gather=not hard_stop)   # after a hard stop the other DDP ranks may be gone
+            self.say(f"interrupted at iteration {iter_num}: saved {os.path.join(self.path, LAST_NAME)}; "
+                     f"continue with --init_from=resume")
+        except KeyboardInterrupt:   # a second Ctrl-C during that save: the atomic save kept the old file
+            self.say(f"\nstopped while saving iteration {iter_num}: {self.kept()}")
+
+    def finish(self):
+        """loss.png from log.csv; or, when this run saved no checkpoint, the earlier run's log.csv and loss.png kept."""
+        if not self.master:
+            return
+        if self.csv_log.discard():
+            self.say(f"this run saved no checkpoint: kept the earlier run's log.csv and loss.png in {self.path}, which "
+                     f"go with its checkpoints")
+            return
+        self.csv_log.close()
+        plot_run(self.csv_log.rows, os.path.join(self.path, "loss.png"), os.path.basename(os.path.abspath(self.path)))
+
+
+# --- out_dir/log.csv and loss.png ----------------------------------------------------------------------
+
+COLUMNS = ["iter", "kind", "loss", "val_loss", "val_loss_heaviest", "lr", "ms_per_iter", "tokens_per_s",
+           "elapsed_s", "branch_weights"]
+
+
+class CsvLog:
+    """Appends rows to `path` and keeps them for loss.png. keep_before=k keeps the existing rows of iterations < k
+    (a run resumed at iteration k logs iteration k and later again, its eval at k included); None starts empty.
+    pending=True: a new run into a folder whose log.csv goes with an earlier run's checkpoints; its rows go to a
+    temporary file beside `path` until commit() (its first checkpoint is written) moves it onto `path`, and
+    discard() (it never saved one) deletes it, so that log.csv always belongs to the checkpoints beside it."""
+
+    def __init__(self, path, keep_before=None, pending=False):
+        self.path, self.tmp = path, None
+        self.rows = [] if keep_before is None else [r for r in read_rows(path) if int(r["iter"]) < keep_before]
+        if pending:   # the temporary name is one remove_stale_temp_files cleans up after a kill -9
+            fd, self.tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp",
+                                            dir=os.path.dirname(os.path.abspath(path)))
+            self.file = os.fdopen(fd, "w", newline="", encoding="utf-8")
+        else:
+            with atomic_open(path, "w") as f:
+                writer = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
+                writer.writeheader()
+                writer.writerows(self.rows)
+            self.file = open(path, "a", newline="", encoding="utf-8")
+        self.writer = csv.DictWriter(self.file, fieldnames=COLUMNS, extrasaction="ignore")
+        if pending:
+            self.writer.writeheader()
+
+    def commit(self):
+        """Pending rows: move them onto `path` (later rows follow them there: the open file moves with them)."""
+        if self.tmp is None:
+            return
+        self.file.flush()
+        umask = os.umask(0)   # mkstemp made it 0600; give it the usual permissions, as atomic_open does
+        os.umask(umask)
+        os.chmod(self.tmp, 0o666 & ~umask)
+        os.replace(self.tmp, self.path)
+        self.tmp = None
+
+    def discard(self):
+        """Pending rows never committed: delete them, leaving `path` as it was. True when there were any."""
+        if self.tmp is None:
+            return False
+        self.file.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.tmp)
+        self.tmp = None
+        return True
+
+    def write(self, **row):
+        row = {k: _text(v) for k, v in row.items()}
+        self.rows.append(row)
+        try:
+            self.writer.writerow(row)
+            self.file.flush()
+        except OSError as e:   # a full disk mid-run: one line, not a traceback
+            with contextlib.suppress(OSError):
+                self.file.close()   # now, so that the unwritten row does not fail again at exit
+            raise UserError(f"cannot write {self.path}: {e.strerror or e} (fix: free disk space; "
+                            f"--init_from=resume continues from the last saved last.pt)") from None
+
+    def close(self):
+        self.file.close()
+
+
+def read_rows(path):
+    """The rows of a log.csv (dicts of text) with a valid iteration number; [] when there is no file."""
+    if not os.path.exists(path):
+        return []
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            return [row for row in csv.DictReader(f) if (row.get("iter") or "").isdigit()]
+    except (UnicodeDecodeError, csv.Error) as e:   # e.g. overwritten by another program: one line, not a traceback
+        raise UserError(f"{path} is damaged ({e}) (fix: delete it: a resumed run then logs from where it "
+                        f"resumes, and loss.png shows only that part)") from None
+
+
+def _text(v):
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    if isinstance(v, (list, tuple)):
+        return " ".join(_text(x) for x in v)
+    return v
+
+
+def format_duration(seconds):
+    """h:mm:ss"""
+    seconds = int(max(0, seconds))
+    h, rem = divmod(seconds, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}:{m:02d}:{s:02d}"
+
+
+def plot_run(rows, path, title):
+    """loss.png: per-iteration train loss, eval train/val losses and, for pgpt, the val loss of the heaviest branch
+    alone, from the log's rows. A plot that cannot be drawn or written is a note, never a lost run."""
+    def points(kind, key):
+        return [(int(r["iter"]), float(r[key])) for r in rows if r["kind"] == kind and r.get(key)]
+    curves = [(points("train", "loss"), "-", "tab:blue", "train (batch)"),
+              (points("eval", "loss"), "o-", "tab:blue", "train (eval)"),
+              (points("eval", "val_loss"), "o-", "tab:orange", "val"),
+              (points("eval", "val_loss_heaviest"), "s--", "tab:green", "val (heaviest branch)")]
+    if not any(c[0] for c in curves):
+        return
+    try:
+        from matplotlib.figure import Figure   # not pyplot: no GUI backend to import, files only
+        fig = Figure(figsize=(8, 5))
+        ax = fig.add_subplot()
+        for i, (xy, style, color, label) in enumerate(curves):
+            if xy:
+                ax.plot(*zip(*xy), style, color=color, markersize=3, label=label,
+                        **(dict(alpha=0.3, linewidth=0.8) if i == 0 else {}))
+        ax.set(xlabel="iteration", ylabel="loss", title=title)
+        ax.grid(alpha=0.3)
+        ax.legend()
+        fig.tight_layout()
+        with atomic_open(path, "wb") as f:
+            fig.savefig(f, format="png", dpi=110)
+    except (ImportError, OSError) as e:
+        print(f"note: {path} not written ({e})", flush=True)
+
+
+# --- speed and time left ---------------------------------------------------------------------------------
+
+class Speed:
+    """ms/iter of the windows between log lines (evaluation left out), smoothed for the ETA."""
+
+    def __init__(self, max_iters, eval_interval, tokens_per_iter):
+        self.max_iters, self.eval_interval, self.tokens_per_iter = max_iters, eval_interval, tokens_per_iter
+        self.windows, self.ema, self.t_window, self.iters = [], None, time.time(), 0
+        self.eval_seconds, self.n_evals, self.t_eval = 0.0, 0, None
+
+    def restart(self):
+        self.t_window, self.iters = time.time(), 0
+
+    def eval_started(self):
+        self.t_eval = time.time()
+
+    def eval_ended(self):
+        """Count the evaluation's time for the ETA; ms/iter leaves it out."""
+        self.eval_seconds, self.n_evals = self.eval_seconds + time.time() - self.t_eval, self.n_evals + 1
+        self.restart()
+
+    def window_ms(self):
+        ms = (time.time() - self.t_window) * 1000 / self.iters
+        self.restart()
+        self.windows.append(ms)
+        self.ema = ms if len(self.windows) <= 2 else 0.9 * self.ema + 0.1 * ms   # the first windows warm up
+        return ms
+
+    def eta(self, iters_left, evals_left):
+        return iters_left * self.ema / 1000 + evals_left * self.eval_seconds / max(1, self.n_evals)
+
+    def log_window(self, it, iter_num, lossf, lr):
+        """The log line of iteration `it` (iter_num: the iterations done): loss, lr, speed and time left (smoothed
+        ms/iter plus the evaluations still to come). Returns (the line, its log.csv values)."""
+        ms = self.window_ms()
+        eta = self.eta(self.max_iters - iter_num, (self.max_iters - iter_num) // self.eval_interval + 1)
+        tok_s = self.tokens_per_iter / (ms / 1000)
+        line = (f"iter {it}: loss {lossf:.4f}, lr {lr:.2e}, {ms:.2f} ms/iter, {tok_s:,.0f} tok/s, "
+                f"eta {format_duration(eta)}")
+        return line, dict(ms_per_iter=ms, tokens_per_s=tok_s)
+
+    def summary(self):
+        """(median ms/iter, tokens/s) of the steady windows (the first includes warm-up and compilation), or Nones."""
+        steady = self.windows[1:] or self.windows
+        if not steady:
+            return None, None
+        ms = float(np.median(steady))
+        return ms, self.tokens_per_iter / (ms / 1000)
+
+
+class EvalProgress:
+    """A line every PROGRESS_EVERY_S seconds during a long evaluation."""
+
+    def __init__(self, say):
+        self.say, self.t0 = say, time.time()
+        self.shown = self.t0
+
+    def show(self, split, k, n):
+        if time.time() - self.shown > PROGRESS_EVERY_S:
+            self.say(f"  evaluating: {split} batch {k + 1}/{n}, {time.time() - self.t0:.0f} s")
+            self.shown = time.time()
