@@ -489,8 +489,8 @@ def train_model_args(config, explicit, meta, device, say):
         wanted["vocab_size"] = wanted["vocab_size"] if "vocab_size" in explicit else args["vocab_size"]
         for key in sorted(k for k in wanted if k != "dropout" and wanted[k] != args.get(k)):
             raise UserError(f"resume: {key}={wanted[key]!r} differs from the checkpoint's {key}={args.get(key)!r} "
-                            f"(fix: drop that override, or start a new run from its weights: --init_from={ckpt['path']} "
-                            f"--allow_partial_init=True)")
+                            f"(fix: drop that override, or start a new run from its weights: "
+                            f"--init_from={ckpt['path']} --allow_partial_init=True)")
         args["dropout"] = wanted["dropout"]
     else:
         ckpt = load_checkpoint(init_from, device)
@@ -505,7 +505,8 @@ def train_model_args(config, explicit, meta, device, say):
         check_finite(ckpt["model"], ckpt["path"])
         if ckpt.get("tokenizer_id") not in (None, tokenizer_id(meta)):   # older checkpoints record none
             raise UserError(f"{ckpt['path']} was trained with another tokenizer than {config['data_dir']}'s (its "
-                            f"dataset: {ckpt.get('dataset')}) (fix: --dataset/--data_dir of that run, or --init_from=scratch)")
+                            f"dataset: {ckpt.get('dataset')}) (fix: --dataset/--data_dir of that run, or "
+                            f"--init_from=scratch)")
     if args["vocab_size"] < meta["vocab_size"]:
         raise UserError(f"vocab_size {args['vocab_size']} is smaller than the dataset's {meta['vocab_size']} tokens "
                         f"(fix: drop --vocab_size, it is read from meta.json)")

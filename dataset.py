@@ -291,9 +291,11 @@ def load_segments(path, n_tokens, block_size):
     try:
         starts = np.load(path)
     except (OSError, ValueError) as e:
-        raise UserError(f"cannot read data_segments '{path}': {e} (fix: write it with `python -m tools.pangu.refine` first)") from None
+        raise UserError(f"cannot read data_segments '{path}': {e} (fix: write it with `python -m tools.pangu.refine` "
+                        f"first)") from None
     if starts.ndim != 1 or len(starts) == 0 or starts.dtype.kind not in "iu":
-        raise UserError(f"data_segments '{path}' is not a non-empty 1-D integer array (fix: write it with `python -m tools.pangu.refine`)")
+        raise UserError(f"data_segments '{path}' is not a non-empty 1-D integer array (fix: write it with "
+                        f"`python -m tools.pangu.refine`)")
     if np.any(starts % (block_size + 1)):   # refine scores whole windows: segment i starts at i * (block_size + 1)
         raise UserError(f"data_segments '{path}' was made for another block_size than {block_size} (fix: refine "
                         f"again with a model of this block_size, or train with the block_size it was made for)")
@@ -323,3 +325,13 @@ def batch_seed(*parts):
         x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & mask
         x ^= x >> 31
     return x >> 1
+
+
+def run_prepare(prepare, dataset, data_dir):
+    """prepare(dataset, out_dir=data_dir): prepare.py's, which train.py passes in on a dataset's first run (this
+    module imports no script). Says so first; its one-line errors name the dataset."""
+    print(f"dataset '{dataset}' is not prepared in {data_dir}: running prepare.prepare('{dataset}')", flush=True)
+    try:
+        prepare(dataset, out_dir=data_dir)
+    except UserError as e:
+        raise UserError(f"preparing dataset '{dataset}' failed: {e}") from None

@@ -127,8 +127,8 @@ def check_run_settings(c, world=1):
     if os.path.isdir(c["init_from"]) and os.path.isfile(os.path.join(c["init_from"], "config.json")):
         raise UserError(f"init_from '{c['init_from']}' is a Hugging Face model folder (fix: convert it to a checkpoint "
                         f"first: python -m tools.huggingface.convert import {c['init_from']} --out=hf.pt)")
-    _need(c, c["init_from"] in ("scratch", "resume") or os.path.isfile(c["init_from"]),
-          "init_from", "'scratch', 'resume' or an existing checkpoint file", "--init_from=scratch|resume|path/to/ckpt.pt")
+    _need(c, c["init_from"] in ("scratch", "resume") or os.path.isfile(c["init_from"]), "init_from",
+          "'scratch', 'resume' or an existing checkpoint file", "--init_from=scratch|resume|path/to/ckpt.pt")
 
 
 # --- notes before a long run ----------------------------------------------------------------------------
@@ -205,7 +205,8 @@ class RunDir:
         if self.master:
             held.enter_context(lock_dir(out_dir))
             remove_stale_temp_files(out_dir, (CKPT_NAME, LAST_NAME, "log.csv", "loss.png"), say)
-            self.earlier = not resuming and any(os.path.exists(os.path.join(out_dir, n)) for n in (CKPT_NAME, LAST_NAME))
+            self.earlier = not resuming and any(os.path.exists(os.path.join(out_dir, n))
+                                                for n in (CKPT_NAME, LAST_NAME))
             self.csv_log = CsvLog(os.path.join(out_dir, "log.csv"), keep_before=iter_num if resuming else None,
                                   pending=self.earlier)
             held.callback(self.csv_log.discard)   # also when the run fails before its first save
@@ -286,16 +287,27 @@ class RunDir:
         except KeyboardInterrupt:   # a second Ctrl-C during that save: the atomic save kept the old file
             self.say(f"\nstopped while saving iteration {iter_num}: {self.kept()}")
 
-    def finish(self):
-        """loss.png from log.csv; or, when this run saved no checkpoint, the earlier run's log.csv and loss.png kept."""
-        if not self.master:
-            return
-        if self.csv_log.discard():
+    def finish(self, model, args, history, best_val_loss, last_train_loss, iter_num, interrupted):
+        """loss.png from log.csv (or, when this run saved no checkpoint, the earlier run's log.csv and loss.png kept),
+        then the dict train() returns (tools/compare.py reads it)."""
+        if self.master and self.csv_log.discard():
             self.say(f"this run saved no checkpoint: kept the earlier run's log.csv and loss.png in {self.path}, which "
                      f"go with its checkpoints")
-            return
-        self.csv_log.close()
-        plot_run(self.csv_log.rows, os.path.join(self.path, "loss.png"), os.path.basename(os.path.abspath(self.path)))
+        elif self.master:
+            self.csv_log.close()
+            plot_run(self.csv_log.rows, os.path.join(self.path, "loss.png"),
+                     os.path.basename(os.path.abspath(self.path)))
+        train_time = self.elapsed()
+        ms_per_iter, tokens_per_s = self.speed.summary()
+        final = history[-1] if history else {}
+        return {
+            "best_val_loss": best_val_loss, "final_train_loss": final.get("loss"),
+            "final_val_loss": final.get("val_loss"), "final_val_loss_heaviest": final.get("val_loss_heaviest"),
+            "last_train_loss": last_train_loss, "iter_num": iter_num, "ms_per_iter": ms_per_iter,
+            "tokens_per_s": tokens_per_s, "train_time_s": train_time, "eval_time_s": self.speed.eval_seconds,
+            "num_params": model.get_num_params(False), "num_params_non_embedding": model.get_num_params(True),
+            "model_args": dict(args), "out_dir": self.path, "interrupted": interrupted, "evals": history,
+        }
 
 
 # --- out_dir/log.csv and loss.png ----------------------------------------------------------------------

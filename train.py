@@ -2,18 +2,14 @@
 Train a GPT variant on a tokenized dataset (nanoGPT-style, single process or DDP).
 
     python train.py config/gpt_shakespeare_cpu.py                 # the CPU quickstart (about 1 minute)
-    python train.py config/lgpt_shakespeare.py                    # paper 004's recipe, for a GPU
     python train.py config/gpt_shakespeare_cpu.py --init_from=resume --max_iters=3000
     torchrun --standalone --nproc_per_node=8 train.py config/gpt_shakespeare.py
 
-Read it top to bottom, in nanoGPT's order: the settings, the data (get_batch), the model and the optimizer (setup),
-the learning rate (get_lr), the evaluation (estimate_loss), then train() and its loop. Every key of DEFAULTS (and
-every GPTConfig field, e.g. --n_layer=4) can be set in a config file or on the command line (`--help` lists them).
-out_dir receives ckpt.pt (best val loss), last.pt (latest, resumable), log.csv and loss.png. Ctrl-C or SIGTERM
-finishes the iteration, saves last.pt and exits; --init_from=resume then continues exactly (docs/training.md).
-What keeps a run safe (one-line errors, the folder's lock, atomic saves, exact resume, the log) is in run_dir.py,
-checkpoint.py, dataset.py and configurator.py, called like a library: a learner can skip them.
-train(config) is importable: tools/compare.py calls it in-process and reads the summary dict it returns.
+In nanoGPT's order: settings, data (get_batch), model and optimizer (setup), get_lr, evaluation, the loop (train).
+Every key of DEFAULTS and every GPTConfig field can be set in a config file or as --key=value (`--help` lists them).
+out_dir gets ckpt.pt (best val loss), last.pt (latest; Ctrl-C saves it, --init_from=resume continues exactly),
+log.csv and loss.png (docs/training.md). What keeps a run safe (one-line errors, the folder's lock, atomic saves,
+exact resume, the log) is called like a library from run_dir.py, checkpoint.py and dataset.py: a learner can skip it.
 """
 
 import contextlib
@@ -26,18 +22,18 @@ from types import SimpleNamespace
 
 import numpy as np
 import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
 
 from checkpoint import (CKPT_NAME, LAST_NAME, atomic_copy, atomic_save, autocast, build_model, check_out_dir,
                         distributed_env, gather_rng_states, gpt_config_defaults, load_matching_weights,
                         load_optimizer_state, load_own_weights, process_group, resolve_device, resolve_dtype,
                         start_rng, train_model_args)
-from configurator import UserError
 from dataset import (SPLIT_CODES, TOKEN_DTYPE, batch_seed, check_splits, default_data_dir, is_prepared, load_meta,
-                     split_path, tokenizer_id)
+                     run_prepare, split_path, tokenizer_id)
 from run_dir import (EvalProgress, RunDir, StopRequest, check_run_settings, check_schedule, check_train_settings,
                      format_duration, full_config, notes_before_run, train_command)
 
-# --- settings ------------------------------------------------------------------------------------------------
+# --- settings -----------------------------------------------------------------------------------------------------
 
 TRAIN_DEFAULTS = dict(
     # I/O
@@ -47,8 +43,7 @@ TRAIN_DEFAULTS = dict(
     eval_iters=200,
     eval_only=False,              # evaluate once and exit
     always_save_checkpoint=False,  # write ckpt.pt at every eval, not only when val loss improves
-    init_from="scratch",          # 'scratch' | 'resume' (out_dir/last.pt) | a checkpoint file (weights only; a
-                                  # Hugging Face model: python -m tools.huggingface.convert import, first)
+    init_from="scratch",          # 'scratch' | 'resume' (out_dir/last.pt) | a checkpoint file (its weights only)
     allow_partial_init=False,     # init_from=<path>: also when only some tensors fit (the rest starts fresh)
     cpu_twin="",                  # GPU recipes: the config to run on a CPU instead (named when run on one)
     # data
@@ -68,15 +63,14 @@ TRAIN_DEFAULTS = dict(
     grad_clip=1.0,                # 0 disables clipping
     # learning-rate schedule: linear warmup, then cosine decay to min_lr
     decay_lr=True,
-    warmup_iters=None,            # None: derived below, like the two after it
+    warmup_iters=None,            # None: filled below, like the next two (a short run gets a short warmup)
     lr_decay_iters=None,
     min_lr=None,
     # system
     device="auto",                # 'auto' (cuda > mps > cpu) | 'cpu' | 'cuda' | 'cuda:1' | 'mps'
-    dtype="auto",                 # 'auto' (bf16 if supported, else fp16 on cuda; fp32 elsewhere) | float32 | bfloat16 | float16
+    dtype="auto",                 # 'auto' (cuda: bf16 if supported, else fp16; fp32 elsewhere) | float32 | ...
     compile=False,                # torch.compile the model
-    num_threads=0,                # CPU threads for torch; 0 = torch's default (all cores). 1 is much faster
-                                  # when other jobs share the cores (busy threads wait on each other)
+    num_threads=0,                # CPU threads for torch; 0 = all cores. 1 is faster when other jobs share them
     seed=1337,
 )
 
@@ -84,77 +78,65 @@ DEFAULTS = {**TRAIN_DEFAULTS, **{k: v for k, v in gpt_config_defaults().items() 
 
 
 def check_train_config(c, world=1):
-    """Refuse bad settings in one line (run_dir.py), and fill the schedule's settings left None above.
-    world: the number of DDP ranks. Runs before anything is read or written."""
+    """Refuse bad settings in one line (run_dir.py) and fill the schedule's settings left None above."""
     check_train_settings(c, world)
-    if c["lr_decay_iters"] is None:
-        c["lr_decay_iters"] = c["max_iters"]                             # decay over the whole run
-    if c["min_lr"] is None:
-        c["min_lr"] = c["learning_rate"] / 10
-    if c["warmup_iters"] is None:
-        c["warmup_iters"] = min(100, int(c["lr_decay_iters"]) // 10)    # a short run gets a short warmup
+    c["lr_decay_iters"] = c["max_iters"] if c["lr_decay_iters"] is None else c["lr_decay_iters"]   # the whole run
+    c["min_lr"] = c["learning_rate"] / 10 if c["min_lr"] is None else c["min_lr"]
+    c["warmup_iters"] = min(100, int(c["lr_decay_iters"]) // 10) if c["warmup_iters"] is None else c["warmup_iters"]
     check_schedule(c)
     check_run_settings(c, world)
 
 
-# --- data ------------------------------------------------------------------------------------------------------
+# --- data ---------------------------------------------------------------------------------------------------------
 # Batches are a pure function of (seed, split, iteration, micro-step): the generator is re-seeded for every batch,
 # so training data does not depend on how often we evaluate, resuming needs no sampler state, and a DDP rank sees
 # exactly the batches a single process would see.
 
 def get_batch(path, batch_size, block_size, generator, device=torch.device("cpu"), segments=None):
-    """(x, y) of shape (batch_size, block_size): random windows of the token file `path`, y = x shifted by
-    one. The memmap is reopened every call: a long-lived one keeps growing resident memory.
-    segments: optional array of allowed window starts (data refining, paper 003 4.2: see tools/pangu/refine.py)."""
-    data = np.memmap(path, dtype=TOKEN_DTYPE, mode="r")
+    """(x, y) of shape (batch_size, block_size): random windows of the token file, y = x shifted by one. segments:
+    the allowed window starts (data refining, paper 003 4.2; tools/pangu/refine.py), None: every position."""
+    data = np.memmap(path, dtype=TOKEN_DTYPE, mode="r")   # reopened every call: a kept one grows resident memory
     if segments is None:
         starts = torch.randint(len(data) - block_size, (batch_size,), generator=generator).numpy()
     else:
         starts = segments[torch.randint(len(segments), (batch_size,), generator=generator).numpy()]
     windows = torch.from_numpy(data[starts[:, None] + np.arange(block_size + 1)].astype(np.int64))
     x, y = windows[:, :-1].contiguous(), windows[:, 1:].contiguous()
-    if device.type == "cuda":
-        # pinned host memory lets the copy run asynchronously with the GPU work already queued
+    if device.type == "cuda":   # pinned host memory: the copy runs asynchronously with the GPU work already queued
         return x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
     return x.to(device), y.to(device)
 
 
 def train_batch(run, it, micro):
-    """Training batch of micro-step `micro` of iteration `it`. The global micro-step index makes rank r of W see
-    what one process sees at micro-step r*accum+micro."""
+    """Micro-step `micro` of iteration `it`; rank r sees what one process sees at micro-step r*accum+micro."""
     run.train_gen.manual_seed(batch_seed(run.config["seed"], SPLIT_CODES["train"], it, run.rank * run.accum + micro))
     return get_batch(split_path(run.data_dir, "train"), run.batch_size, run.block_size, run.train_gen, run.device,
                      run.segments)
 
 
-# --- the model and the optimizer -------------------------------------------------------------------------------
+# --- the model and the optimizer ----------------------------------------------------------------------------------
 
 def say(run, message):
     if run.master:
         print(message, flush=True)
 
 
-def setup(config, explicit, device, rank=0, world=1):
-    """The run's data, model (fresh, resumed or from another checkpoint) and optimizer, every one checked before
-    anything in out_dir changes. Returns the run's state and the checkpoint it starts from (or None)."""
-    run = SimpleNamespace(config=config, device=device, rank=rank, world=world, master=rank == 0, ddp=world > 1)
+def setup(config, explicit, device, rank, world, held):
+    """The run's data, model and optimizer, all checked before out_dir changes (held, an ExitStack, keeps its lock
+    until the run ends); then compile and DDP, and the RNG (dropout) where the run starts."""
+    run = SimpleNamespace(config=config, device=device, rank=rank, world=world, master=rank == 0, ddp=world > 1,
+                          out_dir=config["out_dir"])
     run.accum = config["gradient_accumulation_steps"] // world   # micro-steps per iteration on this rank
     run.dtype = resolve_dtype(config["dtype"], device)
     config.update(device=str(device), dtype=run.dtype)
     if config["num_threads"] > 0:
         torch.set_num_threads(config["num_threads"])
-    run.out_dir = config["out_dir"]
 
     # the data: prepared on first use (by rank 0; the others wait), then checked
     run.data_dir = config["data_dir"] = default_data_dir(config)
     if run.master and not is_prepared(run.data_dir):
-        print(f"dataset '{config['dataset']}' is not prepared in {run.data_dir}: running "
-              f"prepare.prepare('{config['dataset']}')", flush=True)
         import prepare
-        try:
-            prepare.prepare(config["dataset"], out_dir=run.data_dir)
-        except UserError as e:
-            raise UserError(f"preparing dataset '{config['dataset']}' failed: {e}") from None
+        run_prepare(prepare.prepare, config["dataset"], run.data_dir)
     if run.ddp:
         torch.distributed.barrier()
     run.meta = load_meta(run.data_dir)
@@ -190,13 +172,8 @@ def setup(config, explicit, device, rank=0, world=1):
     run.train_gen = torch.Generator()
     run.X, run.Y = train_batch(run, run.iter_num, 0)
     check_out_dir(run.out_dir)
-    return run, ckpt
 
-
-def start(run, ckpt, held):
-    """Every input is checked: take out_dir (only from here on do files in it change; held, an ExitStack, keeps
-    its lock until the run has ended), say what will run, compile / wrap the model for DDP, and set the RNG."""
-    config, device, model = run.config, run.device, run.raw_model
+    # every input is checked: take out_dir (held keeps its lock until the run ends), say what will run
     run.tokens_per_iter = run.accum * run.world * run.batch_size * run.block_size
     saved_iter = run.iter_num if run.resuming and ckpt["path"].endswith(LAST_NAME) else None   # what last.pt holds
     run.dir = RunDir(run.out_dir, config, run.resuming, run.iter_num, saved_iter, run.rank, run.world,
@@ -211,20 +188,15 @@ def start(run, ckpt, held):
         notes_before_run(config, device, run.accum, lambda: time_one_sequence(model, run.X, run.Y, run.dtype),
                          len(run.X), lambda m: say(run, m))
     if device.type == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     # model (compiled if asked) evaluates; train_model (model in DDP when distributed) trains
     if config["compile"]:
-        # dynamo keeps at most 8 graphs of GPT.forward per process; compare.py trains 4 models in one, and the
-        # later ones would silently run uncompiled: start each run's compilation afresh
-        torch._dynamo.reset()
+        torch._dynamo.reset()   # dynamo keeps 8 graphs per process: compare.py's 4th model would run uncompiled
     run.model = torch.compile(model) if config["compile"] else model
-    run.train_model = run.model
-    if run.ddp:
-        from torch.nn.parallel import DistributedDataParallel
-        run.train_model = DistributedDataParallel(run.model, device_ids=[device.index] if device.type == "cuda"
-                                                  else None)
+    run.train_model = DDP(run.model, device_ids=[device.index] if device.type == "cuda" else None) if run.ddp \
+        else run.model
     start_rng(config["seed"], run.rank, run.world, run.iter_num, ckpt if run.resuming else None, device)
+    return run
 
 
 def time_one_sequence(model, x, y, dtype):
@@ -238,7 +210,7 @@ def time_one_sequence(model, x, y, dtype):
     return seconds
 
 
-# --- the learning rate -----------------------------------------------------------------------------------------
+# --- the learning rate --------------------------------------------------------------------------------------------
 
 def get_lr(it, learning_rate, min_lr, warmup_iters, lr_decay_iters, decay_lr=True):
     """Linear warmup over warmup_iters (starting at lr/(warmup+1), never 0), cosine decay from
@@ -253,13 +225,12 @@ def get_lr(it, learning_rate, min_lr, warmup_iters, lr_decay_iters, decay_lr=Tru
     return min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (learning_rate - min_lr)
 
 
-# --- evaluation --------------------------------------------------------------------------------------------------
+# --- evaluation and checkpoints -----------------------------------------------------------------------------------
 
 @torch.no_grad()
 def estimate_loss(run, splits, stop):
-    """Mean loss over eval_iters fixed batches per split (the same batches at every call). Under DDP each
-    rank evaluates every world-th batch and the sums are all-reduced. Ctrl-C / SIGTERM cut it short
-    (single process only: DDP ranks all finish it); evaluating changes no state, so the loop saves at once."""
+    """Mean loss over eval_iters fixed batches per split (the same batches at every call); under DDP each rank
+    evaluates every world-th batch. Ctrl-C cuts it short (one process only): evaluating changes no state."""
     n, gen, out, progress = run.config["eval_iters"], torch.Generator(), {}, EvalProgress(lambda m: say(run, m))
     run.model.eval()
     try:
@@ -282,8 +253,7 @@ def estimate_loss(run, splits, stop):
 
 
 def evaluate_and_log(run, lr, stop):
-    """Train and val loss (pgpt: also the val loss of the heaviest branch alone), one line printed, one row in
-    log.csv. Returns the row."""
+    """Train and val loss (pgpt: also the heaviest branch's val loss), one line and one log.csv row (returned)."""
     losses = estimate_loss(run, ("train", "val"), stop)
     say(run, f"step {run.iter_num}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}")
     if not all(math.isfinite(v) for v in losses.values()):
@@ -305,11 +275,9 @@ def evaluate_and_log(run, lr, stop):
     return row
 
 
-# --- checkpoints ---------------------------------------------------------------------------------------------
-
 def save_checkpoint(run, best=False, gather=True):
-    """last.pt (and ckpt.pt when best) for the state at the start of iteration iter_num: weights, optimizer and
-    every rank's RNG, so that --init_from=resume continues exactly. Collective under DDP."""
+    """last.pt (and ckpt.pt when best): weights, optimizer and RNGs at the start of iteration iter_num, from which
+    --init_from=resume continues exactly. Collective under DDP."""
     if not all(torch.isfinite(p).all() for p in run.raw_model.parameters()):
         raise run.dir.diverged("the weights are not finite", run.iter_num)
     rng, rng_ranks = gather_rng_states(run.device, run.ddp and gather)
@@ -327,34 +295,27 @@ def save_checkpoint(run, best=False, gather=True):
     run.dir.saved(run.iter_num)
 
 
-# --- training --------------------------------------------------------------------------------------------------
+# --- training -----------------------------------------------------------------------------------------------------
 
 def train(config, explicit=None, callback=None):
-    """Train with `config` (DEFAULTS updated with the caller's values). explicit: the keys the user set
-    (model keys among them override the variant; see checkpoint.model_args); None means the model keys that differ
-    from GPTConfig's defaults. callback(event, info), if given, is called on every rank with event 'iter'
-    (after each optimizer step; its loss is a 0-d tensor on the device), 'eval' or 'end'; info has iter_num,
-    model (the raw module), rank and the logged values. Returns a summary dict."""
+    """Train with `config` (DEFAULTS updated with it); explicit: the keys the user set (None: see full_config).
+    callback(event, info) is called on every rank at 'iter' (info's loss: a 0-d tensor), 'eval' and 'end' with
+    iter_num, model (the raw module), rank and the logged values. Returns a summary dict (tools/compare.py)."""
     config, explicit = full_config(config, explicit, DEFAULTS)   # refuses unknown keys
     rank, local_rank, world = distributed_env() or (0, None, 1)   # torchrun sets the ranks
     check_train_config(config, world)
     device = resolve_device(config["device"], local_rank)
     with contextlib.ExitStack() as held:   # DDP's process group and out_dir's lock: released however the run ends
         held.enter_context(process_group(world, device))
-        run, ckpt = setup(config, explicit, device, rank, world)
-        start(run, ckpt, held)
-        return train_loop(run, callback)
+        return train_loop(setup(config, explicit, device, rank, world, held), callback)
 
 
 def train_loop(run, callback=None):
-    """The training loop, then the summary. Each pass starts at an iteration boundary: the weights and optimizer
-    hold the state after iter_num steps, and the RNG (dropout) is exactly where step iter_num-1 left it. State
-    saved there resumes exactly, so evaluation, saving and stopping happen only there; a stop inside a step
-    (in_step: from the first forward to iter_num += 1) saves nothing."""
+    """Each pass starts at an iteration boundary, where the saved state resumes exactly: evaluating, saving and
+    stopping happen only there. A stop inside a step (in_step) saves nothing."""
     config, model, optimizer, scaler, X, Y = run.config, run.train_model, run.optimizer, run.scaler, run.X, run.Y
-    history, last_train_loss = [], None
+    history, last_train_loss, in_step, interrupted, hard_stop = [], None, False, False, False
     run.dir.start_clock()
-    in_step = interrupted = hard_stop = False
     with StopRequest(lambda m: say(run, m)) as stop:
         try:
             while True:
@@ -381,9 +342,8 @@ def train_loop(run, callback=None):
                     interrupted = True
                     break
 
-                # one optimizer step: forward and backward over accum micro-batches (gradient accumulation; DDP
-                # syncs the gradients on the last one only), gradient clipping, then AdamW. Each micro-step fetches
-                # the next batch while the GPU works
+                # one optimizer step: forward/backward over accum micro-batches (gradient accumulation; DDP syncs
+                # on the last one only; each fetches the next batch while the GPU works), clipping, then AdamW
                 in_step = True
                 loss_sum = torch.zeros((), device=run.device)
                 for micro in range(run.accum):
@@ -417,7 +377,8 @@ def train_loop(run, callback=None):
         if interrupted:
             run.dir.save_on_stop(run.iter_num, in_step, hard_stop, lambda gather: save_checkpoint(run, gather=gather))
 
-    summary = finish(run, history, last_train_loss, interrupted)
+    summary = run.dir.finish(run.raw_model, run.args, history, run.best_val_loss, last_train_loss, run.iter_num,
+                              interrupted)
     notify(run, callback, "end", **{k: v for k, v in summary.items() if k != "evals"})
     if not interrupted:
         say(run, f"done: best val loss {run.best_val_loss:.4f}, {run.iter_num} iterations in "
@@ -430,28 +391,10 @@ def notify(run, callback, event, **info):
         callback(event, dict(info, iter_num=run.iter_num, model=run.raw_model, rank=run.rank))
 
 
-def finish(run, history, last_train_loss, interrupted):
-    """loss.png (run_dir.py) and the summary dict."""
-    run.dir.finish()
-    train_time = run.dir.elapsed()
-    ms_per_iter, tokens_per_s = run.dir.speed.summary()
-    final, model = (history[-1] if history else {}), run.raw_model
-    return {
-        "best_val_loss": run.best_val_loss, "final_train_loss": final.get("loss"),
-        "final_val_loss": final.get("val_loss"), "final_val_loss_heaviest": final.get("val_loss_heaviest"),
-        "last_train_loss": last_train_loss, "iter_num": run.iter_num, "ms_per_iter": ms_per_iter,
-        "tokens_per_s": tokens_per_s, "train_time_s": train_time, "eval_time_s": run.dir.speed.eval_seconds,
-        "num_params": model.get_num_params(False), "num_params_non_embedding": model.get_num_params(True),
-        "model_args": dict(run.args), "out_dir": run.out_dir, "interrupted": interrupted, "evals": history,
-    }
-
-
 def main(argv=None):
     return train_command(train, DEFAULTS, argv)   # one-line errors, exit codes
 
 
 if __name__ == "__main__":
     main()
-    # everything is written and closed: spare the exit its garbage collection over all of torch's objects, which
-    # takes most of a second (results/README.md, "The whole process against nanoGPT")
-    gc.freeze()
+    gc.freeze()   # all is written: spare the exit a collection over torch's objects (most of a second; results/)

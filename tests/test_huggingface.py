@@ -663,10 +663,11 @@ def test_train_init_from_hf_directory_copies_every_tensor(tiny_train_config, cap
     """convert import, then train.py --init_from=<file>: the run starts from the imported weights (vocab and sizes
     fit the data). A Hugging Face folder given to train.py directly is refused with the import command."""
     import train
+    from configurator import UserError
     from tools.huggingface.convert import main as convert_main
     hf_dir = llama_for_tiny_data(tiny_train_config["out_dir"] + "-hf")
     ours = from_pretrained(hf_dir, verbose=False)
-    with pytest.raises(train.UserError, match="tools.huggingface.convert import"):
+    with pytest.raises(UserError, match="tools.huggingface.convert import"):
         train.train(dict(tiny_train_config, init_from=hf_dir))
     path = tiny_train_config["out_dir"] + "-hf.pt"
     convert_main(["import", hf_dir, f"--out={path}"])
