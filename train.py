@@ -16,7 +16,6 @@ import contextlib
 import gc
 import math
 import os
-import sys
 import time
 from types import SimpleNamespace
 
