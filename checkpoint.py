@@ -1,6 +1,7 @@
 """
 Checkpoint files: atomic writes, one writer per run folder, safe loading and building the model a checkpoint
-describes; and where a model runs (device, dtype, threads, seeds).
+describes; where a model runs (device, dtype, threads, seeds, DDP's process group); and for train.py, the model
+arguments of a run (scratch, resume or another checkpoint's weights) and the RNG state that makes a resume exact.
 
 A checkpoint is a torch.save'd dict (model, model_args, optimizer, scaler, iter_num, best_val_loss,
 config, rng, rng_ranks, dataset, data_dir, tokenizer_id). train.py writes two of them into out_dir:
