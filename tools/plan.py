@@ -75,6 +75,7 @@ class Plan:
     params: dict              # unique parameters by part: embedding, positions, attention, FFN, shrink, head, ...
     embedding: str            # one-line descriptions
     head: str
+    embed_dim: int            # width of the token embedding table (< the model's width when factorized)
     embed_weights: int        # matmul weights applied per token by the embedding (its factorized projection)
     head_weights: int         # ... and by the head
     passes: int               # forward passes over the layers: think_steps + 1
@@ -194,8 +195,8 @@ def read_plan(model, name):
     head += " + bias" if cfg.head_bias else ""
     convs = [m for stack in model.branches for m in stack.shrink.modules() if isinstance(m, nn.Conv1d)]
     conv_state = sum((m.kernel_size[0] - 1) * m.in_channels * m.weight.element_size() for m in convs)
-    return Plan(name, cfg, read_applications(model), param_parts(model), embedding, head, embed_weights,
-                head_weights, cfg.think_steps + 1, conv_state)
+    return Plan(name, cfg, read_applications(model), param_parts(model), embedding, head, emb.wte.embedding_dim,
+                embed_weights, head_weights, cfg.think_steps + 1, conv_state)
 
 
 # --- which model ------------------------------------------------------------------------------------------------
@@ -250,28 +251,28 @@ def format_plan(plan):
         lines.append(f"{r.branch:>6} {r.layer:>5} {'-' if r.attn_set is None else r.attn_set:>4} {r.mlp_set:>4}  "
                      f"{attn:<16} {r.mlp + ' ' + str(r.hidden):<16} {f'{r.width_in}->{r.width_out}':>11}  "
                      f"{shrink:<20} {r.residual:<24} {r.kv_bytes:>10,}")
-    p = plan.params
+    p, T, kv = plan.params, cfg.block_size, plan.kv_bytes_per_token
     parts = ", ".join(f"{k} {v:,}" for k, v in p.items() if v)
-    T = cfg.block_size
-    kv = plan.kv_bytes_per_token
-    lines += ["",
-              f"embedding        {plan.embedding}",
-              f"head             {plan.head}",
-              f"parameters       {plan.unique_params:,} unique ({parts}); get_num_params() = "
-              f"{plan.unique_params - p.get('positions', 0):,} (without learned positions)",
-              f"weights applied  {plan.weights_per_token:,} per token: the matmul weights of every application"
-              f"{', branch' if cfg.n_branches > 1 else ''}{' and pass' if plan.passes > 1 else ''}, "
-              f"the embedding projection and the head",
-              f"KV cache         {kv:,} bytes per token (float32, batch 1); {kv * T:,} bytes ({kv * T / 2**20:,.1f} "
-              f"MiB) at the full context of {T} tokens"
-              + (f"; plus {plan.conv_state_bytes:,} bytes of ConvShrink inputs per sequence" if plan.conv_state_bytes
-                 else ""),
-              f"FLOPs per token  forward {plan.flops_per_token():,} at context {T} (matmuls {2 * plan.weights_per_token:,}"
-              f" + attention {plan.attention_flops():,}); training 3x: {3 * plan.flops_per_token():,}",
-              f"Deep Thinking    " + (f"{plan.passes} passes over the layers: {plan.passes - 1} thinking + the test pass"
-                                      if plan.passes > 1 else "off (1 pass)")]
+    every = ", branch" * (cfg.n_branches > 1) + " and pass" * (plan.passes > 1)
+    conv = f"; plus {plan.conv_state_bytes:,} bytes of ConvShrink inputs per sequence" if plan.conv_state_bytes else ""
+    flops = plan.flops_per_token()
+    totals = [
+        ("embedding", plan.embedding),
+        ("head", plan.head),
+        ("parameters", f"{plan.unique_params:,} unique ({parts}); get_num_params() = "
+                       f"{plan.unique_params - p.get('positions', 0):,} (without learned positions)"),
+        ("weights applied", f"{plan.weights_per_token:,} per token: the matmul weights of every application{every}, "
+                            f"the embedding projection and the head"),
+        ("KV cache", f"{kv:,} bytes per token (float32, batch 1); {kv * T:,} bytes ({kv * T / 2**20:,.1f} MiB) at "
+                     f"the full context of {T} tokens{conv}"),
+        ("FLOPs per token", f"forward {flops:,} at context {T} (matmuls {2 * plan.weights_per_token:,} + attention "
+                            f"{plan.attention_flops():,}); training 3x: {3 * flops:,}"),
+        ("Deep Thinking", f"{plan.passes} passes over the layers: {plan.passes - 1} thinking + the test pass"
+                          if plan.passes > 1 else "off (1 pass)")]
     if cfg.n_branches > 1:
-        lines.append(f"branch mixing    sum_i w_i * branch_i(chunk_i), w = softmax of {cfg.n_branches} learned logits")
+        totals.append(("branch mixing", f"sum_i w_i * branch_i(chunk i of the embedding), w = softmax of "
+                                        f"{cfg.n_branches} learned logits"))
+    lines += [""] + [f"{label:<16} {text}" for label, text in totals]
     return "\n".join(lines)
 
 
@@ -328,7 +329,7 @@ def runs(rows):
     return out
 
 
-def draw(plan, path, dpi=80):
+def draw(plan, path, dpi=100):
     """The plan as a picture, bottom to top: the embedding, one column per branch with one box per application (width
     to scale; lower half attention, upper half MLP), the shrink layers between boxes, pgpt's mixing, the head."""
     from matplotlib.figure import Figure
@@ -365,7 +366,7 @@ def draw(plan, path, dpi=80):
     # the embedding (bottom)
     pos = {"learned": " + learned positions", "sinusoidal": " + sinusoidal positions", "rope": " (RoPE in attention)",
            "none": " (no positions)"}[cfg.pos_embedding]
-    E = plan.embed_weights // W if plan.embed_weights else W
+    E = plan.embed_dim
     rect(X0 - E / 2, 0, E, 1, fc=EMBED)
     big = max(fs, 7.5)   # the embedding's and the head's labels stay readable beside 60 thin boxes
     text(x_text, 0.5, f"token embedding {cfg.vocab_size} x {E}" + (" (factorized)" if E != W else "") + pos,
@@ -410,7 +411,8 @@ def draw(plan, path, dpi=80):
                                       (cx + r.width_out / 2, yy + 0.7), (cx - r.width_out / 2, yy + 0.7)],
                                      fc=SHRINK[kind][0], hatch=SHRINK[kind][1], ec="black", lw=0.6))
                 if b == nb - 1:
-                    what = "Linear" if kind == "linear" else f"Conv1d over the sequence, kernel {r.shrink.split('=')[1]}"
+                    what = "Linear" if kind == "linear" else \
+                        f"Conv1d over the sequence, kernel {r.shrink.split('=')[1]}"
                     text(x_text, yy + 0.4, f"{what}: {r.width_in} -> {r.width_out}", color=SHRINK[kind][0],
                          weight="bold")
                 yy += 0.8
@@ -423,7 +425,7 @@ def draw(plan, path, dpi=80):
                 r = branch[first]
                 lo, hi = ys[first] + 0.05, ys[last] + 0.95
                 line([x_text, x_text], [lo, hi], color="#666666")
-                layers = f"L{first}" if first == last else f"L{first}-L{last}"
+                layers = (f"L{first}" if first == last else f"L{first}-L{last}") + " (each branch)" * (nb > 1)
                 attn = f"attention {r.n_head} heads, {r.n_kv_head} kv" if r.n_head else "MLP-only (no attention)"
                 size = 8 if (hi - lo) * unit_in * 72 > 24 else fs * 0.9   # a tall run has room for a larger font
                 text(x_text + 0.04 * U, (lo + hi) / 2, f"{layers}: {attn}\n{r.mlp} {r.hidden}, width {r.width_in}, "
@@ -447,9 +449,8 @@ def draw(plan, path, dpi=80):
         y += 0.45
     tied = cfg.tie_embeddings
     rect(X0 - F / 2, y, F, 1, fc=EMBED if tied else HEAD_OWN, hatch=".." if tied else None)
-    text(x_text, y + 0.5, f"head {F} -> {cfg.vocab_size} logits: " + ("tied to the embedding" if tied else
-                                                                        "own weights") + (" + bias" if cfg.head_bias else ""),
-         fontsize=big)
+    head = f"head {F} -> {cfg.vocab_size} logits: " + ("tied to the embedding" if tied else "own weights")
+    text(x_text, y + 0.5, head + (" + bias" if cfg.head_bias else ""), fontsize=big)
     if tied:   # a dashed line from the head down to the embedding whose weights it reuses
         x_tie = -0.3 * U
         line([X0 - F / 2, x_tie, x_tie, X0 - E / 2], [y + 0.5, y + 0.5, 0.5, 0.5], color=TIE, lw=1.3, ls="--")
@@ -477,8 +478,8 @@ def draw(plan, path, dpi=80):
                Patch(fc="none", ec="none", label="grey: weights that only this\napplication uses")]
     shared = [c for c in PALETTE if c in colors.values()]
     if shared:
-        handles.append(Patch(fc=shared[0], ec="black", label="colour: one weight set, applied\nseveral times (same colour = same\n"
-                             "weights; left: the set id #n, or the\nattention a / MLP m set)"))
+        handles.append(Patch(fc=shared[0], ec="black", label="colour: one weight set, applied\nseveral times "
+                             "(same colour = same\nweights; left: the set id #n, or the\nattention a / MLP m set)"))
     if any(r.attn_set is None for r in rows):
         handles.append(Patch(fc="white", ec="#888888", ls="--", hatch="////", label="MLP-only block: no attention"))
     if any(r.shrink for r in rows):
@@ -500,7 +501,18 @@ def draw(plan, path, dpi=80):
     legend_ax = fig.add_axes((0.69, 0.0, 0.31, 1 - 0.8 / fig_h))
     legend_ax.set_axis_off()
     legend_ax.legend(handles=handles, loc="upper left", fontsize=8, frameon=False)
-    fig.savefig(path, dpi=dpi)
+    save_png(fig, path, dpi)
+
+
+def save_png(fig, path, dpi):
+    """The figure as a PNG of 64 colours: flat boxes need no more, and the gallery's files stay small (a third)."""
+    import numpy as np
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from PIL import Image
+    fig.set_dpi(dpi)
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    Image.fromarray(np.asarray(canvas.buffer_rgba())).convert("RGB").quantize(colors=64).save(path, optimize=True)
 
 
 # --- the command --------------------------------------------------------------------------------------------------
