@@ -2,6 +2,7 @@
 attention placement), with what generation allocates (the KV cache) and with what a forward pass computes (FLOPs
 counted by torch), for every preset and for random valid flag combinations; pictures, checkpoints, bad input."""
 import dataclasses
+import os
 import random
 
 import pytest
@@ -163,3 +164,13 @@ def test_bad_input_one_line(args, words, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     one_error_line(plan_tool.main, args, *words)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_gallery_has_every_preset():
+    """docs/architectures.md shows every preset's picture (a new preset needs `tools.plan --gallery` rerun)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "docs", "architectures.md"), encoding="utf-8") as f:
+        doc = f.read()
+    for name in PRESETS:
+        assert f"![{name}](architectures/{name}.png)" in doc
+        assert 0 < os.path.getsize(os.path.join(root, "docs", "architectures", f"{name}.png")) < 100_000

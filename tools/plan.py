@@ -436,7 +436,7 @@ def draw(plan, path, dpi=100):
         y += 0.4
         for cx, top in zip(col_x, tops):
             line([cx, cx], [top, y], zorder=0)
-        rect(0, y, span, 0.9, fc=MIX)
+        rect(-0.2 * U, y, span + 0.4 * U, 0.9, fc=MIX)
         ws = " + ".join(f"w{i}·branch{i}" for i in range(nb))
         text(X0, y + 0.45, f"mix: {ws},  w = softmax(learned)", ha="center")
         y += 0.9
