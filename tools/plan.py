@@ -253,8 +253,11 @@ def format_plan(plan):
                      f"{shrink:<20} {r.residual:<24} {r.kv_bytes:>10,}")
     p, T, kv = plan.params, cfg.block_size, plan.kv_bytes_per_token
     parts = ", ".join(f"{k} {v:,}" for k, v in p.items() if v)
-    every = ", branch" * (cfg.n_branches > 1) + " and pass" * (plan.passes > 1)
+    every = " and ".join(["branch"] * (cfg.n_branches > 1) + ["pass"] * (plan.passes > 1))
+    every = f" in every {every}" if every else ""
     conv = f"; plus {plan.conv_state_bytes:,} bytes of ConvShrink inputs per sequence" if plan.conv_state_bytes else ""
+    if plan.passes > 1:
+        conv += f"; Deep Thinking: keys/values and a memory for each of the {plan.passes - 1} thinking passes"
     flops = plan.flops_per_token()
     totals = [
         ("embedding", plan.embedding),
