@@ -9,8 +9,8 @@ the same plan as a picture.
     python -m tools.plan --variant=pgpt --png=pgpt.png           # ... and its picture
     python -m tools.plan --gallery=docs/architectures            # every preset's picture (docs/architectures.md)
 
-The model is built on the meta device (shapes only, no memory, no initialisation work), so the 600M presets take a
-second. Everything is read from the built modules and the model's own sharing plan (each DecoderStack's attn_index
+The model is built on the meta device (shapes only: no memory, and initialising it writes nothing), so the 600M
+presets take a second. Everything is read from the built modules and the model's own sharing plan (each DecoderStack's attn_index
 and mlp_index), never from a second description of the architectures:
   weight sets  attn a, mlp m: the index of the attention / FFN module that application uses; applications with the
                same index use the same weights (layer sharing)
