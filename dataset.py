@@ -6,7 +6,8 @@ Tokenizers, as meta.json describes them:
     char      CharTokenizer: one id per character of meta["chars"]
     gpt2      GPT-2 BPE (tiktoken; offline from GPT2_TIKTOKEN_FILE when set)
     compact   a subset of GPT-2's tokens (paper 003, 2.1, chosen by tools/pangu/compact_vocab.py), meta["tokens"]
-What sample.py needs of it: the tokenizer (load_tokenizer), a prompt to ids (encode_start) and back (render).
+What sample.py needs of it: the tokenizer (load_tokenizer), the prompt (read_start), its ids (encode_start) and
+back to text (render).
 train.py reads the token files itself (get_batch).
 """
 
@@ -191,8 +192,22 @@ def tokenizer_from_meta(meta):
     raise UserError(f"unknown tokenizer {kind!r} in meta.json (fix: re-run prepare.py; it writes char, gpt2 or compact)")
 
 
-def encode_start(tok, text, dataset):
-    """Token ids of the prompt; characters the (char-level) vocabulary lacks are a one-line error."""
+def read_start(start):
+    """The prompt text of --start: the text itself, or the contents of the file named by FILE:path."""
+    if start.startswith("FILE:"):
+        path = start[len("FILE:"):]
+        try:
+            with open(path, encoding="utf-8") as f:
+                return f.read()
+        except (OSError, UnicodeDecodeError) as e:
+            raise UserError(f"cannot read the start file '{path}': {e.strerror if isinstance(e, OSError) else e} "
+                            f"(fix: --start=FILE:path must name a readable utf-8 text file)") from None
+    return start
+
+
+def encode_start(tok, text, dataset, vocab_size=None):
+    """Token ids of the prompt; characters the (char-level) vocabulary lacks, or an id at or beyond the model's
+    vocab_size (when given), are a one-line error."""
     known = getattr(tok, "stoi", None)
     if known is not None:
         unknown = sorted(set(text) - set(known))
@@ -210,6 +225,9 @@ def encode_start(tok, text, dataset):
         if eot is None:
             raise UserError("--start is empty (fix: give at least one character, e.g. --start=\"\\n\")")
         ids = [eot]  # an empty prompt means "start of a document" for BPE datasets
+    if vocab_size is not None and max(ids) >= vocab_size:
+        raise UserError(f"the prompt encodes to token id {max(ids)}, beyond the model's vocabulary of "
+                        f"{vocab_size} (fix: use the tokenizer the model was trained with)")
     return ids
 
 

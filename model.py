@@ -10,7 +10,7 @@ Read top to bottom:
   6. DecoderStack         - the layers of one branch, with lgpt/cgpt width halving between groups
   7. GPT                  - embeddings (factorized or not), pgpt branches, Deep Thinking passes, head
   8. initialisation       - the std of every weight: GPT-2, constant, InternLM, PanGu's depth-adaptive (paper 003)
-  9. generation           - the KV cache and the sampling loop (sample.py adds a compiled step for --compile)
+  9. generation           - the KV cache and the sampling loop
 
 Papers (text in ../shared/papers/):
   000 MobileLLM-style compact model (double up-projection, SwiGLU, GQA, embedding sharing,
@@ -261,7 +261,7 @@ class ForwardContext:
     """Per-call state shared by all layers: where the new tokens start, the cache, the Deep Thinking pass."""
 
     def __init__(self, start, length, cache, device):
-        self.start = start              # absolute position of the first new token (None with a static cache)
+        self.start = start              # absolute position of the first new token
         self.length = length            # number of new tokens
         self.cache = cache              # InferenceCache or None (training / full forward)
         self.device = device
@@ -269,13 +269,11 @@ class ForwardContext:
         self.think_pass = 0             # Deep Thinking: 0 .. think_steps - 1 think, think_steps = test pass
         self.memory = {}                # Deep Thinking memory without a cache: slot -> (k, v)
         self.first_kv = None            # think_memory="first_layer": pass-1 k, v of the first attention layer
-        self.static = cache is not None and cache.static
-        if self.static:
-            self.positions = cache.start_positions(length, device)
-            # (T, max_len): the query at position p sees cache slots <= p (later ones are not written yet)
-            self.key_mask = torch.arange(cache.max_len, device=device) <= self.positions[:, None]
-        else:
-            self.positions = torch.arange(start, start + length, device=device)
+        if cache is None:
+            self.positions, self.key_mask = torch.arange(start, start + length, device=device), None
+        else:   # the cache numbers the new tokens; key_mask: see InferenceCache.key_mask
+            self.positions = cache.positions(length, device)
+            self.key_mask = cache.key_mask(self.positions)
 
     def causal_mask(self):
         """Boolean (T, start+T) mask: query i (absolute start+i) sees keys at positions <= start+i."""
@@ -296,7 +294,7 @@ class ForwardContext:
         if self.cache is None:
             self.memory[slot] = (k, v)
         else:
-            self.cache.get(self.cache.memory, slot).append(k, v, self.start)
+            self.cache.get(self.cache.memory, slot).append(k, v, self)
 
 
 class CausalSelfAttention(nn.Module):
@@ -339,13 +337,10 @@ class CausalSelfAttention(nn.Module):
         return self.resid_dropout(y) if self.training else y   # eval: no module call for a no-op (decode speed)
 
     def _cached(self, k, v, ctx, slot):
-        """This call's keys/values, preceded by the cached ones of earlier calls when decoding (a static cache
-        returns its whole buffer; ctx.key_mask hides the slots not written yet)."""
+        """This call's keys/values, preceded by the cached ones of earlier calls when decoding."""
         if ctx.cache is None:
             return k, v
-        if ctx.static:
-            return ctx.cache.get(ctx.cache.kv, slot).write(k, v, ctx.positions)
-        return ctx.cache.get(ctx.cache.kv, slot).append(k, v, ctx.start)
+        return ctx.cache.get(ctx.cache.kv, slot).append(k, v, ctx)
 
     def _sdpa(self, q, k, v, mask=None, is_causal=False):
         return F.scaled_dot_product_attention(
@@ -353,7 +348,7 @@ class CausalSelfAttention(nn.Module):
             enable_gqa=self.n_kv_head != self.n_head)
 
     def _attend(self, q, k, v, ctx):
-        if ctx.static:
+        if ctx.key_mask is not None:                    # a cache that masks its keys itself
             return self._sdpa(q, k, v, mask=ctx.key_mask)
         if ctx.start == 0:
             return self._sdpa(q, k, v, is_causal=True)  # the fast (flash) path for training
@@ -681,15 +676,10 @@ class GPT(nn.Module):
         Without: logits of the last position only, unless all_logits=True. With an InferenceCache the
         tokens continue the cached sequence (positions cache.length ..) and the cache is extended."""
         B, T = idx.shape
-        if cache is not None and cache.static:   # position in a tensor, bounds kept by the caller (generate)
-            if self.config.think_steps:
-                raise ValueError("a static cache does not support Deep Thinking (fix: use model.new_cache())")
-            ctx = ForwardContext(None, T, cache, idx.device)
-        else:
-            start = cache.length if cache is not None else 0
-            if start + T > self.config.block_size:
-                raise ValueError(f"sequence of {start + T} tokens exceeds block_size {self.config.block_size}")
-            ctx = ForwardContext(start, T, cache, idx.device)
+        start = cache.length if cache is not None else 0
+        if start + T > self.config.block_size:
+            raise ValueError(f"sequence of {start + T} tokens exceeds block_size {self.config.block_size}")
+        ctx = ForwardContext(start, T, cache, idx.device)
         x = self.embed(idx, ctx.positions)
         h = self.think(x, ctx) if self.config.think_steps else self.run_branches(x, ctx)
         if cache is not None:
@@ -752,24 +742,6 @@ class GPT(nn.Module):
                   {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
         return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, fused=device_type == "cuda")
 
-    def flops_per_token(self, seq_len=None):
-        """Training FLOPs per token (forward + backward = 3 x forward): 6 per weight application plus the
-        attention score/value matmuls, counting every application of a shared layer and every pass."""
-        cfg, T = self.config, seq_len or self.config.block_size
-        widths = cfg.widths()
-        per_pass = 0
-        for stack in self.branches if self.keep_branch is None else [self.branches[self.keep_branch]]:
-            for layer, (a, m) in enumerate(zip(stack.attn_index, stack.mlp_index)):
-                per_pass += _matmul_params(stack.mlp[m])
-                if a is not None:
-                    per_pass += _matmul_params(stack.attn[a]) + 2 * widths[layer] * T
-            per_pass += sum(_matmul_params(s) for s in stack.shrink)
-        head = cfg.vocab_size * cfg.final_width()
-        E = cfg.embd_factor_dim
-        if E:   # factorized: the E -> width input projection; a tied head goes back through it (h P) W_e^T
-            head = E * cfg.embd_width() + (E * cfg.embd_width() + cfg.vocab_size * E if cfg.tie_embeddings else head)
-        return 6 * ((cfg.think_steps + 1) * per_pass + head)   # every Deep Thinking pass applies the layers
-
     # --- generation (section 9) ---
     def new_cache(self):
         return InferenceCache(self.config.block_size)
@@ -788,7 +760,7 @@ class GPT(nn.Module):
         restart at 0, which keeps learned/RoPE positions inside what the model was trained on. The
         plain path (use_kv_cache=False) feeds the very same window each step, so both paths compute
         the same logits and, with the same generator, produce the same text.
-        cache, step: another cache and single-token step (sample.py --compile: a static cache, a compiled step).
+        cache, step: another cache and single-token step (tools/fast_sample.py: a static cache, a compiled step).
         """
         was_training = self.training
         self.eval()
@@ -815,10 +787,6 @@ class GPT(nn.Module):
             idx = torch.cat((idx, idx_next), dim=1)
         self.train(was_training)
         return idx
-
-
-def _matmul_params(module):
-    return sum(p.numel() for p in module.parameters() if p.dim() >= 2)
 
 
 # --- 8. Initialisation (paper 003, PanGu-pi Pro, 3.1, Table 4, Appendix B) ----------------------
@@ -884,10 +852,11 @@ class KVCache:
         shape = (k.size(0), k.size(1), self.max_len, k.size(3))
         self.k, self.v = k.new_zeros(shape), v.new_zeros(shape)
 
-    def append(self, k, v, start):
-        """Write k, v (B, H_kv, T, D) at positions start.. and return all keys/values up to there."""
+    def append(self, k, v, ctx):
+        """Write k, v (B, H_kv, T, D) at positions ctx.start.. and return all keys/values up to there."""
         if self.k is None:
             self.allocate(k, v)
+        start = ctx.start
         end = start + k.size(2)
         self.k.narrow(2, start, k.size(2)).copy_(k)
         self.v.narrow(2, start, v.size(2)).copy_(v)
@@ -905,9 +874,9 @@ class InferenceCache:
       kv[slot]         keys/values of that attention application (KVCache)
       memory[slot]     Deep Thinking's memory after that pass (KVCache; read by the next pass)
       conv_tail[slot]  the last kernel-1 inputs of a causal ConvShrink (cgpt)
-    `length` is the number of tokens already seen.
+    `length` is the number of tokens already seen. A cache with other buffers (tools/fast_sample.py's static one
+    for a compiled step) overrides get, conv_window, positions, key_mask, advance and reset.
     """
-    static = False   # sample.py's StaticCache (a compiled decode step) sets True: positions in a tensor
 
     def __init__(self, max_len):
         self.max_len = max_len
@@ -928,6 +897,14 @@ class InferenceCache:
         window = torch.cat([past, x], dim=1)
         self.conv_tail[slot] = window[:, window.size(1) - n_past:]
         return window
+
+    def positions(self, length, device):
+        """Positions of the next `length` tokens."""
+        return torch.arange(self.length, self.length + length, device=device)
+
+    def key_mask(self, positions):
+        """None: attention masks causally by itself (a cache that returns all its slots masks them here)."""
+        return None
 
     def advance(self, n):
         self.length += n

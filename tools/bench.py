@@ -34,7 +34,7 @@ Measurements (--measure, comma list):
           what other jobs do to the machine in one round cancels out). The floor leaves out what decoding
           must also read: the KV cache. Timed in CPU time of the process on a CPU with one thread
           (--num_threads=1; equal to the wall time of an idle machine, and not inflated by other jobs),
-          else in wall time. With --compile also the compiled static-cache step (generate(compile=True)).
+          else in wall time. With --compile also the compiled static-cache step (tools/fast_sample.py).
 Warm-up iterations (--warmup) are not timed; each figure is the median of --repeats timed runs.
 Sequence lengths above a model's block_size are skipped; on CUDA an out-of-memory length is reported
 as OOM; on CPU longer lengths are skipped once one step takes more than --max_step_seconds.

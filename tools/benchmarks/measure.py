@@ -22,11 +22,11 @@ import time
 
 import torch
 
-import sample
 from checkpoint import autocast
 from configurator import out_of_memory
 from model import GPT, GPTConfig, InferenceCache
 from tools.benchmarks.report import short
+from tools.fast_sample import generate as fast_generate
 
 def describe(args):
     """A model's shape in one line, e.g. '6L d384 6h vocab 65 block 256'."""
@@ -267,7 +267,10 @@ def bench_decode(model, cfg, device, dtype):
     def decode(compile):
         gen = torch.Generator(device=device).manual_seed(cfg["seed"])
         with autocast(device, dtype):
-            sample.generate(model, start, n_tokens, temperature=0.8, top_k=200, generator=gen, compile=compile)
+            if compile:
+                fast_generate(model, start, n_tokens, temperature=0.8, top_k=200, generator=gen)
+            else:
+                model.generate(start, n_tokens, temperature=0.8, top_k=200, generator=gen)
 
     def floor_run():   # as many weight passes as decode steps, timed the same way
         for _ in range(n_tokens):
