@@ -9,6 +9,7 @@ import torch
 from torch.nn import functional as F
 
 from model import GPT, GPTConfig, sharing_plan, sinusoidal_positions
+from tools.plots import residual_alphas
 
 TINY = dict(vocab_size=37, block_size=16, n_layer=4, n_head=2, n_embd=16, dropout=0.0)
 LLAMA = dict(norm="rmsnorm", pos_embedding="rope", bias=False, mlp_type="gated", activation="silu")
@@ -271,7 +272,7 @@ def test_sharing_counts_unique_params_once():
 
 def test_enhanced_residual_alphas_start_at_half_and_are_not_decayed():
     model = GPT(GPTConfig(**TINY, enhanced_residual=True))
-    assert model.residual_alphas() == [(0.5, 0.5)] * 4
+    assert residual_alphas(model) == [(0.5, 0.5)] * 4
     opt = model.configure_optimizers(0.1, 1e-3, (0.9, 0.95), "cpu")
     no_decay = {id(p) for g in opt.param_groups if g["weight_decay"] == 0 for p in g["params"]}
     alphas = [m.alpha_logit for m in model.modules() if getattr(m, "alpha_logit", None) is not None]
@@ -281,7 +282,7 @@ def test_enhanced_residual_alphas_start_at_half_and_are_not_decayed():
 def test_enhanced_residual_init_is_a_flag():
     model = GPT(GPTConfig(**TINY, enhanced_residual=True, residual_logit_init=3.0))
     alpha = 1 / (1 + math.exp(-3.0))
-    assert all(a == pytest.approx(alpha) and m == pytest.approx(alpha) for a, m in model.residual_alphas())
+    assert all(a == pytest.approx(alpha) and m == pytest.approx(alpha) for a, m in residual_alphas(model))
 
 
 def test_swiglu_applies_silu_to_gate_only():

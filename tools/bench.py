@@ -21,7 +21,7 @@ Measurements (--measure, comma list):
   memory  peak memory of a training step and of an inference prefill (see below)
   infer   batch --infer_batch: prefill ms of seq tokens into an empty KV cache sized seq, decode
           ms/token (seq - decode_steps tokens cached, then decode_steps single-token steps, median), and
-          the KV-cache bytes of seq tokens (InferenceCache.nbytes(): keys + values of every attention
+          the KV-cache bytes of seq tokens (measure.cache_bytes: keys + values of every attention
           application; GQA stores only n_kv_head heads)
   sample  model.generate from one token: --gen_tokens new tokens with the KV cache and without (the plain
           path re-runs the whole window every token); tokens/s of each and the speed-up

@@ -500,7 +500,7 @@ def fp32_weights_bytes(model):
 def unique_alphas(model):
     """Enhanced-residual (alpha_1, alpha_2) per distinct block: a shared block applied several times
     appears once, so the x axis is paper 000's 30 layers, not the 60 applications."""
-    rows = model.residual_alphas()
+    rows = plots.residual_alphas(model)
     stack = model.branches[0]
     pairs = list(zip(getattr(stack, "attn_index", []), getattr(stack, "mlp_index", [])))
     if len(pairs) != len(rows):

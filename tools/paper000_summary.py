@@ -20,7 +20,7 @@ import torch
 from checkpoint import load_checkpoint
 from model import GPT, GPTConfig
 from tools.flops import flops_per_token
-from tools.plots import plot_alphas, plot_loss_curves, plot_loss_vs_compute, read_log
+from tools.plots import plot_alphas, plot_loss_curves, plot_loss_vs_compute, read_log, residual_alphas
 from tools.spread import add_equal_compute, mean_std, noise_verdict
 
 RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results", "paper000_cpu")
@@ -43,7 +43,7 @@ def load_runs(root):
         if not evals or evals[-1]["iter"] < cfg["max_iters"]:
             continue   # still training
         tokens = cfg["batch_size"] * cfg["gradient_accumulation_steps"] * model.config.block_size
-        unique = model.residual_alphas()[::model.config.share_group_size] if model.config.enhanced_residual else None
+        unique = residual_alphas(model)[::model.config.share_group_size] if model.config.enhanced_residual else None
         rows.append(dict(name=match.group(1), seed=int(match.group(2)), log=log,
                          params=model.get_num_params(False), flops_per_token=flops_per_token(model),
                          flops_per_iter=flops_per_token(model) * tokens, iters=cfg["max_iters"],

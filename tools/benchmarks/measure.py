@@ -70,6 +70,13 @@ def timed(fn, device):
     return time.perf_counter() - t0
 
 
+def cache_bytes(cache):
+    """Bytes of an InferenceCache's keys and values: every attention application's KV cache and Deep Thinking's
+    memory (GQA stores only n_kv_head heads)."""
+    return sum(2 * c.k.numel() * c.k.element_size() for table in (cache.kv, cache.memory) for c in table.values()
+               if c.k is not None)
+
+
 def storage_bytes(tensors):
     """Bytes of the distinct storages behind `tensors` (views and shared weights counted once)."""
     seen = {}
@@ -200,7 +207,7 @@ def bench_infer(model, cfg, device, dtype, seq, measure_memory):
     for _ in range(cfg["warmup"]):
         timed(prefill, device)
     prefill_times = [timed(prefill, device) for _ in range(cfg["repeats"])]
-    out = dict(prefill_ms=median_ms(prefill_times), kv_bytes=holder["cache"].nbytes())
+    out = dict(prefill_ms=median_ms(prefill_times), kv_bytes=cache_bytes(holder["cache"]))
     holder.clear()
 
     d = max(1, min(cfg["decode_steps"], seq - 1)) if seq > 1 else 0
@@ -237,7 +244,7 @@ def bench_sample(model, cfg, device, dtype):
     cache = model.new_cache()
     with autocast(device, dtype):
         model(start, cache=cache)
-    out["kv_block_bytes"] = cache.nbytes()
+    out["kv_block_bytes"] = cache_bytes(cache)
     return out
 
 
