@@ -141,9 +141,9 @@ def test_static_cache_decode_same_tokens_and_one_graph(family):
 
 def test_compiled_decode_checks_guards_on_the_first_step_of_each_window():
     """fast_sample.generate skips dynamo's guards after the first compiled step that follows each prime (they
-    cost ~0.2 ms a step on a CPU). A call that needs another graph (another batch size) still gets it on its first step, the
-    later steps pick the right one of the two, the re-primes of a full window (plain forwards) run with the
-    guards on, and no skipping leaks out of generate."""
+    cost ~0.2 ms a step on a CPU). A call that needs another graph (another batch size) still gets it on its first
+    step, the later steps pick the right one of the two, the re-primes of a full window (plain forwards) run with
+    the guards on, and no skipping leaks out of generate."""
     from torch._dynamo import eval_frame   # eval_frame._stance: the stance now (set_stance replaces it)
     torch._dynamo.reset()
     model = family_model("plain")

@@ -7,8 +7,9 @@ model.py's cache grows with the sequence, so each decode step has other shapes a
 recompile. The static cache keeps every buffer at max_len and the position in a tensor: every step has the
 same shapes and no Python number changes, and torch.compile (CUDA graphs on a GPU, inductor's C++ wrapper on a
 CPU) reuses one graph. Compiling takes ~20 s to a minute, so it pays off on long runs only. With the same
---seed it prints the text of `python sample.py` (tests/test_compile.py). Deep Thinking (its memory is not in
-the static cache) and --no_kv_cache (nothing to compile) are refused: use sample.py for them.
+--seed it prints the text of `python sample.py` (tests/test_compile.py: the text with aot_eager, the greedy tokens
+with inductor under -m slow). Deep Thinking (its memory is not in the static cache) and --no_kv_cache (nothing to
+compile) are refused: use sample.py for them.
 tools.bench --mode=decode --compile=True times it (tools/benchmarks/measure.py).
 """
 import sys
