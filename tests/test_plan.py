@@ -13,6 +13,7 @@ from torch.utils.flop_counter import FlopCounterMode
 import variants
 from checkpoint import atomic_save
 from model import GPT, GPTConfig, sharing_plan
+from tools.benchmarks.measure import cache_bytes
 from tests.conftest import one_error_line
 from tests.test_model import FLAGS, TINY
 from tools import plan as plan_tool
@@ -112,7 +113,7 @@ def test_kv_cache_and_flops_as_measured(name):
     cache, batch = model.new_cache(), 2
     with torch.no_grad():
         model(torch.randint(0, args["vocab_size"], (batch, 5)), cache=cache)
-    assert plan.kv_bytes_per_token * batch * cache.max_len == cache.nbytes()
+    assert plan.kv_bytes_per_token * batch * cache.max_len == cache_bytes(cache)
     assert (plan.kv_bytes_per_token > 0) == (model.config.attn_layers_per_branch() > 0)
 
     T = model.config.block_size
