@@ -421,7 +421,7 @@ def autocast(device, dtype):
     return torch.autocast(device_type=str(device).split(":")[0], dtype=dtype)
 
 
-# --- train.py's model: its arguments, the checkpoint it starts from, the state that makes a resume exact ----
+# --- train.py's model: its arguments, its weights from another checkpoint, the state that makes a resume exact
 
 def gpt_config_defaults():
     """{field: default} for every GPTConfig field."""
@@ -464,54 +464,6 @@ def model_args(config, explicit, base=None, vocab_size=None):
         args["vocab_size"] = vocab_size
     args.update({k: config[k] for k in explicit if k in fields})
     return args
-
-
-def train_model_args(config, explicit, meta, device, say):
-    """train.py's model: (model_args, checkpoint or None) for init_from = scratch | resume | <path>. Refuses
-    a checkpoint of another tokenizer, with non-finite weights, or (resume) of another architecture."""
-    from dataset import tokenizer_id
-    init_from, ckpt = config["init_from"], None
-    if init_from == "scratch":
-        args = model_args(config, explicit, vocab_size=meta["vocab_size"])
-    elif init_from == "resume":
-        out_dir = config["out_dir"]
-        if not any(os.path.isfile(os.path.join(out_dir, n)) for n in (LAST_NAME, CKPT_NAME)):
-            raise UserError(f"nothing to resume: no {LAST_NAME} or {CKPT_NAME} in '{out_dir}' (fix: pass the "
-                            f"out_dir of an earlier run, or start one with --init_from=scratch)")
-        ckpt = load_checkpoint(out_dir, device, prefer=(LAST_NAME, CKPT_NAME))
-        if ckpt.get("optimizer") is None:
-            raise UserError(f"{ckpt['path']} has weights only (e.g. from pangu.inherit), nothing to resume "
-                            f"(fix: --init_from={ckpt['path']} to start a new run from it)")
-        say(f"resuming from {ckpt['path']} at iteration {ckpt['iter_num']}")
-        args = dict(ckpt["model_args"])
-        # dropout may change between sessions; anything else changes the architecture. vocab_size came
-        # from meta.json, not the variant's preset, unless the user set it
-        wanted = model_args(config, explicit, base=args)
-        wanted["vocab_size"] = wanted["vocab_size"] if "vocab_size" in explicit else args["vocab_size"]
-        for key in sorted(k for k in wanted if k != "dropout" and wanted[k] != args.get(k)):
-            raise UserError(f"resume: {key}={wanted[key]!r} differs from the checkpoint's {key}={args.get(key)!r} "
-                            f"(fix: drop that override, or start a new run from its weights: "
-                            f"--init_from={ckpt['path']} --allow_partial_init=True)")
-        args["dropout"] = wanted["dropout"]
-    else:
-        ckpt = load_checkpoint(init_from, device)
-        # model_args() keeps only the keys GPTConfig knows: dropping the others would train another model
-        unknown = sorted(set(ckpt["model_args"]) - set(gpt_config_defaults()))
-        if unknown:
-            raise UserError(f"{ckpt['path']} has model_args this model.py does not know: {', '.join(unknown)} (a "
-                            f"checkpoint of another code version) (fix: use the code version that wrote it, or "
-                            f"--init_from=scratch)")
-        args = model_args(config, explicit, base=ckpt["model_args"], vocab_size=meta["vocab_size"])
-    if ckpt is not None:   # first: another tokenizer's data also shows up as a vocab_size mismatch below
-        check_finite(ckpt["model"], ckpt["path"])
-        if ckpt.get("tokenizer_id") not in (None, tokenizer_id(meta)):   # older checkpoints record none
-            raise UserError(f"{ckpt['path']} was trained with another tokenizer than {config['data_dir']}'s (its "
-                            f"dataset: {ckpt.get('dataset')}) (fix: --dataset/--data_dir of that run, or "
-                            f"--init_from=scratch)")
-    if args["vocab_size"] < meta["vocab_size"]:
-        raise UserError(f"vocab_size {args['vocab_size']} is smaller than the dataset's {meta['vocab_size']} tokens "
-                        f"(fix: drop --vocab_size, it is read from meta.json)")
-    return args, ckpt
 
 
 def load_matching_weights(model, state_dict, source, allow_partial):

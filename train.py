@@ -26,11 +26,11 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from checkpoint import (CKPT_NAME, LAST_NAME, atomic_copy, atomic_save, autocast, build_model, check_out_dir,
                         distributed_env, gather_rng_states, gpt_config_defaults, load_matching_weights,
                         load_optimizer_state, load_own_weights, process_group, resolve_device, resolve_dtype,
-                        start_rng, train_model_args)
+                        start_rng)
 from dataset import (SPLIT_CODES, TOKEN_DTYPE, batch_seed, check_splits, default_data_dir, is_prepared, load_meta,
                      run_prepare, split_path, tokenizer_id)
 from run_dir import (EvalProgress, RunDir, StopRequest, check_run_settings, check_schedule, check_train_settings,
-                     format_duration, full_config, notes_before_run, train_command)
+                     format_duration, full_config, notes_before_run, train_command, train_model_args)
 
 # --- settings -----------------------------------------------------------------------------------------------------
 
