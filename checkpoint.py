@@ -3,7 +3,8 @@ Checkpoint files: atomic writes, one writer per run folder, safe loading and bui
 describes; and where a model runs (device, dtype, threads, seeds).
 
 A checkpoint is a torch.save'd dict (model, model_args, optimizer, scaler, iter_num, best_val_loss,
-config, rng, rng_ranks, dataset, data_dir, tokenizer_id). train.py writes two of them into out_dir:
+config, rng, rng_ranks, dataset, data_dir, tokenizer_id); nanoGPT's ckpt.pt is read as one (nanogpt.py).
+train.py writes two of them into out_dir:
   ckpt.pt  - the best validation loss so far (what sample.py / eval.py load by default)
   last.pt  - the latest state, written at every eval and on Ctrl-C (what init_from='resume' loads)
 
@@ -21,11 +22,13 @@ import os
 import pickle
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 
 import torch
 
+import nanogpt
 from configurator import UserError
 
 CKPT_NAME = "ckpt.pt"
@@ -219,11 +222,40 @@ def load_checkpoint(path_or_out_dir, device="cpu", prefer=(CKPT_NAME, LAST_NAME)
     if not isinstance(ckpt, dict) or "model" not in ckpt or "model_args" not in ckpt:
         raise UserError(f"'{path}' is not a train.py checkpoint (no 'model'/'model_args') "
                               f"(fix: point at a ckpt.pt or last.pt written by train.py)")
+    weights = ckpt["model"]
+    if isinstance(weights, dict) and all(isinstance(k, str) for k in weights) \
+            and nanogpt.is_nanogpt_checkpoint(ckpt, clean_state_dict(weights)):
+        ckpt = nanogpt.from_nanogpt(ckpt, clean_state_dict(weights), path)
     damaged = damaged_fields(ckpt)
     if damaged:
         raise UserError(f"'{path}' is damaged: {damaged} (fix: the file was edited or written by other code: "
                         f"retrain, or use a ckpt.pt/last.pt written by train.py)")
     ckpt.setdefault("path", path)
+    return ckpt
+
+
+def load_init_checkpoint(init_from, device="cpu"):
+    """The checkpoint train.py --init_from=<...> starts from: a checkpoint file (ours or nanoGPT's), or a Hugging
+    Face model (nanoGPT's 'gpt2' ... 'gpt2-xl', or a local transformers folder) imported by
+    `python -m tools.huggingface.convert import` in a subprocess, into a temporary file: the import (a folder's
+    safetensors or shards, a hub download) is that tool's job, and top-level modules never import tools/."""
+    if not nanogpt.is_hf_source(init_from):
+        return load_checkpoint(init_from, device)
+    source = init_from if init_from in nanogpt.GPT2_NAMES else os.path.abspath(init_from)
+    root = os.path.dirname(os.path.abspath(__file__))
+    with tempfile.TemporaryDirectory(prefix="init_from.") as tmp:
+        out = os.path.join(tmp, "imported.pt")
+        print(f"importing {init_from}: python -m tools.huggingface.convert import {source} --out={out}", flush=True)
+        done = subprocess.run([sys.executable, "-m", "tools.huggingface.convert", "import", source, "--out", out],
+                              cwd=root, stderr=subprocess.PIPE, text=True)
+        said = [line for line in done.stderr.splitlines() if line.strip()]
+        if done.returncode != 0:
+            reason = said[-1].removeprefix("error: ") if said else f"exit code {done.returncode}"
+            fix = "" if "(fix: " in reason else " (fix: a local transformers folder, or a connection to the hub)"
+            raise UserError(f"--init_from={init_from}: the Hugging Face import failed: {reason}{fix}")
+        print(said[0] if said else f"imported {init_from}", flush=True)
+        ckpt = load_checkpoint(out, device)
+    ckpt["path"] = init_from
     return ckpt
 
 

@@ -1,6 +1,8 @@
 """
 A prepared dataset folder (written by prepare.py or a tool): train.bin / val.bin (/ test.bin) hold flat uint16
 token ids, meta.json describes the tokenizer (written last: its presence means the folder is complete).
+nanoGPT's folders are read too: meta.pkl (its char vocabulary) instead of meta.json, or neither (GPT-2 BPE, for a
+nanoGPT checkpoint: nanogpt.py).
 
 Tokenizers, as meta.json describes them:
     char      CharTokenizer: one id per character of meta["chars"]
@@ -17,16 +19,27 @@ import json
 import os
 
 from configurator import UserError
+from nanogpt import read_meta_pkl
 
 
 def split_path(data_dir, split):
     return os.path.join(data_dir, f"{split}.bin")
 
 
-def load_meta(data_dir):
-    """meta.json of a prepared dataset, with one-line errors for a missing or damaged file."""
+def load_meta(data_dir, ckpt=None):
+    """meta.json of a prepared dataset, with one-line errors for a missing or damaged file. Without one, a nanoGPT
+    folder's meta.pkl; without either, GPT-2 BPE when `ckpt` is a nanoGPT checkpoint (as nanoGPT's sample.py)."""
     path = os.path.join(data_dir, "meta.json")
     fix = f"(fix: prepare it with `python prepare.py <dataset> --out_dir={data_dir}`, or pass the right --data_dir)"
+    if not os.path.isfile(path) and os.path.isfile(os.path.join(data_dir, "meta.pkl")):
+        return read_meta_pkl(os.path.join(data_dir, "meta.pkl"))
+    if not os.path.isfile(path) and ckpt is not None and ckpt.get("format") == "nanogpt":
+        if ckpt.get("model_args", {}).get("vocab_size", GPT2_VOCAB_SIZE) < GPT2_VOCAB_SIZE:
+            raise UserError(f"{data_dir} has no meta.pkl (nanoGPT's char vocabulary), and {ckpt.get('path')} has "
+                            f"{ckpt['model_args']['vocab_size']} tokens, not GPT-2's (fix: --data_dir=<the nanoGPT "
+                            f"data folder it was trained on>)")
+        return {"tokenizer": "gpt2", "vocab_size": GPT2_VOCAB_SIZE, "eot_token": GPT2_EOT_ID,
+                "dataset": os.path.basename(os.path.normpath(data_dir))}
     try:
         with open(path, encoding="utf-8") as f:
             meta = json.load(f)
@@ -37,6 +50,12 @@ def load_meta(data_dir):
     if not isinstance(meta, dict) or not isinstance(meta.get("vocab_size"), int) or meta["vocab_size"] < 1:
         raise UserError(f"{path} has no valid vocab_size {fix}")
     return meta
+
+
+def is_prepared(data_dir):
+    """train.bin, val.bin and the vocabulary: meta.json, or nanoGPT's meta.pkl (its prepare.py's folders)."""
+    return all(os.path.exists(os.path.join(data_dir, name)) for name in ("train.bin", "val.bin")) and \
+        any(os.path.exists(os.path.join(data_dir, name)) for name in ("meta.json", "meta.pkl"))
 
 
 def default_data_dir(config):
@@ -167,9 +186,9 @@ class BPETokenizer:
         return self.enc.decode(list(ids))
 
 
-def load_tokenizer(data_dir):
-    """The tokenizer described by data_dir/meta.json (char, gpt2 or compact), with one-line errors."""
-    meta = load_meta(data_dir)
+def load_tokenizer(data_dir, ckpt=None):
+    """The tokenizer described by data_dir/meta.json (char, gpt2 or compact), with one-line errors (ckpt: load_meta)."""
+    meta = load_meta(data_dir, ckpt)
     try:
         return tokenizer_from_meta(meta)
     except (KeyError, ValueError, TypeError) as e:

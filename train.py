@@ -42,9 +42,11 @@ import torch
 
 from checkpoint import (CKPT_NAME, LAST_NAME, atomic_copy, atomic_open, atomic_save, autocast, build_model, busy_machine,
                         check_finite, check_num_threads, check_out_dir, check_seed, clean_state_dict, load_checkpoint,
-                        load_own_weights, lock_dir, remove_stale_temp_files, resolve_device, resolve_dtype)
+                        load_init_checkpoint, load_own_weights, lock_dir, remove_stale_temp_files, resolve_device,
+                        resolve_dtype)
 from configurator import UserError, load_config, out_of_memory
-from dataset import default_data_dir, load_meta, split_path, tokenizer_id
+from dataset import default_data_dir, is_prepared, load_meta, split_path, tokenizer_id
+from nanogpt import GPT2_NAMES, WandbLog, ddp_backend, is_hf_source
 from model import GPTConfig
 
 TRAIN_DEFAULTS = dict(
@@ -55,8 +57,11 @@ TRAIN_DEFAULTS = dict(
     eval_iters=200,
     eval_only=False,              # evaluate once and exit
     always_save_checkpoint=False,  # write ckpt.pt at every eval, not only when val loss improves
-    init_from="scratch",          # 'scratch' | 'resume' (out_dir/last.pt) | a checkpoint file (weights only; a
-                                  # Hugging Face model: python -m tools.huggingface.convert import, first)
+    init_from="scratch",          # 'scratch' | 'resume' (out_dir/last.pt) | a checkpoint file (ours or nanoGPT's;
+                                  # weights only) | 'gpt2'..'gpt2-xl' or a Hugging Face folder (imported)
+    wandb_log=False,              # nanoGPT's Weights & Biases logging of each eval (pip install wandb)
+    wandb_project="compact-gpt",
+    wandb_run_name="",            # '' = W&B's own name
     allow_partial_init=False,     # init_from=<path>: also when only some tensors fit (the rest starts fresh)
     cpu_twin="",                  # GPU recipes: the config to run on a CPU instead (named when run on one)
     # data
@@ -86,6 +91,7 @@ TRAIN_DEFAULTS = dict(
     num_threads=0,                # CPU threads for torch; 0 = torch's default (all cores). 1 is much faster
                                   # when other jobs share the cores (busy threads wait on each other)
     seed=1337,
+    backend="nccl",               # DDP backend on GPUs: nccl | gloo (CPUs: gloo)
 )
 
 
@@ -140,14 +146,12 @@ def check_train_config(c, world=1):
                         f"(fix: --gradient_accumulation_steps={max(world, accum // world * world)})")
     need(c["dataset"] != "", "dataset", "a dataset name", "--dataset=shakespeare_char")
     need(c["out_dir"] != "", "out_dir", "a folder", "--out_dir=out")
-    if c["init_from"] not in ("scratch", "resume") and not os.path.exists(c["init_from"]):
+    if c["init_from"] not in ("scratch", "resume", *GPT2_NAMES) and not os.path.exists(c["init_from"]):
         raise UserError(f"init_from '{c['init_from']}' does not exist (fix: write it first, e.g. with train.py or "
                         f"pangu.inherit as its config says, or --init_from=scratch)")
-    if os.path.isdir(c["init_from"]) and os.path.isfile(os.path.join(c["init_from"], "config.json")):
-        raise UserError(f"init_from '{c['init_from']}' is a Hugging Face model folder (fix: convert it to a checkpoint "
-                        f"first: python -m tools.huggingface.convert import {c['init_from']} --out=hf.pt)")
-    need(c["init_from"] in ("scratch", "resume") or os.path.isfile(c["init_from"]),
-         "init_from", "'scratch', 'resume' or an existing checkpoint file", "--init_from=scratch|resume|path/to/ckpt.pt")
+    need(c["init_from"] in ("scratch", "resume") or os.path.isfile(c["init_from"]) or is_hf_source(c["init_from"]),
+         "init_from", "'scratch', 'resume', a checkpoint file, gpt2* or a Hugging Face folder",
+         "--init_from=scratch|resume|path/to/ckpt.pt|gpt2")
 
 
 def distributed_env():
@@ -202,7 +206,7 @@ def train_model_args(config, explicit, meta, device, say):
                             f"--allow_partial_init=True)")
         args["dropout"] = wanted["dropout"]
     else:
-        ckpt = load_checkpoint(init_from, device)
+        ckpt = load_init_checkpoint(init_from, device)
         # model_args() keeps only the keys GPTConfig knows: dropping the others would train another model
         unknown = sorted(set(ckpt["model_args"]) - set(gpt_config_defaults()))
         if unknown:
@@ -258,7 +262,7 @@ def dataset_vocab_size(config):
 
 def ensure_prepared(dataset, data_dir):
     """Run prepare.prepare(dataset) into data_dir when it has not been prepared yet (train.py's first run)."""
-    if all(os.path.exists(os.path.join(data_dir, name)) for name in ("train.bin", "val.bin", "meta.json")):
+    if is_prepared(data_dir):
         return
     print(f"dataset '{dataset}' is not prepared in {data_dir}: running prepare.prepare('{dataset}')", flush=True)
     import prepare
@@ -682,6 +686,7 @@ def evaluate_and_log(run, lr, stop):
         row.update(val_loss_heaviest=heavy, branch_weights=weights)
     if run.master:
         run.csv_log.write(**row)
+        run.wandb.log(row)
     return row
 
 
@@ -812,7 +817,7 @@ def train(config, explicit=None, callback=None):
     if world > 1 and device.type == "cuda":
         torch.cuda.set_device(device)
     if owns_group:
-        torch.distributed.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
+        torch.distributed.init_process_group(backend=ddp_backend(config, device))
     with contextlib.ExitStack() as held:   # out_dir's lock (and the process group): released however the run ends
         if owns_group:
             held.callback(torch.distributed.destroy_process_group)
@@ -825,6 +830,7 @@ def setup(config, explicit, device, rank=0, world=1):
     """The run's inputs: data, model (fresh, resumed or from another checkpoint) and optimizer, every one checked
     before anything in out_dir changes. Returns the run's state and the checkpoint it starts from (or None)."""
     run = SimpleNamespace(config=config, device=device, rank=rank, world=world, master=rank == 0, ddp=world > 1)
+    run.wandb = WandbLog(config, run.master)   # wandb_log=True: the package is imported now, before any file changes
     run.accum = config["gradient_accumulation_steps"] // world   # micro-steps per iteration on this rank
     run.dtype = resolve_dtype(config["dtype"], device)
     config.update(device=str(device), dtype=run.dtype)
