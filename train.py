@@ -562,15 +562,35 @@ class CsvLog:
 
 
 def read_rows(path):
-    """The rows of a log.csv (dicts of text) with a valid iteration number; [] when there is no file."""
+    """The rows of a log.csv (dicts of text) whose values are what train.py writes: an iteration number, a kind,
+    numbers (or nothing). Other rows (an edited file) are left out with a note, so that loss.png, drawn after
+    the run, never meets text where it reads a number. [] when there is no file."""
     if not os.path.exists(path):
         return []
     try:
         with open(path, newline="", encoding="utf-8") as f:
-            return [row for row in csv.DictReader(f) if (row.get("iter") or "").isdigit()]
+            rows = [(n, row) for n, row in enumerate(csv.DictReader(f), 2) if (row.get("iter") or "").isdigit()]
     except (UnicodeDecodeError, csv.Error) as e:   # e.g. overwritten by another program: one line, not a traceback
         raise UserError(f"{path} is damaged ({e}) (fix: delete it: a resumed run then logs from where it "
                         f"resumes, and loss.png shows only that part)") from None
+    bad = sorted(n for n, row in rows if not log_row_ok(row))
+    if bad:
+        print(f"note: {path}: left out {len(bad)} row(s) whose values are not numbers (line {bad[0]} first)",
+              flush=True)
+    return [row for n, row in rows if n not in set(bad)]
+
+
+def log_row_ok(row):
+    """True when a log.csv row holds what train.py writes: a kind, and numbers or nothing in the other columns."""
+    def number(text):
+        try:
+            float(text)
+            return True
+        except ValueError:
+            return False
+    numbers = [row.get(k) or "" for k in COLUMNS if k not in ("iter", "kind", "branch_weights")]
+    numbers += (row.get("branch_weights") or "").split()
+    return row.get("kind") in ("train", "eval") and all(number(v) for v in numbers if v != "")
 
 
 def _text(v):
