@@ -8,8 +8,9 @@ A dataset folder (data/<dataset>/, or --out_dir) holds train.bin and val.bin, th
 (np.memmap(path, dtype=np.uint16, mode="r") reads them), and meta.json, which describes the tokenizer
 (dataset.py reads it back). meta.json is written last: its presence means the folder is complete.
 
-Offline: the repository ships tinyshakespeare (data/tinyshakespeare/input.txt); --input (or SHAKESPEARE_INPUT) names
-another copy, --gpt2_ranks (or GPT2_TIKTOKEN_FILE) a local gpt2.tiktoken. Library use: prepare(dataset, out_dir=None, **opts) -> out_dir.
+Offline: the repository ships tinyshakespeare (data/tinyshakespeare/input.txt); --input (or SHAKESPEARE_INPUT)
+names another copy, --gpt2_ranks (or GPT2_TIKTOKEN_FILE) a local gpt2.tiktoken.
+Library use: prepare(dataset, out_dir=None, **opts) -> out_dir.
 
 The other datasets are prepared by tools:
 

@@ -203,7 +203,8 @@ class Planted:
 
 
 @pytest.mark.parametrize("content, words", [
-    (lambda marker: {"vocab_size": 2, "itos": {0: "a", 1: "b"}, "x": Planted(marker)}, ["refusing", "names io.open", "run code"]),
+    (lambda marker: {"vocab_size": 2, "itos": {0: "a", 1: "b"}, "x": Planted(marker)},
+     ["refusing", "names io.open", "run code"]),
     (lambda marker: {"vocab_size": 3, "itos": {0: "a", 1: "b"}}, ["not nanoGPT's char vocabulary"]),
     (lambda marker: {"vocab_size": 2, "itos": {0: "a", 1: b"b"}}, ["plain containers"]),
 ])
