@@ -4,7 +4,9 @@ describes; where a model runs (device, dtype, threads, seeds, DDP's process grou
 arguments of a run (scratch, resume or another checkpoint's weights) and the RNG state that makes a resume exact.
 
 A checkpoint is a torch.save'd dict (model, model_args, optimizer, scaler, iter_num, best_val_loss,
-config, rng, rng_ranks, dataset, data_dir, tokenizer_id). train.py writes two of them into out_dir:
+config, rng, rng_ranks, dataset, data_dir, tokenizer_id); nanoGPT's ckpt.pt is read as one (the section
+"nanoGPT's checkpoints").
+train.py writes two of them into out_dir:
   ckpt.pt  - the best validation loss so far (what sample.py / eval.py load by default)
   last.pt  - the latest state, written at every eval and on Ctrl-C (what init_from='resume' loads)
 
@@ -23,6 +25,7 @@ import pickle
 import random
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 
@@ -222,11 +225,40 @@ def load_checkpoint(path_or_out_dir, device="cpu", prefer=(CKPT_NAME, LAST_NAME)
     if not isinstance(ckpt, dict) or "model" not in ckpt or "model_args" not in ckpt:
         raise UserError(f"'{path}' is not a train.py checkpoint (no 'model'/'model_args') "
                               f"(fix: point at a ckpt.pt or last.pt written by train.py)")
+    weights = ckpt["model"]
+    if isinstance(weights, dict) and all(isinstance(k, str) for k in weights) \
+            and is_nanogpt_checkpoint(ckpt, clean_state_dict(weights)):
+        ckpt = from_nanogpt(ckpt, clean_state_dict(weights), path)
     damaged = damaged_fields(ckpt)
     if damaged:
         raise UserError(f"'{path}' is damaged: {damaged} (fix: the file was edited or written by other code: "
                         f"retrain, or use a ckpt.pt/last.pt written by train.py)")
     ckpt.setdefault("path", path)
+    return ckpt
+
+
+def load_init_checkpoint(init_from, device="cpu"):
+    """The checkpoint train.py --init_from=<...> starts from: a checkpoint file (ours or nanoGPT's), or a Hugging
+    Face model (nanoGPT's 'gpt2' ... 'gpt2-xl', or a local transformers folder) imported by
+    `python -m tools.huggingface.convert import` in a subprocess, into a temporary file: the import (a folder's
+    safetensors or shards, a hub download) is that tool's job, and top-level modules never import tools/."""
+    if not is_hf_source(init_from):
+        return load_checkpoint(init_from, device)
+    source = init_from if init_from in GPT2_NAMES else os.path.abspath(init_from)
+    root = os.path.dirname(os.path.abspath(__file__))
+    with tempfile.TemporaryDirectory(prefix="init_from.") as tmp:
+        out = os.path.join(tmp, "imported.pt")
+        print(f"importing {init_from}: python -m tools.huggingface.convert import {source} --out={out}", flush=True)
+        done = subprocess.run([sys.executable, "-m", "tools.huggingface.convert", "import", source, "--out", out],
+                              cwd=root, stderr=subprocess.PIPE, text=True)
+        said = [line for line in done.stderr.splitlines() if line.strip()]
+        if done.returncode != 0:
+            reason = said[-1].removeprefix("error: ") if said else f"exit code {done.returncode}"
+            fix = "" if "(fix: " in reason else " (fix: a local transformers folder, or a connection to the hub)"
+            raise UserError(f"--init_from={init_from}: the Hugging Face import failed: {reason}{fix}")
+        print(said[0] if said else f"imported {init_from}", flush=True)
+        ckpt = load_checkpoint(out, device)
+    ckpt["path"] = init_from
     return ckpt
 
 
@@ -567,16 +599,111 @@ def gather_rng_states(device, gather):
 
 
 @contextlib.contextmanager
-def process_group(world, device):
-    """DDP's process group for `world` ranks (nccl on CUDA, gloo elsewhere) while the block runs, unless world is 1
-    or the caller already runs one; destroyed however the block ends."""
+def process_group(world, device, backend="nccl"):
+    """DDP's process group for `world` ranks (`backend` on CUDA, gloo elsewhere) while the block runs, unless world
+    is 1 or the caller already runs one; destroyed however the block ends."""
     owns = world > 1 and not torch.distributed.is_initialized()
     if world > 1 and device.type == "cuda":
         torch.cuda.set_device(device)
     if owns:
-        torch.distributed.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
+        torch.distributed.init_process_group(backend=backend if device.type == "cuda" else "gloo")
     try:
         yield
     finally:
         if owns:
             torch.distributed.destroy_process_group()
+
+
+# --- nanoGPT's checkpoints, read as ours (README: Coming from nanoGPT) -----------------------------------
+# Its ckpt.pt (model, optimizer, model_args, iter_num, best_val_loss as a 0-d tensor, config), with or without
+# torch.compile's `_orig_mod.` prefix, is mapped onto our `gpt` architecture, the same network
+# (tests/test_nanogpt.py); its config keys init_from='gpt2*' and backend are read here too.
+
+# nanoGPT's GPT is our `gpt` architecture with these settings (its model.py: LayerNorm eps 1e-5 with an optional
+# bias, learned positions, nn.GELU() (exact, not tanh) in a 4x MLP, lm_head tied to wte); the rest of its
+# model_args (n_layer, n_head, n_embd, block_size, bias, vocab_size, dropout) keep their names here
+ARCHITECTURE = dict(norm="layernorm", norm_eps=1e-5, norm_placement="pre", pos_embedding="learned",
+                    mlp_type="standard", activation="gelu", mlp_ratio=4.0, mlp_hidden=None, tie_embeddings=True,
+                    head_bias=False)
+MODEL_ARGS = ("n_layer", "n_head", "n_embd", "block_size", "bias", "vocab_size")
+GPT2_NAMES = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")   # nanoGPT's init_from='gpt2*'
+DEFAULT_DATASET = "openwebtext"   # nanoGPT's train.py default, for a checkpoint whose config names none
+
+
+def is_nanogpt_checkpoint(ckpt, state_dict):
+    """True for a checkpoint dict written by nanoGPT's train.py (state_dict: its weights without key prefixes)."""
+    return isinstance(ckpt.get("model_args"), dict) and "transformer.wte.weight" in state_dict
+
+
+def from_nanogpt(ckpt, state_dict, path):
+    """A nanoGPT checkpoint as ours: weights mapped onto the `gpt` architecture, model_args as GPTConfig fields,
+    best_val_loss a number, dataset and data_dir from its config (data/<dataset>, as nanoGPT reads it). Its
+    optimizer state is not kept: nanoGPT groups the parameters under its own names, so --init_from starts a
+    new run from the weights (as from any checkpoint file)."""
+    fix = "(fix: point at the ckpt.pt nanoGPT's train.py wrote, unedited)"
+    args = ckpt["model_args"]
+    missing = [k for k in MODEL_ARGS if k not in args]
+    if missing:
+        raise UserError(f"'{path}' looks like a nanoGPT checkpoint but its model_args lack {', '.join(missing)} {fix}")
+    model_args = dict(ARCHITECTURE, **{k: args[k] for k in MODEL_ARGS}, dropout=args.get("dropout", 0.0))
+    if not isinstance(args["n_layer"], int) or not isinstance(args["bias"], bool):
+        raise UserError(f"'{path}': nanoGPT's model_args n_layer={args['n_layer']!r}, bias={args['bias']!r} are not "
+                        f"an integer and a bool {fix}")
+    try:
+        model, left = gpt2_layout_state_dict(state_dict, args["n_layer"], args["bias"], conv1d=False)
+    except UserError as e:
+        raise UserError(f"'{path}' (nanoGPT): {e}") from None
+    head = left.pop("lm_head.weight", None)   # nanoGPT ties lm_head to wte: state_dict holds both names
+    if head is not None and not torch.equal(head, model["tok_emb.wte.weight"]):
+        raise UserError(f"'{path}' (nanoGPT) has an lm_head.weight that differs from transformer.wte.weight; "
+                        f"nanoGPT ties them {fix}")
+    if left:
+        raise UserError(f"'{path}' (nanoGPT) has {len(left)} tensors its GPT does not have, e.g. "
+                        f"{', '.join(sorted(left)[:3])} {fix}")
+    best = ckpt.get("best_val_loss", float("inf"))
+    if torch.is_tensor(best):   # nanoGPT saves losses['val'], a 0-d tensor
+        if best.numel() != 1:
+            raise UserError(f"'{path}' (nanoGPT): best_val_loss is a tensor of shape {tuple(best.shape)} {fix}")
+        best = best.item()
+    config = ckpt.get("config") if isinstance(ckpt.get("config"), dict) else {}
+    dataset = config.get("dataset") if isinstance(config.get("dataset"), str) and config.get("dataset") \
+        else DEFAULT_DATASET
+    return {"model": model, "model_args": model_args, "optimizer": None, "iter_num": ckpt.get("iter_num", 0),
+            "best_val_loss": best, "config": config, "dataset": dataset, "data_dir": os.path.join("data", dataset),
+            "format": "nanogpt"}
+
+
+def gpt2_layout_state_dict(tensors, n_layer, bias, conv1d):
+    """Our `gpt` state_dict from weights named as GPT-2's: [transformer.]wte, wpe, h.N.ln_1, h.N.attn.c_attn,
+    h.N.attn.c_proj, h.N.ln_2, h.N.mlp.c_fc, h.N.mlp.c_proj, ln_f. nanoGPT keeps these names in nn.Linear's
+    (out, in) layout; Hugging Face's GPT2LMHeadModel in Conv1D's (in, out) layout (conv1d=True transposes).
+    bias=False: no bias tensors (nanoGPT's bias=False model). The causal-mask buffers (.attn.bias,
+    .attn.masked_bias) are dropped. Returns (state_dict, the tensors not used, e.g. lm_head.weight)."""
+    left = {k.removeprefix("transformer."): v for k, v in tensors.items()
+            if not k.endswith((".attn.bias", ".attn.masked_bias"))}
+    sd = {"tok_emb.wte.weight": _take(left, "wte.weight"), "pos_emb.weight": _take(left, "wpe.weight")}
+    for i in range(n_layer):
+        h, a, m = f"h.{i}.", f"branches.0.attn.{i}.", f"branches.0.mlp.{i}."
+        pairs = ((a + "norm", h + "ln_1", False), (a + "inner.qkv_proj", h + "attn.c_attn", True),
+                 (a + "inner.out_proj", h + "attn.c_proj", True), (m + "norm", h + "ln_2", False),
+                 (m + "inner.up", h + "mlp.c_fc", True), (m + "inner.down", h + "mlp.c_proj", True))
+        for ours, theirs, linear in pairs:
+            weight = _take(left, theirs + ".weight")
+            sd[ours + ".weight"] = weight.t() if linear and conv1d else weight
+            if bias:
+                sd[ours + ".bias"] = _take(left, theirs + ".bias")
+    sd["ln_f.weight"] = _take(left, "ln_f.weight")
+    if bias:
+        sd["ln_f.bias"] = _take(left, "ln_f.bias")
+    return sd, left
+
+
+def _take(tensors, key):
+    if key not in tensors:
+        raise UserError(f"the weights have no '{key}' (fix: use the complete checkpoint)")
+    return tensors.pop(key)
+
+
+def is_hf_source(init_from):
+    """init_from that names a Hugging Face model: nanoGPT's 'gpt2*' hub names, or a local transformers folder."""
+    return init_from in GPT2_NAMES or os.path.isfile(os.path.join(init_from, "config.json"))

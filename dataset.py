@@ -1,6 +1,8 @@
 """
 A prepared dataset folder (written by prepare.py or a tool): train.bin / val.bin (/ test.bin) hold flat uint16
 token ids, meta.json describes the tokenizer (written last: its presence means the folder is complete).
+nanoGPT's folders are read too: meta.pkl (its char vocabulary) instead of meta.json, or neither (GPT-2 BPE, for a
+nanoGPT checkpoint: read_meta_pkl).
 
 Tokenizers, as meta.json describes them:
     char      CharTokenizer: one id per character of meta["chars"]
@@ -18,6 +20,7 @@ import functools
 import hashlib
 import json
 import os
+import pickle
 import sys
 import time
 
@@ -31,10 +34,20 @@ def split_path(data_dir, split):
     return os.path.join(data_dir, f"{split}.bin")
 
 
-def load_meta(data_dir):
-    """meta.json of a prepared dataset, with one-line errors for a missing or damaged file."""
+def load_meta(data_dir, ckpt=None):
+    """meta.json of a prepared dataset, with one-line errors for a missing or damaged file. Without one, a nanoGPT
+    folder's meta.pkl; without either, GPT-2 BPE when `ckpt` is a nanoGPT checkpoint (as nanoGPT's sample.py)."""
     path = os.path.join(data_dir, "meta.json")
     fix = f"(fix: prepare it with `python prepare.py <dataset> --out_dir={data_dir}`, or pass the right --data_dir)"
+    if not os.path.isfile(path) and os.path.isfile(os.path.join(data_dir, "meta.pkl")):
+        return read_meta_pkl(os.path.join(data_dir, "meta.pkl"))
+    if not os.path.isfile(path) and ckpt is not None and ckpt.get("format") == "nanogpt":
+        if ckpt.get("model_args", {}).get("vocab_size", GPT2_VOCAB_SIZE) < GPT2_VOCAB_SIZE:
+            raise UserError(f"{data_dir} has no meta.pkl (nanoGPT's char vocabulary), and {ckpt.get('path')} has "
+                            f"{ckpt['model_args']['vocab_size']} tokens, not GPT-2's (fix: --data_dir=<the nanoGPT "
+                            f"data folder it was trained on>)")
+        return {"tokenizer": "gpt2", "vocab_size": GPT2_VOCAB_SIZE, "eot_token": GPT2_EOT_ID,
+                "dataset": os.path.basename(os.path.normpath(data_dir))}
     try:
         with open(path, encoding="utf-8") as f:
             meta = json.load(f)
@@ -45,6 +58,12 @@ def load_meta(data_dir):
     if not isinstance(meta, dict) or not isinstance(meta.get("vocab_size"), int) or meta["vocab_size"] < 1:
         raise UserError(f"{path} has no valid vocab_size {fix}")
     return meta
+
+
+def is_prepared(data_dir):
+    """train.bin, val.bin and the vocabulary: meta.json, or nanoGPT's meta.pkl (its prepare.py's folders)."""
+    return all(os.path.exists(os.path.join(data_dir, name)) for name in ("train.bin", "val.bin")) and \
+        any(os.path.exists(os.path.join(data_dir, name)) for name in ("meta.json", "meta.pkl"))
 
 
 def default_data_dir(config):
@@ -59,7 +78,8 @@ def resolve_data_dir(ckpt, override=""):
     data_dir = override or ckpt.get("data_dir") or ""
     if not data_dir:
         raise UserError("the checkpoint records no data_dir (fix: pass --data_dir=data/<dataset>)")
-    if not os.path.isabs(data_dir) and not os.path.isdir(data_dir):
+    # nanoGPT's checkpoints record no tokenizer to check a folder against: only the one it names, as nanoGPT reads it
+    if not os.path.isabs(data_dir) and not os.path.isdir(data_dir) and ckpt.get("format") != "nanogpt":
         here = os.path.join(os.path.dirname(os.path.abspath(__file__)), data_dir)
         data_dir = here if os.path.isdir(here) else data_dir
     if ckpt.get("tokenizer_id") and ckpt["tokenizer_id"] != tokenizer_id(load_meta(data_dir)):
@@ -175,9 +195,9 @@ class BPETokenizer:
         return self.enc.decode(list(ids))
 
 
-def load_tokenizer(data_dir):
-    """The tokenizer described by data_dir/meta.json (char, gpt2 or compact), with one-line errors."""
-    meta = load_meta(data_dir)
+def load_tokenizer(data_dir, ckpt=None):
+    """The tokenizer described by data_dir/meta.json (char, gpt2 or compact), with one-line errors (ckpt: load_meta)."""
+    meta = load_meta(data_dir, ckpt)
     try:
         return tokenizer_from_meta(meta)
     except (KeyError, ValueError, TypeError) as e:
@@ -259,11 +279,6 @@ def one_line(err):
 
 TOKEN_DTYPE = np.uint16   # prepare.py's token files: flat uint16 ids, read with np.memmap
 SPLIT_CODES = {"train": 0, "val": 1, "test": 2}
-
-
-def is_prepared(data_dir):
-    """Whether data_dir holds a prepared dataset (train.py prepares it on first use otherwise)."""
-    return all(os.path.exists(os.path.join(data_dir, name)) for name in ("train.bin", "val.bin", "meta.json"))
 
 
 def dataset_vocab_size(config):
@@ -457,3 +472,52 @@ def write_bin(path, ids):
     assert ids.size == 0 or ids.max() < 2**16, "token ids must fit in uint16"
     with atomic_open(path, "wb") as f:
         f.write(ids.astype(np.uint16).tobytes())
+
+
+# --- meta.pkl: nanoGPT's char vocabulary, read as data ------------------------------------------------
+
+class PlainDataUnpickler(pickle.Unpickler):
+    """Unpickles plain containers, strings and numbers only. A pickle that names any global (a class, or a
+    function such as os.system that unpickling would call) is refused before anything of it runs."""
+
+    def find_class(self, module, name):
+        raise pickle.UnpicklingError(f"it names {module}.{name}")
+
+
+PLAIN_TYPES = (dict, list, tuple, str, int, float, bool, type(None))
+
+
+def read_meta_pkl(path):
+    """Our meta (tokenizer 'char', vocab_size, chars) from nanoGPT's meta.pkl ({vocab_size, itos, stoi})."""
+    fix = "(fix: re-run nanoGPT's data/<dataset>/prepare.py, or prepare the dataset here with prepare.py)"
+    try:
+        with open(path, "rb") as f:
+            meta = PlainDataUnpickler(f).load()
+    except pickle.UnpicklingError as e:
+        if str(e).startswith("it names "):
+            raise UserError(f"refusing to read {path}: {e}, and unpickling it would run code; a meta.pkl holds plain "
+                            f"data only (fix: only use data folders you trust; re-create it with nanoGPT's "
+                            f"prepare.py)") from None
+        raise UserError(f"cannot read {path}: {e} {fix}") from None
+    except (OSError, EOFError, ValueError, TypeError, KeyError, IndexError, AttributeError) as e:
+        raise UserError(f"cannot read {path}: {type(e).__name__}: {e} {fix}") from None
+    if not _plain(meta):
+        raise UserError(f"{path} holds values other than plain containers, strings and numbers {fix}")
+    itos = meta.get("itos") if isinstance(meta, dict) else None
+    size = meta.get("vocab_size") if isinstance(meta, dict) else None
+    if not (isinstance(itos, dict) and isinstance(size, int) and not isinstance(size, bool) and size >= 1
+            and set(itos) == set(range(size)) and all(isinstance(c, str) and c for c in itos.values())):
+        raise UserError(f"{path} is not nanoGPT's char vocabulary (vocab_size and itos: id -> character for "
+                        f"ids 0..vocab_size-1) {fix}")
+    return {"tokenizer": "char", "vocab_size": size, "chars": [itos[i] for i in range(size)],
+            "dataset": os.path.basename(os.path.dirname(os.path.abspath(path))), "source": "meta.pkl"}
+
+
+def _plain(value, depth=0):
+    if depth > 20 or not isinstance(value, PLAIN_TYPES):
+        return False
+    if isinstance(value, dict):
+        return all(_plain(k, depth + 1) and _plain(v, depth + 1) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return all(_plain(v, depth + 1) for v in value)
+    return True

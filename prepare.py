@@ -8,8 +8,9 @@ A dataset folder (data/<dataset>/, or --out_dir) holds train.bin and val.bin, th
 (np.memmap(path, dtype=np.uint16, mode="r") reads them), and meta.json, which describes the tokenizer
 (dataset.py reads it back). meta.json is written last: its presence means the folder is complete.
 
-Offline: --input (or SHAKESPEARE_INPUT) names a local tinyshakespeare input.txt, --gpt2_ranks (or
-GPT2_TIKTOKEN_FILE) a local gpt2.tiktoken. Library use: prepare(dataset, out_dir=None, **opts) -> out_dir.
+Offline: the repository ships tinyshakespeare (data/tinyshakespeare/input.txt); --input (or SHAKESPEARE_INPUT)
+names another copy, --gpt2_ranks (or GPT2_TIKTOKEN_FILE) a local gpt2.tiktoken.
+Library use: prepare(dataset, out_dir=None, **opts) -> out_dir.
 
 The other datasets are prepared by tools:
 
@@ -28,6 +29,8 @@ from dataset import (GPT2_EOT_ID, GPT2_VOCAB_SIZE, CharTokenizer, begin_writing,
 
 SHAKESPEARE_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 SHAKESPEARE_BYTES = 1115394
+SHAKESPEARE_SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
+SHIPPED_SHAKESPEARE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "tinyshakespeare", "input.txt")
 
 DATASETS = ("shakespeare_char", "shakespeare")
 # datasets that tools prepare (python -m tools.<...>), by name pattern: the command for each
@@ -40,10 +43,10 @@ TOOL_DATASETS = {r"shakespeare_v(\d+)": "tools.pangu.compact_vocab shakespeare -
 # tinyshakespeare
 
 def shakespeare_text(out_dir, input_path=None):
-    """The tinyshakespeare text: --input, $SHAKESPEARE_INPUT, a local copy, else a download."""
-    candidates = [input_path, os.environ.get("SHAKESPEARE_INPUT"),
-                  os.path.join(out_dir, "input.txt"),
-                  os.path.join(os.path.dirname(os.path.abspath(out_dir)), "shakespeare_char", "input.txt")]
+    """The tinyshakespeare text: --input, $SHAKESPEARE_INPUT, a local copy, the shipped one, else a download."""
+    candidates = [input_path, os.environ.get("SHAKESPEARE_INPUT"), os.path.join(out_dir, "input.txt"),
+                  os.path.join(os.path.dirname(os.path.abspath(out_dir)), "shakespeare_char", "input.txt"),
+                  SHIPPED_SHAKESPEARE]
     explicit = [p for p in candidates[:2] if p]
     if explicit and not os.path.isfile(explicit[0]):
         raise UserError(f"tinyshakespeare input not found: {explicit[0]} (fix: check --input / SHAKESPEARE_INPUT)")
@@ -51,7 +54,7 @@ def shakespeare_text(out_dir, input_path=None):
     if path is None:
         path = os.path.join(out_dir, "input.txt")
         try:
-            download(SHAKESPEARE_URL, path, expected_size=SHAKESPEARE_BYTES)
+            download(SHAKESPEARE_URL, path, SHAKESPEARE_BYTES, SHAKESPEARE_SHA256)
         except (OSError, ValueError) as e:
             raise UserError(f"could not download tinyshakespeare ({one_line(e)}); "
                             "pass a local copy with --input PATH or SHAKESPEARE_INPUT=PATH") from None

@@ -28,9 +28,9 @@ import time
 import numpy as np
 import torch
 
-from checkpoint import (CKPT_NAME, LAST_NAME, atomic_open, busy_machine, check_finite, check_num_threads, check_seed,
-                        gpt_config_defaults, load_checkpoint, lock_dir, model_args, plain_values,
-                        remove_stale_temp_files)
+from checkpoint import (CKPT_NAME, GPT2_NAMES, LAST_NAME, atomic_open, busy_machine, check_finite, check_num_threads,
+                        check_seed, gpt_config_defaults, is_hf_source, load_checkpoint, load_init_checkpoint, lock_dir,
+                        model_args, plain_values, remove_stale_temp_files)
 from configurator import UserError, load_config, out_of_memory
 from dataset import tokenizer_id
 
@@ -122,16 +122,17 @@ def check_run_settings(c, world=1):
         raise UserError(f"gradient_accumulation_steps={accum} must be divisible by the {world} DDP ranks; each "
                         f"rank runs gradient_accumulation_steps/{world} micro-steps "
                         f"(fix: --gradient_accumulation_steps={max(world, accum // world * world)})")
+    _need(c, c["backend"] in ("nccl", "gloo"), "backend", "nccl or gloo", "--backend=nccl for GPUs, gloo otherwise")
+    if c["wandb_log"]:
+        import_wandb()
     _need(c, c["dataset"] != "", "dataset", "a dataset name", "--dataset=shakespeare_char")
     _need(c, c["out_dir"] != "", "out_dir", "a folder", "--out_dir=out")
-    if c["init_from"] not in ("scratch", "resume") and not os.path.exists(c["init_from"]):
+    if c["init_from"] not in ("scratch", "resume", *GPT2_NAMES) and not os.path.exists(c["init_from"]):
         raise UserError(f"init_from '{c['init_from']}' does not exist (fix: write it first, e.g. with train.py or "
                         f"pangu.inherit as its config says, or --init_from=scratch)")
-    if os.path.isdir(c["init_from"]) and os.path.isfile(os.path.join(c["init_from"], "config.json")):
-        raise UserError(f"init_from '{c['init_from']}' is a Hugging Face model folder (fix: convert it to a checkpoint "
-                        f"first: python -m tools.huggingface.convert import {c['init_from']} --out=hf.pt)")
-    _need(c, c["init_from"] in ("scratch", "resume") or os.path.isfile(c["init_from"]), "init_from",
-          "'scratch', 'resume' or an existing checkpoint file", "--init_from=scratch|resume|path/to/ckpt.pt")
+    _need(c, c["init_from"] in ("scratch", "resume") or os.path.isfile(c["init_from"]) or is_hf_source(c["init_from"]),
+          "init_from", "'scratch', 'resume', a checkpoint file, gpt2* or a Hugging Face folder",
+          "--init_from=scratch|resume|path/to/ckpt.pt|gpt2")
 
 
 # --- the model a run starts from ---------------------------------------------------------------------------------
@@ -163,7 +164,7 @@ def train_model_args(config, explicit, meta, device, say):
                             f"--init_from={ckpt['path']} --allow_partial_init=True)")
         args["dropout"] = wanted["dropout"]
     else:
-        ckpt = load_checkpoint(init_from, device)
+        ckpt = load_init_checkpoint(init_from, device)
         # model_args() keeps only the keys GPTConfig knows: dropping the others would train another model
         unknown = sorted(set(ckpt["model_args"]) - set(gpt_config_defaults()))
         if unknown:
@@ -254,6 +255,7 @@ class RunDir:
         self.master, self.ddp, self.world, self.device = rank == 0, world > 1, world, device
         self.speed = Speed(config["max_iters"], config["eval_interval"], tokens_per_iter)
         self.earlier, self.csv_log, self.t_start = False, None, time.time()
+        self.wandb = WandbLog(config, self.master)
         if self.master:
             held.enter_context(lock_dir(out_dir))
             remove_stale_temp_files(out_dir, (CKPT_NAME, LAST_NAME, "log.csv", "loss.png"), say)
@@ -298,6 +300,7 @@ class RunDir:
     def log(self, **row):
         if self.master:
             self.csv_log.write(**row)
+            self.wandb.log(row)
 
     def replaces_best(self, best):
         """Whether this save also writes ckpt.pt: val loss improved, or the first save of a new run into an earlier
@@ -430,15 +433,35 @@ class CsvLog:
 
 
 def read_rows(path):
-    """The rows of a log.csv (dicts of text) with a valid iteration number; [] when there is no file."""
+    """The rows of a log.csv (dicts of text) whose values are what train.py writes: an iteration number, a kind,
+    numbers (or nothing). Other rows (an edited file) are left out with a note, so that loss.png, drawn after
+    the run, never meets text where it reads a number. [] when there is no file."""
     if not os.path.exists(path):
         return []
     try:
         with open(path, newline="", encoding="utf-8") as f:
-            return [row for row in csv.DictReader(f) if (row.get("iter") or "").isdigit()]
+            rows = [(n, row) for n, row in enumerate(csv.DictReader(f), 2) if (row.get("iter") or "").isdigit()]
     except (UnicodeDecodeError, csv.Error) as e:   # e.g. overwritten by another program: one line, not a traceback
         raise UserError(f"{path} is damaged ({e}) (fix: delete it: a resumed run then logs from where it "
                         f"resumes, and loss.png shows only that part)") from None
+    bad = sorted(n for n, row in rows if not log_row_ok(row))
+    if bad:
+        print(f"note: {path}: left out {len(bad)} row(s) whose values are not numbers (line {bad[0]} first)",
+              flush=True)
+    return [row for n, row in rows if n not in set(bad)]
+
+
+def log_row_ok(row):
+    """True when a log.csv row holds what train.py writes: a kind, and numbers or nothing in the other columns."""
+    def number(text):
+        try:
+            float(text)
+            return True
+        except ValueError:
+            return False
+    numbers = [row.get(k) or "" for k in COLUMNS if k not in ("iter", "kind", "branch_weights")]
+    numbers += (row.get("branch_weights") or "").split()
+    return row.get("kind") in ("train", "eval") and all(number(v) for v in numbers if v != "")
 
 
 def _text(v):
@@ -549,3 +572,35 @@ class EvalProgress:
         if time.time() - self.shown > PROGRESS_EVERY_S:
             self.say(f"  evaluating: {split} batch {k + 1}/{n}, {time.time() - self.t0:.0f} s")
             self.shown = time.time()
+
+
+# --- nanoGPT's Weights & Biases logging (wandb_log, wandb_project, wandb_run_name) ----------------------
+
+def import_wandb():
+    try:
+        import wandb
+    except ImportError:
+        raise UserError("wandb_log=True logs to Weights & Biases, but the wandb package is not installed "
+                        "(fix: pip install wandb, or --wandb_log=False)") from None
+    return wandb
+
+
+class WandbLog:
+    """nanoGPT's Weights & Biases logging: with wandb_log=True, each evaluation logs what nanoGPT's train.py logs
+    that we have: iter, train/loss, val/loss, lr (nanoGPT also logs mfu, an estimate we do not make). wandb is
+    imported by check_run_settings, before anything on disk changes, so a missing package is one line; the W&B run
+    (wandb.init with wandb_project, wandb_run_name and the config, as nanoGPT) starts at the first evaluation.
+    Only the master process logs. WANDB_MODE=offline keeps it on this machine."""
+
+    def __init__(self, config, master=True):
+        self.config, self.run = config, None
+        self.wandb = import_wandb() if config["wandb_log"] and master else None
+
+    def log(self, row):
+        """Log one evaluation row of train.py (iter, loss, val_loss, lr)."""
+        if self.wandb is None or row["kind"] != "eval":
+            return
+        if self.run is None:
+            self.run = self.wandb.init(project=self.config["wandb_project"],
+                                       name=self.config["wandb_run_name"] or None, config=dict(self.config))
+        self.run.log({"iter": row["iter"], "train/loss": row["loss"], "val/loss": row["val_loss"], "lr": row["lr"]})

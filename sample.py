@@ -75,7 +75,7 @@ def run(cfg, generate=None):
     model, ckpt = load_model(cfg["out_dir"], device)
     data_dir = resolve_data_dir(ckpt, cfg["data_dir"])
     dataset = ckpt.get("dataset") or os.path.basename(os.path.normpath(data_dir))
-    write_samples(model, load_tokenizer(data_dir), start_text, cfg, device,
+    write_samples(model, load_tokenizer(data_dir, ckpt), start_text, cfg, device,
                   f"{ckpt['path']} (iter {ckpt.get('iter_num', '?')}", dataset, generate)
 
 

@@ -8,8 +8,8 @@ Train a GPT variant on a tokenized dataset (nanoGPT-style, single process or DDP
 In nanoGPT's order: settings, data (get_batch), model and optimizer (setup), get_lr, evaluation, the loop (train).
 Every key of DEFAULTS and every GPTConfig field can be set in a config file or as --key=value (`--help` lists them).
 out_dir gets ckpt.pt (best val loss), last.pt (latest; Ctrl-C saves it, --init_from=resume continues exactly),
-log.csv and loss.png (docs/training.md). What keeps a run safe (one-line errors, the folder's lock, atomic saves,
-exact resume, the log) is called like a library from run_dir.py, checkpoint.py and dataset.py: a learner can skip it.
+log.csv and loss.png. What keeps a run safe (one-line errors, the lock, atomic saves, exact resume, the log) is
+called like a library from run_dir.py, checkpoint.py and dataset.py: a learner can skip it (docs/training.md).
 """
 
 import contextlib
@@ -42,7 +42,9 @@ TRAIN_DEFAULTS = dict(
     eval_iters=200,
     eval_only=False,              # evaluate once and exit
     always_save_checkpoint=False,  # write ckpt.pt at every eval, not only when val loss improves
-    init_from="scratch",          # 'scratch' | 'resume' (out_dir/last.pt) | a checkpoint file (its weights only)
+    init_from="scratch",          # 'scratch' | 'resume' (out_dir/last.pt) | a checkpoint file, ours or nanoGPT's
+                                  # (its weights) | 'gpt2'..'gpt2-xl' or a Hugging Face folder (imported)
+    wandb_log=False, wandb_project="compact-gpt", wandb_run_name="",  # nanoGPT's W&B logging (pip install wandb)
     allow_partial_init=False,     # init_from=<path>: also when only some tensors fit (the rest starts fresh)
     cpu_twin="",                  # GPU recipes: the config to run on a CPU instead (named when run on one)
     # data
@@ -69,6 +71,7 @@ TRAIN_DEFAULTS = dict(
     device="auto",                # 'auto' (cuda > mps > cpu) | 'cpu' | 'cuda' | 'cuda:1' | 'mps'
     dtype="auto",                 # 'auto' (cuda: bf16 if supported, else fp16; fp32 elsewhere) | float32 | ...
     compile=False,                # torch.compile the model
+    backend="nccl",               # DDP's backend on GPUs (nccl | gloo); CPUs use gloo
     num_threads=0,                # CPU threads for torch; 0 = all cores. 1 is faster when other jobs share them
     seed=1337,
 )
@@ -87,9 +90,8 @@ def check_train_config(c, world=1):
 
 
 # --- data ---------------------------------------------------------------------------------------------------------
-# Batches are a pure function of (seed, split, iteration, micro-step): the generator is re-seeded for every batch,
-# so training data does not depend on how often we evaluate, resuming needs no sampler state, and a DDP rank sees
-# exactly the batches a single process would see.
+# Batches are a pure function of (seed, split, iteration, micro-step), so the data does not depend on how often we
+# evaluate, resuming needs no sampler state, and a DDP rank sees exactly the batches one process would see.
 
 def get_batch(path, batch_size, block_size, generator, device=torch.device("cpu"), segments=None):
     """(x, y) of shape (batch_size, block_size): random windows of the token file, y = x shifted by one. segments:
@@ -297,15 +299,14 @@ def save_checkpoint(run, best=False, gather=True):
 # --- training -----------------------------------------------------------------------------------------------------
 
 def train(config, explicit=None, callback=None):
-    """Train with `config` (DEFAULTS updated with it); explicit: the keys the user set (None: see full_config).
-    callback(event, info) is called on every rank at 'iter' (info's loss: a 0-d tensor), 'eval' and 'end' with
-    iter_num, model (the raw module), rank and the logged values. Returns a summary dict (tools/compare.py)."""
+    """Train with `config` (over DEFAULTS); explicit: the keys the user set (None: see full_config). Returns a summary
+    dict; callback(event, info) sees 'iter', 'eval' and 'end' on every rank (tools/compare.py, docs/training.md)."""
     config, explicit = full_config(config, explicit, DEFAULTS)   # refuses unknown keys
     rank, local_rank, world = distributed_env() or (0, None, 1)   # torchrun sets the ranks
     check_train_config(config, world)
     device = resolve_device(config["device"], local_rank)
     with contextlib.ExitStack() as held:   # DDP's process group and out_dir's lock: released however the run ends
-        held.enter_context(process_group(world, device))
+        held.enter_context(process_group(world, device, config["backend"]))
         return train_loop(setup(config, explicit, device, rank, world, held), callback)
 
 

@@ -485,3 +485,18 @@ def test_the_fault_trial_runs_and_judges_its_cases(tmp_path):
         case = fault_trial.Case(name, "self-check", ["{c}/cmd.py"], setup=fault_trial.files(**{"cmd.py": code}))
         got, _ = fault_trial.run_case(case, root, fx, ROOT, dict(os.environ), 60, ())
         assert got.startswith(why), (name, got)
+
+
+def test_bench_out_through_a_symbolic_link_is_written_atomically(tmp_path):
+    """--out names a symbolic link: the link is replaced by the file, as every writer here does (atomic_open);
+    the link's target is left as it was (it used to be overwritten in place)."""
+    from tools.benchmarks.report import write_out
+    for name in ("bench.md", "bench.csv"):
+        target, link = tmp_path / f"target-{name}", tmp_path / name
+        target.write_text("someone else's file\n")
+        link.symlink_to(target)
+        write_out(str(link), "| table |", [{"variant": "gpt", "ms": 1.0}], [])
+        assert target.read_text() == "someone else's file\n"
+        assert not link.is_symlink()
+        assert ("variant,ms" if name.endswith(".csv") else "| table |") in link.read_text()
+    assert not list(tmp_path.glob(".*.tmp"))

@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from configurator import UserError
 from tools import eval as evaluate
 from checkpoint import atomic_save
 from model import GPT, GPTConfig
@@ -130,3 +131,16 @@ def test_an_empty_context_starts_from_the_eot_token():
     tok = SimpleNamespace(eot_token=99, encode=lambda text: [ord(c) for c in text])
     assert evaluate.mc_request(tok, "", "ab", 16) == ([99, ord(" "), ord("a"), ord("b")], 3)
     assert evaluate.mc_request(tok, "  ", "ab", 16) == ([99] + [ord(c) for c in "   ab"], 5)   # its spaces move on
+
+
+@pytest.mark.parametrize("label", [True, False, 2, -1, 1.0, "1"])
+def test_mc_file_refuses_labels_that_are_no_index(tmp_path, label):
+    """A label is an integer index of a choice: true is not choice 1 (json's true is Python's True, an int)."""
+    from tools.eval import read_mc_file
+    path = tmp_path / "task.jsonl"
+    path.write_text(json.dumps({"context": "a", "choices": ["b", "c"], "label": label}) + "\n")
+    with pytest.raises(UserError, match="line 1 is not a JSON object with context") as e:
+        read_mc_file(str(path))
+    assert "\n" not in str(e.value)
+    path.write_text(json.dumps({"context": "a", "choices": ["b", "c"], "label": 1}) + "\n")
+    assert read_mc_file(str(path))[0]["label"] == 1

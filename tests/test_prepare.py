@@ -4,10 +4,15 @@ No network: downloads are monkeypatched to fail, and the GPT-2 ranks come from G
 ../shared/data/gpt2/gpt2.tiktoken (tests needing it skip otherwise). The helpers here serve test_compact_vocab.py
 and test_wikitext103.py too.
 """
+import functools
+import hashlib
+import http.server
 import io
 import json
 import os
 import re
+import subprocess
+import threading
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -22,6 +27,7 @@ from conftest import one_error_line
 import dataset as tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
+SHIPPED = prepare.SHIPPED_SHAKESPEARE
 
 SMALL_TEXT = ("First Citizen:\nBefore we proceed any further, hear me speak.\n\n"
               "All:\nSpeak, speak.\n\nFirst Citizen:\nYou are all resolved rather to die than to famish?\n") * 5
@@ -70,6 +76,7 @@ def test_shakespeare_input_from_env_and_cli(tmp_path, monkeypatch, capsys):
 
 def test_download_failure_is_one_line(tmp_path, monkeypatch, offline):
     monkeypatch.chdir(tmp_path)  # no data/shakespeare_char/input.txt to fall back on
+    monkeypatch.setattr(prepare, "SHIPPED_SHAKESPEARE", str(tmp_path / "not-shipped.txt"))
     with pytest.raises(UserError) as exc:
         prepare.prepare("shakespeare_char", out_dir=str(tmp_path / "sc"))
     msg = str(exc.value)
@@ -77,6 +84,56 @@ def test_download_failure_is_one_line(tmp_path, monkeypatch, offline):
     assert msg.startswith("could not download tinyshakespeare (")
     assert "--input PATH" in msg and "SHAKESPEARE_INPUT" in msg
     assert not list((tmp_path / "sc").glob("*.part"))
+
+
+def test_shipped_text_is_tinyshakespeare_and_tracked():
+    """The quickstart's text ships with the repository (a fresh clone trains offline): the file the download
+    would fetch, byte for byte, and not hidden by .gitignore (data/*/ ignores the prepared folders)."""
+    data = Path(prepare.SHIPPED_SHAKESPEARE).read_bytes()
+    assert len(data) == prepare.SHAKESPEARE_BYTES
+    assert hashlib.sha256(data).hexdigest() == prepare.SHAKESPEARE_SHA256
+    if (ROOT / ".git").exists():
+        ignored = subprocess.run(["git", "check-ignore", "-q", prepare.SHIPPED_SHAKESPEARE], cwd=ROOT)
+        assert ignored.returncode == 1, "data/tinyshakespeare/input.txt is ignored by git"
+
+
+def test_quickstart_needs_no_input_variable(tmp_path, monkeypatch, offline):
+    """No SHAKESPEARE_INPUT, no network, nothing beside the repository: the shipped text is found."""
+    monkeypatch.chdir(tmp_path)
+    prepare.prepare("shakespeare_char", out_dir=str(tmp_path / "sc"))
+    assert read_meta(tmp_path / "sc")["vocab_size"] == 65
+
+
+@pytest.fixture
+def local_server(tmp_path):
+    """An HTTP server on 127.0.0.1 serving tmp_path/www (a real download, no network)."""
+    root = tmp_path / "www"
+    root.mkdir()
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
+    handler.log_message = lambda *args: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield root, f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_download_from_a_local_server(tmp_path, monkeypatch, local_server):
+    """Without the shipped text the quickstart downloads tinyshakespeare; a wrong file (another size or sha256)
+    is refused in one line and leaves nothing behind."""
+    root, url = local_server
+    monkeypatch.delenv("SHAKESPEARE_INPUT", raising=False)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(prepare, "SHIPPED_SHAKESPEARE", str(tmp_path / "not-shipped.txt"))
+    monkeypatch.setattr(prepare, "SHAKESPEARE_URL", url + "/input.txt")
+    (root / "input.txt").write_bytes(Path(SHIPPED).read_bytes())
+    prepare.prepare("shakespeare_char", out_dir=str(tmp_path / "sc"))
+    assert (tmp_path / "sc" / "input.txt").read_bytes() == Path(SHIPPED).read_bytes()
+    (root / "input.txt").write_bytes(b"x" * prepare.SHAKESPEARE_BYTES)   # right size, other text
+    with pytest.raises(UserError, match="sha256 mismatch") as e:
+        prepare.prepare("shakespeare_char", out_dir=str(tmp_path / "other"))
+    assert "\n" not in str(e.value) and not list((tmp_path / "other").glob("*"))
 
 
 def test_missing_explicit_input(tmp_path):
@@ -99,7 +156,6 @@ def test_download_checks_size_and_sha(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="sha256"):
         tokenizer.download("http://example.invalid/f", dest, expected_size=3000, expected_sha256="0" * 64)
     assert not os.path.exists(dest) and not os.path.exists(dest + ".part")
-    import hashlib
     tokenizer.download("http://example.invalid/f", dest, 3000, hashlib.sha256(data).hexdigest())
     assert Path(dest).read_bytes() == data
     # a truncated transfer (fewer bytes than Content-Length) is rejected

@@ -276,6 +276,26 @@ def test_resume_with_a_damaged_log_is_one_line(finished, tmp_path):
     assert without_lock(snapshot(cfg["out_dir"])) == before
 
 
+def test_resume_with_log_rows_that_are_not_numbers(finished, tmp_path, capsys):
+    """A log.csv row edited to text where a number goes (it used to end, after saving last.pt, in a ValueError
+    traceback while drawing loss.png): the row is left out with a note, the run and loss.png complete."""
+    cfg = copy_run(finished, tmp_path)
+    path = os.path.join(cfg["out_dir"], "log.csv")
+    with open(path, newline="") as f:
+        lines = f.read().splitlines(keepends=True)
+    fields = lines[3].split(",")
+    fields[2] = "oops"   # the loss column
+    lines[3] = ",".join(fields)
+    with open(path, "w", newline="") as f:
+        f.writelines(lines)
+    os.remove(os.path.join(cfg["out_dir"], "loss.png"))
+    run(dict(cfg, init_from="resume", max_iters=12))
+    assert "left out 1 row(s) whose values are not numbers (line 4 first)" in capsys.readouterr().out
+    assert os.path.isfile(os.path.join(cfg["out_dir"], "loss.png"))
+    with open(path) as f:
+        assert "oops" not in f.read()
+
+
 @pytest.mark.parametrize("how", ["max_iters=0", "killed before its first save"])
 def test_a_new_run_that_saves_nothing_keeps_the_earlier_runs_log(finished, tmp_path, capsys, how):
     """log.csv and loss.png go with the checkpoints beside them: a new run that writes no checkpoint leaves the

@@ -206,7 +206,8 @@ def read_mc_file(path):
             doc = json.loads(line)
             ok = (isinstance(doc.get("context"), str) and isinstance(doc.get("choices"), list)
                   and len(doc["choices"]) >= 2 and all(isinstance(c, str) and c for c in doc["choices"])
-                  and isinstance(doc.get("label"), int) and 0 <= doc["label"] < len(doc["choices"]))
+                  and isinstance(doc.get("label"), int) and not isinstance(doc["label"], bool)   # true is no index
+                  and 0 <= doc["label"] < len(doc["choices"]))
         except (ValueError, AttributeError):
             ok = False
         if not ok:
@@ -309,7 +310,7 @@ def run_multiple_choice(cfg, model, ckpt, info, block_size, device, dtype):
     if info is not None and not cfg["data_dir"]:
         tok = tokenizer_for(info)
     else:
-        tok = load_tokenizer(resolve_data_dir(ckpt, cfg["data_dir"]))
+        tok = load_tokenizer(resolve_data_dir(ckpt, cfg["data_dir"]), ckpt)
     note = keep_heaviest_branch(model, cfg["keep_heaviest_branch"])
     r = score_multiple_choice(model, tok, docs, block_size, cfg["batch_size"], device, dtype)
     if cfg["log_samples"]:
@@ -403,7 +404,7 @@ def run_eval(cfg):
         raise UserError("perplexity of a Hugging Face model needs token files: --data_dir=<dataset "
                          "tokenized with the model's tokenizer> (fix: e.g. --data_dir=data/wikitext103 for GPT-2)")
     data_dir = resolve_data_dir(ckpt, cfg["data_dir"])
-    meta = load_meta(data_dir)
+    meta = load_meta(data_dir, ckpt)
     if meta.get("vocab_size", 0) > model.config.vocab_size:
         raise UserError(f"{data_dir} has a vocabulary of {meta['vocab_size']} tokens, more than the model's "
                          f"{model.config.vocab_size} (fix: a dataset tokenized with the model's tokenizer)")
@@ -413,7 +414,7 @@ def run_eval(cfg):
     for split in splits:   # before any scoring: whole uint16 ids below vocab_size, at least 2 of them
         split_tokens(data_dir, split, meta["vocab_size"])
     try:
-        tok = load_tokenizer(data_dir)
+        tok = load_tokenizer(data_dir, ckpt)
     except UserError:
         tok = None  # only needed to count words/bytes when meta.json lacks them
     note = keep_heaviest_branch(model, cfg["keep_heaviest_branch"])

@@ -184,7 +184,14 @@ def all_cases():
     add("train_resume_planted", "planted code", train("--init_from=resume", "--max_iters=6"),
         setup=copy_run("out", plant_ckpts), needs=run)
     add("train_init_from_missing", "paths", train("--init_from={c}/nope.pt"), needs=data)
-    add("train_init_from_hf_folder", "paths", train("--init_from={fx}/hf"), needs=hf)
+    add("train_init_from_hf_folder_damaged", "hf folders", train("--init_from={c}/hf"),
+        setup=copy_hf(put={"config.json": "[1, 2]"}), needs=hf)   # the import runs in a subprocess: its one line
+    add("train_init_from_gpt2_offline", "paths", train("--init_from=gpt2"))   # HF_HUB_OFFLINE=1: never the hub
+    # nanoGPT's files: its checkpoints, meta.pkl and config keys
+    add("train_init_from_nanogpt_damaged", "checkpoints", train("--init_from={c}/nano/ckpt.pt"),
+        setup=nanogpt_files(drop="transformer.h.0.mlp.c_fc.weight"), needs=data)
+    add("train_nanogpt_config_key_typo", "keys/types", ["train.py", "{c}/cfg.py", *train()[1:]],
+        setup=files(**{"cfg.py": "wandb_log = False\nwandb_projekt = 'shakespeare-char'\n"}), needs=data)
     add("train_init_from_other_tokenizer", "checkpoints",
         train("--init_from={fx}/run/ckpt.pt", "--data_dir={fx}/data2"), needs=run + data2)
     add("train_init_from_nan_weights", "checkpoints", train("--init_from={c}/run/ckpt.pt"),
@@ -196,6 +203,16 @@ def all_cases():
     add("train_second_writer", "second writer", train("--out_dir={c}/out"), setup=copy_run("out"), needs=run,
         holder="out")
 
+    # sample.py: nanoGPT's checkpoints and data folders
+    add("sample_nanogpt_meta_pkl_planted", "planted code",
+        ["sample.py", "--out_dir={c}/nano", "--data_dir={c}/nanodata", "--device=cpu"], setup=nanogpt_files(plant=True))
+    add("sample_nanogpt_meta_pkl_not_a_vocabulary", "damaged files",
+        ["sample.py", "--out_dir={c}/nano", "--data_dir={c}/nanodata", "--device=cpu"],
+        setup=nanogpt_files(meta={"vocab_size": 65, "itos": [1, 2]}))
+    add("sample_nanogpt_untied_head", "checkpoints", ["sample.py", "--out_dir={c}/nano", "--data_dir={c}/nanodata"],
+        setup=nanogpt_files(untie=True))
+    add("eval_nanogpt_no_vocabulary", "paths", tool("eval", "--out_dir={c}/nano", "--data_dir={c}/nodata"),
+        setup=chain(nanogpt_files(), folders("nodata")))
     # sample.py
     add("sample_unknown_key", "keys/types", sample("--temp=0.5"), needs=run)
     add("sample_wrong_type", "keys/types", sample("--top_k=many"), needs=run)
@@ -304,6 +321,9 @@ def all_cases():
         setup=files(**{"t.jsonl": "{not json\n"}), needs=run)
     add("eval_mc_label_out_of_range", "damaged files", tool("eval", *ev, "--mc_file={c}/t.jsonl"),
         setup=files(**{"t.jsonl": json.dumps({"context": "a", "choices": ["b", "c"], "label": 7}) + "\n"}),
+        needs=run)
+    add("eval_mc_label_boolean", "damaged files", tool("eval", *ev, "--mc_file={c}/t.jsonl"),
+        setup=files(**{"t.jsonl": json.dumps({"context": "a", "choices": ["b", "c"], "label": True}) + "\n"}),
         needs=run)
     add("eval_log_samples_is_folder", "paths", tool("eval", *ev, "--mc_file={c}/t.jsonl", "--log_samples={c}"),
         setup=files(**{"t.jsonl": json.dumps({"context": "a", "choices": ["b", "c"], "label": 0}) + "\n"}),
@@ -608,6 +628,43 @@ def plant_ckpts(folder):
         ckpt = torch.load(path, weights_only=True)
         ckpt["note"] = Planted(marker)
         torch.save(ckpt, path)
+
+
+def nanogpt_files(drop="", untie=False, plant=False, meta=None):
+    """setup: a checkpoint in nanoGPT's format in {c}/nano/ckpt.pt (tiny, random; its state_dict names, a 0-d tensor
+    best_val_loss, torch.compile's prefix) and its data folder {c}/nanodata (meta.pkl, train.bin, val.bin). drop: a
+    weight left out; untie: an lm_head other than wte; plant: a meta.pkl whose unpickling would create the marker
+    file; meta: another meta.pkl content."""
+    def setup(c, fx):
+        import pickle
+        import numpy as np
+        import torch
+        torch.manual_seed(0)
+        chars = [chr(i) for i in range(32, 97)]
+        C, V, T = 16, len(chars), 16
+        sd = {"transformer.wte.weight": torch.randn(V, C), "transformer.wpe.weight": torch.randn(T, C),
+              "transformer.ln_f.weight": torch.ones(C)}
+        shapes = {"ln_1": (C,), "attn.c_attn": (3 * C, C), "attn.c_proj": (C, C), "ln_2": (C,),
+                  "mlp.c_fc": (4 * C, C), "mlp.c_proj": (C, 4 * C)}
+        sd.update({f"transformer.h.0.{k}.weight": torch.randn(*shape) for k, shape in shapes.items()})
+        sd["lm_head.weight"] = torch.randn(V, C) if untie else sd["transformer.wte.weight"]
+        sd.pop(drop, None)
+        args = dict(n_layer=1, n_head=2, n_embd=C, block_size=T, bias=False, vocab_size=V, dropout=0.0)
+        os.makedirs(os.path.join(c, "nano"))
+        torch.save({"model": {"_orig_mod." + k: v for k, v in sd.items()}, "optimizer": {}, "model_args": args,
+                    "iter_num": 250, "best_val_loss": torch.tensor(2.5), "config": dict(args, dataset="nanodata")},
+                   os.path.join(c, "nano", "ckpt.pt"))
+        data = os.path.join(c, "nanodata")
+        os.makedirs(data)
+        for split in ("train", "val"):
+            (np.arange(200) % V).astype(np.uint16).tofile(os.path.join(data, f"{split}.bin"))
+        content = meta or {"vocab_size": V, "itos": dict(enumerate(chars)),
+                           "stoi": {ch: i for i, ch in enumerate(chars)}}
+        if plant:
+            content = dict(content, note=Planted(os.path.join(c, MARKER)))
+        with open(os.path.join(data, "meta.pkl"), "wb") as f:
+            pickle.dump(content, f)
+    return setup
 
 
 def copy_cmp(edit=None):
@@ -919,7 +976,9 @@ def trial(cfg):
         shutil.copytree(ROOT, repo, ignore=COPY_IGNORE)
         code = snapshot(repo)   # no command may write beside the code either (e.g. a path taken from its folder)
         fx = os.path.join(root, "fixtures")
-        env = dict(os.environ, PYTHONPATH=repo, OMP_NUM_THREADS="1", MPLBACKEND="Agg")
+        env = dict(os.environ, PYTHONPATH=repo, OMP_NUM_THREADS="1", MPLBACKEND="Agg", HF_HUB_OFFLINE="1")
+        # the copy leaves data/ out, the shipped tinyshakespeare with it: the fixtures read the repository's
+        env.setdefault("SHAKESPEARE_INPUT", os.path.join(ROOT, "data", "tinyshakespeare", "input.txt"))
         build_fixtures({n for c in cases for n in c.needs}, fx, repo, env, cfg["workers"])
         print(f"fixtures built in {time.time() - t0:.0f} s; {len(cases)} cases, {cfg['workers']} at a time", flush=True)
         failed = 0

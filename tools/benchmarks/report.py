@@ -5,6 +5,8 @@ among them) and the CSV / Markdown output of --out, for tools/bench.py.
 
 import csv
 
+from checkpoint import atomic_open
+
 
 def short(v):
     """A number for a progress line: floats to 4 significant digits."""
@@ -131,16 +133,18 @@ def write_csv(path, records):
     keys = []
     for r in records:
         keys += [k for k in r if k not in keys]
-    with open(path, "w", newline="") as f:
+    with atomic_open(path, "w") as f:
         w = csv.DictWriter(f, fieldnames=keys)
         w.writeheader()
         w.writerows(records)
 
 
 def write_out(path, text, rows, samples):
+    """--out, written atomically like every other file here: a symbolic link named by --out is replaced by
+    the file, its target left as it was."""
     if path.endswith(".csv"):
         write_csv(path, rows + [dict(s, seq="sample" if "sample_tok_s_cache" in s else "decode") for s in samples])
     else:
-        with open(path, "w", encoding="utf-8") as f:
+        with atomic_open(path, "w") as f:
             f.write(text + "\n")
 

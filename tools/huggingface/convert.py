@@ -270,20 +270,14 @@ class Tensors:
 
 
 def gpt2_state_dict(tensors, config):
-    """Our state_dict from GPT2LMHeadModel tensors. Conv1D stores weights as (in, out): transpose."""
-    t = Tensors({k.removeprefix("transformer."): v for k, v in tensors.items()
-                 if not k.endswith((".attn.bias", ".attn.masked_bias"))})  # old files keep the causal mask
-    sd = {"tok_emb.wte.weight": t.take("wte.weight"), "pos_emb.weight": t.take("wpe.weight")}
-    for i in range(config.n_layer):
-        h, a, m = f"h.{i}.", f"branches.0.attn.{i}.", f"branches.0.mlp.{i}."
-        for ours, theirs in ((a + "norm", h + "ln_1"), (m + "norm", h + "ln_2")):
-            sd[ours + ".weight"], sd[ours + ".bias"] = t.take(theirs + ".weight"), t.take(theirs + ".bias")
-        for ours, theirs in ((a + "inner.qkv_proj", h + "attn.c_attn"), (a + "inner.out_proj", h + "attn.c_proj"),
-                             (m + "inner.up", h + "mlp.c_fc"), (m + "inner.down", h + "mlp.c_proj")):
-            sd[ours + ".weight"] = t.take(theirs + ".weight").t()
-            sd[ours + ".bias"] = t.take(theirs + ".bias")
-    sd["ln_f.weight"], sd["ln_f.bias"] = t.take("ln_f.weight"), t.take("ln_f.bias")
-    return with_head(sd, t, config)
+    """Our state_dict from GPT2LMHeadModel tensors: GPT-2's names, mapped as nanoGPT checkpoints are
+    (checkpoint.gpt2_layout_state_dict); Conv1D stores weights as (in, out): transposed."""
+    from checkpoint import gpt2_layout_state_dict
+    try:
+        sd, left = gpt2_layout_state_dict(tensors, config.n_layer, bias=True, conv1d=True)
+    except UserError as e:
+        raise ConversionError(str(e)) from None
+    return with_head(sd, Tensors(left), config)
 
 
 def llama_state_dict(tensors, config):

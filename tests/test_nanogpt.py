@@ -1,0 +1,357 @@
+"""What nanoGPT users bring works here unchanged: its checkpoints (sample.py, tools.eval, train.py
+--init_from), its data folders (meta.pkl, read as data only), its config files (wandb_*, backend), init_from=<a
+Hugging Face GPT-2>. The checkpoint and config files are written here in nanoGPT's formats (karpathy/nanoGPT:
+train.py's checkpoint dict, data/shakespeare_char/prepare.py's meta.pkl, config/train_shakespeare_char.py), and
+nanoGPT's forward is re-implemented below from its model.py's equations, to compare logits with."""
+import math
+import os
+import pickle
+import sys
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import checkpoint
+import dataset
+import train
+from checkpoint import load_checkpoint, load_init_checkpoint, load_model
+from configurator import UserError
+from conftest import one_error_line
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+CHARS = sorted(set("\n !$&',-.3:;?ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"))   # shakespeare_char's 65
+ARGS = dict(n_layer=2, n_head=2, n_embd=16, block_size=16, bias=True, vocab_size=len(CHARS), dropout=0.0)
+
+
+def nanogpt_logits(sd, args, idx):
+    """nanoGPT's GPT.forward (its model.py) from its equations, over its state_dict: logits at every position.
+    Pre-norm blocks x + attn(ln_1(x)), x + mlp(ln_2(x)); LayerNorm eps 1e-5 with an optional bias; causal softmax
+    attention scaled by 1/sqrt(head size); MLP c_proj(GELU(c_fc(x))) with exact GELU; lm_head tied to wte."""
+    C, H = args["n_embd"], args["n_head"]
+    B, T = idx.shape
+
+    def linear(x, name):
+        return F.linear(x, sd[name + ".weight"], sd.get(name + ".bias"))
+
+    def norm(x, name):
+        return F.layer_norm(x, (C,), sd[name + ".weight"], sd.get(name + ".bias"), 1e-5)
+
+    x = sd["transformer.wte.weight"][idx] + sd["transformer.wpe.weight"][:T]
+    causal = torch.ones(T, T, dtype=torch.bool).tril()
+    for i in range(args["n_layer"]):
+        h = f"transformer.h.{i}."
+        qkv = linear(norm(x, h + "ln_1"), h + "attn.c_attn").split(C, 2)
+        q, k, v = (t.view(B, T, H, C // H).transpose(1, 2) for t in qkv)
+        att = (q @ k.transpose(-2, -1) / math.sqrt(C // H)).masked_fill(~causal, float("-inf")).softmax(-1)
+        x = x + linear((att @ v).transpose(1, 2).reshape(B, T, C), h + "attn.c_proj")
+        x = x + linear(F.gelu(linear(norm(x, h + "ln_2"), h + "mlp.c_fc")), h + "mlp.c_proj")
+    return norm(x, "transformer.ln_f") @ sd["lm_head.weight"].t()
+
+
+def nanogpt_state_dict(args, seed=0, mask_buffer=False):
+    """Random weights under nanoGPT's names and shapes (nn.Linear: (out, in)); lm_head is wte (tied). mask_buffer:
+    the causal-mask buffers nanoGPT registers as `attn.bias` when PyTorch has no flash attention."""
+    g = torch.Generator().manual_seed(seed)
+    C, V, T = args["n_embd"], args["vocab_size"], args["block_size"]
+
+    def rand(*shape, mean=0.0):
+        return mean + 0.3 * torch.randn(*shape, generator=g)
+
+    sd = {"transformer.wte.weight": rand(V, C), "transformer.wpe.weight": rand(T, C)}
+    shapes = {"ln_1": (C,), "attn.c_attn": (3 * C, C), "attn.c_proj": (C, C), "ln_2": (C,), "mlp.c_fc": (4 * C, C),
+              "mlp.c_proj": (C, 4 * C)}
+    for i in range(args["n_layer"]):
+        for name, shape in shapes.items():
+            key = f"transformer.h.{i}.{name}"
+            sd[key + ".weight"] = rand(*shape, mean=1.0 if name.startswith("ln") else 0.0)
+            if args["bias"]:
+                sd[key + ".bias"] = rand(shape[0])
+        if mask_buffer:
+            sd[f"transformer.h.{i}.attn.bias"] = torch.ones(T, T).tril().view(1, 1, T, T)
+    sd["transformer.ln_f.weight"] = rand(C, mean=1.0)
+    if args["bias"]:
+        sd["transformer.ln_f.bias"] = rand(C)
+    sd["lm_head.weight"] = sd["transformer.wte.weight"]
+    return sd
+
+
+NANOGPT_CONFIG = dict(out_dir="out-shakespeare-char", eval_interval=250, log_interval=10, eval_iters=200,
+                      eval_only=False, always_save_checkpoint=False, init_from="scratch", wandb_log=False,
+                      wandb_project="shakespeare-char", wandb_run_name="mini-gpt", dataset="shakespeare_char",
+                      gradient_accumulation_steps=1, batch_size=64, block_size=256, n_layer=6, n_head=6, n_embd=384,
+                      dropout=0.2, bias=False, learning_rate=1e-3, max_iters=5000, weight_decay=0.1, beta1=0.9,
+                      beta2=0.99, grad_clip=1.0, decay_lr=True, warmup_iters=100, lr_decay_iters=5000, min_lr=1e-4,
+                      backend="nccl", device="cpu", dtype="float32", compile=True)
+
+
+def write_nanogpt_checkpoint(out_dir, args=ARGS, compiled=False, seed=0, mask_buffer=False):
+    """ckpt.pt exactly as nanoGPT's train.py saves it (torch.save of its dict; best_val_loss a 0-d tensor;
+    torch.compile's `_orig_mod.` prefix when compiled). Returns nanoGPT's state_dict."""
+    sd = nanogpt_state_dict(args, seed, mask_buffer)
+    params = [v for k, v in sd.items() if not k.endswith("attn.bias") and k != "lm_head.weight"]
+    optimizer = torch.optim.AdamW([{"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},
+                                   {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}])
+    prefix = "_orig_mod." if compiled else ""
+    os.makedirs(out_dir, exist_ok=True)
+    torch.save({"model": {prefix + k: v for k, v in sd.items()}, "optimizer": optimizer.state_dict(),
+                "model_args": dict(args), "iter_num": 250, "best_val_loss": torch.tensor(1.4697),
+                "config": dict(NANOGPT_CONFIG, **args)}, os.path.join(out_dir, "ckpt.pt"))
+    return sd
+
+
+def write_nanogpt_data(data_dir, n_train=400, n_val=40):
+    """data/shakespeare_char/ as nanoGPT's prepare.py writes it: train.bin, val.bin (uint16) and meta.pkl."""
+    os.makedirs(data_dir, exist_ok=True)
+    rng = np.random.default_rng(0)
+    for split, n in (("train", n_train), ("val", n_val)):
+        rng.integers(0, len(CHARS), n).astype(np.uint16).tofile(os.path.join(data_dir, f"{split}.bin"))
+    with open(os.path.join(data_dir, "meta.pkl"), "wb") as f:
+        pickle.dump({"vocab_size": len(CHARS), "itos": dict(enumerate(CHARS)),
+                     "stoi": {c: i for i, c in enumerate(CHARS)}}, f)
+
+
+@pytest.fixture
+def nanogpt_run(tmp_path, monkeypatch):
+    """A nanoGPT repository's layout in tmp_path (the current directory): out-shakespeare-char/ckpt.pt and
+    data/shakespeare_char/ (meta.pkl). Returns (out_dir, data_dir, nanoGPT's state_dict)."""
+    monkeypatch.chdir(tmp_path)
+    sd = write_nanogpt_checkpoint("out-shakespeare-char", compiled=True)
+    write_nanogpt_data(os.path.join("data", "shakespeare_char"))
+    return "out-shakespeare-char", os.path.join("data", "shakespeare_char"), sd
+
+
+# --- checkpoints: the same network ------------------------------------------------------------------
+
+@pytest.mark.parametrize("bias, compiled, mask_buffer", [(True, False, False), (False, True, True)])
+def test_logits_equal_nanogpts(tmp_path, bias, compiled, mask_buffer):
+    args = dict(ARGS, bias=bias)
+    sd = write_nanogpt_checkpoint(str(tmp_path), args, compiled=compiled, seed=3, mask_buffer=mask_buffer)
+    model, ckpt = load_model(str(tmp_path))
+    assert ckpt["best_val_loss"] == pytest.approx(1.4697) and isinstance(ckpt["best_val_loss"], float)
+    assert ckpt["iter_num"] == 250 and ckpt["dataset"] == "shakespeare_char" and ckpt["optimizer"] is None
+    idx = torch.randint(0, args["vocab_size"], (3, args["block_size"]), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        ours = model(idx, all_logits=True)[0]
+        theirs = nanogpt_logits(sd, args, idx)
+    assert theirs.abs().max() > 1 and ours.shape == theirs.shape
+    torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
+    # a wrong mapping is caught: swapping two layers' weights changes the logits
+    swapped = {k.replace("h.0.", "h.X.").replace("h.1.", "h.0.").replace("h.X.", "h.1."): v for k, v in sd.items()}
+    assert not torch.allclose(nanogpt_logits(swapped, args, idx), theirs, atol=1e-3)
+
+
+@pytest.mark.parametrize("damage, words", [
+    (lambda c: c["model"].pop("transformer.h.1.mlp.c_fc.weight"), ["no 'h.1.mlp.c_fc.weight'"]),
+    (lambda c: c["model"].update(extra=torch.zeros(2)), ["1 tensors its GPT does not have", "extra"]),
+    (lambda c: c["model"].update({"lm_head.weight": torch.zeros(len(CHARS), 16)}), ["lm_head.weight", "ties"]),
+    (lambda c: c["model_args"].pop("n_embd"), ["model_args lack n_embd"]),
+    (lambda c: c.update(best_val_loss=torch.zeros(3)), ["best_val_loss is a tensor of shape (3,)"]),
+])
+def test_damaged_nanogpt_checkpoints_are_one_line(tmp_path, damage, words):
+    write_nanogpt_checkpoint(str(tmp_path))
+    path = str(tmp_path / "ckpt.pt")
+    ckpt = torch.load(path, weights_only=True)
+    damage(ckpt)
+    torch.save(ckpt, path)
+    with pytest.raises(UserError) as e:
+        load_checkpoint(path)
+    assert "\n" not in str(e.value) and "(fix: " in str(e.value) and all(w in str(e.value) for w in words)
+
+
+def test_sample_and_eval_read_nanogpts_folders(nanogpt_run, capsys):
+    """sample.py and tools.eval on nanoGPT's out_dir: the vocabulary from data/<its dataset>/meta.pkl (or
+    --data_dir), the loss over val.bin that of nanoGPT's forward."""
+    import sample
+    from tools import eval as eval_script
+    out_dir, data_dir, sd = nanogpt_run
+    sample.main([f"--out_dir={out_dir}", "--start=ROMEO:", "--num_samples=1", "--max_new_tokens=12", "--device=cpu"])
+    text = capsys.readouterr().out.split("---------------")[0]
+    assert text.startswith("ROMEO:") and len(text) == len("ROMEO:") + 12 + 1 and set(text) <= set(CHARS)
+    moved = os.path.join("elsewhere", "sc")
+    os.renames(data_dir, moved)
+    one_error_line(sample.main, [f"--out_dir={out_dir}"], "no meta.pkl", "--data_dir=")
+    sample.main([f"--out_dir={out_dir}", f"--data_dir={moved}", "--num_samples=1", "--max_new_tokens=3"])
+    np.arange(12, dtype=np.uint16).tofile(os.path.join(moved, "val.bin"))   # one window: the loss is one forward's
+    eval_script.main([f"--out_dir={out_dir}", f"--data_dir={moved}", "--device=cpu"])
+    out = capsys.readouterr().out
+    val = torch.from_numpy(np.fromfile(os.path.join(moved, "val.bin"), dtype=np.uint16).astype(np.int64))
+    loss = F.cross_entropy(nanogpt_logits(sd, ARGS, val[None, :-1])[0], val[1:])
+    assert f"| val | {len(val) - 1} |" in out and f"{loss.item():.4f}" in out
+
+
+def test_gpt2_vocabulary_when_the_folder_has_none(tmp_path, gpt2_file):
+    """As nanoGPT's sample.py: a nanoGPT checkpoint whose data folder has no meta.pkl is GPT-2 BPE; for ours, a
+    missing meta.json stays an error."""
+    meta = dataset.load_meta(str(tmp_path / "openwebtext"), {"format": "nanogpt"})
+    assert meta["tokenizer"] == "gpt2" and meta["vocab_size"] == 50257
+    assert dataset.load_tokenizer(str(tmp_path), {"format": "nanogpt"}).encode("Hello world") == [15496, 995]
+    with pytest.raises(UserError, match="meta.json not found"):
+        dataset.load_meta(str(tmp_path))
+
+
+class Planted:
+    """What a planted meta.pkl holds: unpickling it would call open(marker, 'w')."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return open, (self.marker, "w")
+
+
+@pytest.mark.parametrize("content, words", [
+    (lambda marker: {"vocab_size": 2, "itos": {0: "a", 1: "b"}, "x": Planted(marker)},
+     ["refusing", "names io.open", "run code"]),
+    (lambda marker: {"vocab_size": 3, "itos": {0: "a", 1: "b"}}, ["not nanoGPT's char vocabulary"]),
+    (lambda marker: {"vocab_size": 2, "itos": {0: "a", 1: b"b"}}, ["plain containers"]),
+])
+def test_meta_pkl_is_read_as_data_only(nanogpt_run, content, words):
+    """A planted meta.pkl runs no code: refused in one line, before anything of it runs."""
+    import sample
+    out_dir, data_dir, _ = nanogpt_run
+    marker = os.path.abspath("ran-code")
+    with open(os.path.join(data_dir, "meta.pkl"), "wb") as f:
+        pickle.dump(content(marker), f)
+    one_error_line(sample.main, [f"--out_dir={out_dir}", "--max_new_tokens=2"], *words)
+    assert not os.path.exists(marker)
+
+
+# --- train.py: nanoGPT's checkpoints, config files, init_from='gpt2*', W&B ------------------------------
+
+TINY = ["--n_layer=1", "--n_head=2", "--n_embd=16", "--block_size=16", "--batch_size=2", "--eval_iters=1",
+        "--device=cpu", "--num_threads=1", "--compile=False"]
+
+# nanoGPT's config/train_shakespeare_char.py, unchanged
+TRAIN_SHAKESPEARE_CHAR = """\
+# train a miniature character-level shakespeare model
+# good for debugging and playing on macbooks and such
+
+out_dir = 'out-shakespeare-char'
+eval_interval = 250 # keep frequent because we'll overfit
+eval_iters = 200
+log_interval = 10 # don't print too too often
+
+# we expect to overfit on this small dataset, so only save when val improves
+always_save_checkpoint = False
+
+wandb_log = False # override via command line if you like
+wandb_project = 'shakespeare-char'
+wandb_run_name = 'mini-gpt'
+
+dataset = 'shakespeare_char'
+gradient_accumulation_steps = 1
+batch_size = 64
+block_size = 256 # context of up to 256 previous characters
+
+# baby GPT model :)
+n_layer = 6
+n_head = 6
+n_embd = 384
+dropout = 0.2
+
+learning_rate = 1e-3 # with baby networks can afford to go a bit higher
+max_iters = 5000
+lr_decay_iters = 5000 # make equal to max_iters usually
+min_lr = 1e-4 # learning_rate / 10 usually
+beta2 = 0.99 # make a bit bigger because number of tokens per iter is small
+
+warmup_iters = 100 # not super necessary potentially
+
+# on macbook also add
+# device = 'cpu'  # run on cpu only
+# compile = False # do not torch compile the model
+"""
+
+
+def test_train_from_a_nanogpt_checkpoint(nanogpt_run, capsys):
+    """--init_from=<nanoGPT's ckpt.pt> on nanoGPT's data folder (meta.pkl, nothing written into it)."""
+    out_dir, data_dir, _ = nanogpt_run
+    before = sorted(os.listdir(data_dir))
+    summary = train.main([f"--init_from={out_dir}/ckpt.pt", f"--data_dir={data_dir}", "--out_dir=ours",
+                          "--max_iters=2", "--eval_iters=1", "--batch_size=2", "--device=cpu", "--num_threads=1"])
+    n = len(load_checkpoint(out_dir)["model"])   # every tensor: the mapped weights fit our gpt model
+    assert f"initialized {n}/{n} tensors from {out_dir}/ckpt.pt" in capsys.readouterr().out
+    assert summary["iter_num"] == 2 and math.isfinite(summary["best_val_loss"])
+    assert summary["model_args"]["n_layer"] == 2 and summary["model_args"]["activation"] == "gelu"
+    assert sorted(os.listdir(data_dir)) == before
+
+
+def test_nanogpts_config_file_runs(tmp_path, monkeypatch, capsys):
+    """nanoGPT's config/train_shakespeare_char.py, unchanged, with the tiny overrides of a test, and backend."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train_shakespeare_char.py").write_text(TRAIN_SHAKESPEARE_CHAR)
+    write_nanogpt_data(str(tmp_path / "data" / "shakespeare_char"))
+    summary = train.main(["train_shakespeare_char.py", *TINY, "--max_iters=2", "--eval_interval=1", "--backend=gloo"])
+    assert summary["iter_num"] == 2 and os.path.isfile(tmp_path / "out-shakespeare-char" / "ckpt.pt")
+    one_error_line(train.main, [*TINY, "--backend=mpi", "--out_dir=out2"], "backend must be nccl or gloo")
+    assert not os.path.exists(tmp_path / "out2")
+
+
+def test_wandb_logs_nanogpts_values_offline(tmp_path, monkeypatch):
+    """wandb_log=True logs at each eval what nanoGPT logs (but mfu), in wandb's offline mode (no network)."""
+    wandb = pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.chdir(tmp_path)
+    write_nanogpt_data(str(tmp_path / "data" / "shakespeare_char"))
+    try:
+        summary = train.main([*TINY, "--max_iters=2", "--eval_interval=1", "--wandb_log=True",
+                              "--wandb_project=shakespeare-char", "--wandb_run_name=mini-gpt", "--out_dir=out"])
+        run = wandb.run
+        assert run.project == "shakespeare-char" and run.name == "mini-gpt" and run.config["max_iters"] == 2
+        last, logged = summary["evals"][-1], dict(run.summary)
+        assert {k: logged[k] for k in ("iter", "train/loss", "val/loss")} == \
+            {"iter": 2, "train/loss": last["loss"], "val/loss": last["val_loss"]}
+        assert logged["lr"] == pytest.approx(last["lr"]) and "mfu" not in logged and logged["_step"] == 2
+    finally:
+        wandb.finish()
+    assert list((tmp_path / "wandb").glob("offline-run-*"))
+
+
+def test_wandb_missing_is_one_line_before_any_file(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "wandb", None)   # import wandb raises ImportError
+    monkeypatch.chdir(tmp_path)
+    one_error_line(train.main, [*TINY, "--wandb_log=True", "--out_dir=out"], "pip install wandb")
+    assert os.listdir(tmp_path) == []   # not even data/shakespeare_char was prepared
+
+
+def write_hf_gpt2(path, sd, args):
+    """A transformers GPT2LMHeadModel folder holding nanoGPT's weights `sd` (config.json + model.safetensors, as
+    save_pretrained writes them; Conv1D keeps the Linear weights transposed), written without transformers."""
+    import json
+    from safetensors.torch import save_file
+    os.makedirs(path)
+    linear = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
+    save_file({k: (v.t() if k.endswith(linear) else v).contiguous() for k, v in sd.items() if k != "lm_head.weight"},
+              os.path.join(path, "model.safetensors"))
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump({"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": args["vocab_size"],
+                   "n_positions": args["block_size"], "n_embd": args["n_embd"], "n_layer": args["n_layer"],
+                   "n_head": args["n_head"], "activation_function": "gelu", "layer_norm_epsilon": 1e-5}, f)
+
+
+def test_init_from_a_hugging_face_gpt2(tmp_path, monkeypatch, capsys):
+    """init_from=<a Hugging Face GPT-2 folder> (no network): imported by tools.huggingface.convert in a subprocess;
+    what train.py then trains computes nanoGPT's (= GPT-2's, with exact GELU) logits on those weights (one step
+    at lr 1e-12 changes nothing measurable). init_from='gpt2' offline is a fault trial case (tools/fault_trial.py)."""
+    pytest.importorskip("safetensors")
+    monkeypatch.chdir(tmp_path)
+    sd = nanogpt_state_dict(ARGS, seed=5)
+    write_hf_gpt2("hf-gpt2", sd, ARGS)
+    write_nanogpt_data(os.path.join("data", "shakespeare_char"))
+    summary = train.main(["--init_from=hf-gpt2", "--max_iters=1", "--eval_iters=1", "--batch_size=2",
+                          "--learning_rate=1e-12", "--min_lr=0", "--device=cpu", "--num_threads=1"])
+    n = len(load_checkpoint("out")["model"])
+    assert summary["iter_num"] == 1
+    assert f"initialized {n}/{n} tensors from hf-gpt2" in capsys.readouterr().out
+    model, _ = load_model("out")
+    idx = torch.randint(0, len(CHARS), (2, ARGS["block_size"]), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        torch.testing.assert_close(model(idx, all_logits=True)[0], nanogpt_logits(sd, ARGS, idx), rtol=1e-5, atol=1e-5)
+    config = dict(train.DEFAULTS, init_from="gpt2-medium")   # nanoGPT's names go to the same import (a download)
+    train.check_train_config(config)
+    assert checkpoint.is_hf_source("gpt2-xl") and not checkpoint.is_hf_source("gpt3")
