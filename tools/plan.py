@@ -35,6 +35,7 @@ import variants
 from checkpoint import load_checkpoint
 from configurator import UserError, load_config
 from model import GPT, GPTConfig
+from tools.flops import matmul_params
 
 MODEL_FIELDS = {f.name: f.default for f in dataclasses.fields(GPTConfig)}
 DEFAULTS = dict(
@@ -104,11 +105,6 @@ class Plan:
         return 2 * self.weights_per_token + self.attention_flops()
 
 
-def matmul_weights(module):
-    """Weights of a module's matmuls (Linear, Conv1d): its >= 2-D parameters."""
-    return sum(p.numel() for p in module.parameters() if p.dim() >= 2)
-
-
 def residual_form(sub):
     form = f"{'post' if sub.post_norm else 'pre'}-{type(sub.norm).__name__}"
     return form + (", enhanced" if sub.alpha_logit is not None else "")
@@ -140,12 +136,12 @@ def read_applications(model):
         for layer, (a, m) in enumerate(zip(stack.attn_index, stack.mlp_index)):
             ffn = stack.mlp[m]
             width = ffn.inner.up.in_features
-            weights = matmul_weights(ffn)
+            weights = matmul_params(ffn)
             n_head = n_kv_head = kv_bytes = 0
             if a is not None:
                 attn = stack.attn[a].inner
                 n_head, n_kv_head = attn.n_head, attn.n_kv_head
-                weights += matmul_weights(stack.attn[a])
+                weights += matmul_params(stack.attn[a])
                 # keys and values of this application; Deep Thinking: and a memory, for each thinking pass
                 per_pass = 2 * n_kv_head * attn.head_dim * attn.qkv_proj.weight.element_size()
                 kv_bytes = per_pass * (2 * steps if steps else 1)
@@ -153,7 +149,7 @@ def read_applications(model):
             if layer in stack.shrink_after:
                 module = stack.shrink[stack.shrink_after.index(layer)]
                 shrink, width_out = shrink_layer(module)
-                weights += matmul_weights(module)
+                weights += matmul_params(module)
             rows.append(Application(b, layer, a, m, n_head, n_kv_head, mlp_name(cfg, ffn.inner),
                                     ffn.inner.up.out_features, width, width_out, shrink, residual_form(ffn), kv_bytes,
                                     weights))
