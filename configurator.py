@@ -18,6 +18,7 @@ one-line message naming the problem and the fix; only the scripts' main() turns 
 import argparse
 import ast
 import difflib
+import math
 import os
 import re
 import sys
@@ -70,6 +71,23 @@ def run_command(command, defaults, argv=None, bool_flags=(), errors=UserError):
         if not out_of_memory(e):
             raise
         raise SystemExit(f"error: {out_of_memory(e)} (fix: lower the sizes, counts or batch sizes you gave)") from None
+
+
+MIN_TEMPERATURE = 1e-6   # float32 logits / 1e-6 stay finite (|logit| < 1e32); float32 rounds 1e-300 itself to 0
+
+
+def check_temperature(temperature, key="temperature"):
+    """UserError unless the sampling temperature is 0 (greedy) or a finite number >= MIN_TEMPERATURE: below it
+    logits / temperature overflows to inf, and NaN or inf (a config file's float("nan"), or 1e999) made every
+    probability NaN or equal, sampling garbage without a word. sample.py and tools/compare.py check it here."""
+    if temperature < 0:
+        raise UserError(f"--{key} must be >= 0, got {temperature:g} (fix: 0 means greedy)")
+    if not math.isfinite(temperature):
+        raise UserError(f"--{key}={temperature} is not a finite number (fix: e.g. --{key}=0.8, or 0 for greedy "
+                        f"decoding)")
+    if 0 < temperature < MIN_TEMPERATURE:   # logits / temperature would overflow to inf: NaN probabilities
+        raise UserError(f"--{key}={temperature:g} is too small to divide the logits by (fix: --{key}=0 for greedy "
+                        f"decoding, or {MIN_TEMPERATURE:g} or more)")
 
 
 def out_of_memory(e):

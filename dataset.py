@@ -6,8 +6,9 @@ Tokenizers, as meta.json describes them:
     char      CharTokenizer: one id per character of meta["chars"]
     gpt2      GPT-2 BPE (tiktoken; offline from GPT2_TIKTOKEN_FILE when set)
     compact   a subset of GPT-2's tokens (paper 003, 2.1, chosen by tools/pangu/compact_vocab.py), meta["tokens"]
-What sample.py needs of it: the tokenizer (load_tokenizer), a prompt to ids (encode_start) and back (render).
-train.py reads the token files itself (get_batch).
+What sample.py needs of it: the tokenizer (load_tokenizer), the prompt (read_start), its ids (encode_start) and
+back to text (render). What prepare.py and the tools need: downloading an input (download), writing the folder
+(begin_writing, write_bin, write_meta). train.py reads the token files itself (get_batch).
 """
 
 import base64
@@ -15,7 +16,12 @@ import functools
 import hashlib
 import json
 import os
+import sys
+import time
 
+import numpy as np
+
+from checkpoint import atomic_open, remove_stale_temp_files
 from configurator import UserError
 
 
@@ -191,8 +197,22 @@ def tokenizer_from_meta(meta):
     raise UserError(f"unknown tokenizer {kind!r} in meta.json (fix: re-run prepare.py; it writes char, gpt2 or compact)")
 
 
-def encode_start(tok, text, dataset):
-    """Token ids of the prompt; characters the (char-level) vocabulary lacks are a one-line error."""
+def read_start(start):
+    """The prompt text of --start: the text itself, or the contents of the file named by FILE:path."""
+    if start.startswith("FILE:"):
+        path = start[len("FILE:"):]
+        try:
+            with open(path, encoding="utf-8") as f:
+                return f.read()
+        except (OSError, UnicodeDecodeError) as e:
+            raise UserError(f"cannot read the start file '{path}': {e.strerror if isinstance(e, OSError) else e} "
+                            f"(fix: --start=FILE:path must name a readable utf-8 text file)") from None
+    return start
+
+
+def encode_start(tok, text, dataset, vocab_size=None):
+    """Token ids of the prompt; characters the (char-level) vocabulary lacks, or an id at or beyond the model's
+    vocab_size (when given), are a one-line error."""
     known = getattr(tok, "stoi", None)
     if known is not None:
         unknown = sorted(set(text) - set(known))
@@ -210,6 +230,9 @@ def encode_start(tok, text, dataset):
         if eot is None:
             raise UserError("--start is empty (fix: give at least one character, e.g. --start=\"\\n\")")
         ids = [eot]  # an empty prompt means "start of a document" for BPE datasets
+    if vocab_size is not None and max(ids) >= vocab_size:
+        raise UserError(f"the prompt encodes to token id {max(ids)}, beyond the model's vocabulary of "
+                        f"{vocab_size} (fix: use the tokenizer the model was trained with)")
     return ids
 
 
@@ -228,3 +251,103 @@ def one_line(err):
     """A short single-line description of an exception, for one-line error messages."""
     text = " ".join(str(err).split()) or type(err).__name__
     return text if len(text) <= 200 else text[:197] + "..."
+
+
+# --- writing a dataset folder (prepare.py and the tools): downloads, token files, meta.json --------------
+
+class Progress:
+    """A `\\r` percentage line on stderr; throttled so that it costs nothing (no tqdm dependency)."""
+
+    def __init__(self, label, total, unit="MB", scale=1e6):
+        self.label, self.total, self.unit, self.scale = label, max(total, 1), unit, scale
+        self.done, self.last = 0, 0.0
+
+    def update(self, n):
+        self.done += n
+        if time.time() - self.last > 0.2:
+            self.last = time.time()
+            self._show("")
+
+    def close(self):
+        self.done = self.total
+        self._show("\n")
+
+    def _show(self, end):
+        done = f"{self.done / self.scale:.1f}"
+        if self.total > 1:  # total unknown (e.g. no Content-Length): show the amount only
+            done = f"{100.0 * min(self.done / self.total, 1.0):5.1f}% ({done}/{self.total / self.scale:.1f}"
+        else:
+            done = f"({done}"
+        print(f"\r{self.label}: {done} {self.unit})", end=end, file=sys.stderr, flush=True)
+
+
+def download(url, dest, expected_size=None, expected_sha256=None):
+    """Download url to dest with a progress line; verify the size (and sha256 when given).
+
+    Writes to dest + '.part' and renames at the end, so an interrupted download never leaves a
+    truncated file that would later pass for a complete one. Raises OSError/ValueError on failure.
+    """
+    import http.client   # here, not at the top: sample.py and train.py never download
+    import urllib.request
+    os.makedirs(os.path.dirname(os.path.abspath(dest)), exist_ok=True)
+    tmp = dest + ".part"
+    req = urllib.request.Request(url, headers={"User-Agent": "nanogpt-prepare/1.0"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as resp, open(tmp, "wb") as f:
+            announced = int(resp.headers.get("Content-Length") or 0)
+            bar = Progress(f"downloading {os.path.basename(dest)}", announced or expected_size or 0)
+            sha = hashlib.sha256()
+            size = 0
+            while chunk := resp.read(1 << 20):
+                f.write(chunk)
+                sha.update(chunk)
+                size += len(chunk)
+                bar.update(len(chunk))
+            bar.close()
+    except BaseException as e:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        if isinstance(e, http.client.HTTPException):  # e.g. IncompleteRead, which is not an OSError
+            raise OSError(one_line(e)) from e
+        raise
+    for want in (announced or None, expected_size):
+        if want is not None and size != want:
+            os.remove(tmp)
+            raise ValueError(f"got {size} bytes, expected {want}")
+    if expected_sha256 is not None and sha.hexdigest() != expected_sha256:
+        os.remove(tmp)
+        raise ValueError(f"sha256 mismatch ({sha.hexdigest()[:12]}... != {expected_sha256[:12]}...)")
+    os.replace(tmp, dest)
+    return dest
+
+
+DATA_FILES = ("train.bin", "val.bin", "test.bin", "meta.json", "coverage.png")   # the tools write the last ones too
+
+
+def begin_writing(out_dir):
+    """Called once the inputs are read and checked, before the first file is written. meta.json marks a
+    complete folder, so an old one goes first: a run stopped halfway must not leave new token files under
+    the old vocabulary. Temporary files a killed earlier run left behind are removed (and reported)."""
+    os.makedirs(out_dir, exist_ok=True)
+    remove_stale_temp_files(out_dir, DATA_FILES)
+    try:
+        os.remove(os.path.join(out_dir, "meta.json"))
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        raise UserError(f"cannot replace {os.path.join(out_dir, 'meta.json')}: {e.strerror} "
+                        f"(fix: choose a writable --out_dir)") from None
+
+
+def write_meta(out_dir, meta):
+    """Write meta.json atomically; it goes last, so it marks a complete dataset folder."""
+    with atomic_open(os.path.join(out_dir, "meta.json"), "w") as f:
+        json.dump(meta, f, indent=1, ensure_ascii=False)
+
+
+def write_bin(path, ids):
+    """Write token ids as a flat uint16 file (readable with np.memmap), atomically."""
+    ids = np.asarray(ids)
+    assert ids.size == 0 or ids.max() < 2**16, "token ids must fit in uint16"
+    with atomic_open(path, "wb") as f:
+        f.write(ids.astype(np.uint16).tobytes())

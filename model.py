@@ -10,15 +10,9 @@ Read top to bottom:
   6. DecoderStack         - the layers of one branch, with lgpt/cgpt width halving between groups
   7. GPT                  - embeddings (factorized or not), pgpt branches, Deep Thinking passes, head
   8. initialisation       - the std of every weight: GPT-2, constant, InternLM, PanGu's depth-adaptive (paper 003)
-  9. generation           - the KV cache and the sampling loop (sample.py adds a compiled step for --compile)
+  9. generation           - the KV cache and the sampling loop
 
-Papers (text in ../shared/papers/):
-  000 MobileLLM-style compact model (double up-projection, SwiGLU, GQA, embedding sharing,
-      layer sharing, enhanced residual, Deep Thinking)
-  001 ShishuLM (attention only in the first blocks, MLP-only blocks after, paired weight sharing)
-  002 GPT-Efficio (factorized embedding, cross-layer parameter sharing)
-  003 PanGu-pi Pro (init formulas here; the compact tokenizer and inheritance in tools/pangu/)
-  004 ParallelGPT / LinearGPT / ConvGPT
+Papers 000-004 are in ../shared/papers/; the README's tables say what each contributes and where it is here.
 """
 
 import math
@@ -37,7 +31,8 @@ class GPTConfig:
     # --- the GPT-2 baseline (nanoGPT's field names) ---
     block_size: int = 1024          # context length
     vocab_size: int = 50304         # GPT-2's 50257 padded up to a multiple of 64
-    n_layer: int = 12               # effective depth: number of layer applications (shared or not)
+    n_layer: int = 12               # layer applications over all branches (n_layer / n_branches per pgpt branch),
+                                    # a shared layer counted each time it is applied; one Deep Thinking pass
     n_head: int = 12
     n_embd: int = 768               # width of the decoder (of each branch for pgpt)
     dropout: float = 0.0
@@ -78,7 +73,7 @@ class GPTConfig:
     # --- ParallelGPT (004 3.1) ---
     n_branches: int = 1             # >1: embedding is n_branches*n_embd wide, split over parallel stacks
     # --- LinearGPT / ConvGPT (004 3.2-3.3) ---
-    shrink_every: int = 0           # halve the width after every `shrink_every` layers; 0 = off
+    shrink_every: int = 0           # halve the width after every `shrink_every` layers but the last; 0 = off
     shrink_layer: str = "linear"    # "linear" (lgpt) | "conv" (cgpt)
     shrink_kernel: int = 1          # Conv1d kernel size for cgpt; >1 is causal (left padding only)
     # --- initialisation (003 3.1, Table 4, Appendix B; formulas in init_stds, section 8) ---
@@ -261,21 +256,19 @@ class ForwardContext:
     """Per-call state shared by all layers: where the new tokens start, the cache, the Deep Thinking pass."""
 
     def __init__(self, start, length, cache, device):
-        self.start = start              # absolute position of the first new token (None with a static cache)
+        self.start = start              # absolute position of the first new token
         self.length = length            # number of new tokens
         self.cache = cache              # InferenceCache or None (training / full forward)
         self.device = device
         self.branch = 0
-        self.think_pass = 0             # Deep Thinking: 0 .. think_steps - 1 think, think_steps = test pass
+        self.think_pass = 0             # Deep Thinking: t - 1 in thinking pass t (1-based: M_t), T in the test pass
         self.memory = {}                # Deep Thinking memory without a cache: slot -> (k, v)
         self.first_kv = None            # think_memory="first_layer": pass-1 k, v of the first attention layer
-        self.static = cache is not None and cache.static
-        if self.static:
-            self.positions = cache.start_positions(length, device)
-            # (T, max_len): the query at position p sees cache slots <= p (later ones are not written yet)
-            self.key_mask = torch.arange(cache.max_len, device=device) <= self.positions[:, None]
-        else:
-            self.positions = torch.arange(start, start + length, device=device)
+        if cache is None:
+            self.positions, self.key_mask = torch.arange(start, start + length, device=device), None
+        else:   # the cache numbers the new tokens; key_mask: see InferenceCache.key_mask
+            self.positions = cache.positions(length, device)
+            self.key_mask = cache.key_mask(self.positions)
 
     def causal_mask(self):
         """Boolean (T, start+T) mask: query i (absolute start+i) sees keys at positions <= start+i."""
@@ -296,12 +289,11 @@ class ForwardContext:
         if self.cache is None:
             self.memory[slot] = (k, v)
         else:
-            self.cache.get(self.cache.memory, slot).append(k, v, self.start)
+            self.cache.get(self.cache.memory, slot).append(k, v, self)
 
 
 class CausalSelfAttention(nn.Module):
     """Multi-head causal self-attention with grouped-query attention (paper 000, 2.5).
-
     GQA: n_head query heads share n_kv_head key/value heads (n_head / n_kv_head queries per group).
     With think_steps > 0 it also does Deep Thinking's attention (see `deep_thinking`).
     """
@@ -339,13 +331,8 @@ class CausalSelfAttention(nn.Module):
         return self.resid_dropout(y) if self.training else y   # eval: no module call for a no-op (decode speed)
 
     def _cached(self, k, v, ctx, slot):
-        """This call's keys/values, preceded by the cached ones of earlier calls when decoding (a static cache
-        returns its whole buffer; ctx.key_mask hides the slots not written yet)."""
-        if ctx.cache is None:
-            return k, v
-        if ctx.static:
-            return ctx.cache.get(ctx.cache.kv, slot).write(k, v, ctx.positions)
-        return ctx.cache.get(ctx.cache.kv, slot).append(k, v, ctx.start)
+        """This call's keys/values, preceded by the cached ones of earlier calls when decoding."""
+        return (k, v) if ctx.cache is None else ctx.cache.get(ctx.cache.kv, slot).append(k, v, ctx)
 
     def _sdpa(self, q, k, v, mask=None, is_causal=False):
         return F.scaled_dot_product_attention(
@@ -353,7 +340,7 @@ class CausalSelfAttention(nn.Module):
             enable_gqa=self.n_kv_head != self.n_head)
 
     def _attend(self, q, k, v, ctx):
-        if ctx.static:
+        if ctx.key_mask is not None:                    # a cache that masks its keys itself
             return self._sdpa(q, k, v, mask=ctx.key_mask)
         if ctx.start == 0:
             return self._sdpa(q, k, v, is_causal=True)  # the fast (flash) path for training
@@ -363,7 +350,8 @@ class CausalSelfAttention(nn.Module):
 
     # --- Deep Thinking (paper 000, 2.8) ---
     def deep_thinking(self, q, k, v, ctx, slot):
-        """One layer of Deep Thinking pass p = ctx.think_pass (0-based; passes 0..T-1 think, pass T tests).
+        """One layer of Deep Thinking. The paper counts thinking passes t = 1..T; the code's p = ctx.think_pass is
+        t - 1 (so the memory slot of pass p holds M_{p+1}), and p = T is the test pass.
 
             thinking pass 1:       attend over own K_1                 M_1 = K_1            (same for V)
             thinking pass t > 1:   attend over [M_{t-1} ; K_t]         M_t = eta*K_t + (1-eta)*M_{t-1}
@@ -374,11 +362,11 @@ class CausalSelfAttention(nn.Module):
         M_1 = eta*K_1 + (1-eta)*K_1(first attention layer).
         """
         p, T = ctx.think_pass, q.size(2)
-        prev = slot[:2] + (p - 1,)
+        prev = slot[:2] + (p - 1,)   # the slot of M_p, the memory of the pass before (thinking pass t = p + 1)
         if p == self.think_steps:  # the test pass uses its queries only: keys/values come from memory
             return self._attend(q, *ctx.read_memory(prev), ctx)
         keys, values = self._cached(k, v, ctx, slot)
-        if p == 0:
+        if p == 0:   # thinking pass 1
             y = self._attend(q, keys, values, ctx)
             if self.think_memory == "first_layer":
                 if ctx.first_kv is None:  # this is the first attention layer
@@ -400,18 +388,15 @@ class CausalSelfAttention(nn.Module):
 # --- 4. Residual sub-layers: pre- or post-norm, plain or Enhanced Residual (paper 000, 2.7) ---
 
 class ResidualSubLayer(nn.Module):
-    """The residual around one attention or FFN sub-layer F.
-
-        pre-norm  (GPT-2, LLaMA):                 x -> x + F(norm(x))
-        post-norm (original Transformer; paper 000's code):  x -> norm(x + F(x))
+    """The residual around one attention or FFN sub-layer F (`inner`): pre-norm x -> x + F(norm(x)) (GPT-2,
+    LLaMA) or post-norm x -> norm(x + F(x)) (the original Transformer; paper 000's code).
 
     Enhanced Residual (paper 000, 2.7) replaces the sum by  alpha * x + (1 - alpha) * F(.),  alpha = sigmoid(w),
-    one learned w per sub-layer, w = 0 at init (alpha = 0.5; the paper gives no init, 0 is its code's;
-    `residual_logit_init` changes it). w is a 0-d tensor, so the optimizer leaves it undecayed.
-    Pre-norm + enhanced residual shrinks the residual stream by alpha at every sub-layer with nothing to
-    restore its scale; post-norm (how the paper's code runs it) renormalises after every mix. A norm is
-    scale-invariant, so under post-norm the mix is norm(x + g * F(x)) with g = (1 - alpha) / alpha: at alpha =
-    0.5 exactly the plain residual (up to eps), and training can only learn a gain per sub-layer.
+    one learned 0-d w per sub-layer (so never decayed), w = 0 at init (alpha = 0.5: the paper gives no init, its
+    code 0; `residual_logit_init` changes it). Under pre-norm the mix shrinks the residual stream by alpha at
+    every sub-layer with nothing to restore its scale. Under post-norm (the paper's code) a norm is scale-invariant,
+    so the mix is norm(x + g * F(x)), g = (1 - alpha) / alpha: at alpha = 0.5 exactly the plain residual (up to
+    eps), and training can only learn a gain per sub-layer.
     """
 
     def __init__(self, config, width, inner):
@@ -433,9 +418,6 @@ class ResidualSubLayer(nn.Module):
             return x + fx
         alpha = torch.sigmoid(self.alpha_logit)
         return alpha * x + (1 - alpha) * fx
-
-    def alpha(self):
-        return None if self.alpha_logit is None else torch.sigmoid(self.alpha_logit).item()
 
 
 # --- 5. Layer sharing: one plan for every scheme ----------------------------------------------
@@ -486,8 +468,8 @@ def _compact(keys):
 class ConvShrink(nn.Module):
     """ConvGPT (paper 004, 3.3): a Conv1d over the sequence axis maps width C -> C/2.
 
-    Kernel 1 is a per-token dense layer (the paper's parameter count). Kernel k > 1 is made causal by
-    padding k-1 positions on the left only; when decoding, the cache keeps the last k-1 inputs.
+    Kernel 1 is a per-token dense layer (the paper's parameter count). Kernel k > 1 is made causal in forward
+    (ours: 3.3 does not say how the convolution treats the sequence's ends).
     """
 
     def __init__(self, config, width):
@@ -496,6 +478,8 @@ class ConvShrink(nn.Module):
         self.conv = nn.Conv1d(width, width // 2, self.kernel, bias=config.bias)
 
     def forward(self, x, ctx, slot):
+        # causal padding: k-1 inputs on the left only (zeros before position 0; when decoding, the cache's last k-1
+        # inputs), none on the right, and the Conv1d pads nothing: output t reads inputs t-k+1 .. t
         if ctx.cache is None:
             window = torch.cat([x.new_zeros(x.size(0), self.kernel - 1, x.size(2)), x], dim=1)
         else:
@@ -504,7 +488,8 @@ class ConvShrink(nn.Module):
 
 
 class LinearShrink(nn.Module):
-    """LinearGPT (paper 004, 3.2): after every two blocks a dense layer maps width C -> C/2 (eq. 5)."""
+    """LinearGPT (paper 004, 3.2, eq. 4-5): a dense layer maps width C -> C/2 (the paper: after every two decoder
+    blocks of one width; here after every shrink_every layers but the last, see DecoderStack)."""
 
     def __init__(self, config, width):
         super().__init__()
@@ -516,16 +501,18 @@ class LinearShrink(nn.Module):
 
 class DecoderStack(nn.Module):
     """The layers of one branch. Layer l applies attention sub-layer attn[attn_index[l]] (if any), then
-    FFN sub-layer mlp[mlp_index[l]], then a width-halving layer if l ends a group of `shrink_every`. The indices
-    are sharing_plan's (its table shows every scheme); e.g. MobileLLM's repeat, share_group_size=2, 4 layers:
+    FFN sub-layer mlp[mlp_index[l]], then a width-halving layer if l ends a group of `shrink_every` and is not the
+    last layer (shrink_after; the last group goes to the head at its width). The indices are sharing_plan's (its
+    table shows every scheme); e.g. MobileLLM's repeat, share_group_size=2, 4 layers:
         x -> attn[0] mlp[0] -> attn[0] mlp[0] -> attn[1] mlp[1] -> attn[1] mlp[1] -> output"""
 
     def __init__(self, config):
         super().__init__()
         self.attn_index, self.mlp_index = sharing_plan(config)
         widths = config.widths()
-        # one module per unique weight set, built at the width of the first layer that uses it
-        # (a sharing group never spans a width change: GPTConfig forbids sharing with shrinking)
+        # attn[i] / mlp[i]: one ResidualSubLayer (norm and residual around the attention / FFN in .inner) per unique
+        # weight set, built at the width of the first layer that uses it (a sharing group never spans a width
+        # change: GPTConfig forbids sharing with shrinking). Named for what they wrap: the checkpoints' keys
         self.attn = nn.ModuleList([
             ResidualSubLayer(config, widths[layer], CausalSelfAttention(config, widths[layer]))
             for layer in _first_uses(self.attn_index)])
@@ -546,11 +533,6 @@ class DecoderStack(nn.Module):
             if layer in self.shrink_after:
                 x = self.shrink[self.shrink_after.index(layer)](x, ctx, slot)
         return x
-
-    def residual_alphas(self):
-        """Enhanced-residual alphas per layer: [(alpha_attn or None, alpha_mlp), ...] (paper 000, Fig. 7)."""
-        return [(None if a is None else self.attn[a].alpha(), self.mlp[m].alpha())
-                for a, m in zip(self.attn_index, self.mlp_index)]
 
 
 # --- 7. The model -----------------------------------------------------------------------------
@@ -664,9 +646,6 @@ class GPT(nn.Module):
     def heaviest_branch(self):
         return int(self.branch_weights().argmax())
 
-    def residual_alphas(self):
-        return self.branches[0].residual_alphas()
-
     # --- forward ---
     def embed(self, idx, positions):
         x = self.tok_emb(idx)
@@ -681,15 +660,10 @@ class GPT(nn.Module):
         Without: logits of the last position only, unless all_logits=True. With an InferenceCache the
         tokens continue the cached sequence (positions cache.length ..) and the cache is extended."""
         B, T = idx.shape
-        if cache is not None and cache.static:   # position in a tensor, bounds kept by the caller (generate)
-            if self.config.think_steps:
-                raise ValueError("a static cache does not support Deep Thinking (fix: use model.new_cache())")
-            ctx = ForwardContext(None, T, cache, idx.device)
-        else:
-            start = cache.length if cache is not None else 0
-            if start + T > self.config.block_size:
-                raise ValueError(f"sequence of {start + T} tokens exceeds block_size {self.config.block_size}")
-            ctx = ForwardContext(start, T, cache, idx.device)
+        start = cache.length if cache is not None else 0
+        if start + T > self.config.block_size:
+            raise ValueError(f"sequence of {start + T} tokens exceeds block_size {self.config.block_size}")
+        ctx = ForwardContext(start, T, cache, idx.device)
         x = self.embed(idx, ctx.positions)
         h = self.think(x, ctx) if self.config.think_steps else self.run_branches(x, ctx)
         if cache is not None:
@@ -712,7 +686,6 @@ class GPT(nn.Module):
 
     def think(self, x, ctx):
         """Deep Thinking (paper 000, 2.8): T thinking passes, then the test pass that gives the output.
-
         Thinking pass 1 reads the embeddings x, pass t > 1 reads the output of pass t-1 (the authors' code;
         the text only says that in pass t each layer reads the previous layer's output); each layer
         accumulates a KV memory (see CausalSelfAttention.deep_thinking). The test pass reads x again and
@@ -721,7 +694,7 @@ class GPT(nn.Module):
         """
         h = x
         for think_pass in range(self.config.think_steps):
-            ctx.think_pass = think_pass
+            ctx.think_pass = think_pass   # thinking pass t = think_pass + 1
             h = self.run_branches(h, ctx)
         ctx.think_pass = self.config.think_steps
         return self.run_branches(x, ctx)
@@ -752,24 +725,6 @@ class GPT(nn.Module):
                   {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
         return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, fused=device_type == "cuda")
 
-    def flops_per_token(self, seq_len=None):
-        """Training FLOPs per token (forward + backward = 3 x forward): 6 per weight application plus the
-        attention score/value matmuls, counting every application of a shared layer and every pass."""
-        cfg, T = self.config, seq_len or self.config.block_size
-        widths = cfg.widths()
-        per_pass = 0
-        for stack in self.branches if self.keep_branch is None else [self.branches[self.keep_branch]]:
-            for layer, (a, m) in enumerate(zip(stack.attn_index, stack.mlp_index)):
-                per_pass += _matmul_params(stack.mlp[m])
-                if a is not None:
-                    per_pass += _matmul_params(stack.attn[a]) + 2 * widths[layer] * T
-            per_pass += sum(_matmul_params(s) for s in stack.shrink)
-        head = cfg.vocab_size * cfg.final_width()
-        E = cfg.embd_factor_dim
-        if E:   # factorized: the E -> width input projection; a tied head goes back through it (h P) W_e^T
-            head = E * cfg.embd_width() + (E * cfg.embd_width() + cfg.vocab_size * E if cfg.tie_embeddings else head)
-        return 6 * ((cfg.think_steps + 1) * per_pass + head)   # every Deep Thinking pass applies the layers
-
     # --- generation (section 9) ---
     def new_cache(self):
         return InferenceCache(self.config.block_size)
@@ -781,15 +736,10 @@ class GPT(nn.Module):
     @torch.inference_mode()
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_kv_cache=True, generator=None,
                  cache=None, step=None):
-        """Sample max_new_tokens tokens after idx (B, T).
-
-        With the KV cache each step feeds one token through the cached keys/values. When the window is
-        full (block_size tokens) it is re-primed with the most recent block_size // 2 tokens: positions
-        restart at 0, which keeps learned/RoPE positions inside what the model was trained on. The
-        plain path (use_kv_cache=False) feeds the very same window each step, so both paths compute
-        the same logits and, with the same generator, produce the same text.
-        cache, step: another cache and single-token step (sample.py --compile: a static cache, a compiled step).
-        """
+        """Sample max_new_tokens tokens after idx (B, T): one token a step through the KV cache, or the whole
+        window (use_kv_cache=False; the same logits). A full window (block_size tokens) starts again from its
+        recent half at position 0 (docs/sampling_and_eval.md). cache, step: another cache and single-token step
+        (tools/fast_sample.py: a static cache and a compiled step)."""
         was_training = self.training
         self.eval()
         block_size = self.config.block_size
@@ -817,10 +767,6 @@ class GPT(nn.Module):
         return idx
 
 
-def _matmul_params(module):
-    return sum(p.numel() for p in module.parameters() if p.dim() >= 2)
-
-
 # --- 8. Initialisation (paper 003, PanGu-pi Pro, 3.1, Table 4, Appendix B) ----------------------
 
 INIT_SCHEMES = ("gpt2", "constant", "internlm", "depth_adaptive")
@@ -842,9 +788,7 @@ def init_stds(config, depth):
                       takes the gate's scale.
       depth_adaptive  paper 003 Appendix B (Table 11, "Ours"): q, k "decrease from sqrt(2) sigma to sigma",
                       v, out "increase from sigma / sqrt(2) to sigma" as the layer index grows; FFN sigma.
-                      The paper gives only the end points; linear in depth is ours:
-                        q, k:    sigma * (sqrt(2) - (sqrt(2) - 1) * depth)
-                        v, out:  sigma * (1/sqrt(2) + (1 - 1/sqrt(2)) * depth)
+                      The paper gives only the end points; linear in depth (qk, vo below) is ours.
     """
     sigma, scheme = config.init_std, config.init_scheme
     std = dict.fromkeys(("q", "k", "v", "out", "up", "gate", "down"), sigma)
@@ -884,30 +828,26 @@ class KVCache:
         shape = (k.size(0), k.size(1), self.max_len, k.size(3))
         self.k, self.v = k.new_zeros(shape), v.new_zeros(shape)
 
-    def append(self, k, v, start):
-        """Write k, v (B, H_kv, T, D) at positions start.. and return all keys/values up to there."""
+    def append(self, k, v, ctx):
+        """Write k, v (B, H_kv, T, D) at positions ctx.start.. and return all keys/values up to there."""
         if self.k is None:
             self.allocate(k, v)
-        end = start + k.size(2)
+        start, end = ctx.start, ctx.start + k.size(2)
         self.k.narrow(2, start, k.size(2)).copy_(k)
         self.v.narrow(2, start, v.size(2)).copy_(v)
         return self.k.narrow(2, 0, end), self.v.narrow(2, 0, end)
-
-    def nbytes(self):
-        return 0 if self.k is None else 2 * self.k.numel() * self.k.element_size()
 
 
 class InferenceCache:
     """Everything incremental decoding needs, keyed by the *application* of a layer.
 
-    A slot is (branch, layer, think_pass), so a shared block applied twice, each pgpt branch and each
-    Deep Thinking pass get their own entries:
+    A slot is (branch, layer, think_pass): a shared block applied twice, each pgpt branch and each pass get theirs.
       kv[slot]         keys/values of that attention application (KVCache)
       memory[slot]     Deep Thinking's memory after that pass (KVCache; read by the next pass)
       conv_tail[slot]  the last kernel-1 inputs of a causal ConvShrink (cgpt)
-    `length` is the number of tokens already seen.
+    `length` is the number of tokens already seen. A cache with other buffers (tools/fast_sample.py's static one
+    for a compiled step) overrides get, conv_window, positions, key_mask, advance and reset.
     """
-    static = False   # sample.py's StaticCache (a compiled decode step) sets True: positions in a tensor
 
     def __init__(self, max_len):
         self.max_len = max_len
@@ -929,15 +869,20 @@ class InferenceCache:
         self.conv_tail[slot] = window[:, window.size(1) - n_past:]
         return window
 
+    def positions(self, length, device):
+        """Positions of the next `length` tokens."""
+        return torch.arange(self.length, self.length + length, device=device)
+
+    def key_mask(self, positions):
+        """None: attention masks causally by itself (a cache that returns all its slots masks them here)."""
+        return None
+
     def advance(self, n):
         self.length += n
 
     def reset(self):
         """Start a new sequence (the allocated buffers are reused)."""
         self.length = 0
-
-    def nbytes(self):
-        return sum(c.nbytes() for table in (self.kv, self.memory) for c in table.values())
 
 
 def sample_next(logits, temperature=1.0, top_k=None, generator=None):
@@ -949,8 +894,7 @@ def sample_next(logits, temperature=1.0, top_k=None, generator=None):
         kth = torch.topk(logits, top_k).values[:, [-1]]
         logits = logits.masked_fill(logits < kth, float("-inf"))
     probs = F.softmax(logits, dim=-1)
-    # torch.multinomial(probs, 1) draws its token this very way (the same token, the same generator state:
-    # tested), but first checks probs with several extra ops; in a decode step that is ~0.2 ms (gpt-fast
-    # samples the same way). argmax of p_i / E_i with E_i ~ Exp(1) picks token i with probability p_i.
+    # = torch.multinomial(probs, 1, generator=generator) (its very draw: tested), without its checks of probs
+    # (~0.2 ms a decode step): argmax of p_i / E_i, E_i ~ Exp(1), picks token i with probability p_i (gpt-fast's way)
     race = torch.empty_like(probs).exponential_(generator=generator)
     return torch.argmax(probs / race, dim=-1, keepdim=True)

@@ -17,21 +17,14 @@ The other datasets are prepared by tools:
     python -m tools.wikitext103 [--vocab_size K]                        # WikiText-103
 """
 import argparse
-import hashlib
-import http.client
-import json
 import os
 import re
 import shlex
-import sys
-import time
-import urllib.request
 
-import numpy as np
-
-from checkpoint import atomic_open, check_out_dir, remove_stale_temp_files
+from checkpoint import check_out_dir
 from configurator import ArgumentParser, UserError
-from dataset import GPT2_EOT_ID, GPT2_VOCAB_SIZE, CharTokenizer, get_gpt2_encoding, one_line
+from dataset import (GPT2_EOT_ID, GPT2_VOCAB_SIZE, CharTokenizer, begin_writing, download, get_gpt2_encoding,
+                     one_line, write_bin, write_meta)
 
 SHAKESPEARE_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 SHAKESPEARE_BYTES = 1115394
@@ -41,105 +34,6 @@ DATASETS = ("shakespeare_char", "shakespeare")
 TOOL_DATASETS = {r"shakespeare_v(\d+)": "tools.pangu.compact_vocab shakespeare --vocab_size {}",
                  r"wikitext103": "tools.wikitext103",
                  r"wikitext103_v(\d+)": "tools.wikitext103 --vocab_size {}"}
-
-
-# -----------------------------------------------------------------------------
-# downloads and dataset files
-
-class Progress:
-    """A `\\r` percentage line on stderr; throttled so that it costs nothing (no tqdm dependency)."""
-
-    def __init__(self, label, total, unit="MB", scale=1e6):
-        self.label, self.total, self.unit, self.scale = label, max(total, 1), unit, scale
-        self.done, self.last = 0, 0.0
-
-    def update(self, n):
-        self.done += n
-        if time.time() - self.last > 0.2:
-            self.last = time.time()
-            self._show("")
-
-    def close(self):
-        self.done = self.total
-        self._show("\n")
-
-    def _show(self, end):
-        done = f"{self.done / self.scale:.1f}"
-        if self.total > 1:  # total unknown (e.g. no Content-Length): show the amount only
-            done = f"{100.0 * min(self.done / self.total, 1.0):5.1f}% ({done}/{self.total / self.scale:.1f}"
-        else:
-            done = f"({done}"
-        print(f"\r{self.label}: {done} {self.unit})", end=end, file=sys.stderr, flush=True)
-
-
-def download(url, dest, expected_size=None, expected_sha256=None):
-    """Download url to dest with a progress line; verify the size (and sha256 when given).
-
-    Writes to dest + '.part' and renames at the end, so an interrupted download never leaves a
-    truncated file that would later pass for a complete one. Raises OSError/ValueError on failure.
-    """
-    os.makedirs(os.path.dirname(os.path.abspath(dest)), exist_ok=True)
-    tmp = dest + ".part"
-    req = urllib.request.Request(url, headers={"User-Agent": "nanogpt-prepare/1.0"})
-    try:
-        with urllib.request.urlopen(req, timeout=60) as resp, open(tmp, "wb") as f:
-            announced = int(resp.headers.get("Content-Length") or 0)
-            bar = Progress(f"downloading {os.path.basename(dest)}", announced or expected_size or 0)
-            sha = hashlib.sha256()
-            size = 0
-            while chunk := resp.read(1 << 20):
-                f.write(chunk)
-                sha.update(chunk)
-                size += len(chunk)
-                bar.update(len(chunk))
-            bar.close()
-    except BaseException as e:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        if isinstance(e, http.client.HTTPException):  # e.g. IncompleteRead, which is not an OSError
-            raise OSError(one_line(e)) from e
-        raise
-    for want in (announced or None, expected_size):
-        if want is not None and size != want:
-            os.remove(tmp)
-            raise ValueError(f"got {size} bytes, expected {want}")
-    if expected_sha256 is not None and sha.hexdigest() != expected_sha256:
-        os.remove(tmp)
-        raise ValueError(f"sha256 mismatch ({sha.hexdigest()[:12]}... != {expected_sha256[:12]}...)")
-    os.replace(tmp, dest)
-    return dest
-
-
-DATA_FILES = ("train.bin", "val.bin", "test.bin", "meta.json", "coverage.png")   # the tools write the last ones too
-
-
-def begin_writing(out_dir):
-    """Called once the inputs are read and checked, before the first file is written. meta.json marks a
-    complete folder, so an old one goes first: a run stopped halfway must not leave new token files under
-    the old vocabulary. Temporary files a killed earlier run left behind are removed (and reported)."""
-    os.makedirs(out_dir, exist_ok=True)
-    remove_stale_temp_files(out_dir, DATA_FILES)
-    try:
-        os.remove(os.path.join(out_dir, "meta.json"))
-    except FileNotFoundError:
-        pass
-    except OSError as e:
-        raise UserError(f"cannot replace {os.path.join(out_dir, 'meta.json')}: {e.strerror} "
-                        f"(fix: choose a writable --out_dir)") from None
-
-
-def write_meta(out_dir, meta):
-    """Write meta.json atomically; it goes last, so it marks a complete dataset folder."""
-    with atomic_open(os.path.join(out_dir, "meta.json"), "w") as f:
-        json.dump(meta, f, indent=1, ensure_ascii=False)
-
-
-def write_bin(path, ids):
-    """Write token ids as a flat uint16 file (readable with np.memmap), atomically."""
-    ids = np.asarray(ids)
-    assert ids.size == 0 or ids.max() < 2**16, "token ids must fit in uint16"
-    with atomic_open(path, "wb") as f:
-        f.write(ids.astype(np.uint16).tobytes())
 
 
 # -----------------------------------------------------------------------------

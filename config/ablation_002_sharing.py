@@ -16,7 +16,7 @@
 # once); the equal-compute column compares every model at none_2l's budget.
 #   python -m tools.compare config/ablation_002_sharing.py
 #   python -m tools.compare config/ablation_002_sharing.py --dry_run=True
-# Time measured: 78 min with 2-3 other jobs on the 2 cores. model.flops_per_token() counts a factorized
+# Time measured: 78 min with 2-3 other jobs on the 2 cores. flops_per_token(model) counts a factorized
 # embedding's tied head as vocab x E + E x width (and the E -> width input projection); none_2l (a third of
 # the layers) is the cheapest model and sets the equal-compute budget.
 

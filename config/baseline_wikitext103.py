@@ -5,7 +5,7 @@
 #   torchrun --standalone --nproc_per_node=8 train.py config/baseline_wikitext103.py   # same global batch on 8 GPUs
 #   python -m tools.eval --out_dir=out-baseline-wikitext103 --splits=val,test
 # Expected on one H100 (an ESTIMATE, not a measurement: the session that wrote this had no GPU):
-# 134.0M parameters, model.flops_per_token() = 0.68 GFLOP per training token, 0.52B tokens
+# 134.0M parameters, flops_per_token(model) = 0.68 GFLOP per training token, 0.52B tokens
 # -> ~13 min at the 45% MFU target. Peak memory not measured; if it does not fit, lower batch_size
 # and raise gradient_accumulation_steps (same tokens per iteration).
 

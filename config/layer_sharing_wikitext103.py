@@ -4,7 +4,7 @@
 #   torchrun --standalone --nproc_per_node=8 train.py config/layer_sharing_wikitext103.py   # same global batch on 8 GPUs
 #   python -m tools.eval --out_dir=out-layer_sharing-wikitext103 --splits=val,test
 # Expected on one H100 (an ESTIMATE, not a measurement: the session that wrote this had no GPU):
-# 135.4M parameters, model.flops_per_token() = 1.87 GFLOP per training token, 0.52B tokens
+# 135.4M parameters, flops_per_token(model) = 1.87 GFLOP per training token, 0.52B tokens
 # -> ~37 min at the 45% MFU target. Peak memory not measured; if it does not fit, lower batch_size
 # and raise gradient_accumulation_steps (same tokens per iteration).
 

@@ -14,7 +14,7 @@
 #   torchrun --standalone --nproc_per_node=4 train.py config/mobilellm_125m_wikitext103.py   # same global batch on 4 GPUs
 #   python -m tools.eval --out_dir=out-mobilellm_125m-wikitext103 --splits=val,test
 # Expected on one H100 (an ESTIMATE, not a measurement: the session that wrote this had no GPU):
-# 135.2M parameters, model.flops_per_token() = 1.02 GFLOP per training token, 0.35B tokens
+# 135.2M parameters, flops_per_token(model) = 1.02 GFLOP per training token, 0.35B tokens
 # -> ~13 min at the 45% MFU target. Peak memory not measured; if it does not fit, lower batch_size
 # and raise gradient_accumulation_steps (same tokens per iteration).
 

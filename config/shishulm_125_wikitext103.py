@@ -11,7 +11,7 @@
 #   torchrun --standalone --nproc_per_node=4 train.py config/shishulm_125_wikitext103.py   # same global batch on 4 GPUs
 #   python -m tools.eval --out_dir=out-shishulm_125-wikitext103 --splits=val,test
 # Expected on one H100 (an ESTIMATE, not a measurement: the session that wrote this had no GPU):
-# 90.9M parameters, model.flops_per_token() = 0.78 GFLOP per training token, 0.35B tokens
+# 90.9M parameters, flops_per_token(model) = 0.78 GFLOP per training token, 0.35B tokens
 # -> ~10 min at the 45% MFU target. Peak memory not measured; if it does not fit, lower batch_size
 # and raise gradient_accumulation_steps (same tokens per iteration).
 

@@ -14,6 +14,9 @@ import prepare
 import train
 from configurator import UserError
 from tools import spread
+from tools.flops import flops_per_token
+from model import GPT, GPTConfig
+from test_model import TINY
 
 PROMPTS = ["Oh God, ", "War is "]
 TEXT_LINES = ["Oh God, what is this war?", "War is a thing of kings and fools.", "Her affability is known.",
@@ -456,3 +459,14 @@ def test_a_dataset_that_a_tool_prepares_is_prepared_before_its_run(tmp_path, mon
     assert e.value.code.startswith("error: gpt: preparing dataset 'wikitext103_v300' failed: WikiText-103 source "
                                    "not found: ") and "\n" not in e.value.code
     assert not os.path.exists(os.path.join("data", "wikitext103_v300"))
+
+
+def test_flops_per_token_counts_the_factorized_embedding_path():
+    """tools/flops.py: body FLOPs are the same; a tied factorized head costs (h P) W_e^T = E*width + vocab*E per
+    token, plus the E -> width input projection, instead of vocab*width (6 FLOPs per weight per token)."""
+    V, W, E = TINY["vocab_size"], TINY["n_embd"], 8
+    plain = flops_per_token(GPT(GPTConfig(**TINY)))
+    factorized = flops_per_token(GPT(GPTConfig(**TINY, embd_factor_dim=E)))
+    assert factorized - plain == 6 * (2 * E * W + V * E - V * W)
+    untied = flops_per_token(GPT(GPTConfig(**TINY, embd_factor_dim=E, tie_embeddings=False)))
+    assert untied - plain == 6 * E * W

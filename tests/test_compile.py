@@ -16,10 +16,9 @@ import os
 import pytest
 import torch
 
-import sample
-
-from sample import compiled_decode_step
 import checkpoint
+from tools import fast_sample
+from tools.fast_sample import compiled_decode_step
 from test_model import FLAGS, make_model, tokens
 from test_train import run
 
@@ -110,7 +109,7 @@ def test_inductor_compile_matches_eager_without_recompiling(family):
 @pytest.mark.slow
 @pytest.mark.parametrize("family", ["plain", "cgpt_k3", "gqa_rope"])
 def test_compiled_static_decode_same_tokens(family):
-    """sample.py --compile: the compiled single-token step over a static cache (inductor; CUDA graphs on
+    """tools/fast_sample.py: the compiled single-token step over a static cache (inductor; CUDA graphs on
     CUDA) gives the greedy tokens of the eager path, with one graph for two generate calls and re-priming."""
     torch._dynamo.reset()
     model = family_model(family, SLOW_DEVICE)
@@ -118,8 +117,8 @@ def test_compiled_static_decode_same_tokens(family):
     eager = model.generate(prompt, 40, temperature=0.0)
     counter = GraphCounter("inductor")
     compiled_decode_step(model, backend=counter)   # inductor, counted (generate then reuses it)
-    assert torch.equal(sample.generate(model, prompt, 40, temperature=0.0, compile=True), eager)
-    assert torch.equal(sample.generate(model, prompt, 40, temperature=0.0, compile=True), eager)
+    assert torch.equal(fast_sample.generate(model, prompt, 40, temperature=0.0), eager)
+    assert torch.equal(fast_sample.generate(model, prompt, 40, temperature=0.0), eager)
     assert counter.graphs == 1
 
 
@@ -135,16 +134,16 @@ def test_static_cache_decode_same_tokens_and_one_graph(family):
     for temperature, top_k in ((0.0, None), (1.0, 5)):
         g1, g2 = torch.Generator().manual_seed(0), torch.Generator().manual_seed(0)
         plain = model.generate(prompt, 40, temperature, top_k, use_kv_cache=False, generator=g1)   # 2 re-primes
-        static = sample.generate(model, prompt, 40, temperature, top_k, compile=True, generator=g2)
+        static = fast_sample.generate(model, prompt, 40, temperature, top_k, generator=g2)
         assert torch.equal(static, plain)
     assert counter.graphs == 1
 
 
 def test_compiled_decode_checks_guards_on_the_first_step_of_each_window():
-    """sample.generate(compile=True) skips dynamo's guards after the first compiled step that follows each prime (they
-    cost ~0.2 ms a step on a CPU). A call that needs another graph (another batch size) still gets it on its first step, the
-    later steps pick the right one of the two, the re-primes of a full window (plain forwards) run with the
-    guards on, and no skipping leaks out of generate."""
+    """fast_sample.generate skips dynamo's guards after the first compiled step that follows each prime (they
+    cost ~0.2 ms a step on a CPU). A call that needs another graph (another batch size) still gets it on its first
+    step, the later steps pick the right one of the two, the re-primes of a full window (plain forwards) run with
+    the guards on, and no skipping leaks out of generate."""
     from torch._dynamo import eval_frame   # eval_frame._stance: the stance now (set_stance replaces it)
     torch._dynamo.reset()
     model = family_model("plain")
@@ -162,7 +161,7 @@ def test_compiled_decode_checks_guards_on_the_first_step_of_each_window():
         prompt = tokens(batch, 3, seed=batch)
         plain = model.generate(prompt, n_new, 1.0, 5, use_kv_cache=False, generator=torch.Generator().manual_seed(1))
         primes_unchecked.clear()
-        static = sample.generate(model, prompt, n_new, 1.0, 5, compile=True, generator=torch.Generator().manual_seed(1))
+        static = fast_sample.generate(model, prompt, n_new, 1.0, 5, generator=torch.Generator().manual_seed(1))
         assert torch.equal(static, plain)
         assert len(primes_unchecked) >= 3 and not any(primes_unchecked)
         assert not eval_frame._stance.skip_guard_eval_unsafe
@@ -172,7 +171,23 @@ def test_compiled_decode_checks_guards_on_the_first_step_of_each_window():
 def test_static_cache_refuses_deep_thinking():
     model = make_model("deep_thinking")
     with pytest.raises(ValueError, match="static cache does not support Deep Thinking"):
-        model(tokens(1, 4), cache=sample.StaticCache(model.config.block_size))
+        fast_sample.StaticCache(model.config)
+
+
+def test_static_cache_reset_starts_a_fresh_sequence():
+    """A static cache reused for a new window (generate's re-prime, tools/fast_sample.py) gives the uncached
+    logits: positions restart at 0, and cgpt's causal conv window starts from zeros again."""
+    model = make_model("cgpt_k3")
+    cache = fast_sample.StaticCache(model.config)
+    first, second = tokens(1, 10), tokens(1, 10, seed=2)
+    with torch.no_grad():
+        model(first[:, :6], cache=cache)
+        for t in range(6, 9):
+            model(first[:, t:t + 1], cache=cache)
+        cache.reset()
+        torch.testing.assert_close(model(second[:, :6], cache=cache, all_logits=True)[0],
+                                   model(second[:, :6], all_logits=True)[0])
+        torch.testing.assert_close(model(second[:, 6:7], cache=cache)[0][:, -1], model(second[:, :7])[0][:, -1])
 
 
 # --- bf16 autocast on the CPU ----------------------------------------------------------------------
@@ -270,9 +285,9 @@ def test_resume_on_cpu_of_a_checkpoint_written_on_cuda(tiny_train_config, tmp_pa
     assert resumed["final_val_loss"] < first["evals"][0]["val_loss"]
 
 
-def test_sample_py_compile_prints_the_same_text(tmp_path, monkeypatch, capsys):
-    """sample.py --compile (the compiled static-cache step; aot_eager here instead of inductor) prints the
-    text of the eager KV-cache path for the same seed, several samples long enough to re-prime the window."""
+def test_fast_sample_prints_the_text_of_sample_py(tmp_path, monkeypatch, capsys):
+    """python -m tools.fast_sample (the compiled static-cache step; aot_eager here instead of inductor) prints the
+    text of sample.py's eager KV-cache path for the same seed, several samples long enough to re-prime the window."""
     import sample
     from test_sample import make_checkpoint
     out_dir = make_checkpoint(tmp_path, block_size=16)
@@ -280,8 +295,19 @@ def test_sample_py_compile_prints_the_same_text(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(torch, "compile", lambda fn, **kw: real_compile(fn, backend="aot_eager", fullgraph=True))
     torch._dynamo.reset()
     texts = {}
-    for flag in ([], ["--compile"]):
-        sample.main([f"--out_dir={out_dir}", "--start=To be", "--num_samples=2", "--max_new_tokens=40",
-                     "--device=cpu", *flag])
-        texts[bool(flag)] = capsys.readouterr().out
-    assert texts[True] == texts[False] and len(texts[True]) > 80
+    for command in (sample, fast_sample):
+        command.main([f"--out_dir={out_dir}", "--start=To be", "--num_samples=2", "--max_new_tokens=40",
+                      "--device=cpu"])
+        texts[command] = capsys.readouterr().out
+    assert texts[fast_sample] == texts[sample] and len(texts[sample]) > 80
+
+
+def test_fast_sample_refuses_what_it_cannot_compile(tmp_path, capsys):
+    """--no_kv_cache (nothing to compile) before loading, and Deep Thinking (its memory is not in the static
+    cache): one line each, naming sample.py."""
+    from test_sample import make_checkpoint
+    with pytest.raises(SystemExit, match="error: --no_kv_cache .*python sample.py"):
+        fast_sample.main([f"--out_dir={tmp_path / 'missing'}", "--no_kv_cache", "--device=cpu"])
+    out_dir = make_checkpoint(tmp_path, think_steps=2)
+    with pytest.raises(SystemExit, match="error: .*Deep Thinking.*python sample.py"):
+        fast_sample.main([f"--out_dir={out_dir}", "--max_new_tokens=2", "--num_samples=1", "--device=cpu"])

@@ -11,11 +11,10 @@ import math
 
 import pytest
 import torch
-
-import sample
 from torch.nn import functional as F
 
 from model import GPT, GPTConfig, sharing_plan, sinusoidal_positions
+from tools.plots import residual_alphas
 
 TINY = dict(vocab_size=37, block_size=16, n_layer=4, n_head=2, n_embd=16, dropout=0.0)
 LLAMA = dict(norm="rmsnorm", pos_embedding="rope", bias=False, mlp_type="gated", activation="silu")
@@ -311,7 +310,7 @@ def test_sharing_counts_unique_params_once():
 
 def test_enhanced_residual_alphas_start_at_half_and_are_not_decayed():
     model = GPT(GPTConfig(**TINY, enhanced_residual=True))
-    assert model.residual_alphas() == [(0.5, 0.5)] * 4
+    assert residual_alphas(model) == [(0.5, 0.5)] * 4
     opt = model.configure_optimizers(0.1, 1e-3, (0.9, 0.95), "cpu")
     no_decay = {id(p) for g in opt.param_groups if g["weight_decay"] == 0 for p in g["params"]}
     alphas = [m.alpha_logit for m in model.modules() if getattr(m, "alpha_logit", None) is not None]
@@ -321,7 +320,7 @@ def test_enhanced_residual_alphas_start_at_half_and_are_not_decayed():
 def test_enhanced_residual_init_is_a_flag():
     model = GPT(GPTConfig(**TINY, enhanced_residual=True, residual_logit_init=3.0))
     alpha = 1 / (1 + math.exp(-3.0))
-    assert all(a == pytest.approx(alpha) and m == pytest.approx(alpha) for a, m in model.residual_alphas())
+    assert all(a == pytest.approx(alpha) and m == pytest.approx(alpha) for a, m in residual_alphas(model))
 
 
 def test_swiglu_applies_silu_to_gate_only():
@@ -687,17 +686,6 @@ def test_post_norm_has_no_final_norm_and_head_bias_counts():
     assert post.get_num_params(False) == pre.get_num_params(False) - 2 * 16 + TINY["vocab_size"]
 
 
-def test_flops_per_token_counts_the_factorized_embedding_path():
-    """Body FLOPs are the same; a tied factorized head costs (h P) W_e^T = E*width + vocab*E per token, plus
-    the E -> width input projection, instead of vocab*width (6 FLOPs per weight per token for training)."""
-    V, W, E = TINY["vocab_size"], TINY["n_embd"], 8
-    plain = GPT(GPTConfig(**TINY)).flops_per_token()
-    factorized = GPT(GPTConfig(**TINY, embd_factor_dim=E)).flops_per_token()
-    assert factorized - plain == 6 * (2 * E * W + V * E - V * W)
-    untied = GPT(GPTConfig(**TINY, embd_factor_dim=E, tie_embeddings=False)).flops_per_token()
-    assert untied - plain == 6 * E * W
-
-
 def test_post_norm_enhanced_residual_at_half_is_the_plain_residual():
     """norm(0.5 x + 0.5 F(x)) = norm(x + F(x)) up to the norm's eps: with post-norm (the authors' code) enhanced
     residual starts as exactly the plain model and can only learn a gain (1 - alpha) / alpha per sub-layer."""
@@ -718,22 +706,6 @@ def test_sinusoidal_positions_follow_attention_is_all_you_need():
     model = make_model("sinusoidal")
     idx = tokens(1, 16)
     torch.testing.assert_close(model.embed(idx, torch.arange(16)), model.tok_emb(idx) + sinusoidal_positions(16, 16))
-
-
-def test_static_cache_reset_starts_a_fresh_sequence():
-    """A static cache reused for a new window (generate's re-prime, sample.py --compile) gives the uncached
-    logits: positions restart at 0, and cgpt's causal conv window starts from zeros again."""
-    model = make_model("cgpt_k3")
-    cache = sample.StaticCache(model.config.block_size)
-    first, second = tokens(1, 10), tokens(1, 10, seed=2)
-    with torch.no_grad():
-        model(first[:, :6], cache=cache)
-        for t in range(6, 9):
-            model(first[:, t:t + 1], cache=cache)
-        cache.reset()
-        torch.testing.assert_close(model(second[:, :6], cache=cache, all_logits=True)[0],
-                                   model(second[:, :6], all_logits=True)[0])
-        torch.testing.assert_close(model(second[:, 6:7], cache=cache)[0][:, -1], model(second[:, :7])[0][:, -1])
 
 
 @pytest.mark.parametrize("use_kv_cache", [False, True])

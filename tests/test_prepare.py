@@ -95,17 +95,17 @@ def test_download_checks_size_and_sha(tmp_path, monkeypatch):
     monkeypatch.setattr(urllib.request, "urlopen", lambda *a, **k: FakeResponse(data, len(data)))
     dest = str(tmp_path / "f.bin")
     with pytest.raises(ValueError, match="expected 10"):
-        prepare.download("http://example.invalid/f", dest, expected_size=10)
+        tokenizer.download("http://example.invalid/f", dest, expected_size=10)
     with pytest.raises(ValueError, match="sha256"):
-        prepare.download("http://example.invalid/f", dest, expected_size=3000, expected_sha256="0" * 64)
+        tokenizer.download("http://example.invalid/f", dest, expected_size=3000, expected_sha256="0" * 64)
     assert not os.path.exists(dest) and not os.path.exists(dest + ".part")
     import hashlib
-    prepare.download("http://example.invalid/f", dest, 3000, hashlib.sha256(data).hexdigest())
+    tokenizer.download("http://example.invalid/f", dest, 3000, hashlib.sha256(data).hexdigest())
     assert Path(dest).read_bytes() == data
     # a truncated transfer (fewer bytes than Content-Length) is rejected
     monkeypatch.setattr(urllib.request, "urlopen", lambda *a, **k: FakeResponse(data, 4000))
     with pytest.raises(ValueError, match="expected 4000"):
-        prepare.download("http://example.invalid/f", str(tmp_path / "g.bin"))
+        tokenizer.download("http://example.invalid/f", str(tmp_path / "g.bin"))
 
 
 # ----------------------------------------------------------------------------- GPT-2 BPE

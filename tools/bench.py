@@ -21,7 +21,7 @@ Measurements (--measure, comma list):
   memory  peak memory of a training step and of an inference prefill (see below)
   infer   batch --infer_batch: prefill ms of seq tokens into an empty KV cache sized seq, decode
           ms/token (seq - decode_steps tokens cached, then decode_steps single-token steps, median), and
-          the KV-cache bytes of seq tokens (InferenceCache.nbytes(): keys + values of every attention
+          the KV-cache bytes of seq tokens (measure.cache_bytes: keys + values of every attention
           application; GQA stores only n_kv_head heads)
   sample  model.generate from one token: --gen_tokens new tokens with the KV cache and without (the plain
           path re-runs the whole window every token); tokens/s of each and the speed-up
@@ -34,7 +34,7 @@ Measurements (--measure, comma list):
           what other jobs do to the machine in one round cancels out). The floor leaves out what decoding
           must also read: the KV cache. Timed in CPU time of the process on a CPU with one thread
           (--num_threads=1; equal to the wall time of an idle machine, and not inflated by other jobs),
-          else in wall time. With --compile also the compiled static-cache step (generate(compile=True)).
+          else in wall time. With --compile also the compiled static-cache step (tools/fast_sample.py).
 Warm-up iterations (--warmup) are not timed; each figure is the median of --repeats timed runs.
 Sequence lengths above a model's block_size are skipped; on CUDA an out-of-memory length is reported
 as OOM; on CPU longer lengths are skipped once one step takes more than --max_step_seconds.

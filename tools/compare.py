@@ -37,7 +37,7 @@ training) and status.json. With --seeds, every run trains into <compare_dir>/<va
 results.csv holds the means and standard deviations and results_per_seed.csv every run; samples and the
 alpha/branch-weight figures come from each variant's first seed.
 
-Equal compute: the training FLOPs of a run are model.flops_per_token() x tokens per iteration x
+Equal compute: the training FLOPs of a run are flops_per_token(model) (tools/flops.py) x tokens per iteration x
 iterations. The cheapest variant's full run sets the budget; every model's val loss at that budget is read
 off its logged eval curve (linear interpolation between the two evaluations around it).
 Noise: with several seeds, a difference from the first row is called better/worse only when Welch's
@@ -68,12 +68,12 @@ import torch
 import train
 from checkpoint import (LAST_NAME, MAX_SEED, atomic_open, autocast, check_out_dir, load_checkpoint, load_model,
                         lock_dir, resolve_device, resolve_dtype)
-from configurator import UserError, load_config, out_of_memory
+from configurator import UserError, check_temperature, load_config, out_of_memory
 from dataset import default_data_dir, encode_start, load_tokenizer, render, resolve_data_dir
 from prepare import tool_command
-from sample import check_temperature
 from tools import plots
 from tools.benchmarks.measure import bench_train, describe
+from tools.flops import flops_per_token
 from tools.plots import read_log
 from tools.spread import NOISE_T, add_equal_compute, mean_std, noise_verdict
 from train import check_train_config, dataset_vocab_size, distributed_env, format_duration, gpt_config_defaults
@@ -288,7 +288,7 @@ def model_info(args):
     from model import GPT, GPTConfig
     with torch.device("meta"):
         m = GPT(GPTConfig(**args))
-    return m.get_num_params(non_embedding=False), m.flops_per_token()
+    return m.get_num_params(non_embedding=False), flops_per_token(m)
 
 
 def resume_iter(out_dir):
@@ -500,7 +500,7 @@ def fp32_weights_bytes(model):
 def unique_alphas(model):
     """Enhanced-residual (alpha_1, alpha_2) per distinct block: a shared block applied several times
     appears once, so the x axis is paper 000's 30 layers, not the 60 applications."""
-    rows = model.residual_alphas()
+    rows = plots.residual_alphas(model)
     stack = model.branches[0]
     pairs = list(zip(getattr(stack, "attn_index", []), getattr(stack, "mlp_index", [])))
     if len(pairs) != len(rows):
@@ -734,8 +734,8 @@ def equal_compute_lines(config, rows, budget, cheapest, seeds):
             + ([verdict_text(rows, i, "val_loss_equal_compute")] if seeds else [])
             + [cell(r, "train_time_s", format_eta, seeds)] for i, r in enumerate(rows)]
     return ["## Equal compute", "", md_table(header, body), "",
-            "- **Train FLOPs/token**: `model.flops_per_token()`, forward + backward: 6 per weight per token plus "
-            "the attention scores and values, counting every application of a shared layer, every Deep Thinking "
+            "- **Train FLOPs/token**: `flops_per_token(model)` (tools/flops.py), forward + backward: 6 per weight per "
+            "token plus the attention scores and values, counting every application of a shared layer, every Deep Thinking "
             "pass and both pgpt branches. Evaluations are not counted.",
             f"- **Val loss at equal compute**: the budget is the cheapest full run, {cheapest['name']}'s "
             f"{fmt_si(budget)} FLOPs ({cheapest['iters']} iterations). Every model's val loss when its own training "

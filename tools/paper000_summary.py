@@ -7,7 +7,7 @@ alphas.png (paper 000 Figure 7) in --plot_dir (default: results/paper000_cpu, wh
 
 Per model, mean and sample std over seeds (tools/spread.py): final and best in-run val loss (20 fixed
 batches), and the val loss at equal compute: each run's eval curve read at the training FLOPs of the cheapest
-model's full run (model.flops_per_token(): every shared-layer application and Deep Thinking pass counted).
+model's full run (tools/flops.py's flops_per_token: every shared-layer application and Deep Thinking pass counted).
 """
 
 import argparse
@@ -19,7 +19,8 @@ import torch
 
 from checkpoint import load_checkpoint
 from model import GPT, GPTConfig
-from tools.plots import plot_alphas, plot_loss_curves, plot_loss_vs_compute, read_log
+from tools.flops import flops_per_token
+from tools.plots import plot_alphas, plot_loss_curves, plot_loss_vs_compute, read_log, residual_alphas
 from tools.spread import add_equal_compute, mean_std, noise_verdict
 
 RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results", "paper000_cpu")
@@ -42,11 +43,11 @@ def load_runs(root):
         if not evals or evals[-1]["iter"] < cfg["max_iters"]:
             continue   # still training
         tokens = cfg["batch_size"] * cfg["gradient_accumulation_steps"] * model.config.block_size
-        unique = model.residual_alphas()[::model.config.share_group_size] if model.config.enhanced_residual else None
+        unique = residual_alphas(model)[::model.config.share_group_size] if model.config.enhanced_residual else None
         rows.append(dict(name=match.group(1), seed=int(match.group(2)), log=log,
-                         params=model.get_num_params(False), flops_per_token=model.flops_per_token(),
-                         flops_per_iter=model.flops_per_token() * tokens, iters=cfg["max_iters"],
-                         train_flops=model.flops_per_token() * tokens * cfg["max_iters"],
+                         params=model.get_num_params(False), flops_per_token=flops_per_token(model),
+                         flops_per_iter=flops_per_token(model) * tokens, iters=cfg["max_iters"],
+                         train_flops=flops_per_token(model) * tokens * cfg["max_iters"],
                          final_val=evals[-1]["val_loss"], best_val=min(r["val_loss"] for r in evals),
                          alphas=unique, wall_s=evals[-1]["elapsed_s"]))
     return rows

@@ -7,11 +7,14 @@ trained models: the comparison figures of tools/compare.py (train.py draws each 
     plot_loss_vs_compute({name: log}, {name: FLOPs per iteration}, path)   val loss against training FLOPs
     plot_branch_weights({name: log}, path)    pgpt: branch combination weights over training
     plot_alphas({name: [(a1, a2), ...]}, path) paper 000 Figure 7: enhanced-residual alphas per layer
+                                              (residual_alphas(model) reads them from a model)
 
 Every function writes a PNG atomically and returns its path (None when there is nothing to draw).
 """
 
 import os
+
+import torch
 
 from checkpoint import atomic_open
 from train import read_rows
@@ -170,6 +173,17 @@ def plot_branch_weights(logs, path):
     ax.grid(alpha=0.3)
     ax.legend()
     return _save(fig, path, plt)
+
+
+def residual_alphas(model):
+    """Enhanced-residual alphas per layer of the first branch, [(alpha_1 attention or None, alpha_2 FFN), ...]:
+    alpha = sigmoid(w) of the ResidualSubLayers the layer applies (model.py section 4; paper 000, 2.7, Fig. 7)."""
+    stack = model.branches[0]
+
+    def alpha(sub):
+        return None if sub.alpha_logit is None else torch.sigmoid(sub.alpha_logit).item()
+    return [(None if a is None else alpha(stack.attn[a]), alpha(stack.mlp[m]))
+            for a, m in zip(stack.attn_index, stack.mlp_index)]
 
 
 def plot_alphas(alphas, path):

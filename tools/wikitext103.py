@@ -25,8 +25,8 @@ import numpy as np
 
 from checkpoint import atomic_open, check_out_dir
 from configurator import ArgumentParser, UserError
-from dataset import GPT2_EOT_ID, GPT2_VOCAB_SIZE, compact_encoding, get_gpt2_encoding, one_line
-from prepare import Progress, begin_writing, download, write_meta
+from dataset import (GPT2_EOT_ID, GPT2_VOCAB_SIZE, Progress, begin_writing, compact_encoding, download,
+                     get_gpt2_encoding, one_line, write_meta)
 from tools.pangu.compact_vocab import add_report_arguments, build_compact, check_positive, compact_size
 
 # WikiText-103 (raw, v1, Merity et al.), tried in order. The original Salesforce S3 bucket is

@@ -22,11 +22,11 @@ import time
 
 import torch
 
-import sample
 from checkpoint import autocast
 from configurator import out_of_memory
 from model import GPT, GPTConfig, InferenceCache
 from tools.benchmarks.report import short
+from tools.fast_sample import generate as fast_generate
 
 def describe(args):
     """A model's shape in one line, e.g. '6L d384 6h vocab 65 block 256'."""
@@ -68,6 +68,13 @@ def timed(fn, device):
     fn()
     synchronize(device)
     return time.perf_counter() - t0
+
+
+def cache_bytes(cache):
+    """Bytes of an InferenceCache's keys and values: every attention application's KV cache and Deep Thinking's
+    memory (GQA stores only n_kv_head heads)."""
+    return sum(2 * c.k.numel() * c.k.element_size() for table in (cache.kv, cache.memory) for c in table.values()
+               if c.k is not None)
 
 
 def storage_bytes(tensors):
@@ -200,7 +207,7 @@ def bench_infer(model, cfg, device, dtype, seq, measure_memory):
     for _ in range(cfg["warmup"]):
         timed(prefill, device)
     prefill_times = [timed(prefill, device) for _ in range(cfg["repeats"])]
-    out = dict(prefill_ms=median_ms(prefill_times), kv_bytes=holder["cache"].nbytes())
+    out = dict(prefill_ms=median_ms(prefill_times), kv_bytes=cache_bytes(holder["cache"]))
     holder.clear()
 
     d = max(1, min(cfg["decode_steps"], seq - 1)) if seq > 1 else 0
@@ -237,7 +244,7 @@ def bench_sample(model, cfg, device, dtype):
     cache = model.new_cache()
     with autocast(device, dtype):
         model(start, cache=cache)
-    out["kv_block_bytes"] = cache.nbytes()
+    out["kv_block_bytes"] = cache_bytes(cache)
     return out
 
 
@@ -267,7 +274,10 @@ def bench_decode(model, cfg, device, dtype):
     def decode(compile):
         gen = torch.Generator(device=device).manual_seed(cfg["seed"])
         with autocast(device, dtype):
-            sample.generate(model, start, n_tokens, temperature=0.8, top_k=200, generator=gen, compile=compile)
+            if compile:
+                fast_generate(model, start, n_tokens, temperature=0.8, top_k=200, generator=gen)
+            else:
+                model.generate(start, n_tokens, temperature=0.8, top_k=200, generator=gen)
 
     def floor_run():   # as many weight passes as decode steps, timed the same way
         for _ in range(n_tokens):

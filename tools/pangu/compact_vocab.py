@@ -22,8 +22,9 @@ import numpy as np
 
 from checkpoint import atomic_open, check_out_dir
 from configurator import ArgumentParser, UserError
-from dataset import GPT2_EOT_ID, GPT2_PAT_STR, GPT2_VOCAB_SIZE, compact_encoding, get_gpt2_encoding
-from prepare import DATASETS, begin_writing, shakespeare_text, split_90_10, tool_command, write_bin, write_meta
+from dataset import (GPT2_EOT_ID, GPT2_PAT_STR, GPT2_VOCAB_SIZE, begin_writing, compact_encoding, get_gpt2_encoding,
+                     write_bin, write_meta)
+from prepare import DATASETS, shakespeare_text, split_90_10, tool_command
 
 
 # -----------------------------------------------------------------------------

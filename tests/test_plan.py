@@ -1,0 +1,177 @@
+"""tools.plan: the plan it reads from a built model agrees with that model (parameters, sharing plan, layer shapes,
+attention placement), with what generation allocates (the KV cache) and with what a forward pass computes (FLOPs
+counted by torch), for every preset and for random valid flag combinations; pictures, checkpoints, bad input."""
+import dataclasses
+import os
+import random
+
+import pytest
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils.flop_counter import FlopCounterMode
+
+import variants
+from checkpoint import atomic_save
+from model import GPT, GPTConfig, sharing_plan
+from tools.benchmarks.measure import cache_bytes
+from tests.conftest import one_error_line
+from tests.test_model import FLAGS, TINY
+from tools import plan as plan_tool
+
+
+def random_combos(n, seed=0):
+    """n valid configurations made of 2-3 FLAGS entries on TINY (invalid combinations skipped), named."""
+    rng, names, combos = random.Random(seed), sorted(FLAGS), {}
+    while len(combos) < n:
+        picked = rng.sample(names, rng.choice((2, 3)))
+        args = {**TINY}
+        for name in picked:
+            args.update(FLAGS[name])
+        try:
+            GPTConfig(**args)
+        except ValueError:
+            continue
+        combos["+".join(picked)] = args
+    return combos
+
+
+COMBOS = random_combos(10)
+# the flags that change the plan's shape (branches, widths, sharing, attention, heads, embedding, passes)
+SHAPES = ("gpt", "pgpt3", "lgpt", "cgpt_k3", "swiglu", "mqa", "factorized", "factorized_untied", "share_attn",
+          "shishu_bottom_top", "attn_top_only", "head_bias", "deep_thinking", "deep_thinking_first_layer_1",
+          "post_norm_pgpt_cgpt")
+TINY_CONFIGS = {**{f"flag:{k}": {**TINY, **FLAGS[k]} for k in SHAPES}, **COMBOS}
+PRESETS = {name: {**plan_tool.MODEL_FIELDS, **variants.load(name)} for name in variants.available()}
+
+
+def meta_model(args):
+    with torch.device("meta"):
+        return GPT(GPTConfig(**args))
+
+
+def check_plan_matches_model(model, plan):
+    cfg = model.config
+    assert plan.unique_params == model.get_num_params(non_embedding=False)
+    assert plan.unique_params - plan.params.get("positions", 0) == model.get_num_params()
+    attn_index, mlp_index = sharing_plan(cfg)
+    widths = cfg.widths()
+    for b, stack in enumerate(model.branches):
+        rows = [r for r in plan.rows if r.branch == b]
+        assert [r.layer for r in rows] == list(range(cfg.layers_per_branch()))
+        assert [r.attn_set for r in rows] == attn_index == stack.attn_index
+        assert [r.mlp_set for r in rows] == mlp_index == stack.mlp_index
+        # attention exactly where the model has it
+        assert [r.n_head > 0 for r in rows] == [layer in cfg.attention_layers() for layer in range(len(rows))]
+        for r, nxt in zip(rows, rows[1:] + [None]):
+            ffn = stack.mlp[r.mlp_set].inner
+            assert r.width_in == widths[r.layer] == ffn.up.in_features == ffn.down.out_features
+            assert r.hidden == ffn.up.out_features
+            if r.attn_set is not None:
+                attn = stack.attn[r.attn_set].inner
+                assert attn.qkv_proj.in_features == r.width_in == attn.out_proj.out_features
+                assert (r.n_head, r.n_kv_head) == (attn.n_head, attn.n_kv_head)
+            # the width out is what the next application (or the head) reads; a shrink layer is there iff it halves
+            assert r.width_out == (nxt.width_in if nxt else cfg.final_width())
+            assert bool(r.shrink) == (r.width_out != r.width_in) == (r.layer in stack.shrink_after)
+    if not cfg.tie_embeddings:
+        assert model.lm_head.in_features == cfg.final_width()
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_preset_plan_matches_model(name):
+    model = meta_model(PRESETS[name])
+    plan = plan_tool.read_plan(model, name)
+    check_plan_matches_model(model, plan)
+    assert plan.passes == model.config.think_steps + 1
+    assert name in plan_tool.format_plan(plan)
+
+
+@pytest.mark.parametrize("name", sorted(COMBOS))
+def test_random_flags_plan_matches_model(name):
+    model = meta_model(COMBOS[name])
+    check_plan_matches_model(model, plan_tool.read_plan(model, name))
+
+
+def test_shared_applications_share_weights():
+    """A deliberate check of the ids: layer sharing gives the same module (the same weights) to the same id."""
+    model = meta_model({**TINY, **FLAGS["shishu_bottom_top"]})
+    plan = plan_tool.read_plan(model, "shishu")
+    stack = model.branches[0]
+    assert [r.attn_set for r in plan.rows] == [0, None, None, 1]
+    assert [r.mlp_set for r in plan.rows] == [0, 1, 1, 2]
+    assert stack.mlp[plan.rows[1].mlp_set] is stack.mlp[plan.rows[2].mlp_set]
+
+
+@pytest.mark.parametrize("name", sorted(TINY_CONFIGS))
+def test_kv_cache_and_flops_as_measured(name):
+    """The KV cache per token is what generation allocates (model.new_cache() after a prefill, per position of its
+    max_len buffers); the forward FLOPs per token are what torch's FlopCounterMode counts over a full context."""
+    args = TINY_CONFIGS[name]
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(**args)).eval()
+    plan = plan_tool.read_plan(model, name)
+    cache, batch = model.new_cache(), 2
+    with torch.no_grad():
+        model(torch.randint(0, args["vocab_size"], (batch, 5)), cache=cache)
+    assert plan.kv_bytes_per_token * batch * cache.max_len == cache_bytes(cache)
+    assert (plan.kv_bytes_per_token > 0) == (model.config.attn_layers_per_branch() > 0)
+
+    T = model.config.block_size
+    counter = FlopCounterMode(display=False)
+    with counter, torch.no_grad(), sdpa_kernel(SDPBackend.MATH):   # the math path's matmuls are counted
+        model(torch.zeros((1, T), dtype=torch.long), all_logits=True)
+    assert plan.flops_per_token() * T == counter.get_total_flops()
+
+
+def test_picture_written(tmp_path):
+    # between them: branches, both shrink layers, MLP-only blocks, Deep Thinking, a factorized tied embedding
+    for name, args in [("pgpt_cgpt", {**TINY, **FLAGS["post_norm_pgpt_cgpt"]}), ("lgpt", {**TINY, **FLAGS["lgpt"]}),
+                       ("shishu_dt", {**TINY, **FLAGS["shishu_dt_post"], **FLAGS["factorized"]})]:
+        path = tmp_path / f"{name}.png"
+        plan_tool.draw(plan_tool.plan_of(args, name), path)
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 5_000
+
+
+def test_command_preset_flags_png(tmp_path, capsys):
+    png = tmp_path / "lgpt.png"
+    plan_tool.main(["--variant=lgpt", "--n_layer=4", f"--png={png}"])
+    out = capsys.readouterr().out
+    assert "lgpt with n_layer=4" in out and png.stat().st_size > 0
+    rows = [line for line in out.splitlines() if line.split()[:1] == ["0"]]
+    assert len(rows) == 4 and "linear 384->192" in rows[1]
+
+
+def test_command_checkpoint(tmp_path, capsys):
+    args = {**TINY, **FLAGS["mobilellm"]}
+    model = GPT(GPTConfig(**args))
+    atomic_save({"model": model.state_dict(), "model_args": dataclasses.asdict(model.config), "iter_num": 3},
+                tmp_path / "ckpt.pt")
+    plan_tool.main([f"--out_dir={tmp_path}"])
+    out = capsys.readouterr().out
+    assert f"{model.get_num_params(non_embedding=False):,} unique" in out and "ckpt.pt" in out
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--variant=nope"], ["unknown variant 'nope'"]),
+    (["--variant=lgpt", "--n_head=5"], ["invalid model configuration", "n_head"]),
+    (["--n_layr=3"], ["n_layr", "n_layer"]),
+    (["--out_dir=/nonexistent/run"], ["does not exist"]),
+    (["--out_dir=.", "--variant=gpt"], ["--out_dir"]),
+    (["--variant=gpt", "--png=x.jpg"], ["PNG"]),
+    (["--variant=gpt", "--png=/nonexistent/x.png"], ["does not exist"]),
+    (["--gallery=somewhere", "--variant=gpt"], ["--gallery", "--variant"]),
+])
+def test_bad_input_one_line(args, words, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    one_error_line(plan_tool.main, args, *words)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_gallery_has_every_preset():
+    """docs/architectures.md shows every preset's picture (a new preset needs `tools.plan --gallery` rerun)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "docs", "architectures.md"), encoding="utf-8") as f:
+        doc = f.read()
+    for name in PRESETS:
+        assert f"![{name}](architectures/{name}.png)" in doc
+        assert 0 < os.path.getsize(os.path.join(root, "docs", "architectures", f"{name}.png")) < 100_000

@@ -1,0 +1,33 @@
+"""
+Training FLOPs per token of a model, for equal-compute comparisons (tools/compare.py, tools/paper000_summary.py).
+
+    from tools.flops import flops_per_token
+    flops_per_token(GPT(config))          # works on the meta device: no weights allocated
+
+Forward + backward = 3 x forward: 6 FLOPs per weight application plus the attention score/value matmuls,
+counting every application of a shared layer, every Deep Thinking pass and every pgpt branch (only the kept
+one with model.keep_branch). Evaluations are not counted.
+"""
+
+
+def flops_per_token(model, seq_len=None):
+    """Training FLOPs per token at sequence length seq_len (default: the model's block_size)."""
+    cfg, T = model.config, seq_len or model.config.block_size
+    widths = cfg.widths()
+    per_pass = 0
+    for stack in model.branches if model.keep_branch is None else [model.branches[model.keep_branch]]:
+        for layer, (a, m) in enumerate(zip(stack.attn_index, stack.mlp_index)):
+            per_pass += matmul_params(stack.mlp[m])
+            if a is not None:
+                per_pass += matmul_params(stack.attn[a]) + 2 * widths[layer] * T
+        per_pass += sum(matmul_params(s) for s in stack.shrink)
+    head = cfg.vocab_size * cfg.final_width()
+    E = cfg.embd_factor_dim
+    if E:   # factorized: the E -> width input projection; a tied head goes back through it (h P) W_e^T
+        head = E * cfg.embd_width() + (E * cfg.embd_width() + cfg.vocab_size * E if cfg.tie_embeddings else head)
+    return 6 * ((cfg.think_steps + 1) * per_pass + head)   # every Deep Thinking pass applies the layers
+
+
+def matmul_params(module):
+    """The weights of a module that multiply an activation (>= 2-D: matmuls, convolutions)."""
+    return sum(p.numel() for p in module.parameters() if p.dim() >= 2)
