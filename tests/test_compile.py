@@ -264,7 +264,8 @@ def save_as_if_on_cuda(obj, path, monkeypatch):
 def test_resume_on_cpu_of_a_checkpoint_written_on_cuda(tiny_train_config, tmp_path, monkeypatch):
     """What a CPU machine can show: a checkpoint whose tensors are tagged cuda:0 and whose optimizer/config
     say CUDA (fused AdamW, bf16, a CUDA RNG state) resumes on the CPU, and sample/eval's loader reads it.
-    Not shown here: that a real GPU writes these tags (torch.save does; the GPU run of bench.py covers it)."""
+    Not shown here: that a real GPU writes these tags (torch.save records each storage's device; no test of this
+    repository runs on a GPU)."""
     first = run(dict(tiny_train_config, max_iters=4, eval_interval=2))
     out_dir = first["out_dir"]
     path = os.path.join(out_dir, checkpoint.LAST_NAME)

@@ -10,13 +10,15 @@ import torch
 
 from checkpoint import atomic_save
 from model import GPT, GPTConfig
+from tests.test_model import visible_weights
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CHARS = list("\n !',.:;?ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
 
 
 def make_checkpoint(tmp_path, **model_overrides):
-    """A randomly initialised tiny char model saved like train.py does, with its dataset's meta.json."""
+    """A tiny char model with its weights at std 0.3 (so the next character depends strongly on the context, and a
+    KV cache that loses or shifts a position changes the text), saved like train.py does, with its meta.json."""
     data_dir = tmp_path / "data"
     data_dir.mkdir()
     with open(data_dir / "meta.json", "w") as f:
@@ -24,7 +26,7 @@ def make_checkpoint(tmp_path, **model_overrides):
     torch.manual_seed(0)
     args = dict(vocab_size=len(CHARS), block_size=32, n_layer=2, n_head=2, n_embd=32, dropout=0.0)
     args.update(model_overrides)
-    model = GPT(GPTConfig(**args))
+    model = visible_weights(GPT(GPTConfig(**args)))
     out_dir = tmp_path / "out"
     atomic_save({"model": model.state_dict(), "model_args": dataclasses.asdict(model.config),
                  "iter_num": 0, "best_val_loss": 9.9, "config": {}, "dataset": "tinychars",

@@ -1,0 +1,280 @@
+"""
+Mutation check: do the tests named for a bug catch it?
+
+    python -m tools.mutation                              # every mutant (minutes on 2 cores)
+    python -m tools.mutation --list                       # the table
+    python -m tools.mutation --only=kv_cache_drops_oldest,mask_sees_next_token --workers=2
+
+Each mutant is one small, realistic bug: (file, the exact text it replaces, the new text, the tests that must
+catch it). It is applied alone to a scratch copy of the repository (its tracked files and untracked ones git does
+not ignore, as they are on disk, in a temporary folder; the working tree is never written) and its tests run
+there: `pytest -x -q -p no:cacheprovider <tests>`. Caught: a test fails. A mutant marked `every` runs its tests
+without -x and is caught only if every one of them fails (e.g. the causality test of every flag, where one
+flag's test failing would hide another's passing). Before any mutant, each distinct test selection runs once on
+the unmutated copy and must pass (a failing selection would "catch" every mutant).
+
+One line per mutant, `caught` or `missed`, and the count. Exit 1 if any mutant is missed, if a selection fails
+without a mutant, or if a mutant's old text is not found exactly once in its file (the whole table is checked
+first, so it cannot rot silently when the code changes).
+"""
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import namedtuple
+from concurrent.futures import ThreadPoolExecutor
+
+from configurator import UserError, run_command
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+Mutant = namedtuple("Mutant", "name file old new tests every")
+
+CAUSALITY = "tests/test_model.py tests/test_variants.py -k 'test_causality or test_tiny_preset_is_causal'"
+KV_CACHE = "tests/test_model.py tests/test_variants.py -k 'kv_cache_equals_full_forward'"
+
+MUTANTS = [
+    # --- issue 34's table ---
+    Mutant("mask_sees_next_token", "model.py",
+           "            return self._sdpa(q, k, v, is_causal=True)",
+           "            return self._sdpa(q, k, v, mask=torch.ones(q.size(2), k.size(2), dtype=torch.bool,\n"
+           "                                                       device=q.device).tril(1))",
+           CAUSALITY, every=True),
+    Mutant("query7_sees_key8", "model.py",
+           "            return self._sdpa(q, k, v, is_causal=True)",
+           "            mask = torch.ones(q.size(2), k.size(2), dtype=torch.bool, device=q.device).tril()\n"
+           "            mask[7:8, 8:9] = True\n"
+           "            return self._sdpa(q, k, v, mask=mask)",
+           CAUSALITY, every=True),
+    Mutant("cgpt_conv_padded_both_sides", "model.py",
+           "window = torch.cat([x.new_zeros(x.size(0), self.kernel - 1, x.size(2)), x], dim=1)",
+           "window = torch.cat([x.new_zeros(x.size(0), (self.kernel - 1) // 2, x.size(2)), x,\n"
+           "                                x.new_zeros(x.size(0), self.kernel // 2, x.size(2))], dim=1)",
+           "tests/test_model.py -k 'test_causality and (cgpt_k3 or post_norm_pgpt_cgpt)'", every=True),
+    Mutant("deep_thinking_test_pass_reads_next_position", "model.py",
+           "            return self._attend(q, *ctx.read_memory(prev), ctx)",
+           "            mem_k, mem_v = ctx.read_memory(prev)\n"
+           "            mask = ctx.causal_mask()\n"
+           "            return self._sdpa(q, mem_k, mem_v, mask=mask | mask.roll(1, dims=-1))",
+           "tests/test_model.py tests/test_variants.py -k '(test_causality or is_causal) and (deep_thinking or dt)'",
+           every=True),
+    Mutant("kv_cache_drops_oldest", "model.py",
+           "        return self.k.narrow(2, 0, end), self.v.narrow(2, 0, end)",
+           "        drop = 1 if k.size(2) == 1 and end > 1 else 0   # decoding: one token at a time\n"
+           "        return self.k.narrow(2, drop, end - drop), self.v.narrow(2, drop, end - drop)",
+           KV_CACHE, every=True),
+    Mutant("kv_cache_drops_oldest_text", "model.py",
+           "        return self.k.narrow(2, 0, end), self.v.narrow(2, 0, end)",
+           "        drop = 1 if k.size(2) == 1 and end > 1 else 0   # decoding: one token at a time\n"
+           "        return self.k.narrow(2, drop, end - drop), self.v.narrow(2, drop, end - drop)",
+           "tests/test_sample.py -k 'no_kv_cache_same_text or start_text_and_seeds'", every=True),
+    Mutant("kv_cache_drops_oldest_generate", "model.py",
+           "        return self.k.narrow(2, 0, end), self.v.narrow(2, 0, end)",
+           "        drop = 1 if k.size(2) == 1 and end > 1 else 0   # decoding: one token at a time\n"
+           "        return self.k.narrow(2, drop, end - drop), self.v.narrow(2, drop, end - drop)",
+           "tests/test_model.py -k generate_same_tokens", every=True),
+    Mutant("eval_counts_params_without_positions", "tools/eval.py",
+           "(iter {ckpt.get('iter_num', '?')}, {model.get_num_params(non_embedding=False)",
+           "(iter {ckpt.get('iter_num', '?')}, {model.get_num_params(non_embedding=True)",
+           "tests/test_train.py -k every_script_counts_parameters", every=True),
+    # --- the brief's further bugs ---
+    Mutant("rope_off_by_one_in_cache", "model.py",
+           "            cos, sin = self.rope_cos[ctx.positions], self.rope_sin[ctx.positions]",
+           "            pos = ctx.positions if ctx.cache is None else (ctx.positions - 1).clamp(min=0)\n"
+           "            cos, sin = self.rope_cos[pos], self.rope_sin[pos]",
+           "tests/test_model.py tests/test_variants.py -k 'kv_cache_equals_full_forward and "
+           "(rope or shishu or mobilellm or internlm or paper000_dt_first_layer)'", every=True),
+    Mutant("gqa_query_head_reads_wrong_kv_head", "model.py",
+           "    def _sdpa(self, q, k, v, mask=None, is_causal=False):\n",
+           "    def _sdpa(self, q, k, v, mask=None, is_causal=False):\n"
+           "        if self.n_kv_head != self.n_head:   # tiles the kv heads: query head h reads h % n_kv_head\n"
+           "            k = k.repeat(1, self.n_head // self.n_kv_head, 1, 1)\n"
+           "            v = v.repeat(1, self.n_head // self.n_kv_head, 1, 1)\n",
+           "tests/test_model.py -k 'reference_equations and n_kv_head'", every=True),
+    Mutant("shared_layer_uses_wrong_weights", "model.py",
+           "group = [start + (layer - start) // k if",
+           "group = [start + (layer - start) % k if",
+           "tests/test_model.py -k sharing_plan", every=False),
+    Mutant("enhanced_residual_alpha_swapped", "model.py",
+           "        return alpha * x + (1 - alpha) * fx",
+           "        return (1 - alpha) * x + alpha * fx",
+           "tests/test_model.py -k 'reference_equations and enhanced_residual'", every=True),
+    Mutant("pgpt_branch_weights_not_normalised", "model.py",
+           "        return F.softmax(self.branch_logits, dim=0)",
+           "        return torch.sigmoid(self.branch_logits)",
+           "tests/test_model.py -k pgpt_branch", every=False),
+    Mutant("lgpt_shrinks_after_wrong_layer", "model.py",
+           "if every and (l + 1) % every == 0]",
+           "if every and l % every == 0]",
+           "tests/test_model.py tests/test_variants.py -k 'kv_cache_equals_full_forward and (lgpt or cgpt_k1)'",
+           every=True),
+    Mutant("eval_sliding_window_drops_a_token", "tools/eval.py",
+           "start = max(0, end - block_size) if sliding else done",
+           "start = max(0, end - block_size + 1) if sliding else done",
+           "tests/test_eval.py -k strided_total_equals_per_token", every=True),
+    # --- ours ---
+    Mutant("attention_heads_merged_without_transpose", "model.py",
+           "y = self.out_proj(y.transpose(1, 2).reshape(B, T, C))",
+           "y = self.out_proj(y.reshape(B, T, C))",
+           CAUSALITY, every=False),
+    Mutant("cgpt_conv_cache_keeps_oldest_inputs", "model.py",
+           "self.conv_tail[slot] = window[:, window.size(1) - n_past:]",
+           "self.conv_tail[slot] = window[:, :n_past]",
+           "tests/test_model.py -k 'kv_cache_equals_full_forward and (cgpt_k3 or post_norm_pgpt_cgpt)'", every=True),
+    Mutant("positions_restart_at_each_cached_call", "model.py",
+           "        return torch.arange(self.length, self.length + length, device=device)",
+           "        return torch.arange(length, device=device)",
+           KV_CACHE, every=False),
+    Mutant("pgpt_branches_share_cache_slots", "model.py",
+           "slot = (ctx.branch, layer, ctx.think_pass)",
+           "slot = (0, layer, ctx.think_pass)",
+           "tests/test_model.py tests/test_variants.py -k 'kv_cache_equals_full_forward and pgpt'", every=True),
+    Mutant("deep_thinking_eta_swapped", "model.py",
+           "k = self.think_eta * k + (1 - self.think_eta) * mem_k[:, :, new]",
+           "k = (1 - self.think_eta) * k + self.think_eta * mem_k[:, :, new]",
+           "tests/test_model.py -k 'reference_equations and think_steps'", every=False),
+    Mutant("swiglu_activation_on_both_branches", "model.py",   # paper 000's public code has this bug
+           "h = self.act(self.gate(x)) * self.up(x) if self.gated",
+           "h = self.act(self.gate(x)) * self.act(self.up(x)) if self.gated",
+           "tests/test_model.py -k swiglu_applies_silu", every=False),
+    Mutant("sinusoidal_odd_dimensions_use_sin", "model.py",
+           "table[:, 1::2] = torch.cos(pos * freq[: dim // 2])",
+           "table[:, 1::2] = torch.sin(pos * freq[: dim // 2])",
+           "tests/test_model.py -k sinusoidal_positions", every=False),
+]
+
+DEFAULTS = dict(
+    list=False,         # print the table (name, file, tests) and exit
+    only="",            # comma list of mutant names; "" = all
+    workers=2,          # pytest processes at a time
+    timeout=900,        # seconds per pytest run; longer counts as an error
+)
+BOOL_FLAGS = ("list",)
+
+
+# --- the scratch copy --------------------------------------------------------------------------
+
+def repository_files():
+    """The files a scratch copy holds: tracked, and untracked but not ignored (as on disk)."""
+    try:
+        out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                             capture_output=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError) as e:
+        raise UserError(f"cannot list the repository's files with git ({e}) (fix: run it in a git checkout)")
+    return [f for f in out.decode().split("\0") if f and os.path.isfile(os.path.join(ROOT, f))]
+
+
+def scratch_copy(folder, files, mutant=None):
+    """Copy `files` into folder/repo, with `mutant` applied; folder/shared points at the checkout's ../shared
+    (the offline data conftest.py looks for beside the repository)."""
+    repo = os.path.join(folder, "repo")
+    for f in files:
+        os.makedirs(os.path.dirname(os.path.join(repo, f)), exist_ok=True)
+        shutil.copyfile(os.path.join(ROOT, f), os.path.join(repo, f))
+    shared = os.path.join(os.path.dirname(ROOT), "shared")
+    if os.path.isdir(shared):
+        os.symlink(shared, os.path.join(folder, "shared"))
+    if mutant is not None:
+        path = os.path.join(repo, mutant.file)
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text.replace(mutant.old, mutant.new, 1))
+    return repo
+
+
+def rotten(mutant):
+    """Why the mutant cannot be applied (its old text is not in its file exactly once), or ''."""
+    path = os.path.join(ROOT, mutant.file)
+    if not os.path.isfile(path):
+        return f"{mutant.file} does not exist"
+    with open(path, encoding="utf-8") as f:
+        n = f.read().count(mutant.old)
+    return "" if n == 1 else f"its old text is found {n} times in {mutant.file} (must be once)"
+
+
+# --- running the tests ---------------------------------------------------------------------------
+
+def run_tests(files, tests, mutant, every, timeout):
+    """The failing and passing tests of `tests` in a scratch copy with `mutant` applied (None: unmutated); without
+    `every`, pytest stops at the first failure (-x)."""
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="mutation-") as folder:
+        repo = scratch_copy(folder, files, mutant)
+        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfEp",
+               *([] if every else ["-x"]), *shlex.split(tests)]
+        env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
+        try:
+            r = subprocess.run(cmd, cwd=repo, capture_output=True, text=True, timeout=timeout, env=env)
+        except subprocess.TimeoutExpired:
+            return Result(0, 0, [], [], time.perf_counter() - t0, f"timed out after {timeout} s")
+    lines = r.stdout.strip().splitlines() or [r.stderr.strip()]
+    failed = re.findall(r"^(?:FAILED|ERROR) (\S+)", r.stdout, re.M)
+    passed = re.findall(r"^PASSED (\S+)", r.stdout, re.M)
+    # 2: interrupted or a collection error, 3: internal error, 4: usage error, 5: no test selected
+    error = f"pytest exit code {r.returncode}: {lines[-1]}" if r.returncode not in (0, 1) else ""
+    return Result(len(failed), len(passed), failed, passed, time.perf_counter() - t0, error)
+
+
+Result = namedtuple("Result", "n_failed n_passed failed passed seconds error")
+
+
+def check(config):
+    if config["workers"] < 1:
+        raise UserError(f"--workers must be >= 1, got {config['workers']} (fix: --workers=2)")
+    names = [n for n in config["only"].split(",") if n]
+    unknown = [n for n in names if n not in {m.name for m in MUTANTS}]
+    if unknown:
+        raise UserError(f"unknown mutant(s) {', '.join(unknown)} (fix: see `python -m tools.mutation --list`)")
+    bad = [(m, rotten(m)) for m in MUTANTS if rotten(m)]
+    if config["list"]:
+        for m in MUTANTS:
+            print(f"{m.name:45s} {m.file:14s} {'every test of: ' if m.every else ''}{m.tests}"
+                  + (f"   ROTTEN: {rotten(m)}" if rotten(m) else ""))
+        return 1 if bad else 0
+    if bad:
+        for m, why in bad:
+            print(f"rotten  {m.name}: {why}")
+        print(f"{len(bad)} of {len(MUTANTS)} mutants no longer apply: update the table in tools/mutation.py")
+        return 1
+    chosen = [m for m in MUTANTS if not names or m.name in names]
+    files = repository_files()
+    timeout = config["timeout"]
+    with ThreadPoolExecutor(config["workers"]) as pool:
+        selections = sorted({m.tests for m in chosen})
+        baseline = dict(zip(selections, pool.map(lambda s: run_tests(files, s, None, True, timeout), selections)))
+        broken = {s: r for s, r in baseline.items() if r.n_failed or r.error or not r.n_passed}
+        for tests, r in broken.items():
+            print(f"error   without a mutant: {tests}: {r.error or ', '.join(r.failed) or 'no test ran'}")
+        if broken:
+            return 1
+        missed = 0
+        for m, r in zip(chosen, pool.map(lambda m: run_tests(files, m.tests, m, m.every, timeout), chosen)):
+            n = baseline[m.tests].n_passed
+            if r.error:
+                caught, detail = False, r.error
+            elif m.every:
+                caught = r.n_failed == n
+                detail = f"{r.n_failed} of {n} tests fail" + ("" if caught else f"; these pass: {' '.join(r.passed)}")
+            else:
+                caught = r.n_failed > 0
+                detail = f"first failing: {r.failed[0]}" if caught else f"all {r.n_passed} tests pass"
+            missed += not caught
+            print(f"{'caught' if caught else 'missed':7s} {m.name:45s} {m.file:14s} {detail} ({r.seconds:.0f} s)",
+                  flush=True)
+    print(f"{len(chosen) - missed} of {len(chosen)} mutants caught")
+    return 1 if missed else 0
+
+
+def main(argv=None):
+    code = run_command(check, DEFAULTS, argv, bool_flags=BOOL_FLAGS)
+    if code:
+        raise SystemExit(code)
+
+
+if __name__ == "__main__":
+    main()
