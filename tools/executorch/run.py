@@ -24,7 +24,7 @@ DEFAULTS = dict(
     temperature=0.8,        # 0 = greedy
     top_k=200,              # 0 = the whole vocabulary
     seed=1337,
-    num_threads=0,          # threads of torch's sampling ops (XNNPACK picks its own); 0 = torch's default
+    num_threads=0,          # threads of XNNPACK's pool and torch's sampling ops; 0 = the runtime's default
 )
 SEPARATOR = "---------------"
 
@@ -113,7 +113,9 @@ def run(cfg):
                         "(fix: e.g. --temperature=0 for greedy)")
     if not os.path.isfile(cfg["pte"]):
         raise UserError(f"no program at {cfg['pte']} (fix: python -m tools.executorch.export --pte={cfg['pte']})")
-    if cfg["num_threads"]:
+    if cfg["num_threads"] > 0:
+        from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
+        _unsafe_reset_threadpool(cfg["num_threads"])
         torch.set_num_threads(cfg["num_threads"])
     tokenizer = load_tokenizer(cfg["tokenizer"] or tokenizer_path(cfg["pte"]))
     program = Program(cfg["pte"])
