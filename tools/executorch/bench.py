@@ -40,27 +40,15 @@ def tokens_per_s(command, repeats):
     return best
 
 
-def llamacpp_tokens_per_s(path, text, max_new_tokens, block_size, repeats):
-    """Greedy decoding in llama.cpp (through llama_cpp), re-priming the window as sample.py does."""
-    import numpy as np
-    from llama_cpp import Llama
-    llm = Llama(model_path=path, n_ctx=block_size, n_threads=1, n_threads_batch=1, verbose=False)
-    prompt = llm.tokenize(text.encode("utf-8"), add_bos=False, special=True)
-    vocab = llm.n_vocab()
+def llamacpp_tokens_per_s(path, text, max_new_tokens, repeats):
+    """Greedy decoding in llama.cpp, one thread (tools/llamacpp/run.py's loop)."""
+    from tools.llamacpp.run import greedy, load, model_vocab
+    llm = load(path, num_threads=1)
+    prompt = llm.tokenize(text.encode("utf-8"), add_bos=False, special=False)
     best = 0.0
     for _ in range(repeats):
         t0 = time.perf_counter()
-        ids, start, prime = list(prompt), 0, True
-        for _ in range(max_new_tokens):
-            if len(ids) - start > block_size:
-                start, prime = len(ids) - block_size // 2, True
-            if prime:
-                llm.reset()
-                llm.eval(ids[start:])
-                prime = False
-            else:
-                llm.eval(ids[-1:])
-            ids.append(int(np.argmax(llm.scores[llm.n_tokens - 1][:vocab])))
+        greedy(llm, prompt, max_new_tokens, model_vocab(llm))
         best = max(best, max_new_tokens / (time.perf_counter() - t0))
     return best
 
@@ -99,7 +87,7 @@ def run(cfg):
             except ConversionError as e:
                 row += ["-", f"no GGUF: {str(e).split(':')[0].replace('cannot export ', '')}"]
                 continue
-            speed = (f"{llamacpp_tokens_per_s(path, cfg['start'], cfg['max_new_tokens'], model.config.block_size, cfg['repeats']):.0f}"
+            speed = (f"{llamacpp_tokens_per_s(path, cfg['start'], cfg['max_new_tokens'], cfg['repeats']):.0f}"
                      if have_llamacpp else "llama_cpp not installed")
             row += [f"{os.path.getsize(path) / 1e6:.2f}", speed]
         rows.append(row)
