@@ -4,9 +4,10 @@ Weights are drawn at std 0.3 (not the init's 0.02, where attention is nearly uni
 misplaces a key moves the logits by less than float noise). Checked per model: the prefill logits of a 7-token
 prompt and the logits of 30 decode steps (past block_size 32, so the runner's re-prime runs too) equal the eager
 model's full forward within 1e-4 (fp32); greedy tokens equal model.generate's; 8-bit weights (8da8w) within 5% of
-the logits' range. Exporting is slow (~30-90 s a model on a CPU), so the default run exports one model (pgpt + cgpt
-kernel 3 + GQA + RoPE + enhanced residual + factorized embedding + ShishuLM) through the command line; every preset,
-random flag combinations and 8-bit run under `pytest -m slow tests/test_executorch.py`.
+the logits' range. Exporting is slow (~30-90 s a model on a CPU), so the default run exports one 2-layer model (cgpt
+kernel 3 + GQA + RoPE + enhanced residual + factorized embedding + an MLP-only layer) through the command line; every
+preset (pgpt and its heaviest branch included), random flag combinations and 8-bit weights run under
+`pytest -m slow tests/test_executorch.py`.
 """
 import dataclasses
 import json
@@ -34,7 +35,7 @@ TINY_PRESET = dict(shishulm_125=dict(n_layer=6, n_attn_layers=2, share_from_laye
                    shishulm_600=dict(n_layer=6, n_attn_layers=2, share_from_layer=2),
                    efficio=dict(share_group_size=2, embd_factor_dim=16))
 # the default run's model: as many techniques at once as GPTConfig allows (sharing excludes shrinking)
-COMBINED = dict(TINY, n_branches=2, shrink_every=1, shrink_layer="conv", shrink_kernel=3, n_kv_head=2,
+COMBINED = dict(TINY, n_layer=2, shrink_every=1, shrink_layer="conv", shrink_kernel=3, n_kv_head=2,
                 pos_embedding="rope", norm="rmsnorm", mlp_type="gated", activation="silu", enhanced_residual=True,
                 residual_logit_init=1.0, embd_factor_dim=16, tie_embeddings=False, n_attn_layers=1)
 

@@ -71,13 +71,15 @@ def run(cfg):
         model, ckpt = load_model(out_dir, "cpu")
         name = os.path.basename(os.path.normpath(out_dir))
         params = model.get_num_params(non_embedding=False)
-        row = [name, f"{params / 1e6:.2f}M", f"{params * 4 / 1e6:.2f}",
-               f"{tokens_per_s([sys.executable, 'sample.py', f'--out_dir={out_dir}', '--num_samples=1', '--device=cpu', '--num_threads=1', *common], cfg['repeats']):.0f}"]
+        eager = [sys.executable, "sample.py", f"--out_dir={out_dir}", "--num_samples=1", "--device=cpu",
+                 "--num_threads=1", *common]
+        row = [name, f"{params / 1e6:.2f}M", f"{params * 4 / 1e6:.2f}", f"{tokens_per_s(eager, cfg['repeats']):.0f}"]
         for quantize in ("none", "8da8w"):
             pte = os.path.join(cfg["work_dir"], f"{name}-{quantize}.pte")
             subprocess.run([sys.executable, "-m", "tools.executorch.export", f"--out_dir={out_dir}", f"--pte={pte}",
                             f"--quantize={quantize}"], check=True, capture_output=True)
-            speed = tokens_per_s([sys.executable, "-m", "tools.executorch.run", f"--pte={pte}", "--num_threads=1", *common], cfg["repeats"])
+            runner = [sys.executable, "-m", "tools.executorch.run", f"--pte={pte}", "--num_threads=1", *common]
+            speed = tokens_per_s(runner, cfg["repeats"])
             row += [f"{os.path.getsize(pte) / 1e6:.2f}", f"{speed:.0f}"]
         for qtype in ("f32", "q8_0"):
             path = os.path.join(cfg["work_dir"], f"{name}-{qtype}.gguf")

@@ -16,10 +16,11 @@ of model.py goes through: pgpt (all branches, or --keep_heaviest_branch), lgpt, 
 kernel-1 inputs are cache state), layer sharing, ShishuLM, enhanced residual, factorized embeddings, GQA. Deep
 Thinking is refused (see refuse_unsupported).
 
---quantize (torchao, lowered to XNNPACK's dynamically quantized kernels): 8da8w = int8 weights per output channel,
-8da4w = int4 weights in groups of 32 input features (Linears whose input width is not a multiple of 32 stay fp32);
-activations are quantized to int8 per token at run time. Embeddings, a tied head and cgpt's Conv1d stay fp32.
+--quantize=8da8w (torchao, lowered to XNNPACK's dynamically quantized kernels): int8 weights per output channel for
+every Linear, activations quantized to int8 per token at run time. Embeddings, a tied head and cgpt's Conv1d stay
+fp32.
 """
+import json
 import os
 import sys
 import time
@@ -33,13 +34,12 @@ DEFAULTS = dict(
     out_dir="",             # directory with ckpt.pt / last.pt, or a checkpoint file; "" = the newest out*/ folder
     data_dir="",            # dataset folder whose meta.json gives the tokenizer; "" = the one the checkpoint records
     pte="model.pte",        # the program to write; the tokenizer goes beside it as <name>.tokenizer.json
-    quantize="none",        # none | 8da8w | 8da4w
+    quantize="none",        # none | 8da8w (8-bit weights and dynamically quantized activations)
     keep_heaviest_branch=False,  # pgpt: export only the heaviest branch (paper 004's inference)
     num_threads=0,          # CPU threads for torch while exporting; 0 = torch's default
 )
 BOOL_FLAGS = ("keep_heaviest_branch",)
-QUANTIZE = ("none", "8da8w", "8da4w")
-GROUP_SIZE = 32   # 8da4w: one int4 scale per 32 input features (XNNPACK's blockwise kernels)
+QUANTIZE = ("none", "8da8w")
 
 
 # --- the static cache, as module buffers --------------------------------------------------------------------
@@ -133,16 +133,11 @@ def refuse_unsupported(config):
                         "does not implement it (fix: sample it with sample.py)")
 
 
-def quantize_linears(model, quantize):
-    """torchao's dynamic-activation quantization of the Linears, in place (see the module docstring)."""
+def quantize_linears(model):
+    """8da8w: torchao's int8 weights per output channel with int8 activations per token, for every Linear, in place."""
     from torchao.quantization import Int8DynamicActivationIntxWeightConfig, quantize_
-    from torchao.quantization.granularity import PerAxis, PerGroup
-    if quantize == "8da8w":
-        config = Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int8, weight_granularity=PerAxis(0))
-        quantize_(model, config)
-    else:
-        config = Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(GROUP_SIZE))
-        quantize_(model, config, filter_fn=lambda m, fqn: isinstance(m, nn.Linear) and m.in_features % GROUP_SIZE == 0)
+    from torchao.quantization.granularity import PerAxis
+    quantize_(model, Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int8, weight_granularity=PerAxis(0)))
 
 
 def program_bytes(model, quantize="none", eot_token=None):
@@ -152,8 +147,8 @@ def program_bytes(model, quantize="none", eot_token=None):
     from executorch.exir.passes import MemoryPlanningPass
     from torch.export import Dim, export
     refuse_unsupported(model.config)
-    if quantize != "none":
-        quantize_linears(model, quantize)
+    if quantize == "8da8w":
+        quantize_linears(model)
     block_size = model.config.block_size
     cache = ExportCache(block_size)
     prefill, decode = Prefill(model, cache).eval(), Decode(model, cache).eval()
@@ -192,7 +187,6 @@ def run(cfg):
     t0 = time.perf_counter()
     data = program_bytes(model, cfg["quantize"], eot)
     with atomic_open(tokenizer_path(cfg["pte"]), "w") as f:
-        import json
         json.dump(tokenizer, f, ensure_ascii=False)
     with atomic_open(cfg["pte"]) as f:
         f.write(data)

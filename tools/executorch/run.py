@@ -128,7 +128,8 @@ def run(cfg):
         ids = generate(program, start_ids, cfg["max_new_tokens"], cfg["temperature"], cfg["top_k"], generator)
         n_new += len(ids) - len(start_ids)
         text = tokenizer.decode(ids)   # all at once: multi-byte characters across the prompt's end stay whole
-        print(cfg["start"] + (text[len(prompt):] if text.startswith(prompt) else tokenizer.decode(ids[len(start_ids):])))
+        new = text[len(prompt):] if text.startswith(prompt) else tokenizer.decode(ids[len(start_ids):])
+        print(cfg["start"] + new)
         print(SEPARATOR, flush=True)
     dt = time.perf_counter() - t0
     print(f"{n_new} tokens in {dt:.2f}s ({n_new / max(dt, 1e-9):.1f} tokens/s)", file=sys.stderr)
