@@ -42,6 +42,7 @@ class Program:
         if not {"prefill", "decode", "max_len"} <= program.method_names:
             raise UserError(f"{path} has methods {sorted(program.method_names)}, not prefill/decode/max_len "
                             f"(fix: write it with python -m tools.executorch.export)")
+        self.program = program   # holds the program's bytes: its methods read them while they run
         self.prefill_method, self.decode_method = program.load_method("prefill"), program.load_method("decode")
         self.max_len, self.vocab_size, self.eot_token = (
             program.load_method(name).execute([])[0] for name in ("max_len", "vocab_size", "eot_token"))
