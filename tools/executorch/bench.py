@@ -66,7 +66,10 @@ def run(cfg):
     except ImportError:
         have_llamacpp = False
     common = [f"--start={cfg['start']}", f"--max_new_tokens={cfg['max_new_tokens']}", "--temperature=0"]
-    rows = []
+    header = ["model", "params", "fp32 weights MB", "sample.py tok/s", "ExecuTorch fp32 MB", "tok/s",
+              "ExecuTorch 8da8w MB", "tok/s", "llama.cpp f32 MB", "tok/s", "llama.cpp q8_0 MB", "tok/s"]
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header), flush=True)
     for out_dir in cfg["out_dirs"].split(","):
         model, ckpt = load_model(out_dir, "cpu")
         name = os.path.basename(os.path.normpath(out_dir))
@@ -92,13 +95,7 @@ def run(cfg):
             speed = (f"{llamacpp_tokens_per_s(path, cfg['start'], cfg['max_new_tokens'], cfg['repeats']):.0f}"
                      if have_llamacpp else "llama_cpp not installed")
             row += [f"{os.path.getsize(path) / 1e6:.2f}", speed]
-        rows.append(row)
-    header = ["model", "params", "fp32 weights MB", "sample.py tok/s", "ExecuTorch fp32 MB", "tok/s",
-              "ExecuTorch 8da8w MB", "tok/s", "llama.cpp f32 MB", "tok/s", "llama.cpp q8_0 MB", "tok/s"]
-    print("| " + " | ".join(header) + " |")
-    print("|" + "---|" * len(header))
-    for row in rows:
-        print("| " + " | ".join(row) + " |")
+        print("| " + " | ".join(row) + " |", flush=True)   # each row as soon as it is measured
 
 
 def main(argv=None):
