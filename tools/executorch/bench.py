@@ -24,6 +24,7 @@ DEFAULTS = dict(
     start="War is ",
     max_new_tokens=500,
     repeats=3,
+    reuse=False,            # keep the .pte files already in work_dir (written by an earlier run from the same checkpoints)
 )
 
 
@@ -79,8 +80,9 @@ def run(cfg):
         row = [name, f"{params / 1e6:.2f}M", f"{params * 4 / 1e6:.2f}", f"{tokens_per_s(eager, cfg['repeats']):.0f}"]
         for quantize in ("none", "8da8w"):
             pte = os.path.join(cfg["work_dir"], f"{name}-{quantize}.pte")
-            subprocess.run([sys.executable, "-m", "tools.executorch.export", f"--out_dir={out_dir}", f"--pte={pte}",
-                            f"--quantize={quantize}"], check=True, capture_output=True)
+            if not (cfg["reuse"] and os.path.isfile(pte)):
+                subprocess.run([sys.executable, "-m", "tools.executorch.export", f"--out_dir={out_dir}", f"--pte={pte}",
+                                f"--quantize={quantize}"], check=True, capture_output=True)
             runner = [sys.executable, "-m", "tools.executorch.run", f"--pte={pte}", "--num_threads=1", *common]
             speed = tokens_per_s(runner, cfg["repeats"])
             row += [f"{os.path.getsize(pte) / 1e6:.2f}", f"{speed:.0f}"]
@@ -99,7 +101,7 @@ def run(cfg):
 
 
 def main(argv=None):
-    return run_command(run, DEFAULTS, argv)
+    return run_command(run, DEFAULTS, argv, bool_flags=("reuse",))
 
 
 if __name__ == "__main__":
