@@ -14,7 +14,7 @@ The cache (keys/values of every attention application, cgpt's convolution window
 methods share (ExecuTorch's share_mutable_buffers): prefill fills it, decode reads and extends it. Every technique
 of model.py goes through: pgpt (all branches, or --keep_heaviest_branch), lgpt, cgpt with any kernel (its last
 kernel-1 inputs are cache state), layer sharing, ShishuLM, enhanced residual, factorized embeddings, GQA. Deep
-Thinking is refused (see refuse_unsupported).
+Thinking is refused (see refuse_unsupported). ExportCache is a cache model.py's InferenceCache interface allows.
 
 --quantize=8da8w (torchao, lowered to XNNPACK's dynamically quantized kernels): int8 weights per output channel for
 every Linear, activations quantized to int8 per token at run time. Embeddings, a tied head and cgpt's Conv1d stay
@@ -43,29 +43,33 @@ QUANTIZE = ("none", "8da8w")
 
 
 # --- the static cache, as module buffers --------------------------------------------------------------------
-# sample.py's StaticCache keeps its tensors outside any module and its position in a tensor it updates itself.
-# torch.export needs state it mutates to be buffers of the exported module, and a runner is simpler when it
-# passes the position. ExportCache implements the cache interface model.py's static path calls (static, max_len,
-# kv, get(table, slot).write, start_positions, conv_window, advance) with every tensor a registered buffer.
+# tools/fast_sample.py's StaticCache keeps its tensors outside any module and its position in a tensor it updates
+# itself. torch.export needs the state it mutates to be buffers of the exported module, and a runner is simpler when
+# it passes the position. ExportCache overrides what model.py's InferenceCache lets a cache override (get,
+# conv_window, positions, key_mask, advance) with every tensor a registered buffer.
 
 class ExportCache(nn.Module):
     """Keys/values of every attention application and cgpt's conv windows, buffers of fixed size. A buffer is
     registered the first time a slot is used (a warm-up call before export), so exactly the slots the model
     reads exist: one per (branch, layer) application, shared layers included."""
-    static = True
     kv, memory = "kv", "memory"   # the tables model.py names; get() makes buffer names from them
+    length = 0                    # model.py's block_size check sees only the new tokens; the runner keeps the window
 
     def __init__(self, max_len):
         super().__init__()
         self.max_len = max_len
-        self.positions = None     # the positions of this call's tokens, set by Prefill / Decode
+        self.start = None         # the position of this call's first token (a (1,) tensor), set by Prefill / Decode
         self.new_sequence = True  # prefill: cgpt's window starts from zeros (nothing before position 0)
 
     def get(self, table, slot):
         return CacheSlot(self, f"{table}_{'_'.join(map(str, slot))}")
 
-    def start_positions(self, length, device):
-        return self.positions
+    def positions(self, length, device):
+        return self.start + torch.arange(length, device=device)
+
+    def key_mask(self, positions):
+        """(T, max_len): the query at position p sees slots <= p (later ones: an older, longer sequence's)."""
+        return torch.arange(self.max_len, device=positions.device) <= positions[:, None]
 
     def conv_window(self, slot, x, n_past, start):
         """cgpt's causal Conv1d: x preceded by the last n_past inputs (zeros for a new sequence); keeps its last
@@ -83,21 +87,21 @@ class ExportCache(nn.Module):
 
 
 class CacheSlot:
-    """The keys/values of one attention application: two buffers of ExportCache, written at self.positions."""
+    """The keys/values of one attention application: two buffers of ExportCache, written at ctx.positions."""
 
     def __init__(self, cache, name):
         self.cache, self.name = cache, name
 
-    def write(self, k, v, positions):
-        """Write k, v (B, H_kv, T, D) at `positions` and return the whole buffers; the model's key mask hides
-        the slots after the last position (written by an earlier, longer sequence, or not at all)."""
+    def append(self, k, v, ctx):
+        """Write k, v (B, H_kv, T, D) at ctx.positions and return the whole buffers; ctx.key_mask hides the slots
+        after the last position (written by an earlier, longer sequence, or not at all)."""
         if not hasattr(self.cache, f"{self.name}_k"):
             shape = (k.size(0), k.size(1), self.cache.max_len, k.size(3))
             self.cache.register_buffer(f"{self.name}_k", k.new_zeros(shape))
             self.cache.register_buffer(f"{self.name}_v", v.new_zeros(shape))
         keys, values = getattr(self.cache, f"{self.name}_k"), getattr(self.cache, f"{self.name}_v")
-        keys.index_copy_(2, positions, k)
-        values.index_copy_(2, positions, v)
+        keys.index_copy_(2, ctx.positions, k)
+        values.index_copy_(2, ctx.positions, v)
         return keys, values
 
 
@@ -109,7 +113,7 @@ class Prefill(nn.Module):
         self.model, self.cache = model, cache
 
     def forward(self, tokens):
-        self.cache.positions, self.cache.new_sequence = torch.arange(tokens.size(1)), True
+        self.cache.start, self.cache.new_sequence = torch.zeros(1, dtype=torch.long), True
         return self.model(tokens, cache=self.cache, all_logits=True)[0]
 
 
@@ -121,7 +125,7 @@ class Decode(nn.Module):
         self.model, self.cache = model, cache
 
     def forward(self, token, pos):
-        self.cache.positions, self.cache.new_sequence = pos, False
+        self.cache.start, self.cache.new_sequence = pos, False
         return self.model(token, cache=self.cache)[0]
 
 
@@ -129,8 +133,8 @@ def refuse_unsupported(config):
     """A one-line UserError for what a static-cache program cannot compute."""
     if config.think_steps:
         raise UserError("Deep Thinking (think_steps > 0) is not exported: every token's test pass reads a memory "
-                        "built over think_steps passes of the whole prefix, and model.py's static-cache decode step "
-                        "does not implement it (fix: sample it with sample.py)")
+                        "built over think_steps passes of the whole prefix, which a static cache does not hold "
+                        "(fix: sample it with sample.py)")
 
 
 def quantize_linears(model):
