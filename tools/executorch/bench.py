@@ -24,7 +24,7 @@ DEFAULTS = dict(
     start="War is ",
     max_new_tokens=500,
     repeats=3,
-    reuse=False,            # keep the .pte files already in work_dir (written by an earlier run from the same checkpoints)
+    reuse=False,            # keep the .pte files already in work_dir (an earlier run from the same checkpoints)
 )
 
 
