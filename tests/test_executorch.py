@@ -1,0 +1,233 @@
+"""tools/executorch: an exported program, run by ExecuTorch's runtime, computes what model.py computes.
+
+Weights are drawn at std 0.3 (not the init's 0.02, where attention is nearly uniform and a cache that drops or
+misplaces a key moves the logits by less than float noise). Checked per model: the prefill logits of a 7-token
+prompt and the logits of 30 decode steps (past block_size 32, so the runner's re-prime runs too) equal the eager
+model's full forward within 1e-4 (fp32); greedy tokens equal model.generate's; 8-bit weights (8da8w) within 25% of
+the largest logit (std-0.3 weights make large activations, coarse in int8; a trained model: 0.7%). Exporting is
+slow (~30-90 s a model on a CPU), so the default run exports one 2-layer model (cgpt
+kernel 3 + GQA + RoPE + enhanced residual + factorized embedding + an MLP-only layer) through the command line; every
+preset (pgpt and its heaviest branch included), random flag combinations and 8-bit weights run under
+`pytest -m slow tests/test_executorch.py`.
+"""
+import dataclasses
+import json
+import random
+
+import pytest
+import torch
+
+pytest.importorskip("executorch", reason="executorch is not installed (pip install -r requirements-dev.txt)")
+
+import variants
+from checkpoint import atomic_save
+from model import GPT, GPTConfig
+from conftest import one_error_line
+from tools.executorch import export, run
+
+pytestmark = pytest.mark.usefixtures("one_thread")   # conftest.py
+
+CHARS = list("\n !',.:;?ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
+FP32_TOL = 1e-4
+INT8_REL_TOL = 0.25   # 8da8w: max |logit error| / max |logit| (measured at std 0.3: 0.081 tiny gpt, 0.121 tiny
+                      # mobilellm_125m; 0.0073 for the trained quickstart model, results/device/README.md)
+# tiny shapes of the presets: every flag the preset switches on, at a width and depth that export in seconds
+TINY = dict(n_layer=4, n_embd=48, n_head=6, vocab_size=len(CHARS), block_size=32)
+TINY_PRESET = dict(shishulm_125=dict(n_layer=6, n_attn_layers=2, share_from_layer=2),
+                   shishulm_600=dict(n_layer=6, n_attn_layers=2, share_from_layer=2),
+                   efficio=dict(share_group_size=2, embd_factor_dim=16))
+# the default run's model: as many techniques at once as GPTConfig allows (sharing excludes shrinking)
+COMBINED = dict(TINY, n_layer=2, shrink_every=1, shrink_layer="conv", shrink_kernel=3, n_kv_head=2,
+                pos_embedding="rope", norm="rmsnorm", mlp_type="gated", activation="silu", enhanced_residual=True,
+                residual_logit_init=1.0, embd_factor_dim=16, tie_embeddings=False, n_attn_layers=1)
+
+
+def tiny_preset(name):
+    cfg = {**variants.load(name), **TINY, **TINY_PRESET.get(name, {})}
+    if cfg.get("n_kv_head"):
+        cfg["n_kv_head"] = 2
+    if cfg.get("mlp_hidden") and not cfg.get("shrink_every"):
+        cfg["mlp_hidden"] = 96
+    return cfg
+
+
+def random_config(seed):
+    """A valid GPTConfig of random flags (drawn until GPTConfig accepts it)."""
+    rng = random.Random(seed)
+    while True:
+        cfg = dict(TINY, n_kv_head=rng.choice([None, 2, 3]), pos_embedding=rng.choice(["learned", "sinusoidal", "rope",
+                   "none"]), norm=rng.choice(["layernorm", "rmsnorm"]), norm_placement=rng.choice(["pre", "post"]),
+                   mlp_type=rng.choice(["standard", "gated"]), bias=rng.random() < 0.5,
+                   tie_embeddings=rng.random() < 0.5, head_bias=rng.random() < 0.3,
+                   embd_factor_dim=rng.choice([None, 16]), share_group_size=rng.choice([1, 2]),
+                   enhanced_residual=rng.random() < 0.5, n_branches=rng.choice([1, 2]),
+                   shrink_every=rng.choice([0, 0, 1, 2]), shrink_layer=rng.choice(["linear", "conv"]),
+                   n_attn_layers=rng.choice([None, 1]))
+        cfg["shrink_kernel"] = rng.choice([1, 2, 3]) if cfg["shrink_layer"] == "conv" else 1
+        try:
+            GPTConfig(**cfg)
+            return cfg
+        except ValueError:
+            continue
+
+
+def model_at(cfg, seed=0):
+    """The model of cfg with every matrix at std 0.3 and every vector (norms, biases, alphas) perturbed."""
+    torch.manual_seed(seed)
+    model = GPT(GPTConfig(**cfg)).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn_like(p) * 0.3 if p.dim() >= 2 else p + 0.1 * torch.randn_like(p))
+    return model
+
+
+class Eager:
+    """The runner's Program interface over the eager model without a cache: every call runs the whole window."""
+
+    def __init__(self, model):
+        self.model, self.max_len, self.window = model, model.config.block_size, []
+
+    @torch.no_grad()
+    def prefill(self, ids):
+        self.window = list(ids)
+        return self.model(torch.tensor([self.window]))[0][0, -1]
+
+    @torch.no_grad()
+    def decode(self, token, pos):
+        assert pos == len(self.window)
+        self.window.append(token)
+        return self.model(torch.tensor([self.window]))[0][0, -1]
+
+
+class Recorded:
+    """A Program whose every output is kept."""
+
+    def __init__(self, program):
+        self.program, self.max_len, self.logits = program, program.max_len, []
+
+    def prefill(self, ids):
+        self.logits.append(self.program.prefill(ids))
+        return self.logits[-1]
+
+    def decode(self, token, pos):
+        self.logits.append(self.program.decode(token, pos))
+        return self.logits[-1]
+
+
+def compare(program, model, steps=30):
+    """(largest logit error, largest |logit|) over a 7-token prompt's every position and `steps` greedy decode
+    steps; asserts the greedy tokens equal model.generate's."""
+    prompt = torch.randint(model.config.vocab_size, (1, 7), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        full = model(prompt, all_logits=True)[0][0]
+    err = (program.prefill_method.execute([prompt])[0][0] - full).abs().max().item()
+    ours, theirs = Recorded(program), Recorded(Eager(model))
+    tokens = run.generate(ours, prompt[0].tolist(), steps, temperature=0)
+    assert run.generate(theirs, prompt[0].tolist(), steps, temperature=0) == tokens
+    assert model.generate(prompt, steps, temperature=0)[0].tolist() == tokens
+    err = max([err] + [(a - b).abs().max().item() for a, b in zip(ours.logits, theirs.logits)])
+    return err, max(full.abs().max().item(), max(b.abs().max().item() for b in theirs.logits))
+
+
+def exported(model, quantize="none"):
+    """model as a loaded program (the export quantizes a copy, so `model` stays the fp32 reference)."""
+    copy = GPT(model.config).eval()
+    copy.load_state_dict(model.state_dict())
+    copy.keep_branch = model.keep_branch
+    return run.Program(export.program_bytes(copy, quantize))
+
+
+# --- the default run: one model through the command line ------------------------------------------------
+
+@pytest.fixture(scope="module")
+def exported_checkpoint(tmp_path_factory):
+    """(out_dir, .pte path, the model): a COMBINED checkpoint on a char dataset, exported by the command line."""
+    tmp = tmp_path_factory.mktemp("executorch")
+    (tmp / "data").mkdir()
+    (tmp / "data" / "meta.json").write_text(json.dumps({"dataset": "tinychars", "tokenizer": "char",
+                                                        "vocab_size": len(CHARS), "chars": CHARS}))
+    model = model_at(COMBINED)
+    atomic_save({"model": model.state_dict(), "model_args": dataclasses.asdict(model.config), "iter_num": 0,
+                 "best_val_loss": 9.9, "config": {}, "dataset": "tinychars", "data_dir": str(tmp / "data")},
+                str(tmp / "out" / "ckpt.pt"))
+    pte = tmp / "model.pte"
+    threads = torch.get_num_threads()
+    export.main([f"--out_dir={tmp / 'out'}", f"--pte={pte}"])
+    torch.set_num_threads(threads)
+    return tmp / "out", pte, model
+
+
+def test_program_equals_eager(exported_checkpoint):
+    _, pte, model = exported_checkpoint
+    program = run.Program(str(pte))
+    assert (program.max_len, program.vocab_size, program.eot_token) == (32, len(CHARS), -1)
+    err, scale = compare(program, model)
+    assert err < FP32_TOL, (err, scale)
+
+
+def test_runner_prints_the_text_of_sample_py(exported_checkpoint, capsys):
+    """The runner (ExecuTorch runtime + tokenizer file) prints sample.py's text: same prompt, seed, sampling."""
+    import sample
+    out_dir, pte, _ = exported_checkpoint
+    options = ["--start=War is ", "--max_new_tokens=40", "--temperature=0.8", "--top_k=20", "--seed=7"]
+    run.main([f"--pte={pte}", *options, "--num_samples=2"])
+    ours = capsys.readouterr().out
+    sample.main([f"--out_dir={out_dir}", *options, "--num_samples=2", "--device=cpu"])
+    assert ours == capsys.readouterr().out
+    assert ours.startswith("War is ") and len(ours) > 2 * 40
+
+
+def test_bad_input_is_one_line(exported_checkpoint, tmp_path):
+    out_dir, pte, _ = exported_checkpoint
+    one_error_line(export.main, [f"--out_dir={out_dir}", f"--pte={tmp_path / 'm.pte'}", "--quantize=int3"], "quantize")
+    one_error_line(export.main, [f"--out_dir={out_dir}", f"--pte={tmp_path / 'm.bin'}"], ".pte")
+    assert not list(tmp_path.iterdir())
+    one_error_line(run.main, [f"--pte={tmp_path / 'none.pte'}"], "no program")
+    one_error_line(run.main, [f"--pte={pte}", "--start=War is ~"], "encode")
+
+
+def test_deep_thinking_is_refused_in_one_line(tmp_path):
+    model = GPT(GPTConfig(**tiny_preset("deep_thinking")))
+    with pytest.raises(Exception) as e:
+        export.program_bytes(model)
+    assert "Deep Thinking" in str(e.value) and "(fix: " in str(e.value) and "\n" not in str(e.value)
+
+
+# --- -m slow: every preset, random flag combinations, 8-bit weights --------------------------------------
+
+# every technique early (a CPU exports one model a minute): the presets that add one, then those that repeat them
+FIRST = ["pgpt", "pgpt_keep_heaviest_branch", "lgpt", "cgpt_k3", "layer_sharing", "enhanced_residual", "shishulm_125",
+         "efficio", "mobilellm_125m", "baseline", "random0", "random1", "random2"]
+PRESETS = [name for name in variants.available() if name != "deep_thinking"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", FIRST + [name for name in PRESETS if name not in FIRST])
+def test_every_preset_and_random_flags(case):
+    if case.startswith("random"):
+        cfg = random_config(int(case[len("random"):]))
+    elif case == "cgpt_k3":
+        cfg = dict(tiny_preset("cgpt"), shrink_kernel=3)
+    else:
+        cfg = tiny_preset(case.replace("_keep_heaviest_branch", ""))
+    model = model_at(cfg)
+    if case.endswith("keep_heaviest_branch"):
+        model.keep_branch = 1
+    err, scale = compare(exported(model), model)
+    print(f"{case}: max logit error {err:.2e} (largest |logit| {scale:.1f})")
+    assert err < FP32_TOL, (err, scale)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["gpt", "mobilellm_125m"])
+def test_8bit_weights_within_bound(name):
+    """8da8w: logits within INT8_REL_TOL of the range (dynamic int8 activations and weights); greedy tokens may
+    differ, so they are not compared."""
+    model = model_at(tiny_preset(name))
+    program = exported(model, "8da8w")
+    prompt = torch.randint(model.config.vocab_size, (1, 7), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        full = model(prompt, all_logits=True)[0][0]
+    rel = ((program.prefill_method.execute([prompt])[0][0] - full).abs().max() / full.abs().max()).item()
+    print(f"{name} 8da8w: max logit error / max |logit| = {rel:.4f}")
+    assert 0 < rel < INT8_REL_TOL

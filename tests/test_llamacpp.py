@@ -1,0 +1,125 @@
+"""tools/llamacpp: GGUF files for llama.cpp.
+
+Default run (needs the `gguf` package, seconds): what the file holds, read back with gguf's reader: every layer
+application written out (shared weights repeated), q and k in llama.cpp's RoPE row order, Q8_0 within 0.57 of a
+quantization step, the char vocabulary spelled in GPT-2's byte alphabet plus end-of-text.
+`-m slow`, when llama_cpp is installed (it builds llama.cpp from source, ~20 minutes on 2 cores): llama.cpp's
+greedy text equals `sample.py --temperature=0` for a char-level and a GPT-2-BPE Llama-shaped checkpoint and a
+char-level GPT-2-shaped one, and its tokenizer gives our ids.
+"""
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+import torch
+
+gguf = pytest.importorskip("gguf", reason="gguf is not installed (pip install -r requirements-dev.txt)")
+
+from checkpoint import atomic_save
+from conftest import one_error_line
+from model import GPT, GPTConfig
+from tools.llamacpp import export
+
+pytestmark = pytest.mark.usefixtures("one_thread")   # conftest.py
+
+CHARS = list("\n !',.:;?ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyzé")
+LLAMA = dict(pos_embedding="rope", norm="rmsnorm", mlp_type="gated", activation="silu", bias=False, n_kv_head=2,
+             share_group_size=2, n_layer=4, n_head=4, n_embd=64, mlp_hidden=96, block_size=32)
+GPT2 = dict(n_layer=2, n_head=4, n_embd=64, block_size=32)
+
+
+def checkpoint(tmp_path, args, meta):
+    """A random model (matrices at std 0.3) saved like train.py, on a dataset with `meta`: (out_dir, model)."""
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "meta.json").write_text(json.dumps(meta))
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(**args)).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn_like(p) * 0.3 if p.dim() >= 2 else p + 0.1 * torch.randn_like(p))
+    atomic_save({"model": model.state_dict(), "model_args": dataclasses.asdict(model.config), "iter_num": 0,
+                 "best_val_loss": 9.9, "config": {}, "dataset": meta["dataset"], "data_dir": str(tmp_path / "data")},
+                str(tmp_path / "out" / "ckpt.pt"))
+    return tmp_path / "out", model
+
+
+def char_meta():
+    return {"dataset": "tinychars", "tokenizer": "char", "vocab_size": len(CHARS), "chars": CHARS}
+
+
+def tensors(path):
+    reader = gguf.GGUFReader(str(path))
+    return reader, {t.name: gguf.quants.dequantize(t.data, t.tensor_type).reshape([int(n) for n in t.shape[::-1]])
+                    for t in reader.tensors}
+
+
+def test_llama_file_holds_our_weights_and_char_vocabulary(tmp_path):
+    out_dir, model = checkpoint(tmp_path, dict(LLAMA, vocab_size=len(CHARS)), char_meta())
+    export.main([f"--out_dir={out_dir}", f"--gguf={tmp_path / 'f32.gguf'}"])
+    export.main([f"--out_dir={out_dir}", f"--gguf={tmp_path / 'q8.gguf'}", "--type=q8_0"])
+    reader, f32 = tensors(tmp_path / "f32.gguf")
+    _, q8 = tensors(tmp_path / "q8.gguf")
+    sd = model.state_dict()
+    qkv = sd["branches.0.attn.1.inner.qkv_proj.weight"].numpy()   # layers 2 and 3 apply shared weight set 1
+    for layer in (2, 3):
+        q = f32[f"blk.{layer}.attn_q.weight"]
+        np.testing.assert_array_equal(q, export.permute_rope(qkv[:64], 4))
+        np.testing.assert_array_equal(f32[f"blk.{layer}.attn_k.weight"], export.permute_rope(qkv[64:96], 2))
+        np.testing.assert_array_equal(f32[f"blk.{layer}.ffn_gate.weight"], sd["branches.0.mlp.1.inner.gate.weight"])
+    assert not np.array_equal(f32["blk.0.attn_q.weight"], f32["blk.2.attn_q.weight"])
+    # Q8_0: one scale d = max |w| / 127 per 32 values, stored as f16 (relative error <= 2^-11): each value moves by
+    # at most d / 2 + 127 * d * 2^-11 < 0.57 d
+    for name, w in f32.items():
+        if w.ndim == 2:
+            blocks = w.reshape(-1, 32)
+            step = np.abs(blocks).max(axis=1, keepdims=True) / 127
+            assert (np.abs(q8[name].reshape(-1, 32) - blocks) <= 0.57 * step).all(), name
+            assert not np.array_equal(q8[name], w), name
+    tokens = [bytes(reader.fields["tokenizer.ggml.tokens"].parts[i]).decode() for i in
+              reader.fields["tokenizer.ggml.tokens"].data]
+    assert tokens[:3] == ["Ċ", "Ġ", "!"] and tokens[-2:] == ["Ã©", "<|endoftext|>"]
+    assert f32["token_embd.weight"].shape == (len(CHARS) + 1, 64) and not f32["token_embd.weight"][-1].any()
+
+
+def test_refusals_are_one_line(tmp_path):
+    out_dir, _ = checkpoint(tmp_path, dict(GPT2, vocab_size=len(CHARS), n_branches=2, tie_embeddings=False),
+                            char_meta())
+    one_error_line(export.main, [f"--out_dir={out_dir}", f"--gguf={tmp_path / 'm.gguf'}"], "pgpt")
+    one_error_line(export.main, [f"--out_dir={out_dir}", f"--gguf={tmp_path / 'm.gguf'}", "--type=q4"], "q8_0")
+    assert not list(tmp_path.glob("*.gguf"))
+
+
+# --- -m slow: llama.cpp itself ------------------------------------------------------------------------------
+
+def llamacpp_text(path, start, n):
+    from tools.llamacpp.run import greedy, load, model_vocab
+    llm = load(str(path))
+    ids = llm.tokenize(start.encode("utf-8"), add_bos=False, special=False)
+    out = greedy(llm, ids, n, model_vocab(llm))
+    return ids, start + llm.detokenize(out[len(ids):]).decode("utf-8")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shape", ["llama_char", "gpt2_char", "llama_gpt2_bpe"])
+def test_llamacpp_greedy_text_equals_sample_py(shape, tmp_path, capsys, request):
+    pytest.importorskip("llama_cpp", reason="llama_cpp is not installed (pip install llama-cpp-python: a source build)")
+    import sample
+    from dataset import tokenizer_from_meta
+    if shape.endswith("bpe"):
+        request.getfixturevalue("gpt2_file")
+        meta = {"dataset": "gpt2text", "tokenizer": "gpt2", "vocab_size": 50257}
+        args = dict(LLAMA, vocab_size=50257)
+    else:
+        meta = char_meta()
+        args = dict(LLAMA if shape.startswith("llama") else GPT2, vocab_size=len(CHARS))
+    out_dir, _ = checkpoint(tmp_path, args, meta)
+    start = "War is é" if shape.endswith("char") else "War is peace, and"
+    for qtype in ("f32", "q8_0"):
+        export.main([f"--out_dir={out_dir}", f"--gguf={tmp_path / qtype}.gguf", f"--type={qtype}"])
+    ids, text = llamacpp_text(tmp_path / "f32.gguf", start, 60)   # past block_size 32: re-primes
+    assert ids == tokenizer_from_meta(meta).encode(start)
+    sample.main([f"--out_dir={out_dir}", f"--start={start}", "--max_new_tokens=60", "--temperature=0",
+                 "--num_samples=1", "--device=cpu"])
+    assert capsys.readouterr().out == text + "\n---------------\n"
+    assert llamacpp_text(tmp_path / "q8_0.gguf", start, 60)[1].startswith(start)

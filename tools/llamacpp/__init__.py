@@ -1,0 +1,3 @@
+"""
+GPT-2- and Llama-shaped checkpoints as GGUF files for llama.cpp (tools/llamacpp/export.py).
+"""
