@@ -5,10 +5,11 @@ misplaces a key moves the logits by less than float noise). Checked per model: t
 prompt and the logits of 30 decode steps (past block_size 32, so the runner's re-prime runs too) equal the eager
 model's full forward within 1e-4 (fp32); greedy tokens equal model.generate's; 8-bit weights (8da8w) within 25% of
 the largest logit (std-0.3 weights make large activations, coarse in int8; a trained model: 0.7%). Exporting is
-slow (~30-90 s a model on a CPU), so the default run exports one 2-layer model (cgpt
-kernel 3 + GQA + RoPE + enhanced residual + factorized embedding + an MLP-only layer) through the command line; every
-preset (pgpt and its heaviest branch included), random flag combinations and 8-bit weights run under
-`pytest -m slow tests/test_executorch.py`.
+slow (25-45 s even for a 1-layer model on a 2-core CPU, most of it XNNPACK's lowering), more than the 5-minute suite
+leaves, so everything that exports runs under `pytest -m slow tests/test_executorch.py`: one 2-layer model (cgpt
+kernel 3 + GQA + RoPE + enhanced residual + factorized embedding + an MLP-only layer) through the command line,
+every preset (pgpt and its heaviest branch included), random flag combinations and 8-bit weights. The default run
+checks the Deep Thinking refusal.
 """
 import dataclasses
 import json
@@ -157,6 +158,7 @@ def exported_checkpoint(tmp_path_factory):
     return tmp / "out", pte, model
 
 
+@pytest.mark.slow
 def test_program_equals_eager(exported_checkpoint):
     _, pte, model = exported_checkpoint
     program = run.Program(str(pte))
@@ -165,6 +167,7 @@ def test_program_equals_eager(exported_checkpoint):
     assert err < FP32_TOL, (err, scale)
 
 
+@pytest.mark.slow
 def test_runner_prints_the_text_of_sample_py(exported_checkpoint, capsys):
     """The runner (ExecuTorch runtime + tokenizer file) prints sample.py's text: same prompt, seed, sampling."""
     import sample
@@ -177,6 +180,7 @@ def test_runner_prints_the_text_of_sample_py(exported_checkpoint, capsys):
     assert ours.startswith("War is ") and len(ours) > 2 * 40
 
 
+@pytest.mark.slow
 def test_bad_input_is_one_line(exported_checkpoint, tmp_path):
     out_dir, pte, _ = exported_checkpoint
     one_error_line(export.main, [f"--out_dir={out_dir}", f"--pte={tmp_path / 'm.pte'}", "--quantize=int3"], "quantize")
