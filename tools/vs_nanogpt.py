@@ -43,7 +43,8 @@ def run(cfg):
                         f"(fix: --nanogpt=path/to/nanoGPT)")
     if cfg["iters"] < 1 or cfg["rounds"] < 1 or cfg["num_threads"] < 0:
         raise UserError("--iters and --rounds must be >= 1, --num_threads >= 0 (fix: e.g. --iters=300 --rounds=3)")
-    text = cfg["input"] or os.environ.get("SHAKESPEARE_INPUT", "")
+    text = cfg["input"] or os.environ.get("SHAKESPEARE_INPUT", "") or os.path.join(ROOT, "data", "tinyshakespeare",
+                                                                                     "input.txt")   # the shipped copy
     if not os.path.isfile(text):
         raise UserError(f"tinyshakespeare input.txt not found: {text!r} (fix: --input=path or SHAKESPEARE_INPUT)")
     env = dict(os.environ, SHAKESPEARE_INPUT=os.path.abspath(text))
