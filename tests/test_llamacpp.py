@@ -97,7 +97,20 @@ def llamacpp_text(path, start, n):
     llm = load(str(path))
     ids = llm.tokenize(start.encode("utf-8"), add_bos=False, special=False)
     out = greedy(llm, ids, n, model_vocab(llm))
-    return ids, start + llm.detokenize(out[len(ids):]).decode("utf-8")
+    return ids, start + llm.detokenize(out[len(ids):]).decode("utf-8", errors="replace")   # as tiktoken
+
+
+def llamacpp_logits(path, ids, n_vocab):
+    from tools.llamacpp.run import load
+    llm = load(str(path))
+    llm.eval(ids)
+    return np.array(llm.scores[:len(ids), :n_vocab])
+
+
+# llama.cpp's logits on a prompt vs ours, relative to our largest logit, at std-0.3 weights (measured with
+# llama-cpp-python 0.3.36: llama f32 3.7e-6, gpt2 f32 5.9e-4 (llama.cpp's GELU is its own approximation: 4.2e-4 even
+# against our gelu_tanh), q8_0 0.13 for both (its matmuls quantize the activations to 8 bits too)
+BOUNDS = {("f32", "llama"): 1e-4, ("f32", "gpt2"): 2e-3, ("q8_0", "llama"): 0.25, ("q8_0", "gpt2"): 0.25}
 
 
 @pytest.mark.slow
@@ -113,13 +126,17 @@ def test_llamacpp_greedy_text_equals_sample_py(shape, tmp_path, capsys, request)
     else:
         meta = char_meta()
         args = dict(LLAMA if shape.startswith("llama") else GPT2, vocab_size=len(CHARS))
-    out_dir, _ = checkpoint(tmp_path, args, meta)
+    out_dir, model = checkpoint(tmp_path, args, meta)
     start = "War is é" if shape.endswith("char") else "War is peace, and"
+    prompt = tokenizer_from_meta(meta).encode(start * 3)
+    with torch.no_grad():
+        ours = model(torch.tensor([prompt]), torch.tensor([prompt]))[0][0].numpy()
     for qtype in ("f32", "q8_0"):
         export.main([f"--out_dir={out_dir}", f"--gguf={tmp_path / qtype}.gguf", f"--type={qtype}"])
+        err = np.abs(llamacpp_logits(tmp_path / f"{qtype}.gguf", prompt, args["vocab_size"]) - ours).max()
+        assert err <= BOUNDS[qtype, shape.split("_")[0]] * np.abs(ours).max(), (qtype, err)
     ids, text = llamacpp_text(tmp_path / "f32.gguf", start, 60)   # past block_size 32: re-primes
     assert ids == tokenizer_from_meta(meta).encode(start)
     sample.main([f"--out_dir={out_dir}", f"--start={start}", "--max_new_tokens=60", "--temperature=0",
                  "--num_samples=1", "--device=cpu"])
     assert capsys.readouterr().out == text + "\n---------------\n"
-    assert llamacpp_text(tmp_path / "q8_0.gguf", start, 60)[1].startswith(start)

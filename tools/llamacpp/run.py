@@ -17,16 +17,21 @@ DEFAULTS = dict(gguf="model.gguf", start="\n", max_new_tokens=200, num_threads=1
 def load(path, num_threads=1):
     from llama_cpp import Llama
     # f32 keys/values (llama.cpp's default cache is f16), so an f32 file computes our logits to float noise
-    llm = Llama(model_path=path, n_ctx=0, n_threads=num_threads, n_threads_batch=num_threads, type_k=0, type_v=0,
-                verbose=False)
-    return llm
+    # (logits_all: llama_cpp keeps no logits otherwise, and its scores array would be read uninitialised)
+    return Llama(model_path=path, n_ctx=0, n_threads=num_threads, n_threads_batch=num_threads, type_k=0, type_v=0,
+                 logits_all=True, verbose=False)
+
+
+def context_length(llm):
+    """The model's block_size, from the file (llm.n_ctx() is the context llama.cpp allocated: rounded up to 256)."""
+    return int(llm.metadata[llm.metadata["general.architecture"] + ".context_length"])
 
 
 def greedy(llm, ids, max_new_tokens, n_vocab):
     """ids + max_new_tokens greedy tokens among the first n_vocab (a char vocabulary's padded end-of-text is left
     out); the window is re-primed with its newest half when it is full, as model.generate does."""
     import numpy as np
-    block_size = llm.n_ctx()
+    block_size = context_length(llm)
     ids, start, prime = list(ids), 0, True
     for _ in range(max_new_tokens):
         if len(ids) - start > block_size:
