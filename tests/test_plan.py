@@ -17,6 +17,7 @@ from tools.benchmarks.measure import cache_bytes
 from tests.conftest import one_error_line
 from tests.test_model import FLAGS, TINY
 from tools import plan as plan_tool
+from tools.flops import flops_per_token
 
 
 def random_combos(n, seed=0):
@@ -53,6 +54,12 @@ def check_plan_matches_model(model, plan):
     cfg = model.config
     assert plan.unique_params == model.get_num_params(non_embedding=False)
     assert plan.unique_params - plan.params.get("positions", 0) == model.get_num_params()
+    # the equal-compute accounting (tools/flops.py, training = 3 x forward) counts what the plan counts (which
+    # test_kv_cache_and_flops_as_measured holds against torch's FlopCounterMode) but the memory keys of Deep
+    # Thinking's middle passes (tools/flops.py says why)
+    middle_passes = max(cfg.think_steps - 1, 0)
+    memory_keys = sum(4 * r.width_in * cfg.block_size * middle_passes for r in plan.rows if r.n_head)
+    assert flops_per_token(model) == 3 * (plan.flops_per_token() - memory_keys)
     attn_index, mlp_index = sharing_plan(cfg)
     widths = cfg.widths()
     for b, stack in enumerate(model.branches):

@@ -7,6 +7,11 @@ Training FLOPs per token of a model, for equal-compute comparisons (tools/compar
 Forward + backward = 3 x forward: 6 FLOPs per weight application plus the attention score/value matmuls,
 counting every application of a shared layer, every Deep Thinking pass and every pgpt branch (only the kept
 one with model.keep_branch). Evaluations are not counted.
+
+Deep Thinking's passes between the first and the test pass attend over [memory; keys], 2T keys; this count gives
+every pass T keys, the accounting results/paper000_cpu was measured with (tools/plan.py counts the 2T, checked against
+torch's FlopCounterMode; tests/test_plan.py holds the two apart by exactly the memory's keys). The undercount:
+4.1% at results/paper000_cpu's size (0.0579 vs 0.0602 GFLOPs/token), 1.9% for the deep_thinking preset.
 """
 
 
