@@ -5,10 +5,12 @@ application written out (shared weights repeated), q and k in llama.cpp's RoPE r
 quantization step, the char vocabulary spelled in GPT-2's byte alphabet plus end-of-text.
 `-m slow`, when llama_cpp is installed (it builds llama.cpp from source, ~20 minutes on 2 cores): llama.cpp's
 greedy text equals `sample.py --temperature=0` for a char-level and a GPT-2-BPE Llama-shaped checkpoint and a
-char-level GPT-2-shaped one, and its tokenizer gives our ids.
+char-level GPT-2-shaped one, with their logits within stated bounds (f32 and q8_0), and its tokenizer gives our ids
+(on the prompts, and on all of tinyshakespeare).
 """
 import dataclasses
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -108,7 +110,7 @@ def llamacpp_logits(path, ids, n_vocab):
 
 
 # llama.cpp's logits on a prompt vs ours, relative to our largest logit, at std-0.3 weights (measured with
-# llama-cpp-python 0.3.36: llama f32 3.7e-6, gpt2 f32 5.9e-4 (llama.cpp's GELU is its own approximation: 4.2e-4 even
+# llama-cpp-python 0.3.36: llama f32 3.7e-6, gpt2 f32 5.9e-4 (llama.cpp's CPU GELU reads an f16 table: 4.2e-4 even
 # against our gelu_tanh), q8_0 0.13 for both (its matmuls quantize the activations to 8 bits too)
 BOUNDS = {("f32", "llama"): 1e-4, ("f32", "gpt2"): 2e-3, ("q8_0", "llama"): 0.25, ("q8_0", "gpt2"): 0.25}
 
@@ -140,3 +142,20 @@ def test_llamacpp_greedy_text_equals_sample_py(shape, tmp_path, capsys, request)
     sample.main([f"--out_dir={out_dir}", f"--start={start}", "--max_new_tokens=60", "--temperature=0",
                  "--num_samples=1", "--device=cpu"])
     assert capsys.readouterr().out == text + "\n---------------\n"
+
+
+@pytest.mark.slow
+def test_llamacpp_tokenizes_tinyshakespeare_as_we_do(tmp_path):
+    """All of the shipped tinyshakespeare through llama.cpp's tokenizer (a char vocabulary of one-byte characters,
+    so its merges list holds only the inert one) gives our char ids: the text's runs of spaces ("And  \\n") once lost
+    two ids to a merge whose result was no token."""
+    pytest.importorskip("llama_cpp", reason="llama_cpp is not installed (pip install llama-cpp-python: a source build)")
+    from dataset import tokenizer_from_meta
+    from tools.llamacpp.run import load
+    text = (Path(__file__).parent.parent / "data" / "tinyshakespeare" / "input.txt").read_text(encoding="utf-8")
+    chars = sorted(set(text))
+    meta = {"dataset": "shakespeare_char", "tokenizer": "char", "vocab_size": len(chars), "chars": chars}
+    out_dir, _ = checkpoint(tmp_path, dict(GPT2, n_layer=1, vocab_size=len(chars)), meta)
+    export.main([f"--out_dir={out_dir}", f"--gguf={tmp_path / 'm.gguf'}"])
+    llm = load(str(tmp_path / "m.gguf"))
+    assert llm.tokenize(text.encode("utf-8"), add_bos=False, special=False) == tokenizer_from_meta(meta).encode(text)

@@ -81,9 +81,9 @@ def char_vocabulary(chars):
         tokens.append("".join(parts))
         for i in range(1, len(parts)):
             merges.append(f"{''.join(parts[:i])} {parts[i]}")
-    if not merges:   # llama.cpp refuses a BPE vocabulary without merges; this one only joins two spaces, whose
-        space = table[ord(" ")]   # spelling is no token, so llama.cpp falls back to two single spaces: same ids
-        merges.append(f"{space} {space}")
+    if not merges:   # llama.cpp refuses a BPE vocabulary without merges; this one never applies: its parts are
+        space = table[ord(" ")]   # two-space symbols, which no merge makes (a merge whose result is no token loses
+        merges.append(f"{space * 2} {space * 2}")   # the text: llama.cpp drops it, bytes and all)
     return tokens, merges
 
 
