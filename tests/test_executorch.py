@@ -197,6 +197,44 @@ def test_deep_thinking_is_refused_in_one_line(tmp_path):
     assert "Deep Thinking" in str(e.value) and "(fix: " in str(e.value) and "\n" not in str(e.value)
 
 
+class Traced:
+    """The runner's Program interface over the modules torch.export traces (Prefill and Decode over one
+    ExportCache), run eagerly: what the program computes, checked in seconds instead of an export's 30-45."""
+
+    def __init__(self, model):
+        cache = export.ExportCache(model.config.block_size)
+        self.prefill_module, self.decode_module = export.Prefill(model, cache), export.Decode(model, cache)
+        self.max_len, self.prefill_method = model.config.block_size, self   # compare() reads prefill_method
+
+    @torch.no_grad()
+    def execute(self, inputs):
+        return [self.prefill_module(*inputs)]
+
+    @torch.no_grad()
+    def prefill(self, ids):
+        return self.prefill_module(torch.tensor([ids]))[0, -1]
+
+    @torch.no_grad()
+    def decode(self, token, pos):
+        return self.decode_module(torch.tensor([[token]]), torch.tensor([pos]))[0, -1]
+
+
+@pytest.mark.parametrize("case", ["every_preset", "random_flags"])
+def test_export_modules_equal_eager(case):
+    """Default run: the static cache and methods the export traces, for every preset (pgpt's heaviest branch and
+    cgpt kernel 3 too) and 6 random flag combinations, through the runner's generate (re-priming past block_size):
+    logits within 1e-4 of the full forward, greedy tokens equal. The -m slow tests below run the real programs."""
+    if case == "every_preset":
+        cfgs = [tiny_preset(name) for name in PRESETS] + [dict(tiny_preset("cgpt"), shrink_kernel=3)]
+    else:
+        cfgs = [random_config(seed) for seed in range(3, 9)]
+    for i, cfg in enumerate(cfgs + ([tiny_preset("pgpt")] if case == "every_preset" else [])):
+        model = model_at(cfg)
+        model.keep_branch = 1 if i == len(cfgs) else None
+        err, scale = compare(Traced(model), model)
+        assert err < FP32_TOL, (cfg, err, scale)
+
+
 # --- -m slow: every preset, random flag combinations, 8-bit weights --------------------------------------
 
 # every technique early (a CPU exports one model a minute): the presets that add one, then those that repeat them

@@ -145,6 +145,15 @@ MUTANTS = [
            "table[:, 1::2] = torch.cos(pos * freq[: dim // 2])",
            "table[:, 1::2] = torch.sin(pos * freq[: dim // 2])",
            "tests/test_model.py -k sinusoidal_positions", every=False),
+    # --- issue 33: the exported program's static cache (tools/executorch/export.py) ---
+    Mutant("export_cache_key_mask_sees_next_slot", "tools/executorch/export.py",
+           "return torch.arange(self.max_len, device=positions.device) <= positions[:, None]",
+           "return torch.arange(self.max_len, device=positions.device) <= positions[:, None] + 1",
+           "tests/test_executorch.py -k export_modules_equal_eager", every=False),
+    Mutant("export_cache_conv_window_keeps_oldest", "tools/executorch/export.py",
+           "past.copy_(window[:, window.size(1) - n_past:])",
+           "past.copy_(window[:, :n_past])",
+           "tests/test_executorch.py -k export_modules_equal_eager", every=False),
 ]
 
 DEFAULTS = dict(
