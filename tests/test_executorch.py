@@ -274,3 +274,21 @@ def test_8bit_weights_within_bound(name):
     rel = ((program.prefill_method.execute([prompt])[0][0] - full).abs().max() / full.abs().max()).item()
     print(f"{name} 8da8w: max logit error / max |logit| = {rel:.4f}")
     assert 0 < rel < INT8_REL_TOL
+
+
+def test_bench_agreement_names_where_a_text_parts():
+    from tools.executorch.bench import agreement
+    assert agreement({"a": "War is here", "b": "War is hard", "c": "War"}, "War is here") == \
+        "a same; b parts at char 8 of 11; c parts at char 3 of 11"
+
+
+@pytest.mark.slow
+def test_bench_prints_a_row_per_checkpoint(exported_checkpoint, tmp_path, capsys):
+    """The bench on the COMBINED checkpoint (no GGUF shape: cgpt): one row, every fp32 runtime's text = sample.py's."""
+    from tools.executorch import bench
+    out_dir, _, _ = exported_checkpoint
+    bench.main([f"--out_dirs={out_dir}", f"--work_dir={tmp_path}", "--max_new_tokens=40", "--repeats=1",
+                "--start=War is "])
+    rows = capsys.readouterr().out.strip().splitlines()
+    assert len(rows) == 3 and rows[2].startswith("| out |")
+    assert "compiled same; ExecuTorch fp32 same" in rows[2] and "no GGUF" in rows[2]

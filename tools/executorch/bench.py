@@ -20,6 +20,7 @@ import time
 import torch
 
 from configurator import UserError, run_command
+from tools.executorch.run import SEPARATOR   # sample.py's, which the runner prints too
 
 DEFAULTS = dict(
     out_dirs="out",         # comma-separated checkpoints (directories or .pt files)
@@ -29,11 +30,10 @@ DEFAULTS = dict(
     repeats=3,
     reuse=False,            # keep the .pte files already in work_dir (an earlier run from the same checkpoints)
 )
-SEPARATOR_LINE = "---------------"
 
 
 def timed_subprocess(command, repeats):
-    """(best tokens/s of `command` as it reports on stderr ('N tokens in T s (R tokens/s)'), its first sample)."""
+    """(best tokens/s of `command` as it reports on stderr ('N tokens in T s (R tokens/s)'), the text it prints)."""
     best, text = 0.0, None
     env = dict(os.environ, OMP_NUM_THREADS="1")
     for _ in range(repeats):
@@ -42,7 +42,7 @@ def timed_subprocess(command, repeats):
             raise UserError(f"{' '.join(command)} failed: {done.stderr.strip().splitlines()[-1]} (fix: run it alone)")
         line = [l for l in done.stderr.splitlines() if "tokens/s" in l][-1]
         best = max(best, float(line.split("(")[-1].split()[0]))
-        text = done.stdout.split("\n" + SEPARATOR_LINE + "\n")[0]
+        text = done.stdout.split("\n" + SEPARATOR + "\n")[0]
     return best, text
 
 
