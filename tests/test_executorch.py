@@ -282,6 +282,23 @@ def test_bench_agreement_names_where_a_text_parts():
         "a same; b parts at char 8 of 11; c parts at char 3 of 11"
 
 
+def test_bench_deep_thinking_row(tmp_path, capsys):
+    """Deep Thinking's row: sample.py's speed, no program and no GGUF, each cell saying so (nothing is exported)."""
+    from tools.executorch import bench
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "meta.json").write_text(json.dumps({"dataset": "tinychars", "tokenizer": "char",
+                                                             "vocab_size": len(CHARS), "chars": CHARS}))
+    model = model_at(tiny_preset("deep_thinking"))
+    atomic_save({"model": model.state_dict(), "model_args": dataclasses.asdict(model.config), "iter_num": 0,
+                 "best_val_loss": 9.9, "config": {}, "dataset": "tinychars", "data_dir": str(tmp_path / "data")},
+                str(tmp_path / "dt" / "ckpt.pt"))
+    bench.main([f"--out_dirs={tmp_path / 'dt'}", f"--work_dir={tmp_path / 'bench'}", "--max_new_tokens=5",
+                "--repeats=1"])
+    row = capsys.readouterr().out.strip().splitlines()[2].split(" | ")
+    assert row[0] == "| dt" and float(row[3]) > 0 and row[4] == "Deep Thinking: no static cache"
+    assert "no GGUF" in row[10] and not list((tmp_path / "bench").iterdir())
+
+
 @pytest.mark.slow
 def test_bench_prints_a_row_per_checkpoint(exported_checkpoint, tmp_path, capsys):
     """The bench on the COMBINED checkpoint (no GGUF shape: cgpt): one row, every fp32 runtime's text = sample.py's."""
