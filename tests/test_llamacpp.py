@@ -81,6 +81,7 @@ def test_llama_file_holds_our_weights_and_char_vocabulary(tmp_path):
     tokens = [bytes(reader.fields["tokenizer.ggml.tokens"].parts[i]).decode() for i in
               reader.fields["tokenizer.ggml.tokens"].data]
     assert tokens[:3] == ["Ċ", "Ġ", "!"] and tokens[-2:] == ["Ã©", "<|endoftext|>"]
+    assert reader.fields[export.MODEL_VOCAB_KEY].contents() == len(CHARS)   # run.py samples among these only
     assert f32["token_embd.weight"].shape == (len(CHARS) + 1, 64) and not f32["token_embd.weight"][-1].any()
 
 
@@ -90,6 +91,10 @@ def test_refusals_are_one_line(tmp_path):
     one_error_line(export.main, [f"--out_dir={out_dir}", f"--gguf={tmp_path / 'm.gguf'}"], "pgpt")
     one_error_line(export.main, [f"--out_dir={out_dir}", f"--gguf={tmp_path / 'm.gguf'}", "--type=q4"], "q8_0")
     assert not list(tmp_path.glob("*.gguf"))
+    from tools.llamacpp import run
+    one_error_line(run.main, [f"--gguf={tmp_path / 'm.gguf'}"], "no file")
+    one_error_line(run.main, [f"--gguf={tmp_path / 'm.gguf'}", "--max_new_tokens=0"], "max_new_tokens")
+    one_error_line(run.main, [f"--gguf={tmp_path / 'm.gguf'}", "--num_threads=-1"], "num_threads")
 
 
 # --- -m slow: llama.cpp itself ------------------------------------------------------------------------------
@@ -137,6 +142,8 @@ def test_llamacpp_greedy_text_equals_sample_py(shape, tmp_path, capsys, request)
         export.main([f"--out_dir={out_dir}", f"--gguf={tmp_path / qtype}.gguf", f"--type={qtype}"])
         err = np.abs(llamacpp_logits(tmp_path / f"{qtype}.gguf", prompt, args["vocab_size"]) - ours).max()
         assert err <= BOUNDS[qtype, shape.split("_")[0]] * np.abs(ours).max(), (qtype, err)
+    from tools.llamacpp.run import load, model_vocab
+    assert model_vocab(load(str(tmp_path / "f32.gguf"))) == args["vocab_size"]   # a char file's end-of-text left out
     ids, text = llamacpp_text(tmp_path / "f32.gguf", start, 60)   # past block_size 32: re-primes
     assert ids == tokenizer_from_meta(meta).encode(start)
     sample.main([f"--out_dir={out_dir}", f"--start={start}", "--max_new_tokens=60", "--temperature=0",

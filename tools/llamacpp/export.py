@@ -19,7 +19,7 @@ Tokenizers, as llama.cpp's GPT-2 BPE ("gpt2" model, "gpt-2" pre-tokenizer):
                   one, id vocab_size, with an all-zero embedding and head row: its logit is always 0, so a sampler
                   can pick it, and greedy decoding does when every character's logit is negative (our choice).
 --type=q8_0 stores every matrix whose rows are a multiple of 32 wide in llama.cpp's Q8_0 (blocks of 32 int8 and a
-scale); other matrices, norms and biases stay f32 (each one is named on stderr).
+scale); other matrices stay f32 (each named on stderr), and so do norms and biases.
 """
 import os
 import sys
@@ -38,6 +38,7 @@ DEFAULTS = dict(
 TYPES = ("f32", "q8_0")
 Q8_BLOCK = 32
 END_OF_TEXT = "<|endoftext|>"
+MODEL_VOCAB_KEY = "compact_gpt.vocab_size"   # the model's own tokens: a char vocabulary's file appends end-of-text
 
 
 def permute_rope(w, n_heads):
@@ -142,6 +143,7 @@ def write_gguf(model, path, qtype, meta, source, say=print):
             writer.add_rope_dimension_count(c.n_embd // c.n_head)
         n_vocab = write_tokenizer(writer, meta, c, source, tensors)
         writer.add_vocab_size(n_vocab)
+        writer.add_uint32(MODEL_VOCAB_KEY, c.vocab_size)   # tools/llamacpp/run.py samples among these only
         writer.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0 if qtype == "q8_0" else gguf.LlamaFileType.ALL_F32)
         kept = []
         for name, data in tensors.items():

@@ -6,12 +6,13 @@ context length as sample.py does, so the text equals `sample.py --temperature=0`
 
 (llama.cpp's own `llama-cli -m model.gguf -p "War is " --temp 0` shifts its context differently once it is full.)
 """
+import os
 import sys
 import time
 
 from configurator import UserError, run_command
 
-DEFAULTS = dict(gguf="model.gguf", start="\n", max_new_tokens=200, num_threads=1)
+DEFAULTS = dict(gguf="model.gguf", start="\n", max_new_tokens=200, num_threads=1)   # 0: every CPU
 
 
 def load(path, num_threads=1):
@@ -47,18 +48,30 @@ def greedy(llm, ids, max_new_tokens, n_vocab):
 
 
 def model_vocab(llm):
-    """The model's own tokens: a char vocabulary's GGUF appends end-of-text (tools/llamacpp/export.py)."""
-    eos = llm.token_eos()
-    return eos if eos == llm.n_vocab() - 1 and llm.detokenize([eos]) == b"<|endoftext|>" else llm.n_vocab()
+    """The model's own tokens, as the export wrote them (a char vocabulary's file appends end-of-text, which the
+    model never predicts); all of the file's for a GGUF from elsewhere."""
+    from tools.llamacpp.export import MODEL_VOCAB_KEY
+    return int(llm.metadata.get(MODEL_VOCAB_KEY, llm.n_vocab()))
 
 
 def run(cfg):
+    from checkpoint import check_num_threads
+    check_num_threads(cfg["num_threads"])
+    if not isinstance(cfg["max_new_tokens"], int) or cfg["max_new_tokens"] < 1:
+        raise UserError(f"--max_new_tokens must be a positive integer, got {cfg['max_new_tokens']!r} "
+                        f"(fix: e.g. --max_new_tokens=200)")
+    if not os.path.isfile(cfg["gguf"]):
+        raise UserError(f"no file {cfg['gguf']} (fix: write one with python -m tools.llamacpp.export)")
     try:
         import llama_cpp  # noqa: F401
     except ImportError:
         raise UserError("llama_cpp is not installed (fix: pip install llama-cpp-python; it builds llama.cpp from "
                         "source, ~20 minutes on 2 cores)") from None
-    llm = load(cfg["gguf"], cfg["num_threads"])
+    try:
+        llm = load(cfg["gguf"], cfg["num_threads"] or os.cpu_count())
+    except ValueError as e:   # llama_cpp's answer to a file llama.cpp cannot load
+        raise UserError(f"llama.cpp cannot load {cfg['gguf']} ({e}) (fix: write it with python -m "
+                        f"tools.llamacpp.export)") from None
     ids = llm.tokenize(cfg["start"].encode("utf-8"), add_bos=False, special=False)
     if not ids:
         raise UserError("--start is empty (fix: give at least one character)")
