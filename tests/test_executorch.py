@@ -23,6 +23,7 @@ pytest.importorskip("executorch", reason="executorch is not installed (pip insta
 
 import variants
 from checkpoint import atomic_save
+from configurator import UserError
 from model import GPT, GPTConfig
 from conftest import one_error_line
 from tools.executorch import export, run
@@ -139,7 +140,7 @@ def exported(model, quantize="none"):
     return run.Program(export.program_bytes(copy, quantize))
 
 
-# --- the default run: one model through the command line ------------------------------------------------
+# --- one model through the command line (exporting it: -m slow) -------------------------------------------
 
 @pytest.fixture(scope="module")
 def exported_checkpoint(tmp_path_factory):
@@ -191,9 +192,9 @@ def test_bad_input_is_one_line(exported_checkpoint, tmp_path):
     one_error_line(run.main, [f"--pte={pte}", "--start=War is ~"], "encode")
 
 
-def test_deep_thinking_is_refused_in_one_line(tmp_path):
+def test_deep_thinking_is_refused_in_one_line():
     model = GPT(GPTConfig(**tiny_preset("deep_thinking")))
-    with pytest.raises(Exception) as e:
+    with pytest.raises(UserError) as e:
         export.program_bytes(model)
     assert "Deep Thinking" in str(e.value) and "(fix: " in str(e.value) and "\n" not in str(e.value)
 
@@ -297,6 +298,9 @@ def test_bench_deep_thinking_row(tmp_path, capsys):
     row = capsys.readouterr().out.strip().splitlines()[2].split(" | ")
     assert row[0] == "| dt" and float(row[3]) > 0 and row[4] == "Deep Thinking: no static cache"
     assert "no GGUF" in row[10] and not list((tmp_path / "bench").iterdir())
+    one_error_line(bench.main, [f"--out_dirs={tmp_path / 'dt'}", f"--work_dir={tmp_path / 'b2'}", "--repeats=0"],
+                   "repeats")
+    assert not (tmp_path / "b2").exists()
 
 
 @pytest.mark.slow

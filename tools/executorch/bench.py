@@ -12,6 +12,7 @@ the best of --repeats runs of the whole generation (prompt included), so start-u
 decoder's first run, which compiles, is timed apart). The last column compares each runtime's greedy text with
 sample.py's.
 """
+import importlib.util
 import os
 import subprocess
 import sys
@@ -39,11 +40,24 @@ def timed_subprocess(command, repeats):
     for _ in range(repeats):
         done = subprocess.run(command, capture_output=True, text=True, env=env)
         if done.returncode:
-            raise UserError(f"{' '.join(command)} failed: {done.stderr.strip().splitlines()[-1]} (fix: run it alone)")
+            raise UserError(f"{' '.join(command)} failed: {last_line(done.stderr)} (fix: run it alone)")
         line = [l for l in done.stderr.splitlines() if "tokens/s" in l][-1]
         best = max(best, float(line.split("(")[-1].split()[0]))
         text = done.stdout.split("\n" + SEPARATOR + "\n")[0]
     return best, text
+
+
+def last_line(text):
+    lines = text.strip().splitlines()
+    return lines[-1] if lines else "no message"
+
+
+def export_program(out_dir, pte, quantize):
+    done = subprocess.run([sys.executable, "-m", "tools.executorch.export", f"--out_dir={out_dir}", f"--pte={pte}",
+                           f"--quantize={quantize}"], capture_output=True, text=True)
+    if done.returncode:
+        raise UserError(f"exporting {out_dir} failed: {last_line(done.stderr)} "
+                        f"(fix: run python -m tools.executorch.export --out_dir={out_dir} alone)")
 
 
 def compiled_tokens_per_s(model, prompt, max_new_tokens, repeats):
@@ -86,10 +100,14 @@ def agreement(texts, reference):
 def run(cfg):
     from checkpoint import load_model
     from dataset import tokenizer_from_meta
-    from tools.executorch import export as et_export  # noqa: F401  (fails early, in one line, without executorch)
     from tools.huggingface import ConversionError
     from tools.huggingface.convert import checkpoint_meta
     from tools.llamacpp import export as gguf_export
+    for key in ("max_new_tokens", "repeats"):
+        if not isinstance(cfg[key], int) or cfg[key] < 1:
+            raise UserError(f"--{key} must be a positive integer, got {cfg[key]!r} (fix: e.g. --{key}={DEFAULTS[key]})")
+    if importlib.util.find_spec("executorch") is None:
+        raise UserError("executorch is not installed (fix: pip install -r requirements-dev.txt)")
     os.makedirs(cfg["work_dir"], exist_ok=True)
     try:
         import llama_cpp  # noqa: F401
@@ -123,18 +141,14 @@ def run(cfg):
             speed, compile_s, new = compiled_tokens_per_s(model, prompt, cfg["max_new_tokens"], cfg["repeats"])
             row += [f"{speed:.0f} ({compile_s:.0f} s)"]
             texts["compiled"] = cfg["start"] + tok.decode(new)
-        for quantize in ("none", "8da8w") if not model.config.think_steps else ():
-            pte = os.path.join(cfg["work_dir"], f"{name}-{quantize}.pte")
-            if not (cfg["reuse"] and os.path.isfile(pte)):
-                done = subprocess.run([sys.executable, "-m", "tools.executorch.export", f"--out_dir={out_dir}",
-                                       f"--pte={pte}", f"--quantize={quantize}"], capture_output=True, text=True)
-                if done.returncode:
-                    raise UserError(f"exporting {out_dir} failed: {done.stderr.strip().splitlines()[-1]} "
-                                    f"(fix: run python -m tools.executorch.export --out_dir={out_dir} alone)")
-            runner = [sys.executable, "-m", "tools.executorch.run", f"--pte={pte}", "--num_threads=1", *common]
-            speed, texts[f"ExecuTorch {'fp32' if quantize == 'none' else quantize}"] = timed_subprocess(
-                runner, cfg["repeats"])
-            row += [f"{os.path.getsize(pte) / 1e6:.2f}", f"{speed:.0f}"]
+            for quantize in ("none", "8da8w"):
+                pte = os.path.join(cfg["work_dir"], f"{name}-{quantize}.pte")
+                if not (cfg["reuse"] and os.path.isfile(pte)):
+                    export_program(out_dir, pte, quantize)
+                runner = [sys.executable, "-m", "tools.executorch.run", f"--pte={pte}", "--num_threads=1", *common]
+                speed, texts[f"ExecuTorch {'fp32' if quantize == 'none' else quantize}"] = timed_subprocess(
+                    runner, cfg["repeats"])
+                row += [f"{os.path.getsize(pte) / 1e6:.2f}", f"{speed:.0f}"]
         for qtype in ("f32", "q8_0"):
             path = os.path.join(cfg["work_dir"], f"{name}-{qtype}.gguf")
             try:

@@ -108,10 +108,16 @@ def encode(tokenizer, text, eot_token):
 
 def run(cfg):
     import os
+    from checkpoint import check_num_threads, check_seed
+    from configurator import check_temperature
+    from dataset import render
     from tools.executorch.export import tokenizer_path
-    if cfg["num_samples"] < 1 or cfg["max_new_tokens"] < 0 or cfg["temperature"] < 0 or cfg["top_k"] < 0:
-        raise UserError("--num_samples must be >= 1, --max_new_tokens, --temperature and --top_k >= 0 "
-                        "(fix: e.g. --temperature=0 for greedy)")
+    if cfg["num_samples"] < 1 or cfg["max_new_tokens"] < 0 or cfg["top_k"] < 0:
+        raise UserError("--num_samples must be >= 1, --max_new_tokens and --top_k >= 0 "
+                        "(fix: e.g. --num_samples=1 --max_new_tokens=500 --top_k=200)")
+    check_temperature(cfg["temperature"])
+    check_seed(cfg["seed"])
+    check_num_threads(cfg["num_threads"])
     if not os.path.isfile(cfg["pte"]):
         raise UserError(f"no program at {cfg['pte']} (fix: python -m tools.executorch.export --pte={cfg['pte']})")
     if cfg["num_threads"] > 0:
@@ -121,16 +127,12 @@ def run(cfg):
     tokenizer = load_tokenizer(cfg["tokenizer"] or tokenizer_path(cfg["pte"]))
     program = Program(cfg["pte"])
     start_ids = encode(tokenizer, cfg["start"], program.eot_token)
-    torch.manual_seed(cfg["seed"])
     generator = torch.Generator().manual_seed(cfg["seed"])
-    prompt = tokenizer.decode(start_ids)
     t0, n_new = time.perf_counter(), 0
     for _ in range(cfg["num_samples"]):
         ids = generate(program, start_ids, cfg["max_new_tokens"], cfg["temperature"], cfg["top_k"], generator)
         n_new += len(ids) - len(start_ids)
-        text = tokenizer.decode(ids)   # all at once: multi-byte characters across the prompt's end stay whole
-        new = text[len(prompt):] if text.startswith(prompt) else tokenizer.decode(ids[len(start_ids):])
-        print(cfg["start"] + new)
+        print(render(tokenizer, cfg["start"], start_ids, ids))
         print(SEPARATOR, flush=True)
     dt = time.perf_counter() - t0
     print(f"{n_new} tokens in {dt:.2f}s ({n_new / max(dt, 1e-9):.1f} tokens/s)", file=sys.stderr)
