@@ -60,6 +60,7 @@ def test_llama_file_holds_our_weights_and_char_vocabulary(tmp_path):
     out_dir, model = checkpoint(tmp_path, dict(LLAMA, vocab_size=len(CHARS)), char_meta())
     export.main([f"--out_dir={out_dir}", f"--gguf={tmp_path / 'f32.gguf'}"])
     export.main([f"--out_dir={out_dir}", f"--gguf={tmp_path / 'q8.gguf'}", "--type=q8_0"])
+    assert sorted(p.name for p in tmp_path.glob("*.gguf*")) == ["f32.gguf", "q8.gguf"]   # no temp file left
     reader, f32 = tensors(tmp_path / "f32.gguf")
     _, q8 = tensors(tmp_path / "q8.gguf")
     sd = model.state_dict()

@@ -22,7 +22,9 @@ Tokenizers, as llama.cpp's GPT-2 BPE ("gpt2" model, "gpt-2" pre-tokenizer):
 scale); other matrices stay f32 (each named on stderr), and so do norms and biases.
 """
 import os
+import shutil
 import sys
+import tempfile
 
 import numpy as np
 import torch
@@ -73,7 +75,7 @@ def gguf_tensors(model, arch):
 def char_vocabulary(chars):
     """(tokens, merges) of llama.cpp's byte-level BPE for a character vocabulary: character i is token i, spelled
     in GPT-2's byte-level alphabet; a multi-byte character is rebuilt by merges of its bytes, left to right (the
-    partial spellings need no token: llama.cpp falls back to single bytes only for what no merge joins)."""
+    partial spellings need no token: their merges always go on to the whole character, which is one)."""
     from tools.huggingface.tokenizer import gpt2_byte_to_unicode
     table = gpt2_byte_to_unicode()
     tokens, merges = [], []
@@ -126,7 +128,10 @@ def write_gguf(model, path, qtype, meta, source, say=print):
     hf = hf_config_for(model, arch, eot=None)
     hidden = hf["n_inner"] if arch == "gpt2" else hf["intermediate_size"]
     tensors = gguf_tensors(model, arch)
-    tmp = path + ".partial"
+    # gguf writes to a path: a unique one beside `path`, copied to `path` only once the file is complete
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".partial",
+                               dir=os.path.dirname(os.path.abspath(path)))
+    os.close(fd)
     writer = gguf.GGUFWriter(tmp, arch)
     try:
         writer.add_block_count(c.n_layer)
@@ -157,8 +162,11 @@ def write_gguf(model, path, qtype, meta, source, say=print):
         writer.write_kv_data_to_file()
         writer.write_tensors_to_file()
         writer.close()
-        with open(tmp, "rb") as src, atomic_open(path) as dst:   # the final name only for a complete file
-            dst.write(src.read())
+        with open(tmp, "rb") as src, atomic_open(path) as dst:
+            shutil.copyfileobj(src, dst)
+    except OSError as e:   # atomic_open's own errors are already one line
+        raise UserError(f"cannot write {tmp}: {e.strerror or e} (fix: free disk space, or choose a writable "
+                        f"folder)") from None
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
