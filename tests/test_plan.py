@@ -167,11 +167,16 @@ def test_command_checkpoint(tmp_path, capsys):
     (["--variant=gpt", "--png=x.jpg"], ["PNG"]),
     (["--variant=gpt", "--png=/nonexistent/x.png"], ["does not exist"]),
     (["--gallery=somewhere", "--variant=gpt"], ["--gallery", "--variant"]),
+    (["--variant=gpt", "--png=a_folder.png"], ["PNG"]),
+    (["--gallery=a_file"], ["a_file", "not a folder"]),
 ])
 def test_bad_input_one_line(args, words, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "a_folder.png").mkdir()
+    (tmp_path / "a_file").write_text("")
     one_error_line(plan_tool.main, args, *words)
-    assert list(tmp_path.iterdir()) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file", "a_folder.png"]
+    assert not list((tmp_path / "a_folder.png").iterdir())
 
 
 def test_gallery_has_every_preset():

@@ -32,9 +32,10 @@ import torch
 import torch.nn as nn
 
 import variants
-from checkpoint import load_checkpoint
+from checkpoint import build_model, check_out_dir, load_checkpoint, load_variant
+from checkpoint import model_args as checkpoint_model_args
 from configurator import UserError, load_config
-from model import GPT, GPTConfig
+from model import GPTConfig
 from tools.flops import matmul_params
 
 MODEL_FIELDS = {f.name: f.default for f in dataclasses.fields(GPTConfig)}
@@ -99,7 +100,7 @@ class Plan:
         pass; the Deep Thinking passes between the first and the test pass attend over [memory; keys] (2T keys)."""
         T, steps = self.config.block_size, self.passes - 1
         keys = sum(2 * T if 0 < p < steps else T for p in range(steps + 1))
-        return sum(4 * r.n_head * (r.width_in // r.n_head) * keys for r in self.rows if r.n_head)
+        return sum(4 * r.width_in * keys for r in self.rows if r.n_head)
 
     def flops_per_token(self):
         return 2 * self.weights_per_token + self.attention_flops()
@@ -198,38 +199,30 @@ def read_plan(model, name):
 # --- which model ------------------------------------------------------------------------------------------------
 
 def model_args(cfg, explicit):
-    """(name, GPTConfig keyword arguments): a checkpoint's own, or GPTConfig defaults <- variant <- explicit flags."""
+    """(name, GPTConfig keyword arguments, checkpoint path or None): a checkpoint's own, or GPTConfig defaults <-
+    variant <- explicit flags (train.py's rule: checkpoint.model_args)."""
     flags = {k: cfg[k] for k in MODEL_FIELDS if k in explicit}
     if cfg["out_dir"]:
         if cfg["variant"] or flags:
             raise UserError("--out_dir shows the model its checkpoint describes, so it takes no --variant or model "
                             "flags (fix: drop them, or drop --out_dir)")
         ckpt = load_checkpoint(cfg["out_dir"], mmap=True)   # safe loader; mmap: the weights are never read
-        return ckpt["path"], ckpt["model_args"]
-    args = dict(MODEL_FIELDS)
-    if cfg["variant"]:
-        try:
-            args.update(variants.load(cfg["variant"]))
-        except ValueError as e:
-            raise UserError(f"{e} (fix: --variant=NAME with one of those names)") from None
+        return ckpt["path"], ckpt["model_args"], ckpt["path"]
     name = cfg["variant"] or "GPTConfig"
     if flags:
         name += " with " + ", ".join(f"{k}={v!r}" for k, v in flags.items())
-    return name, {**args, **flags}
+    return name, checkpoint_model_args(cfg, explicit), None
 
 
-def build_meta(args, source):
-    """GPT(GPTConfig(**args)) on the meta device: shapes only, no memory."""
-    try:
-        config = GPTConfig(**args)
-    except (TypeError, ValueError) as e:
-        raise UserError(f"invalid model configuration ({source}): {e} (fix: correct the model flags)") from None
+def build_meta(args, source=None):
+    """GPT(GPTConfig(**args)) on the meta device (shapes only, no memory), with checkpoint.build_model's one-line
+    errors (source: the checkpoint the arguments come from)."""
     with torch.device("meta"):
-        return GPT(config)
+        return build_model(args, "meta", source)
 
 
-def plan_of(args, name):
-    return read_plan(build_meta(args, name), name)
+def plan_of(args, name, source=None):
+    return read_plan(build_meta(args, source), name)
 
 
 # --- the plan as text -------------------------------------------------------------------------------------------
@@ -517,19 +510,21 @@ def save_png(fig, path, dpi):
 # --- the command --------------------------------------------------------------------------------------------------
 
 def check_png_path(path):
-    if not path.endswith(".png"):
+    if not path.endswith(".png") or os.path.isdir(path):
         raise UserError(f"--png={path}: the picture is a PNG file (fix: --png=FILE.png)")
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise UserError(f"--png={path}: the folder {folder} does not exist (fix: create it, or write elsewhere)")
+    check_out_dir(folder, key="png")   # writable
 
 
 def gallery(folder):
     """Every preset's picture into folder/<name>.png (the gallery of docs/architectures.md)."""
+    check_out_dir(folder, key="gallery")
     os.makedirs(folder, exist_ok=True)
     for name in variants.available():
         path = os.path.join(folder, f"{name}.png")
-        draw(plan_of({**MODEL_FIELDS, **variants.load(name)}, name), path)
+        draw(plan_of({**MODEL_FIELDS, **load_variant(name)}, name), path)
         print(f"wrote {path} ({os.path.getsize(path) / 1024:.0f} KB)")
 
 
@@ -542,8 +537,8 @@ def run(cfg, explicit):
         return gallery(cfg["gallery"])
     if cfg["png"]:
         check_png_path(cfg["png"])
-    name, args = model_args(cfg, explicit)
-    plan = plan_of(args, name)
+    name, args, source = model_args(cfg, explicit)
+    plan = plan_of(args, name, source)
     print(format_plan(plan))
     if cfg["png"]:
         draw(plan, cfg["png"])
