@@ -152,6 +152,10 @@ def train_model_args(config, explicit, meta, device, say):
         if ckpt.get("optimizer") is None:
             raise UserError(f"{ckpt['path']} has weights only (e.g. from pangu.inherit), nothing to resume "
                             f"(fix: --init_from={ckpt['path']} to start a new run from it)")
+        missing = [k for k in ("iter_num", "best_val_loss") if k not in ckpt]   # (their types: damaged_fields)
+        if missing:
+            raise UserError(f"{ckpt['path']} has no {' or '.join(missing)}, so it cannot be resumed (fix: "
+                            f"--init_from={ckpt['path']} to start a new run from its weights)")
         say(f"resuming from {ckpt['path']} at iteration {ckpt['iter_num']}")
         args = dict(ckpt["model_args"])
         # dropout may change between sessions; anything else changes the architecture. vocab_size came

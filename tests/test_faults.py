@@ -405,6 +405,14 @@ def test_resume_from_damaged_weights_is_one_line(finished, tmp_path):
     assert snapshot(out_dir) == before
 
 
+def test_resume_without_its_iteration_is_one_line(finished, tmp_path):
+    out_dir = copy_run(finished, tmp_path, edit=lambda c: c.pop("iter_num"))
+    before = snapshot(out_dir)
+    cfg = dict(finished, out_dir=out_dir, init_from="resume", max_iters=20)
+    one_error_line(train.main, [f"--{k}={v}" for k, v in cfg.items()], "no iter_num", "cannot be resumed")
+    assert snapshot(out_dir) == before
+
+
 def test_resume_on_a_bigger_vocabulary_names_the_tokenizer(finished, tmp_path):
     out_dir = copy_run(finished, tmp_path)
     other = write_token_dataset(tmp_path / "other", vocab_size=20)
