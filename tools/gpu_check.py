@@ -130,13 +130,6 @@ def run(cfg):
     if not cfg["dry_run"] and not torch.cuda.is_available():
         raise UserError("no CUDA device here (fix: --dry_run on a CPU; a GPU machine: docs/gpu.md)")
     t_start = time.time()
-    work_dir = cfg["work_dir"] or tempfile.mkdtemp(prefix="gpu_check-")
-    ctx = SimpleNamespace(
-        dry_run=cfg["dry_run"], end=t_start + cfg["budget_s"], work_dir=work_dir,
-        # the dry run hides CUDA from every command: what a CPU machine does, also on a GPU
-        child_env=dict(CUDA_VISIBLE_DEVICES="") if cfg["dry_run"] else {},
-        # part 2 trains here; part 4 samples from it (also from an earlier call's run)
-        quickstart_dir=os.path.join(work_dir, "out-shakespeare-char"))
     env = environment(use_cuda=not cfg["dry_run"])
     report = dict(tool="tools.gpu_check", dry_run=cfg["dry_run"], command=command_line(cfg),
                   started=datetime.datetime.now().isoformat(timespec="seconds"),
@@ -144,10 +137,17 @@ def run(cfg):
                   plan=plan(parts, cfg["budget_s"]),
                   parts={name: dict(status="not selected") for name in PARTS})
     paths = report_paths(cfg, env)
-    os.makedirs(work_dir, exist_ok=True)
-    print_plan(report, work_dir)
     write_report(report, paths)   # an out_dir that cannot be written fails here, before any part
-    ctx.log_path = paths["log"]
+    work_dir = cfg["work_dir"] or tempfile.mkdtemp(prefix="gpu_check-")
+    os.makedirs(work_dir, exist_ok=True)
+    ctx = SimpleNamespace(
+        dry_run=cfg["dry_run"], end=t_start + cfg["budget_s"], work_dir=work_dir,
+        log_path=paths["log"],
+        # the dry run hides CUDA from every command: what a CPU machine does, also on a GPU
+        child_env=dict(CUDA_VISIBLE_DEVICES="") if cfg["dry_run"] else {},
+        # part 2 trains here; part 4 samples from it (also from an earlier call's run)
+        quickstart_dir=os.path.join(work_dir, "out-shakespeare-char"))
+    print_plan(report, work_dir)
     boundary = t_start
     for name in parts:
         boundary += report["plan"][name]["share_s"]   # what earlier parts left goes to this one
