@@ -309,10 +309,12 @@ def test_inductor_gives_eager_logits_and_losses_without_recompiling(family):
 
 @pytest.fixture(scope="module")
 def dry_run(tmp_path_factory):
-    """python -m tools.gpu_check --dry_run in this process (its parts are subprocesses)."""
+    """python -m tools.gpu_check --dry_run in this process (its parts are subprocesses), as on a
+    machine without CUDA (GPU_TESTS_ON_CPU would run the gpu tests on the CPU: minutes)."""
     tmp = tmp_path_factory.mktemp("gpu_check")
     printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
+    with pytest.MonkeyPatch.context() as env, contextlib.redirect_stdout(printed):
+        env.delenv("GPU_TESTS_ON_CPU", raising=False)
         gpu_check.main(["--dry_run", f"--out_dir={tmp / 'out'}", f"--work_dir={tmp / 'work'}"])
     files = sorted(os.listdir(tmp / "out"))
     stem = [f for f in files if f.endswith(".json")][0][:-len(".json")]
