@@ -128,19 +128,25 @@ def tiny_train_config(tiny_data, tmp_path):
 
 
 # --- the `slow` marker: compile-with-inductor proofs that take minutes on a CPU ----------------------
+# --- the `gpu` marker: checks on a CUDA device (tests/test_gpu.py), skipped without one ---------------
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: minutes on a CPU (torch.compile with inductor); skipped unless "
                                        "selected with -m slow")
+    config.addinivalue_line("markers", "gpu: needs a CUDA device, skipped without one (python -m tools.gpu_check "
+                                       "runs them: docs/gpu.md); GPU_TESTS_ON_CPU=1 rehearses them on the CPU")
 
 
 def pytest_collection_modifyitems(config, items):
-    if "slow" in (config.getoption("markexpr") or ""):
-        return
-    skip = pytest.mark.skip(reason="slow: run with `pytest -m slow`")
+    run_slow = "slow" in (config.getoption("markexpr") or "")
+    run_gpu = torch.cuda.is_available() or os.environ.get("GPU_TESTS_ON_CPU") == "1"
+    skip_slow = pytest.mark.skip(reason="slow: run with `pytest -m slow`")
+    skip_gpu = pytest.mark.skip(reason="gpu: no CUDA device (docs/gpu.md)")
     for item in items:
-        if "slow" in item.keywords:
-            item.add_marker(skip)
+        if "slow" in item.keywords and not run_slow:
+            item.add_marker(skip_slow)
+        if "gpu" in item.keywords and not run_gpu:
+            item.add_marker(skip_gpu)
 
 
 @pytest.fixture

@@ -1,0 +1,488 @@
+"""The GPU path on a CUDA device (`pytest -m gpu`: part 1 of `python -m tools.gpu_check`), then
+tools.gpu_check itself (its dry run, its budget, its report) in the default run.
+
+The `gpu` tests need CUDA and are skipped without it (tests/conftest.py). GPU_TESTS_ON_CPU=1 runs
+them on the CPU instead: a rehearsal of their code, where "CUDA" is the CPU again (minutes: the
+inductor compiles). They run where a GPU differs from the CPU: other kernels (cuBLAS, SDPA's flash
+and memory-efficient attention, inductor's Triton code), bf16 autocast, CUDA graphs, cuda tags.
+The leak checks use test_model's weights at std 0.3, as there. Each measured error is appended to
+the file GPU_CHECK_RECORD names: tools.gpu_check's report shows each check's worst by its tolerance.
+
+Tolerances, relative to the largest reference logit, TF32 off (fp32 means fp32):
+  float64  test_model.NOISE (1e-10): the code paths on CUDA, to rounding
+  float32  1e-4 against the CPU or the full forward (the float32 rounding floor was 2.4e-5 on the
+           CPU, test_model); 1e-5 between the rows of one batch (they run the same kernels)
+  bf16     1e-3 between the rows of one batch; against fp32, 5e-3 of the loss and 5e-2 of the
+           gradient's norm (the CPU's bf16 autocast measured 3.6e-5 and 5.5e-3 at most)
+"""
+import contextlib
+import copy
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import checkpoint
+import variants
+from conftest import ROOT, one_error_line, tiny_config, write_token_dataset
+from model import GPT, GPTConfig
+from test_compile import GraphCounter, family_model
+from test_model import NOISE, VISIBLE, cached_logits, tokens, visible_weights
+from test_variants import PRESETS, tiny, tiny_model
+from tools import gpu_check
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"   # cpu: only under GPU_TESTS_ON_CPU=1
+FP32 = 1e-4
+FP32_SAME_BATCH = 1e-5
+BF16_SAME_BATCH = 1e-3
+BF16_LOSS = 5e-3
+BF16_GRAD = 5e-2
+
+
+def record(check, case, error, tolerance):
+    """Append a measured error to tools.gpu_check's record (nothing without GPU_CHECK_RECORD)."""
+    path = os.environ.get("GPU_CHECK_RECORD")
+    if path:
+        with open(path, "a") as f:
+            line = dict(check=check, case=case, error=float(error), tolerance=tolerance)
+            f.write(json.dumps(line) + "\n")
+
+
+def relative_error(reference, other):
+    """max|reference - other| / max|reference|, in float64 on the CPU."""
+    reference, other = reference.detach().double().cpu(), other.detach().double().cpu()
+    return ((reference - other).abs().max() / reference.abs().max()).item()
+
+
+@pytest.fixture(autouse=True)
+def exact_float32():
+    """fp32 means fp32: no TF32 in matmuls or in cuDNN's convolutions (cgpt); restored after."""
+    matmul, cudnn = torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32
+    torch.set_float32_matmul_precision("highest")
+    torch.backends.cudnn.allow_tf32 = False
+    yield
+    torch.set_float32_matmul_precision(matmul)
+    torch.backends.cudnn.allow_tf32 = cudnn
+
+
+# --- every preset: CUDA's logits and loss are the CPU's ------------------------------------------
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", PRESETS)
+def test_preset_fp32_logits_on_cuda_match_the_cpu(name):
+    model = visible_weights(tiny_model(name))
+    twin = copy.deepcopy(model).to(DEVICE)
+    data = tokens(2, 17)
+    x, y = data[:, :-1], data[:, 1:]
+    with torch.no_grad():
+        logits, loss = model(x, y)
+        cuda_logits, cuda_loss = twin(x.to(DEVICE), y.to(DEVICE))
+    error = relative_error(logits, cuda_logits)
+    record("fp32 logits, CUDA vs CPU", name, error, FP32)
+    assert error <= FP32, f"{name}: CUDA's logits are off the CPU's by {error:.1e} of their scale"
+    assert abs(cuda_loss.item() - loss.item()) <= FP32 * loss.item()
+
+
+# --- causality under the kernels SDPA takes on CUDA ----------------------------------------------
+
+KERNELS = {   # dtype, the one SDPA backend allowed (None: SDPA's choice, the math kernel here)
+    "float64": (torch.float64, None),
+    "float32-efficient": (torch.float32, SDPBackend.EFFICIENT_ATTENTION),
+    "bf16-flash": (torch.bfloat16, SDPBackend.FLASH_ATTENTION),
+}
+SAME_BATCH = {"float64": NOISE, "float32-efficient": FP32_SAME_BATCH, "bf16-flash": BF16_SAME_BATCH}
+
+
+def forward_with(model, idx, dtype, backend):
+    """Every position's logits, in float64, with only `backend` allowed; bf16 as train.py runs it
+    (autocast). A backend that cannot run this model (flash under an explicit mask, a layout it
+    lacks) skips the test, naming it."""
+    autocasting = contextlib.nullcontext()
+    if dtype == torch.float64:
+        model = model.double()
+    elif dtype == torch.bfloat16:
+        autocasting = torch.autocast(DEVICE, dtype=torch.bfloat16)
+    kernels = contextlib.nullcontext() if backend is None else sdpa_kernel(backend)
+    try:
+        with torch.no_grad(), autocasting, kernels:
+            return model(idx, all_logits=True)[0].double()
+    except RuntimeError as e:   # CUDA's words, then the CPU's
+        if "No available kernel" not in str(e) and "No viable backend" not in str(e):
+            raise
+        pytest.skip(f"{backend.name} does not run this model on {DEVICE} "
+                    f"({str(e).splitlines()[0]})")
+
+
+def kernel_model(name):
+    """test_variants.tiny_model with heads that flash and memory-efficient attention can run (head
+    sizes multiples of 8, also after lgpt and cgpt halve the width twice), weights at std 0.3."""
+    shrinks = variants.load(name).get("shrink_every")
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(**dict(tiny(name), n_embd=64, n_head=2 if shrinks else 4)))
+    with torch.no_grad():
+        for p in model.parameters():   # the vectors too (biases, alphas, branch logits)
+            if p.dim() < 2:
+                p.add_(0.3 * torch.randn_like(p))
+    return visible_weights(model).eval()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("name", PRESETS)
+def test_causal_under_cuda_kernels(name, kernel):
+    """test_model.check_causal on the device: at every cut, the tokens after it leave the logits
+    before it unchanged (rows of one batch) and change every logit after it (not vacuous)."""
+    dtype, backend = KERNELS[kernel]
+    model = kernel_model(name).to(DEVICE)
+    T, V = model.config.block_size, model.config.vocab_size
+    idx = tokens(1, T)[0]
+    rows = [idx] + [torch.cat([idx[:i + 1], (idx[i + 1:] + 7) % V]) for i in range(T - 1)]
+    logits = forward_with(model, torch.stack(rows).to(DEVICE), dtype, backend).cpu()
+    scale = logits[0].abs().max().item()
+    moved_before = [(logits[i + 1, :i + 1] - logits[0, :i + 1]).abs().max() for i in range(T - 1)]
+    worst = max(moved_before).item()
+    tolerance = SAME_BATCH[kernel]
+    record(f"causality, {kernel}", name, worst / scale, tolerance)
+    assert worst <= tolerance * scale, f"{name}, {kernel}: a later token moved an earlier logit"
+    for i in range(T - 1):
+        moved = (logits[i + 1, i + 1:] - logits[0, i + 1:]).abs().amax(-1)
+        assert (moved > max(VISIBLE, tolerance) * scale).all(), f"cut after {i}: a logit kept"
+
+
+# --- the KV cache gives the full forward's logits ------------------------------------------------
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("name", PRESETS)
+def test_kv_cache_equals_full_forward_on_cuda(name, dtype):
+    """test_model.check_kv_cache on the device, past a re-primed window: float64 holds the code path
+    to rounding, float32 the kernels (the full forward's memory-efficient attention, the steps')."""
+    model = visible_weights(tiny_model(name)).to(DEVICE, getattr(torch, dtype))
+    seq = tokens(2, model.config.block_size + 6).to(DEVICE)
+    tolerance = NOISE if dtype == "float64" else FP32
+    worst = 0.0
+    with torch.no_grad():
+        steps = cached_logits(model, seq, prefill=3)
+        for t, start, logits in steps:
+            end = max(u for u, s, _ in steps if s == start)
+            full = model(seq[:, start:end], all_logits=True)[0]
+            worst = max(worst, relative_error(full[:, t - 1 - start], logits))
+    record(f"KV cache vs full forward, {dtype}", name, worst, tolerance)
+    assert worst <= tolerance, f"{name}: cached decoding is off the full forward by {worst:.1e}"
+
+
+# --- bf16 autocast -------------------------------------------------------------------------------
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", PRESETS)
+def test_bf16_autocast_forward_backward_close_to_fp32(name):
+    """train.py's bf16 autocast step at init's weights: a finite loss and gradients, near fp32's."""
+    model = tiny_model(name).to(DEVICE).train()
+    data = tokens(4, 17, seed=5).to(DEVICE)
+    x, y = data[:, :-1], data[:, 1:]
+    losses, grads = {}, {}
+    for dtype in (torch.float32, torch.bfloat16):
+        autocasting = contextlib.nullcontext()
+        if dtype == torch.bfloat16:
+            autocasting = torch.autocast(DEVICE, dtype=torch.bfloat16)
+        with autocasting:
+            loss = model(x, y)[1]
+        loss.backward()
+        losses[dtype] = loss.item()
+        grads[dtype] = torch.cat([p.grad.flatten() for p in model.parameters()
+                                  if p.grad is not None])
+        model.zero_grad(set_to_none=True)
+    assert torch.isfinite(grads[torch.bfloat16]).all()
+    assert torch.isfinite(torch.tensor(losses[torch.bfloat16]))
+    loss_error = abs(losses[torch.bfloat16] - losses[torch.float32]) / losses[torch.float32]
+    grad_diff = grads[torch.bfloat16] - grads[torch.float32]
+    grad_error = (grad_diff.norm() / grads[torch.float32].norm()).item()
+    record("bf16 loss vs fp32", name, loss_error, BF16_LOSS)
+    record("bf16 gradient vs fp32 (norm)", name, grad_error, BF16_GRAD)
+    assert loss_error <= BF16_LOSS and grad_error <= BF16_GRAD, (loss_error, grad_error)
+
+
+# --- a checkpoint written on CUDA, and sampling on CUDA ------------------------------------------
+
+def run_script(*args):
+    return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600)
+
+
+def train_args(cfg):
+    return ["train.py"] + [f"--{key}={value}" for key, value in cfg.items()]
+
+
+@pytest.fixture(scope="module")
+def cuda_run(tmp_path_factory):
+    """train.py on the device in its dtype (auto: bf16 on CUDA), 4 iterations of a tiny model."""
+    tmp = tmp_path_factory.mktemp("cuda_run")
+    cfg = tiny_config(write_token_dataset(tmp / "data"), tmp / "out")
+    cfg.update(device=DEVICE, dtype="auto", max_iters=4, eval_interval=2)
+    result = run_script(*train_args(cfg))
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    return cfg
+
+
+@pytest.mark.gpu
+def test_checkpoint_written_on_cuda_loads_and_resumes_on_the_cpu(cuda_run):
+    out_dir = cuda_run["out_dir"]
+    stored = torch.load(os.path.join(out_dir, checkpoint.CKPT_NAME), weights_only=True)
+    assert next(iter(stored["model"].values())).device.type == DEVICE   # tagged cuda in the file
+    on_cpu, _ = checkpoint.load_model(out_dir, "cpu")
+    on_device, _ = checkpoint.load_model(out_dir, DEVICE)
+    idx = torch.randint(on_cpu.config.vocab_size, (2, on_cpu.config.block_size),
+                        generator=torch.Generator())
+    with torch.no_grad():
+        error = relative_error(on_cpu(idx, all_logits=True)[0],
+                               on_device(idx.to(DEVICE), all_logits=True)[0])
+    record("fp32 logits, CUDA's checkpoint on CPU vs CUDA", "a tiny train.py run", error, FP32)
+    assert error <= FP32
+    resume = dict(cuda_run, device="cpu", dtype="float32", init_from="resume", max_iters=6)
+    resumed = run_script(*train_args(resume))
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
+    assert re.search(r"^step 6: train loss [\d.]+, val loss [\d.]+$", resumed.stdout, re.M)
+
+
+@pytest.mark.gpu
+def test_fast_sample_on_cuda_prints_the_text_of_sample_py(cuda_run):
+    """python -m tools.fast_sample (inductor, CUDA graphs on CUDA) and sample.py, greedy in fp32,
+    past two re-primed windows: the same text."""
+    args = [f"--out_dir={cuda_run['out_dir']}", f"--device={DEVICE}", "--dtype=float32",
+            "--temperature=0", "--num_samples=2", "--max_new_tokens=40", "--start=abc"]
+    eager, compiled = run_script("sample.py", *args), run_script("-m", "tools.fast_sample", *args)
+    assert eager.returncode == 0, eager.stderr[-2000:]
+    assert compiled.returncode == 0, compiled.stderr[-2000:]
+    assert compiled.stdout == eager.stdout and len(eager.stdout) > 80
+
+
+# --- torch.compile with inductor (last: the slowest) ---------------------------------------------
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("family", ["plain", "gqa_rope"])
+def test_inductor_gives_eager_logits_and_losses_without_recompiling(family):
+    """test_compile's check on the device with inductor, train.py's backend: the logits before
+    training, then the losses of AdamW steps with evaluations between them; 2 graphs (an
+    evaluation, a training step) and no more after."""
+    torch._dynamo.reset()
+    eager = family_model(family, DEVICE)
+    twin = copy.deepcopy(eager)
+    counter = GraphCounter("inductor")
+    compiled = torch.compile(twin, backend=counter)
+    data, evals = tokens(4, 17, seed=3).to(DEVICE), tokens(4, 17, seed=4).to(DEVICE)
+    losses, first_logits, graphs_after_warmup = {"eager": [], "compiled": []}, {}, None
+    for name, model, runner in (("eager", eager, eager), ("compiled", twin, compiled)):
+        optimizer = model.configure_optimizers(0.1, 1e-2, (0.9, 0.95), DEVICE)
+        for step in range(6):
+            if step % 2 == 0:   # train.py's evaluation: eval mode, no grad
+                model.eval()
+                with torch.no_grad():
+                    logits, loss = runner(evals[:, :-1], evals[:, 1:])
+                first_logits.setdefault(name, logits)
+                losses[name].append(loss.item())
+                model.train()
+            _, loss = runner(data[:, :-1], data[:, 1:])
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            losses[name].append(loss.item())
+            if name == "compiled" and step == 0:
+                graphs_after_warmup = counter.graphs
+    error = relative_error(first_logits["eager"], first_logits["compiled"])
+    record("inductor logits vs eager, fp32", family, error, FP32)
+    assert error <= FP32
+    torch.testing.assert_close(torch.tensor(losses["compiled"]), torch.tensor(losses["eager"]),
+                               rtol=1e-3, atol=1e-5)
+    assert losses["eager"][-1] < losses["eager"][1]   # the steps changed the weights
+    assert graphs_after_warmup == 2, f"{graphs_after_warmup} graphs for one eval and one step"
+    assert counter.graphs == graphs_after_warmup, f"recompiled: {counter.graphs} graphs at the end"
+
+
+# === tools.gpu_check, in the default run =========================================================
+
+@pytest.fixture(scope="module")
+def dry_run(tmp_path_factory):
+    """python -m tools.gpu_check --dry_run in this process (its parts are subprocesses), as on a
+    machine without CUDA (GPU_TESTS_ON_CPU would run the gpu tests on the CPU: minutes)."""
+    tmp = tmp_path_factory.mktemp("gpu_check")
+    printed = io.StringIO()
+    with pytest.MonkeyPatch.context() as env, contextlib.redirect_stdout(printed):
+        env.delenv("GPU_TESTS_ON_CPU", raising=False)
+        gpu_check.main(["--dry_run", f"--out_dir={tmp / 'out'}", f"--work_dir={tmp / 'work'}"])
+    files = sorted(os.listdir(tmp / "out"))
+    stem = [f for f in files if f.endswith(".json")][0][:-len(".json")]
+    with open(tmp / "out" / f"{stem}.json") as f:
+        report = json.load(f)
+    with open(tmp / "out" / f"{stem}.md") as f:
+        markdown = f.read()
+    with open(tmp / "out" / f"{stem}-quickstart.csv") as f:
+        log_csv = f.read().splitlines()
+    return dict(printed=printed.getvalue(), files=files, stem=stem, report=report,
+                markdown=markdown, log_csv=log_csv)
+
+
+def test_dry_run_prints_the_plan_and_writes_the_files(dry_run):
+    printed, report = dry_run["printed"], dry_run["report"]
+    assert "budget 300 s" in printed and "dry run: toy sizes on the CPU" in printed
+    for name, share in gpu_check.SHARES.items():   # the default budget is the shares' sum
+        estimate = gpu_check.FULL_ESTIMATES[name]
+        assert re.search(rf"^{name} +{share} s +~ *{estimate} s ", printed, re.M), name
+    assert report["plan"] == {name: dict(share_s=float(share),
+                                         full_estimate_s=gpu_check.FULL_ESTIMATES[name])
+                              for name, share in gpu_check.SHARES.items()}
+    # names a lent machine sends back from $OUT (letters, digits, '.', '_', '-')
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d-cpu-dry-run", dry_run["stem"])
+    suffixes = (".json", ".md", "-log.txt", "-quickstart.csv")
+    assert dry_run["files"] == sorted(dry_run["stem"] + suffix for suffix in suffixes)
+    env = report["environment"]
+    assert (env["device"], env["torch"]) == ("cpu", torch.__version__)
+    assert env["cuda"] == torch.version.cuda
+    assert report["peak"]["tflops"] is None and report["wall_s"] < report["budget_s"]
+    statuses = {name: part["status"] for name, part in report["parts"].items()}
+    assert statuses == dict.fromkeys(gpu_check.PARTS, "ok")
+    for name in gpu_check.PARTS:
+        assert f"| {name} | ok | {report['parts'][name]['wall_s']:.0f} |" in dry_run["markdown"]
+
+
+def test_dry_run_collects_the_gpu_tests_and_they_skip_without_cuda(dry_run):
+    part = dry_run["report"]["parts"]["correctness"]
+    counts = part["counts"]
+    assert counts["SKIPPED"] >= 7 * len(PRESETS)
+    assert counts["PASSED"] == counts["FAILED"] == counts["ERROR"] == 0
+    assert part["skip_reasons"] == ["gpu: no CUDA device (docs/gpu.md)"] and part["figures"] == []
+    assert f"{counts['SKIPPED']} skipped" in part["summary"]
+
+
+def test_dry_run_quickstart_figures_are_train_pys(dry_run):
+    part = dry_run["report"]["parts"]["quickstart"]
+    assert part["full"] and part["iterations"] == part["max_iters"] == 20
+    assert [e["iter"] for e in part["evals"]] == [0, 10, 20]
+    # the val loss read from train.py's stdout is the one its log.csv holds
+    last_eval = [row.split(",") for row in dry_run["log_csv"] if ",eval," in row][-1]
+    assert f"{float(last_eval[3]):.4f}" == f"{part['final_val_loss']:.4f}"
+    assert part["ms_per_iter"] > 0 and part["nanogpt_val_loss"] == 1.4697
+    row = f"| {part['best_val_loss']:.4f} | 1.4697 | {part['final_val_loss']:.4f} | 20 |"
+    assert row in dry_run["markdown"]
+
+
+def test_dry_run_measures_every_throughput_model_and_decoding_path(dry_run):
+    parts = dry_run["report"]["parts"]
+    throughput = {i["item"]: i for i in parts["throughput"]["items"]}
+    assert list(throughput) == list(gpu_check.THROUGHPUT_ITEMS)
+    for name in gpu_check.THROUGHPUT_MODELS:
+        item = throughput[name]
+        assert item["status"] == "ok" and item["loss_finite"] and item["mfu"] is None, item
+        model = GPT(GPTConfig(**gpu_check.throughput_config(name, dry_run=True)))
+        assert item["params"] == model.get_num_params(non_embedding=False)
+        per_step = item["tokens_per_step"] * 1000 / item["step_ms"]
+        assert item["tokens_per_s"] == pytest.approx(per_step)
+        assert f"| {name} | {item['shape']} |" in dry_run["markdown"]
+    decode = {i["item"]: i for i in parts["decode"]["items"]}
+    assert list(decode) == list(gpu_check.DECODE_ITEMS)
+    for item in decode.values():
+        assert item["status"] == "ok" and item["tokens"] == 40 and item["tokens_per_s"] > 0, item
+    assert decode["eager quickstart"]["weights"] == "trained, iteration 20"
+    assert decode["sample.py quickstart"]["text_start"].rstrip() in dry_run["markdown"]
+
+
+# --- the budget: a command cut at its deadline keeps what it printed -----------------------------
+
+class StopWhenStarted:
+    """A watch for run_until: the deadline becomes now once the command printed 'started'."""
+
+    def see(self, line, deadline):
+        return time.time() if line == "started" else deadline
+
+
+def test_a_command_past_its_deadline_gets_sigterm_then_sigkill(tmp_path, monkeypatch):
+    monkeypatch.setattr(gpu_check, "STOP_GRACE_S", 0.5)
+    log = str(tmp_path / "log.txt")
+    stops = ("import signal, sys, time\ndef stop(*args):\n    print('saving', flush=True)\n"
+             "    sys.exit(3)\nsignal.signal(signal.SIGTERM, stop)\nprint('started', flush=True)\n"
+             "time.sleep(60)")
+    t0 = time.time()
+    result = gpu_check.run_until([sys.executable, "-c", stops], t0 + 60, log, StopWhenStarted())
+    assert result.cut and result.returncode == 3 and result.lines == ["started", "saving"]
+    ignores = ("import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+               "print('started', flush=True)\ntime.sleep(60)")
+    result = gpu_check.run_until([sys.executable, "-c", ignores], t0 + 60, log, StopWhenStarted())
+    assert result.cut and result.returncode == -9 and result.lines == ["started"]
+    assert time.time() - t0 < 10
+    with open(log) as f:
+        assert f.read().count("the budget ran out: SIGTERM") == 2
+
+
+def test_the_quickstart_runs_on_only_when_train_pys_eta_fits():
+    now = time.time()
+    watch = gpu_check.TrainWatch(base_deadline=now + 60, limit=now + 300)
+    line = "iter {}: loss 2.0000, lr 1.00e-03, 12.00 ms/iter, 1,365,333 tok/s, eta 0:{:02d}:00"
+    assert watch.see(line.format(100, 2), now + 60) == pytest.approx(now + 130, abs=2)   # fits
+    assert watch.see(line.format(110, 9), now + 130) == now + 60   # does not: back to its share
+    assert watch.see("step 250: train loss 1.9000, val loss 1.9500", now + 60) == now + 60
+    assert watch.evals[-1]["val_loss"] == 1.95 and watch.last_iter == 110 and watch.ran_on
+    assert watch.ms == [12.0, 12.0] and watch.tok_s == [1365333.0, 1365333.0]
+
+
+def one_figure(item):
+    return dict(value=1)
+
+
+def test_items_that_do_not_fit_are_recorded_as_skipped(tmp_path):
+    record_path = str(tmp_path / "record.jsonl")
+    cfg = dict(record=record_path, deadline=time.time() + 10, dry_run=False)
+    gpu_check.measure_items(cfg, {"quick": 1, "long": 60}, one_figure)
+    items = gpu_check.read_records(record_path)
+    assert [(i["item"], i["status"]) for i in items] == [("quick", "ok"), ("long", "skipped")]
+    assert items[0]["value"] == 1 and items[1]["reason"].startswith("budget: needs ~60 s")
+
+
+# --- the card's peak, the models, bad input ------------------------------------------------------
+
+@pytest.mark.parametrize("device, label, tflops", [
+    ("NVIDIA H100 80GB HBM3", "H100 SXM", 989.5), ("NVIDIA H100 PCIe", "H100 PCIe", 756.5),
+    ("NVIDIA H100 NVL", "H100 NVL", 835.5), ("NVIDIA H200", "H200 SXM", 989.5),
+    ("NVIDIA H200 NVL", "H200 NVL", 835.5),
+    ("NVIDIA GeForce RTX 4090", "no peak known for 'NVIDIA GeForce RTX 4090'", None)])
+def test_peak_from_the_device_name(device, label, tflops):
+    peak = gpu_check.peak_for(device)
+    assert (peak["label"], peak["tflops"]) == (label, tflops)
+
+
+def meta_params(cfg):
+    with torch.device("meta"):
+        return GPT(GPTConfig(**cfg)).get_num_params(non_embedding=False)
+
+
+@pytest.mark.parametrize("name", gpu_check.THROUGHPUT_MODELS)
+def test_throughput_models_at_full_size(name):
+    count = meta_params(gpu_check.throughput_config(name, dry_run=False))
+    if name == "gpt2_124m":   # GPT-2 small with its vocabulary padded to 50304, as nanoGPT
+        assert count == 50304 * 768 + 1024 * 768 + 12 * (12 * 768 ** 2 + 13 * 768) + 2 * 768
+    elif name == "mobilellm_125m":
+        assert count == 124_635_456
+    else:   # the recipe's model: the preset with the char vocabulary
+        assert count == meta_params(dict(variants.load(name), vocab_size=65))
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--parts=correctness,speed"], ("--parts", "speed", "correctness,quickstart,throughput")),
+    (["--budget_s=10"], ("--budget_s=10", "30 or more")),
+    (["--tag=a/b"], ("--tag=a/b",))])
+def test_bad_options_are_one_line_before_anything_is_written(args, words, tmp_path):
+    out_dir = tmp_path / "out"
+    one_error_line(gpu_check.main, [*args, "--dry_run", f"--out_dir={out_dir}"], *words)
+    assert not out_dir.exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_without_cuda_only_the_dry_run_runs(tmp_path):
+    out_dir = tmp_path / "out"
+    one_error_line(gpu_check.main, [f"--out_dir={out_dir}"], "no CUDA device", "--dry_run")
+    assert not out_dir.exists()
