@@ -179,8 +179,7 @@ def setup(config, explicit, device, rank, world, held):
     saved_iter = run.iter_num if run.resuming and ckpt["path"].endswith(LAST_NAME) else None   # what last.pt holds
     run.dir = RunDir(run.out_dir, config, run.resuming, run.iter_num, saved_iter, run.rank, run.world,
                      run.tokens_per_iter, device, held, lambda m: say(run, m))
-    say(run, f"number of parameters: {model.get_num_params(False) / 1e6:.2f}M "
-        f"(non-embedding: {model.get_num_params(True) / 1e6:.2f}M)")
+    say(run, f"number of parameters: {model.get_num_params(False):,} (non-embedding: {model.get_num_params(True):,})")
     say(run, f"depth: {model.depth_summary()}")
     say(run, f"tokens per iteration: {run.tokens_per_iter:,} ({run.accum} accum x {run.world} ranks x "
         f"{run.batch_size} batch x {run.block_size} block); device {device}, dtype {run.dtype}, "
