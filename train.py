@@ -27,8 +27,8 @@ from checkpoint import (CKPT_NAME, LAST_NAME, atomic_copy, atomic_save, autocast
                         distributed_env, gather_rng_states, gpt_config_defaults, load_matching_weights,
                         load_optimizer_state, load_own_weights, process_group, resolve_device, resolve_dtype,
                         start_rng)
-from dataset import (SPLIT_CODES, TOKEN_DTYPE, batch_seed, check_splits, default_data_dir, is_prepared, load_meta,
-                     run_prepare, split_path, tokenizer_id)
+from dataset import (TOKEN_DTYPE, check_splits, default_data_dir, is_prepared, load_meta, run_prepare, split_path,
+                     tokenizer_id)
 from run_dir import (EvalProgress, RunDir, StopRequest, check_run_settings, check_schedule, check_train_settings,
                      format_duration, full_config, notes_before_run, train_command, train_model_args)
 
@@ -92,6 +92,22 @@ def check_train_config(c, world=1):
 # --- data ---------------------------------------------------------------------------------------------------------
 # Batches are a pure function of (seed, split, iteration, micro-step), so the data does not depend on how often we
 # evaluate, resuming needs no sampler state, and a DDP rank sees exactly the batches one process would see.
+
+SPLIT_CODES = {"train": 0, "val": 1, "test": 2}
+
+
+def batch_seed(*parts):
+    """Mix integers into one 63-bit seed (splitmix64), so nearby (iter, micro-step) pairs give unrelated
+    generator states: every batch's generator is seeded with batch_seed(seed, split, iteration, micro-step)."""
+    mask = (1 << 64) - 1
+    x = 0
+    for p in parts:
+        x = (x + 0x9E3779B97F4A7C15 + (int(p) & mask)) & mask
+        x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & mask
+        x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & mask
+        x ^= x >> 31
+    return x >> 1
+
 
 def get_batch(path, batch_size, block_size, generator, device=torch.device("cpu"), segments=None):
     """(x, y) of shape (batch_size, block_size): random windows of the token file, y = x shifted by one. segments:
