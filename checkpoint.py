@@ -316,18 +316,23 @@ def check_finite(state_dict, path, fix="retrain with a lower --learning_rate"):
                         f"them diverged (fix: {fix})")
 
 
-def build_model(model_args, device="cpu", source=None):
-    """GPT(GPTConfig(**model_args)) with a one-line error for arguments this model.py refuses or does not
-    know. source: the checkpoint they come from (None: the user's config)."""
-    from model import GPT, GPTConfig
+def model_config(model_args, source=None):
+    """GPTConfig(**model_args) with a one-line error for arguments this model.py refuses or does not know.
+    source: the checkpoint they come from (None: the user's config)."""
+    from model import GPTConfig
     try:
-        config = GPTConfig(**model_args)
+        return GPTConfig(**model_args)
     except (TypeError, ValueError) as e:
         if source is None:
             raise UserError(f"invalid model configuration: {e} (fix: correct the model keys)") from None
         raise UserError(f"the model_args of {source} do not fit this model.py: {e} "
                         f"(fix: use the code version that wrote the checkpoint)") from None
-    return GPT(config).to(device)
+
+
+def build_model(model_args, device="cpu", source=None):
+    """GPT(GPTConfig(**model_args)), with model_config's one-line errors."""
+    from model import GPT
+    return GPT(model_config(model_args, source)).to(device)
 
 
 def load_model(path_or_out_dir="", device="cpu"):
