@@ -577,21 +577,6 @@ def restore_rng(state, device):
         torch.cuda.set_rng_state(state["cuda"].cpu(), device)
 
 
-def start_rng(seed, rank, world, iter_num, ckpt, device):
-    """Where the RNG (dropout) starts: each rank its own stream, seeded from (seed, rank, iter_num); a resumed run
-    continues the stream it saved (a rank that has none, after a change of the number of ranks, starts the new
-    stream of this iteration)."""
-    seed = seed + rank + iter_num
-    torch.manual_seed(seed)
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    if ckpt is not None:
-        saved = ckpt["rng_ranks"][rank] if ckpt.get("rng_ranks") and len(ckpt["rng_ranks"]) == world else \
-            ckpt.get("rng") if rank == 0 else None
-        if saved is not None:
-            restore_rng(saved, device)
-
-
 def gather_rng_states(device, gather):
     """(this rank's RNG state, every rank's when gather (DDP), else None): what last.pt records. gather is a
     collective: every rank must call it."""

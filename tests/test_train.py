@@ -12,7 +12,6 @@ import train
 from configurator import UserError
 from train import check_train_config
 from checkpoint import atomic_save, load_checkpoint, load_model
-from train import get_lr
 
 
 def run(config, explicit=None, callback=None):
@@ -46,6 +45,11 @@ def read_log(out_dir):
 
 
 # --- learning-rate schedule ----------------------------------------------------------------------
+
+def get_lr(it, learning_rate, min_lr, warmup_iters, lr_decay_iters, decay_lr=True):
+    return train.get_lr(it, dict(learning_rate=learning_rate, min_lr=min_lr, warmup_iters=warmup_iters,
+                                 lr_decay_iters=lr_decay_iters, decay_lr=decay_lr))
+
 
 def test_get_lr_schedule():
     lr, min_lr, warmup, decay = 1e-3, 1e-4, 10, 100
