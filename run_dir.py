@@ -1,22 +1,24 @@
 """
-A training run's folder (out_dir) and what keeps the run safe, for train.py; a learner can skip this file.
+A training run's folder (out_dir) and what keeps the run safe, for train.py; a learner can skip it.
 
     one_line_errors    train.py's main(): bad input ends as one line `error: ...` and exit code 1
-    full_config, check_settings   refuse a bad config in one line, before anything is read or written
-    prepared_data      the dataset folder, prepared on first use (by rank 0; the others wait), and its meta.json
-    train_model_args   the model's arguments and the checkpoint a run starts from (scratch, resume, another's
-                       weights), checked against the data and this model.py
-    load_state         what a run starts from: a resumed run's weights, optimizer, scaler and RNG states;
-                       another checkpoint's weights that fit
+    full_config, check_settings   refuse a bad config in one line, before anything changes
+    prepared_data      the dataset folder, prepared on first use (by rank 0; the others wait), and
+                       its meta.json
+    train_model_args   the model's arguments and the checkpoint a run starts from (scratch, resume,
+                       another's weights), checked against the data and this model.py
+    load_state         a resumed run's weights, optimizer, loss scaler and RNG states; another
+                       checkpoint's weights that fit
     notes_before_run   the warmup note, the busy-machine note and the CPU-time note
-    StopRequest        Ctrl-C / SIGTERM: the first asks the loop to stop at the next iteration boundary (where
-                       last.pt resumes exactly), the second stops at once
-    RunDir             out_dir while the run writes it: its lock, stale temporary files, log.csv (CsvLog) with the
-                       speed and time left (Speed), the checkpoint writes (last.pt; ckpt.pt when best) with every
-                       rank's RNG state, what a stop or a divergence leaves behind, loss.png at the end
+    StopRequest        Ctrl-C / SIGTERM: the first asks the loop to stop at the next iteration
+                       boundary (where last.pt resumes exactly), the second stops at once
+    RunDir             out_dir while the run writes it: its lock, stale temporary files,
+                       log.csv (CsvLog) with the speed and time left (Speed), the checkpoint
+                       writes (last.pt; ckpt.pt when best) with every rank's RNG state, what a stop
+                       or a divergence leaves behind, loss.png at the end
 
-No training logic: the loop, the batches and their seeds, the learning rate, the seeds of the RNG, the loss
-averaged over ranks and the optimizer step are train.py's.
+No training logic: the loop, the batches and their seeds, the learning rate, the RNG's seeds, the
+loss averaged over the ranks and the optimizer step are train.py's.
 """
 
 import contextlib
@@ -32,11 +34,12 @@ import time
 import numpy as np
 import torch
 
-from checkpoint import (CKPT_NAME, GPT2_NAMES, LAST_NAME, atomic_copy, atomic_open, atomic_save, busy_machine,
-                        check_finite, check_num_threads, check_out_dir, check_seed, gather_rng_states,
-                        gpt_config_defaults, is_hf_source, load_checkpoint, load_init_checkpoint,
-                        load_matching_weights, load_optimizer_state, load_own_weights, lock_dir, model_args,
-                        model_config, plain_values, remove_stale_temp_files, restore_rng)
+from checkpoint import (CKPT_NAME, GPT2_NAMES, LAST_NAME, atomic_copy, atomic_open, atomic_save,
+                        busy_machine, check_finite, check_num_threads, check_out_dir, check_seed,
+                        gather_rng_states, gpt_config_defaults, is_hf_source, load_checkpoint,
+                        load_init_checkpoint, load_matching_weights, load_optimizer_state,
+                        load_own_weights, lock_dir, model_args, model_config, plain_values,
+                        remove_stale_temp_files, restore_rng)
 from configurator import UserError, out_of_memory
 from dataset import default_data_dir, is_prepared, load_meta, run_prepare, tokenizer_id
 
@@ -73,8 +76,9 @@ def full_config(config, explicit, defaults):
 
 @contextlib.contextmanager
 def one_line_errors():
-    """train.py's main(): bad input ends as one line `error: ...` and exit code 1, so does a size the machine cannot
-    hold; a Ctrl-C that gets this far (a third one, while saving after the second) exits with code 130."""
+    """train.py's main(): bad input ends as one line `error: ...` and exit code 1, so does a size
+    the machine cannot hold; a Ctrl-C that gets this far (a third one, while saving after the
+    second) exits with code 130."""
     try:
         yield
     except UserError as e:
@@ -84,13 +88,13 @@ def one_line_errors():
     except (MemoryError, RuntimeError) as e:   # torch.OutOfMemoryError is a RuntimeError
         if not out_of_memory(e):
             raise
-        raise SystemExit(f"error: {out_of_memory(e)} (fix: lower --batch_size and raise --gradient_accumulation_steps, "
-                         "or lower --block_size)") from None
+        raise SystemExit(f"error: {out_of_memory(e)} (fix: lower --batch_size and raise "
+                         "--gradient_accumulation_steps, or lower --block_size)") from None
 
 
 def check_settings(c, world=1):
-    """train.py's keys as the user set them (the schedule's None defaults, which train.py fills, are valid by
-    construction): refuse values that make no sense, naming the key. world: the number of DDP ranks."""
+    """train.py's keys as the user set them (the schedule's None defaults, which train.py fills,
+    fit by construction): refuse values that make no sense, naming the key. world: DDP's ranks."""
     _check_train_settings(c)
     _check_schedule(c)
     _check_run_settings(c, world)
@@ -113,15 +117,18 @@ def _check_train_settings(c):
 
 
 def _check_schedule(c):
-    """min_lr and warmup_iters fit learning_rate and lr_decay_iters (None: train.py's defaults, which fit)."""
+    """min_lr and warmup_iters fit learning_rate and lr_decay_iters (whose None is max_iters)."""
     decay = c["max_iters"] if c["lr_decay_iters"] is None else c["lr_decay_iters"]
+    lr = c["learning_rate"]
     if c["min_lr"] is not None:
-        _need(c, _number(c["min_lr"]) and 0 <= c["min_lr"] <= c["learning_rate"], "min_lr",
-              f"in [0, learning_rate={c['learning_rate']:g}]", f"--min_lr={c['learning_rate'] / 10:g}")
+        _need(c, _number(c["min_lr"]) and 0 <= c["min_lr"] <= lr, "min_lr",
+              f"in [0, learning_rate={lr:g}]", f"--min_lr={lr / 10:g}")
     if c["warmup_iters"] is not None:
-        _need(c, _integer(c["warmup_iters"]) and 0 <= c["warmup_iters"] <= (decay if c["decay_lr"] else math.inf),
+        longest = decay if c["decay_lr"] else math.inf
+        _need(c, _integer(c["warmup_iters"]) and 0 <= c["warmup_iters"] <= longest,
               "warmup_iters", f"an integer in [0, lr_decay_iters={decay}]",
-              f"--warmup_iters={int(decay) // 10}, or leave it out: it defaults to min(100, lr_decay_iters // 10)")
+              f"--warmup_iters={int(decay) // 10}, or leave it out: it defaults to "
+              f"min(100, lr_decay_iters // 10)")
 
 
 def _check_run_settings(c, world):
@@ -144,11 +151,11 @@ def _check_run_settings(c, world):
           "--init_from=scratch|resume|path/to/ckpt.pt|gpt2")
 
 
-# --- the data and the model a run starts from ----------------------------------------------------------------
+# --- the data and the model a run starts from -----------------------------------------------
 
 def prepared_data(config, prepare, rank, world):
-    """(the dataset folder, its meta.json): data_dir, or data/<dataset>, prepared with prepare.py's `prepare` on
-    first use (by rank 0; under DDP the other ranks wait for it)."""
+    """(the dataset folder, its meta.json): data_dir, or data/<dataset>, prepared with prepare.py's
+    `prepare` on first use (by rank 0; under DDP the other ranks wait for it)."""
     data_dir = default_data_dir(config)
     if rank == 0 and not is_prepared(data_dir):
         run_prepare(prepare, config["dataset"], data_dir)
@@ -158,9 +165,9 @@ def prepared_data(config, prepare, rank, world):
 
 
 def train_model_args(config, explicit, meta, device, master=True):
-    """train.py's model: (model_args, checkpoint or None) for init_from = scratch | resume | <path>. Refuses
-    a checkpoint of another tokenizer, with non-finite weights, or (resume) of another architecture, and
-    arguments this model.py cannot build."""
+    """train.py's model: (model_args, checkpoint or None) for init_from = scratch | resume | <path>.
+    Refuses a checkpoint of another tokenizer, with non-finite weights, or (resume) of another
+    architecture, and arguments this model.py cannot build. master: say what it resumes."""
     init_from, ckpt = config["init_from"], None
     if init_from == "scratch":
         args = model_args(config, explicit, vocab_size=meta["vocab_size"])
@@ -212,11 +219,13 @@ def train_model_args(config, explicit, meta, device, master=True):
 
 
 def load_state(ckpt, model, optimizer, scaler, config, rank, world):
-    """A resumed run (init_from=resume): the weights, optimizer, fp16 loss scaler and this rank's RNG states as
-    last.pt saved them (a rank with none, after a change of the number of ranks, keeps the stream train.py seeded).
-    Another checkpoint (init_from=<path>): its weights whose names and shapes fit, and a note saying how many."""
+    """A resumed run (init_from=resume): the weights, optimizer, fp16 loss scaler and this rank's
+    RNG states as last.pt saved them (a rank with none, after a change of the number of ranks,
+    keeps the stream train.py seeded). Another checkpoint (init_from=<path>): its weights whose
+    names and shapes fit, and a line saying how many."""
     if config["init_from"] != "resume":
-        copied, total = load_matching_weights(model, ckpt["model"], ckpt["path"], config["allow_partial_init"])
+        allow_partial = config["allow_partial_init"]
+        copied, total = load_matching_weights(model, ckpt["model"], ckpt["path"], allow_partial)
         if rank == 0:
             print(f"initialized {copied}/{total} tensors from {ckpt['path']}", flush=True)
         return
@@ -241,8 +250,9 @@ def notes_before_run(config, device, micro_steps, batch_size, time_one_sequence)
     """One line each, when they apply: every iteration falls in the warmup; the CPUs are busy; the run would take
     over half an hour on this CPU (time_one_sequence(): the seconds of a forward+backward of one sequence)."""
     if config["decay_lr"] and config["warmup_iters"] >= config["max_iters"] > 0:   # e.g. a config shrunk by --max_iters
-        _say(f"note: all {config['max_iters']} iterations fall in the {config['warmup_iters']}-iteration warmup, "
-             f"so the lr never reaches {config['learning_rate']:g} (fix: also pass --warmup_iters and --lr_decay_iters)")
+        _say(f"note: all {config['max_iters']} iterations fall in the "
+             f"{config['warmup_iters']}-iteration warmup, so the lr never reaches "
+             f"{config['learning_rate']:g} (fix: also pass --warmup_iters and --lr_decay_iters)")
     if device.type != "cpu":
         return
     if busy_machine(device):
@@ -256,8 +266,8 @@ def notes_before_run(config, device, micro_steps, batch_size, time_one_sequence)
         return
     fix = (f"this is a GPU recipe; its CPU twin is `python train.py {config['cpu_twin']}`" if config["cpu_twin"]
            else "a GPU, or a smaller model / fewer --max_iters")
-    _say(f"note: this run needs about {format_duration(total_s)} on this CPU (~{step_s:.1f} s per micro-step, "
-         f"{config['max_iters']} iterations) (fix: {fix})")
+    _say(f"note: this run needs about {format_duration(total_s)} on this CPU (~{step_s:.1f} s per "
+         f"micro-step, {config['max_iters']} iterations) (fix: {fix})")
 
 
 # --- stopping where a checkpoint resumes exactly --------------------------------------------------------
@@ -265,7 +275,8 @@ def notes_before_run(config, device, micro_steps, batch_size, time_one_sequence)
 class StopRequest:
     """Ctrl-C (SIGINT) or SIGTERM asks train.py's loop to stop at the next iteration boundary, where the state saved
     to last.pt is exactly resumable; a second signal raises KeyboardInterrupt at once. Installed only in the
-    main thread and over the default handlers (a caller's own handlers are left alone). master: say so."""
+    main thread and over the default handlers (a caller's own handlers are left alone). master: say
+    so."""
 
     DEFAULT_HANDLERS = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}
 
@@ -297,12 +308,13 @@ class StopRequest:
 # --- out_dir while a run writes to it -------------------------------------------------------------------
 
 class RunDir:
-    """out_dir during a run, a context manager. Constructing it checks that out_dir can be written (one line, before
-    anything changes); entering it, rank 0 (master) takes the folder's lock (one writer per out_dir: a second run
-    into it would replace this one's checkpoints and log.csv), removes the temporary files a kill -9 left and
-    opens log.csv (CsvLog); leaving it releases them. A new run into the folder of an earlier one keeps the earlier
-    log.csv and loss.png until this run's first save, so that they always go with the checkpoints beside them.
-    iter_num: where the run starts; ckpt: the checkpoint it starts from, or None."""
+    """out_dir during a run, a context manager. Constructing it checks that out_dir can be written
+    (one line, before anything changes); entering it, rank 0 (master) takes the folder's lock (one
+    writer per out_dir: a second run into it would replace this one's checkpoints and log.csv),
+    removes the temporary files a kill -9 left and opens log.csv (CsvLog); leaving it releases them.
+    A new run into the folder of an earlier one keeps the earlier log.csv and loss.png until this
+    run's first save, so that they always go with the checkpoints beside them. iter_num: where the
+    run starts; ckpt: the checkpoint it starts from, or None."""
 
     def __init__(self, config, iter_num, ckpt, rank, world, tokens_per_iter, device):
         check_out_dir(config["out_dir"])
@@ -332,7 +344,8 @@ class RunDir:
             self.earlier = not self.resuming and any(os.path.exists(os.path.join(self.path, n))
                                                      for n in (CKPT_NAME, LAST_NAME))
             keep_before = self.iter_num if self.resuming else None
-            self.csv_log = CsvLog(os.path.join(self.path, "log.csv"), keep_before=keep_before, pending=self.earlier)
+            path = os.path.join(self.path, "log.csv")
+            self.csv_log = CsvLog(path, keep_before=keep_before, pending=self.earlier)
             held.callback(self.csv_log.discard)   # also when the run fails before its first save
             self.held = held.pop_all()
         return self
@@ -345,7 +358,7 @@ class RunDir:
             _say(message)
 
     def start_clock(self, iter_num):
-        """The loop starts at iter_num: elapsed_s counts from here, and the first speed window too."""
+        """The loop starts at iter_num: elapsed_s counts from here, and the first speed window."""
         self.t_start = time.time()
         self.speed.restart(iter_num)
 
@@ -366,8 +379,8 @@ class RunDir:
         self.speed.eval_ended(iter_num)
 
     def log_iteration(self, it, iter_num, loss, lr):
-        """One line and one log.csv row for iteration `it` (iter_num: the iterations done): its loss, the lr, the
-        speed since the last such row and the time left."""
+        """One line and one log.csv row for iteration `it` (iter_num: the iterations done): its
+        loss, the lr, the speed since the last such row and the time left."""
         line, timing = self.speed.log_window(it, iter_num, loss, lr)
         self.say(line)
         self.log(iter=it, kind="train", loss=loss, lr=lr, **timing, elapsed_s=self.elapsed())
@@ -377,15 +390,17 @@ class RunDir:
             self.csv_log.write(**row)
             self.wandb.log(row)
 
-    def save(self, checkpoint, best, gather=True):
-        """last.pt := checkpoint with every rank's RNG state (gather: a collective under DDP), written atomically by
-        rank 0, and ckpt.pt := last.pt when best, or at the first save of a new run into an earlier run's folder
-        (which replaces that run's ckpt.pt too, e.g. on Ctrl-C before the first eval's). Non-finite weights are
-        never saved: they stop the run."""
+    def save_checkpoint(self, checkpoint, best, gather=True):
+        """last.pt := checkpoint with every rank's RNG state (gather: a collective under DDP),
+        written atomically by rank 0; ckpt.pt := last.pt when best, or at the first save of a new
+        run into an earlier run's folder (which replaces that run's ckpt.pt too, e.g. on Ctrl-C
+        before the first eval's). Non-finite weights are never saved: they stop the run."""
         iter_num = checkpoint["iter_num"]
         if not all(torch.isfinite(w).all() for w in checkpoint["model"].values()):
             raise self.diverged("the weights are not finite", iter_num)
-        checkpoint["rng"], checkpoint["rng_ranks"] = gather_rng_states(self.device, self.ddp and gather)
+        rng, rng_ranks = gather_rng_states(self.device, self.ddp and gather)
+        checkpoint["rng"] = rng
+        checkpoint["rng_ranks"] = rng_ranks
         if self.master:
             path = os.path.join(self.path, LAST_NAME)
             atomic_save(checkpoint, path)
@@ -404,7 +419,8 @@ class RunDir:
                    if not self.resuming and os.path.exists(os.path.join(self.path, n))]
         if not earlier:
             return "nothing was saved"
-        return f"nothing was saved (the {' and '.join(earlier)} in {self.path} are an earlier run's)"
+        names = " and ".join(earlier)
+        return f"nothing was saved (the {names} in {self.path} are an earlier run's)"
 
     def diverged(self, what, it):
         c = self.config
@@ -412,24 +428,26 @@ class RunDir:
                          f"(now {c['learning_rate']:g}) or lengthen --warmup_iters (now {c['warmup_iters']}))")
 
     def save_on_stop(self, checkpoint, in_step, at_once):
-        """After Ctrl-C / SIGTERM: last.pt := checkpoint, the state at the iteration boundary the loop stopped at
-        (nothing when stopped mid-step: that state is half-updated), and say what out_dir keeps. at_once: stopped by
-        a KeyboardInterrupt, after which the other DDP ranks may be gone (no collective)."""
+        """After Ctrl-C / SIGTERM: last.pt := checkpoint, the state at the iteration boundary the
+        loop stopped at (nothing when stopped mid-step: that state is half-updated), and say what
+        out_dir keeps. at_once: stopped by a KeyboardInterrupt, after which the other DDP ranks may
+        be gone (no collective)."""
         iter_num = checkpoint["iter_num"]
         if in_step:
             self.say(f"\nstopped during iteration {iter_num}: {self.kept()}")
             return
         try:
             if self.saved_iter != iter_num:
-                self.save(checkpoint, best=False, gather=not at_once)
+                self.save_checkpoint(checkpoint, best=False, gather=not at_once)
             self.say(f"interrupted at iteration {iter_num}: saved {os.path.join(self.path, LAST_NAME)}; "
                      f"continue with --init_from=resume")
         except KeyboardInterrupt:   # a second Ctrl-C during that save: the atomic save kept the old file
             self.say(f"\nstopped while saving iteration {iter_num}: {self.kept()}")
 
     def finish(self, model, args, history, best_val_loss, last_train_loss, iter_num, interrupted):
-        """loss.png from log.csv (or, when this run saved no checkpoint, the earlier run's log.csv and loss.png kept),
-        the closing line, then the dict train() returns (tools/compare.py reads it)."""
+        """loss.png from log.csv (or, when this run saved no checkpoint, the earlier run's log.csv
+        and loss.png kept), the closing line, then the dict train() returns (tools/compare.py reads
+        it)."""
         if self.master and self.csv_log.discard():
             self.say(f"this run saved no checkpoint: kept the earlier run's log.csv and loss.png in {self.path}, which "
                      f"go with its checkpoints")
@@ -441,7 +459,8 @@ class RunDir:
         ms_per_iter, tokens_per_s = self.speed.summary()
         final = history[-1] if history else {}
         if not interrupted:
-            self.say(f"done: best val loss {best_val_loss:.4f}, {iter_num} iterations in {format_duration(train_time)}")
+            self.say(f"done: best val loss {best_val_loss:.4f}, {iter_num} iterations in "
+                     f"{format_duration(train_time)}")
         return {
             "best_val_loss": best_val_loss, "final_train_loss": final.get("loss"),
             "final_val_loss": final.get("val_loss"), "final_val_loss_heaviest": final.get("val_loss_heaviest"),

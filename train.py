@@ -313,7 +313,7 @@ def evaluate(run, iter_num, lr, stop):
 
 def checkpoint_dict(run, iter_num, best_val_loss):
     """What last.pt and ckpt.pt hold: the state at the start of iteration iter_num, from which
-    --init_from=resume continues exactly (run.dir.save adds every rank's RNG state)."""
+    --init_from=resume continues exactly (run.dir.save_checkpoint adds every rank's RNG state)."""
     return {
         "model": run.raw_model.state_dict(),
         "model_args": run.args,
@@ -381,7 +381,8 @@ def train(config, explicit=None, callback=None):
                         best_val_loss = min(best_val_loss, row["val_loss"])
                         if iter_num > 0 and not config["eval_only"]:
                             best = improved or config["always_save_checkpoint"]
-                            run.dir.save(checkpoint_dict(run, iter_num, best_val_loss), best)
+                            state = checkpoint_dict(run, iter_num, best_val_loss)
+                            run.dir.save_checkpoint(state, best)
                         notify(run, callback, "eval", iter_num, row)
                         run.dir.eval_ended(iter_num)   # ms/iter leaves evaluations out
                     if config["eval_only"] or last_iter:
@@ -432,7 +433,7 @@ def train(config, explicit=None, callback=None):
                             stopped = True
                             break
                     notify(run, callback, "iter", iter_num, dict(loss=loss, lr=lr))
-            except KeyboardInterrupt:
+            except KeyboardInterrupt:   # a second Ctrl-C, one during an evaluation, or a callback's
                 stopped = True
                 at_once = True
             if stopped:   # last.pt at this boundary (not mid-step); say what out_dir keeps
