@@ -10,8 +10,8 @@ Tokenizers, as meta.json describes them:
     compact   a subset of GPT-2's tokens (paper 003, 2.1, chosen by tools/pangu/compact_vocab.py), meta["tokens"]
 What sample.py needs of it: the tokenizer (load_tokenizer), the prompt (read_start), its ids (encode_start) and
 back to text (render). What prepare.py and the tools need: downloading an input (download), writing the folder
-(begin_writing, write_bin, write_meta). train.py reads the token files itself (get_batch);
-what it checks of them before a run, and its batch seeds, are here.
+(begin_writing, write_bin, write_meta). train.py reads the token files itself (get_batch, with
+its batch seeds); what it checks of them before a run is here.
 """
 
 import base64
@@ -275,7 +275,7 @@ def one_line(err):
     return text if len(text) <= 200 else text[:197] + "..."
 
 
-# --- train.py's token files: checked before a run, and the seeds of its batches -----------------------------
+# --- train.py's token files, checked before a run ------------------------------------------------------
 
 TOKEN_DTYPE = np.uint16   # prepare.py's token files: flat uint16 ids, read with np.memmap
 

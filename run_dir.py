@@ -682,7 +682,7 @@ def import_wandb():
 class WandbLog:
     """nanoGPT's Weights & Biases logging: with wandb_log=True, each evaluation logs what nanoGPT's train.py logs
     that we have: iter, train/loss, val/loss, lr (nanoGPT also logs mfu, an estimate we do not make). wandb is
-    imported by check_run_settings, before anything on disk changes, so a missing package is one line; the W&B run
+    imported by check_settings, before anything on disk changes, so a missing package is one line; the W&B run
     (wandb.init with wandb_project, wandb_run_name and the config, as nanoGPT) starts at the first evaluation.
     Only the master process logs. WANDB_MODE=offline keeps it on this machine."""
 
