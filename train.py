@@ -120,7 +120,8 @@ def batch_seed(*parts):
 def get_batch(path, batch_size, block_size, generator, device=torch.device("cpu"), segments=None):
     """(x, y) of shape (batch_size, block_size): random windows of the token file, y = x shifted
     by one. segments: the allowed window starts (paper 003's data refining), None: any."""
-    data = np.memmap(path, dtype=np.uint16, mode="r")   # reopened each call: a kept one grows
+    # prepare.py's uint16 ids, opened again at every call (a memmap kept open grows in memory)
+    data = np.memmap(path, dtype=np.uint16, mode="r")
     if segments is None:
         starts = torch.randint(len(data) - block_size, (batch_size,), generator=generator).numpy()
     else:

@@ -15,6 +15,7 @@ import torch
 import train
 from checkpoint import load_checkpoint
 from conftest import tiny_config
+from dataset import write_bin
 from model import GPT, GPTConfig
 
 SEED = train.DEFAULTS["seed"]
@@ -144,6 +145,16 @@ def test_batches_are_the_windows_the_seed_formula_names(tiny_data, tmp_path, for
     assert len(trained) == len(want_steps) and len(evaluated) == 2 * len(want_eval)   # evaluations at 0 and 2
     for (x, y), (want_x, want_y) in zip(trained + evaluated, want_steps + want_eval + want_eval):
         assert torch.equal(x, want_x) and torch.equal(y, want_y)
+
+
+def test_get_batch_reads_the_ids_prepare_writes(tmp_path):
+    """train.py's reader and dataset.write_bin (prepare.py's writer) agree on the token files' format: ids up to
+    the largest one the format holds come back as written, in the windows the generator names."""
+    ids = [(i * 7919) % 65536 for i in range(3000)] + [65535]
+    write_bin(str(tmp_path / "train.bin"), ids)
+    x, y = train.get_batch(str(tmp_path / "train.bin"), 5, 8, torch.Generator().manual_seed(3))
+    want_x, want_y = windows(ids, 3, 5, 8)
+    assert max(ids) == 65535 and torch.equal(x, want_x) and torch.equal(y, want_y)
 
 
 # --- gradient accumulation -------------------------------------------------------------------------------------
