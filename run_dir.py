@@ -26,7 +26,6 @@ import csv
 import math
 import os
 import signal
-import sys
 import tempfile
 import threading
 import time
