@@ -316,18 +316,23 @@ def check_finite(state_dict, path, fix="retrain with a lower --learning_rate"):
                         f"them diverged (fix: {fix})")
 
 
-def build_model(model_args, device="cpu", source=None):
-    """GPT(GPTConfig(**model_args)) with a one-line error for arguments this model.py refuses or does not
-    know. source: the checkpoint they come from (None: the user's config)."""
-    from model import GPT, GPTConfig
+def model_config(model_args, source=None):
+    """GPTConfig(**model_args) with a one-line error for arguments this model.py refuses or does not know.
+    source: the checkpoint they come from (None: the user's config)."""
+    from model import GPTConfig
     try:
-        config = GPTConfig(**model_args)
+        return GPTConfig(**model_args)
     except (TypeError, ValueError) as e:
         if source is None:
             raise UserError(f"invalid model configuration: {e} (fix: correct the model keys)") from None
         raise UserError(f"the model_args of {source} do not fit this model.py: {e} "
                         f"(fix: use the code version that wrote the checkpoint)") from None
-    return GPT(config).to(device)
+
+
+def build_model(model_args, device="cpu", source=None):
+    """GPT(GPTConfig(**model_args)), with model_config's one-line errors."""
+    from model import GPT
+    return GPT(model_config(model_args, source)).to(device)
 
 
 def load_model(path_or_out_dir="", device="cpu"):
@@ -570,21 +575,6 @@ def restore_rng(state, device):
     torch.set_rng_state(state["torch"].cpu())
     if device.type == "cuda" and state.get("cuda") is not None:
         torch.cuda.set_rng_state(state["cuda"].cpu(), device)
-
-
-def start_rng(seed, rank, world, iter_num, ckpt, device):
-    """Where the RNG (dropout) starts: each rank its own stream, seeded from (seed, rank, iter_num); a resumed run
-    continues the stream it saved (a rank that has none, after a change of the number of ranks, starts the new
-    stream of this iteration)."""
-    seed = seed + rank + iter_num
-    torch.manual_seed(seed)
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    if ckpt is not None:
-        saved = ckpt["rng_ranks"][rank] if ckpt.get("rng_ranks") and len(ckpt["rng_ranks"]) == world else \
-            ckpt.get("rng") if rank == 0 else None
-        if saved is not None:
-            restore_rng(saved, device)
 
 
 def gather_rng_states(device, gather):

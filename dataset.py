@@ -10,8 +10,8 @@ Tokenizers, as meta.json describes them:
     compact   a subset of GPT-2's tokens (paper 003, 2.1, chosen by tools/pangu/compact_vocab.py), meta["tokens"]
 What sample.py needs of it: the tokenizer (load_tokenizer), the prompt (read_start), its ids (encode_start) and
 back to text (render). What prepare.py and the tools need: downloading an input (download), writing the folder
-(begin_writing, write_bin, write_meta). train.py reads the token files itself (get_batch);
-what it checks of them before a run, and its batch seeds, are here.
+(begin_writing, write_bin, write_meta). train.py reads the token files itself (get_batch, with
+its batch seeds); what it checks of them before a run is here.
 """
 
 import base64
@@ -275,10 +275,9 @@ def one_line(err):
     return text if len(text) <= 200 else text[:197] + "..."
 
 
-# --- train.py's token files: checked before a run, and the seeds of its batches -----------------------------
+# --- train.py's token files, checked before a run ------------------------------------------------------
 
 TOKEN_DTYPE = np.uint16   # prepare.py's token files: flat uint16 ids, read with np.memmap
-SPLIT_CODES = {"train": 0, "val": 1, "test": 2}
 
 
 def dataset_vocab_size(config):
@@ -349,19 +348,6 @@ def load_segments(path, n_tokens, block_size):
         raise UserError(f"data_segments '{path}' has window starts outside the train split for block_size="
                         f"{block_size} (fix: refine with a model of this dataset and block_size)")
     return starts.astype(np.int64)
-
-
-def batch_seed(*parts):
-    """Mix integers into one 63-bit seed (splitmix64), so nearby (iter, micro-step) pairs give unrelated
-    generator states: train.py seeds every batch's generator with batch_seed(seed, split, iteration, micro-step)."""
-    mask = (1 << 64) - 1
-    x = 0
-    for p in parts:
-        x = (x + 0x9E3779B97F4A7C15 + (int(p) & mask)) & mask
-        x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & mask
-        x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & mask
-        x ^= x >> 31
-    return x >> 1
 
 
 def run_prepare(prepare, dataset, data_dir):

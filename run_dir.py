@@ -1,18 +1,24 @@
 """
-A training run's folder (out_dir) and what keeps it consistent, for train.py; a learner can skip this file.
+A training run's folder (out_dir) and what keeps the run safe, for train.py; a learner can skip it.
 
-    full_config, check_train_settings, check_schedule, check_run_settings   refuse a bad config in one line,
-               before out_dir changes; train_command: train.py's main(), where a refusal ends as `error: ...`
-    RunDir     takes out_dir (its lock, stale temporary files), log.csv while the run writes it (CsvLog) with the
-               speed and time left (Speed), loss.png at the end, and what last.pt holds: what a stop or a divergence
-               leaves behind, in words, and the save at a stop
-    StopRequest    Ctrl-C / SIGTERM: the first asks the loop to stop at the next iteration boundary (where last.pt
-                   resumes exactly), the second stops at once
-    EvalProgress   a line now and then during a long evaluation
-    train_model_args   the model's arguments and the checkpoint a run starts from (scratch, resume, another's weights)
+    one_line_errors    train.py's main(): bad input ends as one line `error: ...` and exit code 1
+    full_config, check_settings   refuse a bad config in one line, before anything changes
+    prepared_data      the dataset folder, prepared on first use (by rank 0; the others wait), and
+                       its meta.json
+    train_model_args   the model's arguments and the checkpoint a run starts from (scratch, resume,
+                       another's weights), checked against the data and this model.py
+    load_state         a resumed run's weights, optimizer, loss scaler and RNG states; another
+                       checkpoint's weights that fit
     notes_before_run   the warmup note, the busy-machine note and the CPU-time note
+    StopRequest        Ctrl-C / SIGTERM: the first asks the loop to stop at the next iteration
+                       boundary (where last.pt resumes exactly), the second stops at once
+    RunDir             out_dir while the run writes it: its lock, stale temporary files,
+                       log.csv (CsvLog) with the speed and time left (Speed), the checkpoint
+                       writes (last.pt; ckpt.pt when best) with every rank's RNG state, what a stop
+                       or a divergence leaves behind, loss.png at the end
 
-Holds no training logic: the loop, the batches, the schedule and the optimizer step are train.py's.
+No training logic: the loop, the batches and their seeds, the learning rate, the RNG's seeds, the
+loss averaged over the ranks and the optimizer step are train.py's.
 """
 
 import contextlib
@@ -20,7 +26,6 @@ import csv
 import math
 import os
 import signal
-import sys
 import tempfile
 import threading
 import time
@@ -28,11 +33,14 @@ import time
 import numpy as np
 import torch
 
-from checkpoint import (CKPT_NAME, GPT2_NAMES, LAST_NAME, atomic_open, busy_machine, check_finite, check_num_threads,
-                        check_seed, gpt_config_defaults, is_hf_source, load_checkpoint, load_init_checkpoint, lock_dir,
-                        model_args, plain_values, remove_stale_temp_files)
-from configurator import UserError, load_config, out_of_memory
-from dataset import tokenizer_id
+from checkpoint import (CKPT_NAME, GPT2_NAMES, LAST_NAME, atomic_copy, atomic_open, atomic_save,
+                        busy_machine, check_finite, check_num_threads, check_out_dir, check_seed,
+                        gather_rng_states, gpt_config_defaults, is_hf_source, load_checkpoint,
+                        load_init_checkpoint, load_matching_weights, load_optimizer_state,
+                        load_own_weights, lock_dir, model_args, model_config, plain_values,
+                        remove_stale_temp_files, restore_rng)
+from configurator import UserError, out_of_memory
+from dataset import default_data_dir, is_prepared, load_meta, run_prepare, tokenizer_id
 
 PROGRESS_EVERY_S = 15   # a long evaluation prints a progress line this often
 
@@ -65,29 +73,33 @@ def full_config(config, explicit, defaults):
     return config, set(explicit)
 
 
-def train_command(train, defaults, argv=None):
-    """train.py's main(): the config from argv (sys.argv[1:] when None), then train(config, explicit). Bad input
-    ends as one line `error: ...` and exit code 1, so does a size the machine cannot hold; a stopped run exits 130."""
+@contextlib.contextmanager
+def one_line_errors():
+    """train.py's main(): bad input ends as one line `error: ...` and exit code 1, so does a size
+    the machine cannot hold; a Ctrl-C that gets this far (a third one, while saving after the
+    second) exits with code 130."""
     try:
-        config, explicit = load_config(defaults, sys.argv[1:] if argv is None else argv)
-        summary = train(config, explicit)
+        yield
     except UserError as e:
         raise SystemExit(f"error: {e}") from None
-    except KeyboardInterrupt:   # a third Ctrl-C, while saving after the second
+    except KeyboardInterrupt:
         raise SystemExit(130) from None
     except (MemoryError, RuntimeError) as e:   # torch.OutOfMemoryError is a RuntimeError
         if not out_of_memory(e):
             raise
-        raise SystemExit(f"error: {out_of_memory(e)} (fix: lower --batch_size and raise --gradient_accumulation_steps, "
-                         "or lower --block_size)") from None
-    if summary["interrupted"]:
-        raise SystemExit(130)
-    return summary
+        raise SystemExit(f"error: {out_of_memory(e)} (fix: lower --batch_size and raise "
+                         "--gradient_accumulation_steps, or lower --block_size)") from None
 
 
-def check_train_settings(c, world=1):
-    """train.py's keys as the user set them (the schedule's None defaults not yet filled): refuse values that make
-    no sense, naming the key. world: the number of DDP ranks."""
+def check_settings(c, world=1):
+    """train.py's keys as the user set them (the schedule's None defaults, which train.py fills,
+    fit by construction): refuse values that make no sense, naming the key. world: DDP's ranks."""
+    _check_train_settings(c)
+    _check_schedule(c)
+    _check_run_settings(c, world)
+
+
+def _check_train_settings(c):
     for key in ("batch_size", "eval_interval", "log_interval", "eval_iters", "gradient_accumulation_steps"):
         _need(c, _integer(c[key]) and c[key] >= 1, key, "an integer >= 1", f"--{key}=1 or more")
     _need(c, _integer(c["max_iters"]) and c["max_iters"] >= 0, "max_iters", "an integer >= 0", "--max_iters=0 or more")
@@ -103,19 +115,22 @@ def check_train_settings(c, world=1):
               f"--lr_decay_iters={c['max_iters']}")
 
 
-def check_schedule(c):
-    """The schedule once its None defaults are filled (train.py's check_train_config): min_lr and warmup_iters fit
-    learning_rate and lr_decay_iters."""
-    _need(c, _number(c["min_lr"]) and 0 <= c["min_lr"] <= c["learning_rate"], "min_lr",
-          f"in [0, learning_rate={c['learning_rate']:g}]", f"--min_lr={c['learning_rate'] / 10:g}")
-    _need(c, _integer(c["warmup_iters"]) and
-          0 <= c["warmup_iters"] <= (c["lr_decay_iters"] if c["decay_lr"] else math.inf),
-          "warmup_iters", f"an integer in [0, lr_decay_iters={c['lr_decay_iters']}]",
-          f"--warmup_iters={int(c['lr_decay_iters']) // 10}, or leave it out: it defaults to "
-          f"min(100, lr_decay_iters // 10)")
+def _check_schedule(c):
+    """min_lr and warmup_iters fit learning_rate and lr_decay_iters (whose None is max_iters)."""
+    decay = c["max_iters"] if c["lr_decay_iters"] is None else c["lr_decay_iters"]
+    lr = c["learning_rate"]
+    if c["min_lr"] is not None:
+        _need(c, _number(c["min_lr"]) and 0 <= c["min_lr"] <= lr, "min_lr",
+              f"in [0, learning_rate={lr:g}]", f"--min_lr={lr / 10:g}")
+    if c["warmup_iters"] is not None:
+        longest = decay if c["decay_lr"] else math.inf
+        _need(c, _integer(c["warmup_iters"]) and 0 <= c["warmup_iters"] <= longest,
+              "warmup_iters", f"an integer in [0, lr_decay_iters={decay}]",
+              f"--warmup_iters={int(decay) // 10}, or leave it out: it defaults to "
+              f"min(100, lr_decay_iters // 10)")
 
 
-def check_run_settings(c, world=1):
+def _check_run_settings(c, world):
     """The rest of train.py's keys: DDP ranks, dataset, out_dir, init_from."""
     accum = c["gradient_accumulation_steps"]
     if accum % world:
@@ -135,11 +150,23 @@ def check_run_settings(c, world=1):
           "--init_from=scratch|resume|path/to/ckpt.pt|gpt2")
 
 
-# --- the model a run starts from ---------------------------------------------------------------------------------
+# --- the data and the model a run starts from -----------------------------------------------
 
-def train_model_args(config, explicit, meta, device, say):
-    """train.py's model: (model_args, checkpoint or None) for init_from = scratch | resume | <path>. Refuses
-    a checkpoint of another tokenizer, with non-finite weights, or (resume) of another architecture."""
+def prepared_data(config, prepare, rank, world):
+    """(the dataset folder, its meta.json): data_dir, or data/<dataset>, prepared with prepare.py's
+    `prepare` on first use (by rank 0; under DDP the other ranks wait for it)."""
+    data_dir = default_data_dir(config)
+    if rank == 0 and not is_prepared(data_dir):
+        run_prepare(prepare, config["dataset"], data_dir)
+    if world > 1:
+        torch.distributed.barrier()
+    return data_dir, load_meta(data_dir)
+
+
+def train_model_args(config, explicit, meta, device, master=True):
+    """train.py's model: (model_args, checkpoint or None) for init_from = scratch | resume | <path>.
+    Refuses a checkpoint of another tokenizer, with non-finite weights, or (resume) of another
+    architecture, and arguments this model.py cannot build. master: say what it resumes."""
     init_from, ckpt = config["init_from"], None
     if init_from == "scratch":
         args = model_args(config, explicit, vocab_size=meta["vocab_size"])
@@ -156,7 +183,8 @@ def train_model_args(config, explicit, meta, device, say):
         if missing:
             raise UserError(f"{ckpt['path']} has no {' or '.join(missing)}, so it cannot be resumed (fix: "
                             f"--init_from={ckpt['path']} to start a new run from its weights)")
-        say(f"resuming from {ckpt['path']} at iteration {ckpt['iter_num']}")
+        if master:
+            print(f"resuming from {ckpt['path']} at iteration {ckpt['iter_num']}", flush=True)
         args = dict(ckpt["model_args"])
         # dropout may change between sessions; anything else changes the architecture. vocab_size came
         # from meta.json, not the variant's preset, unless the user set it
@@ -185,21 +213,49 @@ def train_model_args(config, explicit, meta, device, say):
     if args["vocab_size"] < meta["vocab_size"]:
         raise UserError(f"vocab_size {args['vocab_size']} is smaller than the dataset's {meta['vocab_size']} tokens "
                         f"(fix: drop --vocab_size, it is read from meta.json)")
+    model_config(args)   # what GPTConfig refuses, as one line
     return args, ckpt
+
+
+def load_state(ckpt, model, optimizer, scaler, config, rank, world):
+    """A resumed run (init_from=resume): the weights, optimizer, fp16 loss scaler and this rank's
+    RNG states as last.pt saved them (a rank with none, after a change of the number of ranks,
+    keeps the stream train.py seeded). Another checkpoint (init_from=<path>): its weights whose
+    names and shapes fit, and a line saying how many."""
+    if config["init_from"] != "resume":
+        allow_partial = config["allow_partial_init"]
+        copied, total = load_matching_weights(model, ckpt["model"], ckpt["path"], allow_partial)
+        if rank == 0:
+            print(f"initialized {copied}/{total} tensors from {ckpt['path']}", flush=True)
+        return
+    load_own_weights(model, ckpt)
+    load_optimizer_state(optimizer, ckpt)
+    if scaler.is_enabled() and ckpt.get("scaler"):
+        scaler.load_state_dict(ckpt["scaler"])
+    saved = ckpt.get("rng") if rank == 0 else None
+    if ckpt.get("rng_ranks") and len(ckpt["rng_ranks"]) == world:
+        saved = ckpt["rng_ranks"][rank]
+    if saved is not None:
+        restore_rng(saved, torch.device(config["device"]))
+
+
+def _say(message):
+    print(message, flush=True)
 
 
 # --- notes before a long run ----------------------------------------------------------------------------
 
-def notes_before_run(config, device, micro_steps, time_one_sequence, batch_size, say):
+def notes_before_run(config, device, micro_steps, batch_size, time_one_sequence):
     """One line each, when they apply: every iteration falls in the warmup; the CPUs are busy; the run would take
     over half an hour on this CPU (time_one_sequence(): the seconds of a forward+backward of one sequence)."""
     if config["decay_lr"] and config["warmup_iters"] >= config["max_iters"] > 0:   # e.g. a config shrunk by --max_iters
-        say(f"note: all {config['max_iters']} iterations fall in the {config['warmup_iters']}-iteration warmup, "
-            f"so the lr never reaches {config['learning_rate']:g} (fix: also pass --warmup_iters and --lr_decay_iters)")
+        _say(f"note: all {config['max_iters']} iterations fall in the "
+             f"{config['warmup_iters']}-iteration warmup, so the lr never reaches "
+             f"{config['learning_rate']:g} (fix: also pass --warmup_iters and --lr_decay_iters)")
     if device.type != "cpu":
         return
     if busy_machine(device):
-        say(f"note: {busy_machine(device)}")
+        _say(f"note: {busy_machine(device)}")
     with torch.random.fork_rng(devices=[]):   # the probe must not move the dropout RNG
         for _ in range(2):   # the second call: the first pays one-time costs
             step_s = time_one_sequence() * batch_size
@@ -209,8 +265,8 @@ def notes_before_run(config, device, micro_steps, time_one_sequence, batch_size,
         return
     fix = (f"this is a GPU recipe; its CPU twin is `python train.py {config['cpu_twin']}`" if config["cpu_twin"]
            else "a GPU, or a smaller model / fewer --max_iters")
-    say(f"note: this run needs about {format_duration(total_s)} on this CPU (~{step_s:.1f} s per micro-step, "
-        f"{config['max_iters']} iterations) (fix: {fix})")
+    _say(f"note: this run needs about {format_duration(total_s)} on this CPU (~{step_s:.1f} s per "
+         f"micro-step, {config['max_iters']} iterations) (fix: {fix})")
 
 
 # --- stopping where a checkpoint resumes exactly --------------------------------------------------------
@@ -218,12 +274,15 @@ def notes_before_run(config, device, micro_steps, time_one_sequence, batch_size,
 class StopRequest:
     """Ctrl-C (SIGINT) or SIGTERM asks train.py's loop to stop at the next iteration boundary, where the state saved
     to last.pt is exactly resumable; a second signal raises KeyboardInterrupt at once. Installed only in the
-    main thread and over the default handlers (a caller's own handlers are left alone)."""
+    main thread and over the default handlers (a caller's own handlers are left alone). master: say
+    so."""
 
     DEFAULT_HANDLERS = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}
 
-    def __init__(self, say):
-        self.requested, self.say, self.previous = False, say, {}
+    def __init__(self, master=True):
+        self.requested = False
+        self.master = master
+        self.previous = {}
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
@@ -236,7 +295,8 @@ class StopRequest:
         if self.requested:
             raise KeyboardInterrupt
         self.requested = True
-        self.say(f"\n{signal.Signals(signum).name}: stopping after this iteration to save last.pt "
+        if self.master:
+            _say(f"\n{signal.Signals(signum).name}: stopping after this iteration to save last.pt "
                  f"(Ctrl-C again to stop at once)")
 
     def __exit__(self, *exc):
@@ -247,74 +307,106 @@ class StopRequest:
 # --- out_dir while a run writes to it -------------------------------------------------------------------
 
 class RunDir:
-    """out_dir during a run. On rank 0 (master) it holds the folder's lock (one writer per out_dir: a second run into
-    it would replace this one's checkpoints and log.csv) until `held` (an ExitStack) closes, removes the temporary
-    files a kill -9 left, and keeps log.csv (CsvLog). A new run into the folder of an earlier one keeps the earlier
-    log.csv and loss.png until this run's first save, so that they always go with the checkpoints beside them.
-    saved_iter: the iteration last.pt holds for this run (None: nothing saved yet)."""
+    """out_dir during a run, a context manager. Constructing it checks that out_dir can be written
+    (one line, before anything changes); entering it, rank 0 (master) takes the folder's lock (one
+    writer per out_dir: a second run into it would replace this one's checkpoints and log.csv),
+    removes the temporary files a kill -9 left and opens log.csv (CsvLog); leaving it releases them.
+    A new run into the folder of an earlier one keeps the earlier log.csv and loss.png until this
+    run's first save, so that they always go with the checkpoints beside them. iter_num: where the
+    run starts; ckpt: the checkpoint it starts from, or None."""
 
-    def __init__(self, out_dir, config, resuming, iter_num, saved_iter, rank, world, tokens_per_iter, device, held,
-                 say):
-        self.path, self.config, self.resuming, self.saved_iter, self.say = out_dir, config, resuming, saved_iter, say
-        self.master, self.ddp, self.world, self.device = rank == 0, world > 1, world, device
+    def __init__(self, config, iter_num, ckpt, rank, world, tokens_per_iter, device):
+        check_out_dir(config["out_dir"])
+        self.path = config["out_dir"]
+        self.config = config
+        self.iter_num = iter_num
+        self.resuming = config["init_from"] == "resume"
+        # the iteration last.pt holds for this run (None: nothing saved yet)
+        self.saved_iter = iter_num if self.resuming and ckpt["path"].endswith(LAST_NAME) else None
+        self.master = rank == 0
+        self.ddp = world > 1
+        self.device = device
         self.speed = Speed(config["max_iters"], config["eval_interval"], tokens_per_iter)
-        self.earlier, self.csv_log, self.t_start = False, None, time.time()
-        self.wandb = WandbLog(config, self.master)
-        if self.master:
-            held.enter_context(lock_dir(out_dir))
-            remove_stale_temp_files(out_dir, (CKPT_NAME, LAST_NAME, "log.csv", "loss.png"), say)
-            self.earlier = not resuming and any(os.path.exists(os.path.join(out_dir, n))
-                                                for n in (CKPT_NAME, LAST_NAME))
-            self.csv_log = CsvLog(os.path.join(out_dir, "log.csv"), keep_before=iter_num if resuming else None,
-                                  pending=self.earlier)
-            held.callback(self.csv_log.discard)   # also when the run fails before its first save
-
-    def start_clock(self):
-        """The loop starts: elapsed_s counts from here, and the first speed window too."""
+        self.earlier = False
+        self.csv_log = None
         self.t_start = time.time()
-        self.speed.restart()
+        self.t_eval = self.shown = self.t_start
+        self.wandb = WandbLog(config, self.master)
+        self.held = contextlib.ExitStack()
+
+    def __enter__(self):
+        if not self.master:
+            return self
+        with contextlib.ExitStack() as held:
+            held.enter_context(lock_dir(self.path))
+            remove_stale_temp_files(self.path, (CKPT_NAME, LAST_NAME, "log.csv", "loss.png"), _say)
+            self.earlier = not self.resuming and any(os.path.exists(os.path.join(self.path, n))
+                                                     for n in (CKPT_NAME, LAST_NAME))
+            keep_before = self.iter_num if self.resuming else None
+            path = os.path.join(self.path, "log.csv")
+            self.csv_log = CsvLog(path, keep_before=keep_before, pending=self.earlier)
+            held.callback(self.csv_log.discard)   # also when the run fails before its first save
+            self.held = held.pop_all()
+        return self
+
+    def __exit__(self, *exc):
+        self.held.close()
+
+    def say(self, message):
+        if self.master:
+            _say(message)
+
+    def start_clock(self, iter_num):
+        """The loop starts at iter_num: elapsed_s counts from here, and the first speed window."""
+        self.t_start = time.time()
+        self.speed.restart(iter_num)
 
     def elapsed(self):
         return time.time() - self.t_start
 
     def eval_started(self):
         self.speed.eval_started()
+        self.t_eval = self.shown = time.time()
 
-    def eval_ended(self):
-        self.speed.eval_ended()
+    def eval_progress(self, split, k, n):
+        """A line every PROGRESS_EVERY_S seconds during a long evaluation."""
+        if time.time() - self.shown > PROGRESS_EVERY_S:
+            self.say(f"  evaluating: {split} batch {k + 1}/{n}, {time.time() - self.t_eval:.0f} s")
+            self.shown = time.time()
 
-    def step_done(self):
-        self.speed.iters += 1
+    def eval_ended(self, iter_num):
+        self.speed.eval_ended(iter_num)
 
-    def log_iteration(self, it, iter_num, loss, lr, stop_requested):
-        """The loss of iteration `it` averaged over ranks (one all_reduce, which also carries the ranks' stop votes):
-        one line and one log.csv row. iter_num: the iterations done. Returns (the loss as a float, whether any rank
-        asked to stop)."""
-        stats = torch.stack([loss, torch.tensor(float(stop_requested), device=self.device)])
-        if self.ddp:
-            torch.distributed.all_reduce(stats)
-        lossf, stop_votes = stats[0].item() / self.world, stats[1].item()
-        if not math.isfinite(lossf):
-            raise self.diverged(f"the training loss is {lossf}", it)
-        line, timing = self.speed.log_window(it, iter_num, lossf, lr)
+    def log_iteration(self, it, iter_num, loss, lr):
+        """One line and one log.csv row for iteration `it` (iter_num: the iterations done): its
+        loss, the lr, the speed since the last such row and the time left."""
+        line, timing = self.speed.log_window(it, iter_num, loss, lr)
         self.say(line)
-        self.log(iter=it, kind="train", loss=lossf, lr=lr, **timing, elapsed_s=self.elapsed())
-        return lossf, stop_votes > 0
+        self.log(iter=it, kind="train", loss=loss, lr=lr, **timing, elapsed_s=self.elapsed())
 
     def log(self, **row):
         if self.master:
             self.csv_log.write(**row)
             self.wandb.log(row)
 
-    def replaces_best(self, best):
-        """Whether this save also writes ckpt.pt: val loss improved, or the first save of a new run into an earlier
-        run's folder (which replaces that run's ckpt.pt too, e.g. on Ctrl-C before the first eval's)."""
-        return best or (self.earlier and self.saved_iter is None)
-
-    def saved(self, iter_num):
-        """last.pt now holds iter_num: log.csv's pending rows go with it."""
+    def save_checkpoint(self, checkpoint, best, gather=True):
+        """last.pt := checkpoint with every rank's RNG state (gather: a collective under DDP),
+        written atomically by rank 0; ckpt.pt := last.pt when best, or at the first save of a new
+        run into an earlier run's folder (which replaces that run's ckpt.pt too, e.g. on Ctrl-C
+        before the first eval's). Non-finite weights are never saved: they stop the run."""
+        iter_num = checkpoint["iter_num"]
+        if not all(torch.isfinite(w).all() for w in checkpoint["model"].values()):
+            raise self.diverged("the weights are not finite", iter_num)
+        rng, rng_ranks = gather_rng_states(self.device, self.ddp and gather)
+        checkpoint["rng"] = rng
+        checkpoint["rng_ranks"] = rng_ranks
         if self.master:
-            self.csv_log.commit()
+            path = os.path.join(self.path, LAST_NAME)
+            atomic_save(checkpoint, path)
+            if best or (self.earlier and self.saved_iter is None):
+                atomic_copy(path, os.path.join(self.path, CKPT_NAME))
+                self.say(f"saved {CKPT_NAME} and {LAST_NAME} to {self.path}")
+            self.csv_log.commit()   # log.csv's pending rows go with last.pt
         self.saved_iter = iter_num
 
     def kept(self):
@@ -324,31 +416,37 @@ class RunDir:
         # a new run that saved nothing yet: checkpoints in out_dir are an earlier run's, which sample.py would load
         earlier = [n for n in (CKPT_NAME, LAST_NAME)
                    if not self.resuming and os.path.exists(os.path.join(self.path, n))]
-        return "nothing was saved" + (f" (the {' and '.join(earlier)} in {self.path} are an earlier run's)"
-                                      if earlier else "")
+        if not earlier:
+            return "nothing was saved"
+        names = " and ".join(earlier)
+        return f"nothing was saved (the {names} in {self.path} are an earlier run's)"
 
     def diverged(self, what, it):
         c = self.config
         return UserError(f"{what} at iteration {it}: training diverged; {self.kept()} (fix: lower --learning_rate "
                          f"(now {c['learning_rate']:g}) or lengthen --warmup_iters (now {c['warmup_iters']}))")
 
-    def save_on_stop(self, iter_num, in_step, hard_stop, save):
-        """After Ctrl-C / SIGTERM: save(gather) last.pt at the iteration boundary the loop stopped at (nothing when
-        stopped mid-step), and say what out_dir keeps."""
+    def save_on_stop(self, checkpoint, in_step, at_once):
+        """After Ctrl-C / SIGTERM: last.pt := checkpoint, the state at the iteration boundary the
+        loop stopped at (nothing when stopped mid-step: that state is half-updated), and say what
+        out_dir keeps. at_once: stopped by a KeyboardInterrupt, after which the other DDP ranks may
+        be gone (no collective)."""
+        iter_num = checkpoint["iter_num"]
         if in_step:
             self.say(f"\nstopped during iteration {iter_num}: {self.kept()}")
             return
         try:
             if self.saved_iter != iter_num:
-                save(gather=not hard_stop)   # after a hard stop the other DDP ranks may be gone
+                self.save_checkpoint(checkpoint, best=False, gather=not at_once)
             self.say(f"interrupted at iteration {iter_num}: saved {os.path.join(self.path, LAST_NAME)}; "
                      f"continue with --init_from=resume")
         except KeyboardInterrupt:   # a second Ctrl-C during that save: the atomic save kept the old file
             self.say(f"\nstopped while saving iteration {iter_num}: {self.kept()}")
 
     def finish(self, model, args, history, best_val_loss, last_train_loss, iter_num, interrupted):
-        """loss.png from log.csv (or, when this run saved no checkpoint, the earlier run's log.csv and loss.png kept),
-        then the dict train() returns (tools/compare.py reads it)."""
+        """loss.png from log.csv (or, when this run saved no checkpoint, the earlier run's log.csv
+        and loss.png kept), the closing line, then the dict train() returns (tools/compare.py reads
+        it)."""
         if self.master and self.csv_log.discard():
             self.say(f"this run saved no checkpoint: kept the earlier run's log.csv and loss.png in {self.path}, which "
                      f"go with its checkpoints")
@@ -359,6 +457,9 @@ class RunDir:
         train_time = self.elapsed()
         ms_per_iter, tokens_per_s = self.speed.summary()
         final = history[-1] if history else {}
+        if not interrupted:
+            self.say(f"done: best val loss {best_val_loss:.4f}, {iter_num} iterations in "
+                     f"{format_duration(train_time)}")
         return {
             "best_val_loss": best_val_loss, "final_train_loss": final.get("loss"),
             "final_val_loss": final.get("val_loss"), "final_val_loss_heaviest": final.get("val_loss_heaviest"),
@@ -522,23 +623,24 @@ class Speed:
 
     def __init__(self, max_iters, eval_interval, tokens_per_iter):
         self.max_iters, self.eval_interval, self.tokens_per_iter = max_iters, eval_interval, tokens_per_iter
-        self.windows, self.ema, self.t_window, self.iters = [], None, time.time(), 0
+        self.windows, self.ema, self.t_window, self.start_iter = [], None, time.time(), 0
         self.eval_seconds, self.n_evals, self.t_eval = 0.0, 0, None
 
-    def restart(self):
-        self.t_window, self.iters = time.time(), 0
+    def restart(self, iter_num):
+        """A window starts at iteration iter_num."""
+        self.t_window, self.start_iter = time.time(), iter_num
 
     def eval_started(self):
         self.t_eval = time.time()
 
-    def eval_ended(self):
+    def eval_ended(self, iter_num):
         """Count the evaluation's time for the ETA; ms/iter leaves it out."""
         self.eval_seconds, self.n_evals = self.eval_seconds + time.time() - self.t_eval, self.n_evals + 1
-        self.restart()
+        self.restart(iter_num)
 
-    def window_ms(self):
-        ms = (time.time() - self.t_window) * 1000 / self.iters
-        self.restart()
+    def window_ms(self, iter_num):
+        ms = (time.time() - self.t_window) * 1000 / (iter_num - self.start_iter)
+        self.restart(iter_num)
         self.windows.append(ms)
         self.ema = ms if len(self.windows) <= 2 else 0.9 * self.ema + 0.1 * ms   # the first windows warm up
         return ms
@@ -549,7 +651,7 @@ class Speed:
     def log_window(self, it, iter_num, lossf, lr):
         """The log line of iteration `it` (iter_num: the iterations done): loss, lr, speed and time left (smoothed
         ms/iter plus the evaluations still to come). Returns (the line, its log.csv values)."""
-        ms = self.window_ms()
+        ms = self.window_ms(iter_num)
         eta = self.eta(self.max_iters - iter_num, (self.max_iters - iter_num) // self.eval_interval + 1)
         tok_s = self.tokens_per_iter / (ms / 1000)
         line = (f"iter {it}: loss {lossf:.4f}, lr {lr:.2e}, {ms:.2f} ms/iter, {tok_s:,.0f} tok/s, "
@@ -563,19 +665,6 @@ class Speed:
             return None, None
         ms = float(np.median(steady))
         return ms, self.tokens_per_iter / (ms / 1000)
-
-
-class EvalProgress:
-    """A line every PROGRESS_EVERY_S seconds during a long evaluation."""
-
-    def __init__(self, say):
-        self.say, self.t0 = say, time.time()
-        self.shown = self.t0
-
-    def show(self, split, k, n):
-        if time.time() - self.shown > PROGRESS_EVERY_S:
-            self.say(f"  evaluating: {split} batch {k + 1}/{n}, {time.time() - self.t0:.0f} s")
-            self.shown = time.time()
 
 
 # --- nanoGPT's Weights & Biases logging (wandb_log, wandb_project, wandb_run_name) ----------------------
@@ -592,7 +681,7 @@ def import_wandb():
 class WandbLog:
     """nanoGPT's Weights & Biases logging: with wandb_log=True, each evaluation logs what nanoGPT's train.py logs
     that we have: iter, train/loss, val/loss, lr (nanoGPT also logs mfu, an estimate we do not make). wandb is
-    imported by check_run_settings, before anything on disk changes, so a missing package is one line; the W&B run
+    imported by check_settings, before anything on disk changes, so a missing package is one line; the W&B run
     (wandb.init with wandb_project, wandb_run_name and the config, as nanoGPT) starts at the first evaluation.
     Only the master process logs. WANDB_MODE=offline keeps it on this machine."""
 

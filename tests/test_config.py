@@ -128,7 +128,7 @@ def test_variant_precedence(fake_variants, tmp_path):
     f.write_text("variant = 'wide'\nn_layer = 5\n")
     cfg, explicit = load_config(TRAIN_DEFAULTS, [str(f), "--block_size=32"])
     args = model_args(cfg, explicit)
-    defaults = train.gpt_config_defaults()
+    defaults = checkpoint.gpt_config_defaults()
     assert args["n_embd"] == 64 and args["n_head"] == 4     # variant beats GPTConfig defaults
     assert args["n_layer"] == 5 and args["block_size"] == 32  # explicit keys beat the variant
     assert args["bias"] == defaults["bias"]                  # untouched keys keep GPTConfig defaults

@@ -1,6 +1,7 @@
 """DDP on CPU: torchrun launches train.py's code on 2 gloo ranks. The ranks must stay in sync and the
 run must match a single process with the same global batch (batches are a function of the global
-micro-step, see train.py), with dropout 0 so both sides compute the same thing."""
+micro-step, see train.py), with dropout 0 so both sides compute the same thing; each rank draws the windows
+its global micro-steps' seeds name."""
 import csv
 import json
 import os
@@ -13,17 +14,27 @@ import torch
 import train
 from configurator import UserError
 from conftest import ROOT
+from test_train_arithmetic import seed_formula, tokens, windows
 
 WORKER = """
 import json, os, sys
 import torch, train
+from model import GPT
 cfg, param_dir = json.loads(sys.argv[1]), sys.argv[2]
+batches, forward = [], GPT.forward
+
+def record_batch(self, idx, targets=None, *args, **kwargs):   # the training batches this rank draws
+    if targets is not None and self.training and len(idx) == cfg["batch_size"]:
+        batches.append(torch.stack([idx, targets]))
+    return forward(self, idx, targets, *args, **kwargs)
 
 def save_params(event, info):
     if event == "end":
         params = {k: v.detach().clone() for k, v in info["model"].state_dict().items()}
         torch.save(params, os.path.join(param_dir, "rank%d.pt" % info["rank"]))
+        torch.save(batches, os.path.join(param_dir, "batches%d.pt" % info["rank"]))
 
+GPT.forward = record_batch
 train.train({**train.DEFAULTS, **cfg}, explicit=set(cfg), callback=save_params)
 """
 
@@ -34,7 +45,7 @@ def train_losses(out_dir):
 
 
 def test_ddp_two_cpu_ranks_match_single_process(tiny_train_config, tmp_path):
-    cfg = dict(tiny_train_config, gradient_accumulation_steps=2, batch_size=4, max_iters=6, eval_interval=6)
+    cfg = dict(tiny_train_config, gradient_accumulation_steps=4, batch_size=2, max_iters=6, eval_interval=6)
 
     single_params = {}
 
@@ -70,6 +81,15 @@ def test_ddp_two_cpu_ranks_match_single_process(tiny_train_config, tmp_path):
     ddp_ckpt = torch.load(os.path.join(ddp_cfg["out_dir"], "last.pt"), weights_only=True)
     assert ddp_ckpt["best_val_loss"] == pytest.approx(single["best_val_loss"], abs=1e-4)
     assert len(ddp_ckpt["rng_ranks"]) == 2   # every rank's RNG state, for an exact DDP resume
+    # each rank's share: 2 of the 4 micro-steps; rank r draws global micro-steps 2r and 2r + 1 of every iteration
+    train_ids = tokens(cfg["data_dir"], "train")
+    for rank in range(2):
+        batches = torch.load(param_dir / f"batches{rank}.pt")
+        assert len(batches) == 6 * 2
+        for i, xy in enumerate(batches):
+            seed = seed_formula(train.DEFAULTS["seed"], 0, i // 2, 2 * rank + i % 2)
+            x, y = windows(train_ids, seed, cfg["batch_size"], cfg["block_size"])
+            assert torch.equal(xy[0], x) and torch.equal(xy[1], y), (rank, i)
 
 
 def test_ddp_accumulation_must_divide_by_world_size(tiny_train_config, monkeypatch):

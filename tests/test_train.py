@@ -12,7 +12,6 @@ import train
 from configurator import UserError
 from train import check_train_config
 from checkpoint import atomic_save, load_checkpoint, load_model
-from train import get_lr
 
 
 def run(config, explicit=None, callback=None):
@@ -46,6 +45,11 @@ def read_log(out_dir):
 
 
 # --- learning-rate schedule ----------------------------------------------------------------------
+
+def get_lr(it, learning_rate, min_lr, warmup_iters, lr_decay_iters, decay_lr=True):
+    return train.get_lr(it, dict(learning_rate=learning_rate, min_lr=min_lr, warmup_iters=warmup_iters,
+                                 lr_decay_iters=lr_decay_iters, decay_lr=decay_lr))
+
 
 def test_get_lr_schedule():
     lr, min_lr, warmup, decay = 1e-3, 1e-4, 10, 100
@@ -356,8 +360,8 @@ def test_busy_machine_is_named_with_the_fix(tiny_train_config, monkeypatch, caps
 
 def test_every_script_counts_parameters_the_same_way(tiny_train_config, capsys, monkeypatch):
     """train.py, sample.py and tools.eval count every parameter of one checkpoint, position embeddings included
-    (eval once left them out). Compared as integers: the printed 0.03M does not move for the 512 position weights
-    of this model. The counts sample and eval print from are recorded through GPT.get_num_params."""
+    (eval once left them out). Compared as integers: sample and eval print 0.03M, which does not move for the 512
+    position weights of this model. The counts sample and eval print from are recorded through GPT.get_num_params."""
     import re
 
     import sample
@@ -368,8 +372,9 @@ def test_every_script_counts_parameters_the_same_way(tiny_train_config, capsys, 
     weights = torch.load(os.path.join(out_dir, checkpoint.CKPT_NAME), weights_only=True)["model"]
     total = sum(w.numel() for w in weights.values())   # every parameter once (a tied head has no weight of its own)
     assert summary["num_params"] == total
-    assert summary["num_params_non_embedding"] == total - weights["pos_emb.weight"].numel()
-    assert f"number of parameters: {total / 1e6:.2f}M" in capsys.readouterr().out
+    non_embedding = total - weights["pos_emb.weight"].numel()
+    assert summary["num_params_non_embedding"] == non_embedding
+    assert f"number of parameters: {total:,} (non-embedding: {non_embedding:,})" in capsys.readouterr().out
     counted, count = [], GPT.get_num_params
 
     def record(model, non_embedding=True):

@@ -154,6 +154,36 @@ MUTANTS = [
            "past.copy_(window[:, window.size(1) - n_past:])",
            "past.copy_(window[:, :n_past])",
            "tests/test_executorch.py -k export_modules_equal_eager", every=False),
+    # --- issue 38: train.py ---
+    Mutant("train_loss_not_divided_by_micro_steps", "train.py",
+           "scaler.scale(loss / run.accum).backward()",
+           "scaler.scale(loss).backward()",
+           "tests/test_train_arithmetic.py -k gradient_accumulation_divides_the_loss_by_the_micro_steps",
+           every=False),
+    Mutant("train_lr_one_iteration_late", "train.py",
+           "lr = get_lr(iter_num, config)",
+           "lr = get_lr(iter_num + 1, config)",
+           "tests/test_train_arithmetic.py -k lr_of_each_step_in_warmup_cosine_and_after_decay", every=False),
+    Mutant("train_clips_before_unscaling", "train.py",
+           "                        scaler.unscale_(optimizer)   # clip the true gradient, not the scaled one\n"
+           "                        params = run.raw_model.parameters()\n"
+           "                        torch.nn.utils.clip_grad_norm_(params, config[\"grad_clip\"])\n",
+           "                        params = run.raw_model.parameters()\n"
+           "                        torch.nn.utils.clip_grad_norm_(params, config[\"grad_clip\"])\n"
+           "                        scaler.unscale_(optimizer)\n",
+           "tests/test_train_arithmetic.py -k clipping_scales_the_unscaled_gradient_to_grad_clip", every=False),
+    Mutant("train_best_val_loss_is_the_latest", "train.py",   # ckpt.pt then follows a val loss that got worse
+           "best_val_loss = min(best_val_loss, row[\"val_loss\"])",
+           "best_val_loss = row[\"val_loss\"]",
+           "tests/test_train_arithmetic.py -k checkpoints_hold_the_best_and_the_latest_evaluation", every=False),
+    Mutant("train_batch_input_is_its_target", "train.py",   # the window off by one: x = y
+           "x = windows[:, :-1].contiguous()",
+           "x = windows[:, 1:].contiguous()",
+           "tests/test_train_arithmetic.py -k batches_are_the_windows_the_seed_formula_names", every=True),
+    Mutant("train_ddp_ranks_draw_overlapping_micro_steps", "train.py",
+           "run.rank * run.accum + micro",
+           "run.rank + micro",
+           "tests/test_ddp.py -k two_cpu_ranks_match_single_process", every=False),
 ]
 
 DEFAULTS = dict(
