@@ -250,46 +250,42 @@ class MLP(nn.Module):
         return self.dropout(y) if self.training else y   # eval: no module call for a no-op (decode speed)
 
 
-# --- 3. Attention: GQA, the KV cache (section 9), Deep Thinking memory ----------------------------
+# --- 3. Attention: causal, GQA; the cache's case (section 9) and Deep Thinking's memory -----------
 
 class ForwardContext:
-    """Per-call state shared by all layers: where the new tokens start, the cache, the Deep Thinking pass."""
+    """Per-call state shared by all layers: the new tokens' positions, the cache, the branch and
+    the Deep Thinking pass."""
 
     def __init__(self, start, length, cache, device):
-        self.start = start              # absolute position of the first new token
-        self.length = length            # number of new tokens
-        self.cache = cache              # InferenceCache or None (training / full forward)
-        self.device = device
-        self.branch = 0
-        self.think_pass = 0             # Deep Thinking: t - 1 in thinking pass t (1-based: M_t), T in the test pass
-        self.memory = {}                # Deep Thinking memory without a cache: slot -> (k, v)
-        self.first_kv = None            # think_memory="first_layer": pass-1 k, v of the first attention layer
+        self.start = start      # position of the first new token (cache.length; 0 without a cache)
+        self.length = length    # number of new tokens
+        self.cache = cache      # a cache (KVCache, section 9) or None (training, a full forward)
         if cache is None:
-            self.positions, self.key_mask = torch.arange(start, start + length, device=device), None
-        else:   # the cache numbers the new tokens; key_mask: see InferenceCache.key_mask
-            self.positions = cache.positions(length, device)
-            self.key_mask = cache.key_mask(self.positions)
-
-    def causal_mask(self):
-        """Boolean (T, start+T) mask: query i (absolute start+i) sees keys at positions <= start+i."""
-        q_pos = torch.arange(self.start, self.start + self.length, device=self.device)[:, None]
-        k_pos = torch.arange(self.start + self.length, device=self.device)[None, :]
-        return k_pos <= q_pos
-
-    def read_memory(self, slot):
-        """Deep Thinking memory written by `slot` (a layer in some pass), for every position seen so far."""
-        if self.cache is None:
-            return self.memory[slot]
-        c = self.cache.get(self.cache.memory, slot)
-        end = self.start + self.length
-        return c.k[:, :, :end], c.v[:, :, :end]
-
-    def write_memory(self, slot, k, v):
-        """Store the memory of the new positions (cached positions keep theirs: memory is causal)."""
-        if self.cache is None:
-            self.memory[slot] = (k, v)
+            self.positions = torch.arange(start, start + length, device=device)
         else:
-            self.cache.get(self.cache.memory, slot).append(k, v, self)
+            self.positions = cache.positions(length, device)   # the cache numbers the new tokens
+        self.branch = 0
+        self.think_pass = 0     # Deep Thinking: t - 1 in thinking pass t (M_t), T in the test pass
+        self.memory = {}        # Deep Thinking memory without a cache: slot -> (k, v)
+        self.first_kv = None    # think_memory="first_layer": pass-1 k, v of the first attention
+
+
+def causal_mask(start, length, device):
+    """Boolean (length, start+length): the query at position start+i sees keys at <= start+i."""
+    q_pos = torch.arange(start, start + length, device=device)[:, None]
+    k_pos = torch.arange(start + length, device=device)[None, :]
+    return k_pos <= q_pos
+
+
+def causal_attention(q, k, v, start=0, dropout_p=0.0):
+    """Attention of the queries q (B, H, T, D) of positions start..start+T-1 over the keys and
+    values k, v (B, H_kv, start+T, D) of positions 0..start+T-1: query at p sees keys at <= p."""
+    mask = None   # start 0: SDPA's own causal triangle (is_causal, the fast path of training)
+    if start > 0 and q.size(2) > 1:   # after cached tokens: the rule written out (1 token sees all)
+        mask = causal_mask(start, q.size(2), q.device)
+    gqa = q.size(1) != k.size(1)   # GQA: query head h reads kv head h // (n_head / n_kv_head)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=start == 0,
+                                          dropout_p=dropout_p, enable_gqa=gqa)
 
 
 class CausalSelfAttention(nn.Module):
@@ -308,7 +304,9 @@ class CausalSelfAttention(nn.Module):
         self.out_proj = nn.Linear(width, width, bias=config.bias)
         self.dropout = config.dropout
         self.resid_dropout = nn.Dropout(config.dropout)
-        self.think_steps, self.think_eta, self.think_memory = config.think_steps, config.think_eta, config.think_memory
+        self.think_steps = config.think_steps
+        self.think_eta = config.think_eta
+        self.think_memory = config.think_memory
         self.use_rope = config.pos_embedding == "rope"
         if self.use_rope:
             cos, sin = rope_tables(config.block_size, self.head_dim, config.rope_base)
@@ -318,40 +316,24 @@ class CausalSelfAttention(nn.Module):
     def forward(self, x, ctx, slot):
         B, T, C = x.shape
         # q (B, H, T, D), k and v (B, H_kv, T, D): views of the one projection, 3 ops (a lean decode step)
-        q, k, v = self.qkv_proj(x).view(B, T, -1, self.head_dim).transpose(1, 2).split(
-            [self.n_head, self.n_kv_head, self.n_kv_head], dim=1)
+        qkv = self.qkv_proj(x).view(B, T, -1, self.head_dim).transpose(1, 2)
+        q, k, v = qkv.split([self.n_head, self.n_kv_head, self.n_kv_head], dim=1)
         if self.use_rope:
             cos, sin = self.rope_cos[ctx.positions], self.rope_sin[ctx.positions]
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        if self.think_steps:
+        if self.think_steps:      # special case: Deep Thinking, below
             y = self.deep_thinking(q, k, v, ctx, slot)
-        else:
-            y = self._attend(q, *self._cached(k, v, ctx, slot), ctx)
+        elif ctx.cache is None:   # training, a full forward: a token sees itself and those before
+            y = causal_attention(q, k, v, dropout_p=self.dropout if self.training else 0.0)
+        else:                     # decoding: the cache stores k, v and attends (section 9)
+            y = ctx.cache.attend(slot, q, k, v)
         y = self.out_proj(y.transpose(1, 2).reshape(B, T, C))
         return self.resid_dropout(y) if self.training else y   # eval: no module call for a no-op (decode speed)
 
-    def _cached(self, k, v, ctx, slot):
-        """This call's keys/values, preceded by the cached ones of earlier calls when decoding."""
-        return (k, v) if ctx.cache is None else ctx.cache.get(ctx.cache.kv, slot).append(k, v, ctx)
-
-    def _sdpa(self, q, k, v, mask=None, is_causal=False):
-        return F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, is_causal=is_causal, dropout_p=self.dropout if self.training else 0.0,
-            enable_gqa=self.n_kv_head != self.n_head)
-
-    def _attend(self, q, k, v, ctx):
-        if ctx.key_mask is not None:                    # a cache that masks its keys itself
-            return self._sdpa(q, k, v, mask=ctx.key_mask)
-        if ctx.start == 0:
-            return self._sdpa(q, k, v, is_causal=True)  # the fast (flash) path for training
-        if q.size(2) == 1:
-            return self._sdpa(q, k, v)                  # one new token sees every cached key
-        return self._sdpa(q, k, v, mask=ctx.causal_mask())
-
-    # --- Deep Thinking (paper 000, 2.8) ---
+    # --- Deep Thinking (paper 000, 2.8): a special case, its memory kept only by KVCache ---
     def deep_thinking(self, q, k, v, ctx, slot):
-        """One layer of Deep Thinking. The paper counts thinking passes t = 1..T; the code's p = ctx.think_pass is
-        t - 1 (so the memory slot of pass p holds M_{p+1}), and p = T is the test pass.
+        """One layer of Deep Thinking. The paper counts thinking passes t = 1..T; the code's
+        p = ctx.think_pass is t - 1 (the memory slot of pass p holds M_{p+1}); p = T: the test pass.
 
             thinking pass 1:       attend over own K_1                 M_1 = K_1            (same for V)
             thinking pass t > 1:   attend over [M_{t-1} ; K_t]         M_t = eta*K_t + (1-eta)*M_{t-1}
@@ -362,27 +344,43 @@ class CausalSelfAttention(nn.Module):
         M_1 = eta*K_1 + (1-eta)*K_1(first attention layer).
         """
         p, T = ctx.think_pass, q.size(2)
+        dropout = self.dropout if self.training else 0.0
         prev = slot[:2] + (p - 1,)   # the slot of M_p, the memory of the pass before (thinking pass t = p + 1)
         if p == self.think_steps:  # the test pass uses its queries only: keys/values come from memory
-            return self._attend(q, *ctx.read_memory(prev), ctx)
-        keys, values = self._cached(k, v, ctx, slot)
+            return causal_attention(q, *self.read_memory(ctx, prev), ctx.start, dropout)
+        keys, values = k, v
+        if ctx.cache is not None:   # and the keys/values of the cached positions before them
+            keys, values = ctx.cache.store(ctx.cache.kv, slot, k, v)
         if p == 0:   # thinking pass 1
-            y = self._attend(q, keys, values, ctx)
+            y = causal_attention(q, keys, values, ctx.start, dropout)
             if self.think_memory == "first_layer":
                 if ctx.first_kv is None:  # this is the first attention layer
                     ctx.first_kv = (k, v)
                 k = self.think_eta * k + (1 - self.think_eta) * ctx.first_kv[0]
                 v = self.think_eta * v + (1 - self.think_eta) * ctx.first_kv[1]
         else:
-            mem_k, mem_v = ctx.read_memory(prev)
-            mask = ctx.causal_mask()
-            y = self._sdpa(q, torch.cat([mem_k, keys], dim=2), torch.cat([mem_v, values], dim=2),
-                           mask=torch.cat([mask, mask], dim=-1))
+            mem_k, mem_v = self.read_memory(ctx, prev)
+            mask = causal_mask(ctx.start, T, q.device)
+            keys, values = torch.cat([mem_k, keys], dim=2), torch.cat([mem_v, values], dim=2)
+            mask = torch.cat([mask, mask], dim=-1)
+            y = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, dropout_p=dropout,
+                                               enable_gqa=self.n_kv_head != self.n_head)
             new = slice(ctx.start, ctx.start + T)
             k = self.think_eta * k + (1 - self.think_eta) * mem_k[:, :, new]
             v = self.think_eta * v + (1 - self.think_eta) * mem_v[:, :, new]
-        ctx.write_memory(slot, k, v)
+        if ctx.cache is None:
+            ctx.memory[slot] = (k, v)
+        else:   # the memory of the new positions (cached positions keep theirs: memory is causal)
+            ctx.cache.store(ctx.cache.memory, slot, k, v)
         return y
+
+    def read_memory(self, ctx, slot):
+        """Deep Thinking memory written by `slot` (a layer in a pass), at every position so far."""
+        if ctx.cache is None:
+            return ctx.memory[slot]
+        keys, values = ctx.cache.memory[slot]
+        end = ctx.start + ctx.length
+        return keys[:, :, :end], values[:, :, :end]
 
 
 # --- 4. Residual sub-layers: pre- or post-norm, plain or Enhanced Residual (paper 000, 2.7) ---
@@ -483,7 +481,7 @@ class ConvShrink(nn.Module):
         if ctx.cache is None:
             window = torch.cat([x.new_zeros(x.size(0), self.kernel - 1, x.size(2)), x], dim=1)
         else:
-            window = ctx.cache.conv_window(slot, x, self.kernel - 1, ctx.start)
+            window = ctx.cache.conv_window(slot, x, self.kernel - 1)
         return self.conv(window.transpose(1, 2)).transpose(1, 2)
 
 
@@ -657,8 +655,8 @@ class GPT(nn.Module):
 
     def forward(self, idx, targets=None, cache=None, all_logits=False):
         """idx (B, T) -> (logits, loss). With targets: logits at every position and the mean cross-entropy.
-        Without: logits of the last position only, unless all_logits=True. With an InferenceCache the
-        tokens continue the cached sequence (positions cache.length ..) and the cache is extended."""
+        Without: logits of the last position only, unless all_logits=True. With a cache (section 9)
+        the tokens continue the cached sequence (positions cache.length ..) and extend it."""
         B, T = idx.shape
         start = cache.length if cache is not None else 0
         if start + T > self.config.block_size:
@@ -727,7 +725,7 @@ class GPT(nn.Module):
 
     # --- generation (section 9) ---
     def new_cache(self):
-        return InferenceCache(self.config.block_size)
+        return KVCache(self.config.block_size)
 
     def decode_step(self, idx, cache):
         """Logits (B, 1, V) after one more token per sequence, idx (B, 1), continuing the cached ones."""
@@ -736,9 +734,10 @@ class GPT(nn.Module):
     @torch.inference_mode()
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_kv_cache=True, generator=None,
                  cache=None, step=None):
-        """Sample max_new_tokens tokens after idx (B, T): one token a step through the KV cache, or the whole
-        window (use_kv_cache=False; the same logits). A full window (block_size tokens) starts again from its
-        recent half at position 0 (docs/sampling_and_eval.md). cache, step: another cache and single-token step
+        """Sample max_new_tokens tokens after idx (B, T): one token a step through the KV cache, or
+        the whole window (use_kv_cache=False; the same logits). A full window (block_size tokens)
+        starts again from its recent half at position 0 (docs/sampling_and_eval.md). cache, step:
+        another cache of KVCache's interface and the function of one decode step
         (tools/fast_sample.py: a static cache and a compiled step)."""
         was_training = self.training
         self.eval()
@@ -817,71 +816,62 @@ def merge_blocks(blocks):
 # --- 9. Generation: the KV cache and sampling ----------------------------------------------------
 
 class KVCache:
-    """Keys and values of one attention application, preallocated for `max_len` positions.
-    GQA: only the n_kv_head heads are stored, so the cache shrinks by n_head / n_kv_head."""
+    """The cache of incremental decoding (model.new_cache(); GPT.generate fills it).
 
-    def __init__(self, max_len):
-        self.max_len = max_len
-        self.k = self.v = None
-
-    def allocate(self, k, v):
-        shape = (k.size(0), k.size(1), self.max_len, k.size(3))
-        self.k, self.v = k.new_zeros(shape), v.new_zeros(shape)
-
-    def append(self, k, v, ctx):
-        """Write k, v (B, H_kv, T, D) at positions ctx.start.. and return all keys/values up to there."""
-        if self.k is None:
-            self.allocate(k, v)
-        start, end = ctx.start, ctx.start + k.size(2)
-        self.k.narrow(2, start, k.size(2)).copy_(k)
-        self.v.narrow(2, start, v.size(2)).copy_(v)
-        return self.k.narrow(2, 0, end), self.v.narrow(2, 0, end)
-
-
-class InferenceCache:
-    """Everything incremental decoding needs, keyed by the *application* of a layer.
-
-    A slot is (branch, layer, think_pass): a shared block applied twice, each pgpt branch and each pass get theirs.
-      kv[slot]         keys/values of that attention application (KVCache)
-      memory[slot]     Deep Thinking's memory after that pass (KVCache; read by the next pass)
-      conv_tail[slot]  the last kernel-1 inputs of a causal ConvShrink (cgpt)
-    `length` is the number of tokens already seen. A cache with other buffers (tools/fast_sample.py's static one
-    for a compiled step) overrides get, conv_window, positions, key_mask, advance and reset.
+    The cache interface, what GPT.forward and its layers call on a cache (this one; a static one in
+    tools/fast_sample.py for a compiled step, and in tools/executorch/export.py for a program):
+      length                       tokens already cached (GPT.forward's block_size check reads it)
+      positions(T, device)         positions of the T new tokens (RoPE, position embeddings); first
+      attend(slot, q, k, v)        store k, v (B, H_kv, T, D) at the new positions and return the
+                                   attention of q (B, H, T, D) over every cached key up to them
+      conv_window(slot, x, n_past) cgpt: x (B, T, C) after the n_past inputs before it (ConvShrink)
+      advance(T)                   after the forward: the T new tokens are cached
+      reset()                      start a new sequence at position 0, keeping the buffers
+    A slot is one application of a layer, (branch, layer, think_pass): a shared layer applied twice,
+    each pgpt branch and each Deep Thinking pass get their own. Deep Thinking's memory is a special
+    case only this cache keeps (`memory`, see CausalSelfAttention.deep_thinking); the static caches
+    refuse Deep Thinking. Here each slot's keys and values are buffers of max_len positions, read up
+    to the newest one.
     """
 
     def __init__(self, max_len):
         self.max_len = max_len
         self.length = 0
-        self.kv, self.memory, self.conv_tail = {}, {}, {}
+        self.kv = {}          # slot -> (keys, values), each (B, H_kv, max_len, D): GQA, H_kv heads
+        self.memory = {}      # Deep Thinking: slot -> its memory after that pass, as kv
+        self.conv_tail = {}   # cgpt: slot -> the last kernel-1 inputs of its ConvShrink
 
-    def get(self, table, slot):
+    def positions(self, length, device):
+        return torch.arange(self.length, self.length + length, device=device)
+
+    def attend(self, slot, q, k, v):
+        keys, values = self.store(self.kv, slot, k, v)
+        return causal_attention(q, keys, values, start=self.length)
+
+    def store(self, table, slot, k, v):
+        """Write k, v (B, H_kv, T, D) at positions length.. of table[slot]; return all its keys and
+        values up to them."""
         if slot not in table:
-            table[slot] = KVCache(self.max_len)
-        return table[slot]
+            shape = (k.size(0), k.size(1), self.max_len, k.size(3))
+            table[slot] = (k.new_zeros(shape), v.new_zeros(shape))
+        keys, values = table[slot]
+        end = self.length + k.size(2)
+        keys[:, :, self.length:end] = k
+        values[:, :, self.length:end] = v
+        return keys[:, :, :end], values[:, :, :end]
 
-    def conv_window(self, slot, x, n_past, start):
-        """cgpt's causal Conv1d (ConvShrink): x (B, T, C) preceded by the n_past inputs before it (zeros
-        before position 0); the last n_past inputs are kept for the next call."""
+    def conv_window(self, slot, x, n_past):
         past = self.conv_tail.get(slot)
-        if past is None or start == 0:
+        if past is None or self.length == 0:   # zeros before position 0
             past = x.new_zeros(x.size(0), n_past, x.size(2))
         window = torch.cat([past, x], dim=1)
         self.conv_tail[slot] = window[:, window.size(1) - n_past:]
         return window
 
-    def positions(self, length, device):
-        """Positions of the next `length` tokens."""
-        return torch.arange(self.length, self.length + length, device=device)
-
-    def key_mask(self, positions):
-        """None: attention masks causally by itself (a cache that returns all its slots masks them here)."""
-        return None
-
     def advance(self, n):
         self.length += n
 
     def reset(self):
-        """Start a new sequence (the allocated buffers are reused)."""
         self.length = 0
 
 
