@@ -755,6 +755,15 @@ class GPT(nn.Module):
     def heaviest_branch(self):
         return int(self.branch_weights().argmax())
 
+    def keep_heaviest_branch(self):
+        """pgpt at inference (paper 004): run only the branch of the largest weight; a note."""
+        if self.config.n_branches == 1:
+            return "keep_heaviest_branch ignored (the model has one branch)"
+        self.keep_branch = self.heaviest_branch()
+        weights = ", ".join(f"{w:.3f}" for w in self.branch_weights().tolist())
+        n = self.config.n_branches
+        return f"running only branch {self.keep_branch} of {n} (weights {weights})"
+
     # --- forward ---
     def embed(self, idx, positions):
         x = self.tok_emb(idx)
