@@ -32,7 +32,7 @@ import tempfile
 import numpy as np
 import torch
 
-from configurator import UserError
+from configurator import UserError, check_temperature
 
 CKPT_NAME = "ckpt.pt"
 LOCK_NAME = ".lock"         # lock_dir: one writer per out_dir / compare_dir
@@ -206,10 +206,14 @@ def resolve_path(path_or_out_dir, prefer=(CKPT_NAME, LAST_NAME)):
 
 
 def load_checkpoint(path_or_out_dir, device="cpu", prefer=(CKPT_NAME, LAST_NAME), mmap=False):
-    """Load a checkpoint dict. A directory means its ckpt.pt (falling back to last.pt). Only the safe loader
+    """Load a checkpoint dict. A directory means its ckpt.pt (falling back to last.pt); "" means the out*/ folder
+    with the newest checkpoint (the run train.py just finished), announced on stderr. Only the safe loader
     (weights_only) is used: checkpoints are shared and cloned with repositories, and the full unpickler runs
     whatever code a file names. A file that needs it is refused (unsafe_pickle_error). mmap: tensors are read
     only when used (a check of the file that costs no memory)."""
+    if not path_or_out_dir:
+        path_or_out_dir = latest_out_dir()
+        print(f"loading the newest checkpoint: {path_or_out_dir} (choose another with --out_dir)", file=sys.stderr)
     path = resolve_path(path_or_out_dir, prefer)
     try:
         # what train.py writes holds only tensors and plain python values, which this loads
@@ -336,18 +340,21 @@ def build_model(model_args, device="cpu", source=None):
 
 
 def load_model(path_or_out_dir="", device="cpu"):
-    """(model in eval mode on `device`, checkpoint dict): what sample.py, eval.py, compare.py and pangu/ run.
-    A directory means its ckpt.pt (else last.pt); "" means the out*/ folder with the newest checkpoint (the
-    run train.py just finished), announced on stderr. Refuses non-finite weights."""
-    if not path_or_out_dir:
-        path_or_out_dir = latest_out_dir()
-        print(f"loading the newest checkpoint: {path_or_out_dir} (choose another with --out_dir)", file=sys.stderr)
+    """(model in eval mode on `device`, checkpoint dict): what eval.py, compare.py and pangu/ run (sample.py
+    writes the same steps out). A directory means its ckpt.pt (else last.pt); "" means the out*/ folder with the
+    newest checkpoint (load_checkpoint)."""
     ckpt = load_checkpoint(path_or_out_dir, device)
     model = build_model(ckpt["model_args"], device, source=ckpt["path"])
-    check_finite(ckpt["model"], ckpt["path"])
-    load_own_weights(model, ckpt)
+    load_weights(model, ckpt)
     model.eval()
     return model, ckpt
+
+
+def load_weights(model, ckpt):
+    """The checkpoint's weights into `model`, built from the checkpoint's own model_args: non-finite weights (a
+    diverged run) and weights that do not fit the model are one-line errors."""
+    check_finite(ckpt["model"], ckpt["path"])
+    load_own_weights(model, ckpt)
 
 
 def load_own_weights(model, ckpt):
@@ -369,15 +376,8 @@ def load_own_weights(model, ckpt):
 
 
 def keep_heaviest_branch(model, enabled):
-    """pgpt at inference (paper 004): run only the branch with the largest combination weight. Returns a
-    note for the user ("" when not enabled)."""
-    if not enabled:
-        return ""
-    if model.config.n_branches == 1:
-        return "keep_heaviest_branch ignored (the model has one branch)"
-    model.keep_branch = model.heaviest_branch()
-    weights = ", ".join(f"{w:.3f}" for w in model.branch_weights().tolist())
-    return f"running only branch {model.keep_branch} of {model.config.n_branches} (weights {weights})"
+    """model.keep_heaviest_branch() when enabled (pgpt at inference, paper 004): its note for the user, else ""."""
+    return model.keep_heaviest_branch() if enabled else ""
 
 
 # --- where a model runs: device and dtype, and the seeds it accepts ----------------------------------
@@ -436,6 +436,22 @@ def resolve_device(name, local_rank=None):
     if kind == "cuda" and local_rank is not None:
         name = f"cuda:{local_rank}"
     return torch.device(name)
+
+
+def setup_sampling(cfg):
+    """What a script that samples (sample.py, tools/huggingface/sample.py) checks and sets before anything is
+    loaded: --temperature, --seed, --num_threads (set here), --device and --dtype, with one-line errors; a
+    note on stderr when other jobs keep the CPUs busy. Returns (torch.device, torch dtype)."""
+    check_temperature(cfg["temperature"])
+    check_seed(cfg["seed"])
+    check_num_threads(cfg["num_threads"])
+    if cfg["num_threads"] > 0:
+        torch.set_num_threads(cfg["num_threads"])
+    device = resolve_device(cfg["device"])
+    dtype = getattr(torch, resolve_dtype(cfg["dtype"], device))
+    if busy_machine(device):
+        print(f"note: {busy_machine(device)}", file=sys.stderr)
+    return device, dtype
 
 
 def resolve_dtype(name, device):

@@ -8,10 +8,10 @@ Tokenizers, as meta.json describes them:
     char      CharTokenizer: one id per character of meta["chars"]
     gpt2      GPT-2 BPE (tiktoken; offline from GPT2_TIKTOKEN_FILE when set)
     compact   a subset of GPT-2's tokens (paper 003, 2.1, chosen by tools/pangu/compact_vocab.py), meta["tokens"]
-What sample.py needs of it: the tokenizer (load_tokenizer), the prompt (read_start), its ids (encode_start) and
-back to text (render). What prepare.py and the tools need: downloading an input (download), writing the folder
-(begin_writing, write_bin, write_meta). train.py reads the token files itself (get_batch, with
-its batch seeds); what it checks of them before a run is here.
+What sample.py needs of it: the tokenizer of a checkpoint's dataset (tokenizer_of), the prompt's ids (encode_start)
+and back to text (render). What prepare.py and the tools need: downloading an input (download), writing the folder
+(begin_writing, write_bin, write_meta). train.py reads the token files itself (get_batch, with its batch seeds);
+what it checks of them before a run is here.
 """
 
 import base64
@@ -207,6 +207,14 @@ def load_tokenizer(data_dir, ckpt=None):
                         f"(fix: re-run prepare.py for that dataset, or pass --data_dir)") from None
 
 
+def tokenizer_of(ckpt, data_dir=""):
+    """(tokenizer, dataset name) of the dataset a checkpoint was trained on: the folder it recorded, or data_dir
+    (--data_dir) when given; one-line errors when it is missing or has another tokenizer (resolve_data_dir)."""
+    data_dir = resolve_data_dir(ckpt, data_dir)
+    dataset = ckpt.get("dataset") or os.path.basename(os.path.normpath(data_dir))
+    return load_tokenizer(data_dir, ckpt), dataset
+
+
 def tokenizer_from_meta(meta):
     kind = meta.get("tokenizer")
     if kind == "char":
@@ -217,19 +225,6 @@ def tokenizer_from_meta(meta):
         tokens = [base64.b64decode(t) for t in meta["tokens"]]
         return BPETokenizer(compact_encoding(tokens), meta["vocab_size"], meta["eot_token"])
     raise UserError(f"unknown tokenizer {kind!r} in meta.json (fix: re-run prepare.py; it writes char, gpt2 or compact)")
-
-
-def read_start(start):
-    """The prompt text of --start: the text itself, or the contents of the file named by FILE:path."""
-    if start.startswith("FILE:"):
-        path = start[len("FILE:"):]
-        try:
-            with open(path, encoding="utf-8") as f:
-                return f.read()
-        except (OSError, UnicodeDecodeError) as e:
-            raise UserError(f"cannot read the start file '{path}': {e.strerror if isinstance(e, OSError) else e} "
-                            f"(fix: --start=FILE:path must name a readable utf-8 text file)") from None
-    return start
 
 
 def encode_start(tok, text, dataset, vocab_size=None):

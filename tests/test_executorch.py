@@ -199,6 +199,21 @@ def test_deep_thinking_is_refused_in_one_line():
     assert "Deep Thinking" in str(e.value) and "(fix: " in str(e.value) and "\n" not in str(e.value)
 
 
+@pytest.mark.parametrize("vocab,top_k", [(65, 200), (65, 5), (97, None), (50257, 200)])
+def test_runner_draws_the_tokens_of_sample_next(vocab, top_k):
+    """The runner imports no model code: its sample_next draws by the exponential race (argmax of p_i / E_i,
+    E_i ~ Exp(1)), which is how torch.multinomial(probs, 1), model.sample_next's draw, picks a token. The same
+    tokens from the same generator, left in the same state (so every later token is the same too)."""
+    from model import sample_next
+    torch.manual_seed(vocab)
+    logits = torch.randn(vocab) * 3
+    ours, theirs = torch.Generator().manual_seed(7), torch.Generator().manual_seed(7)
+    tokens = [run.sample_next(logits, 0.8, top_k, theirs) for _ in range(50)]
+    assert tokens == [int(sample_next(logits[None], 0.8, top_k, ours)) for _ in range(50)]
+    assert len(set(tokens)) > 1   # a draw, not the argmax
+    assert torch.equal(ours.get_state(), theirs.get_state())
+
+
 class Traced:
     """The runner's Program interface over the modules torch.export traces (Prefill and Decode over one
     ExportCache), run eagerly: what the program computes, checked in seconds instead of an export's 30-45."""

@@ -335,7 +335,7 @@ def test_gqa_cache_stores_only_kv_heads():
     model = make_model("gqa")
     cache = model.new_cache()
     model(tokens(1, 4), cache=cache)
-    assert len(cache.kv) == 4 and all(c.k.shape[1] == 2 for c in cache.kv.values())
+    assert len(cache.kv) == 4 and all(k.shape[1] == v.shape[1] == 2 for k, v in cache.kv.values())
 
 
 def test_cache_slot_per_application():

@@ -120,24 +120,6 @@ def test_start_text_and_seeds(ckpt_dir, capsys):
     assert a == b and a != c
 
 
-@pytest.mark.parametrize("vocab,batch,top_k", [(65, 1, 200), (65, 3, 5), (2, 2, None), (50257, 1, 200)])
-def test_sample_next_draws_the_tokens_of_torch_multinomial(vocab, batch, top_k):
-    """The sampler's exponential race is how torch.multinomial(probs, 1) draws: the same tokens from the same
-    generator, which is left in the same state (so every later token is the same too)."""
-    from torch.nn import functional as F
-    from model import sample_next
-    torch.manual_seed(vocab + batch)
-    logits = torch.randn(batch, vocab) * 3
-    ours, theirs = torch.Generator().manual_seed(7), torch.Generator().manual_seed(7)
-    for _ in range(50):
-        token = sample_next(logits, 0.8, top_k, ours)
-        cut = logits / 0.8
-        if top_k is not None and top_k < vocab:
-            cut = cut.masked_fill(cut < torch.topk(cut, top_k).values[:, [-1]], float("-inf"))
-        assert torch.equal(token, torch.multinomial(F.softmax(cut, dim=-1), 1, generator=theirs))
-    assert torch.equal(ours.get_state(), theirs.get_state())
-
-
 def test_greedy_is_deterministic(ckpt_dir, capsys):
     common = [f"--out_dir={ckpt_dir}", "--start=A", "--num_samples=2", "--max_new_tokens=20",
               "--device=cpu", "--temperature=0"]

@@ -15,10 +15,10 @@ tools.bench --mode=decode --compile=True times it (tools/benchmarks/measure.py).
 import sys
 
 import torch
+import torch.nn.functional as F
 
 import sample
 from configurator import UserError, run_command
-from model import InferenceCache, KVCache
 
 
 def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, use_kv_cache=True, generator=None):
@@ -31,48 +31,48 @@ def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, use_kv_cac
                           cache=static_cache(model, idx.size(0)), step=compiled_decode_step(model))
 
 
-class StaticKVCache(KVCache):
-    """A KVCache written at the positions of a tensor; attention reads the whole buffer with the cache's
-    key_mask."""
-
-    def allocate(self, k, v):
-        super().allocate(k, v)
-        _mark_static(self.k, self.v)
-
-    def append(self, k, v, ctx):
-        """Write k, v at ctx.positions (a tensor) and return the whole buffers; ctx.key_mask hides the slots
-        not written yet. No shape and no Python number changes from one decode step to the next."""
-        if self.k is None:
-            self.allocate(k, v)
-        self.k.index_copy_(2, ctx.positions, k)
-        self.v.index_copy_(2, ctx.positions, v)
-        return self.k, self.v
-
-
-def _mark_static(*tensors):
-    """Tell torch.compile (CUDA graphs) that these buffers keep their address from call to call."""
-    for t in tensors:
-        torch._dynamo.mark_static_address(t)
-
-
-class StaticCache(InferenceCache):
-    """InferenceCache with the position in a tensor (`position`, made on the model's device at the first
-    forward) and buffers of fixed size, updated in place. `length` stays 0: the model's block_size check
-    sees only the new tokens, and generate keeps the window inside block_size. `fresh` is True after a reset:
-    the next compiled step checks dynamo's guards. Deep Thinking is refused (its memory is not kept here)."""
+class StaticCache:
+    """model.py's cache interface (KVCache's docstring) over buffers of fixed size, updated in place,
+    with the position in a tensor (`position`, made on the model's device at the first forward).
+    `length` stays 0: the model's block_size check sees only the new tokens, and generate keeps the
+    window inside block_size. `fresh` is True after a reset: the next compiled step checks dynamo's
+    guards. Deep Thinking is refused (its memory is not kept here)."""
+    length = 0
 
     def __init__(self, config):
         if config.think_steps:
             raise ValueError("a static cache does not support Deep Thinking (fix: use model.new_cache())")
-        super().__init__(config.block_size)
+        self.max_len = config.block_size
+        self.kv, self.conv_tail = {}, {}
         self.position, self.fresh = None, True
+        self.new_positions = None   # of the current forward, and its mask: positions() sets them
+        self.mask = None
 
-    def get(self, table, slot):
-        if slot not in table:
-            table[slot] = StaticKVCache(self.max_len)
-        return table[slot]
+    def positions(self, length, device):
+        """Positions of the next `length` tokens as a tensor (the position buffer is made on first
+        use), and this forward's (length, max_len) mask: the query at position p sees the slots <= p
+        (later ones are not written yet)."""
+        if self.position is None:
+            self.position = torch.zeros(1, dtype=torch.long, device=device)
+            _mark_static(self.position)
+        self.new_positions = self.position + torch.arange(length, device=device)
+        self.mask = torch.arange(self.max_len, device=device) <= self.new_positions[:, None]
+        return self.new_positions
 
-    def conv_window(self, slot, x, n_past, start):
+    def attend(self, slot, q, k, v):
+        """Write k, v at the new positions and attend over the whole buffers, the mask hiding the
+        slots not written yet. No shape and no Python number changes from one decode step to the next."""
+        if slot not in self.kv:
+            shape = (k.size(0), k.size(1), self.max_len, k.size(3))
+            self.kv[slot] = (k.new_zeros(shape), v.new_zeros(shape))
+            _mark_static(*self.kv[slot])
+        keys, values = self.kv[slot]
+        keys.index_copy_(2, self.new_positions, k)
+        values.index_copy_(2, self.new_positions, v)
+        return F.scaled_dot_product_attention(q, keys, values, attn_mask=self.mask,
+                                              enable_gqa=q.size(1) != k.size(1))
+
+    def conv_window(self, slot, x, n_past):
         """cgpt's causal Conv1d: x preceded by the last n_past inputs, kept in place (zeros before position 0)."""
         past = self.conv_tail.get(slot)
         if past is None:
@@ -81,17 +81,6 @@ class StaticCache(InferenceCache):
         window = torch.cat([past, x], dim=1)
         past.copy_(window[:, window.size(1) - n_past:])
         return window
-
-    def positions(self, length, device):
-        """Positions of the next `length` tokens as a tensor (the position buffer is made on first use)."""
-        if self.position is None:
-            self.position = torch.zeros(1, dtype=torch.long, device=device)
-            _mark_static(self.position)
-        return self.position + torch.arange(length, device=device)
-
-    def key_mask(self, positions):
-        """(T, max_len): the query at position p sees cache slots <= p (later ones are not written yet)."""
-        return torch.arange(self.max_len, device=positions.device) <= positions[:, None]
 
     def advance(self, n):
         self.position.add_(n)   # in place, inside the compiled step
@@ -103,6 +92,12 @@ class StaticCache(InferenceCache):
             self.position.zero_()
             for tail in self.conv_tail.values():
                 tail.zero_()   # cgpt's conv window: zeros before position 0
+
+
+def _mark_static(*tensors):
+    """Tell torch.compile (CUDA graphs) that these buffers keep their address from call to call."""
+    for t in tensors:
+        torch._dynamo.mark_static_address(t)
 
 
 def static_cache(model, batch_size):

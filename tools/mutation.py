@@ -40,15 +40,17 @@ KV_CACHE = "tests/test_model.py tests/test_variants.py -k 'kv_cache_equals_full_
 MUTANTS = [
     # --- issue 34's table ---
     Mutant("mask_sees_next_token", "model.py",
-           "            return self._sdpa(q, k, v, is_causal=True)",
-           "            return self._sdpa(q, k, v, mask=torch.ones(q.size(2), k.size(2), dtype=torch.bool,\n"
-           "                                                       device=q.device).tril(1))",
+           "    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=start == 0,",
+           "    if start == 0:\n"
+           "        mask = torch.ones(q.size(2), k.size(2), dtype=torch.bool, device=q.device).tril(1)\n"
+           "    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=False,",
            CAUSALITY, every=True),
     Mutant("query7_sees_key8", "model.py",
-           "            return self._sdpa(q, k, v, is_causal=True)",
-           "            mask = torch.ones(q.size(2), k.size(2), dtype=torch.bool, device=q.device).tril()\n"
-           "            mask[7:8, 8:9] = True\n"
-           "            return self._sdpa(q, k, v, mask=mask)",
+           "    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=start == 0,",
+           "    if start == 0:\n"
+           "        mask = torch.ones(q.size(2), k.size(2), dtype=torch.bool, device=q.device).tril()\n"
+           "        mask[7:8, 8:9] = True\n"
+           "    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=False,",
            CAUSALITY, every=True),
     Mutant("cgpt_conv_padded_both_sides", "model.py",
            "window = torch.cat([x.new_zeros(x.size(0), self.kernel - 1, x.size(2)), x], dim=1)",
@@ -56,26 +58,32 @@ MUTANTS = [
            "                                x.new_zeros(x.size(0), self.kernel // 2, x.size(2))], dim=1)",
            "tests/test_model.py -k 'test_causality and (cgpt_k3 or post_norm_pgpt_cgpt)'", every=True),
     Mutant("deep_thinking_test_pass_reads_next_position", "model.py",
-           "            return self._attend(q, *ctx.read_memory(prev), ctx)",
-           "            mem_k, mem_v = ctx.read_memory(prev)\n"
-           "            mask = ctx.causal_mask()\n"
-           "            return self._sdpa(q, mem_k, mem_v, mask=mask | mask.roll(1, dims=-1))",
+           "            return causal_attention(q, *self.read_memory(ctx, prev), ctx.start, dropout)",
+           "            mem_k, mem_v = self.read_memory(ctx, prev)\n"
+           "            mask = causal_mask(ctx.start, T, q.device)\n"
+           "            return F.scaled_dot_product_attention(q, mem_k, mem_v, attn_mask=mask | mask.roll(1, dims=-1))",
            "tests/test_model.py tests/test_variants.py -k '(test_causality or is_causal) and (deep_thinking or dt)'",
            every=True),
     Mutant("kv_cache_drops_oldest", "model.py",
-           "        return self.k.narrow(2, 0, end), self.v.narrow(2, 0, end)",
+           "        values[:, :, self.length:end] = v\n"
+           "        return keys[:, :, :end], values[:, :, :end]",
+           "        values[:, :, self.length:end] = v\n"
            "        drop = 1 if k.size(2) == 1 and end > 1 else 0   # decoding: one token at a time\n"
-           "        return self.k.narrow(2, drop, end - drop), self.v.narrow(2, drop, end - drop)",
+           "        return keys[:, :, drop:end], values[:, :, drop:end]",
            KV_CACHE, every=True),
     Mutant("kv_cache_drops_oldest_text", "model.py",
-           "        return self.k.narrow(2, 0, end), self.v.narrow(2, 0, end)",
+           "        values[:, :, self.length:end] = v\n"
+           "        return keys[:, :, :end], values[:, :, :end]",
+           "        values[:, :, self.length:end] = v\n"
            "        drop = 1 if k.size(2) == 1 and end > 1 else 0   # decoding: one token at a time\n"
-           "        return self.k.narrow(2, drop, end - drop), self.v.narrow(2, drop, end - drop)",
+           "        return keys[:, :, drop:end], values[:, :, drop:end]",
            "tests/test_sample.py -k 'no_kv_cache_same_text or start_text_and_seeds'", every=True),
     Mutant("kv_cache_drops_oldest_generate", "model.py",
-           "        return self.k.narrow(2, 0, end), self.v.narrow(2, 0, end)",
+           "        values[:, :, self.length:end] = v\n"
+           "        return keys[:, :, :end], values[:, :, :end]",
+           "        values[:, :, self.length:end] = v\n"
            "        drop = 1 if k.size(2) == 1 and end > 1 else 0   # decoding: one token at a time\n"
-           "        return self.k.narrow(2, drop, end - drop), self.v.narrow(2, drop, end - drop)",
+           "        return keys[:, :, drop:end], values[:, :, drop:end]",
            "tests/test_model.py -k generate_same_tokens", every=True),
     Mutant("eval_counts_params_without_positions", "tools/eval.py",
            "(iter {ckpt.get('iter_num', '?')}, {model.get_num_params(non_embedding=False)",
@@ -89,11 +97,11 @@ MUTANTS = [
            "tests/test_model.py tests/test_variants.py -k 'kv_cache_equals_full_forward and "
            "(rope or shishu or mobilellm or internlm or paper000_dt_first_layer)'", every=True),
     Mutant("gqa_query_head_reads_wrong_kv_head", "model.py",
-           "    def _sdpa(self, q, k, v, mask=None, is_causal=False):\n",
-           "    def _sdpa(self, q, k, v, mask=None, is_causal=False):\n"
-           "        if self.n_kv_head != self.n_head:   # tiles the kv heads: query head h reads h % n_kv_head\n"
-           "            k = k.repeat(1, self.n_head // self.n_kv_head, 1, 1)\n"
-           "            v = v.repeat(1, self.n_head // self.n_kv_head, 1, 1)\n",
+           "    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=start == 0,",
+           "    if q.size(1) != k.size(1):   # tiles the kv heads: query head h reads h % n_kv_head\n"
+           "        k = k.repeat(1, q.size(1) // k.size(1), 1, 1)\n"
+           "        v = v.repeat(1, q.size(1) // v.size(1), 1, 1)\n"
+           "    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=start == 0,",
            "tests/test_model.py -k 'reference_equations and n_kv_head'", every=True),
     Mutant("shared_layer_uses_wrong_weights", "model.py",
            "group = [start + (layer - start) // k if",
@@ -147,8 +155,8 @@ MUTANTS = [
            "tests/test_model.py -k sinusoidal_positions", every=False),
     # --- issue 33: the exported program's static cache (tools/executorch/export.py) ---
     Mutant("export_cache_key_mask_sees_next_slot", "tools/executorch/export.py",
-           "return torch.arange(self.max_len, device=positions.device) <= positions[:, None]",
-           "return torch.arange(self.max_len, device=positions.device) <= positions[:, None] + 1",
+           "self.mask = torch.arange(self.max_len, device=device) <= self.new_positions[:, None]",
+           "self.mask = torch.arange(self.max_len, device=device) <= self.new_positions[:, None] + 1",
            "tests/test_executorch.py -k export_modules_equal_eager", every=False),
     Mutant("export_cache_conv_window_keeps_oldest", "tools/executorch/export.py",
            "past.copy_(window[:, window.size(1) - n_past:])",

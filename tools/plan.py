@@ -17,7 +17,7 @@ mlp_index), never from a second description of the architectures:
                same index use the same weights (layer sharing)
   KV cache     per token and attention application: keys and values, 2 x n_kv_head x head_dim x 4 bytes (float32);
                Deep Thinking keeps keys/values and a memory for each of its T thinking passes (2T; the test pass
-               reads the memory only), as the model's InferenceCache allocates them
+               reads the memory only), as the model's KVCache allocates them
   FLOPs        forward, per token, at the full context T (block_size): 2 per matmul weight applied (every
                application, branch and pass; the embedding projection and the head) plus 4 x width x keys per
                attention application (QK^T and AV over `keys` positions: T, or 2T in the Deep Thinking passes that

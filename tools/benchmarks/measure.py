@@ -24,7 +24,7 @@ import torch
 
 from checkpoint import autocast
 from configurator import out_of_memory
-from model import GPT, GPTConfig, InferenceCache
+from model import GPT, GPTConfig, KVCache
 from tools.benchmarks.report import short
 from tools.fast_sample import generate as fast_generate
 
@@ -71,10 +71,10 @@ def timed(fn, device):
 
 
 def cache_bytes(cache):
-    """Bytes of an InferenceCache's keys and values: every attention application's KV cache and Deep Thinking's
-    memory (GQA stores only n_kv_head heads)."""
-    return sum(2 * c.k.numel() * c.k.element_size() for table in (cache.kv, cache.memory) for c in table.values()
-               if c.k is not None)
+    """Bytes of a KVCache's keys and values: every attention application's KV cache and Deep
+    Thinking's memory (GQA stores only n_kv_head heads)."""
+    tensors = [t for table in (cache.kv, cache.memory) for kv in table.values() for t in kv]
+    return sum(t.numel() * t.element_size() for t in tensors)
 
 
 def storage_bytes(tensors):
@@ -199,7 +199,7 @@ def bench_infer(model, cfg, device, dtype, seq, measure_memory):
     holder = {}
 
     def prefill():
-        cache = InferenceCache(seq)
+        cache = KVCache(seq)
         with autocast(device, dtype):
             model(idx, cache=cache)
         holder["cache"] = cache
@@ -214,7 +214,7 @@ def bench_infer(model, cfg, device, dtype, seq, measure_memory):
     if d:
         step_times = []
         for r in range(cfg["warmup"] + cfg["repeats"]):
-            cache = InferenceCache(seq)
+            cache = KVCache(seq)
             with autocast(device, dtype):
                 model(idx[:, :seq - d], cache=cache)
                 for i in range(seq - d, seq):

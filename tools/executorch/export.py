@@ -14,7 +14,7 @@ The cache (keys/values of every attention application, cgpt's convolution window
 methods share (ExecuTorch's share_mutable_buffers): prefill fills it, decode reads and extends it. Every technique
 of model.py goes through: pgpt (all branches, or --keep_heaviest_branch), lgpt, cgpt with any kernel (its last
 kernel-1 inputs are cache state), layer sharing, ShishuLM, enhanced residual, factorized embeddings, GQA. Deep
-Thinking is refused (see refuse_unsupported). ExportCache is a cache model.py's InferenceCache interface allows.
+Thinking is refused (see refuse_unsupported). ExportCache implements model.py's cache interface.
 
 --quantize=8da8w (torchao, lowered to XNNPACK's dynamically quantized kernels): int8 weights per output channel for
 every Linear, activations quantized to int8 per token at run time. Embeddings, a tied head and cgpt's Conv1d stay
@@ -27,6 +27,7 @@ import time
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from configurator import UserError, run_command
 
@@ -43,35 +44,47 @@ QUANTIZE = ("none", "8da8w")
 
 
 # --- the static cache, as module buffers --------------------------------------------------------------------
-# tools/fast_sample.py's StaticCache keeps its tensors outside any module and its position in a tensor it updates
-# itself. torch.export needs the state it mutates to be buffers of the exported module, and a runner is simpler when
-# it passes the position. ExportCache overrides what model.py's InferenceCache lets a cache override (get,
-# conv_window, positions, key_mask, advance) with every tensor a registered buffer.
+# model.py's cache interface (KVCache's docstring), as tools/fast_sample.py's StaticCache implements it:
+# buffers of max_len positions written at the new positions, attention over all of them with a mask.
+# torch.export needs the state it mutates to be buffers of the exported module, and a runner is simpler
+# when it passes the position: here every tensor is a registered buffer, `start` an input of each method.
 
 class ExportCache(nn.Module):
     """Keys/values of every attention application and cgpt's conv windows, buffers of fixed size. A buffer is
     registered the first time a slot is used (a warm-up call before export), so exactly the slots the model
     reads exist: one per (branch, layer) application, shared layers included."""
-    kv, memory = "kv", "memory"   # the tables model.py names; get() makes buffer names from them
-    length = 0                    # model.py's block_size check sees only the new tokens; the runner keeps the window
+    length = 0   # model.py's block_size check sees only the new tokens; the runner keeps the window
 
     def __init__(self, max_len):
         super().__init__()
         self.max_len = max_len
         self.start = None         # the position of this call's first token (a (1,) tensor), set by Prefill / Decode
         self.new_sequence = True  # prefill: cgpt's window starts from zeros (nothing before position 0)
-
-    def get(self, table, slot):
-        return CacheSlot(self, f"{table}_{'_'.join(map(str, slot))}")
+        self.new_positions = None  # of the current call, and its mask: positions() sets them
+        self.mask = None
 
     def positions(self, length, device):
-        return self.start + torch.arange(length, device=device)
+        """The positions of this call's tokens, and its (T, max_len) mask: the query at position p
+        sees the slots <= p (later ones: an older, longer sequence's)."""
+        self.new_positions = self.start + torch.arange(length, device=device)
+        self.mask = torch.arange(self.max_len, device=device) <= self.new_positions[:, None]
+        return self.new_positions
 
-    def key_mask(self, positions):
-        """(T, max_len): the query at position p sees slots <= p (later ones: an older, longer sequence's)."""
-        return torch.arange(self.max_len, device=positions.device) <= positions[:, None]
+    def attend(self, slot, q, k, v):
+        """Write k, v (B, H_kv, T, D) at the new positions of the slot's two buffers and attend over
+        all max_len positions, the mask hiding those after the newest (an older sequence's, or empty)."""
+        name = f"kv_{'_'.join(map(str, slot))}"
+        if not hasattr(self, f"{name}_k"):
+            shape = (k.size(0), k.size(1), self.max_len, k.size(3))
+            self.register_buffer(f"{name}_k", k.new_zeros(shape))
+            self.register_buffer(f"{name}_v", v.new_zeros(shape))
+        keys, values = getattr(self, f"{name}_k"), getattr(self, f"{name}_v")
+        keys.index_copy_(2, self.new_positions, k)
+        values.index_copy_(2, self.new_positions, v)
+        return F.scaled_dot_product_attention(q, keys, values, attn_mask=self.mask,
+                                              enable_gqa=q.size(1) != k.size(1))
 
-    def conv_window(self, slot, x, n_past, start):
+    def conv_window(self, slot, x, n_past):
         """cgpt's causal Conv1d: x preceded by the last n_past inputs (zeros for a new sequence); keeps its last
         n_past inputs for the next call, in place."""
         name = f"conv_{'_'.join(map(str, slot))}"
@@ -83,26 +96,7 @@ class ExportCache(nn.Module):
         return window
 
     def advance(self, n):
-        pass   # the runner keeps the position
-
-
-class CacheSlot:
-    """The keys/values of one attention application: two buffers of ExportCache, written at ctx.positions."""
-
-    def __init__(self, cache, name):
-        self.cache, self.name = cache, name
-
-    def append(self, k, v, ctx):
-        """Write k, v (B, H_kv, T, D) at ctx.positions and return the whole buffers; ctx.key_mask hides the slots
-        after the last position (written by an earlier, longer sequence, or not at all)."""
-        if not hasattr(self.cache, f"{self.name}_k"):
-            shape = (k.size(0), k.size(1), self.cache.max_len, k.size(3))
-            self.cache.register_buffer(f"{self.name}_k", k.new_zeros(shape))
-            self.cache.register_buffer(f"{self.name}_v", v.new_zeros(shape))
-        keys, values = getattr(self.cache, f"{self.name}_k"), getattr(self.cache, f"{self.name}_v")
-        keys.index_copy_(2, ctx.positions, k)
-        values.index_copy_(2, ctx.positions, v)
-        return keys, values
+        pass   # the runner keeps the position (and starts a new sequence with prefill: no reset)
 
 
 class Prefill(nn.Module):

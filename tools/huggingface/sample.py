@@ -18,7 +18,8 @@ DEFAULTS = {"init_from": "", **{k: v for k, v in sample.DEFAULTS.items() if k !=
 def run(cfg):
     if not cfg["init_from"]:
         raise UserError("--init_from is required (fix: --init_from=path/to/hf-model-dir or a hub name)")
-    device, start_text = sample.check_options(cfg)
+    device, dtype = sample.check_options(cfg)
+    start_text = sample.read_start(cfg["start"])
     model, info = load_pretrained(cfg["init_from"], device)
     tok = load_tokenizer(cfg["data_dir"]) if cfg["data_dir"] else tokenizer_for(info)
     # the model samples ids up to its vocab_size: a smaller vocabulary cannot decode them (an IndexError midway)
@@ -27,7 +28,8 @@ def run(cfg):
                         f"{model.config.vocab_size}: it cannot decode what the model samples (fix: --data_dir=<the "
                         f"dataset the model was trained on>, or leave it out to use the model's own tokenizer)")
     dataset = cfg["data_dir"] or f"{info['source']}'s tokenizer"
-    sample.write_samples(model, tok, start_text, cfg, device, f"{info['source']} (iter pretrained", dataset)
+    source = f"{info['source']} (iter pretrained"
+    sample.write_samples(model, tok, start_text, cfg, device, dtype, source, dataset)
 
 
 def main(argv=None):
