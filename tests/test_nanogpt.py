@@ -143,6 +143,25 @@ def test_logits_equal_nanogpts(tmp_path, bias, compiled, mask_buffer):
     assert not torch.allclose(nanogpt_logits(swapped, args, idx), theirs, atol=1e-3)
 
 
+@pytest.mark.parametrize("compiled", [False, True])
+def test_init_from_a_nanogpt_checkpoint_gives_its_logits(tmp_path, compiled):
+    """What train.py --init_from=<nanoGPT's ckpt.pt> starts from (its loader, model_args, load_matching_weights)
+    computes nanoGPT's logits; the head is wte itself, as nanoGPT ties it: zeroing a token's embedding row zeroes
+    its logit, and the parameters are nanoGPT's, the shared wte/lm_head counted once."""
+    from test_checkpoint import train_init
+    sd = write_nanogpt_checkpoint(str(tmp_path), compiled=compiled, seed=4)
+    model = train_init(str(tmp_path / "ckpt.pt"))
+    idx = torch.randint(0, ARGS["vocab_size"], (2, ARGS["block_size"]), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        theirs = nanogpt_logits(sd, ARGS, idx)
+        assert theirs.abs().max() > 1
+        torch.testing.assert_close(model(idx, all_logits=True)[0], theirs, rtol=1e-5, atol=1e-5)
+        unique = {v.data_ptr(): v.numel() for k, v in sd.items() if not k.endswith(".attn.bias")}
+        assert model.get_num_params(non_embedding=False) == sum(unique.values())
+        model.tok_emb.wte.weight[5] = 0.0
+        assert torch.all(model(idx, all_logits=True)[0][..., 5] == 0)
+
+
 @pytest.mark.parametrize("damage, words", [
     (lambda c: c["model"].pop("transformer.h.1.mlp.c_fc.weight"), ["no 'h.1.mlp.c_fc.weight'"]),
     (lambda c: c["model"].update(extra=torch.zeros(2)), ["1 tensors its GPT does not have", "extra"]),
