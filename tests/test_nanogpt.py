@@ -201,6 +201,17 @@ def test_sample_and_eval_read_nanogpts_folders(nanogpt_run, capsys):
     assert f"| val | {len(val) - 1} |" in out and f"{loss.item():.4f}" in out
 
 
+def test_meta_pkl_ids_mean_nanogpts_characters(tmp_path):
+    """Id i of a nanoGPT data folder is itos[i] of its meta.pkl, in whatever order its prepare.py numbered the
+    characters (here not sorted), for decoding and encoding alike."""
+    itos = dict(enumerate("zy\nx a"))
+    with open(tmp_path / "meta.pkl", "wb") as f:
+        pickle.dump({"vocab_size": len(itos), "itos": itos, "stoi": {c: i for i, c in itos.items()}}, f)
+    tok = dataset.load_tokenizer(str(tmp_path))
+    assert tok.decode(list(itos)) == "".join(itos.values())
+    assert tok.encode("a zy\n") == [5, 4, 0, 1, 2]
+
+
 def test_gpt2_vocabulary_when_the_folder_has_none(tmp_path, gpt2_file):
     """As nanoGPT's sample.py: a nanoGPT checkpoint whose data folder has no meta.pkl is GPT-2 BPE; for ours, a
     missing meta.json stays an error."""
