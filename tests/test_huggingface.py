@@ -656,19 +656,26 @@ def test_tokenizer_files_that_load_empty_are_refused(tmp_path):
 # --- tools.huggingface.sample / train.py from a converted Hugging Face model ------------------------------------------------
 
 def test_sample_prints_text_from_a_gpt2_directory(tmp_path):
+    """The command's greedy text is transformers' greedy continuation of the prompt's GPT-2 ids (tiktoken's GPT-2,
+    built from the ranks file), decoded."""
+    from test_prepare import reference_gpt2
     ranks = gpt2_ranks_file()
     if ranks is None:
         pytest.skip("no GPT-2 ranks file: set GPT2_TIKTOKEN_FILE or provide ../shared/data/gpt2/gpt2.tiktoken")
     torch.manual_seed(0)
-    model = GPT2LMHeadModel(GPT2Config(vocab_size=50257, n_positions=32, n_embd=8, n_layer=1, n_head=2))
+    model = randomize(GPT2LMHeadModel(GPT2Config(vocab_size=50257, n_positions=32, n_embd=8, n_layer=1, n_head=2,
+                                                 **QUIET)), seed=9)
     model.save_pretrained(tmp_path)
     env = dict(os.environ, OMP_NUM_THREADS="1", GPT2_TIKTOKEN_FILE=ranks)
     r = subprocess.run([sys.executable, "-m", "tools.huggingface.sample", f"--init_from={tmp_path}",
-                        "--start=Hello world", "--num_samples=1", "--max_new_tokens=8", "--device=cpu"],
-                       capture_output=True, text=True, cwd=ROOT, timeout=120, env=env)
+                        "--start=Hello world", "--num_samples=1", "--max_new_tokens=8", "--temperature=0",
+                        "--device=cpu"], capture_output=True, text=True, cwd=ROOT, timeout=120, env=env)
     assert r.returncode == 0, r.stderr
-    text = r.stdout.split("---------------\n")[0]
-    assert text.startswith("Hello world") and len(text) > len("Hello world\n")
+    enc = reference_gpt2(ranks)
+    prompt = torch.tensor([enc.encode_ordinary("Hello world")])
+    want = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=8, do_sample=False,
+                          pad_token_id=0)
+    assert r.stdout.split("---------------\n")[0] == enc.decode(want[0].tolist()) + "\n"
     assert "imported GPT2LMHeadModel" in r.stderr
 
 
