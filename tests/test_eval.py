@@ -228,7 +228,8 @@ def test_eval_table_is_recomputed_from_the_models_logits(tmp_path, capsys):
                 logits = model(ids[None, start:end], all_logits=True)[0][0]
                 nll += F.cross_entropy(logits.double(), ids[start + 1:end + 1], reduction="sum").item()
         text = "".join(chars[i] for i in ids)
-        words, nbytes = (9, 50) if split == "val" else (len(text.split()), len(text.encode("utf-8")))
+        words = 9 if split == "val" else len(text.split())
+        nbytes = 50 if split == "val" else len(text.encode("utf-8"))
         n = len(ids) - 1
         expected = [n, words, nbytes, nll / n, math.exp(nll / n), math.exp(nll / words), nll / math.log(2) / nbytes]
         printed = [float(v.replace(",", "")) for v in rows[split]]

@@ -718,21 +718,20 @@ def test_eval_init_from_hf_directory(tiny_data, tmp_path, capsys):
 
 
 def test_train_init_from_hf_directory_copies_every_tensor(tiny_train_config, capsys):
-    """convert import, then train.py --init_from=<file>; and train.py --init_from=<the folder> itself (it runs the
-    import in a subprocess): the run starts from the imported weights (vocab and sizes fit the data)."""
+    """convert import, then train.py --init_from=<file>: the run starts from the imported weights (vocab and sizes fit
+    the data). train.py --init_from=<the folder> itself, which runs the same import in a subprocess, is
+    tests/test_nanogpt.py's test_init_from_a_hugging_face_gpt2 (logits compared)."""
     import train
-    from configurator import UserError
     from tools.huggingface.convert import main as convert_main
     hf_dir = llama_for_tiny_data(tiny_train_config["out_dir"] + "-hf")
     ours = from_pretrained(hf_dir, verbose=False)
     path = tiny_train_config["out_dir"] + "-hf.pt"
     convert_main(["import", hf_dir, f"--out={path}"])
     n = len(ours.state_dict())
-    for source in (path, hf_dir):
-        got = {}
-        config = dict(tiny_train_config, init_from=source, max_iters=0)
-        train.train({**train.DEFAULTS, **config}, explicit=set(config),
-                    callback=lambda event, info: got.update(model=info["model"]) if event == "end" else None)
-        assert f"initialized {n}/{n} tensors from {source}" in capsys.readouterr().out
-        trained = got["model"].state_dict()
-        assert all(torch.equal(v, trained[k].cpu()) for k, v in ours.state_dict().items())
+    got = {}
+    config = dict(tiny_train_config, init_from=path, max_iters=0)
+    train.train({**train.DEFAULTS, **config}, explicit=set(config),
+                callback=lambda event, info: got.update(model=info["model"]) if event == "end" else None)
+    assert f"initialized {n}/{n} tensors from {path}" in capsys.readouterr().out
+    trained = got["model"].state_dict()
+    assert all(torch.equal(v, trained[k].cpu()) for k, v in ours.state_dict().items())

@@ -127,7 +127,8 @@ def llamacpp_forward(path, ids):
         n_rot = setting("rope.dimension_count")
         for i in range(n_rot // 2):
             angle = np.arange(T)[:, None] * setting("rope.freq_base") ** (-2 * i / n_rot)
-            a, b = x[..., 2 * i].copy(), x[..., 2 * i + 1].copy()
+            a = x[..., 2 * i].copy()
+            b = x[..., 2 * i + 1].copy()
             x[..., 2 * i] = a * np.cos(angle) - b * np.sin(angle)
             x[..., 2 * i + 1] = a * np.sin(angle) + b * np.cos(angle)
         return x.reshape(T, -1)
@@ -150,8 +151,9 @@ def llamacpp_forward(path, ids):
         b = f"blk.{layer}."
         h = norm(x, b + "attn_norm")
         if arch == "llama":
-            q, k, v = (linear(h, b + f"attn_{p}") for p in "qkv")
-            q, k = rope(q, n_head), rope(k, n_kv)
+            q = rope(linear(h, b + "attn_q"), n_head)
+            k = rope(linear(h, b + "attn_k"), n_kv)
+            v = linear(h, b + "attn_v")
         else:
             q, k, v = np.split(linear(h, b + "attn_qkv"), 3, axis=-1)
         x = x + linear(attention(q, k, v), b + "attn_output")

@@ -135,10 +135,12 @@ def test_inherit_keeps_the_layers_whose_removal_costs_most():
     batches = random_batches(2, 3, 8, 16)
     stack = src.branches[0]
 
+    def identity(module, args, out):
+        return args[0]
+
     @torch.no_grad()
     def skipping(layers, x, y=None):
-        handles = [sub.register_forward_hook(lambda module, args, out: args[0])
-                   for l in layers for sub in (stack.attn[l], stack.mlp[l])]
+        handles = [sub.register_forward_hook(identity) for l in layers for sub in (stack.attn[l], stack.mlp[l])]
         try:
             return src(x, y, all_logits=True)
         finally:
@@ -180,11 +182,16 @@ def test_inherit_keeps_the_units_each_criterion_ranks_highest(criterion):
     else:
         imp = {n: p.detach().abs() if criterion == "l1" else p.detach() ** 2 for n, p in params.items()}
     channel = imp["tok_emb.wte.weight"].sum(0) + imp["pos_emb.weight"].sum(0) + imp["ln_f.weight"] + imp["ln_f.bias"]
-    ffn, heads = [], []
+    ffn = []
+    heads = []
     for l in range(2):
-        a, m = f"branches.0.attn.{l}.", f"branches.0.mlp.{l}."
-        qkv, qkv_bias = imp[a + "inner.qkv_proj.weight"], imp[a + "inner.qkv_proj.bias"]   # rows: q | k | v
-        out, up, down = imp[a + "inner.out_proj.weight"], imp[m + "inner.up.weight"], imp[m + "inner.down.weight"]
+        a = f"branches.0.attn.{l}."
+        m = f"branches.0.mlp.{l}."
+        qkv = imp[a + "inner.qkv_proj.weight"]   # rows: q | k | v
+        qkv_bias = imp[a + "inner.qkv_proj.bias"]
+        out = imp[a + "inner.out_proj.weight"]
+        up = imp[m + "inner.up.weight"]
+        down = imp[m + "inner.down.weight"]
         for norm in (a + "norm", m + "norm"):
             channel = channel + imp[norm + ".weight"] + imp[norm + ".bias"]
         channel = channel + qkv.sum(0) + out.sum(1) + imp[a + "inner.out_proj.bias"] + up.sum(0) + down.sum(1) \
@@ -201,7 +208,8 @@ def test_inherit_keeps_the_units_each_criterion_ranks_highest(criterion):
     assert plan.channels.tolist() == best(channel, 16)
     assert [f.tolist() for f in plan.ffn] == [best(s, 10) for s in ffn]
     assert [q.tolist() for q in plan.q_heads] == [k.tolist() for k in plan.kv_heads] == [best(s, 2) for s in heads]
-    ch, sd = plan.channels, src.state_dict()
+    ch = plan.channels
+    sd = src.state_dict()
     torch.testing.assert_close(small.tok_emb.wte.weight, sd["tok_emb.wte.weight"][:, ch], rtol=0, atol=0)
     up = small.branches[0].mlp[1].inner.up.weight
     torch.testing.assert_close(up, sd["branches.0.mlp.1.inner.up.weight"][plan.ffn[1]][:, ch], rtol=0, atol=0)
