@@ -14,8 +14,8 @@ import dataset as tokenizer
 import prepare
 from configurator import UserError
 from conftest import one_error_line
-from test_prepare import (SMALL_TEXT, UNICODE_TEXT, prepared_folder,
-                          read_bin, read_meta, write_input)
+from test_prepare import (SMALL_TEXT, UNICODE_TEXT, prepared_folder, read_bin, read_meta, reference_gpt2,
+                          split_as_documented, write_input)
 from tools.pangu import compact_vocab
 from tools.pangu.compact_vocab import main
 
@@ -86,6 +86,40 @@ def test_compact_shakespeare_roundtrip(tmp_path, monkeypatch, gpt2_file, gpt2_ra
     assert int(train.max()) < 400 and tok.decode(train.tolist()) == SMALL_TEXT[:int(len(SMALL_TEXT) * 0.9)]
     report = capsys.readouterr().out
     assert "top-k" in report and "PEHL = 2*V*d / (2*V*d + 12*n_layer*d^2)" in report
+
+
+def test_compact_meta_maps_every_token_to_its_gpt2_id(tmp_path, gpt2_file):
+    """meta.json read back: compact token i is GPT-2's token gpt2_ids[i] (tiktoken's GPT-2 encoding, built here from the
+    ranks file), eot is the last id; the token files hold what the tokenizer built here from meta.json's fields alone
+    encodes, their ids mapped through gpt2_ids are GPT-2 ids of the split's text, and a piece of text that GPT-2 spells
+    with kept tokens only is spelled with the same tokens (dataset.py's tokenizer)."""
+    import regex
+    import tiktoken
+    text = SMALL_TEXT + UNICODE_TEXT
+    out = tmp_path / "c"
+    main(["shakespeare", "--vocab_size", "300", "--input", write_input(tmp_path, text), "--out_dir", str(out),
+          "--no_plot"])
+    meta = read_meta(out)
+    ref = reference_gpt2(gpt2_file)
+    tokens = [base64.b64decode(t) for t in meta["tokens"]]
+    assert len(tokens) == len(meta["gpt2_ids"]) == meta["eot_token"] == meta["vocab_size"] - 1 == 299
+    assert [ref.decode_single_token_bytes(g) for g in meta["gpt2_ids"]] == tokens
+    assert meta["gpt2_ids"] == sorted(meta["gpt2_ids"])   # GPT-2's rank order: BPE over the subset merges as GPT-2
+    mine = tiktoken.Encoding(name="compact_reference", pat_str=meta["pat_str"],
+                             mergeable_ranks={t: i for i, t in enumerate(tokens)},
+                             special_tokens={"<|endoftext|>": meta["eot_token"]})
+    for split, part in split_as_documented(text).items():
+        ids = read_bin(out / f"{split}.bin").tolist()
+        assert ids == mine.encode_ordinary(part)
+        assert ref.decode([meta["gpt2_ids"][i] for i in ids]) == part
+    tok = tokenizer.load_tokenizer(str(out))
+    assert tok.eot_token == meta["eot_token"] and tok.encode("<|endoftext|>") == [meta["eot_token"]]
+    compact_id = {g: i for i, g in enumerate(meta["gpt2_ids"])}
+    pieces = regex.findall(meta["pat_str"], text)
+    kept = [p for p in pieces if all(g in compact_id for g in ref.encode_ordinary(p))]
+    assert len(kept) > len(pieces) / 2 and any(len(ref.encode_ordinary(p)) == 1 and len(p) > 2 for p in kept)
+    for piece in kept:
+        assert tok.encode(piece) == [compact_id[g] for g in ref.encode_ordinary(piece)], piece
 
 
 def test_coverage_and_pehl():

@@ -108,7 +108,25 @@ def test_compare_writes_tables_figures_samples_and_skips_finished(char_data, tmp
     status = json.load(open(os.path.join(cdir, "status.json")))
     assert {k: v["state"] for k, v in status["models"].items()} == {"pgpt": "finished", "enhanced_residual": "finished"}
     assert status["models"]["pgpt"]["summary"]["iter_num"] == 6
-    assert len(status["models"]["enhanced_residual"]["report"]["alphas"]) == 1   # 2 layers = 1 shared block
+
+    # the values, recomputed from the checkpoints they report on: parameters, best val loss, the branch weights
+    # softmax(a) and the enhanced-residual alphas sigmoid(w) (2 layers = 1 shared block: one pair)
+    from checkpoint import load_model
+    for row in table:
+        model, ckpt = load_model(os.path.join(cdir, row["name"]))
+        assert int(row["params"]) == model.get_num_params(non_embedding=False)
+        assert float(row["best_val_loss"]) == pytest.approx(ckpt["best_val_loss"], rel=1e-5)   # csv: 6 digits
+        report = status["models"][row["name"]]["report"]
+        if row["name"] == "pgpt":
+            logits = model.branch_logits.tolist()
+            weights = [math.exp(a) / sum(math.exp(b) for b in logits) for a in logits]
+            assert report["branch_weights"] == pytest.approx(weights, abs=1e-6)
+            assert report["heaviest_branch"] == max(range(len(weights)), key=lambda i: weights[i])
+        else:
+            stack = model.branches[0]
+            assert len(stack.attn) == len(stack.mlp) == 1
+            sigmoid = [1 / (1 + math.exp(-sub.alpha_logit.item())) for sub in (stack.attn[0], stack.mlp[0])]
+            assert report["alphas"] == [pytest.approx(sigmoid, abs=1e-6)]
 
     # one seed: no seed folders, no per-seed table, no noise column; the equal-compute table is there
     assert not os.path.exists(os.path.join(cdir, "results_per_seed.csv"))

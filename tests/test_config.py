@@ -1,4 +1,7 @@
 """configurator.py: config files, both override forms, type checks, one-line errors, variant precedence."""
+import glob
+import importlib
+import os
 import sys
 import types
 
@@ -9,6 +12,7 @@ import checkpoint
 import train
 import variants
 from checkpoint import model_args
+from model import GPTConfig
 
 DEFAULTS = dict(out_dir="out", batch_size=12, learning_rate=6e-4, compile=False, lr_decay_iters=None,
                 n_layer=12, dropout=0.0, betas=(0.9, 0.95), variant="")
@@ -146,9 +150,13 @@ def test_unknown_variant_lists_available(fake_variants):
 
 
 def test_real_variants_load():
+    """Every file of variants/ is a preset: load_variant gives its CONFIG, which GPTConfig accepts."""
     names = variants.available()
+    assert len(names) == len(glob.glob(os.path.join(os.path.dirname(variants.__file__), "[!_]*.py")))
     for name in names:
-        assert isinstance(checkpoint.load_variant(name), dict)
+        cfg = checkpoint.load_variant(name)
+        assert cfg == importlib.import_module(f"variants.{name}").CONFIG
+        GPTConfig(**cfg)
 
 
 def test_train_main_reports_config_errors_in_one_line():

@@ -123,20 +123,28 @@ def test_strided_total_equals_per_token_computation(model, stride):
 
 
 def test_stride_one_is_the_exact_sliding_limit(model):
-    # with stride 1 every token past the first window sees exactly BLOCK - 1 ... BLOCK tokens: the
-    # loss can only improve on non-overlapping windows' average context (a sanity check of the wiring)
+    """Stride 1: every target t sees the BLOCK tokens before it (all of them for t <= BLOCK), one window per target
+    after the first."""
     data = synthetic(3 * BLOCK, seed=3)
     full = evaluate_split(model, data, BLOCK, 1, batch_size=8)
     assert full["n_tokens"] == len(data) - 1 and full["n_windows"] == 1 + (len(data) - 1 - BLOCK)
+    total = sum(nll_of(model, data[max(0, t - BLOCK):t], data[t]) for t in range(1, len(data)))
+    assert full["nll_sum"] == pytest.approx(total, rel=1e-5)
 
 
 def test_works_with_deep_thinking_and_pgpt():
+    """The totals of models whose forward differs most from gpt's equal the per-token computation too."""
+    from test_checkpoint import visible
     data = synthetic(2 * BLOCK + 3, seed=4)
     for extra in (dict(think_steps=2), dict(n_branches=2, tie_embeddings=False)):
-        torch.manual_seed(0)
-        m = GPT(GPTConfig(vocab_size=VOCAB, block_size=BLOCK, n_layer=2, n_head=2, n_embd=16, **extra)).eval()
+        m = visible(GPT(GPTConfig(vocab_size=VOCAB, block_size=BLOCK, n_layer=2, n_head=2, n_embd=16, **extra)))
         r = evaluate_split(m, data, BLOCK, 3, batch_size=2)
-        assert r["n_tokens"] == len(data) - 1 and math.isfinite(r["nll_sum"])
+        assert r["n_tokens"] == len(data) - 1
+        total = 0.0
+        for t in range(1, len(data)):   # as in test_strided_total_equals_per_token_computation
+            e = t if t <= BLOCK else min(BLOCK + 3 * math.ceil((t - BLOCK) / 3), len(data) - 1)
+            total += nll_of(m, data[max(0, e - BLOCK):t], data[t])
+        assert r["nll_sum"] == pytest.approx(total, rel=1e-5), extra
 
 
 # --- formulas ---------------------------------------------------------------------------------------
@@ -187,6 +195,48 @@ def test_eval_cli_in_process(tmp_path, capsys):
     assert f"{r['nll_sum'] / 99:.4f}" in out
     with pytest.raises(SystemExit, match="split 'train' not found"):
         eval_script.main([f"--out_dir={tmp_path / 'out'}", "--device=cpu", "--splits=train"])
+
+
+def test_eval_table_is_recomputed_from_the_models_logits(tmp_path, capsys):
+    """Each split's printed row, recomputed here from the model's logits (weights at std 0.3): one forward per
+    non-overlapping window of block_size (the last one shorter), loss = summed NLL / scored tokens, token ppl =
+    exp(loss), word ppl = exp(NLL / words), bits per byte = NLL / ln 2 / bytes; words and bytes from meta.json (val),
+    else counted here from the split's text (test: whitespace-separated words, UTF-8 bytes, where é is two)."""
+    from checkpoint import atomic_save
+    from test_checkpoint import visible
+    from tools import eval as eval_script
+    chars = list("ab c\néfghij")
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    splits = {"val": synthetic(43, seed=7), "test": synthetic(29, seed=8)}
+    for split, ids in splits.items():
+        ids.tofile(data_dir / f"{split}.bin")
+    (data_dir / "meta.json").write_text(json.dumps({"tokenizer": "char", "vocab_size": VOCAB, "chars": chars,
+                                                    "splits": {"val": {"words": 9, "bytes": 50}}}))
+    model = visible(GPT(GPTConfig(vocab_size=VOCAB, block_size=BLOCK, n_layer=1, n_head=2, n_embd=16)))
+    atomic_save({"model": model.state_dict(), "model_args": dataclasses.asdict(model.config), "iter_num": 3,
+                 "data_dir": str(data_dir)}, str(tmp_path / "out" / "ckpt.pt"))
+    eval_script.main([f"--out_dir={tmp_path / 'out'}", "--device=cpu", "--batch_size=2"])
+    rows = {line.split(" | ")[0][2:]: line.split(" | ")[1:8] for line in capsys.readouterr().out.splitlines()
+            if line.startswith(("| val |", "| test |"))}
+    for split, ids in splits.items():
+        ids = torch.from_numpy(ids.astype(np.int64))
+        nll = 0.0
+        with torch.no_grad():
+            for start in range(0, len(ids) - 1, BLOCK):
+                end = min(start + BLOCK, len(ids) - 1)
+                logits = model(ids[None, start:end], all_logits=True)[0][0]
+                nll += F.cross_entropy(logits.double(), ids[start + 1:end + 1], reduction="sum").item()
+        text = "".join(chars[i] for i in ids)
+        words = 9 if split == "val" else len(text.split())
+        nbytes = 50 if split == "val" else len(text.encode("utf-8"))
+        n = len(ids) - 1
+        expected = [n, words, nbytes, nll / n, math.exp(nll / n), math.exp(nll / words), nll / math.log(2) / nbytes]
+        printed = [float(v.replace(",", "")) for v in rows[split]]
+        assert printed[:3] == expected[:3], split
+        for got, want, digits in zip(printed[3:], expected[3:], (4, 3, 3, 4)):   # as printed: .4f, .3f, .3f, .4f
+            assert abs(got - want) <= 0.5 * 10 ** -digits + 1e-5 * want, (split, got, want)
+    assert "é" in text and nbytes > len(text)   # the test split's bytes are UTF-8 bytes, not characters
 
 
 def test_split_counts_leave_the_eot_separators_out():

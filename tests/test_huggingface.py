@@ -30,22 +30,23 @@ TOL = 1e-4
 NEW_TOKENS = 20
 QUIET = dict(bos_token_id=None, eos_token_id=None, pad_token_id=None)   # no early stop in generate()
 
-# odd sizes on purpose: head sizes 9, 4, 8 and 10, hidden sizes that are no multiple of the width
+# odd sizes on purpose: head sizes 9, 4, 8 and 10, hidden sizes that are no multiple of the width; norm epsilons far
+# from the defaults (0.05: a mapping that drops one changes the logits), attention and MLP biases each alone
 HF_MODELS = {
     "gpt2_tied": lambda: GPT2LMHeadModel(GPT2Config(
         vocab_size=61, n_positions=48, n_embd=36, n_layer=3, n_head=4, activation_function="gelu_new",
         layer_norm_epsilon=1e-5, **QUIET)),
     "gpt2_untied": lambda: GPT2LMHeadModel(GPT2Config(
         vocab_size=53, n_positions=40, n_embd=20, n_layer=2, n_head=5, n_inner=52, activation_function="gelu",
-        tie_word_embeddings=False, **QUIET)),
+        layer_norm_epsilon=0.05, tie_word_embeddings=False, **QUIET)),
     "llama_gqa_tied": lambda: LlamaForCausalLM(LlamaConfig(
         vocab_size=59, hidden_size=48, intermediate_size=76, num_hidden_layers=3, num_attention_heads=6,
         num_key_value_heads=2, max_position_embeddings=48, rope_theta=500.0, rms_norm_eps=1e-5,
-        tie_word_embeddings=True, **QUIET)),
+        tie_word_embeddings=True, mlp_bias=True, **QUIET)),
     "llama_gqa_untied_bias": lambda: LlamaForCausalLM(LlamaConfig(
         vocab_size=47, hidden_size=40, intermediate_size=60, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=1, max_position_embeddings=40, tie_word_embeddings=False, attention_bias=True,
-        mlp_bias=False, **QUIET)),
+        num_key_value_heads=1, max_position_embeddings=40, rms_norm_eps=0.05, tie_word_embeddings=False,
+        attention_bias=True, mlp_bias=False, **QUIET)),
 }
 
 
@@ -111,11 +112,13 @@ def test_import_matches_transformers(hf_dirs, name, capsys):
     if name.startswith("llama"):
         assert (c.pos_embedding, c.norm, c.mlp_type, c.n_kv_head) == ("rope", "rmsnorm", "gated",
                                                                       theirs.config.num_key_value_heads)
-    extra = 0   # attention_bias without mlp_bias: our single bias flag gives the MLP zero biases
-    if name == "llama_gqa_untied_bias":
-        mlp_biases = [p for n, p in ours.named_parameters() if ".mlp." in n and n.endswith("bias")]
-        assert mlp_biases and all(torch.all(p == 0) for p in mlp_biases)
-        extra = sum(p.numel() for p in mlp_biases)
+    extra = 0   # attention_bias or mlp_bias alone: our single bias flag gives the other side zero biases
+    if name.startswith("llama"):
+        assert c.bias == (theirs.config.attention_bias or theirs.config.mlp_bias)
+        zero_side = ".attn." if theirs.config.mlp_bias else ".mlp."
+        filled = [p for n, p in ours.named_parameters() if zero_side in n and n.endswith("bias")]
+        assert filled and all(torch.all(p == 0) for p in filled)
+        extra = sum(p.numel() for p in filled)
     assert ours.get_num_params(False) == sum(p.numel() for p in theirs.parameters()) + extra
     assert_same_function(ours, theirs, c.vocab_size)
 
@@ -131,6 +134,50 @@ def test_import_pytorch_model_bin_and_old_gpt2_keys(hf_dirs, tmp_path):
     (tmp_path / "config.json").write_text(open(os.path.join(path, "config.json")).read())
     ours = from_pretrained(str(tmp_path), verbose=False)
     assert_same_function(ours, theirs, theirs.config.vocab_size)
+
+
+@pytest.mark.parametrize("name", list(HF_MODELS))
+def test_import_takes_transformers_defaults_for_keys_config_json_leaves_out(hf_dirs, name, tmp_path):
+    """A config.json without the keys whose values are the config class's defaults (as hand-written or older files
+    are) is the same model to transformers, and to the import: each default of the mapping is transformers' own
+    (e.g. GPT-2's tied head and gelu_new, Llama's untied head)."""
+    import shutil
+    theirs, path = hf_dirs[name]
+    config = json.loads(open(os.path.join(path, "config.json")).read())
+    defaults = type(theirs.config)().to_dict()
+    kept = {k: v for k, v in config.items()
+            if k not in defaults or defaults[k] != v or k in ("architectures", "model_type")}
+    assert len(kept) < len(config) - 3
+    shutil.copy(os.path.join(path, "model.safetensors"), tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps(kept))
+    x = tokens(theirs.config.vocab_size, (2, 23))
+    with torch.no_grad():
+        expected = theirs(x).logits
+        again = AutoModelForCausalLM.from_pretrained(str(tmp_path)).eval()
+        assert torch.equal(again(x).logits, expected)   # the keys left out were defaults: the same model
+        ours = from_pretrained(str(tmp_path), verbose=False)
+        assert (ours(x, all_logits=True)[0] - expected).abs().max().item() <= TOL
+
+
+@pytest.mark.parametrize("name", list(HF_MODELS))
+def test_imported_checkpoint_file_computes_transformers_logits(hf_dirs, name, tmp_path):
+    """`convert import` writes a checkpoint file; loaded by sample.py's loader and by train.py --init_from=<file>'s
+    steps it computes transformers' logits. A tied head is the embedding (zeroing a token's row zeroes its logit,
+    as in transformers, whose lm_head is the embedding tensor); an untied one is the file's own lm_head."""
+    from checkpoint import load_model
+    from test_checkpoint import train_init
+    theirs, path = hf_dirs[name]
+    tied = theirs.config.tie_word_embeddings
+    assert (theirs.lm_head.weight.data_ptr() == theirs.get_input_embeddings().weight.data_ptr()) == tied
+    convert.main(["import", path, "--out", str(tmp_path / "imported.pt")])
+    x = tokens(theirs.config.vocab_size, (2, 23))
+    with torch.no_grad():
+        expected = theirs(x).logits
+        for ours in (load_model(str(tmp_path / "imported.pt"))[0], train_init(str(tmp_path / "imported.pt"))):
+            assert (ours(x, all_logits=True)[0] - expected).abs().max().item() <= TOL
+            assert hasattr(ours, "lm_head") != tied
+            ours.tok_emb.wte.weight[3] = 0.0
+            assert torch.all(ours(x, all_logits=True)[0][..., 3] == 0) == tied
 
 
 def mobilellm_dir(tmp_path, model, layer_sharing):
@@ -164,9 +211,10 @@ def test_mobilellm_layer_sharing_matches_repeated_llama(tmp_path):
     """MobileLLM's layer_sharing = every block twice in a row: a 6-layer Llama whose layers 2i and 2i+1 are
     equal is the same function as our share_group_size=2 import of the 3 stored blocks."""
     torch.manual_seed(7)
-    llama = randomize(LlamaForCausalLM(LlamaConfig(
+    llama = randomize(LlamaForCausalLM(LlamaConfig(   # MobileLLM's config.json has rope_theta at the top level
         vocab_size=43, hidden_size=24, intermediate_size=40, num_hidden_layers=6, num_attention_heads=6,
-        num_key_value_heads=2, max_position_embeddings=40, rms_norm_eps=1e-5, tie_word_embeddings=True, **QUIET)), 7)
+        num_key_value_heads=2, max_position_embeddings=40, rms_norm_eps=0.05, rope_theta=300.0,
+        tie_word_embeddings=True, **QUIET)), 7)
     with torch.no_grad():
         for i in range(0, 6, 2):
             llama.model.layers[i + 1].load_state_dict(llama.model.layers[i].state_dict())
@@ -354,6 +402,9 @@ def test_export_loads_in_transformers_with_equal_outputs(name, tmp_path, capsys)
     theirs = AutoModelForCausalLM.from_pretrained(str(tmp_path)).eval()   # no trust_remote_code: plain classes
     expected = "GPT2LMHeadModel" if name.startswith("gpt2") else "LlamaForCausalLM"
     assert type(theirs).__name__ == expected
+    # tied: transformers' head is the embedding tensor itself (a written-out copy would be trained apart)
+    tied = theirs.lm_head.weight.data_ptr() == theirs.get_input_embeddings().weight.data_ptr()
+    assert tied == ours.config.tie_embeddings
     assert_same_function(ours, theirs, ours.config.vocab_size)
 
 
@@ -553,7 +604,7 @@ def test_import_reads_the_folders_own_tokenizer(exported, tmp_path, monkeypatch,
     from tools.huggingface import sample
     from tools.huggingface.convert import load_pretrained
     from tools.huggingface.tokenizer import TransformersTokenizer, tokenizer_for
-    char_folder, _, meta, _ = exported("char")
+    char_folder, _, meta, model = exported("char")
     gpt2_folder = exported("gpt2")[0]
     monkeypatch.setenv("GPT2_TIKTOKEN_FILE", os.path.join(char_folder, "missing.tiktoken"))
     monkeypatch.setattr(tiktoken, "get_encoding", lambda name: (_ for _ in ()).throw(ConnectionError("offline")))
@@ -562,10 +613,10 @@ def test_import_reads_the_folders_own_tokenizer(exported, tmp_path, monkeypatch,
     assert tok.encode("Hello world") == [15496, 995] and tok.decode([15496, 995]) == "Hello world"
     capsys.readouterr()   # what preparing the datasets printed
     sample.main([f"--init_from={char_folder}", "--start=ROMEO:", "--num_samples=1", "--max_new_tokens=5",
-                 "--device=cpu"])
-    text = capsys.readouterr().out.split("---------------")[0]
-    assert text.startswith("ROMEO:") and len(text.rstrip("\n")) >= len("ROMEO:") + 1
-    assert set(text) <= set(meta["chars"])
+                 "--device=cpu", "--temperature=0"])
+    prompt = torch.tensor([[meta["chars"].index(c) for c in "ROMEO:"]])
+    greedy = model.generate(prompt, 5, temperature=0)[0].tolist()   # the exported model's, by meta.json's characters
+    assert capsys.readouterr().out.split("---------------")[0] == "".join(meta["chars"][i] for i in greedy) + "\n"
     with pytest.raises(SystemExit) as e:   # a character-level vocabulary checks prompts as ours does
         sample.main([f"--init_from={char_folder}", "--start=ROMEO~", "--device=cpu", "--max_new_tokens=1"])
     assert str(e.value).startswith("error: characters not in the vocabulary: '~'")
@@ -605,19 +656,26 @@ def test_tokenizer_files_that_load_empty_are_refused(tmp_path):
 # --- tools.huggingface.sample / train.py from a converted Hugging Face model ------------------------------------------------
 
 def test_sample_prints_text_from_a_gpt2_directory(tmp_path):
+    """The command's greedy text is transformers' greedy continuation of the prompt's GPT-2 ids (tiktoken's GPT-2,
+    built from the ranks file), decoded."""
+    from test_prepare import reference_gpt2
     ranks = gpt2_ranks_file()
     if ranks is None:
         pytest.skip("no GPT-2 ranks file: set GPT2_TIKTOKEN_FILE or provide ../shared/data/gpt2/gpt2.tiktoken")
     torch.manual_seed(0)
-    model = GPT2LMHeadModel(GPT2Config(vocab_size=50257, n_positions=32, n_embd=8, n_layer=1, n_head=2))
+    model = randomize(GPT2LMHeadModel(GPT2Config(vocab_size=50257, n_positions=32, n_embd=8, n_layer=1, n_head=2,
+                                                 **QUIET)), seed=9)
     model.save_pretrained(tmp_path)
     env = dict(os.environ, OMP_NUM_THREADS="1", GPT2_TIKTOKEN_FILE=ranks)
     r = subprocess.run([sys.executable, "-m", "tools.huggingface.sample", f"--init_from={tmp_path}",
-                        "--start=Hello world", "--num_samples=1", "--max_new_tokens=8", "--device=cpu"],
-                       capture_output=True, text=True, cwd=ROOT, timeout=120, env=env)
+                        "--start=Hello world", "--num_samples=1", "--max_new_tokens=8", "--temperature=0",
+                        "--device=cpu"], capture_output=True, text=True, cwd=ROOT, timeout=120, env=env)
     assert r.returncode == 0, r.stderr
-    text = r.stdout.split("---------------\n")[0]
-    assert text.startswith("Hello world") and len(text) > len("Hello world\n")
+    enc = reference_gpt2(ranks)
+    prompt = torch.tensor([enc.encode_ordinary("Hello world")])
+    want = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=8, do_sample=False,
+                          pad_token_id=0)
+    assert r.stdout.split("---------------\n")[0] == enc.decode(want[0].tolist()) + "\n"
     assert "imported GPT2LMHeadModel" in r.stderr
 
 
@@ -660,21 +718,20 @@ def test_eval_init_from_hf_directory(tiny_data, tmp_path, capsys):
 
 
 def test_train_init_from_hf_directory_copies_every_tensor(tiny_train_config, capsys):
-    """convert import, then train.py --init_from=<file>; and train.py --init_from=<the folder> itself (it runs the
-    import in a subprocess): the run starts from the imported weights (vocab and sizes fit the data)."""
+    """convert import, then train.py --init_from=<file>: the run starts from the imported weights (vocab and sizes fit
+    the data). train.py --init_from=<the folder> itself, which runs the same import in a subprocess, is
+    tests/test_nanogpt.py's test_init_from_a_hugging_face_gpt2 (logits compared)."""
     import train
-    from configurator import UserError
     from tools.huggingface.convert import main as convert_main
     hf_dir = llama_for_tiny_data(tiny_train_config["out_dir"] + "-hf")
     ours = from_pretrained(hf_dir, verbose=False)
     path = tiny_train_config["out_dir"] + "-hf.pt"
     convert_main(["import", hf_dir, f"--out={path}"])
     n = len(ours.state_dict())
-    for source in (path, hf_dir):
-        got = {}
-        config = dict(tiny_train_config, init_from=source, max_iters=0)
-        train.train({**train.DEFAULTS, **config}, explicit=set(config),
-                    callback=lambda event, info: got.update(model=info["model"]) if event == "end" else None)
-        assert f"initialized {n}/{n} tensors from {source}" in capsys.readouterr().out
-        trained = got["model"].state_dict()
-        assert all(torch.equal(v, trained[k].cpu()) for k, v in ours.state_dict().items())
+    got = {}
+    config = dict(tiny_train_config, init_from=path, max_iters=0)
+    train.train({**train.DEFAULTS, **config}, explicit=set(config),
+                callback=lambda event, info: got.update(model=info["model"]) if event == "end" else None)
+    assert f"initialized {n}/{n} tensors from {path}" in capsys.readouterr().out
+    trained = got["model"].state_dict()
+    assert all(torch.equal(v, trained[k].cpu()) for k, v in ours.state_dict().items())

@@ -2,7 +2,8 @@
 
 Default run (needs the `gguf` package, seconds): what the file holds, read back with gguf's reader: every layer
 application written out (shared weights repeated), q and k in llama.cpp's RoPE row order, Q8_0 within 0.57 of a
-quantization step, the char vocabulary spelled in GPT-2's byte alphabet plus end-of-text.
+quantization step, the char vocabulary spelled in GPT-2's byte alphabet plus end-of-text; and llama.cpp's forward
+pass, written out here in numpy from its conventions over the file's tensors and settings, computes our logits.
 `-m slow`, when llama_cpp is installed (it builds llama.cpp from source, ~20 minutes on 2 cores): llama.cpp's
 greedy text equals `sample.py --temperature=0` for a char-level and a GPT-2-BPE Llama-shaped checkpoint and a
 char-level GPT-2-shaped one, with their logits within stated bounds (f32 and q8_0), and its tokenizer gives our ids
@@ -56,6 +57,13 @@ def tensors(path):
                     for t in reader.tensors}
 
 
+def llamacpp_rope_rows(n_heads, head_dim):
+    """llama.cpp's row order of a q or k projection: in head h, its row 2i + j is our row j * head_dim / 2 + i
+    (our RoPE, as transformers', pairs the two halves of a head; llama.cpp's pairs neighbouring rows)."""
+    half = head_dim // 2
+    return [h * head_dim + j * half + i for h in range(n_heads) for i in range(half) for j in range(2)]
+
+
 def test_llama_file_holds_our_weights_and_char_vocabulary(tmp_path):
     out_dir, model = checkpoint(tmp_path, dict(LLAMA, vocab_size=len(CHARS)), char_meta())
     export.main([f"--out_dir={out_dir}", f"--gguf={tmp_path / 'f32.gguf'}"])
@@ -67,8 +75,8 @@ def test_llama_file_holds_our_weights_and_char_vocabulary(tmp_path):
     qkv = sd["branches.0.attn.1.inner.qkv_proj.weight"].numpy()   # layers 2 and 3 apply shared weight set 1
     for layer in (2, 3):
         q = f32[f"blk.{layer}.attn_q.weight"]
-        np.testing.assert_array_equal(q, export.permute_rope(qkv[:64], 4))
-        np.testing.assert_array_equal(f32[f"blk.{layer}.attn_k.weight"], export.permute_rope(qkv[64:96], 2))
+        np.testing.assert_array_equal(q, qkv[:64][llamacpp_rope_rows(4, 16)])
+        np.testing.assert_array_equal(f32[f"blk.{layer}.attn_k.weight"], qkv[64:96][llamacpp_rope_rows(2, 16)])
         np.testing.assert_array_equal(f32[f"blk.{layer}.ffn_gate.weight"], sd["branches.0.mlp.1.inner.gate.weight"])
     assert not np.array_equal(f32["blk.0.attn_q.weight"], f32["blk.2.attn_q.weight"])
     # Q8_0: one scale d = max |w| / 127 per 32 values, stored as f16 (relative error <= 2^-11): each value moves by
@@ -84,6 +92,96 @@ def test_llama_file_holds_our_weights_and_char_vocabulary(tmp_path):
     assert tokens[:3] == ["Ċ", "Ġ", "!"] and tokens[-2:] == ["Ã©", "<|endoftext|>"]
     assert reader.fields[export.MODEL_VOCAB_KEY].contents() == len(CHARS)   # run.py samples among these only
     assert f32["token_embd.weight"].shape == (len(CHARS) + 1, 64) and not f32["token_embd.weight"][-1].any()
+
+
+def llamacpp_forward(path, ids):
+    """Logits at every position, as llama.cpp computes them from the GGUF file (its tensors and settings only), in
+    float64 numpy from llama.cpp's conventions: weights (out, in); llama: RMSNorm, RoPE rotating neighbouring pairs
+    (2i, 2i+1) of a head by pos * base^(-2i / head size) (rope type NORM), query head h reading kv head
+    h // (n_head / n_kv_head), SwiGLU; gpt2: LayerNorm, learned positions, fused qkv rows [q | k | v], tanh GELU."""
+    reader, t = tensors(path)
+    t = {k: v.astype(np.float64) for k, v in t.items()}
+    arch = reader.fields["general.architecture"].contents()
+
+    def setting(key):
+        return reader.fields[f"{arch}.{key}"].contents()
+
+    n_head = setting("attention.head_count")
+    n_kv = setting("attention.head_count_kv") if arch == "llama" else n_head
+    T = len(ids)
+    causal = np.tril(np.ones((T, T), dtype=bool))
+
+    def norm(x, name):
+        if arch == "llama":
+            return x / np.sqrt((x ** 2).mean(-1, keepdims=True) + setting("attention.layer_norm_rms_epsilon")) \
+                * t[name + ".weight"]
+        x = x - x.mean(-1, keepdims=True)
+        return x / np.sqrt((x ** 2).mean(-1, keepdims=True) + setting("attention.layer_norm_epsilon")) \
+            * t[name + ".weight"] + t[name + ".bias"]
+
+    def linear(x, name):
+        return x @ t[name + ".weight"].T + t.get(name + ".bias", 0.0)
+
+    def rope(x, heads):
+        x = x.reshape(T, heads, -1).copy()
+        n_rot = setting("rope.dimension_count")
+        for i in range(n_rot // 2):
+            angle = np.arange(T)[:, None] * setting("rope.freq_base") ** (-2 * i / n_rot)
+            a = x[..., 2 * i].copy()
+            b = x[..., 2 * i + 1].copy()
+            x[..., 2 * i] = a * np.cos(angle) - b * np.sin(angle)
+            x[..., 2 * i + 1] = a * np.sin(angle) + b * np.cos(angle)
+        return x.reshape(T, -1)
+
+    def attention(q, k, v):
+        hd = q.shape[1] // n_head
+        out = np.empty_like(q)
+        for h in range(n_head):
+            g = h // (n_head // n_kv)
+            scores = q[:, h * hd:(h + 1) * hd] @ k[:, g * hd:(g + 1) * hd].T / np.sqrt(hd)
+            scores = np.where(causal, scores, -np.inf)
+            p = np.exp(scores - scores.max(-1, keepdims=True))
+            out[:, h * hd:(h + 1) * hd] = (p / p.sum(-1, keepdims=True)) @ v[:, g * hd:(g + 1) * hd]
+        return out
+
+    x = t["token_embd.weight"][ids]
+    if arch == "gpt2":
+        x = x + t["position_embd.weight"][:T]
+    for layer in range(setting("block_count")):
+        b = f"blk.{layer}."
+        h = norm(x, b + "attn_norm")
+        if arch == "llama":
+            q = rope(linear(h, b + "attn_q"), n_head)
+            k = rope(linear(h, b + "attn_k"), n_kv)
+            v = linear(h, b + "attn_v")
+        else:
+            q, k, v = np.split(linear(h, b + "attn_qkv"), 3, axis=-1)
+        x = x + linear(attention(q, k, v), b + "attn_output")
+        h = norm(x, b + "ffn_norm")
+        if arch == "llama":
+            gate = linear(h, b + "ffn_gate")
+            h = gate / (1 + np.exp(-gate)) * linear(h, b + "ffn_up")
+        else:
+            h = linear(h, b + "ffn_up")
+            h = 0.5 * h * (1 + np.tanh(np.sqrt(2 / np.pi) * (h + 0.044715 * h ** 3)))
+        x = x + linear(h, b + "ffn_down")
+    return linear(norm(x, "output_norm"), "output")
+
+
+@pytest.mark.parametrize("shape", ["llama", "gpt2"])
+def test_gguf_file_computes_our_logits_by_llamacpps_conventions(tmp_path, shape):
+    """The f32 file, read back and run by llama.cpp's equations (llamacpp_forward), gives our model's logits on the
+    char vocabulary, and 0 for the end-of-text the file appends; settings far from the defaults (norm eps 0.05, RoPE
+    base 500, GQA, shared layers) so that one written wrong shows."""
+    args = dict(LLAMA, rope_base=500.0) if shape == "llama" else dict(GPT2, activation="gelu_tanh")
+    out_dir, model = checkpoint(tmp_path, dict(args, vocab_size=len(CHARS), norm_eps=0.05), char_meta())
+    export.main([f"--out_dir={out_dir}", f"--gguf={tmp_path / 'm.gguf'}"])
+    ids = torch.randint(0, len(CHARS), (20,), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        ours = model(ids[None], all_logits=True)[0][0].double().numpy()
+    theirs = llamacpp_forward(tmp_path / "m.gguf", ids.numpy())
+    assert theirs.shape == (20, len(CHARS) + 1) and np.all(theirs[:, -1] == 0) and np.abs(ours).max() > 1
+    np.testing.assert_allclose(theirs[:, :-1], ours, rtol=0, atol=1e-4 * np.abs(ours).max())
 
 
 def test_refusals_are_one_line(tmp_path):

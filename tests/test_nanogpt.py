@@ -143,6 +143,25 @@ def test_logits_equal_nanogpts(tmp_path, bias, compiled, mask_buffer):
     assert not torch.allclose(nanogpt_logits(swapped, args, idx), theirs, atol=1e-3)
 
 
+@pytest.mark.parametrize("compiled", [False, True])
+def test_init_from_a_nanogpt_checkpoint_gives_its_logits(tmp_path, compiled):
+    """What train.py --init_from=<nanoGPT's ckpt.pt> starts from (its loader, model_args, load_matching_weights)
+    computes nanoGPT's logits; the head is wte itself, as nanoGPT ties it: zeroing a token's embedding row zeroes
+    its logit, and the parameters are nanoGPT's, the shared wte/lm_head counted once."""
+    from test_checkpoint import train_init
+    sd = write_nanogpt_checkpoint(str(tmp_path), compiled=compiled, seed=4)
+    model = train_init(str(tmp_path / "ckpt.pt"))
+    idx = torch.randint(0, ARGS["vocab_size"], (2, ARGS["block_size"]), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        theirs = nanogpt_logits(sd, ARGS, idx)
+        assert theirs.abs().max() > 1
+        torch.testing.assert_close(model(idx, all_logits=True)[0], theirs, rtol=1e-5, atol=1e-5)
+        unique = {v.data_ptr(): v.numel() for k, v in sd.items() if not k.endswith(".attn.bias")}
+        assert model.get_num_params(non_embedding=False) == sum(unique.values())
+        model.tok_emb.wte.weight[5] = 0.0
+        assert torch.all(model(idx, all_logits=True)[0][..., 5] == 0)
+
+
 @pytest.mark.parametrize("damage, words", [
     (lambda c: c["model"].pop("transformer.h.1.mlp.c_fc.weight"), ["no 'h.1.mlp.c_fc.weight'"]),
     (lambda c: c["model"].update(extra=torch.zeros(2)), ["1 tensors its GPT does not have", "extra"]),
@@ -167,9 +186,12 @@ def test_sample_and_eval_read_nanogpts_folders(nanogpt_run, capsys):
     import sample
     from tools import eval as eval_script
     out_dir, data_dir, sd = nanogpt_run
-    sample.main([f"--out_dir={out_dir}", "--start=ROMEO:", "--num_samples=1", "--max_new_tokens=12", "--device=cpu"])
-    text = capsys.readouterr().out.split("---------------")[0]
-    assert text.startswith("ROMEO:") and len(text) == len("ROMEO:") + 12 + 1 and set(text) <= set(CHARS)
+    sample.main([f"--out_dir={out_dir}", "--start=ROMEO:", "--num_samples=1", "--max_new_tokens=10", "--device=cpu",
+                 "--temperature=0"])
+    ids = [CHARS.index(c) for c in "ROMEO:"]   # meta.pkl's itos: the sorted characters
+    for _ in range(10):   # nanoGPT's greedy decoding, by its forward
+        ids.append(int(nanogpt_logits(sd, ARGS, torch.tensor([ids]))[0, -1].argmax()))
+    assert capsys.readouterr().out.split("---------------")[0] == "".join(CHARS[i] for i in ids) + "\n"
     moved = os.path.join("elsewhere", "sc")
     os.renames(data_dir, moved)
     one_error_line(sample.main, [f"--out_dir={out_dir}"], "no meta.pkl", "--data_dir=")
@@ -180,6 +202,17 @@ def test_sample_and_eval_read_nanogpts_folders(nanogpt_run, capsys):
     val = torch.from_numpy(np.fromfile(os.path.join(moved, "val.bin"), dtype=np.uint16).astype(np.int64))
     loss = F.cross_entropy(nanogpt_logits(sd, ARGS, val[None, :-1])[0], val[1:])
     assert f"| val | {len(val) - 1} |" in out and f"{loss.item():.4f}" in out
+
+
+def test_meta_pkl_ids_mean_nanogpts_characters(tmp_path):
+    """Id i of a nanoGPT data folder is itos[i] of its meta.pkl, in whatever order its prepare.py numbered the
+    characters (here not sorted), for decoding and encoding alike."""
+    itos = dict(enumerate("zy\nx a"))
+    with open(tmp_path / "meta.pkl", "wb") as f:
+        pickle.dump({"vocab_size": len(itos), "itos": itos, "stoi": {c: i for i, c in itos.items()}}, f)
+    tok = dataset.load_tokenizer(str(tmp_path))
+    assert tok.decode(list(itos)) == "".join(itos.values())
+    assert tok.encode("a zy\n") == [5, 4, 0, 1, 2]
 
 
 def test_gpt2_vocabulary_when_the_folder_has_none(tmp_path, gpt2_file):

@@ -18,6 +18,7 @@ from tools.pangu.scaled_lr import scaled_lr
 from checkpoint import load_checkpoint, load_model
 from conftest import tiny_config, write_token_dataset
 from model import GPT, ForwardContext, GPTConfig
+from test_checkpoint import visible
 
 
 def run_train(config, callback=None):
@@ -118,6 +119,103 @@ def test_loss_ranking_drops_a_layer_that_does_nothing():
     deltas = inherit.layer_importance(src, batches)
     assert deltas[2].abs() < 1e-6 and (deltas[[0, 1, 3]] > 1e-3).all()
     assert inherit.choose_layers(src, 3, "loss", batches) == [0, 1, 3]
+
+
+def random_batches(n, batch_size, block_size, vocab_size, seed=1):
+    gen = torch.Generator().manual_seed(seed)
+    return [(torch.randint(0, vocab_size, (batch_size, block_size), generator=gen),
+             torch.randint(0, vocab_size, (batch_size, block_size), generator=gen)) for _ in range(n)]
+
+
+def test_inherit_keeps_the_layers_whose_removal_costs_most():
+    """--layers=loss, recomputed here: Delta_l = the calibration loss with layer l skipped (its two sub-layers made the
+    identity by forward hooks) minus the full model's; the kept layers are the n_layer largest, in order, and the
+    small model computes what the source computes with the others skipped."""
+    src = visible(GPT(GPTConfig(block_size=8, vocab_size=16, n_layer=5, n_head=2, n_embd=16)))
+    batches = random_batches(2, 3, 8, 16)
+    stack = src.branches[0]
+
+    def identity(module, args, out):
+        return args[0]
+
+    @torch.no_grad()
+    def skipping(layers, x, y=None):
+        handles = [sub.register_forward_hook(identity) for l in layers for sub in (stack.attn[l], stack.mlp[l])]
+        try:
+            return src(x, y, all_logits=True)
+        finally:
+            for h in handles:
+                h.remove()
+
+    def loss_without(layers):
+        return sum(skipping(layers, x, y)[1].item() for x, y in batches) / len(batches)
+
+    deltas = [loss_without([l]) - loss_without([]) for l in range(5)]
+    keep = sorted(sorted(range(5), key=lambda l: -deltas[l])[:3])
+    small, plan = inherit.inherit(src, inherit.target_config(src.config, n_layer=3), "loss", "taylor", batches)
+    assert plan.layers == keep and keep != inherit.first_last_layers(5, 3)
+    x = batches[0][0]
+    dropped = [l for l in range(5) if l not in keep]
+    torch.testing.assert_close(logits(small, x), skipping(dropped, x)[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("criterion", ["l1", "l2", "taylor"])
+def test_inherit_keeps_the_units_each_criterion_ranks_highest(criterion):
+    """Width pruning, recomputed here for a GPT-2-style source (biases, tied embedding, learned positions, 4 heads of
+    8): each weight's importance |w|, w^2 or the sum over the calibration batches of |w * dL/dw|; an FFN neuron's score
+    sums it over its row of up (and bias) and its column of down; a head's over its q, k and v rows of qkv_proj (and
+    biases) and its columns of out_proj; a residual channel's over its entry of everything that reads or writes the
+    stream. The top-scored ones are kept, and the small model holds the source's weights at exactly those indices."""
+    cfg = GPTConfig(block_size=8, vocab_size=16, n_layer=2, n_head=4, n_embd=32, mlp_hidden=24)
+    src = visible(GPT(cfg))
+    batches = random_batches(2, 3, 8, 16)
+    small, plan = inherit.inherit(src, inherit.target_config(cfg, n_embd=16, hidden=10), "first_last", criterion,
+                                  batches)
+    params = dict(src.named_parameters())
+    if criterion == "taylor":
+        imp = {n: torch.zeros_like(p) for n, p in params.items()}
+        for x, y in batches:
+            src.zero_grad()
+            src(x, y)[1].backward()
+            for n, p in params.items():
+                imp[n] += (p.detach() * p.grad).abs()
+    else:
+        imp = {n: p.detach().abs() if criterion == "l1" else p.detach() ** 2 for n, p in params.items()}
+    channel = imp["tok_emb.wte.weight"].sum(0) + imp["pos_emb.weight"].sum(0) + imp["ln_f.weight"] + imp["ln_f.bias"]
+    ffn = []
+    heads = []
+    for l in range(2):
+        a = f"branches.0.attn.{l}."
+        m = f"branches.0.mlp.{l}."
+        qkv = imp[a + "inner.qkv_proj.weight"]   # rows: q | k | v
+        qkv_bias = imp[a + "inner.qkv_proj.bias"]
+        out = imp[a + "inner.out_proj.weight"]
+        up = imp[m + "inner.up.weight"]
+        down = imp[m + "inner.down.weight"]
+        for norm in (a + "norm", m + "norm"):
+            channel = channel + imp[norm + ".weight"] + imp[norm + ".bias"]
+        channel = channel + qkv.sum(0) + out.sum(1) + imp[a + "inner.out_proj.bias"] + up.sum(0) + down.sum(1) \
+            + imp[m + "inner.down.bias"]
+        ffn.append(up.sum(1) + imp[m + "inner.up.bias"] + down.sum(0))
+        score = [sum(qkv[32 * part + 8 * h:32 * part + 8 * (h + 1)].sum()
+                     + qkv_bias[32 * part + 8 * h:32 * part + 8 * (h + 1)].sum() for part in range(3))
+                 + out[:, 8 * h:8 * (h + 1)].sum() for h in range(4)]
+        heads.append(torch.stack(score))
+
+    def best(scores, k):
+        return sorted(torch.argsort(scores, descending=True)[:k].tolist())
+
+    assert plan.channels.tolist() == best(channel, 16)
+    assert [f.tolist() for f in plan.ffn] == [best(s, 10) for s in ffn]
+    assert [q.tolist() for q in plan.q_heads] == [k.tolist() for k in plan.kv_heads] == [best(s, 2) for s in heads]
+    ch = plan.channels
+    sd = src.state_dict()
+    torch.testing.assert_close(small.tok_emb.wte.weight, sd["tok_emb.wte.weight"][:, ch], rtol=0, atol=0)
+    up = small.branches[0].mlp[1].inner.up.weight
+    torch.testing.assert_close(up, sd["branches.0.mlp.1.inner.up.weight"][plan.ffn[1]][:, ch], rtol=0, atol=0)
+    q_cols = torch.cat([torch.arange(8 * h, 8 * (h + 1)) for h in plan.q_heads[0].tolist()])
+    out_proj = small.branches[0].attn[0].inner.out_proj.weight
+    torch.testing.assert_close(out_proj, sd["branches.0.attn.0.inner.out_proj.weight"][ch][:, q_cols], rtol=0, atol=0)
 
 
 def test_gqa_head_and_ffn_slicing_is_exact():
@@ -423,6 +521,36 @@ def test_segment_losses_match_the_model_loss():
     losses = refine.segment_losses(model, data, starts, 9, batch_size=4)
     win = torch.from_numpy(data[starts[3]:starts[3] + 9].astype(np.int64))[None]
     assert losses[3] == pytest.approx(model(win[:, :-1], win[:, 1:])[1].item(), abs=1e-5)
+
+
+def test_refine_saves_exactly_the_windows_its_criterion_selects(tmp_path):
+    """refine.npy, read back, holds the starts of the windows the criterion selects, recomputed here: the train split
+    cut into whole windows of block_size + 1 tokens, each one's mean next-token loss under the checkpoint's model (one
+    forward per window), p = softmax(loss / tau), N0 = round(rate * N) drawn without replacement by torch.multinomial
+    with a generator seeded by --seed; refine.json records the train split and block_size they index."""
+    from checkpoint import atomic_save
+    data = write_token_dataset(tmp_path / "data", n_train=17 * 40 + 9, n_val=100)
+    model = visible(GPT(GPTConfig(block_size=16, vocab_size=16, n_layer=1, n_head=2, n_embd=16)))
+    atomic_save({"model": model.state_dict(), "model_args": dataclasses.asdict(model.config), "iter_num": 1,
+                 "best_val_loss": 3.0, "config": {}, "data_dir": data}, str(tmp_path / "out" / "ckpt.pt"))
+    path = refine.main([f"--out_dir={tmp_path / 'out'}", "--rate=0.25", "--temperature=0.5", "--seed=5",
+                        "--batch_size=7"])
+    tokens = np.fromfile(os.path.join(data, "train.bin"), dtype=np.uint16).astype(np.int64)
+    starts = [17 * i for i in range(len(tokens) // 17)]
+    losses = []
+    with torch.no_grad():
+        for s in starts:
+            window = torch.from_numpy(tokens[s:s + 17])
+            out = model(window[None, :-1], all_logits=True)[0][0]
+            losses.append(torch.nn.functional.cross_entropy(out, window[1:]).item())
+    p = torch.softmax(torch.tensor(losses, dtype=torch.float64) / 0.5, dim=0)
+    picks = torch.multinomial(p, round(0.25 * len(starts)), replacement=False,
+                              generator=torch.Generator().manual_seed(5))
+    assert max(losses) - min(losses) > 1   # windows the criterion tells apart
+    assert np.load(path).tolist() == sorted(starts[i] for i in picks.tolist())
+    with open(dataset.segments_info_path(path)) as f:
+        info = json.load(f)
+    assert (info["train_tokens"], info["block_size"]) == (len(tokens), 16)
 
 
 def test_get_batch_draws_only_from_the_segments(tiny_data):

@@ -48,21 +48,44 @@ def write_input(tmp_path, text=SMALL_TEXT):
     return str(path)
 
 
+def reference_gpt2(ranks_path):
+    """tiktoken's GPT-2 encoding, built here from the ranks file and tiktoken's own GPT-2 pattern (r50k_pat_str):
+    not dataset.py's."""
+    import tiktoken.load
+    from tiktoken_ext.openai_public import r50k_pat_str
+    return tiktoken.Encoding(name="gpt2_reference", pat_str=r50k_pat_str,
+                             mergeable_ranks=tiktoken.load.load_tiktoken_bpe(ranks_path),
+                             special_tokens={"<|endoftext|>": 50256})
+
+
+def split_as_documented(text):
+    """prepare.py's split: the first 90% of the characters (int(0.9 * length)) train, the rest validate."""
+    n = int(len(text) * 0.9)
+    return {"train": text[:n], "val": text[n:]}
+
+
 # ----------------------------------------------------------------------------- shakespeare_char
 
-def test_shakespeare_char_small(tmp_path):
+def test_shakespeare_char_ids_are_positions_in_the_sorted_characters(tmp_path):
+    """Token id = position of the character in the sorted set of the text's characters; the split is the documented
+    90/10 of the characters; meta.json holds exactly that vocabulary, and the tokenizer dataset.py builds from it is
+    the one its fields describe."""
+    text = SMALL_TEXT + UNICODE_TEXT
     out = tmp_path / "sc"
-    prepare.prepare("shakespeare_char", out_dir=str(out), input_path=write_input(tmp_path))
+    prepare.prepare("shakespeare_char", out_dir=str(out), input_path=write_input(tmp_path, text))
     meta = read_meta(out)
-    chars = sorted(set(SMALL_TEXT))
-    assert meta["dataset"] == "shakespeare_char" and meta["tokenizer"] == "char"
-    assert meta["chars"] == chars and meta["vocab_size"] == len(chars)
-    n_train = int(len(SMALL_TEXT) * 0.9)
-    train, val = read_bin(out / "train.bin"), read_bin(out / "val.bin")
-    assert train.dtype == np.uint16 and len(train) == n_train and len(val) == len(SMALL_TEXT) - n_train
+    chars = sorted(set(text))
+    splits = split_as_documented(text)
+    expected = {"dataset": "shakespeare_char", "tokenizer": "char", "vocab_size": len(chars), "chars": chars,
+                "splits": {s: {"tokens": len(part)} for s, part in splits.items()}}
+    assert {k: meta.get(k) for k in expected} == expected
+    for split, part in splits.items():
+        ids = read_bin(out / f"{split}.bin")
+        assert ids.dtype == np.uint16 and ids.tolist() == [chars.index(c) for c in part]
+        assert "".join(meta["chars"][i] for i in ids) == part
     tok = tokenizer.load_tokenizer(str(out))
-    assert tok.decode(train.tolist()) + tok.decode(val.tolist()) == SMALL_TEXT
-    assert tok.decode(tok.encode("Speak")) == "Speak" and tok.eot_token is None
+    assert tok.encode(text) == [meta["chars"].index(c) for c in text] and tok.vocab_size == meta["vocab_size"]
+    assert tok.decode(range(len(chars))) == "".join(meta["chars"]) and tok.eot_token is None
     with pytest.raises(ValueError, match="not in the vocabulary"):
         tok.encode("Z")
 
@@ -201,16 +224,22 @@ def test_gpt2_ranks_file_missing(tmp_path):
         tokenizer.get_gpt2_encoding(str(tmp_path / "missing.tiktoken"))
 
 
-def test_shakespeare_gpt2(tmp_path, gpt2_file):
+def test_shakespeare_gpt2_ids_equal_tiktokens_gpt2(tmp_path, gpt2_file):
+    """The token files hold tiktoken's GPT-2 ids of the documented 90/10 character split (an <|endoftext|> in the text
+    is plain text); meta.json's vocab_size and eot are that encoding's, and dataset.py's tokenizer encodes like it."""
+    text = SMALL_TEXT + UNICODE_TEXT + " runs   of  spaces\n\n\n  <|endoftext|> I'll we're x2024"
     out = tmp_path / "s"
-    prepare.prepare("shakespeare", out_dir=str(out), input_path=write_input(tmp_path))
+    prepare.prepare("shakespeare", out_dir=str(out), input_path=write_input(tmp_path, text))
     meta = read_meta(out)
-    assert meta["tokenizer"] == "gpt2" and meta["vocab_size"] == 50257 and meta["eot_token"] == 50256
+    ref = reference_gpt2(gpt2_file)
+    splits = {s: ref.encode_ordinary(part) for s, part in split_as_documented(text).items()}
+    expected = {"dataset": "shakespeare", "tokenizer": "gpt2", "vocab_size": ref.n_vocab, "eot_token": ref.eot_token,
+                "splits": {s: {"tokens": len(ids)} for s, ids in splits.items()}}
+    assert {k: meta.get(k) for k in expected} == expected
+    for split, ids in splits.items():
+        assert read_bin(out / f"{split}.bin").tolist() == ids
     tok = tokenizer.load_tokenizer(str(out))
-    train, val = read_bin(out / "train.bin"), read_bin(out / "val.bin")
-    n = int(len(SMALL_TEXT) * 0.9)
-    assert tok.decode(train.tolist()) == SMALL_TEXT[:n] and tok.decode(val.tolist()) == SMALL_TEXT[n:]
-    assert meta["splits"]["train"]["tokens"] == len(train)
+    assert tok.encode(text) == ref.encode(text, allowed_special="all") and tok.eot_token == ref.eot_token
     assert tok.encode("Hello world<|endoftext|>") == [15496, 995, 50256]
 
 

@@ -1,0 +1,101 @@
+"""checkpoint.py: a checkpoint of ours loads as the model that was saved, by sample.py's loader (load_model) and by
+train.py's --init_from=<file> (load_init_checkpoint, model_args, build_model, load_matching_weights), with the
+key prefixes of torch.compile and DDP; and pgpt's heaviest branch (keep_heaviest_branch) at branch weights that
+differ. Weights at std 0.3, where a wrong mapping shows in the logits; an untied head that is a perturbed copy of
+the embedding (a head tied by mistake shows); a tied head checked to be the embedding itself. nanoGPT's format is
+tests/test_nanogpt.py's, Hugging Face's tests/test_huggingface.py's."""
+import dataclasses
+import math
+
+import pytest
+import torch
+
+from checkpoint import (atomic_save, build_model, keep_heaviest_branch, load_init_checkpoint, load_matching_weights,
+                        load_model, model_args)
+from model import GPT, GPTConfig
+
+pytestmark = pytest.mark.usefixtures("one_thread")   # conftest.py
+
+SMALL = dict(vocab_size=23, block_size=16, n_layer=2, n_head=2, n_embd=16)
+
+
+def visible(model, seed=0):
+    """Every parameter random at a scale where a wrong one shows: matrices N(0, 0.3^2), norm weights 1 + N(0, 0.3^2),
+    biases and branch logits N(0, 0.3^2)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            noise = 0.3 * torch.randn(p.shape, generator=g)
+            is_norm_weight = name.endswith("norm.weight") or name == "ln_f.weight"
+            p.copy_(1 + noise if is_norm_weight else noise)
+    return model.eval()
+
+
+def tokens(shape, vocab=SMALL["vocab_size"], seed=1):
+    return torch.randint(0, vocab, shape, generator=torch.Generator().manual_seed(seed))
+
+
+def train_init(path):
+    """What train.py --init_from=<path> starts from: its loader, its model_args (the checkpoint's, nothing set on the
+    command line), a fresh model, the matching weights copied (all of them: no partial init)."""
+    ckpt = load_init_checkpoint(path)
+    model = build_model(model_args({}, set(), base=ckpt["model_args"]))
+    copied, total = load_matching_weights(model, ckpt["model"], path, allow_partial=False)
+    assert copied == total
+    return model.eval()
+
+
+@pytest.mark.parametrize("tied", [True, False])
+@pytest.mark.parametrize("prefix", ["", "_orig_mod.", "module._orig_mod."])
+def test_own_checkpoint_loads_with_the_saved_logits(tmp_path, tied, prefix):
+    """A checkpoint of ours (its weights under torch.compile's and DDP's key prefixes too) gives the saved model's
+    logits, to sample.py and to train.py --init_from. Untied: the head is a perturbed copy of the embedding, so a
+    head tied by mistake shows; tied: the head is the embedding (zeroing a token's row zeroes its logit)."""
+    source = visible(GPT(GPTConfig(**SMALL, tie_embeddings=tied, pos_embedding="rope", n_kv_head=1)))
+    if not tied:
+        with torch.no_grad():
+            source.lm_head.weight.copy_(source.tok_emb.wte.weight + 0.3 * torch.randn_like(source.lm_head.weight))
+    path = str(tmp_path / "ckpt.pt")
+    atomic_save({"model": {prefix + k: v for k, v in source.state_dict().items()},
+                 "model_args": dataclasses.asdict(source.config), "iter_num": 5, "best_val_loss": 2.5}, path)
+    idx = tokens((2, SMALL["block_size"]))
+    with torch.no_grad():
+        want = source(idx, all_logits=True)[0]
+        assert want.abs().max() > 1
+        for model in (load_model(path)[0], train_init(path)):
+            assert torch.equal(model(idx, all_logits=True)[0], want)
+            assert hasattr(model, "lm_head") != tied
+            model.tok_emb.wte.weight[7] = 0.0
+            logit_7 = model(idx, all_logits=True)[0][..., 7]
+            assert torch.all(logit_7 == 0) == tied
+
+
+@pytest.mark.parametrize("branch_logits", [[0.2, 1.5, -0.4], [2.0, 0.1, 0.3], [-1.0, -2.0, 0.5]])
+def test_keep_heaviest_branch_runs_the_branch_of_largest_weight_alone(branch_logits):
+    """pgpt at inference (paper 004): the branch whose combination weight softmax(a)_i is largest, computed here
+    from the formula, is the one kept; the model then computes exactly what a one-branch GPT holding that branch,
+    its n_embd-wide chunk of the embeddings and the shared head computes."""
+    cfg = GPTConfig(**dict(SMALL, n_layer=6), n_branches=3, tie_embeddings=False)
+    model = visible(GPT(cfg))
+    with torch.no_grad():
+        model.branch_logits.copy_(torch.tensor(branch_logits))
+    weights = [math.exp(a) / sum(math.exp(b) for b in branch_logits) for a in branch_logits]
+    heaviest = max(range(3), key=lambda i: weights[i])
+    assert model.heaviest_branch() == heaviest
+    note = keep_heaviest_branch(model, True)
+    assert model.keep_branch == heaviest
+    assert note == f"running only branch {heaviest} of 3 (weights {', '.join(f'{w:.3f}' for w in weights)})"
+    alone = GPT(dataclasses.replace(cfg, n_layer=2, n_branches=1)).eval()
+    chunk = slice(heaviest * cfg.n_embd, (heaviest + 1) * cfg.n_embd)
+    state = {k: v for k, v in model.state_dict().items() if not k.startswith("branches.") and k != "branch_logits"}
+    state.update({"branches.0." + k.split(".", 2)[2]: v for k, v in model.state_dict().items()
+                  if k.startswith(f"branches.{heaviest}.")})
+    state["tok_emb.wte.weight"] = state["tok_emb.wte.weight"][:, chunk]
+    state["pos_emb.weight"] = state["pos_emb.weight"][:, chunk]
+    alone.load_state_dict(state)
+    idx = tokens((2, SMALL["block_size"]))
+    with torch.no_grad():
+        kept = model(idx, all_logits=True)[0]
+        torch.testing.assert_close(kept, alone(idx, all_logits=True)[0], rtol=0, atol=1e-6)
+        model.keep_branch = None
+        assert not torch.allclose(model(idx, all_logits=True)[0], kept, atol=1e-2)   # all branches: another function
