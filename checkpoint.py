@@ -620,7 +620,7 @@ def process_group(world, device, backend="nccl"):
             torch.distributed.destroy_process_group()
 
 
-# --- nanoGPT's checkpoints, read as ours (README: Coming from nanoGPT) -----------------------------------
+# --- nanoGPT's checkpoints, read as ours (docs/training.md: Coming from nanoGPT) -------------------------
 # Its ckpt.pt (model, optimizer, model_args, iter_num, best_val_loss as a 0-d tensor, config), with or without
 # torch.compile's `_orig_mod.` prefix, is mapped onto our `gpt` architecture, the same network
 # (tests/test_nanogpt.py); its init_from='gpt2*' too (backend: process_group; W&B: run_dir.py).

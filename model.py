@@ -14,7 +14,7 @@ Read top to bottom:
 Generation comes last, after the model it runs (as in nanoGPT); attention (3) hands the cache its
 keys and values through the small interface that KVCache's docstring lists.
 
-Papers 000-004 are in ../shared/papers/; the README's tables say what each contributes and where.
+Papers 000-004 are in ../shared/papers/; the README says what each contributes and where.
 """
 
 import math
