@@ -389,8 +389,8 @@ def test_prepare_cleans_up_after_an_interrupted_run(tmp_path, monkeypatch, capsy
         raise KeyboardInterrupt
 
     monkeypatch.setattr(prepare, "write_meta", killed)
-    with pytest.raises(KeyboardInterrupt):
-        prepare.main(["shakespeare_char", "--input", str(text), "--out_dir", str(out)])
+    with pytest.raises(KeyboardInterrupt):   # --force: another text may replace a dataset only when asked
+        prepare.main(["shakespeare_char", "--input", str(text), "--out_dir", str(out), "--force"])
     assert "removed 1 temporary file(s)" in capsys.readouterr().out
     assert sorted(os.listdir(out)) == ["train.bin", "val.bin"]   # no meta.json: not a complete dataset
 
