@@ -308,7 +308,7 @@ def test_output_folder_that_is_a_file(finished, tmp_path, module, args):
 
 
 @pytest.mark.parametrize("module,args,words", [
-    ("prepare", [], ["required: dataset"]),
+    ("prepare", [], ["no dataset named", "--input=YOUR_TEXT.txt"]),
     ("prepare", ["wikitext103"], ["(fix: python -m tools.wikitext103)"]),
     ("tools.pangu.compact_vocab", ["shakespeare", "--vocab_size", "many"], ["--vocab_size", "many"]),
     ("tools.pangu.compact_vocab", ["shakespeare", "--vocab_size", "1024", "--n_layer", "-1"], ["--n_layer must be >= 1"]),
