@@ -390,7 +390,8 @@ def test_plan_and_bench_at_odd_paths_are_one_line(tmp_path):
     from tools.executorch import bench
     (tmp_path / "taken").write_text("a file")
     one_error_line(plan.main, ["--n_layer=100000"], "more than 1,000 layers")
-    one_error_line(plan.main, ["--n_layer=2", f"--png={tmp_path / 'taken' / 'p.png'}"], "does not exist")
+    one_error_line(plan.main, ["--n_layer=2", f"--png={tmp_path / 'taken' / 'p.png'}"], "is a file, not a folder")
+    one_error_line(plan.main, ["--n_layer=2", f"--png={tmp_path / 'no' / 'p.png'}"], "does not exist")
     one_error_line(plan.main, ["--n_layer=2", f"--png={tmp_path}"], "PNG file")
     pytest.importorskip("executorch", reason="executorch is not installed")
     one_error_line(bench.main, ["--out_dirs=nope", f"--work_dir={tmp_path / 'taken'}"], "is a file, not a folder")

@@ -516,9 +516,9 @@ def check_png_path(path):
     if not path.endswith(".png") or os.path.isdir(path):
         raise UserError(f"--png={path}: the picture is a PNG file (fix: --png=FILE.png)")
     folder = os.path.dirname(os.path.abspath(path))
+    check_out_dir(folder, key="png")   # a file on the way, or not writable
     if not os.path.isdir(folder):
         raise UserError(f"--png={path}: the folder {folder} does not exist (fix: create it, or write elsewhere)")
-    check_out_dir(folder, key="png")   # writable
 
 
 def gallery(folder):
