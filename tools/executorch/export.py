@@ -20,6 +20,7 @@ Thinking is refused (see refuse_unsupported). ExportCache is a cache model.py's 
 every Linear, activations quantized to int8 per token at run time. Embeddings, a tied head and cgpt's Conv1d stay
 fp32.
 """
+import hashlib
 import json
 import os
 import sys
@@ -146,7 +147,7 @@ def quantize_linears(model):
 
 def program_bytes(model, quantize="none", eot_token=None, tokenizer_id=None):
     """The .pte of `model` (eval mode, fp32, on the CPU): its two methods lowered to XNNPACK, buffers shared.
-    tokenizer_id (run.vocabulary_id of its tokenizer) becomes a constant the runner checks its tokenizer with."""
+    tokenizer_id (vocabulary_id of its tokenizer) becomes a constant the runner checks its tokenizer with."""
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
     from executorch.exir.passes import MemoryPlanningPass
@@ -171,6 +172,13 @@ def program_bytes(model, quantize="none", eot_token=None, tokenizer_id=None):
     return edge.to_executorch(ExecutorchBackendConfig(memory_planning_pass=planning)).buffer
 
 
+def vocabulary_id(tokenizer):
+    """A 60-bit number of a tokenizer's vocabulary (every token and its id): the export stores it in the program as
+    the constant tokenizer_id, and the runner compares it with the tokenizer it is given."""
+    pairs = sorted((i, token) for token, i in tokenizer.get_vocab(with_added_tokens=True).items())
+    return int(hashlib.sha256(json.dumps(pairs).encode("utf-8")).hexdigest()[:15], 16)
+
+
 def tokenizer_path(pte):
     """model.pte -> model.tokenizer.json: the runner finds the tokenizer beside the program."""
     return os.path.splitext(pte)[0] + ".tokenizer.json"
@@ -179,7 +187,6 @@ def tokenizer_path(pte):
 def run(cfg):
     from tokenizers import Tokenizer
     from checkpoint import atomic_path, check_num_threads, check_out_dir, keep_heaviest_branch, load_model
-    from tools.executorch.run import vocabulary_id
     if cfg["quantize"] not in QUANTIZE:
         raise UserError(f"--quantize must be one of {'|'.join(QUANTIZE)}, got {cfg['quantize']!r} "
                         f"(fix: e.g. --quantize=8da8w for 8-bit weights)")

@@ -9,8 +9,6 @@ It samples as sample.py does (the same window re-priming at max_len, the same dr
 with --seed), so with an fp32 program it prints the text sample.py prints for the same options.
 """
 import faulthandler
-import hashlib
-import json
 import os
 import signal
 import struct
@@ -152,17 +150,10 @@ def probe_program(path):
                         f"damaged (fix: export it again: python -m tools.executorch.export --pte={path})")
 
 
-def vocabulary_id(tokenizer):
-    """A 60-bit number of a tokenizer's vocabulary (every token and its id): the export stores it in the program as
-    the constant tokenizer_id, and the runner compares it with the tokenizer it is given."""
-    pairs = sorted((i, token) for token, i in tokenizer.get_vocab(with_added_tokens=True).items())
-    return int(hashlib.sha256(json.dumps(pairs).encode("utf-8")).hexdigest()[:15], 16)
-
-
 def check_pair(program, tokenizer, pte, path):
     """One line unless the tokenizer is the program's: the one exported with it (its tokenizer_id), or for an older
     program one whose ids fit its vocabulary and end-of-text. Another model's tokenizer would print other text."""
-    from tools.executorch.export import tokenizer_path
+    from tools.executorch.export import tokenizer_path, vocabulary_id
     fix = (f"(fix: use the tokenizer exported with it, {tokenizer_path(pte)}, or export again: python -m "
            f"tools.executorch.export --pte={pte})")
     if program.tokenizer_id is not None and program.tokenizer_id != vocabulary_id(tokenizer):
