@@ -137,6 +137,7 @@ def probe_program(path):
         code = 1
         try:
             faulthandler.disable()   # e.g. pytest's: it would print the expected crash
+            os.environ["GGML_NO_BACKTRACE"] = "1"   # llama.cpp's, if loaded, would run gdb on it first (seconds)
             os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
             program = Program(path)
             program.decode(int(program.prefill([0]).argmax()), 1)
