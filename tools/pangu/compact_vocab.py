@@ -2,8 +2,9 @@
 Paper 003 (PanGu-pi Pro) 2.1, a compact tokenizer: remove the low-frequency tokens, here keeping the K GPT-2 tokens
 most frequent in the training split, so the embedding and head shrink; report the coverage of the top-k tokens
 (Fig. 2) and PEHL, the share of parameters in embedding + head. Ours, so that any text still encodes with BPE: the
-256 single bytes, every kept token's merge parents and eot are always kept. (The paper's tokenizer is a 48k
-SentencePiece BPE built on its own corpus, then reduced; ours starts from GPT-2's BPE.)
+256 single bytes, every kept token's merge parents and eot are always kept. (The paper analyses the frequencies of
+its 100k PanGu-pi vocabulary, and its models use a 48k BPE tokenizer built with SentencePiece on its own data;
+starting from GPT-2's tokens, on the user's text, is ours.)
 
     python -m tools.pangu.compact_vocab --input=notes.txt --vocab_size=1024   # your own text -> data/notes_v1024/
     python -m tools.pangu.compact_vocab shakespeare --vocab_size 4096    # -> data/shakespeare_v4096/
