@@ -20,6 +20,7 @@ out*/ folders in cloned repositories), and the full unpickler runs whatever code
 import contextlib
 import fcntl
 import glob
+import math
 import os
 import pickle
 import random
@@ -43,35 +44,53 @@ DDP_PREFIX = "module."           # added by DistributedDataParallel
 
 
 @contextlib.contextmanager
-def atomic_open(path, mode="wb"):
-    """Open a temp file next to `path`; on success flush+fsync it and os.replace it onto `path`.
-    On any error (including KeyboardInterrupt) the temp file is removed and `path` is untouched; a
-    filesystem error (full disk, read-only folder, ...) becomes a one-line UserError naming the path."""
+def atomic_path(path):
+    """Yield the name of a temporary file beside `path` to write; when the block ends without an error it is
+    fsync'ed and os.replace'd onto `path`. On any error (including KeyboardInterrupt) it is removed and `path` is
+    untouched; a filesystem error (full disk, read-only folder, ...) becomes a one-line UserError naming the path.
+    The temporary file is locked while it lives, so the next write of `path` removes (and reports) only the ones a
+    killed writer left (remove_stale_temp_files), never those of a writer still at work."""
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
-    tmp = None
+    tmp = fd = None
     try:
         os.makedirs(directory, exist_ok=True)
+        remove_stale_temp_files(directory, [os.path.basename(path)], say=print_to_stderr)
         fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
-        with os.fdopen(fd, mode) as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield tmp
+        os.fsync(fd)   # the file's data, whichever open file wrote it
         # mkstemp creates 0600 files; give the result the usual permissions (0666 minus umask)
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
+        tmp = None
     except BaseException as e:
         if tmp is not None:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
         os_error = underlying_os_error(e)
-        if os_error is not None:
+        if os_error is not None and not isinstance(e, UserError):
             raise UserError(f"cannot write {path}: {os_error.strerror or os_error} (any previous version is kept) "
                             f"(fix: free disk space, or choose a writable folder)") from None
         raise
+    finally:
+        if fd is not None:
+            os.close(fd)
     _fsync_dir(directory)
+
+
+@contextlib.contextmanager
+def atomic_open(path, mode="wb"):
+    """open(path, mode) for writing, atomically (atomic_path): `path` changes only when the block ends without an
+    error, and then holds everything written."""
+    with atomic_path(path) as tmp, open(tmp, mode) as f:
+        yield f
+
+
+def print_to_stderr(message):
+    print(message, file=sys.stderr, flush=True)
 
 
 def underlying_os_error(e):
@@ -164,19 +183,25 @@ def lock_dir(path, key="out_dir"):
 
 
 def remove_stale_temp_files(directory, names, say=print):
-    """Delete the temporary files that a killed atomic save of one of `names` left in `directory` (e.g.
-    .last.pt.x8f2k.tmp, possibly gigabytes), and say so. Returns how many. Only call it when no other process
-    writes these files."""
+    """Delete the temporary files that a killed atomic write of one of `names` left in `directory` (e.g.
+    .last.pt.x8f2k.tmp, possibly gigabytes), and say so. Returns how many. A temporary file that a live writer
+    holds (atomic_path locks its own) is left alone."""
     stale = [p for name in names for p in glob.glob(os.path.join(glob.escape(directory), f".{name}.*.tmp"))]
-    freed = 0
+    freed, removed = 0, 0
     for path in stale:
-        with contextlib.suppress(OSError):
-            freed += os.path.getsize(path)
-            os.unlink(path)
-    if stale:
-        say(f"removed {len(stale)} temporary file(s) ({freed / 1e6:,.1f} MB) left in {directory} by an "
+        with contextlib.suppress(OSError):   # BlockingIOError: its writer is at work
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                freed += os.fstat(fd).st_size
+                os.unlink(path)
+                removed += 1
+            finally:
+                os.close(fd)
+    if removed:
+        say(f"removed {removed} temporary file(s) ({freed / 1e6:,.1f} MB) left in {directory} by an "
             f"interrupted write")
-    return len(stale)
+    return removed
 
 
 def latest_out_dir(root="."):
@@ -320,23 +345,67 @@ def check_finite(state_dict, path, fix="retrain with a lower --learning_rate"):
                         f"them diverged (fix: {fix})")
 
 
-def model_config(model_args, source=None):
-    """GPTConfig(**model_args) with a one-line error for arguments this model.py refuses or does not know.
-    source: the checkpoint they come from (None: the user's config)."""
+def model_config(model_args, source=None, device="cpu"):
+    """GPTConfig(**model_args) with a one-line error for arguments this model.py refuses or does not know,
+    or for a size it cannot build on `device` in reasonable time or memory (check_model_size). source: the
+    checkpoint they come from (None: the user's config)."""
     from model import GPTConfig
+    check_model_size(model_args, device)
     try:
         return GPTConfig(**model_args)
     except (TypeError, ValueError) as e:
+        reason = str(e) if len(str(e)) <= 300 else str(e)[:297] + "..."   # e.g. a list of 1000 widths
         if source is None:
-            raise UserError(f"invalid model configuration: {e} (fix: correct the model keys)") from None
-        raise UserError(f"the model_args of {source} do not fit this model.py: {e} "
+            raise UserError(f"invalid model configuration: {reason} (fix: correct the model keys)") from None
+        raise UserError(f"the model_args of {source} do not fit this model.py: {reason} "
                         f"(fix: use the code version that wrote the checkpoint)") from None
 
 
 def build_model(model_args, device="cpu", source=None):
     """GPT(GPTConfig(**model_args)), with model_config's one-line errors."""
     from model import GPT
-    return GPT(model_config(model_args, source)).to(device)
+    return GPT(model_config(model_args, source, device)).to(device)
+
+
+MAX_LAYERS = 1000   # our limit: building a layer takes 10-20 ms on a 2-core CPU (1000: 10-20 s); presets have <= 60
+
+
+def check_model_size(model_args, device="cpu"):
+    """One line, before anything is built, for a model of more than MAX_LAYERS layers, or (built on a real device,
+    not "meta") one whose weights cannot fit this machine's memory: at least 4 bytes for each of the embedding's
+    and the unique FFN layers' weights (weights_lower_bound) against the physical memory. What GPTConfig refuses
+    (negative, mistyped sizes) is left to its own message."""
+    args = {**gpt_config_defaults(), **model_args}
+    n_layer = args["n_layer"]
+    if isinstance(n_layer, int) and n_layer > MAX_LAYERS:
+        raise UserError(f"n_layer={n_layer:,}: more than {MAX_LAYERS:,} layers take too long to build (about 15 ms "
+                        f"a layer on a CPU) (fix: --n_layer={MAX_LAYERS} or fewer)")
+    weights = weights_lower_bound(args)
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if weights is not None and str(device) != "meta" and 4 * weights > memory:
+        raise UserError(f"this model has at least {weights:,} weights: {4 * weights / 2**30:,.0f} GiB in float32, "
+                        f"more than this machine's {memory / 2**30:,.0f} GiB of memory (fix: lower --n_layer, "
+                        f"--n_embd or --vocab_size)")
+
+
+def weights_lower_bound(args):
+    """A lower bound of the model's parameters, from its arguments alone: the token embedding and the FFN matrices
+    of its unique layers (at least two of width x hidden each); None when the arguments are not plain positive
+    numbers (GPTConfig says what is wrong)."""
+    positive = ("n_layer", "n_embd", "n_branches", "share_group_size", "vocab_size")
+    if not all(isinstance(args[k], int) and args[k] >= 1 for k in positive):
+        return None
+    if not (isinstance(args["shrink_every"], int) and args["shrink_every"] >= 0):
+        return None
+    if not (isinstance(args["mlp_ratio"], (int, float)) and 0 < args["mlp_ratio"] < math.inf):
+        return None
+    per_branch = args["n_layer"] // args["n_branches"]
+    every = args["shrink_every"]
+    widths = [args["n_embd"] // 2 ** (i // every) if every else args["n_embd"] for i in range(per_branch)]
+    hidden = [args["mlp_hidden"] or int(args["mlp_ratio"] * w) for w in widths]
+    ffn = sum(2 * w * h for w, h in zip(widths, hidden)) * args["n_branches"] // args["share_group_size"]
+    embedding = args["vocab_size"] * (args["embd_factor_dim"] or args["n_embd"] * args["n_branches"])
+    return ffn + embedding
 
 
 def load_model(path_or_out_dir="", device="cpu"):

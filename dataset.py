@@ -21,6 +21,8 @@ import hashlib
 import json
 import os
 import pickle
+import re
+import shlex
 import sys
 import time
 
@@ -196,15 +198,37 @@ class BPETokenizer:
 
 
 def load_tokenizer(data_dir, ckpt=None):
-    """The tokenizer described by data_dir/meta.json (char, gpt2 or compact), with one-line errors (ckpt: load_meta)."""
+    """The tokenizer described by data_dir/meta.json (char, gpt2 or compact), with one-line errors. With a
+    checkpoint (load_meta reads nanoGPT's folders for it too), its vocabulary is checked against the model's
+    (check_vocabulary): every script that samples or scores a checkpoint loads its tokenizer here."""
     meta = load_meta(data_dir, ckpt)
     try:
-        return tokenizer_from_meta(meta)
+        tok = tokenizer_from_meta(meta)
     except (KeyError, ValueError, TypeError) as e:
         if isinstance(e, UserError):
             raise
         raise UserError(f"cannot build the tokenizer of {data_dir}/meta.json: {one_line(e)} "
                         f"(fix: re-run prepare.py for that dataset, or pass --data_dir)") from None
+    if ckpt is not None:
+        check_vocabulary(meta, ckpt, data_dir)
+    return tok
+
+
+def check_vocabulary(meta, ckpt, data_dir):
+    """One line unless the dataset's vocabulary is the model's: no more tokens than the model has, and for a
+    checkpoint that records no tokenizer (nanoGPT's, or older ones) and a char vocabulary, exactly as many (with
+    fewer, the model's ids past the vocabulary would fail to decode after sampling; with more, other characters
+    would be read from its ids without a word). A model may have more rows than a BPE vocabulary (GPT-2's 50257
+    padded to 50304), or than the vocabulary it was trained on (tokenizer_id: resolve_data_dir checks it)."""
+    model_vocab = ckpt.get("model_args", {}).get("vocab_size")
+    size = meta["vocab_size"]
+    if not isinstance(model_vocab, int):
+        return
+    exact = meta.get("tokenizer") == "char" and not ckpt.get("tokenizer_id")
+    if size > model_vocab or (exact and size != model_vocab):
+        raise UserError(f"the vocabulary of {data_dir} has {size} tokens, the model in {ckpt.get('path')} "
+                        f"{model_vocab}: it was trained on another vocabulary, and its ids would decode to other "
+                        f"text (fix: --data_dir=<the dataset folder it was trained on>)")
 
 
 def tokenizer_of(ckpt, data_dir=""):
@@ -216,13 +240,24 @@ def tokenizer_of(ckpt, data_dir=""):
 
 
 def tokenizer_from_meta(meta):
+    """The tokenizer of a meta.json, whose parts must agree: vocab_size distinct characters (char), GPT-2's size
+    (gpt2), vocab_size - 1 tokens and eot last (compact)."""
     kind = meta.get("tokenizer")
+    fix = "(fix: prepare the dataset again)"
     if kind == "char":
-        return CharTokenizer(meta["chars"])
+        chars = meta["chars"]
+        if not (isinstance(chars, list) and len(set(chars)) == len(chars) == meta["vocab_size"]):
+            raise UserError(f"meta.json's chars are not {meta['vocab_size']} distinct characters (vocab_size) {fix}")
+        return CharTokenizer(chars)
     if kind == "gpt2":
+        if meta["vocab_size"] != GPT2_VOCAB_SIZE:
+            raise UserError(f"meta.json says gpt2 with vocab_size {meta['vocab_size']}, not {GPT2_VOCAB_SIZE} {fix}")
         return BPETokenizer(get_gpt2_encoding(), GPT2_VOCAB_SIZE, GPT2_EOT_ID)
     if kind == "compact":
         tokens = [base64.b64decode(t) for t in meta["tokens"]]
+        if not len(tokens) + 1 == meta["vocab_size"] == meta["eot_token"] + 1:
+            raise UserError(f"meta.json's compact vocabulary has {len(tokens)} tokens and eot {meta['eot_token']}, "
+                            f"not vocab_size - 1 = {meta['vocab_size'] - 1} tokens then eot {fix}")
         return BPETokenizer(compact_encoding(tokens), meta["vocab_size"], meta["eot_token"])
     raise UserError(f"unknown tokenizer {kind!r} in meta.json (fix: re-run prepare.py; it writes char, gpt2 or compact)")
 
@@ -296,7 +331,8 @@ def split_tokens(data_dir, split, vocab_size, block_size=None):
         raise UserError(f"{split} split of {data_dir} has {n} token(s), nothing to score {fix}")
     if block_size is not None and n <= block_size:
         raise UserError(f"{split} split of {data_dir} has {n} tokens, not enough for block_size={block_size} "
-                        f"(fix: --block_size={max(1, n // 2)} or a bigger dataset)")
+                        f"(fix: --block_size={max(1, n // 2)}, or a bigger dataset: a longer text, or for val a larger "
+                        f"prepare.py --val_fraction)")
     top = int(np.memmap(path, dtype=TOKEN_DTYPE, mode="r").max())
     if top >= vocab_size:
         raise UserError(f"{path} holds token id {top}, but meta.json's vocab_size is {vocab_size} {fix}")
@@ -455,6 +491,141 @@ def write_bin(path, ids):
         f.write(ids.astype(np.uint16).tobytes())
 
 
+# --- a text file as a dataset (prepare.py, tools/pangu/compact_vocab.py): its name, text and checks ---------
+
+TOKENIZERS = ("char", "gpt2")   # prepare.py's; the compact vocabulary is tools.pangu.compact_vocab's
+# datasets that tools prepare (python -m tools.<...>), by name pattern: the command for each
+TOOL_DATASETS = {r"shakespeare_v(\d+)": "tools.pangu.compact_vocab shakespeare --vocab_size {}",
+                 r"wikitext103": "tools.wikitext103",
+                 r"wikitext103_v(\d+)": "tools.wikitext103 --vocab_size {}"}
+TEXT_FIX = "(fix: --input=<a UTF-8 text file>)"
+
+
+def tool_command(dataset):
+    """The command that prepares `dataset` when a tool does (shakespeare_vK, wikitext103, wikitext103_vK), else None."""
+    for pattern, command in TOOL_DATASETS.items():
+        m = re.fullmatch(pattern, dataset)
+        if m:
+            return "python -m " + command.format(*m.groups())
+    return None
+
+
+def name_of_text(input_path):
+    """notes.txt -> notes: the name of a text file's datasets (notes_char, notes_gpt2, notes_v1024), as a plain
+    folder name."""
+    stem = os.path.splitext(os.path.basename(os.path.normpath(input_path)))[0]
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", stem).strip("._-") or "text"
+
+
+def check_val_fraction(val_fraction):
+    if not (isinstance(val_fraction, (int, float)) and 0 < val_fraction < 1):
+        raise UserError(f"--val_fraction must be in (0, 1), got {val_fraction} (fix: --val_fraction=0.1)")
+
+
+def check_dataset_name(dataset):
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", dataset):
+        raise UserError(f"dataset name {dataset!r} is not a plain folder name (fix: letters, digits, '_', '.' "
+                        f"and '-', e.g. mynotes_char)")
+
+
+def check_text_dataset(dataset, input_path, tokenizer, val_fraction, known, out_dir=None):
+    """prepare.py's (dataset name, tokenizer), or a one-line error: a val_fraction outside (0, 1), a tokenizer
+    that is not char or gpt2, a tool's dataset, a name other than `known` ({tinyshakespeare's names: their
+    tokenizer}) without --input, a name that is no plain folder name or that names another tokenizer. Without
+    a name, --input's file names it: notes.txt -> notes_char (notes_gpt2 with --tokenizer=gpt2)."""
+    check_val_fraction(val_fraction)
+    if tokenizer == "compact":
+        raise UserError(f"paper 003's compact vocabulary is a tool's (fix: python -m tools.pangu.compact_vocab "
+                        f"--input={input_path or 'YOUR_TEXT.txt'} --vocab_size=1024)")
+    if tokenizer not in (None, *TOKENIZERS):
+        raise UserError(f"--tokenizer must be char or gpt2, got {tokenizer!r} (fix: --tokenizer=gpt2)")
+    if not dataset:
+        if not input_path:
+            raise UserError("no dataset named (fix: python prepare.py shakespeare_char, or your own text: "
+                            "python prepare.py --input=YOUR_TEXT.txt)")
+        return f"{name_of_text(input_path)}_{tokenizer or 'char'}", tokenizer or "char"
+    command = tool_command(dataset)
+    if command:
+        if out_dir and os.path.normpath(out_dir) != os.path.join("data", dataset):
+            command += f" --out_dir {shlex.quote(out_dir)}"
+        raise UserError(f"dataset {dataset!r} is prepared by a tool, not by prepare.py (fix: {command})")
+    if dataset in known:
+        if tokenizer and tokenizer != known[dataset]:
+            other = next(name for name, kind in known.items() if kind == tokenizer)
+            raise UserError(f"{dataset} is tinyshakespeare as {known[dataset]} tokens, not {tokenizer} "
+                            f"(fix: python prepare.py {other})")
+        return dataset, known[dataset]
+    if not input_path:
+        raise UserError(f"unknown dataset {dataset!r} (fix: your own text: python prepare.py {dataset} "
+                        f"--input=YOUR_TEXT.txt; tinyshakespeare: shakespeare_char or shakespeare; tools prepare "
+                        f"the others: python -m tools.pangu.compact_vocab for shakespeare_vK, python -m "
+                        f"tools.wikitext103 for wikitext103 and wikitext103_vK)")
+    check_dataset_name(dataset)
+    named = next((kind for kind in TOKENIZERS if dataset.endswith("_" + kind)), None)
+    if named and tokenizer and named != tokenizer:
+        raise UserError(f"the name {dataset} says {named}, but --tokenizer is {tokenizer} (fix: drop one of them, "
+                        f"or name it {dataset[:-len(named)]}{tokenizer})")
+    return dataset, tokenizer or named or "char"
+
+
+def read_text(path):
+    """The text of a UTF-8 file, or a one-line error: missing, unreadable, empty, binary (NUL bytes, which
+    UTF-16 text has too) or not UTF-8."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        raise UserError(f"input not found: {path} {TEXT_FIX}") from None
+    except OSError as e:   # a folder, no permission
+        raise UserError(f"cannot read {path}: {e.strerror} {TEXT_FIX}") from None
+    if not data:
+        raise UserError(f"{path} is empty {TEXT_FIX}")
+    if b"\0" in data:
+        raise UserError(f"{path} is not text: it holds NUL bytes (a binary file, or UTF-16 text) {TEXT_FIX}")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise UserError(f"{path} is not UTF-8 text (byte {e.start:,} is {data[e.start]:#04x}: a binary file, or "
+                        f"another encoding) {TEXT_FIX}") from None
+
+
+def check_long_enough(path, n_chars, splits, val_fraction):
+    """Each split must hold 2 tokens at least (one prediction; train.py wants more than block_size)."""
+    for split, other in (("train", "smaller"), ("val", "larger")):
+        n = splits[split]["tokens"]
+        if n < 2:
+            raise UserError(f"{path} is too short for a {split} split: its {n_chars:,} characters give {n} {split} "
+                            f"token(s) at val_fraction={val_fraction} (fix: a longer text, or a {other} "
+                            f"--val_fraction)")
+
+
+def text_record(path, text, val_fraction):
+    """meta.json's "text": where the dataset came from and its sha256 (check_replace compares it)."""
+    sha = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return {"path": os.path.abspath(path), "sha256": sha, "characters": len(text), "val_fraction": val_fraction}
+
+
+def check_replace(out_dir, meta, force=False):
+    """One line unless out_dir is free for `meta`'s dataset: no complete dataset there (no meta.json, or a damaged
+    one: an interrupted prepare), or one of the same text and tokenizer (the text's sha256; a folder that records
+    none: the same tokenizer and split sizes), or force."""
+    try:
+        old = load_meta(out_dir)
+    except UserError:
+        return
+    text = old.get("text") if isinstance(old.get("text"), dict) else {}
+    if text.get("sha256"):
+        same_text = text["sha256"] == meta["text"]["sha256"]
+    else:
+        same_text = old.get("splits") == meta["splits"]
+    if force or same_text and tokenizer_id(old) == tokenizer_id(meta):
+        return
+    what = "another text" if not same_text else f"this text in another tokenizer ({old.get('tokenizer')})"
+    source = f", from {text['path']}" if text.get("path") else ""
+    raise UserError(f"{out_dir} holds the dataset {old.get('dataset')!r} of {what}{source} (fix: --force to "
+                    f"replace it, or another name: python prepare.py NAME --input=...)")
+
+
 # --- meta.pkl: nanoGPT's char vocabulary, read as data ------------------------------------------------
 
 class PlainDataUnpickler(pickle.Unpickler):
@@ -490,6 +661,17 @@ def read_meta_pkl(path):
             and set(itos) == set(range(size)) and all(isinstance(c, str) and c for c in itos.values())):
         raise UserError(f"{path} is not nanoGPT's char vocabulary (vocab_size and itos: id -> character for "
                         f"ids 0..vocab_size-1) {fix}")
+    # nanoGPT encodes with stoi and decodes with itos: they must be each other's inverse
+    stoi = meta.get("stoi", {itos[i]: i for i in range(size)})
+    if not isinstance(stoi, dict):
+        raise UserError(f"{path}'s stoi is a {type(stoi).__name__}, not a dict of character -> id {fix}")
+    wrong = [i for i in range(size) if stoi.get(itos[i]) != i]
+    if wrong:
+        ch = itos[wrong[0]]
+        raise UserError(f"{path}'s stoi and itos disagree (itos[{wrong[0]}] is {ch!r}, stoi[{ch!r}] is "
+                        f"{stoi.get(ch)!r}): encoded text would decode to other text {fix}")
+    if len(stoi) != size:
+        raise UserError(f"{path}'s stoi has {len(stoi)} entries, its itos {size}: another vocabulary {fix}")
     return {"tokenizer": "char", "vocab_size": size, "chars": [itos[i] for i in range(size)],
             "dataset": os.path.basename(os.path.dirname(os.path.abspath(path))), "source": "meta.pkl"}
 

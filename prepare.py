@@ -1,150 +1,151 @@
 """
-Dataset preparation: tinyshakespeare as characters or as GPT-2 BPE tokens.
+Prepare a dataset for train.py: a text file becomes token ids.
 
-    python prepare.py shakespeare_char    # characters, 65-symbol vocabulary -> data/shakespeare_char/
-    python prepare.py shakespeare         # GPT-2 BPE -> data/shakespeare/
+    python prepare.py shakespeare_char     # tinyshakespeare, characters -> data/shakespeare_char/
+    python prepare.py shakespeare          # tinyshakespeare, GPT-2 BPE -> data/shakespeare/
+    python prepare.py --input=notes.txt    # your own text, characters -> data/notes_char/
+    python prepare.py --input=notes.txt --tokenizer=gpt2   # GPT-2 BPE -> data/notes_gpt2/
+    python train.py config/gpt_shakespeare_cpu.py --dataset=notes_char   # then train, and sample.py
 
-A dataset folder (data/<dataset>/, or --out_dir) holds train.bin and val.bin, the token ids as flat uint16
-(np.memmap(path, dtype=np.uint16, mode="r") reads them), and meta.json, which describes the tokenizer
-(dataset.py reads it back). meta.json is written last: its presence means the folder is complete.
+Any UTF-8 text file works; a name may be given too (python prepare.py mynotes --input=notes.txt).
+The first 90% of the text is the train split, the rest the val split (--val_fraction=0.1 sets it).
+A dataset folder (data/<dataset>/, or --out_dir) holds train.bin and val.bin, the token ids as flat
+uint16 (np.memmap(path, dtype=np.uint16, mode="r") reads them), and meta.json, which describes the
+tokenizer (dataset.py reads it back). meta.json is written last: its presence means the folder is
+complete. A folder that holds a dataset of another text is replaced only with --force.
 
-Offline: the repository ships tinyshakespeare (data/tinyshakespeare/input.txt); --input (or SHAKESPEARE_INPUT)
-names another copy, --gpt2_ranks (or GPT2_TIKTOKEN_FILE) a local gpt2.tiktoken.
+Offline: the repository ships tinyshakespeare (data/tinyshakespeare/input.txt); --input (or
+SHAKESPEARE_INPUT) names another copy, --gpt2_ranks (or GPT2_TIKTOKEN_FILE) a local gpt2.tiktoken.
 Library use: prepare(dataset, out_dir=None, **opts) -> out_dir.
 
 The other datasets are prepared by tools:
 
-    python -m tools.pangu.compact_vocab shakespeare --vocab_size 4096   # paper 003's compact vocabulary
-    python -m tools.wikitext103 [--vocab_size K]                        # WikiText-103
+    python -m tools.pangu.compact_vocab --input=notes.txt --vocab_size=1024   # paper 003's compact
+    python -m tools.pangu.compact_vocab shakespeare --vocab_size=4096         #   vocabulary
+    python -m tools.wikitext103 [--vocab_size K]                              # WikiText-103
 """
 import argparse
 import os
-import re
-import shlex
 
 from checkpoint import check_out_dir
 from configurator import ArgumentParser, UserError
-from dataset import (GPT2_EOT_ID, GPT2_VOCAB_SIZE, CharTokenizer, begin_writing, download, get_gpt2_encoding,
-                     one_line, write_bin, write_meta)
+from dataset import (GPT2_EOT_ID, GPT2_VOCAB_SIZE, CharTokenizer, begin_writing, check_long_enough,
+                     check_replace, check_text_dataset, download, get_gpt2_encoding, one_line,
+                     read_text, text_record, write_bin, write_meta)
 
-SHAKESPEARE_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
+SHAKESPEARE_URL = ("https://raw.githubusercontent.com/karpathy/char-rnn/master/"
+                   "data/tinyshakespeare/input.txt")
 SHAKESPEARE_BYTES = 1115394
 SHAKESPEARE_SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
-SHIPPED_SHAKESPEARE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "tinyshakespeare", "input.txt")
+HERE = os.path.dirname(os.path.abspath(__file__))
+SHIPPED_SHAKESPEARE = os.path.join(HERE, "data", "tinyshakespeare", "input.txt")
 
-DATASETS = ("shakespeare_char", "shakespeare")
-# datasets that tools prepare (python -m tools.<...>), by name pattern: the command for each
-TOOL_DATASETS = {r"shakespeare_v(\d+)": "tools.pangu.compact_vocab shakespeare --vocab_size {}",
-                 r"wikitext103": "tools.wikitext103",
-                 r"wikitext103_v(\d+)": "tools.wikitext103 --vocab_size {}"}
+DATASETS = {"shakespeare_char": "char", "shakespeare": "gpt2"}   # nanoGPT's names, their tokenizer
 
 
 # -----------------------------------------------------------------------------
-# tinyshakespeare
+# the text
 
-def shakespeare_text(out_dir, input_path=None):
-    """The tinyshakespeare text: --input, $SHAKESPEARE_INPUT, a local copy, the shipped one, else a download."""
-    candidates = [input_path, os.environ.get("SHAKESPEARE_INPUT"), os.path.join(out_dir, "input.txt"),
-                  os.path.join(os.path.dirname(os.path.abspath(out_dir)), "shakespeare_char", "input.txt"),
-                  SHIPPED_SHAKESPEARE]
-    explicit = [p for p in candidates[:2] if p]
-    if explicit and not os.path.isfile(explicit[0]):
-        raise UserError(f"tinyshakespeare input not found: {explicit[0]} (fix: check --input / SHAKESPEARE_INPUT)")
-    path = next((p for p in candidates if p and os.path.isfile(p)), None)
-    if path is None:
-        path = os.path.join(out_dir, "input.txt")
-        try:
-            download(SHAKESPEARE_URL, path, SHAKESPEARE_BYTES, SHAKESPEARE_SHA256)
-        except (OSError, ValueError) as e:
-            raise UserError(f"could not download tinyshakespeare ({one_line(e)}); "
-                            "pass a local copy with --input PATH or SHAKESPEARE_INPUT=PATH") from None
+def shakespeare_path(out_dir, input_path=None):
+    """Where tinyshakespeare is: --input, $SHAKESPEARE_INPUT, a copy beside out_dir, the shipped
+    one, else downloaded into out_dir."""
+    given = input_path or os.environ.get("SHAKESPEARE_INPUT")
+    if given:
+        return given   # read_text says so if it is missing
+    data_dir = os.path.dirname(os.path.abspath(out_dir))
+    beside = os.path.join(data_dir, "shakespeare_char", "input.txt")
+    for path in (os.path.join(out_dir, "input.txt"), beside, SHIPPED_SHAKESPEARE):
+        if os.path.isfile(path):
+            return path
+    path = os.path.join(out_dir, "input.txt")
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except UnicodeDecodeError:
-        raise UserError(f"{path} is not UTF-8 text (fix: pass the tinyshakespeare input.txt)") from None
-    if not text:
-        raise UserError(f"{path} is empty (fix: pass the tinyshakespeare input.txt)")
-    return text
+        download(SHAKESPEARE_URL, path, SHAKESPEARE_BYTES, SHAKESPEARE_SHA256)
+    except (OSError, ValueError) as e:
+        raise UserError(f"could not download tinyshakespeare ({one_line(e)}) (fix: pass a local "
+                        f"copy with --input PATH or SHAKESPEARE_INPUT=PATH)") from None
+    return path
 
 
-def split_90_10(text):
-    """First 90% of the characters for training, the rest for validation (as nanoGPT)."""
-    n = int(len(text) * 0.9)
+def split_text(text, val_fraction=0.1):
+    """The first part of the text trains, the last val_fraction validates (nanoGPT: 90/10)."""
+    n = int(len(text) * (1 - val_fraction))
     return text[:n], text[n:]
 
 
-def prepare_shakespeare_char(out_dir, input_path=None, gpt2_ranks=None):
-    """Characters as tokens: the vocabulary is the text's distinct characters (gpt2_ranks is not used)."""
-    text = shakespeare_text(out_dir, input_path)
-    chars = sorted(set(text))
-    if len(chars) > 2**16:   # checked before begin_writing: a failure must leave an existing folder as it was
-        raise UserError(f"the text has {len(chars):,} distinct characters, and the char tokenizer stores token ids "
-                        f"as uint16: at most 65,536 (fix: a text with fewer distinct characters, or a BPE dataset: "
-                        f"python prepare.py shakespeare --input ...)")
-    tok = CharTokenizer(chars)
-    train, val = split_90_10(text)
-    begin_writing(out_dir)
-    write_bin(os.path.join(out_dir, "train.bin"), tok.encode(train))
-    write_bin(os.path.join(out_dir, "val.bin"), tok.encode(val))
-    print(f"length of dataset in characters: {len(text):,}; vocab size: {len(chars)}")
-    print(f"train has {len(train):,} tokens, val has {len(val):,} tokens")
-    write_meta(out_dir, {"dataset": "shakespeare_char", "tokenizer": "char", "vocab_size": len(chars),
-                         "chars": chars, "splits": {"train": {"tokens": len(train)}, "val": {"tokens": len(val)}}})
-
-
-def prepare_shakespeare(out_dir, input_path=None, gpt2_ranks=None):
-    """GPT-2 BPE tokens (encode_ordinary: an <|endoftext|> in the text is plain text)."""
-    text = shakespeare_text(out_dir, input_path)
-    train, val = split_90_10(text)
-    enc = get_gpt2_encoding(gpt2_ranks)
-    begin_writing(out_dir)
-    train_ids, val_ids = enc.encode_ordinary(train), enc.encode_ordinary(val)
-    write_bin(os.path.join(out_dir, "train.bin"), train_ids)
-    write_bin(os.path.join(out_dir, "val.bin"), val_ids)
-    print(f"train has {len(train_ids):,} tokens, val has {len(val_ids):,} tokens (vocab {GPT2_VOCAB_SIZE})")
-    write_meta(out_dir, {"dataset": "shakespeare", "tokenizer": "gpt2", "vocab_size": GPT2_VOCAB_SIZE,
-                         "eot_token": GPT2_EOT_ID,
-                         "splits": {"train": {"tokens": len(train_ids)}, "val": {"tokens": len(val_ids)}}})
-
-
 # -----------------------------------------------------------------------------
-# entry points
+# the tokenizer, and the token files
 
-def tool_command(dataset):
-    """The command that prepares `dataset` when a tool does (shakespeare_vK, wikitext103, wikitext103_vK), else None."""
-    for pattern, command in TOOL_DATASETS.items():
-        m = re.fullmatch(pattern, dataset)
-        if m:
-            return "python -m " + command.format(*m.groups())
-    return None
+def char_tokenizer(text):
+    """Characters as tokens: the vocabulary is the text's distinct characters, in sorted order."""
+    chars = sorted(set(text))
+    if len(chars) > 2**16:   # token ids are stored as uint16
+        raise UserError(f"the text has {len(chars):,} distinct characters, and the char "
+                        f"tokenizer stores token ids as uint16: at most 65,536 (fix: a text with "
+                        f"fewer distinct characters, or GPT-2 BPE: --tokenizer=gpt2)")
+    meta = {"tokenizer": "char", "vocab_size": len(chars), "chars": chars}
+    return CharTokenizer(chars).encode, meta
 
 
-def prepare(dataset, out_dir=None, **opts):
-    """Prepare `dataset` into out_dir (default data/<dataset>). Options: input_path, gpt2_ranks. Returns out_dir."""
-    command = tool_command(dataset)
-    if command:
-        if out_dir and os.path.normpath(out_dir) != os.path.join("data", dataset):
-            command += f" --out_dir {shlex.quote(out_dir)}"
-        raise UserError(f"dataset {dataset!r} is prepared by a tool, not by prepare.py (fix: {command})")
-    if dataset not in DATASETS:
-        raise UserError(f"unknown dataset {dataset!r} (fix: shakespeare_char or shakespeare; tools prepare the others: "
-                        f"python -m tools.pangu.compact_vocab for shakespeare_vK, python -m tools.wikitext103 "
-                        f"for wikitext103 and wikitext103_vK)")
+def gpt2_tokenizer(gpt2_ranks=None):
+    """GPT-2 BPE tokens (encode_ordinary: an <|endoftext|> in the text is plain text)."""
+    enc = get_gpt2_encoding(gpt2_ranks)
+    meta = {"tokenizer": "gpt2", "vocab_size": GPT2_VOCAB_SIZE, "eot_token": GPT2_EOT_ID}
+    return enc.encode_ordinary, meta
+
+
+def prepare(dataset="", out_dir=None, input_path=None, tokenizer=None, val_fraction=0.1,
+            force=False, gpt2_ranks=None):
+    """Prepare `dataset` into out_dir (default data/<dataset>); "" names it after --input
+    (notes.txt -> notes_char). Options: input_path, tokenizer (char | gpt2), val_fraction, force
+    (replace a dataset of another text), gpt2_ranks. Returns out_dir."""
+    # the dataset's name (shakespeare_char, notes_char, ...) and its tokenizer (char or gpt2)
+    dataset, tokenizer = check_text_dataset(dataset, input_path, tokenizer, val_fraction, DATASETS,
+                                            out_dir)
     out_dir = out_dir or os.path.join("data", dataset)
     check_out_dir(out_dir)   # a file, or not writable: one line now, not a traceback later
-    fn = {"shakespeare_char": prepare_shakespeare_char, "shakespeare": prepare_shakespeare}[dataset]
-    fn(out_dir, **opts)
+    if dataset in DATASETS:
+        input_path = shakespeare_path(out_dir, input_path)
+    text = read_text(input_path)
+
+    # tokenize the two splits
+    train_text, val_text = split_text(text, val_fraction)
+    if tokenizer == "char":
+        encode, meta = char_tokenizer(text)
+    else:
+        encode, meta = gpt2_tokenizer(gpt2_ranks)
+    train_ids, val_ids = encode(train_text), encode(val_text)
+    splits = {"train": {"tokens": len(train_ids)}, "val": {"tokens": len(val_ids)}}
+    check_long_enough(input_path, len(text), splits, val_fraction)   # e.g. no val split: refused
+    record = text_record(input_path, text, val_fraction)   # the text's sha256, for check_replace
+    meta = {"dataset": dataset, **meta, "splits": splits, "text": record}
+    check_replace(out_dir, meta, force)   # a dataset of another text stays unless --force
+
+    # write: the token files first, meta.json last (it marks a complete folder)
+    begin_writing(out_dir)
+    write_bin(os.path.join(out_dir, "train.bin"), train_ids)
+    write_bin(os.path.join(out_dir, "val.bin"), val_ids)
+    write_meta(out_dir, meta)
+    print(f"length of dataset in characters: {len(text):,}; vocab size: {meta['vocab_size']:,}")
+    print(f"train has {len(train_ids):,} tokens (the first {1 - val_fraction:.0%} of the text), "
+          f"val has {len(val_ids):,} tokens (the rest): a model's block_size must stay below "
+          f"{len(val_ids):,}")
     print(f"wrote {out_dir}")
     return out_dir
 
 
+# -----------------------------------------------------------------------------
+# the command
+
 def main(argv=None):
     p = ArgumentParser(prog="python prepare.py", description=__doc__,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("dataset", help="shakespeare_char | shakespeare")
+    p.add_argument("dataset", nargs="?", default="",
+                   help="shakespeare_char | shakespeare | a name for --input's dataset")
+    p.add_argument("--input", dest="input_path", help="a UTF-8 text file (env SHAKESPEARE_INPUT)")
+    p.add_argument("--tokenizer", help="char (default) | gpt2, for --input's text")
+    p.add_argument("--val_fraction", type=float, default=0.1, help="the share of the text for val")
     p.add_argument("--out_dir", help="output folder (default data/<dataset>)")
-    p.add_argument("--input", dest="input_path", help="local tinyshakespeare input.txt (env SHAKESPEARE_INPUT)")
+    p.add_argument("--force", action="store_true", help="replace a dataset of another text")
     p.add_argument("--gpt2_ranks", help="local gpt2.tiktoken ranks file (env GPT2_TIKTOKEN_FILE)")
     args = vars(p.parse_args(argv))
     try:

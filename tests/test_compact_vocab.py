@@ -143,7 +143,7 @@ def test_same_text_and_split_as_prepare_py(tmp_path, gpt2_file):
     src = write_input(tmp_path)
     full = prepare.prepare("shakespeare", out_dir=str(tmp_path / "full"), input_path=src)
     main(["shakespeare_v300", "--input", src, "--out_dir", str(tmp_path / "a"), "--no_plot"])
-    main(["--vocab_size", "300", "--input", src, "--out_dir", str(tmp_path / "b"), "--no_plot"])
+    main(["shakespeare", "--vocab_size", "300", "--input", src, "--out_dir", str(tmp_path / "b"), "--no_plot"])
     for split in ("train", "val"):
         texts = {tokenizer.load_tokenizer(str(d)).decode(read_bin(Path(d) / f"{split}.bin").tolist())
                  for d in (full, tmp_path / "a")}

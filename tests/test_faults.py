@@ -309,7 +309,7 @@ def test_output_folder_that_is_a_file(finished, tmp_path, module, args):
 
 
 @pytest.mark.parametrize("module,args,words", [
-    ("prepare", [], ["required: dataset"]),
+    ("prepare", [], ["no dataset named", "--input=YOUR_TEXT.txt"]),
     ("prepare", ["wikitext103"], ["(fix: python -m tools.wikitext103)"]),
     ("tools.pangu.compact_vocab", ["shakespeare", "--vocab_size", "many"], ["--vocab_size", "many"]),
     ("tools.pangu.compact_vocab", ["shakespeare", "--vocab_size", "1024", "--n_layer", "-1"], ["--n_layer must be >= 1"]),
@@ -390,8 +390,8 @@ def test_prepare_cleans_up_after_an_interrupted_run(tmp_path, monkeypatch, capsy
         raise KeyboardInterrupt
 
     monkeypatch.setattr(prepare, "write_meta", killed)
-    with pytest.raises(KeyboardInterrupt):
-        prepare.main(["shakespeare_char", "--input", str(text), "--out_dir", str(out)])
+    with pytest.raises(KeyboardInterrupt):   # --force: another text may replace a dataset only when asked
+        prepare.main(["shakespeare_char", "--input", str(text), "--out_dir", str(out), "--force"])
     assert "removed 1 temporary file(s)" in capsys.readouterr().out
     assert sorted(os.listdir(out)) == ["train.bin", "val.bin"]   # no meta.json: not a complete dataset
 

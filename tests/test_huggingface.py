@@ -549,7 +549,7 @@ def test_exported_tokenizer_gives_the_token_files_ids(exported, kind, monkeypatc
     monkeypatch.setenv("GPT2_TIKTOKEN_FILE", os.path.join(folder, "missing.tiktoken"))
     tok = AutoTokenizer.from_pretrained(folder)
     assert len(tok) == meta["vocab_size"]
-    texts = dict(zip(("train", "val"), prepare.split_90_10(open(shakespeare_file(), encoding="utf-8").read())))
+    texts = dict(zip(("train", "val"), prepare.split_text(open(shakespeare_file(), encoding="utf-8").read())))
     counts = 0
     for split, text in texts.items():
         ids = tok.encode(text, add_special_tokens=False)

@@ -283,7 +283,7 @@ def test_a_dataset_of_a_tool_is_refused_with_its_command(tmp_path, monkeypatch, 
         prepare.prepare(dataset, out_dir=os.path.join("data", dataset))
     assert sorted(os.listdir(tmp_path)) == ["data", "input.txt"]
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
-    assert prepare.tool_command(dataset) == command and prepare.tool_command("shakespeare") is None
+    assert tokenizer.tool_command(dataset) == command and tokenizer.tool_command("shakespeare") is None
 
 
 def test_a_dataset_of_a_tool_through_train_py(tmp_path, monkeypatch, tiny_train_config):

@@ -70,8 +70,8 @@ from checkpoint import (LAST_NAME, MAX_SEED, atomic_open, autocast, check_out_di
                         load_checkpoint, load_model, lock_dir, resolve_device, resolve_dtype)
 from checkpoint import model_args as resolve_model_args
 from configurator import UserError, check_temperature, load_config, out_of_memory
-from dataset import dataset_vocab_size, default_data_dir, encode_start, load_tokenizer, render, resolve_data_dir
-from prepare import tool_command
+from dataset import (dataset_vocab_size, default_data_dir, encode_start, load_tokenizer, render, resolve_data_dir,
+                     tool_command)
 from tools import plots
 from tools.benchmarks.measure import bench_train, describe
 from tools.flops import flops_per_token
@@ -440,7 +440,7 @@ class Progress:
 # training one run
 
 def prepare_with_a_tool(config):
-    """Prepare a run's dataset with its tool (shakespeare_vK, wikitext103, wikitext103_vK: prepare.tool_command)
+    """Prepare a run's dataset with its tool (shakespeare_vK, wikitext103, wikitext103_vK: dataset.tool_command)
     when its folder is not complete yet. train.py prepares the tinyshakespeare datasets itself and only points to
     the tool for these."""
     dataset, data_dir = config["dataset"], default_data_dir(config)

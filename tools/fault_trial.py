@@ -11,7 +11,10 @@ for counts, sizes, seeds, thread counts, rates and temperatures; bad paths (miss
 read-only folder, names that leave their folder); damaged files (checkpoints, meta.json, token files, log.csv,
 status.json, config files); Hugging Face folders with a damaged or unusual config.json, index or weights;
 checkpoints of another tokenizer, with NaN or integer weights, or unknown model_args; checkpoints whose pickle
-would run code; a second writer into an out_dir or compare_dir.
+would run code; a second writer into an out_dir or compare_dir. Issue 40's: your own text (binary, UTF-16, too
+short, a name over a dataset of another text), vocabularies that do not fit their model (nanoGPT's meta.pkl, an
+ExecuTorch program's tokenizer, a GGUF's keys), damaged programs (one makes ExecuTorch's runtime abort), prompts
+llama.cpp would drop characters of, W&B without a key or a server, sizes that cannot be built, odd output paths.
 
 Every case must end with exit code 1, its last line on stderr the one `error: ... (fix: ...)` line (lines
 before it are the commands' own notes, e.g. sample.py naming the newest checkpoint), no Python traceback
@@ -22,8 +25,8 @@ create it. A read-only folder stops root too: as root the command runs in a user
 
 Nothing here touches the repository's data/ or out*/: the code is copied to a scratch folder, every command
 runs with its own empty temporary folder as the current directory, and the fixtures (tinyshakespeare prepared
-char-level, a tiny trained run, its Hugging Face export, a finished compare.py folder, a dataset of another
-tokenizer) are built once per trial under the same temporary root. Prints one line per case (`ok` /
+char-level, a tiny trained run, its Hugging Face, ExecuTorch and GGUF exports, a finished compare.py folder, a
+dataset of another tokenizer) are built once per trial under the same temporary root. Prints one line per case (`ok` /
 `FAIL <why>`), then `N cases: K ok, M fail`; exit code 1 when any case fails. Not part of the pytest suite
 (minutes); tests/test_faults.py runs a few cases through it.
 """
@@ -73,6 +76,7 @@ class Case:
     needs: tuple = ()         # fixtures the case reads (built before it runs)
     holder: str = ""          # a folder (under {c}) whose writer lock another process holds while the case runs
     read_only: str = ""       # a folder (under {c}) made read-only before the case runs
+    env: dict = None          # environment variables for the command ({c} expanded), over the trial's
 
 
 def train(*extra):
@@ -503,6 +507,85 @@ def all_cases():
         setup=copy_cmp(lambda d: write(f"{d}/gpt/log.csv", b"iter,kind\n\xff\xfe\x00\x81")), needs=cmp)
     add("compare_resume_planted", "planted code", compare(), setup=copy_cmp(interrupt_planted), needs=cmp)
     add("compare_second_writer", "second writer", compare(), setup=copy_cmp(), needs=cmp, holder="cmp")
+    # issue 40: your own text as a dataset (prepare.py --input, compact_vocab --input)
+    text = "A text of my own, for a dataset of my own.\n" * 60
+    own = ("prepare.py", "--input={c}/notes.txt")
+    add("prepare_text_binary", "damaged files", [*own], setup=files(**{"notes.txt": b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR"}))
+    add("prepare_text_utf16", "damaged files", [*own], setup=files(**{"notes.txt": text.encode("utf-16")}))
+    add("prepare_text_latin1", "damaged files", [*own], setup=files(**{"notes.txt": "caf\xe9\n".encode("latin-1")}))
+    add("prepare_text_empty", "damaged files", [*own], setup=files(**{"notes.txt": ""}))
+    add("prepare_text_too_short_for_val", "numbers", [*own], setup=files(**{"notes.txt": "hello\n"}))
+    add("prepare_text_val_fraction_zero", "numbers", [*own, "--val_fraction=0"], setup=files(**{"notes.txt": text}))
+    add("prepare_text_val_fraction_nan", "numbers", [*own, "--val_fraction=nan"], setup=files(**{"notes.txt": text}))
+    add("prepare_text_name_escapes", "paths", [*own, "../../escaped"], setup=files(**{"notes.txt": text}))
+    add("prepare_text_name_says_other_tokenizer", "keys/types", [*own, "notes_char", "--tokenizer=gpt2"],
+        setup=files(**{"notes.txt": text}))
+    add("prepare_text_tokenizer_unknown", "keys/types", [*own, "--tokenizer=bytes"], setup=files(**{"notes.txt": text}))
+    add("prepare_text_over_another_dataset", "second writer", [*own, "--out_dir={c}/data"],
+        setup=chain(copy_data(), files(**{"notes.txt": text})), needs=data)
+    add("prepare_text_over_shakespeare_by_name", "second writer", [*own, "shakespeare_char", "--out_dir={c}/data"],
+        setup=chain(copy_data(), files(**{"notes.txt": text})), needs=data)
+    add("compact_text_over_another_dataset", "second writer",
+        compact("--input={c}/notes.txt", "--vocab_size=300", out_dir="{c}/data"),
+        setup=chain(copy_data(), files(**{"notes.txt": text})), needs=data, env=gpt2_ranks_env())
+    add("compact_text_binary", "damaged files", compact("--input={c}/notes.txt", "--vocab_size=300"),
+        setup=files(**{"notes.txt": b"\0\1\2\3" * 100}))
+    add("train_text_not_prepared", "paths", ["train.py", *TINY, "--dataset=notes_char", "--out_dir={c}/out"])
+    add("train_text_too_short_for_block_size", "numbers", train("--data_dir={fx}/data2", "--block_size=5000"),
+        needs=data2)
+
+    # issue 40: a vocabulary checked against the model it is used with
+    nano = ["sample.py", "--out_dir={c}/nano", "--data_dir={c}/nanodata", "--device=cpu"]
+    add("sample_nanogpt_meta_pkl_smaller_vocab", "checkpoints", nano, setup=nanogpt_files(meta=char_meta(60)))
+    add("sample_nanogpt_meta_pkl_larger_vocab", "checkpoints", nano, setup=nanogpt_files(meta=char_meta(70)))
+    add("sample_nanogpt_meta_pkl_stoi_disagrees", "damaged files", nano,
+        setup=nanogpt_files(meta=char_meta(65, shift_stoi=True)))
+    add("sample_meta_json_chars_repeated", "damaged files", sample("--out_dir={c}/run"),
+        setup=copy_run("run", edit_ckpts(lambda ck, c: ck.update(data_dir=os.path.join(c, "data"))),
+                       also=("data",), edit_meta=repeat_a_char), needs=run)
+    # ExecuTorch: a program and its tokenizer
+    et = ("-m", "tools.executorch.run", "--pte={c}/model.pte", "--max_new_tokens=3", "--num_samples=1")
+    add("et_run_tokenizer_of_another_model", "checkpoints", [*et], setup=copy_pte(tokenizer=other_char_tokenizer),
+        needs=("pte",))
+    add("et_run_pte_garbage", "damaged files", [*et], setup=copy_pte(edit=lambda p: write(p, garbage(7))),
+        needs=("pte",))
+    add("et_run_pte_truncated", "damaged files", [*et], setup=copy_pte(edit=lambda p: truncate(p, 0.6)),
+        needs=("pte",))
+    add("et_run_pte_method_name_damaged", "damaged files", [*et], setup=copy_pte(edit=damage_method_name),
+        needs=("pte",))
+    add("et_run_pte_identifier_damaged", "damaged files", [*et], setup=copy_pte(edit=damage_identifier),
+        needs=("pte",))
+    add("et_bench_work_dir_is_file", "paths", tool("executorch.bench", "--out_dirs={fx}/run", "--work_dir={c}/taken"),
+        setup=files(taken="a file"), needs=run)
+    add("et_bench_work_dir_read_only", "paths",
+        tool("executorch.bench", "--out_dirs={fx}/run", "--work_dir={c}/ro/bench"), setup=folders("ro"),
+        read_only="ro", needs=run)
+    # llama.cpp: a GGUF's vocabulary, and prompts it cannot encode
+    lc = ("-m", "tools.llamacpp.run", "--gguf={c}/model.gguf", "--max_new_tokens=3")
+    add("llamacpp_gguf_vocab_key_wrong_type", "damaged files", [*lc],
+        setup=copy_gguf(lambda p: patch_gguf_key(p, "compact_gpt.vocab_size", type_code=6)), needs=("gguf",))
+    add("llamacpp_gguf_vocab_key_beyond_tokens", "damaged files", [*lc],
+        setup=copy_gguf(lambda p: patch_gguf_key(p, "compact_gpt.vocab_size", value=10**6)), needs=("gguf",))
+    add("llamacpp_gguf_eos_beyond_tokens", "damaged files", [*lc],
+        setup=copy_gguf(lambda p: patch_gguf_key(p, "tokenizer.ggml.eos_token_id", value=10**6)), needs=("gguf",))
+    add("llamacpp_gguf_no_token_list", "damaged files", [*lc],
+        setup=copy_gguf(lambda p: replace_bytes(p, b"tokenizer.ggml.tokens", b"tokenizer.ggml.tokenX")),
+        needs=("gguf",))
+    add("llamacpp_start_not_in_vocab", "keys/types", [*lc, "--start=War is \u20ac~"], setup=copy_gguf(),
+        needs=("gguf",))
+    # W&B: found before training starts
+    add("train_wandb_no_api_key", "paths", train("--wandb_log=True"), needs=data,
+        env={"WANDB_API_KEY": "", "WANDB_MODE": "", "HOME": "{c}", "NETRC": "{c}/no-netrc"})
+    add("train_wandb_server_unreachable", "paths", train("--wandb_log=True"), needs=data,
+        env={"WANDB_API_KEY": "k" * 40, "WANDB_MODE": "", "WANDB_BASE_URL": "http://127.0.0.1:9"})
+    # model sizes that cannot be built in reasonable time or memory
+    add("plan_n_layer_huge", "numbers", tool("plan", "--n_layer=100000"))
+    add("train_n_layer_huge", "numbers", train("--n_layer=100000"), needs=data)
+    add("train_weights_beyond_memory", "numbers", train("--n_layer=1000", "--n_embd=8192"), needs=data)
+    add("plan_png_folder_is_file", "paths", tool("plan", "--n_layer=2", "--png={c}/taken/plan.png"),
+        setup=files(taken="a file"))
+    add("plan_png_read_only", "paths", tool("plan", "--n_layer=2", "--png={c}/ro/plan.png"), setup=folders("ro"),
+        read_only="ro")
     return cases
 
 
@@ -564,13 +647,19 @@ def copy_data(edit=None):
     return setup
 
 
-def copy_run(name, edit=None, also=()):
+def copy_run(name, edit=None, also=(), edit_meta=None):
     """setup: a copy of the trained run in {c}/<name> (its checkpoints record the fixture dataset), then
-    edit(folder). also: fixture folders copied beside it."""
+    edit(folder). also: fixture folders copied beside it; edit_meta(meta.json's dict) changes theirs."""
     def setup(c, fx):
         shutil.copytree(os.path.join(fx, "run"), os.path.join(c, name))
         for other in also:
             shutil.copytree(os.path.join(fx, other), os.path.join(c, other))
+            if edit_meta:
+                path = os.path.join(c, other, "meta.json")
+                with open(path, encoding="utf-8") as f:
+                    meta = json.load(f)
+                edit_meta(meta)
+                write(path, json.dumps(meta))
         if edit:
             edit(os.path.join(c, name))
     return setup
@@ -665,6 +754,85 @@ def nanogpt_files(drop="", untie=False, plant=False, meta=None):
         with open(os.path.join(data, "meta.pkl"), "wb") as f:
             pickle.dump(content, f)
     return setup
+
+
+def gpt2_ranks_env():
+    """GPT2_TIKTOKEN_FILE for a case that needs GPT-2's BPE, when the shared copy is here (else the trial's own)."""
+    path = os.path.join(os.path.dirname(ROOT), "shared", "data", "gpt2", "gpt2.tiktoken")
+    return {"GPT2_TIKTOKEN_FILE": os.environ.get("GPT2_TIKTOKEN_FILE", path)}
+
+
+def char_meta(n, shift_stoi=False):
+    """nanoGPT's meta.pkl content for n characters (its checkpoint in nanogpt_files has 65); shift_stoi: stoi maps
+    each character to the next id, so it no longer inverts itos."""
+    chars = [chr(i) for i in range(32, 32 + n)]
+    return {"vocab_size": n, "itos": dict(enumerate(chars)),
+            "stoi": {ch: (i + shift_stoi) % n for i, ch in enumerate(chars)}}
+
+
+def repeat_a_char(meta):
+    meta["chars"][1] = meta["chars"][0]   # two ids for one character: encoding would pick one of them
+
+
+def copy_pte(edit=None, tokenizer=None):
+    """setup: the exported program and its tokenizer in {c}; edit(program path), tokenizer(): another tokenizer."""
+    def setup(c, fx):
+        for name in ("model.pte", "model.tokenizer.json"):
+            shutil.copy(os.path.join(fx, "pte", name), os.path.join(c, name))
+        if edit:
+            edit(os.path.join(c, "model.pte"))
+        if tokenizer:
+            write(os.path.join(c, "model.tokenizer.json"), json.dumps(tokenizer(os.path.join(c, "model.tokenizer.json"))))
+    return setup
+
+
+def other_char_tokenizer(path):
+    """The same tokenizer.json with another character for each id (as many): another model's vocabulary."""
+    with open(path, encoding="utf-8") as f:
+        tok = json.load(f)
+    tok["model"]["vocab"] = {chr(0x400 + i): i for i in range(len(tok["model"]["vocab"]))}
+    return tok
+
+
+def damage_method_name(path):
+    """A byte of the method name 'prefill' in the program made invalid UTF-8 (the runtime aborts decoding it)."""
+    replace_bytes(path, b"prefill", b"pr\xfffill")
+
+
+def damage_identifier(path):
+    """The flatbuffer identifier ET12 made ET\\xce2: ExecuTorch's runtime aborts (SIGABRT) on it."""
+    with open(path, "rb") as f:
+        data = bytearray(f.read())
+    data[6] ^= 0xFF
+    write(path, bytes(data))
+
+
+def replace_bytes(path, old, new):
+    with open(path, "rb") as f:
+        data = f.read()
+    assert old in data, f"{old!r} not in {path}"
+    write(path, data.replace(old, new, 1))
+
+
+def copy_gguf(edit=None):
+    def setup(c, fx):
+        shutil.copy(os.path.join(fx, "gguf", "model.gguf"), os.path.join(c, "model.gguf"))
+        if edit:
+            edit(os.path.join(c, "model.gguf"))
+    return setup
+
+
+def patch_gguf_key(path, key, value=None, type_code=None):
+    """A GGUF key/value edited in place: the 4-byte type code after the key's name, or its 4-byte value."""
+    import struct
+    with open(path, "rb") as f:
+        data = bytearray(f.read())
+    at = data.index(key.encode()) + len(key)
+    if type_code is not None:
+        struct.pack_into("<I", data, at, type_code)
+    if value is not None:
+        struct.pack_into("<I", data, at + 4, value)
+    write(path, bytes(data))
 
 
 def copy_cmp(edit=None):
@@ -791,6 +959,8 @@ FIXTURES = {   # name: (fixtures it needs first, argv after python)
     "hf": (("run",), ["-m", "tools.huggingface.convert", "export", "--ckpt={fx}/run", "--out={fx}/hf"]),
     "cmp": (("data",), ["-m", "tools.compare", "--variants=gpt", "--compare_dir={fx}/cmp", "--data_dir={fx}/data",
                         *TINY, "--bench_iters=0", "--sample_tokens=0"]),
+    "pte": (("run",), ["-m", "tools.executorch.export", "--out_dir={fx}/run", "--pte={fx}/pte/model.pte"]),
+    "gguf": (("run",), ["-m", "tools.llamacpp.export", "--out_dir={fx}/run", "--gguf={fx}/gguf/model.gguf"]),
 }
 
 
@@ -913,6 +1083,8 @@ def try_case(case, root, fx, repo, env, timeout, ro_prefix):
             os.chmod(top, 0o555)
     before = snapshot(c, fx)
     try:
+        if case.env:
+            env = dict(env, **{k: v.replace("{c}", c) for k, v in case.env.items()})
         r = run_process(case.argv, c, fx, repo, env, timeout, prefix)
     except subprocess.TimeoutExpired:
         return f"still running after {timeout:g} s"

@@ -33,7 +33,7 @@ import torch
 import torch.nn as nn
 
 import variants
-from checkpoint import build_model, check_out_dir, load_checkpoint, load_variant
+from checkpoint import atomic_open, build_model, check_out_dir, load_checkpoint, load_variant
 from checkpoint import model_args as checkpoint_model_args
 from configurator import UserError, load_config
 from model import GPTConfig
@@ -505,7 +505,9 @@ def save_png(fig, path, dpi):
     fig.set_dpi(dpi)
     canvas = FigureCanvasAgg(fig)
     canvas.draw()
-    Image.fromarray(np.asarray(canvas.buffer_rgba())).convert("RGB").quantize(colors=64).save(path, optimize=True)
+    image = Image.fromarray(np.asarray(canvas.buffer_rgba())).convert("RGB").quantize(colors=64)
+    with atomic_open(path) as f:   # whatever the path turns out to be: one line, and no half-written file
+        image.save(f, format="PNG", optimize=True)
 
 
 # --- the command --------------------------------------------------------------------------------------------------
@@ -514,9 +516,9 @@ def check_png_path(path):
     if not path.endswith(".png") or os.path.isdir(path):
         raise UserError(f"--png={path}: the picture is a PNG file (fix: --png=FILE.png)")
     folder = os.path.dirname(os.path.abspath(path))
+    check_out_dir(folder, key="png")   # a file on the way, or not writable
     if not os.path.isdir(folder):
         raise UserError(f"--png={path}: the folder {folder} does not exist (fix: create it, or write elsewhere)")
-    check_out_dir(folder, key="png")   # writable
 
 
 def gallery(folder):

@@ -98,7 +98,7 @@ def agreement(texts, reference):
 
 
 def run(cfg):
-    from checkpoint import load_model
+    from checkpoint import check_out_dir, load_model
     from dataset import tokenizer_from_meta
     from tools.huggingface import ConversionError
     from tools.huggingface.convert import checkpoint_meta
@@ -108,6 +108,7 @@ def run(cfg):
             raise UserError(f"--{key} must be a positive integer, got {cfg[key]!r} (fix: e.g. --{key}={DEFAULTS[key]})")
     if importlib.util.find_spec("executorch") is None:
         raise UserError("executorch is not installed (fix: pip install -r requirements-dev.txt)")
+    check_out_dir(cfg["work_dir"], key="work_dir")   # a file, or not writable: one line, before any export
     os.makedirs(cfg["work_dir"], exist_ok=True)
     try:
         import llama_cpp  # noqa: F401

@@ -20,6 +20,7 @@ Thinking is refused (see refuse_unsupported). ExportCache implements model.py's 
 every Linear, activations quantized to int8 per token at run time. Embeddings, a tied head and cgpt's Conv1d stay
 fp32.
 """
+import hashlib
 import json
 import os
 import sys
@@ -138,8 +139,9 @@ def quantize_linears(model):
     quantize_(model, Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int8, weight_granularity=PerAxis(0)))
 
 
-def program_bytes(model, quantize="none", eot_token=None):
-    """The .pte of `model` (eval mode, fp32, on the CPU): its two methods lowered to XNNPACK, buffers shared."""
+def program_bytes(model, quantize="none", eot_token=None, tokenizer_id=None):
+    """The .pte of `model` (eval mode, fp32, on the CPU): its two methods lowered to XNNPACK, buffers shared.
+    tokenizer_id (vocabulary_id of its tokenizer) becomes a constant the runner checks its tokenizer with."""
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
     from executorch.exir.passes import MemoryPlanningPass
@@ -157,9 +159,18 @@ def program_bytes(model, quantize="none", eot_token=None):
                     "decode": export(decode, (torch.zeros(1, 1, dtype=torch.long), torch.ones(1, dtype=torch.long)))}
     constants = {"max_len": block_size, "vocab_size": model.config.vocab_size,
                  "eot_token": -1 if eot_token is None else eot_token}
+    if tokenizer_id is not None:
+        constants["tokenizer_id"] = tokenizer_id
     edge = to_edge_transform_and_lower(programs, partitioner=[XnnpackPartitioner()], constant_methods=constants)
     planning = MemoryPlanningPass(alloc_graph_input=False, share_mutable_buffers=True)
     return edge.to_executorch(ExecutorchBackendConfig(memory_planning_pass=planning)).buffer
+
+
+def vocabulary_id(tokenizer):
+    """A 60-bit number of a tokenizer's vocabulary (every token and its id): the export stores it in the program as
+    the constant tokenizer_id, and the runner compares it with the tokenizer it is given."""
+    pairs = sorted((i, token) for token, i in tokenizer.get_vocab(with_added_tokens=True).items())
+    return int(hashlib.sha256(json.dumps(pairs).encode("utf-8")).hexdigest()[:15], 16)
 
 
 def tokenizer_path(pte):
@@ -168,7 +179,8 @@ def tokenizer_path(pte):
 
 
 def run(cfg):
-    from checkpoint import atomic_open, check_num_threads, check_out_dir, keep_heaviest_branch, load_model
+    from tokenizers import Tokenizer
+    from checkpoint import atomic_path, check_num_threads, check_out_dir, keep_heaviest_branch, load_model
     if cfg["quantize"] not in QUANTIZE:
         raise UserError(f"--quantize must be one of {'|'.join(QUANTIZE)}, got {cfg['quantize']!r} "
                         f"(fix: e.g. --quantize=8da8w for 8-bit weights)")
@@ -183,11 +195,15 @@ def run(cfg):
     tokenizer, eot = tokenizer_json(ckpt, cfg["data_dir"], model.config)
     note = keep_heaviest_branch(model, cfg["keep_heaviest_branch"])
     t0 = time.perf_counter()
-    data = program_bytes(model, cfg["quantize"], eot)
-    with atomic_open(tokenizer_path(cfg["pte"]), "w") as f:
-        json.dump(tokenizer, f, ensure_ascii=False)
-    with atomic_open(cfg["pte"]) as f:
-        f.write(data)
+    text = json.dumps(tokenizer, ensure_ascii=False)
+    data = program_bytes(model, cfg["quantize"], eot, vocabulary_id(Tokenizer.from_str(text)))
+    # the pair is replaced together or not at all: both files are written whole before either replaces its old
+    # version (a kill between the two replaces leaves a pair the runner refuses: the tokenizer_id differs)
+    with atomic_path(tokenizer_path(cfg["pte"])) as tokenizer_tmp, atomic_path(cfg["pte"]) as pte_tmp:
+        with open(tokenizer_tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+        with open(pte_tmp, "wb") as f:
+            f.write(data)
     print(f"wrote {cfg['pte']} ({len(data) / 1e6:.2f} MB, {cfg['quantize']}, {time.perf_counter() - t0:.0f} s) "
           f"and {tokenizer_path(cfg['pte'])}" + (f"; {note}" if note else ""), file=sys.stderr)
 

@@ -8,6 +8,10 @@ the .pte (tools/executorch/export.py) and the tokenizer file beside it.
 It samples as sample.py does (the same window re-priming at max_len, the same draws from a torch.Generator seeded
 with --seed), so with an fp32 program it prints the text sample.py prints for the same options.
 """
+import faulthandler
+import os
+import signal
+import struct
 import sys
 import time
 
@@ -27,25 +31,35 @@ DEFAULTS = dict(
     num_threads=0,          # threads of XNNPACK's pool and torch's sampling ops; 0 = the runtime's default
 )
 SEPARATOR = "---------------"
+END_OF_TEXT = "<|endoftext|>"   # tools/huggingface/tokenizer.py's name for it in a BPE tokenizer.json
+EXTENDED_HEADER_END = 40        # the flatbuffer's root offset and identifier, then eh00 and four sizes
 
 
 class Program:
-    """The two methods of an exported program and its constants."""
+    """The two methods of an exported program and its constants (tokenizer_id: None for a program exported before
+    the export stored it)."""
 
     def __init__(self, path):
-        from executorch.runtime import Runtime
-        try:
-            program = Runtime.get().load_program(path)
+        from executorch.runtime import Runtime, Verification
+        check_program_file(path)
+        fix = f"(fix: export it again: python -m tools.executorch.export --pte={path})"
+        try:   # InternalConsistency: the runtime checks the whole flatbuffer before it reads it
+            program = Runtime.get().load_program(path, verification=Verification.InternalConsistency)
         except (RuntimeError, ValueError) as e:
-            raise UserError(f"cannot load {path} as an ExecuTorch program ({str(e).splitlines()[0]}) "
-                            f"(fix: write it with python -m tools.executorch.export)") from None
-        if not {"prefill", "decode", "max_len"} <= program.method_names:
-            raise UserError(f"{path} has methods {sorted(program.method_names)}, not prefill/decode/max_len "
-                            f"(fix: write it with python -m tools.executorch.export)")
+            raise UserError(f"cannot load {path} as an ExecuTorch program ({str(e).splitlines()[0]}) {fix}") from None
         self.program = program   # holds the program's bytes: its methods read them while they run
-        self.prefill_method, self.decode_method = program.load_method("prefill"), program.load_method("decode")
+        methods = {}
+        for name in ("prefill", "decode", "max_len", "vocab_size", "eot_token", "tokenizer_id"):
+            try:   # by name: program.method_names decodes every name, and a damaged one aborts the process
+                methods[name] = program.load_method(name)
+            except (KeyError, RuntimeError, ValueError) as e:
+                if name != "tokenizer_id":
+                    raise UserError(f"{path} has no loadable method {name} ({str(e).splitlines()[0]}): not a "
+                                    f"program of tools.executorch.export, or a damaged one {fix}") from None
+        self.prefill_method, self.decode_method = methods["prefill"], methods["decode"]
         self.max_len, self.vocab_size, self.eot_token = (
-            program.load_method(name).execute([])[0] for name in ("max_len", "vocab_size", "eot_token"))
+            methods[name].execute([])[0] for name in ("max_len", "vocab_size", "eot_token"))
+        self.tokenizer_id = methods["tokenizer_id"].execute([])[0] if "tokenizer_id" in methods else None
 
     def prefill(self, ids):
         """Logits (V,) after a new sequence of ids (positions 0..len-1)."""
@@ -94,6 +108,65 @@ def load_tokenizer(path):
                         f"(fix: export again; the tokenizer is written beside the .pte)") from None
 
 
+def check_program_file(path):
+    """One line for a file that is not a whole ExecuTorch program, before the runtime reads it (it aborts the
+    process on some): the flatbuffer's identifier ET.. at byte 4, and the sizes its extended header (eh00 at byte
+    8) gives for the program and its segments within the file."""
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        head = f.read(EXTENDED_HEADER_END)
+    fix = f"(fix: export it again: python -m tools.executorch.export --pte={path})"
+    if len(head) < 8 or head[4:6] != b"ET":
+        raise UserError(f"{path} is not an ExecuTorch program (no ET identifier at byte 4) {fix}")
+    if head[8:12] == b"eh00" and len(head) == EXTENDED_HEADER_END:
+        _, program_size, segment_base, segment_size = struct.unpack_from("<IQQQ", head, 12)
+        end = max(program_size, segment_base + segment_size if segment_size else 0)
+        if end > size:
+            raise UserError(f"{path} is cut short: its header gives {end:,} bytes, the file has {size:,} {fix}")
+
+
+def probe_program(path):
+    """Load `path` and run each method once in a forked child first: ExecuTorch's runtime aborts (SIGABRT) or
+    crashes (SIGSEGV) on some damaged programs instead of raising (a flipped byte in a method's name suffices),
+    and a child's crash is one line here. A child that only raises leaves the error to the real load. Call it
+    before this process starts threads (the tokenizer, XNNPACK's pool): a forked child gets none of them."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:   # the child: its own crash is the answer; it says nothing (the parent speaks)
+        code = 1
+        try:
+            faulthandler.disable()   # e.g. pytest's: it would print the expected crash
+            os.environ["GGML_NO_BACKTRACE"] = "1"   # llama.cpp's, if loaded, would run gdb on it first (seconds)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
+            program = Program(path)
+            program.decode(int(program.prefill([0]).argmax()), 1)
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):
+        name = signal.Signals(os.WTERMSIG(status)).name
+        raise UserError(f"{path} crashes ExecuTorch's runtime ({name} while loading and running it): the file is "
+                        f"damaged (fix: export it again: python -m tools.executorch.export --pte={path})")
+
+
+def check_pair(program, tokenizer, pte, path):
+    """One line unless the tokenizer is the program's: the one exported with it (its tokenizer_id), or for an older
+    program one whose ids fit its vocabulary and end-of-text. Another model's tokenizer would print other text."""
+    from tools.executorch.export import tokenizer_path, vocabulary_id
+    fix = (f"(fix: use the tokenizer exported with it, {tokenizer_path(pte)}, or export again: python -m "
+           f"tools.executorch.export --pte={pte})")
+    if program.tokenizer_id is not None and program.tokenizer_id != vocabulary_id(tokenizer):
+        raise UserError(f"{path} is not the tokenizer {pte} was exported with (another vocabulary) {fix}")
+    vocab = tokenizer.get_vocab(with_added_tokens=True)
+    eot = vocab.get(END_OF_TEXT, -1)
+    if max(vocab.values()) >= program.vocab_size or eot != program.eot_token:
+        raise UserError(f"{path} does not fit {pte}: its ids go to {max(vocab.values())} and its end-of-text is "
+                        f"{eot}, the program has {program.vocab_size} tokens and end-of-text {program.eot_token} "
+                        f"{fix}")
+
+
 def encode(tokenizer, text, eot_token):
     try:
         ids = tokenizer.encode(text, add_special_tokens=False).ids
@@ -107,7 +180,6 @@ def encode(tokenizer, text, eot_token):
 
 
 def run(cfg):
-    import os
     from checkpoint import check_num_threads, check_seed
     from configurator import check_temperature
     from dataset import render
@@ -120,12 +192,15 @@ def run(cfg):
     check_num_threads(cfg["num_threads"])
     if not os.path.isfile(cfg["pte"]):
         raise UserError(f"no program at {cfg['pte']} (fix: python -m tools.executorch.export --pte={cfg['pte']})")
+    probe_program(cfg["pte"])   # first: the child must not inherit threads
     if cfg["num_threads"] > 0:
         from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
         _unsafe_reset_threadpool(cfg["num_threads"])
         torch.set_num_threads(cfg["num_threads"])
-    tokenizer = load_tokenizer(cfg["tokenizer"] or tokenizer_path(cfg["pte"]))
+    path = cfg["tokenizer"] or tokenizer_path(cfg["pte"])
+    tokenizer = load_tokenizer(path)
     program = Program(cfg["pte"])
+    check_pair(program, tokenizer, cfg["pte"], path)
     start_ids = encode(tokenizer, cfg["start"], program.eot_token)
     generator = torch.Generator().manual_seed(cfg["seed"])
     t0, n_new = time.perf_counter(), 0

@@ -22,9 +22,7 @@ Tokenizers, as llama.cpp's GPT-2 BPE ("gpt2" model, "gpt-2" pre-tokenizer):
 scale); other matrices stay f32 (each named on stderr), and so do norms and biases.
 """
 import os
-import shutil
 import sys
-import tempfile
 
 import numpy as np
 import torch
@@ -122,18 +120,14 @@ def write_tokenizer(writer, meta, config, source, tensors):
 
 def write_gguf(model, path, qtype, meta, source, say=print):
     import gguf
-    from checkpoint import atomic_open
+    from checkpoint import atomic_path
     from tools.huggingface.convert import export_plan, hf_config_for
     arch, c = export_plan(model.config), model.config
     hf = hf_config_for(model, arch, eot=None)
     hidden = hf["n_inner"] if arch == "gpt2" else hf["intermediate_size"]
     tensors = gguf_tensors(model, arch)
-    # gguf writes to a path: a unique one beside `path`, copied to `path` only once the file is complete
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".partial",
-                               dir=os.path.dirname(os.path.abspath(path)))
-    os.close(fd)
-    writer = gguf.GGUFWriter(tmp, arch)
-    try:
+    with atomic_path(path) as tmp:   # gguf writes to a path: a temporary one, which replaces `path` when complete
+        writer = gguf.GGUFWriter(tmp, arch)
         writer.add_block_count(c.n_layer)
         writer.add_context_length(c.block_size)
         writer.add_embedding_length(c.n_embd)
@@ -162,14 +156,6 @@ def write_gguf(model, path, qtype, meta, source, say=print):
         writer.write_kv_data_to_file()
         writer.write_tensors_to_file()
         writer.close()
-        with open(tmp, "rb") as src, atomic_open(path) as dst:
-            shutil.copyfileobj(src, dst)
-    except OSError as e:   # atomic_open's own errors are already one line
-        raise UserError(f"cannot write {tmp}: {e.strerror or e} (fix: free disk space, or choose a writable "
-                        f"folder)") from None
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
     note = f"; f32, not a multiple of {Q8_BLOCK} wide: {', '.join(kept)}" if kept else ""
     say(f"wrote {path} ({os.path.getsize(path) / 1e6:.2f} MB, {arch}, {qtype}, {n_vocab} tokens){note}")
 

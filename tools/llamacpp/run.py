@@ -54,6 +54,53 @@ def model_vocab(llm):
     return int(llm.metadata.get(MODEL_VOCAB_KEY, llm.n_vocab()))
 
 
+def check_gguf(path):
+    """One line for a GGUF file whose vocabulary does not fit its model, read with the gguf package before llama.cpp
+    loads it (llama.cpp takes a damaged key as it comes, or fails on it with a traceback): the tokens (strings, as
+    many as the embedding has rows), their types, the end-of-text ids and our own MODEL_VOCAB_KEY (1..n_vocab)."""
+    import gguf
+    from tools.llamacpp.export import MODEL_VOCAB_KEY
+    fix = "(fix: export it again with python -m tools.llamacpp.export)"
+    try:
+        reader = gguf.GGUFReader(path)
+        fields = {name: (field.types, field.contents()) for name, field in reader.fields.items()}
+        rows = {t.name: [int(n) for n in t.shape] for t in reader.tensors}
+    except Exception as e:   # the reader raises ValueError, KeyError, struct and numpy errors on a damaged file
+        raise UserError(f"{path} is not a readable GGUF file ({type(e).__name__}: {e}) {fix}") from None
+    types, tokens = fields.get("tokenizer.ggml.tokens", ([], None))
+    if not (isinstance(tokens, list) and tokens and all(isinstance(t, str) for t in tokens)):
+        raise UserError(f"{path} has no vocabulary: tokenizer.ggml.tokens is missing or not a list of strings {fix}")
+    n_vocab = len(tokens)
+    embedding = rows.get("token_embd.weight", [0, n_vocab])
+    if embedding[-1] != n_vocab:
+        raise UserError(f"{path} has {n_vocab} tokens but {embedding[-1]} embedding rows {fix}")
+    token_types = fields.get("tokenizer.ggml.token_type", ([], [0] * n_vocab))[1]
+    if not isinstance(token_types, list) or len(token_types) != n_vocab:
+        raise UserError(f"{path}'s tokenizer.ggml.token_type does not list the {n_vocab} tokens {fix}")
+    integer = (gguf.GGUFValueType.UINT32, gguf.GGUFValueType.INT32, gguf.GGUFValueType.UINT64)
+    bounds = {"tokenizer.ggml.bos_token_id": (0, n_vocab - 1), "tokenizer.ggml.eos_token_id": (0, n_vocab - 1),
+              MODEL_VOCAB_KEY: (1, n_vocab)}
+    for key, (low, high) in bounds.items():
+        if key not in fields:
+            continue
+        types, value = fields[key]
+        if types[0] not in integer or not low <= value <= high:
+            raise UserError(f"{path}'s {key} is {value!r} ({types[0].name}), not an integer in [{low}, {high}] "
+                            f"for its {n_vocab} tokens {fix}")
+
+
+def encode_exactly(llm, text, path):
+    """llama.cpp's token ids of `text`, refused in one line unless they decode back to it: llama.cpp drops what its
+    vocabulary cannot spell without a word (a character a char-level vocabulary lacks)."""
+    ids = llm.tokenize(text.encode("utf-8"), add_bos=False, special=False)
+    back = llm.detokenize(ids).decode("utf-8", errors="replace")
+    if back != text:
+        lost = ", ".join(repr(ch) for ch in sorted(set(text) - set(back))) or "part of it"
+        raise UserError(f"llama.cpp cannot encode --start with the vocabulary of {path}: it would drop {lost} "
+                        f"(fix: remove them from --start)")
+    return ids
+
+
 def run(cfg):
     from checkpoint import check_num_threads
     check_num_threads(cfg["num_threads"])
@@ -62,6 +109,7 @@ def run(cfg):
                         f"(fix: e.g. --max_new_tokens=200)")
     if not os.path.isfile(cfg["gguf"]):
         raise UserError(f"no file {cfg['gguf']} (fix: write one with python -m tools.llamacpp.export)")
+    check_gguf(cfg["gguf"])
     try:
         import llama_cpp  # noqa: F401
     except ImportError:
@@ -72,7 +120,7 @@ def run(cfg):
     except ValueError as e:   # llama_cpp's answer to a file llama.cpp cannot load
         raise UserError(f"llama.cpp cannot load {cfg['gguf']} ({e}) (fix: write it with python -m "
                         f"tools.llamacpp.export)") from None
-    ids = llm.tokenize(cfg["start"].encode("utf-8"), add_bos=False, special=False)
+    ids = encode_exactly(llm, cfg["start"], cfg["gguf"])
     if not ids:
         raise UserError("--start is empty (fix: give at least one character)")
     t0 = time.perf_counter()

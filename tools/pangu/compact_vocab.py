@@ -2,15 +2,20 @@
 Paper 003 (PanGu-pi Pro) 2.1, a compact tokenizer: remove the low-frequency tokens, here keeping the K GPT-2 tokens
 most frequent in the training split, so the embedding and head shrink; report the coverage of the top-k tokens
 (Fig. 2) and PEHL, the share of parameters in embedding + head. Ours, so that any text still encodes with BPE: the
-256 single bytes, every kept token's merge parents and eot are always kept.
+256 single bytes, every kept token's merge parents and eot are always kept. (The paper analyses the frequencies of
+its 100k PanGu-pi vocabulary, and its models use a 48k BPE tokenizer built with SentencePiece on its own data;
+starting from GPT-2's tokens, on the user's text, is ours.)
 
+    python -m tools.pangu.compact_vocab --input=notes.txt --vocab_size=1024   # your own text -> data/notes_v1024/
     python -m tools.pangu.compact_vocab shakespeare --vocab_size 4096    # -> data/shakespeare_v4096/
     python -m tools.pangu.compact_vocab shakespeare_v1024 --n_layer 4 --n_embd 128 --no_plot
 
-Writes the folder prepare.py writes for shakespeare (train.bin, val.bin, meta.json; the same text and split),
-with the compact tokenizer in meta.json (its tokens and their GPT-2 ids; dataset.py reads it back), the coverage
-and PEHL report, and coverage.png (Figure 2; --no_plot: none). --n_layer / --n_embd: the model size PEHL is
-reported for. --input (SHAKESPEARE_INPUT), --gpt2_ranks (GPT2_TIKTOKEN_FILE) and --out_dir as for prepare.py.
+Writes the folder prepare.py writes for the same text with --tokenizer=gpt2 (train.bin, val.bin, meta.json; the
+same split), with the compact tokenizer in meta.json (its tokens and their GPT-2 ids; dataset.py reads it back),
+the coverage and PEHL report, and coverage.png (Figure 2; --no_plot: none). A name may be given for --input's
+text (mynotes, or mynotes_v1024); without one the file names it. --n_layer / --n_embd: the model size PEHL is
+reported for. --input (SHAKESPEARE_INPUT for tinyshakespeare), --val_fraction, --force, --gpt2_ranks
+(GPT2_TIKTOKEN_FILE) and --out_dir as for prepare.py.
 WikiText-103 with a compact vocabulary: python -m tools.wikitext103 --vocab_size K (it uses build_compact).
 """
 import argparse
@@ -22,9 +27,10 @@ import numpy as np
 
 from checkpoint import atomic_open, check_out_dir
 from configurator import ArgumentParser, UserError
-from dataset import (GPT2_EOT_ID, GPT2_PAT_STR, GPT2_VOCAB_SIZE, begin_writing, compact_encoding, get_gpt2_encoding,
-                     write_bin, write_meta)
-from prepare import DATASETS, shakespeare_text, split_90_10, tool_command
+from dataset import (GPT2_EOT_ID, GPT2_PAT_STR, GPT2_VOCAB_SIZE, begin_writing, check_dataset_name, check_long_enough,
+                     check_replace, check_val_fraction, compact_encoding, get_gpt2_encoding, name_of_text, read_text,
+                     text_record, tool_command, write_bin, write_meta)
+from prepare import DATASETS, shakespeare_path, split_text
 
 
 # -----------------------------------------------------------------------------
@@ -189,26 +195,43 @@ def build_compact(counts, vocab_size, ranks_path=None, n_layer=12, n_embd=768, p
 
 
 # -----------------------------------------------------------------------------
-# a compact tinyshakespeare dataset, and the checks shared with tools.wikitext103
+# a compact dataset of a text (tinyshakespeare, or --input's), and the checks shared with tools.wikitext103
 
-def prepare_compact_shakespeare(out_dir, vocab_size, input_path=None, gpt2_ranks=None, n_layer=12, n_embd=768,
-                                plot=True, dataset=None):
-    """prepare.py's shakespeare, tokenized with the compact vocabulary chosen from the training split."""
-    text = shakespeare_text(out_dir, input_path)
-    train, val = split_90_10(text)
+def prepare_compact(out_dir, dataset, vocab_size, input_path, gpt2_ranks=None, n_layer=12, n_embd=768, plot=True,
+                    val_fraction=0.1, force=False):
+    """prepare.py's dataset of the same text and split, tokenized with the compact vocabulary chosen from the
+    training split."""
+    check_val_fraction(val_fraction)
+    text = read_text(input_path)
+    train, val = split_text(text, val_fraction)
     gpt2 = get_gpt2_encoding(gpt2_ranks)
-    begin_writing(out_dir)
     counts = np.bincount(gpt2.encode_ordinary(train), minlength=GPT2_VOCAB_SIZE)
-    plot_path = os.path.join(out_dir, "coverage.png") if plot else None
-    enc, meta_c, extra = build_compact(counts, vocab_size, gpt2_ranks, n_layer, n_embd, plot_path)
-    meta = {"dataset": dataset or f"shakespeare_v{vocab_size}", **meta_c}
+    enc, meta_c, extra = build_compact(counts, vocab_size, gpt2_ranks, n_layer, n_embd)
     train_ids, val_ids = enc.encode_ordinary(train), enc.encode_ordinary(val)
+    splits = {"train": {"tokens": len(train_ids)}, "val": {"tokens": len(val_ids)}}
+    check_long_enough(input_path, len(text), splits, val_fraction)
+    meta = {"dataset": dataset, **meta_c, "splits": splits, **extra,
+            "text": text_record(input_path, text, val_fraction)}
+    check_replace(out_dir, meta, force)
+    begin_writing(out_dir)
+    if plot:
+        plot_coverage(counts, vocab_size, os.path.join(out_dir, "coverage.png"))
     write_bin(os.path.join(out_dir, "train.bin"), train_ids)
     write_bin(os.path.join(out_dir, "val.bin"), val_ids)
     print(f"train has {len(train_ids):,} tokens, val has {len(val_ids):,} tokens (vocab {vocab_size})")
-    meta["splits"] = {"train": {"tokens": len(train_ids)}, "val": {"tokens": len(val_ids)}}
-    meta.update(extra)
     write_meta(out_dir, meta)
+
+
+def compact_base(dataset, input_path):
+    """The name a compact dataset is made from: 'shakespeare' (tinyshakespeare), or --input's text's (a name given
+    with --input, without its _vK; else the file's: notes.txt -> notes)."""
+    if not dataset:
+        return name_of_text(input_path) if input_path else "shakespeare"
+    base = re.fullmatch(r"(.+?)(?:_v\d+)?", dataset).group(1)
+    if input_path and base != "shakespeare":
+        check_dataset_name(dataset)
+        return base
+    return "shakespeare"   # compact_size refuses any other name
 
 
 def check_positive(**values):
@@ -225,6 +248,8 @@ def compact_size(dataset, base, vocab_size=None, tool="tools.pangu.compact_vocab
     if not m:
         fix = tool_command(dataset) or (f"python prepare.py {dataset}" if dataset in DATASETS else
                                         f"{base}, or {base}_vK for a K-token vocabulary")
+        if fix.startswith(base) and tool == "tools.pangu.compact_vocab":
+            fix += f"; your own text: python -m {tool} {dataset} --input=YOUR_TEXT.txt"
         raise UserError(f"{tool} prepares {base} and {base}_vK, not {dataset!r} (fix: {fix})")
     named = int(m.group(1)) if m.group(1) else None
     if named is not None and vocab_size is not None and named != vocab_size:
@@ -237,17 +262,21 @@ def compact_size(dataset, base, vocab_size=None, tool="tools.pangu.compact_vocab
     return vocab_size
 
 
-def prepare(dataset="shakespeare", out_dir=None, vocab_size=None, n_layer=12, n_embd=768, **opts):
-    """Prepare tinyshakespeare with a compact vocabulary of vocab_size tokens (or dataset 'shakespeare_vK') into
-    out_dir (default data/shakespeare_v<K>). Options: input_path, gpt2_ranks, plot. Returns out_dir."""
-    vocab_size = compact_size(dataset, "shakespeare", vocab_size)
+def prepare(dataset="", out_dir=None, vocab_size=None, n_layer=12, n_embd=768, input_path=None, **opts):
+    """Prepare tinyshakespeare (dataset shakespeare or shakespeare_vK), or --input's text, with a compact vocabulary
+    of vocab_size tokens into out_dir (default data/<name>_v<K>). Options: gpt2_ranks, plot, val_fraction, force.
+    Returns out_dir."""
+    base = compact_base(dataset, input_path)
+    vocab_size = compact_size(dataset or base, base, vocab_size)
     if vocab_size is None:
-        raise UserError("no vocabulary size given (fix: --vocab_size 4096, or the dataset name shakespeare_v4096)")
+        raise UserError(f"no vocabulary size given (fix: --vocab_size 4096, or the dataset name {base}_v4096)")
     check_positive(n_layer=n_layer, n_embd=n_embd)
-    name = f"shakespeare_v{vocab_size}"
+    name = f"{base}_v{vocab_size}"
     out_dir = out_dir or os.path.join("data", name)
     check_out_dir(out_dir)   # a file, or not writable: one line now, not a traceback later
-    prepare_compact_shakespeare(out_dir, vocab_size, n_layer=n_layer, n_embd=n_embd, dataset=name, **opts)
+    if base == "shakespeare":
+        input_path = shakespeare_path(out_dir, input_path)
+    prepare_compact(out_dir, name, vocab_size, input_path, n_layer=n_layer, n_embd=n_embd, **opts)
     print(f"wrote {out_dir}")
     return out_dir
 
@@ -262,11 +291,14 @@ def add_report_arguments(p):
 def main(argv=None):
     p = ArgumentParser(prog="python -m tools.pangu.compact_vocab", description=__doc__,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("dataset", nargs="?", default="shakespeare",
-                   help="shakespeare (with --vocab_size K) or shakespeare_vK (default shakespeare)")
+    p.add_argument("dataset", nargs="?", default="",
+                   help="shakespeare (with --vocab_size K) or shakespeare_vK (the default: shakespeare, or --input's "
+                        "text's name)")
     p.add_argument("--vocab_size", type=int, help="keep K GPT-2 tokens (incl. the 256 bytes and eot)")
     p.add_argument("--out_dir", help="output folder (default data/shakespeare_v<K>)")
-    p.add_argument("--input", dest="input_path", help="local tinyshakespeare input.txt (env SHAKESPEARE_INPUT)")
+    p.add_argument("--input", dest="input_path", help="a UTF-8 text file (tinyshakespeare: env SHAKESPEARE_INPUT)")
+    p.add_argument("--val_fraction", type=float, default=0.1, help="the share of the text for val")
+    p.add_argument("--force", action="store_true", help="replace a dataset of another text")
     p.add_argument("--gpt2_ranks", help="local gpt2.tiktoken ranks file (env GPT2_TIKTOKEN_FILE)")
     add_report_arguments(p)
     args = vars(p.parse_args(argv))

@@ -1,0 +1,398 @@
+"""Issue 40: what a command loads is checked against what it is used with, once, where it is loaded, and what is
+wrong is one line `error: ... (fix: ...)`, never a traceback or silently wrong output:
+  - a vocabulary against its model: nanoGPT's meta.pkl (stoi must invert itos), a meta.json (its parts agree), a
+    dataset against a checkpoint's model (dataset.load_tokenizer), an ExecuTorch program against its tokenizer
+    (the tokenizer_id the export stores), a GGUF's vocabulary keys (before llama.cpp reads them);
+  - paired files (a program and its tokenizer) replaced together or not at all; a killed write's temporary file
+    removed and reported by the next write of the same file, a live writer's left alone (checkpoint.atomic_path);
+  - a prompt llama.cpp cannot encode exactly refused (it drops characters without a word);
+  - a damaged .pte: not a program, cut short, or a runtime crash caught in a forked probe;
+  - W&B: no API key or no server is one line before training; a failure later turns W&B logging off with a
+    warning, and the run goes on;
+  - model sizes that cannot be built in reasonable time or memory refused at once;
+  - tools.plan --png and tools.executorch.bench --work_dir at odd paths.
+The ExecuTorch checks run on a toy program (a lookup table behind prefill/decode, exported without XNNPACK in
+about a second): what they check is the runner's loading, not the model (tests/test_executorch.py, -m slow).
+"""
+import dataclasses
+import fcntl
+import json
+import os
+import pickle
+import socket
+import struct
+
+import pytest
+import torch
+
+import dataset
+import run_dir
+from checkpoint import MAX_LAYERS, atomic_save, check_model_size, gpt_config_defaults, weights_lower_bound
+from configurator import UserError
+from conftest import one_error_line
+from model import GPT, GPTConfig
+
+CHARS = list("\n !',.:;?ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
+
+
+def nanogpt_meta_pkl(folder, n, stoi=None):
+    chars = [chr(32 + i) for i in range(n)]
+    meta = {"vocab_size": n, "itos": dict(enumerate(chars)), "stoi": stoi or {c: i for i, c in enumerate(chars)}}
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "meta.pkl"), "wb") as f:
+        pickle.dump(meta, f)
+    return chars
+
+
+# --- vocabularies against their models ---------------------------------------------------------------------
+
+def test_meta_pkl_stoi_must_invert_itos(tmp_path):
+    chars = nanogpt_meta_pkl(tmp_path / "ok", 10)
+    assert dataset.read_meta_pkl(str(tmp_path / "ok" / "meta.pkl"))["chars"] == chars
+    nanogpt_meta_pkl(tmp_path / "shifted", 10, stoi={c: (i + 1) % 10 for i, c in enumerate(chars)})
+    with pytest.raises(UserError, match=r"stoi and itos disagree \(itos\[0\] is ' ', stoi\[' '\] is 1\)"):
+        dataset.read_meta_pkl(str(tmp_path / "shifted" / "meta.pkl"))
+    nanogpt_meta_pkl(tmp_path / "extra", 10, stoi=dict({c: i for i, c in enumerate(chars)}, Z=3))
+    with pytest.raises(UserError, match="stoi has 11 entries, its itos 10"):
+        dataset.read_meta_pkl(str(tmp_path / "extra" / "meta.pkl"))
+
+
+@pytest.mark.parametrize("meta,words", [
+    ({"tokenizer": "char", "vocab_size": 3, "chars": ["a", "a", "b"]}, "not 3 distinct characters"),
+    ({"tokenizer": "char", "vocab_size": 4, "chars": ["a", "b", "c"]}, "not 4 distinct characters"),
+    ({"tokenizer": "gpt2", "vocab_size": 50000}, "not 50257"),
+    ({"tokenizer": "compact", "vocab_size": 3, "eot_token": 1, "tokens": ["YQ==", "Yg=="]}, "then eot"),
+])
+def test_meta_json_parts_must_agree(meta, words):
+    with pytest.raises(UserError, match=words):
+        dataset.tokenizer_from_meta(meta)
+
+
+@pytest.mark.parametrize("kind,model_vocab,recorded,fits", [
+    ("meta.pkl", 65, False, True),
+    ("meta.pkl", 60, False, False),     # nanoGPT's model of 60 characters: ids 60..64 of the dataset do not exist
+    ("meta.pkl", 70, False, False),     # 70: ids 65..69 would be sampled and fail to decode (after sampling)
+    ("char", 80, True, True),           # trained with --vocab_size=80 on this dataset (tokenizer_id): its padding
+    ("char", 80, False, False),
+    ("gpt2", 50304, False, True),       # GPT-2's vocabulary padded to a multiple of 64
+    ("gpt2", 50000, False, False),
+])
+def test_a_dataset_vocabulary_is_checked_against_the_model(tmp_path, gpt2_file, kind, model_vocab, recorded, fits):
+    if kind == "meta.pkl":
+        nanogpt_meta_pkl(tmp_path, 65)
+        meta = dataset.load_meta(str(tmp_path))
+    else:
+        chars = CHARS + list("~@#$")
+        meta = {"tokenizer": kind, "vocab_size": len(chars) if kind == "char" else 50257, "chars": chars}
+        (tmp_path / "meta.json").write_text(json.dumps(meta))
+    ckpt = {"model_args": {"vocab_size": model_vocab}, "path": "ckpt.pt",
+            "tokenizer_id": dataset.tokenizer_id(meta) if recorded else None}
+    if fits:
+        assert dataset.load_tokenizer(str(tmp_path), ckpt).vocab_size == meta["vocab_size"]
+    else:
+        with pytest.raises(UserError, match=f"has {meta['vocab_size']} tokens, the model in ckpt.pt {model_vocab}"):
+            dataset.load_tokenizer(str(tmp_path), ckpt)
+    assert dataset.load_tokenizer(str(tmp_path)).vocab_size == meta["vocab_size"]   # without a model: nothing to check
+
+
+# --- ExecuTorch: a program and its tokenizer ---------------------------------------------------------------
+
+class Lookup(torch.nn.Module):
+    """prefill(tokens) / decode(token, pos): logits = a fixed table's row of each token (the runner's interface)."""
+
+    def __init__(self, decode):
+        super().__init__()
+        self.decode = decode
+        self.register_buffer("table", torch.randn(len(CHARS), len(CHARS), generator=torch.Generator().manual_seed(0)))
+
+    def forward(self, tokens, pos=None):
+        return self.table[tokens] + (0 if pos is None else 0 * pos.sum())
+
+
+def toy_program(tokenizer_id):
+    """A program with the runner's methods and constants (no XNNPACK: it exports in a second)."""
+    from executorch.exir import to_edge_transform_and_lower
+    from torch.export import Dim, export
+    programs = {"prefill": export(Lookup(False), (torch.zeros(1, 2, dtype=torch.long),),
+                                  dynamic_shapes=({1: Dim("T", min=1, max=16)},)),
+                "decode": export(Lookup(True), (torch.zeros(1, 1, dtype=torch.long), torch.ones(1, dtype=torch.long)))}
+    constants = {"max_len": 16, "vocab_size": len(CHARS), "eot_token": -1, "tokenizer_id": tokenizer_id}
+    return to_edge_transform_and_lower(programs, constant_methods=constants).to_executorch().buffer
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory):
+    """A folder with toy.pte and toy.tokenizer.json (a char vocabulary), paired as the export pairs them."""
+    pytest.importorskip("executorch", reason="executorch is not installed")
+    from tokenizers import Tokenizer
+    from tools.executorch.export import vocabulary_id
+    from tools.huggingface.tokenizer import char_level
+    folder = tmp_path_factory.mktemp("toy")
+    text = json.dumps(char_level(CHARS))
+    (folder / "toy.tokenizer.json").write_text(text)
+    (folder / "toy.pte").write_bytes(toy_program(vocabulary_id(Tokenizer.from_str(text))))
+    return folder
+
+
+def runner(argv):
+    """tools.executorch.run on argv = [program, options...]."""
+    from tools.executorch import run
+    return run.main([f"--pte={argv[0]}", "--max_new_tokens=4", "--num_samples=1", "--temperature=0", *argv[1:]])
+
+
+def test_a_program_runs_with_its_own_tokenizer(toy, capsys):
+    runner([toy / "toy.pte", "--start=War "])
+    text = capsys.readouterr().out.split("\n---------------")[0]
+    assert text.startswith("War ") and len(text) == len("War ") + 4
+
+
+def test_a_tokenizer_of_another_model_is_refused(toy, tmp_path):
+    from tools.huggingface.tokenizer import char_level
+    other = char_level([chr(0x400 + i) for i in range(len(CHARS))])   # as many tokens: only the id tells
+    (tmp_path / "other.json").write_text(json.dumps(other))
+    one_error_line(runner, [toy / "toy.pte", f"--tokenizer={tmp_path / 'other.json'}"],
+                   "is not the tokenizer", "was exported with", "toy.tokenizer.json")
+    # a program exported before tokenizer_id: its size and end-of-text are all there is to compare
+    from tokenizers import Tokenizer
+    from tools.executorch.run import check_pair
+    older = type("OlderProgram", (), dict(tokenizer_id=None, vocab_size=len(CHARS), eot_token=-1))
+    check_pair(older, Tokenizer.from_str(json.dumps(char_level(CHARS))), "old.pte", "old.tokenizer.json")
+    with pytest.raises(UserError, match=f"does not fit old.pte: its ids go to {len(CHARS)} and its end-of-text is "
+                                        f"-1, the program has {len(CHARS)} tokens"):
+        check_pair(older, Tokenizer.from_str(json.dumps(char_level(CHARS + ["~"]))), "old.pte", "x.json")
+
+
+def flip_identifier(data):
+    return data[:6] + bytes([data[6] ^ 0xFF]) + data[7:]   # 'ET12' -> 'ET\xce2': the runtime aborts (SIGABRT)
+
+
+@pytest.mark.parametrize("damage,words", [
+    (lambda data: os.urandom(len(data)), "not an ExecuTorch program"),
+    (lambda data: data[:len(data) // 2], "is cut short"),
+    (lambda data: data.replace(b"prefill", b"pr\xfffill", 1), "cannot load"),
+    (flip_identifier, "crashes ExecuTorch's runtime (SIGABRT"),
+])
+def test_a_damaged_program_is_one_line(toy, tmp_path, damage, words):
+    (tmp_path / "toy.pte").write_bytes(damage((toy / "toy.pte").read_bytes()))
+    (tmp_path / "toy.tokenizer.json").write_bytes((toy / "toy.tokenizer.json").read_bytes())
+    one_error_line(runner, [tmp_path / "toy.pte"], words, "export it again")
+
+
+@pytest.fixture
+def tiny_checkpoint(tmp_path):
+    """out/ckpt.pt of a tiny random model on a char dataset (data/meta.json)."""
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "meta.json").write_text(json.dumps({"dataset": "tinychars", "tokenizer": "char",
+                                                             "vocab_size": len(CHARS), "chars": CHARS}))
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=32, block_size=16, vocab_size=len(CHARS)))
+    atomic_save({"model": model.state_dict(), "model_args": dataclasses.asdict(model.config), "iter_num": 0,
+                 "best_val_loss": 9.9, "config": {}, "dataset": "tinychars", "data_dir": str(tmp_path / "data")},
+                str(tmp_path / "out" / "ckpt.pt"))
+    return tmp_path / "out"
+
+
+def test_the_export_replaces_program_and_tokenizer_together(toy, tiny_checkpoint, tmp_path, monkeypatch, capsys):
+    """The write step: both files are written whole before either replaces its old version; a failure replacing
+    the program (a full disk, say) leaves the old pair; a killed export's temporary file is removed, and said, by the
+    next export."""
+    from tools.executorch import export
+    pte, tok = tmp_path / "m.pte", tmp_path / "m.tokenizer.json"
+    monkeypatch.setattr(export, "program_bytes", lambda *args: b"program 1")   # exporting itself: -m slow
+    export.main([f"--out_dir={tiny_checkpoint}", f"--pte={pte}"])
+    old = {pte: pte.read_bytes(), tok: tok.read_bytes()}
+    (tmp_path / "data" / "meta.json").write_text(json.dumps({"dataset": "tinychars", "tokenizer": "char",
+                                                             "vocab_size": len(CHARS), "chars": CHARS[::-1]}))
+    monkeypatch.setattr(export, "program_bytes", lambda *args: b"program 2")
+    real_replace = os.replace
+
+    def disk_full(src, dst):
+        if str(dst).endswith(".pte"):
+            raise OSError(28, "No space left on device")
+        real_replace(src, dst)
+    monkeypatch.setattr(os, "replace", disk_full)
+    one_error_line(export.main, [f"--out_dir={tiny_checkpoint}", f"--pte={pte}", f"--data_dir={tmp_path / 'data'}"],
+                   f"cannot write {pte}: No space left on device")
+    assert {p: p.read_bytes() for p in old} == old and sorted(os.listdir(tmp_path)) == sorted(
+        ["data", "out", "m.pte", "m.tokenizer.json"])
+    monkeypatch.setattr(os, "replace", real_replace)
+    (tmp_path / ".m.pte.k1ll3d.tmp").write_bytes(b"\0" * 1000)   # left by a kill -9
+    capsys.readouterr()
+    export.main([f"--out_dir={tiny_checkpoint}", f"--pte={pte}", f"--data_dir={tmp_path / 'data'}"])
+    assert f"removed 1 temporary file(s) (0.0 MB) left in {tmp_path}" in capsys.readouterr().err
+    assert pte.read_bytes() == b"program 2" and json.loads(tok.read_text())["model"]["vocab"]["z"] == 0
+
+
+def test_a_live_writers_temporary_file_is_left_alone(tmp_path):
+    from checkpoint import atomic_open, remove_stale_temp_files
+    live, stale = tmp_path / ".f.bin.live.tmp", tmp_path / ".f.bin.dead.tmp"
+    live.write_bytes(b"being written")
+    stale.write_bytes(b"left by a kill -9")
+    with open(live, "rb") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)   # as atomic_path holds its own
+        with atomic_open(tmp_path / "f.bin") as f:
+            f.write(b"done")
+        assert live.exists() and not stale.exists() and (tmp_path / "f.bin").read_bytes() == b"done"
+    assert remove_stale_temp_files(str(tmp_path), ["f.bin"], say=print) == 1 and not live.exists()
+
+
+# --- llama.cpp: a GGUF's vocabulary, and prompts it cannot encode -----------------------------------------------
+
+@pytest.fixture
+def gguf_file(tiny_checkpoint, tmp_path):
+    pytest.importorskip("gguf", reason="gguf is not installed")
+    from tools.llamacpp import export
+    export.main([f"--out_dir={tiny_checkpoint}", f"--gguf={tmp_path / 'm.gguf'}"])
+    return tmp_path / "m.gguf"
+
+
+def patched(path, key, value=None, type_code=None):
+    """A copy of a GGUF with one key's 4-byte type code or value changed."""
+    data = bytearray(path.read_bytes())
+    at = data.index(key.encode()) + len(key)
+    if type_code is not None:
+        struct.pack_into("<I", data, at, type_code)
+    if value is not None:
+        struct.pack_into("<I", data, at + 4, value)
+    out = path.with_name("damaged.gguf")
+    out.write_bytes(bytes(data))
+    return out
+
+
+@pytest.mark.parametrize("key,change,words", [
+    ("compact_gpt.vocab_size", dict(type_code=6), "compact_gpt.vocab_size is 8.5"),   # a float: int() failed on it
+    ("compact_gpt.vocab_size", dict(value=10**6), "not an integer in [1, 62]"),
+    ("tokenizer.ggml.eos_token_id", dict(value=62), "not an integer in [0, 61]"),
+    ("tokenizer.ggml.tokens", dict(), "no vocabulary"),
+])
+def test_a_damaged_gguf_vocabulary_is_one_line(gguf_file, key, change, words):
+    from tools.llamacpp import run
+    run.check_gguf(str(gguf_file))
+    if change:
+        damaged = patched(gguf_file, key, **change)
+    else:
+        damaged = gguf_file.with_name("damaged.gguf")
+        damaged.write_bytes(gguf_file.read_bytes().replace(key.encode(), key[:-1].encode() + b"X", 1))
+    one_error_line(run.main, [f"--gguf={damaged}"], words, "export it again")
+
+
+def test_a_killed_gguf_export_is_reported_by_the_next(gguf_file, tiny_checkpoint, capsys):
+    from tools.llamacpp import export
+    (gguf_file.parent / ".m.gguf.x8f2k.tmp").write_bytes(b"\0" * 2000)
+    export.main([f"--out_dir={tiny_checkpoint}", f"--gguf={gguf_file}"])
+    assert f"removed 1 temporary file(s) (0.0 MB) left in {gguf_file.parent}" in capsys.readouterr().err
+    assert not list(gguf_file.parent.glob(".*.tmp"))
+
+
+class Dropping:
+    """llama_cpp.Llama's tokenize/detokenize for a vocabulary of CHARS: what it cannot spell it drops, as
+    llama.cpp does."""
+
+    def tokenize(self, data, add_bos=False, special=False):
+        return [CHARS.index(c) for c in data.decode("utf-8") if c in CHARS]
+
+    def detokenize(self, ids):
+        return "".join(CHARS[i] for i in ids).encode("utf-8")
+
+
+def test_a_prompt_llamacpp_cannot_encode_is_refused():
+    from tools.llamacpp.run import encode_exactly
+    assert encode_exactly(Dropping(), "War is ", "m.gguf") == [CHARS.index(c) for c in "War is "]
+    with pytest.raises(UserError, match="cannot encode --start with the vocabulary of m.gguf: it would drop '~', "
+                                        "'é' \\(fix: remove them"):
+        encode_exactly(Dropping(), "War is é~", "m.gguf")
+
+
+@pytest.mark.slow
+def test_llamacpp_itself_refuses_a_prompt_it_would_drop(gguf_file):
+    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
+    from tools.llamacpp import run
+    one_error_line(run.main, [f"--gguf={gguf_file}", "--start=War is é~", "--max_new_tokens=2"], "'~', 'é'")
+
+
+# --- W&B: found before training starts -------------------------------------------------------------------------
+
+@pytest.fixture
+def no_wandb_import(monkeypatch):
+    monkeypatch.setattr(run_dir, "import_wandb", lambda: None)   # importing wandb takes seconds; its checks do not
+    for key in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_BASE_URL", "WANDB_IDENTITY_TOKEN_FILE"):
+        monkeypatch.delenv(key, raising=False)
+
+
+def closed_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def test_wandb_without_a_key_or_a_server_is_one_line_before_training(tmp_path, monkeypatch, no_wandb_import):
+    monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
+    with pytest.raises(UserError, match="no W&B API key is set for api.wandb.ai \\(fix: `wandb login`"):
+        run_dir.check_wandb()
+    (tmp_path / "netrc").write_text("machine api.wandb.ai login user password " + "k" * 40 + "\n")
+    monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))
+    monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{closed_port()}")
+    with pytest.raises(UserError, match="no W&B API key"):   # the netrc entry is for another host
+        run_dir.check_wandb()
+    monkeypatch.setenv("WANDB_API_KEY", "k" * 40)
+    with pytest.raises(UserError, match="cannot be reached in 5 s \\(Connection refused\\).*WANDB_MODE=offline"):
+        run_dir.check_wandb()
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    run_dir.check_wandb()   # offline logging needs neither
+
+
+class FailingWandb:
+    def init(self, **kwargs):
+        raise RuntimeError("Run initialization has timed out after 90.0 sec.")
+
+
+def test_wandb_failing_during_the_run_turns_logging_off_with_a_warning(monkeypatch, capsys):
+    monkeypatch.setattr(run_dir, "import_wandb", FailingWandb)
+    log = run_dir.WandbLog({"wandb_log": True, "wandb_project": "p", "wandb_run_name": ""})
+    row = {"kind": "eval", "iter": 0, "loss": 1.0, "val_loss": 1.0, "lr": 1e-3}
+    log.log(row)
+    log.log(row)   # off: said once
+    err = capsys.readouterr().err
+    assert err.count("warning: W&B logging failed (RuntimeError: Run initialization has timed out") == 1
+    assert "off for the rest of this run" in err and log.wandb is None
+
+
+# --- sizes that cannot be built, and odd output paths ------------------------------------------------------------
+
+def test_sizes_that_cannot_be_built_are_refused_at_once():
+    with pytest.raises(UserError, match=f"n_layer=100,000: more than {MAX_LAYERS:,} layers"):
+        check_model_size({"n_layer": 100_000})
+    huge = {"n_layer": 1000, "n_embd": 8192, "n_head": 2}
+    with pytest.raises(UserError, match="GiB in float32, more than this machine's"):
+        check_model_size(huge)
+    check_model_size(huge, device="meta")   # tools.plan builds shapes only
+    check_model_size({"n_layer": "many"})   # GPTConfig's own message says what is wrong
+
+
+def test_the_weights_bound_never_exceeds_a_model():
+    """check_model_size must never refuse a model that fits: its bound is at most the real count, for every preset
+    (its depth and flags, at a small width)."""
+    import variants
+    for name in variants.available():
+        args = {**gpt_config_defaults(), **variants.load(name), "vocab_size": 100, "block_size": 16}
+        args["n_embd"] = 8 * args["n_head"]
+        args["mlp_hidden"] = args["mlp_hidden"] and 2 * args["n_embd"]
+        args["embd_factor_dim"] = args["embd_factor_dim"] and 16
+        with torch.device("meta"):
+            n = GPT(GPTConfig(**args)).get_num_params(non_embedding=False)
+        assert 0 < weights_lower_bound(args) <= n, name
+
+
+def test_plan_and_bench_at_odd_paths_are_one_line(tmp_path):
+    from tools import plan
+    from tools.executorch import bench
+    (tmp_path / "taken").write_text("a file")
+    one_error_line(plan.main, ["--n_layer=100000"], "more than 1,000 layers")
+    one_error_line(plan.main, ["--n_layer=2", f"--png={tmp_path / 'taken' / 'p.png'}"], "is a file, not a folder")
+    one_error_line(plan.main, ["--n_layer=2", f"--png={tmp_path / 'no' / 'p.png'}"], "does not exist")
+    one_error_line(plan.main, ["--n_layer=2", f"--png={tmp_path}"], "PNG file")
+    pytest.importorskip("executorch", reason="executorch is not installed")
+    one_error_line(bench.main, ["--out_dirs=nope", f"--work_dir={tmp_path / 'taken'}"], "is a file, not a folder")
+    assert sorted(os.listdir(tmp_path)) == ["taken"]
