@@ -31,7 +31,7 @@ SHIPPED = prepare.SHIPPED_SHAKESPEARE
 
 SMALL_TEXT = ("First Citizen:\nBefore we proceed any further, hear me speak.\n\n"
               "All:\nSpeak, speak.\n\nFirst Citizen:\nYou are all resolved rather to die than to famish?\n") * 5
-UNICODE_TEXT = "naïve café — 日本語 🙂 \x00\x7f\u200b ROMEO: wherefore art thou, 'tis 1234 \t\n  x"
+UNICODE_TEXT = "naïve café — 日本語 🙂 \x01\x7f\u200b ROMEO: wherefore art thou, 'tis 1234 \t\n  x"
 
 
 def read_bin(path):
