@@ -262,6 +262,8 @@ def load_checkpoint(path_or_out_dir, device="cpu", prefer=(CKPT_NAME, LAST_NAME)
     if damaged:
         raise UserError(f"'{path}' is damaged: {damaged} (fix: the file was edited or written by other code: "
                         f"retrain, or use a ckpt.pt/last.pt written by train.py)")
+    # its model_args build a GPTConfig (sample.py builds one plainly); "meta": the weights are already in memory
+    model_config(ckpt["model_args"], path, device="meta")
     ckpt.setdefault("path", path)
     return ckpt
 
@@ -350,6 +352,10 @@ def model_config(model_args, source=None, device="cpu"):
     or for a size it cannot build on `device` in reasonable time or memory (check_model_size). source: the
     checkpoint they come from (None: the user's config)."""
     from model import GPTConfig
+    unknown = sorted(set(model_args) - set(gpt_config_defaults()))
+    if unknown and source is not None:   # dropping them would build another model
+        raise UserError(f"{source} has model_args this model.py does not know: {', '.join(unknown)} (a "
+                        f"checkpoint of another code version) (fix: use the code version that wrote it)")
     check_model_size(model_args, device)
     try:
         return GPTConfig(**model_args)

@@ -131,11 +131,12 @@ class GPTConfig:
         kv = self.n_head if self.n_kv_head is None else self.n_kv_head
         check(kv >= 1 and self.n_head % kv == 0,
               f"n_kv_head ({kv}) must divide n_head ({self.n_head}) for GQA")
-        for width in self.widths():
+        widths = sorted(set(self.widths()), reverse=True)   # in layer order, each width once
+        for width in widths:
             check(width % self.n_head == 0,
-                  f"width {width} must be divisible by n_head ({self.n_head}); "
-                  f"with shrink_every every halved width must divide too (widths: {self.widths()})")
-        head_dim = self.widths()[-1] // self.n_head
+                  f"width {width} must be divisible by n_head ({self.n_head}); with shrink_every "
+                  f"every halved width must divide too (widths: {widths})")
+        head_dim = widths[-1] // self.n_head
         check(self.pos_embedding != "rope" or head_dim % 2 == 0,
               f"RoPE needs an even head size, got {head_dim}")
 
@@ -208,7 +209,8 @@ class GPTConfig:
         n = self.layers_per_branch()
         if self.shrink_every == 0:
             return [self.n_embd] * n
-        return [self.n_embd // 2 ** (i // self.shrink_every) for i in range(n)]
+        # layer i: halved i // shrink_every times, n_embd // 2**k written as a shift (fast for any k)
+        return [self.n_embd >> (i // self.shrink_every) for i in range(n)]
 
     def final_width(self):
         return self.widths()[-1]

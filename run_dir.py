@@ -199,13 +199,7 @@ def train_model_args(config, explicit, meta, device, master=True):
                             f"--init_from={ckpt['path']} --allow_partial_init=True)")
         args["dropout"] = wanted["dropout"]
     else:
-        ckpt = load_init_checkpoint(init_from, device)
-        # model_args() keeps only the keys GPTConfig knows: dropping the others would train another model
-        unknown = sorted(set(ckpt["model_args"]) - set(gpt_config_defaults()))
-        if unknown:
-            raise UserError(f"{ckpt['path']} has model_args this model.py does not know: {', '.join(unknown)} (a "
-                            f"checkpoint of another code version) (fix: use the code version that wrote it, or "
-                            f"--init_from=scratch)")
+        ckpt = load_init_checkpoint(init_from, device)   # (its model_args checked: model_config)
         args = model_args(config, explicit, base=ckpt["model_args"], vocab_size=meta["vocab_size"])
     if ckpt is not None:   # first: another tokenizer's data also shows up as a vocab_size mismatch below
         check_finite(ckpt["model"], ckpt["path"])

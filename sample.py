@@ -84,13 +84,10 @@ def run(cfg, generate=GPT.generate):
     write_samples."""
     device, dtype = check_options(cfg)
     start_text = read_start(cfg["start"])   # a bad prompt file fails before anything is loaded
-    # the checkpoint: tensors and plain values only (loading runs no code); nanoGPT's too
+    # the checkpoint: tensors and plain values only (loading runs no code); nanoGPT's too; its
+    # model_args checked against this model.py (one line if they do not fit)
     ckpt = load_checkpoint(cfg["out_dir"], device)
-    try:
-        config = GPTConfig(**ckpt["model_args"])
-    except (TypeError, ValueError) as e:   # model_args another version of model.py wrote
-        raise UserError(f"the model_args of {ckpt['path']} do not fit this model.py: {e} "
-                        f"(fix: use the code version that wrote the checkpoint)") from None
+    config = GPTConfig(**ckpt["model_args"])
     model = GPT(config)
     load_weights(model, ckpt)   # one-line errors for non-finite weights or ones that do not fit
     model.to(device).eval()
