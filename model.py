@@ -878,7 +878,9 @@ class GPT(nn.Module):
         window_start, prime = 0, True
         idx_next = None   # the token sampled last
         for _ in range(max_new_tokens):
-            if idx.size(1) - window_start > block_size:  # window full: keep the recent half
+            # window full: start again at position 0 from its recent half (positions past
+            # block_size have no embedding; nanoGPT crops every step, a cache would then refill)
+            if idx.size(1) - window_start > block_size:
                 window_start = idx.size(1) - max(1, block_size // 2)
                 prime = True
             if cache is None:

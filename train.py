@@ -99,7 +99,8 @@ def check_train_config(c, world=1):
 # --- data --------------------------------------------------------------------------------------
 # A batch is a pure function of its seed, and the seed names it: (seed, split, iteration,
 # micro-step). So the data does not depend on how often we evaluate, resuming needs no sampler
-# state, and the DDP ranks together draw exactly the batches one process would draw.
+# state, and the DDP ranks together draw exactly the batches one process would draw. Evaluation
+# draws from seeds (seed, 1000 + split, k): the same batches at every evaluation, none of training's.
 
 SPLIT_CODES = {"train": 0, "val": 1, "test": 2}
 
@@ -148,8 +149,8 @@ def train_batch(run, it, micro):
 # --- the learning rate -------------------------------------------------------------------------
 
 def get_lr(it, c):
-    """Linear warmup over warmup_iters (from lr / (warmup + 1), never 0), cosine decay from
-    learning_rate at warmup_iters to min_lr at lr_decay_iters, then min_lr."""
+    """Linear warmup over warmup_iters (from learning_rate / (warmup_iters + 1), never 0), cosine
+    decay from learning_rate at warmup_iters to min_lr at lr_decay_iters, then min_lr."""
     if not c["decay_lr"]:
         return c["learning_rate"]
     if it < c["warmup_iters"]:
@@ -406,7 +407,8 @@ def train(config, explicit=None, callback=None):
                             X, Y = train_batch(run, iter_num, micro + 1)
                         else:
                             X, Y = train_batch(run, iter_num + 1, 0)
-                        # the mean over the micro-steps, scaled: fp16 gradients do not underflow
+                        # loss / accum: the gradients add up to those of the mean over the micro-steps;
+                        # scaler.scale: fp16's loss scaling, so that small gradients do not underflow
                         scaler.scale(loss / run.accum).backward()
                     if config["grad_clip"] > 0:
                         scaler.unscale_(optimizer)   # clip the true gradient, not the scaled one
@@ -416,11 +418,13 @@ def train(config, explicit=None, callback=None):
                     scaler.update()
                     optimizer.zero_grad(set_to_none=True)
                     loss = loss_sum / run.accum   # a tensor: .item() would wait for the GPU
+                    it = iter_num   # the iteration this step did
                     iter_num += 1   # the step is done: the state is at a boundary again
                     in_step = False
 
-                    if (iter_num - 1) % config["log_interval"] == 0:
-                        # the loss averaged over the ranks; the all_reduce carries their stop votes
+                    if it % config["log_interval"] == 0:
+                        # one all_reduce carries the loss summed over the ranks and their stop votes
+                        # (each rank gets its own Ctrl-C; all must stop at the same boundary)
                         votes = torch.tensor(float(stop.requested), device=device)
                         stats = torch.stack([loss, votes])
                         if run.ddp:
@@ -428,8 +432,8 @@ def train(config, explicit=None, callback=None):
                         last_train_loss = stats[0].item() / world
                         if not math.isfinite(last_train_loss):
                             loss_text = f"the training loss is {last_train_loss}"
-                            raise run.dir.diverged(loss_text, iter_num - 1)
-                        run.dir.log_iteration(iter_num - 1, iter_num, last_train_loss, lr)
+                            raise run.dir.diverged(loss_text, it)
+                        run.dir.log_iteration(it, iter_num, last_train_loss, lr)
                         if stats[1].item() > 0:
                             stopped = True
                             break
