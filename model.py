@@ -209,7 +209,7 @@ class GPTConfig:
         n = self.layers_per_branch()
         if self.shrink_every == 0:
             return [self.n_embd] * n
-        # layer i: halved i // shrink_every times, n_embd // 2**k written as a shift (fast for any k)
+        # layer i: halved k = i // shrink_every times, n_embd // 2**k as a shift (fast for any k)
         return [self.n_embd >> (i // self.shrink_every) for i in range(n)]
 
     def final_width(self):

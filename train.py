@@ -100,7 +100,7 @@ def check_train_config(c, world=1):
 # A batch is a pure function of its seed, and the seed names it: (seed, split, iteration,
 # micro-step). So the data does not depend on how often we evaluate, resuming needs no sampler
 # state, and the DDP ranks together draw exactly the batches one process would draw. Evaluation
-# draws from seeds (seed, 1000 + split, k): the same batches at every evaluation, none of training's.
+# uses seeds (seed, 1000 + split, k): the same batches at every evaluation, none of training's.
 
 SPLIT_CODES = {"train": 0, "val": 1, "test": 2}
 
@@ -407,8 +407,8 @@ def train(config, explicit=None, callback=None):
                             X, Y = train_batch(run, iter_num, micro + 1)
                         else:
                             X, Y = train_batch(run, iter_num + 1, 0)
-                        # loss / accum: the gradients add up to those of the mean over the micro-steps;
-                        # scaler.scale: fp16's loss scaling, so that small gradients do not underflow
+                        # loss / accum: the gradients sum to those of the micro-steps' mean loss;
+                        # scaler.scale: fp16's loss scaling, so small gradients do not underflow
                         scaler.scale(loss / run.accum).backward()
                     if config["grad_clip"] > 0:
                         scaler.unscale_(optimizer)   # clip the true gradient, not the scaled one
