@@ -29,11 +29,18 @@ DEFAULTS = dict(
 SEPARATOR = "---------------"
 
 
+def load_kernels():
+    """Register ExecuTorch's LLM kernels (llama::update_cache, llama::custom_sdpa: the programs' attention) with
+    its runtime. They ship in the executorch package, beside its runtime; no model code comes with them."""
+    import executorch.extension.llm.custom_ops.custom_ops  # noqa: F401
+
+
 class Program:
     """The two methods of an exported program and its constants."""
 
     def __init__(self, path):
         from executorch.runtime import Runtime
+        load_kernels()
         try:
             program = Runtime.get().load_program(path)
         except (RuntimeError, ValueError) as e:
