@@ -219,8 +219,12 @@ class Traced:
     ExportCache), run eagerly: what the program computes, checked in seconds instead of an export's 30-45."""
 
     def __init__(self, model):
+        copy = GPT(model.config).eval()   # the modules the export traces: model's weights, for_xnnpack's modules
+        copy.load_state_dict(model.state_dict())
+        copy.keep_branch = model.keep_branch
+        export.for_xnnpack(copy)
         cache = export.ExportCache(model.config.block_size)
-        self.prefill_module, self.decode_module = export.Prefill(model, cache), export.Decode(model, cache)
+        self.prefill_module, self.decode_module = export.Prefill(copy, cache), export.Decode(copy, cache)
         self.max_len, self.prefill_method = model.config.block_size, self   # compare() reads prefill_method
 
     @torch.no_grad()
@@ -292,39 +296,96 @@ def test_8bit_weights_within_bound(name):
     assert 0 < rel < INT8_REL_TOL
 
 
+def test_8da4w_quantizes_in_groups_of_32():
+    """8da4w (default run, no export): each Linear whose inputs split into groups of export.GROUP_SIZE = 32 holds
+    int4 weights with one scale per group of 32 inputs, the others int8 per output channel; every weight is its
+    group's scale times an integer in range, within half a step of the fp32 weight (round to nearest)."""
+    model = model_at(dict(tiny_preset("mobilellm_125m"), n_embd=96, mlp_hidden=144))   # 144: not a multiple of 32
+    fp32 = {name: m.weight.detach().clone() for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
+    export.quantize_linears(model, "8da4w")
+    kinds = set()
+    for name, w in fp32.items():
+        q = model.get_submodule(name).weight
+        group = 32 if w.size(1) % 32 == 0 else w.size(1)
+        bits = 4 if group == 32 else 8
+        assert q.block_size == (1, group) and q.target_dtype == (torch.int4 if bits == 4 else torch.int8), name
+        assert q.qdata.min().item() >= -2 ** (bits - 1) and q.qdata.max().item() < 2 ** (bits - 1)
+        scale = q.scale.reshape(w.size(0), -1, 1)
+        dequantized = (q.qdata.reshape(w.size(0), -1, group).float() * scale).reshape(w.shape)
+        assert ((dequantized - w).abs().reshape(w.size(0), -1, group) <= scale / 2 + 1e-6).all(), name
+        kinds.add(bits)
+    assert kinds == {4, 8}   # the model has both kinds
+
+
 def test_bench_agreement_names_where_a_text_parts():
     from tools.executorch.bench import agreement
     assert agreement({"a": "War is here", "b": "War is hard", "c": "War"}, "War is here") == \
         "a same; b parts at char 8 of 11; c parts at char 3 of 11"
 
 
-def test_bench_deep_thinking_row(tmp_path, capsys):
-    """Deep Thinking's row: sample.py's speed, no program and no GGUF, each cell saying so (nothing is exported)."""
-    from tools.executorch import bench
-    (tmp_path / "data").mkdir()
+def write_checkpoint(model, tmp_path, name):
+    """tmp_path/name/ckpt.pt of `model` on a char dataset of CHARS (tmp_path/data), as train.py writes one."""
+    (tmp_path / "data").mkdir(exist_ok=True)
     (tmp_path / "data" / "meta.json").write_text(json.dumps({"dataset": "tinychars", "tokenizer": "char",
                                                              "vocab_size": len(CHARS), "chars": CHARS}))
-    model = model_at(tiny_preset("deep_thinking"))
     atomic_save({"model": model.state_dict(), "model_args": dataclasses.asdict(model.config), "iter_num": 0,
                  "best_val_loss": 9.9, "config": {}, "dataset": "tinychars", "data_dir": str(tmp_path / "data")},
-                str(tmp_path / "dt" / "ckpt.pt"))
-    bench.main([f"--out_dirs={tmp_path / 'dt'}", f"--work_dir={tmp_path / 'bench'}", "--max_new_tokens=5",
-                "--repeats=1"])
-    row = capsys.readouterr().out.strip().splitlines()[2].split(" | ")
-    assert row[0] == "| dt" and float(row[3]) > 0 and row[4] == "Deep Thinking: no static cache"
-    assert "no GGUF" in row[10] and not list((tmp_path / "bench").iterdir())
-    one_error_line(bench.main, [f"--out_dirs={tmp_path / 'dt'}", f"--work_dir={tmp_path / 'b2'}", "--repeats=0"],
-                   "repeats")
+                str(tmp_path / name / "ckpt.pt"))
+    return tmp_path / name
+
+
+def table_rows(text, first_cells):
+    """The rows of the bench's markdown output that start with these cells."""
+    start = "| " + " | ".join(first_cells) + " |"
+    return [line.split(" | ") for line in text.splitlines() if line.startswith(start)]
+
+
+def test_bench_deep_thinking_row(tmp_path, capsys):
+    """Deep Thinking's row: sample.py's speed (here at 2 threads) and its GB/s, no program and no GGUF, each cell
+    saying so (nothing is exported); bad --threads and --repeats are one line before anything is written."""
+    from tools.executorch import bench
+    model = model_at(tiny_preset("deep_thinking"))
+    dt = write_checkpoint(model, tmp_path, "dt")
+    bench.main([f"--out_dirs={dt}", f"--work_dir={tmp_path / 'bench'}", "--max_new_tokens=5", "--repeats=1",
+                "--threads=2"])
+    out = capsys.readouterr().out
+    weights_gb = model.get_num_params(non_embedding=False) * 4 / 1e9
+    (row,) = table_rows(out, ["dt", "2"])
+    speed, gb_per_s = row[2].split()
+    assert float(speed) > 0 and gb_per_s == f"({float(speed) * weights_gb:.1f})"
+    assert row[3:7] == ["Deep Thinking: no static cache"] * 4 and "no GGUF" in row[7]
+    assert not list((tmp_path / "bench").iterdir())
+    for bad in ("--repeats=0", "--threads=0", "--threads=1,x"):
+        one_error_line(bench.main, [f"--out_dirs={dt}", f"--work_dir={tmp_path / 'b2'}", bad], bad[2:].split("=")[0])
     assert not (tmp_path / "b2").exists()
+
+
+def test_bench_llama_10m_shape(tmp_path):
+    """--shapes=llama_10m writes issue 41's Llama shape at its initialisation: 10,646,784 parameters (6 x 384,
+    SwiGLU 1024, context 256, 65 characters), RoPE, RMSNorm, no biases, tied embeddings."""
+    from checkpoint import load_model
+    from tools.executorch import bench
+    out_dir = bench.shape_checkpoint("llama_10m", "data/shakespeare_char", str(tmp_path), reuse=False)
+    model, ckpt = load_model(out_dir)
+    c = model.config
+    assert model.get_num_params(non_embedding=False) == 10_646_784 == 6 * (4 * 384 ** 2 + 3 * 384 * 1024 + 2 * 384) \
+        + 65 * 384 + 384
+    assert (c.n_layer, c.n_embd, c.n_head, c.mlp_hidden, c.block_size, c.vocab_size) == (6, 384, 6, 1024, 256, 65)
+    assert (c.pos_embedding, c.norm, c.mlp_type, c.activation, c.bias, c.tie_embeddings) == \
+        ("rope", "rmsnorm", "gated", "silu", False, True)
+    assert ckpt["data_dir"].endswith("shakespeare_char")
 
 
 @pytest.mark.slow
 def test_bench_prints_a_row_per_checkpoint(exported_checkpoint, tmp_path, capsys):
-    """The bench on the COMBINED checkpoint (no GGUF shape: cgpt): one row, every fp32 runtime's text = sample.py's."""
+    """The bench on the COMBINED checkpoint (no GGUF shape: cgpt): a speed row with every ExecuTorch column, a size
+    row where every fp32 runtime's text = sample.py's."""
     from tools.executorch import bench
     out_dir, _, _ = exported_checkpoint
     bench.main([f"--out_dirs={out_dir}", f"--work_dir={tmp_path}", "--max_new_tokens=40", "--repeats=1",
                 "--start=War is "])
-    rows = capsys.readouterr().out.strip().splitlines()
-    assert len(rows) == 3 and rows[2].startswith("| out |")
-    assert "compiled same; ExecuTorch fp32 same" in rows[2] and "no GGUF" in rows[2]
+    out = capsys.readouterr().out
+    (speed,) = table_rows(out, ["out", "1"])
+    assert all(float(cell.split()[0]) > 0 for cell in speed[2:7]) and "no GGUF" in speed[7]
+    (sizes,) = [row for row in table_rows(out, ["out"]) if row[1].endswith("M")]
+    assert "compiled same; ExecuTorch fp32 same" in sizes[-1]
