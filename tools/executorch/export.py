@@ -3,7 +3,7 @@ A checkpoint -> an ExecuTorch program (.pte, XNNPACK delegate) with two methods 
 tokenizer beside it:
 
     python -m tools.executorch.export --out_dir=out --pte=model.pte              # fp32
-    python -m tools.executorch.export --out_dir=out --pte=model8.pte --quantize=8da8w
+    python -m tools.executorch.export --out_dir=out --pte=model8.pte --quantize=8da8w     # or 8da4w
     python -m tools.executorch.run --pte=model.pte --start="War is "             # generate with the runtime only
 
   prefill(tokens (1, T))            -> logits (1, T, V)   a new sequence at positions 0..T-1 (T = 1..block_size)
@@ -17,8 +17,9 @@ kernel-1 inputs are cache state), layer sharing, ShishuLM, enhanced residual, fa
 Thinking is refused (see refuse_unsupported). ExportCache implements model.py's cache interface.
 
 --quantize=8da8w (torchao, lowered to XNNPACK's dynamically quantized kernels): int8 weights per output channel for
-every Linear, activations quantized to int8 per token at run time. Embeddings, a tied head and cgpt's Conv1d stay
-fp32.
+every Linear, activations quantized to int8 per token at run time. --quantize=8da4w: int4 weights in groups of 32
+inputs (bfloat16 scales, XNNPACK's blockwise format), the same activations. Embeddings, a tied head and cgpt's Conv1d
+stay fp32. Where the time of a decode step goes: python -m tools.executorch.profile (results/device/profile.md).
 """
 import json
 import os
@@ -134,7 +135,8 @@ class Decode(nn.Module):
 # every such break costs a call. XNNPACK's mean reduces only the two innermost dims of a 4-D tensor, so RMSNorm's and
 # LayerNorm's mean over C is taken over (1, C); the tied head `h @ W.t()` (model.py) is a matmul with a transposed
 # table, which XNNPACK transposes in full every step and then leaves to a slow generic kernel ("Expected weight
-# to be a static param"), while F.linear(h, W) is one delegated fully-connected layer. Same arithmetic.
+# to be a static param"), while F.linear(h, W) is one delegated fully-connected layer; a split between two delegated
+# operators is taken as slices (SPLITS_AS_SLICES, applied to the exported programs). Same arithmetic.
 
 class XnnpackNorm(nn.Module):
     """nn.RMSNorm or nn.LayerNorm over the last dim, with the same weight, bias and eps."""
@@ -174,6 +176,25 @@ class XnnpackEmbedding(nn.Module):
         return F.linear(h, self.wte.weight)
 
 
+def slices(x, sizes, dim=0):
+    """aten.split_with_sizes as slice copies. XNNPACK takes slices, not split, and a split between two delegated
+    operators (q, k, v out of one projection; RoPE's two halves) cuts the delegate call there in two."""
+    out, start = [], 0
+    for n in sizes:
+        out.append(torch.ops.aten.slice_copy.Tensor(x, dim, start, start + n))
+        start += n
+    return out
+
+
+def even_slices(x, size, dim=0):
+    """aten.split.Tensor (pieces of `size`, e.g. chunk's) as slice copies."""
+    n = x.size(dim)
+    return slices(x, [min(size, n - start) for start in range(0, n, size)], dim)
+
+
+SPLITS_AS_SLICES = {torch.ops.aten.split_with_sizes.default: slices, torch.ops.aten.split.Tensor: even_slices}
+
+
 def for_xnnpack(model):
     """`model` with its norms and token embedding replaced, in place, by the modules above (the same weights)."""
     for parent in list(model.modules()):
@@ -205,7 +226,8 @@ def quantize_linears(model, quantize):
     linears = {name: m for name, m in model.named_modules() if isinstance(m, nn.Linear)}
     grouped = {name for name, m in linears.items() if m.in_features % GROUP_SIZE == 0}
     rest = sorted(set(linears) - grouped)
-    int4 = Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(GROUP_SIZE))
+    int4 = Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(GROUP_SIZE),
+                                                 weight_scale_dtype=torch.bfloat16)
     quantize_(model, int4, filter_fn=NamedLinears(grouped))
     if rest:
         print(f"8da4w: {len(rest)} Linear(s) with inputs not a multiple of {GROUP_SIZE} stay 8-bit per channel: "
@@ -242,6 +264,7 @@ def program_bytes(model, quantize="none", eot_token=None):
         length = Dim("T", min=1, max=block_size)
         programs = {"prefill": export(prefill, (torch.zeros(1, 2, dtype=torch.long),), dynamic_shapes=({1: length},)),
                     "decode": export(decode, (torch.zeros(1, 1, dtype=torch.long), torch.ones(1, dtype=torch.long)))}
+    programs = {name: program.run_decompositions(SPLITS_AS_SLICES) for name, program in programs.items()}
     constants = {"max_len": block_size, "vocab_size": model.config.vocab_size,
                  "eot_token": -1 if eot_token is None else eot_token}
     edge = to_edge_transform_and_lower(programs, partitioner=[XnnpackPartitioner()], constant_methods=constants)
