@@ -2,9 +2,11 @@
 Where an ExecuTorch program's decode step spends its time, per operator, from ExecuTorch's own event tracer
 (ETDump, read back with executorch.devtools.Inspector): the operators XNNPACK runs inside its delegate, those that
 run outside it as ExecuTorch kernels (portable or optimized: "native" below), and the overheads around them.
-Prints a markdown table.
+Prints a markdown table. With --out_dir instead, the same for the compiled decoder (tools/fast_sample.py), from
+torch.profiler with inductor's kernel profile on: the matmuls it calls, its generated kernels, its wrapper.
 
     python -m tools.executorch.profile --pte=model.pte --num_threads=1 > profile.md
+    python -m tools.executorch.profile --out_dir=out                   # the compiled decoder on the checkpoint
 
 It runs `decode` at positions 0 .. steps-1 (a new sequence one token at a time; --steps=0: the whole window,
 every fill level of the cache once) with a fixed token, so it needs no tokenizer and no model code. The tracer
@@ -23,6 +25,7 @@ from configurator import UserError, run_command
 
 DEFAULTS = dict(
     pte="model.pte",        # the program (python -m tools.executorch.export)
+    out_dir="",             # a checkpoint: profile the compiled decoder on it instead of a program
     steps=0,                # decode steps; 0 = max_len (every position of the window once)
     num_threads=1,          # XNNPACK's threadpool
 )
@@ -76,8 +79,8 @@ def operator_rows(totals, steps):
     return sorted(rows, key=lambda row: -row[3])
 
 
-def profile(pte, steps, num_threads):
-    """(markdown lines, ms a step) of `steps` decode steps of the program at `pte`."""
+def decode_events(pte, steps, num_threads):
+    """(event_totals of `steps` decode steps of the program at `pte` (0: max_len), steps)."""
     from executorch.extension.pybindings import portable_lib
     from tools.executorch.run import load_kernels
     load_kernels()
@@ -96,26 +99,69 @@ def profile(pte, steps, num_threads):
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "decode.etdp")
         module.write_etdump_result_to_file(path)
-        totals = event_totals(path)
+        return event_totals(path), steps
+
+
+def profile(pte, steps, num_threads):
+    """Markdown lines: the operator table of `steps` decode steps of the program at `pte`."""
+    totals, steps = decode_events(pte, steps, num_threads)
     step_ms = totals["Method::execute"][1] / steps
     lines = [f"`{os.path.basename(pte)}`: {steps} decode steps at positions 0-{steps - 1}, {num_threads} thread(s); "
              f"{step_ms:.3f} ms a step under the tracer", "",
              "| operator | runs in | calls a step | ms a step | share of the step |", "|---|---|---|---|---|"]
     for name, where, calls, ms in operator_rows(totals, steps):
         lines.append(f"| {name} | {where} | {calls:g} | {ms:.3f} | {100 * ms / step_ms:.1f}% |")
-    return lines, step_ms
+    return lines
+
+
+def profile_compiled(out_dir, steps):
+    """Markdown lines: the compiled decoder's decode steps at positions 1 .. steps (0: to the end of the window),
+    after one eager token at position 0 (as generate primes), under torch.profiler, per event, by self time."""
+    import torch._inductor.config as inductor_config
+    from checkpoint import load_model
+    from tools.fast_sample import compiled_decode_step, static_cache
+    inductor_config.cpp.enable_kernel_profile = True   # the generated kernels appear as events
+    model, _ = load_model(out_dir, "cpu")
+    steps = steps or model.config.block_size - 1
+    if steps >= model.config.block_size:
+        raise UserError(f"--steps={steps} does not fit block_size {model.config.block_size} after one token "
+                        f"(fix: --steps={model.config.block_size - 1})")
+    cache, step = static_cache(model, 1), compiled_decode_step(model)
+    token = torch.zeros(1, 1, dtype=torch.long)
+    with torch.inference_mode():
+        for compiling in (True, False):
+            cache.reset()
+            model(token, cache=cache)   # the prime, eager: makes the cache's buffers
+            if compiling:
+                step(token, cache)
+                continue
+            with torch.profiler.profile() as prof:
+                for _ in range(steps):
+                    step(token, cache)
+    events = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)
+    total = sum(e.self_cpu_time_total for e in events)
+    lines = [f"compiled decoder on `{out_dir}`: {steps} decode steps at positions 1-{steps}, 1 thread; "
+             f"{total / 1e3 / steps:.3f} ms a step under the profiler", "",
+             "| event | calls a step | ms a step (self) | share of the step |", "|---|---|---|---|"]
+    for e in events[:20]:
+        lines.append(f"| {e.key[:80]} | {e.count / steps:g} | {e.self_cpu_time_total / 1e3 / steps:.3f} | "
+                     f"{100 * e.self_cpu_time_total / total:.1f}% |")
+    return lines
 
 
 def run(cfg):
     from checkpoint import check_num_threads
     check_num_threads(cfg["num_threads"])
-    if not os.path.isfile(cfg["pte"]):
-        raise UserError(f"no program at {cfg['pte']} (fix: python -m tools.executorch.export --pte={cfg['pte']})")
     if not isinstance(cfg["steps"], int) or cfg["steps"] < 0:
         raise UserError(f"--steps must be an integer >= 0, got {cfg['steps']!r} (fix: e.g. --steps=100)")
+    if cfg["out_dir"]:
+        torch.set_num_threads(1)
+        print("\n".join(profile_compiled(cfg["out_dir"], cfg["steps"])))
+        return
+    if not os.path.isfile(cfg["pte"]):
+        raise UserError(f"no program at {cfg['pte']} (fix: python -m tools.executorch.export --pte={cfg['pte']})")
     torch.set_num_threads(max(1, cfg["num_threads"]))
-    lines, _ = profile(cfg["pte"], cfg["steps"], max(1, cfg["num_threads"]))
-    print("\n".join(lines))
+    print("\n".join(profile(cfg["pte"], cfg["steps"], max(1, cfg["num_threads"]))))
 
 
 def main(argv=None):
