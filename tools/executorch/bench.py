@@ -229,6 +229,7 @@ def ratio_cell(best, slower, faster):
 
 
 def run(cfg):
+    from checkpoint import load_variant
     for key in ("max_new_tokens", "repeats"):
         if not isinstance(cfg[key], int) or cfg[key] < 1:
             raise UserError(f"--{key} must be a positive integer, got {cfg[key]!r} (fix: e.g. --{key}={DEFAULTS[key]})")
@@ -242,6 +243,9 @@ def run(cfg):
         raise UserError("no models (fix: --shapes=llama_10m,mobilellm_125m and/or --out_dirs=out)")
     if importlib.util.find_spec("executorch") is None:
         raise UserError("executorch is not installed (fix: pip install -r requirements-dev.txt)")
+    for shape in shapes:
+        if shape != "llama_10m":
+            load_variant(shape)   # an unknown name: one line, before anything is written
     have_llamacpp = importlib.util.find_spec("llama_cpp") is not None
     os.makedirs(cfg["work_dir"], exist_ok=True)
     out_dirs = [shape_checkpoint(s, cfg["data_dir"], cfg["work_dir"], cfg["reuse"]) for s in shapes] + out_dirs
