@@ -18,8 +18,8 @@ Thinking is refused (see refuse_unsupported). ExportCache implements model.py's 
 
 --quantize=8da8w (torchao, lowered to XNNPACK's dynamically quantized kernels): int8 weights per output channel for
 every Linear, activations quantized to int8 per token at run time. --quantize=8da4w: int4 weights in groups of 32
-inputs (bfloat16 scales, XNNPACK's blockwise format), the same activations. Embeddings, a tied head and cgpt's Conv1d
-stay fp32. Where the time of a decode step goes: python -m tools.executorch.profile (results/device/profile.md).
+inputs (bfloat16 scales, XNNPACK's blockwise format), the same activations. Embeddings (a factorized one's
+projection too), a tied head and cgpt's Conv1d stay fp32. Where the time of a decode step goes: python -m tools.executorch.profile (results/device/profile.md).
 """
 import json
 import os
@@ -214,16 +214,19 @@ def refuse_unsupported(config):
 
 
 def quantize_linears(model, quantize):
-    """Every Linear of `model`, in place, as torchao's dynamically quantized Linear (int8 activations per token):
-    8da8w: int8 weights per output channel; 8da4w: int4 weights in groups of GROUP_SIZE inputs, one scale each,
-    and int8 per channel for a Linear whose inputs do not split into such groups (named on stderr)."""
+    """Every Linear of `model` but the token embedding's, in place, as torchao's dynamically quantized Linear (int8
+    activations per token): 8da8w: int8 weights per output channel; 8da4w: int4 weights in groups of GROUP_SIZE
+    inputs, one scale each, and int8 per channel for a Linear whose inputs do not split into such groups (named on
+    stderr). A factorized embedding's projection stays fp32 with the table: the tied head multiplies by its weight
+    as a matrix (h @ P), which a quantized weight does not support."""
     from torchao.quantization import Int8DynamicActivationIntxWeightConfig, quantize_
     from torchao.quantization.granularity import PerAxis, PerGroup
     per_channel = Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int8, weight_granularity=PerAxis(0))
+    linears = {name: m for name, m in model.named_modules()
+               if isinstance(m, nn.Linear) and not name.startswith("tok_emb.")}
     if quantize == "8da8w":
-        quantize_(model, per_channel)
+        quantize_(model, per_channel, filter_fn=NamedLinears(set(linears)))
         return
-    linears = {name: m for name, m in model.named_modules() if isinstance(m, nn.Linear)}
     grouped = {name for name, m in linears.items() if m.in_features % GROUP_SIZE == 0}
     rest = sorted(set(linears) - grouped)
     int4 = Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(GROUP_SIZE),
