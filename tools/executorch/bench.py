@@ -165,7 +165,8 @@ class SampleCommand:
     """sample.py's greedy text with n threads, in its own process."""
 
     def __init__(self, out_dir, common):
-        self.out_dir, self.common = out_dir, common
+        self.out_dir = out_dir
+        self.common = common
 
     def __call__(self, threads):
         return [sys.executable, "sample.py", f"--out_dir={self.out_dir}", "--num_samples=1", "--device=cpu",
@@ -176,7 +177,8 @@ class RunnerCommand:
     """ExecuTorch's runner (tools/executorch/run.py) on a program, greedy, with n threads."""
 
     def __init__(self, pte, common):
-        self.pte, self.common = pte, common
+        self.pte = pte
+        self.common = common
 
     def __call__(self, threads):
         return [sys.executable, "-m", "tools.executorch.run", f"--pte={self.pte}", f"--num_threads={threads}",
@@ -187,7 +189,8 @@ class LlamaCppCommand:
     """tools/llamacpp/run.py's greedy loop in llama.cpp on a GGUF file, with n threads."""
 
     def __init__(self, path, common):
-        self.path, self.common = path, common
+        self.path = path
+        self.common = common
 
     def __call__(self, threads):
         return [sys.executable, "-m", "tools.llamacpp.run", f"--gguf={self.path}", f"--num_threads={threads}",
@@ -197,7 +200,9 @@ class LlamaCppCommand:
 def measure(model, prompt, commands, threads, cfg):
     """({runtime: best tokens/s}, {runtime: text}, seconds of the compiled decoder's first run or None) with
     `threads` threads: --repeats rounds, each running every runtime once."""
-    best, texts, compile_s = {}, {}, None
+    best = {}
+    texts = {}
+    compile_s = None
     if "compiled" in commands:
         compile_s, _ = compiled_run(model, prompt, cfg["max_new_tokens"], threads)   # compiles (timed apart)
     for _ in range(cfg["repeats"]):
@@ -258,7 +263,8 @@ def run(cfg):
         model, tok, sizes, commands = prepare(out_dir, cfg, have_llamacpp)
         name = os.path.basename(os.path.normpath(out_dir))
         prompt = tok.encode(cfg["start"])
-        compile_s, agree = None, ""
+        compile_s = None
+        agree = ""
         for n in threads:
             best, texts, seconds = measure(model, prompt, commands, n, cfg)
             compile_s = seconds if compile_s is None else compile_s

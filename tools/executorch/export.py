@@ -81,10 +81,9 @@ class ExportCache(nn.Module):
             self.register_buffer(f"{name}_k", k.new_zeros(shape))
             self.register_buffer(f"{name}_v", v.new_zeros(shape))
         keys, values = getattr(self, f"{name}_k"), getattr(self, f"{name}_v")
-        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-        torch.ops.llama.update_cache(k, keys, self.start_pos)
-        torch.ops.llama.update_cache(v, values, self.start_pos)
-        y = torch.ops.llama.custom_sdpa(q, keys, values, self.start_pos, None, 0.0, True)
+        torch.ops.llama.update_cache(k.transpose(1, 2), keys, self.start_pos)
+        torch.ops.llama.update_cache(v.transpose(1, 2), values, self.start_pos)
+        y = torch.ops.llama.custom_sdpa(q.transpose(1, 2), keys, values, self.start_pos, None, 0.0, True)
         return y.transpose(1, 2)
 
     def conv_window(self, slot, x, n_past):
@@ -110,7 +109,8 @@ class Prefill(nn.Module):
         self.model, self.cache = model, cache
 
     def forward(self, tokens):
-        self.cache.start, self.cache.start_pos = torch.zeros(1, dtype=torch.long), 0
+        self.cache.start = torch.zeros(1, dtype=torch.long)
+        self.cache.start_pos = 0
         self.cache.new_sequence = True
         return self.model(tokens, cache=self.cache, all_logits=True)[0]
 
@@ -126,7 +126,9 @@ class Decode(nn.Module):
         start = pos[0].item()   # a symbolic int in the program, bounded so the cache ops' writes stay inside
         torch._check(start >= 0)
         torch._check(start < self.cache.max_len)
-        self.cache.start, self.cache.start_pos, self.cache.new_sequence = pos, start, False
+        self.cache.start = pos
+        self.cache.start_pos = start
+        self.cache.new_sequence = False
         return self.model(token, cache=self.cache)[0]
 
 
@@ -164,7 +166,8 @@ class XnnpackEmbedding(nn.Module):
 
     def __init__(self, embedding):
         super().__init__()
-        self.wte, self.proj = embedding.wte, embedding.proj
+        self.wte = embedding.wte
+        self.proj = embedding.proj
 
     def forward(self, idx):
         x = self.wte(idx)
@@ -179,7 +182,8 @@ class XnnpackEmbedding(nn.Module):
 def slices(x, sizes, dim=0):
     """aten.split_with_sizes as slice copies. XNNPACK takes slices, not split, and a split between two delegated
     operators (q, k, v out of one projection; RoPE's two halves) cuts the delegate call there in two."""
-    out, start = [], 0
+    out = []
+    start = 0
     for n in sizes:
         out.append(torch.ops.aten.slice_copy.Tensor(x, dim, start, start + n))
         start += n

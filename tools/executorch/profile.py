@@ -13,7 +13,6 @@ every fill level of the cache once) with a fixed token, so it needs no tokenizer
 adds a little time to every event; shares are what to read, not absolute speed (tools.executorch.bench
 measures that).
 """
-import collections
 import os
 import re
 import sys
@@ -37,14 +36,14 @@ ENCLOSING = ("Method::execute", "DELEGATE_CALL", "OPERATOR_CALL")
 def event_totals(etdump_path):
     """{event name: (number of runs, total ms)} over every event the tracer recorded while executing."""
     from executorch.devtools import Inspector
-    totals = collections.defaultdict(lambda: [0, 0.0])
+    totals = {}
     for block in Inspector(etdump_path=etdump_path).event_blocks:
         if block.name != "Execute":   # the other block times loading the methods
             continue
         for event in block.events:
             if event.perf_data is not None:
-                totals[event.name][0] += len(event.perf_data.raw)
-                totals[event.name][1] += sum(event.perf_data.raw)
+                runs, total = totals.get(event.name, (0, 0.0))
+                totals[event.name] = (runs + len(event.perf_data.raw), total + sum(event.perf_data.raw))
     return totals
 
 
@@ -52,18 +51,22 @@ def operator_rows(totals, steps):
     """[(operator, where, calls a step, ms a step)], largest first, with the time outside any operator: XNNPACK's
     delegate calls around its operators, ExecuTorch's instructions around the kernels, the method around both.
     XNNPACK's numbered instances of one operator ("... #2") are summed."""
-    xnnpack, native = collections.defaultdict(lambda: [0, 0.0]), collections.defaultdict(lambda: [0, 0.0])
+    xnnpack = {}
+    native = {}
     for name, (n, ms) in totals.items():
         if name in ENCLOSING:
             continue
         if name.startswith("native_call_"):
-            table, key = native, name[len("native_call_"):]
+            table = native
+            key = name[len("native_call_"):]
         elif "::" in name:   # a kernel registered outside the portable/optimized sets: llama::custom_sdpa
-            table, key = native, name
+            table = native
+            key = name
         else:
-            table, key = xnnpack, re.sub(r" #\d+$", "", name)
-        table[key][0] += n
-        table[key][1] += ms
+            table = xnnpack
+            key = re.sub(r" #\d+$", "", name)
+        runs, total = table.get(key, (0, 0.0))
+        table[key] = (runs + n, total + ms)
     rows = [(key, "XNNPACK", n / steps, ms / steps) for key, (n, ms) in xnnpack.items()]
     rows += [(key, "native", n / steps, ms / steps) for key, (n, ms) in native.items()]
     delegate_n, delegate_ms = totals.get("DELEGATE_CALL", (0, 0.0))
@@ -126,7 +129,8 @@ def profile_compiled(out_dir, steps):
     if steps >= model.config.block_size:
         raise UserError(f"--steps={steps} does not fit block_size {model.config.block_size} after one token "
                         f"(fix: --steps={model.config.block_size - 1})")
-    cache, step = static_cache(model, 1), compiled_decode_step(model)
+    cache = static_cache(model, 1)
+    step = compiled_decode_step(model)
     token = torch.zeros(1, 1, dtype=torch.long)
     with torch.inference_mode():
         for compiling in (True, False):

@@ -56,7 +56,8 @@ class CompiledDecoder:
 
     def __init__(self, model, prime_ids):
         from tools.fast_sample import compiled_decode_step, static_cache
-        self.model, self.cache = model, static_cache(model, 1)
+        self.model = model
+        self.cache = static_cache(model, 1)
         self.compiled = compiled_decode_step(model)
         self.token = torch.tensor([prime_ids[-1:]])
         self.new_round(prime_ids)
