@@ -20,7 +20,8 @@ best of --repeats runs of the whole generation (prompt included, process start-u
 (every runtime once, then again), so a change of load touches all of them alike. GB/s = the weights' file size x
 tokens/s (fp32 weights for sample.py and the compiled decoder): the bytes a decode step must read. The compiled
 decoder's first run, which compiles, is timed apart. sample.py, ExecuTorch's runner and llama.cpp run in their own
-processes (llama.cpp's OpenMP and torch's must not share one: it crashes), the compiled decoder in this one.
+processes, as their commands do (no runtime shares its process, threads or libraries with another), the compiled
+decoder in this one.
 """
 import importlib.util
 import os
