@@ -137,7 +137,8 @@ def prepare(out_dir, cfg, have_llamacpp):
     common = [f"--start={cfg['start']}", f"--max_new_tokens={cfg['max_new_tokens']}"]
     fp32_mb = model.get_num_params(non_embedding=False) * 4 / 1e6
     sizes = {"sample.py": fp32_mb, "compiled": fp32_mb}
-    commands = {"sample.py": SampleCommand(out_dir, common)}
+    greedy = ["--temperature=0", *common]
+    commands = {"sample.py": Command(["sample.py", f"--out_dir={out_dir}", "--num_samples=1", "--device=cpu"], greedy)}
     if model.config.think_steps:   # no static cache holds its memory (tools/executorch/export.py)
         sizes.update(dict.fromkeys(RUNTIMES[1:5], "Deep Thinking: no static cache"))
     else:
@@ -147,7 +148,7 @@ def prepare(out_dir, cfg, have_llamacpp):
             if not (cfg["reuse"] and os.path.isfile(pte)):
                 export_program(out_dir, pte, quantize)
             sizes[runtime] = os.path.getsize(pte) / 1e6
-            commands[runtime] = RunnerCommand(pte, common)
+            commands[runtime] = Command(["-m", "tools.executorch.run", f"--pte={pte}"], greedy)
     for qtype, runtime in zip(GGUF_TYPES, RUNTIMES[5:]):
         path = os.path.join(cfg["work_dir"], f"{name}-{qtype}.gguf")
         try:
@@ -158,44 +159,19 @@ def prepare(out_dir, cfg, have_llamacpp):
             continue
         sizes[runtime] = os.path.getsize(path) / 1e6
         if have_llamacpp:
-            commands[runtime] = LlamaCppCommand(path, common)
+            commands[runtime] = Command(["-m", "tools.llamacpp.run", f"--gguf={path}"], common)   # greedy
     return model, tokenizer_from_meta(meta), sizes, commands
 
 
-class SampleCommand:
-    """sample.py's greedy text with n threads, in its own process."""
+class Command:
+    """A runtime's command line with n threads (--num_threads=n between `args` and `options`), for its own process."""
 
-    def __init__(self, out_dir, common):
-        self.out_dir = out_dir
-        self.common = common
-
-    def __call__(self, threads):
-        return [sys.executable, "sample.py", f"--out_dir={self.out_dir}", "--num_samples=1", "--device=cpu",
-                f"--num_threads={threads}", "--temperature=0", *self.common]
-
-
-class RunnerCommand:
-    """ExecuTorch's runner (tools/executorch/run.py) on a program, greedy, with n threads."""
-
-    def __init__(self, pte, common):
-        self.pte = pte
-        self.common = common
+    def __init__(self, args, options):
+        self.args = args
+        self.options = options
 
     def __call__(self, threads):
-        return [sys.executable, "-m", "tools.executorch.run", f"--pte={self.pte}", f"--num_threads={threads}",
-                "--temperature=0", *self.common]
-
-
-class LlamaCppCommand:
-    """tools/llamacpp/run.py's greedy loop in llama.cpp on a GGUF file, with n threads."""
-
-    def __init__(self, path, common):
-        self.path = path
-        self.common = common
-
-    def __call__(self, threads):
-        return [sys.executable, "-m", "tools.llamacpp.run", f"--gguf={self.path}", f"--num_threads={threads}",
-                *self.common]
+        return [sys.executable, *self.args, f"--num_threads={threads}", *self.options]
 
 
 def measure(model, prompt, commands, threads, cfg):

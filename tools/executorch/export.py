@@ -162,21 +162,20 @@ class XnnpackNorm(nn.Module):
 
 
 class XnnpackEmbedding(nn.Module):
-    """model.py's TokenEmbedding (the same modules) whose tied head is F.linear on the table."""
+    """model.py's TokenEmbedding (kept inside: the same weights and forward) whose tied head is F.linear on the
+    table instead of h @ W.t()."""
 
     def __init__(self, embedding):
         super().__init__()
-        self.wte = embedding.wte
-        self.proj = embedding.proj
+        self.embedding = embedding
 
     def forward(self, idx):
-        x = self.wte(idx)
-        return x if self.proj is None else self.proj(x)
+        return self.embedding(idx)
 
     def tied_logits(self, h):
-        if self.proj is not None:
-            h = h @ self.proj.weight
-        return F.linear(h, self.wte.weight)
+        if self.embedding.proj is not None:
+            h = h @ self.embedding.proj.weight
+        return F.linear(h, self.embedding.wte.weight)
 
 
 def slices(x, sizes, dim=0):
