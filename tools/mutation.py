@@ -154,9 +154,9 @@ MUTANTS = [
            "table[:, 1::2] = torch.sin(pos * freq[: dim // 2])",
            "tests/test_model.py -k sinusoidal_positions", every=False),
     # --- issue 33: the exported program's static cache (tools/executorch/export.py) ---
-    Mutant("export_cache_key_mask_sees_next_slot", "tools/executorch/export.py",
-           "self.mask = torch.arange(self.max_len, device=device) <= self.new_positions[:, None]",
-           "self.mask = torch.arange(self.max_len, device=device) <= self.new_positions[:, None] + 1",
+    Mutant("export_cache_prefill_not_causal", "tools/executorch/export.py",
+           "custom_sdpa(q.transpose(1, 2), keys, values, self.start_pos, None, 0.0, True)",
+           "custom_sdpa(q.transpose(1, 2), keys, values, self.start_pos, None, 0.0, False)",
            "tests/test_executorch.py -k export_modules_equal_eager", every=False),
     Mutant("export_cache_conv_window_keeps_oldest", "tools/executorch/export.py",
            "past.copy_(window[:, window.size(1) - n_past:])",

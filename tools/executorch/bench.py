@@ -1,16 +1,27 @@
 """
-File size and decoding speed of the same checkpoints in every runtime, measured side by side in one run:
-sample.py (eager PyTorch, KV cache), the compiled decoder (tools/fast_sample.py), ExecuTorch fp32 and 8da8w
-(tools/executorch), llama.cpp f32 and q8_0 (tools/llamacpp, GPT-2/Llama shapes only, when llama_cpp is installed).
-Prints a markdown table.
+File size and decoding speed of the same weights in every runtime, side by side in one run: sample.py (eager
+PyTorch, KV cache), the compiled decoder (tools/fast_sample.py), ExecuTorch fp32, 8da8w and 8da4w
+(tools/executorch), llama.cpp f32 and q8_0 (tools/llamacpp: GPT-2/Llama shapes, when llama_cpp is installed).
+Prints two markdown tables: speed (tokens/s and GB/s of weights, a row per model and thread count), then sizes
+and each runtime's greedy text against sample.py's.
 
-    python -m tools.executorch.bench --out_dirs=out,out-pgpt --work_dir=bench > table.md
+    python -m tools.executorch.bench --shapes=llama_10m,mobilellm_125m,gpt,pgpt,lgpt,cgpt --threads=1,2
+    python -m tools.executorch.bench --out_dirs=out,out-pgpt --work_dir=bench     # trained checkpoints
 
-Each runtime decodes --max_new_tokens tokens greedily after --start on one thread (OMP_NUM_THREADS=1; ExecuTorch's
-XNNPACK and llama.cpp threadpools set to 1 too), re-priming the window at block_size as sample.py does; tokens/s is
-the best of --repeats runs of the whole generation (prompt included), so start-up costs are left out (the compiled
-decoder's first run, which compiles, is timed apart). The last column compares each runtime's greedy text with
-sample.py's.
+--shapes are models at their initialisation (seed 0) with --data_dir's vocabulary (a char dataset: 65 tokens), in
+work_dir: llama_10m (the Llama shape of issue 41: 6 x 384, 6 heads, SwiGLU 1024, RoPE, RMSNorm, no biases, tied,
+context 256: 10.65M parameters) or any preset of variants/ at its size (mobilellm_125m: 30 x 576, context 2048;
+with 65 tokens instead of its 32000 it has 106.2M of its 124.6M parameters). Speed does not depend on what the
+weights learned; the agreement column does (at the init, logits are nearly flat, so 8-bit texts part early).
+
+Each runtime decodes --max_new_tokens tokens greedily after --start, re-priming the window at block_size as
+sample.py does, with --threads threads (torch, XNNPACK's and llama.cpp's pools, OMP_NUM_THREADS). tokens/s is the
+best of --repeats runs of the whole generation (prompt included, process start-up left out); the runs interleave
+(every runtime once, then again), so a change of load touches all of them alike. GB/s = the weights' file size x
+tokens/s (fp32 weights for sample.py and the compiled decoder): the bytes a decode step must read. The compiled
+decoder's first run, which compiles, is timed apart. sample.py, ExecuTorch's runner and llama.cpp run in their own
+processes, as their commands do (no runtime shares its process, threads or libraries with another), the compiled
+decoder in this one.
 """
 import importlib.util
 import os
@@ -24,27 +35,57 @@ from configurator import UserError, run_command
 from tools.executorch.run import SEPARATOR   # sample.py's, which the runner prints too
 
 DEFAULTS = dict(
-    out_dirs="out",         # comma-separated checkpoints (directories or .pt files)
-    work_dir="bench",       # where the exported programs go
+    shapes="",              # comma-separated: llama_10m or presets of variants/, at their initialisation
+    out_dirs="",            # comma-separated trained checkpoints (directories or .pt files)
+    data_dir="data/shakespeare_char",   # the vocabulary of --shapes (python prepare.py shakespeare_char)
+    work_dir="bench",       # where the checkpoints of --shapes, the programs and the GGUF files go
+    threads="1",            # comma-separated thread counts, e.g. 1,2
     start="War is ",
     max_new_tokens=500,
     repeats=3,
-    reuse=False,            # keep the .pte files already in work_dir (an earlier run from the same checkpoints)
+    reuse=False,            # keep the files already in work_dir (an earlier run of the same models)
 )
+# the Llama shape of issue 41 (ours: the baseline of paper 004 made Llama-like), 10.65M parameters at 65 tokens
+LLAMA_10M = dict(block_size=256, n_layer=6, n_head=6, n_embd=384, bias=False, norm="rmsnorm", pos_embedding="rope",
+                 mlp_type="gated", activation="silu", mlp_hidden=1024, tie_embeddings=True)
+QUANTIZE = ("none", "8da8w", "8da4w")
+GGUF_TYPES = ("f32", "q8_0")
+RUNTIMES = ("sample.py", "compiled") + tuple(f"ExecuTorch {'fp32' if q == 'none' else q}" for q in QUANTIZE) + \
+    tuple(f"llama.cpp {t}" for t in GGUF_TYPES)
+# (slower, faster): the ratios the speed table gives, issue 41's targets
+RATIOS = (("ExecuTorch fp32", "llama.cpp f32"), ("ExecuTorch 8da8w", "llama.cpp q8_0"), ("compiled", "llama.cpp f32"))
 
 
-def timed_subprocess(command, repeats):
-    """(best tokens/s of `command` as it reports on stderr ('N tokens in T s (R tokens/s)'), the text it prints)."""
-    best, text = 0.0, None
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    for _ in range(repeats):
-        done = subprocess.run(command, capture_output=True, text=True, env=env)
-        if done.returncode:
-            raise UserError(f"{' '.join(command)} failed: {last_line(done.stderr)} (fix: run it alone)")
-        line = [l for l in done.stderr.splitlines() if "tokens/s" in l][-1]
-        best = max(best, float(line.split("(")[-1].split()[0]))
-        text = done.stdout.split("\n" + SEPARATOR + "\n")[0]
-    return best, text
+def shape_checkpoint(name, data_dir, work_dir, reuse):
+    """work_dir/<name>/ckpt.pt: the model of shape `name` at its initialisation (seed 0), `data_dir`'s vocabulary."""
+    import dataclasses
+    from checkpoint import atomic_save, build_model, model_args
+    from dataset import load_meta
+    out_dir = os.path.join(work_dir, name)
+    if reuse and os.path.isfile(os.path.join(out_dir, "ckpt.pt")):
+        return out_dir
+    meta = load_meta(data_dir)
+    if name == "llama_10m":
+        args = model_args({}, [], base=LLAMA_10M, vocab_size=meta["vocab_size"])
+    else:
+        args = model_args({"variant": name}, [], vocab_size=meta["vocab_size"])   # one-line error if unknown
+    torch.manual_seed(0)
+    model = build_model(args)
+    atomic_save({"model": model.state_dict(), "model_args": dataclasses.asdict(model.config), "iter_num": 0,
+                 "best_val_loss": float("nan"), "config": {}, "dataset": meta.get("dataset", ""),
+                 "data_dir": os.path.abspath(data_dir)}, os.path.join(out_dir, "ckpt.pt"))
+    return out_dir
+
+
+def timed_subprocess(command, threads):
+    """(tokens/s of `command` as it reports on stderr ('N tokens in T s (R tokens/s)'), the text it prints)."""
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    done = subprocess.run(command, capture_output=True, text=True, env=env)
+    if done.returncode:
+        raise UserError(f"{' '.join(command)} failed: {last_line(done.stderr)} (fix: run it alone)")
+    line = [line for line in done.stderr.splitlines() if "tokens/s" in line][-1]
+    text = done.stdout.split("\n" + SEPARATOR + "\n")[0]
+    return float(line.split("(")[-1].split()[0]), text.removesuffix("\n")
 
 
 def last_line(text):
@@ -60,32 +101,14 @@ def export_program(out_dir, pte, quantize):
                         f"(fix: run python -m tools.executorch.export --out_dir={out_dir} alone)")
 
 
-def compiled_tokens_per_s(model, prompt, max_new_tokens, repeats):
-    """(best tokens/s, seconds of the first run, which compiles, new ids) of tools/fast_sample.py's greedy
-    decoding, in this process (one thread)."""
+def compiled_run(model, prompt, max_new_tokens, threads):
+    """(seconds, new ids) of one greedy generation by tools/fast_sample.py's compiled step, in this process."""
     from tools.fast_sample import generate
-    idx = torch.tensor([prompt])
-    times = []
+    torch.set_num_threads(threads)
+    t0 = time.perf_counter()
     with torch.no_grad():
-        for _ in range(repeats + 1):
-            t0 = time.perf_counter()
-            out = generate(model, idx, max_new_tokens, temperature=0)
-            times.append(time.perf_counter() - t0)
-    return max_new_tokens / min(times[1:]), times[0], out[0, len(prompt):].tolist()
-
-
-def llamacpp_tokens_per_s(path, text, max_new_tokens, repeats):
-    """(best tokens/s, new ids) of greedy decoding in llama.cpp, one thread (tools/llamacpp/run.py's loop)."""
-    from tools.llamacpp.run import greedy, load, model_vocab
-    llm = load(path, num_threads=1)
-    prompt = llm.tokenize(text.encode("utf-8"), add_bos=False, special=False)
-    best = 0.0
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        out = greedy(llm, prompt, max_new_tokens, model_vocab(llm))
-        best = max(best, max_new_tokens / (time.perf_counter() - t0))
-    llm.close()
-    return best, out[len(prompt):]
+        out = generate(model, torch.tensor([prompt]), max_new_tokens, temperature=0)
+    return time.perf_counter() - t0, out[0, len(prompt):].tolist()
 
 
 def agreement(texts, reference):
@@ -97,72 +120,154 @@ def agreement(texts, reference):
     return "; ".join(parts)
 
 
-def run(cfg):
-    from checkpoint import check_out_dir, load_model
+def prepare(out_dir, cfg, have_llamacpp):
+    """(model, tokenizer, {runtime: weights file MB, or why it has none}, {runtime: command(threads)}) of a
+    checkpoint, every file written (programs: tools.executorch.export; GGUF: tools.llamacpp.export)."""
+    from checkpoint import load_model
     from dataset import tokenizer_from_meta
     from tools.huggingface import ConversionError
     from tools.huggingface.convert import checkpoint_meta
     from tools.llamacpp import export as gguf_export
+    model, ckpt = load_model(out_dir, "cpu")
+    meta, source = checkpoint_meta(ckpt)
+    if meta is None:
+        raise UserError(f"{ckpt['path']} records no dataset, so its tokenizer is unknown (fix: a checkpoint "
+                        f"written by train.py)")
+    name = os.path.basename(os.path.normpath(out_dir))
+    common = [f"--start={cfg['start']}", f"--max_new_tokens={cfg['max_new_tokens']}"]
+    fp32_mb = model.get_num_params(non_embedding=False) * 4 / 1e6
+    sizes = {"sample.py": fp32_mb, "compiled": fp32_mb}
+    greedy = ["--temperature=0", *common]
+    commands = {"sample.py": Command(["sample.py", f"--out_dir={out_dir}", "--num_samples=1", "--device=cpu"], greedy)}
+    if model.config.think_steps:   # no static cache holds its memory (tools/executorch/export.py)
+        sizes.update(dict.fromkeys(RUNTIMES[1:5], "Deep Thinking: no static cache"))
+    else:
+        commands["compiled"] = None   # runs in this process
+        for quantize, runtime in zip(QUANTIZE, RUNTIMES[2:5]):
+            pte = os.path.join(cfg["work_dir"], f"{name}-{quantize}.pte")
+            if not (cfg["reuse"] and os.path.isfile(pte)):
+                export_program(out_dir, pte, quantize)
+            sizes[runtime] = os.path.getsize(pte) / 1e6
+            commands[runtime] = Command(["-m", "tools.executorch.run", f"--pte={pte}"], greedy)
+    for qtype, runtime in zip(GGUF_TYPES, RUNTIMES[5:]):
+        path = os.path.join(cfg["work_dir"], f"{name}-{qtype}.gguf")
+        try:
+            if not (cfg["reuse"] and os.path.isfile(path)):
+                gguf_export.write_gguf(model, path, qtype, meta, source, say=lambda m: print(m, file=sys.stderr))
+        except ConversionError as e:
+            sizes[runtime] = f"no GGUF: {str(e).split(':')[0].replace('cannot export ', '')}"
+            continue
+        sizes[runtime] = os.path.getsize(path) / 1e6
+        if have_llamacpp:
+            commands[runtime] = Command(["-m", "tools.llamacpp.run", f"--gguf={path}"], common)   # greedy
+    return model, tokenizer_from_meta(meta), sizes, commands
+
+
+class Command:
+    """A runtime's command line with n threads (--num_threads=n between `args` and `options`), for its own process."""
+
+    def __init__(self, args, options):
+        self.args = args
+        self.options = options
+
+    def __call__(self, threads):
+        return [sys.executable, *self.args, f"--num_threads={threads}", *self.options]
+
+
+def measure(model, prompt, commands, threads, cfg):
+    """({runtime: best tokens/s}, {runtime: text}, seconds of the compiled decoder's first run or None) with
+    `threads` threads: --repeats rounds, each running every runtime once."""
+    best = {}
+    texts = {}
+    compile_s = None
+    if "compiled" in commands:
+        compile_s, _ = compiled_run(model, prompt, cfg["max_new_tokens"], threads)   # compiles (timed apart)
+    for _ in range(cfg["repeats"]):
+        for runtime in RUNTIMES:
+            if runtime not in commands:
+                continue
+            if runtime == "compiled":
+                seconds, texts[runtime] = compiled_run(model, prompt, cfg["max_new_tokens"], threads)
+                speed = cfg["max_new_tokens"] / seconds
+            else:
+                speed, texts[runtime] = timed_subprocess(commands[runtime](threads), threads)
+            best[runtime] = max(best.get(runtime, 0.0), speed)
+    return best, texts, compile_s
+
+
+def speed_cell(speed, size):
+    """'tokens/s (GB/s)', or why there is no speed."""
+    if isinstance(size, str):
+        return size
+    if speed is None:
+        return "no llama_cpp"   # the only runtime with a file and no command
+    return f"{speed:.0f} ({size * speed / 1000:.1f})"
+
+
+def ratio_cell(best, slower, faster):
+    if slower not in best or faster not in best:
+        return "-"
+    return f"{best[faster] / best[slower]:.2f}x"
+
+
+def run(cfg):
+    from checkpoint import check_out_dir, load_variant
     for key in ("max_new_tokens", "repeats"):
         if not isinstance(cfg[key], int) or cfg[key] < 1:
             raise UserError(f"--{key} must be a positive integer, got {cfg[key]!r} (fix: e.g. --{key}={DEFAULTS[key]})")
+    threads = [int(n) for n in str(cfg["threads"]).split(",") if n.strip().isdigit() and int(n) > 0]
+    if not threads or len(threads) != len(str(cfg["threads"]).split(",")):
+        raise UserError(f"--threads must be positive integers separated by commas, got {cfg['threads']!r} "
+                        f"(fix: e.g. --threads=1,2)")
+    shapes = [s for s in cfg["shapes"].split(",") if s]
+    out_dirs = [d for d in cfg["out_dirs"].split(",") if d]
+    if not shapes and not out_dirs:
+        raise UserError("no models (fix: --shapes=llama_10m,mobilellm_125m and/or --out_dirs=out)")
     if importlib.util.find_spec("executorch") is None:
         raise UserError("executorch is not installed (fix: pip install -r requirements-dev.txt)")
+    for shape in shapes:
+        if shape != "llama_10m":
+            load_variant(shape)   # an unknown name: one line, before anything is written
     check_out_dir(cfg["work_dir"], key="work_dir")   # a file, or not writable: one line, before any export
+    have_llamacpp = importlib.util.find_spec("llama_cpp") is not None
     os.makedirs(cfg["work_dir"], exist_ok=True)
-    try:
-        import llama_cpp  # noqa: F401
-        have_llamacpp = True
-    except ImportError:
-        have_llamacpp = False
-    common = [f"--start={cfg['start']}", f"--max_new_tokens={cfg['max_new_tokens']}", "--temperature=0"]
-    header = ["model", "params", "fp32 weights MB", "sample.py tok/s", "compiled tok/s (compile s)",
-              "ExecuTorch fp32 MB", "tok/s", "ExecuTorch 8da8w MB", "tok/s", "llama.cpp f32 MB", "tok/s",
-              "llama.cpp q8_0 MB", "tok/s", "greedy text vs sample.py"]
+    out_dirs = [shape_checkpoint(s, cfg["data_dir"], cfg["work_dir"], cfg["reuse"]) for s in shapes] + out_dirs
+    header = ["model", "threads", *RUNTIMES, *(f"{slow} / {fast}" for slow, fast in RATIOS)]
+    print("tokens/s (GB/s of weights); the last columns: how many times faster the second runtime is\n")
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header), flush=True)
-    for out_dir in cfg["out_dirs"].split(","):
-        model, ckpt = load_model(out_dir, "cpu")
-        meta, source = checkpoint_meta(ckpt)
-        if meta is None:
-            raise UserError(f"{ckpt['path']} records no dataset, so its tokenizer is unknown (fix: a checkpoint "
-                            f"written by train.py)")
-        tok = tokenizer_from_meta(meta)
-        prompt = tok.encode(cfg["start"])
+    summary = []
+    for out_dir in out_dirs:
+        model, tok, sizes, commands = prepare(out_dir, cfg, have_llamacpp)
         name = os.path.basename(os.path.normpath(out_dir))
-        params = model.get_num_params(non_embedding=False)
-        eager = [sys.executable, "sample.py", f"--out_dir={out_dir}", "--num_samples=1", "--device=cpu",
-                 "--num_threads=1", *common]
-        speed, reference = timed_subprocess(eager, cfg["repeats"])
-        row = [name, f"{params / 1e6:.2f}M", f"{params * 4 / 1e6:.2f}", f"{speed:.0f}"]
-        texts = {}
-        if model.config.think_steps:   # no static cache holds its memory (tools/executorch/export.py)
-            row += ["Deep Thinking: no static cache", "-", "-", "-", "-"]
-        else:
-            speed, compile_s, new = compiled_tokens_per_s(model, prompt, cfg["max_new_tokens"], cfg["repeats"])
-            row += [f"{speed:.0f} ({compile_s:.0f} s)"]
-            texts["compiled"] = cfg["start"] + tok.decode(new)
-            for quantize in ("none", "8da8w"):
-                pte = os.path.join(cfg["work_dir"], f"{name}-{quantize}.pte")
-                if not (cfg["reuse"] and os.path.isfile(pte)):
-                    export_program(out_dir, pte, quantize)
-                runner = [sys.executable, "-m", "tools.executorch.run", f"--pte={pte}", "--num_threads=1", *common]
-                speed, texts[f"ExecuTorch {'fp32' if quantize == 'none' else quantize}"] = timed_subprocess(
-                    runner, cfg["repeats"])
-                row += [f"{os.path.getsize(pte) / 1e6:.2f}", f"{speed:.0f}"]
-        for qtype in ("f32", "q8_0"):
-            path = os.path.join(cfg["work_dir"], f"{name}-{qtype}.gguf")
-            try:
-                gguf_export.write_gguf(model, path, qtype, meta, source, say=lambda m: print(m, file=sys.stderr))
-            except ConversionError as e:
-                row += ["-", f"no GGUF: {str(e).split(':')[0].replace('cannot export ', '')}"]
-                continue
-            if have_llamacpp:
-                speed, new = llamacpp_tokens_per_s(path, cfg["start"], cfg["max_new_tokens"], cfg["repeats"])
-                texts[f"llama.cpp {qtype}"] = cfg["start"] + tok.decode(new)
-            row += [f"{os.path.getsize(path) / 1e6:.2f}", f"{speed:.0f}" if have_llamacpp else "no llama_cpp"]
-        row += [agreement(texts, reference)]
-        print("| " + " | ".join(row) + " |", flush=True)   # each row as soon as it is measured
+        prompt = tok.encode(cfg["start"])
+        compile_s = None
+        agree = ""
+        for n in threads:
+            best, texts, seconds = measure(model, prompt, commands, n, cfg)
+            compile_s = seconds if compile_s is None else compile_s
+            row = [name, str(n)] + [speed_cell(best.get(r), sizes[r]) for r in RUNTIMES]
+            row += [ratio_cell(best, slow, fast) for slow, fast in RATIOS]
+            print("| " + " | ".join(row) + " |", flush=True)   # each row as soon as it is measured
+            if not agree:
+                reference = texts.pop("sample.py")
+                texts = {r: cfg["start"] + tok.decode(t) if r == "compiled" else t for r, t in texts.items()}
+                agree = agreement(texts, reference)
+        summary.append((name, model, sizes, compile_s, agree))
+    print_sizes(summary)
+
+
+def print_sizes(summary):
+    # the compiled decoder's column: the fp32 weights (sample.py's too), then each file's size
+    header = ["model", "params", "fp32 weights MB", *(f"{r} MB" for r in RUNTIMES[2:]), "compile s",
+              "greedy text vs sample.py"]
+    print("\n| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    for name, model, sizes, compile_s, agree in summary:
+        cells = [name, f"{model.get_num_params(non_embedding=False) / 1e6:.2f}M"]
+        cells += [sizes[r] if isinstance(sizes[r], str) else f"{sizes[r]:.2f}" for r in RUNTIMES[1:]]
+        cells += ["-" if compile_s is None else f"{compile_s:.0f}", agree]
+        print("| " + " | ".join(cells) + " |")
 
 
 def main(argv=None):

@@ -3,7 +3,7 @@ A checkpoint -> an ExecuTorch program (.pte, XNNPACK delegate) with two methods 
 tokenizer beside it:
 
     python -m tools.executorch.export --out_dir=out --pte=model.pte              # fp32
-    python -m tools.executorch.export --out_dir=out --pte=model8.pte --quantize=8da8w
+    python -m tools.executorch.export --out_dir=out --pte=model8.pte --quantize=8da8w     # or 8da4w
     python -m tools.executorch.run --pte=model.pte --start="War is "             # generate with the runtime only
 
   prefill(tokens (1, T))            -> logits (1, T, V)   a new sequence at positions 0..T-1 (T = 1..block_size)
@@ -17,8 +17,9 @@ kernel-1 inputs are cache state), layer sharing, ShishuLM, enhanced residual, fa
 Thinking is refused (see refuse_unsupported). ExportCache implements model.py's cache interface.
 
 --quantize=8da8w (torchao, lowered to XNNPACK's dynamically quantized kernels): int8 weights per output channel for
-every Linear, activations quantized to int8 per token at run time. Embeddings, a tied head and cgpt's Conv1d stay
-fp32.
+every Linear, activations quantized to int8 per token at run time. --quantize=8da4w: int4 weights in groups of 32
+inputs (bfloat16 scales, XNNPACK's blockwise format), the same activations. Embeddings (a factorized one's
+projection too), a tied head and cgpt's Conv1d stay fp32. Where the time of a decode step goes: python -m tools.executorch.profile (results/device/profile.md).
 """
 import hashlib
 import json
@@ -36,19 +37,24 @@ DEFAULTS = dict(
     out_dir="",             # directory with ckpt.pt / last.pt, or a checkpoint file; "" = the newest out*/ folder
     data_dir="",            # dataset folder whose meta.json gives the tokenizer; "" = the one the checkpoint records
     pte="model.pte",        # the program to write; the tokenizer goes beside it as <name>.tokenizer.json
-    quantize="none",        # none | 8da8w (8-bit weights and dynamically quantized activations)
+    quantize="none",        # none | 8da8w | 8da4w (8- or 4-bit weights, dynamically quantized int8 activations)
     keep_heaviest_branch=False,  # pgpt: export only the heaviest branch (paper 004's inference)
     num_threads=0,          # CPU threads for torch while exporting; 0 = torch's default
 )
 BOOL_FLAGS = ("keep_heaviest_branch",)
-QUANTIZE = ("none", "8da8w")
+QUANTIZE = ("none", "8da8w", "8da4w")
+GROUP_SIZE = 32   # 8da4w: inputs per int4 scale, as MobileLLM-Pro's CPU checkpoints (int4 weights in groups of 32,
+                  # int8 dynamic activations: its Hugging Face model card, facebook/MobileLLM-Pro)
 
 
-# --- the static cache, as module buffers --------------------------------------------------------------------
-# model.py's cache interface (KVCache's docstring), as tools/fast_sample.py's StaticCache implements it:
-# buffers of max_len positions written at the new positions, attention over all of them with a mask.
-# torch.export needs the state it mutates to be buffers of the exported module, and a runner is simpler
-# when it passes the position: here every tensor is a registered buffer, `start` an input of each method.
+# --- the static cache, as module buffers, with ExecuTorch's LLM attention ------------------------------------
+# model.py's cache interface (KVCache's docstring): attend(slot, q, k, v) stores this call's keys and values and
+# returns the attention, so the cache chooses how attention reads it. Here that is ExecuTorch's own pair for LLM
+# decoding (extension/llm/custom_ops, the kernels its llama export uses): llama::update_cache writes k, v into the
+# slot's buffers in place, llama::custom_sdpa attends over the filled positions only (0 .. start+T-1, causal),
+# both on (B, T, H, D) tensors, sequence before heads, and GQA. torch.export needs the state it mutates to be
+# buffers of the exported module, and a runner is simpler when it passes the position: every tensor is a
+# registered buffer, the position an input of each method.
 
 class ExportCache(nn.Module):
     """Keys/values of every attention application and cgpt's conv windows, buffers of fixed size. A buffer is
@@ -58,32 +64,28 @@ class ExportCache(nn.Module):
 
     def __init__(self, max_len):
         super().__init__()
+        import executorch.extension.llm.custom_ops.custom_ops  # noqa: F401  (registers torch.ops.llama)
         self.max_len = max_len
-        self.start = None         # the position of this call's first token (a (1,) tensor), set by Prefill / Decode
+        self.start = None         # the position of this call's first token: a (1,) tensor and an int (start_pos),
+        self.start_pos = 0        # set by Prefill / Decode (ExecuTorch's cache ops take the int)
         self.new_sequence = True  # prefill: cgpt's window starts from zeros (nothing before position 0)
-        self.new_positions = None  # of the current call, and its mask: positions() sets them
-        self.mask = None
 
     def positions(self, length, device):
-        """The positions of this call's tokens, and its (T, max_len) mask: the query at position p
-        sees the slots <= p (later ones: an older, longer sequence's)."""
-        self.new_positions = self.start + torch.arange(length, device=device)
-        self.mask = torch.arange(self.max_len, device=device) <= self.new_positions[:, None]
-        return self.new_positions
+        return self.start + torch.arange(length, device=device)
 
     def attend(self, slot, q, k, v):
-        """Write k, v (B, H_kv, T, D) at the new positions of the slot's two buffers and attend over
-        all max_len positions, the mask hiding those after the newest (an older sequence's, or empty)."""
+        """Write k, v (B, H_kv, T, D) at positions start.. of the slot's buffers (B, max_len, H_kv, D) and return
+        the attention (B, H, T, D) of q over positions 0 .. start+T-1, causal among the new ones."""
         name = f"kv_{'_'.join(map(str, slot))}"
         if not hasattr(self, f"{name}_k"):
-            shape = (k.size(0), k.size(1), self.max_len, k.size(3))
+            shape = (k.size(0), self.max_len, k.size(1), k.size(3))
             self.register_buffer(f"{name}_k", k.new_zeros(shape))
             self.register_buffer(f"{name}_v", v.new_zeros(shape))
         keys, values = getattr(self, f"{name}_k"), getattr(self, f"{name}_v")
-        keys.index_copy_(2, self.new_positions, k)
-        values.index_copy_(2, self.new_positions, v)
-        return F.scaled_dot_product_attention(q, keys, values, attn_mask=self.mask,
-                                              enable_gqa=q.size(1) != k.size(1))
+        torch.ops.llama.update_cache(k.transpose(1, 2), keys, self.start_pos)
+        torch.ops.llama.update_cache(v.transpose(1, 2), values, self.start_pos)
+        y = torch.ops.llama.custom_sdpa(q.transpose(1, 2), keys, values, self.start_pos, None, 0.0, True)
+        return y.transpose(1, 2)
 
     def conv_window(self, slot, x, n_past):
         """cgpt's causal Conv1d: x preceded by the last n_past inputs (zeros for a new sequence); keeps its last
@@ -108,7 +110,9 @@ class Prefill(nn.Module):
         self.model, self.cache = model, cache
 
     def forward(self, tokens):
-        self.cache.start, self.cache.new_sequence = torch.zeros(1, dtype=torch.long), True
+        self.cache.start = torch.zeros(1, dtype=torch.long)
+        self.cache.start_pos = 0
+        self.cache.new_sequence = True
         return self.model(tokens, cache=self.cache, all_logits=True)[0]
 
 
@@ -120,8 +124,89 @@ class Decode(nn.Module):
         self.model, self.cache = model, cache
 
     def forward(self, token, pos):
-        self.cache.start, self.cache.new_sequence = pos, False
+        start = pos[0].item()   # a symbolic int in the program, bounded so the cache ops' writes stay inside
+        torch._check(start >= 0)
+        torch._check(start < self.cache.max_len)
+        self.cache.start = pos
+        self.cache.start_pos = start
+        self.cache.new_sequence = False
         return self.model(token, cache=self.cache)[0]
+
+
+# --- the same model in the operators XNNPACK takes --------------------------------------------------------------
+# A norm or a tied head that XNNPACK does not take runs as an ExecuTorch kernel between two delegate calls, and
+# every such break costs a call. XNNPACK's mean reduces only the two innermost dims of a 4-D tensor, so RMSNorm's and
+# LayerNorm's mean over C is taken over (1, C); the tied head `h @ W.t()` (model.py) is a matmul with a transposed
+# table, which XNNPACK transposes in full every step and then leaves to a slow generic kernel ("Expected weight
+# to be a static param"), while F.linear(h, W) is one delegated fully-connected layer; a split between two delegated
+# operators is taken as slices (SPLITS_AS_SLICES, applied to the exported programs). Same arithmetic.
+
+class XnnpackNorm(nn.Module):
+    """nn.RMSNorm or nn.LayerNorm over the last dim, with the same weight, bias and eps."""
+
+    def __init__(self, norm):
+        super().__init__()
+        self.rms = isinstance(norm, nn.RMSNorm)
+        self.eps = norm.eps
+        self.weight = norm.weight
+        self.bias = None if self.rms else norm.bias
+
+    def forward(self, x):
+        x4 = x.reshape(*x.shape[:-1], 1, x.size(-1))   # (..., 1, C): XNNPACK's mean over (1, C)
+        if not self.rms:
+            x4 = x4 - x4.mean((-2, -1), keepdim=True)
+        y = x4 * torch.rsqrt((x4 * x4).mean((-2, -1), keepdim=True) + self.eps)
+        y = y.reshape(x.shape)
+        if self.weight is not None:
+            y = y * self.weight
+        return y if self.bias is None else y + self.bias
+
+
+class XnnpackEmbedding(nn.Module):
+    """model.py's TokenEmbedding (kept inside: the same weights and forward) whose tied head is F.linear on the
+    table instead of h @ W.t()."""
+
+    def __init__(self, embedding):
+        super().__init__()
+        self.embedding = embedding
+
+    def forward(self, idx):
+        return self.embedding(idx)
+
+    def tied_logits(self, h):
+        if self.embedding.proj is not None:
+            h = h @ self.embedding.proj.weight
+        return F.linear(h, self.embedding.wte.weight)
+
+
+def slices(x, sizes, dim=0):
+    """aten.split_with_sizes as slice copies. XNNPACK takes slices, not split, and a split between two delegated
+    operators (q, k, v out of one projection; RoPE's two halves) cuts the delegate call there in two."""
+    out = []
+    start = 0
+    for n in sizes:
+        out.append(torch.ops.aten.slice_copy.Tensor(x, dim, start, start + n))
+        start += n
+    return out
+
+
+def even_slices(x, size, dim=0):
+    """aten.split.Tensor (pieces of `size`, e.g. chunk's) as slice copies."""
+    n = x.size(dim)
+    return slices(x, [min(size, n - start) for start in range(0, n, size)], dim)
+
+
+SPLITS_AS_SLICES = {torch.ops.aten.split_with_sizes.default: slices, torch.ops.aten.split.Tensor: even_slices}
+
+
+def for_xnnpack(model):
+    """`model` with its norms and token embedding replaced, in place, by the modules above (the same weights)."""
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, (nn.RMSNorm, nn.LayerNorm)) and len(child.normalized_shape) == 1:
+                setattr(parent, name, XnnpackNorm(child))
+    model.tok_emb = XnnpackEmbedding(model.tok_emb)
+    return model
 
 
 def refuse_unsupported(config):
@@ -132,23 +217,53 @@ def refuse_unsupported(config):
                         "(fix: sample it with sample.py)")
 
 
-def quantize_linears(model):
-    """8da8w: torchao's int8 weights per output channel with int8 activations per token, for every Linear, in place."""
+def quantize_linears(model, quantize):
+    """Every Linear of `model` but the token embedding's, in place, as torchao's dynamically quantized Linear (int8
+    activations per token): 8da8w: int8 weights per output channel; 8da4w: int4 weights in groups of GROUP_SIZE
+    inputs, one scale each, and int8 per channel for a Linear whose inputs do not split into such groups (named on
+    stderr). A factorized embedding's projection stays fp32 with the table: the tied head multiplies by its weight
+    as a matrix (h @ P), which a quantized weight does not support."""
     from torchao.quantization import Int8DynamicActivationIntxWeightConfig, quantize_
-    from torchao.quantization.granularity import PerAxis
-    quantize_(model, Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int8, weight_granularity=PerAxis(0)))
+    from torchao.quantization.granularity import PerAxis, PerGroup
+    per_channel = Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int8, weight_granularity=PerAxis(0))
+    linears = {name: m for name, m in model.named_modules()
+               if isinstance(m, nn.Linear) and not name.startswith("tok_emb.")}
+    if quantize == "8da8w":
+        quantize_(model, per_channel, filter_fn=NamedLinears(set(linears)))
+        return
+    grouped = {name for name, m in linears.items() if m.in_features % GROUP_SIZE == 0}
+    rest = sorted(set(linears) - grouped)
+    int4 = Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(GROUP_SIZE),
+                                                 weight_scale_dtype=torch.bfloat16)
+    quantize_(model, int4, filter_fn=NamedLinears(grouped))
+    if rest:
+        print(f"8da4w: {len(rest)} Linear(s) with inputs not a multiple of {GROUP_SIZE} stay 8-bit per channel: "
+              f"{', '.join(rest)}", file=sys.stderr)
+        quantize_(model, per_channel, filter_fn=NamedLinears(set(rest)))
+
+
+class NamedLinears:
+    """A quantize_ filter: the modules whose names are in `names`."""
+
+    def __init__(self, names):
+        self.names = names
+
+    def __call__(self, module, name):
+        return name in self.names
 
 
 def program_bytes(model, quantize="none", eot_token=None, tokenizer_id=None):
-    """The .pte of `model` (eval mode, fp32, on the CPU): its two methods lowered to XNNPACK, buffers shared.
-    tokenizer_id (vocabulary_id of its tokenizer) becomes a constant the runner checks its tokenizer with."""
+    """The .pte of `model` (eval mode, fp32, on the CPU; changed in place: for_xnnpack, quantize_linears): its two
+    methods lowered to XNNPACK, buffers shared. tokenizer_id (vocabulary_id of its tokenizer) becomes a constant
+    the runner checks its tokenizer with."""
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
     from executorch.exir.passes import MemoryPlanningPass
     from torch.export import Dim, export
     refuse_unsupported(model.config)
-    if quantize == "8da8w":
-        quantize_linears(model)
+    for_xnnpack(model)
+    if quantize != "none":
+        quantize_linears(model, quantize)
     block_size = model.config.block_size
     cache = ExportCache(block_size)
     prefill, decode = Prefill(model, cache).eval(), Decode(model, cache).eval()
@@ -157,6 +272,7 @@ def program_bytes(model, quantize="none", eot_token=None, tokenizer_id=None):
         length = Dim("T", min=1, max=block_size)
         programs = {"prefill": export(prefill, (torch.zeros(1, 2, dtype=torch.long),), dynamic_shapes=({1: length},)),
                     "decode": export(decode, (torch.zeros(1, 1, dtype=torch.long), torch.ones(1, dtype=torch.long)))}
+    programs = {name: program.run_decompositions(SPLITS_AS_SLICES) for name, program in programs.items()}
     constants = {"max_len": block_size, "vocab_size": model.config.vocab_size,
                  "eot_token": -1 if eot_token is None else eot_token}
     if tokenizer_id is not None:

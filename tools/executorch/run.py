@@ -35,6 +35,12 @@ END_OF_TEXT = "<|endoftext|>"   # tools/huggingface/tokenizer.py's name for it i
 EXTENDED_HEADER_END = 40        # the flatbuffer's root offset and identifier, then eh00 and four sizes
 
 
+def load_kernels():
+    """Register ExecuTorch's LLM kernels (llama::update_cache, llama::custom_sdpa: the programs' attention) with
+    its runtime. They ship in the executorch package, beside its runtime; no model code comes with them."""
+    import executorch.extension.llm.custom_ops.custom_ops  # noqa: F401
+
+
 class Program:
     """The two methods of an exported program and its constants (tokenizer_id: None for a program exported before
     the export stored it)."""
@@ -42,6 +48,7 @@ class Program:
     def __init__(self, path):
         from executorch.runtime import Runtime, Verification
         check_program_file(path)
+        load_kernels()
         fix = f"(fix: export it again: python -m tools.executorch.export --pte={path})"
         try:   # InternalConsistency: the runtime checks the whole flatbuffer before it reads it
             program = Runtime.get().load_program(path, verification=Verification.InternalConsistency)
