@@ -14,6 +14,7 @@ ExportCache, run eagerly: every preset and 6 random flag sets, 4 s) and the Deep
 """
 import dataclasses
 import json
+import os
 import random
 
 import pytest
@@ -423,9 +424,11 @@ def test_bench_deep_thinking_row(tmp_path, capsys):
 def test_bench_llama_10m_shape(tmp_path):
     """--shapes=llama_10m writes issue 41's Llama shape at its initialisation: 10,646,784 parameters (6 x 384,
     SwiGLU 1024, context 256, 65 characters), RoPE, RMSNorm, no biases, tied embeddings."""
+    import prepare
     from checkpoint import load_model
     from tools.executorch import bench
-    out_dir = bench.shape_checkpoint("llama_10m", "data/shakespeare_char", str(tmp_path), reuse=False)
+    data_dir = prepare.prepare("shakespeare_char", out_dir=str(tmp_path / "shakespeare_char"))   # offline
+    out_dir = bench.shape_checkpoint("llama_10m", data_dir, str(tmp_path), reuse=False)
     model, ckpt = load_model(out_dir)
     c = model.config
     assert model.get_num_params(non_embedding=False) == 10_646_784 == 6 * (4 * 384 ** 2 + 3 * 384 * 1024 + 2 * 384) \
@@ -433,7 +436,7 @@ def test_bench_llama_10m_shape(tmp_path):
     assert (c.n_layer, c.n_embd, c.n_head, c.mlp_hidden, c.block_size, c.vocab_size) == (6, 384, 6, 1024, 256, 65)
     assert (c.pos_embedding, c.norm, c.mlp_type, c.activation, c.bias, c.tie_embeddings) == \
         ("rope", "rmsnorm", "gated", "silu", False, True)
-    assert ckpt["data_dir"].endswith("shakespeare_char")
+    assert ckpt["data_dir"] == os.path.abspath(data_dir)
 
 
 @pytest.mark.slow
