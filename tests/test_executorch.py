@@ -459,6 +459,28 @@ def test_bench_compiles_afresh_for_each_model_and_thread_count():
 
 
 @pytest.mark.slow
+def test_step_time_table(tmp_path, capsys):
+    """tools.executorch.step_time without a program or a GGUF: a row for the linear layers alone and one for the
+    compiled decoder, best round <= median, GB/s = the Linear weights' MB / the best ms, with the weights counted
+    here from the shape (GPT-2's 12 n_embd^2 a layer, fp32), and no llama.cpp step to divide by. Positions past
+    block_size are one line."""
+    from tools.executorch import step_time
+    model = model_at(tiny_preset("gpt"))
+    out_dir = write_checkpoint(model, tmp_path, "m")
+    step_time.main([f"--out_dir={out_dir}", "--prime=4", "--steps=8", "--rounds=2"])
+    lines = capsys.readouterr().out.splitlines()
+    rows = [line.strip("| ").split(" | ") for line in lines if line.startswith("| ") and "best round" not in line]
+    assert [row[0] for row in rows] == ["linear layers alone (eager torch)", "compiled decoder step"]
+    c = model.config
+    weights_mb = 4 * 12 * c.n_layer * c.n_embd ** 2 / 1e6
+    for _, best, median, gb_per_s, ratio in rows:
+        assert 0 < float(best) <= float(median)
+        assert float(gb_per_s) == pytest.approx(weights_mb / float(best), rel=0.02, abs=0.05)
+        assert ratio == "-"
+    one_error_line(step_time.main, [f"--out_dir={out_dir}", "--prime=30", "--steps=8"], "exceeds block_size")
+
+
+@pytest.mark.slow
 def test_bench_prints_a_row_per_checkpoint(exported_checkpoint, tmp_path, capsys):
     """The bench on the COMBINED checkpoint (no GGUF shape: cgpt): a speed row with every ExecuTorch column, a size
     row where every fp32 runtime's text = sample.py's."""
