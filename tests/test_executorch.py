@@ -16,6 +16,8 @@ import dataclasses
 import json
 import os
 import random
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -26,7 +28,7 @@ import variants
 from checkpoint import atomic_save
 from configurator import UserError
 from model import GPT, GPTConfig
-from conftest import one_error_line
+from conftest import ROOT, one_error_line
 from tools.executorch import export, profile, run
 
 pytestmark = pytest.mark.usefixtures("one_thread")   # conftest.py
@@ -175,11 +177,17 @@ def test_program_equals_eager(exported_checkpoint):
 
 @pytest.mark.slow
 def test_runner_prints_the_text_of_sample_py(exported_checkpoint, capsys):
-    """The runner (ExecuTorch runtime + tokenizer file) prints sample.py's text: same prompt, seed, sampling."""
+    """The runner (ExecuTorch runtime + tokenizer file) prints sample.py's text: same prompt, seed, sampling. It
+    samples with torch on one thread (ExecuTorch's pool has the cores), whatever torch had before."""
     import sample
     out_dir, pte, _ = exported_checkpoint
     options = ["--start=War is ", "--max_new_tokens=40", "--temperature=0.8", "--top_k=20", "--seed=7"]
-    run.main([f"--pte={pte}", *options, "--num_samples=2"])
+    torch.set_num_threads(2)
+    try:
+        run.main([f"--pte={pte}", *options, "--num_samples=2"])
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(1)   # the one_thread fixture's
     ours = capsys.readouterr().out
     sample.main([f"--out_dir={out_dir}", *options, "--num_samples=2", "--device=cpu"])
     assert ours == capsys.readouterr().out
@@ -242,6 +250,53 @@ class Traced:
     @torch.no_grad()
     def decode(self, token, pos):
         return self.decode_module(torch.tensor([[token]]), torch.tensor([pos]))[0, -1]
+
+
+# a process that runs tools/executorch/run.py as a command (its __name__ "__main__") or imports it (any other
+# name), then prints how many threads MKL would use in a thread started afterwards, as ExecuTorch's pool starts its
+MKL_IN_A_NEW_THREAD = """
+import ctypes, os, runpy, sys, threading
+run_name, pte = sys.argv[1:]
+sys.argv = ["run", "--pte=" + pte]
+try:
+    runpy.run_module("tools.executorch.run", run_name=run_name)
+except SystemExit:   # the command stops at the missing program
+    pass
+import torch
+mkl = ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so"))
+answers = []
+
+
+def ask():
+    answers.append(mkl.mkl_get_max_threads())
+
+
+worker = threading.Thread(target=ask)
+worker.start()
+worker.join()
+print(answers[0])
+"""
+
+
+def test_runner_keeps_mkl_to_one_thread_in_threads_it_did_not_start(tmp_path):
+    """ExecuTorch's attention kernel (llama::custom_sdpa) runs its matmuls with torch's MKL from every thread of
+    ExecuTorch's own pool, where torch.set_num_threads does not reach, and an OpenMP team of MKL's in each of them
+    oversubscribed the cores: 8da8w ran at a third of its one-thread speed on two threads. As a command the runner
+    sets MKL to one thread before torch loads it; imported (the control), MKL takes the cores."""
+    if not torch.backends.mkl.is_available():
+        pytest.skip("this torch has no MKL")
+    env = {k: v for k, v in os.environ.items() if k not in ("MKL_NUM_THREADS", "OMP_NUM_THREADS")}
+
+    def mkl_threads(run_name):
+        done = subprocess.run([sys.executable, "-c", MKL_IN_A_NEW_THREAD, run_name, str(tmp_path / "none.pte")],
+                              capture_output=True, text=True, env=env, cwd=ROOT)
+        assert done.returncode == 0, done.stderr
+        return int(done.stdout.split()[-1])
+
+    control = mkl_threads("imported")
+    if control == 1:
+        pytest.skip("MKL takes one thread here anyway (one core): nothing to oversubscribe")
+    assert mkl_threads("__main__") == 1
 
 
 @pytest.mark.parametrize("case", ["every_preset", "random_flags"])

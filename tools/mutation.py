@@ -162,6 +162,11 @@ MUTANTS = [
            "past.copy_(window[:, window.size(1) - n_past:])",
            "past.copy_(window[:, :n_past])",
            "tests/test_executorch.py -k export_modules_equal_eager", every=False),
+    # --- issue 41: the runner's threads (tools/executorch/run.py) ---
+    Mutant("runner_leaves_mkl_its_default_threads", "tools/executorch/run.py",
+           'os.environ["MKL_NUM_THREADS"] = "1"',
+           'pass',
+           "tests/test_executorch.py -k keeps_mkl_to_one_thread", every=False),
     # --- issue 38: train.py ---
     Mutant("train_loss_not_divided_by_micro_steps", "train.py",
            "scaler.scale(loss / run.accum).backward()",

@@ -15,7 +15,7 @@ with 65 tokens instead of its 32000 it has 106.2M of its 124.6M parameters). Spe
 weights learned; the agreement column does (at the init, logits are nearly flat, so 8-bit texts part early).
 
 Each runtime decodes --max_new_tokens tokens greedily after --start, re-priming the window at block_size as
-sample.py does, with --threads threads (torch, XNNPACK's and llama.cpp's pools, OMP_NUM_THREADS). tokens/s is the
+sample.py does, with --threads threads (torch's, ExecuTorch's pool, llama.cpp's; OMP_NUM_THREADS). tokens/s is the
 best of --repeats runs of the whole generation (prompt included, process start-up left out); the runs interleave
 (every runtime once, then again), so a change of load touches all of them alike. GB/s = the weights' file size x
 tokens/s (fp32 weights for sample.py and the compiled decoder): the bytes a decode step must read. The compiled

@@ -18,6 +18,9 @@ import re
 import sys
 import tempfile
 
+if __name__ == "__main__":
+    os.environ["MKL_NUM_THREADS"] = "1"   # before torch loads MKL, as in tools/executorch/run.py (why: there)
+
 import torch
 
 from configurator import UserError, run_command

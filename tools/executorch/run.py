@@ -15,6 +15,12 @@ import struct
 import sys
 import time
 
+if __name__ == "__main__":
+    # Before torch loads MKL. ExecuTorch's attention kernel (custom_sdpa) runs its matmuls with the MKL of the torch
+    # it links, from every thread of its own pool, and MKL's OpenMP team in each of them oversubscribes the cores:
+    # at 2 threads the program ran at a third of its speed. ExecuTorch's pool is the parallelism; MKL's is one thread.
+    os.environ["MKL_NUM_THREADS"] = "1"
+
 import torch
 
 from configurator import UserError, run_command
@@ -28,7 +34,7 @@ DEFAULTS = dict(
     temperature=0.8,        # 0 = greedy
     top_k=200,              # 0 = the whole vocabulary
     seed=1337,
-    num_threads=0,          # threads of XNNPACK's pool and torch's sampling ops; 0 = the runtime's default
+    num_threads=0,          # threads of ExecuTorch's pool (XNNPACK, attention); 0 = the runtime's default
 )
 SEPARATOR = "---------------"
 END_OF_TEXT = "<|endoftext|>"   # tools/huggingface/tokenizer.py's name for it in a BPE tokenizer.json
@@ -200,10 +206,12 @@ def run(cfg):
     if not os.path.isfile(cfg["pte"]):
         raise UserError(f"no program at {cfg['pte']} (fix: python -m tools.executorch.export --pte={cfg['pte']})")
     probe_program(cfg["pte"])   # first: the child must not inherit threads
+    # torch only samples here (one small vector a token); its OpenMP threads would spin on the cores of
+    # ExecuTorch's pool between steps
+    torch.set_num_threads(1)
     if cfg["num_threads"] > 0:
         from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
         _unsafe_reset_threadpool(cfg["num_threads"])
-        torch.set_num_threads(cfg["num_threads"])
     path = cfg["tokenizer"] or tokenizer_path(cfg["pte"])
     tokenizer = load_tokenizer(path)
     program = Program(cfg["pte"])
