@@ -16,9 +16,9 @@ import sys
 import time
 
 if __name__ == "__main__":
-    # Before torch loads MKL. ExecuTorch's attention kernel (custom_sdpa) runs its matmuls with the MKL of the torch
-    # it links, from every thread of its own pool, and MKL's OpenMP team in each of them oversubscribes the cores:
-    # at 2 threads the program ran at a third of its speed. ExecuTorch's pool is the parallelism; MKL's is one thread.
+    # Before torch loads MKL. ExecuTorch's attention kernel (custom_sdpa) runs its matmuls with the MKL of the
+    # torch it links, from every thread of its own pool, and MKL's OpenMP team in each of them oversubscribes the
+    # cores: an 8-bit program ran at a third of its one-thread speed on two. ExecuTorch's pool is the parallelism.
     os.environ["MKL_NUM_THREADS"] = "1"
 
 import torch
