@@ -253,7 +253,7 @@ class Traced:
 
 
 # a process that runs tools/executorch/run.py as a command (its __name__ "__main__") or imports it (any other
-# name), then prints how many threads MKL would use in a thread started afterwards, as ExecuTorch's pool starts its
+# name), then prints how many threads MKL would use in a thread started afterwards (as ExecuTorch's pool threads are)
 MKL_IN_A_NEW_THREAD = """
 import ctypes, os, runpy, sys, threading
 run_name, pte = sys.argv[1:]
