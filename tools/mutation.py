@@ -58,9 +58,8 @@ MUTANTS = [
            "                                x.new_zeros(x.size(0), self.kernel // 2, x.size(2))], dim=1)",
            "tests/test_model.py -k 'test_causality and (cgpt_k3 or post_norm_pgpt_cgpt)'", every=True),
     Mutant("deep_thinking_test_pass_reads_next_position", "model.py",
-           "            return causal_attention(q, *self.read_memory(ctx, prev), ctx.start, dropout)",
-           "            mem_k, mem_v = self.read_memory(ctx, prev)\n"
-           "            mask = causal_mask(ctx.start, T, q.device)\n"
+           "            return causal_attention(q, mem_k, mem_v, ctx.start, dropout)",
+           "            mask = causal_mask(ctx.start, q.size(2), q.device)\n"
            "            return F.scaled_dot_product_attention(q, mem_k, mem_v, attn_mask=mask | mask.roll(1, dims=-1))",
            "tests/test_model.py tests/test_variants.py -k '(test_causality or is_causal) and (deep_thinking or dt)'",
            every=True),
@@ -104,8 +103,8 @@ MUTANTS = [
            "    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=start == 0,",
            "tests/test_model.py -k 'reference_equations and n_kv_head'", every=True),
     Mutant("shared_layer_uses_wrong_weights", "model.py",
-           "group = [start + (layer - start) // k if",
-           "group = [start + (layer - start) % k if",
+           "repeat = start < layer < end and (layer - start) % k != 0",
+           "repeat = start < layer < end and (layer - start) % k != 1",
            "tests/test_model.py -k sharing_plan", every=False),
     Mutant("enhanced_residual_alpha_swapped", "model.py",
            "        return alpha * x + (1 - alpha) * fx",
@@ -142,8 +141,8 @@ MUTANTS = [
            "slot = (0, layer, ctx.think_pass)",
            "tests/test_model.py tests/test_variants.py -k 'kv_cache_equals_full_forward and pgpt'", every=True),
     Mutant("deep_thinking_eta_swapped", "model.py",
-           "k = self.think_eta * k + (1 - self.think_eta) * mem_k[:, :, new]",
-           "k = (1 - self.think_eta) * k + self.think_eta * mem_k[:, :, new]",
+           "k = eta * k + (1 - eta) * mem_k[:, :, ctx.start:]",
+           "k = (1 - eta) * k + eta * mem_k[:, :, ctx.start:]",
            "tests/test_model.py -k 'reference_equations and think_steps'", every=False),
     Mutant("swiglu_activation_on_both_branches", "model.py",   # paper 000's public code has this bug
            "h = self.act(self.gate(x)) * self.up(x) if self.gated",
