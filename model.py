@@ -1,21 +1,21 @@
 """
-One GPT, many compact variants. Every technique from the five papers is a flag of GPTConfig.
+One GPT, many compact variants: every technique of the five papers is a GPTConfig flag.
 
 Read top to bottom:
-  1. GPTConfig            - every flag, and the sizes derived from them
-  2. building blocks      - norms, positions (learned / sinusoidal / RoPE), MLP (plain / SwiGLU)
-  3. attention            - causal, GQA, a cache's case, Deep Thinking's memory
-  4. residual sub-layers  - pre- or post-norm, plain or Enhanced Residual (paper 000, 2.7)
-  5. layer sharing plan   - one mechanism for MobileLLM repeats, ALBERT, groups, ShishuLM
-  6. DecoderStack         - the layers of one branch, lgpt/cgpt width halving
-  7. initialisation       - the std of every weight: GPT-2, constant, InternLM, PanGu's
-  8. GPT                  - embeddings, pgpt branches, Deep Thinking, the head
-  9. generation           - GPT.generate (the sampling loop), its KV cache, sample_next
- 10. the config's checks  - what GPTConfig rejects, run when a config is made
-Generation comes after the model it runs (as in nanoGPT); attention (3) hands the cache its
-keys and values through the small interface that KVCache's docstring lists.
+  1. GPTConfig       every flag, and the sizes derived from them
+  2. blocks          norms, positions (learned, sinusoidal, RoPE), MLP (or SwiGLU)
+  3. attention       causal, GQA, a cache's case, Deep Thinking's memory
+  4. residuals       pre- or post-norm, plain or Enhanced Residual (000, 2.7)
+  5. layer sharing   one plan for MobileLLM, ALBERT, groups, ShishuLM
+  6. DecoderStack    the layers of one branch, lgpt/cgpt width halving
+  7. init            the std of every weight: GPT-2, constant, InternLM, PanGu's
+  8. GPT             embeddings, pgpt branches, Deep Thinking, the head
+  9. generation      GPT.generate (the sampling loop), its KV cache, sample_next
+ 10. checks          what GPTConfig rejects, when a config is made
+Generation comes after the model it runs (as in nanoGPT); attention (3) hands the
+cache its keys and values through the interface KVCache's docstring lists.
 
-Papers 000-004 are in ../shared/papers/; the README says what each contributes and where.
+Papers 000-004 are in ../shared/papers/; the README says what each brings, where.
 """
 
 import math
@@ -27,7 +27,7 @@ import torch.nn as nn
 from torch.nn import functional as F
 
 
-# --- 1. Configuration ---------------------------------------------------------------------
+# --- 1. Configuration -----------------------------------------------------------------
 
 @dataclass
 class GPTConfig:
@@ -38,9 +38,10 @@ class GPTConfig:
     # shared layer counted each time it is applied; one Deep Thinking pass
     n_layer: int = 12
     n_head: int = 12
-    n_embd: int = 768               # width of the decoder (of each branch for pgpt)
+    n_embd: int = 768               # the decoder's width (each branch's for pgpt)
     dropout: float = 0.0
-    bias: bool = True               # in Linears and norms (GPT-2: True, LLaMA: False)
+    # biases in Linears and norms (GPT-2: True, LLaMA: False)
+    bias: bool = True
     # --- LLaMA-style options (000, 001) ---
     norm: str = "layernorm"         # "layernorm" | "rmsnorm"
     norm_eps: float = 1e-5
@@ -50,7 +51,8 @@ class GPTConfig:
     pos_embedding: str = "learned"  # "learned" | "sinusoidal" | "rope" | "none"
     rope_base: float = 10000.0
     # --- attention: GQA (000 2.5) ---
-    n_kv_head: Optional[int] = None  # None = n_head (multi-head); must divide n_head
+    # key/value heads: None = n_head (multi-head attention); must divide n_head
+    n_kv_head: Optional[int] = None
     # --- FFN: double up-projection / SwiGLU (000 2.2-2.3) ---
     # "standard": down(act(up x)) | "gated": down(act(gate x) * up x)
     mlp_type: str = "standard"
@@ -60,19 +62,23 @@ class GPTConfig:
     mlp_ratio: float = 4.0
     # --- embeddings: sharing/tying (000 2.4) and factorization (002 3.0.1) ---
     tie_embeddings: bool = True
-    head_bias: bool = False         # a bias on the head (paper 000's code, tied too)
-    embd_factor_dim: Optional[int] = None   # E: vocab -> E -> n_embd; None = not factorized
+    head_bias: bool = False         # a bias on the head (000's code; tied too)
+    # E: vocab -> E -> n_embd; None = not factorized
+    embd_factor_dim: Optional[int] = None
     # --- layer sharing (000 2.6, 002 3.0.2, 001 4.4): one general mechanism ---
-    share_group_size: int = 1       # k consecutive layers share weights (1 = no sharing)
+    # k consecutive layers use one set of weights (1 = no sharing)
+    share_group_size: int = 1
     share_from_layer: int = 0       # layers before this one are never shared
-    share_sublayers: str = "both"   # "both" | "attn" | "mlp": which sub-layers are shared
+    # which sub-layers a group shares: "both" | "attn" | "mlp"
+    share_sublayers: str = "both"
     # --- Enhanced Residual (000 2.7) ---
     enhanced_residual: bool = False
     # w at init (authors' code: 0, alpha = 0.5); e.g. 3.0 starts at alpha = 0.95
     residual_logit_init: float = 0.0
     # --- Deep Thinking (000 2.8) ---
-    think_steps: int = 0            # T thinking passes before the test pass (paper: 3)
-    think_eta: float = 0.01         # memory update M_t = eta*K_t + (1-eta)*M_{t-1}
+    # T thinking passes before the test pass (paper: 3); 0 = off
+    think_steps: int = 0
+    think_eta: float = 0.01         # M_t = eta*K_t + (1-eta)*M_{t-1}
     # memory after pass 1: "own" = the layer's own K_1, V_1 (our reading) |
     # "first_layer" = seeded from the first layer's K_1, V_1 (authors' code)
     think_memory: str = "own"
@@ -82,13 +88,17 @@ class GPTConfig:
     # ... and the last n_top_attn_layers too (001 Table 10's "n + m"); never shared
     n_top_attn_layers: int = 0
     # --- ParallelGPT (004 3.1) ---
-    n_branches: int = 1             # >1: an n_branches*n_embd wide embedding, split
+    # >1: the embedding is n_branches*n_embd wide, split over the branches
+    n_branches: int = 1
     # --- LinearGPT / ConvGPT (004 3.2-3.3) ---
-    shrink_every: int = 0           # halve the width after every k layers but the last
+    # halve the width after every k layers but the last; 0 = off
+    shrink_every: int = 0
     shrink_layer: str = "linear"    # "linear" (lgpt) | "conv" (cgpt)
-    shrink_kernel: int = 1          # cgpt's Conv1d kernel; >1 is causal (left padding)
+    # cgpt's Conv1d kernel size; >1 is causal (padding on the left only)
+    shrink_kernel: int = 1
     # --- initialisation (003 3.1, Table 4, Appendix B; init_stds, section 7) ---
-    init_scheme: str = "gpt2"       # "gpt2" | "constant" | "internlm" | "depth_adaptive"
+    # "gpt2" | "constant" | "internlm" | "depth_adaptive"
+    init_scheme: str = "gpt2"
     init_std: float = 0.02
 
     def __post_init__(self):
@@ -99,8 +109,8 @@ class GPTConfig:
         return self.n_layer // self.n_branches
 
     def attention_layers(self):
-        """The layers of a branch with attention: all, or the first n_attn_layers and the
-        last n_top_attn_layers (ShishuLM, 001 4.2, Table 10); the others are MLP-only."""
+        """The layers of a branch with attention: all, or the first n_attn_layers
+        and the last n_top_attn_layers (ShishuLM, 001 4.2, Table 10)."""
         n = self.layers_per_branch()
         if self.n_attn_layers is None:
             return list(range(n))
@@ -114,8 +124,7 @@ class GPTConfig:
         return self.n_embd * self.n_branches
 
     def widths(self):
-        """Width of each layer of a branch: constant, or halved every shrink_every layers
-        (lgpt/cgpt)."""
+        """The width of each layer: constant, or halved (lgpt/cgpt)."""
         n = self.layers_per_branch()
         if self.shrink_every == 0:
             return [self.n_embd] * n
@@ -126,17 +135,17 @@ class GPTConfig:
         return self.widths()[-1]
 
 
-# --- 2. Building blocks: norms, positions, MLP --------------------------------------------
+# --- 2. Building blocks: norms, positions, MLP ----------------------------------------
 
 def make_norm(config, dim):
-    """LayerNorm (GPT-2; its bias follows `bias`) or RMSNorm (LLaMA: x / rms(x) * g)."""
+    """LayerNorm (GPT-2; bias if `bias`) or RMSNorm (LLaMA: x / rms(x) * g)."""
     if config.norm == "rmsnorm":
         return nn.RMSNorm(dim, eps=config.norm_eps)
     return nn.LayerNorm(dim, eps=config.norm_eps, bias=config.bias)
 
 
 def sinusoidal_positions(n_positions, dim):
-    """Fixed sin/cos positions of 'Attention is all you need' (paper 000's code)."""
+    """Fixed sin/cos positions ('Attention is all you need'; 000's code)."""
     pos = torch.arange(n_positions, dtype=torch.float32)[:, None]
     steps = torch.arange(0, dim, 2, dtype=torch.float32)
     freq = torch.exp(steps * (-math.log(10000.0) / dim))
@@ -147,7 +156,7 @@ def sinusoidal_positions(n_positions, dim):
 
 
 def rope_tables(n_positions, head_dim, base):
-    """cos/sin tables of rotary position embeddings (RoPE), (n_positions, head_dim/2)."""
+    """cos, sin of rotary position embeddings (RoPE): (n_positions, head_dim/2)."""
     steps = torch.arange(0, head_dim, 2, dtype=torch.float32)
     inv_freq = 1.0 / base ** (steps / head_dim)
     positions = torch.arange(n_positions, dtype=torch.float32)
@@ -156,8 +165,8 @@ def rope_tables(n_positions, head_dim, base):
 
 
 def apply_rope(x, cos, sin):
-    """Rotate the pairs (first half, second half) of each head by a position's angle.
-    x: (B, H, T, D)."""
+    """Rotate each head's pairs (first half, second half) by the position's
+    angle. x: (B, H, T, D)."""
     x1, x2 = x.chunk(2, dim=-1)
     rotated = [x1 * cos - x2 * sin, x1 * sin + x2 * cos]
     return torch.cat(rotated, dim=-1).type_as(x)
@@ -174,10 +183,10 @@ ACTIVATIONS = {"gelu": F.gelu, "gelu_tanh": gelu_tanh, "silu": F.silu, "relu": F
 class MLP(nn.Module):
     """Feed-forward network.
 
-    standard:                  down(act(up x))             (GPT-2)
-    gated (double up-proj.):   down(act(gate x) * up x)    (paper 000, 2.2)
-    gated + silu = SwiGLU:     down(silu(gate x) * up x)   (paper 000, 2.3)
-    The activation is on the gate branch only (000's public code has it on both).
+      standard:                 down(act(up x))             (GPT-2)
+      gated (double up-proj.):  down(act(gate x) * up x)    (paper 000, 2.2)
+      gated + silu = SwiGLU:    down(silu(gate x) * up x)   (paper 000, 2.3)
+    The activation is on the gate only (000's public code has it on both).
     """
 
     def __init__(self, config, width, std):
@@ -185,71 +194,71 @@ class MLP(nn.Module):
         hidden = config.mlp_hidden or int(config.mlp_ratio * width)
         self.gated = config.mlp_type == "gated"
         self.up = nn.Linear(width, hidden, bias=config.bias)
-        self.gate = None
-        if self.gated:
-            self.gate = nn.Linear(width, hidden, bias=config.bias)
+        self.gate = nn.Linear(width, hidden, bias=config.bias) if self.gated else None
         self.down = nn.Linear(hidden, width, bias=config.bias)
         self.act = ACTIVATIONS[config.activation]
         self.dropout = nn.Dropout(config.dropout)
         self.std = std   # each weight's init std (init_stds, section 7)
 
-    def forward(self, x, ctx=None, slot=None):   # ctx, slot: attention's (section 3)
+    # ctx, slot: unused; attention's arguments (section 3)
+    def forward(self, x, ctx=None, slot=None):
         h = self.act(self.gate(x)) * self.up(x) if self.gated else self.act(self.up(x))
         y = self.down(h)
         # eval: no module call for a no-op (speed)
         return self.dropout(y) if self.training else y
 
 
-# --- 3. Attention: causal, GQA, the cache's case and Deep Thinking's memory ---------------
+# --- 3. Attention: causal, GQA, the cache's case and Deep Thinking's memory -----------
 
 def causal_mask(start, length, device):
-    """Boolean (length, start+length): the query at start+i sees the keys at <= start+i."""
+    """Boolean (length, start+length): query start+i sees the keys <= start+i."""
     q_pos = torch.arange(start, start + length, device=device)[:, None]
     k_pos = torch.arange(start + length, device=device)[None, :]
     return k_pos <= q_pos
 
 
 def causal_attention(q, k, v, start=0, dropout_p=0.0):
-    """Attention of the queries q (B, H, T, D) at positions start.. over the keys and
-    values k, v (B, H_kv, start+T, D) at 0..: the query at p sees the keys at <= p."""
+    """Attention of the queries q (B, H, T, D) at positions start.. over the
+    keys and values k, v (B, H_kv, start+T, D) at 0..: query p sees keys <= p."""
     # start 0: SDPA's own causal triangle (is_causal, training's fast path); one new token
     # after cached ones sees every key (no mask); several new tokens: the rule written out
     mask = None
     if start > 0 and q.size(2) > 1:
         mask = causal_mask(start, q.size(2), q.device)
-    gqa = q.size(1) != k.size(1)   # GQA: query head h reads kv head h // (H / H_kv)
+    # GQA: query head h reads kv head h // (H / H_kv)
+    gqa = q.size(1) != k.size(1)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=start == 0,
                                           dropout_p=dropout_p, enable_gqa=gqa)
 
 
 class ForwardContext:
-    """What every layer of one forward call shares, handed to each sub-layer as `ctx`.
+    """What the layers of one forward call share: each sub-layer gets it as `ctx`.
 
-    With it a sub-layer gets its `slot`: one application of a layer, the tuple (branch,
-    layer, think_pass). A shared layer applied twice, each pgpt branch and each Deep
-    Thinking pass have their own slot: the key under which the KV cache (section 9) and
-    Deep Thinking's memory keep their keys and values.
+    With it a sub-layer gets its `slot`: one application of a layer, the tuple
+    (branch, layer, think_pass). A shared layer applied twice, each pgpt branch
+    and each Deep Thinking pass have their own slot: the key under which the KV
+    cache (section 9) and Deep Thinking's memory keep their keys and values.
     """
 
-    def __init__(self, start, length, cache, device):
-        self.start = start      # position of the first new token (0 without a cache)
-        self.cache = cache      # the KV cache (section 9), or None: a full forward
-        if cache is None:
-            self.positions = torch.arange(start, start + length, device=device)
-        else:   # the cache numbers the new tokens
-            self.positions = cache.positions(length, device)
-        self.branch = 0         # pgpt: the branch that runs (GPT.run_branches)
-        # Deep Thinking (GPT.think): thinking pass t = 1..T; 0: the pass that gives the
-        # output (the test pass; a plain model's only pass)
+    def __init__(self, start, positions, cache):
+        self.start = start          # the first new token's position (0: no cache)
+        self.positions = positions  # the new tokens' positions
+        self.cache = cache          # the KV cache (section 9), or None
+        self.branch = 0             # pgpt: the branch that runs (GPT.run_branches)
+        # Deep Thinking (GPT.think): thinking pass t = 1..T; 0: the pass that gives
+        # the output (the test pass; a plain model's only pass)
         self.think_pass = 0
-        self.memory = {}        # Deep Thinking: slot -> its memory, every position so far
-        self.first_kv = None    # think_memory="first_layer": the first layer's K_1, V_1
+        # Deep Thinking: slot -> its memory, at every position so far
+        self.memory = {}
+        # think_memory="first_layer": K_1, V_1 of the first attention layer
+        self.first_kv = None
 
 
 class CausalSelfAttention(nn.Module):
-    """Multi-head causal self-attention with grouped-query attention (paper 000, 2.5):
-    n_head query heads share n_kv_head key/value heads, n_head / n_kv_head per group.
-    With think_steps > 0 it is Deep Thinking's attention (`deep_thinking`, below).
+    """Multi-head causal self-attention with grouped-query attention (paper 000,
+    2.5): n_head query heads share n_kv_head key/value heads, n_head / n_kv_head
+    per group. With think_steps > 0 it is Deep Thinking's attention
+    (`deep_thinking`, below).
     """
 
     def __init__(self, config, width, std):
@@ -258,7 +267,7 @@ class CausalSelfAttention(nn.Module):
         self.n_kv_head = config.n_kv_head or config.n_head
         self.head_dim = width // config.n_head
         self.kv_width = self.n_kv_head * self.head_dim
-        # one matmul: the queries (width), then the keys and the values (kv_width each)
+        # one matmul: the queries (width), then the keys and values (kv_width each)
         qkv_width = width + 2 * self.kv_width
         self.qkv_proj = nn.Linear(width, qkv_width, bias=config.bias)
         self.out_proj = nn.Linear(width, width, bias=config.bias)
@@ -286,7 +295,7 @@ class CausalSelfAttention(nn.Module):
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         if self.think_steps:      # special case: Deep Thinking, below
             y = self.deep_thinking(q, k, v, ctx, slot)
-        elif ctx.cache is None:   # a full forward: a token sees itself and those before
+        elif ctx.cache is None:   # training: a token sees itself and those before
             dropout = self.dropout if self.training else 0.0
             y = causal_attention(q, k, v, dropout_p=dropout)
         else:                     # decoding: the cache stores k, v and attends
@@ -297,15 +306,15 @@ class CausalSelfAttention(nn.Module):
 
     # --- Deep Thinking (paper 000, 2.8): a special case ---
     def deep_thinking(self, q, k, v, ctx, slot):
-        """One layer of Deep Thinking in thinking pass t = 1..T, or in the test pass (0):
+        """One layer of Deep Thinking, in thinking pass t = 1..T or the test pass:
 
-            pass 1:      attend over own K_1           M_1 = K_1     (the same for V)
-            pass t > 1:  attend over [M_{t-1} ; K_t]   M_t = eta*K_t + (1-eta)*M_{t-1}
-            test pass:   attend over M_T only
-        Both halves of [M ; K] are causal (the query at i sees memory and keys at <= i):
-        no pass sees a future token. M_1 = K_1 is our reading (2.8 leaves it undefined);
-        think_memory="first_layer" is the authors' code: M_1 = eta*K_1 + (1-eta)*K_1 of
-        the first attention layer.
+          pass 1:      attend over own K_1          M_1 = K_1    (the same for V)
+          pass t > 1:  attend over [M_{t-1} ; K_t]  M_t = eta*K_t + (1-eta)*M_{t-1}
+          test pass:   attend over M_T only
+        Both halves of [M ; K] are causal (the query at i sees memory and keys
+        at <= i): no pass sees a future token. M_1 = K_1 is our reading (2.8
+        leaves it undefined); think_memory="first_layer" is the authors' code:
+        M_1 = eta*K_1 + (1-eta)*K_1 of the first attention layer.
         """
         branch, layer, t = slot
         eta = self.think_eta
@@ -334,25 +343,26 @@ class CausalSelfAttention(nn.Module):
                                                dropout_p=dropout, enable_gqa=gqa)
             k = eta * k + (1 - eta) * mem_k[:, :, ctx.start:]
             v = eta * v + (1 - eta) * mem_v[:, :, ctx.start:]
-        if ctx.cache is not None:   # M_t of the cached positions too (memory is causal)
+        if ctx.cache is not None:   # M_t of the cached positions too
             k, v = ctx.cache.store(ctx.cache.memory, slot, k, v)
         ctx.memory[slot] = (k, v)
         return y
 
 
-# --- 4. Residual sub-layers: pre- or post-norm, plain or Enhanced Residual (000, 2.7) -----
+# --- 4. Residual sub-layers: pre- or post-norm, plain or Enhanced Residual (000, 2.7) ---
 
 class ResidualSubLayer(nn.Module):
     """The residual around one attention or FFN sub-layer F (`inner`): pre-norm
-    x -> x + F(norm(x)) (GPT-2, LLaMA) or post-norm x -> norm(x + F(x)) (the original
-    Transformer; paper 000's code).
+    x -> x + F(norm(x)) (GPT-2, LLaMA) or post-norm x -> norm(x + F(x)) (the
+    original Transformer; paper 000's code).
 
-    Enhanced Residual (paper 000, 2.7) replaces the sum by alpha * x + (1 - alpha) * F(.),
-    alpha = sigmoid(w), one learned 0-d w per sub-layer (never decayed), w = 0 at init
-    (alpha = 0.5: the paper gives no init, its code 0; see `residual_logit_init`). Under
-    pre-norm the mix shrinks the residual stream by alpha at every sub-layer. Under
-    post-norm (the paper's code) the norm is scale-invariant: the mix is
-    norm(x + g * F(x)), g = (1 - alpha) / alpha, at alpha = 0.5 the plain residual.
+    Enhanced Residual (paper 000, 2.7) replaces the sum by
+    alpha * x + (1 - alpha) * F(.), alpha = sigmoid(w), one learned 0-d w per
+    sub-layer (never decayed), w = 0 at init (alpha = 0.5: the paper gives no
+    init, its code 0; see `residual_logit_init`). Under pre-norm the mix shrinks
+    the residual stream by alpha at every sub-layer. Under post-norm (the paper's
+    code) the norm is scale-invariant: the mix is norm(x + g * F(x)),
+    g = (1 - alpha) / alpha, at alpha = 0.5 the plain residual.
     """
 
     def __init__(self, config, width, inner):
@@ -377,22 +387,23 @@ class ResidualSubLayer(nn.Module):
         return alpha * x + (1 - alpha) * fx
 
 
-# --- 5. Layer sharing: one plan for every scheme ------------------------------------------
+# --- 5. Layer sharing: one plan for every scheme --------------------------------------
 
 def sharing_plan(config):
-    """The attention and FFN weight set of each layer of a branch: (attn_index, mlp_index),
-    sets numbered in order of first use; attn_index[l] is None for ShishuLM's MLP-only
-    layers. From share_from_layer up to the top attention layers, groups of
-    share_group_size consecutive layers share the sub-layers share_sublayers names:
-      MobileLLM block-wise repeat (000 2.6):  share_group_size=2        -> 0 0 1 1 2 2 ...
-      ALBERT all-layer sharing (002 3.0.2):   share_group_size=n_layer  -> 0 0 0 0 ...
-      G groups (002 3.0.2):                   share_group_size=n_layer/G
-      only attention or only FFN (ours):      share_sublayers="attn" or "mlp"
-      ShishuLM's paired MLP-only blocks (001 4.4): share_from_layer=n_attn_layers, k=2
-    E.g. "2 + 1" (001 Table 10) in 7 layers (n_attn_layers=2, n_top_attn_layers=1,
-    share_from_layer=2, share_group_size=2):
+    """The attention and FFN weight set of each layer of a branch: (attn_index,
+    mlp_index), sets numbered in order of first use; attn_index[l] is None for
+    ShishuLM's MLP-only layers. From share_from_layer up to the top attention
+    layers, groups of share_group_size (k) consecutive layers share the
+    sub-layers share_sublayers names. One mechanism covers:
+      MobileLLM's block-wise repeat (000 2.6):  k = 2:        0 0 1 1 2 2 ...
+      ALBERT's all-layer sharing (002 3.0.2):   k = n_layer:  0 0 0 0 ...
+      G groups (002 3.0.2):                     k = n_layer / G
+      only attention or only FFN (ours):        share_sublayers="attn" or "mlp"
+      ShishuLM's paired MLP-only blocks (001 4.4): k = 2 from n_attn_layers on
+    E.g. "2 + 1" (001 Table 10) in 7 layers (n_attn_layers=2,
+    n_top_attn_layers=1, share_from_layer=2, k=2):
       layer       0   1   2   3   4   5   6
-      attention   0   1   -   -   -   -   2   attention at the bottom and at the top
+      attention   0   1   -   -   -   -   2   attention at the bottom and the top
       FFN         0   1   2   2   3   3   4   the MLP-only layers shared in pairs
     """
     n = config.layers_per_branch()
@@ -418,12 +429,12 @@ def sharing_plan(config):
     return attn_index, mlp_index
 
 
-# --- 6. A decoder stack, with lgpt/cgpt width halving (paper 004, 3.2-3.3) ----------------
+# --- 6. A decoder stack, with lgpt/cgpt width halving (paper 004, 3.2-3.3) ------------
 
 class ConvShrink(nn.Module):
-    """ConvGPT (paper 004, 3.3): a Conv1d over the sequence maps width C -> C/2. Kernel 1
-    is a per-token dense layer (the paper's count); kernel k > 1 is causal (ours: 3.3
-    does not say how the convolution treats the sequence's ends)."""
+    """ConvGPT (paper 004, 3.3): a Conv1d over the sequence maps width C -> C/2.
+    Kernel 1 is a per-token dense layer (the paper's count); kernel k > 1 is
+    causal (ours: 3.3 does not say what happens at the sequence's ends)."""
 
     def __init__(self, config, width):
         super().__init__()
@@ -431,19 +442,20 @@ class ConvShrink(nn.Module):
         self.conv = nn.Conv1d(width, width // 2, self.kernel, bias=config.bias)
 
     def forward(self, x, ctx, slot):
-        # causal: k-1 inputs on the left only (zeros before position 0; when decoding, the
-        # cache's last k-1 inputs); output t reads the inputs t-k+1 .. t
+        # causal: k-1 inputs on the left only (zeros before position 0; when decoding,
+        # the cache's last k-1 inputs); output t reads the inputs t-k+1 .. t
         if ctx.cache is None:
-            window = torch.cat([x.new_zeros(x.size(0), self.kernel - 1, x.size(2)), x], dim=1)
+            zeros = x.new_zeros(x.size(0), self.kernel - 1, x.size(2))
+            window = torch.cat([zeros, x], dim=1)
         else:
             window = ctx.cache.conv_window(slot, x, self.kernel - 1)
         return self.conv(window.transpose(1, 2)).transpose(1, 2)
 
 
 class LinearShrink(nn.Module):
-    """LinearGPT (paper 004, 3.2, eq. 4-5): a dense layer maps width C -> C/2 (the paper:
-    after every two blocks of one width; here after every shrink_every layers but the
-    last, see DecoderStack)."""
+    """LinearGPT (paper 004, 3.2, eq. 4-5): a dense layer maps width C -> C/2
+    (the paper: after every two blocks of one width; here after every
+    shrink_every layers but the last, see DecoderStack)."""
 
     def __init__(self, config, width):
         super().__init__()
@@ -454,18 +466,19 @@ class LinearShrink(nn.Module):
 
 
 class DecoderStack(nn.Module):
-    """The layers of one branch. Layer l applies attention sub-layer attn[attn_index[l]]
-    (if any), then FFN sub-layer mlp[mlp_index[l]], then a width-halving layer if l ends
-    a group of shrink_every layers and is not the last. The indices are sharing_plan's;
-    e.g. MobileLLM's repeat, share_group_size=2, 4 layers:
-        x -> attn[0] mlp[0] -> attn[0] mlp[0] -> attn[1] mlp[1] -> attn[1] mlp[1] -> out"""
+    """The layers of one branch. Layer l applies attention sub-layer
+    attn[attn_index[l]] (if any), then FFN sub-layer mlp[mlp_index[l]], then a
+    width-halving layer if l ends a group of shrink_every layers and is not the
+    last. The indices are sharing_plan's; e.g. MobileLLM's repeat,
+    share_group_size=2, 4 layers:
+      x -> attn[0] mlp[0] -> attn[0] mlp[0] -> attn[1] mlp[1] -> attn[1] mlp[1] -> out"""
 
     def __init__(self, config):
         super().__init__()
         self.attn_index, self.mlp_index = sharing_plan(config)
         widths = config.widths()
         # attn[i] / mlp[i]: a ResidualSubLayer around the attention / FFN (.inner) of
-        # weight set i, built by the first layer that uses it, at its width and its init
+        # weight set i, built by the first layer that uses it, at its width and init
         # depth (a set never spans a width change: GPTConfig forbids sharing with
         # shrinking). Named for what they wrap: the checkpoints' keys
         self.attn = nn.ModuleList()
@@ -479,9 +492,7 @@ class DecoderStack(nn.Module):
                 mlp = MLP(config, width, std)
                 self.mlp.append(ResidualSubLayer(config, width, mlp))
         every = config.shrink_every
-        shrink_cls = LinearShrink
-        if config.shrink_layer == "conv":
-            shrink_cls = ConvShrink
+        shrink_cls = ConvShrink if config.shrink_layer == "conv" else LinearShrink
         last = len(widths) - 1   # the last layer goes to the head at its width
         self.shrink_after = [l for l in range(last) if every and (l + 1) % every == 0]
         shrinks = [shrink_cls(config, widths[l]) for l in self.shrink_after]
@@ -498,19 +509,20 @@ class DecoderStack(nn.Module):
         return x
 
 
-# --- 7. Initialisation (paper 003, PanGu-pi Pro, 3.1, Table 4, Appendix B) ----------------
+# --- 7. Initialisation (paper 003, PanGu-pi Pro, 3.1, Table 4, Appendix B) ------------
 
 def init_stds(config, depth):
-    """The std of each attention (q, k, v, out) and FFN (up, gate, down) weight of a layer
-    at relative depth l / (L - 1) (0: the first layer, 1: the last; L = layers per
-    branch). sigma = init_std, N = 2 * n_layer (a shared or MLP-only layer counts two).
-    The embeddings, the head and the shrink layers take sigma. docs/architectures.md
-    has the details.
-      constant        sigma everywhere (003 3.1, Table 4: its pick for tiny models; 001 5)
-      gpt2            out, down: sigma / sqrt(N) (GPT-2's code; 003 3.1 says all layers)
-      internlm        out, gate: sigma / sqrt(N) (003 3.1); ungated: up (ours)
-      depth_adaptive  003 App. B, Table 11: q, k from sqrt(2) sigma down to sigma, v, out
-                      from sigma / sqrt(2) up to sigma; FFN sigma. Linear in depth: ours.
+    """The std of each attention (q, k, v, out) and FFN (up, gate, down) weight
+    of a layer at relative depth l / (L - 1) (0: the first layer, 1: the last;
+    L: layers per branch). sigma = init_std, N = 2 * n_layer (a shared or
+    MLP-only layer counts two). The embeddings, the head and the shrink layers
+    take sigma. docs/architectures.md has the details.
+      constant    sigma everywhere (003 3.1, Table 4: best for tiny models; 001 5)
+      gpt2        out, down: sigma / sqrt(N) (GPT-2's code; 003 3.1: all layers)
+      internlm    out, gate: sigma / sqrt(N) (003 3.1); ungated: up (ours)
+      depth_adaptive (003 App. B, Table 11): q, k from sqrt(2) sigma down to
+                  sigma, v, out from sigma / sqrt(2) up to sigma, FFN sigma;
+                  linear in depth (ours)
     """
     sigma, scheme = config.init_std, config.init_scheme
     std = dict.fromkeys(("q", "k", "v", "out", "up", "gate", "down"), sigma)
@@ -538,14 +550,17 @@ def normal(weight, std, bias=None):
 
 
 def init_weights(module, config):
-    """Every Linear, Conv1d and Embedding weight ~ N(0, init_std), biases 0, drawn one
-    after the other in module order (the RNG's order). Attention and FFN weights take
-    the std of init_stds at their first layer (`.std`, set in DecoderStack)."""
+    """Every Linear, Conv1d and Embedding weight ~ N(0, init_std), biases 0,
+    drawn one after the other in module order (the RNG's order). Attention and
+    FFN weights take the std of init_stds at their first layer (`.std`, set in
+    DecoderStack)."""
     if isinstance(module, CausalSelfAttention):
         std = module.std
         qkv = module.qkv_proj
         kv = module.kv_width
-        if std["v"] == std["q"]:   # one draw (q and k share a std in every scheme)
+        # the rows of q, k and v in as few draws as their stds allow (q and k share
+        # one in every scheme): one draw where they agree, as for any Linear
+        if std["v"] == std["q"]:
             normal(qkv.weight, std["q"], qkv.bias)
         else:   # the rows of q and k, then those of v
             normal(qkv.weight[:-kv], std["q"], qkv.bias)
@@ -563,12 +578,13 @@ def init_weights(module, config):
             init_weights(child, config)
 
 
-# --- 8. The model -------------------------------------------------------------------------
+# --- 8. The model ---------------------------------------------------------------------
 
 class TokenEmbedding(nn.Module):
-    """Token embedding, optionally factorized (paper 002, 3.0.1): vocab -> E -> width,
-    V*E + E*width parameters instead of V*width. Tied (paper 000, 2.4), the head reuses
-    these weights: logits = (h @ P) @ W_e^T, back through the projection P if any."""
+    """Token embedding, optionally factorized (paper 002, 3.0.1): vocab -> E ->
+    width, V*E + E*width parameters instead of V*width. Tied (paper 000, 2.4),
+    the head reuses these weights: logits = (h @ P) @ W_e^T, back through the
+    projection P if any."""
 
     def __init__(self, config):
         super().__init__()
@@ -621,17 +637,17 @@ class GPT(nn.Module):
 
     # --- sizes ---
     def get_num_params(self, non_embedding=True):
-        """Unique parameters (shared weights once). non_embedding=True leaves out the
-        learned positions, as nanoGPT does (token embeddings stay: tied, they are the
-        head)."""
+        """Unique parameters (shared weights once). non_embedding=True leaves
+        out the learned positions, as nanoGPT does (token embeddings stay: tied,
+        they are the head)."""
         n = sum(p.numel() for p in self.parameters())
         if non_embedding and hasattr(self, "pos_emb"):
             n -= self.pos_emb.weight.numel()
         return n
 
     def depth_summary(self):
-        """Effective depth vs unique weights, e.g. '60 layers applied, from 30 unique
-        attention and 30 unique FFN sub-layers'."""
+        """Effective depth vs unique weights, e.g. '60 layers applied, from 30
+        unique attention and 30 unique FFN sub-layers'."""
         stack = self.branches[0]
         n_attn = len({a for a in stack.attn_index if a is not None})
         branches = ""
@@ -645,8 +661,9 @@ class GPT(nn.Module):
 
     # --- ParallelGPT (paper 004, 3.1) ---
     def branch_weights(self):
-        """pgpt's mixing weights: softmax of learned logits (positive, summing to 1, equal
-        at the start). For two branches w = sigmoid(a1 - a2) and 1 - w, the paper's eq. 3."""
+        """pgpt's mixing weights: softmax of learned logits (positive, summing
+        to 1, equal at the start). Two branches: w = sigmoid(a1 - a2) and
+        1 - w, the paper's eq. 3."""
         if self.config.n_branches == 1:
             return torch.ones(1, device=self.tok_emb.wte.weight.device)
         return F.softmax(self.branch_logits, dim=0)
@@ -655,7 +672,7 @@ class GPT(nn.Module):
         return int(self.branch_weights().argmax())
 
     def keep_heaviest_branch(self):
-        """pgpt at inference (paper 004): only the branch of the largest weight; a note."""
+        """pgpt at inference (paper 004): only the heaviest branch runs; a note."""
         if self.config.n_branches == 1:
             return "keep_heaviest_branch ignored (the model has one branch)"
         self.keep_branch = self.heaviest_branch()
@@ -673,16 +690,21 @@ class GPT(nn.Module):
         return self.drop(x) if self.training else x
 
     def forward(self, idx, targets=None, cache=None, all_logits=False):
-        """idx (B, T) -> (logits, loss). With targets: the logits at every position and
-        the mean cross-entropy. Without: the last position's logits only, unless
-        all_logits=True. With a cache (section 9) the tokens continue the cached ones."""
+        """idx (B, T) -> (logits, loss). With targets: the logits at every
+        position and the mean cross-entropy. Without: the last position's logits
+        only, unless all_logits=True. With a cache (section 9) the tokens
+        continue the cached ones."""
         B, T = idx.shape
         start = cache.length if cache is not None else 0
         if start + T > self.config.block_size:
             raise ValueError(f"sequence of {start + T} tokens exceeds block_size "
                              f"{self.config.block_size}")
-        ctx = ForwardContext(start, T, cache, idx.device)
-        x = self.embed(idx, ctx.positions)
+        if cache is None:
+            positions = torch.arange(T, device=idx.device)
+        else:   # the cache numbers the tokens after the cached ones
+            positions = cache.positions(T, idx.device)
+        ctx = ForwardContext(start, positions, cache)
+        x = self.embed(idx, positions)
         if self.config.think_steps:
             h = self.think(x, ctx)
         else:
@@ -700,18 +722,18 @@ class GPT(nn.Module):
         return logits, loss
 
     def head(self, h):
-        """Logits: through the tied embedding (paper 000, 2.4) or a separate lm_head."""
+        """Logits: through the tied embedding (paper 000, 2.4) or lm_head."""
         if not self.config.tie_embeddings:
             return self.lm_head(h)
         logits = self.tok_emb.tied_logits(h)
         return logits + self.tied_head_bias if self.config.head_bias else logits
 
     def think(self, x, ctx):
-        """Deep Thinking (paper 000, 2.8): T thinking passes, then the test pass that gives
-        the output. Pass 1 reads the embeddings x, pass t > 1 the output of pass t-1 (the
-        authors' code); each layer keeps a KV memory (CausalSelfAttention.deep_thinking).
-        The test pass reads x again and attends over the memory M_T. Gradients flow
-        through every pass."""
+        """Deep Thinking (paper 000, 2.8): T thinking passes, then the test pass
+        that gives the output. Pass 1 reads the embeddings x, pass t > 1 the
+        output of pass t-1 (the authors' code); each layer keeps a KV memory
+        (CausalSelfAttention.deep_thinking). The test pass reads x again and
+        attends over the memory M_T. Gradients flow through every pass."""
         h = x
         for t in range(1, self.config.think_steps + 1):
             ctx.think_pass = t
@@ -720,9 +742,10 @@ class GPT(nn.Module):
         return self.run_branches(x, ctx)
 
     def run_branches(self, x, ctx):
-        """One branch: the decoder stack. pgpt: branch i gets the i-th n_embd-wide chunk of
-        the embedding, the outputs mixed as sum_i w_i * decoder_i(x_i) (paper 004, eq. 1-3);
-        with keep_branch set only that branch runs (the paper's drop of the weaker one)."""
+        """One branch: the decoder stack. pgpt: branch i gets the i-th
+        n_embd-wide chunk of the embedding, the outputs mixed as
+        sum_i w_i * decoder_i(x_i) (paper 004, eq. 1-3); with keep_branch set
+        only that branch runs (the paper's drop of the weaker one)."""
         if self.config.n_branches == 1:
             return self.branches[0](x, ctx)
         chunks = x.split(self.config.n_embd, dim=-1)
@@ -738,8 +761,9 @@ class GPT(nn.Module):
 
     # --- training helpers ---
     def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
-        """AdamW; weight decay only on >= 2-D weights (matmuls, embeddings, convs), never on
-        norms, biases, enhanced-residual alphas or pgpt branch logits."""
+        """AdamW; weight decay only on >= 2-D weights (matmuls, embeddings,
+        convs), never on norms, biases, enhanced-residual alphas or pgpt branch
+        logits."""
         params = [p for p in self.parameters() if p.requires_grad]
         decay = [p for p in params if p.dim() >= 2]
         no_decay = [p for p in params if p.dim() < 2]
@@ -748,23 +772,24 @@ class GPT(nn.Module):
         fused = device_type == "cuda"
         return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, fused=fused)
 
-    # --- 9. Generation: the sampling loop, then the KV cache it fills and sample_next -----
+    # --- 9. Generation: the sampling loop, then the KV cache it fills and sample_next ---
     def new_cache(self):
         return KVCache(self.config.block_size)
 
     def decode_step(self, idx, cache):
-        """Logits (B, 1, V) after one more token per sequence, idx (B, 1), continuing the
-        cached ones."""
+        """Logits (B, 1, V) after one more token per sequence, idx (B, 1),
+        continuing the cached ones."""
         return self(idx, cache=cache)[0]
 
     @torch.inference_mode()
-    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_kv_cache=True,
-                 generator=None, cache=None, step=None):
-        """Sample max_new_tokens tokens after idx (B, T): one token a step through the KV
-        cache, or the whole window (use_kv_cache=False; the same logits). A full window
-        (block_size tokens) starts again from its recent half at position 0
-        (docs/sampling_and_eval.md). cache, step: another cache of KVCache's interface and
-        the function of one decode step (tools/fast_sample.py: a static cache, compiled)."""
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None,
+                 use_kv_cache=True, generator=None, cache=None, step=None):
+        """Sample max_new_tokens tokens after idx (B, T): one token a step
+        through the KV cache, or the whole window (use_kv_cache=False; the same
+        logits). A full window (block_size tokens) starts again from its recent
+        half at position 0 (docs/sampling_and_eval.md). cache, step: another
+        cache of KVCache's interface and the function of one decode step
+        (tools/fast_sample.py: a static cache, compiled)."""
         was_training = self.training
         self.eval()
         block_size = self.config.block_size
@@ -776,8 +801,9 @@ class GPT(nn.Module):
         window_start, prime = 0, True
         idx_next = None   # the token sampled last
         for _ in range(max_new_tokens):
-            # window full: start again at position 0 from its recent half (positions past
-            # block_size have no embedding; nanoGPT crops every step, a cache would refill)
+            # window full: start again at position 0 from its recent half (positions
+            # past block_size have no embedding; nanoGPT crops every step, a cache
+            # would then refill at every step)
             if idx.size(1) - window_start > block_size:
                 window_start = idx.size(1) - max(1, block_size // 2)
                 prime = True
@@ -796,24 +822,25 @@ class GPT(nn.Module):
 
 
 class KVCache:
-    """The cache of incremental decoding (model.new_cache(); GPT.generate fills it).
+    """The KV cache of incremental decoding (new_cache(); generate fills it).
 
-    The cache interface, what GPT.forward and its layers call on a cache (this one; a
-    static one in tools/fast_sample.py for a compiled step, and in
+    The cache interface, what GPT.forward and its layers call on a cache (this
+    one; a static one in tools/fast_sample.py for a compiled step, and in
     tools/executorch/export.py for a program):
-      length                       tokens already cached (GPT.forward's block_size check)
-      positions(T, device)         positions of the T new tokens (RoPE, position
-                                   embeddings), asked once per forward, before any attend
-      attend(slot, q, k, v)        store k, v (B, H_kv, T, D) at the new positions and
-                                   return the attention of q (B, H, T, D) over every
-                                   cached key up to them
-      conv_window(slot, x, n_past) cgpt: x (B, T, C) after the n_past inputs before it
-      advance(T)                   after the forward: the T new tokens are cached
-      reset()                      start a new sequence at position 0, keeping the buffers
-    Each slot (an application of a layer, ForwardContext) has its own keys and values:
-    buffers of max_len positions, read up to the newest one. Deep Thinking is a special
-    case only this cache serves: CausalSelfAttention.deep_thinking stores its keys and
-    its memory itself (`store`, `kv`, `memory`); the static caches refuse it.
+      length: the tokens already cached (GPT.forward's block_size check)
+      positions(T, device): the positions of the T new tokens (RoPE, position
+          embeddings), asked once per forward, before any attend
+      attend(slot, q, k, v): store k, v (B, H_kv, T, D) at the new positions,
+          return the attention of q (B, H, T, D) over every cached key up to them
+      conv_window(slot, x, n_past): cgpt: x (B, T, C) after the n_past inputs
+          before it
+      advance(T): after the forward, the T new tokens are cached
+      reset(): start a new sequence at position 0, keeping the buffers
+    Each slot (an application of a layer, ForwardContext) has its own keys and
+    values: buffers of max_len positions, read up to the newest one. Deep
+    Thinking is a special case only this cache serves:
+    CausalSelfAttention.deep_thinking stores its keys and its memory itself
+    (`store`, `kv`, `memory`); the static caches refuse it.
     """
 
     def __init__(self, max_len):
@@ -831,8 +858,8 @@ class KVCache:
         return causal_attention(q, keys, values, start=self.length)
 
     def store(self, table, slot, k, v):
-        """Write k, v (B, H_kv, T, D) at positions length.. of table[slot]; return all its
-        keys and values up to them."""
+        """Write k, v (B, H_kv, T, D) at positions length.. of table[slot];
+        return all its keys and values up to them."""
         if slot not in table:
             shape = (k.size(0), k.size(1), self.max_len, k.size(3))
             table[slot] = (k.new_zeros(shape), v.new_zeros(shape))
@@ -858,8 +885,8 @@ class KVCache:
 
 
 def sample_next(logits, temperature=1.0, top_k=None, generator=None):
-    """Pick the next token from last-position logits (B, V): greedy at temperature 0, else
-    top-k sampling."""
+    """Pick the next token from last-position logits (B, V): greedy at
+    temperature 0, else top-k sampling."""
     if temperature == 0:
         return logits.argmax(dim=-1, keepdim=True)
     logits = logits.float() / temperature
@@ -870,7 +897,7 @@ def sample_next(logits, temperature=1.0, top_k=None, generator=None):
     return torch.multinomial(probs, num_samples=1, generator=generator)
 
 
-# --- 10. The config's checks (GPTConfig.__post_init__ runs them) --------------------------
+# --- 10. The config's checks (GPTConfig.__post_init__ runs them) ----------------------
 
 # the fields that name a choice, and their allowed values
 CHOICES = dict(norm=("layernorm", "rmsnorm"), norm_placement=("pre", "post"),
@@ -888,14 +915,15 @@ def require(ok, msg):
 
 
 def check_config(c):
-    """Reject, with a one-line reason, a config the model cannot build or builds wrong."""
+    """Reject, in one line, a config the model cannot build or would build wrong."""
     for name in ("block_size", "vocab_size", "n_layer", "n_head", "n_embd", "n_branches",
                  "share_group_size", "shrink_kernel"):
         value = getattr(c, name)
         require(value >= 1, f"{name} must be >= 1, got {value}")
     for name in ("mlp_hidden", "embd_factor_dim"):
         value = getattr(c, name)
-        require(value is None or value >= 1, f"{name} must be >= 1 (or None), got {value}")
+        require(value is None or value >= 1,
+                f"{name} must be >= 1 (or None), got {value}")
     for name in ("mlp_ratio", "init_std", "norm_eps", "rope_base"):   # inf: NaNs
         value = getattr(c, name)
         require(0 < value < math.inf, f"{name} must be > 0 and finite, got {value}")

@@ -236,7 +236,7 @@ def test_gqa_head_and_ffn_slicing_is_exact():
     x_small = torch.randn(2, 16, 32)
     x_full = torch.zeros(2, 16, 64)
     x_full[..., ch] = x_small
-    ctx = ForwardContext(0, 16, None, torch.device("cpu"))
+    ctx = ForwardContext(0, torch.arange(16), None)
     src_attn, small_attn = src.branches[0].attn[0].inner, small.branches[0].attn[0].inner
     src_mlp, small_mlp = src.branches[0].mlp[0].inner, small.branches[0].mlp[0].inner
     with torch.no_grad():

@@ -53,9 +53,10 @@ MUTANTS = [
            "    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=False,",
            CAUSALITY, every=True),
     Mutant("cgpt_conv_padded_both_sides", "model.py",
-           "window = torch.cat([x.new_zeros(x.size(0), self.kernel - 1, x.size(2)), x], dim=1)",
-           "window = torch.cat([x.new_zeros(x.size(0), (self.kernel - 1) // 2, x.size(2)), x,\n"
-           "                                x.new_zeros(x.size(0), self.kernel // 2, x.size(2))], dim=1)",
+           "zeros = x.new_zeros(x.size(0), self.kernel - 1, x.size(2))\n"
+           "            window = torch.cat([zeros, x], dim=1)",
+           "zeros = x.new_zeros(x.size(0), (self.kernel - 1) // 2, x.size(2))\n"
+           "            window = torch.cat([zeros, x, x.new_zeros(x.size(0), self.kernel // 2, x.size(2))], dim=1)",
            "tests/test_model.py -k 'test_causality and (cgpt_k3 or post_norm_pgpt_cgpt)'", every=True),
     Mutant("deep_thinking_test_pass_reads_next_position", "model.py",
            "            return causal_attention(q, mem_k, mem_v, ctx.start, dropout)",
