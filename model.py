@@ -232,13 +232,11 @@ def causal_attention(q, k, v, start=0, dropout_p=0.0):
 
 
 class ForwardContext:
-    """What the layers of one forward call share: each sub-layer gets it as `ctx`.
-
-    With it a sub-layer gets its `slot`: one application of a layer, the tuple
-    (branch, layer, think_pass). A shared layer applied twice, each pgpt branch
-    and each Deep Thinking pass have their own slot: the key under which the KV
-    cache (section 9) and Deep Thinking's memory keep their keys and values.
-    """
+    """What the layers of one forward call share: each sub-layer gets it as `ctx`,
+    with its `slot`, one application of a layer: (branch, layer, think_pass). A
+    shared layer applied twice, each pgpt branch and each Deep Thinking pass have
+    their own slot, the key under which the KV cache (section 9) and Deep
+    Thinking's memory keep their keys and values."""
 
     def __init__(self, start, positions, cache):
         self.start = start          # the first new token's position (0: no cache)
@@ -295,7 +293,7 @@ class CausalSelfAttention(nn.Module):
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         if self.think_steps:      # special case: Deep Thinking, below
             y = self.deep_thinking(q, k, v, ctx, slot)
-        elif ctx.cache is None:   # training: a token sees itself and those before
+        elif ctx.cache is None:   # no cache: a token sees itself and those before
             dropout = self.dropout if self.training else 0.0
             y = causal_attention(q, k, v, dropout_p=dropout)
         else:                     # decoding: the cache stores k, v and attends
