@@ -516,7 +516,7 @@ def init_stds(config, depth):
     MLP-only layer counts two). The embeddings, the head and the shrink layers
     take sigma. docs/architectures.md has the details.
       constant    sigma everywhere (003 3.1, Table 4: best for tiny models; 001 5)
-      gpt2        out, down: sigma / sqrt(N) (GPT-2's code; 003 3.1: all layers)
+      gpt2        out, down: sigma / sqrt(N) (GPT-2's code; 003 3.1 says all layers)
       internlm    out, gate: sigma / sqrt(N) (003 3.1); ungated: up (ours)
       depth_adaptive (003 App. B, Table 11): q, k from sqrt(2) sigma down to
                   sigma, v, out from sigma / sqrt(2) up to sigma, FFN sigma;
