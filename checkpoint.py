@@ -515,8 +515,12 @@ def resolve_device(name, local_rank=None):
 
 def setup_sampling(cfg):
     """What a script that samples (sample.py, tools/huggingface/sample.py) checks and sets before anything is
-    loaded: --temperature, --seed, --num_threads (set here), --device and --dtype, with one-line errors; a
+    loaded: --num_samples, --max_new_tokens, --top_k, --temperature, --seed, --num_threads (set here), --device and --dtype, with one-line errors; a
     note on stderr when other jobs keep the CPUs busy. Returns (torch.device, torch dtype)."""
+    if cfg["num_samples"] < 1 or cfg["max_new_tokens"] < 0:
+        raise UserError("--num_samples must be >= 1 and --max_new_tokens >= 0 (fix: e.g. --num_samples=1)")
+    if cfg["top_k"] < 0:
+        raise UserError("--top_k must be >= 0 (fix: 0 means no top-k)")
     check_temperature(cfg["temperature"])
     check_seed(cfg["seed"])
     check_num_threads(cfg["num_threads"])

@@ -61,12 +61,16 @@ def load_config(defaults, argv, bool_flags=()):
 def run_command(command, defaults, argv=None, bool_flags=(), errors=UserError):
     """A script's whole main(): the config from argv (sys.argv[1:] when None), then command(config). Bad input
     (`errors`, UserError by default) ends here as one line `error: ...` and exit code 1; nowhere else. So does
-    a size this machine cannot hold (e.g. --calib_batch_size=10**12), which ended in the allocator's traceback."""
+    a size this machine cannot hold (e.g. --calib_batch_size=10**12), which ended in the allocator's traceback.
+    Ctrl-C exits with code 130 and no traceback."""
     try:
         config, _ = load_config(defaults, sys.argv[1:] if argv is None else list(argv), bool_flags)
         return command(config)
     except errors as e:
         raise SystemExit(f"error: {e}") from None
+    except KeyboardInterrupt:   # Ctrl-C: what was printed stays, no traceback; 130 as the shells' convention
+        print(file=sys.stderr)
+        raise SystemExit(130) from None
     except (MemoryError, RuntimeError) as e:
         if not out_of_memory(e):
             raise

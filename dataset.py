@@ -165,6 +165,14 @@ def compact_encoding(tokens, name="gpt2_compact"):
                              mergeable_ranks=ranks, special_tokens={GPT2_EOT: len(tokens)})
 
 
+def check_char_count(n_chars):
+    """prepare.py's char tokenizer stores ids as uint16: at most 65,536 distinct characters."""
+    if n_chars > 2**16:
+        raise UserError(f"the text has {n_chars:,} distinct characters, and the char tokenizer stores token ids "
+                        f"as uint16: at most 65,536 (fix: a text with fewer distinct characters, or GPT-2 BPE: "
+                        f"--tokenizer=gpt2)")
+
+
 class CharTokenizer:
     """Character-level tokenizer from a list of symbols (id = position in the list)."""
 
@@ -262,9 +270,24 @@ def tokenizer_from_meta(meta):
     raise UserError(f"unknown tokenizer {kind!r} in meta.json (fix: re-run prepare.py; it writes char, gpt2 or compact)")
 
 
-def encode_start(tok, text, dataset, vocab_size=None):
-    """Token ids of the prompt; characters the (char-level) vocabulary lacks, or an id at or beyond the model's
-    vocab_size (when given), are a one-line error."""
+def read_prompt(start):
+    """sample.py's --start: the text itself, or the contents of the file named by FILE:path (a byte-order mark,
+    as Windows Notepad writes, is dropped)."""
+    if not start.startswith("FILE:"):
+        return start
+    path = start[len("FILE:"):]
+    try:
+        with open(path, encoding="utf-8-sig") as f:
+            return f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        reason = e.strerror if isinstance(e, OSError) else e
+        raise UserError(f"cannot read the start file '{path}': {reason} "
+                        f"(fix: --start=FILE:path must name a readable utf-8 text file)") from None
+
+
+def check_prompt(tok, text, dataset, vocab_size=None):
+    """One-line errors for a prompt the model cannot take: characters the (char-level) vocabulary lacks, an empty
+    prompt without an eot token to stand for it, ids at or beyond the model's vocab_size (when given)."""
     known = getattr(tok, "stoi", None)
     if known is not None:
         unknown = sorted(set(text) - set(known))
@@ -277,15 +300,48 @@ def encode_start(tok, text, dataset, vocab_size=None):
     except (ValueError, KeyError) as e:
         raise UserError(f"cannot encode --start: {e} (the model was trained on {dataset}) "
                         f"(fix: change --start)") from None
-    if not ids:
-        eot = getattr(tok, "eot_token", None)
-        if eot is None:
-            raise UserError("--start is empty (fix: give at least one character, e.g. --start=\"\\n\")")
-        ids = [eot]  # an empty prompt means "start of a document" for BPE datasets
-    if vocab_size is not None and max(ids) >= vocab_size:
+    if not ids and getattr(tok, "eot_token", None) is None:
+        raise UserError("--start is empty (fix: give at least one character, e.g. --start=\"\\n\")")
+    if ids and vocab_size is not None and max(ids) >= vocab_size:
         raise UserError(f"the prompt encodes to token id {max(ids)}, beyond the model's vocabulary of "
                         f"{vocab_size} (fix: use the tokenizer the model was trained with)")
-    return ids
+
+
+def encode_start(tok, text, dataset, vocab_size=None):
+    """Token ids of the prompt, checked (check_prompt); an empty BPE prompt is the eot token, "start of a
+    document"."""
+    check_prompt(tok, text, dataset, vocab_size)
+    return tok.encode(text) or [tok.eot_token]
+
+
+class TextStream:
+    """Prints a sample's text as its tokens come (sample.py, and the device runners). A token may end inside a
+    character (BPE's bytes): its text waits for the next tokens, at most MAX_WAIT, then prints as decode() does
+    (a replacement character). The last token is kept as context, so a tokenizer that drops a first token's
+    leading space (SentencePiece) prints it, and the printed text equals decoding all ids at once."""
+    MAX_WAIT = 4   # a UTF-8 character has at most 4 bytes
+
+    def __init__(self, decode, context_ids, file=None):
+        self.decode = decode
+        self.file = file or sys.stdout
+        self.ids = list(context_ids)[-1:]
+        self.printed = len(decode(self.ids))
+
+    def add(self, token_id):
+        self.ids.append(int(token_id))
+        text = self.decode(self.ids)
+        if text.endswith("\ufffd") and len(self.ids) <= self.MAX_WAIT:
+            return
+        print(text[self.printed:], end="", file=self.file, flush=True)
+        self.ids = self.ids[-1:]
+        self.printed = len(self.decode(self.ids))
+
+    def end(self):
+        """What still waits (a character cut off by max_new_tokens), then the end of the line."""
+        text = self.decode(self.ids)
+        print(text[self.printed:], file=self.file, flush=True)
+        self.ids = []
+        self.printed = 0
 
 
 def render(tok, start_text, start_ids, ids):

@@ -781,13 +781,15 @@ class GPT(nn.Module):
 
     @torch.inference_mode()
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None,
-                 use_kv_cache=True, generator=None, cache=None, step=None):
+                 use_kv_cache=True, generator=None, cache=None, step=None,
+                 on_token=None):
         """Sample max_new_tokens tokens after idx (B, T): one token a step
         through the KV cache, or the whole window (use_kv_cache=False; the same
         logits). A full window (block_size tokens) starts again from its recent
         half at position 0 (docs/sampling_and_eval.md). cache, step: another
         cache of KVCache's interface and the function of one decode step
-        (tools/fast_sample.py: a static cache, compiled)."""
+        (tools/fast_sample.py: a static cache, compiled). on_token(id): each
+        new token of the first sequence, as it comes (sample.py prints it)."""
         was_training = self.training
         self.eval()
         block_size = self.config.block_size
@@ -815,6 +817,8 @@ class GPT(nn.Module):
                 logits = step(idx_next, cache)
             idx_next = sample_next(logits[:, -1, :], temperature, top_k, generator)
             idx = torch.cat((idx, idx_next), dim=1)
+            if on_token is not None:
+                on_token(idx_next[0, 0])
         self.train(was_training)
         return idx
 

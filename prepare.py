@@ -1,36 +1,37 @@
 """
 Prepare a dataset for train.py: a text file becomes token ids.
 
-    python prepare.py shakespeare_char     # tinyshakespeare, characters -> data/shakespeare_char/
-    python prepare.py shakespeare          # tinyshakespeare, GPT-2 BPE -> data/shakespeare/
-    python prepare.py --input=notes.txt    # your own text, characters -> data/notes_char/
-    python prepare.py --input=notes.txt --tokenizer=gpt2   # GPT-2 BPE -> data/notes_gpt2/
-    python train.py config/gpt_shakespeare_cpu.py --dataset=notes_char   # then train, and sample.py
+    python prepare.py shakespeare_char   # chars -> data/shakespeare_char/
+    python prepare.py shakespeare        # GPT-2 BPE -> data/shakespeare/
+    python prepare.py --input=notes.txt  # yours -> data/notes_char/
+    python prepare.py --input=notes.txt --tokenizer=gpt2   # data/notes_gpt2/
+    python train.py config/gpt_shakespeare_cpu.py --dataset=notes_char
 
-Any UTF-8 text file works; a name may be given too (python prepare.py mynotes --input=notes.txt).
-The first 90% of the text is the train split, the rest the val split (--val_fraction=0.1 sets it).
-A dataset folder (data/<dataset>/, or --out_dir) holds train.bin and val.bin, the token ids as flat
-uint16 (np.memmap(path, dtype=np.uint16, mode="r") reads them), and meta.json, which describes the
-tokenizer (dataset.py reads it back). meta.json is written last: its presence means the folder is
-complete. A folder that holds a dataset of another text is replaced only with --force.
+Any UTF-8 text file works (a name may be given too: python prepare.py
+mynotes --input=notes.txt). The first 90% of the text is the train split,
+the rest the val split (--val_fraction=0.1). The dataset folder
+(data/<dataset>/, or --out_dir) gets train.bin and val.bin, the token ids
+as flat uint16 (np.memmap(path, dtype=np.uint16, mode="r") reads them),
+and meta.json, the tokenizer (dataset.py reads it back). meta.json is
+written last: its presence means the folder is complete. A dataset of
+another text is replaced only with --force.
 
-Offline: the repository ships tinyshakespeare (data/tinyshakespeare/input.txt); --input (or
-SHAKESPEARE_INPUT) names another copy, --gpt2_ranks (or GPT2_TIKTOKEN_FILE) a local gpt2.tiktoken.
-Library use: prepare(dataset, out_dir=None, **opts) -> out_dir.
+Offline: the repository ships data/tinyshakespeare/input.txt; --input (or
+SHAKESPEARE_INPUT) names another copy, --gpt2_ranks (or
+GPT2_TIKTOKEN_FILE) a local gpt2.tiktoken. Library use:
+prepare(dataset, out_dir=None, **opts) -> out_dir. Tools prepare others:
 
-The other datasets are prepared by tools:
-
-    python -m tools.pangu.compact_vocab --input=notes.txt --vocab_size=1024   # paper 003's compact
-    python -m tools.pangu.compact_vocab shakespeare --vocab_size=4096         #   vocabulary
-    python -m tools.wikitext103 [--vocab_size K]                              # WikiText-103
+    python -m tools.pangu.compact_vocab --input=notes.txt --vocab_size=1024
+    python -m tools.wikitext103 [--vocab_size K]
 """
 import argparse
 import os
 
 from checkpoint import check_out_dir
 from configurator import ArgumentParser, UserError
-from dataset import (GPT2_EOT_ID, GPT2_VOCAB_SIZE, CharTokenizer, begin_writing, check_long_enough,
-                     check_replace, check_text_dataset, download, get_gpt2_encoding, one_line,
+from dataset import (GPT2_EOT_ID, GPT2_VOCAB_SIZE, CharTokenizer, begin_writing,
+                     check_char_count, check_long_enough, check_replace,
+                     check_text_dataset, download, get_gpt2_encoding, one_line,
                      read_text, text_record, write_bin, write_meta)
 
 SHAKESPEARE_URL = ("https://raw.githubusercontent.com/karpathy/char-rnn/master/"
@@ -40,34 +41,36 @@ SHAKESPEARE_SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2d
 HERE = os.path.dirname(os.path.abspath(__file__))
 SHIPPED_SHAKESPEARE = os.path.join(HERE, "data", "tinyshakespeare", "input.txt")
 
-DATASETS = {"shakespeare_char": "char", "shakespeare": "gpt2"}   # nanoGPT's names, their tokenizer
+# nanoGPT's names, and their tokenizer
+DATASETS = {"shakespeare_char": "char", "shakespeare": "gpt2"}
 
 
 # -----------------------------------------------------------------------------
 # the text
 
 def shakespeare_path(out_dir, input_path=None):
-    """Where tinyshakespeare is: --input, $SHAKESPEARE_INPUT, a copy beside out_dir, the shipped
-    one, else downloaded into out_dir."""
+    """Where tinyshakespeare is: --input, $SHAKESPEARE_INPUT, a copy beside
+    out_dir, the shipped one, else downloaded into out_dir."""
     given = input_path or os.environ.get("SHAKESPEARE_INPUT")
     if given:
         return given   # read_text says so if it is missing
     data_dir = os.path.dirname(os.path.abspath(out_dir))
     beside = os.path.join(data_dir, "shakespeare_char", "input.txt")
-    for path in (os.path.join(out_dir, "input.txt"), beside, SHIPPED_SHAKESPEARE):
-        if os.path.isfile(path):
-            return path
     path = os.path.join(out_dir, "input.txt")
+    for found in (path, beside, SHIPPED_SHAKESPEARE):
+        if os.path.isfile(found):
+            return found
     try:
         download(SHAKESPEARE_URL, path, SHAKESPEARE_BYTES, SHAKESPEARE_SHA256)
     except (OSError, ValueError) as e:
-        raise UserError(f"could not download tinyshakespeare ({one_line(e)}) (fix: pass a local "
-                        f"copy with --input PATH or SHAKESPEARE_INPUT=PATH)") from None
+        raise UserError(f"could not download tinyshakespeare ({one_line(e)}) "
+                        f"(fix: pass a local copy with --input PATH or "
+                        f"SHAKESPEARE_INPUT=PATH)") from None
     return path
 
 
 def split_text(text, val_fraction=0.1):
-    """The first part of the text trains, the last val_fraction validates (nanoGPT: 90/10)."""
+    """The first part of the text trains, the last val_fraction validates."""
     n = int(len(text) * (1 - val_fraction))
     return text[:n], text[n:]
 
@@ -76,33 +79,30 @@ def split_text(text, val_fraction=0.1):
 # the tokenizer, and the token files
 
 def char_tokenizer(text):
-    """Characters as tokens: the vocabulary is the text's distinct characters, in sorted order."""
+    """Characters as tokens: the text's distinct characters, sorted."""
     chars = sorted(set(text))
-    if len(chars) > 2**16:   # token ids are stored as uint16
-        raise UserError(f"the text has {len(chars):,} distinct characters, and the char "
-                        f"tokenizer stores token ids as uint16: at most 65,536 (fix: a text with "
-                        f"fewer distinct characters, or GPT-2 BPE: --tokenizer=gpt2)")
+    check_char_count(len(chars))   # ids are stored as uint16
     meta = {"tokenizer": "char", "vocab_size": len(chars), "chars": chars}
     return CharTokenizer(chars).encode, meta
 
 
 def gpt2_tokenizer(gpt2_ranks=None):
-    """GPT-2 BPE tokens (encode_ordinary: an <|endoftext|> in the text is plain text)."""
+    """GPT-2 BPE (encode_ordinary: "<|endoftext|>" in the text is plain text)."""
     enc = get_gpt2_encoding(gpt2_ranks)
-    meta = {"tokenizer": "gpt2", "vocab_size": GPT2_VOCAB_SIZE, "eot_token": GPT2_EOT_ID}
+    meta = {"tokenizer": "gpt2", "vocab_size": GPT2_VOCAB_SIZE,
+            "eot_token": GPT2_EOT_ID}
     return enc.encode_ordinary, meta
 
 
-def prepare(dataset="", out_dir=None, input_path=None, tokenizer=None, val_fraction=0.1,
-            force=False, gpt2_ranks=None):
-    """Prepare `dataset` into out_dir (default data/<dataset>); "" names it after --input
-    (notes.txt -> notes_char). Options: input_path, tokenizer (char | gpt2), val_fraction, force
-    (replace a dataset of another text), gpt2_ranks. Returns out_dir."""
-    # the dataset's name (shakespeare_char, notes_char, ...) and its tokenizer (char or gpt2)
-    dataset, tokenizer = check_text_dataset(dataset, input_path, tokenizer, val_fraction, DATASETS,
-                                            out_dir)
+def prepare(dataset="", out_dir=None, input_path=None, tokenizer=None,
+            val_fraction=0.1, force=False, gpt2_ranks=None):
+    """Prepare `dataset` into out_dir (default data/<dataset>); "" names it after
+    --input (notes.txt -> notes_char). Returns out_dir."""
+    # the dataset's name (shakespeare_char, notes_char, ...) and its tokenizer
+    dataset, tokenizer = check_text_dataset(dataset, input_path, tokenizer,
+                                            val_fraction, DATASETS, out_dir)
     out_dir = out_dir or os.path.join("data", dataset)
-    check_out_dir(out_dir)   # a file, or not writable: one line now, not a traceback later
+    check_out_dir(out_dir)   # a file, or not writable: one line now
     if dataset in DATASETS:
         input_path = shakespeare_path(out_dir, input_path)
     text = read_text(input_path)
@@ -113,22 +113,29 @@ def prepare(dataset="", out_dir=None, input_path=None, tokenizer=None, val_fract
         encode, meta = char_tokenizer(text)
     else:
         encode, meta = gpt2_tokenizer(gpt2_ranks)
-    train_ids, val_ids = encode(train_text), encode(val_text)
-    splits = {"train": {"tokens": len(train_ids)}, "val": {"tokens": len(val_ids)}}
-    check_long_enough(input_path, len(text), splits, val_fraction)   # e.g. no val split: refused
-    record = text_record(input_path, text, val_fraction)   # the text's sha256, for check_replace
+    train_ids = encode(train_text)
+    val_ids = encode(val_text)
+    splits = {"train": {"tokens": len(train_ids)},
+              "val": {"tokens": len(val_ids)}}
+    # e.g. a text too short for a val split is refused
+    check_long_enough(input_path, len(text), splits, val_fraction)
+    record = text_record(input_path, text, val_fraction)   # the text's sha256
     meta = {"dataset": dataset, **meta, "splits": splits, "text": record}
-    check_replace(out_dir, meta, force)   # a dataset of another text stays unless --force
+    # a dataset of another text stays unless --force
+    check_replace(out_dir, meta, force)
 
     # write: the token files first, meta.json last (it marks a complete folder)
     begin_writing(out_dir)
     write_bin(os.path.join(out_dir, "train.bin"), train_ids)
     write_bin(os.path.join(out_dir, "val.bin"), val_ids)
     write_meta(out_dir, meta)
-    print(f"length of dataset in characters: {len(text):,}; vocab size: {meta['vocab_size']:,}")
-    print(f"train has {len(train_ids):,} tokens (the first {1 - val_fraction:.0%} of the text), "
-          f"val has {len(val_ids):,} tokens (the rest): a model's block_size must stay below "
-          f"{len(val_ids):,}")
+    n_train = len(train_ids)
+    n_val = len(val_ids)
+    print(f"length of dataset in characters: {len(text):,}; "
+          f"vocab size: {meta['vocab_size']:,}")
+    print(f"train has {n_train:,} tokens (the first {1 - val_fraction:.0%} "
+          f"of the text), val has {n_val:,} tokens (the rest): a model's "
+          f"block_size must stay below {n_val:,}")
     print(f"wrote {out_dir}")
     return out_dir
 
@@ -140,13 +147,17 @@ def main(argv=None):
     p = ArgumentParser(prog="python prepare.py", description=__doc__,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("dataset", nargs="?", default="",
-                   help="shakespeare_char | shakespeare | a name for --input's dataset")
-    p.add_argument("--input", dest="input_path", help="a UTF-8 text file (env SHAKESPEARE_INPUT)")
-    p.add_argument("--tokenizer", help="char (default) | gpt2, for --input's text")
-    p.add_argument("--val_fraction", type=float, default=0.1, help="the share of the text for val")
+                   help="shakespeare_char | shakespeare | a name")
+    p.add_argument("--input", dest="input_path",
+                   help="a UTF-8 text file (env SHAKESPEARE_INPUT)")
+    p.add_argument("--tokenizer", help="char (default) | gpt2")
+    p.add_argument("--val_fraction", type=float, default=0.1,
+                   help="the share of the text for val")
     p.add_argument("--out_dir", help="output folder (default data/<dataset>)")
-    p.add_argument("--force", action="store_true", help="replace a dataset of another text")
-    p.add_argument("--gpt2_ranks", help="local gpt2.tiktoken ranks file (env GPT2_TIKTOKEN_FILE)")
+    p.add_argument("--force", action="store_true",
+                   help="replace a dataset of another text")
+    p.add_argument("--gpt2_ranks",
+                   help="a local gpt2.tiktoken (env GPT2_TIKTOKEN_FILE)")
     args = vars(p.parse_args(argv))
     try:
         prepare(args.pop("dataset"), **args)

@@ -172,3 +172,86 @@ def test_default_out_dir_is_the_newest_checkpoint(tmp_path):
     assert latest_out_dir(str(tmp_path)) == str(tmp_path / "outside")
     os.utime(tmp_path / "out-lgpt-shakespeare" / "last.pt", (2000, 2000))
     assert latest_out_dir(str(tmp_path)) == str(tmp_path / "out-lgpt-shakespeare")
+
+
+# --- text as it is generated (issue 48) ---------------------------------------------------------
+
+def test_text_appears_as_it_is_generated(ckpt_dir, capsys):
+    """Each token's text is on stdout before the next token is drawn: a generate that checks stdout after every
+    token it hands on sees the sample growing, beginning with the prompt."""
+    import sample
+    from model import GPT
+    seen = []
+
+    def watching_generate(model, idx, *args, on_token=None, **kwargs):
+        def hand_on(token):
+            on_token(token)
+            seen.append(capsys.readouterr().out)
+        return GPT.generate(model, idx, *args, on_token=hand_on, **kwargs)
+
+    cfg = dict(sample.DEFAULTS, out_dir=str(ckpt_dir), start="ROMEO:", num_samples=1, max_new_tokens=12,
+               device="cpu", temperature=0)
+    sample.run(cfg, generate=watching_generate)
+    rest = capsys.readouterr().out
+    assert len(seen) == 12 and seen[0].startswith("ROMEO:") and all(len(s) == 1 for s in seen[1:])
+    streamed = "".join(seen) + rest
+    out, _ = run_main(capsys, f"--out_dir={ckpt_dir}", "--start=ROMEO:", "--num_samples=1",
+                      "--max_new_tokens=12", "--device=cpu", "--temperature=0")
+    assert streamed == out   # the same text as an unwatched run
+
+
+def test_stream_keeps_characters_that_tokens_split_whole(gpt2_file):
+    """GPT-2 BPE splits an emoji or a CJK character into byte tokens: the stream prints no half character, and
+    what it prints, token by token, is exactly decoding all ids at once. A character cut off at the end prints
+    as decode() prints it."""
+    import io
+    from dataset import TextStream, get_gpt2_encoding
+    enc = get_gpt2_encoding()
+    text = "War is 🙂 peace, 平和 — ok"
+    prompt = enc.encode_ordinary("War is")
+    ids = enc.encode_ordinary(text)[len(prompt):]
+    assert any("\ufffd" in enc.decode([i]) for i in ids)   # the test has split characters to keep whole
+    out = io.StringIO()
+    stream = TextStream(enc.decode, prompt, file=out)
+    pieces = []
+    for i in ids:
+        stream.add(i)
+        pieces.append(out.getvalue())
+        assert "\ufffd" not in out.getvalue()
+    stream.end()
+    assert out.getvalue() == text[len("War is"):] + "\n"
+    cut = ids[:ids.index(next(i for i in ids if "\ufffd" in enc.decode([i]))) + 1]   # ends inside the emoji
+    out = io.StringIO()
+    stream = TextStream(enc.decode, prompt, file=out)
+    for i in cut:
+        stream.add(i)
+    stream.end()
+    assert out.getvalue() == enc.decode(prompt + cut)[len("War is"):] + "\n"
+
+
+def test_ctrl_c_keeps_what_was_printed_without_a_traceback(ckpt_dir):
+    """Ctrl-C during a long generation: exit code 130, the text printed so far stays, no traceback."""
+    import signal
+    import time
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    cmd = [sys.executable, os.path.join(ROOT, "sample.py"), f"--out_dir={ckpt_dir}", "--start=ROMEO:",
+           "--num_samples=1", "--max_new_tokens=100000000", "--device=cpu"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
+    try:
+        first = proc.stdout.read(40)   # the prompt and 34 generated characters: it is generating
+        time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert first.startswith("ROMEO:") and len(first) == 40
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err
+
+
+def test_start_file_from_notepad_drops_its_byte_order_mark(ckpt_dir, tmp_path, capsys):
+    prompt = tmp_path / "prompt.txt"
+    prompt.write_bytes("\ufeffROMEO:".encode("utf-8"))
+    out, _ = run_main(capsys, f"--out_dir={ckpt_dir}", f"--start=FILE:{prompt}", "--num_samples=1",
+                      "--max_new_tokens=5", "--device=cpu")
+    assert samples(out)[0].startswith("ROMEO:")

@@ -21,14 +21,16 @@ import sample
 from configurator import UserError, run_command
 
 
-def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, use_kv_cache=True, generator=None):
+def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, use_kv_cache=True, generator=None,
+             on_token=None):
     """model.generate whose single-token steps run compiled_decode_step over the model's static cache."""
     if not use_kv_cache:
         raise UserError("--no_kv_cache has no decode step to compile (fix: python sample.py --no_kv_cache)")
     if model.config.think_steps:
         raise UserError("the static cache does not hold Deep Thinking's memory (fix: python sample.py)")
     return model.generate(idx, max_new_tokens, temperature, top_k, True, generator,
-                          cache=static_cache(model, idx.size(0)), step=compiled_decode_step(model))
+                          cache=static_cache(model, idx.size(0)), step=compiled_decode_step(model),
+                          on_token=on_token)
 
 
 class StaticCache:

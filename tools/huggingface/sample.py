@@ -7,8 +7,9 @@ The tokenizer is the model's own (tools/huggingface/tokenizer.py), or a prepared
 import sys
 
 import sample
+from checkpoint import setup_sampling
 from configurator import UserError, run_command
-from dataset import load_tokenizer
+from dataset import load_tokenizer, read_prompt
 from tools.huggingface.convert import load_pretrained
 from tools.huggingface.tokenizer import tokenizer_for
 
@@ -18,8 +19,8 @@ DEFAULTS = {"init_from": "", **{k: v for k, v in sample.DEFAULTS.items() if k !=
 def run(cfg):
     if not cfg["init_from"]:
         raise UserError("--init_from is required (fix: --init_from=path/to/hf-model-dir or a hub name)")
-    device, dtype = sample.check_options(cfg)
-    start_text = sample.read_start(cfg["start"])
+    device, dtype = setup_sampling(cfg)
+    start_text = read_prompt(cfg["start"])
     model, info = load_pretrained(cfg["init_from"], device)
     tok = load_tokenizer(cfg["data_dir"]) if cfg["data_dir"] else tokenizer_for(info)
     # the model samples ids up to its vocab_size: a smaller vocabulary cannot decode them (an IndexError midway)
