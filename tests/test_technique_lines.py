@@ -32,6 +32,7 @@ import re
 
 import pytest
 
+from conftest import one_error_line
 import model
 import variants
 from model import GPTConfig
@@ -106,7 +107,9 @@ def table_rows():
 
 def row_runs(flags):
     """[(run, the run it is compared with)] for a Flag(s) cell."""
-    alternatives, options, key = {}, [], None
+    alternatives = {}
+    options = []
+    key = None
     for part in re.findall(r"`([^`]*)`", flags):
         assignment = re.fullmatch(r"(\w+)=(.+)", part)
         if assignment and assignment.group(1) in FIELDS:
@@ -125,9 +128,11 @@ def row_runs(flags):
             options.append(part)
     if any("use_kv_cache=True" in o for o in options):
         return [(run({}), run({}, new_tokens=0))]
-    base, extra = {}, {}
+    base = {}
+    extra = {}
     if "--keep_heaviest_branch" in options:
-        base, extra = PGPT, dict(keep_heaviest_branch=True)
+        base = PGPT
+        extra = dict(keep_heaviest_branch=True)
     combos = [dict(base, **dict(zip(alternatives, values))) for values in itertools.product(*alternatives.values())]
     pairs = []
     for settings in combos:
@@ -240,5 +245,4 @@ def test_lgpt_against_gpt_is_a_short_list(capsys):
     ([], ["one config or variant"]),
 ])
 def test_bad_input_is_one_line(args, words):
-    from conftest import one_error_line
     one_error_line(technique_lines.main, args, *words)

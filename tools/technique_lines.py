@@ -12,9 +12,11 @@ end of its first step (an evaluation, forward, backward, the optimizer step), th
 cache, under sys.settrace with opcode events (GPTConfig's checks left out). With --against, a line is printed when
 the first runs an instruction of it that the second never runs (`x if c else y` counts; `~`: the second runs
 another part of it). A flag that only changes numbers (GQA's head count, a sharing group's size) adds no line.
+The lines between are folded: "... 3 lines not run: GPT.think".
 """
 import ast
 import contextlib
+import dataclasses
 import io
 import json
 import os
@@ -27,8 +29,8 @@ import torch
 
 import train
 import variants
-from checkpoint import model_args
 from configurator import UserError, load_config
+from model import GPTConfig
 from tools.fingerprint import SMALL
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -55,7 +57,9 @@ class Source:
         for token in tokenize.generate_tokens(io.StringIO(text).readline):
             if token.type not in NOT_CODE:
                 code.update(range(token.start[0], token.end[0] + 1))
-        self.unit, self.where, self.defs = {}, {}, {}
+        self.unit = {}
+        self.where = {}
+        self.defs = {}
         tree = ast.parse(text)
         for node in ast.walk(tree):   # outer statements first: inner ones overwrite them
             body = getattr(node, "body", None)
@@ -88,7 +92,8 @@ class Tracer:
     (__post_init__ and what it calls) are left out: they compute nothing a reader of a technique needs."""
 
     def __init__(self):
-        self.ran, self.checking = set(), False
+        self.ran = set()
+        self.checking = False
 
     def call(self, frame, event, arg):   # sys.settrace's function: a new frame
         if frame.f_code.co_filename not in PATHS.values() or self.checking:
@@ -133,9 +138,16 @@ def load(target, overrides=()):
     return load_config(train.DEFAULTS, argv + list(overrides))
 
 
-def small(args, variant):
-    """The model's arguments at a size where a step takes a moment, every flag kept."""
-    args = {**args, **SMALL.get(variant, {})}
+def small(config, explicit):
+    """The model's arguments (GPTConfig's defaults, the variant, the keys set) at a size where a step takes a
+    moment, every flag kept."""
+    variant = config["variant"]
+    if variant and variant not in variants.available():
+        raise UserError(f"unknown variant '{variant}' (fix: one of {', '.join(variants.available())})")
+    args = {f.name: f.default for f in dataclasses.fields(GPTConfig)}
+    args.update(variants.load(variant) if variant else {})
+    args.update({k: config[k] for k in explicit if k in args})
+    args.update(SMALL.get(variant, {}))   # the large presets' small sizes
     args.update(n_embd=min(args["n_embd"], 8 * args["n_head"]), block_size=min(args["block_size"], 32))
     if args["mlp_hidden"]:
         args["mlp_hidden"] = min(args["mlp_hidden"], 4 * args["n_embd"])
@@ -145,7 +157,7 @@ def small(args, variant):
 def trace(target, overrides=(), keep_heaviest_branch=False, new_tokens=NEW_TOKENS, tracer=None):
     """The Tracer (a new one, or `tracer`) of one training step and one generation of `target`."""
     config, explicit = load(target, overrides)
-    args = small(model_args(config, explicit), config["variant"])
+    args = small(config, explicit)
     tracer = tracer or Tracer()
     with tempfile.TemporaryDirectory() as tmp:
         ids = np.random.default_rng(0).integers(0, 65, 4000).astype(np.uint16)
@@ -187,7 +199,9 @@ def statements(source, ran, other=None):
 def report(source, units, against):
     """The lines of `units`, grouped by function; the code lines between them folded (with against: only within a
     function)."""
-    out, shown, scope = [], source.lines_of(units), None
+    out = []
+    shown = source.lines_of(units)
+    scope = None
     for before, line in zip([0] + shown, shown + [len(source.lines) + 1]):
         skipped = [n for n in source.code if before < n < line]
         if against:
