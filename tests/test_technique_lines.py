@@ -1,0 +1,248 @@
+"""
+tools/technique_lines.py, the lines each technique adds, checks README.md's Techniques table against the running
+code: for every row, the places its "Where in model.py" column names are where the row's flags change what runs.
+
+How a row is traced: the `key=value` flags of its "Flag(s)" cell set on the gpt preset (built small, as the tool
+builds it), against plain gpt. A key without a value, or a value that is a name (`E`, `T`, `n_layer // G`), gets a
+small value from SAMPLE or NAMED. A row that shrinks the width or has branches also unties the embeddings, as
+GPTConfig requires. A cell listing alternatives (`"pre"` / `"post"`) traces each; an alternative plain gpt already
+has (tied embeddings, pre-norm, learned positions) is traced against the other alternatives instead (a lone boolean:
+against its negation), since the row names the code of each. Rows that are not flags:
+  `--keep_heaviest_branch`: pgpt's flags, with model.keep_heaviest_branch() before generating, against gpt;
+  the KV-cache row (`model.generate(..., use_kv_cache=True)`): gpt against gpt without its generation.
+
+What "the row's lines include the place" means, for each name in backticks outside parentheses (parentheses hold
+hints; names with a '/' are tools, outside model.py):
+  a function, method or class of model.py: the row adds an instruction in it (what --against prints). A flag that
+    only changes the values code shared with plain gpt computes with (GQA's head count, a sharing group's size, a
+    hidden size, biases, an init scheme's stds) adds none there; then the place must run on the row's path and
+    there read one of the row's flags, or run its lines another number of times per call (ShishuLM skips
+    attention layers, sharing builds fewer sub-layers), or end a call with other values in its Python numbers,
+    strings, booleans or lists of them (GQA's `gqa`, a cache's buffer shape; tensors count by type only);
+  a module-level table (`ACTIVATIONS`): a line the row runs reads it;
+  `Class.attribute` (`KVCache.memory`): a line the row adds reads `.attribute`.
+test_wrong_place_fails shows the check can fail: `sample_next` is named for no row but the KV cache's.
+"""
+import ast
+import collections
+import dataclasses
+import itertools
+import os
+import re
+
+import pytest
+
+from conftest import one_error_line
+import model
+import variants
+from model import GPTConfig
+from tools import technique_lines
+from tools.technique_lines import Source, statements, trace
+
+FIELDS = {f.name for f in dataclasses.fields(GPTConfig)}
+SAMPLE = dict(mlp_hidden=96, mlp_ratio=2.0, n_kv_head=2, share_group_size=2, share_from_layer=2,
+              share_sublayers="attn", norm_eps=1e-6, rope_base=500.0, residual_logit_init=3.0,
+              think_eta=0.05, init_std=0.01, n_layer=4, n_attn_layers=2)
+NAMED = {"E": 16, "T": 2, "n": 2, "m": 1, "n_layer": 4, "n_layer // G": 2, "n_attn_layers": 2}
+BASE = dict(n_layer=4)   # gpt's 6 layers cut to 4: faster, as telling
+GPT = {**{f.name: f.default for f in dataclasses.fields(GPTConfig)}, **variants.load("gpt"), **BASE}
+PGPT = dict(n_branches=2, tie_embeddings=False)
+MODEL = Source("model.py")
+
+
+def summary(value, depth=0):
+    """A small Python value, or lists of them; of anything else (tensors too) only its type."""
+    if isinstance(value, (bool, int, float, str, type(None))):
+        return value
+    if isinstance(value, dict) and depth < 2:
+        value = list(value.values())
+    if isinstance(value, (list, tuple)) and depth < 2:
+        return tuple(summary(v, depth + 1) for v in value)
+    return type(value).__name__
+
+
+def qualname(code):
+    return code.co_qualname.replace(".<locals>", "")
+
+
+class CallTracer(technique_lines.Tracer):
+    """The tool's tracer, keeping also what each call of a function did: calls[qualified name] = {(the lines it
+    entered and how often, the values it ended with)}."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = collections.defaultdict(set)
+        self.entered = {}   # frame -> Counter of its lines
+
+    def event(self, frame, event, arg):
+        if event == "line":
+            self.entered.setdefault(frame, collections.Counter())[frame.f_lineno] += 1
+        elif event == "return":
+            lines = tuple(sorted(self.entered.pop(frame, {}).items()))
+            values = tuple(summary(v) for _, v in sorted(frame.f_locals.items()))
+            self.calls[qualname(frame.f_code)].add((lines, values))
+        return super().event(frame, event, arg)
+
+
+RUNS = {}
+
+
+def run(settings, **options):
+    """The CallTracer of gpt with `settings` (cached: rows share runs)."""
+    key = (tuple(sorted(settings.items())), tuple(sorted(options.items())))
+    if key not in RUNS:
+        overrides = [f"--{k}={v!r}" for k, v in {**BASE, **settings}.items()]
+        RUNS[key] = trace("gpt", overrides, tracer=CallTracer(), **options)
+    return RUNS[key]
+
+
+def table_rows():
+    """README.md's Techniques table: [(technique, flags, paper, where), ...]."""
+    with open(os.path.join(technique_lines.ROOT, "README.md"), encoding="utf-8") as f:
+        table = f.read().split("\n## Techniques", 1)[1].split("\n## ", 1)[0]
+    rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in table.splitlines()
+            if line.startswith("|")]
+    return [r for r in rows[2:] if len(r) == 4]
+
+
+def row_runs(flags):
+    """[(run, the run it is compared with)] for a Flag(s) cell."""
+    alternatives = {}
+    options = []
+    key = None
+    for part in re.findall(r"`([^`]*)`", flags):
+        assignment = re.fullmatch(r"(\w+)=(.+)", part)
+        if assignment and assignment.group(1) in FIELDS:
+            key, text = assignment.groups()
+            try:
+                alternatives[key] = [ast.literal_eval(text)]
+            except (ValueError, SyntaxError):
+                alternatives[key] = [NAMED[text]]
+                if text in FIELDS:   # share_from_layer=n_attn_layers: that flag too
+                    alternatives[text] = [SAMPLE[text]]
+        elif part in FIELDS:
+            alternatives[part] = [SAMPLE[part]]
+        elif key and re.fullmatch(r'"\w+"', part):
+            alternatives[key].append(ast.literal_eval(part))
+        else:
+            options.append(part)
+    if any("use_kv_cache=True" in o for o in options):
+        return [(run({}), run({}, new_tokens=0))]
+    base = {}
+    extra = {}
+    if "--keep_heaviest_branch" in options:
+        base = PGPT
+        extra = dict(keep_heaviest_branch=True)
+    combos = [dict(base, **dict(zip(alternatives, values))) for values in itertools.product(*alternatives.values())]
+    pairs = []
+    for settings in combos:
+        if settings.get("shrink_every") or settings.get("n_branches", 1) > 1:
+            settings.setdefault("tie_embeddings", False)
+        if all(GPT[k] == v for k, v in settings.items()):   # plain gpt's own setting: against the others
+            others = [c for c in combos if c != settings] or [{k: not v for k, v in settings.items()}]
+            pairs += [(run(settings), run(other)) for other in others]
+        else:
+            pairs.append((run(settings, **extra), run({})))
+    return pairs
+
+
+def functions_of(place):
+    return [name for name in MODEL.defs if name == place or name.startswith(place + ".")]
+
+
+def new_calls(mine, theirs, function):
+    """The calls of `function` (and of its comprehensions) in one run that the other never makes."""
+    names = [name for name in mine.calls if name == function or name.startswith(function + ".")]
+    return set().union(*[mine.calls[name] - theirs.calls[name] for name in names])
+
+
+def check_place(place, pairs, flags):
+    """'' when the row's runs show `place`, else why not."""
+    added = set()
+    for mine, theirs in pairs:
+        added |= set(statements(MODEL, mine.in_file("model.py"), theirs.in_file("model.py")))
+    text = "\n".join(MODEL.lines[line - 1] for line in MODEL.lines_of(added))
+    functions = functions_of(place)
+    if not functions:
+        cls, _, attribute = place.partition(".")
+        if re.search(rf"self\.{attribute} = ", "\n".join(MODEL.lines[n - 1] for n in MODEL.code
+                                                       if MODEL.where[n] == f"{cls}.__init__")):
+            return "" if re.search(rf"\.{attribute}\b", text) else f"no added line reads .{attribute}"
+        ran = set().union(*[statements(MODEL, mine.in_file("model.py")) for mine, _ in pairs])
+        ran_text = "\n".join(MODEL.lines[line - 1] for line in MODEL.lines_of(ran))
+        if hasattr(model, place):
+            return "" if re.search(rf"\b{place}\b", ran_text) else "no line of the row's run reads it"
+        return "names nothing in model.py"
+    if any(MODEL.where[unit] in functions for unit in added):
+        return ""
+    source = "\n".join(MODEL.lines[line - 1] for line in MODEL.code if MODEL.where[line] in functions)
+    reads = any(re.search(rf"\.{flag}\b", source) for flag in flags)
+    for mine, theirs in pairs:
+        for name in functions:
+            if reads and mine.calls[name] or new_calls(mine, theirs, name):
+                return ""
+    return "the row's flags change nothing there"
+
+
+def row_flags(flags):
+    return {part.split("=")[0] for part in re.findall(r"`([^`]*)`", flags)} & FIELDS
+
+
+def places(where):
+    return [p for p in re.findall(r"`([^`]*)`", re.sub(r"\([^)]*\)", "", where)) if "/" not in p]
+
+
+def test_every_technique_row_names_the_places_its_flags_run():
+    rows = table_rows()
+    assert len(rows) >= 25, "README.md's Techniques table not found"
+    wrong = []
+    for technique, flags, _, where in rows:
+        pairs = row_runs(flags)
+        for place in places(where):
+            why = check_place(place, pairs, row_flags(flags))
+            if why:
+                wrong.append(f"{technique[:40]!r}: `{place}`: {why}")
+    assert not wrong, "README.md's Techniques table names places its flags do not run:\n" + "\n".join(wrong)
+
+
+def test_wrong_place_fails():
+    """The check above can fail: sample_next is no row's place but the KV cache's."""
+    for technique, flags, _, where in table_rows():
+        if "sample_next" not in where:
+            assert check_place("sample_next", row_runs(flags), row_flags(flags)), technique
+
+
+def test_plain_gpt_path_holds_no_technique_code(capsys):
+    """The lines a row runs and plain gpt never runs (pgpt's, lgpt's, cgpt's, Deep Thinking's, ShishuLM's, sharing's
+    ...) are folded away ("... N lines not run") in the tool's print of gpt, which shows a batch, the learning rate,
+    the forward and backward passes and decoding."""
+    technique_lines.main(["gpt"])
+    printed = capsys.readouterr().out
+    shown = set(re.findall(r"^model\.py:(\d+)", printed, re.M))
+    gpt = set(statements(MODEL, run({}).in_file("model.py")))
+    for technique, flags, _, _ in table_rows():
+        only = [unit for mine, theirs in row_runs(flags)
+                for unit in statements(MODEL, mine.in_file("model.py"), theirs.in_file("model.py"))
+                if unit not in gpt]
+        assert not {str(line) for line in MODEL.lines_of(only)} & shown, technique
+    for function in ("# get_batch", "# get_lr", "# GPT.forward", "# GPT.generate", "# sample_next"):
+        assert function in printed
+    assert ".backward()" in printed and "lines not run: " in printed
+
+
+def test_lgpt_against_gpt_is_a_short_list(capsys):
+    total = technique_lines.main(["lgpt", "--against=gpt"])
+    out = capsys.readouterr().out
+    assert 5 <= total["model.py"][1] <= 20 and total["train.py"][1] == 0, out
+    assert "# LinearShrink.forward" in out and "# lgpt: model.py" in out
+
+
+@pytest.mark.parametrize("args, words", [
+    (["nogpt"], ["unknown config or variant 'nogpt'", "lgpt"]),
+    (["config/nothing.py"], ["config/nothing.py", "not found"]),
+    (["gpt", "--n_layerz=2"], ["n_layerz"]),
+    (["gpt", "--n_kv_head=4"], ["n_kv_head"]),
+    ([], ["one config or variant"]),
+])
+def test_bad_input_is_one_line(args, words):
+    one_error_line(technique_lines.main, args, *words)

@@ -1,0 +1,264 @@
+"""
+The lines of model.py and train.py that one model runs, or that a technique adds over another model: a reading
+path per config, traced from the running code, so it never drifts from it.
+
+    python -m tools.technique_lines lgpt --against=gpt                   # the lines LinearGPT adds to GPT
+    python -m tools.technique_lines config/pgpt_shakespeare_cpu.py       # every line pgpt runs
+    python -m tools.technique_lines gpt --mlp_type=gated --against=gpt   # one flag: --key=value, as train.py
+    python -m tools.technique_lines pgpt --keep_heaviest_branch --against=pgpt
+
+A variant or a config file, built small (every flag kept), runs train.train on a tiny random dataset up to the
+end of its first step (an evaluation, forward, backward, the optimizer step), then model.generate through the KV
+cache, under sys.settrace with opcode events (GPTConfig's checks left out). With --against, a line is printed when
+the first runs an instruction of it that the second never runs (`x if c else y` counts; `~`: the second runs
+another part of it). A flag that only changes numbers (GQA's head count, a sharing group's size) adds no line.
+The lines between are folded: "... 3 lines not run: GPT.think".
+"""
+import ast
+import contextlib
+import dataclasses
+import io
+import json
+import os
+import sys
+import tempfile
+import tokenize
+
+import numpy as np
+import torch
+
+import train
+import variants
+from configurator import UserError, load_config
+from model import GPTConfig
+from tools.fingerprint import SMALL
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PATHS = {name: os.path.join(ROOT, name) for name in ("model.py", "train.py")}
+# one step after one evaluation batch, on the CPU in float32, from a tiny dataset written here
+RUN = dict(max_iters=1, eval_interval=1, eval_iters=1, log_interval=1, batch_size=2, eval_only=False,
+           gradient_accumulation_steps=1, device="cpu", dtype="float32", compile=False,
+           init_from="scratch", wandb_log=False, data_segments="", dataset="random")
+NEW_TOKENS = 4
+DEFS = (ast.FunctionDef, ast.ClassDef)
+NOT_CODE = (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER)
+
+
+class Source:
+    """A file's code lines in functions, each with unit[line]: the first line of its statement (a compound
+    statement: of its header; `else:` and `try:` go with the next), and where[line]: its function's name."""
+
+    def __init__(self, name):
+        self.name = name
+        with open(PATHS[name], encoding="utf-8") as f:
+            text = f.read()
+        self.lines = text.splitlines()
+        code = set()
+        for token in tokenize.generate_tokens(io.StringIO(text).readline):
+            if token.type not in NOT_CODE:
+                code.update(range(token.start[0], token.end[0] + 1))
+        self.unit = {}
+        self.where = {}
+        self.defs = {}
+        tree = ast.parse(text)
+        for node in ast.walk(tree):   # outer statements first: inner ones overwrite them
+            body = getattr(node, "body", None)
+            if isinstance(node, DEFS + (ast.Module,)) and ast.get_docstring(node) is not None:
+                code.difference_update(range(body[0].lineno, body[0].end_lineno + 1))
+            if isinstance(node, (ast.stmt, ast.ExceptHandler)):
+                last = body[0].lineno - 1 if isinstance(body, list) else node.end_lineno
+                self.unit.update(dict.fromkeys(range(node.lineno, last + 1), node.lineno))
+        self.name_functions(tree, "")
+        self.code = sorted(code & set(self.where))   # the lines outside functions run at import
+        following = None
+        for line in reversed(self.code):
+            following = self.unit.setdefault(line, following)
+
+    def name_functions(self, node, prefix):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, DEFS):
+                name = prefix + child.name
+                if isinstance(child, ast.FunctionDef):
+                    self.defs[name] = child.lineno
+                    self.where.update(dict.fromkeys(range(child.lineno, child.end_lineno + 1), name))
+                self.name_functions(child, name + ".")
+
+    def lines_of(self, units):
+        return [line for line in self.code if self.unit[line] in units]
+
+
+class Tracer:
+    """ran = {(code, offset, line)}: the instructions of model.py and train.py that ran. GPTConfig's checks
+    (__post_init__ and what it calls) are left out: they compute nothing a reader of a technique needs."""
+
+    def __init__(self):
+        self.ran = set()
+        self.checking = False
+
+    def call(self, frame, event, arg):   # sys.settrace's function: a new frame
+        if frame.f_code.co_filename not in PATHS.values() or self.checking:
+            return None
+        if frame.f_code.co_name == "__post_init__":
+            self.checking = True
+            return self.checked
+        frame.f_trace_opcodes = True
+        return self.event
+
+    def event(self, frame, event, arg):
+        if event == "opcode":
+            self.ran.add((frame.f_code, frame.f_lasti, frame.f_lineno))
+        return self.event
+
+    def checked(self, frame, event, arg):
+        self.checking = event != "return"
+        return self.checked
+
+    def in_file(self, name):
+        return {key for key in self.ran if key[0].co_filename == PATHS[name]}
+
+
+class Done(Exception):
+    """Raised by the callback after the first step; its args: the model."""
+
+
+def stop_after_one_step(event, info):
+    if event == "iter":
+        raise Done(info["model"])
+
+
+def load(target, overrides=()):
+    """train.py's (config, explicit keys) for a variant or a config file, with --key=value overrides."""
+    if target.endswith(".py") or "/" in target:
+        argv = [target]
+    elif target in variants.available():
+        argv = [f"--variant={target}"]
+    else:
+        raise UserError(f"unknown config or variant '{target}' (fix: a config file such as "
+                        f"config/gpt_shakespeare_cpu.py, or a variant: {', '.join(variants.available())})")
+    return load_config(train.DEFAULTS, argv + list(overrides))
+
+
+def small(config, explicit):
+    """The model's arguments (GPTConfig's defaults, the variant, the keys set) at a size where a step takes a
+    moment, every flag kept."""
+    variant = config["variant"]
+    if variant and variant not in variants.available():
+        raise UserError(f"unknown variant '{variant}' (fix: one of {', '.join(variants.available())})")
+    args = {f.name: f.default for f in dataclasses.fields(GPTConfig)}
+    args.update(variants.load(variant) if variant else {})
+    args.update({k: config[k] for k in explicit if k in args})
+    args.update(SMALL.get(variant, {}))   # the large presets' small sizes
+    args.update(n_embd=min(args["n_embd"], 8 * args["n_head"]), block_size=min(args["block_size"], 32))
+    if args["mlp_hidden"]:
+        args["mlp_hidden"] = min(args["mlp_hidden"], 4 * args["n_embd"])
+    return {k: v for k, v in args.items() if k != "vocab_size"}   # the data's
+
+
+def trace(target, overrides=(), keep_heaviest_branch=False, new_tokens=NEW_TOKENS, tracer=None):
+    """The Tracer (a new one, or `tracer`) of one training step and one generation of `target`."""
+    config, explicit = load(target, overrides)
+    args = small(config, explicit)
+    tracer = tracer or Tracer()
+    with tempfile.TemporaryDirectory() as tmp:
+        ids = np.random.default_rng(0).integers(0, 65, 4000).astype(np.uint16)
+        ids[:3000].tofile(os.path.join(tmp, "train.bin"))
+        ids[3000:].tofile(os.path.join(tmp, "val.bin"))
+        with open(os.path.join(tmp, "meta.json"), "w") as f:
+            json.dump({"tokenizer": "char", "vocab_size": 65, "chars": [chr(48 + i) for i in range(65)]}, f)
+        config.update(RUN, **args, data_dir=tmp, out_dir=os.path.join(tmp, "out"))
+        before = sys.gettrace()
+        sys.settrace(tracer.call)
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                train.train(config, explicit | set(args), callback=stop_after_one_step)
+            raise UserError("train.py took no step (fix: a config that trains)")
+        except Done as done:
+            model = done.args[0]
+            if keep_heaviest_branch:
+                model.keep_heaviest_branch()
+            if new_tokens:
+                prompt = torch.zeros((1, 3), dtype=torch.long)
+                model.generate(prompt, new_tokens, top_k=5, generator=torch.Generator().manual_seed(0))
+        finally:
+            sys.settrace(before)
+    return tracer
+
+
+def statements(source, ran, other=None):
+    """{unit: whether `other` runs it too} of the units in which `ran` runs an instruction (with other: one that
+    other never runs). A function's header goes with its body, unless other runs that function too."""
+    theirs = {(code, offset) for code, offset, _ in other or ()}
+    units = {source.unit[line] for code, offset, line in ran
+             if line in source.unit and (code, offset) not in theirs}
+    entered = {source.where.get(line) for _, _, line in other or ()}
+    units |= {source.defs[source.where[u]] for u in units if source.where[u] not in entered}
+    also = {source.unit.get(line) for _, _, line in other or ()}
+    return {unit: unit in also for unit in units}
+
+
+def report(source, units, against):
+    """The lines of `units`, grouped by function; the code lines between them folded (with against: only within a
+    function)."""
+    out = []
+    shown = source.lines_of(units)
+    scope = None
+    for before, line in zip([0] + shown, shown + [len(source.lines) + 1]):
+        skipped = [n for n in source.code if before < n < line]
+        if against:
+            skipped = [n for n in skipped if source.where[n] == scope == source.where.get(line)]
+        if skipped:
+            names = list(dict.fromkeys(source.where[n] for n in skipped))
+            more = f" and {len(names) - 3} more" if len(names) > 3 else ""
+            verb = "not added" if against else "not run"
+            plural = "s" if len(skipped) > 1 else ""
+            out.append(f"      ... {len(skipped)} line{plural} {verb}: {', '.join(names[:3])}{more}")
+        if line not in source.where:   # the end of the file
+            break
+        if source.where[line] != scope:
+            scope = source.where[line]
+            out.append(f"# {scope}")
+        mark = "~" if units[source.unit[line]] else " "
+        out.append(f"{source.name}:{line:<4} {mark} {source.lines[line - 1]}")
+    return out
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if "-h" in argv or "--help" in argv:
+        print(__doc__)
+        return None
+    against = [a.split("=", 1)[1] for a in argv if a.startswith("--against=")]
+    keep = "--keep_heaviest_branch" in argv
+    rest = [a for a in argv if not a.startswith("--against=") and a != "--keep_heaviest_branch"]
+    targets = [a for a in rest if not a.startswith("--")]
+    if len(targets) != 1 or len(against) > 1:
+        raise SystemExit("error: give one config or variant (fix: e.g. `python -m tools.technique_lines lgpt "
+                         "--against=gpt`)")
+    name = " ".join(rest + ["--keep_heaviest_branch"] * keep)
+    try:
+        for target in against:
+            load(target)   # a bad name fails before the first trace
+        ran = trace(targets[0], [a for a in rest if a.startswith("--")], keep)
+        other = trace(against[0]) if against else None
+    except UserError as e:
+        raise SystemExit(f"error: {e}") from None
+    if against:
+        print(f"# the lines {name} runs and {against[0]} does not (~: {against[0]} runs another part of them)")
+    else:
+        print(f"# the lines {name} runs: one training step, {NEW_TOKENS} tokens through the KV cache")
+    total = {}
+    for file in PATHS:
+        source = Source(file)
+        units = statements(source, ran.in_file(file), other and other.in_file(file))
+        lines = report(source, units, bool(against))
+        if lines:
+            print("\n".join(lines))
+        total[file] = (len(lines), len(source.lines_of(units)))
+    verb = "added" if against else "run"
+    print(f"# {name}: " + "; ".join(f"{file} {code} code lines {verb} ({printed} printed)"
+                                    for file, (printed, code) in total.items()))
+    return total
+
+
+if __name__ == "__main__":
+    main()
