@@ -457,8 +457,8 @@ def keep_heaviest_branch(model, enabled):
 
 # --- where a model runs: device and dtype, and the seeds it accepts ----------------------------------
 
-# seeds of train.py and sample.py: numpy's range (train.py also seeds it); a larger one used to end in torch's
-# "Overflow when unpacking long long" traceback
+# seeds of train.py and sample.py: numpy's range [0, 2**32), nanoGPT's habit (neither seeds numpy now); a larger
+# one used to end in torch's "Overflow when unpacking long long" traceback
 MAX_SEED = 2**32
 
 
