@@ -25,6 +25,7 @@ save_checkpoints, with checkpoint.atomic_save) are train.py's.
 
 import contextlib
 import csv
+import functools
 import math
 import os
 import signal
@@ -247,6 +248,17 @@ def _say(message):
 
 # --- notes before a long run ----------------------------------------------------------------------------
 
+def time_one_sequence(model, x, y, ctx):
+    """Seconds of a forward and backward pass of the first sequence of (x, y) (the note on the run's length). The
+    gradients are taken with torch.autograd.grad, so the parameters' .grad stay untouched."""
+    t0 = time.time()
+    with ctx:
+        logits, loss = model(x[:1], y[:1])
+    params = [p for p in model.parameters() if p.requires_grad]
+    torch.autograd.grad(loss, params, allow_unused=True)
+    return time.time() - t0
+
+
 def notes_before_run(config, device, micro_steps, batch_size, time_one_sequence):
     """One line each, when they apply: every iteration falls in the warmup; the CPUs are busy; the run would take
     over half an hour on this CPU (time_one_sequence(): the seconds of a forward+backward of one sequence)."""
@@ -329,7 +341,7 @@ class RunDir:
     run's first save, so that they always go with the checkpoints beside them. iter_num: where the
     run starts; ckpt: the checkpoint it starts from, or None."""
 
-    def __init__(self, config, iter_num, ckpt, rank, world, tokens_per_iter, device):
+    def __init__(self, config, iter_num, ckpt, rank, world, device):
         check_out_dir(config["out_dir"])
         self.path = config["out_dir"]
         self.config = config
@@ -338,9 +350,12 @@ class RunDir:
         # the iteration last.pt holds for this run (None: nothing saved yet)
         self.saved_iter = iter_num if self.resuming and ckpt["path"].endswith(LAST_NAME) else None
         self.master = rank == 0
+        self.world = world
         self.ddp = world > 1
         self.device = device
-        self.speed = Speed(config["max_iters"], config["eval_interval"], tokens_per_iter)
+        self.accum = config["gradient_accumulation_steps"] // world   # micro-steps per rank
+        self.tokens_per_iter = self.accum * world * config["batch_size"] * config["block_size"]
+        self.speed = Speed(config["max_iters"], config["eval_interval"], self.tokens_per_iter)
         self.earlier = False
         # True while out_dir's checkpoints are an earlier run's: this run's first save replaces ckpt.pt too
         self.earlier_checkpoints = False
@@ -375,10 +390,23 @@ class RunDir:
         if self.master:
             _say(message)
 
-    def notes_before_run(self, micro_steps, batch_size, time_one_sequence):
-        """Rank 0: notes_before_run's lines (a warmup longer than the run, busy CPUs, hours of CPU time)."""
-        if self.master:
-            notes_before_run(self.config, self.device, micro_steps, batch_size, time_one_sequence)
+    def say_what_runs(self, model, segments, batch, ctx):
+        """Rank 0, before the loop: the model's size and depth, the tokens per iteration, the data_segments
+        in use, then notes_before_run's (a warmup longer than the run, busy CPUs, hours of CPU time, timed on
+        the first batch: `batch`, run under ctx)."""
+        if not self.master:
+            return
+        c = self.config
+        if segments is not None:
+            _say(f"training windows start only at the {len(segments):,} segments of {c['data_segments']}")
+        _say(f"number of parameters: {model.get_num_params(non_embedding=False):,} (non-embedding: "
+             f"{model.get_num_params():,})")
+        _say(f"depth: {model.depth_summary()}")
+        _say(f"tokens per iteration: {self.tokens_per_iter:,} ({self.accum} accum x {self.world} ranks x "
+             f"{c['batch_size']} batch x {c['block_size']} block); device {self.device}, dtype {c['dtype']}, "
+             f"compile {c['compile']}")
+        probe = functools.partial(time_one_sequence, model, *batch, ctx)
+        notes_before_run(c, self.device, self.accum, c["batch_size"], probe)
 
     def start_clock(self, iter_num):
         """The loop starts at iter_num: elapsed_s counts from here, and the first speed window."""

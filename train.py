@@ -7,12 +7,10 @@ Train a GPT variant on a tokenized dataset (nanoGPT-style, single process or DDP
 
 In nanoGPT's order: the settings, the data (get_batch), the learning rate (get_lr), the
 model and the optimizer (setup), evaluation and checkpoints, then train() and its loop.
-Every key of DEFAULTS and every GPTConfig field can be set in a config file or as
---key=value (`--help` lists them). out_dir gets ckpt.pt (best val loss), last.pt (latest;
-Ctrl-C saves it, --init_from=resume continues exactly), log.csv and loss.png. What keeps
-a run safe (one-line errors, the out_dir lock, log.csv, the RNG states) is called like a
-library from run_dir.py, checkpoint.py and dataset.py: a learner can skip them
-(docs/training.md).
+Every key below and every GPTConfig field is a config key (`--help` lists them). out_dir
+gets ckpt.pt (best val loss), last.pt (latest), log.csv and loss.png. What keeps a run
+safe is called like a library from run_dir.py, checkpoint.py and dataset.py: a learner
+can skip it (docs/training.md).
 """
 
 import contextlib
@@ -21,8 +19,6 @@ import gc
 import math
 import os
 import sys
-import time
-from functools import partial
 from types import SimpleNamespace
 
 import numpy as np
@@ -208,7 +204,7 @@ def setup(config, explicit, device, dtype, rank, world, held):
         args.update(variants.load(config["variant"]))
     args["vocab_size"] = run.meta["vocab_size"]
     args.update({k: config[k] for k in explicit if k in MODEL_DEFAULTS})
-    # init_from=resume or a checkpoint file: its arguments instead; all are checked
+    # init_from=resume or a checkpoint: its arguments instead; all checked
     run.args, ckpt = start_from(config, explicit, args, run.meta, device, run.master)
     config.update(run.args)   # the config saved with checkpoints shows the model trained
     run.block_size = run.args["block_size"]
@@ -216,9 +212,6 @@ def setup(config, explicit, device, dtype, rank, world, held):
     vocab_size = run.args["vocab_size"]
     segments = config["data_segments"]
     run.segments = check_splits(run.data_dir, vocab_size, run.block_size, segments)
-    if run.segments is not None:
-        say(run, f"training windows start only at the {len(run.segments):,} "
-            f"segments of {segments}")
 
     # the model and AdamW, with loss scaling for fp16 only
     torch.manual_seed(config["seed"])   # the same initial weights on every rank, every run
@@ -239,24 +232,13 @@ def setup(config, explicit, device, dtype, rank, world, held):
     torch.manual_seed(config["seed"] + rank + run.start_iter)
     if ckpt is not None:   # resume: weights, optimizer, scaler, RNG; another's: fitting weights
         load_state(ckpt, model, run.optimizer, run.scaler, config, rank, world)
-    # the first batch (each micro-step draws the next): one too big for the machine fails here
+    # the first batch (each micro-step draws the next): one too big fails here
     run.first_batch = train_batch(run, run.start_iter, 0)
 
     # everything is checked: take out_dir, say what will run
-    tokens = run.accum * world * run.batch_size * run.block_size
-    run.dir = RunDir(config, run.start_iter, ckpt, rank, world, tokens, device)
+    run.dir = RunDir(config, run.start_iter, ckpt, rank, world, device)
     held.enter_context(run.dir)
-    total = model.get_num_params(non_embedding=False)
-    non_embedding = model.get_num_params()
-    say(run, f"number of parameters: {total:,} (non-embedding: {non_embedding:,})")
-    say(run, f"depth: {model.depth_summary()}")
-    say(run, f"tokens per iteration: {tokens:,} ({run.accum} accum x {world} ranks x "
-        f"{run.batch_size} batch x {run.block_size} block); device {device}, "
-        f"dtype {dtype}, compile {config['compile']}")
-    # notes: a warmup longer than the run, a busy machine, hours of CPU time
-    x, y = run.first_batch
-    probe = partial(time_one_sequence, model, x, y, run.ctx)
-    run.dir.notes_before_run(run.accum, len(x), probe)
+    run.dir.say_what_runs(model, run.segments, run.first_batch, run.ctx)
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
@@ -272,25 +254,12 @@ def setup(config, explicit, device, dtype, rank, world, held):
     return run
 
 
-def time_one_sequence(model, x, y, ctx):
-    """Seconds of a forward and backward pass of one sequence (the note on the run's
-    length)."""
-    t0 = time.time()
-    with ctx:
-        logits, loss = model(x[:1], y[:1])
-    loss.backward()
-    seconds = time.time() - t0
-    model.zero_grad(set_to_none=True)
-    return seconds
-
-
 # --- evaluation and checkpoints ----------------------------------------------------------
 
 @torch.no_grad()
 def estimate_loss(run, splits, stop):
-    """Mean loss over eval_iters fixed batches per split (the same batches at every call);
-    under DDP each rank evaluates every world-th batch. Ctrl-C cuts it short (one process
-    only)."""
+    """Mean loss over eval_iters fixed batches per split (the same at every call); under
+    DDP each rank evaluates every world-th batch."""
     n = run.config["eval_iters"]
     out = {}
     run.model.eval()
@@ -317,8 +286,8 @@ def estimate_loss(run, splits, stop):
 
 
 def evaluate(run, iter_num, lr, stop):
-    """Train and val loss (pgpt: also the heaviest branch's val loss): one line, then one
-    log.csv row (run.dir.log, which stops a run whose loss is NaN)."""
+    """Train and val loss (pgpt: also the heaviest branch's val loss): one line, one
+    log.csv row."""
     losses = estimate_loss(run, ("train", "val"), stop)
     say(run, f"step {iter_num}: train loss {losses['train']:.4f}, "
         f"val loss {losses['val']:.4f}")
@@ -358,16 +327,15 @@ def checkpoint_dict(run, iter_num, best_val_loss):
 
 
 def save_checkpoints(run, iter_num, best_val_loss, best):
-    """last.pt := the state at iteration iter_num; ckpt.pt := the same, when best. Only rank
-    0 writes, each file atomically (a temporary file, renamed): a crash never leaves half a
-    checkpoint, and Ctrl-C or a kill keeps the previous one."""
+    """last.pt := the state at iteration iter_num; ckpt.pt := the same, when best. Rank 0
+    writes, each file atomically: a crash or Ctrl-C keeps the previous one whole."""
     state = checkpoint_dict(run, iter_num, best_val_loss)
     out_dir = run.config["out_dir"]
-    # before: every rank's RNG state into it, NaN weights refused; after: log.csv goes with it
+    # adds every rank's RNG state, refuses NaN weights; then log.csv goes with last.pt
     with run.dir.saving(state):
         if run.master:
             atomic_save(state, os.path.join(out_dir, "last.pt"))
-        # a new run's first save replaces an earlier run's ckpt.pt too
+        # a new run's first save replaces an earlier run's ckpt.pt
         if run.master and (best or run.dir.earlier_checkpoints):
             atomic_save(state, os.path.join(out_dir, "ckpt.pt"))
             say(run, f"saved ckpt.pt and last.pt to {out_dir}")
@@ -382,8 +350,8 @@ def notify(run, callback, event, iter_num, info):
 
 def train(config, explicit=None, callback=None):
     """Train with `config` (over DEFAULTS); explicit: the keys the user set (None: see
-    full_config). Returns a summary dict. callback(event, info) sees 'iter', 'eval' and
-    'end' on every rank (tools/compare.py; docs/training.md)."""
+    full_config). Returns a summary dict. callback(event, info): 'iter', 'eval' and 'end'
+    on every rank (docs/training.md)."""
     config, explicit = full_config(config, explicit, DEFAULTS)   # refuses unknown keys
     ddp = "RANK" in os.environ and "WORLD_SIZE" in os.environ   # set by torchrun
     rank = int(os.environ["RANK"]) if ddp else 0
@@ -406,9 +374,8 @@ def train(config, explicit=None, callback=None):
 
 
 def train_loop(run, stop, callback):
-    """Iterations from run.start_iter to max_iters, or to a stop. Each pass starts at an
-    iteration boundary, where the saved state resumes exactly: evaluating, saving and
-    stopping happen only there."""
+    """Each pass starts at an iteration boundary, where the saved state resumes exactly:
+    evaluating, saving and stopping happen only there."""
     config = run.config
     model = run.train_model
     optimizer = run.optimizer
@@ -420,7 +387,7 @@ def train_loop(run, stop, callback):
     last_train_loss = None
     in_step = False   # in an optimizer step: the state is half-updated
     stopped = False   # by Ctrl-C or SIGTERM
-    at_once = False   # by a KeyboardInterrupt: a second Ctrl-C, or raised by a callback
+    at_once = False   # by a KeyboardInterrupt
     run.dir.start_clock(iter_num)
     try:
         while True:
