@@ -197,6 +197,7 @@ def setup(config, explicit, device, dtype, rank, world, held):
     # the data, prepared on first use
     run.data_dir, run.meta = prepared_data(config, prepare.prepare, rank, world)
     config["data_dir"] = run.data_dir
+    run.tokenizer_id = tokenizer_id(run.meta)
     # the model's arguments: GPTConfig's defaults, the variant's, the data's vocab_size,
     # then the keys you set
     args = dict(MODEL_DEFAULTS)
@@ -206,7 +207,7 @@ def setup(config, explicit, device, dtype, rank, world, held):
     args.update({k: config[k] for k in explicit if k in MODEL_DEFAULTS})
     # init_from=resume or a checkpoint: its arguments instead; all checked
     run.args, ckpt = start_from(config, explicit, args, run.meta, device, run.master)
-    config.update(run.args)   # the config saved with checkpoints shows the model trained
+    config.update(run.args)   # the saved config shows the model trained
     run.block_size = run.args["block_size"]
     run.batch_size = config["batch_size"]
     vocab_size = run.args["vocab_size"]
@@ -322,7 +323,7 @@ def checkpoint_dict(run, iter_num, best_val_loss):
         "config": dict(run.config),
         "dataset": run.config["dataset"],
         "data_dir": run.data_dir,
-        "tokenizer_id": tokenizer_id(run.meta),
+        "tokenizer_id": run.tokenizer_id,
     }
 
 
@@ -441,7 +442,7 @@ def train_loop(run, stop, callback):
             in_step = False
 
             if it % config["log_interval"] == 0:
-                total = loss.clone()   # the mean over the DDP ranks: the whole batch's loss
+                total = loss.clone()   # then averaged over the DDP ranks
                 if run.ddp:
                     torch.distributed.all_reduce(total)
                 last_train_loss = total.item() / run.world
