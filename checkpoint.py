@@ -1,7 +1,8 @@
 """
 Checkpoint files: atomic writes, one writer per run folder, safe loading and building the model a checkpoint
 describes; where a model runs (device, dtype, threads, seeds, DDP's process group); and for train.py, the model
-arguments of a run (scratch, resume or another checkpoint's weights) and the RNG state that makes a resume exact.
+arguments of a run started from a checkpoint (resume, or another's weights: model_args; a new run's are built in
+train.py's setup) and the RNG state that makes a resume exact.
 
 A checkpoint is a torch.save'd dict (model, model_args, optimizer, scaler, iter_num, best_val_loss,
 config, rng, rng_ranks, dataset, data_dir, tokenizer_id); nanoGPT's ckpt.pt is read as one (the section
@@ -9,6 +10,7 @@ config, rng, rng_ranks, dataset, data_dir, tokenizer_id); nanoGPT's ckpt.pt is r
 train.py writes two of them into out_dir:
   ckpt.pt  - the best validation loss so far (what sample.py / eval.py load by default)
   last.pt  - the latest state, written at every eval and on Ctrl-C (what init_from='resume' loads)
+both with atomic_save, by train.py's save_checkpoints.
 
 Every write goes to a temporary file in the same directory, is fsync'ed and then os.replace'd over the
 target, so a crash or a full disk mid-write never leaves a truncated checkpoint behind.
@@ -25,7 +27,6 @@ import os
 import pickle
 import random
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -119,25 +120,6 @@ def atomic_save(obj, path):
     """torch.save(obj, path), atomically."""
     with atomic_open(path, "wb") as f:
         torch.save(obj, f)
-
-
-def atomic_copy(src, dst):
-    """Make dst an identical copy of the (complete) file src, atomically. Uses a hard link when the
-    filesystem allows it (free, and a later os.replace of src gives src a new inode, so dst keeps
-    its content), else a byte copy."""
-    directory = os.path.dirname(os.path.abspath(dst))
-    tmp = os.path.join(directory, f".{os.path.basename(dst)}.{os.getpid()}.link.tmp")
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(tmp)
-    try:
-        os.link(src, tmp)
-        os.replace(tmp, dst)
-        _fsync_dir(directory)
-    except OSError:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        with open(src, "rb") as fsrc, atomic_open(dst, "wb") as fdst:
-            shutil.copyfileobj(fsrc, fdst)
 
 
 def check_out_dir(path, key="out_dir"):
@@ -457,8 +439,8 @@ def keep_heaviest_branch(model, enabled):
 
 # --- where a model runs: device and dtype, and the seeds it accepts ----------------------------------
 
-# seeds of train.py and sample.py: numpy's range (train.py also seeds it); a larger one used to end in torch's
-# "Overflow when unpacking long long" traceback
+# seeds of train.py and sample.py: numpy's range [0, 2**32), nanoGPT's habit (neither seeds numpy now); a larger
+# one used to end in torch's "Overflow when unpacking long long" traceback
 MAX_SEED = 2**32
 
 

@@ -5,24 +5,27 @@ A training run's folder (out_dir) and what keeps the run safe, for train.py; a l
     full_config, check_settings   refuse a bad config in one line, before anything changes
     prepared_data      the dataset folder, prepared on first use (by rank 0; the others wait), and
                        its meta.json
-    train_model_args   the model's arguments and the checkpoint a run starts from (scratch, resume,
-                       another's weights), checked against the data and this model.py
+    start_from         the checkpoint a run starts from (resume, another's weights) and its model
+                       arguments; any run's arguments checked against the data and this model.py
     load_state         a resumed run's weights, optimizer, loss scaler and RNG states; another
                        checkpoint's weights that fit
-    notes_before_run   the warmup note, the busy-machine note and the CPU-time note
     StopRequest        Ctrl-C / SIGTERM: the first asks the loop to stop at the next iteration
-                       boundary (where last.pt resumes exactly), the second stops at once
-    RunDir             out_dir while the run writes it: its lock, stale temporary files,
-                       log.csv (CsvLog) with the speed and time left (Speed), the checkpoint
-                       writes (last.pt; ckpt.pt when best) with every rank's RNG state, what a stop
-                       or a divergence leaves behind, loss.png at the end
+                       boundary (where last.pt resumes exactly; DDP ranks vote), the second stops
+                       at once
+    RunDir             out_dir while the run writes it: its lock, stale temporary files, the notes
+                       before a run, log.csv (CsvLog) with the speed and time left (Speed), a NaN
+                       loss or NaN weights stopping the run, what goes with each checkpoint write
+                       (every rank's RNG state; log.csv), what a stop or a divergence leaves behind,
+                       loss.png at the end
 
 No training logic: the loop, the batches and their seeds, the learning rate, the RNG's seeds, the
-loss averaged over the ranks and the optimizer step are train.py's.
+loss averaged over the ranks, the optimizer step and which checkpoint is written when (train.py's
+save_checkpoints, with checkpoint.atomic_save) are train.py's.
 """
 
 import contextlib
 import csv
+import functools
 import math
 import os
 import signal
@@ -36,12 +39,12 @@ import urllib.parse
 import numpy as np
 import torch
 
-from checkpoint import (CKPT_NAME, GPT2_NAMES, LAST_NAME, atomic_copy, atomic_open, atomic_save,
-                        busy_machine, check_finite, check_num_threads, check_out_dir, check_seed,
-                        gather_rng_states, gpt_config_defaults, is_hf_source, load_checkpoint,
-                        load_init_checkpoint, load_matching_weights, load_optimizer_state,
-                        load_own_weights, lock_dir, model_args, model_config, plain_values,
-                        remove_stale_temp_files, restore_rng)
+from checkpoint import (CKPT_NAME, GPT2_NAMES, LAST_NAME, atomic_open, busy_machine, check_finite,
+                        check_num_threads, check_out_dir, check_seed, gather_rng_states,
+                        gpt_config_defaults, is_hf_source, load_checkpoint, load_init_checkpoint,
+                        load_matching_weights, load_optimizer_state, load_own_weights, load_variant,
+                        lock_dir, model_args, model_config, plain_values, remove_stale_temp_files,
+                        restore_rng)
 from configurator import UserError, out_of_memory
 from dataset import default_data_dir, is_prepared, load_meta, run_prepare, tokenizer_id
 
@@ -134,7 +137,7 @@ def _check_schedule(c):
 
 
 def _check_run_settings(c, world):
-    """The rest of train.py's keys: DDP ranks, dataset, out_dir, init_from."""
+    """The rest of train.py's keys: DDP ranks, variant, dataset, out_dir, init_from."""
     accum = c["gradient_accumulation_steps"]
     if accum % world:
         raise UserError(f"gradient_accumulation_steps={accum} must be divisible by the {world} DDP ranks; each "
@@ -143,6 +146,8 @@ def _check_run_settings(c, world):
     _need(c, c["backend"] in ("nccl", "gloo"), "backend", "nccl or gloo", "--backend=nccl for GPUs, gloo otherwise")
     if c["wandb_log"]:
         check_wandb()
+    if c["variant"]:   # train.py then loads it with variants.load
+        load_variant(c["variant"])
     _need(c, c["dataset"] != "", "dataset", "a dataset name", "--dataset=shakespeare_char")
     _need(c, c["out_dir"] != "", "out_dir", "a folder", "--out_dir=out")
     if c["init_from"] not in ("scratch", "resume", *GPT2_NAMES) and not os.path.exists(c["init_from"]):
@@ -166,14 +171,15 @@ def prepared_data(config, prepare, rank, world):
     return data_dir, load_meta(data_dir)
 
 
-def train_model_args(config, explicit, meta, device, master=True):
-    """train.py's model: (model_args, checkpoint or None) for init_from = scratch | resume | <path>.
-    Refuses a checkpoint of another tokenizer, with non-finite weights, or (resume) of another
-    architecture, and arguments this model.py cannot build. master: say what it resumes."""
+def start_from(config, explicit, args, meta, device, master=True):
+    """train.py's model: (its arguments, the checkpoint it starts from or None). args: those of a
+    new model (init_from=scratch), built in train.py's setup; init_from=resume: out_dir's last.pt
+    (else ckpt.pt) and its arguments (dropout from the config; any other change is refused);
+    init_from=<path>: that checkpoint and its arguments under the variant, the data's vocab_size
+    and the keys set. Refuses a checkpoint of another tokenizer or with non-finite weights, and
+    arguments this model.py cannot build or that do not fit the data. master: say what it resumes."""
     init_from, ckpt = config["init_from"], None
-    if init_from == "scratch":
-        args = model_args(config, explicit, vocab_size=meta["vocab_size"])
-    elif init_from == "resume":
+    if init_from == "resume":
         out_dir = config["out_dir"]
         if not any(os.path.isfile(os.path.join(out_dir, n)) for n in (LAST_NAME, CKPT_NAME)):
             raise UserError(f"nothing to resume: no {LAST_NAME} or {CKPT_NAME} in '{out_dir}' (fix: pass the "
@@ -198,7 +204,7 @@ def train_model_args(config, explicit, meta, device, master=True):
                             f"(fix: drop that override, or start a new run from its weights: "
                             f"--init_from={ckpt['path']} --allow_partial_init=True)")
         args["dropout"] = wanted["dropout"]
-    else:
+    elif init_from != "scratch":
         ckpt = load_init_checkpoint(init_from, device)   # (its model_args checked: model_config)
         args = model_args(config, explicit, base=ckpt["model_args"], vocab_size=meta["vocab_size"])
     if ckpt is not None:   # first: another tokenizer's data also shows up as a vocab_size mismatch below
@@ -242,6 +248,17 @@ def _say(message):
 
 # --- notes before a long run ----------------------------------------------------------------------------
 
+def time_one_sequence(model, x, y, ctx):
+    """Seconds of a forward and backward pass of the first sequence of (x, y) (the note on the run's length). The
+    gradients are taken with torch.autograd.grad, so the parameters' .grad stay untouched."""
+    t0 = time.time()
+    with ctx:
+        logits, loss = model(x[:1], y[:1])
+    params = [p for p in model.parameters() if p.requires_grad]
+    torch.autograd.grad(loss, params, allow_unused=True)
+    return time.time() - t0
+
+
 def notes_before_run(config, device, micro_steps, batch_size, time_one_sequence):
     """One line each, when they apply: every iteration falls in the warmup; the CPUs are busy; the run would take
     over half an hour on this CPU (time_one_sequence(): the seconds of a forward+backward of one sequence)."""
@@ -270,15 +287,19 @@ def notes_before_run(config, device, micro_steps, batch_size, time_one_sequence)
 
 class StopRequest:
     """Ctrl-C (SIGINT) or SIGTERM asks train.py's loop to stop at the next iteration boundary, where the state saved
-    to last.pt is exactly resumable; a second signal raises KeyboardInterrupt at once. Installed only in the
-    main thread and over the default handlers (a caller's own handlers are left alone). master: say
-    so."""
+    to last.pt is exactly resumable (`requested`); a second signal raises KeyboardInterrupt at once. Under DDP each
+    rank gets its own signal, but all must stop at the same boundary: `requested` is set only by vote(), which
+    every rank calls at the same iterations. Installed only in the main thread and over the default handlers (a
+    caller's own handlers are left alone). master: say so."""
 
     DEFAULT_HANDLERS = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}
 
-    def __init__(self, master=True):
-        self.requested = False
+    def __init__(self, master=True, device=None, world=1):
+        self.asked = False       # this process got the signal
+        self.requested = False   # stop at the next boundary (asked here, or under DDP by any rank's vote)
         self.master = master
+        self.device = device
+        self.world = world
         self.previous = {}
 
     def __enter__(self):
@@ -289,12 +310,20 @@ class StopRequest:
         return self
 
     def handle(self, signum, frame):
-        if self.requested:
+        if self.asked:
             raise KeyboardInterrupt
-        self.requested = True
+        self.asked = True
+        self.requested = self.world == 1
         if self.master:
             _say(f"\n{signal.Signals(signum).name}: stopping after this iteration to save last.pt "
                  f"(Ctrl-C again to stop at once)")
+
+    def vote(self):
+        """DDP: every rank calls this at the same iterations (an all_reduce); a stop asked on any rank is then
+        requested on all."""
+        votes = torch.tensor(float(self.asked), device=self.device)
+        torch.distributed.all_reduce(votes)
+        self.requested = votes.item() > 0
 
     def __exit__(self, *exc):
         for sig, handler in self.previous.items():
@@ -312,7 +341,7 @@ class RunDir:
     run's first save, so that they always go with the checkpoints beside them. iter_num: where the
     run starts; ckpt: the checkpoint it starts from, or None."""
 
-    def __init__(self, config, iter_num, ckpt, rank, world, tokens_per_iter, device):
+    def __init__(self, config, iter_num, ckpt, rank, world, device):
         check_out_dir(config["out_dir"])
         self.path = config["out_dir"]
         self.config = config
@@ -321,13 +350,20 @@ class RunDir:
         # the iteration last.pt holds for this run (None: nothing saved yet)
         self.saved_iter = iter_num if self.resuming and ckpt["path"].endswith(LAST_NAME) else None
         self.master = rank == 0
+        self.world = world
         self.ddp = world > 1
         self.device = device
-        self.speed = Speed(config["max_iters"], config["eval_interval"], tokens_per_iter)
+        self.accum = config["gradient_accumulation_steps"] // world   # micro-steps per rank
+        self.tokens_per_iter = self.accum * world * config["batch_size"] * config["block_size"]
+        self.speed = Speed(config["max_iters"], config["eval_interval"], self.tokens_per_iter)
         self.earlier = False
+        # True while out_dir's checkpoints are an earlier run's: this run's first save replaces ckpt.pt too
+        self.earlier_checkpoints = False
+        self.gather = True   # a save gathers every DDP rank's RNG state (not after a stop at once)
         self.csv_log = None
         self.t_start = time.time()
-        self.t_eval = self.shown = self.t_start
+        self.t_eval = None
+        self.shown = self.t_start
         self.wandb = WandbLog(config, self.master)
         self.held = contextlib.ExitStack()
 
@@ -339,6 +375,7 @@ class RunDir:
             remove_stale_temp_files(self.path, (CKPT_NAME, LAST_NAME, "log.csv", "loss.png"), _say)
             self.earlier = not self.resuming and any(os.path.exists(os.path.join(self.path, n))
                                                      for n in (CKPT_NAME, LAST_NAME))
+            self.earlier_checkpoints = self.earlier
             keep_before = self.iter_num if self.resuming else None
             path = os.path.join(self.path, "log.csv")
             self.csv_log = CsvLog(path, keep_before=keep_before, pending=self.earlier)
@@ -353,6 +390,24 @@ class RunDir:
         if self.master:
             _say(message)
 
+    def say_what_runs(self, model, segments, batch, ctx):
+        """Rank 0, before the loop: the model's size and depth, the tokens per iteration, the data_segments
+        in use, then notes_before_run's (a warmup longer than the run, busy CPUs, hours of CPU time, timed on
+        the first batch: `batch`, run under ctx)."""
+        if not self.master:
+            return
+        c = self.config
+        if segments is not None:
+            _say(f"training windows start only at the {len(segments):,} segments of {c['data_segments']}")
+        _say(f"number of parameters: {model.get_num_params(non_embedding=False):,} (non-embedding: "
+             f"{model.get_num_params():,})")
+        _say(f"depth: {model.depth_summary()}")
+        _say(f"tokens per iteration: {self.tokens_per_iter:,} ({self.accum} accum x {self.world} ranks x "
+             f"{c['batch_size']} batch x {c['block_size']} block); device {self.device}, dtype {c['dtype']}, "
+             f"compile {c['compile']}")
+        probe = functools.partial(time_one_sequence, model, *batch, ctx)
+        notes_before_run(c, self.device, self.accum, c["batch_size"], probe)
+
     def start_clock(self, iter_num):
         """The loop starts at iter_num: elapsed_s counts from here, and the first speed window."""
         self.t_start = time.time()
@@ -361,50 +416,62 @@ class RunDir:
     def elapsed(self):
         return time.time() - self.t_start
 
-    def eval_started(self):
-        self.speed.eval_started()
-        self.t_eval = self.shown = time.time()
-
     def eval_progress(self, split, k, n):
-        """A line every PROGRESS_EVERY_S seconds during a long evaluation."""
+        """Before each evaluation batch: the first starts the evaluation's clock (its time is left out of
+        ms/iter), then a line every PROGRESS_EVERY_S seconds during a long evaluation."""
+        if self.t_eval is None:
+            self.speed.eval_started()
+            self.t_eval = self.shown = time.time()
         if time.time() - self.shown > PROGRESS_EVERY_S:
             self.say(f"  evaluating: {split} batch {k + 1}/{n}, {time.time() - self.t_eval:.0f} s")
             self.shown = time.time()
 
-    def eval_ended(self, iter_num):
-        self.speed.eval_ended(iter_num)
-
-    def log_iteration(self, it, iter_num, loss, lr):
-        """One line and one log.csv row for iteration `it` (iter_num: the iterations done): its
-        loss, the lr, the speed since the last such row and the time left."""
-        line, timing = self.speed.log_window(it, iter_num, loss, lr)
-        self.say(line)
-        self.log(iter=it, kind="train", loss=loss, lr=lr, **timing, elapsed_s=self.elapsed())
-
     def log(self, **row):
+        """One row of log.csv (and of W&B, for an evaluation), with elapsed_s, the seconds since the loop
+        started; returns it. A train row (kind='train', iteration `iter`) also prints its line: the loss, the lr,
+        the speed since the last one and the time left. An eval row ends the evaluation's clock. Before anything,
+        a NaN or inf loss stops the run: training diverged."""
+        it = row["iter"]
+        if row["kind"] == "train":
+            losses = {"the training loss": row["loss"]}
+        else:
+            losses = {"the eval loss on train": row["loss"], "the eval loss on val": row["val_loss"]}
+        for what, value in losses.items():
+            if not math.isfinite(value):
+                raise self.diverged(f"{what} is {value}", it)
+        if row["kind"] == "train":
+            line, timing = self.speed.log_window(it, it + 1, row["loss"], row["lr"])
+            self.say(line)
+            row.update(timing)
+        else:
+            self.speed.eval_ended(it)
+            self.t_eval = None
+        row["elapsed_s"] = self.elapsed()
         if self.master:
             self.csv_log.write(**row)
             self.wandb.log(row)
+        return row
 
-    def save_checkpoint(self, checkpoint, best, gather=True):
-        """last.pt := checkpoint with every rank's RNG state (gather: a collective under DDP),
-        written atomically by rank 0; ckpt.pt := last.pt when best, or at the first save of a new
-        run into an earlier run's folder (which replaces that run's ckpt.pt too, e.g. on Ctrl-C
-        before the first eval's). Non-finite weights are never saved: they stop the run."""
+    @contextlib.contextmanager
+    def saving(self, checkpoint):
+        """Around train.py's writes of a checkpoint (every rank enters it). First: non-finite weights stop the run
+        (they are never saved), and every rank's RNG state goes into the checkpoint, for an exact resume (a
+        collective under DDP, except after a stop at once). After the writes: log.csv's pending rows go with
+        last.pt, a stop now keeps this iteration, and ckpt.pt is this run's. The save's time is left out of
+        ms/iter."""
         iter_num = checkpoint["iter_num"]
         if not all(torch.isfinite(w).all() for w in checkpoint["model"].values()):
             raise self.diverged("the weights are not finite", iter_num)
-        rng, rng_ranks = gather_rng_states(self.device, self.ddp and gather)
+        t0 = time.time()
+        rng, rng_ranks = gather_rng_states(self.device, self.ddp and self.gather)
         checkpoint["rng"] = rng
         checkpoint["rng_ranks"] = rng_ranks
+        yield
         if self.master:
-            path = os.path.join(self.path, LAST_NAME)
-            atomic_save(checkpoint, path)
-            if best or (self.earlier and self.saved_iter is None):
-                atomic_copy(path, os.path.join(self.path, CKPT_NAME))
-                self.say(f"saved {CKPT_NAME} and {LAST_NAME} to {self.path}")
             self.csv_log.commit()   # log.csv's pending rows go with last.pt
         self.saved_iter = iter_num
+        self.earlier_checkpoints = False
+        self.speed.set_aside(iter_num, time.time() - t0)
 
     def kept(self):
         """What a stop now leaves in out_dir, in words."""
@@ -423,21 +490,23 @@ class RunDir:
         return UserError(f"{what} at iteration {it}: training diverged; {self.kept()} (fix: lower --learning_rate "
                          f"(now {c['learning_rate']:g}) or lengthen --warmup_iters (now {c['warmup_iters']}))")
 
-    def save_on_stop(self, checkpoint, in_step, at_once):
-        """After Ctrl-C / SIGTERM: last.pt := checkpoint, the state at the iteration boundary the
-        loop stopped at (nothing when stopped mid-step: that state is half-updated), and say what
-        out_dir keeps. at_once: stopped by a KeyboardInterrupt, after which the other DDP ranks may
-        be gone (no collective)."""
-        iter_num = checkpoint["iter_num"]
+    @contextlib.contextmanager
+    def stopping(self, iter_num, in_step, at_once):
+        """After Ctrl-C / SIGTERM, around train.py's save of last.pt at the iteration boundary the loop stopped at:
+        yields whether to save (not when stopped mid-step: that state is half-updated; not when this iteration
+        is saved already), then says what out_dir keeps. at_once: stopped by a KeyboardInterrupt, after which
+        the other DDP ranks may be gone (no collective). A Ctrl-C during that save ends it: the atomic save kept
+        the old file."""
         if in_step:
             self.say(f"\nstopped during iteration {iter_num}: {self.kept()}")
+            yield False
             return
+        self.gather = not at_once
         try:
-            if self.saved_iter != iter_num:
-                self.save_checkpoint(checkpoint, best=False, gather=not at_once)
+            yield self.saved_iter != iter_num
             self.say(f"interrupted at iteration {iter_num}: saved {os.path.join(self.path, LAST_NAME)}; "
                      f"continue with --init_from=resume")
-        except KeyboardInterrupt:   # a second Ctrl-C during that save: the atomic save kept the old file
+        except KeyboardInterrupt:   # a second Ctrl-C during that save
             self.say(f"\nstopped while saving iteration {iter_num}: {self.kept()}")
 
     def finish(self, model, args, history, best_val_loss, last_train_loss, iter_num, interrupted):
@@ -631,8 +700,16 @@ class Speed:
         self.t_eval = time.time()
 
     def eval_ended(self, iter_num):
-        """Count the evaluation's time for the ETA; ms/iter leaves it out."""
-        self.eval_seconds, self.n_evals = self.eval_seconds + time.time() - self.t_eval, self.n_evals + 1
+        """Count the evaluation's time for the ETA; ms/iter leaves it out. (A DDP rank with no batch of it to
+        evaluate never started its clock.)"""
+        self.n_evals += 1
+        self.set_aside(iter_num, 0.0 if self.t_eval is None else time.time() - self.t_eval)
+        self.t_eval = None
+
+    def set_aside(self, iter_num, seconds):
+        """Seconds spent evaluating or saving until iteration iter_num: counted for the ETA, left out of
+        ms/iter (the next window starts now)."""
+        self.eval_seconds += seconds
         self.restart(iter_num)
 
     def window_ms(self, iter_num):

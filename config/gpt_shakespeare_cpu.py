@@ -2,9 +2,9 @@
 # Val loss 1.88 after 2000 iterations; about 1 minute on an idle 2-core VM (33 ms/iter, see results/README.md).
 #   python train.py config/gpt_shakespeare_cpu.py
 #   python train.py config/gpt_shakespeare_cpu.py --num_threads=1   # when other jobs share the cores (2 busy threads thrash)
-#   python sample.py --start "War is "        (reads out/ckpt.pt)
+#   python sample.py --start "War is "        (reads the newest out*/ folder's ckpt.pt: this one, right after)
 
-out_dir = "out"       # sample.py's default, so it finds this checkpoint without flags
+out_dir = "out"       # sample.py without --out_dir reads the newest out*/ folder: this one, after this run
 eval_interval = 250
 eval_iters = 20       # fewer eval batches: evaluation is slow on a CPU
 log_interval = 10

@@ -18,7 +18,6 @@ import train
 from configurator import UserError
 from conftest import ROOT, one_error_line, tiny_config, write_token_dataset
 import checkpoint
-import run_dir
 from run_dir import CsvLog
 
 
@@ -429,7 +428,7 @@ def ctrl_c_handler():
 
 
 def test_second_ctrl_c_during_the_save_says_what_is_kept(tiny_train_config, monkeypatch, ctrl_c_handler, capsys):
-    real_save = run_dir.atomic_save
+    real_save = train.atomic_save
 
     def save(obj, path):   # the first Ctrl-C arrives in iteration 13; the second during the save it asks for
         if obj["iter_num"] == 14:
@@ -440,7 +439,7 @@ def test_second_ctrl_c_during_the_save_says_what_is_kept(tiny_train_config, monk
         if event == "iter" and info["iter_num"] == 14:
             os.kill(os.getpid(), signal.SIGINT)
 
-    monkeypatch.setattr(run_dir, "atomic_save", save)
+    monkeypatch.setattr(train, "atomic_save", save)
     try:
         summary = train.train({**train.DEFAULTS, **tiny_train_config}, explicit=set(tiny_train_config),
                               callback=callback)

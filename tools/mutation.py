@@ -178,12 +178,12 @@ MUTANTS = [
            "lr = get_lr(iter_num + 1, config)",
            "tests/test_train_arithmetic.py -k lr_of_each_step_in_warmup_cosine_and_after_decay", every=False),
     Mutant("train_clips_before_unscaling", "train.py",
-           "                        scaler.unscale_(optimizer)   # clip the true gradient, not the scaled one\n"
-           "                        params = run.raw_model.parameters()\n"
-           "                        torch.nn.utils.clip_grad_norm_(params, config[\"grad_clip\"])\n",
-           "                        params = run.raw_model.parameters()\n"
-           "                        torch.nn.utils.clip_grad_norm_(params, config[\"grad_clip\"])\n"
-           "                        scaler.unscale_(optimizer)\n",
+           "                scaler.unscale_(optimizer)   # clip the true gradient, not the scaled one\n"
+           "                params = run.raw_model.parameters()\n"
+           "                torch.nn.utils.clip_grad_norm_(params, config[\"grad_clip\"])\n",
+           "                params = run.raw_model.parameters()\n"
+           "                torch.nn.utils.clip_grad_norm_(params, config[\"grad_clip\"])\n"
+           "                scaler.unscale_(optimizer)\n",
            "tests/test_train_arithmetic.py -k clipping_scales_the_unscaled_gradient_to_grad_clip", every=False),
     Mutant("train_best_val_loss_is_the_latest", "train.py",   # ckpt.pt then follows a val loss that got worse
            "best_val_loss = min(best_val_loss, row[\"val_loss\"])",
