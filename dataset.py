@@ -499,6 +499,7 @@ TOOL_DATASETS = {r"shakespeare_v(\d+)": "tools.pangu.compact_vocab shakespeare -
                  r"wikitext103": "tools.wikitext103",
                  r"wikitext103_v(\d+)": "tools.wikitext103 --vocab_size {}"}
 TEXT_FIX = "(fix: --input=<a UTF-8 text file>)"
+BYTE_ORDER_MARK = "\ufeff"   # U+FEFF at the start of a file: the encoding's mark, not text
 
 
 def tool_command(dataset):
@@ -570,7 +571,9 @@ def check_text_dataset(dataset, input_path, tokenizer, val_fraction, known, out_
 
 def read_text(path):
     """The text of a UTF-8 file, or a one-line error: missing, unreadable, empty, binary (NUL bytes, which
-    UTF-16 text has too) or not UTF-8."""
+    UTF-16 text has too) or not UTF-8. A byte-order mark (Windows Notepad writes one) is not text: it is dropped,
+    as Python's utf-8-sig does, so U+FEFF never becomes a token. Line ends stay as they are: a CRLF file keeps
+    its carriage returns (a char vocabulary has one as a token, and a sample prints the file's line ends)."""
     try:
         with open(path, "rb") as f:
             data = f.read()
@@ -583,10 +586,14 @@ def read_text(path):
     if b"\0" in data:
         raise UserError(f"{path} is not text: it holds NUL bytes (a binary file, or UTF-16 text) {TEXT_FIX}")
     try:
-        return data.decode("utf-8")
+        text = data.decode("utf-8")   # not utf-8-sig: an error's byte offset counts from the file's first byte
     except UnicodeDecodeError as e:
         raise UserError(f"{path} is not UTF-8 text (byte {e.start:,} is {data[e.start]:#04x}: a binary file, or "
                         f"another encoding) {TEXT_FIX}") from None
+    text = text.removeprefix(BYTE_ORDER_MARK)
+    if not text:
+        raise UserError(f"{path} is empty (it holds only a byte-order mark) {TEXT_FIX}")
+    return text
 
 
 def check_long_enough(path, n_chars, splits, val_fraction):
