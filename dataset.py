@@ -15,6 +15,7 @@ what it checks of them before a run is here.
 """
 
 import base64
+import codecs
 import contextlib
 import functools
 import hashlib
@@ -297,6 +298,29 @@ def render(tok, start_text, start_ids, ids):
     if text.startswith(prompt):
         return start_text + text[len(prompt):]
     return start_text + tok.decode(ids[len(start_ids):])
+
+
+class TextStream:
+    """A sample printed as it is generated (tools.executorch.run, tools.llamacpp.run): add(bytes) each token's
+    bytes as it comes, end() after the last. An incremental UTF-8 decoder holds back a character until all its
+    bytes are there (a GPT-2 BPE token can end inside one) and the rest is printed at once, flushed. Bytes that
+    are not UTF-8 print as U+FFFD, as decoding the whole sample does: the text equals decoding it at the end."""
+
+    def __init__(self, file=None):
+        self.file = file   # None: sys.stdout when printing
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def write(self, text):
+        if text:
+            print(text, end="", file=self.file or sys.stdout, flush=True)
+
+    def add(self, data):
+        self.write(self.decoder.decode(data))
+
+    def end(self):
+        """What was held back (a character cut short at the end: U+FFFD), then a newline."""
+        self.write(self.decoder.decode(b"", final=True) + "\n")
+        self.decoder.reset()
 
 
 def one_line(err):
