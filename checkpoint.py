@@ -105,6 +105,18 @@ def raise_keyboard_interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
+def default_sigterm_in_a_child():
+    """A process forked while atomic_path writes (a multiprocessing worker: tools/wikitext103.py tokenizes inside its
+    write) gets SIGTERM's default back: the write is its parent's, and a Pool ends its workers with SIGTERM (one
+    that raised KeyboardInterrupt instead could hang the Pool's exit)."""
+    if signal.getsignal(signal.SIGTERM) is raise_keyboard_interrupt:
+        with contextlib.suppress(ValueError):   # forked from a thread that Python does not count as the main one
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+os.register_at_fork(after_in_child=default_sigterm_in_a_child)
+
+
 @contextlib.contextmanager
 def atomic_open(path, mode="wb"):
     """open(path, mode) for writing, atomically (atomic_path): `path` changes only when the block ends without an

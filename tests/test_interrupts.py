@@ -11,6 +11,7 @@ tested, and no executorch is needed.
 """
 import dataclasses
 import json
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -112,3 +113,22 @@ def test_atomic_path_turns_sigterm_into_an_interrupt_while_it_writes(tmp_path):
         assert signal.getsignal(signal.SIGTERM) is own
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def test_a_process_forked_during_a_write_ends_on_sigterm(tmp_path):
+    """A worker forked while atomic_path writes (tools/wikitext103.py tokenizes in a Pool inside its write) has
+    SIGTERM's default: a Pool ends its workers with SIGTERM when it closes, and a worker that raised
+    KeyboardInterrupt instead hung the suite there."""
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signal handlers are the main thread's")
+    previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        with atomic_path(tmp_path / "a.bin"):
+            pool = multiprocessing.get_context("fork").Pool(1)
+            in_the_worker = pool.apply(signal.getsignal, (signal.SIGTERM,))
+            pool.close()   # not terminate(): a worker that ignored its SIGTERM would hang the test
+            pool.join()
+            assert signal.getsignal(signal.SIGTERM) is checkpoint.raise_keyboard_interrupt   # in the writer itself
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert in_the_worker == signal.SIG_DFL
