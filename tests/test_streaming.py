@@ -40,7 +40,7 @@ def test_text_stream_prints_each_character_once_its_bytes_are_there(gpt2_file):
     enc = get_gpt2_encoding()
     pieces = [enc.decode_single_token_bytes(i) for i in enc.encode_ordinary(MIXED)]
     assert any(complete_prefix(p) != p.decode("utf-8", errors="replace") for p in pieces)   # a split character
-    out, stream, data = io.StringIO(), None, b""
+    out, data = io.StringIO(), b""
     stream = TextStream(out)
     for piece in pieces:
         stream.add(piece)
