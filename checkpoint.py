@@ -27,9 +27,11 @@ import os
 import pickle
 import random
 import re
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 
 import numpy as np
 import torch
@@ -47,13 +49,15 @@ DDP_PREFIX = "module."           # added by DistributedDataParallel
 @contextlib.contextmanager
 def atomic_path(path):
     """Yield the name of a temporary file beside `path` to write; when the block ends without an error it is
-    fsync'ed and os.replace'd onto `path`. On any error (including KeyboardInterrupt) it is removed and `path` is
-    untouched; a filesystem error (full disk, read-only folder, ...) becomes a one-line UserError naming the path.
-    The temporary file is locked while it lives, so the next write of `path` removes (and reports) only the ones a
-    killed writer left (remove_stale_temp_files), never those of a writer still at work."""
+    fsync'ed and os.replace'd onto `path`. On any error (including KeyboardInterrupt, and SIGTERM, which raises
+    one meanwhile: sigterm_as_interrupt) it is removed and `path` is untouched; a filesystem error (full disk,
+    read-only folder, ...) becomes a one-line UserError naming the path. The temporary file is locked while it
+    lives, so the next write of `path` removes (and reports) only the ones a killed writer left
+    (remove_stale_temp_files), never those of a writer still at work."""
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
     tmp = fd = None
+    installed = sigterm_as_interrupt()
     try:
         os.makedirs(directory, exist_ok=True)
         remove_stale_temp_files(directory, [os.path.basename(path)], say=print_to_stderr)
@@ -79,7 +83,39 @@ def atomic_path(path):
     finally:
         if fd is not None:
             os.close(fd)
+        if installed:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
     _fsync_dir(directory)
+
+
+def sigterm_as_interrupt():
+    """Make SIGTERM raise KeyboardInterrupt, as Ctrl-C does, while atomic_path writes: its cleanup then runs (the
+    temporary file removed; configurator.run_command ends the command with exit code 130), where SIGTERM's default
+    ends the process at once and leaves the temporary file beside the target (a GGUF export's: 65 MB). Only over
+    the default handler (train.py's StopRequest has its own; a nested write finds this one) and in the main thread
+    (the one Python runs handlers in). True when it installed the handler: the caller puts the default back."""
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    if signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+        return False
+    signal.signal(signal.SIGTERM, raise_keyboard_interrupt)
+    return True
+
+
+def raise_keyboard_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def default_sigterm_in_a_child():
+    """A process forked while atomic_path writes (a multiprocessing worker: tools/wikitext103.py tokenizes inside its
+    write) gets SIGTERM's default back: the write is its parent's, and a Pool ends its workers with SIGTERM (one
+    that raised KeyboardInterrupt instead could hang the Pool's exit)."""
+    if signal.getsignal(signal.SIGTERM) is raise_keyboard_interrupt:
+        with contextlib.suppress(ValueError):   # forked from a thread that Python does not count as the main one
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+os.register_at_fork(after_in_child=default_sigterm_in_a_child)
 
 
 @contextlib.contextmanager

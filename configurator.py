@@ -62,14 +62,16 @@ def run_command(command, defaults, argv=None, bool_flags=(), errors=UserError):
     """A script's whole main(): the config from argv (sys.argv[1:] when None), then command(config). Bad input
     (`errors`, UserError by default) ends here as one line `error: ...` and exit code 1; nowhere else. So does
     a size this machine cannot hold (e.g. --calib_batch_size=10**12), which ended in the allocator's traceback.
-    Ctrl-C exits with code 130 and no traceback."""
+    Ctrl-C (and SIGTERM during an atomic write, checkpoint.atomic_path) ends it with the line `interrupted` and
+    exit code 130, as train.py's interruption: no traceback; what was printed stays, a file being written is
+    left as it was."""
     try:
         config, _ = load_config(defaults, sys.argv[1:] if argv is None else list(argv), bool_flags)
         return command(config)
     except errors as e:
         raise SystemExit(f"error: {e}") from None
-    except KeyboardInterrupt:   # Ctrl-C: what was printed stays, no traceback; 130 as the shells' convention
-        print(file=sys.stderr)
+    except KeyboardInterrupt:
+        print("\ninterrupted", file=sys.stderr, flush=True)   # on a line of its own after the text printed so far
         raise SystemExit(130) from None
     except (MemoryError, RuntimeError) as e:
         if not out_of_memory(e):

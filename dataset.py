@@ -15,6 +15,7 @@ what it checks of them before a run is here.
 """
 
 import base64
+import codecs
 import contextlib
 import functools
 import hashlib
@@ -191,6 +192,9 @@ class CharTokenizer:
     def decode(self, ids):
         return "".join(self.chars[i] for i in ids)
 
+    def token_bytes(self, i):
+        return self.chars[i].encode("utf-8")
+
 
 class BPETokenizer:
     """A tiktoken encoding (GPT-2 or compact). '<|endoftext|>' in a prompt maps to the eot token."""
@@ -203,6 +207,10 @@ class BPETokenizer:
 
     def decode(self, ids):
         return self.enc.decode(list(ids))
+
+    def token_bytes(self, i):
+        """The bytes of token i: part of a character, at times (a streamed sample waits for the rest)."""
+        return self.enc.decode_single_token_bytes(i)
 
 
 def load_tokenizer(data_dir, ckpt=None):
@@ -314,36 +322,6 @@ def encode_start(tok, text, dataset, vocab_size=None):
     return tok.encode(text) or [tok.eot_token]
 
 
-class TextStream:
-    """Prints a sample's text as its tokens come (sample.py, and the device runners). A token may end inside a
-    character (BPE's bytes): its text waits for the next tokens, at most MAX_WAIT, then prints as decode() does
-    (a replacement character). The last token is kept as context, so a tokenizer that drops a first token's
-    leading space (SentencePiece) prints it, and the printed text equals decoding all ids at once."""
-    MAX_WAIT = 4   # a UTF-8 character has at most 4 bytes
-
-    def __init__(self, decode, context_ids, file=None):
-        self.decode = decode
-        self.file = file or sys.stdout
-        self.ids = list(context_ids)[-1:]
-        self.printed = len(decode(self.ids))
-
-    def add(self, token_id):
-        self.ids.append(int(token_id))
-        text = self.decode(self.ids)
-        if text.endswith("\ufffd") and len(self.ids) <= self.MAX_WAIT:
-            return
-        print(text[self.printed:], end="", file=self.file, flush=True)
-        self.ids = self.ids[-1:]
-        self.printed = len(self.decode(self.ids))
-
-    def end(self):
-        """What still waits (a character cut off by max_new_tokens), then the end of the line."""
-        text = self.decode(self.ids)
-        print(text[self.printed:], file=self.file, flush=True)
-        self.ids = []
-        self.printed = 0
-
-
 def render(tok, start_text, start_ids, ids):
     """The sample as text, beginning with the start text exactly as given. Decoding all ids at once
     keeps multi-byte characters that straddle the prompt boundary whole (BPE); the decoded prompt is
@@ -353,6 +331,33 @@ def render(tok, start_text, start_ids, ids):
     if text.startswith(prompt):
         return start_text + text[len(prompt):]
     return start_text + tok.decode(ids[len(start_ids):])
+
+
+class TextStream:
+    """A sample printed as it is generated (sample.py, tools.executorch.run, tools.llamacpp.run): add(bytes) each
+    token's bytes as it comes (or add_token(id) with a tokenizer's token_bytes), end() after the last. An incremental UTF-8 decoder holds back a character until all its
+    bytes are there (a GPT-2 BPE token can end inside one) and the rest is printed at once, flushed. Bytes that
+    are not UTF-8 print as U+FFFD, as decoding the whole sample does: the text equals decoding it at the end."""
+
+    def __init__(self, file=None, token_bytes=None):
+        self.file = file   # None: sys.stdout when printing
+        self.token_bytes = token_bytes   # id -> its bytes, for add_token (a tokenizer's token_bytes)
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def write(self, text):
+        if text:
+            print(text, end="", file=self.file or sys.stdout, flush=True)
+
+    def add(self, data):
+        self.write(self.decoder.decode(data))
+
+    def add_token(self, token):
+        self.add(self.token_bytes(int(token)))
+
+    def end(self):
+        """What was held back (a character cut short at the end: U+FFFD), then a newline."""
+        self.write(self.decoder.decode(b"", final=True) + "\n")
+        self.decoder.reset()
 
 
 def one_line(err):
@@ -555,6 +560,7 @@ TOOL_DATASETS = {r"shakespeare_v(\d+)": "tools.pangu.compact_vocab shakespeare -
                  r"wikitext103": "tools.wikitext103",
                  r"wikitext103_v(\d+)": "tools.wikitext103 --vocab_size {}"}
 TEXT_FIX = "(fix: --input=<a UTF-8 text file>)"
+BYTE_ORDER_MARK = "\ufeff"   # U+FEFF at the start of a file: the encoding's mark, not text
 
 
 def tool_command(dataset):
@@ -626,7 +632,9 @@ def check_text_dataset(dataset, input_path, tokenizer, val_fraction, known, out_
 
 def read_text(path):
     """The text of a UTF-8 file, or a one-line error: missing, unreadable, empty, binary (NUL bytes, which
-    UTF-16 text has too) or not UTF-8."""
+    UTF-16 text has too) or not UTF-8. A byte-order mark (Windows Notepad writes one) is not text: it is dropped,
+    as Python's utf-8-sig does, so U+FEFF never becomes a token. Line ends stay as they are: a CRLF file keeps
+    its carriage returns (a char vocabulary has one as a token, and a sample prints the file's line ends)."""
     try:
         with open(path, "rb") as f:
             data = f.read()
@@ -639,10 +647,14 @@ def read_text(path):
     if b"\0" in data:
         raise UserError(f"{path} is not text: it holds NUL bytes (a binary file, or UTF-16 text) {TEXT_FIX}")
     try:
-        return data.decode("utf-8")
+        text = data.decode("utf-8")   # not utf-8-sig: an error's byte offset counts from the file's first byte
     except UnicodeDecodeError as e:
         raise UserError(f"{path} is not UTF-8 text (byte {e.start:,} is {data[e.start]:#04x}: a binary file, or "
                         f"another encoding) {TEXT_FIX}") from None
+    text = text.removeprefix(BYTE_ORDER_MARK)
+    if not text:
+        raise UserError(f"{path} is empty (it holds only a byte-order mark) {TEXT_FIX}")
+    return text
 
 
 def check_long_enough(path, n_chars, splits, val_fraction):

@@ -77,7 +77,9 @@ def write_samples(model, tok, start_text, cfg, device, dtype, source, dataset,
     """Print cfg["num_samples"] samples of `model` after start_text. generate:
     GPT.generate, or tools/fast_sample.py's (a compiled decode step)."""
     encode = tok.encode   # text -> ids: a table like nanoGPT's stoi, or BPE (tiktoken)
-    decode = tok.decode   # ids -> text
+    # ids -> text, one token at a time: its bytes, printed as UTF-8 once a character
+    # is whole (a BPE token may end inside one)
+    decode = tok.token_bytes
     check_prompt(tok, start_text, dataset, model.config.vocab_size)
     start_ids = encode(start_text) or [tok.eot_token]   # BPE: "" starts a document
     notes = []
@@ -103,10 +105,11 @@ def write_samples(model, tok, start_text, cfg, device, dtype, source, dataset,
     with torch.no_grad(), ctx:
         for _ in range(cfg["num_samples"]):
             # the text appears as it is generated, after the prompt exactly as given
-            print(start_text, end="")
-            stream = TextStream(decode, start_ids)   # whole characters: see its docstring
+            stream = TextStream(token_bytes=decode)
+            stream.write(start_text)
             y = generate(model, x, cfg["max_new_tokens"], cfg["temperature"], top_k,
-                         use_kv_cache=use_cache, generator=generator, on_token=stream.add)
+                         use_kv_cache=use_cache, generator=generator,
+                         on_token=stream.add_token)
             stream.end()
             print(SEPARATOR, flush=True)
             n_new += y.size(1) - x.size(1)

@@ -12,13 +12,15 @@ wrong is one line `error: ... (fix: ...)`, never a traceback or silently wrong o
   - model sizes that cannot be built in reasonable time or memory refused at once;
   - tools.plan --png and tools.executorch.bench --work_dir at odd paths.
 The ExecuTorch checks run on a toy program (a lookup table behind prefill/decode, exported without XNNPACK in
-about a second): what they check is the runner's loading, not the model (tests/test_executorch.py, -m slow).
+about a second): what they check is the runner's loading, not the model (tests/test_executorch.py, -m slow), and
+(issue 48) its text streamed as it is generated, stopped by Ctrl-C.
 """
 import dataclasses
 import fcntl
 import json
 import os
 import pickle
+import signal
 import socket
 import struct
 
@@ -144,6 +146,35 @@ def test_a_program_runs_with_its_own_tokenizer(toy, capsys):
     runner([toy / "toy.pte", "--start=War "])
     text = capsys.readouterr().out.split("\n---------------")[0]
     assert text.startswith("War ") and len(text) == len("War ") + 4
+
+
+def test_a_program_streams_its_text_and_stops_on_ctrl_c(toy, monkeypatch, capsys):
+    """The runner on a real program, asked for 10**15 tokens (issue 48): every draw finds the text of the tokens
+    before it printed, and a real SIGINT (Ctrl-C, in this process, at the 30th draw) ends the command with what was
+    printed, exit code 130 and `interrupted`. (A subprocess would spend 20 s loading ExecuTorch here; the command
+    line and its own startup: tools.fault_trial's et_run_endless_ctrl_c.)"""
+    from tools.executorch import run
+    real_draw, printed = run.sample_next, []
+
+    def draw(logits, temperature, top_k, generator):
+        printed.append(capsys.readouterr().out)
+        if len(printed) == 30:
+            os.kill(os.getpid(), signal.SIGINT)
+        return real_draw(logits, temperature, top_k, generator)
+
+    monkeypatch.setattr(run, "sample_next", draw)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)   # Ctrl-C as in a terminal
+    try:
+        with pytest.raises(SystemExit) as e:
+            run.main([f"--pte={toy / 'toy.pte'}", "--start=War ", f"--max_new_tokens={10**15}"])
+    except KeyboardInterrupt:   # not a test failure by itself: pytest would stop the whole session
+        pytest.fail("Ctrl-C escaped the runner")
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    out, err = capsys.readouterr()
+    assert e.value.code == 130 and err.strip().splitlines()[-1] == "interrupted"
+    assert printed[0] == "War " and len(printed) == 30 and out == ""   # the 30th token was never drawn
+    assert all(len(p) == 1 and p in CHARS for p in printed[1:])   # each token's character before the next draw
 
 
 def test_a_tokenizer_of_another_model_is_refused(toy, tmp_path):

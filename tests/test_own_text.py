@@ -6,6 +6,7 @@ one line, and a dataset of another text is never replaced without --force.
 The text is tests/fixtures/keeper_log.txt (2.7 KB, written for these tests, with a few non-ASCII characters), not
 tinyshakespeare. Every check decodes the token files back and compares them with the file's own text.
 """
+import hashlib
 import json
 import os
 import shutil
@@ -78,12 +79,39 @@ def test_own_text_as_gpt2_bpe_and_as_a_compact_vocabulary(notes, gpt2_file):
     assert max(compact) < 300 and len(compact) > len(gpt2)   # rarer GPT-2 tokens are spelled by their parts
 
 
+def test_a_byte_order_mark_is_dropped_and_crlf_line_ends_are_kept(notes, gpt2_file):
+    """Windows Notepad's UTF-8 starts with a byte-order mark (EF BB BF): prepare.py --input and compact_vocab --input
+    read the text after it (Python's utf-8-sig), so U+FEFF is no token and the dataset is the text's, its sha256
+    too. CRLF line ends are kept as they are (not translated to \\n, as a text-mode read would): '\\r' is a
+    character of the char vocabulary, every split decodes back to the file's text byte for byte, and a dataset
+    prepared before this change keeps its sha256."""
+    from tools.pangu import compact_vocab
+    crlf = TEXT.replace("\n", "\r\n")
+    (notes / "bom.txt").write_bytes(b"\xef\xbb\xbf" + TEXT.encode("utf-8"))
+    (notes / "crlf.txt").write_bytes(crlf.encode("utf-8"))
+    prepare.main(["--input=bom.txt"])
+    prepare.main(["--input=bom.txt", "--tokenizer=gpt2"])
+    compact_vocab.main(["--input=bom.txt", "--vocab_size=300", "--no_plot"])
+    prepare.main(["--input=crlf.txt"])
+    n_train = int(len(TEXT) * 0.9)
+    for name in ("bom_char", "bom_gpt2", "bom_v300"):
+        meta = json.loads((notes / "data" / name / "meta.json").read_text(encoding="utf-8"))
+        assert meta["text"]["characters"] == len(TEXT) and "\ufeff" not in meta.get("chars", [])
+        assert meta["text"]["sha256"] == hashlib.sha256(TEXT.encode("utf-8")).hexdigest()
+        assert decoded_splits(notes / "data" / name) == (TEXT[:n_train], TEXT[n_train:])
+    meta = json.loads((notes / "data" / "crlf_char" / "meta.json").read_text(encoding="utf-8"))
+    assert meta["chars"] == sorted(set(TEXT) | {"\r"})
+    n_train = int(len(crlf) * 0.9)
+    assert decoded_splits(notes / "data" / "crlf_char") == (crlf[:n_train], crlf[n_train:])
+
+
 @pytest.mark.parametrize("content,argv,words", [
     (b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR", [], ["not text", "NUL bytes"]),
     ("UTF-16 text".encode("utf-16"), [], ["NUL bytes", "UTF-16"]),
     ("UTF-16 text, no BOM".encode("utf-16-le"), [], ["NUL bytes", "UTF-16"]),
     ("caf\xe9 au lait\n".encode("latin-1"), [], ["not UTF-8", "byte 3 is 0xe9"]),
     (b"", [], ["is empty"]),
+    (b"\xef\xbb\xbf", [], ["is empty", "only a byte-order mark"]),
     (b"hello\n", [], ["too short for a val split", "--val_fraction"]),
     (TEXT.encode(), ["--val_fraction=0"], ["--val_fraction must be in (0, 1)"]),
     (TEXT.encode(), ["--val_fraction=1.5"], ["--val_fraction must be in (0, 1)"]),

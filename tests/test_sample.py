@@ -200,33 +200,26 @@ def test_text_appears_as_it_is_generated(ckpt_dir, capsys):
     assert streamed == out   # the same text as an unwatched run
 
 
-def test_stream_keeps_characters_that_tokens_split_whole(gpt2_file):
-    """GPT-2 BPE splits an emoji or a CJK character into byte tokens: the stream prints no half character, and
-    what it prints, token by token, is exactly decoding all ids at once. A character cut off at the end prints
-    as decode() prints it."""
+@pytest.mark.parametrize("kind", ["gpt2", "char"])
+def test_each_tokenizer_streams_what_decode_gives(kind, gpt2_file):
+    """sample.py streams tok.token_bytes(id) through dataset.TextStream: for each of our tokenizers (GPT-2 BPE
+    splits the emoji and the CJK characters across tokens; nanoGPT's meta.pkl is a CharTokenizer too) the text
+    printed token by token is tok.decode of all ids, and never half a character."""
     import io
-    from dataset import TextStream, get_gpt2_encoding
-    enc = get_gpt2_encoding()
-    text = "War is 🙂 peace, 平和 — ok"
-    prompt = enc.encode_ordinary("War is")
-    ids = enc.encode_ordinary(text)[len(prompt):]
-    assert any("\ufffd" in enc.decode([i]) for i in ids)   # the test has split characters to keep whole
+    from dataset import BPETokenizer, CharTokenizer, TextStream, get_gpt2_encoding
+    text = "War is \U0001f642 peace, \u5e73\u548c \u2014 ok\n"
+    if kind == "gpt2":
+        tok = BPETokenizer(get_gpt2_encoding(), 50257, 50256)
+    else:
+        tok = CharTokenizer(sorted(set(text)))
+    ids = tok.encode(text)
     out = io.StringIO()
-    stream = TextStream(enc.decode, prompt, file=out)
-    pieces = []
+    stream = TextStream(out, token_bytes=tok.token_bytes)
     for i in ids:
-        stream.add(i)
-        pieces.append(out.getvalue())
+        stream.add_token(i)
         assert "\ufffd" not in out.getvalue()
     stream.end()
-    assert out.getvalue() == text[len("War is"):] + "\n"
-    cut = ids[:ids.index(next(i for i in ids if "\ufffd" in enc.decode([i]))) + 1]   # ends inside the emoji
-    out = io.StringIO()
-    stream = TextStream(enc.decode, prompt, file=out)
-    for i in cut:
-        stream.add(i)
-    stream.end()
-    assert out.getvalue() == enc.decode(prompt + cut)[len("War is"):] + "\n"
+    assert out.getvalue() == tok.decode(ids) + "\n" == text + "\n"
 
 
 def test_ctrl_c_keeps_what_was_printed_without_a_traceback(ckpt_dir):

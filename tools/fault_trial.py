@@ -22,6 +22,11 @@ anywhere, and nothing changed on disk: the sizes and sha256 of every file (and t
 own folder and under the shared fixtures are compared before and after (only the pid inside an existing writer
 lock, .lock, may change). A planted checkpoint (its pickle would create a marker file when loaded) must never
 create it. A read-only folder stops root too: as root the command runs in a user namespace (`unshare -U`).
+Issue 48's cases expect otherwise: an interrupted case gets SIGINT (Ctrl-C) or SIGTERM once its output shows it
+is mid-way (a runner's streamed text, or an export paused inside its write by PAUSED_WRITE) and must end with
+exit code 130, its last line on stderr `interrupted`, no traceback and nothing changed on disk; a case that must
+work (a text with a byte-order mark) ends with exit code 0, and its own check reads what it wrote (only the
+fixtures must stay as they were). A case that needs a module missing here (llama_cpp) is skipped with a note.
 
 Nothing here touches the repository's data/ or out*/: the code is copied to a scratch folder, every command
 runs with its own empty temporary folder as the current directory, and the fixtures (tinyshakespeare prepared
@@ -38,9 +43,11 @@ import json
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 
@@ -77,6 +84,54 @@ class Case:
     holder: str = ""          # a folder (under {c}) whose writer lock another process holds while the case runs
     read_only: str = ""       # a folder (under {c}) made read-only before the case runs
     env: dict = None          # environment variables for the command ({c} expanded), over the trial's
+    expect: str = "error"     # error (exit 1, one error line) | interrupted (exit 130 after `signal`) | ok (exit 0)
+    signal: str = ""          # SIGINT or SIGTERM, sent once signal_when(stdout, stderr) is true
+    signal_when: object = None
+    check: object = None      # check(c, stdout) -> "" or what is wrong: what an ok or interrupted case left
+    requires: str = ""        # a module the command needs (llama_cpp): the case is skipped where it is missing
+
+
+# A command whose atomic writes pause inside the write, their temporary file written and not yet renamed over the
+# target, until a signal comes: python -c PAUSED_WRITE tools.llamacpp.export ARGS. It says PAUSED on stderr then.
+PAUSED = "paused mid-write:"
+PAUSED_WRITE = f"""
+import contextlib, importlib, signal, sys, time
+import checkpoint
+signal.signal(signal.SIGINT, signal.default_int_handler)   # Ctrl-C as in a terminal (a background start ignores it)
+write = checkpoint.atomic_path
+
+
+@contextlib.contextmanager
+def paused(path):
+    with write(path) as tmp:
+        yield tmp
+        print("{PAUSED}", tmp, file=sys.stderr, flush=True)
+        time.sleep(300)
+
+
+checkpoint.atomic_path = paused
+importlib.import_module(sys.argv[1]).main(sys.argv[2:])
+"""
+# python -c AS_IN_A_TERMINAL tools.executorch.run ARGS: the command as `python -m` runs it, with Ctrl-C's handler even
+# where the trial was started in the background (which starts it, and every child, with SIGINT ignored)
+AS_IN_A_TERMINAL = """
+import runpy, signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)
+sys.argv = sys.argv[1:]
+runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
+"""
+# put before PAUSED_WRITE: tools.executorch.export's lowering (30-100 s here) replaced by fixed bytes, for cases that
+# test the write (the lowering itself stops on Ctrl-C like any code: exit 130, nothing written yet)
+STUB_PROGRAM = """
+import tools.executorch.export
+
+
+def stub_program(*args, **kwargs):
+    return b"a stub program: the write is what is tested"
+
+
+tools.executorch.export.program_bytes = stub_program
+"""
 
 
 def train(*extra):
@@ -530,6 +585,15 @@ def all_cases():
         setup=chain(copy_data(), files(**{"notes.txt": text})), needs=data, env=gpt2_ranks_env())
     add("compact_text_binary", "damaged files", compact("--input={c}/notes.txt", "--vocab_size=300"),
         setup=files(**{"notes.txt": b"\0\1\2\3" * 100}))
+    # issue 48: Windows Notepad's byte-order mark is no character of the text; CRLF line ends are kept as they are
+    bom = "\ufeff" + text
+    add("prepare_text_byte_order_mark", "own text", [*own], setup=files(**{"notes.txt": bom}), expect="ok",
+        check=dataset_of(text, "data/notes_char"))
+    add("prepare_text_only_byte_order_mark", "damaged files", [*own], setup=files(**{"notes.txt": "\ufeff"}))
+    add("prepare_text_crlf", "own text", [*own], setup=files(**{"notes.txt": text.replace("\n", "\r\n")}),
+        expect="ok", check=dataset_of(text.replace("\n", "\r\n"), "data/notes_char"))
+    add("compact_text_byte_order_mark", "own text", compact("--input={c}/notes.txt", "--vocab_size=300"),
+        setup=files(**{"notes.txt": bom}), env=gpt2_ranks_env(), expect="ok", check=dataset_of(text, "d"))
     add("train_text_not_prepared", "paths", ["train.py", *TINY, "--dataset=notes_char", "--out_dir={c}/out"])
     add("train_text_too_short_for_block_size", "numbers", train("--data_dir={fx}/data2", "--block_size=5000"),
         needs=data2)
@@ -573,6 +637,24 @@ def all_cases():
         needs=("gguf",))
     add("llamacpp_start_not_in_vocab", "keys/types", [*lc, "--start=War is \u20ac~"], setup=copy_gguf(),
         needs=("gguf",))
+    # issue 48: text streams as it is generated, and Ctrl-C stops it there; an export stopped mid-write (Ctrl-C or
+    # SIGTERM) leaves the previous file as it was and no temporary file
+    endless = ("--start=War is ", f"--max_new_tokens={10**15}")
+    add("et_run_endless_ctrl_c", "interrupted", ["-c", AS_IN_A_TERMINAL, "tools.executorch.run", "--pte={c}/model.pte",
+                                                  *endless],
+        setup=copy_pte(), needs=("pte",), expect="interrupted", signal="SIGINT",
+        signal_when=printed(len("War is ") + 20), check=streamed("War is "))
+    add("llamacpp_run_endless_ctrl_c", "interrupted",
+        ["-c", AS_IN_A_TERMINAL, "tools.llamacpp.run", "--gguf={c}/model.gguf", *endless],
+        setup=copy_gguf(), needs=("gguf",), expect="interrupted", signal="SIGINT",
+        signal_when=printed(len("War is ") + 20), check=streamed("War is "), requires="llama_cpp")
+    for sig in ("SIGINT", "SIGTERM"):
+        add(f"llamacpp_export_{sig.lower()}_mid_write", "interrupted",
+            ["-c", PAUSED_WRITE, "tools.llamacpp.export", "--out_dir={fx}/run", "--gguf={c}/model.gguf"],
+            setup=copy_gguf(), needs=("run", "gguf"), expect="interrupted", signal=sig, signal_when=paused_write)
+        add(f"et_export_{sig.lower()}_mid_write", "interrupted",
+            ["-c", STUB_PROGRAM + PAUSED_WRITE, "tools.executorch.export", "--out_dir={fx}/run", "--pte={c}/model.pte"],
+            setup=copy_pte(), needs=("run", "pte"), expect="interrupted", signal=sig, signal_when=paused_write)
     # W&B: found before training starts
     add("train_wandb_no_api_key", "paths", train("--wandb_log=True"), needs=data,
         env={"WANDB_API_KEY": "", "WANDB_MODE": "", "HOME": "{c}", "NETRC": "{c}/no-netrc"})
@@ -822,6 +904,42 @@ def copy_gguf(edit=None):
     return setup
 
 
+def dataset_of(text, folder):
+    """check: {c}/<folder> holds the dataset of `text` exactly (its meta.json's count of characters and sha256,
+    and no byte-order mark among a char vocabulary's characters)."""
+    def check(c, stdout):
+        with open(os.path.join(c, folder, "meta.json"), encoding="utf-8") as f:
+            meta = json.load(f)
+        record = meta["text"]
+        if record["characters"] != len(text) or "\ufeff" in meta.get("chars", []):
+            return f"{folder} holds {record['characters']:,} characters, the text {len(text):,}"
+        if record["sha256"] != hashlib.sha256(text.encode("utf-8")).hexdigest():
+            return f"{folder} is the dataset of another text (its sha256)"
+        return ""
+    return check
+
+
+def printed(n):
+    """signal_when: stdout holds n characters or more."""
+    def when(stdout, stderr):
+        return len(stdout) >= n
+    return when
+
+
+def paused_write(stdout, stderr):
+    """signal_when: a command of PAUSED_WRITE is inside its write."""
+    return PAUSED in stderr
+
+
+def streamed(start):
+    """check: what was printed before the signal is there: the prompt, then generated text, and no end."""
+    def check(c, stdout):
+        if not stdout.startswith(start) or len(stdout) < len(start) + 20:
+            return f"stdout is {stdout[:80]!r}: not the prompt and 20 characters of text"
+        return ""
+    return check
+
+
 def patch_gguf_key(path, key, value=None, type_code=None):
     """A GGUF key/value edited in place: the 4-byte type code after the key's name, or its 4-byte value."""
     import struct
@@ -989,7 +1107,7 @@ def build_fixtures(names, fx, repo, env, workers):
 
 def command(argv, c, fx, repo):
     argv = [a.replace("{c}", c).replace("{fx}", fx) for a in argv]
-    if argv[0] != "-m":
+    if argv[0] not in ("-m", "-c"):
         argv[0] = os.path.join(repo, argv[0])
     return [sys.executable, *argv]
 
@@ -997,6 +1115,44 @@ def command(argv, c, fx, repo):
 def run_process(argv, c, fx, repo, env, timeout, prefix=()):
     return subprocess.run([*prefix, *command(argv, c, fx, repo)], cwd=c, env=env, capture_output=True, text=True,
                           errors="replace", timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def run_signalled(case, c, fx, repo, env, timeout):
+    """run_process for a case with a signal: its output read as it comes, case.signal sent once
+    case.signal_when(stdout, stderr) holds. Raises TimeoutExpired (the process killed) after `timeout` seconds."""
+    proc = subprocess.Popen(command(case.argv, c, fx, repo), cwd=c, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    out, err = [], []
+    readers = [threading.Thread(target=read_into, args=(proc.stdout, out)),
+               threading.Thread(target=read_into, args=(proc.stderr, err))]
+    for reader in readers:
+        reader.start()
+    deadline, sent = time.time() + timeout, False
+    while proc.poll() is None:
+        if not sent and case.signal_when(decoded(out), decoded(err)):
+            proc.send_signal(getattr(signal, case.signal))
+            sent = True
+        if time.time() > deadline:
+            proc.kill()
+            proc.wait()
+            raise subprocess.TimeoutExpired(proc.args, timeout)
+        time.sleep(0.05)
+    for reader in readers:
+        reader.join()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, decoded(out), decoded(err)), sent
+
+
+def read_into(stream, parts):
+    """Append what `stream` gives to parts, as it comes, until it ends."""
+    while True:
+        data = stream.read1(65536)
+        if not data:
+            return
+        parts.append(data)
+
+
+def decoded(parts):
+    return b"".join(parts).decode("utf-8", errors="replace")
 
 
 def last_lines(text, n=3):
@@ -1082,10 +1238,14 @@ def try_case(case, root, fx, repo, env, timeout, ro_prefix):
                 os.chmod(os.path.join(top, name), 0o444)
             os.chmod(top, 0o555)
     before = snapshot(c, fx)
+    sent = False
     try:
         if case.env:
             env = dict(env, **{k: v.replace("{c}", c) for k, v in case.env.items()})
-        r = run_process(case.argv, c, fx, repo, env, timeout, prefix)
+        if case.signal:
+            r, sent = run_signalled(case, c, fx, repo, env, timeout)
+        else:
+            r = run_process(case.argv, c, fx, repo, env, timeout, prefix)
     except subprocess.TimeoutExpired:
         return f"still running after {timeout:g} s"
     finally:
@@ -1102,6 +1262,8 @@ def try_case(case, root, fx, repo, env, timeout, ro_prefix):
         return "code from a planted file ran (the marker file exists)"
     if "Traceback (most recent call last)" in r.stderr + r.stdout:
         return f"traceback, exit code {r.returncode}: {last_lines(r.stderr, 1)}"
+    if case.expect != "error":
+        return check_outcome(case, c, fx, r, sent, before, after, root)
     if r.returncode != 1:
         return f"exit code {r.returncode}: {last_lines(r.stderr or r.stdout, 2)}"
     if len(errors) != 1 or err_lines[-1] != errors[0]:
@@ -1112,6 +1274,37 @@ def try_case(case, root, fx, repo, env, timeout, ro_prefix):
     if changed:
         return f"changed on disk: {', '.join(changed[:4])}{' ...' if len(changed) > 4 else ''} ({errors[0][:150]})"
     return ""
+
+
+def check_outcome(case, c, fx, r, sent, before, after, root):
+    """'' when an interrupted or ok case (issue 48) behaved, else why not."""
+    if case.expect == "interrupted":
+        if not sent:
+            return (f"it ended (exit code {r.returncode}) before the {case.signal}: "
+                    f"{last_lines(r.stderr or r.stdout, 2)}")
+        if r.returncode != 130 or not r.stderr.strip().endswith("interrupted"):
+            return f"exit code {r.returncode} after {case.signal} (not 130), stderr ends: {last_lines(r.stderr, 1)}"
+        changed = changes(before, after, root)
+    else:
+        if r.returncode != 0:
+            return f"exit code {r.returncode}: {last_lines(r.stderr or r.stdout, 2)}"
+        fixtures = fx + os.sep
+        changed = changes({p: v for p, v in before.items() if p.startswith(fixtures)},
+                          {p: v for p, v in after.items() if p.startswith(fixtures)}, root)
+    if changed:
+        return f"changed on disk: {', '.join(changed[:4])}{' ...' if len(changed) > 4 else ''}"
+    return case.check(c, r.stdout) if case.check else ""
+
+
+def missing_modules(cases):
+    """The modules some case requires that this Python cannot import."""
+    missing = set()
+    for name in {case.requires for case in cases if case.requires}:
+        try:
+            __import__(name)
+        except ImportError:
+            missing.add(name)
+    return missing
 
 
 # --- the command ----------------------------------------------------------------------------------------
@@ -1143,6 +1336,11 @@ def trial(cfg):
         print(f"note: running as root without `unshare`, a read-only folder cannot be tested: skipped "
               f"{', '.join(skipped)}")
         cases = [c for c in cases if not c.read_only]
+    missing = missing_modules(cases)
+    if missing:
+        skipped = [c.name for c in cases if c.requires in missing]
+        print(f"note: {', '.join(sorted(missing))} not installed here: skipped {', '.join(skipped)}")
+        cases = [c for c in cases if c.requires not in missing]
     try:
         repo = os.path.join(root, "repo")
         shutil.copytree(ROOT, repo, ignore=COPY_IGNORE)

@@ -167,6 +167,15 @@ MUTANTS = [
            'os.environ["MKL_NUM_THREADS"] = "1"',
            'pass',
            "tests/test_executorch.py -k keeps_mkl_to_one_thread", every=False),
+    # --- issue 48: model.sample_next's own tests (no executorch) ---
+    Mutant("sample_next_multiplies_by_the_temperature", "model.py",
+           "logits = logits.float() / temperature",
+           "logits = logits.float() * temperature",
+           "tests/test_sampling.py -k draws_follow_softmax_of_logits_over_temperature", every=False),
+    Mutant("sample_next_keeps_top_k_plus_one", "model.py",
+           "kth = torch.topk(logits, top_k).values[:, [-1]]",
+           "kth = torch.topk(logits, top_k + 1).values[:, [-1]]",
+           "tests/test_sampling.py -k 'top_k_1_is_argmax or never_draws_outside_the_k_largest'", every=True),
     # --- issue 38: train.py ---
     Mutant("train_loss_not_divided_by_micro_steps", "train.py",
            "scaler.scale(loss / run.accum).backward()",

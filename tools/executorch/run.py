@@ -6,7 +6,8 @@ the .pte (tools/executorch/export.py) and the tokenizer file beside it.
     python -m tools.executorch.run --pte=model.pte --temperature=0          # greedy
 
 It samples as sample.py does (the same window re-priming at max_len, the same draws from a torch.Generator seeded
-with --seed), so with an fp32 program it prints the text sample.py prints for the same options.
+with --seed), so with an fp32 program it prints the text sample.py prints for the same options. The text appears
+as it is generated (a multi-byte character once all its bytes are there); Ctrl-C stops it there, exit code 130.
 """
 import faulthandler
 import os
@@ -97,19 +98,26 @@ def sample_next(logits, temperature, top_k, generator):
     return int(torch.argmax(probs / torch.empty_like(probs).exponential_(generator=generator)))
 
 
-def generate(program, ids, max_new_tokens, temperature=1.0, top_k=None, generator=None):
-    """ids + max_new_tokens sampled tokens. When the window is full (max_len tokens) the newest max_len // 2 are
-    prefilled again from position 0, as model.generate does."""
-    ids, window_start, prime = list(ids), 0, True
+def sampled(program, ids, max_new_tokens, temperature=1.0, top_k=None, generator=None):
+    """Yield max_new_tokens tokens sampled after ids, each as soon as it is drawn (the runner prints it). When the
+    window is full (max_len tokens) the newest max_len // 2 are prefilled again from position 0, as
+    model.generate does; only the window is kept, so a long run holds no more than max_len + 1 ids."""
+    window, prime = list(ids), True
     for _ in range(max_new_tokens):
-        if len(ids) - window_start > program.max_len:
-            window_start, prime = len(ids) - max(1, program.max_len // 2), True
+        if len(window) > program.max_len:
+            window, prime = window[-max(1, program.max_len // 2):], True
         if prime:
-            logits, prime = program.prefill(ids[window_start:]), False
+            logits, prime = program.prefill(window), False
         else:
-            logits = program.decode(ids[-1], len(ids) - 1 - window_start)
-        ids.append(sample_next(logits, temperature, top_k, generator))
-    return ids
+            logits = program.decode(window[-1], len(window) - 1)
+        token = sample_next(logits, temperature, top_k, generator)
+        window.append(token)
+        yield token
+
+
+def generate(program, ids, max_new_tokens, temperature=1.0, top_k=None, generator=None):
+    """ids + max_new_tokens sampled tokens."""
+    return list(ids) + list(sampled(program, ids, max_new_tokens, temperature, top_k, generator))
 
 
 def load_tokenizer(path):
@@ -195,7 +203,8 @@ def encode(tokenizer, text, eot_token):
 def run(cfg):
     from checkpoint import check_num_threads, check_seed
     from configurator import check_temperature
-    from dataset import render
+    from dataset import TextStream
+    from tools.huggingface.tokenizer import TokenBytes
     from tools.executorch.export import tokenizer_path
     if cfg["num_samples"] < 1 or cfg["max_new_tokens"] < 0 or cfg["top_k"] < 0:
         raise UserError("--num_samples must be >= 1, --max_new_tokens and --top_k >= 0 "
@@ -219,10 +228,14 @@ def run(cfg):
     start_ids = encode(tokenizer, cfg["start"], program.eot_token)
     generator = torch.Generator().manual_seed(cfg["seed"])
     t0, n_new = time.perf_counter(), 0
+    stream = TextStream(token_bytes=TokenBytes(tokenizer))
     for _ in range(cfg["num_samples"]):
-        ids = generate(program, start_ids, cfg["max_new_tokens"], cfg["temperature"], cfg["top_k"], generator)
-        n_new += len(ids) - len(start_ids)
-        print(render(tokenizer, cfg["start"], start_ids, ids))
+        stream.write(cfg["start"])   # the prompt as given; then each token as it comes (Ctrl-C: exit 130)
+        for token in sampled(program, start_ids, cfg["max_new_tokens"], cfg["temperature"], cfg["top_k"],
+                             generator):
+            stream.add_token(token)
+            n_new += 1
+        stream.end()
         print(SEPARATOR, flush=True)
     dt = time.perf_counter() - t0
     print(f"{n_new} tokens in {dt:.2f}s ({n_new / max(dt, 1e-9):.1f} tokens/s)", file=sys.stderr)

@@ -28,6 +28,7 @@ class TransformersTokenizer:
         self.tok = tok
         self.vocab_size = len(tok)
         self.eot_token = tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
+        self.bytes_of = None   # token_bytes' table, made on first use
         vocab = tok.get_vocab()
         model = getattr(getattr(tok, "backend_tokenizer", None), "model", None)
         if type(model).__name__ == "WordLevel" and all(len(t) == 1 for t in vocab):
@@ -41,6 +42,33 @@ class TransformersTokenizer:
 
     def decode(self, ids):
         return self.tok.decode(list(ids))
+
+    def token_bytes(self, i):
+        """The bytes token i stands for (TokenBytes): sample.py prints a sample as it comes."""
+        if self.bytes_of is None:
+            self.bytes_of = TokenBytes(self.tok.backend_tokenizer)
+        return self.bytes_of(i)
+
+
+class TokenBytes:
+    """id -> the bytes a token of a Hugging Face tokenizer stands for, as its decoder writes them: a byte-level BPE
+    token is spelled in GPT-2's byte alphabet (tools/huggingface/tokenizer.py) and may hold part of a character; a
+    char-level token is its character. A special token (end-of-text) and an id without a token (a model's padding
+    row) stand for nothing, as tokenizer.decode skips them."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+        self.byte_level = type(tokenizer.decoder).__name__ == "ByteLevel"
+        self.byte_of = {ch: b for b, ch in gpt2_byte_to_unicode().items()}
+        self.special = {i for i, token in tokenizer.get_added_tokens_decoder().items() if token.special}
+
+    def __call__(self, token):
+        text = self.tokenizer.id_to_token(token)
+        if text is None or token in self.special:
+            return b""
+        if self.byte_level:
+            return bytes(self.byte_of[ch] for ch in text)
+        return self.tokenizer.decode([token]).encode("utf-8")
 
 
 def tokenizer_for(info):

@@ -4,6 +4,9 @@ context length as sample.py does, so the text equals `sample.py --temperature=0`
 
     python -m tools.llamacpp.run --gguf=model.gguf --start="War is " --max_new_tokens=200
 
+The text appears as it is generated (a multi-byte character once all its bytes are there); Ctrl-C stops it there,
+exit code 130.
+
 (llama.cpp's own `llama-cli -m model.gguf -p "War is " --temp 0` shifts its context differently once it is full.)
 """
 import os
@@ -28,23 +31,30 @@ def context_length(llm):
     return int(llm.metadata[llm.metadata["general.architecture"] + ".context_length"])
 
 
-def greedy(llm, ids, max_new_tokens, n_vocab):
-    """ids + max_new_tokens greedy tokens among the first n_vocab (a char vocabulary's padded end-of-text is left
-    out); the window is re-primed with its newest half when it is full, as model.generate does."""
+def greedy_tokens(llm, ids, max_new_tokens, n_vocab):
+    """Yield max_new_tokens greedy tokens after ids, each as soon as it is chosen, among the first n_vocab (a char
+    vocabulary's padded end-of-text is left out); the window is re-primed with its newest half when it is full, as
+    model.generate does. Only the window is kept: a long run holds no more than block_size + 1 ids."""
     import numpy as np
     block_size = context_length(llm)
-    ids, start, prime = list(ids), 0, True
+    window, prime = list(ids), True
     for _ in range(max_new_tokens):
-        if len(ids) - start > block_size:
-            start, prime = len(ids) - max(1, block_size // 2), True
+        if len(window) > block_size:
+            window, prime = window[-max(1, block_size // 2):], True
         if prime:
             llm.reset()
-            llm.eval(ids[start:])
+            llm.eval(window)
             prime = False
         else:
-            llm.eval(ids[-1:])
-        ids.append(int(np.argmax(llm.scores[llm.n_tokens - 1][:n_vocab])))
-    return ids
+            llm.eval(window[-1:])
+        token = int(np.argmax(llm.scores[llm.n_tokens - 1][:n_vocab]))
+        window.append(token)
+        yield token
+
+
+def greedy(llm, ids, max_new_tokens, n_vocab):
+    """ids + max_new_tokens greedy tokens (greedy_tokens)."""
+    return list(ids) + list(greedy_tokens(llm, ids, max_new_tokens, n_vocab))
 
 
 def model_vocab(llm):
@@ -124,11 +134,21 @@ def run(cfg):
     if not ids:
         raise UserError("--start is empty (fix: give at least one character)")
     t0 = time.perf_counter()
-    out = greedy(llm, ids, cfg["max_new_tokens"], model_vocab(llm))
+    stream_text(llm, cfg["start"], ids, cfg["max_new_tokens"])
     dt = time.perf_counter() - t0
-    print(cfg["start"] + llm.detokenize(out[len(ids):]).decode("utf-8", errors="replace"))
     print(f"{cfg['max_new_tokens']} tokens in {dt:.2f}s ({cfg['max_new_tokens'] / max(dt, 1e-9):.1f} tokens/s)",
           file=sys.stderr)
+
+
+def stream_text(llm, start, ids, max_new_tokens):
+    """Print start, then each greedy token as it comes (llama.cpp's bytes of it: a GPT-2 BPE token may hold part of
+    a character, printed once the character is whole), then a newline. Ctrl-C stops it: exit code 130."""
+    from dataset import TextStream
+    stream = TextStream()
+    stream.write(start)
+    for token in greedy_tokens(llm, ids, max_new_tokens, model_vocab(llm)):
+        stream.add(llm.detokenize([token]))
+    stream.end()
 
 
 def main(argv=None):

@@ -1,0 +1,134 @@
+"""Ctrl-C and SIGTERM in the middle of an export's write (issue 48): the previous file stays as it was, no
+temporary file is left beside it, no traceback is printed, and the command ends with exit code 130 and the line
+`interrupted` (configurator.run_command), as train.py's interruption does.
+
+SIGTERM's default ends a process where it stands, so atomic_path used to leave its temporary file (a GGUF export's
+65 MB); it now makes SIGTERM raise KeyboardInterrupt while it writes (checkpoint.sigterm_as_interrupt), and its
+cleanup runs as on Ctrl-C. Each test runs the real command in a subprocess whose atomic writes pause once the
+temporary file is written (tools.fault_trial.PAUSED_WRITE) and sends the signal then: deterministic, a few
+seconds. ExecuTorch's lowering (30 s and more) is replaced by fixed bytes (STUB_PROGRAM): the write is what is
+tested, and no executorch is needed.
+"""
+import dataclasses
+import json
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import threading
+
+import pytest
+import torch
+
+import checkpoint
+from checkpoint import atomic_path, atomic_save
+from conftest import ROOT
+from model import GPT, GPTConfig
+from tools.fault_trial import PAUSED, PAUSED_WRITE, STUB_PROGRAM
+
+CHARS = list("\n !',.:;?ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
+EXPORTS = {   # tool: (the driver's code, the output option, the files it writes)
+    "llamacpp": (PAUSED_WRITE, "--gguf", ["model.gguf"]),
+    "executorch": (STUB_PROGRAM + PAUSED_WRITE, "--pte", ["model.pte", "model.tokenizer.json"]),
+}
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    """out_dir of a tiny char-level checkpoint (its dataset's meta.json recorded)."""
+    tmp = tmp_path_factory.mktemp("interrupts")
+    (tmp / "data").mkdir()
+    (tmp / "data" / "meta.json").write_text(json.dumps({"dataset": "tinychars", "tokenizer": "char",
+                                                        "vocab_size": len(CHARS), "chars": CHARS}))
+    model = GPT(GPTConfig(n_layer=1, n_embd=32, n_head=2, vocab_size=len(CHARS), block_size=16))
+    atomic_save({"model": model.state_dict(), "model_args": dataclasses.asdict(model.config), "iter_num": 0,
+                 "best_val_loss": 9.9, "config": {}, "dataset": "tinychars", "data_dir": str(tmp / "data")},
+                str(tmp / "out" / "ckpt.pt"))
+    return tmp / "out"
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("tool", sorted(EXPORTS))
+def test_export_stopped_mid_write_keeps_the_previous_file_and_no_temporary_one(tool, sig, tiny_run, tmp_path):
+    if tool == "llamacpp":
+        pytest.importorskip("gguf", reason="gguf is not installed (pip install -r requirements-dev.txt)")
+    code, option, names = EXPORTS[tool]
+    folder = tmp_path / "exported"
+    folder.mkdir()
+    previous = {name: f"the previous {name}".encode() for name in names}
+    for name, data in previous.items():
+        (folder / name).write_bytes(data)
+    proc = subprocess.Popen([sys.executable, "-c", code, f"tools.{tool}.export", f"--out_dir={tiny_run}",
+                             f"{option}={folder / names[0]}"], cwd=tmp_path, env=dict(os.environ, PYTHONPATH=ROOT),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    watchdog = threading.Timer(120, proc.kill)   # a command that never pauses fails the test, not the suite
+    watchdog.start()
+    try:
+        lines = []
+        for line in proc.stderr:
+            lines.append(line)
+            if line.startswith(PAUSED):
+                temporary = line.split()[-1]
+                assert os.path.getsize(temporary) > 0 and os.path.dirname(temporary) == str(folder)
+                proc.send_signal(getattr(signal, sig))
+                break
+        else:
+            pytest.fail(f"the export never paused: {''.join(lines)[-2000:]}")
+        err = "".join(lines) + proc.stderr.read()
+        proc.wait()
+    finally:
+        watchdog.cancel()
+    assert proc.returncode == 130 and err.strip().splitlines()[-1] == "interrupted", err[-2000:]
+    assert "Traceback" not in err
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == previous   # nothing else: no temporary file
+
+
+def test_atomic_path_turns_sigterm_into_an_interrupt_while_it_writes(tmp_path):
+    """While the temporary file lives, SIGTERM raises KeyboardInterrupt (the cleanup runs); before and after, the
+    handler is the one there was. A handler of the caller's own (train.py's StopRequest) is left alone."""
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signal handlers are the main thread's")
+    previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        with atomic_path(tmp_path / "a.bin") as tmp:
+            assert signal.getsignal(signal.SIGTERM) is checkpoint.raise_keyboard_interrupt
+            with atomic_path(tmp_path / "b.bin"):   # nested: the outer write's handler stays
+                assert signal.getsignal(signal.SIGTERM) is checkpoint.raise_keyboard_interrupt
+            with pytest.raises(KeyboardInterrupt):
+                with atomic_path(tmp_path / "c.bin") as c_tmp:
+                    os.kill(os.getpid(), signal.SIGTERM)
+                    torch.zeros(1)   # the handler runs between bytecodes
+            assert not os.path.exists(c_tmp)
+            open(tmp, "wb").close()
+        assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["a.bin", "b.bin"]
+
+        def own(signum, frame):
+            pass
+
+        signal.signal(signal.SIGTERM, own)
+        with atomic_path(tmp_path / "d.bin"):
+            assert signal.getsignal(signal.SIGTERM) is own
+        assert signal.getsignal(signal.SIGTERM) is own
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def test_a_process_forked_during_a_write_ends_on_sigterm(tmp_path):
+    """A worker forked while atomic_path writes (tools/wikitext103.py tokenizes in a Pool inside its write) has
+    SIGTERM's default: a Pool ends its workers with SIGTERM when it closes, and a worker that raised
+    KeyboardInterrupt instead hung the suite there."""
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signal handlers are the main thread's")
+    previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        with atomic_path(tmp_path / "a.bin"):
+            pool = multiprocessing.get_context("fork").Pool(1)
+            in_the_worker = pool.apply(signal.getsignal, (signal.SIGTERM,))
+            pool.close()   # not terminate(): a worker that ignored its SIGTERM would hang the test
+            pool.join()
+            assert signal.getsignal(signal.SIGTERM) is checkpoint.raise_keyboard_interrupt   # in the writer itself
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert in_the_worker == signal.SIG_DFL

@@ -1,0 +1,232 @@
+"""Text appears as it is generated (issue 48): tools.executorch.run and tools.llamacpp.run print each token as it
+comes (dataset.TextStream), a multi-byte character once all its bytes are there, and Ctrl-C stops them there with
+exit code 130, the line `interrupted` on stderr and no traceback.
+
+No runtime is needed here: the runners run on fakes of ExecuTorch's program and of llama_cpp's Llama (a bigram
+table of logits), with their real tokenizers and printing. The real runtimes: tests/test_executorch.py's
+`-m slow` test of an exported program, tools.fault_trial's et_run_endless_ctrl_c and llamacpp_run_endless_ctrl_c
+(the latter where llama_cpp is installed).
+"""
+import io
+import json
+import random
+import sys
+import types
+
+import numpy as np
+import pytest
+import torch
+from tokenizers import Tokenizer
+
+from dataset import TextStream, get_gpt2_encoding
+from tools.executorch import run as et_run
+from tools.huggingface.tokenizer import TokenBytes, char_level, tokenizer_files
+from tools.llamacpp import run as lc_run
+
+# characters of 1 to 4 UTF-8 bytes: GPT-2's BPE splits the snowman and the CJK characters across tokens
+MIXED = "na\u00efve caf\u00e9 \u2603 \u65e5\u672c\u8a9e \U0001f642 done\n"
+
+
+def complete_prefix(data):
+    """The text of the longest prefix of `data` that ends where a character ends."""
+    for end in range(len(data), -1, -1):
+        try:
+            return data[:end].decode("utf-8")
+        except UnicodeDecodeError:
+            continue
+
+
+def test_text_stream_prints_each_character_once_its_bytes_are_there(gpt2_file):
+    enc = get_gpt2_encoding()
+    pieces = [enc.decode_single_token_bytes(i) for i in enc.encode_ordinary(MIXED)]
+    assert any(complete_prefix(p) != p.decode("utf-8", errors="replace") for p in pieces)   # a split character
+    out, data = io.StringIO(), b""
+    stream = TextStream(out)
+    for piece in pieces:
+        stream.add(piece)
+        data += piece
+        assert out.getvalue() == complete_prefix(data)   # all that is whole, nothing that is not
+    stream.end()
+    assert out.getvalue() == MIXED + "\n"
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "char"])
+def test_streamed_text_equals_decoding_at_the_end(kind, gpt2_file):
+    """Random ids (bytes that are no UTF-8 included, end-of-text, a model's padding ids past the vocabulary):
+    TokenBytes (the runner's) through a TextStream print exactly tokenizer.decode(ids), the text it printed before."""
+    if kind == "gpt2":
+        meta = {"dataset": "x", "tokenizer": "gpt2", "vocab_size": 50257, "eot_token": 50256}
+        tokenizer = Tokenizer.from_str(json.dumps(tokenizer_files(meta, 50304, 64)[0]["tokenizer.json"]))
+        vocab = 50304
+    else:
+        tokenizer = Tokenizer.from_str(json.dumps(char_level(list(MIXED))))
+        vocab = len(set(MIXED))
+    token_bytes, rng = TokenBytes(tokenizer), random.Random(0)
+    for _ in range(100):
+        ids = [rng.randrange(vocab) for _ in range(rng.randrange(1, 30))]
+        out = io.StringIO()
+        stream = TextStream(out)
+        for token in ids:
+            stream.add(token_bytes(token))
+        stream.end()
+        assert out.getvalue() == tokenizer.decode(ids) + "\n", ids
+
+
+# --- tools.executorch.run on a fake program -----------------------------------------------------------------
+
+class BigramProgram:
+    """ExecuTorch's Program as the runner uses it: logits of a fixed random bigram table. stop_at: the decode
+    step that raises KeyboardInterrupt (Ctrl-C); on_step(step) runs at every step."""
+
+    def __init__(self, vocab_size, max_len=8, on_step=None, stop_at=None):
+        self.table = torch.randn(vocab_size, vocab_size, generator=torch.Generator().manual_seed(0)) * 3
+        self.max_len, self.vocab_size, self.eot_token, self.tokenizer_id = max_len, vocab_size, -1, None
+        self.on_step, self.stop_at, self.steps = on_step, stop_at, 0
+
+    def step(self, token):
+        self.steps += 1
+        if self.on_step:
+            self.on_step(self.steps)
+        if self.steps == self.stop_at:
+            raise KeyboardInterrupt
+        return self.table[token]
+
+    def prefill(self, ids):
+        return self.step(ids[-1])
+
+    def decode(self, token, pos):
+        return self.step(token)
+
+
+@pytest.fixture
+def fake_program(tmp_path, monkeypatch):
+    """(a function that runs tools.executorch.run's main on BigramProgram(**kw) with argv, the char tokenizer)."""
+    chars = sorted(set("War is \n" + MIXED))
+    tokenizer = Tokenizer.from_str(json.dumps(char_level(chars)))
+    (tmp_path / "model.pte").write_bytes(b"not read: the program is a fake")
+    (tmp_path / "model.tokenizer.json").write_text(tokenizer.to_str(), encoding="utf-8")
+    monkeypatch.setattr(et_run, "probe_program", lambda path: None)
+    monkeypatch.setattr(et_run, "check_pair", lambda *args: None)
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: None)   # the runner's; the test process keeps its own
+
+    def main(argv, **kw):
+        monkeypatch.setattr(et_run, "Program", lambda path: BigramProgram(len(chars), **kw))
+        return et_run.main([f"--pte={tmp_path / 'model.pte'}", *argv])
+    return main, tokenizer
+
+
+def test_executorch_runner_prints_each_token_as_it_comes(fake_program, capsys):
+    """Text is on stdout while the program still runs, every step; all of it is the text the runner printed before
+    it streamed (the prompt, then the decoded tokens of generate(), a separator per sample)."""
+    main, tokenizer = fake_program
+    printed = []
+
+    def on_step(step):
+        printed.append(capsys.readouterr().out)
+
+    main(["--start=War is ", "--max_new_tokens=30", "--num_samples=2", "--seed=3"], on_step=on_step)
+    text = "".join(printed) + capsys.readouterr().out
+    assert [len(p) > 0 for p in printed[1:]] == [True] * 59   # each step found the token before it printed
+    start = tokenizer.encode("War is ").ids
+    generator = torch.Generator().manual_seed(3)
+    program = BigramProgram(tokenizer.get_vocab_size())
+    samples = [tokenizer.decode(et_run.generate(program, start, 30, 0.8, 200, generator)) for _ in range(2)]
+    assert text == "".join(f"{s}\n{et_run.SEPARATOR}\n" for s in samples)
+    assert samples[0].startswith("War is ") and samples[0] != samples[1]
+
+
+def test_executorch_runner_ctrl_c_keeps_what_was_printed(fake_program, capsys):
+    main, tokenizer = fake_program
+    with pytest.raises(SystemExit) as e:
+        main(["--start=War is ", f"--max_new_tokens={10**15}"], stop_at=12)
+    out, err = capsys.readouterr()
+    assert e.value.code == 130 and err.strip().splitlines()[-1] == "interrupted"
+    assert out.startswith("War is ") and len(out) == len("War is ") + 11   # the 11 tokens drawn before Ctrl-C
+
+
+# --- tools.llamacpp.run on a fake Llama ---------------------------------------------------------------------
+
+class BigramLlama:
+    """llama_cpp.Llama as the runner uses it, over a byte-level vocabulary (the 256 bytes, then pieces that cut
+    characters): greedy after token t is self.next[t], which after a space cycles through CYCLE, the text
+    "\u2603 \u65e5\u672c \U0001f642\ncaf\u00e9! " in tokens that cut four of its characters in two. stop_at: the
+    eval call that raises KeyboardInterrupt."""
+
+    PIECES = [b"\xe2\x98", b"\x83 ", b"\xe6\x97", b"\xa5\xe6\x9c\xac", b" \xf0\x9f", b"\x99\x82\n", b"caf\xc3"]
+    CYCLE = [32, 256, 257, 258, 259, 260, 261, 262, 0xa9, ord("!")]
+
+    def __init__(self, on_eval=None, stop_at=None):
+        self.vocab = [bytes([b]) for b in range(256)] + self.PIECES
+        self.next = [32] * len(self.vocab)
+        for token, after in zip(self.CYCLE, self.CYCLE[1:] + self.CYCLE[:1]):
+            self.next[token] = after
+        self.metadata = {"general.architecture": "llama", "llama.context_length": "8"}
+        self.tokens, self.on_eval, self.stop_at, self.evals = [], on_eval, stop_at, 0
+
+    def n_vocab(self):
+        return len(self.vocab)
+
+    def tokenize(self, data, add_bos, special):
+        return list(data)
+
+    def detokenize(self, ids):
+        return b"".join(self.vocab[i] for i in ids)
+
+    def reset(self):
+        self.tokens = []
+
+    def eval(self, ids):
+        self.evals += 1
+        if self.on_eval:
+            self.on_eval(self.evals)
+        if self.evals == self.stop_at:
+            raise KeyboardInterrupt
+        self.tokens += ids
+
+    @property
+    def n_tokens(self):
+        return len(self.tokens)
+
+    @property
+    def scores(self):
+        return np.eye(len(self.vocab), dtype=np.float32)[[self.next[t] for t in self.tokens]]
+
+
+@pytest.fixture
+def fake_llama(tmp_path, monkeypatch):
+    (tmp_path / "model.gguf").write_bytes(b"not read: the model is a fake")
+    monkeypatch.setattr(lc_run, "check_gguf", lambda path: None)
+    monkeypatch.setitem(sys.modules, "llama_cpp", types.ModuleType("llama_cpp"))   # installed, as far as run knows
+
+    def main(argv, **kw):
+        llm = BigramLlama(**kw)
+        monkeypatch.setattr(lc_run, "load", lambda path, num_threads: llm)
+        return lc_run.main([f"--gguf={tmp_path / 'model.gguf'}", *argv])
+    return main
+
+
+def test_llamacpp_runner_prints_each_token_as_it_comes(fake_llama, capsys):
+    """Every eval finds the text of the tokens before it printed (characters cut by a token wait for the next);
+    all of it is the text of all the bytes decoded at once, as the runner printed before it streamed."""
+    printed = []
+
+    def on_eval(n):
+        printed.append(capsys.readouterr().out)
+
+    fake_llama(["--start=War is ", "--max_new_tokens=40"], on_eval=on_eval)
+    text = "".join(printed) + capsys.readouterr().out
+    llm = BigramLlama()
+    tokens = [ord(" ")]
+    for _ in range(40):
+        tokens.append(llm.next[tokens[-1]])
+    expected = "War is " + llm.detokenize(tokens[1:]).decode("utf-8", errors="replace") + "\n"
+    assert text == expected and "\u2603 \u65e5\u672c \U0001f642\ncaf\u00e9! " in text   # cut characters, whole
+    assert sum(len(p) > 0 for p in printed[1:]) > 20   # text came out along the way, not at the end
+
+
+def test_llamacpp_runner_ctrl_c_keeps_what_was_printed(fake_llama, capsys):
+    with pytest.raises(SystemExit) as e:
+        fake_llama(["--start=War is ", f"--max_new_tokens={10**15}"], stop_at=30)
+    out, err = capsys.readouterr()
+    assert e.value.code == 130 and err.strip().splitlines()[-1] == "interrupted"
+    assert out.startswith("War is ") and len(out) > len("War is ") + 10
