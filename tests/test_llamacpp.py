@@ -198,12 +198,13 @@ def test_refusals_are_one_line(tmp_path):
 
 # --- -m slow: llama.cpp itself ------------------------------------------------------------------------------
 
-def llamacpp_text(path, start, n):
-    from tools.llamacpp.run import greedy, load, model_vocab
-    llm = load(str(path))
-    ids = llm.tokenize(start.encode("utf-8"), add_bos=False, special=False)
-    out = greedy(llm, ids, n, model_vocab(llm))
-    return ids, start + llm.detokenize(out[len(ids):]).decode("utf-8", errors="replace")   # as tiktoken
+def llamacpp_text(path, start, n, capsys):
+    """(llama.cpp's ids of start, the text `python -m tools.llamacpp.run` prints: streamed as it is generated)."""
+    from tools.llamacpp import run
+    ids = run.load(str(path)).tokenize(start.encode("utf-8"), add_bos=False, special=False)
+    capsys.readouterr()
+    run.main([f"--gguf={path}", f"--start={start}", f"--max_new_tokens={n}"])
+    return ids, capsys.readouterr().out
 
 
 def llamacpp_logits(path, ids, n_vocab):
@@ -243,11 +244,11 @@ def test_llamacpp_greedy_text_equals_sample_py(shape, tmp_path, capsys, request)
         assert err <= BOUNDS[qtype, shape.split("_")[0]] * np.abs(ours).max(), (qtype, err)
     from tools.llamacpp.run import load, model_vocab
     assert model_vocab(load(str(tmp_path / "f32.gguf"))) == args["vocab_size"]   # a char file's end-of-text left out
-    ids, text = llamacpp_text(tmp_path / "f32.gguf", start, 60)   # past block_size 32: re-primes
+    ids, text = llamacpp_text(tmp_path / "f32.gguf", start, 60, capsys)   # past block_size 32: re-primes
     assert ids == tokenizer_from_meta(meta).encode(start)
     sample.main([f"--out_dir={out_dir}", f"--start={start}", "--max_new_tokens=60", "--temperature=0",
                  "--num_samples=1", "--device=cpu"])
-    assert capsys.readouterr().out == text + "\n---------------\n"
+    assert capsys.readouterr().out == text + "---------------\n"
 
 
 @pytest.mark.slow
