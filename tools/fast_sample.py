@@ -2,7 +2,7 @@
 Sampling with a compiled decode step over a static KV cache (gpt-fast style): sample.py's options and output.
 
     python -m tools.fast_sample --out_dir=out --start="ROMEO:" --max_new_tokens=2000
-    python -m tools.fast_sample --compile_mode=quick    # compiles in about half the time, runs ~1.7x slower
+    python -m tools.fast_sample --compile_mode=quick    # the settings before issue 49: MKL's matmuls, ~1.65x slower
 
 model.py's cache grows with the sequence, so each decode step has other shapes and a compiled step would
 recompile. The static cache keeps every buffer at max_len and the position in a tensor: every step has the
@@ -38,9 +38,9 @@ CPU_MODES = {
 }
 # and each weight a constant of the graph (freezing; dynamo then guards each weight's identity), so that
 # inductor prepacks it and multiplies by it with its own C++ GEMM template (max_autotune) instead of MKL:
-# ~1.75x the tokens/s of quick on llama_10m, one thread (results/device/README.md). Its autotuner chose
-# the template over MKL for every matrix there, 2-8x faster, so MKL is not offered (no benchmarking: ~30 s
-# less compiling).
+# ~1.65x the tokens/s of quick on llama_10m, one thread (results/device/README.md). Its autotuner chose
+# the template over MKL for every matrix there, 2-8x faster, so MKL is not offered (its benchmarking added
+# 30-80 s to compiling on a loaded 2-core machine).
 CPU_MODES["frozen"] = dict(CPU_MODES["quick"], freezing=True, max_autotune=True,
                            max_autotune_gemm_backends="CPP")
 
