@@ -107,19 +107,27 @@ def test_inductor_compile_matches_eager_without_recompiling(family):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("family", ["plain", "cgpt_k3", "gqa_rope"])
-def test_compiled_static_decode_same_tokens(family):
+@pytest.mark.parametrize("family, mode", [("plain", "frozen"), ("cgpt_k3", "frozen"), ("gqa_rope", "frozen"),
+                                          ("plain", "quick")])
+def test_compiled_static_decode_same_tokens(family, mode):
     """tools/fast_sample.py: the compiled single-token step over a static cache (inductor; CUDA graphs on
-    CUDA) gives the greedy tokens of the eager path, with one graph for two generate calls and re-priming."""
+    CUDA) gives the greedy tokens of the eager path, with one graph for two generate calls and re-priming.
+    On the CPU the frozen step multiplies with inductor's own GEMM kernels, the quick one with none, and
+    neither leaves inductor's config changed."""
     torch._dynamo.reset()
     model = family_model(family, SLOW_DEVICE)
     prompt = tokens(2, 3).to(SLOW_DEVICE)
     eager = model.generate(prompt, 40, temperature=0.0)
     counter = GraphCounter("inductor")
-    compiled_decode_step(model, backend=counter)   # inductor, counted (generate then reuses it)
+    compiled_decode_step(model, backend=counter, mode=mode)   # inductor, counted (generate then reuses it)
+    templates = torch._dynamo.utils.counters["inductor"]["cpp_templated_kernel_counter"]
     assert torch.equal(fast_sample.generate(model, prompt, 40, temperature=0.0), eager)
     assert torch.equal(fast_sample.generate(model, prompt, 40, temperature=0.0), eager)
     assert counter.graphs == 1
+    if SLOW_DEVICE == "cpu":
+        gemms = torch._dynamo.utils.counters["inductor"]["cpp_templated_kernel_counter"] - templates
+        assert (gemms > 0) == (mode == "frozen"), f"{gemms} GEMM kernels of inductor's template in {mode} mode"
+    assert not torch._inductor.config.freezing and not torch._inductor.config.max_autotune
 
 
 @pytest.mark.parametrize("family", ["plain", "cgpt_k3", "shishulm", "pgpt", "gqa_rope"])
@@ -303,11 +311,13 @@ def test_fast_sample_prints_the_text_of_sample_py(tmp_path, monkeypatch, capsys)
 
 
 def test_fast_sample_refuses_what_it_cannot_compile(tmp_path, capsys):
-    """--no_kv_cache (nothing to compile) before loading, and Deep Thinking (its memory is not in the static
+    """--no_kv_cache (nothing to compile) and an unknown --compile_mode before loading, and Deep Thinking (its memory is not in the static
     cache): one line each, naming sample.py."""
     from test_sample import make_checkpoint
     with pytest.raises(SystemExit, match="error: --no_kv_cache .*python sample.py"):
         fast_sample.main([f"--out_dir={tmp_path / 'missing'}", "--no_kv_cache", "--device=cpu"])
+    with pytest.raises(SystemExit, match="error: --compile_mode must be one of quick, frozen, got 'fast'"):
+        fast_sample.main([f"--out_dir={tmp_path / 'missing'}", "--compile_mode=fast", "--device=cpu"])
     out_dir = make_checkpoint(tmp_path, think_steps=2)
     with pytest.raises(SystemExit, match="error: .*Deep Thinking.*python sample.py"):
         fast_sample.main([f"--out_dir={out_dir}", "--max_new_tokens=2", "--num_samples=1", "--device=cpu"])

@@ -6,7 +6,7 @@ Speed and memory of model variants, side by side in one process.
     python -m tools.bench --mode=paper001 --scale=0.5 --vocab_size=8000      # paper 001 Tables 3-6 layout
     python -m tools.bench --mode=paper004                                     # paper 004: lgpt/cgpt vs gpt
     python -m tools.bench --variants=gpt --measure=sample --gen_tokens=500    # KV cache vs plain sampling
-    python -m tools.bench --mode=decode --device=cpu --num_threads=1          # decode vs the weight-streaming floor
+    python -m tools.bench --mode=decode --device=cpu --num_threads=1          # decode vs its linear layers alone
 
 Models come from --variants (variants/<name>.py presets) and from config files given as positional
 arguments (each file is one model, read as train.py reads it, so its variant and model keys apply and
@@ -25,16 +25,18 @@ Measurements (--measure, comma list):
           application; GQA stores only n_kv_head heads)
   sample  model.generate from one token: --gen_tokens new tokens with the KV cache and without (the plain
           path re-runs the whole window every token); tokens/s of each and the speed-up
-  decode  batch-1 sampling speed against its lower bound, both timed in alternating rounds: the
-          weight-streaming floor (one F.linear per weight matrix, bias included, on a preallocated
-          1-token input: every weight read once, nothing else; n passes in a row) and cached decoding
-          (model.generate of n = min(--gen_tokens, block_size - 1) tokens from one token, temperature
-          0.8, top_k 200, the defaults of sample.py; the window is never re-primed); ms per pass/token,
-          tokens/s and the ratio (the median of each round's decode time over that round's floor, so that
-          what other jobs do to the machine in one round cancels out). The floor leaves out what decoding
-          must also read: the KV cache. Timed in CPU time of the process on a CPU with one thread
+  decode  batch-1 sampling speed against its linear layers alone, both timed in alternating rounds:
+          the linears (one eager F.linear per weight matrix, bias included, on a preallocated 1-token
+          input: every weight read once, nothing else; n passes in a row; on a CPU MKL's GEMV, which
+          other kernels beat, so a reference and not a bound) and cached decoding (model.generate of
+          n = min(--gen_tokens, block_size - 1) tokens from one token, temperature 0.8, top_k 200, the
+          defaults of sample.py; the window is never re-primed); ms per pass/token, tokens/s, GB/s (the
+          weights' MB x tokens/s) and the ratio (the median of each round's decode time over that
+          round's linears, so that what other jobs do to the machine in one round cancels out). Timed
+          in CPU time of the process on a CPU with one thread
           (--num_threads=1; equal to the wall time of an idle machine, and not inflated by other jobs),
-          else in wall time. With --compile also the compiled static-cache step (tools/fast_sample.py).
+          else in wall time. With --compile also the compiled static-cache step (tools/fast_sample.py,
+          its default --compile_mode=frozen).
 Warm-up iterations (--warmup) are not timed; each figure is the median of --repeats timed runs.
 Sequence lengths above a model's block_size are skipped; on CUDA an out-of-memory length is reported
 as OOM; on CPU longer lengths are skipped once one step takes more than --max_step_seconds.

@@ -2,16 +2,20 @@
 Sampling with a compiled decode step over a static KV cache (gpt-fast style): sample.py's options and output.
 
     python -m tools.fast_sample --out_dir=out --start="ROMEO:" --max_new_tokens=2000
+    python -m tools.fast_sample --compile_mode=quick    # the settings before issue 49: MKL's matmuls, ~1.65x slower
 
 model.py's cache grows with the sequence, so each decode step has other shapes and a compiled step would
 recompile. The static cache keeps every buffer at max_len and the position in a tensor: every step has the
 same shapes and no Python number changes, and torch.compile (CUDA graphs on a GPU, inductor's C++ wrapper on a
-CPU) reuses one graph. Compiling takes ~20 s to a minute, so it pays off on long runs only. With the same
+CPU) reuses one graph. On a CPU, --compile_mode=frozen (the default) also freezes the weights into that graph,
+so that inductor multiplies by them with GEMM kernels of its own (CPU_MODES below); --compile_mode=quick leaves
+them to MKL. Compiling takes ~30 s to 2 minutes, so it pays off on long runs only. With the same
 --seed it prints the text of `python sample.py` (tests/test_compile.py: the text with aot_eager, the greedy tokens
 with inductor under -m slow). Deep Thinking (its memory is not in the static cache) and --no_kv_cache (nothing to
 compile) are refused: use sample.py for them.
-tools.bench --mode=decode --compile=True times it (tools/benchmarks/measure.py).
+tools.bench --mode=decode --compile=True and tools.executorch.bench time it.
 """
+import functools
 import sys
 
 import torch
@@ -21,16 +25,42 @@ import sample
 from configurator import UserError, run_command
 
 
+DEFAULTS = dict(sample.DEFAULTS, compile_mode="frozen")   # or quick: see CPU_MODES
+
+# inductor's settings for the CPU step, by --compile_mode. They are inductor's global config, patched only
+# around the calls that may compile (compiled_decode_step): dynamo reads `freezing` when it traces, before
+# torch.compile's options= reach inductor, so freezing given there changed nothing.
+CPU_MODES = {
+    # the kernels called from C++ (cpp_wrapper), without checking every input's size (size_asserts:
+    # ~90 inputs, ~0.15 ms a step; dynamo's guards checked them); each weight is an input, multiplied by
+    # MKL's sgemm
+    "quick": {"cpp_wrapper": True, "size_asserts": False},
+}
+# and each weight a constant of the graph (freezing; dynamo then guards each weight's identity), so that
+# inductor prepacks it and multiplies by it with its own C++ GEMM template (max_autotune) instead of MKL:
+# ~1.65x the tokens/s of quick on llama_10m, one thread (results/device/README.md). Its autotuner chose
+# the template over MKL for every matrix there, 2-8x faster, so MKL is not offered (its benchmarking added
+# 30-80 s to compiling on a loaded 2-core machine).
+CPU_MODES["frozen"] = dict(CPU_MODES["quick"], freezing=True, max_autotune=True,
+                           max_autotune_gemm_backends="CPP")
+
+
+def check_compile_mode(mode):
+    if mode not in CPU_MODES:
+        raise UserError(f"--compile_mode must be one of {', '.join(CPU_MODES)}, got {mode!r} "
+                        f"(fix: --compile_mode=frozen)")
+
+
 def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, use_kv_cache=True, generator=None,
-             on_token=None):
+             compile_mode="frozen", on_token=None):
     """model.generate whose single-token steps run compiled_decode_step over the model's static cache."""
     if not use_kv_cache:
         raise UserError("--no_kv_cache has no decode step to compile (fix: python sample.py --no_kv_cache)")
     if model.config.think_steps:
         raise UserError("the static cache does not hold Deep Thinking's memory (fix: python sample.py)")
+    step = compiled_decode_step(model, mode=compile_mode)
     return model.generate(idx, max_new_tokens, temperature, top_k, True, generator,
-                          cache=static_cache(model, idx.size(0)), step=compiled_decode_step(model),
-                          on_token=on_token)
+                          cache=static_cache(model, idx.size(0)), step=step, on_token=on_token)
 
 
 class StaticCache:
@@ -97,9 +127,11 @@ class StaticCache:
 
 
 def _mark_static(*tensors):
-    """Tell torch.compile (CUDA graphs) that these buffers keep their address from call to call."""
+    """Tell torch.compile (CUDA graphs) that these buffers keep their address from call to call. Not on the
+    CPU: there freezing would make them constants of the graph, and a new cache would write to the old one."""
     for t in tensors:
-        torch._dynamo.mark_static_address(t)
+        if t.is_cuda:
+            torch._dynamo.mark_static_address(t)
 
 
 def static_cache(model, batch_size):
@@ -114,24 +146,29 @@ def static_cache(model, batch_size):
     return kept[1]
 
 
-def compiled_decode_step(model, backend="inductor"):
-    """model.decode_step through torch.compile, made once per model and kept on it as `_compiled_decode_step`.
-    On a GPU inductor's "reduce-overhead" replays it as a CUDA graph. On the CPU its cpp_wrapper calls the
-    kernels from C++ instead of a Python wrapper, and the per-call check of every input's size is left out
-    (size_asserts: ~90 inputs, ~0.15 ms a step; dynamo's guards checked them on the first step).
-    After the first step that follows each prime, dynamo's guards are skipped: the next steps are the same call
-    on the same buffers, and checking again costs ~0.2 ms a step on a CPU."""
+def compiled_decode_step(model, backend="inductor", mode="frozen"):
+    """model.decode_step through torch.compile, made once per model (in the mode of that first call) and kept on
+    it as `_compiled_decode_step`. On a GPU inductor's "reduce-overhead" replays it as a CUDA graph. On the CPU
+    CPU_MODES[mode] is inductor's config while it may compile: on the first step that follows each prime.
+    After that step dynamo's guards are skipped: the next steps are the same call on the same buffers, and
+    checking again costs ~0.2 ms a step on a CPU. A frozen step keeps the weights it compiled with: after
+    changing them in place (training), call torch._dynamo.reset()."""
+    check_compile_mode(mode)
     if getattr(model, "_compiled_decode_step", None) is None:
+        on_gpu = model.tok_emb.wte.weight.is_cuda
+        settings = {} if on_gpu else CPU_MODES[mode]
         options = {}
         if backend == "inductor":
-            cpu_options = {"cpp_wrapper": True, "size_asserts": False}
-            options = dict(mode="reduce-overhead") if model.tok_emb.wte.weight.is_cuda else dict(options=cpu_options)
+            # the CPU's settings given as options too: dynamo reuses a graph only for the same options, so a
+            # frozen step never runs another model's quick graph (nor the other way round)
+            options = dict(mode="reduce-overhead") if on_gpu else dict(options=settings)
         step = torch.compile(model.decode_step, backend=backend, fullgraph=True, **options)
 
         def guarded_once(idx, cache):
             if cache.fresh:
                 cache.fresh = False
-                return step(idx, cache)
+                with torch._inductor.config.patch(settings):
+                    return step(idx, cache)
             with torch.compiler.set_stance(skip_guard_eval_unsafe=True):
                 return step(idx, cache)
         model._compiled_decode_step = guarded_once
@@ -139,13 +176,16 @@ def compiled_decode_step(model, backend="inductor"):
 
 
 def run(cfg):
-    if cfg["no_kv_cache"]:   # before loading anything
+    cfg = dict(cfg)
+    mode = cfg.pop("compile_mode")
+    check_compile_mode(mode)   # before loading anything
+    if cfg["no_kv_cache"]:
         raise UserError("--no_kv_cache has no decode step to compile (fix: python sample.py --no_kv_cache)")
-    sample.run(cfg, generate=generate)
+    sample.run(cfg, generate=functools.partial(generate, compile_mode=mode))
 
 
 def main(argv=None):
-    return run_command(run, sample.DEFAULTS, argv, sample.BOOL_FLAGS)
+    return run_command(run, DEFAULTS, argv, sample.BOOL_FLAGS)
 
 
 if __name__ == "__main__":

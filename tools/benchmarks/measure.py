@@ -1,7 +1,7 @@
 """
 Speed and memory measurements shared by tools/bench.py and tools/compare.py: timing
 with device synchronization, peak tensor memory, one training step's speed, a model's short description,
-inference (prefill, decode step, KV-cache bytes), sampling and decoding against the weight-streaming floor,
+inference (prefill, decode step, KV-cache bytes), sampling, decoding against its linear layers alone,
 and run_entry: every measurement of one model (an entry of tools/benchmarks/entries.py).
 
 Peak memory, what peak_bytes measures:
@@ -259,7 +259,7 @@ def weight_matrices(model):
 
 @torch.inference_mode()
 def bench_decode(model, cfg, device, dtype):
-    """Cached decoding vs the weight-streaming floor, in alternating rounds (see --measure=decode)."""
+    """Cached decoding vs its linear layers alone (eager), in alternating rounds (see --measure=decode)."""
     from torch.nn import functional as F
     model.eval()
     mats = weight_matrices(model)
@@ -279,7 +279,7 @@ def bench_decode(model, cfg, device, dtype):
             else:
                 model.generate(start, n_tokens, temperature=0.8, top_k=200, generator=gen)
 
-    def floor_run():   # as many weight passes as decode steps, timed the same way
+    def linears_run():   # as many weight passes as decode steps, timed the same way
         for _ in range(n_tokens):
             stream_weights()
 
@@ -296,25 +296,26 @@ def bench_decode(model, cfg, device, dtype):
         return (clock() - t0) / n_tokens
 
     paths = [False, True] if cfg["compile"] else [False]
-    floor, times, ratios = [], {p: [] for p in paths}, {p: [] for p in paths}
+    linears, times, ratios = [], {p: [] for p in paths}, {p: [] for p in paths}
     for r in range(cfg["warmup"] + cfg["repeats"]):
-        f = measure(floor_run)
+        f = measure(linears_run)
         t = {p: measure(lambda: decode(p)) for p in paths}
         if r >= cfg["warmup"]:
-            floor.append(f)
+            linears.append(f)
             for p in paths:
                 times[p].append(t[p])
-                ratios[p].append(t[p] / f)   # paired with the floor of its own round: what others on the
+                ratios[p].append(t[p] / f)   # paired with the linears of its own round: what others on the
                                              # machine do to both at that moment cancels out
-    out = dict(decode_tokens=n_tokens, clock="cpu time" if cpu_clock else "wall", floor_ms=median_ms(floor), floor_mb=sum(
-        w.numel() * w.element_size() + (0 if b is None else b.numel() * b.element_size()) for w, b in mats) / 1e6,
-        decode_ms_token=median_ms(times[False]), decode_vs_floor=statistics.median(ratios[False]))
+    out = dict(decode_tokens=n_tokens, clock="cpu time" if cpu_clock else "wall", linears_ms=median_ms(linears),
+               weights_mb=sum(w.numel() * w.element_size() + (0 if b is None else b.numel() * b.element_size())
+                              for w, b in mats) / 1e6,
+               decode_ms_token=median_ms(times[False]), decode_vs_linears=statistics.median(ratios[False]))
     if cfg["compile"]:
         out["compiled_ms_token"] = median_ms(times[True])
-        out["compiled_vs_floor"] = statistics.median(ratios[True])
-    print(f"  {model_label(model)} decode: {out['decode_ms_token']:.3f} ms/token, floor {out['floor_ms']:.3f} ms "
-          f"({out['decode_vs_floor']:.2f}x)" + (f", compiled {out['compiled_ms_token']:.3f} ms "
-          f"({out['compiled_vs_floor']:.2f}x)" if cfg["compile"] else ""), file=sys.stderr, flush=True)
+        out["compiled_vs_linears"] = statistics.median(ratios[True])
+    print(f"  {model_label(model)} decode: {out['decode_ms_token']:.3f} ms/token, linears alone {out['linears_ms']:.3f} "
+          f"ms ({out['decode_vs_linears']:.2f}x)" + (f", compiled {out['compiled_ms_token']:.3f} ms "
+          f"({out['compiled_vs_linears']:.2f}x)" if cfg["compile"] else ""), file=sys.stderr, flush=True)
     return out
 
 

@@ -19,12 +19,15 @@ sample.py does, with --threads threads (torch's, ExecuTorch's pool, llama.cpp's;
 best of --repeats runs of the whole generation (prompt included, process start-up left out); the runs interleave
 (every runtime once, then again), so a change of load touches all of them alike. GB/s = the weights' file size x
 tokens/s (fp32 weights for sample.py and the compiled decoder): the bytes a decode step must read. The compiled
-decoder's first run, which compiles, is timed apart. sample.py, ExecuTorch's runner and llama.cpp run in their own
-processes, as their commands do (no runtime shares its process, threads or libraries with another), the compiled
-decoder in this one.
+decoder is tools/fast_sample.py's default, --compile_mode=frozen (the weights frozen into the graph, inductor's own
+GEMM kernels); its first run, which compiles, is timed apart ("compile s"). sample.py, ExecuTorch's runner and
+llama.cpp run in their own processes, as their commands do (no runtime shares its process, threads or libraries
+with another), the compiled decoder in this one. The output names the CPU (lscpu's "Model name", its family and
+model, AVX-512 and AMX): speeds are of that CPU only.
 """
 import importlib.util
 import os
+import platform
 import subprocess
 import sys
 import time
@@ -75,6 +78,24 @@ def shape_checkpoint(name, data_dir, work_dir, reuse):
                  "best_val_loss": float("nan"), "config": {}, "dataset": meta.get("dataset", ""),
                  "data_dir": os.path.abspath(data_dir)}, os.path.join(out_dir, "ckpt.pt"))
     return out_dir
+
+
+def cpu_model():
+    """This machine's CPU as lscpu names it, with what decides fp32 decoding speed here, e.g. 'AMD EPYC (family 25,
+    model 17; AVX-512, no AMX; 2 CPUs)'."""
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+    except OSError:   # no lscpu (not Linux)
+        out = ""
+    fields = {key.strip(): value.strip() for key, _, value in (line.partition(":") for line in out.splitlines())}
+    name = fields.get("Model name") or platform.processor() or "unknown CPU"
+    if not out:
+        return name
+    flags = fields.get("Flags", "").split()
+    avx512 = "AVX-512" if "avx512f" in flags else "no AVX-512"
+    amx = "AMX" if "amx_tile" in flags else "no AMX"
+    return (f"{name} (family {fields.get('CPU family', '?')}, model {fields.get('Model', '?')}; {avx512}, {amx}; "
+            f"{os.cpu_count()} CPUs)")
 
 
 def timed_subprocess(command, threads):
@@ -236,7 +257,8 @@ def run(cfg):
     os.makedirs(cfg["work_dir"], exist_ok=True)
     out_dirs = [shape_checkpoint(s, cfg["data_dir"], cfg["work_dir"], cfg["reuse"]) for s in shapes] + out_dirs
     header = ["model", "threads", *RUNTIMES, *(f"{slow} / {fast}" for slow, fast in RATIOS)]
-    print("tokens/s (GB/s of weights); the last columns: how many times faster the second runtime is\n")
+    print(f"CPU: {cpu_model()}; torch {torch.__version__}\n")
+    print("tokens/s (GB/s of weights) on that CPU; the last columns: how many times faster the second runtime is\n")
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header), flush=True)
     summary = []

@@ -1,7 +1,7 @@
 """
-The time of one decode step on the same weights, side by side in one process, and what bounds it: the model's
-linear layers alone (eager torch, the matmul kernels the compiled decoder calls for them: every weight read once,
-nothing else), the compiled decoder's step (tools/fast_sample.py), an ExecuTorch program's step and llama.cpp's.
+The time of one decode step on the same weights, side by side in one process: the model's linear layers alone
+(eager torch: every weight read once, nothing else, by MKL's GEMV, a reference and not a bound: other kernels read
+the weights faster), the compiled decoder's step (tools/fast_sample.py), an ExecuTorch program's step and llama.cpp's.
 Prints a markdown table.
 
     python -m tools.executorch.step_time --out_dir=bench/llama_10m --pte=bench/llama_10m-none.pte \\
@@ -35,7 +35,7 @@ DEFAULTS = dict(
 
 class LinearChain:
     """Every Linear of a model (and a tied head) once on one token, in module order: the weights a decode step
-    reads, through the kernels eager torch and the compiled decoder use for them, and nothing else."""
+    reads, through eager torch's kernels (MKL's GEMV on a CPU), and nothing else."""
 
     def __init__(self, model):
         self.weights = [(m.weight, m.bias) for m in model.modules() if isinstance(m, nn.Linear)]
