@@ -52,11 +52,6 @@ def greedy_tokens(llm, ids, max_new_tokens, n_vocab):
         yield token
 
 
-def greedy(llm, ids, max_new_tokens, n_vocab):
-    """ids + max_new_tokens greedy tokens (greedy_tokens)."""
-    return list(ids) + list(greedy_tokens(llm, ids, max_new_tokens, n_vocab))
-
-
 def model_vocab(llm):
     """The model's own tokens, as the export wrote them (a char vocabulary's file appends end-of-text, which the
     model never predicts); all of the file's for a GGUF from elsewhere."""
