@@ -473,6 +473,21 @@ def keep_heaviest_branch(model, enabled):
     return model.keep_heaviest_branch() if enabled else ""
 
 
+def depth_summary(model):
+    """Effective depth vs unique weights, e.g. '60 layers applied, from 30 unique attention and 30 unique FFN
+    sub-layers'."""
+    stack = model.branches[0]
+    n_attn = len({a for a in stack.attn_index if a is not None})
+    branches = ""
+    if model.config.n_branches > 1:
+        branches = f" x {model.config.n_branches} branches"
+    passes = ""
+    if model.config.think_steps:
+        passes = f", {model.config.think_steps + 1} passes (Deep Thinking)"
+    return (f"{len(stack.mlp_index)} layers applied{branches}, from {n_attn} unique attention and "
+            f"{len(stack.mlp)} unique FFN sub-layers{passes}")
+
+
 # --- where a model runs: device and dtype, and the seeds it accepts ----------------------------------
 
 # seeds of train.py and sample.py: numpy's range [0, 2**32), nanoGPT's habit (neither seeds numpy now); a larger

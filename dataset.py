@@ -520,6 +520,35 @@ def download(url, dest, expected_size=None, expected_sha256=None):
     return dest
 
 
+# prepare.py's tinyshakespeare: where nanoGPT downloads it from, and the copy this repository ships
+SHAKESPEARE_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
+SHAKESPEARE_BYTES = 1115394
+SHAKESPEARE_SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
+SHIPPED_SHAKESPEARE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "tinyshakespeare",
+                                   "input.txt")
+
+
+def shakespeare_path(out_dir, input_path=None):
+    """Where tinyshakespeare is: --input, $SHAKESPEARE_INPUT, a copy beside
+    out_dir, the shipped one, else downloaded into out_dir."""
+    given = input_path or os.environ.get("SHAKESPEARE_INPUT")
+    if given:
+        return given   # read_text says so if it is missing
+    data_dir = os.path.dirname(os.path.abspath(out_dir))
+    beside = os.path.join(data_dir, "shakespeare_char", "input.txt")
+    path = os.path.join(out_dir, "input.txt")
+    for found in (path, beside, SHIPPED_SHAKESPEARE):
+        if os.path.isfile(found):
+            return found
+    try:
+        download(SHAKESPEARE_URL, path, SHAKESPEARE_BYTES, SHAKESPEARE_SHA256)
+    except (OSError, ValueError) as e:
+        raise UserError(f"could not download tinyshakespeare ({one_line(e)}) "
+                        f"(fix: pass a local copy with --input PATH or "
+                        f"SHAKESPEARE_INPUT=PATH)") from None
+    return path
+
+
 DATA_FILES = ("train.bin", "val.bin", "test.bin", "meta.json", "coverage.png")   # the tools write the last ones too
 
 

@@ -2,19 +2,16 @@
 One GPT, many compact variants: every technique of the five papers is a GPTConfig flag.
 
 Read top to bottom:
-  1. GPTConfig       every flag, and the sizes derived from them
+  1. GPTConfig       the flags, and the sizes derived from them
   2. blocks          norms, positions (learned, sinusoidal, RoPE), MLP (or SwiGLU)
-  3. attention       causal, GQA, a cache's case, Deep Thinking's memory
-  4. residuals       pre- or post-norm, plain or Enhanced Residual (000, 2.7)
+  3. attention       causal, GQA, Deep Thinking's memory
+  4. residuals       pre- or post-norm, plain or Enhanced Residual
   5. layer sharing   one plan for MobileLLM, ALBERT, groups, ShishuLM
   6. DecoderStack    the layers of one branch, lgpt/cgpt width halving
-  7. init            the std of every weight: GPT-2, constant, InternLM, PanGu's
+  7. init            the std of every weight
   8. GPT             embeddings, pgpt branches, Deep Thinking, the head
-  9. generation      GPT.generate (the sampling loop), its KV cache, sample_next
- 10. checks          what GPTConfig rejects, when a config is made
-Generation comes after the model it runs (as in nanoGPT); attention (3) hands the
-cache its keys and values through the interface KVCache's docstring lists.
-
+  9. generation      GPT.generate, its KV cache, sample_next
+ 10. checks          what GPTConfig rejects
 Papers 000-004 are in ../shared/papers/; the README says what each brings, where.
 """
 
@@ -32,73 +29,55 @@ from torch.nn import functional as F
 @dataclass
 class GPTConfig:
     # --- the GPT-2 baseline (nanoGPT's field names) ---
-    block_size: int = 1024          # context length
+    block_size: int = 1024
     vocab_size: int = 50304         # GPT-2's 50257 padded up to a multiple of 64
-    # layer applications over all branches (n_layer / n_branches per pgpt branch), a
-    # shared layer counted each time it is applied; one Deep Thinking pass
+    # layers over all branches (n_layer / n_branches per pgpt branch); a shared
+    # layer counts each time it is applied
     n_layer: int = 12
     n_head: int = 12
-    n_embd: int = 768               # the decoder's width (each branch's for pgpt)
+    n_embd: int = 768               # width (of each pgpt branch)
     dropout: float = 0.0
-    # biases in Linears and norms (GPT-2: True, LLaMA: False)
-    bias: bool = True
+    bias: bool = True               # in Linears and norms (GPT-2: True, LLaMA: False)
     # --- LLaMA-style options (000, 001) ---
     norm: str = "layernorm"         # "layernorm" | "rmsnorm"
     norm_eps: float = 1e-5
-    # "pre": x + F(norm(x)) (GPT-2, LLaMA) | "post": norm(x + F(x)) (the original
-    # Transformer; paper 000's public code)
+    # "pre": x + F(norm(x)) | "post": norm(x + F(x)) (paper 000's code)
     norm_placement: str = "pre"
     pos_embedding: str = "learned"  # "learned" | "sinusoidal" | "rope" | "none"
     rope_base: float = 10000.0
-    # --- attention: GQA (000 2.5) ---
-    # key/value heads: None = n_head (multi-head attention); must divide n_head
+    # --- GQA (000 2.5): key/value heads, dividing n_head; None = n_head ---
     n_kv_head: Optional[int] = None
-    # --- FFN: double up-projection / SwiGLU (000 2.2-2.3) ---
-    # "standard": down(act(up x)) | "gated": down(act(gate x) * up x)
-    mlp_type: str = "standard"
-    # "gelu" | "gelu_tanh" | "silu" | "relu" (gated + silu = SwiGLU)
-    activation: str = "gelu"
-    mlp_hidden: Optional[int] = None  # hidden size; None = mlp_ratio * width
+    # --- FFN, SwiGLU (000 2.2-2.3) ---
+    mlp_type: str = "standard"      # "standard" | "gated" (MLP, section 2)
+    activation: str = "gelu"        # "gelu" | "gelu_tanh" | "silu" | "relu"
+    mlp_hidden: Optional[int] = None  # None: mlp_ratio * width
     mlp_ratio: float = 4.0
-    # --- embeddings: sharing/tying (000 2.4) and factorization (002 3.0.1) ---
+    # --- embeddings: tying (000 2.4), factorization (002 3.0.1) ---
     tie_embeddings: bool = True
-    head_bias: bool = False         # a bias on the head (000's code; tied too)
-    # E: vocab -> E -> n_embd; None = not factorized
-    embd_factor_dim: Optional[int] = None
-    # --- layer sharing (000 2.6, 002 3.0.2, 001 4.4): one general mechanism ---
-    # k consecutive layers use one set of weights (1 = no sharing)
-    share_group_size: int = 1
-    share_from_layer: int = 0       # layers before this one are never shared
-    # which sub-layers a group shares: "both" | "attn" | "mlp"
-    share_sublayers: str = "both"
+    head_bias: bool = False         # a bias on the head (000's code)
+    embd_factor_dim: Optional[int] = None   # E: vocab -> E -> n_embd
+    # --- layer sharing (000 2.6, 002 3.0.2, 001 4.4): sharing_plan, section 5 ---
+    share_group_size: int = 1       # k consecutive layers, one set of weights
+    share_from_layer: int = 0       # layers below are never shared
+    share_sublayers: str = "both"   # "both" | "attn" | "mlp"
     # --- Enhanced Residual (000 2.7) ---
     enhanced_residual: bool = False
-    # w at init (authors' code: 0, alpha = 0.5); e.g. 3.0 starts at alpha = 0.95
-    residual_logit_init: float = 0.0
+    residual_logit_init: float = 0.0   # w at init (authors' code: 0, alpha = 0.5)
     # --- Deep Thinking (000 2.8) ---
-    # T thinking passes before the test pass (paper: 3); 0 = off
-    think_steps: int = 0
+    think_steps: int = 0            # thinking passes T (paper: 3); 0 = off
     think_eta: float = 0.01         # M_t = eta*K_t + (1-eta)*M_{t-1}
-    # memory after pass 1: "own" = the layer's own K_1, V_1 (our reading) |
-    # "first_layer" = seeded from the first layer's K_1, V_1 (authors' code)
-    think_memory: str = "own"
-    # --- ShishuLM (001 4.1-4.4, Appendix E) ---
-    # only the first n_attn_layers have attention; None = all
-    n_attn_layers: Optional[int] = None
-    # ... and the last n_top_attn_layers too (001 Table 10's "n + m"); never shared
-    n_top_attn_layers: int = 0
+    think_memory: str = "own"       # M_1: "own" (ours) | "first_layer" (authors' code)
+    # --- ShishuLM (001 4.1-4.4) ---
+    n_attn_layers: Optional[int] = None   # attention in the first n only; None = all
+    n_top_attn_layers: int = 0      # ... and in the last m (001 Table 10's "n + m")
     # --- ParallelGPT (004 3.1) ---
-    # >1: the embedding is n_branches*n_embd wide, split over the branches
-    n_branches: int = 1
+    n_branches: int = 1             # the embedding is n_branches * n_embd wide
     # --- LinearGPT / ConvGPT (004 3.2-3.3) ---
-    # halve the width after every k layers but the last; 0 = off
-    shrink_every: int = 0
+    shrink_every: int = 0           # halve the width after every k layers; 0 = off
     shrink_layer: str = "linear"    # "linear" (lgpt) | "conv" (cgpt)
-    # cgpt's Conv1d kernel size; >1 is causal (padding on the left only)
-    shrink_kernel: int = 1
-    # --- initialisation (003 3.1, Table 4, Appendix B; init_stds, section 7) ---
-    # "gpt2" | "constant" | "internlm" | "depth_adaptive"
-    init_scheme: str = "gpt2"
+    shrink_kernel: int = 1          # cgpt's Conv1d kernel; > 1 is causal
+    # --- initialisation (003 3.1, Appendix B; init_stds, section 7) ---
+    init_scheme: str = "gpt2"       # "gpt2" | "constant" | "internlm" | "depth_adaptive"
     init_std: float = 0.02
 
     def __post_init__(self):
@@ -198,14 +177,12 @@ class MLP(nn.Module):
         self.down = nn.Linear(hidden, width, bias=config.bias)
         self.act = ACTIVATIONS[config.activation]
         self.dropout = nn.Dropout(config.dropout)
-        self.std = std   # each weight's init std (init_stds, section 7)
+        self.std = std   # init_stds, section 7
 
-    # ctx, slot: unused; attention's arguments (section 3)
-    def forward(self, x, ctx=None, slot=None):
+    def forward(self, x, ctx=None, slot=None):   # ctx, slot: attention's, unused
         h = self.act(self.gate(x)) * self.up(x) if self.gated else self.act(self.up(x))
         y = self.down(h)
-        # eval: no module call for a no-op (speed)
-        return self.dropout(y) if self.training else y
+        return self.dropout(y) if self.training else y   # eval: skip a no-op call
 
 
 # --- 3. Attention: causal, GQA, the cache's case and Deep Thinking's memory -----------
@@ -219,9 +196,9 @@ def causal_mask(start, length, device):
 
 def causal_attention(q, k, v, start=0, dropout_p=0.0):
     """Attention of the queries q (B, H, T, D) at positions start.. over the
-    keys and values k, v (B, H_kv, start+T, D) at 0..: query p sees keys <= p."""
-    # start 0: SDPA's own causal triangle (is_causal, training's fast path); one new token
-    # after cached ones sees every key (no mask); several new tokens: the rule written out
+    keys and values k, v (B, H_kv, start+T, D): query p sees keys <= p."""
+    # start 0: SDPA's causal triangle (training's fast path); one new token sees
+    # every key; several new tokens after cached ones: the mask written out
     mask = None
     if start > 0 and q.size(2) > 1:
         mask = causal_mask(start, q.size(2), q.device)
@@ -232,32 +209,24 @@ def causal_attention(q, k, v, start=0, dropout_p=0.0):
 
 
 class ForwardContext:
-    """What the layers of one forward call share: each sub-layer gets it as `ctx`,
-    with its `slot`, one application of a layer: (branch, layer, think_pass). A
-    shared layer applied twice, each pgpt branch and each Deep Thinking pass have
-    their own slot, the key under which the KV cache (section 9) and Deep
-    Thinking's memory keep their keys and values."""
+    """What the layers of one forward call share, passed as `ctx`. Each sub-layer
+    also gets its `slot`, (branch, layer, think_pass): the key under which the KV
+    cache (section 9) and Deep Thinking keep its keys and values, one per
+    application of a layer (a shared layer applied twice has two)."""
 
     def __init__(self, start, positions, cache):
         self.start = start          # the first new token's position (0: no cache)
         self.positions = positions  # the new tokens' positions
         self.cache = cache          # the KV cache (section 9), or None
         self.branch = 0             # pgpt: the branch that runs (GPT.run_branches)
-        # Deep Thinking (GPT.think): thinking pass t = 1..T; 0: the pass that gives
-        # the output (the test pass; a plain model's only pass)
-        self.think_pass = 0
-        # Deep Thinking: slot -> its memory, at every position so far
-        self.memory = {}
-        # think_memory="first_layer": K_1, V_1 of the first attention layer
-        self.first_kv = None
+        self.think_pass = 0         # Deep Thinking: t = 1..T; 0: the test pass
+        self.memory = {}            # Deep Thinking: slot -> its memory
+        self.first_kv = None        # think_memory="first_layer": the first layer's K_1, V_1
 
 
 class CausalSelfAttention(nn.Module):
-    """Multi-head causal self-attention with grouped-query attention (paper 000,
-    2.5): n_head query heads share n_kv_head key/value heads, n_head / n_kv_head
-    per group. With think_steps > 0 it is Deep Thinking's attention
-    (`deep_thinking`, below).
-    """
+    """Causal self-attention with grouped-query attention (paper 000, 2.5):
+    n_head query heads share n_kv_head key/value heads, in groups."""
 
     def __init__(self, config, width, std):
         super().__init__()
@@ -269,7 +238,7 @@ class CausalSelfAttention(nn.Module):
         qkv_width = width + 2 * self.kv_width
         self.qkv_proj = nn.Linear(width, qkv_width, bias=config.bias)
         self.out_proj = nn.Linear(width, width, bias=config.bias)
-        self.std = std   # each weight's init std (init_stds, section 7)
+        self.std = std   # init_stds, section 7
         self.dropout = config.dropout
         self.resid_dropout = nn.Dropout(config.dropout)
         self.think_steps = config.think_steps
@@ -283,7 +252,7 @@ class CausalSelfAttention(nn.Module):
 
     def forward(self, x, ctx, slot):
         B, T, C = x.shape
-        # q (B, H, T, D), k and v (B, H_kv, T, D): views of one projection
+        # q (B, H, T, D), k and v (B, H_kv, T, D): from one projection
         q, k, v = self.qkv_proj(x).split([C, self.kv_width, self.kv_width], dim=2)
         q = q.view(B, T, self.n_head, self.head_dim).transpose(1, 2)
         k = k.view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)
@@ -291,27 +260,25 @@ class CausalSelfAttention(nn.Module):
         if self.use_rope:
             cos, sin = self.rope_cos[ctx.positions], self.rope_sin[ctx.positions]
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        if self.think_steps:      # special case: Deep Thinking, below
+        if self.think_steps:      # Deep Thinking, below
             y = self.deep_thinking(q, k, v, ctx, slot)
-        elif ctx.cache is None:   # no cache: a token sees itself and those before
+        elif ctx.cache is None:
             dropout = self.dropout if self.training else 0.0
             y = causal_attention(q, k, v, dropout_p=dropout)
         else:                     # decoding: the cache stores k, v and attends
             y = ctx.cache.attend(slot, q, k, v)
         y = self.out_proj(y.transpose(1, 2).reshape(B, T, C))
-        # eval: no module call for a no-op
         return self.resid_dropout(y) if self.training else y
 
-    # --- Deep Thinking (paper 000, 2.8): a special case ---
+    # --- Deep Thinking (paper 000, 2.8) ---
     def deep_thinking(self, q, k, v, ctx, slot):
         """One layer of Deep Thinking, in thinking pass t = 1..T or the test pass:
 
           pass 1:      attend over own K_1          M_1 = K_1    (the same for V)
           pass t > 1:  attend over [M_{t-1} ; K_t]  M_t = eta*K_t + (1-eta)*M_{t-1}
           test pass:   attend over M_T only
-        Both halves of [M ; K] are causal (the query at i sees memory and keys
-        at <= i): no pass sees a future token. M_1 = K_1 is our reading (2.8
-        leaves it undefined); think_memory="first_layer" is the authors' code:
+        Both halves of [M ; K] are causal. M_1 = K_1 is our reading (2.8 leaves
+        it undefined); think_memory="first_layer" is the authors' code:
         M_1 = eta*K_1 + (1-eta)*K_1 of the first attention layer.
         """
         branch, layer, t = slot
@@ -351,16 +318,12 @@ class CausalSelfAttention(nn.Module):
 
 class ResidualSubLayer(nn.Module):
     """The residual around one attention or FFN sub-layer F (`inner`): pre-norm
-    x -> x + F(norm(x)) (GPT-2, LLaMA) or post-norm x -> norm(x + F(x)) (the
-    original Transformer; paper 000's code).
+    x + F(norm(x)) (GPT-2, LLaMA) or post-norm norm(x + F(x)) (paper 000's code).
 
     Enhanced Residual (paper 000, 2.7) replaces the sum by
-    alpha * x + (1 - alpha) * F(.), alpha = sigmoid(w), one learned 0-d w per
-    sub-layer (never decayed), w = 0 at init (alpha = 0.5: the paper gives no
-    init, its code 0; see `residual_logit_init`). Under pre-norm the mix shrinks
-    the residual stream by alpha at every sub-layer. Under post-norm (the paper's
-    code) the norm is scale-invariant: the mix is norm(x + g * F(x)),
-    g = (1 - alpha) / alpha, at alpha = 0.5 the plain residual.
+    alpha * x + (1 - alpha) * F(.), alpha = sigmoid(w), one learned scalar w per
+    sub-layer (the paper gives no init; its code w = 0, alpha = 0.5). Under
+    post-norm the norm is scale-invariant, so alpha = 0.5 is the plain residual.
     """
 
     def __init__(self, config, width, inner):
@@ -388,21 +351,19 @@ class ResidualSubLayer(nn.Module):
 # --- 5. Layer sharing: one plan for every scheme --------------------------------------
 
 def sharing_plan(config):
-    """The attention and FFN weight set of each layer of a branch: (attn_index,
-    mlp_index), sets numbered in order of first use; attn_index[l] is None for
-    ShishuLM's MLP-only layers. From share_from_layer up to the top attention
-    layers, groups of share_group_size (k) consecutive layers share the
-    sub-layers share_sublayers names. One mechanism covers:
+    """The weight set of each layer's attention and FFN: (attn_index, mlp_index),
+    numbered in order of first use; None: no attention (ShishuLM). From
+    share_from_layer up to the top attention layers, groups of share_group_size
+    (k) consecutive layers share the sub-layers share_sublayers names (ours; the
+    papers share both):
       MobileLLM's block-wise repeat (000 2.6):  k = 2:        0 0 1 1 2 2 ...
       ALBERT's all-layer sharing (002 3.0.2):   k = n_layer:  0 0 0 0 ...
       G groups (002 3.0.2):                     k = n_layer / G
-      only attention or only FFN (ours):        share_sublayers="attn" or "mlp"
       ShishuLM's paired MLP-only blocks (001 4.4): k = 2 from n_attn_layers on
-    E.g. "2 + 1" (001 Table 10) in 7 layers (n_attn_layers=2,
-    n_top_attn_layers=1, share_from_layer=2, k=2):
+    E.g. ShishuLM's "2 + 1" (001 Table 10), 7 layers, share_from_layer=2, k=2:
       layer       0   1   2   3   4   5   6
-      attention   0   1   -   -   -   -   2   attention at the bottom and the top
-      FFN         0   1   2   2   3   3   4   the MLP-only layers shared in pairs
+      attention   0   1   -   -   -   -   2
+      FFN         0   1   2   2   3   3   4
     """
     n = config.layers_per_branch()
     k, start = config.share_group_size, config.share_from_layer
@@ -412,7 +373,7 @@ def sharing_plan(config):
     attn_layers = config.attention_layers()
     attn_index, mlp_index = [], []
     for layer in range(n):
-        # a group's layers after its first reuse the weights of the layer before
+        # a group's layers after its first reuse the layer before's weights
         repeat = start < layer < end and (layer - start) % k != 0
         if layer not in attn_layers:
             attn_index.append(None)
@@ -431,8 +392,7 @@ def sharing_plan(config):
 
 class ConvShrink(nn.Module):
     """ConvGPT (paper 004, 3.3): a Conv1d over the sequence maps width C -> C/2.
-    Kernel 1 is a per-token dense layer (the paper's count); kernel k > 1 is
-    causal (ours: 3.3 does not say what happens at the sequence's ends)."""
+    Kernel 1 is per token (the paper's count); kernel k > 1 is causal (ours)."""
 
     def __init__(self, config, width):
         super().__init__()
@@ -440,8 +400,7 @@ class ConvShrink(nn.Module):
         self.conv = nn.Conv1d(width, width // 2, self.kernel, bias=config.bias)
 
     def forward(self, x, ctx, slot):
-        # causal: k-1 inputs on the left only (zeros before position 0; when decoding,
-        # the cache's last k-1 inputs); output t reads the inputs t-k+1 .. t
+        # causal: output t reads the inputs t-k+1 .. t (zeros before position 0)
         if ctx.cache is None:
             zeros = x.new_zeros(x.size(0), self.kernel - 1, x.size(2))
             window = torch.cat([zeros, x], dim=1)
@@ -451,9 +410,7 @@ class ConvShrink(nn.Module):
 
 
 class LinearShrink(nn.Module):
-    """LinearGPT (paper 004, 3.2, eq. 4-5): a dense layer maps width C -> C/2
-    (the paper: after every two blocks of one width; here after every
-    shrink_every layers but the last, see DecoderStack)."""
+    """LinearGPT (paper 004, 3.2, eq. 4-5): a dense layer maps width C -> C/2."""
 
     def __init__(self, config, width):
         super().__init__()
@@ -464,21 +421,15 @@ class LinearShrink(nn.Module):
 
 
 class DecoderStack(nn.Module):
-    """The layers of one branch. Layer l applies attention sub-layer
-    attn[attn_index[l]] (if any), then FFN sub-layer mlp[mlp_index[l]], then a
-    width-halving layer if l ends a group of shrink_every layers and is not the
-    last. The indices are sharing_plan's; e.g. MobileLLM's repeat,
-    share_group_size=2, 4 layers:
-      x -> attn[0] mlp[0] -> attn[0] mlp[0] -> attn[1] mlp[1] -> attn[1] mlp[1] -> out"""
+    """The layers of one branch. Layer l applies attn[attn_index[l]] (if any),
+    then mlp[mlp_index[l]] (sharing_plan's indices), then halves the width
+    if it ends a group of shrink_every layers and is not the last."""
 
     def __init__(self, config):
         super().__init__()
         self.attn_index, self.mlp_index = sharing_plan(config)
         widths = config.widths()
-        # attn[i] / mlp[i]: a ResidualSubLayer around the attention / FFN (.inner) of
-        # weight set i, built by the first layer that uses it, at its width and init
-        # depth (a set never spans a width change: GPTConfig forbids sharing with
-        # shrinking). Named for what they wrap: the checkpoints' keys
+        # attn[i], mlp[i]: weight set i, built by the first layer that uses it
         self.attn = nn.ModuleList()
         self.mlp = nn.ModuleList()
         for layer, width in enumerate(widths):
@@ -511,16 +462,14 @@ class DecoderStack(nn.Module):
 
 def init_stds(config, depth):
     """The std of each attention (q, k, v, out) and FFN (up, gate, down) weight
-    of a layer at relative depth l / (L - 1) (0: the first layer, 1: the last;
-    L: layers per branch). sigma = init_std, N = 2 * n_layer (a shared or
-    MLP-only layer counts two). The embeddings, the head and the shrink layers
-    take sigma. docs/architectures.md has the details.
-      constant    sigma everywhere (003 3.1, Table 4: best for tiny models; 001 5)
-      gpt2        out, down: sigma / sqrt(N) (GPT-2's code; 003 3.1 says all layers)
+    of a layer at relative depth 0 (first) .. 1 (last). sigma = init_std,
+    N = 2 * n_layer; other weights take sigma (docs/architectures.md).
+      constant    sigma everywhere (003 3.1, Table 4; 001 5)
+      gpt2        out, down: sigma / sqrt(N) (GPT-2's code)
       internlm    out, gate: sigma / sqrt(N) (003 3.1); ungated: up (ours)
       depth_adaptive (003 App. B, Table 11): q, k from sqrt(2) sigma down to
-                  sigma, v, out from sigma / sqrt(2) up to sigma, FFN sigma;
-                  linear in depth (ours)
+                  sigma, v, out from sigma / sqrt(2) up to sigma, linear in
+                  depth (ours)
     """
     sigma, scheme = config.init_std, config.init_scheme
     std = dict.fromkeys(("q", "k", "v", "out", "up", "gate", "down"), sigma)
@@ -549,18 +498,15 @@ def normal(weight, std, bias=None):
 
 def init_weights(module, config):
     """Every Linear, Conv1d and Embedding weight ~ N(0, init_std), biases 0,
-    drawn one after the other in module order (the RNG's order). Attention and
-    FFN weights take the std of init_stds at their first layer (`.std`, set in
-    DecoderStack)."""
+    drawn in module order; attention and FFN weights at their `.std`."""
     if isinstance(module, CausalSelfAttention):
         std = module.std
         qkv = module.qkv_proj
         kv = module.kv_width
-        # the rows of q, k and v in as few draws as their stds allow (q and k share
-        # one in every scheme): one draw where they agree, as for any Linear
+        # q and k share a std in every scheme; one draw where v's agrees
         if std["v"] == std["q"]:
             normal(qkv.weight, std["q"], qkv.bias)
-        else:   # the rows of q and k, then those of v
+        else:
             normal(qkv.weight[:-kv], std["q"], qkv.bias)
             normal(qkv.weight[-kv:], std["v"])
         normal(module.out_proj.weight, std["out"], module.out_proj.bias)
@@ -581,8 +527,7 @@ def init_weights(module, config):
 class TokenEmbedding(nn.Module):
     """Token embedding, optionally factorized (paper 002, 3.0.1): vocab -> E ->
     width, V*E + E*width parameters instead of V*width. Tied (paper 000, 2.4),
-    the head reuses these weights: logits = (h @ P) @ W_e^T, back through the
-    projection P if any."""
+    the head reuses them: logits = (h @ P) @ W_e^T."""
 
     def __init__(self, config):
         super().__init__()
@@ -619,10 +564,8 @@ class GPT(nn.Module):
         self.branches = nn.ModuleList(stacks)
         if config.n_branches > 1:
             self.branch_logits = nn.Parameter(torch.zeros(config.n_branches))
-        # pgpt at inference: the index of the only branch to run (None = all)
-        self.keep_branch = None
-        # post-norm: every sub-layer already ends in a norm, so a final norm would stack
-        # a second one (the original Transformer and paper 000's code have none)
+        self.keep_branch = None   # pgpt at inference: the only branch to run
+        # post-norm: every sub-layer already ends in a norm (paper 000's code)
         self.ln_f = nn.Identity()
         if config.norm_placement == "pre":
             self.ln_f = make_norm(config, config.final_width())
@@ -635,33 +578,17 @@ class GPT(nn.Module):
 
     # --- sizes ---
     def get_num_params(self, non_embedding=True):
-        """Unique parameters (shared weights once). non_embedding=True leaves
-        out the learned positions, as nanoGPT does (token embeddings stay: tied,
-        they are the head)."""
+        """Unique parameters (shared weights once); non_embedding=True leaves
+        out the learned positions, as nanoGPT does."""
         n = sum(p.numel() for p in self.parameters())
         if non_embedding and hasattr(self, "pos_emb"):
             n -= self.pos_emb.weight.numel()
         return n
 
-    def depth_summary(self):
-        """Effective depth vs unique weights, e.g. '60 layers applied, from 30
-        unique attention and 30 unique FFN sub-layers'."""
-        stack = self.branches[0]
-        n_attn = len({a for a in stack.attn_index if a is not None})
-        branches = ""
-        if self.config.n_branches > 1:
-            branches = f" x {self.config.n_branches} branches"
-        passes = ""
-        if self.config.think_steps:
-            passes = f", {self.config.think_steps + 1} passes (Deep Thinking)"
-        return (f"{len(stack.mlp_index)} layers applied{branches}, from {n_attn} unique "
-                f"attention and {len(stack.mlp)} unique FFN sub-layers{passes}")
-
     # --- ParallelGPT (paper 004, 3.1) ---
     def branch_weights(self):
-        """pgpt's mixing weights: softmax of learned logits (positive, summing
-        to 1, equal at the start). Two branches: w = sigmoid(a1 - a2) and
-        1 - w, the paper's eq. 3."""
+        """pgpt's mixing weights: softmax of learned logits. Two branches:
+        w = sigmoid(a1 - a2) and 1 - w, the paper's eq. 3."""
         if self.config.n_branches == 1:
             return torch.ones(1, device=self.tok_emb.wte.weight.device)
         return F.softmax(self.branch_logits, dim=0)
@@ -688,9 +615,8 @@ class GPT(nn.Module):
         return self.drop(x) if self.training else x
 
     def forward(self, idx, targets=None, cache=None, all_logits=False):
-        """idx (B, T) -> (logits, loss). With targets: the logits at every
-        position and the mean cross-entropy. Without: the last position's logits
-        only, unless all_logits=True. With a cache (section 9) the tokens
+        """idx (B, T) -> (logits, loss). Without targets: the last position's
+        logits only, unless all_logits. With a cache (section 9) the tokens
         continue the cached ones."""
         B, T = idx.shape
         start = cache.length if cache is not None else 0
@@ -727,11 +653,10 @@ class GPT(nn.Module):
         return logits + self.tied_head_bias if self.config.head_bias else logits
 
     def think(self, x, ctx):
-        """Deep Thinking (paper 000, 2.8): T thinking passes, then the test pass
-        that gives the output. Pass 1 reads the embeddings x, pass t > 1 the
-        output of pass t-1 (the authors' code); each layer keeps a KV memory
-        (CausalSelfAttention.deep_thinking). The test pass reads x again and
-        attends over the memory M_T. Gradients flow through every pass."""
+        """Deep Thinking (paper 000, 2.8): T thinking passes, then the test pass.
+        Pass 1 reads the embeddings x, pass t > 1 the output of pass t-1 (the
+        authors' code); each layer keeps a KV memory (deep_thinking, section 3).
+        The test pass reads x again and attends over the memory M_T."""
         h = x
         for t in range(1, self.config.think_steps + 1):
             ctx.think_pass = t
@@ -740,10 +665,9 @@ class GPT(nn.Module):
         return self.run_branches(x, ctx)
 
     def run_branches(self, x, ctx):
-        """One branch: the decoder stack. pgpt: branch i gets the i-th
-        n_embd-wide chunk of the embedding, the outputs mixed as
-        sum_i w_i * decoder_i(x_i) (paper 004, eq. 1-3); with keep_branch set
-        only that branch runs (the paper's drop of the weaker one)."""
+        """The decoder stack. pgpt: branch i reads the i-th n_embd-wide chunk,
+        the outputs mixed as sum_i w_i * decoder_i(x_i) (paper 004, eq. 1-3);
+        with keep_branch set only that branch runs."""
         if self.config.n_branches == 1:
             return self.branches[0](x, ctx)
         chunks = x.split(self.config.n_embd, dim=-1)
@@ -759,9 +683,8 @@ class GPT(nn.Module):
 
     # --- training helpers ---
     def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
-        """AdamW; weight decay only on >= 2-D weights (matmuls, embeddings,
-        convs), never on norms, biases, enhanced-residual alphas or pgpt branch
-        logits."""
+        """AdamW; weight decay on >= 2-D weights only (not on norms, biases,
+        enhanced-residual alphas or pgpt branch logits)."""
         params = [p for p in self.parameters() if p.requires_grad]
         decay = [p for p in params if p.dim() >= 2]
         no_decay = [p for p in params if p.dim() < 2]
@@ -775,8 +698,7 @@ class GPT(nn.Module):
         return KVCache(self.config.block_size)
 
     def decode_step(self, idx, cache):
-        """Logits (B, 1, V) after one more token per sequence, idx (B, 1),
-        continuing the cached ones."""
+        """Logits (B, 1, V) of one more token per sequence, idx (B, 1)."""
         return self(idx, cache=cache)[0]
 
     @torch.inference_mode()
@@ -785,11 +707,8 @@ class GPT(nn.Module):
                  on_token=None):
         """Sample max_new_tokens tokens after idx (B, T): one token a step
         through the KV cache, or the whole window (use_kv_cache=False; the same
-        logits). A full window (block_size tokens) starts again from its recent
-        half at position 0 (docs/sampling_and_eval.md). cache, step: another
-        cache of KVCache's interface and the function of one decode step
-        (tools/fast_sample.py: a static cache, compiled). on_token(id): each
-        new token of the first sequence, as it comes (sample.py prints it)."""
+        logits). cache, step: another cache and decode step (tools/fast_sample.py).
+        on_token(id): each new token of the first sequence, as it comes."""
         was_training = self.training
         self.eval()
         block_size = self.config.block_size
@@ -801,9 +720,8 @@ class GPT(nn.Module):
         window_start, prime = 0, True
         idx_next = None   # the token sampled last
         for _ in range(max_new_tokens):
-            # window full: start again at position 0 from its recent half (positions
-            # past block_size have no embedding; nanoGPT crops every step, a cache
-            # would then refill at every step)
+            # window full: start again at position 0 from its recent half (nanoGPT
+            # crops every step, but a cache would then refill at every step)
             if idx.size(1) - window_start > block_size:
                 window_start = idx.size(1) - max(1, block_size // 2)
                 prime = True
@@ -813,7 +731,7 @@ class GPT(nn.Module):
                 cache.reset()   # same buffers, positions from 0
                 logits, _ = self(idx[:, window_start:], cache=cache)
                 prime = False
-            else:   # the last token (B, 1): the same strides every step
+            else:
                 logits = step(idx_next, cache)
             idx_next = sample_next(logits[:, -1, :], temperature, top_k, generator)
             idx = torch.cat((idx, idx_next), dim=1)
@@ -824,33 +742,26 @@ class GPT(nn.Module):
 
 
 class KVCache:
-    """The KV cache of incremental decoding (new_cache(); generate fills it).
-
-    The cache interface, what GPT.forward and its layers call on a cache (this
-    one; a static one in tools/fast_sample.py for a compiled step, and in
-    tools/executorch/export.py for a program):
-      length: the tokens already cached (GPT.forward's block_size check)
-      positions(T, device): the positions of the T new tokens (RoPE, position
-          embeddings), asked once per forward, before any attend
-      attend(slot, q, k, v): store k, v (B, H_kv, T, D) at the new positions,
-          return the attention of q (B, H, T, D) over every cached key up to them
-      conv_window(slot, x, n_past): cgpt: x (B, T, C) after the n_past inputs
-          before it
+    """The KV cache of incremental decoding. The cache interface, what the model
+    calls on a cache (also the static ones of tools/fast_sample.py and
+    tools/executorch/export.py):
+      length: the tokens already cached
+      positions(T, device): the positions of the T new tokens
+      attend(slot, q, k, v): store k, v at the new positions, return the
+          attention of q over every cached key up to them
+      conv_window(slot, x, n_past): cgpt: x after the n_past inputs before it
       advance(T): after the forward, the T new tokens are cached
       reset(): start a new sequence at position 0, keeping the buffers
-    Each slot (an application of a layer, ForwardContext) has its own keys and
-    values: buffers of max_len positions, read up to the newest one. Deep
-    Thinking is a special case only this cache serves:
-    CausalSelfAttention.deep_thinking stores its keys and its memory itself
-    (`store`, `kv`, `memory`); the static caches refuse it.
+    Each slot (ForwardContext) has its own keys and values. Deep Thinking uses
+    `store`, `kv` and `memory` itself; the static caches refuse it.
     """
 
     def __init__(self, max_len):
         self.max_len = max_len
         self.length = 0
         self.kv = {}          # slot -> (keys, values), each (B, H_kv, max_len, D)
-        self.memory = {}      # Deep Thinking: slot -> its memory after that pass, as kv
-        self.conv_tail = {}   # cgpt: slot -> the last kernel-1 inputs of its ConvShrink
+        self.memory = {}      # Deep Thinking: slot -> its memory, as kv
+        self.conv_tail = {}   # cgpt: slot -> its ConvShrink's last kernel-1 inputs
 
     def positions(self, length, device):
         return torch.arange(self.length, self.length + length, device=device)
@@ -860,8 +771,8 @@ class KVCache:
         return causal_attention(q, keys, values, start=self.length)
 
     def store(self, table, slot, k, v):
-        """Write k, v (B, H_kv, T, D) at positions length.. of table[slot];
-        return all its keys and values up to them."""
+        """Write k, v at positions length.. of table[slot]; return its keys
+        and values up to them."""
         if slot not in table:
             shape = (k.size(0), k.size(1), self.max_len, k.size(3))
             table[slot] = (k.new_zeros(shape), v.new_zeros(shape))
@@ -887,12 +798,12 @@ class KVCache:
 
 
 def sample_next(logits, temperature=1.0, top_k=None, generator=None):
-    """Pick the next token from last-position logits (B, V): greedy at
-    temperature 0, else top-k sampling."""
+    """The next token from last-position logits (B, V): greedy at temperature
+    0, else top-k sampling."""
     if temperature == 0:
         return logits.argmax(dim=-1, keepdim=True)
     logits = logits.float() / temperature
-    if top_k is not None and top_k < logits.size(-1):   # top_k >= vocabulary: nothing to cut
+    if top_k is not None and top_k < logits.size(-1):
         kth = torch.topk(logits, top_k).values[:, [-1]]
         logits = logits.masked_fill(logits < kth, float("-inf"))
     probs = F.softmax(logits, dim=-1)

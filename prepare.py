@@ -7,19 +7,14 @@ Prepare a dataset for train.py: a text file becomes token ids.
     python prepare.py --input=notes.txt --tokenizer=gpt2   # data/notes_gpt2/
     python train.py config/gpt_shakespeare_cpu.py --dataset=notes_char
 
-Any UTF-8 text file works (a name may be given too: python prepare.py
-mynotes --input=notes.txt). The first 90% of the text is the train split,
-the rest the val split (--val_fraction=0.1). The dataset folder
-(data/<dataset>/, or --out_dir) gets train.bin and val.bin, the token ids
-as flat uint16 (np.memmap(path, dtype=np.uint16, mode="r") reads them),
-and meta.json, the tokenizer (dataset.py reads it back). meta.json is
-written last: its presence means the folder is complete. A dataset of
-another text is replaced only with --force.
+Any UTF-8 text file works. The first 90% of the text is the train split, the
+rest the val split (--val_fraction). The dataset folder (data/<dataset>/, or
+--out_dir) gets train.bin and val.bin, the token ids as flat uint16, and
+meta.json, the tokenizer, written last: it marks a complete folder. A
+dataset of another text is replaced only with --force.
 
-Offline: the repository ships data/tinyshakespeare/input.txt; --input (or
-SHAKESPEARE_INPUT) names another copy, --gpt2_ranks (or
-GPT2_TIKTOKEN_FILE) a local gpt2.tiktoken. Library use:
-prepare(dataset, out_dir=None, **opts) -> out_dir. Tools prepare others:
+Offline: the repository ships data/tinyshakespeare/input.txt; --gpt2_ranks
+(or GPT2_TIKTOKEN_FILE) names a local gpt2.tiktoken. Tools prepare others:
 
     python -m tools.pangu.compact_vocab --input=notes.txt --vocab_size=1024
     python -m tools.wikitext103 [--vocab_size K]
@@ -31,15 +26,8 @@ from checkpoint import check_out_dir
 from configurator import ArgumentParser, UserError
 from dataset import (GPT2_EOT_ID, GPT2_VOCAB_SIZE, CharTokenizer, begin_writing,
                      check_char_count, check_long_enough, check_replace,
-                     check_text_dataset, download, get_gpt2_encoding, one_line,
-                     read_text, text_record, write_bin, write_meta)
-
-SHAKESPEARE_URL = ("https://raw.githubusercontent.com/karpathy/char-rnn/master/"
-                   "data/tinyshakespeare/input.txt")
-SHAKESPEARE_BYTES = 1115394
-SHAKESPEARE_SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
-HERE = os.path.dirname(os.path.abspath(__file__))
-SHIPPED_SHAKESPEARE = os.path.join(HERE, "data", "tinyshakespeare", "input.txt")
+                     check_text_dataset, get_gpt2_encoding, read_text,
+                     shakespeare_path, text_record, write_bin, write_meta)
 
 # nanoGPT's names, and their tokenizer
 DATASETS = {"shakespeare_char": "char", "shakespeare": "gpt2"}
@@ -47,27 +35,6 @@ DATASETS = {"shakespeare_char": "char", "shakespeare": "gpt2"}
 
 # -----------------------------------------------------------------------------
 # the text
-
-def shakespeare_path(out_dir, input_path=None):
-    """Where tinyshakespeare is: --input, $SHAKESPEARE_INPUT, a copy beside
-    out_dir, the shipped one, else downloaded into out_dir."""
-    given = input_path or os.environ.get("SHAKESPEARE_INPUT")
-    if given:
-        return given   # read_text says so if it is missing
-    data_dir = os.path.dirname(os.path.abspath(out_dir))
-    beside = os.path.join(data_dir, "shakespeare_char", "input.txt")
-    path = os.path.join(out_dir, "input.txt")
-    for found in (path, beside, SHIPPED_SHAKESPEARE):
-        if os.path.isfile(found):
-            return found
-    try:
-        download(SHAKESPEARE_URL, path, SHAKESPEARE_BYTES, SHAKESPEARE_SHA256)
-    except (OSError, ValueError) as e:
-        raise UserError(f"could not download tinyshakespeare ({one_line(e)}) "
-                        f"(fix: pass a local copy with --input PATH or "
-                        f"SHAKESPEARE_INPUT=PATH)") from None
-    return path
-
 
 def split_text(text, val_fraction=0.1):
     """The first part of the text trains, the last val_fraction validates."""
@@ -97,7 +64,7 @@ def gpt2_tokenizer(gpt2_ranks=None):
 def prepare(dataset="", out_dir=None, input_path=None, tokenizer=None,
             val_fraction=0.1, force=False, gpt2_ranks=None):
     """Prepare `dataset` into out_dir (default data/<dataset>); "" names it after
-    --input (notes.txt -> notes_char). Returns out_dir."""
+    --input (notes.txt -> notes_char). Returns out_dir (also for library use)."""
     # the dataset's name (shakespeare_char, notes_char, ...) and its tokenizer
     dataset, tokenizer = check_text_dataset(dataset, input_path, tokenizer,
                                             val_fraction, DATASETS, out_dir)

@@ -40,7 +40,7 @@ import numpy as np
 import torch
 
 from checkpoint import (CKPT_NAME, GPT2_NAMES, LAST_NAME, atomic_open, busy_machine, check_finite,
-                        check_num_threads, check_out_dir, check_seed, gather_rng_states,
+                        check_num_threads, check_out_dir, check_seed, depth_summary, gather_rng_states,
                         gpt_config_defaults, is_hf_source, load_checkpoint, load_init_checkpoint,
                         load_matching_weights, load_optimizer_state, load_own_weights, load_variant,
                         lock_dir, model_args, model_config, plain_values, remove_stale_temp_files,
@@ -401,7 +401,7 @@ class RunDir:
             _say(f"training windows start only at the {len(segments):,} segments of {c['data_segments']}")
         _say(f"number of parameters: {model.get_num_params(non_embedding=False):,} (non-embedding: "
              f"{model.get_num_params():,})")
-        _say(f"depth: {model.depth_summary()}")
+        _say(f"depth: {depth_summary(model)}")
         _say(f"tokens per iteration: {self.tokens_per_iter:,} ({self.accum} accum x {self.world} ranks x "
              f"{c['batch_size']} batch x {c['block_size']} block); device {self.device}, dtype {c['dtype']}, "
              f"compile {c['compile']}")

@@ -9,12 +9,9 @@ Sample text from a trained checkpoint.
     python -m tools.fast_sample               # a compiled decode step (long runs)
     python -m tools.huggingface.sample --init_from=DIR   # a Hugging Face model
 
-As nanoGPT's sample.py: load the checkpoint (out_dir/ckpt.pt, the best val loss,
-else last.pt; or a .pt file as --out_dir), build GPTConfig -> GPT, load its
-weights; encode --start with the tokenizer of the model's dataset; generate;
-decode. Samples go to stdout as they are generated, each after the start text,
-then '---------------'; what was loaded goes to stderr.
-More: docs/sampling_and_eval.md.
+As nanoGPT's sample.py: load the checkpoint (out_dir/ckpt.pt, else last.pt),
+build the model, encode --start, generate, decode. Samples go to stdout as they
+are generated; what was loaded goes to stderr. More: docs/sampling_and_eval.md.
 """
 
 import gc
@@ -30,8 +27,7 @@ from dataset import TextStream, check_prompt, read_prompt, tokenizer_of
 from model import GPT, GPTConfig
 
 DEFAULTS = dict(
-    # ckpt.pt / last.pt's folder, or a checkpoint file; "" = the out*/ folder with the
-    # newest checkpoint (the run train.py just finished)
+    # a checkpoint's folder or file; "" = the out*/ folder with the newest checkpoint
     out_dir="",
     data_dir="",            # meta.json's folder; "" = the one the checkpoint recorded
     start="\n",             # prompt text, or FILE:path to read it from a file
@@ -58,11 +54,9 @@ def main(argv=None):
 
 def run(cfg, generate=GPT.generate):
     """Load the checkpoint, its model and its dataset's tokenizer, then write_samples."""
-    # the options and the prompt, checked before anything is loaded (one-line errors)
-    device, dtype = setup_sampling(cfg)
+    device, dtype = setup_sampling(cfg)   # the options, checked before loading
     start_text = read_prompt(cfg["start"])
-    # tensors and plain values only (loading runs no code); nanoGPT's checkpoints too
-    ckpt = load_checkpoint(cfg["out_dir"], device)
+    ckpt = load_checkpoint(cfg["out_dir"], device)   # runs no code; nanoGPT's too
     model = GPT(GPTConfig(**ckpt["model_args"]))
     load_weights(model, ckpt)   # one line for non-finite weights or ones that do not fit
     model.to(device).eval()
@@ -75,10 +69,9 @@ def run(cfg, generate=GPT.generate):
 def write_samples(model, tok, start_text, cfg, device, dtype, source, dataset,
                   generate=GPT.generate):
     """Print cfg["num_samples"] samples of `model` after start_text. generate:
-    GPT.generate, or tools/fast_sample.py's (a compiled decode step)."""
+    GPT.generate, or tools/fast_sample.py's."""
     encode = tok.encode   # text -> ids: a table like nanoGPT's stoi, or BPE (tiktoken)
-    # ids -> text, one token at a time: its bytes, printed as UTF-8 once a character
-    # is whole (a BPE token may end inside one)
+    # id -> bytes; printed once a character is whole (a BPE token may end inside one)
     decode = tok.token_bytes
     check_prompt(tok, start_text, dataset, model.config.vocab_size)
     start_ids = encode(start_text) or [tok.eot_token]   # BPE: "" starts a document
@@ -104,8 +97,7 @@ def write_samples(model, tok, start_text, cfg, device, dtype, source, dataset,
     n_new = 0
     with torch.no_grad(), ctx:
         for _ in range(cfg["num_samples"]):
-            # the text appears as it is generated, after the prompt exactly as given
-            stream = TextStream(token_bytes=decode)
+            stream = TextStream(token_bytes=decode)   # prints as tokens come
             stream.write(start_text)
             y = generate(model, x, cfg["max_new_tokens"], cfg["temperature"], top_k,
                          use_kv_cache=use_cache, generator=generator,
@@ -120,7 +112,4 @@ def write_samples(model, tok, start_text, cfg, device, dtype, source, dataset,
 
 if __name__ == "__main__":
     main(sys.argv[1:])
-    # everything is written and closed: spare the exit its garbage collection over all of
-    # torch's objects, which takes most of a second (results/README.md, "The whole process
-    # against nanoGPT")
-    gc.freeze()
+    gc.freeze()   # all is written: spare the exit a garbage collection (results/)

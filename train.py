@@ -9,8 +9,7 @@ In nanoGPT's order: the settings, the data (get_batch), the learning rate (get_l
 model and the optimizer (setup), evaluation and checkpoints, then train() and its loop.
 Every key below and every GPTConfig field is a config key (`--help` lists them). out_dir
 gets ckpt.pt (best val loss), last.pt (latest), log.csv and loss.png. What keeps a run
-safe is called like a library from run_dir.py, checkpoint.py and dataset.py: a learner
-can skip it (docs/training.md).
+safe lives in run_dir.py, checkpoint.py and dataset.py (docs/training.md).
 """
 
 import contextlib
@@ -43,11 +42,11 @@ TRAIN_DEFAULTS = dict(
     log_interval=10,
     eval_iters=200,
     eval_only=False,              # evaluate once and exit
-    always_save_checkpoint=False,  # ckpt.pt at every eval, not only when val loss improves
+    always_save_checkpoint=False,  # ckpt.pt at every eval, not only when val improves
     # 'scratch' | 'resume' (out_dir/last.pt) | a checkpoint file, ours or nanoGPT's |
     # 'gpt2'..'gpt2-xl' or a Hugging Face folder
     init_from="scratch",
-    wandb_log=False,              # nanoGPT's W&B logging (pip install wandb)
+    wandb_log=False,              # nanoGPT's W&B logging
     wandb_project="compact-gpt",
     wandb_run_name="",
     allow_partial_init=False,     # init_from=<path>: also when only some tensors fit
@@ -56,10 +55,10 @@ TRAIN_DEFAULTS = dict(
     dataset="shakespeare_char",
     data_dir="",                  # '' = data/<dataset>
     data_segments="",             # refine.npy (paper 003): windows start only there
-    gradient_accumulation_steps=1,  # global: divided over DDP ranks
+    gradient_accumulation_steps=1,  # over all DDP ranks
     batch_size=12,                # per micro-step, per rank
     # model
-    variant="",                   # variants/<name>.py; model keys you set still win
+    variant="",                   # variants/<name>.py; model keys you set win
     # AdamW
     learning_rate=1e-3,
     max_iters=5000,
@@ -75,9 +74,9 @@ TRAIN_DEFAULTS = dict(
     # system
     device="auto",                # 'auto' (cuda > mps > cpu) | 'cpu' | 'cuda' | 'cuda:1' | 'mps'
     dtype="auto",                 # 'auto' (cuda: bf16, else fp16; fp32 elsewhere) | float32 | ...
-    compile=False,                # torch.compile the model
-    backend="nccl",               # DDP's backend on GPUs (nccl | gloo); CPUs use gloo
-    num_threads=0,                # CPU threads; 0 = all cores (1: faster on a busy machine)
+    compile=False,
+    backend="nccl",               # DDP's backend on GPUs; CPUs use gloo
+    num_threads=0,                # CPU threads; 0 = all cores
     seed=1337,
 )
 MODEL_DEFAULTS = {field.name: field.default for field in dataclasses.fields(GPTConfig)}
@@ -85,8 +84,7 @@ DEFAULTS = {**TRAIN_DEFAULTS, **MODEL_DEFAULTS}
 
 
 def check_train_config(c, world=1):
-    """Refuse bad settings in one line (run_dir.py), then fill the schedule's settings left
-    None."""
+    """Refuse bad settings (run_dir.py), then fill the schedule's settings left None."""
     check_settings(c, world)
     if c["lr_decay_iters"] is None:
         c["lr_decay_iters"] = c["max_iters"]   # decay over the whole run
@@ -97,18 +95,15 @@ def check_train_config(c, world=1):
 
 
 # --- data --------------------------------------------------------------------------------
-# A batch is a pure function of its seed, and the seed names it: (seed, split, iteration,
-# micro-step). So the data does not depend on how often we evaluate, resuming needs no
-# sampler state, and the DDP ranks together draw exactly the batches one process would
-# draw. Evaluation uses seeds (seed, 1000 + split, k): the same batches at every
-# evaluation, none of training's.
+# A batch is a pure function of its seed (seed, split, iteration, micro-step): so
+# resuming needs no sampler state, and the DDP ranks together draw the batches one
+# process would. Evaluation uses (seed, 1000 + split, k): the same batches every time.
 
 SPLIT_CODES = {"train": 0, "val": 1, "test": 2}
 
 
 def batch_seed(*parts):
-    """Mix integers into one 63-bit seed (splitmix64), so that nearby (iteration,
-    micro-step) pairs give unrelated generator states."""
+    """Mix integers into one 63-bit seed (splitmix64): nearby parts, unrelated seeds."""
     mask = (1 << 64) - 1
     x = 0
     for p in parts:
@@ -122,9 +117,8 @@ def batch_seed(*parts):
 def get_batch(path, batch_size, block_size, generator, device=torch.device("cpu"),
               segments=None):
     """(x, y) of shape (batch_size, block_size): random windows of the token file, y = x
-    shifted by one. segments: the allowed window starts (paper 003's data refining), None:
-    any."""
-    # prepare.py's uint16 ids, opened again at every call (a memmap kept open grows in memory)
+    shifted by one. segments: the allowed window starts (paper 003's data refining)."""
+    # opened at every call: a memmap kept open grows in memory (as in nanoGPT)
     data = np.memmap(path, dtype=np.uint16, mode="r")
     if segments is None:
         n = len(data) - block_size
@@ -144,8 +138,8 @@ def get_batch(path, batch_size, block_size, generator, device=torch.device("cpu"
 
 
 def train_batch(run, it, micro):
-    """Micro-step `micro` of iteration `it` on this rank. Rank r draws what one process
-    draws at micro-step r * accum + micro, so the ranks together draw one process's batch."""
+    """Micro-step `micro` of iteration `it` on this rank: one process's micro-step
+    rank * accum + micro."""
     step = run.rank * run.accum + micro
     seed = batch_seed(run.config["seed"], SPLIT_CODES["train"], it, step)
     generator = torch.Generator().manual_seed(seed)
@@ -157,9 +151,7 @@ def train_batch(run, it, micro):
 # --- the learning rate -------------------------------------------------------------------
 
 def get_lr(it, c):
-    """Linear warmup over warmup_iters (from learning_rate / (warmup_iters + 1), never 0),
-    cosine decay from learning_rate at warmup_iters to min_lr at lr_decay_iters, then
-    min_lr."""
+    """Linear warmup (never 0), cosine decay to min_lr at lr_decay_iters, then min_lr."""
     if not c["decay_lr"]:
         return c["learning_rate"]
     if it < c["warmup_iters"]:
@@ -181,7 +173,7 @@ def say(run, message):
 
 def setup(config, explicit, device, dtype, rank, world, held):
     """The run's data, model and optimizer, all checked before out_dir changes; then out_dir
-    (held, an ExitStack, keeps its lock until the run ends), compile and DDP."""
+    (locked while `held` lasts), compile and DDP."""
     run = SimpleNamespace(config=config, device=device, dtype=dtype, rank=rank, world=world)
     run.master = rank == 0
     run.ddp = world > 1
@@ -233,8 +225,7 @@ def setup(config, explicit, device, dtype, rank, world, held):
     torch.manual_seed(config["seed"] + rank + run.start_iter)
     if ckpt is not None:   # resume: weights, optimizer, scaler, RNG; another's: fitting weights
         load_state(ckpt, model, run.optimizer, run.scaler, config, rank, world)
-    # the first batch (each micro-step draws the next): one too big fails here
-    run.first_batch = train_batch(run, run.start_iter, 0)
+    run.first_batch = train_batch(run, run.start_iter, 0)   # too big: fails here
 
     # everything is checked: take out_dir, say what will run
     run.dir = RunDir(config, run.start_iter, ckpt, rank, world, device)
@@ -246,7 +237,7 @@ def setup(config, explicit, device, dtype, rank, world, held):
     # run.model (compiled if asked) evaluates; run.train_model (in DDP if distributed) trains
     run.model = model
     if config["compile"]:
-        torch._dynamo.reset()   # dynamo keeps 8 graphs a process: compare.py's 4th needs room
+        torch._dynamo.reset()   # dynamo keeps 8 graphs a process (tools/compare.py)
         run.model = torch.compile(model)
     run.train_model = run.model
     if run.ddp:
@@ -259,8 +250,8 @@ def setup(config, explicit, device, dtype, rank, world, held):
 
 @torch.no_grad()
 def estimate_loss(run, splits, stop):
-    """Mean loss over eval_iters fixed batches per split (the same at every call); under
-    DDP each rank evaluates every world-th batch."""
+    """Mean loss over eval_iters fixed batches per split; under DDP each rank evaluates
+    every world-th batch."""
     n = run.config["eval_iters"]
     out = {}
     run.model.eval()
@@ -269,14 +260,14 @@ def estimate_loss(run, splits, stop):
             path = os.path.join(run.data_dir, f"{split}.bin")
             losses = torch.zeros(n, device=run.device)
             for k in range(run.rank, n, run.world):
-                run.dir.eval_progress(split, k, n)   # a line now and then on a long one
+                run.dir.eval_progress(split, k, n)   # a line now and then
                 seed = batch_seed(run.config["seed"], 1000 + SPLIT_CODES[split], k)
                 generator = torch.Generator().manual_seed(seed)
                 x, y = get_batch(path, run.batch_size, run.block_size, generator, run.device)
                 with run.ctx:
                     logits, loss = run.model(x, y)
                 losses[k] = loss.float()
-                if stop.requested and not run.ddp:   # evaluating changes no state: stop now
+                if stop.requested and not run.ddp:   # evaluating changes nothing: stop now
                     raise KeyboardInterrupt
             if run.ddp:
                 torch.distributed.all_reduce(losses)
@@ -287,8 +278,7 @@ def estimate_loss(run, splits, stop):
 
 
 def evaluate(run, iter_num, lr, stop):
-    """Train and val loss (pgpt: also the heaviest branch's val loss): one line, one
-    log.csv row."""
+    """Train and val loss (pgpt: also the heaviest branch's): one line, one log.csv row."""
     losses = estimate_loss(run, ("train", "val"), stop)
     say(run, f"step {iter_num}: train loss {losses['train']:.4f}, "
         f"val loss {losses['val']:.4f}")
@@ -302,7 +292,7 @@ def evaluate(run, iter_num, lr, stop):
             heavy = estimate_loss(run, ("val",), stop)["val"]
         finally:
             model.keep_branch = None
-        weights = [float(w) for w in model.branch_weights().tolist()]
+        weights = model.branch_weights().tolist()
         shown = " ".join(f"{w:.4f}" for w in weights)
         say(run, f"step {iter_num}: val loss (heaviest branch only) {heavy:.4f} "
             f"(branch {branch}), branch weights {shown}")
@@ -312,7 +302,7 @@ def evaluate(run, iter_num, lr, stop):
 
 def checkpoint_dict(run, iter_num, best_val_loss):
     """What last.pt and ckpt.pt hold: the state at the start of iteration iter_num, from
-    which --init_from=resume continues exactly (run.dir.saving adds every rank's RNG)."""
+    which --init_from=resume continues exactly."""
     return {
         "model": run.raw_model.state_dict(),
         "model_args": run.args,
@@ -332,7 +322,7 @@ def save_checkpoints(run, iter_num, best_val_loss, best):
     writes, each file atomically: a crash or Ctrl-C keeps the previous one whole."""
     state = checkpoint_dict(run, iter_num, best_val_loss)
     out_dir = run.config["out_dir"]
-    # adds every rank's RNG state, refuses NaN weights; then log.csv goes with last.pt
+    # adds every rank's RNG state, refuses NaN weights, flushes log.csv
     with run.dir.saving(state):
         if run.master:
             atomic_save(state, os.path.join(out_dir, "last.pt"))
@@ -350,9 +340,8 @@ def notify(run, callback, event, iter_num, info):
 # --- training ----------------------------------------------------------------------------
 
 def train(config, explicit=None, callback=None):
-    """Train with `config` (over DEFAULTS); explicit: the keys the user set (None: see
-    full_config). Returns a summary dict. callback(event, info): 'iter', 'eval' and 'end'
-    on every rank (docs/training.md)."""
+    """Train with `config` (over DEFAULTS); explicit: the keys the user set. Returns a
+    summary dict. callback(event, info): 'iter', 'eval', 'end' (docs/training.md)."""
     config, explicit = full_config(config, explicit, DEFAULTS)   # refuses unknown keys
     ddp = "RANK" in os.environ and "WORLD_SIZE" in os.environ   # set by torchrun
     rank = int(os.environ["RANK"]) if ddp else 0
@@ -375,8 +364,8 @@ def train(config, explicit=None, callback=None):
 
 
 def train_loop(run, stop, callback):
-    """Each pass starts at an iteration boundary, where the saved state resumes exactly:
-    evaluating, saving and stopping happen only there."""
+    """Evaluating, saving and stopping happen only at an iteration boundary, where the
+    saved state resumes exactly."""
     config = run.config
     model = run.train_model
     optimizer = run.optimizer
@@ -421,7 +410,7 @@ def train_loop(run, stop, callback):
                 with run.ctx:
                     logits, loss = model(X, Y)
                 loss_sum += loss.detach().float()
-                # the next batch, drawn while the GPU works
+                # the next batch, while the GPU works
                 if micro + 1 < run.accum:
                     X, Y = train_batch(run, iter_num, micro + 1)
                 else:
@@ -438,19 +427,19 @@ def train_loop(run, stop, callback):
             optimizer.zero_grad(set_to_none=True)
             loss = loss_sum / run.accum   # a tensor: .item() would wait for the GPU
             it = iter_num   # the iteration this step did
-            iter_num += 1   # the step is done: the state is at a boundary again
+            iter_num += 1
             in_step = False
 
             if it % config["log_interval"] == 0:
-                total = loss.clone()   # then averaged over the DDP ranks
+                total = loss.clone()
                 if run.ddp:
                     torch.distributed.all_reduce(total)
                 last_train_loss = total.item() / run.world
                 run.dir.log(iter=it, kind="train", loss=last_train_loss, lr=lr)
-                if run.ddp:   # each rank gets its own Ctrl-C: all stop at the same boundary
+                if run.ddp:   # all ranks stop at the same boundary
                     stop.vote()
             notify(run, callback, "iter", iter_num, dict(loss=loss, lr=lr))
-    except KeyboardInterrupt:   # a second Ctrl-C, one during an evaluation, or a callback's
+    except KeyboardInterrupt:   # a second Ctrl-C, or one during an evaluation
         stopped = True
         at_once = True
     if stopped:   # last.pt at this boundary (not mid-step); say what out_dir keeps
@@ -472,4 +461,4 @@ def main(argv=None):
 
 if __name__ == "__main__":
     main()
-    gc.freeze()   # all is written: spare the exit a collection over torch's objects (results/)
+    gc.freeze()   # all is written: spare the exit a garbage collection (results/)

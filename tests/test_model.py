@@ -13,6 +13,7 @@ import pytest
 import torch
 from torch.nn import functional as F
 
+from checkpoint import depth_summary
 from model import GPT, GPTConfig, sharing_plan, sinusoidal_positions
 from tools.plots import residual_alphas
 
@@ -447,13 +448,13 @@ def test_forward_rejects_too_long_sequence():
 
 
 def test_depth_summary_reports_effective_depth_and_unique_sublayers():
-    assert make_model("repeat2").depth_summary() == \
+    assert depth_summary(make_model("repeat2")) == \
         "4 layers applied, from 2 unique attention and 2 unique FFN sub-layers"
-    assert make_model("shishu").depth_summary() == \
+    assert depth_summary(make_model("shishu")) == \
         "4 layers applied, from 2 unique attention and 3 unique FFN sub-layers"
-    assert make_model("shishu_bottom_top").depth_summary() == \
+    assert depth_summary(make_model("shishu_bottom_top")) == \
         "4 layers applied, from 2 unique attention and 3 unique FFN sub-layers"
-    assert make_model("deep_thinking").depth_summary().endswith("3 passes (Deep Thinking)")
+    assert depth_summary(make_model("deep_thinking")).endswith("3 passes (Deep Thinking)")
 
 
 # --- non-degeneracy: switching a technique on changes the function --------------------------------------

@@ -54,7 +54,7 @@ def test_own_text_trains_and_samples_with_the_documented_commands(notes, capsys)
     assert meta["text"]["val_fraction"] == 0.1 and meta["text"]["characters"] == len(TEXT)
     assert decoded_splits(notes / "data" / "notes_char") == (TEXT[:-n_val], TEXT[-n_val:])
 
-    config = os.path.join(prepare.HERE, "config", "gpt_shakespeare_cpu.py")
+    config = os.path.join(os.path.dirname(os.path.abspath(prepare.__file__)), "config", "gpt_shakespeare_cpu.py")
     train.main([config, "--dataset=notes_char", "--max_iters=2", "--eval_interval=2", "--eval_iters=1",
                 "--n_layer=1", "--n_embd=32", "--n_head=2", "--block_size=32"])
     assert "step 2: train loss" in capsys.readouterr().out
@@ -145,7 +145,7 @@ def test_a_dataset_of_another_text_is_replaced_only_with_force(notes, capsys):
 
 def test_train_py_says_how_to_prepare_an_unknown_dataset_and_a_too_short_text(notes, capsys):
     import train
-    config = os.path.join(prepare.HERE, "config", "gpt_shakespeare_cpu.py")
+    config = os.path.join(os.path.dirname(os.path.abspath(prepare.__file__)), "config", "gpt_shakespeare_cpu.py")
     one_error_line(train.main, [config, "--dataset=notes_char", "--max_iters=1"],
                    "preparing dataset 'notes_char' failed: unknown dataset 'notes_char'",
                    "python prepare.py notes_char --input=YOUR_TEXT.txt")

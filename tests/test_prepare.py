@@ -27,7 +27,7 @@ from conftest import one_error_line
 import dataset as tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
-SHIPPED = prepare.SHIPPED_SHAKESPEARE
+SHIPPED = tokenizer.SHIPPED_SHAKESPEARE
 
 SMALL_TEXT = ("First Citizen:\nBefore we proceed any further, hear me speak.\n\n"
               "All:\nSpeak, speak.\n\nFirst Citizen:\nYou are all resolved rather to die than to famish?\n") * 5
@@ -99,7 +99,7 @@ def test_shakespeare_input_from_env_and_cli(tmp_path, monkeypatch, capsys):
 
 def test_download_failure_is_one_line(tmp_path, monkeypatch, offline):
     monkeypatch.chdir(tmp_path)  # no data/shakespeare_char/input.txt to fall back on
-    monkeypatch.setattr(prepare, "SHIPPED_SHAKESPEARE", str(tmp_path / "not-shipped.txt"))
+    monkeypatch.setattr(tokenizer, "SHIPPED_SHAKESPEARE", str(tmp_path / "not-shipped.txt"))
     with pytest.raises(UserError) as exc:
         prepare.prepare("shakespeare_char", out_dir=str(tmp_path / "sc"))
     msg = str(exc.value)
@@ -112,11 +112,11 @@ def test_download_failure_is_one_line(tmp_path, monkeypatch, offline):
 def test_shipped_text_is_tinyshakespeare_and_tracked():
     """The quickstart's text ships with the repository (a fresh clone trains offline): the file the download
     would fetch, byte for byte, and not hidden by .gitignore (data/*/ ignores the prepared folders)."""
-    data = Path(prepare.SHIPPED_SHAKESPEARE).read_bytes()
-    assert len(data) == prepare.SHAKESPEARE_BYTES
-    assert hashlib.sha256(data).hexdigest() == prepare.SHAKESPEARE_SHA256
+    data = Path(tokenizer.SHIPPED_SHAKESPEARE).read_bytes()
+    assert len(data) == tokenizer.SHAKESPEARE_BYTES
+    assert hashlib.sha256(data).hexdigest() == tokenizer.SHAKESPEARE_SHA256
     if (ROOT / ".git").exists():
-        ignored = subprocess.run(["git", "check-ignore", "-q", prepare.SHIPPED_SHAKESPEARE], cwd=ROOT)
+        ignored = subprocess.run(["git", "check-ignore", "-q", tokenizer.SHIPPED_SHAKESPEARE], cwd=ROOT)
         assert ignored.returncode == 1, "data/tinyshakespeare/input.txt is ignored by git"
 
 
@@ -148,12 +148,12 @@ def test_download_from_a_local_server(tmp_path, monkeypatch, local_server):
     root, url = local_server
     monkeypatch.delenv("SHAKESPEARE_INPUT", raising=False)
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(prepare, "SHIPPED_SHAKESPEARE", str(tmp_path / "not-shipped.txt"))
-    monkeypatch.setattr(prepare, "SHAKESPEARE_URL", url + "/input.txt")
+    monkeypatch.setattr(tokenizer, "SHIPPED_SHAKESPEARE", str(tmp_path / "not-shipped.txt"))
+    monkeypatch.setattr(tokenizer, "SHAKESPEARE_URL", url + "/input.txt")
     (root / "input.txt").write_bytes(Path(SHIPPED).read_bytes())
     prepare.prepare("shakespeare_char", out_dir=str(tmp_path / "sc"))
     assert (tmp_path / "sc" / "input.txt").read_bytes() == Path(SHIPPED).read_bytes()
-    (root / "input.txt").write_bytes(b"x" * prepare.SHAKESPEARE_BYTES)   # right size, other text
+    (root / "input.txt").write_bytes(b"x" * tokenizer.SHAKESPEARE_BYTES)   # right size, other text
     with pytest.raises(UserError, match="sha256 mismatch") as e:
         prepare.prepare("shakespeare_char", out_dir=str(tmp_path / "other"))
     assert "\n" not in str(e.value) and not list((tmp_path / "other").glob("*"))

@@ -36,6 +36,7 @@ import sys
 
 import torch
 
+from checkpoint import depth_summary
 from configurator import ArgumentParser, UserError
 from tools.huggingface import ConversionError, _first_line, refuse
 from tools.huggingface.tokenizer import tokenizer_files
@@ -349,7 +350,7 @@ def load_pretrained(name_or_dir, device="cpu", say=None):
                               f"{_first_line(e)} {fix}") from None
     model.to(device).eval()
     say(f"imported {(hf.get('architectures') or [arch])[0]} from {name_or_dir}: "
-        f"{model.get_num_params(False):,} parameters, {model.depth_summary()}; GPTConfig({describe(config)})")
+        f"{model.get_num_params(False):,} parameters, {depth_summary(model)}; GPTConfig({describe(config)})")
     return model, dict(source=os.fspath(name_or_dir), directory=directory, hf_config=hf, architecture=arch)
 
 

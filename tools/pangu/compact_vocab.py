@@ -29,8 +29,8 @@ from checkpoint import atomic_open, check_out_dir
 from configurator import ArgumentParser, UserError
 from dataset import (GPT2_EOT_ID, GPT2_PAT_STR, GPT2_VOCAB_SIZE, begin_writing, check_dataset_name, check_long_enough,
                      check_replace, check_val_fraction, compact_encoding, get_gpt2_encoding, name_of_text, read_text,
-                     text_record, tool_command, write_bin, write_meta)
-from prepare import DATASETS, shakespeare_path, split_text
+                     shakespeare_path, text_record, tool_command, write_bin, write_meta)
+from prepare import DATASETS, split_text
 
 
 # -----------------------------------------------------------------------------
