@@ -123,7 +123,10 @@ class StaticCache:
         """Before a compiled decode step on the CPU: `written`, a view of as many slots as will be written
         after it (the position + 1), its length a dynamic size of the graph (one graph for every length).
         Reading only those instead of all max_len slots: the keys and values are ~10% of a step's bytes on
-        llama_10m, and on average 161 of the 256 slots are written in 500 tokens."""
+        llama_10m, and on average 161 of the 256 slots are written in 500 tokens. Measured on llama_10m, one
+        thread, AMD EPYC, both with the weights in huge pages, side by side in one process (each order
+        once, medians of 5 rounds of 240 steps): a step 0.93x and 0.86x the time of attending over all
+        slots with the mask; generating 500 tokens 0.98x and 0.84x."""
         if self.slots is None:
             self.slots = torch.arange(self.max_len, device=self.position.device)
         self.written = self.slots[:int(self.position) + 1]
