@@ -12,6 +12,8 @@ backend, on CUDA when there is one: about a minute per model on a CPU (C++ compi
 import copy
 import dataclasses
 import os
+import sys
+import types
 
 import pytest
 import torch
@@ -174,6 +176,22 @@ def test_compiled_decode_checks_guards_on_the_first_step_of_each_window():
         assert len(primes_unchecked) >= 3 and not any(primes_unchecked)
         assert not eval_frame._stance.skip_guard_eval_unsafe
     assert counter.graphs == 2
+
+
+def test_to_huge_pages_moves_the_tensors_in_place():
+    """fast_sample.to_huge_pages moves the tensors a compiled module keeps (the frozen weights) into one buffer,
+    2 MB-aligned (huge pages, Linux): the same tensor objects, the same values, a shared tensor moved once."""
+    module = types.ModuleType("compiled")
+    module.weight = torch.randn(3, 5)
+    module.table = torch.arange(7)
+    module.same_weight = module.weight
+    weight, values = module.weight, {"weight": module.weight.clone(), "table": module.table.clone()}
+    fast_sample.to_huge_pages([module])
+    assert module.weight is weight and module.same_weight is weight
+    assert torch.equal(module.weight, values["weight"]) and torch.equal(module.table, values["table"])
+    if sys.platform == "linux":
+        assert module.weight.untyped_storage().data_ptr() == module.table.untyped_storage().data_ptr()
+        assert module.weight.data_ptr() % 2 ** 21 == 0
 
 
 def test_static_cache_refuses_deep_thinking():
