@@ -23,7 +23,7 @@ import sys
 
 import torch
 import torch.nn.functional as F
-from torch._inductor.codecache import PyCodeCache
+from torch._inductor.codecache import PyCodeCache   # inductor's loaded graphs (torch 2.13): to_huge_pages
 
 import sample
 from configurator import UserError, run_command
