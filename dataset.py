@@ -8,9 +8,9 @@ Tokenizers, as meta.json describes them:
     char      CharTokenizer: one id per character of meta["chars"]
     gpt2      GPT-2 BPE (tiktoken; offline from GPT2_TIKTOKEN_FILE when set)
     compact   a subset of GPT-2's tokens (paper 003, 2.1, chosen by tools/pangu/compact_vocab.py), meta["tokens"]
-What sample.py needs of it: the tokenizer of a checkpoint's dataset (tokenizer_of), the prompt's ids (encode_start)
-and back to text (render). What prepare.py and the tools need: downloading an input (download), writing the folder
-(begin_writing, write_bin, write_meta). train.py reads the token files itself (get_batch, with its batch seeds);
+What sample.py needs of it: the tokenizer of a checkpoint's dataset (tokenizer_of), the prompt (read_prompt,
+check_prompt) and the text printed as it is generated (TextStream). What prepare.py and the tools need: finding or
+downloading an input (shakespeare_path, download), writing the folder (begin_writing, write_bin, write_meta). train.py reads the token files itself (get_batch, with its batch seeds);
 what it checks of them before a run is here.
 """
 

@@ -12,8 +12,6 @@ the command line, every preset (pgpt and its heaviest branch included), random f
 The default run checks the same comparisons on the modules the export traces (Prefill and Decode over one
 ExportCache, run eagerly: every preset and 6 random flag sets, 4 s) and the Deep Thinking refusal.
 """
-import dataclasses
-import json
 import os
 import random
 import subprocess
@@ -25,10 +23,9 @@ import torch
 pytest.importorskip("executorch", reason="executorch is not installed (pip install -r requirements-dev.txt)")
 
 import variants
-from checkpoint import atomic_save
 from configurator import UserError
 from model import GPT, GPTConfig
-from conftest import ROOT, one_error_line
+from conftest import ROOT, one_error_line, write_char_checkpoint
 from tools.executorch import export, profile, run
 
 pytestmark = pytest.mark.usefixtures("one_thread")   # conftest.py
@@ -152,18 +149,13 @@ def exported(model, path, quantize="none"):
 def exported_checkpoint(tmp_path_factory):
     """(out_dir, .pte path, the model): a COMBINED checkpoint on a char dataset, exported by the command line."""
     tmp = tmp_path_factory.mktemp("executorch")
-    (tmp / "data").mkdir()
-    (tmp / "data" / "meta.json").write_text(json.dumps({"dataset": "tinychars", "tokenizer": "char",
-                                                        "vocab_size": len(CHARS), "chars": CHARS}))
     model = model_at(COMBINED)
-    atomic_save({"model": model.state_dict(), "model_args": dataclasses.asdict(model.config), "iter_num": 0,
-                 "best_val_loss": 9.9, "config": {}, "dataset": "tinychars", "data_dir": str(tmp / "data")},
-                str(tmp / "out" / "ckpt.pt"))
+    out_dir = write_char_checkpoint(tmp, model, CHARS)
     pte = tmp / "model.pte"
     threads = torch.get_num_threads()
-    export.main([f"--out_dir={tmp / 'out'}", f"--pte={pte}"])
+    export.main([f"--out_dir={out_dir}", f"--pte={pte}"])
     torch.set_num_threads(threads)
-    return tmp / "out", pte, model
+    return out_dir, pte, model
 
 
 @pytest.mark.slow
@@ -438,17 +430,6 @@ def test_bench_agreement_names_where_a_text_parts():
         "a same; b parts at char 8 of 11; c parts at char 3 of 11"
 
 
-def write_checkpoint(model, tmp_path, name):
-    """tmp_path/name/ckpt.pt of `model` on a char dataset of CHARS (tmp_path/data), as train.py writes one."""
-    (tmp_path / "data").mkdir(exist_ok=True)
-    (tmp_path / "data" / "meta.json").write_text(json.dumps({"dataset": "tinychars", "tokenizer": "char",
-                                                             "vocab_size": len(CHARS), "chars": CHARS}))
-    atomic_save({"model": model.state_dict(), "model_args": dataclasses.asdict(model.config), "iter_num": 0,
-                 "best_val_loss": 9.9, "config": {}, "dataset": "tinychars", "data_dir": str(tmp_path / "data")},
-                str(tmp_path / name / "ckpt.pt"))
-    return tmp_path / name
-
-
 def table_rows(text, first_cells):
     """The rows of the bench's markdown output that start with these cells."""
     start = "| " + " | ".join(first_cells) + " |"
@@ -460,7 +441,7 @@ def test_bench_deep_thinking_row(tmp_path, capsys):
     saying so (nothing is exported); bad --threads, --repeats and --shapes are one line before anything is written."""
     from tools.executorch import bench
     model = model_at(tiny_preset("deep_thinking"))
-    dt = write_checkpoint(model, tmp_path, "dt")
+    dt = write_char_checkpoint(tmp_path, model, CHARS, "dt")
     bench.main([f"--out_dirs={dt}", f"--work_dir={tmp_path / 'bench'}", "--max_new_tokens=5", "--repeats=1",
                 "--threads=2"])
     out = capsys.readouterr().out
@@ -521,7 +502,7 @@ def test_step_time_table(tmp_path, capsys):
     block_size are one line."""
     from tools.executorch import step_time
     model = model_at(tiny_preset("gpt"))
-    out_dir = write_checkpoint(model, tmp_path, "m")
+    out_dir = write_char_checkpoint(tmp_path, model, CHARS, "m")
     step_time.main([f"--out_dir={out_dir}", "--prime=4", "--steps=8", "--rounds=2"])
     lines = capsys.readouterr().out.splitlines()
     rows = [line.strip("| ").split(" | ") for line in lines if line.startswith("| ") and "best round" not in line]

@@ -9,8 +9,6 @@ temporary file is written (tools.fault_trial.PAUSED_WRITE) and sends the signal 
 seconds. ExecuTorch's lowering (30 s and more) is replaced by fixed bytes (STUB_PROGRAM): the write is what is
 tested, and no executorch is needed.
 """
-import dataclasses
-import json
 import multiprocessing
 import os
 import signal
@@ -22,8 +20,8 @@ import pytest
 import torch
 
 import checkpoint
-from checkpoint import atomic_path, atomic_save
-from conftest import ROOT
+from checkpoint import atomic_path
+from conftest import ROOT, write_char_checkpoint
 from model import GPT, GPTConfig
 from tools.fault_trial import PAUSED, PAUSED_WRITE, STUB_PROGRAM
 
@@ -37,15 +35,8 @@ EXPORTS = {   # tool: (the driver's code, the output option, the files it writes
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     """out_dir of a tiny char-level checkpoint (its dataset's meta.json recorded)."""
-    tmp = tmp_path_factory.mktemp("interrupts")
-    (tmp / "data").mkdir()
-    (tmp / "data" / "meta.json").write_text(json.dumps({"dataset": "tinychars", "tokenizer": "char",
-                                                        "vocab_size": len(CHARS), "chars": CHARS}))
     model = GPT(GPTConfig(n_layer=1, n_embd=32, n_head=2, vocab_size=len(CHARS), block_size=16))
-    atomic_save({"model": model.state_dict(), "model_args": dataclasses.asdict(model.config), "iter_num": 0,
-                 "best_val_loss": 9.9, "config": {}, "dataset": "tinychars", "data_dir": str(tmp / "data")},
-                str(tmp / "out" / "ckpt.pt"))
-    return tmp / "out"
+    return write_char_checkpoint(tmp_path_factory.mktemp("interrupts"), model, CHARS)
 
 
 @pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])

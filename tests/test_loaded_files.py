@@ -15,7 +15,6 @@ The ExecuTorch checks run on a toy program (a lookup table behind prefill/decode
 about a second): what they check is the runner's loading, not the model (tests/test_executorch.py, -m slow), and
 (issue 48) its text streamed as it is generated, stopped by Ctrl-C.
 """
-import dataclasses
 import fcntl
 import json
 import os
@@ -29,9 +28,9 @@ import torch
 
 import dataset
 import run_dir
-from checkpoint import MAX_LAYERS, atomic_save, check_model_size, gpt_config_defaults, weights_lower_bound
+from checkpoint import MAX_LAYERS, check_model_size, gpt_config_defaults, weights_lower_bound
 from configurator import UserError
-from conftest import one_error_line
+from conftest import one_error_line, write_char_checkpoint
 from model import GPT, GPTConfig
 
 CHARS = list("\n !',.:;?ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
@@ -212,15 +211,9 @@ def test_a_damaged_program_is_one_line(toy, tmp_path, damage, words):
 @pytest.fixture
 def tiny_checkpoint(tmp_path):
     """out/ckpt.pt of a tiny random model on a char dataset (data/meta.json)."""
-    (tmp_path / "data").mkdir()
-    (tmp_path / "data" / "meta.json").write_text(json.dumps({"dataset": "tinychars", "tokenizer": "char",
-                                                             "vocab_size": len(CHARS), "chars": CHARS}))
     torch.manual_seed(0)
     model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=32, block_size=16, vocab_size=len(CHARS)))
-    atomic_save({"model": model.state_dict(), "model_args": dataclasses.asdict(model.config), "iter_num": 0,
-                 "best_val_loss": 9.9, "config": {}, "dataset": "tinychars", "data_dir": str(tmp_path / "data")},
-                str(tmp_path / "out" / "ckpt.pt"))
-    return tmp_path / "out"
+    return write_char_checkpoint(tmp_path, model, CHARS)
 
 
 def test_the_export_replaces_program_and_tokenizer_together(toy, tiny_checkpoint, tmp_path, monkeypatch, capsys):

@@ -1,6 +1,4 @@
 """sample.py from the command line on a tiny checkpoint built in tmp_path (no training needed)."""
-import dataclasses
-import json
 import os
 import subprocess
 import sys
@@ -8,7 +6,7 @@ import sys
 import pytest
 import torch
 
-from checkpoint import atomic_save
+from conftest import write_char_checkpoint
 from model import GPT, GPTConfig
 from tests.test_model import visible_weights
 
@@ -19,19 +17,11 @@ CHARS = list("\n !',.:;?ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
 def make_checkpoint(tmp_path, **model_overrides):
     """A tiny char model with its weights at std 0.3 (so the next character depends strongly on the context, and a
     KV cache that loses or shifts a position changes the text), saved like train.py does, with its meta.json."""
-    data_dir = tmp_path / "data"
-    data_dir.mkdir()
-    with open(data_dir / "meta.json", "w") as f:
-        json.dump({"dataset": "tinychars", "tokenizer": "char", "vocab_size": len(CHARS), "chars": CHARS}, f)
     torch.manual_seed(0)
     args = dict(vocab_size=len(CHARS), block_size=32, n_layer=2, n_head=2, n_embd=32, dropout=0.0)
     args.update(model_overrides)
     model = visible_weights(GPT(GPTConfig(**args)))
-    out_dir = tmp_path / "out"
-    atomic_save({"model": model.state_dict(), "model_args": dataclasses.asdict(model.config),
-                 "iter_num": 0, "best_val_loss": 9.9, "config": {}, "dataset": "tinychars",
-                 "data_dir": str(data_dir)}, str(out_dir / "ckpt.pt"))
-    return out_dir
+    return write_char_checkpoint(tmp_path, model, CHARS)
 
 
 def run_sample(*args, cwd=None):
