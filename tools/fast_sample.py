@@ -23,10 +23,10 @@ import sys
 
 import torch
 import torch.nn.functional as F
-from torch._inductor.codecache import PyCodeCache   # inductor's loaded graphs (torch 2.13): to_huge_pages
 
 import sample
 from configurator import UserError, run_command
+from tools.torch_internals import inductor_config, inductor_loaded_modules
 
 
 DEFAULTS = dict(sample.DEFAULTS, compile_mode="frozen")   # or quick: see CPU_MODES
@@ -199,11 +199,12 @@ def compiled_decode_step(model, backend="inductor", mode="frozen"):
             try:
                 if cache.fresh:
                     cache.fresh = False
-                    loaded = len(PyCodeCache.modules)
-                    with torch._inductor.config.patch(settings):
+                    modules = inductor_loaded_modules()
+                    loaded = len(modules)
+                    with inductor_config().patch(settings):
                         logits = step(idx, cache)
                     if settings.get("freezing"):
-                        to_huge_pages(PyCodeCache.modules[loaded:])   # the graph compiled now, if any
+                        to_huge_pages(modules[loaded:])   # the graph compiled now, if any
                     return logits
                 with torch.compiler.set_stance(skip_guard_eval_unsafe=True):
                     return step(idx, cache)

@@ -26,7 +26,6 @@ mlp_index), never from a second description of the architectures:
 
 import dataclasses
 import os
-import sys
 from typing import Optional
 
 import torch
@@ -35,7 +34,7 @@ import torch.nn as nn
 import variants
 from checkpoint import atomic_open, build_model, check_out_dir, load_checkpoint, load_variant
 from checkpoint import model_args as checkpoint_model_args
-from configurator import UserError, load_config
+from configurator import UserError, run_command
 from model import GPTConfig
 from tools.flops import matmul_params
 
@@ -549,11 +548,7 @@ def run(cfg, explicit):
 
 
 def main(argv=None):
-    try:
-        cfg, explicit = load_config(DEFAULTS, sys.argv[1:] if argv is None else list(argv))
-        run(cfg, explicit)
-    except UserError as e:
-        raise SystemExit(f"error: {e}") from None
+    return run_command(run, DEFAULTS, argv, with_explicit=True)
 
 
 if __name__ == "__main__":
