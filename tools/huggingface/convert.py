@@ -38,6 +38,7 @@ import torch
 
 from checkpoint import depth_summary
 from configurator import UserError, run_command
+from dataset import GPT2_EOT_ID, GPT2_VOCAB_SIZE
 from tools.huggingface import ConversionError, _first_line, refuse
 from tools.huggingface.tokenizer import tokenizer_files
 
@@ -205,7 +206,7 @@ def gpt2_args(hf):
            "implemented here: ours is a decoder-only model (fix: convert a decoder-only model)")
     width = hf.get("n_embd", 768)
     return dict(
-        vocab_size=hf.get("vocab_size", 50257), block_size=hf.get("n_positions", hf.get("n_ctx", 1024)),
+        vocab_size=hf.get("vocab_size", GPT2_VOCAB_SIZE), block_size=hf.get("n_positions", hf.get("n_ctx", 1024)),
         n_layer=hf.get("n_layer", 12), n_head=hf.get("n_head", 12), n_embd=width, bias=True,
         norm="layernorm", norm_eps=hf.get("layer_norm_epsilon", 1e-5), pos_embedding="learned",
         mlp_type="standard", activation=activation_from_hf(hf.get("activation_function", "gelu_new")),
@@ -455,7 +456,7 @@ def hf_config_for(model, arch, eot="gpt2"):
     common = dict(vocab_size=c.vocab_size, tie_word_embeddings=c.tie_embeddings, torch_dtype="float32",
                   use_cache=True)
     if eot == "gpt2":   # GPT-2 BPE: <|endoftext|> = 50256 is both bos and eos
-        eot = 50256 if arch == "gpt2" and c.vocab_size >= 50257 else None
+        eot = GPT2_EOT_ID if arch == "gpt2" and c.vocab_size >= GPT2_VOCAB_SIZE else None
     if arch == "gpt2":
         return dict(architectures=["GPT2LMHeadModel"], model_type="gpt2", n_positions=c.block_size,
                     n_embd=c.n_embd, n_layer=c.n_layer, n_head=c.n_head, n_inner=hidden,

@@ -90,7 +90,7 @@ from configurator import run_command
 from model import GPT, GPTConfig
 from checkpoint import (CKPT_NAME, atomic_save, check_num_threads, check_out_dir, check_seed, clean_state_dict,
                         load_model, remove_stale_temp_files)
-from dataset import load_meta, resolve_data_dir, split_path, tokenizer_id
+from dataset import GPT2_EOT_ID, load_meta, resolve_data_dir, split_path, tokenizer_id
 from dataset import split_tokens
 from train import get_batch
 
@@ -115,7 +115,6 @@ DEFAULTS = {
 }
 LAYER_METHODS = ("first_last", "spread", "loss")
 NEURON_CRITERIA = ("l1", "l2", "taylor", "learned")
-GPT2_EOT_ID = 50256   # GPT-2's <|endoftext|>: the last token of a compact vocabulary
 
 # What each dimension of a state-dict tensor indexes (None: kept whole).
 CH, FFN, HEAD, QKV, VOCAB = "channel", "ffn", "head", "qkv", "vocab"   # HEAD: attention inner dim (n_head * head_dim)
