@@ -26,6 +26,7 @@ import torch.nn.functional as F
 
 import sample
 from configurator import UserError, run_command
+from tools.support import refuse_undeclared
 from tools.torch_internals import inductor_config, inductor_loaded_modules
 
 
@@ -183,6 +184,7 @@ def compiled_decode_step(model, backend="inductor", mode="frozen"):
     checking again costs ~0.2 ms a step on a CPU. A frozen step keeps the weights it compiled with: after
     changing them in place (training), call torch._dynamo.reset()."""
     check_compile_mode(mode)
+    refuse_undeclared(model.config, "compiled_decoder")
     if getattr(model, "_compiled_decode_step", None) is None:
         on_gpu = model.tok_emb.wte.weight.is_cuda
         settings = {} if on_gpu else CPU_MODES[mode]

@@ -13,10 +13,12 @@ every pass T keys, the accounting results/paper000_cpu was measured with (tools/
 torch's FlopCounterMode; tests/test_plan.py holds the two apart by exactly the memory's keys). The undercount:
 4.1% at results/paper000_cpu's size (0.0579 vs 0.0602 GFLOPs/token), 1.9% for the deep_thinking preset.
 """
+from tools.support import refuse_undeclared
 
 
 def flops_per_token(model, seq_len=None):
     """Training FLOPs per token at sequence length seq_len (default: the model's block_size)."""
+    refuse_undeclared(model.config, "flops")
     cfg, T = model.config, seq_len or model.config.block_size
     widths = cfg.widths()
     per_pass = 0

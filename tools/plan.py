@@ -35,6 +35,7 @@ import variants
 from checkpoint import atomic_open, build_model, check_out_dir, load_checkpoint, load_variant
 from checkpoint import model_args as checkpoint_model_args
 from configurator import UserError, run_command
+from tools.support import refuse_undeclared
 from model import GPTConfig
 from tools.flops import matmul_params
 
@@ -172,6 +173,7 @@ def param_parts(model):
 
 
 def read_plan(model, name):
+    refuse_undeclared(model.config, "plan")
     cfg = model.config
     emb = model.tok_emb
     V, W = emb.wte.num_embeddings, cfg.embd_width()

@@ -39,6 +39,7 @@ import torch
 from checkpoint import depth_summary
 from configurator import UserError, run_command
 from dataset import GPT2_EOT_ID, GPT2_VOCAB_SIZE
+from tools.support import refuse_undeclared
 from tools.huggingface import ConversionError, _first_line, refuse
 from tools.huggingface.tokenizer import tokenizer_files
 
@@ -398,17 +399,6 @@ def describe(config):
 # export: our GPT -> a transformers directory
 # ----------------------------------------------------------------------------------------------
 
-# fields that never change the function of the exported model (or that export_plan checks itself)
-HANDLED_FIELDS = {
-    "block_size", "vocab_size", "n_layer", "n_head", "n_embd", "dropout", "bias", "norm", "norm_eps",
-    "pos_embedding", "rope_base", "n_kv_head", "mlp_type", "activation", "mlp_hidden", "mlp_ratio",
-    "tie_embeddings", "embd_factor_dim", "share_group_size", "share_from_layer", "share_sublayers",
-    "enhanced_residual", "residual_logit_init", "think_steps", "think_eta", "think_memory", "n_attn_layers",
-    "n_top_attn_layers", "n_branches", "shrink_every", "shrink_layer", "shrink_kernel", "init_scheme", "init_std",
-    "norm_placement", "head_bias",
-}
-
-
 def export_plan(config):
     """'gpt2' or 'llama': the transformers architecture that computes exactly what `config` computes.
     Raises ConversionError naming the technique that has no transformers equivalent."""
@@ -426,13 +416,7 @@ def export_plan(config):
     for bad, what in no_equivalent:
         refuse(not bad, f"cannot export {what}: transformers has no equivalent of it, so a loaded model "
                f"would compute something else (fix: export a model without it; ours loads with sample.py)")
-    from model import GPTConfig
-    defaults = GPTConfig()
-    for f in dataclasses.fields(config):
-        value = getattr(config, f.name)
-        refuse(f.name in HANDLED_FIELDS or value == getattr(defaults, f.name),
-               f"cannot export {f.name}={value!r}: the exporter does not know this flag, so it cannot promise "
-               f"an equal transformers model (fix: extend tools/huggingface/convert.py)")
+    refuse_undeclared(config, "huggingface", ConversionError)   # a field added later, until declared
     refuse(config.activation in ACT_TO_HF, f"activation {config.activation!r} has no transformers name here "
            f"(fix: export a model with one of {', '.join(ACT_TO_HF)})")
     if (config.pos_embedding, config.norm, config.mlp_type) == ("learned", "layernorm", "standard"):

@@ -29,6 +29,7 @@ import torch
 
 from configurator import UserError, run_command
 from dataset import GPT2_EOT
+from tools.support import refuse_undeclared
 
 DEFAULTS = dict(
     out_dir="",             # directory with ckpt.pt / last.pt, or a checkpoint file; "" = the newest out*/ folder
@@ -119,6 +120,7 @@ def write_tokenizer(writer, meta, config, source, tensors):
 
 
 def write_gguf(model, path, qtype, meta, source, say=print):
+    refuse_undeclared(model.config, "gguf")
     import gguf
     from checkpoint import atomic_path
     from tools.huggingface.convert import export_plan, hf_config_for

@@ -93,6 +93,7 @@ from checkpoint import (CKPT_NAME, atomic_save, check_num_threads, check_out_dir
 from dataset import GPT2_EOT_ID, load_meta, resolve_data_dir, split_path, tokenizer_id
 from dataset import split_tokens
 from train import get_batch
+from tools.support import refuse_undeclared
 
 DEFAULTS = {
     "from": "",                # source out_dir or checkpoint file (the big model)
@@ -160,7 +161,9 @@ def mlp_hidden(cfg):
 
 
 def check_supported(cfg):
-    """Refuse the sources whose weights do not follow the plain one-branch layout sliced here."""
+    """Refuse the sources whose weights do not follow the plain one-branch layout sliced here, or that set a
+    field tools/support.py does not declare."""
+    refuse_undeclared(cfg, "inheritance")
     problems = []
     if cfg.n_branches != 1:
         problems.append(f"pgpt branches (n_branches={cfg.n_branches})")
