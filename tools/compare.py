@@ -60,7 +60,6 @@ import dataclasses
 import json
 import math
 import os
-import sys
 import time
 
 import torch

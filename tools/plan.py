@@ -32,14 +32,14 @@ import torch
 import torch.nn as nn
 
 import variants
-from checkpoint import atomic_open, build_model, check_out_dir, load_checkpoint, load_variant
+from checkpoint import atomic_open, build_model, check_out_dir, gpt_config_defaults, load_checkpoint, load_variant
 from checkpoint import model_args as checkpoint_model_args
 from configurator import UserError, run_command
-from tools.support import refuse_undeclared
 from model import GPTConfig
 from tools.flops import matmul_params
+from tools.support import refuse_undeclared
 
-MODEL_FIELDS = {f.name: f.default for f in dataclasses.fields(GPTConfig)}
+MODEL_FIELDS = gpt_config_defaults()
 DEFAULTS = dict(
     variant="",      # a variants/<name>.py preset; GPTConfig flags given on the command line win over it
     out_dir="",      # a train.py checkpoint (its folder or file): its model, instead of a preset and flags
