@@ -411,8 +411,11 @@ def normal(weight, std, bias=None):
 def init_gpt2(model, config):
     """GPT-2's init, as nanoGPT's: every Linear, Conv1d and Embedding weight
     ~ N(0, init_std), biases 0, in module order; the projections back into the
-    residual stream (out_proj, down) at init_std / sqrt(2 * n_layer)."""
+    residual stream (out_proj, down) at init_std / sqrt(2 * n_layer), or not
+    scaled (init_scheme="constant": 003 3.1, Table 4; 001 5)."""
     scaled = config.init_std / math.sqrt(2 * config.n_layer)
+    if config.init_scheme == "constant":
+        scaled = config.init_std
     for name, module in model.named_modules():
         if isinstance(module, (nn.Linear, nn.Conv1d, nn.Embedding)):
             std = scaled if name.endswith(("out_proj", "down")) else config.init_std
@@ -425,7 +428,6 @@ def init_stds(config, depth):
     """The std of each attention (q, k, v, out) and FFN (up, gate, down) weight
     of a layer at relative depth 0 (first) .. 1 (last). sigma = init_std,
     N = 2 * n_layer; other weights take sigma (docs/architectures.md).
-      constant    sigma everywhere (003 3.1, Table 4; 001 5)
       internlm    out, gate: sigma / sqrt(N) (003 3.1); ungated: up (ours)
       depth_adaptive (003 App. B, Table 11): q, k from sqrt(2) sigma down to
                   sigma, v, out from sigma / sqrt(2) up to sigma, linear in
@@ -539,7 +541,7 @@ class GPT(nn.Module):
                                      bias=config.head_bias)
         elif config.head_bias:
             self.tied_head_bias = nn.Parameter(torch.zeros(config.vocab_size))
-        if config.init_scheme == "gpt2":   # section 7
+        if config.init_scheme in ("gpt2", "constant"):   # section 7
             init_gpt2(self, config)
         else:
             init_by_scheme(self, config)
