@@ -483,7 +483,8 @@ def depth_summary(model):
     passes = ""
     if model.config.think_steps:
         passes = f", {model.config.think_steps + 1} passes (Deep Thinking)"
-    return (f"{model.config.layers_per_branch()} layers applied{branches}, from {len(stack.attn)} unique attention and "
+    layers = model.config.n_layer // model.config.n_branches   # per branch
+    return (f"{layers} layers applied{branches}, from {len(stack.attn)} unique attention and "
             f"{len(stack.mlp)} unique FFN sub-layers{passes}")
 
 

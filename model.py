@@ -111,6 +111,8 @@ class GPTConfig:
         return [self.n_embd >> (i // self.shrink_every) for i in range(n)]
 
     def final_width(self):
+        if self.shrink_every == 0:
+            return self.n_embd
         return self.widths()[-1]
 
 
@@ -221,8 +223,7 @@ class CausalSelfAttention(nn.Module):
         self.head_dim = width // config.n_head
         self.kv_width = self.n_kv_head * self.head_dim
         # one matmul: the queries (width), then the keys and values (kv_width each)
-        qkv_width = width + 2 * self.kv_width
-        self.qkv_proj = nn.Linear(width, qkv_width, bias=config.bias)
+        self.qkv_proj = nn.Linear(width, width + 2 * self.kv_width, bias=config.bias)
         self.out_proj = nn.Linear(width, width, bias=config.bias)
         self.dropout = config.dropout
         self.resid_dropout = nn.Dropout(config.dropout)
@@ -301,7 +302,10 @@ class DecoderStack(nn.Module):
         if config.share_group_size > 1 or config.n_attn_layers is not None:
             build_shared_layers(self, config)   # below
         else:
-            for width in config.widths():   # halved by lgpt/cgpt (section 6)
+            widths = [config.n_embd] * (config.n_layer // config.n_branches)   # per pgpt branch
+            if config.shrink_every:
+                widths = config.widths()   # lgpt/cgpt halve it (section 6)
+            for width in widths:
                 attn = ResidualSubLayer(config, width, CausalSelfAttention(config, width))
                 mlp = ResidualSubLayer(config, width, MLP(config, width))
                 self.attn.append(attn)
@@ -609,8 +613,8 @@ class GPT(nn.Module):
         no_decay = [p for p in params if p.dim() < 2]
         groups = [{"params": decay, "weight_decay": weight_decay},
                   {"params": no_decay, "weight_decay": 0.0}]
-        fused = device_type == "cuda"
-        return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, fused=fused)
+        return torch.optim.AdamW(groups, lr=learning_rate, betas=betas,
+                                 fused=device_type == "cuda")
 
     # --- ParallelGPT (paper 004, 3.1) ---
     def run_branches(self, x, cache):
