@@ -15,8 +15,9 @@ statements that ran, and of each `if` and `a if c else b` the arms that ran: an 
 becomes the arm that ran, where its condition has no side effects (names, attribute reads, comparisons, boolean
 operators, len/isinstance). An `if` whose unrun arm only raises (a guard) stays whole. Then what nothing kept reads
 goes, until nothing changes: module-level names and imports, GPTConfig fields, and stores of side-effect-free
-values to attributes (`self.x = None`). A docstring keeps the paragraphs that name no identifier of removed code
-(a name with `_`, a digit or a capital inside); when its first paragraph names one, it is kept and marked.
+values to attributes (`self.x = None`). A docstring keeps the sentences and list items that name nothing removed
+(a function, class, field or attribute, or a string such as "rope"), its first sentences always, marked when they
+name one.
 
 GPTConfig keeps the fields kept code reads; the others, and those a removed condition read (`config.f`, or `f` of
 a `self.x = config.f` it read), are ASSUMED at the values it ran with; `config_from(model_args)` checks a
@@ -129,6 +130,25 @@ def attr_loads(tree):
 
 def name_loads(tree):
     return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Store)}
+
+
+def defined(tree):
+    """The names tree defines: functions, classes, methods, class fields and the attributes it stores."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            names.add(node.attr)
+        elif isinstance(node, ast.AnnAssign):
+            names.add(node.target.id)
+    return names
+
+
+def short_strings(text):
+    """The strings in text's code that spell a name ("rope", "gated")."""
+    return {t.string[1:-1] for t in tokenize.generate_tokens(io.StringIO(text).readline)
+            if t.type == tokenize.STRING and re.fullmatch(r"[\"'][A-Za-z_][A-Za-z0-9_]*[\"']", t.string)}
 
 
 def identifiers(text):
@@ -368,38 +388,49 @@ class Specialiser:
         return lead + self.block(node.orelse, else_shift, node, drop)
 
     def docstring(self, stmt, drop):
-        """The docstring's lines, less its paragraphs that name removed code."""
+        """The docstring's lines, less its sentences and list items that name removed code; its first sentences
+        stay, marked when they name some."""
         lines = self.lines[stmt.lineno - 1:stmt.end_lineno]
         removed = getattr(self, "removed", set())
-        paragraphs, current = [], []
-        for line in lines:
-            current.append(line)
+        base = stmt.col_offset
+        closing = lines[-1].rstrip()[-3:]
+        body = lines[:-1] if lines[-1].strip() == closing else lines[:-1] + [lines[-1].rstrip()[:-3]]
+        units, kind = [], None   # units: [kind, lines]; kind "prose", "item" or "blank"
+        for i, line in enumerate(body):
+            indent = base if i == 0 else len(line) - len(line.lstrip())
             if not line.strip():
-                paragraphs.append(current)
-                current = []
-        paragraphs.append(current)
-        kept = [paragraphs[0]] + [p for p in paragraphs[1:] if not names_any("\n".join(p), removed)]
-        out = [line for p in kept for line in p]
-        if len(kept) < len(paragraphs) and out[-1].strip() == "" and len(out) > 1:
+                units.append(["blank", [line]])
+            elif indent > base and units and units[-1][0] == "item" and indent > units[-1][2]:
+                units[-1][1].append(line)   # an item's continuation
+            elif indent > base:
+                units.append(["item", [line], indent])
+            elif units and units[-1][0] == "prose":
+                units[-1][1].append(line)
+            else:
+                units.append(["prose", [line]])
+        first = units[0]
+        kept = [first] + [u for u in units[1:] if u[0] == "blank" or not names_any("\n".join(u[1]), removed)]
+        out = []
+        for unit in kept:
+            if unit[0] == "blank" and (not out or not out[-1].strip()):
+                continue
+            out += unit[1]
+        while len(out) > 1 and not out[-1].strip():
             out.pop()
-        if out != lines and not out[-1].rstrip().endswith(('"""', "'''")):
-            quote = lines[-1].strip()
-            indent = lines[0][:len(lines[0]) - len(lines[0].lstrip())]
-            out.append(indent + quote if quote in ('"""', "'''") else indent + '"""')
-        if names_any("\n".join(paragraphs[0]), removed):
-            indent = lines[0][:len(lines[0]) - len(lines[0].lstrip())]
-            out.insert(0, indent + "# model.py's docstring, whole: it also tells of code this file leaves out")
+        if lines[-1].strip() == closing:
+            out.append(lines[-1])
+        else:
+            out[-1] += closing
+        if names_any("\n".join(first[1]), removed):
+            if os.environ.get("ONE_FILE_DEBUG"):
+                print(set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", "\n".join(first[1]))) & removed, file=sys.stderr)
+            out.insert(0, " " * base + "# model.py's docstring, whole: it also tells of code left out here")
         return out
 
 
 def names_any(text, removed):
     words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", text))
     return bool(words & removed)
-
-
-def code_like(name):
-    """A name no English word spells: with `_`, a digit, or a capital after its first letter."""
-    return "_" in name.strip("_") or any(c.isdigit() for c in name) or any(c.isupper() for c in name[1:])
 
 
 def dedent(lines, shift):
@@ -443,7 +474,9 @@ def specialise(text, tracer, ran_args, full_args, header):
             if isinstance(stmt, ast.AnnAssign) and stmt.target.id not in attrs:
                 more.add(stmt)
         kept_code = "\n".join(t for _, t in chunks)
-        spec.removed = {n for n in identifiers(text) - identifiers(kept_code) if code_like(n)}
+        names = identifiers(kept_code)
+        values = {v for v in ran_args.values() if isinstance(v, str)}
+        spec.removed = (defined(tree) - names) | (short_strings(text) - short_strings(kept_code) - names - values)
         if more <= drop:
             break
         drop |= more
