@@ -6,6 +6,7 @@ what model.py computes for it, with model.py's comments and docstrings, in model
     python -m tools.one_file lgpt --out=models/lgpt.py          # write it
     python -m tools.one_file gpt --mlp_type=gated --activation=silu --out=/tmp/swiglu.py   # any flag: --key=value
     python -m tools.one_file lgpt --against=gpt                 # the diff of the two files: what lgpt adds
+    python -m tools.one_file pgpt --keep_heaviest_branch       # generating with the heavier branch only
     python -m tools.one_file --all                              # rewrite models/<variant>.py for every variant
 
 What stays: what the config runs (traced as tools/technique_lines.py traces it, built small, every flag kept) in
@@ -16,8 +17,8 @@ becomes the arm that ran, where its condition has no side effects (names, attrib
 operators, len/isinstance). An `if` whose unrun arm only raises (a guard) stays whole. Then what nothing kept reads
 goes, until nothing changes: module-level names and imports, GPTConfig fields, and stores of side-effect-free
 values to attributes (`self.x = None`). A docstring keeps the sentences and list items that name nothing removed
-(a function, class, field or attribute, or a string such as "rope"), its first sentences always, marked when they
-name one.
+(a field, an attribute, a string such as "rope", or a function or class whose name no English word spells), its
+first sentences always, marked when they name one.
 
 GPTConfig keeps the fields kept code reads; the others, and those a removed condition read (`config.f`, or `f` of
 a `self.x = config.f` it read), are ASSUMED at the values it ran with; `config_from(model_args)` checks a
@@ -42,7 +43,7 @@ from model import GPTConfig
 from tools import technique_lines
 
 ROOT = technique_lines.ROOT
-MODEL = os.path.join(ROOT, "model.py")
+MODEL = os.path.abspath(os.path.join(ROOT, "model.py"))
 OUT_DIR = os.path.join(ROOT, "models")
 # the calls a condition may make and still have no side effects
 PURE_CALLS = {"len", "isinstance"}
@@ -58,6 +59,11 @@ class Traced(technique_lines.Tracer):
         self.edges = set()   # (code, offset, next offset)
         self.last = {}
 
+    def call(self, frame, event, arg):   # model.py's frames only: train.py's lines are not this tool's
+        if os.path.abspath(frame.f_code.co_filename) != MODEL and not self.checking:
+            return None
+        return super().call(frame, event, arg)
+
     def event(self, frame, event, arg):
         if event == "opcode":
             before = self.last.get(frame)
@@ -69,17 +75,17 @@ class Traced(technique_lines.Tracer):
         return super().event(frame, event, arg)
 
 
-def run(target, overrides=()):
+def run(target, overrides=(), keep_heaviest_branch=False):
     """(Traced, the model's arguments as it ran, the full-size arguments) of one config or variant."""
     config, explicit = technique_lines.load(target, overrides)
     ran = {}
 
     def generate_more(model):
-        """After technique_lines' sampled generation: a greedy one that fills the window and starts it again."""
-        prompt = torch.zeros((1, 3), dtype=torch.long)
-        model.generate(prompt, model.config.block_size + 2, temperature=0)
+        """After technique_lines' sampled generation: a greedy one from a full window, which starts it again."""
+        prompt = torch.zeros((1, model.config.block_size), dtype=torch.long)
+        model.generate(prompt, 3, temperature=0)
         ran.update(dataclasses.asdict(model.config))
-    tracer = technique_lines.trace(target, overrides, tracer=Traced(), then=generate_more)
+    tracer = technique_lines.trace(target, overrides, keep_heaviest_branch, tracer=Traced(), then=generate_more)
     full = {f.name: f.default for f in dataclasses.fields(GPTConfig)}
     full.update(variants.load(config["variant"]) if config["variant"] else {})
     full.update({k: config[k] for k in explicit if k in full})
@@ -133,11 +139,14 @@ def name_loads(tree):
 
 
 def defined(tree):
-    """The names tree defines: functions, classes, methods, class fields and the attributes it stores."""
+    """The names tree defines: its functions, classes and methods where no English word spells them (with `_`,
+    a digit or an inner capital: `deep_thinking`, not `attend`), its class fields and the attributes it stores."""
     names = set()
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
-            names.add(node.name)
+            name = node.name.strip("_")
+            if "_" in name or any(c.isdigit() for c in name) or any(c.isupper() for c in name[1:]):
+                names.add(node.name)
         elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
             names.add(node.attr)
         elif isinstance(node, ast.AnnAssign):
@@ -165,6 +174,7 @@ class Specialiser:
         model = os.path.abspath(MODEL)
         self.ran = {}   # line -> positions of the instructions that ran starting on it
         self.codes = {}
+        self.spans = {}
         for code, offset, _ in tracer.ran:
             if os.path.abspath(code.co_filename) != model:
                 continue
@@ -191,8 +201,10 @@ class Specialiser:
 
     def lines_of_code(self, code):
         """(first, last) line of code's instructions."""
-        found = [pos[0] for pos in code.co_positions() if pos[0] is not None]
-        return min(found), max(found)
+        if code not in self.spans:
+            found = [pos[0] for pos in code.co_positions() if pos[0] is not None]
+            self.spans[code] = min(found), max(found)
+        return self.spans[code]
 
     def did_run(self, node):
         """Whether an instruction within node ran."""
@@ -422,8 +434,6 @@ class Specialiser:
         else:
             out[-1] += closing
         if names_any("\n".join(first[1]), removed):
-            if os.environ.get("ONE_FILE_DEBUG"):
-                print(set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", "\n".join(first[1]))) & removed, file=sys.stderr)
             out.insert(0, " " * base + "# model.py's docstring, whole: it also tells of code left out here")
         return out
 
@@ -449,6 +459,9 @@ def specialise(text, tracer, ran_args, full_args, header):
     config_class = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "GPTConfig")
     drop = set()
     spec.removed = set()
+    stores = [node for node in ast.walk(tree) if isinstance(node, ast.Assign) and len(node.targets) == 1
+              and isinstance(node.targets[0], ast.Attribute)]
+    model_names, model_strings = defined(tree), short_strings(text)
     while True:
         spec.tests = []
         chunks = chunk_texts(spec, drop)
@@ -456,17 +469,19 @@ def specialise(text, tracer, ran_args, full_args, header):
         reads = collections.Counter(a for t in trees.values() for a in attr_loads(t))
         attrs = set(reads)
         more = set()
+        loads = {node: name_loads(t) for node, t in trees.items()}
+        users = collections.Counter(name for names in loads.values() for name in names)
         for node, t in chunks:   # module-level names nothing else reads
-            others = set().union(*(name_loads(u) for n, u in trees.items() if n is not node))
+            def read(name):
+                return users[name] > (name in loads[node])
             if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
-                if not spec.did_run(node) and node.name not in others and node is not config_class:
+                if not spec.did_run(node) and not read(node.name) and node is not config_class:
                     more.add(node)
             elif isinstance(node, ast.Assign):
-                if not {n.id for n in node.targets if isinstance(n, ast.Name)} & others:
+                if not any(read(n.id) for n in node.targets if isinstance(n, ast.Name)):
                     more.add(node)
-        for node in ast.walk(tree):   # stores of values without side effects that nothing reads
-            if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Attribute)
-                    and pure(node.value)):
+        for node in stores:   # stores of values without side effects that nothing reads
+            if pure(node.value):
                 name = node.targets[0].attr   # its own value's reads (self.x = config.x) do not count
                 if reads[name] <= (attr_loads(node.value).count(name) if spec.did_run(node) else 0):
                     more.add(node)
@@ -476,7 +491,7 @@ def specialise(text, tracer, ran_args, full_args, header):
         kept_code = "\n".join(t for _, t in chunks)
         names = identifiers(kept_code)
         values = {v for v in ran_args.values() if isinstance(v, str)}
-        spec.removed = (defined(tree) - names) | (short_strings(text) - short_strings(kept_code) - names - values)
+        spec.removed = (model_names - names) | (model_strings - short_strings(kept_code) - names - values)
         if more <= drop:
             break
         drop |= more
@@ -484,10 +499,9 @@ def specialise(text, tracer, ran_args, full_args, header):
     tested = set()
     for test in spec.tests:
         tested |= {n.attr for n in ast.walk(test) if isinstance(n, ast.Attribute)}
-    for node in ast.walk(tree):   # self.x = config.f: a condition on x is one on f
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Attribute):
-            if node.targets[0].attr in tested or node in drop:
-                tested |= {n.attr for n in ast.walk(node.value) if isinstance(n, ast.Attribute)}
+    for node in stores:   # self.x = config.f: a condition on x is one on f
+        if node.targets[0].attr in tested or node in drop:
+            tested |= {n.attr for n in ast.walk(node.value) if isinstance(n, ast.Attribute)}
     held = {s.target.id for s in config_class.body if isinstance(s, ast.AnnAssign) and s not in drop}
     # (a size the tool shrank, such as ShishuLM's n_attn_layers, stays free where the file holds it)
     assumed = {name: ran_args[name] for name in sorted(fields) if name not in held
@@ -655,12 +669,18 @@ def header(target, overrides, out):
             f'"""')
 
 
-def build(target, overrides=(), out=None):
-    """The text of target's file."""
-    tracer, ran_args, full_args = run(target, overrides)
+def make(target, overrides=(), out=None, keep_heaviest_branch=False):
+    """(the text of target's file, the model's arguments it was traced with)."""
+    tracer, ran_args, full_args = run(target, overrides, keep_heaviest_branch)
     with open(MODEL, encoding="utf-8") as f:
         text = f.read()
-    return specialise(text, tracer, ran_args, full_args, header(target, list(overrides), out))
+    flags = list(overrides) + ["--keep_heaviest_branch"] * keep_heaviest_branch
+    return specialise(text, tracer, ran_args, full_args, header(target, flags, out)), ran_args
+
+
+def build(target, overrides=(), out=None, keep_heaviest_branch=False):
+    """The text of target's file."""
+    return make(target, overrides, out, keep_heaviest_branch)[0]
 
 
 def load_module(path, name="one_file_model"):
@@ -679,7 +699,8 @@ def main(argv=None):
         return None
     out = [a.split("=", 1)[1] for a in argv if a.startswith("--out=")]
     against = [a.split("=", 1)[1] for a in argv if a.startswith("--against=")]
-    rest = [a for a in argv if not a.startswith(("--out=", "--against="))]
+    keep = "--keep_heaviest_branch" in argv
+    rest = [a for a in argv if not a.startswith(("--out=", "--against=")) and a != "--keep_heaviest_branch"]
     if rest == ["--all"]:
         os.makedirs(OUT_DIR, exist_ok=True)
         for name in variants.available():
@@ -694,7 +715,7 @@ def main(argv=None):
                          f"`{COMMAND} lgpt --against=gpt`)")
     overrides = [a for a in rest if a.startswith("--")]
     try:
-        text = build(targets[0], overrides, out[0] if out else None)
+        text = build(targets[0], overrides, out[0] if out else None, keep)
         if against:
             other = build(against[0])
     except UserError as e:
