@@ -231,6 +231,9 @@ class CausalSelfAttention(nn.Module):
     # --- Deep Thinking (paper 000, 2.8) ---
     def deep_thinking(self, q, k, v, ctx, slot):
         """One layer of Deep Thinking, in thinking pass t = 1..T or the test pass:
+          pass 1:      attend over own K_1          M_1 = K_1    (the same for V)
+          pass t > 1:  attend over [M_{t-1} ; K_t]  M_t = eta*K_t + (1-eta)*M_{t-1}
+          test pass:   attend over M_T only
         """
         branch, layer, t = slot
         eta = self.think_eta
@@ -573,6 +576,8 @@ class KVCache:
     tools/executorch/export.py):
       length: the tokens already cached
       positions(T, device): the positions of the T new tokens
+      attend(slot, q, k, v): store k, v at the new positions, return the
+          attention of q over every cached key up to them
       advance(T): after the forward, the T new tokens are cached
       reset(): start a new sequence at position 0, keeping the buffers
     Each slot (ForwardContext) has its own keys and values. Deep Thinking uses
