@@ -477,14 +477,13 @@ def depth_summary(model):
     """Effective depth vs unique weights, e.g. '60 layers applied, from 30 unique attention and 30 unique FFN
     sub-layers'."""
     stack = model.branches[0]
-    n_attn = len({a for a in stack.attn_index if a is not None})
     branches = ""
     if model.config.n_branches > 1:
         branches = f" x {model.config.n_branches} branches"
     passes = ""
     if model.config.think_steps:
         passes = f", {model.config.think_steps + 1} passes (Deep Thinking)"
-    return (f"{len(stack.mlp_index)} layers applied{branches}, from {n_attn} unique attention and "
+    return (f"{model.config.layers_per_branch()} layers applied{branches}, from {len(stack.attn)} unique attention and "
             f"{len(stack.mlp)} unique FFN sub-layers{passes}")
 
 

@@ -168,24 +168,26 @@ class MLP(nn.Module):
     The activation is on the gate only (000's public code has it on both).
     """
 
-    def __init__(self, config, width, std):
+    def __init__(self, config, width):
         super().__init__()
         hidden = config.mlp_hidden or int(config.mlp_ratio * width)
         self.gated = config.mlp_type == "gated"
         self.up = nn.Linear(width, hidden, bias=config.bias)
-        self.gate = nn.Linear(width, hidden, bias=config.bias) if self.gated else None
+        if self.gated:
+            self.gate = nn.Linear(width, hidden, bias=config.bias)
         self.down = nn.Linear(hidden, width, bias=config.bias)
         self.act = ACTIVATIONS[config.activation]
         self.dropout = nn.Dropout(config.dropout)
-        self.std = std   # init_stds, section 7
 
-    def forward(self, x, ctx=None, slot=None):   # ctx, slot: attention's, unused
-        h = self.act(self.gate(x)) * self.up(x) if self.gated else self.act(self.up(x))
-        y = self.down(h)
-        return self.dropout(y) if self.training else y   # eval: skip a no-op call
+    def forward(self, x, cache=None):   # cache: attention's; an MLP keeps none
+        if self.gated:
+            h = self.act(self.gate(x)) * self.up(x)
+        else:
+            h = self.act(self.up(x))
+        return self.dropout(self.down(h))
 
 
-# --- 3. Attention: causal, GQA, the cache's case and Deep Thinking's memory -----------
+# --- 3. Attention: causal, GQA, and the cache entry it is handed ----------------------
 
 def causal_mask(start, length, device):
     """Boolean (length, start+length): query start+i sees the keys <= start+i."""
@@ -208,27 +210,11 @@ def causal_attention(q, k, v, start=0, dropout_p=0.0):
                                           dropout_p=dropout_p, enable_gqa=gqa)
 
 
-class ForwardContext:
-    """What the layers of one forward call share, passed as `ctx`. Each sub-layer
-    also gets its `slot`, (branch, layer, think_pass): the key under which the KV
-    cache (section 9) and Deep Thinking keep its keys and values, one per
-    application of a layer (a shared layer applied twice has two)."""
-
-    def __init__(self, start, positions, cache):
-        self.start = start          # the first new token's position (0: no cache)
-        self.positions = positions  # the new tokens' positions
-        self.cache = cache          # the KV cache (section 9), or None
-        self.branch = 0             # pgpt: the branch that runs (GPT.run_branches)
-        self.think_pass = 0         # Deep Thinking: t = 1..T; 0: the test pass
-        self.memory = {}            # Deep Thinking: slot -> its memory
-        self.first_kv = None        # think_memory="first_layer": the first layer's K_1, V_1
-
-
 class CausalSelfAttention(nn.Module):
     """Causal self-attention with grouped-query attention (paper 000, 2.5):
     n_head query heads share n_kv_head key/value heads, in groups."""
 
-    def __init__(self, config, width, std):
+    def __init__(self, config, width):
         super().__init__()
         self.n_head = config.n_head
         self.n_kv_head = config.n_kv_head or config.n_head
@@ -238,19 +224,17 @@ class CausalSelfAttention(nn.Module):
         qkv_width = width + 2 * self.kv_width
         self.qkv_proj = nn.Linear(width, qkv_width, bias=config.bias)
         self.out_proj = nn.Linear(width, width, bias=config.bias)
-        self.std = std   # init_stds, section 7
         self.dropout = config.dropout
         self.resid_dropout = nn.Dropout(config.dropout)
-        self.think_steps = config.think_steps
-        self.think_eta = config.think_eta
-        self.think_memory = config.think_memory
         self.use_rope = config.pos_embedding == "rope"
         if self.use_rope:
             cos, sin = rope_tables(config.block_size, self.head_dim, config.rope_base)
             self.register_buffer("rope_cos", cos, persistent=False)
             self.register_buffer("rope_sin", sin, persistent=False)
 
-    def forward(self, x, ctx, slot):
+    def forward(self, x, cache=None):
+        """cache: this layer's entry of the KV cache (section 9) or of Deep
+        Thinking (section 8), which stores k, v and attends; None in training."""
         B, T, C = x.shape
         # q (B, H, T, D), k and v (B, H_kv, T, D): from one projection
         q, k, v = self.qkv_proj(x).split([C, self.kv_width, self.kv_width], dim=2)
@@ -258,60 +242,15 @@ class CausalSelfAttention(nn.Module):
         k = k.view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)
         v = v.view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)
         if self.use_rope:
-            cos, sin = self.rope_cos[ctx.positions], self.rope_sin[ctx.positions]
+            pos = torch.arange(T, device=x.device) if cache is None else cache.positions(T, x.device)
+            cos, sin = self.rope_cos[pos], self.rope_sin[pos]
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        if self.think_steps:      # Deep Thinking, below
-            y = self.deep_thinking(q, k, v, ctx, slot)
-        elif ctx.cache is None:
-            dropout = self.dropout if self.training else 0.0
-            y = causal_attention(q, k, v, dropout_p=dropout)
-        else:                     # decoding: the cache stores k, v and attends
-            y = ctx.cache.attend(slot, q, k, v)
-        y = self.out_proj(y.transpose(1, 2).reshape(B, T, C))
-        return self.resid_dropout(y) if self.training else y
-
-    # --- Deep Thinking (paper 000, 2.8) ---
-    def deep_thinking(self, q, k, v, ctx, slot):
-        """One layer of Deep Thinking, in thinking pass t = 1..T or the test pass:
-
-          pass 1:      attend over own K_1          M_1 = K_1    (the same for V)
-          pass t > 1:  attend over [M_{t-1} ; K_t]  M_t = eta*K_t + (1-eta)*M_{t-1}
-          test pass:   attend over M_T only
-        Both halves of [M ; K] are causal. M_1 = K_1 is our reading (2.8 leaves
-        it undefined); think_memory="first_layer" is the authors' code:
-        M_1 = eta*K_1 + (1-eta)*K_1 of the first attention layer.
-        """
-        branch, layer, t = slot
-        eta = self.think_eta
-        dropout = self.dropout if self.training else 0.0
-        if t == 0:   # the test pass: its queries over the memory M_T only
-            mem_k, mem_v = ctx.memory[(branch, layer, self.think_steps)]
-            return causal_attention(q, mem_k, mem_v, ctx.start, dropout)
-        keys, values = k, v
-        if ctx.cache is not None:   # K_t, V_t of the cached positions too
-            keys, values = ctx.cache.store(ctx.cache.kv, slot, k, v)
-        if t == 1:
-            y = causal_attention(q, keys, values, ctx.start, dropout)
-            if self.think_memory == "first_layer":
-                if ctx.first_kv is None:   # this is the first attention layer
-                    ctx.first_kv = (k, v)
-                k = eta * k + (1 - eta) * ctx.first_kv[0]
-                v = eta * v + (1 - eta) * ctx.first_kv[1]
+        if cache is None:
+            y = causal_attention(q, k, v, dropout_p=self.dropout if self.training else 0.0)
         else:
-            mem_k, mem_v = ctx.memory[(branch, layer, t - 1)]
-            mask = causal_mask(ctx.start, q.size(2), q.device)
-            mask = torch.cat([mask, mask], dim=-1)   # over [M ; K]
-            keys = torch.cat([mem_k, keys], dim=2)
-            values = torch.cat([mem_v, values], dim=2)
-            gqa = self.n_kv_head != self.n_head
-            y = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask,
-                                               dropout_p=dropout, enable_gqa=gqa)
-            k = eta * k + (1 - eta) * mem_k[:, :, ctx.start:]
-            v = eta * v + (1 - eta) * mem_v[:, :, ctx.start:]
-        if ctx.cache is not None:   # M_t of the cached positions too
-            k, v = ctx.cache.store(ctx.cache.memory, slot, k, v)
-        ctx.memory[slot] = (k, v)
-        return y
+            y = cache.attend(q, k, v)
+        y = self.out_proj(y.transpose(1, 2).reshape(B, T, C))
+        return self.resid_dropout(y)
 
 
 # --- 4. Residual sub-layers: pre- or post-norm, plain or Enhanced Residual (000, 2.7) ---
@@ -336,10 +275,10 @@ class ResidualSubLayer(nn.Module):
             w = torch.full((), float(config.residual_logit_init))
             self.alpha_logit = nn.Parameter(w)
 
-    def forward(self, x, ctx, slot):
+    def forward(self, x, cache=None):
         if self.post_norm:
-            return self.norm(self.mix(x, self.inner(x, ctx, slot)))
-        return self.mix(x, self.inner(self.norm(x), ctx, slot))
+            return self.norm(self.mix(x, self.inner(x, cache)))
+        return self.mix(x, self.inner(self.norm(x), cache))
 
     def mix(self, x, fx):
         if self.alpha_logit is None:
@@ -348,47 +287,76 @@ class ResidualSubLayer(nn.Module):
         return alpha * x + (1 - alpha) * fx
 
 
-# --- 5. Layer sharing: one plan for every scheme --------------------------------------
+# --- 5. The decoder stack; layer sharing and ShishuLM's layers ------------------------
 
-def sharing_plan(config):
-    """The weight set of each layer's attention and FFN: (attn_index, mlp_index),
-    numbered in order of first use; None: no attention (ShishuLM). From
-    share_from_layer up to the top attention layers, groups of share_group_size
-    (k) consecutive layers share the sub-layers share_sublayers names (ours; the
-    papers share both):
+class DecoderStack(nn.Module):
+    """The layers of one branch: attention, then the FFN, each in its residual.
+    `layers` holds the sub-layers in the order they are applied; `attn` and
+    `mlp` hold each weight set once (a shared one is applied in several places)."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.attn = nn.ModuleList()
+        self.mlp = nn.ModuleList()
+        self.layers = []
+        if config.share_group_size > 1 or config.n_attn_layers is not None:
+            build_shared_layers(self, config)   # below
+        else:
+            for width in config.widths():   # halved by lgpt/cgpt (section 6)
+                attn = ResidualSubLayer(config, width, CausalSelfAttention(config, width))
+                mlp = ResidualSubLayer(config, width, MLP(config, width))
+                self.attn.append(attn)
+                self.mlp.append(mlp)
+                self.layers += [attn, mlp]
+        if config.shrink_every:
+            add_shrinks(self, config)   # section 6
+
+    def forward(self, x, cache=None):
+        """cache: a KV cache (section 9) or Deep Thinking's state; sub-layer i
+        gets its entry cache[i]."""
+        for i, layer in enumerate(self.layers):
+            x = layer(x, None if cache is None else cache[i])
+        return x
+
+
+def build_shared_layers(stack, config):
+    """Layer sharing and ShishuLM's MLP-only layers.
+
+    Sharing: from share_from_layer up to the top attention layers (never
+    shared), the layers are cut into groups of share_group_size (k); every
+    layer of a group but its first applies the weights of the layer before,
+    for the sub-layers share_sublayers names (ours; the papers share both):
       MobileLLM's block-wise repeat (000 2.6):  k = 2:        0 0 1 1 2 2 ...
       ALBERT's all-layer sharing (002 3.0.2):   k = n_layer:  0 0 0 0 ...
       G groups (002 3.0.2):                     k = n_layer / G
       ShishuLM's paired MLP-only blocks (001 4.4): k = 2 from n_attn_layers on
-    E.g. ShishuLM's "2 + 1" (001 Table 10), 7 layers, share_from_layer=2, k=2:
+    ShishuLM (001 4.1-4.2): attention only in config.attention_layers().
+    E.g. ShishuLM's "2 + 1" (001 Table 10), 7 layers, share_from_layer=2, k=2
+    (the weight set each layer applies):
       layer       0   1   2   3   4   5   6
       attention   0   1   -   -   -   -   2
       FFN         0   1   2   2   3   3   4
     """
     n = config.layers_per_branch()
     k, start = config.share_group_size, config.share_from_layer
-    end = n - config.n_top_attn_layers   # the top attention layers are never shared
+    end = n - config.n_top_attn_layers
+    repeats = set(range(start, end)) - set(range(start, end, k))   # not a group's first
     share_attn = config.share_sublayers in ("both", "attn")
     share_mlp = config.share_sublayers in ("both", "mlp")
-    attn_layers = config.attention_layers()
-    attn_index, mlp_index = [], []
-    for layer in range(n):
-        # a group's layers after its first reuse the layer before's weights
-        repeat = start < layer < end and (layer - start) % k != 0
-        if layer not in attn_layers:
-            attn_index.append(None)
-        elif repeat and share_attn:
-            attn_index.append(attn_index[-1])
-        else:   # a new set: numbered by the count so far
-            attn_index.append(len(set(attn_index) - {None}))
-        if repeat and share_mlp:
-            mlp_index.append(mlp_index[-1])
-        else:
-            mlp_index.append(len(set(mlp_index)))
-    return attn_index, mlp_index
+    with_attention = config.attention_layers()
+    for layer, width in enumerate(config.widths()):
+        if layer in with_attention:
+            if layer not in repeats or not share_attn:
+                attn = ResidualSubLayer(config, width, CausalSelfAttention(config, width))
+                stack.attn.append(attn)
+            stack.layers.append(attn)
+        if layer not in repeats or not share_mlp:
+            mlp = ResidualSubLayer(config, width, MLP(config, width))
+            stack.mlp.append(mlp)
+        stack.layers.append(mlp)
 
 
-# --- 6. A decoder stack, with lgpt/cgpt width halving (paper 004, 3.2-3.3) ------------
+# --- 6. lgpt/cgpt width halving (paper 004, 3.2-3.3) ----------------------------------
 
 class ConvShrink(nn.Module):
     """ConvGPT (paper 004, 3.3): a Conv1d over the sequence maps width C -> C/2.
@@ -399,13 +367,13 @@ class ConvShrink(nn.Module):
         self.kernel = config.shrink_kernel
         self.conv = nn.Conv1d(width, width // 2, self.kernel, bias=config.bias)
 
-    def forward(self, x, ctx, slot):
+    def forward(self, x, cache=None):
         # causal: output t reads the inputs t-k+1 .. t (zeros before position 0)
-        if ctx.cache is None:
+        if cache is None:
             zeros = x.new_zeros(x.size(0), self.kernel - 1, x.size(2))
             window = torch.cat([zeros, x], dim=1)
         else:
-            window = ctx.cache.conv_window(slot, x, self.kernel - 1)
+            window = cache.conv_window(x, self.kernel - 1)
         return self.conv(window.transpose(1, 2)).transpose(1, 2)
 
 
@@ -416,56 +384,51 @@ class LinearShrink(nn.Module):
         super().__init__()
         self.proj = nn.Linear(width, width // 2, bias=config.bias)
 
-    def forward(self, x, ctx, slot):
+    def forward(self, x, cache=None):
         return self.proj(x)
 
 
-class DecoderStack(nn.Module):
-    """The layers of one branch. Layer l applies attn[attn_index[l]] (if any),
-    then mlp[mlp_index[l]] (sharing_plan's indices), then halves the width
-    if it ends a group of shrink_every layers and is not the last."""
-
-    def __init__(self, config):
-        super().__init__()
-        self.attn_index, self.mlp_index = sharing_plan(config)
-        widths = config.widths()
-        # attn[i], mlp[i]: weight set i, built by the first layer that uses it
-        self.attn = nn.ModuleList()
-        self.mlp = nn.ModuleList()
-        for layer, width in enumerate(widths):
-            std = init_stds(config, layer / max(1, len(widths) - 1))   # section 7
-            if self.attn_index[layer] == len(self.attn):   # a new weight set
-                attn = CausalSelfAttention(config, width, std)
-                self.attn.append(ResidualSubLayer(config, width, attn))
-            if self.mlp_index[layer] == len(self.mlp):
-                mlp = MLP(config, width, std)
-                self.mlp.append(ResidualSubLayer(config, width, mlp))
-        every = config.shrink_every
-        shrink_cls = ConvShrink if config.shrink_layer == "conv" else LinearShrink
-        last = len(widths) - 1   # the last layer goes to the head at its width
-        self.shrink_after = [l for l in range(last) if every and (l + 1) % every == 0]
-        shrinks = [shrink_cls(config, widths[l]) for l in self.shrink_after]
-        self.shrink = nn.ModuleList(shrinks)
-
-    def forward(self, x, ctx):
-        for layer in range(len(self.mlp_index)):
-            slot = (ctx.branch, layer, ctx.think_pass)
-            if self.attn_index[layer] is not None:
-                x = self.attn[self.attn_index[layer]](x, ctx, slot)
-            x = self.mlp[self.mlp_index[layer]](x, ctx, slot)
-            if layer in self.shrink_after:
-                x = self.shrink[self.shrink_after.index(layer)](x, ctx, slot)
-        return x
+def add_shrinks(stack, config):
+    """A shrink after every shrink_every layers but the last (the head reads the
+    last width), after the FFN that ends the layer (lgpt/cgpt are not shared:
+    layer l's FFN is mlp[l]); built after the layers, as the initial weights'
+    draw order has it."""
+    shrink_cls = ConvShrink if config.shrink_layer == "conv" else LinearShrink
+    widths = config.widths()
+    layers = range(config.shrink_every - 1, len(widths) - 1, config.shrink_every)
+    stack.shrink = nn.ModuleList([shrink_cls(config, widths[layer]) for layer in layers])
+    for layer, shrink in zip(layers, stack.shrink):
+        after = stack.layers.index(stack.mlp[layer])
+        stack.layers.insert(after + 1, shrink)
 
 
-# --- 7. Initialisation (paper 003, PanGu-pi Pro, 3.1, Table 4, Appendix B) ------------
+# --- 7. Initialisation: GPT-2's, and paper 003's schemes (PanGu-pi Pro, 3.1, App. B) ---
+
+def normal(weight, std, bias=None):
+    """weight ~ N(0, std), one draw; bias 0."""
+    nn.init.normal_(weight, mean=0.0, std=std)
+    if bias is not None:
+        nn.init.zeros_(bias)
+
+
+def init_gpt2(model, config):
+    """GPT-2's init, as nanoGPT's: every Linear, Conv1d and Embedding weight
+    ~ N(0, init_std), biases 0, in module order; the projections back into the
+    residual stream (out_proj, down) at init_std / sqrt(2 * n_layer)."""
+    scaled = config.init_std / math.sqrt(2 * config.n_layer)
+    for name, module in model.named_modules():
+        if isinstance(module, (nn.Linear, nn.Conv1d, nn.Embedding)):
+            std = scaled if name.endswith(("out_proj", "down")) else config.init_std
+            nn.init.normal_(module.weight, mean=0.0, std=std)
+            if getattr(module, "bias", None) is not None:
+                nn.init.zeros_(module.bias)
+
 
 def init_stds(config, depth):
     """The std of each attention (q, k, v, out) and FFN (up, gate, down) weight
     of a layer at relative depth 0 (first) .. 1 (last). sigma = init_std,
     N = 2 * n_layer; other weights take sigma (docs/architectures.md).
       constant    sigma everywhere (003 3.1, Table 4; 001 5)
-      gpt2        out, down: sigma / sqrt(N) (GPT-2's code)
       internlm    out, gate: sigma / sqrt(N) (003 3.1); ungated: up (ours)
       depth_adaptive (003 App. B, Table 11): q, k from sqrt(2) sigma down to
                   sigma, v, out from sigma / sqrt(2) up to sigma, linear in
@@ -474,9 +437,7 @@ def init_stds(config, depth):
     sigma, scheme = config.init_std, config.init_scheme
     std = dict.fromkeys(("q", "k", "v", "out", "up", "gate", "down"), sigma)
     scaled = sigma / math.sqrt(2 * config.n_layer)
-    if scheme == "gpt2":
-        std.update(out=scaled, down=scaled)
-    elif scheme == "internlm":
+    if scheme == "internlm":
         std["out"] = scaled
         if config.mlp_type == "gated":
             std["gate"] = scaled
@@ -489,18 +450,25 @@ def init_stds(config, depth):
     return std
 
 
-def normal(weight, std, bias=None):
-    """weight ~ N(0, std), one draw; bias 0."""
-    nn.init.normal_(weight, mean=0.0, std=std)
-    if bias is not None:
-        nn.init.zeros_(bias)
+def init_by_scheme(model, config):
+    """init_scheme constant, internlm or depth_adaptive: each attention and FFN
+    weight set at init_stds of the first layer that applies it, drawn in module
+    order as init_gpt2 draws."""
+    stds = {}
+    n = config.layers_per_branch()
+    for stack in model.branches:
+        layer = 0
+        for sub in stack.layers:
+            if isinstance(sub, ResidualSubLayer) and sub.inner not in stds:
+                stds[sub.inner] = init_stds(config, layer / max(1, n - 1))
+            if isinstance(sub, ResidualSubLayer) and isinstance(sub.inner, MLP):
+                layer += 1   # the FFN ends a layer
+    draw_by_scheme(model, config, stds)
 
 
-def init_weights(module, config):
-    """Every Linear, Conv1d and Embedding weight ~ N(0, init_std), biases 0,
-    drawn in module order; attention and FFN weights at their `.std`."""
+def draw_by_scheme(module, config, stds):
     if isinstance(module, CausalSelfAttention):
-        std = module.std
+        std = stds[module]
         qkv = module.qkv_proj
         kv = module.kv_width
         # q and k share a std in every scheme; one draw where v's agrees
@@ -511,18 +479,19 @@ def init_weights(module, config):
             normal(qkv.weight[-kv:], std["v"])
         normal(module.out_proj.weight, std["out"], module.out_proj.bias)
     elif isinstance(module, MLP):
-        normal(module.up.weight, module.std["up"], module.up.bias)
+        std = stds[module]
+        normal(module.up.weight, std["up"], module.up.bias)
         if module.gated:
-            normal(module.gate.weight, module.std["gate"], module.gate.bias)
-        normal(module.down.weight, module.std["down"], module.down.bias)
+            normal(module.gate.weight, std["gate"], module.gate.bias)
+        normal(module.down.weight, std["down"], module.down.bias)
     elif isinstance(module, (nn.Linear, nn.Conv1d, nn.Embedding)):
         normal(module.weight, config.init_std, getattr(module, "bias", None))
     else:
         for child in module.children():
-            init_weights(child, config)
+            draw_by_scheme(child, config, stds)
 
 
-# --- 8. The model ---------------------------------------------------------------------
+# --- 8. The model: embeddings, the layers, the head; pgpt, Deep Thinking, generation ---
 
 class TokenEmbedding(nn.Module):
     """Token embedding, optionally factorized (paper 002, 3.0.1): vocab -> E ->
@@ -531,7 +500,7 @@ class TokenEmbedding(nn.Module):
 
     def __init__(self, config):
         super().__init__()
-        width = config.embd_width()
+        width = config.n_embd * config.n_branches
         self.wte = nn.Embedding(config.vocab_size, config.embd_factor_dim or width)
         self.proj = None
         if config.embd_factor_dim:
@@ -552,7 +521,7 @@ class GPT(nn.Module):
     def __init__(self, config):
         super().__init__()
         self.config = config
-        width = config.embd_width()
+        width = config.n_embd * config.n_branches   # pgpt: every branch's chunk
         self.tok_emb = TokenEmbedding(config)
         if config.pos_embedding == "learned":
             self.pos_emb = nn.Embedding(config.block_size, width)
@@ -574,9 +543,11 @@ class GPT(nn.Module):
                                      bias=config.head_bias)
         elif config.head_bias:
             self.tied_head_bias = nn.Parameter(torch.zeros(config.vocab_size))
-        init_weights(self, config)   # section 7
+        if config.init_scheme == "gpt2":   # section 7
+            init_gpt2(self, config)
+        else:
+            init_by_scheme(self, config)
 
-    # --- sizes ---
     def get_num_params(self, non_embedding=True):
         """Unique parameters (shared weights once); non_embedding=True leaves
         out the learned positions, as nanoGPT does."""
@@ -585,7 +556,79 @@ class GPT(nn.Module):
             n -= self.pos_emb.weight.numel()
         return n
 
+    def embed(self, idx, pos):
+        x = self.tok_emb(idx)
+        if self.config.pos_embedding == "learned":
+            x = x + self.pos_emb(pos)
+        elif self.config.pos_embedding == "sinusoidal":
+            x = x + self.pos_table[pos]
+        return self.drop(x)
+
+    def forward(self, idx, targets=None, cache=None, all_logits=False):
+        """idx (B, T) -> (logits, loss). Without targets: the last position's
+        logits only, unless all_logits. With a cache (section 9) the tokens
+        continue the cached ones."""
+        B, T = idx.shape
+        start = 0 if cache is None else cache.length
+        if start + T > self.config.block_size:
+            raise ValueError(f"sequence of {start + T} tokens exceeds block_size "
+                             f"{self.config.block_size}")
+        if cache is None:
+            pos = torch.arange(T, device=idx.device)
+        else:   # the cache numbers the tokens after the cached ones
+            pos = cache.positions(T, idx.device)
+        x = self.embed(idx, pos)
+        if self.config.think_steps:
+            x = self.think(x, cache)
+        elif self.config.n_branches > 1:
+            x = self.run_branches(x, cache)
+        else:
+            x = self.branches[0](x, cache)
+        if cache is not None:
+            cache.advance(T)
+        x = self.ln_f(x)
+        if targets is None and not all_logits:
+            x = x[:, -1:, :]
+        logits = self.head(x)
+        loss = None
+        if targets is not None:
+            logits_2d = logits.view(-1, logits.size(-1)).float()
+            loss = F.cross_entropy(logits_2d, targets.reshape(-1), ignore_index=-1)
+        return logits, loss
+
+    def head(self, h):
+        """Logits: through the tied embedding (paper 000, 2.4) or lm_head."""
+        if not self.config.tie_embeddings:
+            return self.lm_head(h)
+        logits = self.tok_emb.tied_logits(h)
+        return logits + self.tied_head_bias if self.config.head_bias else logits
+
+    def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
+        """AdamW; weight decay on >= 2-D weights only (not on norms, biases,
+        enhanced-residual alphas or pgpt branch logits)."""
+        params = [p for p in self.parameters() if p.requires_grad]
+        decay = [p for p in params if p.dim() >= 2]
+        no_decay = [p for p in params if p.dim() < 2]
+        groups = [{"params": decay, "weight_decay": weight_decay},
+                  {"params": no_decay, "weight_decay": 0.0}]
+        fused = device_type == "cuda"
+        return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, fused=fused)
+
     # --- ParallelGPT (paper 004, 3.1) ---
+    def run_branches(self, x, cache):
+        """pgpt: branch i reads the i-th n_embd-wide chunk, the outputs mixed as
+        sum_i w_i * decoder_i(x_i) (paper 004, eq. 1-3); with keep_branch set
+        only that branch runs. Each branch keeps its own cache entries."""
+        chunks = x.split(self.config.n_embd, dim=-1)
+        keep = self.keep_branch
+        if keep is not None:
+            return self.branches[keep](chunks[keep], BranchCache(cache, keep))
+        weights = self.branch_weights()
+        out = 0
+        for i, (stack, chunk) in enumerate(zip(self.branches, chunks)):
+            out = out + weights[i] * stack(chunk, BranchCache(cache, i))
+        return out
+
     def branch_weights(self):
         """pgpt's mixing weights: softmax of learned logits. Two branches:
         w = sigmoid(a1 - a2) and 1 - w, the paper's eq. 3."""
@@ -605,95 +648,20 @@ class GPT(nn.Module):
         n = self.config.n_branches
         return f"running only branch {self.keep_branch} of {n} (weights {weights})"
 
-    # --- forward ---
-    def embed(self, idx, positions):
-        x = self.tok_emb(idx)
-        if self.config.pos_embedding == "learned":
-            x = x + self.pos_emb(positions)
-        elif self.config.pos_embedding == "sinusoidal":
-            x = x + self.pos_table[positions]
-        return self.drop(x) if self.training else x
-
-    def forward(self, idx, targets=None, cache=None, all_logits=False):
-        """idx (B, T) -> (logits, loss). Without targets: the last position's
-        logits only, unless all_logits. With a cache (section 9) the tokens
-        continue the cached ones."""
-        B, T = idx.shape
-        start = cache.length if cache is not None else 0
-        if start + T > self.config.block_size:
-            raise ValueError(f"sequence of {start + T} tokens exceeds block_size "
-                             f"{self.config.block_size}")
-        if cache is None:
-            positions = torch.arange(T, device=idx.device)
-        else:   # the cache numbers the tokens after the cached ones
-            positions = cache.positions(T, idx.device)
-        ctx = ForwardContext(start, positions, cache)
-        x = self.embed(idx, positions)
-        if self.config.think_steps:
-            h = self.think(x, ctx)
-        else:
-            h = self.run_branches(x, ctx)
-        if cache is not None:
-            cache.advance(T)
-        h = self.ln_f(h)
-        if targets is None and not all_logits:
-            h = h[:, -1:, :]
-        logits = self.head(h)
-        loss = None
-        if targets is not None:
-            logits_2d = logits.view(-1, logits.size(-1)).float()
-            loss = F.cross_entropy(logits_2d, targets.reshape(-1), ignore_index=-1)
-        return logits, loss
-
-    def head(self, h):
-        """Logits: through the tied embedding (paper 000, 2.4) or lm_head."""
-        if not self.config.tie_embeddings:
-            return self.lm_head(h)
-        logits = self.tok_emb.tied_logits(h)
-        return logits + self.tied_head_bias if self.config.head_bias else logits
-
-    def think(self, x, ctx):
-        """Deep Thinking (paper 000, 2.8): T thinking passes, then the test pass.
-        Pass 1 reads the embeddings x, pass t > 1 the output of pass t-1 (the
-        authors' code); each layer keeps a KV memory (deep_thinking, section 3).
-        The test pass reads x again and attends over the memory M_T."""
+    # --- Deep Thinking (paper 000, 2.8) ---
+    def think(self, x, cache):
+        """T thinking passes, then the test pass (DeepThinking, below). Pass 1
+        reads the embeddings x, pass t > 1 the output of pass t-1 (the authors'
+        code); the test pass reads x again and attends over the memory M_T."""
+        thinking = DeepThinking(self.config, cache, self.training)
         h = x
         for t in range(1, self.config.think_steps + 1):
-            ctx.think_pass = t
-            h = self.run_branches(h, ctx)
-        ctx.think_pass = 0   # the test pass
-        return self.run_branches(x, ctx)
+            thinking.t = t
+            h = self.branches[0](h, thinking)
+        thinking.t = 0
+        return self.branches[0](x, thinking)
 
-    def run_branches(self, x, ctx):
-        """The decoder stack. pgpt: branch i reads the i-th n_embd-wide chunk,
-        the outputs mixed as sum_i w_i * decoder_i(x_i) (paper 004, eq. 1-3);
-        with keep_branch set only that branch runs."""
-        if self.config.n_branches == 1:
-            return self.branches[0](x, ctx)
-        chunks = x.split(self.config.n_embd, dim=-1)
-        if self.keep_branch is not None:
-            ctx.branch = self.keep_branch
-            return self.branches[self.keep_branch](chunks[self.keep_branch], ctx)
-        weights = self.branch_weights()
-        out = 0
-        for i, (stack, chunk) in enumerate(zip(self.branches, chunks)):
-            ctx.branch = i
-            out = out + weights[i] * stack(chunk, ctx)
-        return out
-
-    # --- training helpers ---
-    def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
-        """AdamW; weight decay on >= 2-D weights only (not on norms, biases,
-        enhanced-residual alphas or pgpt branch logits)."""
-        params = [p for p in self.parameters() if p.requires_grad]
-        decay = [p for p in params if p.dim() >= 2]
-        no_decay = [p for p in params if p.dim() < 2]
-        groups = [{"params": decay, "weight_decay": weight_decay},
-                  {"params": no_decay, "weight_decay": 0.0}]
-        fused = device_type == "cuda"
-        return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, fused=fused)
-
-    # --- 9. Generation: the sampling loop, then the KV cache it fills and sample_next ---
+    # --- generation ---
     def new_cache(self):
         return KVCache(self.config.block_size)
 
@@ -717,20 +685,21 @@ class GPT(nn.Module):
             step = step or self.decode_step
         else:
             cache = None
-        window_start, prime = 0, True
-        idx_next = None   # the token sampled last
+        start = 0          # the model reads idx[:, start:], the window
+        primed = False     # whether the cache holds the window but its last token
+        idx_next = None    # the token sampled last
         for _ in range(max_new_tokens):
             # window full: start again at position 0 from its recent half (nanoGPT
             # crops every step, but a cache would then refill at every step)
-            if idx.size(1) - window_start > block_size:
-                window_start = idx.size(1) - max(1, block_size // 2)
-                prime = True
+            if idx.size(1) - start > block_size:
+                start = idx.size(1) - max(1, block_size // 2)
+                primed = False
             if cache is None:
-                logits, _ = self(idx[:, window_start:])
-            elif prime:
+                logits, _ = self(idx[:, start:])
+            elif not primed:   # one forward caches the window
                 cache.reset()   # same buffers, positions from 0
-                logits, _ = self(idx[:, window_start:], cache=cache)
-                prime = False
+                logits, _ = self(idx[:, start:], cache=cache)
+                primed = True
             else:
                 logits = step(idx_next, cache)
             idx_next = sample_next(logits[:, -1, :], temperature, top_k, generator)
@@ -741,60 +710,164 @@ class GPT(nn.Module):
         return idx
 
 
+class BranchCache:
+    """pgpt: one branch's entries of a cache, keyed (branch, i); None without one."""
+
+    def __init__(self, cache, branch):
+        self.cache = cache
+        self.branch = branch
+
+    def __getitem__(self, i):
+        return None if self.cache is None else self.cache[(self.branch, i)]
+
+
+class DeepThinking:
+    """Deep Thinking (paper 000, 2.8) over one forward call: the pass t (1..T
+    thinking, 0 the test pass) and each attention layer's key/value memory:
+
+      pass 1:      attend over own K_1          M_1 = K_1    (the same for V)
+      pass t > 1:  attend over [M_{t-1} ; K_t]  M_t = eta*K_t + (1-eta)*M_{t-1}
+      test pass:   attend over M_T only
+    Both halves of [M ; K] are causal. M_1 = K_1 is our reading (2.8 leaves
+    it undefined); think_memory="first_layer" is the authors' code:
+    M_1 = eta*K_1 + (1-eta)*K_1 of the first attention layer. It is each
+    layer's cache entry (section 9): thinking[i] notes the layer i and returns
+    itself; with a KV cache the keys and memory of cached positions stay there."""
+
+    def __init__(self, config, cache, training):
+        self.eta = config.think_eta
+        self.first_layer_rule = config.think_memory == "first_layer"
+        self.cache = cache
+        self.start = 0 if cache is None else cache.length
+        self.dropout = config.dropout if training else 0.0
+        self.t = 1
+        self.layer = 0
+        self.memory = {}        # layer -> (M_k, M_v) of the latest pass
+        self.first_kv = None    # "first_layer": the first attention layer's K_1, V_1
+
+    def __getitem__(self, layer):
+        self.layer = layer
+        return self
+
+    def positions(self, length, device):
+        return torch.arange(self.start, self.start + length, device=device)
+
+    def attend(self, q, k, v):
+        if self.t == 0:
+            return self.test_pass(q)
+        if self.t == 1:
+            return self.first_pass(q, k, v)
+        return self.later_pass(q, k, v)
+
+    def first_pass(self, q, k, v):
+        keys, values = self.stored("kv", k, v)
+        y = causal_attention(q, keys, values, self.start, self.dropout)
+        if self.first_layer_rule:
+            if self.first_kv is None:   # this is the first attention layer
+                self.first_kv = (k, v)
+            k = self.eta * k + (1 - self.eta) * self.first_kv[0]
+            v = self.eta * v + (1 - self.eta) * self.first_kv[1]
+        self.memory[self.layer] = self.stored("memory", k, v)
+        return y
+
+    def later_pass(self, q, k, v):
+        keys, values = self.stored("kv", k, v)
+        mem_k, mem_v = self.memory[self.layer]   # M_{t-1}
+        mask = causal_mask(self.start, q.size(2), q.device)
+        mask = torch.cat([mask, mask], dim=-1)   # over [M ; K]
+        keys = torch.cat([mem_k, keys], dim=2)
+        values = torch.cat([mem_v, values], dim=2)
+        gqa = q.size(1) != k.size(1)
+        y = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask,
+                                           dropout_p=self.dropout, enable_gqa=gqa)
+        k = self.eta * k + (1 - self.eta) * mem_k[:, :, self.start:]
+        v = self.eta * v + (1 - self.eta) * mem_v[:, :, self.start:]
+        self.memory[self.layer] = self.stored("memory", k, v)
+        return y
+
+    def test_pass(self, q):
+        mem_k, mem_v = self.memory[self.layer]   # M_T
+        return causal_attention(q, mem_k, mem_v, self.start, self.dropout)
+
+    def stored(self, kind, k, v):
+        """k, v; with a cache, after those of the cached positions."""
+        if self.cache is None:
+            return k, v
+        return self.cache[(kind, self.t, self.layer)].store(k, v)
+
+
+# --- 9. The KV cache and sample_next ---------------------------------------------------
+
 class KVCache:
-    """The KV cache of incremental decoding. The cache interface, what the model
-    calls on a cache (also the static ones of tools/fast_sample.py and
-    tools/executorch/export.py):
+    """The KV cache of incremental decoding: cache[i] is the entry of the stack's
+    sub-layer i (pgpt's branches and Deep Thinking key it by more). The cache
+    interface, what the model calls on a cache (also the static ones of
+    tools/fast_sample.py and tools/executorch/export.py):
       length: the tokens already cached
       positions(T, device): the positions of the T new tokens
-      attend(slot, q, k, v): store k, v at the new positions, return the
-          attention of q over every cached key up to them
-      conv_window(slot, x, n_past): cgpt: x after the n_past inputs before it
+      cache[key]: an entry, with
+          attend(q, k, v): store k, v at the new positions, return the
+              attention of q over every cached key up to them
+          conv_window(x, n_past): cgpt: x after the n_past inputs before it
+          positions(T, device): as the cache's (RoPE)
       advance(T): after the forward, the T new tokens are cached
       reset(): start a new sequence at position 0, keeping the buffers
-    Each slot (ForwardContext) has its own keys and values. Deep Thinking uses
-    `store`, `kv` and `memory` itself; the static caches refuse it.
+    Deep Thinking uses the entries' `store` itself; the static caches refuse it.
     """
 
     def __init__(self, max_len):
         self.max_len = max_len
         self.length = 0
-        self.kv = {}          # slot -> (keys, values), each (B, H_kv, max_len, D)
-        self.memory = {}      # Deep Thinking: slot -> its memory, as kv
-        self.conv_tail = {}   # cgpt: slot -> its ConvShrink's last kernel-1 inputs
+        self.entries = {}
+
+    def __getitem__(self, key):
+        return self.entries.setdefault(key, CacheEntry(self))
 
     def positions(self, length, device):
         return torch.arange(self.length, self.length + length, device=device)
-
-    def attend(self, slot, q, k, v):
-        keys, values = self.store(self.kv, slot, k, v)
-        return causal_attention(q, keys, values, start=self.length)
-
-    def store(self, table, slot, k, v):
-        """Write k, v at positions length.. of table[slot]; return its keys
-        and values up to them."""
-        if slot not in table:
-            shape = (k.size(0), k.size(1), self.max_len, k.size(3))
-            table[slot] = (k.new_zeros(shape), v.new_zeros(shape))
-        keys, values = table[slot]
-        end = self.length + k.size(2)
-        keys[:, :, self.length:end] = k
-        values[:, :, self.length:end] = v
-        return keys[:, :, :end], values[:, :, :end]
-
-    def conv_window(self, slot, x, n_past):
-        past = self.conv_tail.get(slot)
-        if past is None or self.length == 0:   # zeros before position 0
-            past = x.new_zeros(x.size(0), n_past, x.size(2))
-        window = torch.cat([past, x], dim=1)
-        self.conv_tail[slot] = window[:, window.size(1) - n_past:]
-        return window
 
     def advance(self, n):
         self.length += n
 
     def reset(self):
         self.length = 0
+
+
+class CacheEntry:
+    """One application of a layer: keys and values (B, H_kv, max_len, D), or
+    cgpt's last kernel-1 inputs."""
+
+    def __init__(self, cache):
+        self.cache = cache
+        self.kv = None
+        self.conv_tail = None
+
+    def positions(self, length, device):
+        return self.cache.positions(length, device)
+
+    def attend(self, q, k, v):
+        keys, values = self.store(k, v)
+        return causal_attention(q, keys, values, start=self.cache.length)
+
+    def store(self, k, v):
+        """Write k, v at positions length..; return the keys and values up to them."""
+        if self.kv is None:
+            shape = (k.size(0), k.size(1), self.cache.max_len, k.size(3))
+            self.kv = (k.new_zeros(shape), v.new_zeros(shape))
+        keys, values = self.kv
+        start = self.cache.length
+        end = start + k.size(2)
+        keys[:, :, start:end] = k
+        values[:, :, start:end] = v
+        return keys[:, :, :end], values[:, :, :end]
+
+    def conv_window(self, x, n_past):
+        past = self.conv_tail
+        if past is None or self.cache.length == 0:   # zeros before position 0
+            past = x.new_zeros(x.size(0), n_past, x.size(2))
+        window = torch.cat([past, x], dim=1)
+        self.conv_tail = window[:, window.size(1) - n_past:]
+        return window
 
 
 def sample_next(logits, temperature=1.0, top_k=None, generator=None):

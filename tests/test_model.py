@@ -14,7 +14,8 @@ import torch
 from torch.nn import functional as F
 
 from checkpoint import depth_summary
-from model import GPT, GPTConfig, sharing_plan, sinusoidal_positions
+from model import GPT, GPTConfig, sinusoidal_positions
+from tools.layers import sharing_indices
 from tools.plots import residual_alphas
 
 TINY = dict(vocab_size=37, block_size=16, n_layer=4, n_head=2, n_embd=16, dropout=0.0)
@@ -261,6 +262,11 @@ def test_training_lowers_loss(name):
     check_learns(make_model(name), steps=40)
 
 
+def sharing_plan(cfg):
+    """(attn_index, mlp_index) of the model cfg builds: the weight set each layer applies."""
+    return sharing_indices(GPT(cfg).branches[0])
+
+
 def test_sharing_plan_schemes():
     cfg = lambda **kw: GPTConfig(**{**TINY, "n_layer": 6, **kw})
     assert sharing_plan(cfg()) == ([0, 1, 2, 3, 4, 5], [0, 1, 2, 3, 4, 5])
@@ -297,7 +303,7 @@ def test_attention_placement_changes_the_function():
     placement is not a relabelling of the same computation)."""
     bottom = make_model("gpt", n_attn_layers=2, **LLAMA)                         # A A - -, FFN 0 1 2 3
     top = make_model("gpt", n_attn_layers=1, n_top_attn_layers=1, **LLAMA)       # A - - A, FFN 0 1 2 3
-    assert bottom.branches[0].mlp_index == top.branches[0].mlp_index
+    assert sharing_indices(bottom.branches[0])[1] == sharing_indices(top.branches[0])[1]
     top.load_state_dict(visible_weights(bottom).state_dict())   # the same tensors under the same names
     idx = tokens(2, 16)
     assert relative_change(bottom(idx, all_logits=True)[0], top(idx, all_logits=True)[0]) > 1e-2
@@ -336,7 +342,8 @@ def test_gqa_cache_stores_only_kv_heads():
     model = make_model("gqa")
     cache = model.new_cache()
     model(tokens(1, 4), cache=cache)
-    assert len(cache.kv) == 4 and all(k.shape[1] == v.shape[1] == 2 for k, v in cache.kv.values())
+    kv = [entry.kv for entry in cache.entries.values() if entry.kv is not None]
+    assert len(kv) == 4 and all(k.shape[1] == v.shape[1] == 2 for k, v in kv)
 
 
 def test_cache_slot_per_application():
@@ -347,7 +354,9 @@ def test_cache_slot_per_application():
         model = make_model(name)
         cache = model.new_cache()
         model(tokens(1, 3), cache=cache)
-        assert (len(cache.kv), len(cache.memory)) == (kv, memory), name
+        kinds = [key[0] if isinstance(key, tuple) and isinstance(key[0], str) else "kv"
+                 for key, entry in cache.entries.items() if entry.kv is not None]
+        assert (kinds.count("kv"), kinds.count("memory")) == (kv, memory), name
 
 
 def test_lgpt_widths_and_no_config_mutation():

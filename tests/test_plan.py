@@ -12,7 +12,8 @@ from torch.utils.flop_counter import FlopCounterMode
 
 import variants
 from checkpoint import atomic_save
-from model import GPT, GPTConfig, sharing_plan
+from model import GPT, GPTConfig
+from tools.layers import layer_sets, sharing_indices
 from tools.benchmarks.measure import cache_bytes
 from tests.conftest import one_error_line
 from tests.test_model import FLAGS, TINY
@@ -60,13 +61,13 @@ def check_plan_matches_model(model, plan):
     middle_passes = max(cfg.think_steps - 1, 0)
     memory_keys = sum(4 * r.width_in * cfg.block_size * middle_passes for r in plan.rows if r.n_head)
     assert flops_per_token(model) == 3 * (plan.flops_per_token() - memory_keys)
-    attn_index, mlp_index = sharing_plan(cfg)
+    attn_index, mlp_index = sharing_indices(model.branches[0])
     widths = cfg.widths()
     for b, stack in enumerate(model.branches):
         rows = [r for r in plan.rows if r.branch == b]
         assert [r.layer for r in rows] == list(range(cfg.layers_per_branch()))
-        assert [r.attn_set for r in rows] == attn_index == stack.attn_index
-        assert [r.mlp_set for r in rows] == mlp_index == stack.mlp_index
+        assert [r.attn_set for r in rows] == attn_index == sharing_indices(stack)[0]
+        assert [r.mlp_set for r in rows] == mlp_index == sharing_indices(stack)[1]
         # attention exactly where the model has it
         assert [r.n_head > 0 for r in rows] == [layer in cfg.attention_layers() for layer in range(len(rows))]
         for r, nxt in zip(rows, rows[1:] + [None]):
@@ -79,7 +80,7 @@ def check_plan_matches_model(model, plan):
                 assert (r.n_head, r.n_kv_head) == (attn.n_head, attn.n_kv_head)
             # the width out is what the next application (or the head) reads; a shrink layer is there iff it halves
             assert r.width_out == (nxt.width_in if nxt else cfg.final_width())
-            assert bool(r.shrink) == (r.width_out != r.width_in) == (r.layer in stack.shrink_after)
+            assert bool(r.shrink) == (r.width_out != r.width_in) == (layer_sets(stack)[r.layer][2] is not None)
     if not cfg.tie_embeddings:
         assert model.lm_head.in_features == cfg.final_width()
 

@@ -75,6 +75,7 @@ from dataset import (dataset_vocab_size, default_data_dir, encode_start, load_to
 from tools import plots
 from tools.benchmarks.measure import bench_train, describe
 from tools.flops import flops_per_token
+from tools.layers import layer_sets
 from tools.plots import read_log
 from tools.spread import NOISE_T, add_equal_compute, mean_std, noise_verdict
 from run_dir import format_duration
@@ -503,7 +504,7 @@ def unique_alphas(model):
     appears once, so the x axis is paper 000's 30 layers, not the 60 applications."""
     rows = plots.residual_alphas(model)
     stack = model.branches[0]
-    pairs = list(zip(getattr(stack, "attn_index", []), getattr(stack, "mlp_index", [])))
+    pairs = [(a, m) for a, m, _ in layer_sets(stack)]
     if len(pairs) != len(rows):
         return [list(r) for r in rows]
     seen, out = set(), []

@@ -67,6 +67,24 @@ def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, use_kv_cac
                           cache=static_cache(model, idx.size(0)), step=step, on_token=on_token)
 
 
+class Slot:
+    """One layer application's entry of a static cache (model.py's cache interface, KVCache's docstring): the
+    cache's own methods for that key."""
+
+    def __init__(self, cache, key):
+        self.cache = cache
+        self.key = key if isinstance(key, tuple) else (key,)
+
+    def attend(self, q, k, v):
+        return self.cache.attend(self.key, q, k, v)
+
+    def conv_window(self, x, n_past):
+        return self.cache.conv_window(self.key, x, n_past)
+
+    def positions(self, length, device):
+        return self.cache.positions(length, device)
+
+
 class StaticCache:
     """model.py's cache interface (KVCache's docstring) over buffers of fixed size, updated in place,
     with the position in a tensor (`position`, made on the model's device at the first forward).
@@ -87,6 +105,9 @@ class StaticCache:
         # step (window()); attend then reads only those
         self.slots = None
         self.written = None
+
+    def __getitem__(self, key):
+        return Slot(self, key)
 
     def positions(self, length, device):
         """Positions of the next `length` tokens as a tensor (the position buffer is made on first

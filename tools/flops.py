@@ -13,6 +13,7 @@ every pass T keys, the accounting results/paper000_cpu was measured with (tools/
 torch's FlopCounterMode; tests/test_plan.py holds the two apart by exactly the memory's keys). The undercount:
 4.1% at results/paper000_cpu's size (0.0579 vs 0.0602 GFLOPs/token), 1.9% for the deep_thinking preset.
 """
+from tools.layers import layer_sets
 
 
 def flops_per_token(model, seq_len=None):
@@ -21,11 +22,12 @@ def flops_per_token(model, seq_len=None):
     widths = cfg.widths()
     per_pass = 0
     for stack in model.branches if model.keep_branch is None else [model.branches[model.keep_branch]]:
-        for layer, (a, m) in enumerate(zip(stack.attn_index, stack.mlp_index)):
+        for layer, (a, m, s) in enumerate(layer_sets(stack)):
             per_pass += matmul_params(stack.mlp[m])
             if a is not None:
                 per_pass += matmul_params(stack.attn[a]) + 2 * widths[layer] * T
-        per_pass += sum(matmul_params(s) for s in stack.shrink)
+            if s is not None:
+                per_pass += matmul_params(stack.shrink[s])
     head = cfg.vocab_size * cfg.final_width()
     E = cfg.embd_factor_dim
     if E:   # factorized: the E -> width input projection; a tied head goes back through it (h P) W_e^T

@@ -59,29 +59,29 @@ MUTANTS = [
            "            window = torch.cat([zeros, x, x.new_zeros(x.size(0), self.kernel // 2, x.size(2))], dim=1)",
            "tests/test_model.py -k 'test_causality and (cgpt_k3 or post_norm_pgpt_cgpt)'", every=True),
     Mutant("deep_thinking_test_pass_reads_next_position", "model.py",
-           "            return causal_attention(q, mem_k, mem_v, ctx.start, dropout)",
-           "            mask = causal_mask(ctx.start, q.size(2), q.device)\n"
-           "            return F.scaled_dot_product_attention(q, mem_k, mem_v, attn_mask=mask | mask.roll(1, dims=-1))",
+           "        return causal_attention(q, mem_k, mem_v, self.start, self.dropout)",
+           "        mask = causal_mask(self.start, q.size(2), q.device)\n"
+           "        return F.scaled_dot_product_attention(q, mem_k, mem_v, attn_mask=mask | mask.roll(1, dims=-1))",
            "tests/test_model.py tests/test_variants.py -k '(test_causality or is_causal) and (deep_thinking or dt)'",
            every=True),
     Mutant("kv_cache_drops_oldest", "model.py",
-           "        values[:, :, self.length:end] = v\n"
+           "        values[:, :, start:end] = v\n"
            "        return keys[:, :, :end], values[:, :, :end]",
-           "        values[:, :, self.length:end] = v\n"
+           "        values[:, :, start:end] = v\n"
            "        drop = 1 if k.size(2) == 1 and end > 1 else 0   # decoding: one token at a time\n"
            "        return keys[:, :, drop:end], values[:, :, drop:end]",
            KV_CACHE, every=True),
     Mutant("kv_cache_drops_oldest_text", "model.py",
-           "        values[:, :, self.length:end] = v\n"
+           "        values[:, :, start:end] = v\n"
            "        return keys[:, :, :end], values[:, :, :end]",
-           "        values[:, :, self.length:end] = v\n"
+           "        values[:, :, start:end] = v\n"
            "        drop = 1 if k.size(2) == 1 and end > 1 else 0   # decoding: one token at a time\n"
            "        return keys[:, :, drop:end], values[:, :, drop:end]",
            "tests/test_sample.py -k 'no_kv_cache_same_text or start_text_and_seeds'", every=True),
     Mutant("kv_cache_drops_oldest_generate", "model.py",
-           "        values[:, :, self.length:end] = v\n"
+           "        values[:, :, start:end] = v\n"
            "        return keys[:, :, :end], values[:, :, :end]",
-           "        values[:, :, self.length:end] = v\n"
+           "        values[:, :, start:end] = v\n"
            "        drop = 1 if k.size(2) == 1 and end > 1 else 0   # decoding: one token at a time\n"
            "        return keys[:, :, drop:end], values[:, :, drop:end]",
            "tests/test_model.py -k generate_same_tokens", every=True),
@@ -91,8 +91,8 @@ MUTANTS = [
            "tests/test_train.py -k every_script_counts_parameters", every=True),
     # --- the brief's further bugs ---
     Mutant("rope_off_by_one_in_cache", "model.py",
-           "            cos, sin = self.rope_cos[ctx.positions], self.rope_sin[ctx.positions]",
-           "            pos = ctx.positions if ctx.cache is None else (ctx.positions - 1).clamp(min=0)\n"
+           "            cos, sin = self.rope_cos[pos], self.rope_sin[pos]",
+           "            pos = pos if cache is None else (pos - 1).clamp(min=0)\n"
            "            cos, sin = self.rope_cos[pos], self.rope_sin[pos]",
            "tests/test_model.py tests/test_variants.py -k 'kv_cache_equals_full_forward and "
            "(rope or shishu or mobilellm or internlm or paper000_dt_first_layer)'", every=True),
@@ -104,8 +104,8 @@ MUTANTS = [
            "    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=start == 0,",
            "tests/test_model.py -k 'reference_equations and n_kv_head'", every=True),
     Mutant("shared_layer_uses_wrong_weights", "model.py",
-           "repeat = start < layer < end and (layer - start) % k != 0",
-           "repeat = start < layer < end and (layer - start) % k != 1",
+           "repeats = set(range(start, end)) - set(range(start, end, k))",
+           "repeats = set(range(start, end)) - set(range(start + 1, end, k))",
            "tests/test_model.py -k sharing_plan", every=False),
     Mutant("enhanced_residual_alpha_swapped", "model.py",
            "        return alpha * x + (1 - alpha) * fx",
@@ -116,8 +116,8 @@ MUTANTS = [
            "        return torch.sigmoid(self.branch_logits)",
            "tests/test_model.py -k pgpt_branch", every=False),
     Mutant("lgpt_shrinks_after_wrong_layer", "model.py",
-           "if every and (l + 1) % every == 0]",
-           "if every and l % every == 0]",
+           "layers = range(config.shrink_every - 1, len(widths) - 1, config.shrink_every)",
+           "layers = range(0, len(widths) - 1, config.shrink_every)",
            "tests/test_model.py tests/test_variants.py -k 'kv_cache_equals_full_forward and (lgpt or cgpt_k1)'",
            every=True),
     Mutant("eval_sliding_window_drops_a_token", "tools/eval.py",
@@ -130,24 +130,24 @@ MUTANTS = [
            "y = self.out_proj(y.reshape(B, T, C))",
            CAUSALITY, every=False),
     Mutant("cgpt_conv_cache_keeps_oldest_inputs", "model.py",
-           "self.conv_tail[slot] = window[:, window.size(1) - n_past:]",
-           "self.conv_tail[slot] = window[:, :n_past]",
+           "self.conv_tail = window[:, window.size(1) - n_past:]",
+           "self.conv_tail = window[:, :n_past]",
            "tests/test_model.py -k 'kv_cache_equals_full_forward and (cgpt_k3 or post_norm_pgpt_cgpt)'", every=True),
     Mutant("positions_restart_at_each_cached_call", "model.py",
            "        return torch.arange(self.length, self.length + length, device=device)",
            "        return torch.arange(length, device=device)",
            KV_CACHE, every=False),
     Mutant("pgpt_branches_share_cache_slots", "model.py",
-           "slot = (ctx.branch, layer, ctx.think_pass)",
-           "slot = (0, layer, ctx.think_pass)",
+           "return None if self.cache is None else self.cache[(self.branch, i)]",
+           "return None if self.cache is None else self.cache[(0, i)]",
            "tests/test_model.py tests/test_variants.py -k 'kv_cache_equals_full_forward and pgpt'", every=True),
     Mutant("deep_thinking_eta_swapped", "model.py",
-           "k = eta * k + (1 - eta) * mem_k[:, :, ctx.start:]",
-           "k = (1 - eta) * k + eta * mem_k[:, :, ctx.start:]",
+           "k = self.eta * k + (1 - self.eta) * mem_k[:, :, self.start:]",
+           "k = (1 - self.eta) * k + self.eta * mem_k[:, :, self.start:]",
            "tests/test_model.py -k 'reference_equations and think_steps'", every=False),
     Mutant("swiglu_activation_on_both_branches", "model.py",   # paper 000's public code has this bug
-           "h = self.act(self.gate(x)) * self.up(x) if self.gated",
-           "h = self.act(self.gate(x)) * self.act(self.up(x)) if self.gated",
+           "h = self.act(self.gate(x)) * self.up(x)",
+           "h = self.act(self.gate(x)) * self.act(self.up(x))",
            "tests/test_model.py -k swiglu_applies_silu", every=False),
     Mutant("sinusoidal_odd_dimensions_use_sin", "model.py",
            "table[:, 1::2] = torch.cos(pos * freq[: dim // 2])",

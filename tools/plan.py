@@ -11,8 +11,8 @@ the same plan as a picture.
 
 The model is built on the meta device (shapes only: no memory, and initialising it writes nothing), so a 600M
 preset takes seconds (the whole command: 4.9 s for mobilellm_600m on a 2-core CPU, most of it importing torch).
-Everything is read from the built modules and the model's own sharing plan (each DecoderStack's attn_index and
-mlp_index), never from a second description of the architectures:
+Everything is read from the built modules and the layers each DecoderStack applies (tools/layers.py), never from a
+second description of the architectures:
   weight sets  attn a, mlp m: the index of the attention / FFN module that application uses; applications with the
                same index use the same weights (layer sharing)
   KV cache     per token and attention application: keys and values, 2 x n_kv_head x head_dim x 4 bytes (float32);
@@ -38,6 +38,7 @@ from checkpoint import model_args as checkpoint_model_args
 from configurator import UserError, load_config
 from model import GPTConfig
 from tools.flops import matmul_params
+from tools.layers import layer_sets
 
 MODEL_FIELDS = {f.name: f.default for f in dataclasses.fields(GPTConfig)}
 DEFAULTS = dict(
@@ -115,7 +116,7 @@ def residual_form(sub):
 def mlp_name(config, mlp):
     act = config.activation.replace("gelu_tanh", "GELU (tanh)").replace("gelu", "GELU").replace("silu", "SiLU")
     act = act.replace("relu", "ReLU")
-    if mlp.gate is None:
+    if not mlp.gated:
         return act
     return "SwiGLU" if config.activation == "silu" else f"gated {act}"
 
@@ -135,7 +136,7 @@ def read_applications(model):
     steps = cfg.think_steps
     rows = []
     for b, stack in enumerate(model.branches):
-        for layer, (a, m) in enumerate(zip(stack.attn_index, stack.mlp_index)):
+        for layer, (a, m, s) in enumerate(layer_sets(stack)):
             ffn = stack.mlp[m]
             width = ffn.inner.up.in_features
             weights = matmul_params(ffn)
@@ -148,8 +149,8 @@ def read_applications(model):
                 per_pass = 2 * n_kv_head * attn.head_dim * attn.qkv_proj.weight.element_size()
                 kv_bytes = per_pass * (2 * steps if steps else 1)
             shrink, width_out = "", width
-            if layer in stack.shrink_after:
-                module = stack.shrink[stack.shrink_after.index(layer)]
+            if s is not None:
+                module = stack.shrink[s]
                 shrink, width_out = shrink_layer(module)
                 weights += matmul_params(module)
             rows.append(Application(b, layer, a, m, n_head, n_kv_head, mlp_name(cfg, ffn.inner),
@@ -191,7 +192,7 @@ def read_plan(model, name):
         head = f"tied to the token embedding: {cfg.final_width()} -> {V}" + \
             (" (back through the projection, then the embedding)" if emb.proj is not None else "")
     head += " + bias" if cfg.head_bias else ""
-    convs = [m for stack in model.branches for m in stack.shrink.modules() if isinstance(m, nn.Conv1d)]
+    convs = [m for m in model.branches.modules() if isinstance(m, nn.Conv1d)]
     conv_state = sum((m.kernel_size[0] - 1) * m.in_channels * m.weight.element_size() for m in convs)
     return Plan(name, cfg, read_applications(model), param_parts(model), embedding, head, emb.wte.embedding_dim,
                 embed_weights, head_weights, cfg.think_steps + 1, conv_state)

@@ -178,12 +178,13 @@ def plot_branch_weights(logs, path):
 def residual_alphas(model):
     """Enhanced-residual alphas per layer of the first branch, [(alpha_1 attention or None, alpha_2 FFN), ...]:
     alpha = sigmoid(w) of the ResidualSubLayers the layer applies (model.py section 4; paper 000, 2.7, Fig. 7)."""
+    from tools.layers import layer_sets   # model.py's classes: only where a model is read
     stack = model.branches[0]
 
     def alpha(sub):
         return None if sub.alpha_logit is None else torch.sigmoid(sub.alpha_logit).item()
     return [(None if a is None else alpha(stack.attn[a]), alpha(stack.mlp[m]))
-            for a, m in zip(stack.attn_index, stack.mlp_index)]
+            for a, m, _ in layer_sets(stack)]
 
 
 def plot_alphas(alphas, path):

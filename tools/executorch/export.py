@@ -32,6 +32,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from configurator import UserError, run_command
+from tools.fast_sample import Slot
 
 DEFAULTS = dict(
     out_dir="",             # directory with ckpt.pt / last.pt, or a checkpoint file; "" = the newest out*/ folder
@@ -69,6 +70,9 @@ class ExportCache(nn.Module):
         self.start = None         # the position of this call's first token: a (1,) tensor and an int (start_pos),
         self.start_pos = 0        # set by Prefill / Decode (ExecuTorch's cache ops take the int)
         self.new_sequence = True  # prefill: cgpt's window starts from zeros (nothing before position 0)
+
+    def __getitem__(self, key):
+        return Slot(self, key)
 
     def positions(self, length, device):
         return self.start + torch.arange(length, device=device)

@@ -40,6 +40,7 @@ from checkpoint import depth_summary
 from configurator import ArgumentParser, UserError
 from tools.huggingface import ConversionError, _first_line, refuse
 from tools.huggingface.tokenizer import tokenizer_files
+from tools.layers import layer_sets
 
 GPT2_ARCHS = ("GPT2LMHeadModel",)
 LLAMA_ARCHS = ("LlamaForCausalLM", "MobileLLMForCausalLM")
@@ -494,7 +495,7 @@ def hf_state_dict_for(model, arch):
 
     out = {}
     width = model.config.n_embd
-    for layer, (ai, mi) in enumerate(zip(stack.attn_index, stack.mlp_index)):
+    for layer, (ai, mi, _) in enumerate(layer_sets(stack)):
         a, m = f"branches.0.attn.{ai}.", f"branches.0.mlp.{mi}."
         qkv, qkv_b = sd[a + "inner.qkv_proj.weight"], bias(a + "inner.qkv_proj.bias", sd[a + "inner.qkv_proj.weight"].size(0))
         up = sd[m + "inner.up.weight"]
