@@ -5,12 +5,11 @@ through the KV cache (the classes, functions, branches and GPTConfig fields), in
 with its comments, and computes exactly what model.py computes for it. Do not edit: regenerate.
 
     made by:  python -m tools.one_file lgpt --out=models/lgpt.py
-    model.py of commit 2d307c1
+    model.py of commit 3eadf37
 """
 
 import math
 from dataclasses import dataclass
-from typing import Optional
 
 import torch
 import torch.nn as nn
@@ -31,37 +30,19 @@ class GPTConfig:
     n_embd: int = 768               # width (of each pgpt branch)
     dropout: float = 0.0
     bias: bool = True               # in Linears and norms (GPT-2: True, LLaMA: False)
-    # --- LLaMA-style options (000, 001) ---
-    norm: str = "layernorm"         # "layernorm" | "rmsnorm"
     norm_eps: float = 1e-5
-    # --- GQA (000 2.5): key/value heads, dividing n_head; None = n_head ---
-    n_kv_head: Optional[int] = None
     activation: str = "gelu"        # "gelu" | "gelu_tanh" | "silu" | "relu"
-    mlp_hidden: Optional[int] = None  # None: mlp_ratio * width
     mlp_ratio: float = 4.0
     head_bias: bool = False         # a bias on the head (000's code)
-    embd_factor_dim: Optional[int] = None   # E: vocab -> E -> n_embd
     # --- ParallelGPT (004 3.1) ---
     n_branches: int = 1             # the embedding is n_branches * n_embd wide
     # --- LinearGPT / ConvGPT (004 3.2-3.3) ---
     shrink_every: int = 0           # halve the width after every k layers; 0 = off
-    # --- initialisation (003 3.1, Appendix B; init_stds, section 7) ---
-    init_scheme: str = "gpt2"       # "gpt2" | "constant" | "internlm" | "depth_adaptive"
     init_std: float = 0.02
 
     # --- derived sizes ---
     def layers_per_branch(self):
         return self.n_layer // self.n_branches
-
-    def attention_layers(self):
-        # model.py's docstring, whole: it also tells of code left out here
-        """The layers of a branch with attention: all, or the first n_attn_layers
-        and the last n_top_attn_layers (ShishuLM, 001 4.2, Table 10)."""
-        n = self.layers_per_branch()
-        return list(range(n))
-
-    def embd_width(self):
-        return self.n_embd * self.n_branches
 
     def widths(self):
         # model.py's docstring, whole: it also tells of code left out here
@@ -74,14 +55,17 @@ class GPTConfig:
         return self.widths()[-1]
 
 
-# model.py's GPTConfig fields this file leaves out; bias, embd_factor_dim, n_branches, norm, shrink_every it also holds, but runs only at the value below: the values it assumes
+# model.py's GPTConfig fields this file leaves out; bias, n_branches, shrink_every it also holds, but runs only at the value below: the values it assumes
 ASSUMED = dict(
     bias=True,
     embd_factor_dim=None,
     enhanced_residual=False,
+    init_scheme='gpt2',
+    mlp_hidden=None,
     mlp_type='standard',
     n_attn_layers=None,
     n_branches=1,
+    n_kv_head=None,
     n_top_attn_layers=0,
     norm='layernorm',
     norm_placement='pre',
@@ -131,26 +115,22 @@ class MLP(nn.Module):
     """Feed-forward network.
 
       standard:                 down(act(up x))             (GPT-2)
-    The activation is on the gate only (000's public code has it on both).
     """
 
-    def __init__(self, config, width, std):
+    def __init__(self, config, width):
         super().__init__()
-        hidden = config.mlp_hidden or int(config.mlp_ratio * width)
+        hidden = int(config.mlp_ratio * width)
         self.up = nn.Linear(width, hidden, bias=config.bias)
-        self.gate = None
         self.down = nn.Linear(hidden, width, bias=config.bias)
         self.act = ACTIVATIONS[config.activation]
         self.dropout = nn.Dropout(config.dropout)
-        self.std = std   # init_stds, section 7
 
-    def forward(self, x, ctx=None, slot=None):   # ctx, slot: attention's, unused
+    def forward(self, x, cache=None):   # cache: attention's; an MLP keeps none
         h = self.act(self.up(x))
-        y = self.down(h)
-        return self.dropout(y) if self.training else y   # eval: skip a no-op call
+        return self.dropout(self.down(h))
 
 
-# --- 3. Attention: causal, GQA, the cache's case and Deep Thinking's memory -----------
+# --- 3. Attention: causal, GQA, and the cache entry it is handed ----------------------
 
 def causal_mask(start, length, device):
     """Boolean (length, start+length): query start+i sees the keys <= start+i."""
@@ -173,51 +153,38 @@ def causal_attention(q, k, v, start=0, dropout_p=0.0):
                                           dropout_p=dropout_p, enable_gqa=gqa)
 
 
-class ForwardContext:
-    """What the layers of one forward call share, passed as `ctx`. Each sub-layer
-    also gets its `slot`, (branch, layer, think_pass): the key under which the KV
-    cache (section 9) and Deep Thinking keep its keys and values, one per
-    application of a layer (a shared layer applied twice has two)."""
-
-    def __init__(self, start, positions, cache):
-        self.positions = positions  # the new tokens' positions
-        self.cache = cache          # the KV cache (section 9), or None
-        self.branch = 0             # pgpt: the branch that runs (GPT.run_branches)
-        self.think_pass = 0         # Deep Thinking: t = 1..T; 0: the test pass
-
-
 class CausalSelfAttention(nn.Module):
     """Causal self-attention with grouped-query attention (paper 000, 2.5):
     n_head query heads share n_kv_head key/value heads, in groups."""
 
-    def __init__(self, config, width, std):
+    def __init__(self, config, width):
         super().__init__()
         self.n_head = config.n_head
-        self.n_kv_head = config.n_kv_head or config.n_head
+        self.n_kv_head = config.n_head
         self.head_dim = width // config.n_head
         self.kv_width = self.n_kv_head * self.head_dim
         # one matmul: the queries (width), then the keys and values (kv_width each)
         qkv_width = width + 2 * self.kv_width
         self.qkv_proj = nn.Linear(width, qkv_width, bias=config.bias)
         self.out_proj = nn.Linear(width, width, bias=config.bias)
-        self.std = std   # init_stds, section 7
         self.dropout = config.dropout
         self.resid_dropout = nn.Dropout(config.dropout)
 
-    def forward(self, x, ctx, slot):
+    def forward(self, x, cache=None):
+        """cache: this layer's entry of the KV cache (section 9) or of Deep
+        Thinking (section 8), which stores k, v and attends; None in training."""
         B, T, C = x.shape
         # q (B, H, T, D), k and v (B, H_kv, T, D): from one projection
         q, k, v = self.qkv_proj(x).split([C, self.kv_width, self.kv_width], dim=2)
         q = q.view(B, T, self.n_head, self.head_dim).transpose(1, 2)
         k = k.view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)
         v = v.view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)
-        if ctx.cache is None:
-            dropout = self.dropout if self.training else 0.0
-            y = causal_attention(q, k, v, dropout_p=dropout)
-        else:                     # decoding: the cache stores k, v and attends
-            y = ctx.cache.attend(slot, q, k, v)
+        if cache is None:
+            y = causal_attention(q, k, v, dropout_p=self.dropout if self.training else 0.0)
+        else:
+            y = cache.attend(q, k, v)
         y = self.out_proj(y.transpose(1, 2).reshape(B, T, C))
-        return self.resid_dropout(y) if self.training else y
+        return self.resid_dropout(y)
 
 
 # --- 4. Residual sub-layers: pre- or post-norm, plain or Enhanced Residual (000, 2.7) ---
@@ -233,36 +200,40 @@ class ResidualSubLayer(nn.Module):
         self.norm = make_norm(config, width)
         self.inner = inner
 
-    def forward(self, x, ctx, slot):
-        return self.mix(x, self.inner(self.norm(x), ctx, slot))
+    def forward(self, x, cache=None):
+        return self.mix(x, self.inner(self.norm(x), cache))
 
     def mix(self, x, fx):
         return x + fx
 
 
-# --- 5. Layer sharing: one plan for every scheme --------------------------------------
+# --- 5. The decoder stack; layer sharing and ShishuLM's layers ------------------------
 
-def sharing_plan(config):
+class DecoderStack(nn.Module):
     # model.py's docstring, whole: it also tells of code left out here
-    """The weight set of each layer's attention and FFN: (attn_index, mlp_index),
-    numbered in order of first use; None: no attention (ShishuLM). From
-    share_from_layer up to the top attention layers, groups of share_group_size
-    (k) consecutive layers share the sub-layers share_sublayers names (ours; the
-    papers share both):
-      MobileLLM's block-wise repeat (000 2.6):  k = 2:        0 0 1 1 2 2 ...
-      ALBERT's all-layer sharing (002 3.0.2):   k = n_layer:  0 0 0 0 ...
-      G groups (002 3.0.2):                     k = n_layer / G
-      layer       0   1   2   3   4   5   6
-      attention   0   1   -   -   -   -   2
-      FFN         0   1   2   2   3   3   4
-    """
-    n = config.layers_per_branch()
-    attn_layers = config.attention_layers()
-    attn_index, mlp_index = [], []
-    for layer in range(n):
-        attn_index.append(len(set(attn_index) - {None}))
-        mlp_index.append(len(set(mlp_index)))
-    return attn_index, mlp_index
+    """The layers of one branch: attention, then the FFN, each in its residual.
+    `layers` holds the sub-layers in the order they are applied; `attn` and
+    `mlp` hold each weight set once (a shared one is applied in several places)."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.attn = nn.ModuleList()
+        self.mlp = nn.ModuleList()
+        self.layers = []
+        for width in config.widths():   # halved by lgpt/cgpt (section 6)
+            attn = ResidualSubLayer(config, width, CausalSelfAttention(config, width))
+            mlp = ResidualSubLayer(config, width, MLP(config, width))
+            self.attn.append(attn)
+            self.mlp.append(mlp)
+            self.layers += [attn, mlp]
+        add_shrinks(self, config)   # section 6
+
+    def forward(self, x, cache=None):
+        """cache: a KV cache (section 9) or Deep Thinking's state; sub-layer i
+        gets its entry cache[i]."""
+        for i, layer in enumerate(self.layers):
+            x = layer(x, None if cache is None else cache[i])
+        return x
 
 
 class LinearShrink(nn.Module):
@@ -272,87 +243,38 @@ class LinearShrink(nn.Module):
         super().__init__()
         self.proj = nn.Linear(width, width // 2, bias=config.bias)
 
-    def forward(self, x, ctx, slot):
+    def forward(self, x, cache=None):
         return self.proj(x)
 
 
-class DecoderStack(nn.Module):
-    """The layers of one branch. Layer l applies attn[attn_index[l]] (if any),
-    then mlp[mlp_index[l]] (sharing_plan's indices), then halves the width
-    if it ends a group of shrink_every layers and is not the last."""
-
-    def __init__(self, config):
-        super().__init__()
-        self.attn_index, self.mlp_index = sharing_plan(config)
-        widths = config.widths()
-        # attn[i], mlp[i]: weight set i, built by the first layer that uses it
-        self.attn = nn.ModuleList()
-        self.mlp = nn.ModuleList()
-        for layer, width in enumerate(widths):
-            std = init_stds(config, layer / max(1, len(widths) - 1))   # section 7
-            attn = CausalSelfAttention(config, width, std)
-            self.attn.append(ResidualSubLayer(config, width, attn))
-            mlp = MLP(config, width, std)
-            self.mlp.append(ResidualSubLayer(config, width, mlp))
-        every = config.shrink_every
-        shrink_cls = LinearShrink
-        last = len(widths) - 1   # the last layer goes to the head at its width
-        self.shrink_after = [l for l in range(last) if every and (l + 1) % every == 0]
-        shrinks = [shrink_cls(config, widths[l]) for l in self.shrink_after]
-        self.shrink = nn.ModuleList(shrinks)
-
-    def forward(self, x, ctx):
-        for layer in range(len(self.mlp_index)):
-            slot = (ctx.branch, layer, ctx.think_pass)
-            x = self.attn[self.attn_index[layer]](x, ctx, slot)
-            x = self.mlp[self.mlp_index[layer]](x, ctx, slot)
-            if layer in self.shrink_after:
-                x = self.shrink[self.shrink_after.index(layer)](x, ctx, slot)
-        return x
+def add_shrinks(stack, config):
+    """A shrink after every shrink_every layers but the last (the head reads the
+    last width), after the FFN that ends the layer (lgpt/cgpt are not shared:
+    layer l's FFN is mlp[l]); built after the layers, as the initial weights'
+    draw order has it."""
+    shrink_cls = LinearShrink
+    widths = config.widths()
+    layers = range(config.shrink_every - 1, len(widths) - 1, config.shrink_every)
+    stack.shrink = nn.ModuleList([shrink_cls(config, widths[layer]) for layer in layers])
+    for layer, shrink in zip(layers, stack.shrink):
+        after = stack.layers.index(stack.mlp[layer])
+        stack.layers.insert(after + 1, shrink)
 
 
-# --- 7. Initialisation (paper 003, PanGu-pi Pro, 3.1, Table 4, Appendix B) ------------
-
-def init_stds(config, depth):
-    """The std of each attention (q, k, v, out) and FFN (up, gate, down) weight
-    of a layer at relative depth 0 (first) .. 1 (last). sigma = init_std,
-    N = 2 * n_layer; other weights take sigma (docs/architectures.md).
-      gpt2        out, down: sigma / sqrt(N) (GPT-2's code)
-    """
-    sigma, scheme = config.init_std, config.init_scheme
-    std = dict.fromkeys(("q", "k", "v", "out", "up", "gate", "down"), sigma)
-    scaled = sigma / math.sqrt(2 * config.n_layer)
-    std.update(out=scaled, down=scaled)
-    return std
+def init_gpt2(model, config):
+    """GPT-2's init, as nanoGPT's: every Linear, Conv1d and Embedding weight
+    ~ N(0, init_std), biases 0, in module order; the projections back into the
+    residual stream (out_proj, down) at init_std / sqrt(2 * n_layer)."""
+    scaled = config.init_std / math.sqrt(2 * config.n_layer)
+    for name, module in model.named_modules():
+        if isinstance(module, (nn.Linear, nn.Conv1d, nn.Embedding)):
+            std = scaled if name.endswith(("out_proj", "down")) else config.init_std
+            nn.init.normal_(module.weight, mean=0.0, std=std)
+            if getattr(module, "bias", None) is not None:
+                nn.init.zeros_(module.bias)
 
 
-def normal(weight, std, bias=None):
-    """weight ~ N(0, std), one draw; bias 0."""
-    nn.init.normal_(weight, mean=0.0, std=std)
-    if bias is not None:
-        nn.init.zeros_(bias)
-
-
-def init_weights(module, config):
-    """Every Linear, Conv1d and Embedding weight ~ N(0, init_std), biases 0,
-    drawn in module order; attention and FFN weights at their `.std`."""
-    if isinstance(module, CausalSelfAttention):
-        std = module.std
-        qkv = module.qkv_proj
-        # q and k share a std in every scheme; one draw where v's agrees
-        normal(qkv.weight, std["q"], qkv.bias)
-        normal(module.out_proj.weight, std["out"], module.out_proj.bias)
-    elif isinstance(module, MLP):
-        normal(module.up.weight, module.std["up"], module.up.bias)
-        normal(module.down.weight, module.std["down"], module.down.bias)
-    elif isinstance(module, (nn.Linear, nn.Conv1d, nn.Embedding)):
-        normal(module.weight, config.init_std, getattr(module, "bias", None))
-    else:
-        for child in module.children():
-            init_weights(child, config)
-
-
-# --- 8. The model ---------------------------------------------------------------------
+# --- 8. The model: embeddings, the layers, the head; pgpt, Deep Thinking, generation ---
 
 class TokenEmbedding(nn.Module):
     """Token embedding, optionally factorized (paper 002, 3.0.1): vocab -> E ->
@@ -361,8 +283,8 @@ class TokenEmbedding(nn.Module):
 
     def __init__(self, config):
         super().__init__()
-        width = config.embd_width()
-        self.wte = nn.Embedding(config.vocab_size, config.embd_factor_dim or width)
+        width = config.n_embd * config.n_branches
+        self.wte = nn.Embedding(config.vocab_size, width)
         self.proj = None
 
     def forward(self, idx):
@@ -374,7 +296,7 @@ class GPT(nn.Module):
     def __init__(self, config):
         super().__init__()
         self.config = config
-        width = config.embd_width()
+        width = config.n_embd * config.n_branches   # pgpt: every branch's chunk
         self.tok_emb = TokenEmbedding(config)
         self.pos_emb = nn.Embedding(config.block_size, width)
         self.drop = nn.Dropout(config.dropout)
@@ -383,10 +305,10 @@ class GPT(nn.Module):
         self.ln_f = make_norm(config, config.final_width())
         self.lm_head = nn.Linear(config.final_width(), config.vocab_size,
                                  bias=config.head_bias)
-        init_weights(self, config)   # section 7
+        init_gpt2(self, config)
 
-    # --- sizes ---
     def get_num_params(self, non_embedding=True):
+        # model.py's docstring, whole: it also tells of code left out here
         """Unique parameters (shared weights once); non_embedding=True leaves
         out the learned positions, as nanoGPT does."""
         n = sum(p.numel() for p in self.parameters())
@@ -394,34 +316,32 @@ class GPT(nn.Module):
             n -= self.pos_emb.weight.numel()
         return n
 
-    # --- forward ---
-    def embed(self, idx, positions):
+    def embed(self, idx, pos):
         x = self.tok_emb(idx)
-        x = x + self.pos_emb(positions)
-        return self.drop(x) if self.training else x
+        x = x + self.pos_emb(pos)
+        return self.drop(x)
 
     def forward(self, idx, targets=None, cache=None, all_logits=False):
         """idx (B, T) -> (logits, loss). Without targets: the last position's
         logits only, unless all_logits. With a cache (section 9) the tokens
         continue the cached ones."""
         B, T = idx.shape
-        start = cache.length if cache is not None else 0
+        start = 0 if cache is None else cache.length
         if start + T > self.config.block_size:
             raise ValueError(f"sequence of {start + T} tokens exceeds block_size "
                              f"{self.config.block_size}")
         if cache is None:
-            positions = torch.arange(T, device=idx.device)
+            pos = torch.arange(T, device=idx.device)
         else:   # the cache numbers the tokens after the cached ones
-            positions = cache.positions(T, idx.device)
-        ctx = ForwardContext(start, positions, cache)
-        x = self.embed(idx, positions)
-        h = self.run_branches(x, ctx)
+            pos = cache.positions(T, idx.device)
+        x = self.embed(idx, pos)
+        x = self.branches[0](x, cache)
         if cache is not None:
             cache.advance(T)
-        h = self.ln_f(h)
+        x = self.ln_f(x)
         if targets is None and not all_logits:
-            h = h[:, -1:, :]
-        logits = self.head(h)
+            x = x[:, -1:, :]
+        logits = self.head(x)
         loss = None
         if targets is not None:
             logits_2d = logits.view(-1, logits.size(-1)).float()
@@ -432,15 +352,8 @@ class GPT(nn.Module):
         """Logits: through the tied embedding (paper 000, 2.4) or lm_head."""
         return self.lm_head(h)
 
-    def run_branches(self, x, ctx):
-        # model.py's docstring, whole: it also tells of code left out here
-        """The decoder stack. pgpt: branch i reads the i-th n_embd-wide chunk,
-        the outputs mixed as sum_i w_i * decoder_i(x_i) (paper 004, eq. 1-3);
-        with keep_branch set only that branch runs."""
-        return self.branches[0](x, ctx)
-
-    # --- training helpers ---
     def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
+        # model.py's docstring, whole: it also tells of code left out here
         """AdamW; weight decay on >= 2-D weights only (not on norms, biases,
         enhanced-residual alphas or pgpt branch logits)."""
         params = [p for p in self.parameters() if p.requires_grad]
@@ -451,7 +364,7 @@ class GPT(nn.Module):
         fused = device_type == "cuda"
         return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, fused=fused)
 
-    # --- 9. Generation: the sampling loop, then the KV cache it fills and sample_next ---
+    # --- generation ---
     def new_cache(self):
         return KVCache(self.config.block_size)
 
@@ -472,18 +385,19 @@ class GPT(nn.Module):
         block_size = self.config.block_size
         cache = self.new_cache()
         step = step or self.decode_step
-        window_start, prime = 0, True
-        idx_next = None   # the token sampled last
+        start = 0          # the model reads idx[:, start:], the window
+        primed = False     # whether the cache holds the window but its last token
+        idx_next = None    # the token sampled last
         for _ in range(max_new_tokens):
             # window full: start again at position 0 from its recent half (nanoGPT
             # crops every step, but a cache would then refill at every step)
-            if idx.size(1) - window_start > block_size:
-                window_start = idx.size(1) - max(1, block_size // 2)
-                prime = True
-            if prime:
+            if idx.size(1) - start > block_size:
+                start = idx.size(1) - max(1, block_size // 2)
+                primed = False
+            if not primed:   # one forward caches the window
                 cache.reset()   # same buffers, positions from 0
-                logits, _ = self(idx[:, window_start:], cache=cache)
-                prime = False
+                logits, _ = self(idx[:, start:], cache=cache)
+                primed = True
             else:
                 logits = step(idx_next, cache)
             idx_next = sample_next(logits[:, -1, :], temperature, top_k, generator)
@@ -492,47 +406,62 @@ class GPT(nn.Module):
         return idx
 
 
+# --- 9. The KV cache and sample_next ---------------------------------------------------
+
 class KVCache:
-    """The KV cache of incremental decoding. The cache interface, what the model
-    calls on a cache (also the static ones of tools/fast_sample.py and
-    tools/executorch/export.py):
+    """The KV cache of incremental decoding: cache[i] is the entry of the stack's
+    sub-layer i (pgpt's branches and Deep Thinking key it by more). The cache
+    interface, what the model calls on a cache (also the static ones of
+    tools/fast_sample.py and tools/executorch/export.py):
       length: the tokens already cached
       positions(T, device): the positions of the T new tokens
-      attend(slot, q, k, v): store k, v at the new positions, return the
-          attention of q over every cached key up to them
       advance(T): after the forward, the T new tokens are cached
       reset(): start a new sequence at position 0, keeping the buffers
+    Deep Thinking uses the entries' `store` itself; the static caches refuse it.
     """
 
     def __init__(self, max_len):
         self.max_len = max_len
         self.length = 0
-        self.kv = {}          # slot -> (keys, values), each (B, H_kv, max_len, D)
+        self.entries = {}
+
+    def __getitem__(self, key):
+        return self.entries.setdefault(key, CacheEntry(self))
 
     def positions(self, length, device):
         return torch.arange(self.length, self.length + length, device=device)
-
-    def attend(self, slot, q, k, v):
-        keys, values = self.store(self.kv, slot, k, v)
-        return causal_attention(q, keys, values, start=self.length)
-
-    def store(self, table, slot, k, v):
-        """Write k, v at positions length.. of table[slot]; return its keys
-        and values up to them."""
-        if slot not in table:
-            shape = (k.size(0), k.size(1), self.max_len, k.size(3))
-            table[slot] = (k.new_zeros(shape), v.new_zeros(shape))
-        keys, values = table[slot]
-        end = self.length + k.size(2)
-        keys[:, :, self.length:end] = k
-        values[:, :, self.length:end] = v
-        return keys[:, :, :end], values[:, :, :end]
 
     def advance(self, n):
         self.length += n
 
     def reset(self):
         self.length = 0
+
+
+class CacheEntry:
+    # model.py's docstring, whole: it also tells of code left out here
+    """One application of a layer: keys and values (B, H_kv, max_len, D), or
+    cgpt's last kernel-1 inputs."""
+
+    def __init__(self, cache):
+        self.cache = cache
+        self.kv = None
+
+    def attend(self, q, k, v):
+        keys, values = self.store(k, v)
+        return causal_attention(q, keys, values, start=self.cache.length)
+
+    def store(self, k, v):
+        """Write k, v at positions length..; return the keys and values up to them."""
+        if self.kv is None:
+            shape = (k.size(0), k.size(1), self.cache.max_len, k.size(3))
+            self.kv = (k.new_zeros(shape), v.new_zeros(shape))
+        keys, values = self.kv
+        start = self.cache.length
+        end = start + k.size(2)
+        keys[:, :, start:end] = k
+        values[:, :, start:end] = v
+        return keys[:, :, :end], values[:, :, :end]
 
 
 def sample_next(logits, temperature=1.0, top_k=None, generator=None):

@@ -12,9 +12,9 @@ what model.py computes for it, with model.py's comments and docstrings, in model
 What stays: what the config runs (traced as tools/technique_lines.py traces it, built small, every flag kept) in
 one training step with its evaluation, a sampled generation through the KV cache and a greedy one past
 block_size. Of model.py it keeps the functions, classes and methods that ran (or that kept code names), the
-statements that ran, and of each `if` and `a if c else b` the arms that ran: an `if` whose other arm never ran
-becomes the arm that ran, where its condition has no side effects (names, attribute reads, comparisons, boolean
-operators, len/isinstance). An `if` whose unrun arm only raises (a guard) stays whole. Then what nothing kept reads
+statements that ran, of each `if` and `a if c else b` the arms that ran, and of `config.f or b` (`and`) the
+operands that decided: an `if` whose other arm never ran becomes the arm that ran, where its condition has no side
+effects (names, attribute reads, comparisons, boolean operators, len/isinstance). An `if` whose unrun arm only raises (a guard) stays whole. Then what nothing kept reads
 goes, until nothing changes: module-level names and imports, GPTConfig fields, and stores of side-effect-free
 values to attributes (`self.x = None`). A docstring keeps the sentences and list items that name nothing removed
 (a field, an attribute, a string such as "rope", or a function or class whose name no English word spells), its
@@ -112,6 +112,23 @@ def pure(node):
                ast.BinOp, ast.Tuple, ast.List, ast.Dict, ast.Load, ast.operator, ast.cmpop, ast.boolop,
                ast.unaryop, ast.expr_context, ast.Slice)
     return isinstance(node, allowed) and all(pure(c) for c in ast.iter_child_nodes(node))
+
+
+FIELDS = {f.name for f in dataclasses.fields(GPTConfig)}
+
+
+def is_field(node, own=False):
+    """A read of a GPTConfig field: config.f, c.f, self.config.f (in GPTConfig itself, own: self.f)."""
+    if not isinstance(node, ast.Attribute) or node.attr not in FIELDS:
+        return False
+    value = node.value
+    return (isinstance(value, ast.Name) and value.id in ("config", "c", "cfg") + ("self",) * own
+            or isinstance(value, ast.Attribute) and value.attr == "config")
+
+
+def field_reads(tree, own=False):
+    """The GPTConfig fields tree reads."""
+    return {n.attr for n in ast.walk(tree) if is_field(n, own) and not isinstance(n.ctx, ast.Store)}
 
 
 def is_docstring(stmt, parent):
@@ -274,8 +291,35 @@ class Specialiser:
                     self.tests.append(child.test)
                     edits.append((span(child), self.expr(child.body if body else child.orelse)))
                     continue
+            if isinstance(child, ast.BoolOp) and len(child.values) == 2 and self.did_run(child):
+                first, second = child.values
+                keep = None
+                if not self.did_run(second):   # the first decided every time
+                    keep = first
+                elif is_field(first) and not self.short_circuited(child):   # config.f or default
+                    keep = second
+                if keep is not None and is_field(first):
+                    self.tests.append(first)
+                    edits.append((span(child), self.expr(keep)))
+                    continue
             edits += self.ifexp_edits(child)
         return sorted(edits)
+
+    def short_circuited(self, node):
+        """Whether `a or b` (`a and b`) ever skipped b: a step from a to past node."""
+        for code, steps in self.edges.items():
+            lines = self.lines_of_code(code)
+            if lines[1] < node.lineno or lines[0] > node.end_lineno:
+                continue
+            positions = list(code.co_positions())
+            def where(offset):
+                pos = positions[offset // 2]
+                if None in pos or not inside(pos, node):
+                    return "out"
+                return "second" if inside(pos, node.values[1]) else "first"
+            if any(where(a) == "first" and where(b) == "out" for a, b in steps):
+                return True
+        return False
 
     def lines_of(self, stmt, start_line, end_line, skip=()):
         """The source lines start_line..end_line of stmt, its conditional expressions (outside skip) made into
@@ -485,8 +529,9 @@ def specialise(text, tracer, ran_args, full_args, header):
                 name = node.targets[0].attr   # its own value's reads (self.x = config.x) do not count
                 if reads[name] <= (attr_loads(node.value).count(name) if spec.did_run(node) else 0):
                     more.add(node)
+        read_fields = set().union(*(field_reads(t, node is config_class) for node, t in trees.items()))
         for stmt in config_class.body:
-            if isinstance(stmt, ast.AnnAssign) and stmt.target.id not in attrs:
+            if isinstance(stmt, ast.AnnAssign) and stmt.target.id not in read_fields:
                 more.add(stmt)
         kept_code = "\n".join(t for _, t in chunks)
         names = identifiers(kept_code)
@@ -500,7 +545,7 @@ def specialise(text, tracer, ran_args, full_args, header):
     for test in spec.tests:
         tested |= {n.attr for n in ast.walk(test) if isinstance(n, ast.Attribute)}
     for node in stores:   # self.x = config.f: a condition on x is one on f
-        if node.targets[0].attr in tested or node in drop:
+        if node.targets[0].attr in tested - FIELDS or node in drop:
             tested |= {n.attr for n in ast.walk(node.value) if isinstance(n, ast.Attribute)}
     held = {s.target.id for s in config_class.body if isinstance(s, ast.AnnAssign) and s not in drop}
     # (a size the tool shrank, such as ShishuLM's n_attn_layers, stays free where the file holds it)
