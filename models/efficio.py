@@ -65,31 +65,16 @@ class GPTConfig:
         return self.widths()[-1]
 
 
-# model.py's GPTConfig fields this file leaves out; bias, embd_factor_dim, n_branches it also holds, but runs only at the value below: the values it assumes
-ASSUMED = dict(
-    bias=True,
-    embd_factor_dim=128,
-    enhanced_residual=False,
-    head_bias=False,
-    init_scheme='gpt2',
-    mlp_hidden=None,
-    mlp_type='standard',
-    n_attn_layers=None,
-    n_branches=1,
-    n_kv_head=None,
-    norm='layernorm',
-    norm_placement='pre',
-    pos_embedding='learned',
-    residual_logit_init=0.0,
-    rope_base=10000.0,
-    shrink_every=0,
-    shrink_kernel=1,
-    shrink_layer='linear',
-    think_eta=0.01,
-    think_memory='own',
-    think_steps=0,
-    tie_embeddings=True,
-)
+# model.py's GPTConfig fields this file leaves out; those it holds but runs at one value only
+# (bias, embd_factor_dim, n_branches) too: the values it assumes
+ASSUMED = {
+    'bias': True, 'embd_factor_dim': 128, 'enhanced_residual': False, 'head_bias': False,
+    'init_scheme': 'gpt2', 'mlp_hidden': None, 'mlp_type': 'standard', 'n_attn_layers': None,
+    'n_branches': 1, 'n_kv_head': None, 'norm': 'layernorm', 'norm_placement': 'pre',
+    'pos_embedding': 'learned', 'residual_logit_init': 0.0, 'rope_base': 10000.0, 'shrink_every': 0,
+    'shrink_kernel': 1, 'shrink_layer': 'linear', 'think_eta': 0.01, 'think_memory': 'own',
+    'think_steps': 0, 'tie_embeddings': True,
+}
 
 
 def config_from(model_args):

@@ -64,30 +64,16 @@ class GPTConfig:
         return [self.n_embd] * n
 
 
-# model.py's GPTConfig fields this file leaves out; bias, n_branches, share_group_size it also holds, but runs only at the value below: the values it assumes
-ASSUMED = dict(
-    bias=True,
-    embd_factor_dim=None,
-    enhanced_residual=True,
-    head_bias=True,
-    init_scheme='gpt2',
-    mlp_ratio=4.0,
-    mlp_type='gated',
-    n_attn_layers=None,
-    n_branches=1,
-    norm='layernorm',
-    norm_placement='post',
-    pos_embedding='sinusoidal',
-    rope_base=10000.0,
-    share_group_size=2,
-    shrink_every=0,
-    shrink_kernel=1,
-    shrink_layer='linear',
-    think_eta=0.01,
-    think_memory='own',
-    think_steps=0,
-    tie_embeddings=True,
-)
+# model.py's GPTConfig fields this file leaves out; those it holds but runs at one value only
+# (bias, n_branches, share_group_size) too: the values it assumes
+ASSUMED = {
+    'bias': True, 'embd_factor_dim': None, 'enhanced_residual': True, 'head_bias': True,
+    'init_scheme': 'gpt2', 'mlp_ratio': 4.0, 'mlp_type': 'gated', 'n_attn_layers': None,
+    'n_branches': 1, 'norm': 'layernorm', 'norm_placement': 'post', 'pos_embedding': 'sinusoidal',
+    'rope_base': 10000.0, 'share_group_size': 2, 'shrink_every': 0, 'shrink_kernel': 1,
+    'shrink_layer': 'linear', 'think_eta': 0.01, 'think_memory': 'own', 'think_steps': 0,
+    'tie_embeddings': True,
+}
 
 
 def config_from(model_args):

@@ -71,29 +71,15 @@ class GPTConfig:
         return self.widths()[-1]
 
 
-# model.py's GPTConfig fields this file leaves out; bias, init_scheme, n_branches, share_group_size it also holds, but runs only at the value below: the values it assumes
-ASSUMED = dict(
-    bias=False,
-    embd_factor_dim=None,
-    enhanced_residual=False,
-    head_bias=False,
-    init_scheme='constant',
-    mlp_ratio=4.0,
-    mlp_type='gated',
-    n_branches=1,
-    norm='rmsnorm',
-    norm_placement='pre',
-    pos_embedding='rope',
-    residual_logit_init=0.0,
-    share_group_size=2,
-    shrink_every=0,
-    shrink_kernel=1,
-    shrink_layer='linear',
-    think_eta=0.01,
-    think_memory='own',
-    think_steps=0,
-    tie_embeddings=True,
-)
+# model.py's GPTConfig fields this file leaves out; those it holds but runs at one value only
+# (bias, init_scheme, n_branches, share_group_size) too: the values it assumes
+ASSUMED = {
+    'bias': False, 'embd_factor_dim': None, 'enhanced_residual': False, 'head_bias': False,
+    'init_scheme': 'constant', 'mlp_ratio': 4.0, 'mlp_type': 'gated', 'n_branches': 1,
+    'norm': 'rmsnorm', 'norm_placement': 'pre', 'pos_embedding': 'rope', 'residual_logit_init': 0.0,
+    'share_group_size': 2, 'shrink_every': 0, 'shrink_kernel': 1, 'shrink_layer': 'linear',
+    'think_eta': 0.01, 'think_memory': 'own', 'think_steps': 0, 'tie_embeddings': True,
+}
 
 
 def config_from(model_args):

@@ -143,20 +143,20 @@ def test_single_technique_file_computes_as_model_py(overrides, keep, tmp_path):
     assert same_as_model_py(module_of(text, tmp_path, "one"), args, keep) == ""
 
 
-# the identifiers of the techniques plain GPT does not run: none may appear in its file's code
+# the identifiers of the techniques plain GPT does not run: none may appear in its file's code (ASSUMED names their
+# fields in strings). model.py's plain path itself runs `branches[0]`, `n_branches` and `widths()`: they stay.
 NOT_PLAIN = {
-    "Deep Thinking": "think think_steps think_eta think_memory think_pass deep_thinking memory first_kv",
-    "pgpt branches": "n_branches branch branches branch_weights branch_logits keep_branch heaviest_branch "
-                     "keep_heaviest_branch run_branches layers_per_branch embd_width",
-    "lgpt/cgpt shrink layers": "shrink shrink_every shrink_layer shrink_kernel shrink_after LinearShrink ConvShrink "
-                               "conv_window conv_tail widths final_width",
-    "layer sharing": "sharing_plan share_group_size share_from_layer share_sublayers attn_index mlp_index",
+    "Deep Thinking": "think think_steps think_eta think_memory deep_thinking DeepThinking memory first_kv",
+    "pgpt branches": "branch_weights branch_logits keep_branch heaviest_branch keep_heaviest_branch BranchCache",
+    "lgpt/cgpt shrink layers": "shrink shrinks shrink_every shrink_layer shrink_kernel add_shrinks LinearShrink "
+                               "ConvShrink conv_window conv_tail",
+    "layer sharing": "build_shared_layers share_group_size share_from_layer share_sublayers",
     "the enhanced residual's alpha": "enhanced_residual residual_logit_init alpha alpha_logit",
-    "RoPE": "rope_base rope_tables apply_rope rope_cos rope_sin use_rope",
+    "RoPE": "rope rope_base rope_tables apply_rope rope_cos rope_sin use_rope",
     "sinusoidal positions": "sinusoidal_positions pos_table",
-    "the other init schemes": "init_scheme depth_adaptive internlm",
-    "the factorized embedding": "embd_factor_dim",
-    "ShishuLM's attention layers": "n_attn_layers n_top_attn_layers attention_layers attn_layers_per_branch",
+    "the other init schemes": "init_scheme init_by_scheme init_stds depth_adaptive internlm",
+    "the factorized embedding": "embd_factor_dim proj",
+    "ShishuLM's attention layers": "n_attn_layers n_top_attn_layers attention_layers",
     "the gated MLP": "gate gated mlp_type",
 }
 

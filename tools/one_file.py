@@ -33,6 +33,7 @@ import os
 import re
 import subprocess
 import sys
+import textwrap
 import tokenize
 
 import torch
@@ -661,11 +662,19 @@ def imports_needed(spec, chunks, drop):
 
 
 def assumptions(assumed, held):
-    items = "\n".join(f"    {name}={value!r}," for name, value in assumed.items())
+    """ASSUMED, the values of the fields left out (and of those held that ran at one value only), and
+    config_from, which checks them."""
+    items = [""]
+    for name, value in assumed.items():   # as many a line as fit
+        item = f"{name!r}: {value!r},"
+        if items[-1] and len(items[-1]) + len(item) > 95:
+            items.append("")
+        items[-1] += (" " if items[-1] else "") + item
     checked = [n for n in assumed if n in held]
-    note = (f"; {', '.join(checked)} it also holds, but runs only at the value below" if checked else "")
-    return (f"# model.py's GPTConfig fields this file leaves out{note}: the values it assumes\n"
-            f"ASSUMED = dict(\n{items}\n)\n\n\n"
+    note = f"; those it holds but runs at one value only ({', '.join(checked)}) too" if checked else ""
+    comment = textwrap.wrap(f"model.py's GPTConfig fields this file leaves out{note}: the values it assumes", 96)
+    return ("\n".join("# " + line for line in comment) + "\n"
+            "ASSUMED = {\n" + "\n".join("    " + line for line in items) + "\n}\n\n\n"
             "def config_from(model_args):\n"
             '    """GPTConfig from a checkpoint\'s model_args (model.py\'s fields): those this\n'
             '    file leaves out must hold the values it assumes."""\n'
