@@ -28,6 +28,7 @@ import ast
 import collections
 import dataclasses
 import difflib
+import functools
 import io
 import os
 import re
@@ -193,6 +194,7 @@ class Specialiser:
         self.ran = {}   # line -> positions of the instructions that ran starting on it
         self.codes = {}
         self.spans = {}
+        self.memo = {}
         for code, offset, _ in tracer.ran:
             if os.path.abspath(code.co_filename) != model:
                 continue
@@ -226,11 +228,21 @@ class Specialiser:
 
     def did_run(self, node):
         """Whether an instruction within node ran."""
+        if node not in self.memo:
+            self.memo[node] = self.ran_within(node)
+        return self.memo[node]
+
+    def ran_within(self, node):
         return any(inside(pos, node) for line in range(node.lineno, node.end_lineno + 1)
                    for pos in self.ran.get(line, ()))
 
     def ways(self, node):
         """(true, false): whether the if statement went into its body, and past it."""
+        if ("ways", node) not in self.memo:
+            self.memo[("ways", node)] = self.find_ways(node)
+        return self.memo[("ways", node)]
+
+    def find_ways(self, node):
         true, false = self.did_run(node.body[0]) or any(self.did_run(s) for s in node.body), False
         false = any(self.did_run(s) for s in node.orelse)
         if node.orelse:
@@ -510,7 +522,7 @@ def specialise(text, tracer, ran_args, full_args, header):
     while True:
         spec.tests = []
         chunks = chunk_texts(spec, drop)
-        trees = {node: ast.parse(t) for node, t in chunks}
+        trees = {node: parse(t) for node, t in chunks}
         reads = collections.Counter(a for t in trees.values() for a in attr_loads(t))
         attrs = set(reads)
         more = set()
@@ -585,12 +597,19 @@ def chunk_texts(spec, drop):
     return chunks
 
 
+@functools.lru_cache(maxsize=None)
+def parse(text):
+    """ast.parse, once per text (the fixed point makes most chunks again unchanged)."""
+    return ast.parse(text)
+
+
+@functools.lru_cache(maxsize=None)
 def prune(text):
     """text less its stores that nothing reads: a local assigned a value without side effects that its
     function never reads, and an attribute assigned such a value (or a call without arguments) that the
     same block assigns again before reading it (self.ln_f = nn.Identity(), then self.ln_f = ...)."""
     while True:
-        tree = ast.parse(text)
+        tree = parse(text)
         dead = next((s for s in unread_stores(tree)), None)
         if dead is None:
             return text
@@ -600,7 +619,7 @@ def prune(text):
             first -= 1
         shorter = "\n".join(lines[:first - 1] + lines[dead.end_lineno:])
         try:
-            ast.parse(shorter)
+            parse(shorter)
         except SyntaxError:   # it was alone in its block
             return text
         text = shorter
@@ -641,7 +660,7 @@ def overwritten(block):
 
 def imports_needed(spec, chunks, drop):
     """model.py's imports of the names the kept code reads."""
-    used = set().union(*(name_loads(ast.parse(t)) for _, t in chunks))
+    used = set().union(*(name_loads(parse(t)) for _, t in chunks))
     out = []
     for node in spec.tree.body:
         if not isinstance(node, (ast.Import, ast.ImportFrom)):
@@ -737,6 +756,11 @@ def build(target, overrides=(), out=None, keep_heaviest_branch=False):
     return make(target, overrides, out, keep_heaviest_branch)[0]
 
 
+def diff(other, text, other_name, name):
+    """The lines of a unified diff of two files: what `name` adds to `other_name`, in context."""
+    return list(difflib.unified_diff(other.splitlines(), text.splitlines(), other_name, name, lineterm=""))
+
+
 def load_module(path, name="one_file_model"):
     """The module of a file this tool wrote, imported from its path."""
     import importlib.util
@@ -775,9 +799,7 @@ def main(argv=None):
     except UserError as e:
         raise SystemExit(f"error: {e}") from None
     if against:
-        diff = difflib.unified_diff(other.splitlines(), text.splitlines(), against[0], targets[0], n=3,
-                                    lineterm="")
-        print("\n".join(diff))
+        print("\n".join(diff(other, text, against[0], targets[0])))
     elif out:
         with open(out[0], "w", encoding="utf-8") as f:
             f.write(text)
