@@ -57,14 +57,18 @@ def same_as_model_py(module, args, keep=False):
     """What differs between model.py's GPT and the file's, built from one checkpoint ('' if nothing)."""
     torch.manual_seed(0)
     ref = model.GPT(model.GPTConfig(**args))
-    checkpoint = {"model_args": dataclasses.asdict(ref.config), "model": ref.state_dict()}
+    config = ref.config
+    torch.manual_seed(0)
+    fresh = module.GPT(module.config_from(dataclasses.asdict(config))).state_dict()
+    if fresh.keys() != ref.state_dict().keys() or not all(
+            torch.equal(fresh[k], v) for k, v in ref.state_dict().items()):
+        return "initial weights"
+    with torch.no_grad():   # weights at std 0.3: attention far from uniform, so that a wrong mask shows
+        for p in ref.parameters():
+            p.copy_(torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())) * 0.3)
+    checkpoint = {"model_args": dataclasses.asdict(config), "model": ref.state_dict()}
     mine = module.GPT(module.config_from(checkpoint["model_args"]))
     mine.load_state_dict(checkpoint["model"])
-    torch.manual_seed(0)
-    fresh = module.GPT(module.config_from(checkpoint["model_args"])).state_dict()
-    if fresh.keys() != checkpoint["model"].keys() or not all(
-            torch.equal(fresh[k], v) for k, v in checkpoint["model"].items()):
-        return "initial weights"
     idx = torch.randint(0, args["vocab_size"], (2, args["block_size"]), generator=torch.Generator().manual_seed(1))
     for mode in ("train", "eval"):
         ref.train(mode == "train")
@@ -78,6 +82,12 @@ def same_as_model_py(module, args, keep=False):
     if keep:
         ref.keep_heaviest_branch()
         mine.keep_heaviest_branch()
+    with torch.inference_mode():   # through the KV cache: a prefill, then one token a step
+        caches = [m.new_cache() for m in (ref, mine)]
+        for start, end in [(0, 5), (5, 6), (6, 7), (7, 8)]:
+            a, b = (m(idx[:1, start:end], cache=c)[0] for m, c in zip((ref, mine), caches))
+            if not torch.equal(a, b):
+                return f"logits through the KV cache at position {start}"
     prompt = torch.zeros((1, 3), dtype=torch.long)
     tokens = args["block_size"] + 2   # past the window: it starts again
     if not torch.equal(ref.generate(prompt, tokens, temperature=0), mine.generate(prompt, tokens, temperature=0)):
