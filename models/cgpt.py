@@ -31,7 +31,6 @@ class GPTConfig:
     dropout: float = 0.0
     bias: bool = True               # in Linears and norms (GPT-2: True, LLaMA: False)
     norm_eps: float = 1e-5
-    activation: str = "gelu"        # "gelu" | "gelu_tanh" | "silu" | "relu"
     mlp_ratio: float = 4.0
     head_bias: bool = False         # a bias on the head (000's code)
     # --- ParallelGPT (004 3.1) ---
@@ -59,13 +58,13 @@ class GPTConfig:
 # model.py's GPTConfig fields this file leaves out; those it holds but runs at one value only
 # (bias, n_branches, shrink_every) too: the values it assumes
 ASSUMED = {
-    'bias': True, 'embd_factor_dim': None, 'enhanced_residual': False, 'init_scheme': 'gpt2',
-    'mlp_hidden': None, 'mlp_type': 'standard', 'n_attn_layers': None, 'n_branches': 1,
-    'n_kv_head': None, 'n_top_attn_layers': 0, 'norm': 'layernorm', 'norm_placement': 'pre',
-    'pos_embedding': 'learned', 'residual_logit_init': 0.0, 'rope_base': 10000.0,
-    'share_from_layer': 0, 'share_group_size': 1, 'share_sublayers': 'both', 'shrink_every': 2,
-    'shrink_layer': 'conv', 'think_eta': 0.01, 'think_memory': 'own', 'think_steps': 0,
-    'tie_embeddings': False,
+    'activation': 'gelu', 'bias': True, 'embd_factor_dim': None, 'enhanced_residual': False,
+    'init_scheme': 'gpt2', 'mlp_hidden': None, 'mlp_type': 'standard', 'n_attn_layers': None,
+    'n_branches': 1, 'n_kv_head': None, 'n_top_attn_layers': 0, 'norm': 'layernorm',
+    'norm_placement': 'pre', 'pos_embedding': 'learned', 'residual_logit_init': 0.0,
+    'rope_base': 10000.0, 'share_from_layer': 0, 'share_group_size': 1, 'share_sublayers': 'both',
+    'shrink_every': 2, 'shrink_layer': 'conv', 'think_eta': 0.01, 'think_memory': 'own',
+    'think_steps': 0, 'tie_embeddings': False,
 }
 
 
@@ -87,14 +86,6 @@ def make_norm(config, dim):
     return nn.LayerNorm(dim, eps=config.norm_eps, bias=config.bias)
 
 
-def gelu_tanh(x):
-    """GELU through its tanh approximation (GPT-2's original code)."""
-    return F.gelu(x, approximate="tanh")
-
-
-ACTIVATIONS = {"gelu": F.gelu, "gelu_tanh": gelu_tanh, "silu": F.silu, "relu": F.relu}
-
-
 class MLP(nn.Module):
     """Feed-forward network.
 
@@ -106,7 +97,7 @@ class MLP(nn.Module):
         hidden = int(config.mlp_ratio * width)
         self.up = nn.Linear(width, hidden, bias=config.bias)
         self.down = nn.Linear(hidden, width, bias=config.bias)
-        self.act = ACTIVATIONS[config.activation]
+        self.act = F.gelu
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, x, cache=None):   # cache: attention's; an MLP keeps none

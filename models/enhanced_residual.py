@@ -34,7 +34,6 @@ class GPTConfig:
     norm_eps: float = 1e-5
     # --- GQA (000 2.5): key/value heads, dividing n_head; None = n_head ---
     n_kv_head: Optional[int] = None
-    activation: str = "gelu"        # "gelu" | "gelu_tanh" | "silu" | "relu"
     mlp_hidden: Optional[int] = None  # None: mlp_ratio * width
     # --- layer sharing (000 2.6, 002 3.0.2, 001 4.4): sharing_plan, section 5 ---
     share_group_size: int = 1       # k consecutive layers, one set of weights
@@ -67,12 +66,12 @@ class GPTConfig:
 # model.py's GPTConfig fields this file leaves out; those it holds but runs at one value only
 # (bias, n_branches, share_group_size) too: the values it assumes
 ASSUMED = {
-    'bias': True, 'embd_factor_dim': None, 'enhanced_residual': True, 'head_bias': True,
-    'init_scheme': 'gpt2', 'mlp_ratio': 4.0, 'mlp_type': 'gated', 'n_attn_layers': None,
-    'n_branches': 1, 'norm': 'layernorm', 'norm_placement': 'post', 'pos_embedding': 'sinusoidal',
-    'rope_base': 10000.0, 'share_group_size': 2, 'shrink_every': 0, 'shrink_kernel': 1,
-    'shrink_layer': 'linear', 'think_eta': 0.01, 'think_memory': 'own', 'think_steps': 0,
-    'tie_embeddings': True,
+    'activation': 'silu', 'bias': True, 'embd_factor_dim': None, 'enhanced_residual': True,
+    'head_bias': True, 'init_scheme': 'gpt2', 'mlp_ratio': 4.0, 'mlp_type': 'gated',
+    'n_attn_layers': None, 'n_branches': 1, 'norm': 'layernorm', 'norm_placement': 'post',
+    'pos_embedding': 'sinusoidal', 'rope_base': 10000.0, 'share_group_size': 2, 'shrink_every': 0,
+    'shrink_kernel': 1, 'shrink_layer': 'linear', 'think_eta': 0.01, 'think_memory': 'own',
+    'think_steps': 0, 'tie_embeddings': True,
 }
 
 
@@ -105,18 +104,8 @@ def sinusoidal_positions(n_positions, dim):
     return table
 
 
-def gelu_tanh(x):
-    """GELU through its tanh approximation (GPT-2's original code)."""
-    return F.gelu(x, approximate="tanh")
-
-
-ACTIVATIONS = {"gelu": F.gelu, "gelu_tanh": gelu_tanh, "silu": F.silu, "relu": F.relu}
-
-
 class MLP(nn.Module):
     """Feed-forward network.
-
-    The activation is on the gate only (000's public code has it on both).
     """
 
     def __init__(self, config, width):
@@ -125,7 +114,7 @@ class MLP(nn.Module):
         self.up = nn.Linear(width, hidden, bias=config.bias)
         self.gate = nn.Linear(width, hidden, bias=config.bias)
         self.down = nn.Linear(hidden, width, bias=config.bias)
-        self.act = ACTIVATIONS[config.activation]
+        self.act = F.silu
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, x, cache=None):   # cache: attention's; an MLP keeps none

@@ -31,7 +31,6 @@ class GPTConfig:
     dropout: float = 0.0
     bias: bool = True               # in Linears and norms (GPT-2: True, LLaMA: False)
     norm_eps: float = 1e-5
-    activation: str = "gelu"        # "gelu" | "gelu_tanh" | "silu" | "relu"
     mlp_ratio: float = 4.0
     # --- ParallelGPT (004 3.1) ---
     n_branches: int = 1             # the embedding is n_branches * n_embd wide
@@ -54,13 +53,13 @@ class GPTConfig:
 # model.py's GPTConfig fields this file leaves out; those it holds but runs at one value only
 # (bias, n_branches) too: the values it assumes
 ASSUMED = {
-    'bias': True, 'embd_factor_dim': None, 'enhanced_residual': False, 'head_bias': False,
-    'init_scheme': 'gpt2', 'mlp_hidden': None, 'mlp_type': 'standard', 'n_attn_layers': None,
-    'n_branches': 1, 'n_kv_head': None, 'n_top_attn_layers': 0, 'norm': 'layernorm',
-    'norm_placement': 'pre', 'pos_embedding': 'learned', 'residual_logit_init': 0.0,
-    'rope_base': 10000.0, 'share_from_layer': 0, 'share_group_size': 1, 'share_sublayers': 'both',
-    'shrink_every': 0, 'shrink_kernel': 1, 'shrink_layer': 'linear', 'think_eta': 0.01,
-    'think_memory': 'own', 'think_steps': 0, 'tie_embeddings': True,
+    'activation': 'gelu', 'bias': True, 'embd_factor_dim': None, 'enhanced_residual': False,
+    'head_bias': False, 'init_scheme': 'gpt2', 'mlp_hidden': None, 'mlp_type': 'standard',
+    'n_attn_layers': None, 'n_branches': 1, 'n_kv_head': None, 'n_top_attn_layers': 0,
+    'norm': 'layernorm', 'norm_placement': 'pre', 'pos_embedding': 'learned',
+    'residual_logit_init': 0.0, 'rope_base': 10000.0, 'share_from_layer': 0, 'share_group_size': 1,
+    'share_sublayers': 'both', 'shrink_every': 0, 'shrink_kernel': 1, 'shrink_layer': 'linear',
+    'think_eta': 0.01, 'think_memory': 'own', 'think_steps': 0, 'tie_embeddings': True,
 }
 
 
@@ -82,14 +81,6 @@ def make_norm(config, dim):
     return nn.LayerNorm(dim, eps=config.norm_eps, bias=config.bias)
 
 
-def gelu_tanh(x):
-    """GELU through its tanh approximation (GPT-2's original code)."""
-    return F.gelu(x, approximate="tanh")
-
-
-ACTIVATIONS = {"gelu": F.gelu, "gelu_tanh": gelu_tanh, "silu": F.silu, "relu": F.relu}
-
-
 class MLP(nn.Module):
     """Feed-forward network.
 
@@ -101,7 +92,7 @@ class MLP(nn.Module):
         hidden = int(config.mlp_ratio * width)
         self.up = nn.Linear(width, hidden, bias=config.bias)
         self.down = nn.Linear(hidden, width, bias=config.bias)
-        self.act = ACTIVATIONS[config.activation]
+        self.act = F.gelu
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, x, cache=None):   # cache: attention's; an MLP keeps none

@@ -35,7 +35,6 @@ class GPTConfig:
     rope_base: float = 10000.0
     # --- GQA (000 2.5): key/value heads, dividing n_head; None = n_head ---
     n_kv_head: Optional[int] = None
-    activation: str = "gelu"        # "gelu" | "gelu_tanh" | "silu" | "relu"
     mlp_hidden: Optional[int] = None  # None: mlp_ratio * width
     # --- layer sharing (000 2.6, 002 3.0.2, 001 4.4): sharing_plan, section 5 ---
     share_group_size: int = 1       # k consecutive layers, one set of weights
@@ -74,11 +73,12 @@ class GPTConfig:
 # model.py's GPTConfig fields this file leaves out; those it holds but runs at one value only
 # (bias, init_scheme, n_branches, share_group_size) too: the values it assumes
 ASSUMED = {
-    'bias': False, 'embd_factor_dim': None, 'enhanced_residual': False, 'head_bias': False,
-    'init_scheme': 'constant', 'mlp_ratio': 4.0, 'mlp_type': 'gated', 'n_branches': 1,
-    'norm': 'rmsnorm', 'norm_placement': 'pre', 'pos_embedding': 'rope', 'residual_logit_init': 0.0,
-    'share_group_size': 2, 'shrink_every': 0, 'shrink_kernel': 1, 'shrink_layer': 'linear',
-    'think_eta': 0.01, 'think_memory': 'own', 'think_steps': 0, 'tie_embeddings': True,
+    'activation': 'silu', 'bias': False, 'embd_factor_dim': None, 'enhanced_residual': False,
+    'head_bias': False, 'init_scheme': 'constant', 'mlp_ratio': 4.0, 'mlp_type': 'gated',
+    'n_branches': 1, 'norm': 'rmsnorm', 'norm_placement': 'pre', 'pos_embedding': 'rope',
+    'residual_logit_init': 0.0, 'share_group_size': 2, 'shrink_every': 0, 'shrink_kernel': 1,
+    'shrink_layer': 'linear', 'think_eta': 0.01, 'think_memory': 'own', 'think_steps': 0,
+    'tie_embeddings': True,
 }
 
 
@@ -117,18 +117,8 @@ def apply_rope(x, cos, sin):
     return torch.cat(rotated, dim=-1).type_as(x)
 
 
-def gelu_tanh(x):
-    """GELU through its tanh approximation (GPT-2's original code)."""
-    return F.gelu(x, approximate="tanh")
-
-
-ACTIVATIONS = {"gelu": F.gelu, "gelu_tanh": gelu_tanh, "silu": F.silu, "relu": F.relu}
-
-
 class MLP(nn.Module):
     """Feed-forward network.
-
-    The activation is on the gate only (000's public code has it on both).
     """
 
     def __init__(self, config, width):
@@ -137,7 +127,7 @@ class MLP(nn.Module):
         self.up = nn.Linear(width, hidden, bias=config.bias)
         self.gate = nn.Linear(width, hidden, bias=config.bias)
         self.down = nn.Linear(hidden, width, bias=config.bias)
-        self.act = ACTIVATIONS[config.activation]
+        self.act = F.silu
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, x, cache=None):   # cache: attention's; an MLP keeps none

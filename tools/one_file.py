@@ -12,13 +12,15 @@ what model.py computes for it, with model.py's comments and docstrings, in model
 What stays: what the config runs (traced as tools/technique_lines.py traces it, built small, every flag kept) in
 one training step with its evaluation, a sampled generation through the KV cache and a greedy one past
 block_size. Of model.py it keeps the functions, classes and methods that ran (or that kept code names), the
-statements that ran, of each `if` and `a if c else b` the arms that ran, and of `config.f or b` (`and`) the
-operands that decided: an `if` whose other arm never ran becomes the arm that ran, where its condition has no side
-effects (names, attribute reads, comparisons, boolean operators, len/isinstance). An `if` whose unrun arm only raises (a guard) stays whole. Then what nothing kept reads
-goes, until nothing changes: module-level names and imports, GPTConfig fields, and stores of side-effect-free
-values to attributes (`self.x = None`). A docstring keeps the sentences and list items that name nothing removed
-(a field, an attribute, a string such as "rope", or a function or class whose name no English word spells), its
-first sentences always, marked when they name one.
+statements that ran, of each `if` and `a if c else b` the arms that ran, of `config.f or b` (`and`) the operands
+that decided, and of a module-level table read by a field (`ACTIVATIONS[config.activation]`) the entry. An `if`
+whose other arm never ran becomes the arm that ran, where its condition has no side effects (names, attribute
+reads, comparisons, boolean operators, len/isinstance); an `if` whose unrun arm only raises (a guard) stays whole.
+Then what nothing kept reads goes, until nothing changes: module-level names and imports, GPTConfig fields, stores
+of side-effect-free values (`self.x = None`, a local nothing reads) and a store the same block makes again before
+reading it. A docstring keeps the sentences and list items that name nothing removed (a field, an attribute, a
+string such as "rope", or a function or class whose name no English word spells), its first sentences always,
+marked when they name one.
 
 GPTConfig keeps the fields kept code reads; the others, and those a removed condition read (`config.f`, or `f` of
 a `self.x = config.f` it read), are ASSUMED at the values it ran with; `config_from(model_args)` checks a
@@ -210,6 +212,13 @@ class Specialiser:
             for child in ast.iter_child_nodes(node):
                 self.parents[child] = node
         self.tests = []   # the conditions of the ifs and arms made into one arm
+        self.values = {}   # the traced model's GPTConfig
+        self.tables = {}   # module-level dicts of string keys: name -> {key: value node}
+        for node in self.tree.body:
+            if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+                    and isinstance(node.value, ast.Dict) and all(
+                        isinstance(k, ast.Constant) and isinstance(k.value, str) for k in node.value.keys)):
+                self.tables[node.targets[0].id] = {k.value: v for k, v in zip(node.value.keys, node.value.values)}
         self.assumed_by = set()
 
     def position(self, code, offset):
@@ -304,6 +313,11 @@ class Specialiser:
                     self.tests.append(child.test)
                     edits.append((span(child), self.expr(child.body if body else child.orelse)))
                     continue
+            table = self.tables.get(getattr(child.value, "id", None)) if isinstance(child, ast.Subscript) else None
+            if table and is_field(child.slice) and self.values.get(child.slice.attr) in table:
+                self.tests.append(child.slice)   # ACTIVATIONS[config.activation]: the entry the config reads
+                edits.append((span(child), self.expr(table[self.values[child.slice.attr]])))
+                continue
             if isinstance(child, ast.BoolOp) and len(child.values) == 2 and self.did_run(child):
                 first, second = child.values
                 keep = None
@@ -511,6 +525,7 @@ def dedent(lines, shift):
 def specialise(text, tracer, ran_args, full_args, header):
     """The file's text: model.py's text specialised to the trace."""
     spec = Specialiser(text, tracer)
+    spec.values = ran_args
     tree = spec.tree
     fields = {f.name for f in dataclasses.fields(GPTConfig)}
     config_class = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "GPTConfig")
