@@ -10,9 +10,14 @@ applied, so the command line always wins over config files. Values are parsed wi
 (falling back to the raw text) and must match the type of the key's default. load_config also returns
 the keys set explicitly: model keys set explicitly win over a variant's preset (checkpoint.model_args).
 
+A key whose default is a list takes a python list or a comma list (`--variants=gpt,lgpt`); the keys of
+`one_item` take plain text as a list of that one item (a prompt may hold commas). A command whose positional
+arguments are values rather than config files names the key they set (`positional`): the dataset name of
+tools.pangu.compact_vocab, the config files tools.bench measures one by one.
+
 Bad input never produces a traceback in scripts: every check raises UserError (a ValueError) with a
-one-line message naming the problem and the fix; only the scripts' main() turns it into
-`error: ...` and exit code 1.
+one-line message naming the problem and the fix; run_command, every command's main(), turns it into
+`error: ...` and exit code 1, and Ctrl-C into exit code 130.
 """
 
 import argparse
@@ -30,43 +35,55 @@ class UserError(ValueError):
 
 
 class ArgumentParser(argparse.ArgumentParser):
-    """argparse for the tools that use it (prepare.py, huggingface.convert): a bad argument is the same
-    one-line `error: ... (fix: ...)` as every other bad input, not argparse's usage block."""
+    """argparse for prepare.py, the one command left on it (issue 56): a bad argument is the same one-line
+    `error: ... (fix: ...)` as every other bad input, not argparse's usage block."""
 
     def error(self, message):
         raise SystemExit(f"error: {message} (fix: see `{self.prog} --help`)")
 
 
-def load_config(defaults, argv, bool_flags=()):
+def load_config(defaults, argv, bool_flags=(), positional=None, one_item=()):
     """defaults: dict of every known key -> default value. argv: e.g. sys.argv[1:]. bool_flags: boolean keys
-    that may also be given bare (`--no_kv_cache` means `--no_kv_cache=True`).
+    that may also be given bare (`--no_kv_cache` means `--no_kv_cache=True`). positional: None (positional
+    arguments are config files), or the key they set instead: all of them when its default is a list, else
+    at most one. one_item: list keys whose plain text is a list of that one item.
     Returns (config, explicit): the final dict and the set of keys set by config files or the CLI."""
     if any(a in ("-h", "--help") for a in argv):
-        print(usage(defaults))
+        print(usage(defaults, positional))
         raise SystemExit(0)
     config = dict(defaults)
     explicit = set()
     files, overrides = _split_argv(expand_bool_flags(list(argv), bool_flags))
+    if positional is not None:
+        if files:
+            config[positional] = _positional_value(positional, files, defaults[positional])
+            explicit.add(positional)
+        files = []
     for path in files:
         for key, value in _read_config_file(path, config).items():
             config[key] = _check_value(key, value, defaults, source=path)
             explicit.add(key)
     for key, text in overrides:
         key = _check_key(key.replace("-", "_"), defaults, source="on the command line")
-        config[key] = _parse_override(key, text, defaults[key])
+        config[key] = _parse_override(key, text, defaults[key], key in one_item)
         explicit.add(key)
     return config, explicit
 
 
-def run_command(command, defaults, argv=None, bool_flags=(), errors=UserError):
-    """A script's whole main(): the config from argv (sys.argv[1:] when None), then command(config). Bad input
-    (`errors`, UserError by default) ends here as one line `error: ...` and exit code 1; nowhere else. So does
-    a size this machine cannot hold (e.g. --calib_batch_size=10**12), which ended in the allocator's traceback.
-    Ctrl-C (and SIGTERM during an atomic write, checkpoint.atomic_path) ends it with the line `interrupted` and
-    exit code 130, as train.py's interruption: no traceback; what was printed stays, a file being written is
-    left as it was."""
+def run_command(command, defaults, argv=None, bool_flags=(), errors=UserError, positional=None, one_item=(),
+                with_explicit=False):
+    """A script's whole main(): the config from argv (sys.argv[1:] when None; the options of load_config), then
+    command(config), or command(config, explicit) with with_explicit=True. Bad input (`errors`, UserError by
+    default) ends here as one line `error: ...` and exit code 1; nowhere else. So does a size this machine
+    cannot hold (e.g. --calib_batch_size=10**12), which ended in the allocator's traceback. Ctrl-C (and
+    SIGTERM during an atomic write, checkpoint.atomic_path) ends it with the line `interrupted` and exit code
+    130, as train.py's interruption: no traceback; what was printed stays, a file being written is left as it
+    was. Every command under tools/ ends here (tests/test_commands.py)."""
     try:
-        config, _ = load_config(defaults, sys.argv[1:] if argv is None else list(argv), bool_flags)
+        argv = sys.argv[1:] if argv is None else list(argv)
+        config, explicit = load_config(defaults, argv, bool_flags, positional, one_item)
+        if with_explicit:
+            return command(config, explicit)
         return command(config)
     except errors as e:
         raise SystemExit(f"error: {e}") from None
@@ -121,11 +138,12 @@ def expand_bool_flags(argv, flags):
     return out
 
 
-def usage(defaults):
+def usage(defaults, positional=None):
     spec = getattr(sys.modules.get("__main__"), "__spec__", None)   # set under `python -m tools.pangu.inherit`
     prog = f"-m {spec.name}" if spec is not None else \
         os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "script.py"
-    lines = [f"usage: python {prog} [config/file.py ...] [--key=value | --key value ...]", "", "keys (default):"]
+    first = "[config/file.py ...]" if positional is None else f"[{positional} ...]"
+    lines = [f"usage: python {prog} {first} [--key=value | --key value ...]", "", "keys (default):"]
     width = max((len(k) for k in defaults), default=0)
     lines += [f"  --{k:<{width}}  {v!r}" for k, v in defaults.items()]
     return "\n".join(lines)
@@ -229,11 +247,25 @@ def _check_value(key, value, defaults, source):
     return value
 
 
-def _parse_override(key, text, default):
+def _positional_value(key, args, default):
+    """The value of the positional arguments for `key`: the list of them when its default is a list or a
+    tuple, else the one argument."""
+    if isinstance(default, (list, tuple)):
+        return type(default)(args)
+    if len(args) > 1:
+        raise UserError(f"one {key} at most, got {' '.join(args)} (fix: give one {key}, options as --key=value)")
+    return args[0]
+
+
+def _parse_override(key, text, default, one_item=False):
     try:
         value = ast.literal_eval(text)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         value = text
+    if isinstance(default, (list, tuple)) and one_item and not isinstance(value, (list, tuple)):
+        return type(default)([text])   # one item: a prompt may hold commas
+    if isinstance(default, (list, tuple)) and isinstance(value, str):
+        return type(default)(t.strip() for t in text.split(",") if t.strip())   # a comma list: --variants=gpt,lgpt
     if isinstance(default, str):
         # any text is fine for a string key; quotes are optional (--init_from=resume == --init_from="'resume'")
         return value if isinstance(value, str) else text

@@ -29,7 +29,7 @@ import time
 
 import numpy as np
 
-from checkpoint import atomic_open, remove_stale_temp_files
+from checkpoint import atomic_open, atomic_path, remove_stale_temp_files
 from configurator import UserError
 
 
@@ -483,41 +483,52 @@ class Progress:
 def download(url, dest, expected_size=None, expected_sha256=None):
     """Download url to dest with a progress line; verify the size (and sha256 when given).
 
-    Writes to dest + '.part' and renames at the end, so an interrupted download never leaves a
-    truncated file that would later pass for a complete one. Raises OSError/ValueError on failure.
+    Writes through checkpoint.atomic_path, so an interrupted or rejected download never leaves a truncated file
+    that would later pass for a complete one. Raises OSError (the transfer failed: the caller may try another
+    mirror) or ValueError (wrong size or sha256).
     """
     import http.client   # here, not at the top: sample.py and train.py never download
     import urllib.request
-    os.makedirs(os.path.dirname(os.path.abspath(dest)), exist_ok=True)
-    tmp = dest + ".part"
     req = urllib.request.Request(url, headers={"User-Agent": "nanogpt-prepare/1.0"})
+    failed = None
     try:
-        with urllib.request.urlopen(req, timeout=60) as resp, open(tmp, "wb") as f:
-            announced = int(resp.headers.get("Content-Length") or 0)
-            bar = Progress(f"downloading {os.path.basename(dest)}", announced or expected_size or 0)
-            sha = hashlib.sha256()
-            size = 0
-            while chunk := resp.read(1 << 20):
-                f.write(chunk)
-                sha.update(chunk)
-                size += len(chunk)
-                bar.update(len(chunk))
-            bar.close()
-    except BaseException as e:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        if isinstance(e, http.client.HTTPException):  # e.g. IncompleteRead, which is not an OSError
-            raise OSError(one_line(e)) from e
-        raise
-    for want in (announced or None, expected_size):
-        if want is not None and size != want:
-            os.remove(tmp)
-            raise ValueError(f"got {size} bytes, expected {want}")
-    if expected_sha256 is not None and sha.hexdigest() != expected_sha256:
-        os.remove(tmp)
-        raise ValueError(f"sha256 mismatch ({sha.hexdigest()[:12]}... != {expected_sha256[:12]}...)")
-    os.replace(tmp, dest)
+        with atomic_path(dest) as tmp:
+            try:
+                size, sha, announced = fetch(urllib.request.urlopen(req, timeout=60), tmp, dest, expected_size)
+            except (OSError, http.client.HTTPException) as e:   # HTTPException (IncompleteRead) is no OSError
+                failed = e
+            if failed is not None:
+                # raised outside the except clause: atomic_path removes the file and passes this on as it is
+                # (with the OSError in its chain it would become atomic_path's "cannot write" error)
+                raise TransferFailed()
+            for want in (announced or None, expected_size):
+                if want is not None and size != want:
+                    raise ValueError(f"got {size} bytes, expected {want}")
+            if expected_sha256 is not None and sha.hexdigest() != expected_sha256:
+                raise ValueError(f"sha256 mismatch ({sha.hexdigest()[:12]}... != {expected_sha256[:12]}...)")
+    except TransferFailed:
+        raise OSError(one_line(failed)) from failed
     return dest
+
+
+class TransferFailed(Exception):
+    """download's transfer failed; download raises its error as an OSError."""
+
+
+def fetch(response, path, dest, expected_size):
+    """Write an HTTP response's body to path with a progress line: (bytes, sha256, Content-Length or 0)."""
+    with response, open(path, "wb") as f:
+        announced = int(response.headers.get("Content-Length") or 0)
+        bar = Progress(f"downloading {os.path.basename(dest)}", announced or expected_size or 0)
+        sha = hashlib.sha256()
+        size = 0
+        while chunk := response.read(1 << 20):
+            f.write(chunk)
+            sha.update(chunk)
+            size += len(chunk)
+            bar.update(len(chunk))
+        bar.close()
+    return size, sha, announced
 
 
 # prepare.py's tinyshakespeare: where nanoGPT downloads it from, and the copy this repository ships

@@ -1,18 +1,18 @@
 """
 One GPT, many compact variants: every technique of the five papers is a GPTConfig flag.
 
-Read top to bottom:
+Read top to bottom; a technique's code runs only when its flag is on:
   1. GPTConfig       the flags, and the sizes derived from them
   2. blocks          norms, positions (learned, sinusoidal, RoPE), MLP (or SwiGLU)
-  3. attention       causal, GQA, Deep Thinking's memory
+  3. attention       causal, GQA
   4. residuals       pre- or post-norm, plain or Enhanced Residual
-  5. layer sharing   one plan for MobileLLM, ALBERT, groups, ShishuLM
-  6. DecoderStack    the layers of one branch, lgpt/cgpt width halving
-  7. init            the std of every weight
-  8. GPT             embeddings, pgpt branches, Deep Thinking, the head
-  9. generation      GPT.generate, its KV cache, sample_next
+  5. DecoderStack    the layers as applied; layer sharing, ShishuLM
+  6. lgpt/cgpt       width halving
+  7. init            GPT-2's; paper 003's schemes
+  8. GPT             forward, head, generate; pgpt, Deep Thinking
+  9. KV cache        KVCache, sample_next
  10. checks          what GPTConfig rejects
-Papers 000-004 are in ../shared/papers/; the README says what each brings, where.
+Papers 000-004: ../shared/papers/; the README says what each brings, where.
 """
 
 import math
@@ -291,8 +291,7 @@ class ResidualSubLayer(nn.Module):
 
 class DecoderStack(nn.Module):
     """The layers of one branch: attention, then the FFN, each in its residual.
-    `layers` holds the sub-layers in the order they are applied; `attn` and
-    `mlp` hold each weight set once (a shared one is applied in several places)."""
+    `layers`: the sub-layers as applied; `attn`, `mlp`: each weight set once."""
 
     def __init__(self, config):
         super().__init__()
@@ -312,8 +311,8 @@ class DecoderStack(nn.Module):
             add_shrinks(self, config)   # section 6
 
     def forward(self, x, cache=None):
-        """cache: a KV cache (section 9) or Deep Thinking's state; sub-layer i
-        gets its entry cache[i]."""
+        """Sub-layer i gets cache[i], its entry of a KV cache (section 9) or of
+        Deep Thinking."""
         for i, layer in enumerate(self.layers):
             x = layer(x, None if cache is None else cache[i])
         return x
@@ -389,10 +388,8 @@ class LinearShrink(nn.Module):
 
 
 def add_shrinks(stack, config):
-    """A shrink after every shrink_every layers but the last (the head reads the
-    last width), after the FFN that ends the layer (lgpt/cgpt are not shared:
-    layer l's FFN is mlp[l]); built after the layers, as the initial weights'
-    draw order has it."""
+    """A shrink after every shrink_every layers but the last, after the layer's
+    FFN (mlp[l]: lgpt/cgpt are not shared); built last (the init's draw order)."""
     shrink_cls = ConvShrink if config.shrink_layer == "conv" else LinearShrink
     widths = config.widths()
     layers = range(config.shrink_every - 1, len(widths) - 1, config.shrink_every)
@@ -414,8 +411,11 @@ def normal(weight, std, bias=None):
 def init_gpt2(model, config):
     """GPT-2's init, as nanoGPT's: every Linear, Conv1d and Embedding weight
     ~ N(0, init_std), biases 0, in module order; the projections back into the
-    residual stream (out_proj, down) at init_std / sqrt(2 * n_layer)."""
+    residual stream (out_proj, down) at init_std / sqrt(2 * n_layer), or not
+    scaled (init_scheme="constant": 003 3.1, Table 4; 001 5)."""
     scaled = config.init_std / math.sqrt(2 * config.n_layer)
+    if config.init_scheme == "constant":
+        scaled = config.init_std
     for name, module in model.named_modules():
         if isinstance(module, (nn.Linear, nn.Conv1d, nn.Embedding)):
             std = scaled if name.endswith(("out_proj", "down")) else config.init_std
@@ -428,7 +428,6 @@ def init_stds(config, depth):
     """The std of each attention (q, k, v, out) and FFN (up, gate, down) weight
     of a layer at relative depth 0 (first) .. 1 (last). sigma = init_std,
     N = 2 * n_layer; other weights take sigma (docs/architectures.md).
-      constant    sigma everywhere (003 3.1, Table 4; 001 5)
       internlm    out, gate: sigma / sqrt(N) (003 3.1); ungated: up (ours)
       depth_adaptive (003 App. B, Table 11): q, k from sqrt(2) sigma down to
                   sigma, v, out from sigma / sqrt(2) up to sigma, linear in
@@ -451,9 +450,8 @@ def init_stds(config, depth):
 
 
 def init_by_scheme(model, config):
-    """init_scheme constant, internlm or depth_adaptive: each attention and FFN
-    weight set at init_stds of the first layer that applies it, drawn in module
-    order as init_gpt2 draws."""
+    """The other schemes: each attention and FFN weight set at init_stds of the
+    first layer applying it, drawn in module order (as init_gpt2)."""
     stds = {}
     n = config.layers_per_branch()
     for stack in model.branches:
@@ -543,7 +541,7 @@ class GPT(nn.Module):
                                      bias=config.head_bias)
         elif config.head_bias:
             self.tied_head_bias = nn.Parameter(torch.zeros(config.vocab_size))
-        if config.init_scheme == "gpt2":   # section 7
+        if config.init_scheme in ("gpt2", "constant"):   # section 7
             init_gpt2(self, config)
         else:
             init_by_scheme(self, config)

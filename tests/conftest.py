@@ -17,6 +17,8 @@ import torch
 
 import torch._dynamo
 
+from tools.torch_internals import inductor_config
+
 torch.set_num_threads(1)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -65,23 +67,40 @@ def one_error_line(main, args, *words):
 
 
 @pytest.fixture(autouse=True)
-def dynamo_config_unchanged():
-    """No test may leave torch._dynamo.config changed: a later compile test would then run under another
-    config, or fail on an attribute that an undone monkeypatch deleted (pytest 9.2 with dynamo's config module)."""
-    before = torch._dynamo.config.get_config_copy()
+def compile_config_unchanged():
+    """No test may leave torch._dynamo.config or inductor's config (torch._inductor.config, a global one) changed:
+    a later compile test would then run under another config, or fail on an attribute that an undone monkeypatch
+    deleted (pytest 9.2 with dynamo's config module). A changed value is put back, then the test fails."""
+    configs = {"torch._dynamo.config": torch._dynamo.config, "torch._inductor.config": inductor_config()}
+    before = {name: config.get_config_copy() for name, config in configs.items()}
     yield
-    # read every key through the module, as compiling does (the config copy alone misses a deleted attribute)
+    problems = []
+    for name, config in configs.items():
+        broken, changed = config_changes(config, before[name])
+        if broken:
+            problems.append(f"this test left {name} broken: {broken} no longer readable (use config.patch)")
+        if changed:
+            problems.append(f"this test left {name} changed: {changed} (use {name}.patch)")
+    assert not problems, "; ".join(problems)
+
+
+def config_changes(config, before):
+    """(keys no longer readable, keys whose value changed) of a torch config module against its copy `before`;
+    the changed ones are set back. Every key is read through the module, as compiling does (the config copy
+    alone misses a deleted attribute)."""
     broken, changed = [], []
     with warnings.catch_warnings():   # reading a deprecated key warns
         warnings.simplefilter("ignore")
         for key, value in before.items():
             try:
-                if getattr(torch._dynamo.config, key) != value:
-                    changed.append(key)
+                now = getattr(config, key)
             except AttributeError:
                 broken.append(key)
-    assert not broken, f"this test left torch._dynamo.config broken: {broken} no longer readable (use config.patch)"
-    assert not changed, f"this test left torch._dynamo.config changed: {changed} (use torch._dynamo.config.patch)"
+                continue
+            if now != value:
+                changed.append(key)
+                setattr(config, key, value)
+    return broken, changed
 
 
 def write_token_dataset(data_dir, n_train=20000, n_val=4000, vocab_size=16, seed=0):

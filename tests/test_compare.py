@@ -165,9 +165,9 @@ def test_compare_resumes_an_interrupted_model(char_data, tmp_path, monkeypatch, 
 
 
 def test_variants_and_prompts_on_the_command_line():
-    argv = compare.normalize_argv(["--variants=gpt, lgpt", "--prompts", "Oh God, ", "--max_iters=5"])
-    assert argv == ["--variants=['gpt', 'lgpt']", "--prompts=['Oh God, ']", "--max_iters=5"]
-    assert compare.normalize_argv(["--variants=['gpt']"]) == ["--variants=['gpt']"]
+    config, _ = compare.parse(["--variants=gpt, lgpt", "--prompts", "Oh God, ", "--max_iters=5"])
+    assert config["variants"] == ["gpt", "lgpt"] and config["prompts"] == ["Oh God, "]
+    assert compare.parse(["--variants=['gpt']"])[0]["variants"] == ["gpt"]
     with pytest.raises(SystemExit, match="error: unknown variant 'nope'"):
         compare.main(["--variants=gpt,nope", "--dry_run=True"])
     with pytest.raises(UserError, match="twice"):

@@ -19,8 +19,10 @@ import pytest
 import torch
 
 import checkpoint
+from model import GPT, GPTConfig
 from tools import fast_sample
 from tools.fast_sample import compiled_decode_step
+from tools.torch_internals import inductor_config, inductor_loaded_modules
 from test_model import FLAGS, make_model, tokens
 from test_train import run
 
@@ -130,6 +132,23 @@ def test_compiled_static_decode_same_tokens(family, mode):
         gemms = torch._dynamo.utils.counters["inductor"]["cpp_templated_kernel_counter"] - templates
         assert (gemms > 0) == (mode == "frozen"), f"{gemms} GEMM kernels of inductor's template in {mode} mode"
     assert not torch._inductor.config.freezing and not torch._inductor.config.max_autotune
+
+
+def test_inductor_compiles_a_one_layer_decoder():
+    """The default suite's one compile with inductor, through the real path of tools/fast_sample.py (its quick
+    CPU mode, the private torch internals of tools/torch_internals.py): a one-layer model's greedy tokens are
+    the eager ones, and inductor's global config is as before. About 25 s on a busy 2-core machine the first
+    time, a few seconds once inductor's on-disk cache holds the graph; a torch release that moves an internal
+    fails here, not only under -m slow."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(n_layer=1, n_embd=32, n_head=2, vocab_size=37, block_size=16)).eval()
+    prompt = tokens(1, 3)
+    eager = model.generate(prompt, 6, temperature=0.0)
+    modules = len(inductor_loaded_modules())
+    assert torch.equal(fast_sample.generate(model, prompt, 6, temperature=0.0, compile_mode="quick"), eager)
+    assert len(inductor_loaded_modules()) > modules   # inductor compiled it (its loaded modules grew)
+    assert not inductor_config().cpp_wrapper   # the quick mode's setting was patched, then restored
 
 
 @pytest.mark.parametrize("family", ["plain", "cgpt_k3", "shishulm", "pgpt", "gqa_rope"])

@@ -21,6 +21,7 @@ from transformers import (AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel, Lla
 
 from checkpoint import atomic_save  # noqa: E402
 from conftest import gpt2_ranks_file  # noqa: E402
+from tools import support  # noqa: E402
 from tools.huggingface import convert  # noqa: E402
 from tools.huggingface.convert import ConversionError, export, from_pretrained, gpt_config_from_hf  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
@@ -436,9 +437,9 @@ def test_export_refuses_our_only_techniques(name, tmp_path):
 
 def test_export_refuses_flags_it_does_not_know(monkeypatch):
     """A flag added to GPTConfig later is refused when set, until the exporter learns it."""
-    monkeypatch.setattr(convert, "HANDLED_FIELDS", convert.HANDLED_FIELDS - {"init_std"})
+    monkeypatch.delitem(support.SUPPORT, "init_std")
     convert.export_plan(GPTConfig(vocab_size=16, block_size=8, n_layer=2, n_head=2, n_embd=16))
-    with pytest.raises(ConversionError, match="init_std=0.5: the exporter does not know this flag"):
+    with pytest.raises(ConversionError, match="the Hugging Face export does not know init_std=0.5"):
         convert.export_plan(GPTConfig(vocab_size=16, block_size=8, n_layer=2, n_head=2, n_embd=16, init_std=0.5))
 
 

@@ -416,7 +416,7 @@ def test_invalid_configs_raise_clear_errors(kwargs, message):
 
 def test_init_schemes_follow_their_formulas():
     """Empirical std of every attention / FFN weight (and of each of q, k, v inside the fused qkv_proj) against
-    the formulas of paper 003 (3.1 and Appendix B), written out here independently of pangu.init_schemes.init_stds."""
+    the formulas of paper 003 (3.1 and Appendix B), written out here independently of model.py's init_stds."""
     L = 5
     size = dict(vocab_size=64, block_size=8, n_layer=L, n_head=4, n_kv_head=2, n_embd=128, mlp_hidden=256)
     n_res = 2 * L

@@ -55,7 +55,7 @@ import torch
 from tools.benchmarks.entries import file_entry, variant_entry
 from tools.benchmarks.measure import describe, run_entry
 from tools.benchmarks.report import render, write_out
-from configurator import UserError, expand_bool_flags, load_config
+from configurator import UserError, load_config, run_command
 from checkpoint import gpt_config_defaults
 from checkpoint import busy_machine, check_num_threads, check_seed, resolve_device, resolve_dtype
 from model import GPT, GPTConfig
@@ -84,6 +84,7 @@ BENCH_DEFAULTS = dict(
     seed=0,
     out="",                 # also write the results: .csv (one row per measurement) or .md (the tables)
     dry_run=False,          # print the models (sizes after --scale and overrides) and exit
+    config_files=[],        # the positional arguments: train.py config files, one model each
 )
 BOOL_FLAGS = ("optimizer_step", "keep_heaviest_branch", "compile", "dry_run")
 MODES = {
@@ -104,23 +105,14 @@ def defaults():
 
 # --- command line -------------------------------------------------------------------------------
 
-def split_files(argv):
-    """Config files (positional) and override arguments, as configurator splits them."""
-    files, rest, i = [], [], 0
-    while i < len(argv):
-        arg = argv[i]
-        if arg.startswith("--") and "=" not in arg and i + 1 < len(argv):
-            rest += [arg, argv[i + 1]]
-            i += 2
-            continue
-        (rest if arg.startswith("-") else files).append(arg)
-        i += 1
-    return files, rest
-
-
 def parse(argv):
-    files, rest = split_files(expand_bool_flags(list(argv), BOOL_FLAGS))
-    cfg, explicit = load_config(defaults(), rest)
+    """(config, model entries) from the command line; bad input raises UserError."""
+    cfg, explicit = load_config(defaults(), list(argv), BOOL_FLAGS, positional="config_files")
+    return check(cfg, explicit)
+
+
+def check(cfg, explicit):
+    files = cfg["config_files"]
     if cfg["mode"] not in MODES:
         raise UserError(f"unknown --mode={cfg['mode']} (fix: use paper001, paper004, decode or leave it out)")
     for key, value in MODES[cfg["mode"]].items():
@@ -186,16 +178,13 @@ def check_out_file(path):
                         f"(fix: create it, or write elsewhere)")
 
 
-def main(argv):
-    """The command line. Bad input (UserError) ends here as one line `error: ...` and exit code 1, nowhere else."""
-    try:
-        run(argv)
-    except UserError as e:
-        raise SystemExit(f"error: {e}") from None
+def main(argv=None):
+    """The command line (configurator.run_command: bad input is one line `error: ...`, Ctrl-C exit code 130)."""
+    return run_command(run, defaults(), argv, BOOL_FLAGS, positional="config_files", with_explicit=True)
 
 
-def run(argv):
-    cfg, entries = parse(argv)
+def run(cfg, explicit):
+    cfg, entries = check(cfg, explicit)
     if cfg["out"]:
         check_out_file(cfg["out"])
     check_num_threads(cfg["num_threads"])

@@ -6,8 +6,11 @@ not only a comment, not a docstring).
 """
 import ast
 import io
+import os
 import sys
 import tokenize
+
+from configurator import UserError, run_command
 
 SKIP = (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER)
 
@@ -30,7 +33,21 @@ def count(path):
     return source.count("\n"), len(code)
 
 
-def main(paths):
+DEFAULTS = dict(paths=[])   # the positional arguments: the Python files to count
+
+
+def main(argv=None):
+    return run_command(run, DEFAULTS, argv, positional="paths")
+
+
+def run(config):
+    paths = config["paths"]
+    if not paths:
+        raise UserError("no file given (fix: e.g. python -m tools.code_lines model.py)")
+    missing = [p for p in paths if not os.path.exists(p)]
+    if missing:
+        raise UserError(f"no such file: {', '.join(missing)} (fix: name Python files, e.g. python -m tools.code_lines "
+                        f"model.py)")
     total = [0, 0]
     for path in paths:
         lines, code = count(path)

@@ -60,7 +60,6 @@ import dataclasses
 import json
 import math
 import os
-import sys
 import time
 
 import torch
@@ -69,7 +68,7 @@ import train
 from checkpoint import (LAST_NAME, MAX_SEED, atomic_open, autocast, check_out_dir, distributed_env, gpt_config_defaults,
                         load_checkpoint, load_model, lock_dir, resolve_device, resolve_dtype)
 from checkpoint import model_args as resolve_model_args
-from configurator import UserError, check_temperature, load_config, out_of_memory
+from configurator import UserError, check_temperature, load_config, out_of_memory, run_command
 from dataset import (dataset_vocab_size, default_data_dir, encode_start, load_tokenizer, render, resolve_data_dir,
                      tool_command)
 from tools import plots
@@ -118,33 +117,12 @@ def defaults():
 # -----------------------------------------------------------------------------------------------
 # command line
 
-def normalize_argv(argv):
-    """--variants=gpt,lgpt -> --variants=['gpt', 'lgpt']; --prompts=TEXT -> --prompts=['TEXT'] (one
-    prompt: prompts often contain commas). A python list literal passes through unchanged."""
-    out, i = [], 0
-    while i < len(argv):
-        arg = argv[i]
-        key = arg[2:].split("=", 1)[0].replace("-", "_") if arg.startswith("--") else None
-        if key in ("variants", "prompts"):
-            text = None
-            if "=" in arg:
-                text = arg.split("=", 1)[1]
-            elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):
-                i += 1
-                text = argv[i]
-            if text is not None:
-                if not text.strip().startswith(("[", "(")):
-                    items = [t.strip() for t in text.split(",") if t.strip()] if key == "variants" else [text]
-                    text = repr(items)
-                arg = f"--{key}={text}"
-        out.append(arg)
-        i += 1
-    return out
+ONE_ITEM = ("prompts",)   # --prompts=TEXT is one prompt (it may hold commas); --variants=gpt,lgpt a comma list
 
 
 def parse(argv):
     """(config, explicit) from config files and overrides; bad input raises UserError."""
-    config, explicit = load_config(defaults(), normalize_argv(list(argv)))
+    config, explicit = load_config(defaults(), list(argv), one_item=ONE_ITEM)
     check(config, explicit)
     return config, explicit
 
@@ -1051,15 +1029,18 @@ def train_and_report(config, runs, infos, status):
 
 
 def main(argv=None):
+    return run_command(checked_run, defaults(), argv, one_item=ONE_ITEM, with_explicit=True)
+
+
+def checked_run(config, explicit):
+    """run() after the checks of parse(). Ctrl-C outside train.py's own handling (e.g. while sampling) says how
+    to continue: finished runs are already recorded."""
+    check(config, explicit)
     try:
-        config, explicit = parse(sys.argv[1:] if argv is None else argv)
         return run(config, explicit)
-    except UserError as e:   # bad input anywhere: one line and exit code 1
-        raise SystemExit(f"error: {e}") from None
     except KeyboardInterrupt:
-        # outside train.py's own handling (e.g. while sampling): finished runs are already recorded
         print("\ncompare: interrupted; run the same command again to continue", flush=True)
-        raise SystemExit(130) from None
+        raise
 
 
 if __name__ == "__main__":

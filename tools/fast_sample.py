@@ -23,10 +23,11 @@ import sys
 
 import torch
 import torch.nn.functional as F
-from torch._inductor.codecache import PyCodeCache   # inductor's loaded graphs (torch 2.13): to_huge_pages
 
 import sample
 from configurator import UserError, run_command
+from tools.support import refuse_undeclared
+from tools.torch_internals import inductor_config, inductor_loaded_modules
 
 
 DEFAULTS = dict(sample.DEFAULTS, compile_mode="frozen")   # or quick: see CPU_MODES
@@ -204,6 +205,7 @@ def compiled_decode_step(model, backend="inductor", mode="frozen"):
     checking again costs ~0.2 ms a step on a CPU. A frozen step keeps the weights it compiled with: after
     changing them in place (training), call torch._dynamo.reset()."""
     check_compile_mode(mode)
+    refuse_undeclared(model.config, "compiled_decoder")
     if getattr(model, "_compiled_decode_step", None) is None:
         on_gpu = model.tok_emb.wte.weight.is_cuda
         settings = {} if on_gpu else CPU_MODES[mode]
@@ -220,11 +222,12 @@ def compiled_decode_step(model, backend="inductor", mode="frozen"):
             try:
                 if cache.fresh:
                     cache.fresh = False
-                    loaded = len(PyCodeCache.modules)
-                    with torch._inductor.config.patch(settings):
+                    modules = inductor_loaded_modules()
+                    loaded = len(modules)
+                    with inductor_config().patch(settings):
                         logits = step(idx, cache)
                     if settings.get("freezing"):
-                        to_huge_pages(PyCodeCache.modules[loaded:])   # the graph compiled now, if any
+                        to_huge_pages(modules[loaded:])   # the graph compiled now, if any
                     return logits
                 with torch.compiler.set_stance(skip_guard_eval_unsafe=True):
                     return step(idx, cache)

@@ -1020,11 +1020,6 @@ def hf_nan(w):
     return w
 
 
-def hf_missing(w):
-    w.pop("transformer.h.0.mlp.c_fc.weight")
-    return w
-
-
 def hf_extra(w):
     w["transformer.h.0.attn.extra_gate"] = w["transformer.ln_f.weight"].clone()
     return w

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 import variants
+from configurator import UserError, run_command
 from model import GPT, GPTConfig
 
 # the large presets at a width and depth that build in a second, keeping every flag they switch on
@@ -123,14 +124,24 @@ def run_prints(name, tmp):
     return hashlib.sha256(json.dumps(rows).encode()).hexdigest()[:16]
 
 
-def main(argv):
+DEFAULTS = dict(check="")   # a fingerprints file to compare with; "" = print the fingerprints as JSON
+
+
+def main(argv=None):
+    return run_command(run, DEFAULTS, argv)
+
+
+def run(config):
+    check = config["check"]
+    if check and not os.path.isfile(check):
+        raise UserError(f"--check={check}: no such file (fix: write one first with python -m tools.fingerprint "
+                        f"> {check})")
     torch.set_num_threads(1)
     prints = {name: model_prints(name) for name in variants.available()}
     with tempfile.TemporaryDirectory() as tmp:
         for name in RUNS:
             prints[name]["train_losses"] = run_prints(name, tmp)
-    check = next((a.split("=", 1)[1] for a in argv if a.startswith("--check=")), None)
-    if check is None:
+    if not check:
         print(json.dumps(prints, indent=1, sort_keys=True))
         return 0
     with open(check) as f:

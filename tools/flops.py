@@ -14,10 +14,12 @@ torch's FlopCounterMode; tests/test_plan.py holds the two apart by exactly the m
 4.1% at results/paper000_cpu's size (0.0579 vs 0.0602 GFLOPs/token), 1.9% for the deep_thinking preset.
 """
 from tools.layers import layer_sets
+from tools.support import refuse_undeclared
 
 
 def flops_per_token(model, seq_len=None):
     """Training FLOPs per token at sequence length seq_len (default: the model's block_size)."""
+    refuse_undeclared(model.config, "flops")
     cfg, T = model.config, seq_len or model.config.block_size
     widths = cfg.widths()
     per_pass = 0

@@ -10,14 +10,13 @@ batches), and the val loss at equal compute: each run's eval curve read at the t
 model's full run (tools/flops.py's flops_per_token: every shared-layer application and Deep Thinking pass counted).
 """
 
-import argparse
 import os
 import re
-import sys
 
 import torch
 
 from checkpoint import load_checkpoint
+from configurator import UserError, run_command
 from model import GPT, GPTConfig
 from tools.flops import flops_per_token
 from tools.plots import plot_alphas, plot_loss_curves, plot_loss_vs_compute, read_log, residual_alphas
@@ -95,27 +94,34 @@ def alpha_table(rows):
     return "\n".join(lines)
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
-    parser.add_argument("--runs", default="out-000", help="folder holding the <model>-s<seed> run folders")
-    parser.add_argument("--reference", default="layer_sharing", help="the row the noise verdicts compare with")
-    parser.add_argument("--plot_dir", default=RESULTS, help="folder for the PNGs")
-    args = parser.parse_args()
-    rows = load_runs(args.runs) if os.path.isdir(args.runs) else []
+DEFAULTS = dict(
+    runs="out-000",              # folder holding the <model>-s<seed> run folders
+    reference="layer_sharing",   # the row the noise verdicts compare with
+    plot_dir=RESULTS,            # folder for the PNGs
+)
+
+
+def main(argv=None):
+    return run_command(run, DEFAULTS, argv)
+
+
+def run(config):
+    rows = load_runs(config["runs"]) if os.path.isdir(config["runs"]) else []
     if not rows:
-        sys.exit(f"error: no finished runs in {args.runs} (fix: run the commands in {RESULTS}/README.md first)")
-    os.makedirs(args.plot_dir, exist_ok=True)
+        raise UserError(f"no finished runs in {config['runs']} (fix: run the commands in {RESULTS}/README.md first)")
+    plot_dir = config["plot_dir"]
+    os.makedirs(plot_dir, exist_ok=True)
     budget, cheapest = add_equal_compute(rows, [[(e["iter"], e["val_loss"]) for e in r["log"]["eval"]] for r in rows])
     logs = {}
     for r in rows:
         logs.setdefault(r["name"], []).append(r["log"])
-    plot_loss_curves(logs, os.path.join(args.plot_dir, "loss_curves.png"), title="paper 000 ladder, char-level Shakespeare (CPU)")
-    plot_loss_vs_compute(logs, {r["name"]: r["flops_per_iter"] for r in rows}, os.path.join(args.plot_dir, "loss_vs_compute.png"),
+    plot_loss_curves(logs, os.path.join(plot_dir, "loss_curves.png"), title="paper 000 ladder, char-level Shakespeare (CPU)")
+    plot_loss_vs_compute(logs, {r["name"]: r["flops_per_iter"] for r in rows}, os.path.join(plot_dir, "loss_vs_compute.png"),
                          budget=budget)
     plot_alphas({f"{r['name']} (seed {r['seed']})": r["alphas"] for r in rows if r["alphas"] and r["seed"] == 1},
-                os.path.join(args.plot_dir, "alphas.png"))
+                os.path.join(plot_dir, "alphas.png"))
     print(f"equal compute: {budget:.3g} training FLOPs, the full run of {cheapest['name']} (seed {cheapest['seed']})\n")
-    print(table(summary(rows), budget, args.reference))
+    print(table(summary(rows), budget, config["reference"]))
     print()
     print(alpha_table(rows))
 

@@ -26,21 +26,21 @@ second description of the architectures:
 
 import dataclasses
 import os
-import sys
 from typing import Optional
 
 import torch
 import torch.nn as nn
 
 import variants
-from checkpoint import atomic_open, build_model, check_out_dir, load_checkpoint, load_variant
+from checkpoint import atomic_open, build_model, check_out_dir, gpt_config_defaults, load_checkpoint, load_variant
 from checkpoint import model_args as checkpoint_model_args
-from configurator import UserError, load_config
+from configurator import UserError, run_command
 from model import GPTConfig
 from tools.flops import matmul_params
 from tools.layers import layer_sets
+from tools.support import refuse_undeclared
 
-MODEL_FIELDS = {f.name: f.default for f in dataclasses.fields(GPTConfig)}
+MODEL_FIELDS = gpt_config_defaults()
 DEFAULTS = dict(
     variant="",      # a variants/<name>.py preset; GPTConfig flags given on the command line win over it
     out_dir="",      # a train.py checkpoint (its folder or file): its model, instead of a preset and flags
@@ -174,6 +174,7 @@ def param_parts(model):
 
 
 def read_plan(model, name):
+    refuse_undeclared(model.config, "plan")
     cfg = model.config
     emb = model.tok_emb
     V, W = emb.wte.num_embeddings, cfg.embd_width()
@@ -550,11 +551,7 @@ def run(cfg, explicit):
 
 
 def main(argv=None):
-    try:
-        cfg, explicit = load_config(DEFAULTS, sys.argv[1:] if argv is None else list(argv))
-        run(cfg, explicit)
-    except UserError as e:
-        raise SystemExit(f"error: {e}") from None
+    return run_command(run, DEFAULTS, argv, with_explicit=True)
 
 
 if __name__ == "__main__":

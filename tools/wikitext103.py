@@ -14,7 +14,6 @@ CPUs). --vocab_size K: the K GPT-2 tokens most frequent in the training split (t
 with its coverage / PEHL report for --n_layer / --n_embd and coverage.png (--no_plot: none).
 Tokenization throughput: python -m tools.bench_tokenize.
 """
-import argparse
 import base64
 import os
 import re
@@ -24,10 +23,10 @@ from multiprocessing import Pool
 import numpy as np
 
 from checkpoint import atomic_open, check_out_dir
-from configurator import ArgumentParser, UserError
+from configurator import UserError, run_command
 from dataset import (GPT2_EOT_ID, GPT2_VOCAB_SIZE, Progress, begin_writing, compact_encoding, download,
                      get_gpt2_encoding, one_line, write_meta)
-from tools.pangu.compact_vocab import add_report_arguments, build_compact, check_positive, compact_size
+from tools.pangu.compact_vocab import REPORT_DEFAULTS, build_compact, check_positive, compact_size, given
 
 # WikiText-103 (raw, v1, Merity et al.), tried in order. The original Salesforce S3 bucket is
 # the canonical home; the size and sha256 are those published for this archive with the Hugging
@@ -293,22 +292,27 @@ def prepare(dataset="wikitext103", out_dir=None, vocab_size=None, n_layer=12, n_
     return out_dir
 
 
+DEFAULTS = dict(
+    dataset="wikitext103",   # the positional argument: wikitext103, or wikitext103_vK for --vocab_size K
+    vocab_size=0,            # compact tokenizer: keep K GPT-2 tokens (incl. 256 bytes + eot); not given: all
+    source="",               # local wikitext-103-raw-v1.zip or extracted folder ("" = env WIKITEXT103_SOURCE)
+    gpt2_ranks="",           # local gpt2.tiktoken ranks file ("" = env GPT2_TIKTOKEN_FILE)
+    num_proc=0,              # tokenizer worker processes; not given: all CPUs
+    out_dir="",              # output folder ("" = data/wikitext103, or data/wikitext103_v<K>)
+    **REPORT_DEFAULTS,
+)
+BOOL_FLAGS = ("no_plot",)
+
+
 def main(argv=None):
-    p = ArgumentParser(prog="python -m tools.wikitext103", description=__doc__,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("dataset", nargs="?", default="wikitext103",
-                   help="wikitext103 (default), or wikitext103_vK for --vocab_size K")
-    p.add_argument("--vocab_size", type=int, help="compact tokenizer: keep K GPT-2 tokens (incl. 256 bytes + eot)")
-    p.add_argument("--source", help="local wikitext-103-raw-v1.zip or extracted folder (env WIKITEXT103_SOURCE)")
-    p.add_argument("--gpt2_ranks", help="local gpt2.tiktoken ranks file (env GPT2_TIKTOKEN_FILE)")
-    p.add_argument("--num_proc", type=int, help="tokenizer worker processes (default: all CPUs)")
-    p.add_argument("--out_dir", help="output folder (default data/wikitext103, or data/wikitext103_v<K>)")
-    add_report_arguments(p)
-    args = vars(p.parse_args(argv))
-    try:
-        prepare(**args)
-    except UserError as e:
-        raise SystemExit(f"error: {e}") from None
+    return run_command(run, DEFAULTS, argv, BOOL_FLAGS, positional="dataset", with_explicit=True)
+
+
+def run(config, explicit):
+    return prepare(config["dataset"], out_dir=config["out_dir"] or None, vocab_size=given(config, explicit, "vocab_size"),
+                   n_layer=config["n_layer"], n_embd=config["n_embd"], num_proc=given(config, explicit, "num_proc"),
+                   source=config["source"] or None, gpt2_ranks=config["gpt2_ranks"] or None,
+                   plot=not config["no_plot"])
 
 
 if __name__ == "__main__":

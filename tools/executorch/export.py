@@ -33,6 +33,7 @@ import torch.nn.functional as F
 
 from configurator import UserError, run_command
 from tools.fast_sample import Slot
+from tools.support import refuse_undeclared
 
 DEFAULTS = dict(
     out_dir="",             # directory with ckpt.pt / last.pt, or a checkpoint file; "" = the newest out*/ folder
@@ -214,7 +215,8 @@ def for_xnnpack(model):
 
 
 def refuse_unsupported(config):
-    """A one-line UserError for what a static-cache program cannot compute."""
+    """A one-line UserError for what a static-cache program cannot compute, or a field it does not know."""
+    refuse_undeclared(config, "executorch")
     if config.think_steps:
         raise UserError("Deep Thinking (think_steps > 0) is not exported: every token's test pass reads a memory "
                         "built over think_steps passes of the whole prefix, which a static cache does not hold "

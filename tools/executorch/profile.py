@@ -123,10 +123,9 @@ def profile(pte, steps, num_threads):
 def profile_compiled(out_dir, steps):
     """Markdown lines: the compiled decoder's decode steps at positions 1 .. steps (0: to the end of the window),
     after one eager token at position 0 (as generate primes), under torch.profiler, per event, by self time."""
-    import torch._inductor.config as inductor_config
     from checkpoint import load_model
     from tools.fast_sample import compiled_decode_step, static_cache
-    inductor_config.cpp.enable_kernel_profile = True   # the generated kernels appear as events
+    from tools.torch_internals import inductor_config
     model, _ = load_model(out_dir, "cpu")
     steps = steps or model.config.block_size - 1
     if steps >= model.config.block_size:
@@ -135,7 +134,8 @@ def profile_compiled(out_dir, steps):
     cache = static_cache(model, 1)
     step = compiled_decode_step(model)
     token = torch.zeros(1, 1, dtype=torch.long)
-    with torch.inference_mode():
+    # the generated kernels appear as events; inductor's global setting, restored after
+    with inductor_config().patch({"cpp.enable_kernel_profile": True}), torch.inference_mode():
         for compiling in (True, False):
             cache.reset()
             model(token, cache=cache)   # the prime, eager: makes the cache's buffers

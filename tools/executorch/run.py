@@ -25,6 +25,7 @@ if __name__ == "__main__":
 import torch
 
 from configurator import UserError, run_command
+from dataset import GPT2_EOT
 
 DEFAULTS = dict(
     pte="model.pte",        # the program; its tokenizer is <name>.tokenizer.json beside it
@@ -38,7 +39,6 @@ DEFAULTS = dict(
     num_threads=0,          # threads of ExecuTorch's pool (XNNPACK, attention); 0 = the runtime's default
 )
 SEPARATOR = "---------------"
-END_OF_TEXT = "<|endoftext|>"   # tools/huggingface/tokenizer.py's name for it in a BPE tokenizer.json
 EXTENDED_HEADER_END = 40        # the flatbuffer's root offset and identifier, then eh00 and four sizes
 
 
@@ -181,7 +181,7 @@ def check_pair(program, tokenizer, pte, path):
     if program.tokenizer_id is not None and program.tokenizer_id != vocabulary_id(tokenizer):
         raise UserError(f"{path} is not the tokenizer {pte} was exported with (another vocabulary) {fix}")
     vocab = tokenizer.get_vocab(with_added_tokens=True)
-    eot = vocab.get(END_OF_TEXT, -1)
+    eot = vocab.get(GPT2_EOT, -1)   # its name in a BPE tokenizer.json
     if max(vocab.values()) >= program.vocab_size or eot != program.eot_token:
         raise UserError(f"{path} does not fit {pte}: its ids go to {max(vocab.values())} and its end-of-text is "
                         f"{eot}, the program has {program.vocab_size} tokens and end-of-text {program.eot_token} "

@@ -37,7 +37,9 @@ import sys
 import torch
 
 from checkpoint import depth_summary
-from configurator import ArgumentParser, UserError
+from configurator import UserError, run_command
+from dataset import GPT2_EOT_ID, GPT2_VOCAB_SIZE
+from tools.support import refuse_undeclared
 from tools.huggingface import ConversionError, _first_line, refuse
 from tools.huggingface.tokenizer import tokenizer_files
 from tools.layers import layer_sets
@@ -206,7 +208,7 @@ def gpt2_args(hf):
            "implemented here: ours is a decoder-only model (fix: convert a decoder-only model)")
     width = hf.get("n_embd", 768)
     return dict(
-        vocab_size=hf.get("vocab_size", 50257), block_size=hf.get("n_positions", hf.get("n_ctx", 1024)),
+        vocab_size=hf.get("vocab_size", GPT2_VOCAB_SIZE), block_size=hf.get("n_positions", hf.get("n_ctx", 1024)),
         n_layer=hf.get("n_layer", 12), n_head=hf.get("n_head", 12), n_embd=width, bias=True,
         norm="layernorm", norm_eps=hf.get("layer_norm_epsilon", 1e-5), pos_embedding="learned",
         mlp_type="standard", activation=activation_from_hf(hf.get("activation_function", "gelu_new")),
@@ -386,10 +388,6 @@ def checkpoint_dict(name_or_dir, say=None):
     return {"model": model.state_dict(), "model_args": dataclasses.asdict(model.config), "source": info["source"]}
 
 
-def is_hf_dir(path):
-    return os.path.isdir(path) and os.path.isfile(os.path.join(path, "config.json"))
-
-
 def describe(config):
     """The GPTConfig fields that differ from the defaults, as k=v."""
     from model import GPTConfig
@@ -401,17 +399,6 @@ def describe(config):
 # ----------------------------------------------------------------------------------------------
 # export: our GPT -> a transformers directory
 # ----------------------------------------------------------------------------------------------
-
-# fields that never change the function of the exported model (or that export_plan checks itself)
-HANDLED_FIELDS = {
-    "block_size", "vocab_size", "n_layer", "n_head", "n_embd", "dropout", "bias", "norm", "norm_eps",
-    "pos_embedding", "rope_base", "n_kv_head", "mlp_type", "activation", "mlp_hidden", "mlp_ratio",
-    "tie_embeddings", "embd_factor_dim", "share_group_size", "share_from_layer", "share_sublayers",
-    "enhanced_residual", "residual_logit_init", "think_steps", "think_eta", "think_memory", "n_attn_layers",
-    "n_top_attn_layers", "n_branches", "shrink_every", "shrink_layer", "shrink_kernel", "init_scheme", "init_std",
-    "norm_placement", "head_bias",
-}
-
 
 def export_plan(config):
     """'gpt2' or 'llama': the transformers architecture that computes exactly what `config` computes.
@@ -430,13 +417,7 @@ def export_plan(config):
     for bad, what in no_equivalent:
         refuse(not bad, f"cannot export {what}: transformers has no equivalent of it, so a loaded model "
                f"would compute something else (fix: export a model without it; ours loads with sample.py)")
-    from model import GPTConfig
-    defaults = GPTConfig()
-    for f in dataclasses.fields(config):
-        value = getattr(config, f.name)
-        refuse(f.name in HANDLED_FIELDS or value == getattr(defaults, f.name),
-               f"cannot export {f.name}={value!r}: the exporter does not know this flag, so it cannot promise "
-               f"an equal transformers model (fix: extend tools/huggingface/convert.py)")
+    refuse_undeclared(config, "huggingface", ConversionError)   # a field added later, until declared
     refuse(config.activation in ACT_TO_HF, f"activation {config.activation!r} has no transformers name here "
            f"(fix: export a model with one of {', '.join(ACT_TO_HF)})")
     if (config.pos_embedding, config.norm, config.mlp_type) == ("learned", "layernorm", "standard"):
@@ -460,7 +441,7 @@ def hf_config_for(model, arch, eot="gpt2"):
     common = dict(vocab_size=c.vocab_size, tie_word_embeddings=c.tie_embeddings, torch_dtype="float32",
                   use_cache=True)
     if eot == "gpt2":   # GPT-2 BPE: <|endoftext|> = 50256 is both bos and eos
-        eot = 50256 if arch == "gpt2" and c.vocab_size >= 50257 else None
+        eot = GPT2_EOT_ID if arch == "gpt2" and c.vocab_size >= GPT2_VOCAB_SIZE else None
     if arch == "gpt2":
         return dict(architectures=["GPT2LMHeadModel"], model_type="gpt2", n_positions=c.block_size,
                     n_embd=c.n_embd, n_layer=c.n_layer, n_head=c.n_head, n_inner=hidden,
@@ -601,40 +582,61 @@ def describe_tokenizer(meta, tokenizer):
 # command line
 # ----------------------------------------------------------------------------------------------
 
+DEFAULTS = dict(
+    action=[],        # the positional arguments: `export`, or `import SOURCE` (a local GPT-2 / Llama / MobileLLM
+                      # directory, or a hub name)
+    ckpt="",          # export: ckpt.pt written by train.py, or its out_dir
+    out="",           # export: the directory to write (created if needed); import: the checkpoint file, e.g. hf.pt
+    format="auto",    # export: the weights file, auto (safetensors when installed, else pytorch_model.bin),
+                      # safetensors or bin
+    data_dir="",      # export: the dataset folder whose tokenizer (meta.json) is written too ("" = the one the
+                      # checkpoint records)
+)
+FORMATS = ("auto", "safetensors", "bin")
+
+
 def main(argv=None):
-    parser = ArgumentParser(
-        prog="python -m tools.huggingface.convert",
-        description="Our checkpoints to Hugging Face transformers directories and back.")
-    sub = parser.add_subparsers(dest="command", required=True)
-    ex = sub.add_parser("export", help="our ckpt.pt -> config.json + model.safetensors for transformers")
-    ex.add_argument("--ckpt", required=True, help="ckpt.pt written by train.py, or its out_dir")
-    ex.add_argument("--out", required=True, help="directory to write (created if needed)")
-    ex.add_argument("--format", default="auto", choices=("auto", "safetensors", "bin"),
-                    help="weights file: auto = safetensors when installed, else pytorch_model.bin")
-    ex.add_argument("--data_dir", default="", help="dataset folder whose tokenizer (meta.json) is written too; "
-                    "default: the one the checkpoint records")
-    im = sub.add_parser("import", help="a Hugging Face model -> a checkpoint file for train.py --init_from")
-    im.add_argument("source", help="a local GPT-2 / Llama / MobileLLM directory, or a hub name")
-    im.add_argument("--out", required=True, help="the checkpoint file to write, e.g. hf.pt")
-    args = parser.parse_args(argv)
-    from checkpoint import atomic_save, check_out_dir, load_model
-    try:
-        if args.command == "import":
-            check_out_dir(os.path.dirname(os.path.abspath(args.out)), key="out")
-            atomic_save(checkpoint_dict(args.source), args.out)
-            print(f"wrote {args.out}: start a run from it with python train.py ... --init_from={args.out}",
-                  file=sys.stderr)
-            return
-        model, ckpt = load_model(args.ckpt)
-        meta, source = checkpoint_meta(ckpt, args.data_dir)
-        export(model, args.out, weights_format=args.format, meta=meta, meta_source=source)
-    except UserError as e:
-        raise SystemExit(f"error: {e}") from None
+    """Our checkpoints to Hugging Face transformers directories and back."""
+    return run_command(run, DEFAULTS, argv, positional="action", with_explicit=True)
+
+
+def run(config, explicit):
+    action = config["action"]
+    if not action or action[0] not in ("export", "import"):
+        raise UserError(f"no command {' '.join(action)!r} (fix: python -m tools.huggingface.convert export "
+                        f"--ckpt=out/ckpt.pt --out=hf-out/, or import gpt2 --out=hf.pt)")
+    if action[0] == "import":
+        return run_import(action[1:], config, explicit)
+    missing = [f"--{key}" for key in ("ckpt", "out") if not config[key]]
+    if missing or len(action) > 1:
+        given = f"required: {', '.join(missing)}" if missing else f"no argument after export, got {' '.join(action)}"
+        raise UserError(f"export takes --ckpt and --out, {given} (fix: python -m tools.huggingface.convert export "
+                        f"--ckpt=out/ckpt.pt --out=hf-out/)")
+    if config["format"] not in FORMATS:
+        raise UserError(f"--format={config['format']} (fix: one of {', '.join(FORMATS)})")
+    from checkpoint import load_model
+    model, ckpt = load_model(config["ckpt"])
+    meta, source = checkpoint_meta(ckpt, config["data_dir"])
+    out = config["out"]
+    export(model, out, weights_format=config["format"], meta=meta, meta_source=source)
     if meta is None:
         print(f"no tokenizer written: {ckpt['path']} records no dataset (to include it: --data_dir=<the dataset "
               f"folder it was trained on>)", file=sys.stderr)
-    print(f"load it with: AutoModelForCausalLM.from_pretrained({args.out!r})"
-          + ("" if meta is None else f" and AutoTokenizer.from_pretrained({args.out!r})"), file=sys.stderr)
+    print(f"load it with: AutoModelForCausalLM.from_pretrained({out!r})"
+          + ("" if meta is None else f" and AutoTokenizer.from_pretrained({out!r})"), file=sys.stderr)
+
+
+def run_import(sources, config, explicit):
+    """`import SOURCE --out=FILE`: a Hugging Face model -> a checkpoint file for train.py --init_from."""
+    export_keys = sorted(explicit & {"ckpt", "format", "data_dir"})
+    if len(sources) != 1 or not config["out"] or export_keys:
+        raise UserError(f"import takes one source and --out only (fix: python -m tools.huggingface.convert import "
+                        f"gpt2 --out=hf.pt)")
+    from checkpoint import atomic_save, check_out_dir
+    out = config["out"]
+    check_out_dir(os.path.dirname(os.path.abspath(out)), key="out")
+    atomic_save(checkpoint_dict(sources[0]), out)
+    print(f"wrote {out}: start a run from it with python train.py ... --init_from={out}", file=sys.stderr)
 
 
 def checkpoint_meta(ckpt, data_dir=""):

@@ -14,9 +14,9 @@ import base64
 import binascii
 import os
 
+from dataset import GPT2_EOT, GPT2_VOCAB_SIZE
 from tools.huggingface import ConversionError, _first_line, refuse
 
-GPT2_VOCAB_SIZE = 50257
 HF_TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
 
 
@@ -121,7 +121,6 @@ def gpt2_tokenizer():
 #   char           WordLevel over single characters, a pre-tokenizer that isolates every character and a
 #                  decoder that concatenates them; a character outside the vocabulary is an error, never dropped
 
-END_OF_TEXT = "<|endoftext|>"
 EACH_CHARACTER = r"[\s\S]"   # one match per character, newlines included
 UNKNOWN = "<unk>"            # named by WordLevel but not in the vocabulary: an unknown character is an error
 
@@ -161,10 +160,10 @@ def byte_level_bpe(tokens, eot):
     """tokenizer.json of a GPT-2-style BPE over `tokens` (rank order) with <|endoftext|> as id `eot`."""
     from dataset import GPT2_PAT_STR
     vocab, merges = bpe_vocab_and_merges(tokens)
-    vocab[END_OF_TEXT] = eot
+    vocab[GPT2_EOT] = eot
     return {
         "version": "1.0", "truncation": None, "padding": None,
-        "added_tokens": [{"id": eot, "content": END_OF_TEXT, "single_word": False, "lstrip": False,
+        "added_tokens": [{"id": eot, "content": GPT2_EOT, "single_word": False, "lstrip": False,
                           "rstrip": False, "normalized": False, "special": True}],
         "normalizer": None,
         "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
@@ -224,7 +223,7 @@ def tokenizer_files(meta, model_vocab_size, block_size, source="meta.json"):
            f"vocab_size {model_vocab_size}: its ids would not fit (fix: export with the dataset the model was "
            f"trained on)")
     names = ("bos_token", "eos_token", "unk_token", "pad_token")
-    special = {name: END_OF_TEXT for name in names} if eot is not None else {}
+    special = {name: GPT2_EOT for name in names} if eot is not None else {}
     config = dict(special, tokenizer_class="PreTrainedTokenizerFast", model_max_length=block_size,
                   clean_up_tokenization_spaces=False, add_bos_token=False, add_eos_token=False)
     return {"tokenizer.json": tokenizer, "tokenizer_config.json": config, "special_tokens_map.json": special}, eot

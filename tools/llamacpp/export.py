@@ -28,6 +28,8 @@ import numpy as np
 import torch
 
 from configurator import UserError, run_command
+from dataset import GPT2_EOT
+from tools.support import refuse_undeclared
 
 DEFAULTS = dict(
     out_dir="",             # directory with ckpt.pt / last.pt, or a checkpoint file; "" = the newest out*/ folder
@@ -37,7 +39,6 @@ DEFAULTS = dict(
 )
 TYPES = ("f32", "q8_0")
 Q8_BLOCK = 32
-END_OF_TEXT = "<|endoftext|>"
 MODEL_VOCAB_KEY = "compact_gpt.vocab_size"   # the model's own tokens: a char vocabulary's file appends end-of-text
 
 
@@ -96,19 +97,19 @@ def write_tokenizer(writer, meta, config, source, tensors):
     writer.add_tokenizer_pre("gpt-2")
     if meta["tokenizer"] == "char":
         tokens, merges = char_vocabulary(meta["chars"])
-        tokens += [f"<unused{i}>" for i in range(len(tokens), config.vocab_size)] + [END_OF_TEXT]
+        tokens += [f"<unused{i}>" for i in range(len(tokens), config.vocab_size)] + [GPT2_EOT]
         eot = config.vocab_size
         for name in ("token_embd.weight", "output.weight"):
             tensors[name] = np.concatenate([tensors[name], np.zeros_like(tensors[name][:1])])
     else:
         bpe = files["tokenizer.json"]["model"]
-        vocab = dict(bpe["vocab"], **{END_OF_TEXT: eot})
+        vocab = dict(bpe["vocab"], **{GPT2_EOT: eot})
         tokens = [None] * config.vocab_size
         for text, i in vocab.items():
             tokens[i] = text
         tokens = [t if t is not None else f"<unused{i}>" for i, t in enumerate(tokens)]   # model padding rows
         merges = [" ".join(pair) for pair in bpe["merges"]]
-    types = [3 if t == END_OF_TEXT or t.startswith("<unused") else 1 for t in tokens]   # 3: control, 1: normal
+    types = [3 if t == GPT2_EOT or t.startswith("<unused") else 1 for t in tokens]   # 3: control, 1: normal
     writer.add_token_list(tokens)
     writer.add_token_types(types)
     writer.add_token_merges(merges)
@@ -119,6 +120,7 @@ def write_tokenizer(writer, meta, config, source, tensors):
 
 
 def write_gguf(model, path, qtype, meta, source, say=print):
+    refuse_undeclared(model.config, "gguf")
     import gguf
     from checkpoint import atomic_path
     from tools.huggingface.convert import export_plan, hf_config_for

@@ -18,7 +18,6 @@ reported for. --input (SHAKESPEARE_INPUT for tinyshakespeare), --val_fraction, -
 (GPT2_TIKTOKEN_FILE) and --out_dir as for prepare.py.
 WikiText-103 with a compact vocabulary: python -m tools.wikitext103 --vocab_size K (it uses build_compact).
 """
-import argparse
 import base64
 import os
 import re
@@ -26,7 +25,7 @@ import re
 import numpy as np
 
 from checkpoint import atomic_open, check_out_dir
-from configurator import ArgumentParser, UserError
+from configurator import UserError, run_command
 from dataset import (GPT2_EOT_ID, GPT2_PAT_STR, GPT2_VOCAB_SIZE, begin_writing, check_dataset_name, check_long_enough,
                      check_replace, check_val_fraction, compact_encoding, get_gpt2_encoding, name_of_text, read_text,
                      shakespeare_path, text_record, tool_command, write_bin, write_meta)
@@ -281,31 +280,40 @@ def prepare(dataset="", out_dir=None, vocab_size=None, n_layer=12, n_embd=768, i
     return out_dir
 
 
-def add_report_arguments(p):
-    """The options of the coverage / PEHL report (shared with tools.wikitext103)."""
-    p.add_argument("--n_layer", type=int, default=12, help="model depth for the PEHL report")
-    p.add_argument("--n_embd", type=int, default=768, help="model width for the PEHL report")
-    p.add_argument("--no_plot", dest="plot", action="store_false", help="do not save coverage.png")
+# the options of the coverage / PEHL report (shared with tools.wikitext103)
+REPORT_DEFAULTS = dict(
+    n_layer=12,      # model depth for the PEHL report
+    n_embd=768,      # model width for the PEHL report
+    no_plot=False,   # do not save coverage.png
+)
+DEFAULTS = dict(
+    dataset="",        # the positional argument: shakespeare (with --vocab_size K) or shakespeare_vK; "" = shakespeare, or --input's text's name
+    vocab_size=0,      # keep K GPT-2 tokens (incl. the 256 bytes and eot); not given: the dataset name's K
+    out_dir="",        # output folder ("" = data/<name>_v<K>)
+    input="",          # a UTF-8 text file ("" = tinyshakespeare, env SHAKESPEARE_INPUT)
+    val_fraction=0.1,  # the share of the text for val
+    force=False,       # replace a dataset of another text
+    gpt2_ranks="",     # local gpt2.tiktoken ranks file ("" = env GPT2_TIKTOKEN_FILE)
+    **REPORT_DEFAULTS,
+)
+BOOL_FLAGS = ("force", "no_plot")
 
 
 def main(argv=None):
-    p = ArgumentParser(prog="python -m tools.pangu.compact_vocab", description=__doc__,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("dataset", nargs="?", default="",
-                   help="shakespeare (with --vocab_size K) or shakespeare_vK (the default: shakespeare, or --input's "
-                        "text's name)")
-    p.add_argument("--vocab_size", type=int, help="keep K GPT-2 tokens (incl. the 256 bytes and eot)")
-    p.add_argument("--out_dir", help="output folder (default data/shakespeare_v<K>)")
-    p.add_argument("--input", dest="input_path", help="a UTF-8 text file (tinyshakespeare: env SHAKESPEARE_INPUT)")
-    p.add_argument("--val_fraction", type=float, default=0.1, help="the share of the text for val")
-    p.add_argument("--force", action="store_true", help="replace a dataset of another text")
-    p.add_argument("--gpt2_ranks", help="local gpt2.tiktoken ranks file (env GPT2_TIKTOKEN_FILE)")
-    add_report_arguments(p)
-    args = vars(p.parse_args(argv))
-    try:
-        prepare(**args)
-    except UserError as e:
-        raise SystemExit(f"error: {e}") from None
+    return run_command(run, DEFAULTS, argv, BOOL_FLAGS, positional="dataset", with_explicit=True)
+
+
+def given(config, explicit, key):
+    """The value of an integer key when the command line or a config file set it, else None (0 is checked as
+    any other value, not taken for "not given")."""
+    return config[key] if key in explicit else None
+
+
+def run(config, explicit):
+    return prepare(config["dataset"], out_dir=config["out_dir"] or None, vocab_size=given(config, explicit, "vocab_size"),
+                   n_layer=config["n_layer"], n_embd=config["n_embd"], input_path=config["input"] or None,
+                   gpt2_ranks=config["gpt2_ranks"] or None, plot=not config["no_plot"],
+                   val_fraction=config["val_fraction"], force=config["force"])
 
 
 if __name__ == "__main__":

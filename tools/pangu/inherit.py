@@ -90,9 +90,10 @@ from configurator import run_command
 from model import GPT, GPTConfig
 from checkpoint import (CKPT_NAME, atomic_save, check_num_threads, check_out_dir, check_seed, clean_state_dict,
                         load_model, remove_stale_temp_files)
-from dataset import load_meta, resolve_data_dir, split_path, tokenizer_id
+from dataset import GPT2_EOT_ID, load_meta, resolve_data_dir, split_path, tokenizer_id
 from dataset import split_tokens
 from train import get_batch
+from tools.support import refuse_undeclared
 
 DEFAULTS = {
     "from": "",                # source out_dir or checkpoint file (the big model)
@@ -115,7 +116,6 @@ DEFAULTS = {
 }
 LAYER_METHODS = ("first_last", "spread", "loss")
 NEURON_CRITERIA = ("l1", "l2", "taylor", "learned")
-GPT2_EOT_ID = 50256   # GPT-2's <|endoftext|>: the last token of a compact vocabulary
 
 # What each dimension of a state-dict tensor indexes (None: kept whole).
 CH, FFN, HEAD, QKV, VOCAB = "channel", "ffn", "head", "qkv", "vocab"   # HEAD: attention inner dim (n_head * head_dim)
@@ -161,7 +161,9 @@ def mlp_hidden(cfg):
 
 
 def check_supported(cfg):
-    """Refuse the sources whose weights do not follow the plain one-branch layout sliced here."""
+    """Refuse the sources whose weights do not follow the plain one-branch layout sliced here, or that set a
+    field tools/support.py does not declare."""
+    refuse_undeclared(cfg, "inheritance")
     problems = []
     if cfg.n_branches != 1:
         problems.append(f"pgpt branches (n_branches={cfg.n_branches})")

@@ -1,0 +1,159 @@
+"""One command grammar and one entry wrapper (issue 56, point 4): every command under tools/ parses `--key=value` with
+configurator.load_config and ends in configurator.run_command, so `--help` prints the keys, a bad option is one line
+`error: ... (fix: ...)` with exit code 1, and Ctrl-C ends it with exit code 130, the line `interrupted` and no
+traceback. The story files (train.py, sample.py, prepare.py) have their own tests; tools/technique_lines.py is
+not converted yet (issue 56).
+
+Ctrl-C is a real SIGINT. In-process, for every command: a config file given on its command line raises SIGINT in
+the process while the command reads it (signal.raise_signal: Python raises KeyboardInterrupt at once, as on a key
+press); a command whose positional arguments are not config files gets it from the first function of its work.
+In a subprocess, `python -m ...` started as a user starts it gets SIGINT from outside once it is running: a config
+file that sleeps, or a FIFO it reads (tools.code_lines); every command under `-m slow`, two by default.
+"""
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from conftest import ROOT, one_error_line
+
+NOT_CONVERTED = ("tools.technique_lines",)   # its own argv parsing still (issue 56)
+# the commands whose positional arguments are values, not config files: (argv, the function of the command's work
+# that gets SIGINT in-process)
+POSITIONAL = {
+    "tools.code_lines": (["model.py"], "count"),
+    "tools.pangu.compact_vocab": (["shakespeare", "--vocab_size=300"], "prepare"),
+    "tools.wikitext103": (["wikitext103"], "prepare"),
+    "tools.huggingface.convert": (["import", "gpt2", "--out=hf.pt"], "checkpoint_dict"),
+}
+SIGINT_CONFIG = "import signal\nsignal.raise_signal(signal.SIGINT)\n"
+SLEEP_CONFIG = "import sys\nimport time\nprint('running', file=sys.stderr, flush=True)\ntime.sleep(60)\n"
+
+
+def commands():
+    """Every module under tools/ that runs as `python -m`, but the ones not converted."""
+    found = []
+    for folder, _, files in os.walk(os.path.join(ROOT, "tools")):
+        for name in sorted(files):
+            if not name.endswith(".py"):
+                continue
+            with open(os.path.join(folder, name), encoding="utf-8") as f:
+                if 'if __name__ == "__main__":' not in f.read():
+                    continue
+            module = os.path.relpath(os.path.join(folder, name[:-3]), ROOT).replace(os.sep, ".")
+            if module not in NOT_CONVERTED:
+                found.append(module)
+    return sorted(found)
+
+
+COMMANDS = commands()
+
+
+def command_main(module):
+    __import__(module)
+    return sys.modules[module].main
+
+
+def test_every_tool_is_found():
+    """The search above finds the commands (a broken search would make the tests below test nothing)."""
+    assert len(COMMANDS) >= 25
+    for module in ("tools.bench", "tools.plan", "tools.huggingface.convert", "tools.pangu.compact_vocab"):
+        assert module in COMMANDS
+
+
+@pytest.mark.parametrize("module", COMMANDS)
+def test_help_lists_the_keys(module, capsys):
+    with pytest.raises(SystemExit) as e:
+        command_main(module)(["--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: python ") and "keys (default):" in out, out
+
+
+@pytest.mark.parametrize("module", COMMANDS)
+def test_a_bad_option_is_one_error_line(module):
+    one_error_line(command_main(module), ["--no_such_option=1"], "no_such_option")
+
+
+@pytest.mark.parametrize("module", COMMANDS)
+def test_ctrl_c_ends_with_130_and_no_traceback(module, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(ROOT)
+    main = command_main(module)
+    if module in POSITIONAL:
+        argv, work = POSITIONAL[module]
+        monkeypatch.setattr(sys.modules[module], work, raise_sigint)
+    else:
+        path = tmp_path / "ctrl_c.py"
+        path.write_text(SIGINT_CONFIG)
+        argv = [str(path)]
+    try:
+        main(argv)
+    except KeyboardInterrupt:   # caught here, or pytest would stop the whole run
+        pytest.fail(f"Ctrl-C left {module}.main as KeyboardInterrupt: a traceback (fix: end in run_command)")
+    except SystemExit as e:
+        assert e.code == 130, e.code
+    else:
+        pytest.fail(f"{module} went on after Ctrl-C")
+    err = capsys.readouterr().err
+    assert "interrupted" in err and "Traceback" not in err, err
+
+
+def raise_sigint(*args, **kwargs):
+    signal.raise_signal(signal.SIGINT)
+
+
+def subprocess_cases():
+    """(module, marks): two commands by default, every one under `-m slow` (about 4 s each, most of it importing
+    torch)."""
+    cases = []
+    for module in COMMANDS:
+        if module in POSITIONAL and module != "tools.code_lines":
+            continue   # no config file to sleep in, no FIFO they read before their checks: in-process above
+        marks = () if module in ("tools.plan", "tools.code_lines") else (pytest.mark.slow,)
+        cases.append(pytest.param(module, marks=marks))
+    return cases
+
+
+@pytest.mark.parametrize("module", subprocess_cases())
+def test_ctrl_c_of_a_running_command(module, tmp_path):
+    """`python -m <module>` gets SIGINT once it runs: it reads a config file that sleeps (and says so first), or
+    tools.code_lines reads a FIFO that nobody writes (open() blocks until the test opens the other end)."""
+    if module == "tools.code_lines":
+        path = tmp_path / "fifo.py"
+        os.mkfifo(path)
+    else:
+        path = tmp_path / "sleep.py"
+        path.write_text(SLEEP_CONFIG)
+    proc = subprocess.Popen([sys.executable, "-m", module, str(path)], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    watchdog = threading.Timer(120, proc.kill)   # a command that never gets there fails the test, not the suite
+    watchdog.start()
+    try:
+        if module == "tools.code_lines":
+            writer = wait_for_reader(path, proc)
+        else:
+            assert proc.stderr.readline() == "running\n"
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate()
+        if module == "tools.code_lines":
+            os.close(writer)
+    finally:
+        watchdog.cancel()
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert "interrupted" in err and "Traceback" not in err, err
+
+
+def wait_for_reader(path, proc):
+    """The write end of the FIFO, opened once the command has opened its read end (before that, opening it without
+    blocking fails with ENXIO): the command then waits in open() or read()."""
+    while proc.poll() is None:
+        try:
+            return os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError:
+            time.sleep(0.05)
+    raise AssertionError(f"the command ended before reading the FIFO: {proc.communicate()}")
