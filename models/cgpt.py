@@ -5,7 +5,7 @@ through the KV cache (the classes, functions, branches and GPTConfig fields), in
 with its comments, and computes exactly what model.py computes for it. Do not edit: regenerate.
 
     made by:  python -m tools.one_file cgpt --out=models/cgpt.py
-    model.py of commit 3eadf37
+    model.py of commit 696ba62
 """
 
 import math
@@ -187,8 +187,7 @@ class ResidualSubLayer(nn.Module):
 class DecoderStack(nn.Module):
     # model.py's docstring, whole: it also tells of code left out here
     """The layers of one branch: attention, then the FFN, each in its residual.
-    `layers` holds the sub-layers in the order they are applied; `attn` and
-    `mlp` hold each weight set once (a shared one is applied in several places)."""
+    `layers`: the sub-layers as applied; `attn`, `mlp`: each weight set once."""
 
     def __init__(self, config):
         super().__init__()
@@ -204,8 +203,8 @@ class DecoderStack(nn.Module):
         add_shrinks(self, config)   # section 6
 
     def forward(self, x, cache=None):
-        """cache: a KV cache (section 9) or Deep Thinking's state; sub-layer i
-        gets its entry cache[i]."""
+        """Sub-layer i gets cache[i], its entry of a KV cache (section 9) or of
+        Deep Thinking."""
         for i, layer in enumerate(self.layers):
             x = layer(x, None if cache is None else cache[i])
         return x
@@ -233,10 +232,8 @@ class ConvShrink(nn.Module):
 
 
 def add_shrinks(stack, config):
-    """A shrink after every shrink_every layers but the last (the head reads the
-    last width), after the FFN that ends the layer (lgpt/cgpt are not shared:
-    layer l's FFN is mlp[l]); built after the layers, as the initial weights'
-    draw order has it."""
+    """A shrink after every shrink_every layers but the last, after the layer's
+    FFN (mlp[l]: lgpt/cgpt are not shared); built last (the init's draw order)."""
     shrink_cls = ConvShrink
     widths = config.widths()
     layers = range(config.shrink_every - 1, len(widths) - 1, config.shrink_every)
@@ -247,9 +244,11 @@ def add_shrinks(stack, config):
 
 
 def init_gpt2(model, config):
+    # model.py's docstring, whole: it also tells of code left out here
     """GPT-2's init, as nanoGPT's: every Linear, Conv1d and Embedding weight
     ~ N(0, init_std), biases 0, in module order; the projections back into the
-    residual stream (out_proj, down) at init_std / sqrt(2 * n_layer)."""
+    residual stream (out_proj, down) at init_std / sqrt(2 * n_layer), or not
+    scaled (init_scheme="constant": 003 3.1, Table 4; 001 5)."""
     scaled = config.init_std / math.sqrt(2 * config.n_layer)
     for name, module in model.named_modules():
         if isinstance(module, (nn.Linear, nn.Conv1d, nn.Embedding)):

@@ -5,7 +5,7 @@ through the KV cache (the classes, functions, branches and GPTConfig fields), in
 with its comments, and computes exactly what model.py computes for it. Do not edit: regenerate.
 
     made by:  python -m tools.one_file pgpt --out=models/pgpt.py
-    model.py of commit 3eadf37
+    model.py of commit 696ba62
 """
 
 import math
@@ -182,8 +182,7 @@ class ResidualSubLayer(nn.Module):
 
 class DecoderStack(nn.Module):
     """The layers of one branch: attention, then the FFN, each in its residual.
-    `layers` holds the sub-layers in the order they are applied; `attn` and
-    `mlp` hold each weight set once (a shared one is applied in several places)."""
+    `layers`: the sub-layers as applied; `attn`, `mlp`: each weight set once."""
 
     def __init__(self, config):
         super().__init__()
@@ -198,17 +197,19 @@ class DecoderStack(nn.Module):
             self.layers += [attn, mlp]
 
     def forward(self, x, cache=None):
-        """cache: a KV cache (section 9) or Deep Thinking's state; sub-layer i
-        gets its entry cache[i]."""
+        """Sub-layer i gets cache[i], its entry of a KV cache (section 9) or of
+        Deep Thinking."""
         for i, layer in enumerate(self.layers):
             x = layer(x, cache[i])
         return x
 
 
 def init_gpt2(model, config):
+    # model.py's docstring, whole: it also tells of code left out here
     """GPT-2's init, as nanoGPT's: every Linear, Conv1d and Embedding weight
     ~ N(0, init_std), biases 0, in module order; the projections back into the
-    residual stream (out_proj, down) at init_std / sqrt(2 * n_layer)."""
+    residual stream (out_proj, down) at init_std / sqrt(2 * n_layer), or not
+    scaled (init_scheme="constant": 003 3.1, Table 4; 001 5)."""
     scaled = config.init_std / math.sqrt(2 * config.n_layer)
     for name, module in model.named_modules():
         if isinstance(module, (nn.Linear, nn.Conv1d, nn.Embedding)):

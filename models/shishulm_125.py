@@ -5,7 +5,7 @@ through the KV cache (the classes, functions, branches and GPTConfig fields), in
 with its comments, and computes exactly what model.py computes for it. Do not edit: regenerate.
 
     made by:  python -m tools.one_file shishulm_125 --out=models/shishulm_125.py
-    model.py of commit 3eadf37
+    model.py of commit 696ba62
 """
 
 import math
@@ -45,8 +45,6 @@ class GPTConfig:
     n_top_attn_layers: int = 0      # ... and in the last m (001 Table 10's "n + m")
     # --- ParallelGPT (004 3.1) ---
     n_branches: int = 1             # the embedding is n_branches * n_embd wide
-    # --- initialisation (003 3.1, Appendix B; init_stds, section 7) ---
-    init_scheme: str = "gpt2"       # "gpt2" | "constant" | "internlm" | "depth_adaptive"
     init_std: float = 0.02
 
     # --- derived sizes ---
@@ -71,7 +69,7 @@ class GPTConfig:
 
 
 # model.py's GPTConfig fields this file leaves out; those it holds but runs at one value only
-# (bias, init_scheme, n_branches, share_group_size) too: the values it assumes
+# (bias, n_branches, share_group_size) too: the values it assumes
 ASSUMED = {
     'activation': 'silu', 'bias': False, 'embd_factor_dim': None, 'enhanced_residual': False,
     'head_bias': False, 'init_scheme': 'constant', 'mlp_ratio': 4.0, 'mlp_type': 'gated',
@@ -223,8 +221,7 @@ class ResidualSubLayer(nn.Module):
 class DecoderStack(nn.Module):
     # model.py's docstring, whole: it also tells of code left out here
     """The layers of one branch: attention, then the FFN, each in its residual.
-    `layers` holds the sub-layers in the order they are applied; `attn` and
-    `mlp` hold each weight set once (a shared one is applied in several places)."""
+    `layers`: the sub-layers as applied; `attn`, `mlp`: each weight set once."""
 
     def __init__(self, config):
         super().__init__()
@@ -234,8 +231,8 @@ class DecoderStack(nn.Module):
         build_shared_layers(self, config)   # below
 
     def forward(self, x, cache=None):
-        """cache: a KV cache (section 9) or Deep Thinking's state; sub-layer i
-        gets its entry cache[i]."""
+        """Sub-layer i gets cache[i], its entry of a KV cache (section 9) or of
+        Deep Thinking."""
         for i, layer in enumerate(self.layers):
             x = layer(x, None if cache is None else cache[i])
         return x
@@ -276,59 +273,20 @@ def build_shared_layers(stack, config):
         stack.layers.append(mlp)
 
 
-# --- 7. Initialisation: GPT-2's, and paper 003's schemes (PanGu-pi Pro, 3.1, App. B) ---
-
-def normal(weight, std, bias=None):
-    """weight ~ N(0, std), one draw; bias 0."""
-    nn.init.normal_(weight, mean=0.0, std=std)
-
-
-def init_stds(config, depth):
-    """The std of each attention (q, k, v, out) and FFN (up, gate, down) weight
-    of a layer at relative depth 0 (first) .. 1 (last). sigma = init_std,
-    N = 2 * n_layer; other weights take sigma (docs/architectures.md).
-      constant    sigma everywhere (003 3.1, Table 4; 001 5)
-    """
-    sigma, scheme = config.init_std, config.init_scheme
-    std = dict.fromkeys(("q", "k", "v", "out", "up", "gate", "down"), sigma)
-    scaled = sigma / math.sqrt(2 * config.n_layer)
-    return std
-
-
-def init_by_scheme(model, config):
+def init_gpt2(model, config):
     # model.py's docstring, whole: it also tells of code left out here
-    """init_scheme constant, internlm or depth_adaptive: each attention and FFN
-    weight set at init_stds of the first layer that applies it, drawn in module
-    order as init_gpt2 draws."""
-    stds = {}
-    n = config.layers_per_branch()
-    for stack in model.branches:
-        layer = 0
-        for sub in stack.layers:
-            if isinstance(sub, ResidualSubLayer) and sub.inner not in stds:
-                stds[sub.inner] = init_stds(config, layer / max(1, n - 1))
-            if isinstance(sub, ResidualSubLayer) and isinstance(sub.inner, MLP):
-                layer += 1   # the FFN ends a layer
-    draw_by_scheme(model, config, stds)
-
-
-def draw_by_scheme(module, config, stds):
-    if isinstance(module, CausalSelfAttention):
-        std = stds[module]
-        qkv = module.qkv_proj
-        # q and k share a std in every scheme; one draw where v's agrees
-        normal(qkv.weight, std["q"], qkv.bias)
-        normal(module.out_proj.weight, std["out"], module.out_proj.bias)
-    elif isinstance(module, MLP):
-        std = stds[module]
-        normal(module.up.weight, std["up"], module.up.bias)
-        normal(module.gate.weight, std["gate"], module.gate.bias)
-        normal(module.down.weight, std["down"], module.down.bias)
-    elif isinstance(module, (nn.Linear, nn.Conv1d, nn.Embedding)):
-        normal(module.weight, config.init_std, getattr(module, "bias", None))
-    else:
-        for child in module.children():
-            draw_by_scheme(child, config, stds)
+    """GPT-2's init, as nanoGPT's: every Linear, Conv1d and Embedding weight
+    ~ N(0, init_std), biases 0, in module order; the projections back into the
+    residual stream (out_proj, down) at init_std / sqrt(2 * n_layer), or not
+    scaled (init_scheme="constant": 003 3.1, Table 4; 001 5)."""
+    scaled = config.init_std / math.sqrt(2 * config.n_layer)
+    scaled = config.init_std
+    for name, module in model.named_modules():
+        if isinstance(module, (nn.Linear, nn.Conv1d, nn.Embedding)):
+            std = scaled if name.endswith(("out_proj", "down")) else config.init_std
+            nn.init.normal_(module.weight, mean=0.0, std=std)
+            if getattr(module, "bias", None) is not None:
+                nn.init.zeros_(module.bias)
 
 
 # --- 8. The model: embeddings, the layers, the head; pgpt, Deep Thinking, generation ---
@@ -360,7 +318,7 @@ class GPT(nn.Module):
         stacks = [DecoderStack(config) for _ in range(config.n_branches)]
         self.branches = nn.ModuleList(stacks)
         self.ln_f = make_norm(config, config.final_width())
-        init_by_scheme(self, config)
+        init_gpt2(self, config)
 
     def get_num_params(self, non_embedding=True):
         # model.py's docstring, whole: it also tells of code left out here
