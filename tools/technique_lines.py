@@ -154,8 +154,9 @@ def small(config, explicit):
     return {k: v for k, v in args.items() if k != "vocab_size"}   # the data's
 
 
-def trace(target, overrides=(), keep_heaviest_branch=False, new_tokens=NEW_TOKENS, tracer=None):
-    """The Tracer (a new one, or `tracer`) of one training step and one generation of `target`."""
+def trace(target, overrides=(), keep_heaviest_branch=False, new_tokens=NEW_TOKENS, tracer=None, then=None):
+    """The Tracer (a new one, or `tracer`) of one training step and one generation of `target`; then(model), if
+    given, runs traced after them (tools/one_file.py's greedy generation)."""
     config, explicit = load(target, overrides)
     args = small(config, explicit)
     tracer = tracer or Tracer()
@@ -179,6 +180,8 @@ def trace(target, overrides=(), keep_heaviest_branch=False, new_tokens=NEW_TOKEN
             if new_tokens:
                 prompt = torch.zeros((1, 3), dtype=torch.long)
                 model.generate(prompt, new_tokens, top_k=5, generator=torch.Generator().manual_seed(0))
+            if then is not None:
+                then(model)
         finally:
             sys.settrace(before)
     return tracer

@@ -1,0 +1,550 @@
+"""
+deep_thinking: model.py specialised to this config, one file. model.py is the source, with every
+flag; this file holds only what deep_thinking runs in a training step, an evaluation and a generation
+through the KV cache (the classes, functions, branches and GPTConfig fields), in model.py's order,
+with its comments, and computes exactly what model.py computes for it. Do not edit: regenerate.
+
+    made by:  python -m tools.one_file deep_thinking --out=models/deep_thinking.py
+    model.py of commit 696ba62
+"""
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+import torch.nn as nn
+from torch.nn import functional as F
+
+
+# --- 1. Configuration -----------------------------------------------------------------
+
+@dataclass
+class GPTConfig:
+    # --- the GPT-2 baseline (nanoGPT's field names) ---
+    block_size: int = 1024
+    vocab_size: int = 50304         # GPT-2's 50257 padded up to a multiple of 64
+    # layers over all branches (n_layer / n_branches per pgpt branch); a shared
+    # layer counts each time it is applied
+    n_layer: int = 12
+    n_head: int = 12
+    n_embd: int = 768               # width (of each pgpt branch)
+    dropout: float = 0.0
+    bias: bool = True               # in Linears and norms (GPT-2: True, LLaMA: False)
+    norm_eps: float = 1e-5
+    # --- GQA (000 2.5): key/value heads, dividing n_head; None = n_head ---
+    n_kv_head: Optional[int] = None
+    mlp_hidden: Optional[int] = None  # None: mlp_ratio * width
+    # --- layer sharing (000 2.6, 002 3.0.2, 001 4.4): sharing_plan, section 5 ---
+    share_group_size: int = 1       # k consecutive layers, one set of weights
+    share_from_layer: int = 0       # layers below are never shared
+    share_sublayers: str = "both"   # "both" | "attn" | "mlp"
+    residual_logit_init: float = 0.0   # w at init (authors' code: 0, alpha = 0.5)
+    # --- Deep Thinking (000 2.8) ---
+    think_steps: int = 0            # thinking passes T (paper: 3); 0 = off
+    think_eta: float = 0.01         # M_t = eta*K_t + (1-eta)*M_{t-1}
+    n_top_attn_layers: int = 0      # ... and in the last m (001 Table 10's "n + m")
+    # --- ParallelGPT (004 3.1) ---
+    n_branches: int = 1             # the embedding is n_branches * n_embd wide
+    init_std: float = 0.02
+
+    # --- derived sizes ---
+    def layers_per_branch(self):
+        return self.n_layer // self.n_branches
+
+    def attention_layers(self):
+        # model.py's docstring, whole: it also tells of code left out here
+        """The layers of a branch with attention: all, or the first n_attn_layers
+        and the last n_top_attn_layers (ShishuLM, 001 4.2, Table 10)."""
+        n = self.layers_per_branch()
+        return list(range(n))
+
+    def widths(self):
+        # model.py's docstring, whole: it also tells of code left out here
+        """The width of each layer: constant, or halved (lgpt/cgpt)."""
+        n = self.layers_per_branch()
+        return [self.n_embd] * n
+
+
+# model.py's GPTConfig fields this file leaves out; those it holds but runs at one value only
+# (bias, n_branches, share_group_size, think_steps) too: the values it assumes
+ASSUMED = {
+    'activation': 'silu', 'bias': True, 'embd_factor_dim': None, 'enhanced_residual': True,
+    'head_bias': True, 'init_scheme': 'gpt2', 'mlp_ratio': 4.0, 'mlp_type': 'gated',
+    'n_attn_layers': None, 'n_branches': 1, 'norm': 'layernorm', 'norm_placement': 'post',
+    'pos_embedding': 'sinusoidal', 'rope_base': 10000.0, 'share_group_size': 2, 'shrink_every': 0,
+    'shrink_kernel': 1, 'shrink_layer': 'linear', 'think_memory': 'own', 'think_steps': 3,
+    'tie_embeddings': True,
+}
+
+
+def config_from(model_args):
+    """GPTConfig from a checkpoint's model_args (model.py's fields): those this
+    file leaves out must hold the values it assumes."""
+    for name, value in ASSUMED.items():
+        if model_args.get(name, value) != value:
+            raise ValueError(f"{name}={model_args[name]!r}, but this file assumes "
+                             f"{value!r} (fix: the file of that config)")
+    fields = GPTConfig.__dataclass_fields__
+    return GPTConfig(**{k: v for k, v in model_args.items() if k in fields})
+
+
+# --- 2. Building blocks: norms, positions, MLP ----------------------------------------
+
+def make_norm(config, dim):
+    """LayerNorm (GPT-2; bias if `bias`) or RMSNorm (LLaMA: x / rms(x) * g)."""
+    return nn.LayerNorm(dim, eps=config.norm_eps, bias=config.bias)
+
+
+def sinusoidal_positions(n_positions, dim):
+    """Fixed sin/cos positions ('Attention is all you need'; 000's code)."""
+    pos = torch.arange(n_positions, dtype=torch.float32)[:, None]
+    steps = torch.arange(0, dim, 2, dtype=torch.float32)
+    freq = torch.exp(steps * (-math.log(10000.0) / dim))
+    table = torch.zeros(n_positions, dim)
+    table[:, 0::2] = torch.sin(pos * freq)
+    table[:, 1::2] = torch.cos(pos * freq[: dim // 2])
+    return table
+
+
+class MLP(nn.Module):
+    """Feed-forward network.
+    """
+
+    def __init__(self, config, width):
+        super().__init__()
+        hidden = config.mlp_hidden
+        self.up = nn.Linear(width, hidden, bias=config.bias)
+        self.gate = nn.Linear(width, hidden, bias=config.bias)
+        self.down = nn.Linear(hidden, width, bias=config.bias)
+        self.act = F.silu
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x, cache=None):   # cache: attention's; an MLP keeps none
+        h = self.act(self.gate(x)) * self.up(x)
+        return self.dropout(self.down(h))
+
+
+# --- 3. Attention: causal, GQA, and the cache entry it is handed ----------------------
+
+def causal_mask(start, length, device):
+    """Boolean (length, start+length): query start+i sees the keys <= start+i."""
+    q_pos = torch.arange(start, start + length, device=device)[:, None]
+    k_pos = torch.arange(start + length, device=device)[None, :]
+    return k_pos <= q_pos
+
+
+def causal_attention(q, k, v, start=0, dropout_p=0.0):
+    """Attention of the queries q (B, H, T, D) at positions start.. over the
+    keys and values k, v (B, H_kv, start+T, D): query p sees keys <= p."""
+    # start 0: SDPA's causal triangle (training's fast path); one new token sees
+    # every key; several new tokens after cached ones: the mask written out
+    mask = None
+    if start > 0 and q.size(2) > 1:
+        mask = causal_mask(start, q.size(2), q.device)
+    # GQA: query head h reads kv head h // (H / H_kv)
+    gqa = q.size(1) != k.size(1)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=start == 0,
+                                          dropout_p=dropout_p, enable_gqa=gqa)
+
+
+class CausalSelfAttention(nn.Module):
+    """Causal self-attention with grouped-query attention (paper 000, 2.5):
+    n_head query heads share n_kv_head key/value heads, in groups."""
+
+    def __init__(self, config, width):
+        super().__init__()
+        self.n_head = config.n_head
+        self.n_kv_head = config.n_kv_head
+        self.head_dim = width // config.n_head
+        self.kv_width = self.n_kv_head * self.head_dim
+        # one matmul: the queries (width), then the keys and values (kv_width each)
+        qkv_width = width + 2 * self.kv_width
+        self.qkv_proj = nn.Linear(width, qkv_width, bias=config.bias)
+        self.out_proj = nn.Linear(width, width, bias=config.bias)
+        self.dropout = config.dropout
+        self.resid_dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x, cache=None):
+        """cache: this layer's entry of the KV cache (section 9) or of Deep
+        Thinking (section 8), which stores k, v and attends; None in training."""
+        B, T, C = x.shape
+        # q (B, H, T, D), k and v (B, H_kv, T, D): from one projection
+        q, k, v = self.qkv_proj(x).split([C, self.kv_width, self.kv_width], dim=2)
+        q = q.view(B, T, self.n_head, self.head_dim).transpose(1, 2)
+        k = k.view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)
+        v = v.view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)
+        y = cache.attend(q, k, v)
+        y = self.out_proj(y.transpose(1, 2).reshape(B, T, C))
+        return self.resid_dropout(y)
+
+
+# --- 4. Residual sub-layers: pre- or post-norm, plain or Enhanced Residual (000, 2.7) ---
+
+class ResidualSubLayer(nn.Module):
+    # model.py's docstring, whole: it also tells of code left out here
+    """The residual around one attention or FFN sub-layer F (`inner`): pre-norm
+    x + F(norm(x)) (GPT-2, LLaMA) or post-norm norm(x + F(x)) (paper 000's code).
+    """
+
+    def __init__(self, config, width, inner):
+        super().__init__()
+        self.norm = make_norm(config, width)
+        self.inner = inner
+        w = torch.full((), float(config.residual_logit_init))
+        self.alpha_logit = nn.Parameter(w)
+
+    def forward(self, x, cache=None):
+        return self.norm(self.mix(x, self.inner(x, cache)))
+
+    def mix(self, x, fx):
+        alpha = torch.sigmoid(self.alpha_logit)
+        return alpha * x + (1 - alpha) * fx
+
+
+# --- 5. The decoder stack; layer sharing and ShishuLM's layers ------------------------
+
+class DecoderStack(nn.Module):
+    # model.py's docstring, whole: it also tells of code left out here
+    """The layers of one branch: attention, then the FFN, each in its residual.
+    `layers`: the sub-layers as applied; `attn`, `mlp`: each weight set once."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.attn = nn.ModuleList()
+        self.mlp = nn.ModuleList()
+        self.layers = []
+        build_shared_layers(self, config)   # below
+
+    def forward(self, x, cache=None):
+        """Sub-layer i gets cache[i], its entry of a KV cache (section 9) or of
+        Deep Thinking."""
+        for i, layer in enumerate(self.layers):
+            x = layer(x, cache[i])
+        return x
+
+
+def build_shared_layers(stack, config):
+    """Layer sharing and ShishuLM's MLP-only layers.
+
+    Sharing: from share_from_layer up to the top attention layers (never
+    shared), the layers are cut into groups of share_group_size (k); every
+    layer of a group but its first applies the weights of the layer before,
+    for the sub-layers share_sublayers names (ours; the papers share both):
+      MobileLLM's block-wise repeat (000 2.6):  k = 2:        0 0 1 1 2 2 ...
+      ALBERT's all-layer sharing (002 3.0.2):   k = n_layer:  0 0 0 0 ...
+      G groups (002 3.0.2):                     k = n_layer / G
+    ShishuLM (001 4.1-4.2): attention only in config.attention_layers().
+    E.g. ShishuLM's "2 + 1" (001 Table 10), 7 layers, share_from_layer=2, k=2
+    (the weight set each layer applies):
+      layer       0   1   2   3   4   5   6
+      attention   0   1   -   -   -   -   2
+      FFN         0   1   2   2   3   3   4
+    """
+    n = config.layers_per_branch()
+    k, start = config.share_group_size, config.share_from_layer
+    end = n - config.n_top_attn_layers
+    repeats = set(range(start, end)) - set(range(start, end, k))   # not a group's first
+    share_attn = config.share_sublayers in ("both", "attn")
+    share_mlp = config.share_sublayers in ("both", "mlp")
+    with_attention = config.attention_layers()
+    for layer, width in enumerate(config.widths()):
+        if layer not in repeats or not share_attn:
+            attn = ResidualSubLayer(config, width, CausalSelfAttention(config, width))
+            stack.attn.append(attn)
+        stack.layers.append(attn)
+        if layer not in repeats or not share_mlp:
+            mlp = ResidualSubLayer(config, width, MLP(config, width))
+            stack.mlp.append(mlp)
+        stack.layers.append(mlp)
+
+
+def init_gpt2(model, config):
+    # model.py's docstring, whole: it also tells of code left out here
+    """GPT-2's init, as nanoGPT's: every Linear, Conv1d and Embedding weight
+    ~ N(0, init_std), biases 0, in module order; the projections back into the
+    residual stream (out_proj, down) at init_std / sqrt(2 * n_layer), or not
+    scaled (init_scheme="constant": 003 3.1, Table 4; 001 5)."""
+    scaled = config.init_std / math.sqrt(2 * config.n_layer)
+    for name, module in model.named_modules():
+        if isinstance(module, (nn.Linear, nn.Conv1d, nn.Embedding)):
+            std = scaled if name.endswith(("out_proj", "down")) else config.init_std
+            nn.init.normal_(module.weight, mean=0.0, std=std)
+            if getattr(module, "bias", None) is not None:
+                nn.init.zeros_(module.bias)
+
+
+# --- 8. The model: embeddings, the layers, the head; pgpt, Deep Thinking, generation ---
+
+class TokenEmbedding(nn.Module):
+    """Token embedding, optionally factorized (paper 002, 3.0.1): vocab -> E ->
+    width, V*E + E*width parameters instead of V*width. Tied (paper 000, 2.4),
+    the head reuses them: logits = (h @ P) @ W_e^T."""
+
+    def __init__(self, config):
+        super().__init__()
+        width = config.n_embd * config.n_branches
+        self.wte = nn.Embedding(config.vocab_size, width)
+
+    def forward(self, idx):
+        x = self.wte(idx)
+        return x
+
+    def tied_logits(self, h):
+        return h @ self.wte.weight.t()
+
+
+class GPT(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        width = config.n_embd * config.n_branches   # pgpt: every branch's chunk
+        self.tok_emb = TokenEmbedding(config)
+        table = sinusoidal_positions(config.block_size, width)
+        self.register_buffer("pos_table", table, persistent=False)
+        self.drop = nn.Dropout(config.dropout)
+        stacks = [DecoderStack(config) for _ in range(config.n_branches)]
+        self.branches = nn.ModuleList(stacks)
+        # post-norm: every sub-layer already ends in a norm (paper 000's code)
+        self.ln_f = nn.Identity()
+        self.tied_head_bias = nn.Parameter(torch.zeros(config.vocab_size))
+        init_gpt2(self, config)
+
+    def get_num_params(self, non_embedding=True):
+        # model.py's docstring, whole: it also tells of code left out here
+        """Unique parameters (shared weights once); non_embedding=True leaves
+        out the learned positions, as nanoGPT does."""
+        n = sum(p.numel() for p in self.parameters())
+        if non_embedding and hasattr(self, "pos_emb"):
+            n -= self.pos_emb.weight.numel()
+        return n
+
+    def embed(self, idx, pos):
+        x = self.tok_emb(idx)
+        x = x + self.pos_table[pos]
+        return self.drop(x)
+
+    def forward(self, idx, targets=None, cache=None, all_logits=False):
+        """idx (B, T) -> (logits, loss). Without targets: the last position's
+        logits only, unless all_logits. With a cache (section 9) the tokens
+        continue the cached ones."""
+        B, T = idx.shape
+        start = 0 if cache is None else cache.length
+        if start + T > self.config.block_size:
+            raise ValueError(f"sequence of {start + T} tokens exceeds block_size "
+                             f"{self.config.block_size}")
+        if cache is None:
+            pos = torch.arange(T, device=idx.device)
+        else:   # the cache numbers the tokens after the cached ones
+            pos = cache.positions(T, idx.device)
+        x = self.embed(idx, pos)
+        x = self.think(x, cache)
+        if cache is not None:
+            cache.advance(T)
+        x = self.ln_f(x)
+        if targets is None and not all_logits:
+            x = x[:, -1:, :]
+        logits = self.head(x)
+        loss = None
+        if targets is not None:
+            logits_2d = logits.view(-1, logits.size(-1)).float()
+            loss = F.cross_entropy(logits_2d, targets.reshape(-1), ignore_index=-1)
+        return logits, loss
+
+    def head(self, h):
+        # model.py's docstring, whole: it also tells of code left out here
+        """Logits: through the tied embedding (paper 000, 2.4) or lm_head."""
+        logits = self.tok_emb.tied_logits(h)
+        return logits + self.tied_head_bias
+
+    def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
+        # model.py's docstring, whole: it also tells of code left out here
+        """AdamW; weight decay on >= 2-D weights only (not on norms, biases,
+        enhanced-residual alphas or pgpt branch logits)."""
+        params = [p for p in self.parameters() if p.requires_grad]
+        decay = [p for p in params if p.dim() >= 2]
+        no_decay = [p for p in params if p.dim() < 2]
+        groups = [{"params": decay, "weight_decay": weight_decay},
+                  {"params": no_decay, "weight_decay": 0.0}]
+        fused = device_type == "cuda"
+        return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, fused=fused)
+
+    # --- Deep Thinking (paper 000, 2.8) ---
+    def think(self, x, cache):
+        """T thinking passes, then the test pass (DeepThinking, below). Pass 1
+        reads the embeddings x, pass t > 1 the output of pass t-1 (the authors'
+        code); the test pass reads x again and attends over the memory M_T."""
+        thinking = DeepThinking(self.config, cache, self.training)
+        h = x
+        for t in range(1, self.config.think_steps + 1):
+            thinking.t = t
+            h = self.branches[0](h, thinking)
+        thinking.t = 0
+        return self.branches[0](x, thinking)
+
+    # --- generation ---
+    def new_cache(self):
+        return KVCache(self.config.block_size)
+
+    def decode_step(self, idx, cache):
+        """Logits (B, 1, V) of one more token per sequence, idx (B, 1)."""
+        return self(idx, cache=cache)[0]
+
+    @torch.inference_mode()
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None,
+                 use_kv_cache=True, generator=None, cache=None, step=None,
+                 on_token=None):
+        """Sample max_new_tokens tokens after idx (B, T): one token a step
+        through the KV cache, or the whole window (use_kv_cache=False; the same
+        logits). cache, step: another cache and decode step (tools/fast_sample.py).
+        on_token(id): each new token of the first sequence, as it comes."""
+        was_training = self.training
+        self.eval()
+        block_size = self.config.block_size
+        cache = self.new_cache()
+        step = step or self.decode_step
+        start = 0          # the model reads idx[:, start:], the window
+        primed = False     # whether the cache holds the window but its last token
+        idx_next = None    # the token sampled last
+        for _ in range(max_new_tokens):
+            # window full: start again at position 0 from its recent half (nanoGPT
+            # crops every step, but a cache would then refill at every step)
+            if idx.size(1) - start > block_size:
+                start = idx.size(1) - max(1, block_size // 2)
+                primed = False
+            if not primed:   # one forward caches the window
+                cache.reset()   # same buffers, positions from 0
+                logits, _ = self(idx[:, start:], cache=cache)
+                primed = True
+            else:
+                logits = step(idx_next, cache)
+            idx_next = sample_next(logits[:, -1, :], temperature, top_k, generator)
+            idx = torch.cat((idx, idx_next), dim=1)
+        self.train(was_training)
+        return idx
+
+
+class DeepThinking:
+    """Deep Thinking (paper 000, 2.8) over one forward call: the pass t (1..T
+    thinking, 0 the test pass) and each attention layer's key/value memory:
+      pass 1:      attend over own K_1          M_1 = K_1    (the same for V)
+      pass t > 1:  attend over [M_{t-1} ; K_t]  M_t = eta*K_t + (1-eta)*M_{t-1}
+      test pass:   attend over M_T only"""
+
+    def __init__(self, config, cache, training):
+        self.eta = config.think_eta
+        self.cache = cache
+        self.start = 0 if cache is None else cache.length
+        self.dropout = config.dropout if training else 0.0
+        self.t = 1
+        self.layer = 0
+        self.memory = {}        # layer -> (M_k, M_v) of the latest pass
+
+    def __getitem__(self, layer):
+        self.layer = layer
+        return self
+
+    def attend(self, q, k, v):
+        if self.t == 0:
+            return self.test_pass(q)
+        if self.t == 1:
+            return self.first_pass(q, k, v)
+        return self.later_pass(q, k, v)
+
+    def first_pass(self, q, k, v):
+        keys, values = self.stored("kv", k, v)
+        y = causal_attention(q, keys, values, self.start, self.dropout)
+        self.memory[self.layer] = self.stored("memory", k, v)
+        return y
+
+    def later_pass(self, q, k, v):
+        keys, values = self.stored("kv", k, v)
+        mem_k, mem_v = self.memory[self.layer]   # M_{t-1}
+        mask = causal_mask(self.start, q.size(2), q.device)
+        mask = torch.cat([mask, mask], dim=-1)   # over [M ; K]
+        keys = torch.cat([mem_k, keys], dim=2)
+        values = torch.cat([mem_v, values], dim=2)
+        gqa = q.size(1) != k.size(1)
+        y = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask,
+                                           dropout_p=self.dropout, enable_gqa=gqa)
+        k = self.eta * k + (1 - self.eta) * mem_k[:, :, self.start:]
+        v = self.eta * v + (1 - self.eta) * mem_v[:, :, self.start:]
+        self.memory[self.layer] = self.stored("memory", k, v)
+        return y
+
+    def test_pass(self, q):
+        mem_k, mem_v = self.memory[self.layer]   # M_T
+        return causal_attention(q, mem_k, mem_v, self.start, self.dropout)
+
+    def stored(self, kind, k, v):
+        """k, v; with a cache, after those of the cached positions."""
+        if self.cache is None:
+            return k, v
+        return self.cache[(kind, self.t, self.layer)].store(k, v)
+
+
+# --- 9. The KV cache and sample_next ---------------------------------------------------
+
+class KVCache:
+    """The KV cache of incremental decoding: cache[i] is the entry of the stack's
+    sub-layer i (pgpt's branches and Deep Thinking key it by more). The cache
+    interface, what the model calls on a cache (also the static ones of
+    tools/fast_sample.py and tools/executorch/export.py):
+      length: the tokens already cached
+      positions(T, device): the positions of the T new tokens
+      advance(T): after the forward, the T new tokens are cached
+      reset(): start a new sequence at position 0, keeping the buffers
+    Deep Thinking uses the entries' `store` itself; the static caches refuse it.
+    """
+
+    def __init__(self, max_len):
+        self.max_len = max_len
+        self.length = 0
+        self.entries = {}
+
+    def __getitem__(self, key):
+        return self.entries.setdefault(key, CacheEntry(self))
+
+    def positions(self, length, device):
+        return torch.arange(self.length, self.length + length, device=device)
+
+    def advance(self, n):
+        self.length += n
+
+    def reset(self):
+        self.length = 0
+
+
+class CacheEntry:
+    # model.py's docstring, whole: it also tells of code left out here
+    """One application of a layer: keys and values (B, H_kv, max_len, D), or
+    cgpt's last kernel-1 inputs."""
+
+    def __init__(self, cache):
+        self.cache = cache
+        self.kv = None
+
+    def store(self, k, v):
+        """Write k, v at positions length..; return the keys and values up to them."""
+        if self.kv is None:
+            shape = (k.size(0), k.size(1), self.cache.max_len, k.size(3))
+            self.kv = (k.new_zeros(shape), v.new_zeros(shape))
+        keys, values = self.kv
+        start = self.cache.length
+        end = start + k.size(2)
+        keys[:, :, start:end] = k
+        values[:, :, start:end] = v
+        return keys[:, :, :end], values[:, :, :end]
+
+
+def sample_next(logits, temperature=1.0, top_k=None, generator=None):
+    """The next token from last-position logits (B, V): greedy at temperature
+    0, else top-k sampling."""
+    if temperature == 0:
+        return logits.argmax(dim=-1, keepdim=True)
+    logits = logits.float() / temperature
+    if top_k is not None and top_k < logits.size(-1):
+        kth = torch.topk(logits, top_k).values[:, [-1]]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = F.softmax(logits, dim=-1)
+    return torch.multinomial(probs, num_samples=1, generator=generator)

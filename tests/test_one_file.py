@@ -1,0 +1,234 @@
+"""
+tools/one_file.py: model.py specialised to one config, checked to compute exactly what model.py computes.
+
+Per preset (variants/), the file made now equals the committed models/<preset>.py (less the commit line), and the
+file, given a checkpoint of a model.py model (its model_args and state_dict, tiny: the sizes the tool traces), gives
+bit-identical logits and losses (training and evaluation mode), greedy tokens through the KV cache past block_size,
+and the same initial weights from the same seed. The same for one flag set per row of README.md's Techniques table,
+set on a small gpt as tests/test_technique_lines.py sets it. A comment planted on a model.py line that only the
+presets with one flag run changes only their files; the plain GPT file names none of the other techniques' code.
+"""
+import ast
+import dataclasses
+import functools
+import io
+import os
+import re
+import tokenize
+
+import pytest
+import torch
+
+import model
+import variants
+from conftest import one_error_line
+from test_technique_lines import BASE, FIELDS, NAMED, PGPT, SAMPLE, table_rows
+from tools import one_file
+
+PRESETS = variants.available()
+
+
+@functools.lru_cache(maxsize=None)
+def made(target, overrides=(), keep=False):
+    """(text, the model's arguments it was traced with, the trace, the full-size arguments)."""
+    out = f"models/{target}.py" if not overrides and not keep else None
+    tracer, ran, full = one_file.run(target, overrides, keep)
+    flags = list(overrides) + ["--keep_heaviest_branch"] * keep
+    header = one_file.header(target, flags, out)
+    return one_file.specialise(model_text(), tracer, ran, full, header), ran, tracer, full
+
+
+def model_text():
+    with open(one_file.MODEL, encoding="utf-8") as f:
+        return f.read()
+
+
+def without_commit(text):
+    return re.sub(r"(?m)^ *model\.py of commit .*$", "", text)
+
+
+def module_of(text, tmp_path, name):
+    path = tmp_path / f"{name}.py"
+    path.write_text(text, encoding="utf-8")
+    return one_file.load_module(str(path), f"one_file_{name}")
+
+
+def same_as_model_py(module, args, keep=False):
+    """What differs between model.py's GPT and the file's, built from one checkpoint ('' if nothing)."""
+    torch.manual_seed(0)
+    ref = model.GPT(model.GPTConfig(**args))
+    config = ref.config
+    torch.manual_seed(0)
+    fresh = module.GPT(module.config_from(dataclasses.asdict(config))).state_dict()
+    if fresh.keys() != ref.state_dict().keys() or not all(
+            torch.equal(fresh[k], v) for k, v in ref.state_dict().items()):
+        return "initial weights"
+    with torch.no_grad():   # weights at std 0.3: attention far from uniform, so that a wrong mask shows
+        for p in ref.parameters():
+            p.copy_(torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())) * 0.3)
+    checkpoint = {"model_args": dataclasses.asdict(config), "model": ref.state_dict()}
+    mine = module.GPT(module.config_from(checkpoint["model_args"]))
+    mine.load_state_dict(checkpoint["model"])
+    idx = torch.randint(0, args["vocab_size"], (2, args["block_size"]), generator=torch.Generator().manual_seed(1))
+    for mode in ("train", "eval"):
+        ref.train(mode == "train")
+        mine.train(mode == "train")
+        torch.manual_seed(2)
+        logits, loss = ref(idx, targets=idx)
+        torch.manual_seed(2)
+        logits2, loss2 = mine(idx, targets=idx)
+        if not (torch.equal(logits, logits2) and torch.equal(loss, loss2)):
+            return f"logits or loss in {mode} mode"
+    if keep:
+        ref.keep_heaviest_branch()
+        mine.keep_heaviest_branch()
+    with torch.inference_mode():   # through the KV cache: a prefill, then one token a step
+        caches = [m.new_cache() for m in (ref, mine)]
+        for start, end in [(0, 5), (5, 6), (6, 7), (7, 8)]:
+            a, b = (m(idx[:1, start:end], cache=c)[0] for m, c in zip((ref, mine), caches))
+            if not torch.equal(a, b):
+                return f"logits through the KV cache at position {start}"
+    prompt = torch.zeros((1, 3), dtype=torch.long)
+    tokens = args["block_size"] + 2   # past the window: it starts again
+    if not torch.equal(ref.generate(prompt, tokens, temperature=0), mine.generate(prompt, tokens, temperature=0)):
+        return "greedy tokens"
+    return ""
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_preset_file_is_up_to_date_and_computes_as_model_py(preset, tmp_path):
+    text, args, _, _ = made(preset)
+    with open(os.path.join(one_file.OUT_DIR, f"{preset}.py"), encoding="utf-8") as f:
+        committed = f.read()
+    assert without_commit(committed) == without_commit(text), (
+        f"models/{preset}.py is not what model.py makes now (fix: python -m tools.one_file --all)")
+    assert same_as_model_py(module_of(text, tmp_path, preset), args) == ""
+
+
+def row_flags(flags):
+    """(--key=value overrides, keep_heaviest_branch) of a Flag(s) cell: its first alternative, on a small gpt."""
+    settings = {}
+    for part in re.findall(r"`([^`]*)`", flags):
+        assignment = re.fullmatch(r"(\w+)=(.+)", part)
+        if assignment and assignment.group(1) in FIELDS:
+            key, text = assignment.groups()
+            if key in settings:
+                continue
+            try:
+                settings[key] = ast.literal_eval(text)
+            except (ValueError, SyntaxError):
+                settings[key] = NAMED[text]
+                if text in FIELDS:   # share_from_layer=n_attn_layers: that flag too
+                    settings[text] = SAMPLE[text]
+        elif part in FIELDS:
+            settings[part] = SAMPLE[part]
+    keep = "--keep_heaviest_branch" in flags
+    if keep:
+        settings = dict(PGPT, **settings)
+    if settings.get("shrink_every") or settings.get("n_branches", 1) > 1:
+        settings.setdefault("tie_embeddings", False)
+    return tuple(f"--{k}={v!r}" for k, v in {**BASE, **settings}.items()), keep
+
+
+ROWS = sorted({row_flags(flags) for _, flags, _, _ in table_rows()})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("overrides,keep", ROWS, ids=[" ".join(o[1:]) + " keep" * k or "gpt" for o, k in ROWS])
+def test_technique_row_file_computes_as_model_py(overrides, keep, tmp_path):
+    text, args, _, _ = made("gpt", overrides, keep)
+    assert same_as_model_py(module_of(text, tmp_path, "row"), args, keep) == ""
+
+
+def test_rows_cover_the_techniques_table():
+    assert len(table_rows()) >= 25 and len(ROWS) >= 20, "README.md's Techniques table not found"
+
+
+def test_swiglu_file_computes_as_model_py(tmp_path):
+    """One row in the default suite (every row: the slow test above; RoPE and GQA: the mobilellm presets)."""
+    overrides = ("--n_layer=4", "--mlp_type='gated'", "--activation='silu'")
+    text, args, _, _ = made("gpt", overrides)
+    assert same_as_model_py(module_of(text, tmp_path, "swiglu"), args) == ""
+
+
+# the identifiers of the techniques plain GPT does not run: none may appear in its file's code (ASSUMED names their
+# fields in strings). model.py's plain path itself runs `branches[0]`, `n_branches` and `widths()`: they stay.
+NOT_PLAIN = {
+    "Deep Thinking": "think think_steps think_eta think_memory deep_thinking DeepThinking memory first_kv",
+    "pgpt branches": "branch_weights branch_logits keep_branch heaviest_branch keep_heaviest_branch BranchCache",
+    "lgpt/cgpt shrink layers": "shrink shrinks shrink_every shrink_layer shrink_kernel add_shrinks LinearShrink "
+                               "ConvShrink conv_window conv_tail",
+    "layer sharing": "build_shared_layers share_group_size share_from_layer share_sublayers",
+    "the enhanced residual's alpha": "enhanced_residual residual_logit_init alpha alpha_logit",
+    "RoPE": "rope rope_base rope_tables apply_rope rope_cos rope_sin use_rope",
+    "sinusoidal positions": "sinusoidal_positions pos_table",
+    "the other init schemes": "init_scheme init_by_scheme init_stds depth_adaptive internlm",
+    "the factorized embedding": "embd_factor_dim proj",
+    "ShishuLM's attention layers": "n_attn_layers n_top_attn_layers attention_layers",
+    "the gated MLP": "gate gated mlp_type",
+}
+
+
+def code_names(text):
+    return {t.string for t in tokenize.generate_tokens(io.StringIO(text).readline) if t.type == tokenize.NAME}
+
+
+def test_plain_gpt_file_holds_no_other_technique():
+    with open(os.path.join(one_file.OUT_DIR, "gpt.py"), encoding="utf-8") as f:
+        names = code_names(f.read())
+    found = {what: sorted(set(words.split()) & names) for what, words in NOT_PLAIN.items()}
+    assert not any(found.values()), {what: words for what, words in found.items() if words}
+
+
+PLANTED = {"think_steps": 3, "pos_embedding": "rope"}   # Deep Thinking, RoPE
+
+
+def test_a_change_in_one_technique_changes_only_its_files():
+    """For each flag of PLANTED: a comment on the first line of model.py, in the body of an `if`, that exactly the
+    presets with that flag run (their traces say); then every preset's file is made again."""
+    runs = {}
+    for preset in PRESETS:
+        tracer = made(preset)[2]
+        runs[preset] = {line for code, _, line in tracer.ran if os.path.abspath(code.co_filename) == one_file.MODEL}
+    tree = ast.parse(model_text())
+    in_if = sorted(s.lineno for node in ast.walk(tree) if isinstance(node, ast.If) for s in node.body
+                   if s.lineno == s.end_lineno and not isinstance(s, ast.If))
+    lines = model_text().split("\n")
+    users = {}
+    for flag, value in PLANTED.items():
+        users[flag] = {p for p in PRESETS if made(p)[1][flag] == value}
+        assert users[flag] and users[flag] != set(PRESETS)
+        line = next((n for n in in_if if {p for p in PRESETS if n in runs[p]} == users[flag]), None)
+        assert line, f"no line of model.py in an if's body runs only in the presets with {flag}={value!r}"
+        lines[line - 1] += f"  # planted: {flag}"
+    planted = "\n".join(lines)
+    for preset in PRESETS:
+        text, ran, tracer, full = made(preset)
+        header = one_file.header(preset, [], f"models/{preset}.py")
+        new = one_file.specialise(planted, tracer, ran, full, header)
+        assert re.sub(r"  # planted: \w+", "", new) == text, preset   # nothing else moved
+        for flag in PLANTED:
+            assert (f"# planted: {flag}" in new) == (preset in users[flag]), (preset, flag)
+
+
+def test_config_from_refuses_another_configs_checkpoint(tmp_path):
+    gpt = one_file.load_module(os.path.join(one_file.OUT_DIR, "gpt.py"), "one_file_gpt")
+    lgpt = dataclasses.asdict(model.GPTConfig(**variants.load("lgpt")))
+    name = next(k for k, v in gpt.ASSUMED.items() if lgpt[k] != v)
+    with pytest.raises(ValueError, match=rf"^{name}={lgpt[name]!r}, but this file assumes {gpt.ASSUMED[name]!r}"):
+        gpt.config_from(lgpt)
+    assert gpt.config_from(dataclasses.asdict(model.GPTConfig(**variants.load("gpt")))).n_layer == 6
+
+
+def test_against_shows_what_one_technique_adds():
+    """--against's diff (of the texts the preset test made): lgpt's shrink layers, and little else."""
+    lgpt = made("lgpt")[0]
+    diff = one_file.diff(made("gpt")[0], lgpt, "gpt", "lgpt")
+    assert diff[:2] == ["--- gpt", "+++ lgpt"]
+    added = [line for line in diff if line.startswith("+") and not line.startswith("+++")]
+    assert any("shrink" in line for line in added) and len(added) < len(lgpt.splitlines()) / 8, added
+
+
+def test_bad_input_is_one_error_line():
+    one_error_line(one_file.main, ["no_such_model"], "unknown config or variant")
+    one_error_line(one_file.main, ["gpt", "lgpt"], "give one config or variant")

@@ -1,0 +1,827 @@
+"""
+Your config as one file: model.py specialised to one config or variant, a runnable model that computes exactly
+what model.py computes for it, with model.py's comments and docstrings, in model.py's order.
+
+    python -m tools.one_file gpt                                # print GPT in one file
+    python -m tools.one_file lgpt --out=models/lgpt.py          # write it
+    python -m tools.one_file gpt --mlp_type=gated --activation=silu --out=/tmp/swiglu.py   # any flag: --key=value
+    python -m tools.one_file lgpt --against=gpt                 # the diff of the two files: what lgpt adds
+    python -m tools.one_file pgpt --keep_heaviest_branch       # generating with the heavier branch only
+    python -m tools.one_file --all                              # rewrite models/<variant>.py for every variant
+
+What stays: what the config runs (traced as tools/technique_lines.py traces it, built small, every flag kept) in
+one training step with its evaluation, a sampled generation through the KV cache and a greedy one past
+block_size. Of model.py it keeps the functions, classes and methods that ran (or that kept code names), the
+statements that ran, of each `if` and `a if c else b` the arms that ran, of `config.f or b` (`and`) the operands
+that decided, and of a module-level table read by a field (`ACTIVATIONS[config.activation]`) the entry. An `if`
+whose other arm never ran becomes the arm that ran, where its condition has no side effects (names, attribute
+reads, comparisons, boolean operators, len/isinstance); an `if` whose unrun arm only raises (a guard) stays whole.
+Then what nothing kept reads goes, until nothing changes: module-level names and imports, GPTConfig fields, stores
+of side-effect-free values (`self.x = None`, a local nothing reads) and a store the same block makes again before
+reading it. A docstring keeps the sentences and list items that name nothing removed (a field, an attribute, a
+string such as "rope", or a function or class whose name no English word spells), its first sentences always,
+marked when they name one.
+
+GPTConfig keeps the fields kept code reads; the others, and those a removed condition read (`config.f`, or `f` of
+a `self.x = config.f` it read), are ASSUMED at the values it ran with; `config_from(model_args)` checks a
+checkpoint's model_args against them (one ValueError naming the field) and builds the file's GPTConfig.
+"""
+import ast
+import collections
+import dataclasses
+import difflib
+import functools
+import io
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import tokenize
+
+import torch
+
+import variants
+from configurator import UserError
+from model import GPTConfig
+from tools import technique_lines
+
+ROOT = technique_lines.ROOT
+MODEL = os.path.abspath(os.path.join(ROOT, "model.py"))
+OUT_DIR = os.path.join(ROOT, "models")
+# the calls a condition may make and still have no side effects
+PURE_CALLS = {"len", "isinstance"}
+COMMAND = "python -m tools.one_file"
+
+
+class Traced(technique_lines.Tracer):
+    """technique_lines' Tracer, also recording each frame's steps from one instruction to the next: which way
+    an `if` went."""
+
+    def __init__(self):
+        super().__init__()
+        self.edges = set()   # (code, offset, next offset)
+        self.last = {}
+
+    def call(self, frame, event, arg):   # model.py's frames only: train.py's lines are not this tool's
+        if os.path.abspath(frame.f_code.co_filename) != MODEL and not self.checking:
+            return None
+        return super().call(frame, event, arg)
+
+    def event(self, frame, event, arg):
+        if event == "opcode":
+            before = self.last.get(frame)
+            if before is not None:
+                self.edges.add((frame.f_code, before, frame.f_lasti))
+            self.last[frame] = frame.f_lasti
+        elif event == "return":
+            self.last.pop(frame, None)
+        return super().event(frame, event, arg)
+
+
+def run(target, overrides=(), keep_heaviest_branch=False):
+    """(Traced, the model's arguments as it ran, the full-size arguments) of one config or variant."""
+    config, explicit = technique_lines.load(target, overrides)
+    ran = {}
+
+    def generate_more(model):
+        """After technique_lines' sampled generation: a greedy one from a full window, which starts it again."""
+        prompt = torch.zeros((1, model.config.block_size), dtype=torch.long)
+        model.generate(prompt, 3, temperature=0)
+        ran.update(dataclasses.asdict(model.config))
+    tracer = technique_lines.trace(target, overrides, keep_heaviest_branch, tracer=Traced(), then=generate_more)
+    full = {f.name: f.default for f in dataclasses.fields(GPTConfig)}
+    full.update(variants.load(config["variant"]) if config["variant"] else {})
+    full.update({k: config[k] for k in explicit if k in full})
+    return tracer, ran, full
+
+
+def span(node):
+    return (node.lineno, node.col_offset), (node.end_lineno, node.end_col_offset)
+
+
+def inside(pos, node):
+    """Whether an instruction's position (line, end line, column, end column) lies within node."""
+    (l1, c1), (l2, c2) = span(node)
+    return (l1, c1) <= (pos[0], pos[2]) and (pos[1], pos[3]) <= (l2, c2)
+
+
+def pure(node):
+    """No side effects: names, constants, attribute reads, subscripts, comparisons, boolean and arithmetic
+    operators, tuples, lists and dicts of them, len() and isinstance()."""
+    if isinstance(node, ast.Call):
+        return (isinstance(node.func, ast.Name) and node.func.id in PURE_CALLS and not node.keywords
+                and all(pure(a) for a in node.args))
+    allowed = (ast.Name, ast.Constant, ast.Attribute, ast.Subscript, ast.Compare, ast.BoolOp, ast.UnaryOp,
+               ast.BinOp, ast.Tuple, ast.List, ast.Dict, ast.Load, ast.operator, ast.cmpop, ast.boolop,
+               ast.unaryop, ast.expr_context, ast.Slice)
+    return isinstance(node, allowed) and all(pure(c) for c in ast.iter_child_nodes(node))
+
+
+FIELDS = {f.name for f in dataclasses.fields(GPTConfig)}
+
+
+def is_field(node, own=False):
+    """A read of a GPTConfig field: config.f, c.f, self.config.f (in GPTConfig itself, own: self.f)."""
+    if not isinstance(node, ast.Attribute) or node.attr not in FIELDS:
+        return False
+    value = node.value
+    return (isinstance(value, ast.Name) and value.id in ("config", "c", "cfg") + ("self",) * own
+            or isinstance(value, ast.Attribute) and value.attr == "config")
+
+
+def field_reads(tree, own=False):
+    """The GPTConfig fields tree reads."""
+    return {n.attr for n in ast.walk(tree) if is_field(n, own) and not isinstance(n.ctx, ast.Store)}
+
+
+def is_docstring(stmt, parent):
+    return (parent is not None and parent.body and parent.body[0] is stmt and isinstance(stmt, ast.Expr)
+            and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str))
+
+
+def attr_loads(tree):
+    """The attribute names read in tree, once per read (also getattr/hasattr's string, and x.a += ...)."""
+    names = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and not isinstance(node.ctx, ast.Store):
+            names.append(node.attr)
+        elif isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Attribute):
+            names.append(node.target.attr)
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+              and node.func.id in ("getattr", "hasattr") and len(node.args) > 1
+              and isinstance(node.args[1], ast.Constant)):
+            names.append(node.args[1].value)
+    return names
+
+
+def name_loads(tree):
+    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Store)}
+
+
+def defined(tree):
+    """The names tree defines: its functions, classes and methods where no English word spells them (with `_`,
+    a digit or an inner capital: `deep_thinking`, not `attend`), its class fields and the attributes it stores."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            name = node.name.strip("_")
+            if "_" in name or any(c.isdigit() for c in name) or any(c.isupper() for c in name[1:]):
+                names.add(node.name)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            names.add(node.attr)
+        elif isinstance(node, ast.AnnAssign):
+            names.add(node.target.id)
+    return names
+
+
+def short_strings(text):
+    """The strings in text's code that spell a name ("rope", "gated")."""
+    return {t.string[1:-1] for t in tokenize.generate_tokens(io.StringIO(text).readline)
+            if t.type == tokenize.STRING and re.fullmatch(r"[\"'][A-Za-z_][A-Za-z0-9_]*[\"']", t.string)}
+
+
+def identifiers(text):
+    return {t.string for t in tokenize.generate_tokens(io.StringIO(text).readline) if t.type == tokenize.NAME}
+
+
+class Specialiser:
+    """model.py's text, its AST and a trace; `module(drop)` writes the file, leaving out the nodes in drop."""
+
+    def __init__(self, text, tracer):
+        self.text = text
+        self.lines = text.splitlines()
+        self.tree = ast.parse(text)
+        model = os.path.abspath(MODEL)
+        self.ran = {}   # line -> positions of the instructions that ran starting on it
+        self.codes = {}
+        self.spans = {}
+        self.memo = {}
+        for code, offset, _ in tracer.ran:
+            if os.path.abspath(code.co_filename) != model:
+                continue
+            pos = self.position(code, offset)
+            if pos is not None:
+                self.ran.setdefault(pos[0], []).append(pos)
+        self.edges = {}   # code -> [(offset, next offset)]
+        for code, a, b in tracer.edges:
+            if os.path.abspath(code.co_filename) == model:
+                self.edges.setdefault(code, []).append((a, b))
+        self.parents = {}
+        for node in ast.walk(self.tree):
+            for child in ast.iter_child_nodes(node):
+                self.parents[child] = node
+        self.tests = []   # the conditions of the ifs and arms made into one arm
+        self.values = {}   # the traced model's GPTConfig
+        self.tables = {}   # module-level dicts of string keys: name -> {key: value node}
+        for node in self.tree.body:
+            if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+                    and isinstance(node.value, ast.Dict) and all(
+                        isinstance(k, ast.Constant) and isinstance(k.value, str) for k in node.value.keys)):
+                self.tables[node.targets[0].id] = {k.value: v for k, v in zip(node.value.keys, node.value.values)}
+        self.assumed_by = set()
+
+    def position(self, code, offset):
+        positions = self.codes.get(code)
+        if positions is None:
+            positions = self.codes[code] = list(code.co_positions())
+        pos = positions[offset // 2]
+        return pos if None not in pos else None
+
+    def lines_of_code(self, code):
+        """(first, last) line of code's instructions."""
+        if code not in self.spans:
+            found = [pos[0] for pos in code.co_positions() if pos[0] is not None]
+            self.spans[code] = min(found), max(found)
+        return self.spans[code]
+
+    def did_run(self, node):
+        """Whether an instruction within node ran."""
+        if node not in self.memo:
+            self.memo[node] = self.ran_within(node)
+        return self.memo[node]
+
+    def ran_within(self, node):
+        return any(inside(pos, node) for line in range(node.lineno, node.end_lineno + 1)
+                   for pos in self.ran.get(line, ()))
+
+    def ways(self, node):
+        """(true, false): whether the if statement went into its body, and past it."""
+        if ("ways", node) not in self.memo:
+            self.memo[("ways", node)] = self.find_ways(node)
+        return self.memo[("ways", node)]
+
+    def find_ways(self, node):
+        true, false = self.did_run(node.body[0]) or any(self.did_run(s) for s in node.body), False
+        false = any(self.did_run(s) for s in node.orelse)
+        if node.orelse:
+            return true, false
+        for code, steps in self.edges.items():
+            lines = self.lines_of_code(code)
+            if lines[1] < node.lineno or lines[0] > node.end_lineno:
+                continue
+            where = {}
+            for i, pos in enumerate(code.co_positions()):
+                if None not in pos and inside(pos, node):
+                    where[2 * i] = "body" if any(inside(pos, s) for s in node.body) else "test"
+            if not where:
+                continue
+            after_body = max([o for o, w in where.items() if w == "body"], default=-1)
+            for a, b in steps:
+                if where.get(a) != "test":
+                    continue
+                if where.get(b) == "body":
+                    true = True
+                elif where.get(b) is None or b > after_body:
+                    false = True
+        return true, false
+
+    # --- text ---
+    def col(self, line, col):
+        """A character column from the AST's UTF-8 byte column."""
+        return len(self.lines[line - 1].encode()[:col].decode())
+
+    def segment(self, start, end):
+        (l1, c1), (l2, c2) = start, end
+        c1, c2 = self.col(l1, c1), self.col(l2, c2)
+        if l1 == l2:
+            return self.lines[l1 - 1][c1:c2]
+        return "\n".join([self.lines[l1 - 1][c1:]] + self.lines[l1:l2 - 1] + [self.lines[l2 - 1][:c2]])
+
+    def expr(self, node):
+        """node's source with its conditional expressions made into the arm that ran."""
+        edits = self.ifexp_edits(node)
+        if not edits:
+            return self.segment(*span(node))
+        out, at = [], span(node)[0]
+        for (start, end), text in edits:
+            out += [self.segment(at, start), text]
+            at = end
+        out.append(self.segment(at, span(node)[1]))
+        return "".join(out)
+
+    def ifexp_edits(self, node, skip=()):
+        """[((start, end), text)]: the outermost conditional expressions in node (not in the statements skip)
+        that become one arm."""
+        edits = []
+        for child in ast.iter_child_nodes(node):
+            if child in skip or isinstance(child, ast.stmt):
+                continue
+            if isinstance(child, ast.IfExp):
+                body, other = self.did_run(child.body), self.did_run(child.orelse)
+                if body != other and pure(child.test):
+                    self.tests.append(child.test)
+                    edits.append((span(child), self.expr(child.body if body else child.orelse)))
+                    continue
+            table = self.tables.get(getattr(child.value, "id", None)) if isinstance(child, ast.Subscript) else None
+            if table and is_field(child.slice) and self.values.get(child.slice.attr) in table:
+                self.tests.append(child.slice)   # ACTIVATIONS[config.activation]: the entry the config reads
+                edits.append((span(child), self.expr(table[self.values[child.slice.attr]])))
+                continue
+            if isinstance(child, ast.BoolOp) and len(child.values) == 2 and self.did_run(child):
+                first, second = child.values
+                keep = None
+                if not self.did_run(second):   # the first decided every time
+                    keep = first
+                elif is_field(first) and not self.short_circuited(child):   # config.f or default
+                    keep = second
+                if keep is not None and is_field(first):
+                    self.tests.append(first)
+                    edits.append((span(child), self.expr(keep)))
+                    continue
+            edits += self.ifexp_edits(child)
+        return sorted(edits)
+
+    def short_circuited(self, node):
+        """Whether `a or b` (`a and b`) ever skipped b: a step from a to past node."""
+        for code, steps in self.edges.items():
+            lines = self.lines_of_code(code)
+            if lines[1] < node.lineno or lines[0] > node.end_lineno:
+                continue
+            positions = list(code.co_positions())
+            def where(offset):
+                pos = positions[offset // 2]
+                if None in pos or not inside(pos, node):
+                    return "out"
+                return "second" if inside(pos, node.values[1]) else "first"
+            if any(where(a) == "first" and where(b) == "out" for a, b in steps):
+                return True
+        return False
+
+    def lines_of(self, stmt, start_line, end_line, skip=()):
+        """The source lines start_line..end_line of stmt, its conditional expressions (outside skip) made into
+        one arm."""
+        edits = [e for e in self.ifexp_edits(stmt, skip) if start_line <= e[0][0][0] and e[0][1][0] <= end_line]
+        text = "\n".join(self.lines[start_line - 1:end_line])
+        if edits:
+            out, at = [], (start_line, 0)
+            for (start, end), new in edits:
+                out += [self.segment(at, start), new]
+                at = end
+            out.append(self.segment(at, (end_line, len(self.lines[end_line - 1].encode()))))
+            text = "".join(out)
+        return text.split("\n")
+
+    def lead(self, stmt):
+        """The first line of the comments and blank lines right above stmt (its decorators)."""
+        first = stmt.decorator_list[0].lineno if getattr(stmt, "decorator_list", None) else stmt.lineno
+        while first > 1 and (not self.lines[first - 2].strip() or self.lines[first - 2].lstrip().startswith("#")):
+            first -= 1
+        return first
+
+    def start(self, stmt):
+        return stmt.decorator_list[0].lineno if getattr(stmt, "decorator_list", None) else stmt.lineno
+
+    # --- statements ---
+    def block(self, stmts, shift, parent, drop):
+        out = []
+        for stmt in stmts:
+            out += self.statement(stmt, shift, parent, drop)
+        if not [line for line in out if line.strip() and not line.lstrip().startswith("#")]:
+            out.append(" " * (stmts[0].col_offset - shift) + "pass")   # a loop that never went round
+        return out
+
+    def statement(self, stmt, shift, parent, drop):
+        """The lines of stmt, shift columns to the left."""
+        if stmt in drop:
+            return []
+        if is_docstring(stmt, parent):
+            return dedent(self.docstring(stmt, drop), shift)
+        if isinstance(stmt, ast.If):
+            return self.if_statement(stmt, shift, "if", drop)
+        if not self.did_run(stmt):
+            return []
+        head = dedent(self.lines[self.lead(stmt) - 1:self.start(stmt) - 1], shift)
+        blocks = [b for b in ("body", "handlers", "orelse", "finalbody") if getattr(stmt, b, None)]
+        if not blocks:
+            return head + dedent(self.lines_of(stmt, self.start(stmt), stmt.end_lineno), shift)
+        if isinstance(stmt, (ast.FunctionDef, ast.ClassDef)):
+            return head + self.definition(stmt, shift, drop)
+        # a loop, with or try: its header, then each block after the lines that open it
+        out, line = [], self.start(stmt)
+        inner = [s for b in blocks for s in getattr(stmt, b)]
+        for b in blocks:
+            first = getattr(stmt, b)[0]
+            opening = self.lines_of(stmt, line, self.lead(first) - 1, skip=inner)
+            out += dedent(opening, shift) + self.block(getattr(stmt, b), shift, stmt, drop)
+            line = getattr(stmt, b)[-1].end_lineno + 1
+        return head + out
+
+    def definition(self, node, shift, drop):
+        """A function or class: its header, then its body's statements that ran (its methods: those that ran
+        or, in a class none of whose methods ran, all)."""
+        header = self.lines_of(node, self.start(node), self.lead(node.body[0]) - 1, skip=node.body)
+        body = []
+        for stmt in node.body:
+            if stmt in drop:
+                continue
+            if isinstance(stmt, (ast.FunctionDef, ast.ClassDef)):
+                if self.did_run(stmt):
+                    body += dedent(self.lines[self.lead(stmt) - 1:self.start(stmt) - 1], shift)
+                    body += self.definition(stmt, shift, drop)
+            elif isinstance(node, ast.ClassDef) and not is_docstring(stmt, node):
+                # class-level fields and constants: kept unless dropped (their readers decide)
+                body += dedent(self.lines[self.lead(stmt) - 1:stmt.end_lineno], shift)
+            else:
+                body += self.statement(stmt, shift, node, drop)
+        if not [line for line in body if line.strip() and not line.strip().startswith("#")]:
+            body.append(" " * (node.body[0].col_offset - shift) + "pass")
+        return dedent(header, shift) + body
+
+    def if_statement(self, node, shift, keyword, drop):
+        """An if (keyword "if") or the elif of one (keyword "elif"): the arms that ran."""
+        if not self.did_run(node.test):
+            return []
+        true, false = self.ways(node)
+        indent = " " * (node.col_offset - shift)
+        guard = not true and any(isinstance(s, ast.Raise) for s in node.body)
+        elif_ = len(node.orelse) == 1 and isinstance(node.orelse[0], ast.If) and self.lines[
+            node.orelse[0].lineno - 1][self.col(node.orelse[0].lineno, node.orelse[0].col_offset):].startswith("elif")
+        lead = dedent(self.lines[self.lead(node) - 1:node.lineno - 1], shift)
+        body_shift = shift + node.body[0].col_offset - node.col_offset
+        if guard or (true and false) or not pure(node.test):
+            header = self.lines_of(node, node.lineno, self.lead(node.body[0]) - 1, skip=node.body + node.orelse)
+            if keyword == "if" and header[0].lstrip().startswith("elif"):   # an elif that now comes first
+                header[0] = header[0].replace("elif", "if", 1)
+            out = lead + dedent(header, shift)
+            if true:
+                out += self.block(node.body, shift, node, drop)
+            else:   # a guard, or a condition with side effects: the arm that never ran stays whole
+                out += dedent(self.lines[self.lead(node.body[0]) - 1:node.body[-1].end_lineno], shift)
+            if not node.orelse:
+                return out
+            if not false:
+                return out + dedent(self.lines[node.body[-1].end_lineno:node.orelse[-1].end_lineno], shift)
+            if elif_:
+                return out + self.if_statement(node.orelse[0], shift, "elif", drop)
+            opening = self.lines[node.body[-1].end_lineno:self.lead(node.orelse[0]) - 1]
+            return out + dedent(opening, shift) + self.block(node.orelse, shift, node, drop)
+        self.tests.append(node.test)
+        if true:   # the body alone
+            if keyword == "elif":
+                return [indent + "else:"] + self.block(node.body, shift, node, drop)
+            return lead + self.block(node.body, body_shift, node, drop)
+        if not node.orelse:
+            return []
+        if elif_:   # the elif's arms, as an if (or still an elif)
+            return lead + self.if_statement(node.orelse[0], shift, keyword, drop)
+        if keyword == "elif":
+            return [indent + "else:"] + self.block(node.orelse, shift, node, drop)
+        else_shift = shift + node.orelse[0].col_offset - node.col_offset
+        return lead + self.block(node.orelse, else_shift, node, drop)
+
+    def docstring(self, stmt, drop):
+        """The docstring's lines, less its sentences and list items that name removed code; its first sentences
+        stay, marked when they name some."""
+        lines = self.lines[stmt.lineno - 1:stmt.end_lineno]
+        removed = getattr(self, "removed", set())
+        base = stmt.col_offset
+        closing = lines[-1].rstrip()[-3:]
+        body = lines[:-1] if lines[-1].strip() == closing else lines[:-1] + [lines[-1].rstrip()[:-3]]
+        units, kind = [], None   # units: [kind, lines]; kind "prose", "item" or "blank"
+        for i, line in enumerate(body):
+            indent = base if i == 0 else len(line) - len(line.lstrip())
+            if not line.strip():
+                units.append(["blank", [line]])
+            elif indent > base and units and units[-1][0] == "item" and indent > units[-1][2]:
+                units[-1][1].append(line)   # an item's continuation
+            elif indent > base:
+                units.append(["item", [line], indent])
+            elif units and units[-1][0] == "prose":
+                units[-1][1].append(line)
+            else:
+                units.append(["prose", [line]])
+        first = units[0]
+        kept = [first] + [u for u in units[1:] if u[0] == "blank" or not names_any("\n".join(u[1]), removed)]
+        out = []
+        for unit in kept:
+            if unit[0] == "blank" and (not out or not out[-1].strip()):
+                continue
+            out += unit[1]
+        while len(out) > 1 and not out[-1].strip():
+            out.pop()
+        if lines[-1].strip() == closing:
+            out.append(lines[-1])
+        else:
+            out[-1] += closing
+        if names_any("\n".join(first[1]), removed):
+            out.insert(0, " " * base + "# model.py's docstring, whole: it also tells of code left out here")
+        return out
+
+
+def names_any(text, removed):
+    words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", text))
+    return bool(words & removed)
+
+
+def dedent(lines, shift):
+    out = []
+    for line in lines:
+        spaces = len(line) - len(line.lstrip(" "))
+        out.append(line[min(spaces, shift):])
+    return out
+
+
+def specialise(text, tracer, ran_args, full_args, header):
+    """The file's text: model.py's text specialised to the trace."""
+    spec = Specialiser(text, tracer)
+    spec.values = ran_args
+    tree = spec.tree
+    fields = {f.name for f in dataclasses.fields(GPTConfig)}
+    config_class = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "GPTConfig")
+    drop = set()
+    spec.removed = set()
+    stores = [node for node in ast.walk(tree) if isinstance(node, ast.Assign) and len(node.targets) == 1
+              and isinstance(node.targets[0], ast.Attribute)]
+    model_names, model_strings = defined(tree), short_strings(text)
+    while True:
+        spec.tests = []
+        chunks = chunk_texts(spec, drop)
+        trees = {node: parse(t) for node, t in chunks}
+        reads = collections.Counter(a for t in trees.values() for a in attr_loads(t))
+        attrs = set(reads)
+        more = set()
+        loads = {node: name_loads(t) for node, t in trees.items()}
+        users = collections.Counter(name for names in loads.values() for name in names)
+        for node, t in chunks:   # module-level names nothing else reads
+            def read(name):
+                return users[name] > (name in loads[node])
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                if not spec.did_run(node) and not read(node.name) and node is not config_class:
+                    more.add(node)
+            elif isinstance(node, ast.Assign):
+                if not any(read(n.id) for n in node.targets if isinstance(n, ast.Name)):
+                    more.add(node)
+        for node in stores:   # stores of values without side effects that nothing reads
+            if pure(node.value):
+                name = node.targets[0].attr   # its own value's reads (self.x = config.x) do not count
+                if reads[name] <= (attr_loads(node.value).count(name) if spec.did_run(node) else 0):
+                    more.add(node)
+        read_fields = set().union(*(field_reads(t, node is config_class) for node, t in trees.items()))
+        for stmt in config_class.body:
+            if isinstance(stmt, ast.AnnAssign) and stmt.target.id not in read_fields:
+                more.add(stmt)
+        kept_code = "\n".join(t for _, t in chunks)
+        names = identifiers(kept_code)
+        values = {v for v in ran_args.values() if isinstance(v, str)}
+        spec.removed = (model_names - names) | (model_strings - short_strings(kept_code) - names - values)
+        if more <= drop:
+            break
+        drop |= more
+    # the fields left out, and those a removed condition read, are assumed
+    tested = set()
+    for test in spec.tests:
+        tested |= {n.attr for n in ast.walk(test) if isinstance(n, ast.Attribute)}
+    for node in stores:   # self.x = config.f: a condition on x is one on f
+        if node.targets[0].attr in tested - FIELDS or node in drop:
+            tested |= {n.attr for n in ast.walk(node.value) if isinstance(n, ast.Attribute)}
+    held = {s.target.id for s in config_class.body if isinstance(s, ast.AnnAssign) and s not in drop}
+    # (a size the tool shrank, such as ShishuLM's n_attn_layers, stays free where the file holds it)
+    assumed = {name: ran_args[name] for name in sorted(fields) if name not in held
+               or name in tested and full_args[name] == ran_args[name] and name != "vocab_size"}
+    differ = [n for n in assumed if n != "vocab_size" and full_args[n] != ran_args[n]]
+    if differ:
+        raise UserError(f"the traced model's {', '.join(differ)} differ from the config's, and the file would "
+                        f"assume them (fix: tools/fingerprint.py's SMALL sizes)")
+    chunks = chunk_texts(spec, drop)
+    imports = imports_needed(spec, chunks, drop)
+    out = [header, ""] + imports
+    for node, t in chunks:
+        out += ["", ""] + t.split("\n") if not t.startswith("\n") else t.split("\n")
+        if node is config_class:
+            out += ["", ""] + assumptions(assumed, held).split("\n")
+    return "\n".join(tidy(out)) + "\n"
+
+
+def chunk_texts(spec, drop):
+    """[(node, text)]: model.py's top-level definitions and constants that stay, each specialised."""
+    chunks = []
+    for node in spec.tree.body:
+        if node in drop or isinstance(node, (ast.Import, ast.ImportFrom)) or is_docstring(node, spec.tree):
+            continue
+        lead = spec.lines[spec.lead(node) - 1:spec.start(node) - 1]
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            if spec.did_run(node) or isinstance(node, ast.ClassDef) and any(
+                    spec.did_run(s) for s in node.body if isinstance(s, ast.FunctionDef)):
+                lines = spec.definition(node, 0, drop)
+            else:   # named by kept code, never run: whole
+                lines = spec.lines[spec.start(node) - 1:node.end_lineno]
+        else:
+            lines = spec.lines[spec.start(node) - 1:node.end_lineno]
+        chunks.append((node, prune("\n".join(lead + lines))))
+    return chunks
+
+
+@functools.lru_cache(maxsize=None)
+def parse(text):
+    """ast.parse, once per text (the fixed point makes most chunks again unchanged)."""
+    return ast.parse(text)
+
+
+@functools.lru_cache(maxsize=None)
+def prune(text):
+    """text less its stores that nothing reads: a local assigned a value without side effects that its
+    function never reads, and an attribute assigned such a value (or a call without arguments) that the
+    same block assigns again before reading it (self.ln_f = nn.Identity(), then self.ln_f = ...)."""
+    while True:
+        tree = parse(text)
+        dead = next((s for s in unread_stores(tree)), None)
+        if dead is None:
+            return text
+        lines = text.split("\n")
+        first = dead.lineno
+        while first > 1 and lines[first - 2].lstrip().startswith("#"):   # its comment goes with it
+            first -= 1
+        shorter = "\n".join(lines[:first - 1] + lines[dead.end_lineno:])
+        try:
+            parse(shorter)
+        except SyntaxError:   # it was alone in its block
+            return text
+        text = shorter
+
+
+def unread_stores(tree):
+    for func in ast.walk(tree):
+        if not isinstance(func, ast.FunctionDef):
+            continue
+        loads = name_loads(func)
+        for node in ast.walk(func):
+            if isinstance(node, ast.Assign) and pure(node.value) and all(
+                    isinstance(n, ast.Name) and n.id not in loads
+                    for t in node.targets for n in (t.elts if isinstance(t, ast.Tuple) else [t])):
+                yield node
+        for node in ast.walk(func):
+            for block in (getattr(node, f, None) for f in ("body", "orelse")):
+                if isinstance(block, list):
+                    yield from overwritten(block)
+
+
+def overwritten(block):
+    for i, stmt in enumerate(block):
+        if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
+                and isinstance(stmt.targets[0], ast.Attribute)):
+            continue
+        value = stmt.value
+        if not (pure(value) or isinstance(value, ast.Call) and not value.args and not value.keywords):
+            continue
+        target = ast.dump(stmt.targets[0])
+        for later in block[i + 1:]:
+            if isinstance(later, (ast.Return, ast.Raise)) or stmt.targets[0].attr in attr_loads(later):
+                break
+            if isinstance(later, ast.Assign) and any(ast.dump(t) == target for t in later.targets):
+                yield stmt
+                break
+
+
+def imports_needed(spec, chunks, drop):
+    """model.py's imports of the names the kept code reads."""
+    used = set().union(*(name_loads(parse(t)) for _, t in chunks))
+    out = []
+    for node in spec.tree.body:
+        if not isinstance(node, (ast.Import, ast.ImportFrom)):
+            continue
+        names = [a for a in node.names if (a.asname or a.name).split(".")[0] in used]
+        if not names:
+            continue
+        lead = [line for line in spec.lines[spec.lead(node) - 1:node.lineno - 1]]
+        if len(names) == len(node.names):
+            out += lead + spec.lines[node.lineno - 1:node.end_lineno]
+        else:
+            listed = ", ".join(a.name + (f" as {a.asname}" if a.asname else "") for a in names)
+            out += lead + [f"from {node.module} import {listed}" if isinstance(node, ast.ImportFrom)
+                           else f"import {listed}"]
+    while out and not out[0].strip():
+        out.pop(0)
+    return out
+
+
+def assumptions(assumed, held):
+    """ASSUMED, the values of the fields left out (and of those held that ran at one value only), and
+    config_from, which checks them."""
+    items = [""]
+    for name, value in assumed.items():   # as many a line as fit
+        item = f"{name!r}: {value!r},"
+        if items[-1] and len(items[-1]) + len(item) > 95:
+            items.append("")
+        items[-1] += (" " if items[-1] else "") + item
+    checked = [n for n in assumed if n in held]
+    note = f"; those it holds but runs at one value only ({', '.join(checked)}) too" if checked else ""
+    comment = textwrap.wrap(f"model.py's GPTConfig fields this file leaves out{note}: the values it assumes", 96)
+    return ("\n".join("# " + line for line in comment) + "\n"
+            "ASSUMED = {\n" + "\n".join("    " + line for line in items) + "\n}\n\n\n"
+            "def config_from(model_args):\n"
+            '    """GPTConfig from a checkpoint\'s model_args (model.py\'s fields): those this\n'
+            '    file leaves out must hold the values it assumes."""\n'
+            "    for name, value in ASSUMED.items():\n"
+            "        if model_args.get(name, value) != value:\n"
+            "            raise ValueError(f\"{name}={model_args[name]!r}, but this file assumes \"\n"
+            "                             f\"{value!r} (fix: the file of that config)\")\n"
+            "    fields = GPTConfig.__dataclass_fields__\n"
+            "    return GPTConfig(**{k: v for k, v in model_args.items() if k in fields})")
+
+
+def tidy(lines):
+    """At most two blank lines in a row, none at the start of a block or the end of the file."""
+    out = []
+    for line in lines:
+        if not line.strip():
+            if len(out) >= 2 and not out[-1].strip() and not out[-2].strip():
+                continue
+            if out and out[-1].rstrip().endswith(":") and not out[-1].lstrip().startswith("#"):
+                continue
+        out.append(line.rstrip())
+    while out and not out[-1].strip():
+        out.pop()
+    return out
+
+
+def commit():
+    """model.py's last commit, and whether model.py has changes since."""
+    def git(*args):
+        p = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
+        return p.stdout.strip() if p.returncode == 0 else ""
+    sha = git("log", "-1", "--format=%h", "--", "model.py") or "unknown"
+    dirty = git("status", "--porcelain", "--", "model.py")
+    return sha + (" plus uncommitted changes" if dirty else "")
+
+
+def header(target, overrides, out):
+    name = " ".join([target, *overrides])
+    command = " ".join([COMMAND, target, *overrides] + ([f"--out={out}"] if out else []))
+    return (f'"""\n{name}: model.py specialised to this config, one file. model.py is the source, with every\n'
+            f"flag; this file holds only what {name} runs in a training step, an evaluation and a generation\n"
+            f"through the KV cache (the classes, functions, branches and GPTConfig fields), in model.py's order,\n"
+            f"with its comments, and computes exactly what model.py computes for it. Do not edit: regenerate.\n\n"
+            f"    made by:  {command}\n"
+            f"    model.py of commit {commit()}\n"
+            f'"""')
+
+
+def make(target, overrides=(), out=None, keep_heaviest_branch=False):
+    """(the text of target's file, the model's arguments it was traced with)."""
+    tracer, ran_args, full_args = run(target, overrides, keep_heaviest_branch)
+    with open(MODEL, encoding="utf-8") as f:
+        text = f.read()
+    flags = list(overrides) + ["--keep_heaviest_branch"] * keep_heaviest_branch
+    return specialise(text, tracer, ran_args, full_args, header(target, flags, out)), ran_args
+
+
+def build(target, overrides=(), out=None, keep_heaviest_branch=False):
+    """The text of target's file."""
+    return make(target, overrides, out, keep_heaviest_branch)[0]
+
+
+def diff(other, text, other_name, name):
+    """The lines of a unified diff of two files: what `name` adds to `other_name`, in context."""
+    return list(difflib.unified_diff(other.splitlines(), text.splitlines(), other_name, name, lineterm=""))
+
+
+def load_module(path, name="one_file_model"):
+    """The module of a file this tool wrote, imported from its path."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if "-h" in argv or "--help" in argv:
+        print(__doc__)
+        return None
+    out = [a.split("=", 1)[1] for a in argv if a.startswith("--out=")]
+    against = [a.split("=", 1)[1] for a in argv if a.startswith("--against=")]
+    keep = "--keep_heaviest_branch" in argv
+    rest = [a for a in argv if not a.startswith(("--out=", "--against=")) and a != "--keep_heaviest_branch"]
+    if rest == ["--all"]:
+        os.makedirs(OUT_DIR, exist_ok=True)
+        for name in variants.available():
+            path = os.path.join(OUT_DIR, f"{name}.py")
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(build(name, (), os.path.relpath(path, ROOT)))
+            print(f"wrote {os.path.relpath(path, ROOT)}")
+        return None
+    targets = [a for a in rest if not a.startswith("--")]
+    if len(targets) != 1 or len(out) > 1 or len(against) > 1:
+        raise SystemExit(f"error: give one config or variant (fix: e.g. `{COMMAND} lgpt --out=lgpt.py`, "
+                         f"`{COMMAND} lgpt --against=gpt`)")
+    overrides = [a for a in rest if a.startswith("--")]
+    try:
+        text = build(targets[0], overrides, out[0] if out else None, keep)
+        if against:
+            other = build(against[0])
+    except UserError as e:
+        raise SystemExit(f"error: {e}") from None
+    if against:
+        print("\n".join(diff(other, text, against[0], targets[0])))
+    elif out:
+        with open(out[0], "w", encoding="utf-8") as f:
+            f.write(text)
+    else:
+        print(text, end="")
+    return text
+
+
+if __name__ == "__main__":
+    main()
