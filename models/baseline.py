@@ -5,7 +5,7 @@ through the KV cache (the classes, functions, branches and GPTConfig fields), in
 with its comments, and computes exactly what model.py computes for it. Do not edit: regenerate.
 
     made by:  python -m tools.one_file baseline --out=models/baseline.py
-    model.py of commit 696ba62
+    model.py of commit ae6f76f
 """
 
 import math
@@ -38,18 +38,8 @@ class GPTConfig:
     n_branches: int = 1             # the embedding is n_branches * n_embd wide
     init_std: float = 0.02
 
-    # --- derived sizes ---
-    def layers_per_branch(self):
-        return self.n_layer // self.n_branches
-
-    def widths(self):
-        # model.py's docstring, whole: it also tells of code left out here
-        """The width of each layer: constant, or halved (lgpt/cgpt)."""
-        n = self.layers_per_branch()
-        return [self.n_embd] * n
-
     def final_width(self):
-        return self.widths()[-1]
+        return self.n_embd
 
 
 # model.py's GPTConfig fields this file leaves out; those it holds but runs at one value only
@@ -147,8 +137,7 @@ class CausalSelfAttention(nn.Module):
         self.head_dim = width // config.n_head
         self.kv_width = self.n_kv_head * self.head_dim
         # one matmul: the queries (width), then the keys and values (kv_width each)
-        qkv_width = width + 2 * self.kv_width
-        self.qkv_proj = nn.Linear(width, qkv_width, bias=config.bias)
+        self.qkv_proj = nn.Linear(width, width + 2 * self.kv_width, bias=config.bias)
         self.out_proj = nn.Linear(width, width, bias=config.bias)
         self.dropout = config.dropout
         self.resid_dropout = nn.Dropout(config.dropout)
@@ -202,7 +191,8 @@ class DecoderStack(nn.Module):
         self.attn = nn.ModuleList()
         self.mlp = nn.ModuleList()
         self.layers = []
-        for width in config.widths():   # halved by lgpt/cgpt (section 6)
+        widths = [config.n_embd] * (config.n_layer // config.n_branches)   # per pgpt branch
+        for width in widths:
             attn = ResidualSubLayer(config, width, CausalSelfAttention(config, width))
             mlp = ResidualSubLayer(config, width, MLP(config, width))
             self.attn.append(attn)
@@ -320,8 +310,8 @@ class GPT(nn.Module):
         no_decay = [p for p in params if p.dim() < 2]
         groups = [{"params": decay, "weight_decay": weight_decay},
                   {"params": no_decay, "weight_decay": 0.0}]
-        fused = device_type == "cuda"
-        return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, fused=fused)
+        return torch.optim.AdamW(groups, lr=learning_rate, betas=betas,
+                                 fused=device_type == "cuda")
 
     # --- generation ---
     def new_cache(self):
