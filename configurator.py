@@ -36,6 +36,13 @@ class ArgumentParser(argparse.ArgumentParser):
     def error(self, message):
         raise SystemExit(f"error: {message} (fix: see `{self.prog} --help`)")
 
+    def run(self, command, argv=None):
+        """command(**the parsed arguments); bad input (UserError) ends as one line `error: ...` and exit 1."""
+        try:
+            return command(**vars(self.parse_args(argv)))
+        except UserError as e:
+            raise SystemExit(f"error: {e}") from None
+
 
 def load_config(defaults, argv, bool_flags=()):
     """defaults: dict of every known key -> default value. argv: e.g. sys.argv[1:]. bool_flags: boolean keys
