@@ -36,7 +36,7 @@ import threading
 import numpy as np
 import torch
 
-from configurator import UserError, check_temperature
+from configurator import UserError, check_temperature, read_prompt
 
 CKPT_NAME = "ckpt.pt"
 LOCK_NAME = ".lock"         # lock_dir: one writer per out_dir / compare_dir
@@ -548,8 +548,9 @@ def resolve_device(name, local_rank=None):
 
 def setup_sampling(cfg):
     """What a script that samples (sample.py, tools/huggingface/sample.py) checks and sets before anything is
-    loaded: --num_samples, --max_new_tokens, --top_k, --temperature, --seed, --num_threads (set here), --device and --dtype, with one-line errors; a
-    note on stderr when other jobs keep the CPUs busy. Returns (torch.device, torch dtype)."""
+    loaded: --num_samples, --max_new_tokens, --top_k, --temperature, --seed, --num_threads (set here), --device,
+    --dtype and --start (the text, or FILE:path read: read_prompt), with one-line errors; a note on stderr when
+    other jobs keep the CPUs busy. Returns (torch.device, torch dtype, the prompt's text)."""
     if cfg["num_samples"] < 1 or cfg["max_new_tokens"] < 0:
         raise UserError("--num_samples must be >= 1 and --max_new_tokens >= 0 (fix: e.g. --num_samples=1)")
     if cfg["top_k"] < 0:
@@ -563,7 +564,7 @@ def setup_sampling(cfg):
     dtype = getattr(torch, resolve_dtype(cfg["dtype"], device))
     if busy_machine(device):
         print(f"note: {busy_machine(device)}", file=sys.stderr)
-    return device, dtype
+    return device, dtype, read_prompt(cfg["start"])
 
 
 def resolve_dtype(name, device):

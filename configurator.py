@@ -283,3 +283,18 @@ def _type_name(default):
     if isinstance(default, int):
         return "an integer"
     return f"a {type(default).__name__}"
+
+
+def read_prompt(start):
+    """sample.py's --start: the text itself, or the contents of the file named by FILE:path (a byte-order mark,
+    as Windows Notepad writes, is dropped)."""
+    if not start.startswith("FILE:"):
+        return start
+    path = start[len("FILE:"):]
+    try:
+        with open(path, encoding="utf-8-sig") as f:
+            return f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        reason = e.strerror if isinstance(e, OSError) else e
+        raise UserError(f"cannot read the start file '{path}': {reason} "
+                        f"(fix: --start=FILE:path must name a readable utf-8 text file)") from None

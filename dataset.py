@@ -8,8 +8,8 @@ Tokenizers, as meta.json describes them:
     char      CharTokenizer: one id per character of meta["chars"]
     gpt2      GPT-2 BPE (tiktoken; offline from GPT2_TIKTOKEN_FILE when set)
     compact   a subset of GPT-2's tokens (paper 003, 2.1, chosen by tools/pangu/compact_vocab.py), meta["tokens"]
-What sample.py needs of it: the tokenizer of a checkpoint's dataset (tokenizer_of), the prompt (read_prompt,
-check_prompt) and the text printed as it is generated (TextStream). What prepare.py and the tools need: checking
+What sample.py needs of it: the tokenizer of a checkpoint's dataset and the prompt's ids, checked (tokenizer_of).
+The runners in tools/ print a sample as it is generated through TextStream. What prepare.py and the tools need: checking
 a text dataset's name and folder (check_text_dataset), finding or downloading an input (shakespeare_path,
 download), reading it (read_text), writing the folder (prepare.py: write_dataset; the tools: begin_writing,
 write_bin, write_meta). train.py reads the token files itself (get_batch, with its batch seeds); what it checks
@@ -249,12 +249,15 @@ def check_vocabulary(meta, ckpt, data_dir):
                         f"text (fix: --data_dir=<the dataset folder it was trained on>)")
 
 
-def tokenizer_of(ckpt, data_dir=""):
-    """(tokenizer, dataset name) of the dataset a checkpoint was trained on: the folder it recorded, or data_dir
-    (--data_dir) when given; one-line errors when it is missing or has another tokenizer (resolve_data_dir)."""
+def tokenizer_of(ckpt, data_dir, start_text):
+    """sample.py's (tokenizer, the prompt's ids): the tokenizer of the dataset a checkpoint was trained on (the
+    folder it recorded, or data_dir, --data_dir, when given), with one-line errors when it is missing or has
+    another tokenizer (resolve_data_dir); start_text encoded and checked against it and the model's vocab_size
+    (encode_start: an empty BPE prompt is the eot token)."""
     data_dir = resolve_data_dir(ckpt, data_dir)
     dataset = ckpt.get("dataset") or os.path.basename(os.path.normpath(data_dir))
-    return load_tokenizer(data_dir, ckpt), dataset
+    tok = load_tokenizer(data_dir, ckpt)
+    return tok, encode_start(tok, start_text, dataset, ckpt["model_args"]["vocab_size"])
 
 
 def tokenizer_from_meta(meta):
@@ -278,21 +281,6 @@ def tokenizer_from_meta(meta):
                             f"not vocab_size - 1 = {meta['vocab_size'] - 1} tokens then eot {fix}")
         return BPETokenizer(compact_encoding(tokens), meta["vocab_size"], meta["eot_token"])
     raise UserError(f"unknown tokenizer {kind!r} in meta.json (fix: re-run prepare.py; it writes char, gpt2 or compact)")
-
-
-def read_prompt(start):
-    """sample.py's --start: the text itself, or the contents of the file named by FILE:path (a byte-order mark,
-    as Windows Notepad writes, is dropped)."""
-    if not start.startswith("FILE:"):
-        return start
-    path = start[len("FILE:"):]
-    try:
-        with open(path, encoding="utf-8-sig") as f:
-            return f.read()
-    except (OSError, UnicodeDecodeError) as e:
-        reason = e.strerror if isinstance(e, OSError) else e
-        raise UserError(f"cannot read the start file '{path}': {reason} "
-                        f"(fix: --start=FILE:path must name a readable utf-8 text file)") from None
 
 
 def check_prompt(tok, text, dataset, vocab_size=None):
