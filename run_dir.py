@@ -441,9 +441,10 @@ class RunDir:
 
     def log(self, **row):
         """One row of log.csv (and of W&B, for an evaluation), with elapsed_s, the seconds since the loop
-        started; returns it. A train row (kind='train', iteration `iter`) also prints its line: the loss, the lr,
-        the speed since the last one and the time left. An eval row ends the evaluation's clock. Before anything,
-        a NaN or inf loss stops the run: training diverged."""
+        started; returns it. A train row (kind='train', iteration `iter`) gets the speed since the last one
+        (ms_per_iter, tokens_per_s), and the row returned also the time left as text (eta), for train.py's line.
+        An eval row ends the evaluation's clock. Before anything, a NaN or inf loss stops the run: training
+        diverged."""
         it = row["iter"]
         if row["kind"] == "train":
             losses = {"the training loss": row["loss"]}
@@ -452,9 +453,9 @@ class RunDir:
         for what, value in losses.items():
             if not math.isfinite(value):
                 raise self.diverged(f"{what} is {value}", it)
+        eta = None
         if row["kind"] == "train":
-            line, timing = self.speed.log_window(it, it + 1, row["loss"], row["lr"])
-            self.say(line)
+            timing, eta = self.speed.log_window(it + 1)
             row.update(timing)
         else:
             self.speed.eval_ended(it)
@@ -463,6 +464,8 @@ class RunDir:
         if self.master:
             self.csv_log.write(**row)
             self.wandb.log(row)
+        if eta is not None:
+            return dict(row, eta=eta)
         return row
 
     def saved(self, iter_num, seconds):
@@ -721,15 +724,13 @@ class Speed:
     def eta(self, iters_left, evals_left):
         return iters_left * self.ema / 1000 + evals_left * self.eval_seconds / max(1, self.n_evals)
 
-    def log_window(self, it, iter_num, lossf, lr):
-        """The log line of iteration `it` (iter_num: the iterations done): loss, lr, speed and time left (smoothed
-        ms/iter plus the evaluations still to come). Returns (the line, its log.csv values)."""
+    def log_window(self, iter_num):
+        """The speed of the window that ends with iter_num iterations done, and the time left (smoothed ms/iter
+        plus the evaluations still to come): ({ms_per_iter, tokens_per_s} for log.csv, the time left as text)."""
         ms = self.window_ms(iter_num)
         eta = self.eta(self.max_iters - iter_num, (self.max_iters - iter_num) // self.eval_interval + 1)
         tok_s = self.tokens_per_iter / (ms / 1000)
-        line = (f"iter {it}: loss {lossf:.4f}, lr {lr:.2e}, {ms:.2f} ms/iter, {tok_s:,.0f} tok/s, "
-                f"eta {format_duration(eta)}")
-        return line, dict(ms_per_iter=ms, tokens_per_s=tok_s)
+        return dict(ms_per_iter=ms, tokens_per_s=tok_s), format_duration(eta)
 
     def summary(self):
         """(median ms/iter, tokens/s) of the steady windows (the first includes warm-up and compilation), or Nones."""

@@ -445,7 +445,11 @@ def train_loop(run, stop, callback):
                 if run.ddp:
                     torch.distributed.all_reduce(total)
                 last_train_loss = total.item() / run.world
-                run.dir.log(iter=it, kind="train", loss=last_train_loss, lr=lr)
+                # a log.csv row with the speed; a NaN loss stops the run here
+                row = run.dir.log(iter=it, kind="train", loss=last_train_loss, lr=lr)
+                say(run, f"iter {it}: loss {last_train_loss:.4f}, lr {lr:.2e}, "
+                    f"{row['ms_per_iter']:.2f} ms/iter, {row['tokens_per_s']:,.0f} tok/s, "
+                    f"eta {row['eta']}")
                 if run.ddp:   # all ranks stop at the same boundary
                     stop.vote()
             notify(run, callback, "iter", iter_num, dict(loss=loss, lr=lr))
