@@ -1,8 +1,8 @@
 """
 Checkpoint files: atomic writes, one writer per run folder, safe loading and building the model a checkpoint
-describes; where a model runs (device, dtype, threads, seeds, DDP's process group); and for train.py, the model
-arguments of a run started from a checkpoint (resume, or another's weights: model_args; a new run's are built in
-train.py's setup) and the RNG state that makes a resume exact.
+describes; where a model runs (device, dtype, threads, seeds, DDP's process group); and for train.py, the RNG
+state that makes a resume exact (gather_rng_states) and the weights of another checkpoint that fit. train.py
+builds its model arguments itself (setup); model_args builds them for the tools and tests.
 
 A checkpoint is a torch.save'd dict (model, model_args, optimizer, scaler, iter_num, best_val_loss,
 config, rng, rng_ranks, dataset, data_dir, tokenizer_id); nanoGPT's ckpt.pt is read as one (the section

@@ -8,7 +8,8 @@ Positional arguments are config files: plain python, executed in order; their to
 (names not starting with '_') set config keys. Then every `--key=value` / `--key value` override is
 applied, so the command line always wins over config files. Values are parsed with ast.literal_eval
 (falling back to the raw text) and must match the type of the key's default. load_config also returns
-the keys set explicitly: model keys set explicitly win over a variant's preset (checkpoint.model_args).
+the keys set explicitly: model keys set explicitly win over a variant's preset (train.py's setup). Also
+the tools' ArgumentParser and sample.py's --start=FILE:path (read_prompt).
 
 Bad input never produces a traceback in scripts: every check raises UserError (a ValueError) with a
 one-line message naming the problem and the fix; only the scripts' main() turns it into

@@ -2,11 +2,13 @@
 A training run's folder (out_dir) and what keeps the run safe, for train.py; a learner can skip it.
 
     one_line_errors    train.py's main(): bad input ends as one line `error: ...` and exit code 1
-    full_config, check_settings   refuse a bad config in one line, before anything changes
-    prepared_data      the dataset folder, prepared on first use (by rank 0; the others wait), and
-                       its meta.json
-    start_from         the checkpoint a run starts from (resume, another's weights) and its model
-                       arguments; any run's arguments checked against the data and this model.py
+    check_config       refuse a bad config in one line, before anything changes (full_config,
+                       check_settings); resolve device and dtype
+    prepared_data      the dataset folder, prepared on first use (by rank 0; the others wait), its
+                       meta.json and its tokenizer_id
+    start_checkpoint   the checkpoint a run starts from (resume, another's weights), or None
+    check_start        one line for what a run cannot start from: the model arguments train.py built
+                       against the checkpoint, the data and this model.py; the token files
     load_state         a resumed run's weights, optimizer, loss scaler and RNG states; another
                        checkpoint's weights that fit
     StopRequest        Ctrl-C / SIGTERM: the first asks the loop to stop at the next iteration
@@ -14,13 +16,13 @@ A training run's folder (out_dir) and what keeps the run safe, for train.py; a l
                        at once
     RunDir             out_dir while the run writes it: its lock, stale temporary files, the notes
                        before a run, log.csv (CsvLog) with the speed and time left (Speed), a NaN
-                       loss or NaN weights stopping the run, what goes with each checkpoint write
-                       (every rank's RNG state; log.csv), what a stop or a divergence leaves behind,
-                       loss.png at the end
+                       loss stopping the run, what goes with each checkpoint write (log.csv,
+                       saved), what a stop or a divergence leaves behind, loss.png at the end
 
 No training logic: the loop, the batches and their seeds, the learning rate, the RNG's seeds, the
-loss averaged over the ranks, the optimizer step and which checkpoint is written when (train.py's
-save_checkpoints, with checkpoint.atomic_save) are train.py's.
+model's arguments, the loss averaged over the ranks and its log line, the optimizer step and which
+checkpoint is written when (train.py's save_checkpoints: NaN weights refused, every rank's RNG state
+gathered, checkpoint.atomic_save) are train.py's.
 """
 
 import contextlib

@@ -1,15 +1,16 @@
 """
 Train a GPT variant on a tokenized dataset (nanoGPT-style, single process or DDP).
 
-    python train.py config/gpt_shakespeare_cpu.py        # the CPU quickstart (about 1 minute)
+    python train.py config/gpt_shakespeare_cpu.py        # the CPU quickstart (1-2 minutes)
     python train.py config/gpt_shakespeare_cpu.py --init_from=resume --max_iters=3000
     torchrun --standalone --nproc_per_node=8 train.py config/gpt_shakespeare.py
 
-In nanoGPT's order: the settings, the data (get_batch), the learning rate (get_lr), the
-model and the optimizer (setup), evaluation and checkpoints, then train() and its loop.
-Every key below and every GPTConfig field is a config key (`--help` lists them). out_dir
-gets ckpt.pt (best val loss), last.pt (latest), log.csv and loss.png. What keeps a run
-safe lives in run_dir.py, checkpoint.py and dataset.py (docs/training.md).
+Top to bottom: the settings, the data (get_batch), the learning rate (get_lr; nanoGPT
+defines it after the model), the model and the optimizer (setup), evaluation and
+checkpoints, then train() and its loop. Every key below and every GPTConfig field is a
+config key (`--help` lists them). out_dir gets ckpt.pt (best val loss), last.pt (latest),
+log.csv and loss.png. What keeps a run safe lives in run_dir.py, checkpoint.py and
+dataset.py (docs/training.md).
 """
 
 import contextlib
