@@ -324,10 +324,11 @@ def checkpoint_dict(run, iter_num, best_val_loss):
 
 
 def save_checkpoints(run, iter_num, best_val_loss, best, gather=True):
-    """last.pt := the state at iteration iter_num (never 0: the loop saves from 1 on);
-    ckpt.pt := the same when best, and at a new run's first save, which replaces an
-    earlier run's ckpt.pt. Rank 0 writes, each file atomically: a crash or Ctrl-C keeps
-    the previous one whole. gather: False after a stop at once (the other ranks may be gone)."""
+    """last.pt := the state at iteration iter_num (at an evaluation after iteration 0, or
+    at a stop); ckpt.pt := the same when best, and at a new run's first save, which
+    replaces an earlier run's ckpt.pt. Rank 0 writes, each file atomically: a crash or
+    Ctrl-C keeps the previous one whole. gather: False after a stop at once (the other
+    ranks may be gone)."""
     state = checkpoint_dict(run, iter_num, best_val_loss)
     if not all(torch.isfinite(w).all() for w in state["model"].values()):
         raise run.dir.diverged("the weights are not finite", iter_num)   # never saved
