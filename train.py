@@ -365,11 +365,12 @@ def train(config, explicit=None, callback=None):
     with process_group(world, device, config["backend"]):   # DDP's, to the end
         run = setup(config, explicit, device, dtype, rank, world)
         run.dir = RunDir(config, run.start_iter, run.ckpt, rank, world, device)
+        # rank 0: the model's size, tokens per iteration, notes on a slow or busy CPU
         run.dir.say_what_runs(run.raw_model, run.segments, run.first_batch, run.ctx)
         # out_dir, locked; Ctrl-C or SIGTERM: stop at the next iteration boundary
         with run.dir, StopRequest(run.master, device, world) as stop:
             end = train_loop(run, stop, callback)
-            summary = run.dir.finish(run.raw_model, run.args, **end)
+            summary = run.dir.finish(run.raw_model, run.args, **end)   # loss.png, last line
             info = {k: v for k, v in summary.items() if k != "evals"}
             notify(run, callback, "end", end["iter_num"], info)
     return summary
