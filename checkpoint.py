@@ -1,8 +1,8 @@
 """
 Checkpoint files: atomic writes, one writer per run folder, safe loading and building the model a checkpoint
-describes; where a model runs (device, dtype, threads, seeds, DDP's process group); and for train.py, the model
-arguments of a run started from a checkpoint (resume, or another's weights: model_args; a new run's are built in
-train.py's setup) and the RNG state that makes a resume exact.
+describes; where a model runs (device, dtype, threads, seeds, DDP's process group); and for train.py, the RNG
+state that makes a resume exact (gather_rng_states) and the weights of another checkpoint that fit. train.py
+builds its model arguments itself (setup); model_args builds them for the tools and tests.
 
 A checkpoint is a torch.save'd dict (model, model_args, optimizer, scaler, iter_num, best_val_loss,
 config, rng, rng_ranks, dataset, data_dir, tokenizer_id); nanoGPT's ckpt.pt is read as one (the section
@@ -36,7 +36,7 @@ import threading
 import numpy as np
 import torch
 
-from configurator import UserError, check_temperature
+from configurator import UserError, check_temperature, read_prompt
 
 CKPT_NAME = "ckpt.pt"
 LOCK_NAME = ".lock"         # lock_dir: one writer per out_dir / compare_dir
@@ -548,8 +548,9 @@ def resolve_device(name, local_rank=None):
 
 def setup_sampling(cfg):
     """What a script that samples (sample.py, tools/huggingface/sample.py) checks and sets before anything is
-    loaded: --num_samples, --max_new_tokens, --top_k, --temperature, --seed, --num_threads (set here), --device and --dtype, with one-line errors; a
-    note on stderr when other jobs keep the CPUs busy. Returns (torch.device, torch dtype)."""
+    loaded: --num_samples, --max_new_tokens, --top_k, --temperature, --seed, --num_threads (set here), --device,
+    --dtype and --start (the text, or FILE:path read: read_prompt), with one-line errors; a note on stderr when
+    other jobs keep the CPUs busy. Returns (torch.device, torch dtype, the prompt's text)."""
     if cfg["num_samples"] < 1 or cfg["max_new_tokens"] < 0:
         raise UserError("--num_samples must be >= 1 and --max_new_tokens >= 0 (fix: e.g. --num_samples=1)")
     if cfg["top_k"] < 0:
@@ -563,7 +564,7 @@ def setup_sampling(cfg):
     dtype = getattr(torch, resolve_dtype(cfg["dtype"], device))
     if busy_machine(device):
         print(f"note: {busy_machine(device)}", file=sys.stderr)
-    return device, dtype
+    return device, dtype, read_prompt(cfg["start"])
 
 
 def resolve_dtype(name, device):

@@ -8,7 +8,8 @@ Positional arguments are config files: plain python, executed in order; their to
 (names not starting with '_') set config keys. Then every `--key=value` / `--key value` override is
 applied, so the command line always wins over config files. Values are parsed with ast.literal_eval
 (falling back to the raw text) and must match the type of the key's default. load_config also returns
-the keys set explicitly: model keys set explicitly win over a variant's preset (checkpoint.model_args).
+the keys set explicitly: model keys set explicitly win over a variant's preset (train.py's setup). Also
+the tools' ArgumentParser and sample.py's --start=FILE:path (read_prompt).
 
 A key whose default is a list takes a python list or a comma list (`--variants=gpt,lgpt`); the keys of
 `one_item` take plain text as a list of that one item (a prompt may hold commas). A command whose positional
@@ -40,6 +41,13 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def error(self, message):
         raise SystemExit(f"error: {message} (fix: see `{self.prog} --help`)")
+
+    def run(self, command, argv=None):
+        """command(**the parsed arguments); bad input (UserError) ends as one line `error: ...` and exit 1."""
+        try:
+            return command(**vars(self.parse_args(argv)))
+        except UserError as e:
+            raise SystemExit(f"error: {e}") from None
 
 
 def load_config(defaults, argv, bool_flags=(), positional=None, one_item=()):
@@ -308,3 +316,18 @@ def _type_name(default):
     if isinstance(default, int):
         return "an integer"
     return f"a {type(default).__name__}"
+
+
+def read_prompt(start):
+    """sample.py's --start: the text itself, or the contents of the file named by FILE:path (a byte-order mark,
+    as Windows Notepad writes, is dropped)."""
+    if not start.startswith("FILE:"):
+        return start
+    path = start[len("FILE:"):]
+    try:
+        with open(path, encoding="utf-8-sig") as f:
+            return f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        reason = e.strerror if isinstance(e, OSError) else e
+        raise UserError(f"cannot read the start file '{path}': {reason} "
+                        f"(fix: --start=FILE:path must name a readable utf-8 text file)") from None

@@ -8,10 +8,12 @@ Tokenizers, as meta.json describes them:
     char      CharTokenizer: one id per character of meta["chars"]
     gpt2      GPT-2 BPE (tiktoken; offline from GPT2_TIKTOKEN_FILE when set)
     compact   a subset of GPT-2's tokens (paper 003, 2.1, chosen by tools/pangu/compact_vocab.py), meta["tokens"]
-What sample.py needs of it: the tokenizer of a checkpoint's dataset (tokenizer_of), the prompt (read_prompt,
-check_prompt) and the text printed as it is generated (TextStream). What prepare.py and the tools need: finding or
-downloading an input (shakespeare_path, download), writing the folder (begin_writing, write_bin, write_meta). train.py reads the token files itself (get_batch, with its batch seeds);
-what it checks of them before a run is here.
+What sample.py needs of it: the tokenizer of a checkpoint's dataset and the prompt's ids, checked (tokenizer_of).
+The runners in tools/ print a sample as it is generated through TextStream. What prepare.py and the tools need: checking
+a text dataset's name and folder (check_text_dataset), finding or downloading an input (shakespeare_path,
+download), reading it (read_text), writing the folder (prepare.py: write_dataset; the tools: begin_writing,
+write_bin, write_meta). train.py reads the token files itself (get_batch, with its batch seeds); what it checks
+of them before a run is here.
 """
 
 import base64
@@ -29,7 +31,7 @@ import time
 
 import numpy as np
 
-from checkpoint import atomic_open, atomic_path, remove_stale_temp_files
+from checkpoint import atomic_open, atomic_path, check_out_dir, remove_stale_temp_files
 from configurator import UserError
 
 
@@ -247,12 +249,15 @@ def check_vocabulary(meta, ckpt, data_dir):
                         f"text (fix: --data_dir=<the dataset folder it was trained on>)")
 
 
-def tokenizer_of(ckpt, data_dir=""):
-    """(tokenizer, dataset name) of the dataset a checkpoint was trained on: the folder it recorded, or data_dir
-    (--data_dir) when given; one-line errors when it is missing or has another tokenizer (resolve_data_dir)."""
+def tokenizer_of(ckpt, data_dir, start_text):
+    """sample.py's (tokenizer, the prompt's ids): the tokenizer of the dataset a checkpoint was trained on (the
+    folder it recorded, or data_dir, --data_dir, when given), with one-line errors when it is missing or has
+    another tokenizer (resolve_data_dir); start_text encoded and checked against it and the model's vocab_size
+    (encode_start: an empty BPE prompt is the eot token)."""
     data_dir = resolve_data_dir(ckpt, data_dir)
     dataset = ckpt.get("dataset") or os.path.basename(os.path.normpath(data_dir))
-    return load_tokenizer(data_dir, ckpt), dataset
+    tok = load_tokenizer(data_dir, ckpt)
+    return tok, encode_start(tok, start_text, dataset, ckpt["model_args"]["vocab_size"])
 
 
 def tokenizer_from_meta(meta):
@@ -276,21 +281,6 @@ def tokenizer_from_meta(meta):
                             f"not vocab_size - 1 = {meta['vocab_size'] - 1} tokens then eot {fix}")
         return BPETokenizer(compact_encoding(tokens), meta["vocab_size"], meta["eot_token"])
     raise UserError(f"unknown tokenizer {kind!r} in meta.json (fix: re-run prepare.py; it writes char, gpt2 or compact)")
-
-
-def read_prompt(start):
-    """sample.py's --start: the text itself, or the contents of the file named by FILE:path (a byte-order mark,
-    as Windows Notepad writes, is dropped)."""
-    if not start.startswith("FILE:"):
-        return start
-    path = start[len("FILE:"):]
-    try:
-        with open(path, encoding="utf-8-sig") as f:
-            return f.read()
-    except (OSError, UnicodeDecodeError) as e:
-        reason = e.strerror if isinstance(e, OSError) else e
-        raise UserError(f"cannot read the start file '{path}': {reason} "
-                        f"(fix: --start=FILE:path must name a readable utf-8 text file)") from None
 
 
 def check_prompt(tok, text, dataset, vocab_size=None):
@@ -335,9 +325,10 @@ def render(tok, start_text, start_ids, ids):
 
 class TextStream:
     """A sample printed as it is generated (sample.py, tools.executorch.run, tools.llamacpp.run): add(bytes) each
-    token's bytes as it comes (or add_token(id) with a tokenizer's token_bytes), end() after the last. An incremental UTF-8 decoder holds back a character until all its
-    bytes are there (a GPT-2 BPE token can end inside one) and the rest is printed at once, flushed. Bytes that
-    are not UTF-8 print as U+FFFD, as decoding the whole sample does: the text equals decoding it at the end."""
+    token's bytes as it comes (or add_token(id) with a tokenizer's token_bytes), end() after the last. An
+    incremental UTF-8 decoder holds back a character until all its bytes are there (a GPT-2 BPE token can end
+    inside one) and the rest is printed at once, flushed. Bytes that are not UTF-8 print as U+FFFD, as decoding
+    the whole sample does: the text equals decoding it at the end."""
 
     def __init__(self, file=None, token_bytes=None):
         self.file = file   # None: sys.stdout when printing
@@ -631,10 +622,18 @@ def check_dataset_name(dataset):
 
 
 def check_text_dataset(dataset, input_path, tokenizer, val_fraction, known, out_dir=None):
-    """prepare.py's (dataset name, tokenizer), or a one-line error: a val_fraction outside (0, 1), a tokenizer
-    that is not char or gpt2, a tool's dataset, a name other than `known` ({tinyshakespeare's names: their
-    tokenizer}) without --input, a name that is no plain folder name or that names another tokenizer. Without
-    a name, --input's file names it: notes.txt -> notes_char (notes_gpt2 with --tokenizer=gpt2)."""
+    """prepare.py's (dataset name, tokenizer, out_dir: default data/<name>), or a one-line error: a val_fraction
+    outside (0, 1), a tokenizer that is not char or gpt2, a tool's dataset, a name other than `known`
+    ({tinyshakespeare's names: their tokenizer}) without --input, a name that is no plain folder name or that
+    names another tokenizer, an out_dir that is a file or not writable. Without a name, --input's file names it:
+    notes.txt -> notes_char (notes_gpt2 with --tokenizer=gpt2)."""
+    dataset, tokenizer = dataset_and_tokenizer(dataset, input_path, tokenizer, val_fraction, known, out_dir)
+    out_dir = out_dir or os.path.join("data", dataset)
+    check_out_dir(out_dir)
+    return dataset, tokenizer, out_dir
+
+
+def dataset_and_tokenizer(dataset, input_path, tokenizer, val_fraction, known, out_dir):
     check_val_fraction(val_fraction)
     if tokenizer == "compact":
         raise UserError(f"paper 003's compact vocabulary is a tool's (fix: python -m tools.pangu.compact_vocab "
@@ -711,6 +710,21 @@ def text_record(path, text, val_fraction):
     """meta.json's "text": where the dataset came from and its sha256 (check_replace compares it)."""
     sha = hashlib.sha256(text.encode("utf-8")).hexdigest()
     return {"path": os.path.abspath(path), "sha256": sha, "characters": len(text), "val_fraction": val_fraction}
+
+
+def write_dataset(out_dir, splits, meta, force=False):
+    """prepare.py's dataset folder: splits {"train": ids, "val": ids} as train.bin and val.bin, then meta.json last
+    (it marks a complete folder). Refused first, in one line, before anything is written: more distinct characters
+    than uint16 ids hold, a split under 2 tokens, a dataset of another text in out_dir (unless force)."""
+    text = meta["text"]
+    if meta["tokenizer"] == "char":
+        check_char_count(meta["vocab_size"])
+    check_long_enough(text["path"], text["characters"], meta["splits"], text["val_fraction"])
+    check_replace(out_dir, meta, force)
+    begin_writing(out_dir)
+    for split, ids in splits.items():
+        write_bin(os.path.join(out_dir, f"{split}.bin"), ids)
+    write_meta(out_dir, meta)
 
 
 def check_replace(out_dir, meta, force=False):

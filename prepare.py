@@ -20,14 +20,12 @@ Offline: the repository ships data/tinyshakespeare/input.txt; --gpt2_ranks
     python -m tools.wikitext103 [--vocab_size K]
 """
 import argparse
+import hashlib
 import os
 
-from checkpoint import check_out_dir
-from configurator import ArgumentParser, UserError
-from dataset import (GPT2_EOT_ID, GPT2_VOCAB_SIZE, CharTokenizer, begin_writing,
-                     check_char_count, check_long_enough, check_replace,
-                     check_text_dataset, get_gpt2_encoding, read_text,
-                     shakespeare_path, text_record, write_bin, write_meta)
+from configurator import ArgumentParser
+from dataset import (check_text_dataset, get_gpt2_encoding, read_text,
+                     shakespeare_path, write_dataset)
 
 # nanoGPT's names, and their tokenizer
 DATASETS = {"shakespeare_char": "char", "shakespeare": "gpt2"}
@@ -43,61 +41,49 @@ def split_text(text, val_fraction=0.1):
 
 
 # -----------------------------------------------------------------------------
-# the tokenizer, and the token files
-
-def char_tokenizer(text):
-    """Characters as tokens: the text's distinct characters, sorted."""
-    chars = sorted(set(text))
-    check_char_count(len(chars))   # ids are stored as uint16
-    meta = {"tokenizer": "char", "vocab_size": len(chars), "chars": chars}
-    return CharTokenizer(chars).encode, meta
-
-
-def gpt2_tokenizer(gpt2_ranks=None):
-    """GPT-2 BPE (encode_ordinary: "<|endoftext|>" in the text is plain text)."""
-    enc = get_gpt2_encoding(gpt2_ranks)
-    meta = {"tokenizer": "gpt2", "vocab_size": GPT2_VOCAB_SIZE,
-            "eot_token": GPT2_EOT_ID}
-    return enc.encode_ordinary, meta
-
+# the dataset: its text, its tokens, its folder
 
 def prepare(dataset="", out_dir=None, input_path=None, tokenizer=None,
             val_fraction=0.1, force=False, gpt2_ranks=None):
     """Prepare `dataset` into out_dir (default data/<dataset>); "" names it after
     --input (notes.txt -> notes_char). Returns out_dir (also for library use)."""
-    # the dataset's name (shakespeare_char, notes_char, ...) and its tokenizer
-    dataset, tokenizer = check_text_dataset(dataset, input_path, tokenizer,
-                                            val_fraction, DATASETS, out_dir)
-    out_dir = out_dir or os.path.join("data", dataset)
-    check_out_dir(out_dir)   # a file, or not writable: one line now
+    # checked: the name (shakespeare_char, notes_char, ...), tokenizer, folder
+    dataset, tokenizer, out_dir = check_text_dataset(
+        dataset, input_path, tokenizer, val_fraction, DATASETS, out_dir)
     if dataset in DATASETS:
-        input_path = shakespeare_path(out_dir, input_path)
-    text = read_text(input_path)
+        input_path = shakespeare_path(out_dir, input_path)   # found, else downloaded
+    text = read_text(input_path)   # UTF-8, not empty: else one line
 
-    # tokenize the two splits
+    # tokenize the two splits: characters (as nanoGPT's stoi), or GPT-2 BPE
     train_text, val_text = split_text(text, val_fraction)
     if tokenizer == "char":
-        encode, meta = char_tokenizer(text)
+        chars = sorted(set(text))
+        stoi = {ch: i for i, ch in enumerate(chars)}
+        train_ids = [stoi[ch] for ch in train_text]
+        val_ids = [stoi[ch] for ch in val_text]
+        meta = {"tokenizer": "char", "vocab_size": len(chars), "chars": chars}
     else:
-        encode, meta = gpt2_tokenizer(gpt2_ranks)
-    train_ids = encode(train_text)
-    val_ids = encode(val_text)
-    splits = {"train": {"tokens": len(train_ids)},
-              "val": {"tokens": len(val_ids)}}
-    # e.g. a text too short for a val split is refused
-    check_long_enough(input_path, len(text), splits, val_fraction)
-    record = text_record(input_path, text, val_fraction)   # the text's sha256
-    meta = {"dataset": dataset, **meta, "splits": splits, "text": record}
-    # a dataset of another text stays unless --force
-    check_replace(out_dir, meta, force)
-
-    # write: the token files first, meta.json last (it marks a complete folder)
-    begin_writing(out_dir)
-    write_bin(os.path.join(out_dir, "train.bin"), train_ids)
-    write_bin(os.path.join(out_dir, "val.bin"), val_ids)
-    write_meta(out_dir, meta)
+        # encode_ordinary: "<|endoftext|>" in the text is plain text
+        enc = get_gpt2_encoding(gpt2_ranks)
+        train_ids = enc.encode_ordinary(train_text)
+        val_ids = enc.encode_ordinary(val_text)
+        meta = {"tokenizer": "gpt2",
+                "vocab_size": enc.n_vocab,
+                "eot_token": enc.eot_token}
     n_train = len(train_ids)
     n_val = len(val_ids)
+    splits = {"train": {"tokens": n_train}, "val": {"tokens": n_val}}
+    # the text's source; its sha256 tells whether a dataset is of this text
+    sha256 = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    record = {"path": os.path.abspath(input_path),
+              "sha256": sha256,
+              "characters": len(text),
+              "val_fraction": val_fraction}
+    meta = {"dataset": dataset, **meta, "splits": splits, "text": record}
+
+    # refused: a split too short, another text's dataset (unless --force); then
+    # the token files, and meta.json last: it marks a complete folder
+    write_dataset(out_dir, {"train": train_ids, "val": val_ids}, meta, force)
     print(f"length of dataset in characters: {len(text):,}; "
           f"vocab size: {meta['vocab_size']:,}")
     print(f"train has {n_train:,} tokens (the first {1 - val_fraction:.0%} "
@@ -125,11 +111,7 @@ def main(argv=None):
                    help="replace a dataset of another text")
     p.add_argument("--gpt2_ranks",
                    help="a local gpt2.tiktoken (env GPT2_TIKTOKEN_FILE)")
-    args = vars(p.parse_args(argv))
-    try:
-        prepare(args.pop("dataset"), **args)
-    except UserError as e:
-        raise SystemExit(f"error: {e}") from None
+    p.run(prepare, argv)   # bad input: one line `error: ... (fix: ...)`, exit 1
 
 
 if __name__ == "__main__":

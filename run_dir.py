@@ -2,11 +2,13 @@
 A training run's folder (out_dir) and what keeps the run safe, for train.py; a learner can skip it.
 
     one_line_errors    train.py's main(): bad input ends as one line `error: ...` and exit code 1
-    full_config, check_settings   refuse a bad config in one line, before anything changes
-    prepared_data      the dataset folder, prepared on first use (by rank 0; the others wait), and
-                       its meta.json
-    start_from         the checkpoint a run starts from (resume, another's weights) and its model
-                       arguments; any run's arguments checked against the data and this model.py
+    check_config       refuse a bad config in one line, before anything changes (full_config,
+                       check_settings); resolve device and dtype
+    prepared_data      the dataset folder, prepared on first use (by rank 0; the others wait), its
+                       meta.json and its tokenizer_id
+    start_checkpoint   the checkpoint a run starts from (resume, another's weights), or None
+    check_start        one line for what a run cannot start from: the model arguments train.py built
+                       against the checkpoint, the data and this model.py; the token files
     load_state         a resumed run's weights, optimizer, loss scaler and RNG states; another
                        checkpoint's weights that fit
     StopRequest        Ctrl-C / SIGTERM: the first asks the loop to stop at the next iteration
@@ -14,13 +16,13 @@ A training run's folder (out_dir) and what keeps the run safe, for train.py; a l
                        at once
     RunDir             out_dir while the run writes it: its lock, stale temporary files, the notes
                        before a run, log.csv (CsvLog) with the speed and time left (Speed), a NaN
-                       loss or NaN weights stopping the run, what goes with each checkpoint write
-                       (every rank's RNG state; log.csv), what a stop or a divergence leaves behind,
-                       loss.png at the end
+                       loss stopping the run, what goes with each checkpoint write (log.csv,
+                       saved), what a stop or a divergence leaves behind, loss.png at the end
 
 No training logic: the loop, the batches and their seeds, the learning rate, the RNG's seeds, the
-loss averaged over the ranks, the optimizer step and which checkpoint is written when (train.py's
-save_checkpoints, with checkpoint.atomic_save) are train.py's.
+model's arguments, the loss averaged over the ranks and its log line, the optimizer step and which
+checkpoint is written when (train.py's save_checkpoints: NaN weights refused, every rank's RNG state
+gathered, checkpoint.atomic_save) are train.py's.
 """
 
 import contextlib
@@ -40,13 +42,13 @@ import numpy as np
 import torch
 
 from checkpoint import (CKPT_NAME, GPT2_NAMES, LAST_NAME, atomic_open, busy_machine, check_finite,
-                        check_num_threads, check_out_dir, check_seed, depth_summary, gather_rng_states,
+                        check_num_threads, check_out_dir, check_seed, depth_summary,
                         gpt_config_defaults, is_hf_source, load_checkpoint, load_init_checkpoint,
                         load_matching_weights, load_optimizer_state, load_own_weights, load_variant,
-                        lock_dir, model_args, model_config, plain_values, remove_stale_temp_files,
-                        restore_rng)
+                        lock_dir, model_config, plain_values, remove_stale_temp_files, resolve_device,
+                        resolve_dtype, restore_rng)
 from configurator import UserError, out_of_memory
-from dataset import default_data_dir, is_prepared, load_meta, run_prepare, tokenizer_id
+from dataset import check_splits, default_data_dir, is_prepared, load_meta, run_prepare, tokenizer_id
 
 PROGRESS_EVERY_S = 15   # a long evaluation prints a progress line this often
 
@@ -77,6 +79,16 @@ def full_config(config, explicit, defaults):
     if explicit is None:
         explicit = {k for k, v in gpt_config_defaults().items() if config[k] != v}
     return config, set(explicit)
+
+
+def check_config(config, explicit, defaults, world=1, local_rank=None):
+    """train.py's checks before anything runs: (config over defaults, the keys the user set, torch.device, dtype
+    name). Refuses unknown keys (full_config) and values that make no sense (check_settings) in one line; resolves
+    device and dtype ('auto': cuda > mps > cpu; bf16, else fp16, on cuda; float32 elsewhere)."""
+    config, explicit = full_config(config, explicit, defaults)
+    check_settings(config, world)
+    device = resolve_device(config["device"], local_rank)
+    return config, explicit, device, resolve_dtype(config["dtype"], device)
 
 
 @contextlib.contextmanager
@@ -161,52 +173,56 @@ def _check_run_settings(c, world):
 # --- the data and the model a run starts from -----------------------------------------------
 
 def prepared_data(config, prepare, rank, world):
-    """(the dataset folder, its meta.json): data_dir, or data/<dataset>, prepared with prepare.py's
-    `prepare` on first use (by rank 0; under DDP the other ranks wait for it)."""
+    """(the dataset folder, its meta.json, its tokenizer_id): data_dir, or data/<dataset>, prepared with
+    prepare.py's `prepare` on first use (by rank 0; under DDP the other ranks wait for it)."""
     data_dir = default_data_dir(config)
     if rank == 0 and not is_prepared(data_dir):
         run_prepare(prepare, config["dataset"], data_dir)
     if world > 1:
         torch.distributed.barrier()
-    return data_dir, load_meta(data_dir)
+    meta = load_meta(data_dir)
+    return data_dir, meta, tokenizer_id(meta)
 
 
-def start_from(config, explicit, args, meta, device, master=True):
-    """train.py's model: (its arguments, the checkpoint it starts from or None). args: those of a
-    new model (init_from=scratch), built in train.py's setup; init_from=resume: out_dir's last.pt
-    (else ckpt.pt) and its arguments (dropout from the config; any other change is refused);
-    init_from=<path>: that checkpoint and its arguments under the variant, the data's vocab_size
-    and the keys set. Refuses a checkpoint of another tokenizer or with non-finite weights, and
-    arguments this model.py cannot build or that do not fit the data. master: say what it resumes."""
-    init_from, ckpt = config["init_from"], None
-    if init_from == "resume":
-        out_dir = config["out_dir"]
-        if not any(os.path.isfile(os.path.join(out_dir, n)) for n in (LAST_NAME, CKPT_NAME)):
-            raise UserError(f"nothing to resume: no {LAST_NAME} or {CKPT_NAME} in '{out_dir}' (fix: pass the "
-                            f"out_dir of an earlier run, or start one with --init_from=scratch)")
-        ckpt = load_checkpoint(out_dir, device, prefer=(LAST_NAME, CKPT_NAME))
-        if ckpt.get("optimizer") is None:
-            raise UserError(f"{ckpt['path']} has weights only (e.g. from pangu.inherit), nothing to resume "
-                            f"(fix: --init_from={ckpt['path']} to start a new run from it)")
-        missing = [k for k in ("iter_num", "best_val_loss") if k not in ckpt]   # (their types: damaged_fields)
-        if missing:
-            raise UserError(f"{ckpt['path']} has no {' or '.join(missing)}, so it cannot be resumed (fix: "
-                            f"--init_from={ckpt['path']} to start a new run from its weights)")
-        if master:
-            print(f"resuming from {ckpt['path']} at iteration {ckpt['iter_num']}", flush=True)
-        args = dict(ckpt["model_args"])
-        # dropout may change between sessions; anything else changes the architecture. vocab_size came
-        # from meta.json, not the variant's preset, unless the user set it
-        wanted = model_args(config, explicit, base=args)
-        wanted["vocab_size"] = wanted["vocab_size"] if "vocab_size" in explicit else args["vocab_size"]
-        for key in sorted(k for k in wanted if k != "dropout" and wanted[k] != args.get(k)):
-            raise UserError(f"resume: {key}={wanted[key]!r} differs from the checkpoint's {key}={args.get(key)!r} "
+def start_checkpoint(config, device, master=True):
+    """The checkpoint train.py starts from, or None (init_from=scratch). init_from=resume: out_dir's last.pt, else
+    ckpt.pt, refused in one line when there is none, when it holds weights only (no optimizer) or no iter_num or
+    best_val_loss; master: say what it resumes. init_from=<path>: that checkpoint, ours or nanoGPT's, or a Hugging
+    Face model imported (load_init_checkpoint)."""
+    init_from = config["init_from"]
+    if init_from == "scratch":
+        return None
+    if init_from != "resume":
+        return load_init_checkpoint(init_from, device)   # (its model_args checked: model_config)
+    out_dir = config["out_dir"]
+    if not any(os.path.isfile(os.path.join(out_dir, n)) for n in (LAST_NAME, CKPT_NAME)):
+        raise UserError(f"nothing to resume: no {LAST_NAME} or {CKPT_NAME} in '{out_dir}' (fix: pass the "
+                        f"out_dir of an earlier run, or start one with --init_from=scratch)")
+    ckpt = load_checkpoint(out_dir, device, prefer=(LAST_NAME, CKPT_NAME))
+    if ckpt.get("optimizer") is None:
+        raise UserError(f"{ckpt['path']} has weights only (e.g. from pangu.inherit), nothing to resume "
+                        f"(fix: --init_from={ckpt['path']} to start a new run from it)")
+    missing = [k for k in ("iter_num", "best_val_loss") if k not in ckpt]   # (their types: damaged_fields)
+    if missing:
+        raise UserError(f"{ckpt['path']} has no {' or '.join(missing)}, so it cannot be resumed (fix: "
+                        f"--init_from={ckpt['path']} to start a new run from its weights)")
+    if master:
+        print(f"resuming from {ckpt['path']} at iteration {ckpt['iter_num']}", flush=True)
+    return ckpt
+
+
+def check_start(config, args, ckpt, meta):
+    """One line, before anything is built, for what train.py cannot start from: a resume whose model arguments
+    (args, as train.py built them) differ from its checkpoint's in anything but dropout; a checkpoint (ckpt, or
+    None) with non-finite weights or of another tokenizer; a vocab_size under the data's; arguments this model.py
+    cannot build (model_config); token files that do not fit the model, or data_segments that do not fit them
+    (check_splits)."""
+    if config["init_from"] == "resume":
+        saved = ckpt["model_args"]
+        for key in sorted(k for k in args if k != "dropout" and args[k] != saved.get(k)):
+            raise UserError(f"resume: {key}={args[key]!r} differs from the checkpoint's {key}={saved.get(key)!r} "
                             f"(fix: drop that override, or start a new run from its weights: "
                             f"--init_from={ckpt['path']} --allow_partial_init=True)")
-        args["dropout"] = wanted["dropout"]
-    elif init_from != "scratch":
-        ckpt = load_init_checkpoint(init_from, device)   # (its model_args checked: model_config)
-        args = model_args(config, explicit, base=ckpt["model_args"], vocab_size=meta["vocab_size"])
     if ckpt is not None:   # first: another tokenizer's data also shows up as a vocab_size mismatch below
         check_finite(ckpt["model"], ckpt["path"])
         if ckpt.get("tokenizer_id") not in (None, tokenizer_id(meta)):   # older checkpoints record none
@@ -217,7 +233,7 @@ def start_from(config, explicit, args, meta, device, master=True):
         raise UserError(f"vocab_size {args['vocab_size']} is smaller than the dataset's {meta['vocab_size']} tokens "
                         f"(fix: drop --vocab_size, it is read from meta.json)")
     model_config(args)   # what GPTConfig refuses, as one line
-    return args, ckpt
+    check_splits(config["data_dir"], args["vocab_size"], args["block_size"], config["data_segments"])
 
 
 def load_state(ckpt, model, optimizer, scaler, config, rank, world):
@@ -359,7 +375,6 @@ class RunDir:
         self.earlier = False
         # True while out_dir's checkpoints are an earlier run's: this run's first save replaces ckpt.pt too
         self.earlier_checkpoints = False
-        self.gather = True   # a save gathers every DDP rank's RNG state (not after a stop at once)
         self.csv_log = None
         self.t_start = time.time()
         self.t_eval = None
@@ -428,9 +443,10 @@ class RunDir:
 
     def log(self, **row):
         """One row of log.csv (and of W&B, for an evaluation), with elapsed_s, the seconds since the loop
-        started; returns it. A train row (kind='train', iteration `iter`) also prints its line: the loss, the lr,
-        the speed since the last one and the time left. An eval row ends the evaluation's clock. Before anything,
-        a NaN or inf loss stops the run: training diverged."""
+        started; returns it. A train row (kind='train', iteration `iter`) gets the speed since the last one
+        (ms_per_iter, tokens_per_s), and the row returned also the time left as text (eta), for train.py's line.
+        An eval row ends the evaluation's clock. Before anything, a NaN or inf loss stops the run: training
+        diverged."""
         it = row["iter"]
         if row["kind"] == "train":
             losses = {"the training loss": row["loss"]}
@@ -439,9 +455,9 @@ class RunDir:
         for what, value in losses.items():
             if not math.isfinite(value):
                 raise self.diverged(f"{what} is {value}", it)
+        eta = None
         if row["kind"] == "train":
-            line, timing = self.speed.log_window(it, it + 1, row["loss"], row["lr"])
-            self.say(line)
+            timing, eta = self.speed.log_window(it + 1)
             row.update(timing)
         else:
             self.speed.eval_ended(it)
@@ -450,28 +466,18 @@ class RunDir:
         if self.master:
             self.csv_log.write(**row)
             self.wandb.log(row)
+        if eta is not None:
+            return dict(row, eta=eta)
         return row
 
-    @contextlib.contextmanager
-    def saving(self, checkpoint):
-        """Around train.py's writes of a checkpoint (every rank enters it). First: non-finite weights stop the run
-        (they are never saved), and every rank's RNG state goes into the checkpoint, for an exact resume (a
-        collective under DDP, except after a stop at once). After the writes: log.csv's pending rows go with
-        last.pt, a stop now keeps this iteration, and ckpt.pt is this run's. The save's time is left out of
-        ms/iter."""
-        iter_num = checkpoint["iter_num"]
-        if not all(torch.isfinite(w).all() for w in checkpoint["model"].values()):
-            raise self.diverged("the weights are not finite", iter_num)
-        t0 = time.time()
-        rng, rng_ranks = gather_rng_states(self.device, self.ddp and self.gather)
-        checkpoint["rng"] = rng
-        checkpoint["rng_ranks"] = rng_ranks
-        yield
+    def saved(self, iter_num, seconds):
+        """After train.py saved iteration iter_num (every rank calls it): log.csv's pending rows go with last.pt,
+        a stop now keeps this iteration, ckpt.pt is this run's; the save's seconds are left out of ms/iter."""
         if self.master:
-            self.csv_log.commit()   # log.csv's pending rows go with last.pt
+            self.csv_log.commit()
         self.saved_iter = iter_num
         self.earlier_checkpoints = False
-        self.speed.set_aside(iter_num, time.time() - t0)
+        self.speed.set_aside(iter_num, seconds)
 
     def kept(self):
         """What a stop now leaves in out_dir, in words."""
@@ -491,17 +497,15 @@ class RunDir:
                          f"(now {c['learning_rate']:g}) or lengthen --warmup_iters (now {c['warmup_iters']}))")
 
     @contextlib.contextmanager
-    def stopping(self, iter_num, in_step, at_once):
+    def stopping(self, iter_num, in_step):
         """After Ctrl-C / SIGTERM, around train.py's save of last.pt at the iteration boundary the loop stopped at:
         yields whether to save (not when stopped mid-step: that state is half-updated; not when this iteration
-        is saved already), then says what out_dir keeps. at_once: stopped by a KeyboardInterrupt, after which
-        the other DDP ranks may be gone (no collective). A Ctrl-C during that save ends it: the atomic save kept
+        is saved already), then says what out_dir keeps. A Ctrl-C during that save ends it: the atomic save kept
         the old file."""
         if in_step:
             self.say(f"\nstopped during iteration {iter_num}: {self.kept()}")
             yield False
             return
-        self.gather = not at_once
         try:
             yield self.saved_iter != iter_num
             self.say(f"interrupted at iteration {iter_num}: saved {os.path.join(self.path, LAST_NAME)}; "
@@ -722,15 +726,13 @@ class Speed:
     def eta(self, iters_left, evals_left):
         return iters_left * self.ema / 1000 + evals_left * self.eval_seconds / max(1, self.n_evals)
 
-    def log_window(self, it, iter_num, lossf, lr):
-        """The log line of iteration `it` (iter_num: the iterations done): loss, lr, speed and time left (smoothed
-        ms/iter plus the evaluations still to come). Returns (the line, its log.csv values)."""
+    def log_window(self, iter_num):
+        """The speed of the window that ends with iter_num iterations done, and the time left (smoothed ms/iter
+        plus the evaluations still to come): ({ms_per_iter, tokens_per_s} for log.csv, the time left as text)."""
         ms = self.window_ms(iter_num)
         eta = self.eta(self.max_iters - iter_num, (self.max_iters - iter_num) // self.eval_interval + 1)
         tok_s = self.tokens_per_iter / (ms / 1000)
-        line = (f"iter {it}: loss {lossf:.4f}, lr {lr:.2e}, {ms:.2f} ms/iter, {tok_s:,.0f} tok/s, "
-                f"eta {format_duration(eta)}")
-        return line, dict(ms_per_iter=ms, tokens_per_s=tok_s)
+        return dict(ms_per_iter=ms, tokens_per_s=tok_s), format_duration(eta)
 
     def summary(self):
         """(median ms/iter, tokens/s) of the steady windows (the first includes warm-up and compilation), or Nones."""

@@ -14,6 +14,8 @@ build the model, encode --start, generate, decode. Samples go to stdout as they
 are generated; what was loaded goes to stderr. More: docs/sampling_and_eval.md.
 """
 
+import codecs
+import functools
 import gc
 import sys
 import time
@@ -23,7 +25,7 @@ import torch
 
 from checkpoint import load_checkpoint, load_weights, setup_sampling
 from configurator import run_command
-from dataset import TextStream, check_prompt, read_prompt, tokenizer_of
+from dataset import tokenizer_of
 from model import GPT, GPTConfig
 
 DEFAULTS = dict(
@@ -52,36 +54,39 @@ def main(argv=None):
     return run_command(run, DEFAULTS, argv, BOOL_FLAGS)
 
 
-def run(cfg, generate=GPT.generate):
+def run(cfg):
     """Load the checkpoint, its model and its dataset's tokenizer, then write_samples."""
-    device, dtype = setup_sampling(cfg)   # the options, checked before loading
-    start_text = read_prompt(cfg["start"])
+    # the options and --start (the text, or FILE:path's), checked before loading
+    device, dtype, start_text = setup_sampling(cfg)
     ckpt = load_checkpoint(cfg["out_dir"], device)   # runs no code; nanoGPT's too
     model = GPT(GPTConfig(**ckpt["model_args"]))
     load_weights(model, ckpt)   # one line for non-finite weights or ones that do not fit
     model.to(device).eval()
-    # the tokenizer of its dataset: meta.json, or nanoGPT's meta.pkl
-    tok, dataset = tokenizer_of(ckpt, cfg["data_dir"])
-    source = f"{ckpt['path']} (iter {ckpt.get('iter_num', '?')}"
-    write_samples(model, tok, start_text, cfg, device, dtype, source, dataset, generate)
+    # its dataset's tokenizer (meta.json, or nanoGPT's meta.pkl); the prompt's ids,
+    # checked against it
+    tok, start_ids = tokenizer_of(ckpt, cfg["data_dir"], start_text)
+    source = f"{ckpt['path']} (iter {ckpt.get('iter_num', '?')})"
+    write_samples(model, tok, start_text, start_ids, cfg, device, dtype, source,
+                  GPT.generate)
 
 
-def write_samples(model, tok, start_text, cfg, device, dtype, source, dataset,
-                  generate=GPT.generate):
+def print_token(tok, utf8, token):
+    """Print a token's text as it comes: tok.token_bytes(token) is its bytes (a BPE
+    token may end inside a character); utf8 holds a character back until it is whole."""
+    print(utf8.decode(tok.token_bytes(int(token))), end="", flush=True)
+
+
+def write_samples(model, tok, start_text, start_ids, cfg, device, dtype, source,
+                  generate):
     """Print cfg["num_samples"] samples of `model` after start_text. generate:
     GPT.generate, or tools/fast_sample.py's."""
-    encode = tok.encode   # text -> ids: a table like nanoGPT's stoi, or BPE (tiktoken)
-    # id -> bytes; printed once a character is whole (a BPE token may end inside one)
-    decode = tok.token_bytes
-    check_prompt(tok, start_text, dataset, model.config.vocab_size)
-    start_ids = encode(start_text) or [tok.eot_token]   # BPE: "" starts a document
     notes = []
     if cfg["keep_heaviest_branch"]:
         notes.append(model.keep_heaviest_branch())
     use_cache = not cfg["no_kv_cache"]
     params = model.get_num_params(non_embedding=False) / 1e6
     dtype_name = str(dtype).replace("torch.", "")
-    info = f"sampling from {source}, {params:.2f}M params) on {device}, {dtype_name}"
+    info = f"sampling from {source}, {params:.2f}M params on {device}, {dtype_name}"
     info += f", KV cache {'on' if use_cache else 'off'}"
     print("; ".join([info] + notes), file=sys.stderr)
 
@@ -97,12 +102,13 @@ def write_samples(model, tok, start_text, cfg, device, dtype, source, dataset,
     n_new = 0
     with torch.no_grad(), ctx:
         for _ in range(cfg["num_samples"]):
-            stream = TextStream(token_bytes=decode)   # prints as tokens come
-            stream.write(start_text)
+            print(start_text, end="", flush=True)
+            utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+            on_token = functools.partial(print_token, tok, utf8)
             y = generate(model, x, cfg["max_new_tokens"], cfg["temperature"], top_k,
                          use_kv_cache=use_cache, generator=generator,
-                         on_token=stream.add_token)
-            stream.end()
+                         on_token=on_token)
+            print(utf8.decode(b"", final=True))   # a character cut short: U+FFFD
             print(SEPARATOR, flush=True)
             n_new += y.size(1) - x.size(1)
     dt = time.perf_counter() - t0

@@ -1,15 +1,16 @@
 """
 Train a GPT variant on a tokenized dataset (nanoGPT-style, single process or DDP).
 
-    python train.py config/gpt_shakespeare_cpu.py        # the CPU quickstart (about 1 minute)
+    python train.py config/gpt_shakespeare_cpu.py        # the CPU quickstart (1-2 minutes)
     python train.py config/gpt_shakespeare_cpu.py --init_from=resume --max_iters=3000
     torchrun --standalone --nproc_per_node=8 train.py config/gpt_shakespeare.py
 
-In nanoGPT's order: the settings, the data (get_batch), the learning rate (get_lr), the
-model and the optimizer (setup), evaluation and checkpoints, then train() and its loop.
-Every key below and every GPTConfig field is a config key (`--help` lists them). out_dir
-gets ckpt.pt (best val loss), last.pt (latest), log.csv and loss.png. What keeps a run
-safe lives in run_dir.py, checkpoint.py and dataset.py (docs/training.md).
+Top to bottom: the settings, the data (get_batch), the learning rate (get_lr; nanoGPT
+defines it after the model), the model and the optimizer (setup), evaluation and
+checkpoints, then train() and its loop. Every key below and every GPTConfig field is a
+config key (`--help` lists them). out_dir gets ckpt.pt (best val loss), last.pt (latest),
+log.csv and loss.png. What keeps a run safe lives in run_dir.py, checkpoint.py and
+dataset.py (docs/training.md).
 """
 
 import contextlib
@@ -18,6 +19,7 @@ import gc
 import math
 import os
 import sys
+import time
 from types import SimpleNamespace
 
 import numpy as np
@@ -26,12 +28,11 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import prepare
 import variants
-from checkpoint import atomic_save, process_group, resolve_device, resolve_dtype
+from checkpoint import atomic_save, gather_rng_states, process_group
 from configurator import load_config
-from dataset import check_splits, tokenizer_id
 from model import GPT, GPTConfig
-from run_dir import (RunDir, StopRequest, check_settings, full_config, load_state,
-                     one_line_errors, prepared_data, start_from)
+from run_dir import (RunDir, StopRequest, check_config, check_start, load_state,
+                     one_line_errors, prepared_data, start_checkpoint)
 
 # --- settings ----------------------------------------------------------------------------
 
@@ -83,9 +84,8 @@ MODEL_DEFAULTS = {field.name: field.default for field in dataclasses.fields(GPTC
 DEFAULTS = {**TRAIN_DEFAULTS, **MODEL_DEFAULTS}
 
 
-def check_train_config(c, world=1):
-    """Refuse bad settings (run_dir.py), then fill the schedule's settings left None."""
-    check_settings(c, world)
+def fill_schedule(c):
+    """The schedule's settings left None, from the others (checked already)."""
     if c["lr_decay_iters"] is None:
         c["lr_decay_iters"] = c["max_iters"]   # decay over the whole run
     if c["min_lr"] is None:
@@ -171,9 +171,9 @@ def say(run, message):
         print(message, flush=True)
 
 
-def setup(config, explicit, device, dtype, rank, world, held):
-    """The run's data, model and optimizer, all checked before out_dir changes; then out_dir
-    (locked while `held` lasts), compile and DDP."""
+def setup(config, explicit, device, dtype, rank, world):
+    """The run's data, model and optimizer, all checked before out_dir changes; compile and
+    DDP."""
     run = SimpleNamespace(config=config, device=device, dtype=dtype, rank=rank, world=world)
     run.master = rank == 0
     run.ddp = world > 1
@@ -187,28 +187,36 @@ def setup(config, explicit, device, dtype, rank, world, held):
         run.ctx = torch.autocast(device.type, dtype=getattr(torch, dtype))
 
     # the data, prepared on first use
-    run.data_dir, run.meta = prepared_data(config, prepare.prepare, rank, world)
+    run.data_dir, meta, run.tokenizer_id = prepared_data(config, prepare.prepare, rank, world)
     config["data_dir"] = run.data_dir
-    run.tokenizer_id = tokenizer_id(run.meta)
-    # the model's arguments: GPTConfig's defaults, the variant's, the data's vocab_size,
-    # then the keys you set
+    # resume: out_dir's last.pt (else ckpt.pt); a path: that checkpoint; scratch: None
+    ckpt = start_checkpoint(config, device, run.master)
+    # the model's arguments, in order of precedence: GPTConfig's defaults, the
+    # checkpoint's, the variant's, the data's vocab_size (resume: the checkpoint's),
+    # the keys you set
     args = dict(MODEL_DEFAULTS)
+    if ckpt is not None:
+        args.update(ckpt["model_args"])
     if config["variant"]:
         args.update(variants.load(config["variant"]))
-    args["vocab_size"] = run.meta["vocab_size"]
+    args["vocab_size"] = meta["vocab_size"]
+    if config["init_from"] == "resume":
+        args["vocab_size"] = ckpt["model_args"]["vocab_size"]
     args.update({k: config[k] for k in explicit if k in MODEL_DEFAULTS})
-    # init_from=resume or a checkpoint: its arguments instead; all checked
-    run.args, ckpt = start_from(config, explicit, args, run.meta, device, run.master)
-    config.update(run.args)   # the saved config shows the model trained
-    run.block_size = run.args["block_size"]
+    # one line for what cannot start: resume changing more than dropout, the
+    # checkpoint's weights or tokenizer, args GPTConfig refuses, data too short
+    check_start(config, args, ckpt, meta)
+    run.args = args
+    config.update(args)   # the saved config shows the model trained
+    run.block_size = args["block_size"]
     run.batch_size = config["batch_size"]
-    vocab_size = run.args["vocab_size"]
-    segments = config["data_segments"]
-    run.segments = check_splits(run.data_dir, vocab_size, run.block_size, segments)
+    run.segments = None   # data_segments (paper 003): the only window starts
+    if config["data_segments"]:
+        run.segments = np.load(config["data_segments"]).astype(np.int64)
 
     # the model and AdamW, with loss scaling for fp16 only
     torch.manual_seed(config["seed"])   # the same initial weights on every rank, every run
-    model = GPT(GPTConfig(**run.args))
+    model = GPT(GPTConfig(**args))
     model.to(device)
     run.raw_model = model
     betas = (config["beta1"], config["beta2"])
@@ -218,19 +226,17 @@ def setup(config, explicit, device, dtype, rank, world, held):
     run.scaler = torch.amp.GradScaler(device.type, enabled=(dtype == "float16"))
     run.start_iter = 0
     run.start_best_val_loss = math.inf
+    run.ckpt = ckpt
     if config["init_from"] == "resume":
         run.start_iter = int(ckpt["iter_num"])
         run.start_best_val_loss = float(ckpt["best_val_loss"])
-    # dropout's RNG: each rank its own stream, from (seed, rank, iteration)
+    # dropout's RNG: seed + rank + iteration, a sum (rank 1 at iteration 0 draws as
+    # rank 0 at iteration 1); set by the checkpoint on resume
     torch.manual_seed(config["seed"] + rank + run.start_iter)
     if ckpt is not None:   # resume: weights, optimizer, scaler, RNG; another's: fitting weights
         load_state(ckpt, model, run.optimizer, run.scaler, config, rank, world)
     run.first_batch = train_batch(run, run.start_iter, 0)   # too big: fails here
 
-    # everything is checked: take out_dir, say what will run
-    run.dir = RunDir(config, run.start_iter, ckpt, rank, world, device)
-    held.enter_context(run.dir)
-    run.dir.say_what_runs(model, run.segments, run.first_batch, run.ctx)
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
@@ -317,19 +323,25 @@ def checkpoint_dict(run, iter_num, best_val_loss):
     }
 
 
-def save_checkpoints(run, iter_num, best_val_loss, best):
-    """last.pt := the state at iteration iter_num; ckpt.pt := the same, when best. Rank 0
-    writes, each file atomically: a crash or Ctrl-C keeps the previous one whole."""
+def save_checkpoints(run, iter_num, best_val_loss, best, gather=True):
+    """last.pt := the state at iteration iter_num (at an evaluation after iteration 0, or
+    at a stop); ckpt.pt := the same when best, and at a new run's first save, which
+    replaces an earlier run's ckpt.pt. Rank 0 writes, each file atomically: a crash or
+    Ctrl-C keeps the previous one whole. gather: False after a stop at once (the other
+    ranks may be gone)."""
     state = checkpoint_dict(run, iter_num, best_val_loss)
+    if not all(torch.isfinite(w).all() for w in state["model"].values()):
+        raise run.dir.diverged("the weights are not finite", iter_num)   # never saved
+    t0 = time.time()
+    # every rank's RNG state, for an exact resume (under DDP a collective: all ranks)
+    state["rng"], state["rng_ranks"] = gather_rng_states(run.device, run.ddp and gather)
     out_dir = run.config["out_dir"]
-    # adds every rank's RNG state, refuses NaN weights, flushes log.csv
-    with run.dir.saving(state):
-        if run.master:
-            atomic_save(state, os.path.join(out_dir, "last.pt"))
-        # a new run's first save replaces an earlier run's ckpt.pt
-        if run.master and (best or run.dir.earlier_checkpoints):
-            atomic_save(state, os.path.join(out_dir, "ckpt.pt"))
-            say(run, f"saved ckpt.pt and last.pt to {out_dir}")
+    if run.master:
+        atomic_save(state, os.path.join(out_dir, "last.pt"))
+    if run.master and (best or run.dir.earlier_checkpoints):
+        atomic_save(state, os.path.join(out_dir, "ckpt.pt"))
+        say(run, f"saved ckpt.pt and last.pt to {out_dir}")
+    run.dir.saved(iter_num, time.time() - t0)   # log.csv's rows go with last.pt
 
 
 def notify(run, callback, event, iter_num, info):
@@ -342,24 +354,25 @@ def notify(run, callback, event, iter_num, info):
 def train(config, explicit=None, callback=None):
     """Train with `config` (over DEFAULTS); explicit: the keys the user set. Returns a
     summary dict. callback(event, info): 'iter', 'eval', 'end' (docs/training.md)."""
-    config, explicit = full_config(config, explicit, DEFAULTS)   # refuses unknown keys
     ddp = "RANK" in os.environ and "WORLD_SIZE" in os.environ   # set by torchrun
     rank = int(os.environ["RANK"]) if ddp else 0
     world = int(os.environ["WORLD_SIZE"]) if ddp else 1
     local_rank = int(os.environ.get("LOCAL_RANK", rank)) if ddp else None
-    check_train_config(config, world)
-    device = resolve_device(config["device"], local_rank)
-    dtype = resolve_dtype(config["dtype"], device)
-    # DDP's process group and out_dir's lock, kept to the end
-    with contextlib.ExitStack() as held:
-        held.enter_context(process_group(world, device, config["backend"]))
-        run = setup(config, explicit, device, dtype, rank, world, held)
-        # Ctrl-C or SIGTERM: stop at the next iteration boundary
-        with StopRequest(run.master, device, world) as stop:
+    # unknown keys and bad values refused in one line; 'auto' device and dtype resolved
+    config, explicit, device, dtype = check_config(config, explicit, DEFAULTS, world,
+                                                   local_rank)
+    fill_schedule(config)
+    with process_group(world, device, config["backend"]):   # DDP's, to the end
+        run = setup(config, explicit, device, dtype, rank, world)
+        run.dir = RunDir(config, run.start_iter, run.ckpt, rank, world, device)
+        # rank 0: the model's size, tokens per iteration, notes on a slow or busy CPU
+        run.dir.say_what_runs(run.raw_model, run.segments, run.first_batch, run.ctx)
+        # out_dir, locked; Ctrl-C or SIGTERM: stop at the next iteration boundary
+        with run.dir, StopRequest(run.master, device, world) as stop:
             end = train_loop(run, stop, callback)
-        summary = run.dir.finish(run.raw_model, run.args, **end)
-        info = {k: v for k, v in summary.items() if k != "evals"}
-        notify(run, callback, "end", end["iter_num"], info)
+            summary = run.dir.finish(run.raw_model, run.args, **end)   # loss.png, last line
+            info = {k: v for k, v in summary.items() if k != "evals"}
+            notify(run, callback, "end", end["iter_num"], info)
     return summary
 
 
@@ -435,7 +448,11 @@ def train_loop(run, stop, callback):
                 if run.ddp:
                     torch.distributed.all_reduce(total)
                 last_train_loss = total.item() / run.world
-                run.dir.log(iter=it, kind="train", loss=last_train_loss, lr=lr)
+                # a log.csv row with the speed; a NaN loss stops the run here
+                row = run.dir.log(iter=it, kind="train", loss=last_train_loss, lr=lr)
+                say(run, f"iter {it}: loss {last_train_loss:.4f}, lr {lr:.2e}, "
+                    f"{row['ms_per_iter']:.2f} ms/iter, {row['tokens_per_s']:,.0f} tok/s, "
+                    f"eta {row['eta']}")
                 if run.ddp:   # all ranks stop at the same boundary
                     stop.vote()
             notify(run, callback, "iter", iter_num, dict(loss=loss, lr=lr))
@@ -443,9 +460,9 @@ def train_loop(run, stop, callback):
         stopped = True
         at_once = True
     if stopped:   # last.pt at this boundary (not mid-step); say what out_dir keeps
-        with run.dir.stopping(iter_num, in_step, at_once) as save:
+        with run.dir.stopping(iter_num, in_step) as save:
             if save:
-                save_checkpoints(run, iter_num, best_val_loss, False)
+                save_checkpoints(run, iter_num, best_val_loss, False, gather=not at_once)
     return dict(history=history, best_val_loss=best_val_loss, interrupted=stopped,
                 last_train_loss=last_train_loss, iter_num=iter_num)
 

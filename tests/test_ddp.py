@@ -98,3 +98,39 @@ def test_ddp_accumulation_must_divide_by_world_size(tiny_train_config, monkeypat
     with pytest.raises(UserError) as e:
         train.train({**train.DEFAULTS, **tiny_train_config, "gradient_accumulation_steps": 3})
     assert "divisible" in str(e.value) and "--gradient_accumulation_steps=2" in str(e.value)
+
+
+STOP_WORKER = """
+import json, os, signal, sys
+import train
+cfg, out = json.loads(sys.argv[1]), sys.argv[2]
+
+def ask_on_rank1(event, info):
+    if event == "iter" and info["rank"] == 1 and info["iter_num"] == 3:
+        os.kill(os.getpid(), signal.SIGINT)   # as Ctrl-C or SIGTERM sent to this rank alone
+    if event == "end":
+        with open(os.path.join(out, "end%d.json" % info["rank"]), "w") as f:
+            json.dump({"iter_num": info["iter_num"], "interrupted": info["interrupted"]}, f)
+
+train.train({**train.DEFAULTS, **cfg}, explicit=set(cfg), callback=ask_on_rank1)
+"""
+
+
+def test_ddp_a_stop_asked_on_one_rank_stops_both_at_the_same_boundary(tiny_train_config, tmp_path):
+    """Rank 1 alone gets the signal after iteration 2; the vote at iteration 3's log line passes it to rank 0, so
+    both stop at boundary 4, and last.pt holds that iteration (a vote that needs every rank would run on to 10)."""
+    cfg = dict(tiny_train_config, gradient_accumulation_steps=2, batch_size=2, max_iters=10, eval_interval=10,
+               log_interval=1)
+    script = tmp_path / "worker.py"
+    script.write_text(STOP_WORKER)
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT)
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                           str(script), json.dumps(cfg), str(tmp_path)],
+                          capture_output=True, text=True, timeout=240, env=env, cwd=str(tmp_path))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    ends = [json.loads((tmp_path / f"end{rank}.json").read_text()) for rank in range(2)]
+    assert ends == [{"iter_num": 4, "interrupted": True}] * 2
+    assert "interrupted at iteration 4" in proc.stdout
+    last = torch.load(os.path.join(cfg["out_dir"], "last.pt"), weights_only=True)
+    assert last["iter_num"] == 4
+    assert len(last["rng_ranks"]) == 2   # both ranks' RNG states: the stop was voted, no rank left early

@@ -166,22 +166,25 @@ def test_default_out_dir_is_the_newest_checkpoint(tmp_path):
 
 # --- text as it is generated (issue 48) ---------------------------------------------------------
 
-def test_text_appears_as_it_is_generated(ckpt_dir, capsys):
+def test_text_appears_as_it_is_generated(ckpt_dir, capsys, monkeypatch):
     """Each token's text is on stdout before the next token is drawn: a generate that checks stdout after every
     token it hands on sees the sample growing, beginning with the prompt."""
     import sample
     from model import GPT
     seen = []
+    generate = GPT.generate
 
     def watching_generate(model, idx, *args, on_token=None, **kwargs):
         def hand_on(token):
             on_token(token)
             seen.append(capsys.readouterr().out)
-        return GPT.generate(model, idx, *args, on_token=hand_on, **kwargs)
+        return generate(model, idx, *args, on_token=hand_on, **kwargs)
 
     cfg = dict(sample.DEFAULTS, out_dir=str(ckpt_dir), start="ROMEO:", num_samples=1, max_new_tokens=12,
                device="cpu", temperature=0)
-    sample.run(cfg, generate=watching_generate)
+    with monkeypatch.context() as patched:
+        patched.setattr(GPT, "generate", watching_generate)
+        sample.run(cfg)
     rest = capsys.readouterr().out
     assert len(seen) == 12 and seen[0].startswith("ROMEO:") and all(len(s) == 1 for s in seen[1:])
     streamed = "".join(seen) + rest
@@ -191,25 +194,27 @@ def test_text_appears_as_it_is_generated(ckpt_dir, capsys):
 
 
 @pytest.mark.parametrize("kind", ["gpt2", "char"])
-def test_each_tokenizer_streams_what_decode_gives(kind, gpt2_file):
-    """sample.py streams tok.token_bytes(id) through dataset.TextStream: for each of our tokenizers (GPT-2 BPE
-    splits the emoji and the CJK characters across tokens; nanoGPT's meta.pkl is a CharTokenizer too) the text
-    printed token by token is tok.decode of all ids, and never half a character."""
-    import io
-    from dataset import BPETokenizer, CharTokenizer, TextStream, get_gpt2_encoding
+def test_each_tokenizer_streams_what_decode_gives(kind, gpt2_file, capsys):
+    """sample.py prints tok.token_bytes(id) through an incremental UTF-8 decoder (print_token): for each of our
+    tokenizers (GPT-2 BPE splits the emoji and the CJK characters across tokens; nanoGPT's meta.pkl is a
+    CharTokenizer too) the text printed token by token is tok.decode of all ids, and never half a character."""
+    import codecs
+    import sample
+    from dataset import BPETokenizer, CharTokenizer, get_gpt2_encoding
     text = "War is \U0001f642 peace, \u5e73\u548c \u2014 ok\n"
     if kind == "gpt2":
         tok = BPETokenizer(get_gpt2_encoding(), 50257, 50256)
     else:
         tok = CharTokenizer(sorted(set(text)))
     ids = tok.encode(text)
-    out = io.StringIO()
-    stream = TextStream(out, token_bytes=tok.token_bytes)
+    utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    printed = ""
     for i in ids:
-        stream.add_token(i)
-        assert "\ufffd" not in out.getvalue()
-    stream.end()
-    assert out.getvalue() == tok.decode(ids) + "\n" == text + "\n"
+        sample.print_token(tok, utf8, i)
+        printed += capsys.readouterr().out
+        assert "\ufffd" not in printed
+    assert utf8.decode(b"", final=True) == ""   # nothing held back at the end
+    assert printed == tok.decode(ids) == text
 
 
 def test_ctrl_c_keeps_what_was_printed_without_a_traceback(ckpt_dir):

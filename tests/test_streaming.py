@@ -230,3 +230,18 @@ def test_llamacpp_runner_ctrl_c_keeps_what_was_printed(fake_llama, capsys):
     out, err = capsys.readouterr()
     assert e.value.code == 130 and err.strip().splitlines()[-1] == "interrupted"
     assert out.startswith("War is ") and len(out) > len("War is ") + 10
+
+
+@pytest.mark.parametrize("cut", [1, 2, 3])
+def test_a_stream_that_ends_inside_a_character_prints_its_replacement_character(cut):
+    """A sample can end inside a character (max_new_tokens reached after the first byte of a BPE token pair):
+    end() prints what was held back, U+FFFD, as decoding the whole sample does; it is not dropped."""
+    data = "ok \U0001f642".encode("utf-8")[:-cut]   # the emoji's 4 bytes, cut short
+    out = io.StringIO()
+    stream = TextStream(out)
+    stream.add(data)
+    assert out.getvalue() == "ok "   # the partial character is held back...
+    stream.end()
+    expected = data.decode("utf-8", errors="replace") + "\n"
+    assert expected == "ok \ufffd\n"
+    assert out.getvalue() == expected   # ...and printed at the end, as one replacement character

@@ -246,3 +246,47 @@ def test_lgpt_against_gpt_is_a_short_list(capsys):
 ])
 def test_bad_input_is_one_line(args, words):
     one_error_line(technique_lines.main, args, *words)
+
+
+# --- what `python -m tools.technique_lines PRESET` prints: exactly the lines that ran -------------------------
+
+def printed_lines(text):
+    """{file: the line numbers printed} of the tool's output (`model.py:123  ~ code`)."""
+    out = collections.defaultdict(set)
+    for match in re.finditer(r"^(model\.py|train\.py):(\d+)", text, re.MULTILINE):
+        out[match[1]].add(int(match[2]))
+    return out
+
+
+@pytest.mark.parametrize("preset", variants.available())   # about half a second each
+def test_prints_exactly_the_lines_that_ran(preset, monkeypatch, capsys):
+    """The lines technique_lines prints for `preset` against the Tracer's own record of the lines that ran (its
+    (code, offset, line) triples): every code line that ran is printed, and every printed line belongs to a
+    statement that ran, or is the `def` header of a function that ran."""
+    tracers = []
+    real_trace = technique_lines.trace
+
+    def keep_tracer(*args, **kwargs):
+        tracer = real_trace(*args, **kwargs)
+        tracers.append(tracer)
+        return tracer
+    monkeypatch.setattr(technique_lines, "trace", keep_tracer)
+    technique_lines.main([preset])
+    printed = printed_lines(capsys.readouterr().out)
+    (tracer,) = tracers
+    for name in technique_lines.PATHS:
+        source = Source(name)
+        ran = {line for _, _, line in tracer.in_file(name) if line in source.unit}
+        ran_units = {source.unit[line] for line in ran}
+        ran_functions = {source.where[line] for line in ran if line in source.where}
+        assert ran, name
+        not_printed = sorted(ran & set(source.code) - printed[name])
+        assert not not_printed, f"{preset}: {name} lines ran but not printed: {not_printed[:10]}"
+        never_ran = []
+        for line in sorted(printed[name]):
+            function = source.where[line]
+            header = source.unit[line] == source.defs[function] and function in ran_functions
+            if source.unit[line] not in ran_units and not header:
+                never_ran.append(line)
+        assert not never_ran, f"{preset}: {name} lines printed that never ran: {never_ran[:10]}"
+

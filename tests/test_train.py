@@ -10,7 +10,7 @@ import torch
 import checkpoint
 import train
 from configurator import UserError
-from train import check_train_config
+from train import fill_schedule
 from checkpoint import atomic_save, load_checkpoint, load_model
 
 
@@ -73,13 +73,13 @@ def test_get_lr_schedule():
 
 def test_none_schedule_defaults_follow_max_iters():
     cfg = dict(train.DEFAULTS, max_iters=300, learning_rate=2e-3)
-    check_train_config(cfg)
+    fill_schedule(cfg)
     assert cfg["lr_decay_iters"] == 300 and cfg["min_lr"] == pytest.approx(2e-4) and cfg["warmup_iters"] == 30
     cfg = dict(train.DEFAULTS, max_iters=20)   # `python train.py --max_iters=20`: the warmup shrinks with the run
-    check_train_config(cfg)
+    fill_schedule(cfg)
     assert cfg["warmup_iters"] == 2
     cfg = dict(train.DEFAULTS, max_iters=5000)
-    check_train_config(cfg)
+    fill_schedule(cfg)
     assert cfg["warmup_iters"] == 100
 
 

@@ -77,8 +77,8 @@ from tools.flops import flops_per_token
 from tools.layers import layer_sets
 from tools.plots import read_log
 from tools.spread import NOISE_T, add_equal_compute, mean_std, noise_verdict
-from run_dir import format_duration
-from train import check_train_config
+from run_dir import check_settings, format_duration
+
 
 COMPARE_DEFAULTS = dict(
     variants=["gpt", "pgpt", "lgpt", "cgpt"],
@@ -945,7 +945,7 @@ def run(config, explicit):
     check_out_dir(config["compare_dir"], key="compare_dir")
     for run in runs:   # every run's training values, and the last.pt it resumes from, before anything is written
         try:
-            check_train_config(dict(train.DEFAULTS, **run.config))
+            check_settings(dict(train.DEFAULTS, **run.config))
             if status["models"].get(run.key, {}).get("state") != "finished" and \
                     os.path.isfile(os.path.join(run.out_dir, LAST_NAME)):
                 # read lazily (mmap): a damaged file, or one whose pickle would run code, is refused here, not after

@@ -25,7 +25,9 @@ import torch
 import torch.nn.functional as F
 
 import sample
+from checkpoint import load_model, setup_sampling
 from configurator import UserError, run_command
+from dataset import tokenizer_of
 from tools.support import refuse_undeclared
 from tools.torch_internals import inductor_config, inductor_loaded_modules
 
@@ -266,12 +268,19 @@ def to_huge_pages(modules):
 
 
 def run(cfg):
+    """sample.py's steps (load_model: its safe load, model and checked weights), then its write_samples with
+    the compiled decode step."""
     cfg = dict(cfg)
     mode = cfg.pop("compile_mode")
     check_compile_mode(mode)   # before loading anything
     if cfg["no_kv_cache"]:
         raise UserError("--no_kv_cache has no decode step to compile (fix: python sample.py --no_kv_cache)")
-    sample.run(cfg, generate=functools.partial(generate, compile_mode=mode))
+    device, dtype, start_text = setup_sampling(cfg)
+    model, ckpt = load_model(cfg["out_dir"], device)
+    tok, start_ids = tokenizer_of(ckpt, cfg["data_dir"], start_text)
+    source = f"{ckpt['path']} (iter {ckpt.get('iter_num', '?')})"
+    compiled = functools.partial(generate, compile_mode=mode)
+    sample.write_samples(model, tok, start_text, start_ids, cfg, device, dtype, source, compiled)
 
 
 def main(argv=None):

@@ -304,6 +304,19 @@ MUTANTS = [
            'len(text.encode("utf-8")), "counted',
            'len(text), "counted',
            "tests/test_eval.py -k recomputed_from_the_models_logits", every=False),
+    # --- issue 55: three bugs the whole suite passed ---
+    Mutant("text_stream_end_without_its_final_flush", "dataset.py",
+           'self.write(self.decoder.decode(b"", final=True) + "\\n")',
+           'self.write("\\n")',
+           "tests/test_streaming.py -k ends_inside_a_character", every=False),
+    Mutant("stop_vote_needs_every_rank", "run_dir.py",
+           "        torch.distributed.all_reduce(votes)\n",
+           "        torch.distributed.all_reduce(votes, op=torch.distributed.ReduceOp.MIN)\n",
+           "tests/test_ddp.py -k stops_both_at_the_same_boundary", every=False),
+    Mutant("technique_lines_prints_the_line_after", "tools/technique_lines.py",
+           "return [line for line in self.code if self.unit[line] in units]",
+           "return [line + 1 for line in self.code if self.unit[line] in units]",
+           "tests/test_technique_lines.py -k 'lines_that_ran and gpt'", every=False),
 ]
 
 DEFAULTS = dict(

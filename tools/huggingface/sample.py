@@ -9,7 +9,8 @@ import sys
 import sample
 from checkpoint import setup_sampling
 from configurator import UserError, run_command
-from dataset import load_tokenizer, read_prompt
+from dataset import encode_start, load_tokenizer
+from model import GPT
 from tools.huggingface.convert import load_pretrained
 from tools.huggingface.tokenizer import tokenizer_for
 
@@ -19,8 +20,7 @@ DEFAULTS = {"init_from": "", **{k: v for k, v in sample.DEFAULTS.items() if k !=
 def run(cfg):
     if not cfg["init_from"]:
         raise UserError("--init_from is required (fix: --init_from=path/to/hf-model-dir or a hub name)")
-    device, dtype = setup_sampling(cfg)
-    start_text = read_prompt(cfg["start"])
+    device, dtype, start_text = setup_sampling(cfg)   # the options and --start, checked
     model, info = load_pretrained(cfg["init_from"], device)
     tok = load_tokenizer(cfg["data_dir"]) if cfg["data_dir"] else tokenizer_for(info)
     # the model samples ids up to its vocab_size: a smaller vocabulary cannot decode them (an IndexError midway)
@@ -29,8 +29,9 @@ def run(cfg):
                         f"{model.config.vocab_size}: it cannot decode what the model samples (fix: --data_dir=<the "
                         f"dataset the model was trained on>, or leave it out to use the model's own tokenizer)")
     dataset = cfg["data_dir"] or f"{info['source']}'s tokenizer"
-    source = f"{info['source']} (iter pretrained"
-    sample.write_samples(model, tok, start_text, cfg, device, dtype, source, dataset)
+    start_ids = encode_start(tok, start_text, dataset, model.config.vocab_size)   # checked: one line
+    source = f"{info['source']} (iter pretrained)"
+    sample.write_samples(model, tok, start_text, start_ids, cfg, device, dtype, source, GPT.generate)
 
 
 def main(argv=None):
