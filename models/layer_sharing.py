@@ -5,7 +5,7 @@ through the KV cache (the classes, functions, branches and GPTConfig fields), in
 with its comments, and computes exactly what model.py computes for it. Do not edit: regenerate.
 
     made by:  python -m tools.one_file layer_sharing --out=models/layer_sharing.py
-    model.py of commit ae6f76f
+    model.py of commit ae6f76f plus uncommitted changes
 """
 
 import math
@@ -54,6 +54,9 @@ class GPTConfig:
         and the last n_top_attn_layers (ShishuLM, 001 4.2, Table 10)."""
         n = self.layers_per_branch()
         return list(range(n))
+
+    def embd_width(self):
+        return self.n_embd * self.n_branches
 
     def widths(self):
         # model.py's docstring, whole: it also tells of code left out here
@@ -293,9 +296,8 @@ class GPT(nn.Module):
     def __init__(self, config):
         super().__init__()
         self.config = config
-        width = config.n_embd * config.n_branches   # pgpt: every branch's chunk
         self.tok_emb = TokenEmbedding(config)
-        table = sinusoidal_positions(config.block_size, width)
+        table = sinusoidal_positions(config.block_size, config.embd_width())
         self.register_buffer("pos_table", table, persistent=False)
         self.drop = nn.Dropout(config.dropout)
         stacks = [DecoderStack(config) for _ in range(config.n_branches)]
@@ -374,20 +376,16 @@ class GPT(nn.Module):
 
     @torch.inference_mode()
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None,
-                 use_kv_cache=True, generator=None, cache=None, step=None,
-                 on_token=None):
+                 use_kv_cache=True, generator=None, on_token=None):
         """Sample max_new_tokens tokens after idx (B, T): one token a step
         through the KV cache, or the whole window (use_kv_cache=False; the same
-        logits). cache, step: another cache and decode step (tools/fast_sample.py).
-        on_token(id): each new token of the first sequence, as it comes."""
+        logits). on_token(id): each new token of the first sequence, as it comes."""
         was_training = self.training
         self.eval()
         block_size = self.config.block_size
         cache = self.new_cache()
-        step = step or self.decode_step
         start = 0          # the model reads idx[:, start:], the window
         primed = False     # whether the cache holds the window but its last token
-        idx_next = None    # the token sampled last
         for _ in range(max_new_tokens):
             # window full: start again at position 0 from its recent half (nanoGPT
             # crops every step, but a cache would then refill at every step)
@@ -399,7 +397,7 @@ class GPT(nn.Module):
                 logits, _ = self(idx[:, start:], cache=cache)
                 primed = True
             else:
-                logits = step(idx_next, cache)
+                logits = self.decode_step(idx_next, cache)
             idx_next = sample_next(logits[:, -1, :], temperature, top_k, generator)
             idx = torch.cat((idx, idx_next), dim=1)
         self.train(was_training)

@@ -28,6 +28,7 @@ import sample
 from checkpoint import load_model, setup_sampling
 from configurator import UserError, run_command
 from dataset import tokenizer_of
+from model import sample_next
 from tools.support import refuse_undeclared
 from tools.torch_internals import inductor_config, inductor_loaded_modules
 
@@ -60,14 +61,36 @@ def check_compile_mode(mode):
 
 def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, use_kv_cache=True, generator=None,
              compile_mode="frozen", on_token=None):
-    """model.generate whose single-token steps run compiled_decode_step over the model's static cache."""
+    """model.generate's loop (model.py) over the model's static cache, its single-token steps through
+    compiled_decode_step: the same windows and the same sample_next, so the same tokens."""
     if not use_kv_cache:
         raise UserError("--no_kv_cache has no decode step to compile (fix: python sample.py --no_kv_cache)")
     if model.config.think_steps:
         raise UserError("the static cache does not hold Deep Thinking's memory (fix: python sample.py)")
     step = compiled_decode_step(model, mode=compile_mode)
-    return model.generate(idx, max_new_tokens, temperature, top_k, True, generator,
-                          cache=static_cache(model, idx.size(0)), step=step, on_token=on_token)
+    cache = static_cache(model, idx.size(0))
+    block_size = model.config.block_size
+    was_training = model.training
+    model.eval()
+    start = 0          # the model reads idx[:, start:], the window
+    primed = False     # whether the cache holds the window but its last token
+    with torch.inference_mode():
+        for _ in range(max_new_tokens):
+            if idx.size(1) - start > block_size:   # a full window: go on from its recent half
+                start = idx.size(1) - max(1, block_size // 2)
+                primed = False
+            if primed:
+                logits = step(idx_next, cache)
+            else:   # a plain forward fills the static cache with the window
+                cache.reset()
+                logits, _ = model(idx[:, start:], cache=cache)
+                primed = True
+            idx_next = sample_next(logits[:, -1, :], temperature, top_k, generator)
+            idx = torch.cat((idx, idx_next), dim=1)
+            if on_token is not None:
+                on_token(idx_next[0, 0])
+    model.train(was_training)
+    return idx
 
 
 class Slot:
