@@ -104,7 +104,7 @@ class GPTConfig:
 
     def widths(self):
         """The width of each layer: constant, or halved (lgpt/cgpt)."""
-        n = self.layers_per_branch()
+        n = self.n_layer // self.n_branches
         if self.shrink_every == 0:
             return [self.n_embd] * n
         # layer i: halved i // shrink_every times, as a shift (exact for any count)
@@ -206,10 +206,10 @@ def causal_attention(q, k, v, start=0, dropout_p=0.0):
     mask = None
     if start > 0 and q.size(2) > 1:
         mask = causal_mask(start, q.size(2), q.device)
-    # GQA: query head h reads kv head h // (H / H_kv)
-    gqa = q.size(1) != k.size(1)
+    # GQA (fewer kv heads): query head h reads kv head h // (H / H_kv)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=start == 0,
-                                          dropout_p=dropout_p, enable_gqa=gqa)
+                                          dropout_p=dropout_p,
+                                          enable_gqa=q.size(1) != k.size(1))
 
 
 class CausalSelfAttention(nn.Module):
@@ -302,9 +302,10 @@ class DecoderStack(nn.Module):
         if config.share_group_size > 1 or config.n_attn_layers is not None:
             build_shared_layers(self, config)   # below
         else:
-            widths = [config.n_embd] * (config.n_layer // config.n_branches)   # per pgpt branch
             if config.shrink_every:
                 widths = config.widths()   # lgpt/cgpt halve it (section 6)
+            else:
+                widths = [config.n_embd] * (config.n_layer // config.n_branches)   # per pgpt branch
             for width in widths:
                 attn = ResidualSubLayer(config, width, CausalSelfAttention(config, width))
                 mlp = ResidualSubLayer(config, width, MLP(config, width))
@@ -396,11 +397,11 @@ def add_shrinks(stack, config):
     FFN (mlp[l]: lgpt/cgpt are not shared); built last (the init's draw order)."""
     shrink_cls = ConvShrink if config.shrink_layer == "conv" else LinearShrink
     widths = config.widths()
-    layers = range(config.shrink_every - 1, len(widths) - 1, config.shrink_every)
-    stack.shrink = nn.ModuleList([shrink_cls(config, widths[layer]) for layer in layers])
-    for layer, shrink in zip(layers, stack.shrink):
-        after = stack.layers.index(stack.mlp[layer])
-        stack.layers.insert(after + 1, shrink)
+    stack.shrink = nn.ModuleList()
+    for layer in range(config.shrink_every - 1, len(widths) - 1, config.shrink_every):
+        stack.shrink.append(shrink_cls(config, widths[layer]))
+        after = stack.layers.index(stack.mlp[layer])   # the layer's FFN
+        stack.layers.insert(after + 1, stack.shrink[-1])
 
 
 # --- 7. Initialisation: GPT-2's, and paper 003's schemes (PanGu-pi Pro, 3.1, App. B) ---
@@ -682,6 +683,7 @@ class GPT(nn.Module):
         cache = self.new_cache() if use_kv_cache else None
         start = 0          # the model reads idx[:, start:], the window
         primed = False     # whether the cache holds the window but its last token
+        idx_next = None    # the token sampled last
         for _ in range(max_new_tokens):
             # window full: start again at position 0 from its recent half (nanoGPT
             # crops every step, but a cache would then refill at every step)

@@ -5,7 +5,7 @@ through the KV cache (the classes, functions, branches and GPTConfig fields), in
 with its comments, and computes exactly what model.py computes for it. Do not edit: regenerate.
 
     made by:  python -m tools.one_file cgpt --out=models/cgpt.py
-    model.py of commit ae6f76f plus uncommitted changes
+    model.py of commit 1b6a9bb plus uncommitted changes
 """
 
 import math
@@ -40,14 +40,10 @@ class GPTConfig:
     shrink_kernel: int = 1          # cgpt's Conv1d kernel; > 1 is causal
     init_std: float = 0.02
 
-    # --- derived sizes ---
-    def layers_per_branch(self):
-        return self.n_layer // self.n_branches
-
     def widths(self):
         # model.py's docstring, whole: it also tells of code left out here
         """The width of each layer: constant, or halved (lgpt/cgpt)."""
-        n = self.layers_per_branch()
+        n = self.n_layer // self.n_branches
         # layer i: halved i // shrink_every times, as a shift (exact for any count)
         return [self.n_embd >> (i // self.shrink_every) for i in range(n)]
 
@@ -122,10 +118,10 @@ def causal_attention(q, k, v, start=0, dropout_p=0.0):
     mask = None
     if start > 0 and q.size(2) > 1:
         mask = causal_mask(start, q.size(2), q.device)
-    # GQA: query head h reads kv head h // (H / H_kv)
-    gqa = q.size(1) != k.size(1)
+    # GQA (fewer kv heads): query head h reads kv head h // (H / H_kv)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=start == 0,
-                                          dropout_p=dropout_p, enable_gqa=gqa)
+                                          dropout_p=dropout_p,
+                                          enable_gqa=q.size(1) != k.size(1))
 
 
 class CausalSelfAttention(nn.Module):
@@ -193,7 +189,6 @@ class DecoderStack(nn.Module):
         self.attn = nn.ModuleList()
         self.mlp = nn.ModuleList()
         self.layers = []
-        widths = [config.n_embd] * (config.n_layer // config.n_branches)   # per pgpt branch
         widths = config.widths()   # lgpt/cgpt halve it (section 6)
         for width in widths:
             attn = ResidualSubLayer(config, width, CausalSelfAttention(config, width))
@@ -237,11 +232,11 @@ def add_shrinks(stack, config):
     FFN (mlp[l]: lgpt/cgpt are not shared); built last (the init's draw order)."""
     shrink_cls = ConvShrink
     widths = config.widths()
-    layers = range(config.shrink_every - 1, len(widths) - 1, config.shrink_every)
-    stack.shrink = nn.ModuleList([shrink_cls(config, widths[layer]) for layer in layers])
-    for layer, shrink in zip(layers, stack.shrink):
-        after = stack.layers.index(stack.mlp[layer])
-        stack.layers.insert(after + 1, shrink)
+    stack.shrink = nn.ModuleList()
+    for layer in range(config.shrink_every - 1, len(widths) - 1, config.shrink_every):
+        stack.shrink.append(shrink_cls(config, widths[layer]))
+        after = stack.layers.index(stack.mlp[layer])   # the layer's FFN
+        stack.layers.insert(after + 1, stack.shrink[-1])
 
 
 def init_gpt2(model, config):
@@ -367,6 +362,7 @@ class GPT(nn.Module):
         cache = self.new_cache()
         start = 0          # the model reads idx[:, start:], the window
         primed = False     # whether the cache holds the window but its last token
+        idx_next = None    # the token sampled last
         for _ in range(max_new_tokens):
             # window full: start again at position 0 from its recent half (nanoGPT
             # crops every step, but a cache would then refill at every step)

@@ -5,7 +5,7 @@ through the KV cache (the classes, functions, branches and GPTConfig fields), in
 with its comments, and computes exactly what model.py computes for it. Do not edit: regenerate.
 
     made by:  python -m tools.one_file shishulm_600 --out=models/shishulm_600.py
-    model.py of commit ae6f76f plus uncommitted changes
+    model.py of commit 1b6a9bb plus uncommitted changes
 """
 
 import math
@@ -61,7 +61,7 @@ class GPTConfig:
 
     def widths(self):
         """The width of each layer: constant, or halved (lgpt/cgpt)."""
-        n = self.layers_per_branch()
+        n = self.n_layer // self.n_branches
         return [self.n_embd] * n
 
     def final_width(self):
@@ -150,10 +150,10 @@ def causal_attention(q, k, v, start=0, dropout_p=0.0):
     mask = None
     if start > 0 and q.size(2) > 1:
         mask = causal_mask(start, q.size(2), q.device)
-    # GQA: query head h reads kv head h // (H / H_kv)
-    gqa = q.size(1) != k.size(1)
+    # GQA (fewer kv heads): query head h reads kv head h // (H / H_kv)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=start == 0,
-                                          dropout_p=dropout_p, enable_gqa=gqa)
+                                          dropout_p=dropout_p,
+                                          enable_gqa=q.size(1) != k.size(1))
 
 
 class CausalSelfAttention(nn.Module):
@@ -397,6 +397,7 @@ class GPT(nn.Module):
         cache = self.new_cache()
         start = 0          # the model reads idx[:, start:], the window
         primed = False     # whether the cache holds the window but its last token
+        idx_next = None    # the token sampled last
         for _ in range(max_new_tokens):
             # window full: start again at position 0 from its recent half (nanoGPT
             # crops every step, but a cache would then refill at every step)

@@ -233,7 +233,8 @@ def test_plain_gpt_path_holds_no_technique_code(capsys):
 def test_lgpt_against_gpt_is_a_short_list(capsys):
     total = technique_lines.main(["lgpt", "--against=gpt"])
     out = capsys.readouterr().out
-    assert 5 <= total["model.py"][1] <= 20 and total["train.py"][1] == 0, out
+    # 23 lines since issue 53: lgpt's own builder (add_shrinks) and GPTConfig.widths, which plain gpt no longer runs
+    assert 5 <= total["model.py"][1] <= 25 and total["train.py"][1] == 0, out
     assert "# LinearShrink.forward" in out and "# lgpt: model.py" in out
 
 

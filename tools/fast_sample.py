@@ -74,6 +74,7 @@ def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, use_kv_cac
     model.eval()
     start = 0          # the model reads idx[:, start:], the window
     primed = False     # whether the cache holds the window but its last token
+    idx_next = None    # the token sampled last
     with torch.inference_mode():
         for _ in range(max_new_tokens):
             if idx.size(1) - start > block_size:   # a full window: go on from its recent half
