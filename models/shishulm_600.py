@@ -5,7 +5,7 @@ through the KV cache (the classes, functions, branches and GPTConfig fields), in
 with its comments, and computes exactly what model.py computes for it. Do not edit: regenerate.
 
     made by:  python -m tools.one_file shishulm_600 --out=models/shishulm_600.py
-    model.py of commit 1b6a9bb plus uncommitted changes
+    model.py of commit a1837f2 plus uncommitted changes
 """
 
 import math
@@ -150,10 +150,10 @@ def causal_attention(q, k, v, start=0, dropout_p=0.0):
     mask = None
     if start > 0 and q.size(2) > 1:
         mask = causal_mask(start, q.size(2), q.device)
-    # GQA (fewer kv heads): query head h reads kv head h // (H / H_kv)
+    # GQA: query head h reads kv head h // (H / H_kv)
+    gqa = q.size(1) != k.size(1)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=start == 0,
-                                          dropout_p=dropout_p,
-                                          enable_gqa=q.size(1) != k.size(1))
+                                          dropout_p=dropout_p, enable_gqa=gqa)
 
 
 class CausalSelfAttention(nn.Module):
@@ -355,8 +355,8 @@ class GPT(nn.Module):
         logits = self.head(x)
         loss = None
         if targets is not None:
-            logits_2d = logits.view(-1, logits.size(-1)).float()
-            loss = F.cross_entropy(logits_2d, targets.reshape(-1), ignore_index=-1)
+            loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(),
+                                   targets.reshape(-1), ignore_index=-1)
         return logits, loss
 
     def head(self, h):
