@@ -92,7 +92,7 @@ MUTANTS = [
     # --- the brief's further bugs ---
     Mutant("rope_off_by_one_in_cache", "model.py",
            "            cos, sin = self.rope_cos[pos], self.rope_sin[pos]",
-           "            pos = pos if cache is None else (pos - 1).clamp(min=0)\n"
+           "            pos = pos if cache is None or T > 1 else (pos - 1).clamp(min=0)   # a decode step\n"
            "            cos, sin = self.rope_cos[pos], self.rope_sin[pos]",
            "tests/test_model.py tests/test_variants.py -k 'kv_cache_equals_full_forward and "
            "(rope or shishu or mobilellm or internlm or paper000_dt_first_layer)'", every=True),
