@@ -5,7 +5,7 @@ through the KV cache (the classes, functions, branches and GPTConfig fields), in
 with its comments, and computes exactly what model.py computes for it. Do not edit: regenerate.
 
     made by:  python -m tools.one_file shishulm_600 --out=models/shishulm_600.py
-    model.py of commit a1837f2 plus uncommitted changes
+    model.py of commit 379e484 plus uncommitted changes
 """
 
 import math
@@ -36,7 +36,7 @@ class GPTConfig:
     # --- GQA (000 2.5): key/value heads, dividing n_head; None = n_head ---
     n_kv_head: Optional[int] = None
     mlp_hidden: Optional[int] = None  # None: mlp_ratio * width
-    # --- layer sharing (000 2.6, 002 3.0.2, 001 4.4): sharing_plan, section 5 ---
+    # --- layer sharing (000 2.6, 002 3.0.2, 001 4.4): build_shared_layers, section 5 ---
     share_group_size: int = 1       # k consecutive layers, one set of weights
     share_from_layer: int = 0       # layers below are never shared
     share_sublayers: str = "both"   # "both" | "attn" | "mlp"
