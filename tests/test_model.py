@@ -17,6 +17,7 @@ from checkpoint import depth_summary
 from model import GPT, GPTConfig, sinusoidal_positions
 from tools.layers import sharing_indices
 from tools.plots import residual_alphas
+from tools.sizes import ffn_hidden, head_dim, kv_heads
 
 TINY = dict(vocab_size=37, block_size=16, n_layer=4, n_head=2, n_embd=16, dropout=0.0)
 LLAMA = dict(norm="rmsnorm", pos_embedding="rope", bias=False, mlp_type="gated", activation="silu")
@@ -338,6 +339,20 @@ def test_swiglu_applies_silu_to_gate_only():
     torch.testing.assert_close(mlp(x), expected)
 
 
+def test_tool_sizes_are_the_built_modules():
+    """tools.sizes reads kv heads, head size and FFN hidden size from the modules model.py builds: None n_kv_head
+    is n_head, mlp_hidden wins over mlp_ratio, and each agrees with a real model's first layer."""
+    small = dict(block_size=8, vocab_size=16, n_layer=1, n_head=4, n_embd=32)
+    cases = [(dict(), (4, 8, 128)), (dict(n_kv_head=2, pos_embedding="rope"), (2, 8, 128)),
+             (dict(mlp_hidden=40, mlp_ratio=2.0, mlp_type="gated"), (4, 8, 40)), (dict(mlp_ratio=2.5), (4, 8, 80))]
+    for extra, expected in cases:
+        config = GPTConfig(**small, **extra)
+        layer = GPT(config).branches[0]
+        attn, mlp = layer.attn[0].inner, layer.mlp[0].inner
+        assert (kv_heads(config), head_dim(config), ffn_hidden(config)) == expected
+        assert expected == (attn.n_kv_head, attn.head_dim, mlp.up.out_features)
+
+
 def test_gqa_cache_stores_only_kv_heads():
     model = make_model("gqa")
     cache = model.new_cache()
@@ -614,9 +629,9 @@ def reference_forward(model, idx):
     LayerNorm, learned-position) model: pre- or post-norm, plain or enhanced residual, Deep Thinking with
     own-layer or first-layer memory (2.7, 2.8; eq. numbers as in the paper's text)."""
     cfg = model.config
-    H, Hkv = cfg.n_head, cfg.n_kv_head or cfg.n_head
-    D, T = cfg.n_embd // H, idx.size(1)
     stack = model.branches[0]
+    H, Hkv = cfg.n_head, stack.attn[0].inner.n_kv_head   # the GQA heads as built: GQA's own test checks them
+    D, T = cfg.n_embd // H, idx.size(1)
     x0 = model.tok_emb.wte.weight[idx] + model.pos_emb.weight[:T]
     causal = torch.ones(T, T).tril().bool()
 

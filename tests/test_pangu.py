@@ -15,6 +15,7 @@ import train
 from configurator import UserError, load_config
 from tools.pangu import inherit, refine
 from tools.pangu.scaled_lr import scaled_lr
+from tools.sizes import ffn_hidden
 from checkpoint import load_checkpoint, load_model
 from conftest import tiny_config, write_token_dataset
 from model import GPT, GPTConfig
@@ -225,7 +226,7 @@ def test_gqa_head_and_ffn_slicing_is_exact():
     src_cfg = GPTConfig(block_size=16, vocab_size=16, n_layer=1, n_head=8, n_kv_head=4, n_embd=64,
                         mlp_type="gated", activation="silu", pos_embedding="rope")
     dst_cfg = inherit.target_config(src_cfg, n_embd=32, n_kv_head=2)   # 4 query heads in 2 groups of 2
-    assert (dst_cfg.n_head, dst_cfg.n_kv_head, inherit.mlp_hidden(dst_cfg)) == (4, 2, 128)
+    assert (dst_cfg.n_head, dst_cfg.n_kv_head, ffn_hidden(dst_cfg)) == (4, 2, 128)
     src = GPT(src_cfg).eval()
     scores = {"channel": torch.rand(64), "ffn": [torch.rand(256)], "kv": [torch.tensor([0., 5, 0, 5])],
               "q": [torch.tensor([0., 0, 0, 0, 1, 0, 0, 1])]}
@@ -297,7 +298,7 @@ def test_learned_masks_drop_neurons_that_do_nothing(big):
     keep the other half."""
     out_dir, data, _ = big
     model, _ = load_model(out_dir)
-    hidden = inherit.mlp_hidden(model.config)
+    hidden = ffn_hidden(model.config)
     dead = torch.arange(hidden) % 2 == 1
     with torch.no_grad():
         for sub in model.branches[0].mlp:

@@ -39,6 +39,7 @@ import torch
 from checkpoint import depth_summary
 from configurator import UserError, run_command
 from dataset import GPT2_EOT_ID, GPT2_VOCAB_SIZE
+from tools.sizes import head_dim, kv_heads
 from tools.support import refuse_undeclared
 from tools.huggingface import ConversionError, _first_line, refuse
 from tools.huggingface.tokenizer import tokenizer_files
@@ -287,7 +288,7 @@ def gpt2_state_dict(tensors, config):
 def llama_state_dict(tensors, config):
     """Our state_dict from LlamaForCausalLM tensors: q, k, v rows concatenate into our fused qkv_proj."""
     t = Tensors({k: v for k, v in tensors.items() if not k.endswith("rotary_emb.inv_freq")})
-    width, kv_width = config.n_embd, (config.n_kv_head or config.n_head) * (config.n_embd // config.n_head)
+    width, kv_width = config.n_embd, kv_heads(config) * head_dim(config)
     sd = {"tok_emb.wte.weight": t.take("model.embed_tokens.weight")}
     for i in range(config.n_layer // config.share_group_size):   # one entry per unique (stored) block
         h, a, m = f"model.layers.{i}.", f"branches.0.attn.{i}.", f"branches.0.mlp.{i}."
@@ -421,7 +422,7 @@ def export_plan(config):
     refuse(config.activation in ACT_TO_HF, f"activation {config.activation!r} has no transformers name here "
            f"(fix: export a model with one of {', '.join(ACT_TO_HF)})")
     if (config.pos_embedding, config.norm, config.mlp_type) == ("learned", "layernorm", "standard"):
-        refuse((config.n_kv_head or config.n_head) == config.n_head,
+        refuse(kv_heads(config) == config.n_head,
                "cannot export GQA in GPT-2 style: GPT2LMHeadModel has no grouped-query attention "
                "(fix: n_kv_head = n_head, or a RoPE + RMSNorm + gated MLP model, which exports as Llama)")
         return "gpt2"
@@ -450,7 +451,7 @@ def hf_config_for(model, arch, eot="gpt2"):
                     bos_token_id=eot, eos_token_id=eot, **common)
     return dict(architectures=["LlamaForCausalLM"], model_type="llama", hidden_size=c.n_embd,
                 intermediate_size=hidden, num_hidden_layers=c.n_layer, num_attention_heads=c.n_head,
-                num_key_value_heads=c.n_kv_head or c.n_head, head_dim=c.n_embd // c.n_head,
+                num_key_value_heads=kv_heads(c), head_dim=head_dim(c),
                 hidden_act=ACT_TO_HF[c.activation], max_position_embeddings=c.block_size,
                 rms_norm_eps=c.norm_eps, attention_bias=c.bias, mlp_bias=c.bias, attention_dropout=0.0,
                 # transformers >= 5 reads rope_parameters, older versions rope_theta (+ rope_scaling)

@@ -29,6 +29,7 @@ import torch
 
 from configurator import UserError, run_command
 from dataset import GPT2_EOT
+from tools.sizes import head_dim, kv_heads
 from tools.support import refuse_undeclared
 
 DEFAULTS = dict(
@@ -61,7 +62,7 @@ def gguf_tensors(model, arch):
         if arch == "llama" and ".q_proj." in hf_name:
             t = permute_rope(t, c.n_head)
         if arch == "llama" and ".k_proj." in hf_name:
-            t = permute_rope(t, c.n_kv_head or c.n_head)
+            t = permute_rope(t, kv_heads(c))
         name = names.get_name(hf_name, try_suffixes=(".weight", ".bias"))
         if name is None:
             raise UserError(f"no llama.cpp name for {hf_name} (fix: extend tools/llamacpp/export.py)")
@@ -138,10 +139,10 @@ def write_gguf(model, path, qtype, meta, source, say=print):
         if arch == "gpt2":
             writer.add_layer_norm_eps(c.norm_eps)
         else:
-            writer.add_head_count_kv(c.n_kv_head or c.n_head)
+            writer.add_head_count_kv(kv_heads(c))
             writer.add_layer_norm_rms_eps(c.norm_eps)
             writer.add_rope_freq_base(c.rope_base)
-            writer.add_rope_dimension_count(c.n_embd // c.n_head)
+            writer.add_rope_dimension_count(head_dim(c))
         n_vocab = write_tokenizer(writer, meta, c, source, tensors)
         writer.add_vocab_size(n_vocab)
         writer.add_uint32(MODEL_VOCAB_KEY, c.vocab_size)   # tools/llamacpp/run.py samples among these only

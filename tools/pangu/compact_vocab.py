@@ -26,7 +26,7 @@ import numpy as np
 
 from checkpoint import atomic_open, check_out_dir
 from configurator import UserError, run_command
-from dataset import (GPT2_EOT_ID, GPT2_PAT_STR, GPT2_VOCAB_SIZE, begin_writing, check_dataset_name, check_long_enough,
+from dataset import (GPT2_EOT, GPT2_EOT_ID, GPT2_PAT_STR, GPT2_VOCAB_SIZE, begin_writing, check_dataset_name, check_long_enough,
                      check_replace, check_val_fraction, compact_encoding, get_gpt2_encoding, name_of_text, read_text,
                      shakespeare_path, text_record, tool_command, write_bin, write_meta)
 from prepare import DATASETS, split_text
@@ -86,7 +86,7 @@ def select_compact_tokens(counts, ranks, vocab_size):
     """
     if not 257 <= vocab_size <= GPT2_VOCAB_SIZE:
         raise ValueError(f"vocab_size must be in [257, {GPT2_VOCAB_SIZE}] "
-                         f"(256 byte tokens + <|endoftext|>), got {vocab_size}")
+                         f"(256 byte tokens + {GPT2_EOT}), got {vocab_size}")
     by_rank = sorted(ranks, key=ranks.get)
     kept = {tok for tok in by_rank if len(tok) == 1}
     budget = vocab_size - 1

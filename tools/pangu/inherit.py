@@ -93,6 +93,7 @@ from checkpoint import (CKPT_NAME, atomic_save, check_num_threads, check_out_dir
 from dataset import GPT2_EOT_ID, load_meta, resolve_data_dir, split_path, tokenizer_id
 from dataset import split_tokens
 from train import get_batch
+from tools.sizes import ffn_hidden, head_dim, kv_heads
 from tools.support import refuse_undeclared
 
 DEFAULTS = {
@@ -148,18 +149,6 @@ class Plan:
 # ----------------------------------------------------------------------------------------------
 # shapes
 
-def n_kv_heads(cfg):
-    return cfg.n_kv_head or cfg.n_head
-
-
-def head_dim(cfg):
-    return cfg.n_embd // cfg.n_head
-
-
-def mlp_hidden(cfg):
-    return cfg.mlp_hidden or int(cfg.mlp_ratio * cfg.n_embd)
-
-
 def check_supported(cfg):
     """Refuse the sources whose weights do not follow the plain one-branch layout sliced here, or that set a
     field tools/support.py does not declare."""
@@ -186,7 +175,7 @@ def target_config(src, n_layer=0, n_embd=0, n_head=0, n_kv_head=0, hidden=0, mlp
         if not ok:
             raise ValueError(msg)
 
-    hd, src_kv = head_dim(src), n_kv_heads(src)
+    hd, src_kv = head_dim(src), kv_heads(src)
     group = src.n_head // src_kv
     n_layer, n_embd = n_layer or src.n_layer, n_embd or src.n_embd
     need(1 <= n_layer <= src.n_layer, f"n_layer must be in [1, {src.n_layer}] (the source's), got {n_layer} "
@@ -198,11 +187,13 @@ def target_config(src, n_layer=0, n_embd=0, n_head=0, n_kv_head=0, hidden=0, mlp
     n_head = n_head or n_embd // hd
     need(n_head * hd == n_embd, f"n_head={n_head} gives head size {n_embd / n_head:g}, but inherited heads keep the "
          f"source's {hd} (fix: --n_head={n_embd // hd})")
-    if not n_kv_head and src.n_kv_head is not None:
-        need(n_head % group == 0, f"n_head={n_head} does not split into the source's GQA groups of {group} "
-             f"query heads (fix: set --n_kv_head)")
-        n_kv_head = n_head // group
-    kv = n_kv_head or n_head
+    if not n_kv_head:   # not given: the source's groups of query heads, or no GQA (None) as in the source
+        n_kv_head = None
+        if src.n_kv_head is not None:
+            need(n_head % group == 0, f"n_head={n_head} does not split into the source's GQA groups of {group} "
+                 f"query heads (fix: set --n_kv_head)")
+            n_kv_head = n_head // group
+    kv = n_head if n_kv_head is None else n_kv_head   # the config is not built yet (kv_heads reads one)
     need(kv >= 1 and n_head % kv == 0, f"n_kv_head={kv} must divide n_head={n_head} (fix: --n_kv_head=1 or "
          f"another divisor of {n_head})")
     new_group = n_head // kv
@@ -211,7 +202,7 @@ def target_config(src, n_layer=0, n_embd=0, n_head=0, n_kv_head=0, hidden=0, mlp
          f"{group} (its n_head={src.n_head}, n_kv_head={src_kv}): kv heads can only be merged whole, in groups of a "
          f"multiple of {group} (fix: --n_kv_head={max(1, n_head // group)})")
     args = dataclasses.asdict(src)
-    args.update(n_layer=n_layer, n_embd=n_embd, n_head=n_head, n_kv_head=n_kv_head or None,
+    args.update(n_layer=n_layer, n_embd=n_embd, n_head=n_head, n_kv_head=n_kv_head,
                 vocab_size=vocab_size or src.vocab_size)
     if mlp_ratio:
         args.update(mlp_ratio=mlp_ratio, mlp_hidden=None)
@@ -221,8 +212,8 @@ def target_config(src, n_layer=0, n_embd=0, n_head=0, n_kv_head=0, hidden=0, mlp
         cfg = GPTConfig(**args)
     except ValueError as e:
         raise ValueError(f"{e} (fix: correct --mlp_hidden/--mlp_ratio/--n_kv_head)") from None
-    need(mlp_hidden(cfg) <= mlp_hidden(src),
-         f"FFN hidden size {mlp_hidden(cfg)} exceeds the source's {mlp_hidden(src)} "
+    need(ffn_hidden(cfg) <= ffn_hidden(src),
+         f"FFN hidden size {ffn_hidden(cfg)} exceeds the source's {ffn_hidden(src)} "
          f"(fix: lower --mlp_hidden/--mlp_ratio)")
     return cfg
 
@@ -230,7 +221,7 @@ def target_config(src, n_layer=0, n_embd=0, n_head=0, n_kv_head=0, hidden=0, mlp
 def before_pooling(dst, src):
     """The small model as step 2 cuts it: dst, but with the source's kv group size where dst merges groups
     (MHA -> GQA, Appendix A); pool_kv_heads then averages each m consecutive kv heads. Returns (config, m)."""
-    group, new_group = src.n_head // n_kv_heads(src), dst.n_head // n_kv_heads(dst)
+    group, new_group = src.n_head // kv_heads(src), dst.n_head // kv_heads(dst)
     if new_group <= group:
         return dst, 1
     return dataclasses.replace(dst, n_kv_head=dst.n_head // group), new_group // group
@@ -238,7 +229,7 @@ def before_pooling(dst, src):
 
 def pool_kv_heads(state, cfg, m):
     """Mean-pool every m consecutive kv heads (their k and v rows of qkv_proj, weights and biases) into one."""
-    hd, n_kv = head_dim(cfg), n_kv_heads(cfg)
+    hd, n_kv = head_dim(cfg), kv_heads(cfg)
     out = {}
     for name, t in state.items():
         if name.endswith("inner.qkv_proj.weight") or name.endswith("inner.qkv_proj.bias"):
@@ -319,7 +310,7 @@ def axis_index(kind, plan, j, cfg):
     if kind == HEAD:
         return q
     kv = head_rows(plan.kv_heads[j], hd)
-    n_q, n_kv = cfg.n_embd, n_kv_heads(cfg) * hd   # qkv_proj rows: [q | k | v]
+    n_q, n_kv = cfg.n_embd, kv_heads(cfg) * hd   # qkv_proj rows: [q | k | v]
     return torch.cat([q, n_q + kv, n_q + n_kv + kv])
 
 
@@ -346,8 +337,8 @@ def extract(state, cfg, plan):
 def full_plan(cfg, layers):
     """Keep every channel, neuron and head of the given layers."""
     n = len(layers)
-    return Plan(list(layers), torch.arange(cfg.n_embd), [torch.arange(mlp_hidden(cfg))] * n,
-                [torch.arange(cfg.n_head)] * n, [torch.arange(n_kv_heads(cfg))] * n)
+    return Plan(list(layers), torch.arange(cfg.n_embd), [torch.arange(ffn_hidden(cfg))] * n,
+                [torch.arange(cfg.n_head)] * n, [torch.arange(kv_heads(cfg))] * n)
 
 
 def build(cfg, state):
@@ -453,7 +444,7 @@ def mask_hooks(model, gates):
     where a norm reads the residual stream, {(FFN, l): (hidden,)} before down, {("q", l): (n_head,)} and
     {("kv", l): (n_kv_head,)} on the heads before out_proj. Returns the hook handles (call .remove())."""
     cfg, stack = model.config, model.branches[0]
-    hd, group = head_dim(cfg), cfg.n_head // n_kv_heads(cfg)
+    hd, group = head_dim(cfg), cfg.n_head // kv_heads(cfg)
 
     def channels(module, args):
         z = gates.get((CH, None))
@@ -485,12 +476,12 @@ def learned_mask_scores(model, dst, batches, steps, lr=0.1, penalty=10.0):
     """Scores like structure_scores' from learned hard-concrete masks: P(gate != 0) of every structure that
     shrinks from model.config to dst (0 for the others, which are all kept). See the module docstring."""
     cfg = model.config
-    group = cfg.n_head // n_kv_heads(cfg)
+    group = cfg.n_head // kv_heads(cfg)
     sizes = [((CH, None), cfg.n_embd, dst.n_embd)]   # (kind, layer), structures in the source, kept
     for l in range(cfg.n_layer):
-        sizes += [((FFN, l), mlp_hidden(cfg), mlp_hidden(dst)), (("q", l), cfg.n_head, dst.n_head)]
+        sizes += [((FFN, l), ffn_hidden(cfg), ffn_hidden(dst)), (("q", l), cfg.n_head, dst.n_head)]
         if group > 1:   # MHA: a query head's gate already gates its own key/value head
-            sizes.append((("kv", l), n_kv_heads(cfg), n_kv_heads(dst)))
+            sizes.append((("kv", l), kv_heads(cfg), kv_heads(dst)))
     masks = {key: (HardConcrete(n), k / n) for key, n, k in sizes if k < n}   # (gates, fraction to keep)
     params = list(model.parameters())
     trainable = [p.requires_grad for p in params]
@@ -517,8 +508,8 @@ def learned_mask_scores(model, dst, batches, steps, lr=0.1, penalty=10.0):
         for p, t in zip(params, trainable):
             p.requires_grad_(t)
     L = cfg.n_layer
-    scores = {CH: torch.zeros(cfg.n_embd), FFN: [torch.zeros(mlp_hidden(cfg)) for _ in range(L)],
-              "q": [torch.zeros(cfg.n_head) for _ in range(L)], "kv": [torch.zeros(n_kv_heads(cfg)) for _ in range(L)]}
+    scores = {CH: torch.zeros(cfg.n_embd), FFN: [torch.zeros(ffn_hidden(cfg)) for _ in range(L)],
+              "q": [torch.zeros(cfg.n_head) for _ in range(L)], "kv": [torch.zeros(kv_heads(cfg)) for _ in range(L)]}
     for (kind, layer), (m, _) in masks.items():
         kept = m.kept().detach().double()   # float64: no ties from rounding near 1
         if layer is None:
@@ -531,8 +522,8 @@ def learned_mask_scores(model, dst, batches, steps, lr=0.1, penalty=10.0):
 def structure_scores(elem, cfg):
     """Sum the per-weight importances over each structure: residual channels, and per layer the FFN neurons,
     query heads and key/value heads."""
-    hd, n_kv, L = head_dim(cfg), n_kv_heads(cfg), cfg.n_layer
-    scores = {CH: torch.zeros(cfg.n_embd), FFN: [torch.zeros(mlp_hidden(cfg)) for _ in range(L)],
+    hd, n_kv, L = head_dim(cfg), kv_heads(cfg), cfg.n_layer
+    scores = {CH: torch.zeros(cfg.n_embd), FFN: [torch.zeros(ffn_hidden(cfg)) for _ in range(L)],
               "q": [torch.zeros(cfg.n_head) for _ in range(L)], "kv": [torch.zeros(n_kv) for _ in range(L)]}
     for name, e in elem.items():
         layer, axes = tensor_axes(name, cfg)
@@ -562,24 +553,24 @@ def choose_heads(q, kv, src, dst):
     """(q_heads, kv_heads): the best dst-n_kv_head groups by the score of the whole group (its k, v rows and
     its query heads), then the best dst group-size query heads inside each. Query head h of the small model
     uses kv head h // group, as in the source, so GQA stays exact."""
-    group, new_group = src.n_head // n_kv_heads(src), dst.n_head // n_kv_heads(dst)
-    kv_heads = top_k(kv + q.view(-1, group).sum(1), n_kv_heads(dst))
-    q_heads = torch.cat([g * group + top_k(q[g * group:(g + 1) * group], new_group) for g in kv_heads.tolist()])
-    return q_heads, kv_heads
+    group, new_group = src.n_head // kv_heads(src), dst.n_head // kv_heads(dst)
+    kept_kv = top_k(kv + q.view(-1, group).sum(1), kv_heads(dst))
+    q_heads = torch.cat([g * group + top_k(q[g * group:(g + 1) * group], new_group) for g in kept_kv.tolist()])
+    return q_heads, kept_kv
 
 
 def width_plan(scores, src, dst):
     """Keep the top-scored channels, FFN neurons and heads for the small shape dst (same depth as src)."""
     heads = [choose_heads(q, kv, src, dst) for q, kv in zip(scores["q"], scores["kv"])]
     return Plan(list(range(src.n_layer)), top_k(scores[CH], dst.n_embd),
-                [top_k(s, mlp_hidden(dst)) for s in scores[FFN]], [h[0] for h in heads], [h[1] for h in heads])
+                [top_k(s, ffn_hidden(dst)) for s in scores[FFN]], [h[0] for h in heads], [h[1] for h in heads])
 
 
 # ----------------------------------------------------------------------------------------------
 # the whole recipe
 
 def same_width(a, b):
-    return (a.n_embd, a.n_head, n_kv_heads(a), mlp_hidden(a)) == (b.n_embd, b.n_head, n_kv_heads(b), mlp_hidden(b))
+    return (a.n_embd, a.n_head, kv_heads(a), ffn_hidden(a)) == (b.n_embd, b.n_head, kv_heads(b), ffn_hidden(b))
 
 
 def inherit(model, dst, layers="first_last", neurons="taylor", batches=None, vocab=None, mask_steps=100):
@@ -698,9 +689,9 @@ def run(opts):
 
 def report(big, small, plan, batches):
     c, s = big.config, small.config
-    print(f"source: {c.n_layer} layers, n_embd {c.n_embd}, {c.n_head} heads ({n_kv_heads(c)} kv), FFN {mlp_hidden(c)}, "
+    print(f"source: {c.n_layer} layers, n_embd {c.n_embd}, {c.n_head} heads ({kv_heads(c)} kv), FFN {ffn_hidden(c)}, "
           f"{big.get_num_params(False) / 1e6:.3f}M params")
-    print(f"small:  {s.n_layer} layers, n_embd {s.n_embd}, {s.n_head} heads ({n_kv_heads(s)} kv), FFN {mlp_hidden(s)}, "
+    print(f"small:  {s.n_layer} layers, n_embd {s.n_embd}, {s.n_head} heads ({kv_heads(s)} kv), FFN {ffn_hidden(s)}, "
           f"{small.get_num_params(False) / 1e6:.3f}M params; source layers kept: {plan.layers}")
     if plan.kv_pool > 1:
         print(f"kv heads: every {plan.kv_pool} kept kv heads mean-pooled into one (MHA -> GQA)")
