@@ -42,6 +42,7 @@ import tokenize
 import torch
 
 import variants
+from checkpoint import gpt_config_defaults
 from configurator import UserError
 from model import GPTConfig
 from tools import technique_lines
@@ -90,7 +91,7 @@ def run(target, overrides=(), keep_heaviest_branch=False):
         model.generate(prompt, 3, temperature=0)
         ran.update(dataclasses.asdict(model.config))
     tracer = technique_lines.trace(target, overrides, keep_heaviest_branch, tracer=Traced(), then=generate_more)
-    full = {f.name: f.default for f in dataclasses.fields(GPTConfig)}
+    full = gpt_config_defaults()
     full.update(variants.load(config["variant"]) if config["variant"] else {})
     full.update({k: config[k] for k in explicit if k in full})
     return tracer, ran, full

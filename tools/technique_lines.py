@@ -16,7 +16,6 @@ The lines between are folded: "... 3 lines not run: GPT.think".
 """
 import ast
 import contextlib
-import dataclasses
 import io
 import json
 import os
@@ -29,8 +28,8 @@ import torch
 
 import train
 import variants
+from checkpoint import gpt_config_defaults
 from configurator import UserError, load_config
-from model import GPTConfig
 from tools.fingerprint import SMALL
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -144,7 +143,7 @@ def small(config, explicit):
     variant = config["variant"]
     if variant and variant not in variants.available():
         raise UserError(f"unknown variant '{variant}' (fix: one of {', '.join(variants.available())})")
-    args = {f.name: f.default for f in dataclasses.fields(GPTConfig)}
+    args = gpt_config_defaults()
     args.update(variants.load(variant) if variant else {})
     args.update({k: config[k] for k in explicit if k in args})
     args.update(SMALL.get(variant, {}))   # the large presets' small sizes
