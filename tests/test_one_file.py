@@ -23,17 +23,18 @@ import model
 import variants
 from conftest import one_error_line
 from test_technique_lines import BASE, FIELDS, NAMED, PGPT, SAMPLE, table_rows
-from tools import one_file
+from tools import one_file, technique_lines
 
 PRESETS = variants.available()
 
 
 @functools.lru_cache(maxsize=None)
 def made(target, overrides=(), keep=False):
-    """(text, the model's arguments it was traced with, the trace, the full-size arguments)."""
+    """(text, the model's arguments it was traced with, the trace, the full-size arguments); overrides: ((key, value),
+    ...) of train.py's keys (a tuple: the cache's key)."""
     out = f"models/{target}.py" if not overrides and not keep else None
-    tracer, ran, full = one_file.run(target, overrides, keep)
-    flags = list(overrides) + ["--keep_heaviest_branch"] * keep
+    tracer, ran, full = one_file.run(target, dict(overrides), keep)
+    flags = technique_lines.flag_texts(dict(overrides)) + ["--keep_heaviest_branch"] * keep
     header = one_file.header(target, flags, out)
     return one_file.specialise(model_text(), tracer, ran, full, header), ran, tracer, full
 
@@ -106,7 +107,8 @@ def test_preset_file_is_up_to_date_and_computes_as_model_py(preset, tmp_path):
 
 
 def row_flags(flags):
-    """(--key=value overrides, keep_heaviest_branch) of a Flag(s) cell: its first alternative, on a small gpt."""
+    """(((key, value), ...) overrides, keep_heaviest_branch) of a Flag(s) cell: its first alternative, on a small
+    gpt."""
     settings = {}
     for part in re.findall(r"`([^`]*)`", flags):
         assignment = re.fullmatch(r"(\w+)=(.+)", part)
@@ -127,14 +129,19 @@ def row_flags(flags):
         settings = dict(PGPT, **settings)
     if settings.get("shrink_every") or settings.get("n_branches", 1) > 1:
         settings.setdefault("tie_embeddings", False)
-    return tuple(f"--{k}={v!r}" for k, v in {**BASE, **settings}.items()), keep
+    return tuple({**BASE, **settings}.items()), keep
 
 
 ROWS = sorted({row_flags(flags) for _, flags, _, _ in table_rows()})
 
 
+def row_id(overrides, keep):
+    """The flags past BASE's, as on a command line (`--mlp_type='gated'`), and ` keep`."""
+    return " ".join(f"--{k}={v!r}" for k, v in overrides[1:]) + " keep" * keep or "gpt"
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("overrides,keep", ROWS, ids=[" ".join(o[1:]) + " keep" * k or "gpt" for o, k in ROWS])
+@pytest.mark.parametrize("overrides,keep", ROWS, ids=[row_id(o, k) for o, k in ROWS])
 def test_technique_row_file_computes_as_model_py(overrides, keep, tmp_path):
     text, args, _, _ = made("gpt", overrides, keep)
     assert same_as_model_py(module_of(text, tmp_path, "row"), args, keep) == ""
@@ -146,7 +153,7 @@ def test_rows_cover_the_techniques_table():
 
 def test_swiglu_file_computes_as_model_py(tmp_path):
     """One row in the default suite (every row: the slow test above; RoPE and GQA: the mobilellm presets)."""
-    overrides = ("--n_layer=4", "--mlp_type='gated'", "--activation='silu'")
+    overrides = (("n_layer", 4), ("mlp_type", "gated"), ("activation", "silu"))
     text, args, _, _ = made("gpt", overrides)
     assert same_as_model_py(module_of(text, tmp_path, "swiglu"), args) == ""
 
@@ -231,4 +238,6 @@ def test_against_shows_what_one_technique_adds():
 
 def test_bad_input_is_one_error_line():
     one_error_line(one_file.main, ["no_such_model"], "unknown config or variant")
-    one_error_line(one_file.main, ["gpt", "lgpt"], "give one config or variant")
+    one_error_line(one_file.main, ["gpt", "lgpt"], "one config_or_variant at most")
+    one_error_line(one_file.main, [], "give one config or variant")
+    one_error_line(one_file.main, ["--all", "--out=x.py"], "--all", "out")
