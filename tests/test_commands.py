@@ -1,7 +1,8 @@
 """One command grammar and one entry wrapper (issue 56, point 4): every command under tools/ parses `--key=value` with
 configurator.load_config and ends in configurator.run_command, so `--help` prints the keys, a bad option is one line
 `error: ... (fix: ...)` with exit code 1, and Ctrl-C ends it with exit code 130, the line `interrupted` and no
-traceback. The story files (train.py, sample.py, prepare.py) have their own tests.
+traceback. The story files (train.py, sample.py, prepare.py) have their own tests. The verification harness beside
+the tests (tests/fault_trial.py, tests/mutation.py: no user commands, the same grammar) is tested here too.
 
 Ctrl-C is a real SIGINT. In-process, for every command: a config file given on its command line raises SIGINT in
 the process while the command reads it (signal.raise_signal: Python raises KeyboardInterrupt at once, as on a key
@@ -48,7 +49,9 @@ def commands():
     return sorted(found)
 
 
-COMMANDS = commands()
+# the commands of the verification harness, beside the tests (`python -m tests.fault_trial`)
+HARNESS = ["tests.fault_trial", "tests.mutation"]
+COMMANDS = commands() + HARNESS
 
 
 def command_main(module):
@@ -61,6 +64,9 @@ def test_every_tool_is_found():
     assert len(COMMANDS) >= 25
     for module in ("tools.bench", "tools.plan", "tools.huggingface.convert", "tools.pangu.compact_vocab"):
         assert module in COMMANDS
+    for module in HARNESS:   # moved out of tools/: still a command, found by its path
+        path = os.path.join(ROOT, *module.split(".")) + ".py"
+        assert os.path.isfile(path) and module not in commands(), module
 
 
 @pytest.mark.parametrize("module", COMMANDS)

@@ -2,9 +2,9 @@
 Fault trial (issue 23, point 5): bad input and damaged files given to every command the way a user would give
 them, each case a real subprocess, and what each must do about it.
 
-    python -m tools.fault_trial                          # every case, two at a time (a few minutes on 2 cores)
-    python -m tools.fault_trial --cases=sample_*,hf_*    # the cases whose names match (fnmatch patterns)
-    python -m tools.fault_trial --list                   # the cases and their classes, without running them
+    python -m tests.fault_trial                          # every case, two at a time (a few minutes on 2 cores)
+    python -m tests.fault_trial --cases=sample_*,hf_*    # the cases whose names match (fnmatch patterns)
+    python -m tests.fault_trial --list                   # the cases and their classes, without running them
 
 Classes: unknown keys and wrong types; out-of-range numbers (negative, zero, huge, inf, NaN from a config file)
 for counts, sizes, seeds, thread counts, rates and temperatures; bad paths (missing, a file for a folder, a
@@ -1310,7 +1310,7 @@ def select(cases, patterns):
     wanted = [p.strip() for p in patterns.split(",") if p.strip()]
     unknown = [p for p in wanted if not any(fnmatch.fnmatchcase(c.name, p) for c in cases)]
     if unknown:
-        raise UserError(f"no case matches {', '.join(unknown)} (fix: see `python -m tools.fault_trial --list`)")
+        raise UserError(f"no case matches {', '.join(unknown)} (fix: see `python -m tests.fault_trial --list`)")
     return [c for c in cases if any(fnmatch.fnmatchcase(c.name, p) for p in wanted)]
 
 
