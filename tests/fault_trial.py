@@ -176,499 +176,578 @@ def hf_import(*extra):
     return tool("huggingface.convert", "import", "{c}/hf", "--out={c}/hf.pt", *extra)
 
 
+# the fixtures a case reads, each with those it needs first (FIXTURES builds them)
+DATA = ("data",)
+RUN = ("data", "run")
+HF = ("data", "run", "hf")
+CMP = ("data", "cmp")
+DATA2 = ("data2",)
+
+
 def all_cases():
-    """Every case, in the order they are reported."""
+    """Every case, in the order they are reported: CASE_GROUPS, functions that each yield the cases of one command
+    or issue."""
     cases = []
+    for group in CASE_GROUPS:
+        cases.extend(group())
+    return cases
 
-    def add(name, kind, argv, setup=None, needs=(), **kw):
-        cases.append(Case(name, kind, argv, setup, tuple(needs), **kw))
 
-    data, run, hf, cmp, data2 = ("data",), ("data", "run"), ("data", "run", "hf"), ("data", "cmp"), ("data2",)
+def case(name, kind, argv, setup=None, needs=(), **kw):
+    """A Case; needs: the fixtures it reads (DATA, RUN, ...: each with the fixtures it needs first)."""
+    return Case(name, kind, argv, setup, tuple(needs), **kw)
 
-    # train.py: keys and values
-    add("train_unknown_key", "keys/types", train("--n_layers=2"), needs=data)
-    add("train_wrong_type", "keys/types", train("--batch_size=four"), needs=data)
-    add("train_config_key_unknown", "keys/types", ["train.py", "{c}/cfg.py", *train()[1:]],
-        setup=files(**{"cfg.py": "n_layers = 2\n"}), needs=data)
-    add("train_batch_size_zero", "numbers", train("--batch_size=0"), needs=data)
-    add("train_batch_size_huge", "numbers", train("--batch_size=1000000000000"), needs=data)
-    add("train_block_size_huge", "numbers", train("--block_size=1000000000000"), needs=data)
-    add("train_vocab_size_huge", "numbers", train("--vocab_size=1000000000000"), needs=data)
-    add("train_lr_inf", "numbers", train("--learning_rate=1e999"), needs=data)
-    add("train_lr_nan", "numbers", ["train.py", "{c}/cfg.py", *train()[1:]],
-        setup=files(**{"cfg.py": "learning_rate = float('nan')\n"}), needs=data)
-    add("train_dropout_nan", "numbers", ["train.py", "{c}/cfg.py", *train()[1:]],
-        setup=files(**{"cfg.py": "dropout = float('nan')\n"}), needs=data)
-    add("train_init_std_inf", "numbers", train("--init_std=1e999"), needs=data)
-    add("train_seed_huge", "numbers", train("--seed=18446744073709551616"), needs=data)
-    add("train_num_threads_huge", "numbers", train("--num_threads=100000"), needs=data)
-    add("train_device_unknown", "keys/types", train("--device=gpu"), needs=data)
+
+def train_cases():
+    """train.py: keys and values, paths and files, checkpoints, nanoGPT's files."""
+    yield case("train_unknown_key", "keys/types", train("--n_layers=2"), needs=DATA)
+    yield case("train_wrong_type", "keys/types", train("--batch_size=four"), needs=DATA)
+    yield case("train_config_key_unknown", "keys/types", ["train.py", "{c}/cfg.py", *train()[1:]],
+               setup=files(**{"cfg.py": "n_layers = 2\n"}), needs=DATA)
+    yield case("train_batch_size_zero", "numbers", train("--batch_size=0"), needs=DATA)
+    yield case("train_batch_size_huge", "numbers", train("--batch_size=1000000000000"), needs=DATA)
+    yield case("train_block_size_huge", "numbers", train("--block_size=1000000000000"), needs=DATA)
+    yield case("train_vocab_size_huge", "numbers", train("--vocab_size=1000000000000"), needs=DATA)
+    yield case("train_lr_inf", "numbers", train("--learning_rate=1e999"), needs=DATA)
+    yield case("train_lr_nan", "numbers", ["train.py", "{c}/cfg.py", *train()[1:]],
+               setup=files(**{"cfg.py": "learning_rate = float('nan')\n"}), needs=DATA)
+    yield case("train_dropout_nan", "numbers", ["train.py", "{c}/cfg.py", *train()[1:]],
+               setup=files(**{"cfg.py": "dropout = float('nan')\n"}), needs=DATA)
+    yield case("train_init_std_inf", "numbers", train("--init_std=1e999"), needs=DATA)
+    yield case("train_seed_huge", "numbers", train("--seed=18446744073709551616"), needs=DATA)
+    yield case("train_num_threads_huge", "numbers", train("--num_threads=100000"), needs=DATA)
+    yield case("train_device_unknown", "keys/types", train("--device=gpu"), needs=DATA)
     # train.py: paths and files
-    add("train_config_missing", "paths", ["train.py", "{c}/nope.py", *train()[1:]], needs=data)
-    add("train_config_syntax", "damaged files", ["train.py", "{c}/cfg.py", *train()[1:]],
-        setup=files(**{"cfg.py": "n_layer = = 2\n"}), needs=data)
-    add("train_config_raises", "damaged files", ["train.py", "{c}/cfg.py", *train()[1:]],
-        setup=files(**{"cfg.py": "n_layer = 1 // 0\n"}), needs=data)
-    add("train_dataset_unknown", "paths", train("--dataset=nope", "--data_dir={c}/nodata"), needs=data)
-    add("train_dataset_escapes", "paths", train("--dataset=../../escaped", "--data_dir="), needs=data)
-    add("train_out_dir_is_file", "paths", train("--out_dir={c}/taken"), setup=files(taken="a file"), needs=data)
-    add("train_out_dir_read_only", "paths", train("--out_dir={c}/ro/out"), setup=folders("ro"), read_only="ro",
-        needs=data)
-    add("train_train_bin_odd_size", "damaged files", train("--data_dir={c}/data"),
-        setup=copy_data(lambda d: truncate(f"{d}/train.bin", -1)), needs=data)
-    add("train_train_bin_beyond_vocab", "damaged files", train("--data_dir={c}/data"),
-        setup=copy_data(lambda d: poke(f"{d}/train.bin", 100, b"\xff\xff")), needs=data)
-    add("train_val_bin_empty", "damaged files", train("--data_dir={c}/data"),
-        setup=copy_data(lambda d: write(f"{d}/val.bin", b"")), needs=data)
-    add("train_meta_json_garbage", "damaged files", train("--data_dir={c}/data"),
-        setup=copy_data(lambda d: write(f"{d}/meta.json", b"\x00\x01garbage")), needs=data)
-    add("train_meta_json_no_vocab", "damaged files", train("--data_dir={c}/data"),
-        setup=copy_data(lambda d: write(f"{d}/meta.json", '{"tokenizer": "char"}')), needs=data)
-    add("train_data_segments_garbage", "damaged files", train("--data_segments={c}/refine.npy"),
-        setup=files(**{"refine.npy": b"\x93NUMPY garbage"}), needs=data)
+    yield case("train_config_missing", "paths", ["train.py", "{c}/nope.py", *train()[1:]], needs=DATA)
+    yield case("train_config_syntax", "damaged files", ["train.py", "{c}/cfg.py", *train()[1:]],
+               setup=files(**{"cfg.py": "n_layer = = 2\n"}), needs=DATA)
+    yield case("train_config_raises", "damaged files", ["train.py", "{c}/cfg.py", *train()[1:]],
+               setup=files(**{"cfg.py": "n_layer = 1 // 0\n"}), needs=DATA)
+    yield case("train_dataset_unknown", "paths", train("--dataset=nope", "--data_dir={c}/nodata"), needs=DATA)
+    yield case("train_dataset_escapes", "paths", train("--dataset=../../escaped", "--data_dir="), needs=DATA)
+    yield case("train_out_dir_is_file", "paths", train("--out_dir={c}/taken"), setup=files(taken="a file"), needs=DATA)
+    yield case("train_out_dir_read_only", "paths", train("--out_dir={c}/ro/out"), setup=folders("ro"), read_only="ro",
+               needs=DATA)
+    yield case("train_train_bin_odd_size", "damaged files", train("--data_dir={c}/data"),
+               setup=copy_data(lambda d: truncate(f"{d}/train.bin", -1)), needs=DATA)
+    yield case("train_train_bin_beyond_vocab", "damaged files", train("--data_dir={c}/data"),
+               setup=copy_data(lambda d: poke(f"{d}/train.bin", 100, b"\xff\xff")), needs=DATA)
+    yield case("train_val_bin_empty", "damaged files", train("--data_dir={c}/data"),
+               setup=copy_data(lambda d: write(f"{d}/val.bin", b"")), needs=DATA)
+    yield case("train_meta_json_garbage", "damaged files", train("--data_dir={c}/data"),
+               setup=copy_data(lambda d: write(f"{d}/meta.json", b"\x00\x01garbage")), needs=DATA)
+    yield case("train_meta_json_no_vocab", "damaged files", train("--data_dir={c}/data"),
+               setup=copy_data(lambda d: write(f"{d}/meta.json", '{"tokenizer": "char"}')), needs=DATA)
+    yield case("train_data_segments_garbage", "damaged files", train("--data_segments={c}/refine.npy"),
+               setup=files(**{"refine.npy": b"\x93NUMPY garbage"}), needs=DATA)
     # train.py: checkpoints
-    add("train_resume_nothing", "paths", train("--init_from=resume"), setup=folders("out"), needs=data)
-    add("train_resume_truncated", "damaged files", train("--init_from=resume"),
-        setup=copy_run("out", lambda o: truncate(f"{o}/last.pt", 0.5)), needs=run)
-    add("train_resume_garbage", "damaged files", train("--init_from=resume"),
-        setup=copy_run("out", lambda o: write(f"{o}/last.pt", garbage(20))), needs=run)
-    add("train_resume_not_a_checkpoint", "damaged files", train("--init_from=resume"),
-        setup=copy_run("out", lambda o: save(f"{o}/last.pt", [1, 2, 3])), needs=run)
-    add("train_resume_log_csv_binary", "damaged files", train("--init_from=resume", "--max_iters=6"),
-        setup=copy_run("out", lambda o: write(f"{o}/log.csv", b"iter,kind\n\xff\xfe\x00\x81")), needs=run)
-    add("train_resume_other_model", "checkpoints", train("--init_from=resume", "--n_layer=2"),
-        setup=copy_run("out"), needs=run)
-    add("train_resume_nan_weights", "checkpoints", train("--init_from=resume", "--max_iters=6"),
-        setup=copy_run("out", edit_ckpts(nan_weights)), needs=run)
-    add("train_resume_planted", "planted code", train("--init_from=resume", "--max_iters=6"),
-        setup=copy_run("out", plant_ckpts), needs=run)
-    add("train_init_from_missing", "paths", train("--init_from={c}/nope.pt"), needs=data)
-    add("train_init_from_hf_folder_damaged", "hf folders", train("--init_from={c}/hf"),
-        setup=copy_hf(put={"config.json": "[1, 2]"}), needs=hf)   # the import runs in a subprocess: its one line
-    add("train_init_from_gpt2_offline", "paths", train("--init_from=gpt2"))   # HF_HUB_OFFLINE=1: never the hub
+    yield case("train_resume_nothing", "paths", train("--init_from=resume"), setup=folders("out"), needs=DATA)
+    yield case("train_resume_truncated", "damaged files", train("--init_from=resume"),
+               setup=copy_run("out", lambda o: truncate(f"{o}/last.pt", 0.5)), needs=RUN)
+    yield case("train_resume_garbage", "damaged files", train("--init_from=resume"),
+               setup=copy_run("out", lambda o: write(f"{o}/last.pt", garbage(20))), needs=RUN)
+    yield case("train_resume_not_a_checkpoint", "damaged files", train("--init_from=resume"),
+               setup=copy_run("out", lambda o: save(f"{o}/last.pt", [1, 2, 3])), needs=RUN)
+    yield case("train_resume_log_csv_binary", "damaged files", train("--init_from=resume", "--max_iters=6"),
+               setup=copy_run("out", lambda o: write(f"{o}/log.csv", b"iter,kind\n\xff\xfe\x00\x81")), needs=RUN)
+    yield case("train_resume_other_model", "checkpoints", train("--init_from=resume", "--n_layer=2"),
+               setup=copy_run("out"), needs=RUN)
+    yield case("train_resume_nan_weights", "checkpoints", train("--init_from=resume", "--max_iters=6"),
+               setup=copy_run("out", edit_ckpts(nan_weights)), needs=RUN)
+    yield case("train_resume_planted", "planted code", train("--init_from=resume", "--max_iters=6"),
+               setup=copy_run("out", plant_ckpts), needs=RUN)
+    yield case("train_init_from_missing", "paths", train("--init_from={c}/nope.pt"), needs=DATA)
+    yield case("train_init_from_hf_folder_damaged", "hf folders", train("--init_from={c}/hf"),
+               setup=copy_hf(put={"config.json": "[1, 2]"}), needs=HF)   # the import runs in a subprocess: its one line
+    yield case("train_init_from_gpt2_offline", "paths", train("--init_from=gpt2"))   # HF_HUB_OFFLINE=1: never the hub
     # nanoGPT's files: its checkpoints, meta.pkl and config keys
-    add("train_init_from_nanogpt_damaged", "checkpoints", train("--init_from={c}/nano/ckpt.pt"),
-        setup=nanogpt_files(drop="transformer.h.0.mlp.c_fc.weight"), needs=data)
-    add("train_nanogpt_config_key_typo", "keys/types", ["train.py", "{c}/cfg.py", *train()[1:]],
-        setup=files(**{"cfg.py": "wandb_log = False\nwandb_projekt = 'shakespeare-char'\n"}), needs=data)
-    add("train_init_from_other_tokenizer", "checkpoints",
-        train("--init_from={fx}/run/ckpt.pt", "--data_dir={fx}/data2"), needs=run + data2)
-    add("train_init_from_nan_weights", "checkpoints", train("--init_from={c}/run/ckpt.pt"),
-        setup=copy_run("run", edit_ckpts(nan_weights)), needs=run)
-    add("train_init_from_unknown_model_args", "checkpoints", train("--init_from={c}/run/ckpt.pt"),
-        setup=copy_run("run", edit_ckpts(unknown_model_args)), needs=run)
-    add("train_init_from_planted", "planted code", train("--init_from={c}/run/ckpt.pt"),
-        setup=copy_run("run", plant_ckpts), needs=run)
-    add("train_second_writer", "second writer", train("--out_dir={c}/out"), setup=copy_run("out"), needs=run,
-        holder="out")
+    yield case("train_init_from_nanogpt_damaged", "checkpoints", train("--init_from={c}/nano/ckpt.pt"),
+               setup=nanogpt_files(drop="transformer.h.0.mlp.c_fc.weight"), needs=DATA)
+    yield case("train_nanogpt_config_key_typo", "keys/types", ["train.py", "{c}/cfg.py", *train()[1:]],
+               setup=files(**{"cfg.py": "wandb_log = False\nwandb_projekt = 'shakespeare-char'\n"}), needs=DATA)
+    yield case("train_init_from_other_tokenizer", "checkpoints",
+               train("--init_from={fx}/run/ckpt.pt", "--data_dir={fx}/data2"), needs=RUN + DATA2)
+    yield case("train_init_from_nan_weights", "checkpoints", train("--init_from={c}/run/ckpt.pt"),
+               setup=copy_run("run", edit_ckpts(nan_weights)), needs=RUN)
+    yield case("train_init_from_unknown_model_args", "checkpoints", train("--init_from={c}/run/ckpt.pt"),
+               setup=copy_run("run", edit_ckpts(unknown_model_args)), needs=RUN)
+    yield case("train_init_from_planted", "planted code", train("--init_from={c}/run/ckpt.pt"),
+               setup=copy_run("run", plant_ckpts), needs=RUN)
+    yield case("train_second_writer", "second writer", train("--out_dir={c}/out"), setup=copy_run("out"), needs=RUN,
+               holder="out")
 
-    # sample.py: nanoGPT's checkpoints and data folders
-    add("sample_nanogpt_meta_pkl_planted", "planted code",
-        ["sample.py", "--out_dir={c}/nano", "--data_dir={c}/nanodata", "--device=cpu"], setup=nanogpt_files(plant=True))
-    add("sample_nanogpt_meta_pkl_not_a_vocabulary", "damaged files",
-        ["sample.py", "--out_dir={c}/nano", "--data_dir={c}/nanodata", "--device=cpu"],
-        setup=nanogpt_files(meta={"vocab_size": 65, "itos": [1, 2]}))
-    add("sample_nanogpt_untied_head", "checkpoints", ["sample.py", "--out_dir={c}/nano", "--data_dir={c}/nanodata"],
-        setup=nanogpt_files(untie=True))
-    add("eval_nanogpt_no_vocabulary", "paths", tool("eval", "--out_dir={c}/nano", "--data_dir={c}/nodata"),
-        setup=chain(nanogpt_files(), folders("nodata")))
+
+def sample_cases():
+    """sample.py (and tools.eval on nanoGPT's files): nanoGPT's checkpoints and data folders, then its own."""
+    yield case("sample_nanogpt_meta_pkl_planted", "planted code",
+               ["sample.py", "--out_dir={c}/nano", "--data_dir={c}/nanodata", "--device=cpu"],
+               setup=nanogpt_files(plant=True))
+    yield case("sample_nanogpt_meta_pkl_not_a_vocabulary", "damaged files",
+               ["sample.py", "--out_dir={c}/nano", "--data_dir={c}/nanodata", "--device=cpu"],
+               setup=nanogpt_files(meta={"vocab_size": 65, "itos": [1, 2]}))
+    yield case("sample_nanogpt_untied_head", "checkpoints",
+               ["sample.py", "--out_dir={c}/nano", "--data_dir={c}/nanodata"],
+               setup=nanogpt_files(untie=True))
+    yield case("eval_nanogpt_no_vocabulary", "paths", tool("eval", "--out_dir={c}/nano", "--data_dir={c}/nodata"),
+               setup=chain(nanogpt_files(), folders("nodata")))
     # sample.py
-    add("sample_unknown_key", "keys/types", sample("--temp=0.5"), needs=run)
-    add("sample_wrong_type", "keys/types", sample("--top_k=many"), needs=run)
-    add("sample_temperature_tiny", "numbers", sample("--temperature=1e-30"), needs=run)
-    add("sample_temperature_inf", "numbers", sample("--temperature=1e999"), needs=run)
-    add("sample_temperature_nan", "numbers", ["sample.py", "{c}/cfg.py", *sample()[1:]],
-        setup=files(**{"cfg.py": "temperature = float('nan')\n"}), needs=run)
-    add("sample_seed_huge", "numbers", sample("--seed=99999999999999999999"), needs=run)
-    add("sample_num_threads_huge", "numbers", sample("--num_threads=100000"), needs=run)
-    add("sample_num_samples_zero", "numbers", sample("--num_samples=0"), needs=run)
-    add("sample_device_unknown", "keys/types", sample("--device=cpu:x"), needs=run)
-    add("sample_out_dir_missing", "paths", sample("--out_dir={c}/nope"), needs=run)
-    add("sample_nothing_trained", "paths", ["sample.py", "--device=cpu"], needs=run)
-    add("sample_start_file_missing", "paths", sample("--start=FILE:{c}/nope.txt"), needs=run)
-    add("sample_start_file_not_utf8", "damaged files", sample("--start=FILE:{c}/p.txt"),
-        setup=files(**{"p.txt": b"\xff\xfe\x81"}), needs=run)
-    add("sample_start_not_in_vocab", "keys/types", sample("--start=\u20ac"), needs=run)
-    add("sample_ckpt_truncated", "damaged files", sample("--out_dir={c}/run"),
-        setup=copy_run("run", lambda o: truncate(f"{o}/ckpt.pt", 0.5)), needs=run)
-    add("sample_ckpt_garbage", "damaged files", sample("--out_dir={c}/run"),
-        setup=copy_run("run", lambda o: write(f"{o}/ckpt.pt", garbage(2))), needs=run)
-    add("sample_ckpt_nan_weights", "checkpoints", sample("--out_dir={c}/run"),
-        setup=copy_run("run", edit_ckpts(nan_weights)), needs=run)
-    add("sample_ckpt_unknown_model_args", "checkpoints", sample("--out_dir={c}/run"),
-        setup=copy_run("run", edit_ckpts(unknown_model_args)), needs=run)
-    add("sample_ckpt_wrong_shape", "checkpoints", sample("--out_dir={c}/run"),
-        setup=copy_run("run", edit_ckpts(wrong_shape)), needs=run)
-    add("sample_ckpt_int_weights", "checkpoints", sample("--out_dir={c}/run"),
-        setup=copy_run("run", edit_ckpts(int_weights)), needs=run)
-    add("sample_ckpt_planted", "planted code", sample("--out_dir={c}/run"),
-        setup=copy_run("run", plant_ckpts), needs=run)
-    add("sample_newest_out_planted", "planted code", ["sample.py", "--device=cpu", "--max_new_tokens=5"],
-        setup=copy_run("out-shared", plant_ckpts), needs=run)
-    add("sample_data_dir_other_tokenizer", "checkpoints", sample("--data_dir={fx}/data2"), needs=run + data2)
-    add("sample_recorded_data_prepared_again", "checkpoints", sample("--out_dir={c}/run"),
-        setup=copy_run("run", edit_ckpts(lambda ck, c: ck.update(data_dir=os.path.join(c, "data2"))),
-                       also=("data2",)), needs=run + data2)
-    add("sample_data_dir_meta_garbage", "damaged files", sample("--data_dir={c}/data"),
-        setup=copy_data(lambda d: write(f"{d}/meta.json", "{")), needs=run)
+    yield case("sample_unknown_key", "keys/types", sample("--temp=0.5"), needs=RUN)
+    yield case("sample_wrong_type", "keys/types", sample("--top_k=many"), needs=RUN)
+    yield case("sample_temperature_tiny", "numbers", sample("--temperature=1e-30"), needs=RUN)
+    yield case("sample_temperature_inf", "numbers", sample("--temperature=1e999"), needs=RUN)
+    yield case("sample_temperature_nan", "numbers", ["sample.py", "{c}/cfg.py", *sample()[1:]],
+               setup=files(**{"cfg.py": "temperature = float('nan')\n"}), needs=RUN)
+    yield case("sample_seed_huge", "numbers", sample("--seed=99999999999999999999"), needs=RUN)
+    yield case("sample_num_threads_huge", "numbers", sample("--num_threads=100000"), needs=RUN)
+    yield case("sample_num_samples_zero", "numbers", sample("--num_samples=0"), needs=RUN)
+    yield case("sample_device_unknown", "keys/types", sample("--device=cpu:x"), needs=RUN)
+    yield case("sample_out_dir_missing", "paths", sample("--out_dir={c}/nope"), needs=RUN)
+    yield case("sample_nothing_trained", "paths", ["sample.py", "--device=cpu"], needs=RUN)
+    yield case("sample_start_file_missing", "paths", sample("--start=FILE:{c}/nope.txt"), needs=RUN)
+    yield case("sample_start_file_not_utf8", "damaged files", sample("--start=FILE:{c}/p.txt"),
+               setup=files(**{"p.txt": b"\xff\xfe\x81"}), needs=RUN)
+    yield case("sample_start_not_in_vocab", "keys/types", sample("--start=\u20ac"), needs=RUN)
+    yield case("sample_ckpt_truncated", "damaged files", sample("--out_dir={c}/run"),
+               setup=copy_run("run", lambda o: truncate(f"{o}/ckpt.pt", 0.5)), needs=RUN)
+    yield case("sample_ckpt_garbage", "damaged files", sample("--out_dir={c}/run"),
+               setup=copy_run("run", lambda o: write(f"{o}/ckpt.pt", garbage(2))), needs=RUN)
+    yield case("sample_ckpt_nan_weights", "checkpoints", sample("--out_dir={c}/run"),
+               setup=copy_run("run", edit_ckpts(nan_weights)), needs=RUN)
+    yield case("sample_ckpt_unknown_model_args", "checkpoints", sample("--out_dir={c}/run"),
+               setup=copy_run("run", edit_ckpts(unknown_model_args)), needs=RUN)
+    yield case("sample_ckpt_wrong_shape", "checkpoints", sample("--out_dir={c}/run"),
+               setup=copy_run("run", edit_ckpts(wrong_shape)), needs=RUN)
+    yield case("sample_ckpt_int_weights", "checkpoints", sample("--out_dir={c}/run"),
+               setup=copy_run("run", edit_ckpts(int_weights)), needs=RUN)
+    yield case("sample_ckpt_planted", "planted code", sample("--out_dir={c}/run"),
+               setup=copy_run("run", plant_ckpts), needs=RUN)
+    yield case("sample_newest_out_planted", "planted code", ["sample.py", "--device=cpu", "--max_new_tokens=5"],
+               setup=copy_run("out-shared", plant_ckpts), needs=RUN)
+    yield case("sample_data_dir_other_tokenizer", "checkpoints", sample("--data_dir={fx}/data2"), needs=RUN + DATA2)
+    yield case("sample_recorded_data_prepared_again", "checkpoints", sample("--out_dir={c}/run"),
+               setup=copy_run("run", edit_ckpts(lambda ck, c: ck.update(data_dir=os.path.join(c, "data2"))),
+                              also=("data2",)), needs=RUN + DATA2)
+    yield case("sample_data_dir_meta_garbage", "damaged files", sample("--data_dir={c}/data"),
+               setup=copy_data(lambda d: write(f"{d}/meta.json", "{")), needs=RUN)
 
-    # prepare.py
-    add("prepare_unknown_dataset", "keys/types", ["prepare.py", "tinystories", "--out_dir={c}/data"])
-    add("prepare_dataset_escapes", "paths", ["prepare.py", "../../shakespeare_char"])
-    add("prepare_unknown_option", "keys/types", ["prepare.py", "shakespeare_char", "--outdir={c}/data"])
-    add("prepare_compact_dataset_of_a_tool", "keys/types", ["prepare.py", "shakespeare_v400", "--out_dir={c}/d"])
-    add("prepare_wikitext_dataset_of_a_tool", "keys/types", ["prepare.py", "wikitext103_v8192"])
-    add("prepare_vocab_size_option", "keys/types", ["prepare.py", "shakespeare", "--vocab_size=300", "--out_dir={c}/d"])
-    add("prepare_input_missing", "paths", ["prepare.py", "shakespeare_char", "--input={c}/nope.txt",
-                                           "--out_dir={c}/data"])
-    add("prepare_input_empty", "damaged files", ["prepare.py", "shakespeare_char", "--input={c}/in.txt",
-                                                 "--out_dir={c}/data"], setup=files(**{"in.txt": ""}))
-    add("prepare_input_not_utf8", "damaged files", ["prepare.py", "shakespeare_char", "--input={c}/in.txt",
-                                                    "--out_dir={c}/data"],
-        setup=files(**{"in.txt": b"abc\xff\xfe def\n"}))
-    add("prepare_too_many_chars_over_a_dataset", "damaged files",
-        ["prepare.py", "shakespeare_char", "--input={c}/in.txt", "--out_dir={c}/data"],
-        setup=chain(copy_data(), files(**{"in.txt": "".join(map(chr, range(0x10000, 0x10000 + 70000)))})),
-        needs=data)
-    add("prepare_out_dir_is_file", "paths", ["prepare.py", "shakespeare_char", "--out_dir={c}/taken"],
-        setup=files(taken="a file"))
-    add("prepare_out_dir_read_only", "paths", ["prepare.py", "shakespeare_char", "--out_dir={c}/ro/data"],
-        setup=folders("ro"), read_only="ro")
-    add("prepare_gpt2_ranks_garbage", "damaged files", ["prepare.py", "shakespeare", "--gpt2_ranks={c}/r.tiktoken",
-                                                        "--out_dir={c}/d"],
-        setup=files(**{"r.tiktoken": "not base64 ranks\n"}))
 
-    # tools.pangu.compact_vocab (paper 003's compact tinyshakespeare)
-    add("compact_for_char", "keys/types", compact("shakespeare_char", "--vocab_size=300"))
-    add("compact_no_vocab_size", "keys/types", compact("shakespeare"))
-    add("compact_vocab_size_twice", "keys/types", compact("shakespeare_v400", "--vocab_size=500"))
-    add("compact_vocab_size_small", "numbers", compact("shakespeare", "--vocab_size=10"))
-    add("compact_vocab_size_huge", "numbers", compact("shakespeare", "--vocab_size=1000000000000"))
-    add("compact_vocab_size_not_a_number", "keys/types", compact("shakespeare", "--vocab_size=many"))
-    add("compact_n_layer_negative", "numbers", compact("shakespeare", "--vocab_size=1024", "--n_layer=-1"))
-    add("compact_input_empty", "damaged files", compact("shakespeare_v400", "--input={c}/in.txt"),
-        setup=files(**{"in.txt": ""}))
-    add("compact_out_dir_is_file", "paths", compact("shakespeare_v400", out_dir="{c}/taken"),
-        setup=files(taken="a file"))
-    add("compact_gpt2_ranks_garbage", "damaged files", compact("shakespeare_v400", "--gpt2_ranks={c}/r.tiktoken"),
-        setup=files(**{"r.tiktoken": "not base64 ranks\n"}))
+def prepare_cases():
+    """prepare.py."""
+    yield case("prepare_unknown_dataset", "keys/types", ["prepare.py", "tinystories", "--out_dir={c}/data"])
+    yield case("prepare_dataset_escapes", "paths", ["prepare.py", "../../shakespeare_char"])
+    yield case("prepare_unknown_option", "keys/types", ["prepare.py", "shakespeare_char", "--outdir={c}/data"])
+    yield case("prepare_compact_dataset_of_a_tool", "keys/types", ["prepare.py", "shakespeare_v400", "--out_dir={c}/d"])
+    yield case("prepare_wikitext_dataset_of_a_tool", "keys/types", ["prepare.py", "wikitext103_v8192"])
+    yield case("prepare_vocab_size_option", "keys/types",
+               ["prepare.py", "shakespeare", "--vocab_size=300", "--out_dir={c}/d"])
+    yield case("prepare_input_missing", "paths", ["prepare.py", "shakespeare_char", "--input={c}/nope.txt",
+                                                  "--out_dir={c}/data"])
+    yield case("prepare_input_empty", "damaged files", ["prepare.py", "shakespeare_char", "--input={c}/in.txt",
+                                                        "--out_dir={c}/data"], setup=files(**{"in.txt": ""}))
+    yield case("prepare_input_not_utf8", "damaged files", ["prepare.py", "shakespeare_char", "--input={c}/in.txt",
+                                                           "--out_dir={c}/data"],
+               setup=files(**{"in.txt": b"abc\xff\xfe def\n"}))
+    yield case("prepare_too_many_chars_over_a_dataset", "damaged files",
+               ["prepare.py", "shakespeare_char", "--input={c}/in.txt", "--out_dir={c}/data"],
+               setup=chain(copy_data(), files(**{"in.txt": "".join(map(chr, range(0x10000, 0x10000 + 70000)))})),
+               needs=DATA)
+    yield case("prepare_out_dir_is_file", "paths", ["prepare.py", "shakespeare_char", "--out_dir={c}/taken"],
+               setup=files(taken="a file"))
+    yield case("prepare_out_dir_read_only", "paths", ["prepare.py", "shakespeare_char", "--out_dir={c}/ro/data"],
+               setup=folders("ro"), read_only="ro")
+    yield case("prepare_gpt2_ranks_garbage", "damaged files",
+               ["prepare.py", "shakespeare", "--gpt2_ranks={c}/r.tiktoken", "--out_dir={c}/d"],
+               setup=files(**{"r.tiktoken": "not base64 ranks\n"}))
 
-    # tools.wikitext103
-    add("wikitext_dataset_unknown", "keys/types", wikitext("shakespeare_v400"))
-    add("wikitext_vocab_size_small", "numbers", wikitext("--source={c}/wt", "--vocab_size=100"), setup=wikitext_folder)
-    add("wikitext_num_proc_zero", "numbers", wikitext("--num_proc=0"))
-    add("wikitext_num_proc_huge", "numbers", wikitext("--source={c}/wt", "--num_proc=1000000"), setup=wikitext_folder)
-    add("wikitext_source_missing", "paths", wikitext("--source={c}/nope.zip"))
-    add("wikitext_zip_garbage", "damaged files", wikitext("--source={c}/wt.zip"),
-        setup=files(**{"wt.zip": b"PK\x03\x04 not really a zip"}))
-    add("wikitext_folder_incomplete", "damaged files", wikitext("--source={c}/wt"),
-        setup=files(**{"wt/wikitext-103-raw/wiki.train.raw": " = A = \n text \n"}))
-    add("wikitext_compact_out_dir_is_file", "paths", wikitext("--source={c}/wt", "--vocab_size=400",
-                                                              out_dir="{c}/taken"),
-        setup=chain(wikitext_folder, files(taken="a file")))
 
-    # tools.eval
+def compact_vocab_cases():
+    """tools.pangu.compact_vocab (paper 003's compact tinyshakespeare)."""
+    yield case("compact_for_char", "keys/types", compact("shakespeare_char", "--vocab_size=300"))
+    yield case("compact_no_vocab_size", "keys/types", compact("shakespeare"))
+    yield case("compact_vocab_size_twice", "keys/types", compact("shakespeare_v400", "--vocab_size=500"))
+    yield case("compact_vocab_size_small", "numbers", compact("shakespeare", "--vocab_size=10"))
+    yield case("compact_vocab_size_huge", "numbers", compact("shakespeare", "--vocab_size=1000000000000"))
+    yield case("compact_vocab_size_not_a_number", "keys/types", compact("shakespeare", "--vocab_size=many"))
+    yield case("compact_n_layer_negative", "numbers", compact("shakespeare", "--vocab_size=1024", "--n_layer=-1"))
+    yield case("compact_input_empty", "damaged files", compact("shakespeare_v400", "--input={c}/in.txt"),
+               setup=files(**{"in.txt": ""}))
+    yield case("compact_out_dir_is_file", "paths", compact("shakespeare_v400", out_dir="{c}/taken"),
+               setup=files(taken="a file"))
+    yield case("compact_gpt2_ranks_garbage", "damaged files",
+               compact("shakespeare_v400", "--gpt2_ranks={c}/r.tiktoken"),
+               setup=files(**{"r.tiktoken": "not base64 ranks\n"}))
+
+
+def wikitext_cases():
+    """tools.wikitext103."""
+    yield case("wikitext_dataset_unknown", "keys/types", wikitext("shakespeare_v400"))
+    yield case("wikitext_vocab_size_small", "numbers", wikitext("--source={c}/wt", "--vocab_size=100"),
+               setup=wikitext_folder)
+    yield case("wikitext_num_proc_zero", "numbers", wikitext("--num_proc=0"))
+    yield case("wikitext_num_proc_huge", "numbers", wikitext("--source={c}/wt", "--num_proc=1000000"),
+               setup=wikitext_folder)
+    yield case("wikitext_source_missing", "paths", wikitext("--source={c}/nope.zip"))
+    yield case("wikitext_zip_garbage", "damaged files", wikitext("--source={c}/wt.zip"),
+               setup=files(**{"wt.zip": b"PK\x03\x04 not really a zip"}))
+    yield case("wikitext_folder_incomplete", "damaged files", wikitext("--source={c}/wt"),
+               setup=files(**{"wt/wikitext-103-raw/wiki.train.raw": " = A = \n text \n"}))
+    yield case("wikitext_compact_out_dir_is_file", "paths", wikitext("--source={c}/wt", "--vocab_size=400",
+                                                                     out_dir="{c}/taken"),
+               setup=chain(wikitext_folder, files(taken="a file")))
+
+
+def eval_cases():
+    """tools.eval."""
     ev = ("--out_dir={fx}/run", "--device=cpu")
-    add("eval_unknown_key", "keys/types", tool("eval", *ev, "--split=val"), needs=run)
-    add("eval_batch_size_zero", "numbers", tool("eval", *ev, "--batch_size=0"), needs=run)
-    add("eval_block_size_huge", "numbers", tool("eval", *ev, "--block_size=1000000000000"), needs=run)
-    add("eval_val_bin_odd_size", "damaged files", tool("eval", *ev, "--data_dir={c}/data"),
-        setup=copy_data(lambda d: truncate(f"{d}/val.bin", -1)), needs=run)
-    add("eval_val_bin_beyond_vocab", "damaged files", tool("eval", *ev, "--data_dir={c}/data"),
-        setup=copy_data(lambda d: poke(f"{d}/val.bin", 10, b"\x00\x7f")), needs=run)
-    add("eval_mc_file_garbage", "damaged files", tool("eval", *ev, "--mc_file={c}/t.jsonl"),
-        setup=files(**{"t.jsonl": "{not json\n"}), needs=run)
-    add("eval_mc_label_out_of_range", "damaged files", tool("eval", *ev, "--mc_file={c}/t.jsonl"),
-        setup=files(**{"t.jsonl": json.dumps({"context": "a", "choices": ["b", "c"], "label": 7}) + "\n"}),
-        needs=run)
-    add("eval_mc_label_boolean", "damaged files", tool("eval", *ev, "--mc_file={c}/t.jsonl"),
-        setup=files(**{"t.jsonl": json.dumps({"context": "a", "choices": ["b", "c"], "label": True}) + "\n"}),
-        needs=run)
-    add("eval_log_samples_is_folder", "paths", tool("eval", *ev, "--mc_file={c}/t.jsonl", "--log_samples={c}"),
-        setup=files(**{"t.jsonl": json.dumps({"context": "a", "choices": ["b", "c"], "label": 0}) + "\n"}),
-        needs=run)
-    add("eval_ckpt_planted", "planted code", tool("eval", "--out_dir={c}/run", "--device=cpu"),
-        setup=copy_run("run", plant_ckpts), needs=run)
-    add("eval_data_dir_other_tokenizer", "checkpoints", tool("eval", *ev, "--data_dir={fx}/data2"),
-        needs=run + data2)
-    add("eval_hf_index_garbage", "hf folders", tool("eval", "--init_from={c}/hf", "--device=cpu",
-                                                    "--data_dir={fx}/data"),
-        setup=copy_hf(drop=("model.safetensors",), put={"model.safetensors.index.json": "{oops"}), needs=hf)
+    yield case("eval_unknown_key", "keys/types", tool("eval", *ev, "--split=val"), needs=RUN)
+    yield case("eval_batch_size_zero", "numbers", tool("eval", *ev, "--batch_size=0"), needs=RUN)
+    yield case("eval_block_size_huge", "numbers", tool("eval", *ev, "--block_size=1000000000000"), needs=RUN)
+    yield case("eval_val_bin_odd_size", "damaged files", tool("eval", *ev, "--data_dir={c}/data"),
+               setup=copy_data(lambda d: truncate(f"{d}/val.bin", -1)), needs=RUN)
+    yield case("eval_val_bin_beyond_vocab", "damaged files", tool("eval", *ev, "--data_dir={c}/data"),
+               setup=copy_data(lambda d: poke(f"{d}/val.bin", 10, b"\x00\x7f")), needs=RUN)
+    yield case("eval_mc_file_garbage", "damaged files", tool("eval", *ev, "--mc_file={c}/t.jsonl"),
+               setup=files(**{"t.jsonl": "{not json\n"}), needs=RUN)
+    yield case("eval_mc_label_out_of_range", "damaged files", tool("eval", *ev, "--mc_file={c}/t.jsonl"),
+               setup=files(**{"t.jsonl": json.dumps({"context": "a", "choices": ["b", "c"], "label": 7}) + "\n"}),
+               needs=RUN)
+    yield case("eval_mc_label_boolean", "damaged files", tool("eval", *ev, "--mc_file={c}/t.jsonl"),
+               setup=files(**{"t.jsonl": json.dumps({"context": "a", "choices": ["b", "c"], "label": True}) + "\n"}),
+               needs=RUN)
+    yield case("eval_log_samples_is_folder", "paths", tool("eval", *ev, "--mc_file={c}/t.jsonl", "--log_samples={c}"),
+               setup=files(**{"t.jsonl": json.dumps({"context": "a", "choices": ["b", "c"], "label": 0}) + "\n"}),
+               needs=RUN)
+    yield case("eval_ckpt_planted", "planted code", tool("eval", "--out_dir={c}/run", "--device=cpu"),
+               setup=copy_run("run", plant_ckpts), needs=RUN)
+    yield case("eval_data_dir_other_tokenizer", "checkpoints", tool("eval", *ev, "--data_dir={fx}/data2"),
+               needs=RUN + DATA2)
+    yield case("eval_hf_index_garbage", "hf folders", tool("eval", "--init_from={c}/hf", "--device=cpu",
+                                                           "--data_dir={fx}/data"),
+               setup=copy_hf(drop=("model.safetensors",), put={"model.safetensors.index.json": "{oops"}), needs=HF)
 
-    # tools.bench and tools.bench_tokenize
+
+def bench_cases():
+    """tools.bench and tools.bench_tokenize."""
     bn = ("--variants=gpt", "--device=cpu", "--n_layer=1", "--n_embd=16", "--n_head=2", "--block_size=16",
           "--vocab_size=32", "--seq_lens=8", "--repeats=1", "--warmup=0", "--measure=train")
-    add("bench_unknown_key", "keys/types", tool("bench", *bn, "--repeat=3"))
-    add("bench_unknown_variant", "keys/types", tool("bench", *bn, "--variants=nope"))
-    add("bench_unknown_mode", "keys/types", tool("bench", *bn, "--mode=paper999"))
-    add("bench_mode_gpu", "keys/types", tool("bench", *bn, "--mode=gpu"))
-    add("bench_seq_lens_garbage", "keys/types", tool("bench", *bn, "--seq_lens=a,b"))
-    add("bench_scale_zero", "numbers", tool("bench", *bn, "--scale=0"))
-    add("bench_scale_inf", "numbers", tool("bench", *bn, "--scale=1e999"))
-    add("bench_seed_huge", "numbers", tool("bench", *bn, "--seed=99999999999999999999"))
-    add("bench_seed_negative", "numbers", tool("bench", *bn, "--seed=-1"))
-    add("bench_num_threads_negative", "numbers", tool("bench", *bn, "--num_threads=-1"))
-    add("bench_num_threads_huge", "numbers", tool("bench", *bn, "--num_threads=100000"))
-    add("bench_out_is_folder", "paths", tool("bench", *bn, "--out={c}"))
-    add("bench_out_folder_missing", "paths", tool("bench", *bn, "--out={c}/nope/bench.md"))
-    add("bench_config_missing", "paths", tool("bench", "{c}/nope.py", *bn))
+    yield case("bench_unknown_key", "keys/types", tool("bench", *bn, "--repeat=3"))
+    yield case("bench_unknown_variant", "keys/types", tool("bench", *bn, "--variants=nope"))
+    yield case("bench_unknown_mode", "keys/types", tool("bench", *bn, "--mode=paper999"))
+    yield case("bench_mode_gpu", "keys/types", tool("bench", *bn, "--mode=gpu"))
+    yield case("bench_seq_lens_garbage", "keys/types", tool("bench", *bn, "--seq_lens=a,b"))
+    yield case("bench_scale_zero", "numbers", tool("bench", *bn, "--scale=0"))
+    yield case("bench_scale_inf", "numbers", tool("bench", *bn, "--scale=1e999"))
+    yield case("bench_seed_huge", "numbers", tool("bench", *bn, "--seed=99999999999999999999"))
+    yield case("bench_seed_negative", "numbers", tool("bench", *bn, "--seed=-1"))
+    yield case("bench_num_threads_negative", "numbers", tool("bench", *bn, "--num_threads=-1"))
+    yield case("bench_num_threads_huge", "numbers", tool("bench", *bn, "--num_threads=100000"))
+    yield case("bench_out_is_folder", "paths", tool("bench", *bn, "--out={c}"))
+    yield case("bench_out_folder_missing", "paths", tool("bench", *bn, "--out={c}/nope/bench.md"))
+    yield case("bench_config_missing", "paths", tool("bench", "{c}/nope.py", *bn))
     bt = ("--mb=0.01",)
-    add("bench_tokenize_mb_inf", "numbers", tool("bench_tokenize", "--mb=1e999"))
-    add("bench_tokenize_mb_huge", "numbers", tool("bench_tokenize", "--mb=1e12"))
-    add("bench_tokenize_num_proc_huge", "numbers", tool("bench_tokenize", *bt, "--num_proc=1000000"))
-    add("bench_tokenize_gpt2_ranks_missing", "paths", tool("bench_tokenize", *bt, "--gpt2_ranks={c}/nope"))
+    yield case("bench_tokenize_mb_inf", "numbers", tool("bench_tokenize", "--mb=1e999"))
+    yield case("bench_tokenize_mb_huge", "numbers", tool("bench_tokenize", "--mb=1e12"))
+    yield case("bench_tokenize_num_proc_huge", "numbers", tool("bench_tokenize", *bt, "--num_proc=1000000"))
+    yield case("bench_tokenize_gpt2_ranks_missing", "paths", tool("bench_tokenize", *bt, "--gpt2_ranks={c}/nope"))
 
-    # tools.huggingface.convert export
-    add("export_no_command", "keys/types", tool("huggingface.convert"))
-    add("export_unknown_format", "keys/types", export("--format=onnx"), needs=run)
-    add("export_ckpt_missing", "paths", export("--ckpt={c}/nope"), needs=run)
-    add("export_out_is_file", "paths", export("--out={c}/taken"), setup=files(taken="a file"), needs=run)
-    add("export_out_read_only", "paths", export("--out={c}/ro/hf"), setup=folders("ro"), read_only="ro",
-        needs=run)
-    add("export_ckpt_nan_weights", "checkpoints", export("--ckpt={c}/run"),
-        setup=copy_run("run", edit_ckpts(nan_weights)), needs=run)
-    add("export_ckpt_planted", "planted code", export("--ckpt={c}/run"),
-        setup=copy_run("run", plant_ckpts), needs=run)
-    add("export_data_dir_other_tokenizer", "checkpoints", export("--data_dir={fx}/data2"), needs=run + data2)
+
+def huggingface_cases():
+    """tools.huggingface.convert (export, and import of damaged or unusual Hugging Face folders) and
+    tools.huggingface.sample."""
+    yield case("export_no_command", "keys/types", tool("huggingface.convert"))
+    yield case("export_unknown_format", "keys/types", export("--format=onnx"), needs=RUN)
+    yield case("export_ckpt_missing", "paths", export("--ckpt={c}/nope"), needs=RUN)
+    yield case("export_out_is_file", "paths", export("--out={c}/taken"), setup=files(taken="a file"), needs=RUN)
+    yield case("export_out_read_only", "paths", export("--out={c}/ro/hf"), setup=folders("ro"), read_only="ro",
+               needs=RUN)
+    yield case("export_ckpt_nan_weights", "checkpoints", export("--ckpt={c}/run"),
+               setup=copy_run("run", edit_ckpts(nan_weights)), needs=RUN)
+    yield case("export_ckpt_planted", "planted code", export("--ckpt={c}/run"),
+               setup=copy_run("run", plant_ckpts), needs=RUN)
+    yield case("export_data_dir_other_tokenizer", "checkpoints", export("--data_dir={fx}/data2"), needs=RUN + DATA2)
     # tools.huggingface.convert import: damaged or unusual Hugging Face folders
-    add("hf_not_a_folder", "paths", tool("huggingface.convert", "import", "{c}/taken", "--out={c}/hf.pt"),
-        setup=files(taken="a file"))
-    add("hf_no_config", "hf folders", hf_import(), setup=copy_hf(drop=("config.json",)), needs=hf)
-    add("hf_no_weights", "hf folders", hf_import(), setup=copy_hf(drop=("model.safetensors",)), needs=hf)
-    add("hf_config_garbage", "hf folders", hf_import(), setup=copy_hf(put={"config.json": "{oops"}), needs=hf)
-    add("hf_config_list", "hf folders", hf_import(), setup=copy_hf(put={"config.json": "[1, 2]"}), needs=hf)
-    add("hf_config_unknown_arch", "hf folders", hf_import(),
-        setup=copy_hf(config=dict(architectures=["BertModel"], model_type="bert")), needs=hf)
-    add("hf_config_wrong_type", "hf folders", hf_import(), setup=copy_hf(config=dict(n_embd="sixteen")), needs=hf)
-    add("hf_config_float_layers", "hf folders", hf_import(), setup=copy_hf(config=dict(n_layer=1.5)), needs=hf)
-    add("hf_config_vocab_terabytes", "hf folders", hf_import(),
-        setup=copy_hf(config=dict(vocab_size=10**12)), needs=hf)
-    add("hf_config_positions_terabytes", "hf folders", hf_import(),
-        setup=copy_hf(config=dict(n_positions=10**12)), needs=hf)
-    add("hf_config_eps_infinite", "hf folders", hf_import(),
-        setup=copy_hf(config=dict(layer_norm_epsilon=float("inf"))), needs=hf)
-    add("hf_config_activation_unknown", "hf folders", hf_import(),
-        setup=copy_hf(config=dict(activation_function="swishglu")), needs=hf)
-    add("hf_index_garbage", "hf folders", hf_import(),
-        setup=copy_hf(drop=("model.safetensors",), put={"model.safetensors.index.json": "{oops"}), needs=hf)
-    add("hf_index_no_weight_map", "hf folders", hf_import(),
-        setup=copy_hf(drop=("model.safetensors",), put={"model.safetensors.index.json": "{}"}), needs=hf)
-    add("hf_index_weight_map_list", "hf folders", hf_import(),
-        setup=copy_hf(drop=("model.safetensors",),
-                      put={"model.safetensors.index.json": '{"weight_map": ["model-1.safetensors"]}'}), needs=hf)
-    add("hf_index_missing_shard", "hf folders", hf_import(), setup=sharded_hf(missing=True), needs=hf)
-    add("hf_index_shard_escapes", "paths", hf_import(), setup=sharded_hf(outside=True), needs=hf)
-    add("hf_weights_truncated", "hf folders", hf_import(),
-        setup=copy_hf(edit=lambda h: truncate(f"{h}/model.safetensors", 0.5)), needs=hf)
-    add("hf_weights_header_terabytes", "hf folders", hf_import(), setup=copy_hf(edit=huge_safetensors_header),
-        needs=hf)
-    add("hf_weights_wrong_shape", "hf folders", hf_import(), setup=copy_hf(tensors=wrong_hf_shape), needs=hf)
-    add("hf_weights_3d", "hf folders", hf_import(), setup=copy_hf(tensors=hf_3d), needs=hf)
-    add("hf_weights_integer_dtype", "hf folders", hf_import(), setup=copy_hf(tensors=hf_int_dtype), needs=hf)
-    add("hf_weights_nan", "hf folders", hf_import(), setup=copy_hf(tensors=hf_nan), needs=hf)
-    add("hf_weights_extra_tensor", "hf folders", hf_import(), setup=copy_hf(tensors=hf_extra), needs=hf)
-    add("hf_bin_planted", "planted code", hf_import(), setup=copy_hf(drop=("model.safetensors",), plant=True),
-        needs=hf)
+    yield case("hf_not_a_folder", "paths", tool("huggingface.convert", "import", "{c}/taken", "--out={c}/hf.pt"),
+               setup=files(taken="a file"))
+    yield case("hf_no_config", "hf folders", hf_import(), setup=copy_hf(drop=("config.json",)), needs=HF)
+    yield case("hf_no_weights", "hf folders", hf_import(), setup=copy_hf(drop=("model.safetensors",)), needs=HF)
+    yield case("hf_config_garbage", "hf folders", hf_import(), setup=copy_hf(put={"config.json": "{oops"}), needs=HF)
+    yield case("hf_config_list", "hf folders", hf_import(), setup=copy_hf(put={"config.json": "[1, 2]"}), needs=HF)
+    yield case("hf_config_unknown_arch", "hf folders", hf_import(),
+               setup=copy_hf(config=dict(architectures=["BertModel"], model_type="bert")), needs=HF)
+    yield case("hf_config_wrong_type", "hf folders", hf_import(), setup=copy_hf(config=dict(n_embd="sixteen")),
+               needs=HF)
+    yield case("hf_config_float_layers", "hf folders", hf_import(), setup=copy_hf(config=dict(n_layer=1.5)), needs=HF)
+    yield case("hf_config_vocab_terabytes", "hf folders", hf_import(),
+               setup=copy_hf(config=dict(vocab_size=10**12)), needs=HF)
+    yield case("hf_config_positions_terabytes", "hf folders", hf_import(),
+               setup=copy_hf(config=dict(n_positions=10**12)), needs=HF)
+    yield case("hf_config_eps_infinite", "hf folders", hf_import(),
+               setup=copy_hf(config=dict(layer_norm_epsilon=float("inf"))), needs=HF)
+    yield case("hf_config_activation_unknown", "hf folders", hf_import(),
+               setup=copy_hf(config=dict(activation_function="swishglu")), needs=HF)
+    yield case("hf_index_garbage", "hf folders", hf_import(),
+               setup=copy_hf(drop=("model.safetensors",), put={"model.safetensors.index.json": "{oops"}), needs=HF)
+    yield case("hf_index_no_weight_map", "hf folders", hf_import(),
+               setup=copy_hf(drop=("model.safetensors",), put={"model.safetensors.index.json": "{}"}), needs=HF)
+    yield case("hf_index_weight_map_list", "hf folders", hf_import(),
+               setup=copy_hf(drop=("model.safetensors",),
+                             put={"model.safetensors.index.json": '{"weight_map": ["model-1.safetensors"]}'}), needs=HF)
+    yield case("hf_index_missing_shard", "hf folders", hf_import(), setup=sharded_hf(missing=True), needs=HF)
+    yield case("hf_index_shard_escapes", "paths", hf_import(), setup=sharded_hf(outside=True), needs=HF)
+    yield case("hf_weights_truncated", "hf folders", hf_import(),
+               setup=copy_hf(edit=lambda h: truncate(f"{h}/model.safetensors", 0.5)), needs=HF)
+    yield case("hf_weights_header_terabytes", "hf folders", hf_import(), setup=copy_hf(edit=huge_safetensors_header),
+               needs=HF)
+    yield case("hf_weights_wrong_shape", "hf folders", hf_import(), setup=copy_hf(tensors=wrong_hf_shape), needs=HF)
+    yield case("hf_weights_3d", "hf folders", hf_import(), setup=copy_hf(tensors=hf_3d), needs=HF)
+    yield case("hf_weights_integer_dtype", "hf folders", hf_import(), setup=copy_hf(tensors=hf_int_dtype), needs=HF)
+    yield case("hf_weights_nan", "hf folders", hf_import(), setup=copy_hf(tensors=hf_nan), needs=HF)
+    yield case("hf_weights_extra_tensor", "hf folders", hf_import(), setup=copy_hf(tensors=hf_extra), needs=HF)
+    yield case("hf_bin_planted", "planted code", hf_import(), setup=copy_hf(drop=("model.safetensors",), plant=True),
+               needs=HF)
     # tools.huggingface.sample
     hs = ("--device=cpu", "--num_samples=1", "--max_new_tokens=5")
-    add("hf_sample_no_init_from", "keys/types", tool("huggingface.sample", *hs))
-    add("hf_sample_temperature_nan", "numbers", tool("huggingface.sample", "{c}/cfg.py", "--init_from={fx}/hf", *hs),
-        setup=files(**{"cfg.py": "temperature = float('nan')\n"}), needs=hf)
-    add("hf_sample_top_k_negative", "numbers", tool("huggingface.sample", "--init_from={fx}/hf", *hs, "--top_k=-1"),
-        needs=hf)
-    add("hf_sample_tokenizer_garbage", "hf folders", tool("huggingface.sample", "--init_from={c}/hf", *hs),
-        setup=copy_hf(put={"tokenizer.json": "{oops"}), needs=hf)
-    add("hf_sample_config_terabytes", "hf folders", tool("huggingface.sample", "--init_from={c}/hf", *hs),
-        setup=copy_hf(config=dict(vocab_size=10**12)), needs=hf)
-    add("hf_sample_data_dir_smaller_vocab", "checkpoints",
-        tool("huggingface.sample", "--init_from={fx}/hf", "--data_dir={fx}/data2", "--start=a", *hs),
-        needs=hf + data2)
+    yield case("hf_sample_no_init_from", "keys/types", tool("huggingface.sample", *hs))
+    yield case("hf_sample_temperature_nan", "numbers",
+               tool("huggingface.sample", "{c}/cfg.py", "--init_from={fx}/hf", *hs),
+               setup=files(**{"cfg.py": "temperature = float('nan')\n"}), needs=HF)
+    yield case("hf_sample_top_k_negative", "numbers",
+               tool("huggingface.sample", "--init_from={fx}/hf", *hs, "--top_k=-1"),
+               needs=HF)
+    yield case("hf_sample_tokenizer_garbage", "hf folders", tool("huggingface.sample", "--init_from={c}/hf", *hs),
+               setup=copy_hf(put={"tokenizer.json": "{oops"}), needs=HF)
+    yield case("hf_sample_config_terabytes", "hf folders", tool("huggingface.sample", "--init_from={c}/hf", *hs),
+               setup=copy_hf(config=dict(vocab_size=10**12)), needs=HF)
+    yield case("hf_sample_data_dir_smaller_vocab", "checkpoints",
+               tool("huggingface.sample", "--init_from={fx}/hf", "--data_dir={fx}/data2", "--start=a", *hs),
+               needs=HF + DATA2)
 
-    # tools.pangu.inherit
-    add("inherit_unknown_key", "keys/types", inherit("--n_layers=1"), needs=run)
-    add("inherit_no_from", "keys/types", tool("pangu.inherit", "--out_dir={c}/small"))
-    add("inherit_n_layer_too_big", "numbers", inherit("--n_layer=5"), needs=run)
-    add("inherit_mlp_ratio_nan", "numbers", ["-m", "tools.pangu.inherit", "{c}/cfg.py", *inherit()[2:]],
-        setup=files(**{"cfg.py": "mlp_ratio = float('nan')\n"}), needs=run)
-    add("inherit_layers_unknown", "keys/types", inherit("--layers=middle"), needs=run)
-    add("inherit_calib_batches_zero", "numbers", inherit("--calib_batches=0"), needs=run)
-    add("inherit_calib_batch_size_huge", "numbers", inherit("--calib_batch_size=1000000000000"), needs=run)
-    add("inherit_seed_negative", "numbers", inherit("--seed=-1"), needs=run)
-    add("inherit_seed_huge", "numbers", inherit("--seed=99999999999999999999"), needs=run)
-    add("inherit_num_threads_negative", "numbers", inherit("--num_threads=-1"), needs=run)
-    add("inherit_num_threads_huge", "numbers", inherit("--num_threads=100000"), needs=run)
-    add("inherit_from_missing", "paths", inherit("--from={c}/nope"), needs=run)
-    add("inherit_out_dir_is_file", "paths", inherit("--out_dir={c}/taken"), setup=files(taken="a file"), needs=run)
-    add("inherit_out_dir_read_only", "paths", inherit("--out_dir={c}/ro/small"), setup=folders("ro"),
-        read_only="ro", needs=run)
-    add("inherit_out_dir_is_source", "paths", inherit("--from={c}/run", "--out_dir={c}/run"), setup=copy_run("run"),
-        needs=run)
-    add("inherit_target_data_dir_missing", "paths", inherit("--target_data_dir={c}/nope"), needs=run)
-    add("inherit_from_nan_weights", "checkpoints", inherit("--from={c}/run"),
-        setup=copy_run("run", edit_ckpts(nan_weights)), needs=run)
-    add("inherit_from_planted", "planted code", inherit("--from={c}/run"), setup=copy_run("run", plant_ckpts),
-        needs=run)
-    add("inherit_data_dir_other_tokenizer", "checkpoints", inherit("--data_dir={fx}/data2"), needs=run + data2)
 
-    # tools.pangu.refine (it writes refine.npy beside the checkpoint: each case has its own copy of the run)
-    add("refine_unknown_key", "keys/types", refine("--ratio=0.5"), setup=copy_run("run"), needs=run)
-    add("refine_rate_zero", "numbers", refine("--rate=0"), setup=copy_run("run"), needs=run)
-    add("refine_rate_nan", "numbers", ["-m", "tools.pangu.refine", "{c}/cfg.py", "--out_dir={c}/run"],
-        setup=chain(copy_run("run"), files(**{"cfg.py": "rate = float('nan')\n"})), needs=run)
-    add("refine_temperature_inf", "numbers", refine("--temperature=1e999"), setup=copy_run("run"), needs=run)
-    add("refine_temperature_tiny", "numbers", refine("--temperature=1e-320"), setup=copy_run("run"), needs=run)
-    add("refine_parts_huge", "numbers", refine("--parts=1000000000"), setup=copy_run("run"), needs=run)
-    add("refine_seed_negative", "numbers", refine("--seed=-1"), setup=copy_run("run"), needs=run)
-    add("refine_seed_huge", "numbers", refine("--seed=99999999999999999999"), setup=copy_run("run"), needs=run)
-    add("refine_num_threads_negative", "numbers", refine("--num_threads=-1"), setup=copy_run("run"), needs=run)
-    add("refine_out_dir_missing", "paths", refine("--out_dir={c}/nope"))
-    add("refine_read_only", "paths", refine("--out_dir={c}/ro/run"), setup=copy_run("ro/run"),
-        read_only="ro/run", needs=run)
-    add("refine_ckpt_garbage", "damaged files", refine(),
-        setup=copy_run("run", lambda o: write(f"{o}/ckpt.pt", garbage(195))), needs=run)
-    add("refine_planted", "planted code", refine(), setup=copy_run("run", plant_ckpts), needs=run)
-    add("refine_data_dir_other_tokenizer", "checkpoints", refine("--data_dir={fx}/data2"), setup=copy_run("run"),
-        needs=run + data2)
-    add("refine_train_bin_beyond_vocab", "damaged files", refine("--data_dir={c}/data"),
-        setup=chain(copy_run("run"), copy_data(lambda d: poke(f"{d}/train.bin", 0, b"\x00\x7f"))), needs=run)
+def inherit_cases():
+    """tools.pangu.inherit."""
+    yield case("inherit_unknown_key", "keys/types", inherit("--n_layers=1"), needs=RUN)
+    yield case("inherit_no_from", "keys/types", tool("pangu.inherit", "--out_dir={c}/small"))
+    yield case("inherit_n_layer_too_big", "numbers", inherit("--n_layer=5"), needs=RUN)
+    yield case("inherit_mlp_ratio_nan", "numbers", ["-m", "tools.pangu.inherit", "{c}/cfg.py", *inherit()[2:]],
+               setup=files(**{"cfg.py": "mlp_ratio = float('nan')\n"}), needs=RUN)
+    yield case("inherit_layers_unknown", "keys/types", inherit("--layers=middle"), needs=RUN)
+    yield case("inherit_calib_batches_zero", "numbers", inherit("--calib_batches=0"), needs=RUN)
+    yield case("inherit_calib_batch_size_huge", "numbers", inherit("--calib_batch_size=1000000000000"), needs=RUN)
+    yield case("inherit_seed_negative", "numbers", inherit("--seed=-1"), needs=RUN)
+    yield case("inherit_seed_huge", "numbers", inherit("--seed=99999999999999999999"), needs=RUN)
+    yield case("inherit_num_threads_negative", "numbers", inherit("--num_threads=-1"), needs=RUN)
+    yield case("inherit_num_threads_huge", "numbers", inherit("--num_threads=100000"), needs=RUN)
+    yield case("inherit_from_missing", "paths", inherit("--from={c}/nope"), needs=RUN)
+    yield case("inherit_out_dir_is_file", "paths", inherit("--out_dir={c}/taken"), setup=files(taken="a file"),
+               needs=RUN)
+    yield case("inherit_out_dir_read_only", "paths", inherit("--out_dir={c}/ro/small"), setup=folders("ro"),
+               read_only="ro", needs=RUN)
+    yield case("inherit_out_dir_is_source", "paths", inherit("--from={c}/run", "--out_dir={c}/run"),
+               setup=copy_run("run"),
+               needs=RUN)
+    yield case("inherit_target_data_dir_missing", "paths", inherit("--target_data_dir={c}/nope"), needs=RUN)
+    yield case("inherit_from_nan_weights", "checkpoints", inherit("--from={c}/run"),
+               setup=copy_run("run", edit_ckpts(nan_weights)), needs=RUN)
+    yield case("inherit_from_planted", "planted code", inherit("--from={c}/run"), setup=copy_run("run", plant_ckpts),
+               needs=RUN)
+    yield case("inherit_data_dir_other_tokenizer", "checkpoints", inherit("--data_dir={fx}/data2"), needs=RUN + DATA2)
 
-    # tools.compare
-    add("compare_unknown_key", "keys/types", compare("--variant_list=gpt"), needs=data)
-    add("compare_variants_unknown", "keys/types", compare("--variants=gpt,nope"), needs=data)
-    add("compare_seeds_zero", "numbers", compare("--seeds=0"), needs=data)
-    add("compare_seeds_huge", "numbers", compare("--seeds=1000000000000"), needs=data)
-    add("compare_seeds_beyond_range", "numbers", compare("--seeds=[5, 18446744073709551616]"), needs=data)
-    add("compare_sample_temperature_tiny", "numbers", compare("--sample_tokens=5", "--sample_temperature=1e-30"),
-        needs=data)
-    add("compare_sample_temperature_nan", "numbers", ["-m", "tools.compare", "{c}/cfg.py", *compare()[2:]],
-        setup=files(**{"cfg.py": "sample_temperature = float('nan')\n"}), needs=data)
-    add("compare_lr_inf", "numbers", compare("--learning_rate=1e999"), needs=data)
-    add("compare_dir_is_file", "paths", compare("--compare_dir={c}/taken"), setup=files(taken="a file"),
-        needs=data)
-    add("compare_dir_read_only", "paths", compare("--compare_dir={c}/ro/cmp"), setup=folders("ro"),
-        read_only="ro", needs=data)
-    add("compare_custom_variant_escapes", "paths", ["-m", "tools.compare", "{c}/cfg.py", *compare()[2:],
-                                                     "--variants=../../escaped"],
-        setup=files(**{"cfg.py": "custom_variants = {'../../escaped': dict(variant='gpt')}\n"}), needs=data)
-    add("compare_status_garbage", "damaged files", compare(),
-        setup=copy_cmp(lambda d: write(f"{d}/status.json", b"\x00garbage")), needs=cmp)
-    add("compare_status_models_list", "damaged files", compare(),
-        setup=copy_cmp(lambda d: write(f"{d}/status.json", '{"models": [1, 2]}')), needs=cmp)
-    add("compare_status_entry_not_dict", "damaged files", compare(),
-        setup=copy_cmp(lambda d: write(f"{d}/status.json", '{"models": {"gpt": 5}}')), needs=cmp)
-    add("compare_finished_other_settings", "checkpoints", compare("--learning_rate=0.01"), setup=copy_cmp(),
-        needs=cmp)
-    add("compare_log_csv_damaged", "damaged files", compare(),
-        setup=copy_cmp(lambda d: write(f"{d}/gpt/log.csv", b"iter,kind\n\xff\xfe\x00\x81")), needs=cmp)
-    add("compare_resume_planted", "planted code", compare(), setup=copy_cmp(interrupt_planted), needs=cmp)
-    add("compare_second_writer", "second writer", compare(), setup=copy_cmp(), needs=cmp, holder="cmp")
-    # issue 40: your own text as a dataset (prepare.py --input, compact_vocab --input)
+
+def refine_cases():
+    """tools.pangu.refine (it writes refine.npy beside the checkpoint: each case has its own copy of the run)."""
+    yield case("refine_unknown_key", "keys/types", refine("--ratio=0.5"), setup=copy_run("run"), needs=RUN)
+    yield case("refine_rate_zero", "numbers", refine("--rate=0"), setup=copy_run("run"), needs=RUN)
+    yield case("refine_rate_nan", "numbers", ["-m", "tools.pangu.refine", "{c}/cfg.py", "--out_dir={c}/run"],
+               setup=chain(copy_run("run"), files(**{"cfg.py": "rate = float('nan')\n"})), needs=RUN)
+    yield case("refine_temperature_inf", "numbers", refine("--temperature=1e999"), setup=copy_run("run"), needs=RUN)
+    yield case("refine_temperature_tiny", "numbers", refine("--temperature=1e-320"), setup=copy_run("run"), needs=RUN)
+    yield case("refine_parts_huge", "numbers", refine("--parts=1000000000"), setup=copy_run("run"), needs=RUN)
+    yield case("refine_seed_negative", "numbers", refine("--seed=-1"), setup=copy_run("run"), needs=RUN)
+    yield case("refine_seed_huge", "numbers", refine("--seed=99999999999999999999"), setup=copy_run("run"), needs=RUN)
+    yield case("refine_num_threads_negative", "numbers", refine("--num_threads=-1"), setup=copy_run("run"), needs=RUN)
+    yield case("refine_out_dir_missing", "paths", refine("--out_dir={c}/nope"))
+    yield case("refine_read_only", "paths", refine("--out_dir={c}/ro/run"), setup=copy_run("ro/run"),
+               read_only="ro/run", needs=RUN)
+    yield case("refine_ckpt_garbage", "damaged files", refine(),
+               setup=copy_run("run", lambda o: write(f"{o}/ckpt.pt", garbage(195))), needs=RUN)
+    yield case("refine_planted", "planted code", refine(), setup=copy_run("run", plant_ckpts), needs=RUN)
+    yield case("refine_data_dir_other_tokenizer", "checkpoints", refine("--data_dir={fx}/data2"), setup=copy_run("run"),
+               needs=RUN + DATA2)
+    yield case("refine_train_bin_beyond_vocab", "damaged files", refine("--data_dir={c}/data"),
+               setup=chain(copy_run("run"), copy_data(lambda d: poke(f"{d}/train.bin", 0, b"\x00\x7f"))), needs=RUN)
+
+
+def compare_cases():
+    """tools.compare."""
+    yield case("compare_unknown_key", "keys/types", compare("--variant_list=gpt"), needs=DATA)
+    yield case("compare_variants_unknown", "keys/types", compare("--variants=gpt,nope"), needs=DATA)
+    yield case("compare_seeds_zero", "numbers", compare("--seeds=0"), needs=DATA)
+    yield case("compare_seeds_huge", "numbers", compare("--seeds=1000000000000"), needs=DATA)
+    yield case("compare_seeds_beyond_range", "numbers", compare("--seeds=[5, 18446744073709551616]"), needs=DATA)
+    yield case("compare_sample_temperature_tiny", "numbers", compare("--sample_tokens=5", "--sample_temperature=1e-30"),
+               needs=DATA)
+    yield case("compare_sample_temperature_nan", "numbers", ["-m", "tools.compare", "{c}/cfg.py", *compare()[2:]],
+               setup=files(**{"cfg.py": "sample_temperature = float('nan')\n"}), needs=DATA)
+    yield case("compare_lr_inf", "numbers", compare("--learning_rate=1e999"), needs=DATA)
+    yield case("compare_dir_is_file", "paths", compare("--compare_dir={c}/taken"), setup=files(taken="a file"),
+               needs=DATA)
+    yield case("compare_dir_read_only", "paths", compare("--compare_dir={c}/ro/cmp"), setup=folders("ro"),
+               read_only="ro", needs=DATA)
+    yield case("compare_custom_variant_escapes", "paths", ["-m", "tools.compare", "{c}/cfg.py", *compare()[2:],
+                                                            "--variants=../../escaped"],
+               setup=files(**{"cfg.py": "custom_variants = {'../../escaped': dict(variant='gpt')}\n"}), needs=DATA)
+    yield case("compare_status_garbage", "damaged files", compare(),
+               setup=copy_cmp(lambda d: write(f"{d}/status.json", b"\x00garbage")), needs=CMP)
+    yield case("compare_status_models_list", "damaged files", compare(),
+               setup=copy_cmp(lambda d: write(f"{d}/status.json", '{"models": [1, 2]}')), needs=CMP)
+    yield case("compare_status_entry_not_dict", "damaged files", compare(),
+               setup=copy_cmp(lambda d: write(f"{d}/status.json", '{"models": {"gpt": 5}}')), needs=CMP)
+    yield case("compare_finished_other_settings", "checkpoints", compare("--learning_rate=0.01"), setup=copy_cmp(),
+               needs=CMP)
+    yield case("compare_log_csv_damaged", "damaged files", compare(),
+               setup=copy_cmp(lambda d: write(f"{d}/gpt/log.csv", b"iter,kind\n\xff\xfe\x00\x81")), needs=CMP)
+    yield case("compare_resume_planted", "planted code", compare(), setup=copy_cmp(interrupt_planted), needs=CMP)
+    yield case("compare_second_writer", "second writer", compare(), setup=copy_cmp(), needs=CMP, holder="cmp")
+
+
+def own_text_cases():
+    """Issue 40: your own text as a dataset (prepare.py --input, compact_vocab --input); issue 48: a byte-order
+    mark, CRLF line ends."""
     text = "A text of my own, for a dataset of my own.\n" * 60
     own = ("prepare.py", "--input={c}/notes.txt")
-    add("prepare_text_binary", "damaged files", [*own], setup=files(**{"notes.txt": b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR"}))
-    add("prepare_text_utf16", "damaged files", [*own], setup=files(**{"notes.txt": text.encode("utf-16")}))
-    add("prepare_text_latin1", "damaged files", [*own], setup=files(**{"notes.txt": "caf\xe9\n".encode("latin-1")}))
-    add("prepare_text_empty", "damaged files", [*own], setup=files(**{"notes.txt": ""}))
-    add("prepare_text_too_short_for_val", "numbers", [*own], setup=files(**{"notes.txt": "hello\n"}))
-    add("prepare_text_val_fraction_zero", "numbers", [*own, "--val_fraction=0"], setup=files(**{"notes.txt": text}))
-    add("prepare_text_val_fraction_nan", "numbers", [*own, "--val_fraction=nan"], setup=files(**{"notes.txt": text}))
-    add("prepare_text_name_escapes", "paths", [*own, "../../escaped"], setup=files(**{"notes.txt": text}))
-    add("prepare_text_name_says_other_tokenizer", "keys/types", [*own, "notes_char", "--tokenizer=gpt2"],
-        setup=files(**{"notes.txt": text}))
-    add("prepare_text_tokenizer_unknown", "keys/types", [*own, "--tokenizer=bytes"], setup=files(**{"notes.txt": text}))
-    add("prepare_text_over_another_dataset", "second writer", [*own, "--out_dir={c}/data"],
-        setup=chain(copy_data(), files(**{"notes.txt": text})), needs=data)
-    add("prepare_text_over_shakespeare_by_name", "second writer", [*own, "shakespeare_char", "--out_dir={c}/data"],
-        setup=chain(copy_data(), files(**{"notes.txt": text})), needs=data)
-    add("compact_text_over_another_dataset", "second writer",
-        compact("--input={c}/notes.txt", "--vocab_size=300", out_dir="{c}/data"),
-        setup=chain(copy_data(), files(**{"notes.txt": text})), needs=data, env=gpt2_ranks_env())
-    add("compact_text_binary", "damaged files", compact("--input={c}/notes.txt", "--vocab_size=300"),
-        setup=files(**{"notes.txt": b"\0\1\2\3" * 100}))
+    yield case("prepare_text_binary", "damaged files", [*own],
+               setup=files(**{"notes.txt": b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR"}))
+    yield case("prepare_text_utf16", "damaged files", [*own], setup=files(**{"notes.txt": text.encode("utf-16")}))
+    yield case("prepare_text_latin1", "damaged files", [*own],
+               setup=files(**{"notes.txt": "caf\xe9\n".encode("latin-1")}))
+    yield case("prepare_text_empty", "damaged files", [*own], setup=files(**{"notes.txt": ""}))
+    yield case("prepare_text_too_short_for_val", "numbers", [*own], setup=files(**{"notes.txt": "hello\n"}))
+    yield case("prepare_text_val_fraction_zero", "numbers", [*own, "--val_fraction=0"],
+               setup=files(**{"notes.txt": text}))
+    yield case("prepare_text_val_fraction_nan", "numbers", [*own, "--val_fraction=nan"],
+               setup=files(**{"notes.txt": text}))
+    yield case("prepare_text_name_escapes", "paths", [*own, "../../escaped"], setup=files(**{"notes.txt": text}))
+    yield case("prepare_text_name_says_other_tokenizer", "keys/types", [*own, "notes_char", "--tokenizer=gpt2"],
+               setup=files(**{"notes.txt": text}))
+    yield case("prepare_text_tokenizer_unknown", "keys/types", [*own, "--tokenizer=bytes"],
+               setup=files(**{"notes.txt": text}))
+    yield case("prepare_text_over_another_dataset", "second writer", [*own, "--out_dir={c}/data"],
+               setup=chain(copy_data(), files(**{"notes.txt": text})), needs=DATA)
+    yield case("prepare_text_over_shakespeare_by_name", "second writer",
+               [*own, "shakespeare_char", "--out_dir={c}/data"],
+               setup=chain(copy_data(), files(**{"notes.txt": text})), needs=DATA)
+    yield case("compact_text_over_another_dataset", "second writer",
+               compact("--input={c}/notes.txt", "--vocab_size=300", out_dir="{c}/data"),
+               setup=chain(copy_data(), files(**{"notes.txt": text})), needs=DATA, env=gpt2_ranks_env())
+    yield case("compact_text_binary", "damaged files", compact("--input={c}/notes.txt", "--vocab_size=300"),
+               setup=files(**{"notes.txt": b"\0\1\2\3" * 100}))
     # issue 48: Windows Notepad's byte-order mark is no character of the text; CRLF line ends are kept as they are
     bom = "\ufeff" + text
-    add("prepare_text_byte_order_mark", "own text", [*own], setup=files(**{"notes.txt": bom}), expect="ok",
-        check=dataset_of(text, "data/notes_char"))
-    add("prepare_text_only_byte_order_mark", "damaged files", [*own], setup=files(**{"notes.txt": "\ufeff"}))
-    add("prepare_text_crlf", "own text", [*own], setup=files(**{"notes.txt": text.replace("\n", "\r\n")}),
-        expect="ok", check=dataset_of(text.replace("\n", "\r\n"), "data/notes_char"))
-    add("compact_text_byte_order_mark", "own text", compact("--input={c}/notes.txt", "--vocab_size=300"),
-        setup=files(**{"notes.txt": bom}), env=gpt2_ranks_env(), expect="ok", check=dataset_of(text, "d"))
-    add("train_text_not_prepared", "paths", ["train.py", *TINY, "--dataset=notes_char", "--out_dir={c}/out"])
-    add("train_text_too_short_for_block_size", "numbers", train("--data_dir={fx}/data2", "--block_size=5000"),
-        needs=data2)
+    yield case("prepare_text_byte_order_mark", "own text", [*own], setup=files(**{"notes.txt": bom}), expect="ok",
+               check=dataset_of(text, "data/notes_char"))
+    yield case("prepare_text_only_byte_order_mark", "damaged files", [*own], setup=files(**{"notes.txt": "\ufeff"}))
+    yield case("prepare_text_crlf", "own text", [*own], setup=files(**{"notes.txt": text.replace("\n", "\r\n")}),
+               expect="ok", check=dataset_of(text.replace("\n", "\r\n"), "data/notes_char"))
+    yield case("compact_text_byte_order_mark", "own text", compact("--input={c}/notes.txt", "--vocab_size=300"),
+               setup=files(**{"notes.txt": bom}), env=gpt2_ranks_env(), expect="ok", check=dataset_of(text, "d"))
+    yield case("train_text_not_prepared", "paths", ["train.py", *TINY, "--dataset=notes_char", "--out_dir={c}/out"])
+    yield case("train_text_too_short_for_block_size", "numbers", train("--data_dir={fx}/data2", "--block_size=5000"),
+               needs=DATA2)
 
-    # issue 40: a vocabulary checked against the model it is used with
+
+def vocabulary_cases():
+    """Issue 40: a vocabulary checked against the model it is used with (nanoGPT's meta.pkl, meta.json, an
+    ExecuTorch program's tokenizer, a GGUF's keys, prompts llama.cpp cannot encode)."""
     nano = ["sample.py", "--out_dir={c}/nano", "--data_dir={c}/nanodata", "--device=cpu"]
-    add("sample_nanogpt_meta_pkl_smaller_vocab", "checkpoints", nano, setup=nanogpt_files(meta=char_meta(60)))
-    add("sample_nanogpt_meta_pkl_larger_vocab", "checkpoints", nano, setup=nanogpt_files(meta=char_meta(70)))
-    add("sample_nanogpt_meta_pkl_stoi_disagrees", "damaged files", nano,
-        setup=nanogpt_files(meta=char_meta(65, shift_stoi=True)))
-    add("sample_meta_json_chars_repeated", "damaged files", sample("--out_dir={c}/run"),
-        setup=copy_run("run", edit_ckpts(lambda ck, c: ck.update(data_dir=os.path.join(c, "data"))),
-                       also=("data",), edit_meta=repeat_a_char), needs=run)
+    yield case("sample_nanogpt_meta_pkl_smaller_vocab", "checkpoints", nano, setup=nanogpt_files(meta=char_meta(60)))
+    yield case("sample_nanogpt_meta_pkl_larger_vocab", "checkpoints", nano, setup=nanogpt_files(meta=char_meta(70)))
+    yield case("sample_nanogpt_meta_pkl_stoi_disagrees", "damaged files", nano,
+               setup=nanogpt_files(meta=char_meta(65, shift_stoi=True)))
+    yield case("sample_meta_json_chars_repeated", "damaged files", sample("--out_dir={c}/run"),
+               setup=copy_run("run", edit_ckpts(lambda ck, c: ck.update(data_dir=os.path.join(c, "data"))),
+                              also=("data",), edit_meta=repeat_a_char), needs=RUN)
     # ExecuTorch: a program and its tokenizer
     et = ("-m", "tools.executorch.run", "--pte={c}/model.pte", "--max_new_tokens=3", "--num_samples=1")
-    add("et_run_tokenizer_of_another_model", "checkpoints", [*et], setup=copy_pte(tokenizer=other_char_tokenizer),
-        needs=("pte",))
-    add("et_run_pte_garbage", "damaged files", [*et], setup=copy_pte(edit=lambda p: write(p, garbage(7))),
-        needs=("pte",))
-    add("et_run_pte_truncated", "damaged files", [*et], setup=copy_pte(edit=lambda p: truncate(p, 0.6)),
-        needs=("pte",))
-    add("et_run_pte_method_name_damaged", "damaged files", [*et], setup=copy_pte(edit=damage_method_name),
-        needs=("pte",))
-    add("et_run_pte_identifier_damaged", "damaged files", [*et], setup=copy_pte(edit=damage_identifier),
-        needs=("pte",))
-    add("et_bench_work_dir_is_file", "paths", tool("executorch.bench", "--out_dirs={fx}/run", "--work_dir={c}/taken"),
-        setup=files(taken="a file"), needs=run)
-    add("et_bench_work_dir_read_only", "paths",
-        tool("executorch.bench", "--out_dirs={fx}/run", "--work_dir={c}/ro/bench"), setup=folders("ro"),
-        read_only="ro", needs=run)
+    yield case("et_run_tokenizer_of_another_model", "checkpoints", [*et],
+               setup=copy_pte(tokenizer=other_char_tokenizer),
+               needs=("pte",))
+    yield case("et_run_pte_garbage", "damaged files", [*et], setup=copy_pte(edit=lambda p: write(p, garbage(7))),
+               needs=("pte",))
+    yield case("et_run_pte_truncated", "damaged files", [*et], setup=copy_pte(edit=lambda p: truncate(p, 0.6)),
+               needs=("pte",))
+    yield case("et_run_pte_method_name_damaged", "damaged files", [*et], setup=copy_pte(edit=damage_method_name),
+               needs=("pte",))
+    yield case("et_run_pte_identifier_damaged", "damaged files", [*et], setup=copy_pte(edit=damage_identifier),
+               needs=("pte",))
+    yield case("et_bench_work_dir_is_file", "paths",
+               tool("executorch.bench", "--out_dirs={fx}/run", "--work_dir={c}/taken"),
+               setup=files(taken="a file"), needs=RUN)
+    yield case("et_bench_work_dir_read_only", "paths",
+               tool("executorch.bench", "--out_dirs={fx}/run", "--work_dir={c}/ro/bench"), setup=folders("ro"),
+               read_only="ro", needs=RUN)
     # llama.cpp: a GGUF's vocabulary, and prompts it cannot encode
     lc = ("-m", "tools.llamacpp.run", "--gguf={c}/model.gguf", "--max_new_tokens=3")
-    add("llamacpp_gguf_vocab_key_wrong_type", "damaged files", [*lc],
-        setup=copy_gguf(lambda p: patch_gguf_key(p, "compact_gpt.vocab_size", type_code=6)), needs=("gguf",))
-    add("llamacpp_gguf_vocab_key_beyond_tokens", "damaged files", [*lc],
-        setup=copy_gguf(lambda p: patch_gguf_key(p, "compact_gpt.vocab_size", value=10**6)), needs=("gguf",))
-    add("llamacpp_gguf_eos_beyond_tokens", "damaged files", [*lc],
-        setup=copy_gguf(lambda p: patch_gguf_key(p, "tokenizer.ggml.eos_token_id", value=10**6)), needs=("gguf",))
-    add("llamacpp_gguf_no_token_list", "damaged files", [*lc],
-        setup=copy_gguf(lambda p: replace_bytes(p, b"tokenizer.ggml.tokens", b"tokenizer.ggml.tokenX")),
-        needs=("gguf",))
-    add("llamacpp_start_not_in_vocab", "keys/types", [*lc, "--start=War is \u20ac~"], setup=copy_gguf(),
-        needs=("gguf",))
-    # issue 48: text streams as it is generated, and Ctrl-C stops it there; an export stopped mid-write (Ctrl-C or
-    # SIGTERM) leaves the previous file as it was and no temporary file
+    yield case("llamacpp_gguf_vocab_key_wrong_type", "damaged files", [*lc],
+               setup=copy_gguf(lambda p: patch_gguf_key(p, "compact_gpt.vocab_size", type_code=6)), needs=("gguf",))
+    yield case("llamacpp_gguf_vocab_key_beyond_tokens", "damaged files", [*lc],
+               setup=copy_gguf(lambda p: patch_gguf_key(p, "compact_gpt.vocab_size", value=10**6)), needs=("gguf",))
+    yield case("llamacpp_gguf_eos_beyond_tokens", "damaged files", [*lc],
+               setup=copy_gguf(lambda p: patch_gguf_key(p, "tokenizer.ggml.eos_token_id", value=10**6)),
+               needs=("gguf",))
+    yield case("llamacpp_gguf_no_token_list", "damaged files", [*lc],
+               setup=copy_gguf(lambda p: replace_bytes(p, b"tokenizer.ggml.tokens", b"tokenizer.ggml.tokenX")),
+               needs=("gguf",))
+    yield case("llamacpp_start_not_in_vocab", "keys/types", [*lc, "--start=War is \u20ac~"], setup=copy_gguf(),
+               needs=("gguf",))
+
+
+def interrupt_cases():
+    """Issue 48: text streams as it is generated, and Ctrl-C stops it there; an export stopped mid-write (Ctrl-C
+    or SIGTERM) leaves the previous file as it was and no temporary file."""
     endless = ("--start=War is ", f"--max_new_tokens={10**15}")
-    add("et_run_endless_ctrl_c", "interrupted", ["-c", AS_IN_A_TERMINAL, "tools.executorch.run", "--pte={c}/model.pte",
-                                                  *endless],
-        setup=copy_pte(), needs=("pte",), expect="interrupted", signal="SIGINT",
-        signal_when=printed(len("War is ") + 20), check=streamed("War is "))
-    add("llamacpp_run_endless_ctrl_c", "interrupted",
-        ["-c", AS_IN_A_TERMINAL, "tools.llamacpp.run", "--gguf={c}/model.gguf", *endless],
-        setup=copy_gguf(), needs=("gguf",), expect="interrupted", signal="SIGINT",
-        signal_when=printed(len("War is ") + 20), check=streamed("War is "), requires="llama_cpp")
+    yield case("et_run_endless_ctrl_c", "interrupted",
+               ["-c", AS_IN_A_TERMINAL, "tools.executorch.run", "--pte={c}/model.pte", *endless],
+               setup=copy_pte(), needs=("pte",), expect="interrupted", signal="SIGINT",
+               signal_when=printed(len("War is ") + 20), check=streamed("War is "))
+    yield case("llamacpp_run_endless_ctrl_c", "interrupted",
+               ["-c", AS_IN_A_TERMINAL, "tools.llamacpp.run", "--gguf={c}/model.gguf", *endless],
+               setup=copy_gguf(), needs=("gguf",), expect="interrupted", signal="SIGINT",
+               signal_when=printed(len("War is ") + 20), check=streamed("War is "), requires="llama_cpp")
     for sig in ("SIGINT", "SIGTERM"):
-        add(f"llamacpp_export_{sig.lower()}_mid_write", "interrupted",
-            ["-c", PAUSED_WRITE, "tools.llamacpp.export", "--out_dir={fx}/run", "--gguf={c}/model.gguf"],
-            setup=copy_gguf(), needs=("run", "gguf"), expect="interrupted", signal=sig, signal_when=paused_write)
-        add(f"et_export_{sig.lower()}_mid_write", "interrupted",
-            ["-c", STUB_PROGRAM + PAUSED_WRITE, "tools.executorch.export", "--out_dir={fx}/run", "--pte={c}/model.pte"],
-            setup=copy_pte(), needs=("run", "pte"), expect="interrupted", signal=sig, signal_when=paused_write)
-    # W&B: found before training starts
-    add("train_wandb_no_api_key", "paths", train("--wandb_log=True"), needs=data,
-        env={"WANDB_API_KEY": "", "WANDB_MODE": "", "HOME": "{c}", "NETRC": "{c}/no-netrc"})
-    add("train_wandb_server_unreachable", "paths", train("--wandb_log=True"), needs=data,
-        env={"WANDB_API_KEY": "k" * 40, "WANDB_MODE": "", "WANDB_BASE_URL": "http://127.0.0.1:9"})
-    # model sizes that cannot be built in reasonable time or memory
-    add("plan_n_layer_huge", "numbers", tool("plan", "--n_layer=100000"))
-    add("train_n_layer_huge", "numbers", train("--n_layer=100000"), needs=data)
-    add("train_weights_beyond_memory", "numbers", train("--n_layer=1000", "--n_embd=8192"), needs=data)
-    add("plan_png_folder_is_file", "paths", tool("plan", "--n_layer=2", "--png={c}/taken/plan.png"),
-        setup=files(taken="a file"))
-    add("plan_png_read_only", "paths", tool("plan", "--n_layer=2", "--png={c}/ro/plan.png"), setup=folders("ro"),
-        read_only="ro")
-    return cases
+        yield case(f"llamacpp_export_{sig.lower()}_mid_write", "interrupted",
+                   ["-c", PAUSED_WRITE, "tools.llamacpp.export", "--out_dir={fx}/run", "--gguf={c}/model.gguf"],
+                   setup=copy_gguf(), needs=("run", "gguf"), expect="interrupted", signal=sig, signal_when=paused_write)
+        yield case(f"et_export_{sig.lower()}_mid_write", "interrupted",
+                   ["-c", STUB_PROGRAM + PAUSED_WRITE, "tools.executorch.export", "--out_dir={fx}/run",
+                    "--pte={c}/model.pte"],
+                   setup=copy_pte(), needs=("run", "pte"), expect="interrupted", signal=sig, signal_when=paused_write)
+
+
+def wandb_cases():
+    """W&B: found before training starts."""
+    yield case("train_wandb_no_api_key", "paths", train("--wandb_log=True"), needs=DATA,
+               env={"WANDB_API_KEY": "", "WANDB_MODE": "", "HOME": "{c}", "NETRC": "{c}/no-netrc"})
+    yield case("train_wandb_server_unreachable", "paths", train("--wandb_log=True"), needs=DATA,
+               env={"WANDB_API_KEY": "k" * 40, "WANDB_MODE": "", "WANDB_BASE_URL": "http://127.0.0.1:9"})
+
+
+def size_cases():
+    """Model sizes that cannot be built in reasonable time or memory, and tools.plan's picture at odd paths."""
+    yield case("plan_n_layer_huge", "numbers", tool("plan", "--n_layer=100000"))
+    yield case("train_n_layer_huge", "numbers", train("--n_layer=100000"), needs=DATA)
+    yield case("train_weights_beyond_memory", "numbers", train("--n_layer=1000", "--n_embd=8192"), needs=DATA)
+    yield case("plan_png_folder_is_file", "paths", tool("plan", "--n_layer=2", "--png={c}/taken/plan.png"),
+               setup=files(taken="a file"))
+    yield case("plan_png_read_only", "paths", tool("plan", "--n_layer=2", "--png={c}/ro/plan.png"), setup=folders("ro"),
+               read_only="ro")
+
+
+# the groups of all_cases, in the order their cases are reported
+CASE_GROUPS = (
+    train_cases, sample_cases, prepare_cases, compact_vocab_cases, wikitext_cases, eval_cases, bench_cases,
+    huggingface_cases, inherit_cases, refine_cases, compare_cases, own_text_cases, vocabulary_cases,
+    interrupt_cases, wandb_cases, size_cases,
+)
 
 
 # --- setup helpers: each returns setup(c, fx) or changes one file -----------------------------------------
