@@ -15,7 +15,7 @@ from torch.nn import functional as F
 
 from checkpoint import depth_summary
 from model import GPT, GPTConfig, sinusoidal_positions
-from tools.layers import sharing_indices
+from tools.layers import layer_sets
 from tools.plots import residual_alphas
 
 TINY = dict(vocab_size=37, block_size=16, n_layer=4, n_head=2, n_embd=16, dropout=0.0)
@@ -260,6 +260,12 @@ def test_save_load_round_trip(name):
 @pytest.mark.parametrize("name", FLAGS)
 def test_training_lowers_loss(name):
     check_learns(make_model(name), steps=40)
+
+
+def sharing_indices(stack):
+    """(attn_index, mlp_index): the weight set of each layer's attention (None: none) and FFN."""
+    rows = layer_sets(stack)
+    return [a for a, _, _ in rows], [m for _, m, _ in rows]
 
 
 def sharing_plan(cfg):

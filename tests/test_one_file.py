@@ -11,6 +11,7 @@ presets with one flag run changes only their files; the plain GPT file names non
 import ast
 import dataclasses
 import functools
+import importlib.util
 import io
 import os
 import re
@@ -48,10 +49,18 @@ def without_commit(text):
     return re.sub(r"(?m)^ *model\.py of commit .*$", "", text)
 
 
+def load_module(path, name):
+    """The module of a file the tool wrote, imported from its path."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def module_of(text, tmp_path, name):
     path = tmp_path / f"{name}.py"
     path.write_text(text, encoding="utf-8")
-    return one_file.load_module(str(path), f"one_file_{name}")
+    return load_module(str(path), f"one_file_{name}")
 
 
 def same_as_model_py(module, args, keep=False):
@@ -219,7 +228,7 @@ def test_a_change_in_one_technique_changes_only_its_files():
 
 
 def test_config_from_refuses_another_configs_checkpoint(tmp_path):
-    gpt = one_file.load_module(os.path.join(one_file.OUT_DIR, "gpt.py"), "one_file_gpt")
+    gpt = load_module(os.path.join(one_file.OUT_DIR, "gpt.py"), "one_file_gpt")
     lgpt = dataclasses.asdict(model.GPTConfig(**variants.load("lgpt")))
     name = next(k for k, v in gpt.ASSUMED.items() if lgpt[k] != v)
     with pytest.raises(ValueError, match=rf"^{name}={lgpt[name]!r}, but this file assumes {gpt.ASSUMED[name]!r}"):

@@ -793,15 +793,6 @@ def diff(other, text, other_name, name):
     return list(difflib.unified_diff(other.splitlines(), text.splitlines(), other_name, name, lineterm=""))
 
 
-def load_module(path, name="one_file_model"):
-    """The module of a file this tool wrote, imported from its path."""
-    import importlib.util
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def main(argv=None):
     return run_command(command, DEFAULTS, argv, BOOL_FLAGS, positional="config_or_variant", with_explicit=True)
 
