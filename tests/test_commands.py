@@ -1,8 +1,8 @@
 """One command grammar and one entry wrapper (issue 56, point 4): every command under tools/ parses `--key=value` with
 configurator.load_config and ends in configurator.run_command, so `--help` prints the keys, a bad option is one line
 `error: ... (fix: ...)` with exit code 1, and Ctrl-C ends it with exit code 130, the line `interrupted` and no
-traceback. The story files (train.py, sample.py, prepare.py) have their own tests; tools/technique_lines.py and
-tools/one_file.py (its grammar: a variant or config file, then model flags) are not converted yet (issue 56).
+traceback. The story files (train.py, sample.py, prepare.py) have their own tests. The verification harness beside
+the tests (tests/fault_trial.py, tests/mutation.py: no user commands, the same grammar) is tested here too.
 
 Ctrl-C is a real SIGINT. In-process, for every command: a config file given on its command line raises SIGINT in
 the process while the command reads it (signal.raise_signal: Python raises KeyboardInterrupt at once, as on a key
@@ -21,7 +21,6 @@ import pytest
 
 from conftest import ROOT, one_error_line
 
-NOT_CONVERTED = ("tools.technique_lines", "tools.one_file")   # their own argv parsing still (issue 56)
 # the commands whose positional arguments are values, not config files: (argv, the function of the command's work
 # that gets SIGINT in-process)
 POSITIONAL = {
@@ -29,13 +28,15 @@ POSITIONAL = {
     "tools.pangu.compact_vocab": (["shakespeare", "--vocab_size=300"], "prepare"),
     "tools.wikitext103": (["wikitext103"], "prepare"),
     "tools.huggingface.convert": (["import", "gpt2", "--out=hf.pt"], "checkpoint_dict"),
+    "tools.technique_lines": (["gpt"], "trace"),
+    "tools.one_file": (["gpt"], "build"),
 }
 SIGINT_CONFIG = "import signal\nsignal.raise_signal(signal.SIGINT)\n"
 SLEEP_CONFIG = "import sys\nimport time\nprint('running', file=sys.stderr, flush=True)\ntime.sleep(60)\n"
 
 
 def commands():
-    """Every module under tools/ that runs as `python -m`, but the ones not converted."""
+    """Every module under tools/ that runs as `python -m`."""
     found = []
     for folder, _, files in os.walk(os.path.join(ROOT, "tools")):
         for name in sorted(files):
@@ -44,13 +45,13 @@ def commands():
             with open(os.path.join(folder, name), encoding="utf-8") as f:
                 if 'if __name__ == "__main__":' not in f.read():
                     continue
-            module = os.path.relpath(os.path.join(folder, name[:-3]), ROOT).replace(os.sep, ".")
-            if module not in NOT_CONVERTED:
-                found.append(module)
+            found.append(os.path.relpath(os.path.join(folder, name[:-3]), ROOT).replace(os.sep, "."))
     return sorted(found)
 
 
-COMMANDS = commands()
+# the commands of the verification harness, beside the tests (`python -m tests.fault_trial`)
+HARNESS = ["tests.fault_trial", "tests.mutation"]
+COMMANDS = commands() + HARNESS
 
 
 def command_main(module):
@@ -63,6 +64,9 @@ def test_every_tool_is_found():
     assert len(COMMANDS) >= 25
     for module in ("tools.bench", "tools.plan", "tools.huggingface.convert", "tools.pangu.compact_vocab"):
         assert module in COMMANDS
+    for module in HARNESS:   # moved out of tools/: still a command, found by its path
+        path = os.path.join(ROOT, *module.split(".")) + ".py"
+        assert os.path.isfile(path) and module not in commands(), module
 
 
 @pytest.mark.parametrize("module", COMMANDS)

@@ -467,15 +467,15 @@ def test_bench_refuses_nonpositive_counts(tmp_path):
     assert r.returncode == 1 and r.stderr.strip().startswith("error: --gen_tokens"), r.stdout + r.stderr
 
 
-# --- the fault trial (tools/fault_trial.py): minutes for all its cases, so the suite runs three --------------
+# --- the fault trial (tests/fault_trial.py): minutes for all its cases, so the suite runs three --------------
 
 def test_the_fault_trial_runs_and_judges_its_cases(tmp_path):
-    """python -m tools.fault_trial on three representative cases (a thread count that crashed torch, a planted
+    """python -m tests.fault_trial on three representative cases (a thread count that crashed torch, a planted
     checkpoint, a second writer): each ok, with the summary line and exit code 0. Then its judge on commands that
-    misbehave: each is a FAIL saying why. (The whole trial: python -m tools.fault_trial, minutes.)"""
-    from tools import fault_trial
+    misbehave: each is a FAIL saying why. (The whole trial: python -m tests.fault_trial, minutes.)"""
+    import fault_trial
     cases = ("train_num_threads_huge", "sample_ckpt_planted", "train_second_writer")
-    r = subprocess.run([sys.executable, "-m", "tools.fault_trial", f"--cases={','.join(cases)}"], capture_output=True,
+    r = subprocess.run([sys.executable, "-m", "tests.fault_trial", f"--cases={','.join(cases)}"], capture_output=True,
                        text=True, timeout=300, cwd=tmp_path, env=dict(os.environ, PYTHONPATH=ROOT))
     assert r.returncode == 0, r.stdout + r.stderr
     assert sorted(line.split()[1] for line in r.stdout.splitlines() if line.startswith("ok ")) == sorted(cases), r.stdout

@@ -5,7 +5,7 @@ temporary file is left beside it, no traceback is printed, and the command ends 
 SIGTERM's default ends a process where it stands, so atomic_path used to leave its temporary file (a GGUF export's
 65 MB); it now makes SIGTERM raise KeyboardInterrupt while it writes (checkpoint.sigterm_as_interrupt), and its
 cleanup runs as on Ctrl-C. Each test runs the real command in a subprocess whose atomic writes pause once the
-temporary file is written (tools.fault_trial.PAUSED_WRITE) and sends the signal then: deterministic, a few
+temporary file is written (tests.fault_trial.PAUSED_WRITE) and sends the signal then: deterministic, a few
 seconds. ExecuTorch's lowering (30 s and more) is replaced by fixed bytes (STUB_PROGRAM): the write is what is
 tested, and no executorch is needed.
 """
@@ -22,8 +22,8 @@ import torch
 import checkpoint
 from checkpoint import atomic_path
 from conftest import ROOT, write_char_checkpoint
+from fault_trial import PAUSED, PAUSED_WRITE, STUB_PROGRAM
 from model import GPT, GPTConfig
-from tools.fault_trial import PAUSED, PAUSED_WRITE, STUB_PROGRAM
 
 CHARS = list("\n !',.:;?ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
 EXPORTS = {   # tool: (the driver's code, the output option, the files it writes)

@@ -151,7 +151,7 @@ def test_a_program_streams_its_text_and_stops_on_ctrl_c(toy, monkeypatch, capsys
     """The runner on a real program, asked for 10**15 tokens (issue 48): every draw finds the text of the tokens
     before it printed, and a real SIGINT (Ctrl-C, in this process, at the 30th draw) ends the command with what was
     printed, exit code 130 and `interrupted`. (A subprocess would spend 20 s loading ExecuTorch here; the command
-    line and its own startup: tools.fault_trial's et_run_endless_ctrl_c.)"""
+    line and its own startup: tests.fault_trial's et_run_endless_ctrl_c.)"""
     from tools.executorch import run
     real_draw, printed = run.sample_next, []
 

@@ -3,7 +3,7 @@ the full forward pass (also past block_size), save/load round trip, learning, an
 
 The leak checks (causality, batch leakage, cache = full forward, generation with and without the cache, the
 reference equations) run where a leak shows: every weight at std 0.3 (visible_weights; at init's 0.02 attention is
-nearly uniform and a leak moved the logits by 2e-7 to 1e-5, issue 34), in float64, against NOISE. tools/mutation.py puts
+nearly uniform and a leak moved the logits by 2e-7 to 1e-5, issue 34), in float64, against NOISE. tests/mutation.py puts
 realistic bugs into the code and checks that these tests fail."""
 import dataclasses
 import io
@@ -15,7 +15,7 @@ from torch.nn import functional as F
 
 from checkpoint import depth_summary
 from model import GPT, GPTConfig, sinusoidal_positions
-from tools.layers import sharing_indices
+from tools.layers import layer_sets
 from tools.plots import residual_alphas
 from tools.sizes import ffn_hidden, head_dim, kv_heads
 
@@ -103,7 +103,7 @@ def make_model(name, seed=0, **extra):
 # leakage (rows of one batch), up to 7e-14 for cached decoding against the full forward (different matmul shapes;
 # Deep Thinking's passes add up the rounding), 1e-15 against the reference. In float32 the cache floor was 2.4e-5
 # (Deep Thinking with post-norm), about what the old tolerance of 1e-4 was: so these checks run in float64.
-# 1e-10 leaves a 1000x margin for other CPUs' kernels; every bug of tools/mutation.py is caught at it.
+# 1e-10 leaves a 1000x margin for other CPUs' kernels; every bug of tests/mutation.py is caught at it.
 NOISE = 1e-10
 # a position after a cut "changes" if its logits move by more than this fraction of their scale: 10^6 x NOISE, and
 # below the smallest change a cut made at std 0.3 on this CPU (7e-3 relative, a scaled-down preset)
@@ -261,6 +261,12 @@ def test_save_load_round_trip(name):
 @pytest.mark.parametrize("name", FLAGS)
 def test_training_lowers_loss(name):
     check_learns(make_model(name), steps=40)
+
+
+def sharing_indices(stack):
+    """(attn_index, mlp_index): the weight set of each layer's attention (None: none) and FFN."""
+    rows = layer_sets(stack)
+    return [a for a, _, _ in rows], [m for _, m, _ in rows]
 
 
 def sharing_plan(cfg):

@@ -1,9 +1,9 @@
-"""tools/mutation.py's mechanism stays honest: a real mutant is caught, a harmless edit is reported missed (exit 1),
+"""tests/mutation.py's mechanism stays honest: a real mutant is caught, a harmless edit is reported missed (exit 1),
 and a mutant whose old text is gone fails the command before anything runs. The full table is run by hand
-(`python -m tools.mutation`, minutes); here one small test selection, in two scratch copies plus the baseline."""
+(`python -m tests.mutation`, minutes); here one small test selection, in two scratch copies plus the baseline."""
 import pytest
 
-from tools import mutation
+import mutation
 
 
 def test_a_real_bug_is_caught_and_a_harmless_edit_is_missed(monkeypatch, capsys):
@@ -27,7 +27,7 @@ def test_a_mutant_whose_text_is_gone_fails_the_command(monkeypatch, capsys):
     assert e.value.code == 1
     assert capsys.readouterr().out.splitlines() == [
         "rotten  gone: its old text is found 0 times in model.py (must be once)",
-        "1 of 2 mutants no longer apply: update the table in tools/mutation.py"]
+        "1 of 2 mutants no longer apply: update the table in tests/mutation.py"]
 
 
 def test_every_mutant_applies_and_names_its_tests():

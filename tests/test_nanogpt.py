@@ -371,7 +371,7 @@ def write_hf_gpt2(path, sd, args):
 def test_init_from_a_hugging_face_gpt2(tmp_path, monkeypatch, capsys):
     """init_from=<a Hugging Face GPT-2 folder> (no network): imported by tools.huggingface.convert in a subprocess;
     what train.py then trains computes nanoGPT's (= GPT-2's, with exact GELU) logits on those weights (one step
-    at lr 1e-12 changes nothing measurable). init_from='gpt2' offline is a fault trial case (tools/fault_trial.py)."""
+    at lr 1e-12 changes nothing measurable). init_from='gpt2' offline is a fault trial case (tests/fault_trial.py)."""
     pytest.importorskip("safetensors")
     monkeypatch.chdir(tmp_path)
     sd = nanogpt_state_dict(ARGS, seed=5)

@@ -11,6 +11,7 @@ presets with one flag run changes only their files; the plain GPT file names non
 import ast
 import dataclasses
 import functools
+import importlib.util
 import io
 import os
 import re
@@ -23,17 +24,18 @@ import model
 import variants
 from conftest import one_error_line
 from test_technique_lines import BASE, FIELDS, NAMED, PGPT, SAMPLE, table_rows
-from tools import one_file
+from tools import one_file, technique_lines
 
 PRESETS = variants.available()
 
 
 @functools.lru_cache(maxsize=None)
 def made(target, overrides=(), keep=False):
-    """(text, the model's arguments it was traced with, the trace, the full-size arguments)."""
+    """(text, the model's arguments it was traced with, the trace, the full-size arguments); overrides: ((key, value),
+    ...) of train.py's keys (a tuple: the cache's key)."""
     out = f"models/{target}.py" if not overrides and not keep else None
-    tracer, ran, full = one_file.run(target, overrides, keep)
-    flags = list(overrides) + ["--keep_heaviest_branch"] * keep
+    tracer, ran, full = one_file.run(target, dict(overrides), keep)
+    flags = technique_lines.flag_texts(dict(overrides)) + ["--keep_heaviest_branch"] * keep
     header = one_file.header(target, flags, out)
     return one_file.specialise(model_text(), tracer, ran, full, header), ran, tracer, full
 
@@ -47,10 +49,18 @@ def without_commit(text):
     return re.sub(r"(?m)^ *model\.py of commit .*$", "", text)
 
 
+def load_module(path, name):
+    """The module of a file the tool wrote, imported from its path."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def module_of(text, tmp_path, name):
     path = tmp_path / f"{name}.py"
     path.write_text(text, encoding="utf-8")
-    return one_file.load_module(str(path), f"one_file_{name}")
+    return load_module(str(path), f"one_file_{name}")
 
 
 def same_as_model_py(module, args, keep=False):
@@ -106,7 +116,8 @@ def test_preset_file_is_up_to_date_and_computes_as_model_py(preset, tmp_path):
 
 
 def row_flags(flags):
-    """(--key=value overrides, keep_heaviest_branch) of a Flag(s) cell: its first alternative, on a small gpt."""
+    """(((key, value), ...) overrides, keep_heaviest_branch) of a Flag(s) cell: its first alternative, on a small
+    gpt."""
     settings = {}
     for part in re.findall(r"`([^`]*)`", flags):
         assignment = re.fullmatch(r"(\w+)=(.+)", part)
@@ -127,14 +138,19 @@ def row_flags(flags):
         settings = dict(PGPT, **settings)
     if settings.get("shrink_every") or settings.get("n_branches", 1) > 1:
         settings.setdefault("tie_embeddings", False)
-    return tuple(f"--{k}={v!r}" for k, v in {**BASE, **settings}.items()), keep
+    return tuple({**BASE, **settings}.items()), keep
 
 
 ROWS = sorted({row_flags(flags) for _, flags, _, _ in table_rows()})
 
 
+def row_id(overrides, keep):
+    """The flags past BASE's, as on a command line (`--mlp_type='gated'`), and ` keep`."""
+    return " ".join(f"--{k}={v!r}" for k, v in overrides[1:]) + " keep" * keep or "gpt"
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("overrides,keep", ROWS, ids=[" ".join(o[1:]) + " keep" * k or "gpt" for o, k in ROWS])
+@pytest.mark.parametrize("overrides,keep", ROWS, ids=[row_id(o, k) for o, k in ROWS])
 def test_technique_row_file_computes_as_model_py(overrides, keep, tmp_path):
     text, args, _, _ = made("gpt", overrides, keep)
     assert same_as_model_py(module_of(text, tmp_path, "row"), args, keep) == ""
@@ -146,7 +162,7 @@ def test_rows_cover_the_techniques_table():
 
 def test_swiglu_file_computes_as_model_py(tmp_path):
     """One row in the default suite (every row: the slow test above; RoPE and GQA: the mobilellm presets)."""
-    overrides = ("--n_layer=4", "--mlp_type='gated'", "--activation='silu'")
+    overrides = (("n_layer", 4), ("mlp_type", "gated"), ("activation", "silu"))
     text, args, _, _ = made("gpt", overrides)
     assert same_as_model_py(module_of(text, tmp_path, "swiglu"), args) == ""
 
@@ -212,7 +228,7 @@ def test_a_change_in_one_technique_changes_only_its_files():
 
 
 def test_config_from_refuses_another_configs_checkpoint(tmp_path):
-    gpt = one_file.load_module(os.path.join(one_file.OUT_DIR, "gpt.py"), "one_file_gpt")
+    gpt = load_module(os.path.join(one_file.OUT_DIR, "gpt.py"), "one_file_gpt")
     lgpt = dataclasses.asdict(model.GPTConfig(**variants.load("lgpt")))
     name = next(k for k, v in gpt.ASSUMED.items() if lgpt[k] != v)
     with pytest.raises(ValueError, match=rf"^{name}={lgpt[name]!r}, but this file assumes {gpt.ASSUMED[name]!r}"):
@@ -231,4 +247,6 @@ def test_against_shows_what_one_technique_adds():
 
 def test_bad_input_is_one_error_line():
     one_error_line(one_file.main, ["no_such_model"], "unknown config or variant")
-    one_error_line(one_file.main, ["gpt", "lgpt"], "give one config or variant")
+    one_error_line(one_file.main, ["gpt", "lgpt"], "one config_or_variant at most")
+    one_error_line(one_file.main, [], "give one config or variant")
+    one_error_line(one_file.main, ["--all", "--out=x.py"], "--all", "out")

@@ -13,10 +13,10 @@ from torch.utils.flop_counter import FlopCounterMode
 import variants
 from checkpoint import atomic_save
 from model import GPT, GPTConfig
-from tools.layers import layer_sets, sharing_indices
+from tools.layers import layer_sets
 from tools.benchmarks.measure import cache_bytes
 from tests.conftest import one_error_line
-from tests.test_model import FLAGS, TINY
+from tests.test_model import FLAGS, TINY, sharing_indices
 from tools import plan as plan_tool
 from tools.flops import flops_per_token
 

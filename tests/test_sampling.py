@@ -3,7 +3,7 @@
 Greedy at temperature 0 and at top_k=1; top_k=k draws only among the k largest logits; draws follow
 softmax(logits / T) (over the k largest, renormalised, with top_k); the same seed gives the same draws. No
 executorch here: tests/test_executorch.py compares the runner's copy of the draw with this one, and these tests
-stand without it (tools/mutation.py's sample_next_* mutants are caught by them alone).
+stand without it (tests/mutation.py's sample_next_* mutants are caught by them alone).
 
 The statistical bound (test_draws_follow_softmax_of_logits_over_temperature): N independent draws, and for each of
 the V tokens Hoeffding's inequality P(|f_i - p_i| >= eps) <= 2 exp(-2 N eps^2) on its frequency f_i; over the V

@@ -4,7 +4,7 @@ exit code 130, the line `interrupted` on stderr and no traceback.
 
 No runtime is needed here: the runners run on fakes of ExecuTorch's program and of llama_cpp's Llama (a bigram
 table of logits), with their real tokenizers and printing. The real runtimes: tests/test_executorch.py's
-`-m slow` test of an exported program, tools.fault_trial's et_run_endless_ctrl_c and llamacpp_run_endless_ctrl_c
+`-m slow` test of an exported program, tests.fault_trial's et_run_endless_ctrl_c and llamacpp_run_endless_ctrl_c
 (the latter where llama_cpp is installed).
 """
 import io

@@ -91,8 +91,7 @@ def run(settings, **options):
     """The CallTracer of gpt with `settings` (cached: rows share runs)."""
     key = (tuple(sorted(settings.items())), tuple(sorted(options.items())))
     if key not in RUNS:
-        overrides = [f"--{k}={v!r}" for k, v in {**BASE, **settings}.items()]
-        RUNS[key] = trace("gpt", overrides, tracer=CallTracer(), **options)
+        RUNS[key] = trace("gpt", {**BASE, **settings}, tracer=CallTracer(), **options)
     return RUNS[key]
 
 

@@ -29,9 +29,3 @@ def layer_sets(stack):
         else:   # lgpt/cgpt: the shrink after the layer
             rows[-1][2] = index_of(stack.shrink, sub)
     return [tuple(row) for row in rows]
-
-
-def sharing_indices(stack):
-    """(attn_index, mlp_index): the weight set of each layer's attention (None: none) and FFN."""
-    rows = layer_sets(stack)
-    return [a for a, _, _ in rows], [m for _, m, _ in rows]

@@ -9,6 +9,10 @@ what model.py computes for it, with model.py's comments and docstrings, in model
     python -m tools.one_file pgpt --keep_heaviest_branch       # generating with the heavier branch only
     python -m tools.one_file --all                              # rewrite models/<variant>.py for every variant
 
+The grammar is every command's (configurator), as tools/technique_lines.py's: the positional argument sets
+config_or_variant; --out, --against, --keep_heaviest_branch and --all are the command's own keys (OPTIONS); every
+other key is train.py's, set on the config before it is traced. `--help` lists them all.
+
 What stays: what the config runs (traced as tools/technique_lines.py traces it, built small, every flag kept) in
 one training step with its evaluation, a sampled generation through the KV cache and a greedy one past
 block_size. Of model.py it keeps the functions, classes and methods that ran (or that kept code names), the
@@ -41,9 +45,10 @@ import tokenize
 
 import torch
 
+import train
 import variants
 from checkpoint import gpt_config_defaults
-from configurator import UserError
+from configurator import UserError, run_command
 from model import GPTConfig
 from tools import technique_lines
 
@@ -53,6 +58,16 @@ OUT_DIR = os.path.join(ROOT, "models")
 # the calls a condition may make and still have no side effects
 PURE_CALLS = {"len", "isinstance"}
 COMMAND = "python -m tools.one_file"
+# the command's own keys; train.py's keys follow them, set on the traced config
+OPTIONS = dict(
+    config_or_variant="",         # the positional argument: a variant (lgpt) or a config file
+    out="",                       # write the file there ("": print it)
+    against="",                   # a second variant or config file: print the diff of the two files instead
+    keep_heaviest_branch=False,   # generate with the heavier branch only (pgpt's model.keep_heaviest_branch())
+    all=False,                    # rewrite models/<variant>.py for every variant (no other key with it)
+)
+DEFAULTS = {**OPTIONS, **train.DEFAULTS}
+BOOL_FLAGS = ("keep_heaviest_branch", "all")
 
 
 class Traced(technique_lines.Tracer):
@@ -80,8 +95,9 @@ class Traced(technique_lines.Tracer):
         return super().event(frame, event, arg)
 
 
-def run(target, overrides=(), keep_heaviest_branch=False):
-    """(Traced, the model's arguments as it ran, the full-size arguments) of one config or variant."""
+def run(target, overrides=None, keep_heaviest_branch=False):
+    """(Traced, the model's arguments as it ran, the full-size arguments) of one config or variant, with overrides
+    ({key: value} of train.py's keys) set on it."""
     config, explicit = technique_lines.load(target, overrides)
     ran = {}
 
@@ -746,9 +762,10 @@ def commit():
     return sha + (" plus uncommitted changes" if dirty else "")
 
 
-def header(target, overrides, out):
-    name = " ".join([target, *overrides])
-    command = " ".join([COMMAND, target, *overrides] + ([f"--out={out}"] if out else []))
+def header(target, flags, out):
+    """The file's docstring; flags: the command-line arguments it was made with (`--mlp_type=gated`)."""
+    name = " ".join([target, *flags])
+    command = " ".join([COMMAND, target, *flags] + ([f"--out={out}"] if out else []))
     return (f'"""\n{name}: model.py specialised to this config, one file. model.py is the source, with every\n'
             f"flag; this file holds only what {name} runs in a training step, an evaluation and a generation\n"
             f"through the KV cache (the classes, functions, branches and GPTConfig fields), in model.py's order,\n"
@@ -758,16 +775,16 @@ def header(target, overrides, out):
             f'"""')
 
 
-def make(target, overrides=(), out=None, keep_heaviest_branch=False):
+def make(target, overrides=None, out=None, keep_heaviest_branch=False):
     """(the text of target's file, the model's arguments it was traced with)."""
     tracer, ran_args, full_args = run(target, overrides, keep_heaviest_branch)
     with open(MODEL, encoding="utf-8") as f:
         text = f.read()
-    flags = list(overrides) + ["--keep_heaviest_branch"] * keep_heaviest_branch
+    flags = technique_lines.flag_texts(overrides or {}) + ["--keep_heaviest_branch"] * keep_heaviest_branch
     return specialise(text, tracer, ran_args, full_args, header(target, flags, out)), ran_args
 
 
-def build(target, overrides=(), out=None, keep_heaviest_branch=False):
+def build(target, overrides=None, out=None, keep_heaviest_branch=False):
     """The text of target's file."""
     return make(target, overrides, out, keep_heaviest_branch)[0]
 
@@ -777,52 +794,47 @@ def diff(other, text, other_name, name):
     return list(difflib.unified_diff(other.splitlines(), text.splitlines(), other_name, name, lineterm=""))
 
 
-def load_module(path, name="one_file_model"):
-    """The module of a file this tool wrote, imported from its path."""
-    import importlib.util
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def main(argv=None):
-    argv = sys.argv[1:] if argv is None else list(argv)
-    if "-h" in argv or "--help" in argv:
-        print(__doc__)
-        return None
-    out = [a.split("=", 1)[1] for a in argv if a.startswith("--out=")]
-    against = [a.split("=", 1)[1] for a in argv if a.startswith("--against=")]
-    keep = "--keep_heaviest_branch" in argv
-    rest = [a for a in argv if not a.startswith(("--out=", "--against=")) and a != "--keep_heaviest_branch"]
-    if rest == ["--all"]:
-        os.makedirs(OUT_DIR, exist_ok=True)
-        for name in variants.available():
-            path = os.path.join(OUT_DIR, f"{name}.py")
-            with open(path, "w", encoding="utf-8") as f:
-                f.write(build(name, (), os.path.relpath(path, ROOT)))
-            print(f"wrote {os.path.relpath(path, ROOT)}")
-        return None
-    targets = [a for a in rest if not a.startswith("--")]
-    if len(targets) != 1 or len(out) > 1 or len(against) > 1:
-        raise SystemExit(f"error: give one config or variant (fix: e.g. `{COMMAND} lgpt --out=lgpt.py`, "
-                         f"`{COMMAND} lgpt --against=gpt`)")
-    overrides = [a for a in rest if a.startswith("--")]
-    try:
-        text = build(targets[0], overrides, out[0] if out else None, keep)
-        if against:
-            other = build(against[0])
-    except UserError as e:
-        raise SystemExit(f"error: {e}") from None
+    return run_command(command, DEFAULTS, argv, BOOL_FLAGS, positional="config_or_variant", with_explicit=True)
+
+
+def command(config, explicit):
+    """Print config_or_variant's file, write it (--out), print its diff against another's (--against), or rewrite
+    every models/<variant>.py (--all); returns the file's text (None for --all)."""
+    if config["all"]:
+        return write_all(explicit)
+    target = config["config_or_variant"]
+    if not target:
+        raise UserError(f"give one config or variant (fix: e.g. `{COMMAND} lgpt --out=lgpt.py`, "
+                        f"`{COMMAND} lgpt --against=gpt`)")
+    out = config["out"]
+    against = config["against"]
+    text = build(target, technique_lines.train_keys(config, explicit), out or None, config["keep_heaviest_branch"])
     if against:
-        print("\n".join(diff(other, text, against[0], targets[0])))
+        other = build(against)
+        print("\n".join(diff(other, text, against, target)))
     elif out:
-        with open(out[0], "w", encoding="utf-8") as f:
+        with open(out, "w", encoding="utf-8") as f:
             f.write(text)
     else:
         print(text, end="")
     return text
 
 
+def write_all(explicit):
+    """Rewrite models/<variant>.py for every variant (--all, alone)."""
+    others = sorted(explicit - {"all"})
+    if others:
+        raise UserError(f"--all rewrites models/<variant>.py for every variant as it is; it takes no other key, got "
+                        f"{', '.join(others)} (fix: `{COMMAND} --all` alone)")
+    os.makedirs(OUT_DIR, exist_ok=True)
+    for name in variants.available():
+        path = os.path.join(OUT_DIR, f"{name}.py")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(build(name, None, os.path.relpath(path, ROOT)))
+        print(f"wrote {os.path.relpath(path, ROOT)}")
+    return None
+
+
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

@@ -7,6 +7,11 @@ path per config, traced from the running code, so it never drifts from it.
     python -m tools.technique_lines gpt --mlp_type=gated --against=gpt   # one flag: --key=value, as train.py
     python -m tools.technique_lines pgpt --keep_heaviest_branch --against=pgpt
 
+The grammar is every command's (configurator): the one positional argument, a variant or a config file, sets the
+key config_or_variant (it is what is traced, not a config file of this command); --against and
+--keep_heaviest_branch are the command's own keys (OPTIONS); every other key is train.py's (`--mlp_type=gated`),
+set on the traced config after its file or variant. `--help` lists them all.
+
 A variant or a config file, built small (every flag kept), runs train.train on a tiny random dataset up to the
 end of its first step (an evaluation, forward, backward, the optimizer step), then model.generate through the KV
 cache, under sys.settrace with opcode events (GPTConfig's checks left out). With --against, a line is printed when
@@ -19,6 +24,7 @@ import contextlib
 import io
 import json
 import os
+import shlex
 import sys
 import tempfile
 import tokenize
@@ -29,7 +35,7 @@ import torch
 import train
 import variants
 from checkpoint import gpt_config_defaults
-from configurator import UserError, load_config
+from configurator import UserError, load_config, run_command
 from tools.fingerprint import SMALL
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -41,6 +47,14 @@ RUN = dict(max_iters=1, eval_interval=1, eval_iters=1, log_interval=1, batch_siz
 NEW_TOKENS = 4
 DEFS = (ast.FunctionDef, ast.ClassDef)
 NOT_CODE = (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER)
+# the command's own keys; train.py's keys follow them, set on the traced config
+OPTIONS = dict(
+    config_or_variant="",         # the positional argument: a variant (lgpt) or a config file
+    against="",                   # a second variant or config file: print only the lines the first adds to it
+    keep_heaviest_branch=False,   # generate with the heavier branch only (pgpt's model.keep_heaviest_branch())
+)
+DEFAULTS = {**OPTIONS, **train.DEFAULTS}
+BOOL_FLAGS = ("keep_heaviest_branch",)
 
 
 class Source:
@@ -125,8 +139,9 @@ def stop_after_one_step(event, info):
         raise Done(info["model"])
 
 
-def load(target, overrides=()):
-    """train.py's (config, explicit keys) for a variant or a config file, with --key=value overrides."""
+def load(target, overrides=None):
+    """train.py's (config, explicit keys) for a variant or a config file, then the overrides ({key: value} of
+    train.py's keys, as the command line gives them) set on it."""
     if target.endswith(".py") or "/" in target:
         argv = [target]
     elif target in variants.available():
@@ -134,7 +149,25 @@ def load(target, overrides=()):
     else:
         raise UserError(f"unknown config or variant '{target}' (fix: a config file such as "
                         f"config/gpt_shakespeare_cpu.py, or a variant: {', '.join(variants.available())})")
-    return load_config(train.DEFAULTS, argv + list(overrides))
+    config, explicit = load_config(train.DEFAULTS, argv)
+    overrides = overrides or {}
+    config.update(overrides)
+    return config, explicit | set(overrides)
+
+
+def train_keys(config, explicit):
+    """{key: value} of train.py's keys set on the command line, in train.py's order: the traced config's
+    overrides."""
+    return {key: config[key] for key in train.DEFAULTS if key in explicit}
+
+
+def flag_texts(overrides):
+    """The overrides as command-line arguments (`--mlp_type=gated`), quoted where a shell needs it."""
+    texts = []
+    for key, value in overrides.items():
+        text = value if isinstance(value, str) else repr(value)
+        texts.append(shlex.quote(f"--{key}={text}"))
+    return texts
 
 
 def small(config, explicit):
@@ -153,7 +186,7 @@ def small(config, explicit):
     return {k: v for k, v in args.items() if k != "vocab_size"}   # the data's
 
 
-def trace(target, overrides=(), keep_heaviest_branch=False, new_tokens=NEW_TOKENS, tracer=None, then=None):
+def trace(target, overrides=None, keep_heaviest_branch=False, new_tokens=NEW_TOKENS, tracer=None, then=None):
     """The Tracer (a new one, or `tracer`) of one training step and one generation of `target`; then(model), if
     given, runs traced after them (tools/one_file.py's greedy generation)."""
     config, explicit = load(target, overrides)
@@ -225,27 +258,25 @@ def report(source, units, against):
 
 
 def main(argv=None):
-    argv = sys.argv[1:] if argv is None else list(argv)
-    if "-h" in argv or "--help" in argv:
-        print(__doc__)
-        return None
-    against = [a.split("=", 1)[1] for a in argv if a.startswith("--against=")]
-    keep = "--keep_heaviest_branch" in argv
-    rest = [a for a in argv if not a.startswith("--against=") and a != "--keep_heaviest_branch"]
-    targets = [a for a in rest if not a.startswith("--")]
-    if len(targets) != 1 or len(against) > 1:
-        raise SystemExit("error: give one config or variant (fix: e.g. `python -m tools.technique_lines lgpt "
-                         "--against=gpt`)")
-    name = " ".join(rest + ["--keep_heaviest_branch"] * keep)
-    try:
-        for target in against:
-            load(target)   # a bad name fails before the first trace
-        ran = trace(targets[0], [a for a in rest if a.startswith("--")], keep)
-        other = trace(against[0]) if against else None
-    except UserError as e:
-        raise SystemExit(f"error: {e}") from None
+    return run_command(command, DEFAULTS, argv, BOOL_FLAGS, positional="config_or_variant", with_explicit=True)
+
+
+def command(config, explicit):
+    """Print the lines config_or_variant runs (with --against: adds); returns {file: (lines printed, code lines)}."""
+    target = config["config_or_variant"]
+    against = config["against"]
+    if not target:
+        raise UserError("give one config or variant (fix: e.g. `python -m tools.technique_lines lgpt "
+                        "--against=gpt`)")
+    overrides = train_keys(config, explicit)
+    keep = config["keep_heaviest_branch"]
+    name = " ".join([target, *flag_texts(overrides)] + ["--keep_heaviest_branch"] * keep)
     if against:
-        print(f"# the lines {name} runs and {against[0]} does not (~: {against[0]} runs another part of them)")
+        load(against)   # a bad name fails before the first trace
+    ran = trace(target, overrides, keep)
+    other = trace(against) if against else None
+    if against:
+        print(f"# the lines {name} runs and {against} does not (~: {against} runs another part of them)")
     else:
         print(f"# the lines {name} runs: one training step, {NEW_TOKENS} tokens through the KV cache")
     total = {}
@@ -263,4 +294,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

@@ -1,9 +1,9 @@
 """
 Mutation check: do the tests named for a bug catch it?
 
-    python -m tools.mutation                              # every mutant (minutes on 2 cores)
-    python -m tools.mutation --list                       # the table
-    python -m tools.mutation --only=kv_cache_drops_oldest,mask_sees_next_token --workers=2
+    python -m tests.mutation                              # every mutant (minutes on 2 cores)
+    python -m tests.mutation --list                       # the table
+    python -m tests.mutation --only=kv_cache_drops_oldest,mask_sees_next_token --workers=2
 
 Each mutant is one small, realistic bug: (file, the exact text it replaces, the new text, the tests that must
 catch it). It is applied alone to a scratch copy of the repository (its tracked files and untracked ones git does
@@ -401,7 +401,7 @@ def check(config):
     names = [n for n in config["only"].split(",") if n]
     unknown = [n for n in names if n not in {m.name for m in MUTANTS}]
     if unknown:
-        raise UserError(f"unknown mutant(s) {', '.join(unknown)} (fix: see `python -m tools.mutation --list`)")
+        raise UserError(f"unknown mutant(s) {', '.join(unknown)} (fix: see `python -m tests.mutation --list`)")
     bad = [(m, rotten(m)) for m in MUTANTS if rotten(m)]
     if config["list"]:
         for m in MUTANTS:
@@ -411,7 +411,7 @@ def check(config):
     if bad:
         for m, why in bad:
             print(f"rotten  {m.name}: {why}")
-        print(f"{len(bad)} of {len(MUTANTS)} mutants no longer apply: update the table in tools/mutation.py")
+        print(f"{len(bad)} of {len(MUTANTS)} mutants no longer apply: update the table in tests/mutation.py")
         return 1
     chosen = [m for m in MUTANTS if not names or m.name in names]
     files = repository_files()
