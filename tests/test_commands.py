@@ -28,7 +28,7 @@ POSITIONAL = {
     "tools.code_lines": (["model.py"], "count"),
     "tools.pangu.compact_vocab": (["shakespeare", "--vocab_size=300"], "prepare"),
     "tools.wikitext103": (["wikitext103"], "prepare"),
-    "tools.huggingface.convert": (["import", "gpt2", "--out=hf.pt"], "checkpoint_dict"),
+    "tools.huggingface.convert": (["import", "gpt2", "--out=hf.pt"], "save_imported"),
 }
 SIGINT_CONFIG = "import signal\nsignal.raise_signal(signal.SIGINT)\n"
 SLEEP_CONFIG = "import sys\nimport time\nprint('running', file=sys.stderr, flush=True)\ntime.sleep(60)\n"
