@@ -1,6 +1,6 @@
 """
 Checkpoint files: atomic writes, one writer per run folder, safe loading and building the model a checkpoint
-describes; where a model runs (device, dtype, threads, seeds, DDP's process group); and for train.py, the RNG
+describes; where a model runs (device, dtype, threads, seeds); and for train.py, the RNG
 state that makes a resume exact (gather_rng_states) and the weights of another checkpoint that fit. train.py
 builds its model arguments itself (setup); model_args builds them for the tools and tests.
 
