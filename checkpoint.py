@@ -1,16 +1,18 @@
 """
 Checkpoint files: atomic writes, one writer per run folder, safe loading and building the model a checkpoint
-describes; where a model runs (device, dtype, threads, seeds, DDP's process group); and for train.py, the RNG
+describes; where a model runs (device, dtype, threads, seeds); and for train.py, the RNG
 state that makes a resume exact (gather_rng_states) and the weights of another checkpoint that fit. train.py
 builds its model arguments itself (setup); model_args builds them for the tools and tests.
 
-A checkpoint is a torch.save'd dict (model, model_args, optimizer, scaler, iter_num, best_val_loss,
-config, rng, rng_ranks, dataset, data_dir, tokenizer_id); nanoGPT's ckpt.pt is read as one (the section
-"nanoGPT's checkpoints").
+A checkpoint is a torch.save'd dict of one format (FORMAT_VERSION, CHECKPOINT_FIELDS), built by
+checkpoint_dict and written by save_checkpoint, the one way every writer writes one (train.py,
+tools.pangu.inherit, tools.huggingface.convert import, tools.executorch.bench); every reader goes through
+load_checkpoint, which migrates an earlier version (migrate_checkpoint). nanoGPT's ckpt.pt is read as one
+(the section "nanoGPT's checkpoints").
 train.py writes two of them into out_dir:
   ckpt.pt  - the best validation loss so far (what sample.py / eval.py load by default)
   last.pt  - the latest state, written at every eval and on Ctrl-C (what init_from='resume' loads)
-both with atomic_save, by train.py's save_checkpoints.
+both by train.py's save_checkpoints.
 
 Every write goes to a temporary file in the same directory, is fsync'ed and then os.replace'd over the
 target, so a crash or a full disk mid-write never leaves a truncated checkpoint behind.
@@ -158,6 +160,58 @@ def atomic_save(obj, path):
         torch.save(obj, f)
 
 
+# --- the checkpoint format -----------------------------------------------------------------------------------
+# Version 1 (this code): format_version, then the fields below. Version 0: every checkpoint written before the
+# field existed (tests/fixtures/ckpt_before_issue24.pt is one); the same fields without format_version, which
+# migrate_checkpoint adds. An older layout still (weights under other names, written by a model.py before issue
+# 24's redesign) has no fixture and no migration: it stays refused in one line ("do not fit its own model_args").
+
+FORMAT_VERSION = 1
+CHECKPOINT_FIELDS = (
+    "model",          # the weights: state_dict of GPT(GPTConfig(**model_args)), without compile/DDP prefixes
+    "model_args",     # GPTConfig's fields
+    "iter_num",       # train.py: the iteration it resumes at (0 for weights only)
+    "best_val_loss",  # train.py: the best val loss so far (inf, or nan, when none)
+    "optimizer",      # train.py: AdamW's state_dict (None or absent: weights only, nothing to resume)
+    "scaler",         # train.py: fp16's GradScaler state_dict, or None
+    "config",         # the run's whole config
+    "rng", "rng_ranks",   # train.py: this rank's RNG states, and every rank's under DDP (an exact resume)
+    "dataset", "data_dir", "tokenizer_id",   # the data it was trained on; tokenizer_id: dataset.tokenizer_id
+    "inherit",        # tools.pangu.inherit: what was inherited from which checkpoint
+    "source",         # tools.huggingface.convert import: the Hugging Face model it came from
+)
+
+
+def checkpoint_dict(model, model_args, **fields):
+    """The one builder of a checkpoint dict: format_version, the weights, GPTConfig's fields and any of
+    CHECKPOINT_FIELDS (another name is a programming error, refused)."""
+    unknown = sorted(set(fields) - set(CHECKPOINT_FIELDS))
+    if unknown:
+        raise TypeError(f"checkpoint_dict: fields outside the checkpoint format: {unknown}")
+    return {"format_version": FORMAT_VERSION, "model": model, "model_args": dict(model_args), **fields}
+
+
+def save_checkpoint(path, model, model_args, **fields):
+    """checkpoint_dict(model, model_args, **fields) written to `path` atomically (atomic_save): how every
+    writer writes a checkpoint."""
+    atomic_save(checkpoint_dict(model, model_args, **fields), path)
+
+
+def migrate_checkpoint(ckpt, path):
+    """A loaded checkpoint dict in this code's format: version 0 (no format_version) becomes version 1 by adding
+    the field; a version newer than this code's is refused in one line."""
+    version = ckpt.get("format_version", 0)
+    if not isinstance(version, int) or isinstance(version, bool) or version < 0:
+        raise UserError(f"'{path}' is damaged: 'format_version' is {version!r} (fix: retrain, or use a "
+                        f"ckpt.pt/last.pt written by train.py)")
+    if version > FORMAT_VERSION:
+        raise UserError(f"'{path}' has checkpoint format {version}, newer than this code's {FORMAT_VERSION} "
+                        f"(fix: use the code version that wrote it)")
+    if version == 0:   # the same fields: only the version is new
+        ckpt["format_version"] = 1
+    return ckpt
+
+
 def check_out_dir(path, key="out_dir"):
     """One-line UserError unless `path` is (or can become) a writable folder. Writes nothing that stays.
     key: the option that named the folder (out_dir, compare_dir, ...), for the message."""
@@ -252,8 +306,11 @@ def load_checkpoint(path_or_out_dir, device="cpu", prefer=(CKPT_NAME, LAST_NAME)
     """Load a checkpoint dict. A directory means its ckpt.pt (falling back to last.pt); "" means the out*/ folder
     with the newest checkpoint (the run train.py just finished), announced on stderr. Only the safe loader
     (weights_only) is used: checkpoints are shared and cloned with repositories, and the full unpickler runs
-    whatever code a file names. A file that needs it is refused (unsafe_pickle_error). mmap: tensors are read
-    only when used (a check of the file that costs no memory)."""
+    whatever code a file names. A file that needs it is refused (unsafe_pickle_error). The dict it returns is
+    this code's format (migrate_checkpoint), its weights without key prefixes, finite and fitting its own
+    model_args (check_weights), so GPT(GPTConfig(**ckpt["model_args"])).load_state_dict(ckpt["model"]) takes
+    them. mmap: tensors are read only when used, and the weights are not checked (a check of the file that
+    costs no memory)."""
     if not path_or_out_dir:
         path_or_out_dir = latest_out_dir()
         print(f"loading the newest checkpoint: {path_or_out_dir} (choose another with --out_dir)", file=sys.stderr)
@@ -273,9 +330,12 @@ def load_checkpoint(path_or_out_dir, device="cpu", prefer=(CKPT_NAME, LAST_NAME)
         raise UserError(f"'{path}' is not a train.py checkpoint (no 'model'/'model_args') "
                               f"(fix: point at a ckpt.pt or last.pt written by train.py)")
     weights = ckpt["model"]
-    if isinstance(weights, dict) and all(isinstance(k, str) for k in weights) \
-            and is_nanogpt_checkpoint(ckpt, clean_state_dict(weights)):
-        ckpt = from_nanogpt(ckpt, clean_state_dict(weights), path)
+    if isinstance(weights, dict) and all(isinstance(k, str) for k in weights):
+        # the weights without torch.compile's and DDP's key prefixes: model.load_state_dict takes them as they are
+        ckpt["model"] = clean_state_dict(weights)
+        if is_nanogpt_checkpoint(ckpt, ckpt["model"]):
+            ckpt = from_nanogpt(ckpt, ckpt["model"], path)
+    ckpt = migrate_checkpoint(ckpt, path)
     damaged = damaged_fields(ckpt)
     if damaged:
         raise UserError(f"'{path}' is damaged: {damaged} (fix: the file was edited or written by other code: "
@@ -283,6 +343,8 @@ def load_checkpoint(path_or_out_dir, device="cpu", prefer=(CKPT_NAME, LAST_NAME)
     # its model_args build a GPTConfig (sample.py builds one plainly); "meta": the weights are already in memory
     model_config(ckpt["model_args"], path, device="meta")
     ckpt.setdefault("path", path)
+    if not mmap:   # (mmap: the weights are never read)
+        check_weights(ckpt)
     return ckpt
 
 
@@ -438,23 +500,20 @@ def load_model(path_or_out_dir="", device="cpu"):
     newest checkpoint (load_checkpoint)."""
     ckpt = load_checkpoint(path_or_out_dir, device)
     model = build_model(ckpt["model_args"], device, source=ckpt["path"])
-    load_weights(model, ckpt)
+    model.load_state_dict(ckpt["model"])   # checked by load_checkpoint
     model.eval()
     return model, ckpt
 
 
-def load_weights(model, ckpt):
-    """The checkpoint's weights into `model`, built from the checkpoint's own model_args: non-finite weights (a
-    diverged run) and weights that do not fit the model are one-line errors."""
+def check_weights(ckpt):
+    """One line for weights that a model built from the checkpoint's own model_args cannot take: non-finite (a
+    diverged run), or missing, unexpected or of another shape (an edited or damaged file, or another model.py).
+    The model is built on the "meta" device: shapes only, no memory."""
+    from model import GPT, GPTConfig
     check_finite(ckpt["model"], ckpt["path"])
-    load_own_weights(model, ckpt)
-
-
-def load_own_weights(model, ckpt):
-    """model.load_state_dict(the checkpoint's weights), for a model built from the checkpoint's own
-    model_args; weights that do not fit them (an edited or damaged file, or another model.py) are a
-    one-line error naming what differs."""
-    own, theirs = model.state_dict(), clean_state_dict(ckpt["model"])
+    with torch.device("meta"):
+        own = GPT(GPTConfig(**ckpt["model_args"])).state_dict()
+    theirs = ckpt["model"]
     missing = [k for k in own if k not in theirs]
     unexpected = [k for k in theirs if k not in own]
     reshaped = [f"{k} {tuple(theirs[k].shape)} instead of {tuple(own[k].shape)}" for k in own
@@ -465,7 +524,6 @@ def load_own_weights(model, ckpt):
         raise UserError(f"the weights in '{ckpt['path']}' do not fit its own model_args: {', '.join(problems)} "
                         f"(fix: the file is damaged or was edited: retrain, or load it with the code version that "
                         f"wrote it)")
-    model.load_state_dict(theirs)
 
 
 def keep_heaviest_branch(model, enabled):
@@ -717,26 +775,10 @@ def gather_rng_states(device, gather):
     return rng, ranks
 
 
-@contextlib.contextmanager
-def process_group(world, device, backend="nccl"):
-    """DDP's process group for `world` ranks (`backend` on CUDA, gloo elsewhere) while the block runs, unless world
-    is 1 or the caller already runs one; destroyed however the block ends."""
-    owns = world > 1 and not torch.distributed.is_initialized()
-    if world > 1 and device.type == "cuda":
-        torch.cuda.set_device(device)
-    if owns:
-        torch.distributed.init_process_group(backend=backend if device.type == "cuda" else "gloo")
-    try:
-        yield
-    finally:
-        if owns:
-            torch.distributed.destroy_process_group()
-
-
 # --- nanoGPT's checkpoints, read as ours (docs/training.md: Coming from nanoGPT) -------------------------
 # Its ckpt.pt (model, optimizer, model_args, iter_num, best_val_loss as a 0-d tensor, config), with or without
 # torch.compile's `_orig_mod.` prefix, is mapped onto our `gpt` architecture, the same network
-# (tests/test_nanogpt.py); its init_from='gpt2*' too (backend: process_group; W&B: run_dir.py).
+# (tests/test_nanogpt.py); its init_from='gpt2*' too (backend: train.py's train(); W&B: run_dir.py).
 
 # nanoGPT's GPT is our `gpt` architecture with these settings (its model.py: LayerNorm eps 1e-5 with an optional
 # bias, learned positions, nn.GELU() (exact, not tanh) in a 4x MLP, lm_head tied to wte); the rest of its

@@ -79,11 +79,12 @@ def load_config(defaults, argv, bool_flags=(), positional=None, one_item=()):
 
 
 def run_command(command, defaults, argv=None, bool_flags=(), errors=UserError, positional=None, one_item=(),
-                with_explicit=False):
+                with_explicit=False, memory_fix="lower the sizes, counts or batch sizes you gave"):
     """A script's whole main(): the config from argv (sys.argv[1:] when None; the options of load_config), then
     command(config), or command(config, explicit) with with_explicit=True. Bad input (`errors`, UserError by
     default) ends here as one line `error: ...` and exit code 1; nowhere else. So does a size this machine
-    cannot hold (e.g. --calib_batch_size=10**12), which ended in the allocator's traceback. Ctrl-C (and
+    cannot hold (e.g. --calib_batch_size=10**12), which ended in the allocator's traceback (memory_fix: the
+    fix that line names). Ctrl-C (and
     SIGTERM during an atomic write, checkpoint.atomic_path) ends it with the line `interrupted` and exit code
     130, as train.py's interruption: no traceback; what was printed stays, a file being written is left as it
     was. Every command under tools/ ends here (tests/test_commands.py)."""
@@ -101,7 +102,7 @@ def run_command(command, defaults, argv=None, bool_flags=(), errors=UserError, p
     except (MemoryError, RuntimeError) as e:
         if not out_of_memory(e):
             raise
-        raise SystemExit(f"error: {out_of_memory(e)} (fix: lower the sizes, counts or batch sizes you gave)") from None
+        raise SystemExit(f"error: {out_of_memory(e)} (fix: {memory_fix})") from None
 
 
 MIN_TEMPERATURE = 1e-6   # float32 logits / 1e-6 stay finite (|logit| < 1e32); float32 rounds 1e-300 itself to 0

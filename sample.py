@@ -23,7 +23,7 @@ from contextlib import nullcontext
 
 import torch
 
-from checkpoint import load_checkpoint, load_weights, setup_sampling
+from checkpoint import load_checkpoint, setup_sampling
 from configurator import run_command
 from dataset import tokenizer_of
 from model import GPT, GPTConfig
@@ -58,9 +58,10 @@ def run(cfg):
     """Load the checkpoint, its model and its dataset's tokenizer, then write_samples."""
     # the options and --start (the text, or FILE:path's), checked before loading
     device, dtype, start_text = setup_sampling(cfg)
-    ckpt = load_checkpoint(cfg["out_dir"], device)   # runs no code; nanoGPT's too
+    # runs no code; nanoGPT's too; one line for non-finite weights or ones that do not fit
+    ckpt = load_checkpoint(cfg["out_dir"], device)
     model = GPT(GPTConfig(**ckpt["model_args"]))
-    load_weights(model, ckpt)   # one line for non-finite weights or ones that do not fit
+    model.load_state_dict(ckpt["model"])
     model.to(device).eval()
     # its dataset's tokenizer (meta.json, or nanoGPT's meta.pkl); the prompt's ids,
     # checked against it

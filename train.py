@@ -18,7 +18,6 @@ import dataclasses
 import gc
 import math
 import os
-import sys
 import time
 from types import SimpleNamespace
 
@@ -28,11 +27,10 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import prepare
 import variants
-from checkpoint import atomic_save, gather_rng_states, process_group
-from configurator import load_config
+from checkpoint import gather_rng_states, save_checkpoint
+from configurator import run_command
 from model import GPT, GPTConfig
-from run_dir import (RunDir, StopRequest, check_config, check_start, load_state,
-                     one_line_errors, prepared_data, start_checkpoint)
+from run_dir import RunDir, StartingPoint, StopRequest, check_config, prepared_data
 
 # --- settings ----------------------------------------------------------------------------
 
@@ -189,8 +187,9 @@ def setup(config, explicit, device, dtype, rank, world):
     # the data, prepared on first use
     run.data_dir, meta, run.tokenizer_id = prepared_data(config, prepare.prepare, rank, world)
     config["data_dir"] = run.data_dir
-    # resume: out_dir's last.pt (else ckpt.pt); a path: that checkpoint; scratch: None
-    ckpt = start_checkpoint(config, device, run.master)
+    # resume: out_dir's last.pt (else ckpt.pt); a path: that file; scratch: None
+    start = StartingPoint(config, device, run.master)
+    ckpt = start.ckpt
     # the model's arguments, in order of precedence: GPTConfig's defaults, the
     # checkpoint's, the variant's, the data's vocab_size (resume: the checkpoint's),
     # the keys you set
@@ -203,9 +202,9 @@ def setup(config, explicit, device, dtype, rank, world):
     if config["init_from"] == "resume":
         args["vocab_size"] = ckpt["model_args"]["vocab_size"]
     args.update({k: config[k] for k in explicit if k in MODEL_DEFAULTS})
-    # one line for what cannot start: resume changing more than dropout, the
-    # checkpoint's weights or tokenizer, args GPTConfig refuses, data too short
-    check_start(config, args, ckpt, meta)
+    # one line for what cannot start: resume changing more than dropout, another
+    # tokenizer, args GPTConfig refuses, data too short
+    start.check(args, meta)
     run.args = args
     config.update(args)   # the saved config shows the model trained
     run.block_size = args["block_size"]
@@ -234,7 +233,7 @@ def setup(config, explicit, device, dtype, rank, world):
     # rank 0 at iteration 1); set by the checkpoint on resume
     torch.manual_seed(config["seed"] + rank + run.start_iter)
     if ckpt is not None:   # resume: weights, optimizer, scaler, RNG; another's: fitting weights
-        load_state(ckpt, model, run.optimizer, run.scaler, config, rank, world)
+        start.restore(model, run.optimizer, run.scaler, rank, world)
     run.first_batch = train_batch(run, run.start_iter, 0)   # too big: fails here
 
     if device.type == "cuda":
@@ -306,21 +305,21 @@ def evaluate(run, iter_num, lr, stop):
     return run.dir.log(**row)
 
 
-def checkpoint_dict(run, iter_num, best_val_loss):
+def checkpoint_fields(run, iter_num, best_val_loss):
     """What last.pt and ckpt.pt hold: the state at the start of iteration iter_num, from
     which --init_from=resume continues exactly."""
-    return {
-        "model": run.raw_model.state_dict(),
-        "model_args": run.args,
-        "optimizer": run.optimizer.state_dict(),
-        "scaler": run.scaler.state_dict() if run.scaler.is_enabled() else None,
-        "iter_num": iter_num,
-        "best_val_loss": best_val_loss,
-        "config": dict(run.config),
-        "dataset": run.config["dataset"],
-        "data_dir": run.data_dir,
-        "tokenizer_id": run.tokenizer_id,
-    }
+    return dict(
+        model=run.raw_model.state_dict(),
+        model_args=run.args,
+        optimizer=run.optimizer.state_dict(),
+        scaler=run.scaler.state_dict() if run.scaler.is_enabled() else None,
+        iter_num=iter_num,
+        best_val_loss=best_val_loss,
+        config=dict(run.config),
+        dataset=run.config["dataset"],
+        data_dir=run.data_dir,
+        tokenizer_id=run.tokenizer_id,
+    )
 
 
 def save_checkpoints(run, iter_num, best_val_loss, best, gather=True):
@@ -329,7 +328,7 @@ def save_checkpoints(run, iter_num, best_val_loss, best, gather=True):
     replaces an earlier run's ckpt.pt. Rank 0 writes, each file atomically: a crash or
     Ctrl-C keeps the previous one whole. gather: False after a stop at once (the other
     ranks may be gone)."""
-    state = checkpoint_dict(run, iter_num, best_val_loss)
+    state = checkpoint_fields(run, iter_num, best_val_loss)
     if not all(torch.isfinite(w).all() for w in state["model"].values()):
         raise run.dir.diverged("the weights are not finite", iter_num)   # never saved
     t0 = time.time()
@@ -337,9 +336,9 @@ def save_checkpoints(run, iter_num, best_val_loss, best, gather=True):
     state["rng"], state["rng_ranks"] = gather_rng_states(run.device, run.ddp and gather)
     out_dir = run.config["out_dir"]
     if run.master:
-        atomic_save(state, os.path.join(out_dir, "last.pt"))
+        save_checkpoint(os.path.join(out_dir, "last.pt"), **state)
     if run.master and (best or run.dir.earlier_checkpoints):
-        atomic_save(state, os.path.join(out_dir, "ckpt.pt"))
+        save_checkpoint(os.path.join(out_dir, "ckpt.pt"), **state)
         say(run, f"saved ckpt.pt and last.pt to {out_dir}")
     run.dir.saved(iter_num, time.time() - t0)   # log.csv's rows go with last.pt
 
@@ -362,7 +361,14 @@ def train(config, explicit=None, callback=None):
     config, explicit, device, dtype = check_config(config, explicit, DEFAULTS, world,
                                                    local_rank)
     fill_schedule(config)
-    with process_group(world, device, config["backend"]):   # DDP's, to the end
+    # DDP's process group, unless the caller runs one
+    own_group = world > 1 and not torch.distributed.is_initialized()
+    if world > 1 and device.type == "cuda":
+        torch.cuda.set_device(device)
+    if own_group:
+        backend = config["backend"] if device.type == "cuda" else "gloo"
+        torch.distributed.init_process_group(backend=backend)
+    try:
         run = setup(config, explicit, device, dtype, rank, world)
         run.dir = RunDir(config, run.start_iter, run.ckpt, rank, world, device)
         # rank 0: the model's size, tokens per iteration, notes on a slow or busy CPU
@@ -373,6 +379,9 @@ def train(config, explicit=None, callback=None):
             summary = run.dir.finish(run.raw_model, run.args, **end)   # loss.png, last line
             info = {k: v for k, v in summary.items() if k != "evals"}
             notify(run, callback, "end", end["iter_num"], info)
+    finally:
+        if own_group:
+            torch.distributed.destroy_process_group()
     return summary
 
 
@@ -468,9 +477,9 @@ def train_loop(run, stop, callback):
 
 
 def main(argv=None):
-    with one_line_errors():   # bad input: one line `error: ... (fix: ...)` and exit code 1
-        config, explicit = load_config(DEFAULTS, sys.argv[1:] if argv is None else argv)
-        summary = train(config, explicit)
+    # bad input: one line `error: ... (fix: ...)` and exit code 1
+    memory_fix = "lower --batch_size and raise --gradient_accumulation_steps, or lower --block_size"
+    summary = run_command(train, DEFAULTS, argv, with_explicit=True, memory_fix=memory_fix)
     if summary["interrupted"]:
         raise SystemExit(130)
     return summary

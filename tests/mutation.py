@@ -209,8 +209,8 @@ MUTANTS = [
     # --- issue 38: the pipeline around the model ---
     # checkpoint.py: the formats it reads, and pgpt's heaviest branch
     Mutant("init_from_keeps_the_compile_prefix", "checkpoint.py",
-           "own, theirs = model.state_dict(), clean_state_dict(state_dict)\n    matched",
-           "own, theirs = model.state_dict(), dict(state_dict)\n    matched",
+           "ckpt[\"model\"] = clean_state_dict(weights)",
+           "ckpt[\"model\"] = dict(weights)",
            "tests/test_checkpoint.py -k own_checkpoint_loads", every=False),
     Mutant("nanogpt_layernorm_eps_of_llama", "checkpoint.py",
            'ARCHITECTURE = dict(norm="layernorm", norm_eps=1e-5,',

@@ -3,15 +3,19 @@ train.py's --init_from=<file> (load_init_checkpoint, model_args, build_model, lo
 key prefixes of torch.compile and DDP; and pgpt's heaviest branch (keep_heaviest_branch) at branch weights that
 differ. Weights at std 0.3, where a wrong mapping shows in the logits; an untied head that is a perturbed copy of
 the embedding (a head tied by mistake shows); a tied head checked to be the embedding itself. nanoGPT's format is
-tests/test_nanogpt.py's, Hugging Face's tests/test_huggingface.py's."""
+tests/test_nanogpt.py's, Hugging Face's tests/test_huggingface.py's. The one checkpoint format (checkpoint_dict,
+format_version) and the migration of version 0, the layout without it (tests/fixtures/ckpt_before_issue24.pt)."""
 import dataclasses
 import math
+import os
 
 import pytest
 import torch
 
+import checkpoint
 from checkpoint import (atomic_save, build_model, keep_heaviest_branch, load_init_checkpoint, load_matching_weights,
                         load_model, model_args)
+from configurator import UserError
 from model import GPT, GPTConfig
 
 pytestmark = pytest.mark.usefixtures("one_thread")   # conftest.py
@@ -99,3 +103,47 @@ def test_keep_heaviest_branch_runs_the_branch_of_largest_weight_alone(branch_log
         torch.testing.assert_close(kept, alone(idx, all_logits=True)[0], rtol=0, atol=1e-6)
         model.keep_branch = None
         assert not torch.allclose(model(idx, all_logits=True)[0], kept, atol=1e-2)   # all branches: another function
+
+
+FIXTURE_V0 = os.path.join(os.path.dirname(__file__), "fixtures", "ckpt_before_issue24.pt")
+
+
+def test_checkpoint_dict_is_the_one_format():
+    """checkpoint_dict: format_version first, the weights and model_args, any field of CHECKPOINT_FIELDS; a field
+    outside the format is refused (a writer that invents one fails here, not in a reader)."""
+    model = GPT(GPTConfig(**SMALL))
+    args = dataclasses.asdict(model.config)
+    ckpt = checkpoint.checkpoint_dict(model.state_dict(), args, iter_num=3, source="gpt2")
+    assert ckpt["format_version"] == checkpoint.FORMAT_VERSION == 1
+    assert ckpt["model_args"] == args and ckpt["iter_num"] == 3 and ckpt["source"] == "gpt2"
+    with pytest.raises(TypeError, match="outside the checkpoint format"):
+        checkpoint.checkpoint_dict(model.state_dict(), args, iter_number=3)
+
+
+def test_version_0_migrates_and_newer_versions_are_refused(tmp_path):
+    """Version 0 (no format_version: every checkpoint written before it, the fixture) loads as version 1 with its
+    fields unchanged; migrate_checkpoint on a dict: adds the version only; a version newer than this code's, or one
+    that is not a number, is one line."""
+    raw = torch.load(FIXTURE_V0, weights_only=True)
+    assert "format_version" not in raw
+    ckpt = checkpoint.load_checkpoint(FIXTURE_V0)
+    assert ckpt["format_version"] == 1 and ckpt["iter_num"] == 4 and ckpt["tokenizer_id"] == raw["tokenizer_id"]
+    assert all(torch.equal(ckpt["model"][k], v) for k, v in raw["model"].items())
+    assert checkpoint.migrate_checkpoint({"model": {}, "iter_num": 2}, "x.pt") == \
+        {"model": {}, "iter_num": 2, "format_version": 1}
+    for version, words in ((2, "newer than this code's 1"), ("1", "'format_version' is '1'"), (-1, "damaged")):
+        path = tmp_path / f"v{version}.pt"
+        atomic_save(dict(raw, format_version=version), path)
+        with pytest.raises(UserError, match=words):
+            checkpoint.load_checkpoint(path)
+
+
+def test_weights_that_do_not_fit_stay_refused_in_one_line(tmp_path):
+    """An older layout than version 0 (weights under other names) has no migration: load_checkpoint refuses it in
+    one line naming what differs, as it refuses an edited file."""
+    raw = torch.load(FIXTURE_V0, weights_only=True)
+    renamed = {k.replace("branches.0.", "h."): v for k, v in raw["model"].items()}
+    path = tmp_path / "old.pt"
+    atomic_save(dict(raw, model=renamed), path)
+    with pytest.raises(UserError, match="do not fit its own model_args: 12 missing"):
+        checkpoint.load_checkpoint(path)

@@ -27,7 +27,7 @@ POSITIONAL = {
     "tools.code_lines": (["model.py"], "count"),
     "tools.pangu.compact_vocab": (["shakespeare", "--vocab_size=300"], "prepare"),
     "tools.wikitext103": (["wikitext103"], "prepare"),
-    "tools.huggingface.convert": (["import", "gpt2", "--out=hf.pt"], "checkpoint_dict"),
+    "tools.huggingface.convert": (["import", "gpt2", "--out=hf.pt"], "save_imported"),
     "tools.technique_lines": (["gpt"], "trace"),
     "tools.one_file": (["gpt"], "build"),
 }

@@ -429,18 +429,18 @@ def ctrl_c_handler():
 
 
 def test_second_ctrl_c_during_the_save_says_what_is_kept(tiny_train_config, monkeypatch, ctrl_c_handler, capsys):
-    real_save = train.atomic_save
+    real_save = train.save_checkpoint
 
-    def save(obj, path):   # the first Ctrl-C arrives in iteration 13; the second during the save it asks for
-        if obj["iter_num"] == 14:
+    def save(path, model, model_args, **fields):   # the first Ctrl-C arrives in iteration 13; the second
+        if fields["iter_num"] == 14:                # during the save it asks for
             os.kill(os.getpid(), signal.SIGINT)
-        return real_save(obj, path)
+        return real_save(path, model, model_args, **fields)
 
     def callback(event, info):
         if event == "iter" and info["iter_num"] == 14:
             os.kill(os.getpid(), signal.SIGINT)
 
-    monkeypatch.setattr(train, "atomic_save", save)
+    monkeypatch.setattr(train, "save_checkpoint", save)
     try:
         summary = train.train({**train.DEFAULTS, **tiny_train_config}, explicit=set(tiny_train_config),
                               callback=callback)

@@ -1,6 +1,7 @@
 """train.py + checkpoint.py: lr schedule, learning, exact resume, Ctrl-C, atomic saves, one-line errors.
 Tiny models (2 layers, width 32, block 16) on a synthetic dataset: the whole file runs in seconds."""
 import csv
+import dataclasses
 import os
 import signal
 
@@ -102,6 +103,9 @@ def test_training_lowers_loss_and_writes_outputs(tiny_train_config, capsys):
     ckpt = load_checkpoint(out_dir)
     assert set(ckpt) >= {"model", "model_args", "optimizer", "scaler", "iter_num", "best_val_loss", "config",
                          "rng", "dataset", "data_dir"}
+    raw = torch.load(os.path.join(out_dir, "last.pt"), weights_only=True)   # written in this code's format
+    assert raw["format_version"] == checkpoint.FORMAT_VERSION
+    assert set(raw) <= {"format_version", *checkpoint.CHECKPOINT_FIELDS}
     assert set(ckpt["rng"]) >= {"python", "numpy", "torch", "cuda"}
     assert ckpt["model_args"]["vocab_size"] == 16   # from meta.json
     assert ckpt["config"]["n_layer"] == 2 and ckpt["iter_num"] == 20
@@ -303,7 +307,10 @@ def test_load_checkpoint_fallback_and_errors(tmp_path):
         load_checkpoint(tmp_path)
     with pytest.raises(UserError, match="does not exist"):
         load_checkpoint(tmp_path / "nope")
-    atomic_save({"model": {}, "model_args": {}, "iter_num": 5}, tmp_path / "last.pt")
+    from model import GPT, GPTConfig
+    model = GPT(GPTConfig(block_size=8, vocab_size=16, n_layer=1, n_head=2, n_embd=8))
+    checkpoint.save_checkpoint(tmp_path / "last.pt", model.state_dict(), dataclasses.asdict(model.config),
+                               iter_num=5)
     assert load_checkpoint(tmp_path)["iter_num"] == 5          # ckpt.pt missing -> last.pt
     (tmp_path / "ckpt.pt").write_bytes(b"not a checkpoint")
     with pytest.raises(UserError, match="cannot read"):

@@ -277,9 +277,9 @@ def resume_iter(out_dir):
     if not os.path.isfile(path):
         return 0
     try:
-        # mmap: reads the header and one integer, not the weights and optimizer state
-        return int(torch.load(path, map_location="cpu", mmap=True, weights_only=True)["iter_num"])
-    except Exception:  # an unreadable last.pt is train.py's to report; here it is only a progress figure
+        # the validated loader; mmap: reads the header and one integer, not the weights and optimizer state
+        return int(load_checkpoint(path, mmap=True).get("iter_num", 0))
+    except UserError:  # an unreadable last.pt is train.py's to report; here it is only a progress figure
         return 0
 
 

@@ -62,7 +62,7 @@ RATIOS = (("ExecuTorch fp32", "llama.cpp f32"), ("ExecuTorch 8da8w", "llama.cpp 
 def shape_checkpoint(name, data_dir, work_dir, reuse):
     """work_dir/<name>/ckpt.pt: the model of shape `name` at its initialisation (seed 0), `data_dir`'s vocabulary."""
     import dataclasses
-    from checkpoint import atomic_save, build_model, model_args
+    from checkpoint import build_model, model_args, save_checkpoint
     from dataset import load_meta
     out_dir = os.path.join(work_dir, name)
     if reuse and os.path.isfile(os.path.join(out_dir, "ckpt.pt")):
@@ -74,9 +74,9 @@ def shape_checkpoint(name, data_dir, work_dir, reuse):
         args = model_args({"variant": name}, [], vocab_size=meta["vocab_size"])   # one-line error if unknown
     torch.manual_seed(0)
     model = build_model(args)
-    atomic_save({"model": model.state_dict(), "model_args": dataclasses.asdict(model.config), "iter_num": 0,
-                 "best_val_loss": float("nan"), "config": {}, "dataset": meta.get("dataset", ""),
-                 "data_dir": os.path.abspath(data_dir)}, os.path.join(out_dir, "ckpt.pt"))
+    save_checkpoint(os.path.join(out_dir, "ckpt.pt"), model.state_dict(), dataclasses.asdict(model.config),
+                    iter_num=0, best_val_loss=float("nan"), config={}, dataset=meta.get("dataset", ""),
+                    data_dir=os.path.abspath(data_dir))
     return out_dir
 
 

@@ -382,11 +382,12 @@ def from_pretrained(name_or_dir, device="cpu", verbose=True):
     return model
 
 
-def checkpoint_dict(name_or_dir, say=None):
-    """A train.py-style checkpoint dict (model, model_args) of a Hugging Face model, for
-    train.py --init_from=<file> (weights only), written by `import`."""
+def save_imported(name_or_dir, out, say=None):
+    """A Hugging Face model as a checkpoint file `out` (weights, model_args, source: checkpoint.save_checkpoint),
+    for train.py --init_from=<file> (weights only), written by `import`."""
+    from checkpoint import save_checkpoint
     model, info = load_pretrained(name_or_dir, say=say)
-    return {"model": model.state_dict(), "model_args": dataclasses.asdict(model.config), "source": info["source"]}
+    save_checkpoint(out, model.state_dict(), dataclasses.asdict(model.config), source=info["source"])
 
 
 def describe(config):
@@ -633,10 +634,10 @@ def run_import(sources, config, explicit):
     if len(sources) != 1 or not config["out"] or export_keys:
         raise UserError(f"import takes one source and --out only (fix: python -m tools.huggingface.convert import "
                         f"gpt2 --out=hf.pt)")
-    from checkpoint import atomic_save, check_out_dir
+    from checkpoint import check_out_dir
     out = config["out"]
     check_out_dir(os.path.dirname(os.path.abspath(out)), key="out")
-    atomic_save(checkpoint_dict(sources[0]), out)
+    save_imported(sources[0], out)
     print(f"wrote {out}: start a run from it with python train.py ... --init_from={out}", file=sys.stderr)
 
 

@@ -88,8 +88,8 @@ import torch
 
 from configurator import run_command
 from model import GPT, GPTConfig
-from checkpoint import (CKPT_NAME, atomic_save, check_num_threads, check_out_dir, check_seed, clean_state_dict,
-                        load_model, remove_stale_temp_files)
+from checkpoint import (CKPT_NAME, check_num_threads, check_out_dir, check_seed, clean_state_dict,
+                        load_model, remove_stale_temp_files, save_checkpoint)
 from dataset import GPT2_EOT_ID, load_meta, resolve_data_dir, split_path, tokenizer_id
 from dataset import split_tokens
 from train import get_batch
@@ -674,15 +674,14 @@ def run(opts):
     args = dataclasses.asdict(dst)
     config = dict(ckpt.get("config") or {}, **args, out_dir=opts["out_dir"], init_from=ckpt["path"],
                   dataset=dataset, data_dir=target_dir)
-    out = {"model": small.state_dict(), "model_args": args, "optimizer": None, "scaler": None, "iter_num": 0,
-           "best_val_loss": float("inf"), "config": config, "rng": None, "dataset": dataset,
-           "data_dir": target_dir, "inherit": info,
-           # the target vocabulary's tokenizer (compact: the target dataset's), else the source checkpoint's
-           "tokenizer_id": tokenizer_id(target_meta) if opts["target_data_dir"] else ckpt.get("tokenizer_id")}
+    # the target vocabulary's tokenizer (compact: the target dataset's), else the source checkpoint's
+    tokenizer = tokenizer_id(target_meta) if opts["target_data_dir"] else ckpt.get("tokenizer_id")
     os.makedirs(opts["out_dir"], exist_ok=True)
     remove_stale_temp_files(opts["out_dir"], (CKPT_NAME,))
     path = os.path.join(opts["out_dir"], CKPT_NAME)
-    atomic_save(out, path)
+    save_checkpoint(path, small.state_dict(), args, optimizer=None, scaler=None, iter_num=0,
+                    best_val_loss=float("inf"), config=config, rng=None, dataset=dataset, data_dir=target_dir,
+                    inherit=info, tokenizer_id=tokenizer)
     print(f"wrote {path} (continue with: python train.py ... --init_from={path})")
     return path
 
