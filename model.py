@@ -200,9 +200,9 @@ def causal_attention(q, k, v, start=0, dropout_p=0.0):
     if start > 0 and q.size(2) > 1:
         mask = causal_mask(start, q.size(2), q.device)
     # GQA: query head h reads kv head h // (H / H_kv)
+    gqa = q.size(1) != k.size(1)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=start == 0,
-                                          dropout_p=dropout_p,
-                                          enable_gqa=q.size(1) != k.size(1))
+                                          dropout_p=dropout_p, enable_gqa=gqa)
 
 
 def causal_mask(start, length, device):

@@ -761,7 +761,7 @@ def with_locals_folded(text):
                     use = uses[0]
                     line = lines[use.lineno - 1].encode()
                     lines[use.lineno - 1] = line[:use.col_offset].decode() + value + line[use.end_col_offset:].decode()
-                    return without_lines(lines, stmt)
+                    return "\n".join(lines[:stmt.lineno - 1] + lines[stmt.end_lineno:])   # its comment stays
                 if (isinstance(after, ast.Return) and isinstance(after.value, ast.Name) and after.value.id == name
                         and len(uses) == 1 and after.lineno == stmt.end_lineno + 1):   # x = ...; return x
                     head = lines[stmt.lineno - 1].encode()
@@ -773,12 +773,13 @@ def with_locals_folded(text):
 
 def once_in(after, use, value):
     """Whether a local's one read, `use`, can take its value there: the read is in the next statement, after, and
-    the value is a GPTConfig field (config.n_embd) or a one-line list the next statement hands whole to a call
+    the value has no side effects (config.n_embd, q.size(1) != k.size(1)) or is a one-line list the next statement hands whole to a call
     (`self.branches = nn.ModuleList(stacks)`)."""
     if not (after.lineno <= use.lineno <= after.end_lineno) or value.lineno != value.end_lineno:
         return False
-    if is_field(value):
-        return True
+    if pure(value):   # evaluated later, but before any call of the next statement ends
+        return not any(isinstance(n, ast.Call) and (n.end_lineno, n.end_col_offset) <= (use.lineno, use.col_offset)
+                       for n in ast.walk(after))
     call = after.value if isinstance(after, ast.Assign) else None
     return (isinstance(value, ast.List) and isinstance(call, ast.Call) and call.args == [use] and not call.keywords
             and isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name))
