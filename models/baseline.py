@@ -5,7 +5,7 @@ through the KV cache (the classes, functions, branches and GPTConfig fields), in
 with its comments, and computes exactly what model.py computes for it. Do not edit: regenerate.
 
     made by:  python -m tools.one_file baseline --out=models/baseline.py
-    model.py of commit 3788383
+    model.py of commit 05f5dac
 """
 
 import math
@@ -109,8 +109,7 @@ def causal_attention(q, k, v, start=0, dropout_p=0.0):
     keys and values k, v (B, H_kv, start+T, D): query p sees keys <= p."""
     # GQA: query head h reads kv head h // (H / H_kv)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=None, is_causal=start == 0,
-                                          dropout_p=dropout_p,
-                                          enable_gqa=q.size(1) != k.size(1))
+                                          dropout_p=dropout_p, enable_gqa=q.size(1) != k.size(1))
 
 
 class CausalSelfAttention(nn.Module):
@@ -178,8 +177,7 @@ class DecoderStack(nn.Module):
         self.attn = nn.ModuleList()
         self.mlp = nn.ModuleList()
         self.layers = []
-        widths = [config.n_embd] * config.n_layer   # per pgpt branch
-        for width in widths:
+        for width in [config.n_embd] * config.n_layer:
             attn = ResidualSubLayer(config, width, CausalSelfAttention(config, width))
             mlp = ResidualSubLayer(config, width, MLP(config, width))
             self.attn.append(attn)

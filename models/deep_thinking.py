@@ -5,7 +5,7 @@ through the KV cache (the classes, functions, branches and GPTConfig fields), in
 with its comments, and computes exactly what model.py computes for it. Do not edit: regenerate.
 
     made by:  python -m tools.one_file deep_thinking --out=models/deep_thinking.py
-    model.py of commit 3788383
+    model.py of commit 05f5dac
 """
 
 import math
@@ -63,8 +63,7 @@ class GPTConfig:
     def widths(self):
         # model.py's docstring, whole: it also tells of code left out here
         """The width of each layer: constant, or halved (lgpt/cgpt)."""
-        n = self.n_layer
-        return [self.n_embd] * n
+        return [self.n_embd] * self.n_layer
 
 
 # model.py's GPTConfig fields this file leaves out; those it holds but runs at one value only
@@ -131,8 +130,7 @@ def causal_attention(q, k, v, start=0, dropout_p=0.0):
     keys and values k, v (B, H_kv, start+T, D): query p sees keys <= p."""
     # GQA: query head h reads kv head h // (H / H_kv)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=None, is_causal=start == 0,
-                                          dropout_p=dropout_p,
-                                          enable_gqa=q.size(1) != k.size(1))
+                                          dropout_p=dropout_p, enable_gqa=q.size(1) != k.size(1))
 
 
 def causal_mask(start, length, device):
@@ -450,9 +448,8 @@ class DeepThinking:
         mask = torch.cat([mask, mask], dim=-1)   # over [M ; K]
         keys = torch.cat([mem_k, keys], dim=2)
         values = torch.cat([mem_v, values], dim=2)
-        gqa = q.size(1) != k.size(1)
         y = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask,
-                                           dropout_p=self.dropout, enable_gqa=gqa)
+                                           dropout_p=self.dropout, enable_gqa=q.size(1) != k.size(1))
         k = self.eta * k + (1 - self.eta) * mem_k[:, :, self.start:]
         v = self.eta * v + (1 - self.eta) * mem_v[:, :, self.start:]
         self.memory[self.layer] = self.stored("memory", k, v)

@@ -5,7 +5,7 @@ through the KV cache (the classes, functions, branches and GPTConfig fields), in
 with its comments, and computes exactly what model.py computes for it. Do not edit: regenerate.
 
     made by:  python -m tools.one_file enhanced_residual --out=models/enhanced_residual.py
-    model.py of commit 3788383
+    model.py of commit 05f5dac
 """
 
 import math
@@ -60,8 +60,7 @@ class GPTConfig:
     def widths(self):
         # model.py's docstring, whole: it also tells of code left out here
         """The width of each layer: constant, or halved (lgpt/cgpt)."""
-        n = self.n_layer
-        return [self.n_embd] * n
+        return [self.n_embd] * self.n_layer
 
 
 # model.py's GPTConfig fields this file leaves out; those it holds but runs at one value only
@@ -129,8 +128,7 @@ def causal_attention(q, k, v, start=0, dropout_p=0.0):
     keys and values k, v (B, H_kv, start+T, D): query p sees keys <= p."""
     # GQA: query head h reads kv head h // (H / H_kv)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=None, is_causal=start == 0,
-                                          dropout_p=dropout_p,
-                                          enable_gqa=q.size(1) != k.size(1))
+                                          dropout_p=dropout_p, enable_gqa=q.size(1) != k.size(1))
 
 
 class CausalSelfAttention(nn.Module):

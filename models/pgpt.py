@@ -5,7 +5,7 @@ through the KV cache (the classes, functions, branches and GPTConfig fields), in
 with its comments, and computes exactly what model.py computes for it. Do not edit: regenerate.
 
     made by:  python -m tools.one_file pgpt --out=models/pgpt.py
-    model.py of commit 3788383
+    model.py of commit 05f5dac
 """
 
 import math
@@ -97,8 +97,7 @@ def causal_attention(q, k, v, start=0, dropout_p=0.0):
     keys and values k, v (B, H_kv, start+T, D): query p sees keys <= p."""
     # GQA: query head h reads kv head h // (H / H_kv)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=None, is_causal=start == 0,
-                                          dropout_p=dropout_p,
-                                          enable_gqa=q.size(1) != k.size(1))
+                                          dropout_p=dropout_p, enable_gqa=q.size(1) != k.size(1))
 
 
 class CausalSelfAttention(nn.Module):
@@ -165,8 +164,7 @@ class DecoderStack(nn.Module):
         self.attn = nn.ModuleList()
         self.mlp = nn.ModuleList()
         self.layers = []
-        widths = [config.n_embd] * (config.n_layer // config.n_branches)   # per pgpt branch
-        for width in widths:
+        for width in [config.n_embd] * (config.n_layer // config.n_branches):
             attn = ResidualSubLayer(config, width, CausalSelfAttention(config, width))
             mlp = ResidualSubLayer(config, width, MLP(config, width))
             self.attn.append(attn)
@@ -205,8 +203,7 @@ class TokenEmbedding(nn.Module):
 
     def __init__(self, config):
         super().__init__()
-        width = config.n_embd * config.n_branches
-        self.wte = nn.Embedding(config.vocab_size, width)
+        self.wte = nn.Embedding(config.vocab_size, config.n_embd * config.n_branches)
 
     def forward(self, idx):
         return self.wte(idx)

@@ -5,7 +5,7 @@ through the KV cache (the classes, functions, branches and GPTConfig fields), in
 with its comments, and computes exactly what model.py computes for it. Do not edit: regenerate.
 
     made by:  python -m tools.one_file shishulm_125 --out=models/shishulm_125.py
-    model.py of commit 3788383
+    model.py of commit 05f5dac
 """
 
 import math
@@ -59,8 +59,7 @@ class GPTConfig:
 
     def widths(self):
         """The width of each layer: constant, or halved (lgpt/cgpt)."""
-        n = self.n_layer
-        return [self.n_embd] * n
+        return [self.n_embd] * self.n_layer
 
     def final_width(self):
         return self.n_embd
@@ -107,8 +106,7 @@ def apply_rope(x, cos, sin):
     """Rotate each head's pairs (first half, second half) by the position's
     angle. x: (B, H, T, D)."""
     x1, x2 = x.chunk(2, dim=-1)
-    rotated = [x1 * cos - x2 * sin, x1 * sin + x2 * cos]
-    return torch.cat(rotated, dim=-1).type_as(x)
+    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).type_as(x)
 
 
 class MLP(nn.Module):
@@ -136,8 +134,7 @@ def causal_attention(q, k, v, start=0, dropout_p=0.0):
     keys and values k, v (B, H_kv, start+T, D): query p sees keys <= p."""
     # GQA: query head h reads kv head h // (H / H_kv)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=None, is_causal=start == 0,
-                                          dropout_p=dropout_p,
-                                          enable_gqa=q.size(1) != k.size(1))
+                                          dropout_p=dropout_p, enable_gqa=q.size(1) != k.size(1))
 
 
 class CausalSelfAttention(nn.Module):
