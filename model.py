@@ -191,13 +191,6 @@ class MLP(nn.Module):
 
 # --- 3. Attention: causal, GQA, and the cache entry it is handed ----------------------
 
-def causal_mask(start, length, device):
-    """Boolean (length, start+length): query start+i sees the keys <= start+i."""
-    q_pos = torch.arange(start, start + length, device=device)[:, None]
-    k_pos = torch.arange(start + length, device=device)[None, :]
-    return k_pos <= q_pos
-
-
 def causal_attention(q, k, v, start=0, dropout_p=0.0):
     """Attention of the queries q (B, H, T, D) at positions start.. over the
     keys and values k, v (B, H_kv, start+T, D): query p sees keys <= p."""
@@ -210,6 +203,13 @@ def causal_attention(q, k, v, start=0, dropout_p=0.0):
     gqa = q.size(1) != k.size(1)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=start == 0,
                                           dropout_p=dropout_p, enable_gqa=gqa)
+
+
+def causal_mask(start, length, device):
+    """Boolean (length, start+length): query start+i sees the keys <= start+i."""
+    q_pos = torch.arange(start, start + length, device=device)[:, None]
+    k_pos = torch.arange(start + length, device=device)[None, :]
+    return k_pos <= q_pos
 
 
 class CausalSelfAttention(nn.Module):

@@ -5,7 +5,7 @@ through the KV cache (the classes, functions, branches and GPTConfig fields), in
 with its comments, and computes exactly what model.py computes for it. Do not edit: regenerate.
 
     made by:  python -m tools.one_file deep_thinking --out=models/deep_thinking.py
-    model.py of commit 379e484 plus uncommitted changes
+    model.py of commit 05f5dac
 """
 
 import math
@@ -36,21 +36,19 @@ class GPTConfig:
     n_kv_head: Optional[int] = None
     mlp_hidden: Optional[int] = None  # None: mlp_ratio * width
     # --- layer sharing (000 2.6, 002 3.0.2, 001 4.4): build_shared_layers, section 5 ---
-    share_group_size: int = 1       # k consecutive layers, one set of weights
+    share_group_size: int = 2       # k consecutive layers, one set of weights; this file: 2 only
     share_from_layer: int = 0       # layers below are never shared
     share_sublayers: str = "both"   # "both" | "attn" | "mlp"
     residual_logit_init: float = 0.0   # w at init (authors' code: 0, alpha = 0.5)
     # --- Deep Thinking (000 2.8) ---
-    think_steps: int = 0            # thinking passes T (paper: 3); 0 = off
+    think_steps: int = 3            # thinking passes T (paper: 3); 0 = off; this file: 3 only
     think_eta: float = 0.01         # M_t = eta*K_t + (1-eta)*M_{t-1}
     n_top_attn_layers: int = 0      # ... and in the last m (001 Table 10's "n + m")
-    # --- ParallelGPT (004 3.1) ---
-    n_branches: int = 1             # the embedding is n_branches * n_embd wide
     init_std: float = 0.02
 
     # --- derived sizes ---
     def layers_per_branch(self):
-        return self.n_layer // self.n_branches
+        return self.n_layer
 
     def attention_layers(self):
         # model.py's docstring, whole: it also tells of code left out here
@@ -60,36 +58,33 @@ class GPTConfig:
         return list(range(n))
 
     def embd_width(self):
-        return self.n_embd * self.n_branches
+        return self.n_embd
 
     def widths(self):
         # model.py's docstring, whole: it also tells of code left out here
         """The width of each layer: constant, or halved (lgpt/cgpt)."""
-        n = self.n_layer // self.n_branches
-        return [self.n_embd] * n
+        return [self.n_embd] * self.n_layer
 
 
 # model.py's GPTConfig fields this file leaves out; those it holds but runs at one value only
-# (bias, n_branches, share_group_size, think_steps) too: the values it assumes
+# (share_group_size, think_steps, at that value in GPTConfig) too: the values it assumes
 ASSUMED = {
-    'activation': 'silu', 'bias': True, 'embd_factor_dim': None, 'enhanced_residual': True,
-    'head_bias': True, 'init_scheme': 'gpt2', 'mlp_ratio': 4.0, 'mlp_type': 'gated',
-    'n_attn_layers': None, 'n_branches': 1, 'norm': 'layernorm', 'norm_placement': 'post',
-    'pos_embedding': 'sinusoidal', 'rope_base': 10000.0, 'share_group_size': 2, 'shrink_every': 0,
-    'shrink_kernel': 1, 'shrink_layer': 'linear', 'think_memory': 'own', 'think_steps': 3,
-    'tie_embeddings': True,
+    'activation': 'silu', 'embd_factor_dim': None, 'enhanced_residual': True, 'head_bias': True,
+    'init_scheme': 'gpt2', 'mlp_ratio': 4.0, 'mlp_type': 'gated', 'n_attn_layers': None,
+    'n_branches': 1, 'norm': 'layernorm', 'norm_placement': 'post', 'pos_embedding': 'sinusoidal',
+    'rope_base': 10000.0, 'share_group_size': 2, 'shrink_every': 0, 'shrink_kernel': 1,
+    'shrink_layer': 'linear', 'think_memory': 'own', 'think_steps': 3, 'tie_embeddings': True,
 }
 
 
 def config_from(model_args):
-    """GPTConfig from a checkpoint's model_args (model.py's fields): those this
-    file leaves out must hold the values it assumes."""
+    """GPTConfig from a checkpoint's model_args (model.py's fields): those in
+    ASSUMED must hold its values; GPTConfig takes the others."""
     for name, value in ASSUMED.items():
         if model_args.get(name, value) != value:
             raise ValueError(f"{name}={model_args[name]!r}, but this file assumes "
                              f"{value!r} (fix: the file of that config)")
-    fields = GPTConfig.__dataclass_fields__
-    return GPTConfig(**{k: v for k, v in model_args.items() if k in fields})
+    return GPTConfig(**{k: v for k, v in model_args.items() if k not in ASSUMED})
 
 
 # --- 2. Building blocks: norms, positions, MLP ----------------------------------------
@@ -130,25 +125,19 @@ class MLP(nn.Module):
 
 # --- 3. Attention: causal, GQA, and the cache entry it is handed ----------------------
 
+def causal_attention(q, k, v, start=0, dropout_p=0.0):
+    """Attention of the queries q (B, H, T, D) at positions start.. over the
+    keys and values k, v (B, H_kv, start+T, D): query p sees keys <= p."""
+    # GQA: query head h reads kv head h // (H / H_kv)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=None, is_causal=start == 0,
+                                          dropout_p=dropout_p, enable_gqa=q.size(1) != k.size(1))
+
+
 def causal_mask(start, length, device):
     """Boolean (length, start+length): query start+i sees the keys <= start+i."""
     q_pos = torch.arange(start, start + length, device=device)[:, None]
     k_pos = torch.arange(start + length, device=device)[None, :]
     return k_pos <= q_pos
-
-
-def causal_attention(q, k, v, start=0, dropout_p=0.0):
-    """Attention of the queries q (B, H, T, D) at positions start.. over the
-    keys and values k, v (B, H_kv, start+T, D): query p sees keys <= p."""
-    # start 0: SDPA's causal triangle (training's fast path); one new token sees
-    # every key; several new tokens after cached ones: the mask written out
-    mask = None
-    if start > 0 and q.size(2) > 1:
-        mask = causal_mask(start, q.size(2), q.device)
-    # GQA: query head h reads kv head h // (H / H_kv)
-    gqa = q.size(1) != k.size(1)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=start == 0,
-                                          dropout_p=dropout_p, enable_gqa=gqa)
 
 
 class CausalSelfAttention(nn.Module):
@@ -285,12 +274,10 @@ class TokenEmbedding(nn.Module):
 
     def __init__(self, config):
         super().__init__()
-        width = config.n_embd * config.n_branches
-        self.wte = nn.Embedding(config.vocab_size, width)
+        self.wte = nn.Embedding(config.vocab_size, config.n_embd)
 
     def forward(self, idx):
-        x = self.wte(idx)
-        return x
+        return self.wte(idx)
 
     def tied_logits(self, h):
         return h @ self.wte.weight.t()
@@ -304,8 +291,7 @@ class GPT(nn.Module):
         table = sinusoidal_positions(config.block_size, config.embd_width())
         self.register_buffer("pos_table", table, persistent=False)
         self.drop = nn.Dropout(config.dropout)
-        stacks = [DecoderStack(config) for _ in range(config.n_branches)]
-        self.branches = nn.ModuleList(stacks)
+        self.branches = nn.ModuleList([DecoderStack(config)])
         # post-norm: every sub-layer already ends in a norm (paper 000's code)
         self.ln_f = nn.Identity()
         self.tied_head_bias = nn.Parameter(torch.zeros(config.vocab_size))
@@ -462,9 +448,8 @@ class DeepThinking:
         mask = torch.cat([mask, mask], dim=-1)   # over [M ; K]
         keys = torch.cat([mem_k, keys], dim=2)
         values = torch.cat([mem_v, values], dim=2)
-        gqa = q.size(1) != k.size(1)
         y = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask,
-                                           dropout_p=self.dropout, enable_gqa=gqa)
+                                           dropout_p=self.dropout, enable_gqa=q.size(1) != k.size(1))
         k = self.eta * k + (1 - self.eta) * mem_k[:, :, self.start:]
         v = self.eta * v + (1 - self.eta) * mem_v[:, :, self.start:]
         self.memory[self.layer] = self.stored("memory", k, v)

@@ -5,7 +5,7 @@ through the KV cache (the classes, functions, branches and GPTConfig fields), in
 with its comments, and computes exactly what model.py computes for it. Do not edit: regenerate.
 
     made by:  python -m tools.one_file mobilellm_125m --out=models/mobilellm_125m.py
-    model.py of commit 379e484 plus uncommitted changes
+    model.py of commit 05f5dac
 """
 
 import math
@@ -36,36 +36,32 @@ class GPTConfig:
     # --- GQA (000 2.5): key/value heads, dividing n_head; None = n_head ---
     n_kv_head: Optional[int] = None
     mlp_hidden: Optional[int] = None  # None: mlp_ratio * width
-    # --- ParallelGPT (004 3.1) ---
-    n_branches: int = 1             # the embedding is n_branches * n_embd wide
     init_std: float = 0.02
 
     def final_width(self):
         return self.n_embd
 
 
-# model.py's GPTConfig fields this file leaves out; those it holds but runs at one value only
-# (bias, n_branches) too: the values it assumes
+# model.py's GPTConfig fields this file leaves out: the values it assumes
 ASSUMED = {
-    'activation': 'silu', 'bias': False, 'embd_factor_dim': None, 'enhanced_residual': False,
-    'head_bias': False, 'init_scheme': 'constant', 'mlp_ratio': 4.0, 'mlp_type': 'gated',
-    'n_attn_layers': None, 'n_branches': 1, 'n_top_attn_layers': 0, 'norm': 'rmsnorm',
-    'norm_placement': 'pre', 'pos_embedding': 'rope', 'residual_logit_init': 0.0,
-    'share_from_layer': 0, 'share_group_size': 1, 'share_sublayers': 'both', 'shrink_every': 0,
-    'shrink_kernel': 1, 'shrink_layer': 'linear', 'think_eta': 0.01, 'think_memory': 'own',
-    'think_steps': 0, 'tie_embeddings': True,
+    'activation': 'silu', 'embd_factor_dim': None, 'enhanced_residual': False, 'head_bias': False,
+    'init_scheme': 'constant', 'mlp_ratio': 4.0, 'mlp_type': 'gated', 'n_attn_layers': None,
+    'n_branches': 1, 'n_top_attn_layers': 0, 'norm': 'rmsnorm', 'norm_placement': 'pre',
+    'pos_embedding': 'rope', 'residual_logit_init': 0.0, 'share_from_layer': 0,
+    'share_group_size': 1, 'share_sublayers': 'both', 'shrink_every': 0, 'shrink_kernel': 1,
+    'shrink_layer': 'linear', 'think_eta': 0.01, 'think_memory': 'own', 'think_steps': 0,
+    'tie_embeddings': True,
 }
 
 
 def config_from(model_args):
-    """GPTConfig from a checkpoint's model_args (model.py's fields): those this
-    file leaves out must hold the values it assumes."""
+    """GPTConfig from a checkpoint's model_args (model.py's fields): those in
+    ASSUMED must hold its values; GPTConfig takes the others."""
     for name, value in ASSUMED.items():
         if model_args.get(name, value) != value:
             raise ValueError(f"{name}={model_args[name]!r}, but this file assumes "
                              f"{value!r} (fix: the file of that config)")
-    fields = GPTConfig.__dataclass_fields__
-    return GPTConfig(**{k: v for k, v in model_args.items() if k in fields})
+    return GPTConfig(**{k: v for k, v in model_args.items() if k not in ASSUMED})
 
 
 # --- 2. Building blocks: norms, positions, MLP ----------------------------------------
@@ -88,8 +84,7 @@ def apply_rope(x, cos, sin):
     """Rotate each head's pairs (first half, second half) by the position's
     angle. x: (B, H, T, D)."""
     x1, x2 = x.chunk(2, dim=-1)
-    rotated = [x1 * cos - x2 * sin, x1 * sin + x2 * cos]
-    return torch.cat(rotated, dim=-1).type_as(x)
+    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).type_as(x)
 
 
 class MLP(nn.Module):
@@ -112,25 +107,12 @@ class MLP(nn.Module):
 
 # --- 3. Attention: causal, GQA, and the cache entry it is handed ----------------------
 
-def causal_mask(start, length, device):
-    """Boolean (length, start+length): query start+i sees the keys <= start+i."""
-    q_pos = torch.arange(start, start + length, device=device)[:, None]
-    k_pos = torch.arange(start + length, device=device)[None, :]
-    return k_pos <= q_pos
-
-
 def causal_attention(q, k, v, start=0, dropout_p=0.0):
     """Attention of the queries q (B, H, T, D) at positions start.. over the
     keys and values k, v (B, H_kv, start+T, D): query p sees keys <= p."""
-    # start 0: SDPA's causal triangle (training's fast path); one new token sees
-    # every key; several new tokens after cached ones: the mask written out
-    mask = None
-    if start > 0 and q.size(2) > 1:
-        mask = causal_mask(start, q.size(2), q.device)
     # GQA: query head h reads kv head h // (H / H_kv)
-    gqa = q.size(1) != k.size(1)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=start == 0,
-                                          dropout_p=dropout_p, enable_gqa=gqa)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=None, is_causal=start == 0,
+                                          dropout_p=dropout_p, enable_gqa=q.size(1) != k.size(1))
 
 
 class CausalSelfAttention(nn.Module):
@@ -204,8 +186,7 @@ class DecoderStack(nn.Module):
         self.attn = nn.ModuleList()
         self.mlp = nn.ModuleList()
         self.layers = []
-        widths = [config.n_embd] * (config.n_layer // config.n_branches)   # per pgpt branch
-        for width in widths:
+        for width in [config.n_embd] * config.n_layer:
             attn = ResidualSubLayer(config, width, CausalSelfAttention(config, width))
             mlp = ResidualSubLayer(config, width, MLP(config, width))
             self.attn.append(attn)
@@ -245,12 +226,10 @@ class TokenEmbedding(nn.Module):
 
     def __init__(self, config):
         super().__init__()
-        width = config.n_embd * config.n_branches
-        self.wte = nn.Embedding(config.vocab_size, width)
+        self.wte = nn.Embedding(config.vocab_size, config.n_embd)
 
     def forward(self, idx):
-        x = self.wte(idx)
-        return x
+        return self.wte(idx)
 
     def tied_logits(self, h):
         return h @ self.wte.weight.t()
@@ -262,8 +241,7 @@ class GPT(nn.Module):
         self.config = config
         self.tok_emb = TokenEmbedding(config)
         self.drop = nn.Dropout(config.dropout)
-        stacks = [DecoderStack(config) for _ in range(config.n_branches)]
-        self.branches = nn.ModuleList(stacks)
+        self.branches = nn.ModuleList([DecoderStack(config)])
         self.ln_f = make_norm(config, config.final_width())
         init_gpt2(self, config)
 
@@ -310,8 +288,7 @@ class GPT(nn.Module):
     def head(self, h):
         # model.py's docstring, whole: it also tells of code left out here
         """Logits: through the tied embedding (paper 000, 2.4) or lm_head."""
-        logits = self.tok_emb.tied_logits(h)
-        return logits
+        return self.tok_emb.tied_logits(h)
 
     def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
         # model.py's docstring, whole: it also tells of code left out here

@@ -5,7 +5,7 @@ through the KV cache (the classes, functions, branches and GPTConfig fields), in
 with its comments, and computes exactly what model.py computes for it. Do not edit: regenerate.
 
     made by:  python -m tools.one_file pgpt --out=models/pgpt.py
-    model.py of commit 379e484 plus uncommitted changes
+    model.py of commit 05f5dac
 """
 
 import math
@@ -34,7 +34,7 @@ class GPTConfig:
     mlp_ratio: float = 4.0
     head_bias: bool = False         # a bias on the head (000's code)
     # --- ParallelGPT (004 3.1) ---
-    n_branches: int = 1             # the embedding is n_branches * n_embd wide
+    n_branches: int = 2             # the embedding is n_branches * n_embd wide; this file: 2 only
     init_std: float = 0.02
 
     def final_width(self):
@@ -42,9 +42,9 @@ class GPTConfig:
 
 
 # model.py's GPTConfig fields this file leaves out; those it holds but runs at one value only
-# (bias, n_branches) too: the values it assumes
+# (n_branches, at that value in GPTConfig) too: the values it assumes
 ASSUMED = {
-    'activation': 'gelu', 'bias': True, 'embd_factor_dim': None, 'enhanced_residual': False,
+    'activation': 'gelu', 'embd_factor_dim': None, 'enhanced_residual': False,
     'init_scheme': 'gpt2', 'mlp_hidden': None, 'mlp_type': 'standard', 'n_attn_layers': None,
     'n_branches': 2, 'n_kv_head': None, 'n_top_attn_layers': 0, 'norm': 'layernorm',
     'norm_placement': 'pre', 'pos_embedding': 'learned', 'residual_logit_init': 0.0,
@@ -55,14 +55,13 @@ ASSUMED = {
 
 
 def config_from(model_args):
-    """GPTConfig from a checkpoint's model_args (model.py's fields): those this
-    file leaves out must hold the values it assumes."""
+    """GPTConfig from a checkpoint's model_args (model.py's fields): those in
+    ASSUMED must hold its values; GPTConfig takes the others."""
     for name, value in ASSUMED.items():
         if model_args.get(name, value) != value:
             raise ValueError(f"{name}={model_args[name]!r}, but this file assumes "
                              f"{value!r} (fix: the file of that config)")
-    fields = GPTConfig.__dataclass_fields__
-    return GPTConfig(**{k: v for k, v in model_args.items() if k in fields})
+    return GPTConfig(**{k: v for k, v in model_args.items() if k not in ASSUMED})
 
 
 # --- 2. Building blocks: norms, positions, MLP ----------------------------------------
@@ -93,25 +92,12 @@ class MLP(nn.Module):
 
 # --- 3. Attention: causal, GQA, and the cache entry it is handed ----------------------
 
-def causal_mask(start, length, device):
-    """Boolean (length, start+length): query start+i sees the keys <= start+i."""
-    q_pos = torch.arange(start, start + length, device=device)[:, None]
-    k_pos = torch.arange(start + length, device=device)[None, :]
-    return k_pos <= q_pos
-
-
 def causal_attention(q, k, v, start=0, dropout_p=0.0):
     """Attention of the queries q (B, H, T, D) at positions start.. over the
     keys and values k, v (B, H_kv, start+T, D): query p sees keys <= p."""
-    # start 0: SDPA's causal triangle (training's fast path); one new token sees
-    # every key; several new tokens after cached ones: the mask written out
-    mask = None
-    if start > 0 and q.size(2) > 1:
-        mask = causal_mask(start, q.size(2), q.device)
     # GQA: query head h reads kv head h // (H / H_kv)
-    gqa = q.size(1) != k.size(1)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=start == 0,
-                                          dropout_p=dropout_p, enable_gqa=gqa)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=None, is_causal=start == 0,
+                                          dropout_p=dropout_p, enable_gqa=q.size(1) != k.size(1))
 
 
 class CausalSelfAttention(nn.Module):
@@ -178,8 +164,7 @@ class DecoderStack(nn.Module):
         self.attn = nn.ModuleList()
         self.mlp = nn.ModuleList()
         self.layers = []
-        widths = [config.n_embd] * (config.n_layer // config.n_branches)   # per pgpt branch
-        for width in widths:
+        for width in [config.n_embd] * (config.n_layer // config.n_branches):
             attn = ResidualSubLayer(config, width, CausalSelfAttention(config, width))
             mlp = ResidualSubLayer(config, width, MLP(config, width))
             self.attn.append(attn)
@@ -218,12 +203,10 @@ class TokenEmbedding(nn.Module):
 
     def __init__(self, config):
         super().__init__()
-        width = config.n_embd * config.n_branches
-        self.wte = nn.Embedding(config.vocab_size, width)
+        self.wte = nn.Embedding(config.vocab_size, config.n_embd * config.n_branches)
 
     def forward(self, idx):
-        x = self.wte(idx)
-        return x
+        return self.wte(idx)
 
 
 class GPT(nn.Module):

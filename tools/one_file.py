@@ -14,21 +14,24 @@ config_or_variant; --out, --against, --keep_heaviest_branch and --all are the co
 other key is train.py's, set on the config before it is traced. `--help` lists them all.
 
 What stays: what the config runs (traced as tools/technique_lines.py traces it, built small, every flag kept) in
-one training step with its evaluation, a sampled generation through the KV cache and a greedy one past
-block_size. Of model.py it keeps the functions, classes and methods that ran (or that kept code names), the
-statements that ran, of each `if` and `a if c else b` the arms that ran, of `config.f or b` (`and`) the operands
-that decided, and of a module-level table read by a field (`ACTIVATIONS[config.activation]`) the entry. An `if`
-whose other arm never ran becomes the arm that ran, where its condition has no side effects (names, attribute
-reads, comparisons, boolean operators, len/isinstance); an `if` whose unrun arm only raises (a guard) stays whole.
-Then what nothing kept reads goes, until nothing changes: module-level names and imports, GPTConfig fields, stores
-of side-effect-free values (`self.x = None`, a local nothing reads) and a store the same block makes again before
-reading it. A docstring keeps the sentences and list items that name nothing removed (a field, an attribute, a
-string such as "rope", or a function or class whose name no English word spells), its first sentences always,
-marked when they name one.
+one training step with its evaluation, a sampled generation through the KV cache and a greedy one past block_size.
+Of model.py it keeps the functions, classes and methods that ran (or that kept code names), the statements that
+ran, of each `if` and `a if c else b` the arms that ran, of `config.f or b` (`and`) the operands that decided, and
+of a module-level table read by a field (`ACTIVATIONS[config.activation]`) the entry. An `if` whose other arm never
+ran becomes the arm that ran, where its condition has no side effects (names, attribute reads, comparisons, boolean
+operators, len/isinstance, a tensor's size()); an `if` whose unrun arm only raises (a guard) stays whole. A field
+at 1, its default (n_branches), is folded where it multiplies, divides or counts copies (`x * config.n_branches`:
+x). Then what nothing kept reads goes, until nothing changes: module-level names and imports, GPTConfig fields,
+stores of side-effect-free values (`self.x = None`, a local nothing reads) and a store the same block makes again
+before reading it; a local that only names a value is read as it (`mask = None`, `width = config.n_embd` read in
+the next statement, `x = ...` then `return x`). A docstring keeps the sentences and list items that name nothing
+removed (a field, an attribute, a string such as "rope", or a function or class whose name no English word spells),
+its first sentences always, marked when they name one.
 
 GPTConfig keeps the fields kept code reads; the others, and those a removed condition read (`config.f`, or `f` of
-a `self.x = config.f` it read), are ASSUMED at the values it ran with; `config_from(model_args)` checks a
-checkpoint's model_args against them (one ValueError naming the field) and builds the file's GPTConfig.
+a `self.x = config.f` it read), are ASSUMED at the values it ran with (a field it holds at one value only has
+that value as its default); `config_from(model_args)` checks a checkpoint's model_args against them (one
+ValueError naming the field) and builds the file's GPTConfig from the others.
 """
 import ast
 import collections
@@ -55,8 +58,9 @@ from tools import technique_lines
 ROOT = technique_lines.ROOT
 MODEL = os.path.abspath(os.path.join(ROOT, "model.py"))
 OUT_DIR = os.path.join(ROOT, "models")
-# the calls a condition may make and still have no side effects
+# the calls a condition may make and still have no side effects: these functions, and x.size(...) (a shape)
 PURE_CALLS = {"len", "isinstance"}
+PURE_METHODS = {"size"}
 COMMAND = "python -m tools.one_file"
 # the command's own keys; train.py's keys follow them, set on the traced config
 OPTIONS = dict(
@@ -102,9 +106,11 @@ def run(target, overrides=None, keep_heaviest_branch=False):
     ran = {}
 
     def generate_more(model):
-        """After technique_lines' sampled generation: a greedy one from a full window, which starts it again."""
+        """After technique_lines' sampled generation (top_k=5): a greedy one from a full window, which starts
+        it again, and one sampled without top_k."""
         prompt = torch.zeros((1, model.config.block_size), dtype=torch.long)
         model.generate(prompt, 3, temperature=0)
+        model.generate(prompt[:, :3], 1, top_k=None, generator=torch.Generator().manual_seed(0))
         ran.update(dataclasses.asdict(model.config))
     tracer = technique_lines.trace(target, overrides, keep_heaviest_branch, tracer=Traced(), then=generate_more)
     full = gpt_config_defaults()
@@ -125,9 +131,10 @@ def inside(pos, node):
 
 def pure(node):
     """No side effects: names, constants, attribute reads, subscripts, comparisons, boolean and arithmetic
-    operators, tuples, lists and dicts of them, len() and isinstance()."""
+    operators, tuples, lists and dicts of them, len(), isinstance() and a tensor's size()."""
     if isinstance(node, ast.Call):
-        return (isinstance(node.func, ast.Name) and node.func.id in PURE_CALLS and not node.keywords
+        method = isinstance(node.func, ast.Attribute) and node.func.attr in PURE_METHODS and pure(node.func.value)
+        return ((method or isinstance(node.func, ast.Name) and node.func.id in PURE_CALLS) and not node.keywords
                 and all(pure(a) for a in node.args))
     allowed = (ast.Name, ast.Constant, ast.Attribute, ast.Subscript, ast.Compare, ast.BoolOp, ast.UnaryOp,
                ast.BinOp, ast.Tuple, ast.List, ast.Dict, ast.Load, ast.operator, ast.cmpop, ast.boolop,
@@ -237,6 +244,15 @@ class Specialiser:
                         isinstance(k, ast.Constant) and isinstance(k.value, str) for k in node.value.keys)):
                 self.tables[node.targets[0].id] = {k.value: v for k, v in zip(node.value.keys, node.value.values)}
         self.assumed_by = set()
+        self.pinned = {}   # GPTConfig fields held at one value only: name -> that value
+        self.defaults = {f.name: f.default for f in dataclasses.fields(GPTConfig)}
+        self.folded = set()   # the fields of value 1 folded away (x * n_branches: x)
+
+    def class_of(self, node):
+        """The class of model.py that node lies in (None at module level)."""
+        while node is not None and not isinstance(node, ast.ClassDef):
+            node = self.parents.get(node)
+        return node
 
     def position(self, code, offset):
         positions = self.codes.get(code)
@@ -324,6 +340,14 @@ class Specialiser:
         for child in ast.iter_child_nodes(node):
             if child in skip or isinstance(child, ast.stmt):
                 continue
+            kept = self.without_unit(child)
+            if kept is not None:   # x * config.n_branches, n_branches 1: x
+                where = span(child)
+                atom = (ast.Name, ast.Attribute, ast.Call, ast.Subscript, ast.Constant)
+                if isinstance(node, (ast.BinOp, ast.UnaryOp)) and isinstance(kept, atom):   # (n // 1): n
+                    where = self.with_parentheses(where)
+                edits.append((where, self.expr(kept) if isinstance(kept, ast.expr) else kept))
+                continue
             if isinstance(child, ast.IfExp):
                 body, other = self.did_run(child.body), self.did_run(child.orelse)
                 if body != other and pure(child.test):
@@ -348,6 +372,39 @@ class Specialiser:
                     continue
             edits += self.ifexp_edits(child)
         return sorted(edits)
+
+    def unit(self, node):
+        """Whether node reads a field of value 1 in GPTConfig's defaults and in this config (n_branches)."""
+        own = self.class_of(node) is not None and self.class_of(node).name == "GPTConfig"
+        if not is_field(node, own) or self.defaults.get(node.attr) != 1 or self.values.get(node.attr) != 1:
+            return False
+        if isinstance(self.defaults[node.attr], bool):
+            return False
+        self.folded.add(node.attr)
+        return True
+
+    def without_unit(self, node):
+        """What node reads as when its field of value 1 is folded: x of x * f, f * x, x // f, and the text
+        [e] of [e for _ in range(f)]; None if node has none."""
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Mult, ast.FloorDiv)) and self.unit(node.right):
+            return node.left
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult) and self.unit(node.left):
+            return node.right
+        if isinstance(node, ast.ListComp) and len(node.generators) == 1:
+            loop = node.generators[0]
+            if (isinstance(loop.target, ast.Name) and not loop.ifs and loop.target.id not in name_loads(node.elt)
+                    and isinstance(loop.iter, ast.Call) and isinstance(loop.iter.func, ast.Name)
+                    and loop.iter.func.id == "range" and len(loop.iter.args) == 1 and self.unit(loop.iter.args[0])):
+                return "[" + self.expr(node.elt) + "]"
+        return None
+
+    def with_parentheses(self, where):
+        """where, widened to the parentheses right around it."""
+        (l1, c1), (l2, c2) = where
+        before, after = self.lines[l1 - 1].encode()[:c1], self.lines[l2 - 1].encode()[c2:]
+        if before.rstrip().endswith(b"(") and after.lstrip().startswith(b")"):
+            return (l1, len(before.rstrip()) - 1), (l2, c2 + len(after) - len(after.lstrip()) + 1)
+        return where
 
     def short_circuited(self, node):
         """Whether `a or b` (`a and b`) ever skipped b: a step from a to past node."""
@@ -438,12 +495,25 @@ class Specialiser:
                     body += self.definition(stmt, shift, drop)
             elif isinstance(node, ast.ClassDef) and not is_docstring(stmt, node):
                 # class-level fields and constants: kept unless dropped (their readers decide)
-                body += dedent(self.lines[self.lead(stmt) - 1:stmt.end_lineno], shift)
+                body += dedent(self.lines[self.lead(stmt) - 1:stmt.end_lineno - 1] + [self.field(stmt)], shift)
             else:
                 body += self.statement(stmt, shift, node, drop)
         if not [line for line in body if line.strip() and not line.strip().startswith("#")]:
             body.append(" " * (node.body[0].col_offset - shift) + "pass")
         return dedent(header, shift) + body
+
+    def field(self, stmt):
+        """A class-level line; a GPTConfig field the file holds at one value only (ASSUMED) gets that value as
+        its default, and says so: GPTConfig() then builds a model this file runs."""
+        line = self.lines[stmt.end_lineno - 1]
+        name = stmt.target.id if isinstance(stmt, ast.AnnAssign) else None
+        if name not in self.pinned or stmt.value is None or stmt.lineno != stmt.end_lineno:
+            return line
+        value = repr(self.pinned[name])
+        start, end = self.col(stmt.lineno, stmt.value.col_offset), self.col(stmt.lineno, stmt.value.end_col_offset)
+        code, _, comment = line[end:].partition("#")
+        comment = comment.strip() + "; " if comment.strip() else ""
+        return f"{line[:start]}{value}{code}# {comment}this file: {value} only"
 
     def if_statement(self, node, shift, keyword, drop):
         """An if (keyword "if") or the elif of one (keyword "elif"): the arms that ran."""
@@ -586,11 +656,18 @@ def specialise(text, tracer, ran_args, full_args, header):
             break
         drop |= more
     # the fields left out, and those a removed condition read, are assumed
-    tested = set()
+    tested, tested_own = set(spec.folded), set()   # attributes read; (class, x) of self.x read in that class
     for test in spec.tests:
-        tested |= {n.attr for n in ast.walk(test) if isinstance(n, ast.Attribute)}
-    for node in stores:   # self.x = config.f: a condition on x is one on f
-        if node.targets[0].attr in tested - FIELDS or node in drop:
+        for n in ast.walk(test):
+            if not isinstance(n, ast.Attribute):
+                continue
+            if isinstance(n.value, ast.Name) and n.value.id == "self" and n.attr not in FIELDS:
+                tested_own.add((spec.class_of(n), n.attr))
+            else:
+                tested.add(n.attr)
+    for node in stores:   # self.x = config.f: a condition on x (in x's class, or on any y.x) is one on f
+        name = node.targets[0].attr
+        if name in tested - FIELDS or (spec.class_of(node), name) in tested_own or node in drop:
             tested |= {n.attr for n in ast.walk(node.value) if isinstance(n, ast.Attribute)}
     held = {s.target.id for s in config_class.body if isinstance(s, ast.AnnAssign) and s not in drop}
     # (a size the tool shrank, such as ShishuLM's n_attn_layers, stays free where the file holds it)
@@ -600,6 +677,7 @@ def specialise(text, tracer, ran_args, full_args, header):
     if differ:
         raise UserError(f"the traced model's {', '.join(differ)} differ from the config's, and the file would "
                         f"assume them (fix: tools/fingerprint.py's SMALL sizes)")
+    spec.pinned = {name: value for name, value in assumed.items() if name in held}
     chunks = chunk_texts(spec, drop)
     imports = imports_needed(spec, chunks, drop)
     out = [header, ""] + imports
@@ -639,22 +717,97 @@ def parse(text):
 def prune(text):
     """text less its stores that nothing reads: a local assigned a value without side effects that its
     function never reads, and an attribute assigned such a value (or a call without arguments) that the
-    same block assigns again before reading it (self.ln_f = nn.Identity(), then self.ln_f = ...)."""
+    same block assigns again before reading it (self.ln_f = nn.Identity(), then self.ln_f = ...). Then its
+    locals that only name a value: one assigned a constant once (`mask = None`) is read as the constant, and
+    `x = f(...)` right before `return x`, x read nowhere else, becomes `return f(...)`."""
     while True:
-        tree = parse(text)
-        dead = next((s for s in unread_stores(tree)), None)
-        if dead is None:
-            return text
-        lines = text.split("\n")
-        first = dead.lineno
-        while first > 1 and lines[first - 2].lstrip().startswith("#"):   # its comment goes with it
-            first -= 1
-        shorter = "\n".join(lines[:first - 1] + lines[dead.end_lineno:])
-        try:
-            parse(shorter)
-        except SyntaxError:   # it was alone in its block
+        shorter = without_unread_store(text) or with_locals_folded(text)
+        if shorter is None:
             return text
         text = shorter
+
+
+def without_unread_store(text):
+    """text less its first unread store (None if none, or if it was alone in its block)."""
+    dead = next((s for s in unread_stores(parse(text))), None)
+    if dead is None:
+        return None
+    lines = text.split("\n")
+    first = dead.lineno
+    while first > 1 and lines[first - 2].lstrip().startswith("#"):   # its comment goes with it
+        first -= 1
+    shorter = "\n".join(lines[:first - 1] + lines[dead.end_lineno:])
+    try:
+        parse(shorter)
+    except SyntaxError:   # it was alone in its block
+        return None
+    return shorter
+
+
+def with_locals_folded(text):
+    """text with its first local that only names a value folded into its reads (None if none)."""
+    lines = text.split("\n")
+    for func in ast.walk(parse(text)):
+        if not isinstance(func, ast.FunctionDef):
+            continue
+        stores = collections.Counter(n.id for n in ast.walk(func) if isinstance(n, ast.Name)
+                                     and not isinstance(n.ctx, ast.Load))
+        stores.update(a.arg for n in ast.walk(func) if isinstance(n, ast.arguments)
+                      for a in n.posonlyargs + n.args + n.kwonlyargs + [n.vararg, n.kwarg] if a)
+        reads = [n for n in ast.walk(func) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)]
+        for block in (getattr(n, f, None) for n in ast.walk(func) for f in ("body", "orelse")):
+            if not isinstance(block, list):
+                continue
+            for i, stmt in enumerate(block):
+                if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
+                        and isinstance(stmt.targets[0], ast.Name) and stores[stmt.targets[0].id] == 1):
+                    continue
+                name = stmt.targets[0].id
+                uses = [n for n in reads if n.id == name]
+                after = block[i + 1] if i + 1 < len(block) else None
+                if isinstance(stmt.value, ast.Constant) and block is func.body:   # mask = None: read as None
+                    value = ast.get_source_segment(text, stmt.value)
+                    for use in sorted(uses, key=lambda n: (n.lineno, n.col_offset), reverse=True):
+                        line = lines[use.lineno - 1].encode()
+                        lines[use.lineno - 1] = (line[:use.col_offset].decode() + value
+                                                 + line[use.end_col_offset:].decode())
+                    return without_lines(lines, stmt)
+                if len(uses) == 1 and after is not None and once_in(after, uses[0], stmt.value):
+                    # width = config.n_embd, or stacks = [...] before self.branches = nn.ModuleList(stacks)
+                    value = ast.get_source_segment(text, stmt.value)
+                    use = uses[0]
+                    line = lines[use.lineno - 1].encode()
+                    lines[use.lineno - 1] = line[:use.col_offset].decode() + value + line[use.end_col_offset:].decode()
+                    return "\n".join(lines[:stmt.lineno - 1] + lines[stmt.end_lineno:])   # its comment stays
+                if (isinstance(after, ast.Return) and isinstance(after.value, ast.Name) and after.value.id == name
+                        and len(uses) == 1 and after.lineno == stmt.end_lineno + 1):   # x = ...; return x
+                    head = lines[stmt.lineno - 1].encode()
+                    lines[stmt.lineno - 1] = (head[:stmt.col_offset].decode() + "return "
+                                              + head[stmt.value.col_offset:].decode())
+                    return "\n".join(lines[:after.lineno - 1] + lines[after.lineno:])
+    return None
+
+
+def once_in(after, use, value):
+    """Whether a local's one read, `use`, can take its value there: the read is in the next statement, after, and
+    the value has no side effects (config.n_embd, q.size(1) != k.size(1)) or is a one-line list the next statement hands whole to a call
+    (`self.branches = nn.ModuleList(stacks)`)."""
+    if not (after.lineno <= use.lineno <= after.end_lineno) or value.lineno != value.end_lineno:
+        return False
+    if pure(value):   # evaluated later, but before any call of the next statement ends
+        return not any(isinstance(n, ast.Call) and (n.end_lineno, n.end_col_offset) <= (use.lineno, use.col_offset)
+                       for n in ast.walk(after))
+    call = after.value if isinstance(after, ast.Assign) else None
+    return (isinstance(value, ast.List) and isinstance(call, ast.Call) and call.args == [use] and not call.keywords
+            and isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name))
+
+
+def without_lines(lines, stmt):
+    """The text of lines less stmt's, and the comment lines right above it."""
+    first = stmt.lineno
+    while first > 1 and lines[first - 2].lstrip().startswith("#"):
+        first -= 1
+    return "\n".join(lines[:first - 1] + lines[stmt.end_lineno:])
 
 
 def unread_stores(tree):
@@ -722,19 +875,19 @@ def assumptions(assumed, held):
             items.append("")
         items[-1] += (" " if items[-1] else "") + item
     checked = [n for n in assumed if n in held]
-    note = f"; those it holds but runs at one value only ({', '.join(checked)}) too" if checked else ""
+    note = (f"; those it holds but runs at one value only ({', '.join(checked)}, at that value in GPTConfig) too"
+            if checked else "")
     comment = textwrap.wrap(f"model.py's GPTConfig fields this file leaves out{note}: the values it assumes", 96)
     return ("\n".join("# " + line for line in comment) + "\n"
             "ASSUMED = {\n" + "\n".join("    " + line for line in items) + "\n}\n\n\n"
             "def config_from(model_args):\n"
-            '    """GPTConfig from a checkpoint\'s model_args (model.py\'s fields): those this\n'
-            '    file leaves out must hold the values it assumes."""\n'
+            '    """GPTConfig from a checkpoint\'s model_args (model.py\'s fields): those in\n'
+            '    ASSUMED must hold its values; GPTConfig takes the others."""\n'
             "    for name, value in ASSUMED.items():\n"
             "        if model_args.get(name, value) != value:\n"
             "            raise ValueError(f\"{name}={model_args[name]!r}, but this file assumes \"\n"
             "                             f\"{value!r} (fix: the file of that config)\")\n"
-            "    fields = GPTConfig.__dataclass_fields__\n"
-            "    return GPTConfig(**{k: v for k, v in model_args.items() if k in fields})")
+            "    return GPTConfig(**{k: v for k, v in model_args.items() if k not in ASSUMED})")
 
 
 def tidy(lines):
