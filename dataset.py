@@ -8,6 +8,8 @@ Tokenizers, as meta.json describes them:
     char      CharTokenizer: one id per character of meta["chars"]
     gpt2      GPT-2 BPE (tiktoken; offline from GPT2_TIKTOKEN_FILE when set)
     compact   a subset of GPT-2's tokens (paper 003, 2.1, chosen by tools/pangu/compact_vocab.py), meta["tokens"]
+Which of them a meta.json names is read in one place, Vocabulary: the tokenizer here and the tools (exports,
+inheritance) read its parts, and a kind a reader cannot use is one line.
 What sample.py needs of it: the tokenizer of a checkpoint's dataset and the prompt's ids, checked (tokenizer_of).
 The runners in tools/ print a sample as it is generated through TextStream. What prepare.py and the tools need: checking
 a text dataset's name and folder (check_text_dataset), finding or downloading an input (shakespeare_path,
@@ -51,8 +53,7 @@ def load_meta(data_dir, ckpt=None):
             raise UserError(f"{data_dir} has no meta.pkl (nanoGPT's char vocabulary), and {ckpt.get('path')} has "
                             f"{ckpt['model_args']['vocab_size']} tokens, not GPT-2's (fix: --data_dir=<the nanoGPT "
                             f"data folder it was trained on>)")
-        return {"tokenizer": "gpt2", "vocab_size": GPT2_VOCAB_SIZE, "eot_token": GPT2_EOT_ID,
-                "dataset": os.path.basename(os.path.normpath(data_dir))}
+        return dict(gpt2_meta(), dataset=os.path.basename(os.path.normpath(data_dir)))
     try:
         with open(path, encoding="utf-8") as f:
             meta = json.load(f)
@@ -215,6 +216,134 @@ class BPETokenizer:
         return self.enc.decode_single_token_bytes(i)
 
 
+TOKENIZER_KINDS = ("char", "gpt2", "compact")   # what meta.json's "tokenizer" may name (see the top of this file)
+
+
+def gpt2_meta():
+    """What meta.json says of GPT-2's BPE (a new dict each time: callers add their dataset's fields)."""
+    return {"tokenizer": "gpt2", "vocab_size": GPT2_VOCAB_SIZE, "eot_token": GPT2_EOT_ID}
+
+
+class Vocabulary:
+    """What a dataset's meta.json says maps token ids to text, read and checked in one place: every part of the
+    code that needs the tokenizer's kind asks a Vocabulary (the tokenizer below; the Hugging Face, ExecuTorch and
+    GGUF exports; inheritance's GPT-2 ids; the tokenizing workers of tools.wikitext103) instead of reading
+    meta["tokenizer"] itself. The kind and vocab_size are checked at once; each list when it is read, so a meta
+    is only asked for what its reader needs. The parts:
+        is_char_level   char: one id per character; the others are byte-level BPE
+        chars()         char: the character of each id
+        byte_tokens()   byte-level BPE: the bytes of each id before the end-of-text token, in GPT-2's rank order
+        eot()           byte-level BPE: the id of <|endoftext|>, the last; None for char
+        gpt2_ids()      byte-level BPE: GPT-2's id of each id (eot's too); None for char, which shares none
+        encoding()      byte-level BPE: its tiktoken encoding
+        describe()      a few words for a summary line
+    A new kind: add it to TOKENIZER_KINDS and to the parts it has. A part it lacks is one line naming the kind
+    (unhandled), so a reader that cannot use the new kind says so instead of taking it for another."""
+
+    def __init__(self, meta, source="meta.json"):
+        self.meta, self.source = meta, source
+        self.kind = meta.get("tokenizer")
+        if self.kind not in TOKENIZER_KINDS:
+            raise UserError(f"{source} names tokenizer {self.kind!r}, which is none of {', '.join(TOKENIZER_KINDS)} "
+                            f"(fix: prepare the dataset again, with prepare.py or the tool that wrote it)")
+        self.size = meta.get("vocab_size")
+        if not isinstance(self.size, int) or self.size < 1:
+            raise UserError(f"{source} has no valid vocab_size (fix: prepare the dataset again)")
+        if self.kind == "gpt2" and self.size != GPT2_VOCAB_SIZE:
+            raise UserError(f"{source} says gpt2 with vocab_size {self.size}, not {GPT2_VOCAB_SIZE} "
+                            f"(fix: prepare the dataset again)")
+        self.is_char_level = self.kind == "char"
+
+    def unhandled(self, part):
+        """The error for a part this kind does not have (or not yet: a new kind), by the reader that asked."""
+        return UserError(f"{self.source}'s tokenizer {self.kind!r} has no {part}, which this command needs "
+                         f"(fix: a dataset with another tokenizer)")
+
+    def chars(self):
+        """char: vocab_size distinct strings, the character of each id."""
+        if self.kind != "char":
+            raise self.unhandled("characters")
+        chars = self.meta.get("chars")
+        if not (isinstance(chars, list) and all(isinstance(c, str) for c in chars)
+                and len(set(chars)) == len(chars) == self.size):
+            raise UserError(f"{self.source}'s chars are not {self.size} distinct characters (vocab_size) "
+                            f"(fix: prepare the dataset again)")
+        return chars
+
+    def byte_tokens(self):
+        """The bytes of ids 0..eot-1. A compact vocabulary's (paper 003's subset of GPT-2's tokens) must be
+        vocab_size - 1 distinct tokens with all 256 single bytes (so any text encodes), then eot."""
+        if self.kind == "gpt2":
+            enc = self.encoding()
+            return [enc.decode_single_token_bytes(i) for i in range(GPT2_EOT_ID)]
+        if self.kind != "compact":
+            raise self.unhandled("byte-level BPE tokens")
+        fix = "(fix: prepare the dataset again)"
+        try:
+            tokens = [base64.b64decode(t, validate=True) for t in self.meta["tokens"]]
+            eot = self.meta["eot_token"]
+        except (KeyError, TypeError, ValueError):   # binascii.Error, bad base64, is a ValueError
+            raise UserError(f"{self.source} has no valid compact 'tokens' / 'eot_token' {fix}") from None
+        if not len(tokens) + 1 == self.size == eot + 1:
+            raise UserError(f"{self.source}'s compact vocabulary has {len(tokens)} tokens and eot {eot}, not "
+                            f"vocab_size - 1 = {self.size - 1} tokens then eot {fix}")
+        singles = {t for t in tokens if len(t) == 1}
+        if len(singles) != 256 or len(set(tokens)) != len(tokens):
+            raise UserError(f"{self.source}'s compact vocabulary is not {len(tokens)} distinct byte tokens with all "
+                            f"256 single bytes followed by eot {fix}")
+        return tokens
+
+    def eot(self):
+        if self.kind == "char":
+            return None
+        if self.kind == "gpt2":
+            return GPT2_EOT_ID
+        if self.kind == "compact":
+            self.byte_tokens()   # checks eot_token against the tokens and vocab_size
+            return self.meta["eot_token"]
+        raise self.unhandled("end-of-text token")
+
+    def gpt2_ids(self):
+        """GPT-2's id of every id: itself for GPT-2, meta["gpt2_ids"] then <|endoftext|> for a compact vocabulary
+        (tools.pangu.compact_vocab); None for char."""
+        if self.kind == "char":
+            return None
+        if self.kind == "gpt2":
+            return list(range(self.size))
+        if self.kind == "compact":
+            ids = self.meta.get("gpt2_ids")
+            if not (isinstance(ids, list) and len(ids) + 1 == self.size):
+                raise UserError(f"{self.source}'s compact gpt2_ids are not vocab_size - 1 = {self.size - 1} GPT-2 "
+                                f"ids (fix: prepare the dataset again)")
+            return ids + [GPT2_EOT_ID]
+        raise self.unhandled("GPT-2 ids")
+
+    def encoding(self, ranks_path=None):
+        """The tiktoken encoding; ranks_path: GPT-2's ranks file (get_gpt2_encoding)."""
+        if self.kind == "gpt2":
+            return get_gpt2_encoding(ranks_path)
+        if self.kind == "compact":
+            return compact_encoding(self.byte_tokens())
+        raise self.unhandled("tiktoken encoding")
+
+    def describe(self):
+        if self.kind == "char":
+            return f"char-level, {self.size} characters"
+        if self.kind == "gpt2":
+            return f"GPT-2 BPE, {self.size:,} tokens"
+        if self.kind == "compact":
+            return f"compact GPT-2 BPE (paper 003), {self.size:,} tokens"
+        raise self.unhandled("description")
+
+
+def tokenizer_from_meta(meta):
+    """The tokenizer of a meta.json (Vocabulary: its parts must agree)."""
+    vocab = Vocabulary(meta)
+    if vocab.is_char_level:
+        return CharTokenizer(vocab.chars())
+    return BPETokenizer(vocab.encoding(), vocab.size, vocab.eot())
+
+
 def load_tokenizer(data_dir, ckpt=None):
     """The tokenizer described by data_dir/meta.json (char, gpt2 or compact), with one-line errors. With a
     checkpoint (load_meta reads nanoGPT's folders for it too), its vocabulary is checked against the model's
@@ -242,7 +371,7 @@ def check_vocabulary(meta, ckpt, data_dir):
     size = meta["vocab_size"]
     if not isinstance(model_vocab, int):
         return
-    exact = meta.get("tokenizer") == "char" and not ckpt.get("tokenizer_id")
+    exact = Vocabulary(meta).is_char_level and not ckpt.get("tokenizer_id")
     if size > model_vocab or (exact and size != model_vocab):
         raise UserError(f"the vocabulary of {data_dir} has {size} tokens, the model in {ckpt.get('path')} "
                         f"{model_vocab}: it was trained on another vocabulary, and its ids would decode to other "
@@ -258,29 +387,6 @@ def tokenizer_of(ckpt, data_dir, start_text):
     dataset = ckpt.get("dataset") or os.path.basename(os.path.normpath(data_dir))
     tok = load_tokenizer(data_dir, ckpt)
     return tok, encode_start(tok, start_text, dataset, ckpt["model_args"]["vocab_size"])
-
-
-def tokenizer_from_meta(meta):
-    """The tokenizer of a meta.json, whose parts must agree: vocab_size distinct characters (char), GPT-2's size
-    (gpt2), vocab_size - 1 tokens and eot last (compact)."""
-    kind = meta.get("tokenizer")
-    fix = "(fix: prepare the dataset again)"
-    if kind == "char":
-        chars = meta["chars"]
-        if not (isinstance(chars, list) and len(set(chars)) == len(chars) == meta["vocab_size"]):
-            raise UserError(f"meta.json's chars are not {meta['vocab_size']} distinct characters (vocab_size) {fix}")
-        return CharTokenizer(chars)
-    if kind == "gpt2":
-        if meta["vocab_size"] != GPT2_VOCAB_SIZE:
-            raise UserError(f"meta.json says gpt2 with vocab_size {meta['vocab_size']}, not {GPT2_VOCAB_SIZE} {fix}")
-        return BPETokenizer(get_gpt2_encoding(), GPT2_VOCAB_SIZE, GPT2_EOT_ID)
-    if kind == "compact":
-        tokens = [base64.b64decode(t) for t in meta["tokens"]]
-        if not len(tokens) + 1 == meta["vocab_size"] == meta["eot_token"] + 1:
-            raise UserError(f"meta.json's compact vocabulary has {len(tokens)} tokens and eot {meta['eot_token']}, "
-                            f"not vocab_size - 1 = {meta['vocab_size'] - 1} tokens then eot {fix}")
-        return BPETokenizer(compact_encoding(tokens), meta["vocab_size"], meta["eot_token"])
-    raise UserError(f"unknown tokenizer {kind!r} in meta.json (fix: re-run prepare.py; it writes char, gpt2 or compact)")
 
 
 def check_prompt(tok, text, dataset, vocab_size=None):
@@ -717,7 +823,7 @@ def write_dataset(out_dir, splits, meta, force=False):
     (it marks a complete folder). Refused first, in one line, before anything is written: more distinct characters
     than uint16 ids hold, a split under 2 tokens, a dataset of another text in out_dir (unless force)."""
     text = meta["text"]
-    if meta["tokenizer"] == "char":
+    if Vocabulary(meta).is_char_level:
         check_char_count(meta["vocab_size"])
     check_long_enough(text["path"], text["characters"], meta["splits"], text["val_fraction"])
     check_replace(out_dir, meta, force)

@@ -16,6 +16,7 @@ about a second): what they check is the runner's loading, not the model (tests/t
 (issue 48) its text streamed as it is generated, stopped by Ctrl-C.
 """
 import fcntl
+import functools
 import json
 import os
 import pickle
@@ -67,6 +68,29 @@ def test_meta_pkl_stoi_must_invert_itos(tmp_path):
 def test_meta_json_parts_must_agree(meta, words):
     with pytest.raises(UserError, match=words):
         dataset.tokenizer_from_meta(meta)
+
+
+def test_a_new_tokenizer_kind_is_refused_by_every_reader(monkeypatch):
+    """A kind added to dataset.TOKENIZER_KINDS before its parts are written in dataset.Vocabulary: each reader of a
+    vocabulary (the tokenizer, the files the Hugging Face / ExecuTorch / GGUF exports write, inheritance's GPT-2
+    ids, wikitext103's workers, the export's summary) refuses it in one line instead of taking it for another kind;
+    a kind not in the list is refused as soon as it is read."""
+    from tools.huggingface.tokenizer import tokenizer_files
+    from tools.pangu.inherit import vocab_rows
+    from tools.wikitext103 import encoding_from_spec, encoding_spec
+    with pytest.raises(UserError, match="names tokenizer 'dummy', which is none of char, gpt2, compact"):
+        dataset.Vocabulary({"tokenizer": "dummy", "vocab_size": 10})
+    monkeypatch.setattr(dataset, "TOKENIZER_KINDS", (*dataset.TOKENIZER_KINDS, "dummy"))
+    meta = {"tokenizer": "dummy", "vocab_size": 10}
+    readers = [functools.partial(dataset.tokenizer_from_meta, meta),
+               functools.partial(tokenizer_files, meta, 10, 8),
+               functools.partial(vocab_rows, meta, meta),
+               functools.partial(encoding_from_spec, encoding_spec(meta)),
+               dataset.Vocabulary(meta).describe]
+    for read in readers:
+        with pytest.raises(UserError) as e:
+            read()
+        assert "meta.json's tokenizer 'dummy' has no " in str(e.value) and "\n" not in str(e.value)
 
 
 @pytest.mark.parametrize("kind,model_vocab,recorded,fits", [

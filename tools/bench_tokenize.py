@@ -12,7 +12,7 @@ import time
 import numpy as np
 
 from configurator import UserError, run_command
-from dataset import GPT2_EOT_ID, get_gpt2_encoding
+from dataset import GPT2_EOT_ID, get_gpt2_encoding, gpt2_meta
 from tools.wikitext103 import check_num_proc, encoding_spec, iter_tokenized
 
 DEFAULTS = dict(mb=32.0, input_path="", gpt2_ranks="", num_proc=0)
@@ -50,7 +50,7 @@ def bench_tokenize(mb=32, input_path=None, gpt2_ranks=None, num_proc=None):
     check_num_proc(num_proc)
     articles, source = bench_corpus(mb, input_path)
     get_gpt2_encoding(gpt2_ranks)
-    spec = encoding_spec(ranks_path=gpt2_ranks)
+    spec = encoding_spec(gpt2_meta(), gpt2_ranks)
     nbytes = sum(len(a) for a in articles)
     print(f"corpus: {nbytes / 1e6:.1f} MB ({source}), {len(articles)} articles, GPT-2 encode_ordinary")
     results = {}

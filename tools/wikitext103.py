@@ -14,7 +14,6 @@ CPUs). --vocab_size K: the K GPT-2 tokens most frequent in the training split (t
 with its coverage / PEHL report for --n_layer / --n_embd and coverage.png (--no_plot: none).
 Tokenization throughput: python -m tools.bench_tokenize.
 """
-import base64
 import os
 import re
 import zipfile
@@ -24,8 +23,8 @@ import numpy as np
 
 from checkpoint import atomic_open, check_out_dir
 from configurator import UserError, run_command
-from dataset import (GPT2_EOT_ID, GPT2_VOCAB_SIZE, Progress, begin_writing, compact_encoding, download,
-                     get_gpt2_encoding, one_line, write_meta)
+from dataset import (GPT2_EOT_ID, GPT2_VOCAB_SIZE, Progress, Vocabulary, begin_writing, download, get_gpt2_encoding,
+                     gpt2_meta, one_line, write_meta)
 from tools.pangu.compact_vocab import REPORT_DEFAULTS, build_compact, check_positive, compact_size, given
 
 # WikiText-103 (raw, v1, Merity et al.), tried in order. The original Salesforce S3 bucket is
@@ -142,17 +141,14 @@ def check_utf8(splits, source):
 _worker_enc = None
 
 
-def encoding_spec(tokens=None, ranks_path=None):
-    """A picklable description of an encoding: GPT-2 (by ranks file) or compact (its byte tokens)."""
-    if tokens is None:
-        return {"kind": "gpt2", "ranks_path": ranks_path or os.environ.get("GPT2_TIKTOKEN_FILE") or None}
-    return {"kind": "compact", "tokens": list(tokens)}
+def encoding_spec(meta, ranks_path=None):
+    """A picklable description of an encoding: a gpt2 or compact meta.json (dataset.Vocabulary reads it) and
+    GPT-2's ranks file."""
+    return {"meta": meta, "ranks_path": ranks_path or os.environ.get("GPT2_TIKTOKEN_FILE") or None}
 
 
 def encoding_from_spec(spec):
-    if spec["kind"] == "gpt2":
-        return get_gpt2_encoding(spec["ranks_path"])
-    return compact_encoding(spec["tokens"])
+    return Vocabulary(spec["meta"]).encoding(spec["ranks_path"])
 
 
 def _init_worker(spec):
@@ -252,8 +248,8 @@ def prepare_wikitext103(out_dir, source=None, gpt2_ranks=None, vocab_size=None, 
     splits = {split: split_articles(read(name)) for split, name in WIKITEXT103_SPLITS.items()}
     check_utf8(splits, source)
     get_gpt2_encoding(gpt2_ranks)  # fail early (and download once) before starting workers
-    spec, eot = encoding_spec(ranks_path=gpt2_ranks), GPT2_EOT_ID
-    meta = {"dataset": dataset, "tokenizer": "gpt2", "vocab_size": GPT2_VOCAB_SIZE, "eot_token": GPT2_EOT_ID}
+    spec, eot = encoding_spec(gpt2_meta(), gpt2_ranks), GPT2_EOT_ID
+    meta = {"dataset": dataset, **gpt2_meta()}
     extra = {}
     begin_writing(out_dir)
     if vocab_size:
@@ -264,7 +260,7 @@ def prepare_wikitext103(out_dir, source=None, gpt2_ranks=None, vocab_size=None, 
         plot_path = os.path.join(out_dir, "coverage.png") if plot else None
         _, meta_c, extra = build_compact(counts, vocab_size, gpt2_ranks, n_layer, n_embd, plot_path)
         meta.update(meta_c)
-        spec, eot = encoding_spec([base64.b64decode(t) for t in meta_c["tokens"]]), meta_c["eot_token"]
+        spec, eot = encoding_spec(meta_c), meta_c["eot_token"]
     meta["splits"] = {}
     for split, articles in splits.items():
         stats, _ = tokenize_to_file(os.path.join(out_dir, f"{split}.bin"), articles, spec, eot,

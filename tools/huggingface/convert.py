@@ -38,7 +38,7 @@ import torch
 
 from checkpoint import depth_summary
 from configurator import UserError, run_command
-from dataset import GPT2_EOT_ID, GPT2_VOCAB_SIZE
+from dataset import GPT2_EOT_ID, GPT2_VOCAB_SIZE, Vocabulary
 from tools.sizes import head_dim, kv_heads
 from tools.support import refuse_undeclared
 from tools.huggingface import ConversionError, _first_line, refuse
@@ -528,7 +528,7 @@ def export(model, out_dir, say=None, weights_format="auto", meta=None, meta_sour
     files, eot, kind = {}, "gpt2", "none"
     if meta is not None:   # built (and checked) before anything is written
         files, eot = tokenizer_files(meta, model.config.vocab_size, model.config.block_size, meta_source)
-        kind = describe_tokenizer(meta, files["tokenizer.json"])
+        kind = Vocabulary(meta, meta_source).describe()
     config, tensors = hf_config_for(model, arch, eot), hf_state_dict_for(model, arch)
     files["generation_config.json"] = generation_config_for(model, config["eos_token_id"])
     if weights_format == "auto":
@@ -571,13 +571,6 @@ def export(model, out_dir, say=None, weights_format="auto", meta=None, meta_sour
     say(f"exported as {config['architectures'][0]} to {out_dir} ({os.path.basename(weights)}, "
         f"{sum(t.numel() for t in tensors.values()):,} stored parameters){shared}; tokenizer: {kind}")
     return written
-
-
-def describe_tokenizer(meta, tokenizer):
-    """A few words on the exported tokenizer, for the export's summary line."""
-    size = len(tokenizer["model"]["vocab"])
-    return {"char": f"char-level, {size} characters", "gpt2": f"GPT-2 BPE, {size:,} tokens",
-            "compact": f"compact GPT-2 BPE (paper 003), {size:,} tokens"}[meta["tokenizer"]]
 
 
 # ----------------------------------------------------------------------------------------------

@@ -10,11 +10,9 @@ It also writes the tokenizer of one of our datasets (meta.json: char, gpt2, comp
 co for `python -m tools.huggingface.convert export` (tokenizer_files, below).
 """
 
-import base64
-import binascii
 import os
 
-from dataset import GPT2_EOT, GPT2_VOCAB_SIZE
+from dataset import GPT2_EOT, GPT2_VOCAB_SIZE, Vocabulary
 from tools.huggingface import ConversionError, _first_line, refuse
 
 HF_TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
@@ -190,34 +188,18 @@ def char_level(chars):
 
 
 def tokenizer_files(meta, model_vocab_size, block_size, source="meta.json"):
-    """({file name: JSON object}, eot id or None) for the tokenizer meta.json describes (char, gpt2, compact),
-    refused with a one-line reason when it does not fit a model of model_vocab_size tokens."""
-    from dataset import GPT2_EOT_ID, get_gpt2_encoding
-    kind = meta.get("tokenizer")
-    if kind == "char":
-        chars = meta.get("chars")
-        refuse(isinstance(chars, list) and all(isinstance(c, str) and len(c) == 1 for c in chars)
-               and len(set(chars)) == len(chars),
+    """({file name: JSON object}, eot id or None) for the tokenizer meta.json describes (dataset.Vocabulary: char,
+    gpt2, compact), refused with a one-line reason when it does not fit a model of model_vocab_size tokens."""
+    vocab = Vocabulary(meta, source)   # the kind, and each part it has, checked there
+    eot = vocab.eot()
+    if vocab.is_char_level:
+        chars = vocab.chars()
+        # tokenizer.json splits text into single characters: a longer string would never be one token
+        refuse(all(len(c) == 1 for c in chars),
                f"{source} has no list of distinct single characters in 'chars' (fix: prepare the dataset again)")
-        tokenizer, eot = char_level(chars), None
-    elif kind == "gpt2":
-        enc = get_gpt2_encoding()
-        tokenizer, eot = byte_level_bpe([enc.decode_single_token_bytes(i) for i in range(GPT2_EOT_ID)],
-                                        GPT2_EOT_ID), GPT2_EOT_ID
-    elif kind == "compact":
-        try:
-            tokens = [base64.b64decode(t, validate=True) for t in meta["tokens"]]
-            eot = meta["eot_token"]
-        except (KeyError, TypeError, ValueError, binascii.Error):
-            refuse(False, f"{source} has no valid compact 'tokens' / 'eot_token' (fix: prepare the dataset again)")
-        singles = {t for t in tokens if len(t) == 1}
-        refuse(eot == len(tokens) and len(singles) == 256 and len(set(tokens)) == len(tokens),
-               f"{source}'s compact vocabulary is not {len(tokens)} distinct byte tokens with all 256 single bytes "
-               f"followed by eot (fix: prepare the dataset again)")
-        tokenizer = byte_level_bpe(tokens, eot)
+        tokenizer = char_level(chars)
     else:
-        raise ConversionError(f"{source} names tokenizer {kind!r}, which the exporter does not know "
-                              f"(it writes char, gpt2 and compact) (fix: prepare the dataset with prepare.py)")
+        tokenizer = byte_level_bpe(vocab.byte_tokens(), eot)
     size = len(tokenizer["model"]["vocab"])
     refuse(size <= model_vocab_size, f"the tokenizer of {source} has {size} tokens, more than the model's "
            f"vocab_size {model_vocab_size}: its ids would not fit (fix: export with the dataset the model was "

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from configurator import UserError, run_command
-from dataset import GPT2_EOT
+from dataset import GPT2_EOT, Vocabulary
 from tools.sizes import head_dim, kv_heads
 from tools.support import refuse_undeclared
 
@@ -96,8 +96,9 @@ def write_tokenizer(writer, meta, config, source, tensors):
     files, eot = tokenizer_files(meta, config.vocab_size, config.block_size, source)   # checks, one-line errors
     writer.add_tokenizer_model("gpt2")
     writer.add_tokenizer_pre("gpt-2")
-    if meta["tokenizer"] == "char":
-        tokens, merges = char_vocabulary(meta["chars"])
+    vocabulary = Vocabulary(meta, source)   # checked by tokenizer_files above
+    if vocabulary.is_char_level:
+        tokens, merges = char_vocabulary(vocabulary.chars())
         tokens += [f"<unused{i}>" for i in range(len(tokens), config.vocab_size)] + [GPT2_EOT]
         eot = config.vocab_size
         for name in ("token_embd.weight", "output.weight"):

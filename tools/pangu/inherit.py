@@ -90,7 +90,7 @@ from configurator import run_command
 from model import GPT, GPTConfig
 from checkpoint import (CKPT_NAME, check_num_threads, check_out_dir, check_seed, clean_state_dict,
                         load_model, remove_stale_temp_files, save_checkpoint)
-from dataset import GPT2_EOT_ID, load_meta, resolve_data_dir, split_path, tokenizer_id
+from dataset import Vocabulary, load_meta, resolve_data_dir, split_path, tokenizer_id
 from dataset import split_tokens
 from train import get_batch
 from tools.sizes import ffn_hidden, head_dim, kv_heads
@@ -252,21 +252,12 @@ def read_meta(data_dir):
     return load_meta(data_dir)   # one-line errors for a damaged file
 
 
-def gpt2_ids(meta):
-    """GPT-2 id of every token id of a dataset's tokenizer: itself for GPT-2, meta['gpt2_ids'] plus
-    <|endoftext|> for a compact vocabulary (tools.pangu.compact_vocab), None for others (char)."""
-    if meta.get("tokenizer") == "gpt2":
-        return list(range(meta["vocab_size"]))
-    if meta.get("tokenizer") == "compact":
-        return list(meta["gpt2_ids"]) + [GPT2_EOT_ID]
-    return None
-
-
 def vocab_rows(src_meta, dst_meta):
     """Source row of each target token: the source token with the same GPT-2 id (paper 003 2.1 and 3.2)."""
-    src, dst = gpt2_ids(src_meta), gpt2_ids(dst_meta)
+    src_vocab, dst_vocab = Vocabulary(src_meta), Vocabulary(dst_meta)
+    src, dst = src_vocab.gpt2_ids(), dst_vocab.gpt2_ids()
     if src is None or dst is None:
-        raise ValueError(f"cannot map a {src_meta.get('tokenizer')!r} vocabulary onto a {dst_meta.get('tokenizer')!r} "
+        raise ValueError(f"cannot map a {src_vocab.kind!r} vocabulary onto a {dst_vocab.kind!r} "
                          f"one: only GPT-2-based tokenizers (gpt2, compact) share token ids (fix: drop "
                          f"--target_data_dir to keep the source's vocabulary)")
     index = {g: i for i, g in enumerate(src)}
