@@ -132,9 +132,21 @@ class MLP(nn.Module):
 def causal_attention(q, k, v, start=0, dropout_p=0.0):
     """Attention of the queries q (B, H, T, D) at positions start.. over the
     keys and values k, v (B, H_kv, start+T, D): query p sees keys <= p."""
+    # start 0: SDPA's causal triangle (training's fast path); one new token sees
+    # every key; several new tokens after cached ones: the mask written out
+    mask = None
+    if start > 0 and q.size(2) > 1:
+        mask = causal_mask(start, q.size(2), q.device)
     # GQA: query head h reads kv head h // (H / H_kv)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=None, is_causal=start == 0,
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=start == 0,
                                           dropout_p=dropout_p, enable_gqa=q.size(1) != k.size(1))
+
+
+def causal_mask(start, length, device):
+    """Boolean (length, start+length): query start+i sees the keys <= start+i."""
+    q_pos = torch.arange(start, start + length, device=device)[:, None]
+    k_pos = torch.arange(start + length, device=device)[None, :]
+    return k_pos <= q_pos
 
 
 class CausalSelfAttention(nn.Module):

@@ -107,10 +107,15 @@ def run(target, overrides=None, keep_heaviest_branch=False):
 
     def generate_more(model):
         """After technique_lines' sampled generation (top_k=5): a greedy one from a full window, which starts
-        it again, and one sampled without top_k."""
+        it again, one sampled without top_k, and two tokens at once after cached ones (the cache's causal
+        mask: without it, the file would attend wrongly there and say nothing)."""
         prompt = torch.zeros((1, model.config.block_size), dtype=torch.long)
         model.generate(prompt, 3, temperature=0)
         model.generate(prompt[:, :3], 1, top_k=None, generator=torch.Generator().manual_seed(0))
+        cache = model.new_cache()
+        with torch.no_grad():
+            model(prompt[:, :2], cache=cache)
+            model(prompt[:, 2:4], cache=cache)
         ran.update(dataclasses.asdict(model.config))
     tracer = technique_lines.trace(target, overrides, keep_heaviest_branch, tracer=Traced(), then=generate_more)
     full = gpt_config_defaults()
