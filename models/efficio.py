@@ -364,7 +364,7 @@ class GPT(nn.Module):
         was_training = self.training
         self.eval()
         block_size = self.config.block_size
-        cache = self.new_cache()
+        cache = self.new_cache() if use_kv_cache else None
         start = 0          # the model reads idx[:, start:], the window
         primed = False     # whether the cache holds the window but its last token
         idx_next = None    # the token sampled last
@@ -374,7 +374,9 @@ class GPT(nn.Module):
             if idx.size(1) - start > block_size:
                 start = idx.size(1) - max(1, block_size // 2)
                 primed = False
-            if not primed:   # one forward caches the window
+            if cache is None:
+                logits, _ = self(idx[:, start:])
+            elif not primed:   # one forward caches the window
                 cache.reset()   # same buffers, positions from 0
                 logits, _ = self(idx[:, start:], cache=cache)
                 primed = True
@@ -382,6 +384,8 @@ class GPT(nn.Module):
                 logits = self.decode_step(idx_next, cache)
             idx_next = sample_next(logits[:, -1, :], temperature, top_k, generator)
             idx = torch.cat((idx, idx_next), dim=1)
+            if on_token is not None:
+                on_token(idx_next[0, 0])
         self.train(was_training)
         return idx
 

@@ -102,6 +102,12 @@ def same_as_model_py(module, args, keep=False):
     tokens = args["block_size"] + 2   # past the window: it starts again
     if not torch.equal(ref.generate(prompt, tokens, temperature=0), mine.generate(prompt, tokens, temperature=0)):
         return "greedy tokens"
+    # sample.py's way, each token handed to on_token; and the whole window without the cache
+    handed = ([], [])
+    for m, got in zip((ref, mine), handed):
+        m.generate(prompt, 4, temperature=0, use_kv_cache=False, on_token=got.append)
+    if handed[0] != handed[1] or len(handed[1]) != 4:
+        return "tokens handed to on_token without the cache"
     return ""
 
 

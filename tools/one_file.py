@@ -99,6 +99,10 @@ class Traced(technique_lines.Tracer):
         return super().event(frame, event, arg)
 
 
+def print_nothing(token):
+    """generate's on_token in the traced run: sample.py prints each token there."""
+
+
 def run(target, overrides=None, keep_heaviest_branch=False):
     """(Traced, the model's arguments as it ran, the full-size arguments) of one config or variant, with overrides
     ({key: value} of train.py's keys) set on it."""
@@ -107,8 +111,9 @@ def run(target, overrides=None, keep_heaviest_branch=False):
 
     def generate_more(model):
         """After technique_lines' sampled generation (top_k=5): a greedy one from a full window, which starts
-        it again, one sampled without top_k, and two tokens at once after cached ones (the cache's causal
-        mask: without it, the file would attend wrongly there and say nothing)."""
+        it again, one sampled without top_k, two tokens at once after cached ones (the cache's causal mask:
+        without it, the file would attend wrongly there and say nothing), then sample.py's generation (on_token) and
+        one without the cache: every argument of generate does what it says."""
         prompt = torch.zeros((1, model.config.block_size), dtype=torch.long)
         model.generate(prompt, 3, temperature=0)
         model.generate(prompt[:, :3], 1, top_k=None, generator=torch.Generator().manual_seed(0))
@@ -116,6 +121,9 @@ def run(target, overrides=None, keep_heaviest_branch=False):
         with torch.no_grad():
             model(prompt[:, :2], cache=cache)
             model(prompt[:, 2:4], cache=cache)
+        # sample.py's way (each token handed to on_token as it comes), and without the cache
+        model.generate(prompt[:, :3], 2, on_token=print_nothing, generator=torch.Generator().manual_seed(0))
+        model.generate(prompt[:, :3], 2, use_kv_cache=False, generator=torch.Generator().manual_seed(0))
         ran.update(dataclasses.asdict(model.config))
     tracer = technique_lines.trace(target, overrides, keep_heaviest_branch, tracer=Traced(), then=generate_more)
     full = gpt_config_defaults()
