@@ -469,6 +469,7 @@ def test_bench_refuses_nonpositive_counts(tmp_path):
 
 # --- the fault trial (tests/fault_trial.py): minutes for all its cases, so the suite runs three --------------
 
+@pytest.mark.slow   # a check of the check (20 s): `python -m tests.fault_trial` runs every case
 def test_the_fault_trial_runs_and_judges_its_cases(tmp_path):
     """python -m tests.fault_trial on three representative cases (a thread count that crashed torch, a planted
     checkpoint, a second writer): each ok, with the summary line and exit code 0. Then its judge on commands that

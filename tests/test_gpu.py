@@ -328,6 +328,7 @@ def dry_run(tmp_path_factory):
                 markdown=markdown, log_csv=log_csv)
 
 
+@pytest.mark.slow   # the GPU check's dry run on the CPU: 40 s for its fixture
 def test_dry_run_prints_the_plan_and_writes_the_files(dry_run):
     printed, report = dry_run["printed"], dry_run["report"]
     assert "budget 300 s" in printed and "dry run: toy sizes on the CPU" in printed
@@ -351,6 +352,7 @@ def test_dry_run_prints_the_plan_and_writes_the_files(dry_run):
         assert f"| {name} | ok | {report['parts'][name]['wall_s']:.0f} |" in dry_run["markdown"]
 
 
+@pytest.mark.slow   # the GPU check's dry run on the CPU: 40 s for its fixture
 def test_dry_run_collects_the_gpu_tests_and_they_skip_without_cuda(dry_run):
     part = dry_run["report"]["parts"]["correctness"]
     counts = part["counts"]
@@ -360,6 +362,7 @@ def test_dry_run_collects_the_gpu_tests_and_they_skip_without_cuda(dry_run):
     assert f"{counts['SKIPPED']} skipped" in part["summary"]
 
 
+@pytest.mark.slow   # the GPU check's dry run on the CPU: 40 s for its fixture
 def test_dry_run_quickstart_figures_are_train_pys(dry_run):
     part = dry_run["report"]["parts"]["quickstart"]
     assert part["full"] and part["iterations"] == part["max_iters"] == 20
@@ -372,6 +375,7 @@ def test_dry_run_quickstart_figures_are_train_pys(dry_run):
     assert row in dry_run["markdown"]
 
 
+@pytest.mark.slow   # the GPU check's dry run on the CPU: 40 s for its fixture
 def test_dry_run_measures_every_throughput_model_and_decoding_path(dry_run):
     parts = dry_run["report"]["parts"]
     throughput = {i["item"]: i for i in parts["throughput"]["items"]}

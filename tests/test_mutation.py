@@ -6,6 +6,7 @@ import pytest
 import mutation
 
 
+@pytest.mark.slow   # a check of the check (20 s): `python -m tests.mutation` runs every mutant
 def test_a_real_bug_is_caught_and_a_harmless_edit_is_missed(monkeypatch, capsys):
     real = next(m for m in mutation.MUTANTS if m.name == "swiglu_activation_on_both_branches")
     harmless = mutation.Mutant("comment_edit", "model.py", "# --- 1. Configuration", "# --- 1. The configuration",
