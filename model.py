@@ -3,7 +3,7 @@ One GPT, many compact variants: every technique of the five papers is a GPTConfi
 
 Read top to bottom; a technique's code runs only when its flag is on:
   1. GPTConfig       the flags, and the sizes derived from them
-  2. blocks          norms, positions (learned, sinusoidal, RoPE), MLP (or SwiGLU)
+  2. blocks          norms, positions (sinusoidal, RoPE; learned ones in 8), MLP (or SwiGLU)
   3. attention       causal, GQA
   4. residuals       pre- or post-norm, plain or Enhanced Residual
   5. DecoderStack    the layers as applied; layer sharing, ShishuLM
