@@ -3,13 +3,13 @@ One GPT, many compact variants: every technique of the five papers is a GPTConfi
 
 Read top to bottom; a technique's code runs only when its flag is on:
   1. GPTConfig       the flags, and the sizes derived from them
-  2. blocks          norms, positions (sinusoidal, RoPE; learned ones in 8), MLP (or SwiGLU)
+  2. blocks          norms, sinusoidal and RoPE positions, MLP (or SwiGLU)
   3. attention       causal, GQA
   4. residuals       pre- or post-norm, plain or Enhanced Residual
   5. DecoderStack    the layers as applied; layer sharing, ShishuLM
   6. lgpt/cgpt       width halving
   7. init            GPT-2's; paper 003's schemes
-  8. GPT             forward, head, generate; pgpt, Deep Thinking
+  8. GPT             embeddings, forward, head, generate; pgpt, Deep Thinking
   9. KV cache        KVCache, sample_next
  10. checks          what GPTConfig rejects
 Papers 000-004: ../shared/papers/; the README says what each brings, where.

@@ -8,7 +8,7 @@ Train a GPT variant on a tokenized dataset (nanoGPT-style, single process or DDP
 Top to bottom: the settings, the data (get_batch), the learning rate (get_lr; nanoGPT
 defines it after the model), the model and the optimizer (setup), evaluation and
 checkpoints, then train() and its loop. Every key below and every GPTConfig field is a
-config key (`--help` lists them). out_dir gets last.pt (latest), ckpt.pt (best val loss; see save_checkpoints),
+config key (`--help` lists them). out_dir gets last.pt (latest), ckpt.pt (see save_checkpoints),
 log.csv and loss.png. What keeps a run safe lives in run_dir.py, checkpoint.py and
 dataset.py (docs/training.md).
 """
@@ -75,7 +75,7 @@ TRAIN_DEFAULTS = dict(
     dtype="auto",                 # 'auto' (cuda: bf16, else fp16; fp32 elsewhere) | float32 | ...
     compile=False,
     backend="nccl",               # DDP's backend on GPUs; CPUs use gloo
-    num_threads=0,                # CPU threads; 0 = torch's default
+    num_threads=0,                # CPU threads; 0: torch's default
     seed=1337,
 )
 MODEL_DEFAULTS = {field.name: field.default for field in dataclasses.fields(GPTConfig)}

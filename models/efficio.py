@@ -5,7 +5,7 @@ through the KV cache (the classes, functions, branches and GPTConfig fields), in
 with its comments, and computes exactly what model.py computes for it. Do not edit: regenerate.
 
     made by:  python -m tools.one_file efficio --out=models/efficio.py
-    model.py of commit e1c986c
+    model.py of commit e1c986c plus uncommitted changes
 """
 
 import math
