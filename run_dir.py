@@ -365,7 +365,7 @@ class RunDir:
         self.speed = Speed(config["max_iters"], config["eval_interval"], self.tokens_per_iter)
         self.earlier = False
         # True while out_dir's checkpoints are an earlier run's: this run's first save replaces ckpt.pt too
-        self.earlier_checkpoints = False
+        self.ckpt_from_earlier_run = False
         self.csv_log = None
         self.t_start = time.time()
         self.t_eval = None
@@ -381,7 +381,7 @@ class RunDir:
             remove_stale_temp_files(self.path, (CKPT_NAME, LAST_NAME, "log.csv", "loss.png"), _say)
             self.earlier = not self.resuming and any(os.path.exists(os.path.join(self.path, n))
                                                      for n in (CKPT_NAME, LAST_NAME))
-            self.earlier_checkpoints = self.earlier
+            self.ckpt_from_earlier_run = self.earlier
             keep_before = self.iter_num if self.resuming else None
             path = os.path.join(self.path, "log.csv")
             self.csv_log = CsvLog(path, keep_before=keep_before, pending=self.earlier)
@@ -467,7 +467,7 @@ class RunDir:
         if self.master:
             self.csv_log.commit()
         self.saved_iter = iter_num
-        self.earlier_checkpoints = False
+        self.ckpt_from_earlier_run = False
         self.speed.set_aside(iter_num, seconds)
 
     def kept(self):

@@ -337,7 +337,7 @@ def save_checkpoints(run, iter_num, best_val_loss, best, gather=True):
     out_dir = run.config["out_dir"]
     if run.master:
         save_checkpoint(os.path.join(out_dir, "last.pt"), **state)
-    if run.master and (best or run.dir.earlier_checkpoints):
+    if run.master and (best or run.dir.ckpt_from_earlier_run):
         save_checkpoint(os.path.join(out_dir, "ckpt.pt"), **state)
         say(run, f"saved ckpt.pt and last.pt to {out_dir}")
     run.dir.saved(iter_num, time.time() - t0)   # log.csv's rows go with last.pt
