@@ -96,9 +96,6 @@ class GPTConfig:
         top = list(range(n - self.n_top_attn_layers, n))
         return list(range(self.n_attn_layers)) + top
 
-    def attn_layers_per_branch(self):
-        return len(self.attention_layers())
-
     def embd_width(self):
         return self.n_embd * self.n_branches
 
@@ -111,8 +108,6 @@ class GPTConfig:
         return [self.n_embd >> (i // self.shrink_every) for i in range(n)]
 
     def final_width(self):
-        if self.shrink_every == 0:
-            return self.n_embd
         return self.widths()[-1]
 
 
@@ -302,11 +297,7 @@ class DecoderStack(nn.Module):
         if config.share_group_size > 1 or config.n_attn_layers is not None:
             build_shared_layers(self, config)   # below
         else:
-            if config.shrink_every:
-                widths = config.widths()   # lgpt/cgpt halve it (section 6)
-            else:
-                widths = [config.n_embd] * (config.n_layer // config.n_branches)   # per pgpt branch
-            for width in widths:
+            for width in config.widths():   # lgpt/cgpt halve it (section 6)
                 attn = ResidualSubLayer(config, width, CausalSelfAttention(config, width))
                 mlp = ResidualSubLayer(config, width, MLP(config, width))
                 self.attn.append(attn)
@@ -341,9 +332,8 @@ def build_shared_layers(stack, config):
       attention   0   1   -   -   -   -   2
       FFN         0   1   2   2   3   3   4
     """
-    n = config.layers_per_branch()
     k, start = config.share_group_size, config.share_from_layer
-    end = n - config.n_top_attn_layers
+    end = config.layers_per_branch() - config.n_top_attn_layers
     repeats = set(range(start, end)) - set(range(start, end, k))   # not a group's first
     share_attn = config.share_sublayers in ("both", "attn")
     share_mlp = config.share_sublayers in ("both", "mlp")
@@ -374,8 +364,7 @@ class ConvShrink(nn.Module):
     def forward(self, x, cache=None):
         # causal: output t reads the inputs t-k+1 .. t (zeros before position 0)
         if cache is None:
-            zeros = x.new_zeros(x.size(0), self.kernel - 1, x.size(2))
-            window = torch.cat([zeros, x], dim=1)
+            window = F.pad(x, (0, 0, self.kernel - 1, 0))
         else:
             window = cache.conv_window(x, self.kernel - 1)
         return self.conv(window.transpose(1, 2)).transpose(1, 2)
@@ -406,13 +395,6 @@ def add_shrinks(stack, config):
 
 # --- 7. Initialisation: GPT-2's, and paper 003's schemes (PanGu-pi Pro, 3.1, App. B) ---
 
-def normal(weight, std, bias=None):
-    """weight ~ N(0, std), one draw; bias 0."""
-    nn.init.normal_(weight, mean=0.0, std=std)
-    if bias is not None:
-        nn.init.zeros_(bias)
-
-
 def init_gpt2(model, config):
     """GPT-2's init, as nanoGPT's: every Linear, Conv1d and Embedding weight
     ~ N(0, init_std), biases 0, in module order; the projections back into the
@@ -429,69 +411,46 @@ def init_gpt2(model, config):
                 nn.init.zeros_(module.bias)
 
 
-def init_stds(config, depth):
-    """The std of each attention (q, k, v, out) and FFN (up, gate, down) weight
-    of a layer at relative depth 0 (first) .. 1 (last). sigma = init_std,
-    N = 2 * n_layer; other weights take sigma (docs/architectures.md).
-      internlm    out, gate: sigma / sqrt(N) (003 3.1); ungated: up (ours)
-      depth_adaptive (003 App. B, Table 11): q, k from sqrt(2) sigma down to
-                  sigma, v, out from sigma / sqrt(2) up to sigma, linear in
-                  depth (ours)
-    """
-    sigma, scheme = config.init_std, config.init_scheme
-    std = dict.fromkeys(("q", "k", "v", "out", "up", "gate", "down"), sigma)
-    scaled = sigma / math.sqrt(2 * config.n_layer)
-    if scheme == "internlm":
-        std["out"] = scaled
-        if config.mlp_type == "gated":
-            std["gate"] = scaled
-        else:   # the up projection, the one the activation reads
-            std["up"] = scaled
-    elif scheme == "depth_adaptive":
-        qk = sigma * (math.sqrt(2) - (math.sqrt(2) - 1) * depth)
-        vo = sigma * (1 / math.sqrt(2) + (1 - 1 / math.sqrt(2)) * depth)
-        std.update(q=qk, k=qk, v=vo, out=vo)
-    return std
-
-
 def init_by_scheme(model, config):
-    """The other schemes: each attention and FFN weight set at init_stds of the
-    first layer applying it, drawn in module order (as init_gpt2)."""
-    stds = {}
+    """internlm, depth_adaptive: after GPT-2's init, the attention and FFN
+    weights these schemes set otherwise are drawn again (redraw), at the
+    relative depth 0 (first) .. 1 (last) of the first layer applying them."""
     n = config.layers_per_branch()
+    drawn = set()   # shared sub-layers, drawn at their first layer only
     for stack in model.branches:
         layer = 0
         for sub in stack.layers:
-            if isinstance(sub, ResidualSubLayer) and sub.inner not in stds:
-                stds[sub.inner] = init_stds(config, layer / max(1, n - 1))
-            if isinstance(sub, ResidualSubLayer) and isinstance(sub.inner, MLP):
+            if not isinstance(sub, ResidualSubLayer):
+                continue   # lgpt/cgpt's shrinks keep GPT-2's init
+            if sub.inner not in drawn:
+                drawn.add(sub.inner)
+                redraw(sub.inner, config, layer / max(1, n - 1))
+            if isinstance(sub.inner, MLP):
                 layer += 1   # the FFN ends a layer
-    draw_by_scheme(model, config, stds)
 
 
-def draw_by_scheme(module, config, stds):
-    if isinstance(module, CausalSelfAttention):
-        std = stds[module]
-        qkv = module.qkv_proj
-        kv = module.kv_width
-        # q and k share a std in every scheme; one draw where v's agrees
-        if std["v"] == std["q"]:
-            normal(qkv.weight, std["q"], qkv.bias)
-        else:
-            normal(qkv.weight[:-kv], std["q"], qkv.bias)
-            normal(qkv.weight[-kv:], std["v"])
-        normal(module.out_proj.weight, std["out"], module.out_proj.bias)
-    elif isinstance(module, MLP):
-        std = stds[module]
-        normal(module.up.weight, std["up"], module.up.bias)
-        if module.gated:
-            normal(module.gate.weight, std["gate"], module.gate.bias)
-        normal(module.down.weight, std["down"], module.down.bias)
-    elif isinstance(module, (nn.Linear, nn.Conv1d, nn.Embedding)):
-        normal(module.weight, config.init_std, getattr(module, "bias", None))
-    else:
-        for child in module.children():
-            draw_by_scheme(child, config, stds)
+def redraw(inner, config, depth):
+    """sigma = init_std, N = 2 * n_layer. GPT-2's init drew q, k, v, up and
+    gate at sigma, out and down at sigma / sqrt(N); biases stay 0.
+      internlm (003 3.1): down at sigma; gate at sigma / sqrt(N) (ungated:
+          up, ours)
+      depth_adaptive (003 App. B, Table 11): down at sigma; q, k from
+          sqrt(2) sigma down to sigma, v, out from sigma / sqrt(2) up to
+          sigma, linear in depth (ours)
+    """
+    sigma = config.init_std
+    if isinstance(inner, MLP):
+        nn.init.normal_(inner.down.weight, std=sigma)
+        if config.init_scheme == "internlm":
+            scaled = sigma / math.sqrt(2 * config.n_layer)
+            nn.init.normal_(inner.gate.weight if inner.gated else inner.up.weight, std=scaled)
+    elif config.init_scheme == "depth_adaptive":
+        qk = sigma * (math.sqrt(2) - (math.sqrt(2) - 1) * depth)
+        vo = sigma * (1 / math.sqrt(2) + (1 - 1 / math.sqrt(2)) * depth)
+        kv = inner.kv_width   # the fused projection: q and k, then v
+        nn.init.normal_(inner.qkv_proj.weight[:-kv], std=qk)
+        nn.init.normal_(inner.qkv_proj.weight[-kv:], std=vo)
+        nn.init.normal_(inner.out_proj.weight, std=vo)
 
 
 # --- 8. The model: embeddings, the layers, the head; pgpt, Deep Thinking, generation ---
@@ -545,9 +504,8 @@ class GPT(nn.Module):
                                      bias=config.head_bias)
         elif config.head_bias:
             self.tied_head_bias = nn.Parameter(torch.zeros(config.vocab_size))
-        if config.init_scheme in ("gpt2", "constant"):   # section 7
-            init_gpt2(self, config)
-        else:
+        init_gpt2(self, config)   # section 7
+        if config.init_scheme in ("internlm", "depth_adaptive"):
             init_by_scheme(self, config)
 
     def get_num_params(self, non_embedding=True):
@@ -634,8 +592,6 @@ class GPT(nn.Module):
     def branch_weights(self):
         """pgpt's mixing weights: softmax of learned logits. Two branches:
         w = sigmoid(a1 - a2) and 1 - w, the paper's eq. 3."""
-        if self.config.n_branches == 1:
-            return torch.ones(1, device=self.tok_emb.wte.weight.device)
         return F.softmax(self.branch_logits, dim=0)
 
     def heaviest_branch(self):
@@ -681,23 +637,20 @@ class GPT(nn.Module):
         self.eval()
         block_size = self.config.block_size
         cache = self.new_cache() if use_kv_cache else None
-        start = 0          # the model reads idx[:, start:], the window
-        primed = False     # whether the cache holds the window but its last token
-        idx_next = None    # the token sampled last
+        start = 0   # the model reads idx[:, start:], the window
         for _ in range(max_new_tokens):
             # window full: start again at position 0 from its recent half (nanoGPT
             # crops every step, but a cache would then refill at every step)
             if idx.size(1) - start > block_size:
                 start = idx.size(1) - max(1, block_size // 2)
-                primed = False
+                if cache is not None:
+                    cache.reset()   # same buffers, positions from 0
             if cache is None:
                 logits, _ = self(idx[:, start:])
-            elif not primed:   # one forward caches the window
-                cache.reset()   # same buffers, positions from 0
+            elif cache.length == 0:   # one forward caches the window
                 logits, _ = self(idx[:, start:], cache=cache)
-                primed = True
-            else:
-                logits = self.decode_step(idx_next, cache)
+            else:   # the cache holds the window but its last token
+                logits = self.decode_step(idx[:, -1:], cache)
             idx_next = sample_next(logits[:, -1, :], temperature, top_k, generator)
             idx = torch.cat((idx, idx_next), dim=1)
             if on_token is not None:
@@ -858,10 +811,10 @@ class CacheEntry:
         return keys[:, :, :end], values[:, :, :end]
 
     def conv_window(self, x, n_past):
-        past = self.conv_tail
-        if past is None or self.cache.length == 0:   # zeros before position 0
-            past = x.new_zeros(x.size(0), n_past, x.size(2))
-        window = torch.cat([past, x], dim=1)
+        if self.conv_tail is None or self.cache.length == 0:   # zeros before position 0
+            window = F.pad(x, (0, 0, n_past, 0))
+        else:
+            window = torch.cat([self.conv_tail, x], dim=1)
         self.conv_tail = window[:, window.size(1) - n_past:]
         return window
 
@@ -909,7 +862,12 @@ def check_config(c):
     for name in ("mlp_ratio", "init_std", "norm_eps", "rope_base"):   # inf: NaNs
         value = getattr(c, name)
         require(0 < value < math.inf, f"{name} must be > 0 and finite, got {value}")
+    for name in ("shrink_every", "n_top_attn_layers", "think_steps"):
+        value = getattr(c, name)
+        require(value >= 0, f"{name} must be >= 0, got {value}")
     require(0.0 <= c.dropout < 1.0, f"dropout must be in [0, 1), got {c.dropout}")
+    require(math.isfinite(c.residual_logit_init),
+            f"residual_logit_init must be finite, got {c.residual_logit_init}")
     for name, allowed in CHOICES.items():
         value = getattr(c, name)
         require(value in allowed,
@@ -950,7 +908,6 @@ def check_attention_layers(c):
     bottom, top = c.n_attn_layers, c.n_top_attn_layers
     require(bottom is None or 0 <= bottom <= n,
             f"n_attn_layers must be in [0, {n}], got {bottom}")
-    require(top >= 0, f"n_top_attn_layers must be >= 0, got {top}")
     require(top == 0 or bottom is not None,
             "n_top_attn_layers needs n_attn_layers, the number of attention layers at "
             "the bottom (fix: set n_attn_layers, 0 for attention at the top only)")
@@ -978,11 +935,10 @@ def check_sharing(c):
 
 
 def check_thinking(c):
-    require(c.think_steps >= 0, f"think_steps must be >= 0, got {c.think_steps}")
     require(0.0 < c.think_eta <= 1.0, f"think_eta must be in (0, 1], got {c.think_eta}")
     if c.think_steps == 0:
         return
-    require(c.attn_layers_per_branch() > 0,
+    require(len(c.attention_layers()) > 0,
             "Deep Thinking needs attention layers (n_attn_layers = 0)")
     require(c.n_branches == 1 and c.shrink_every == 0,
             "Deep Thinking feeds each pass's output into the next pass, so the output "

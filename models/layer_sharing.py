@@ -5,7 +5,7 @@ through the KV cache (the classes, functions, branches and GPTConfig fields), in
 with its comments, and computes exactly what model.py computes for it. Do not edit: regenerate.
 
     made by:  python -m tools.one_file layer_sharing --out=models/layer_sharing.py
-    model.py of commit e1c986c plus uncommitted changes
+    model.py of commit 0979c7a plus uncommitted changes
 """
 
 import math
@@ -234,9 +234,8 @@ def build_shared_layers(stack, config):
       attention   0   1   -   -   -   -   2
       FFN         0   1   2   2   3   3   4
     """
-    n = config.layers_per_branch()
     k, start = config.share_group_size, config.share_from_layer
-    end = n - config.n_top_attn_layers
+    end = config.layers_per_branch() - config.n_top_attn_layers
     repeats = set(range(start, end)) - set(range(start, end, k))   # not a group's first
     share_attn = config.share_sublayers in ("both", "attn")
     share_mlp = config.share_sublayers in ("both", "mlp")
@@ -251,6 +250,8 @@ def build_shared_layers(stack, config):
             stack.mlp.append(mlp)
         stack.layers.append(mlp)
 
+
+# --- 7. Initialisation: GPT-2's, and paper 003's schemes (PanGu-pi Pro, 3.1, App. B) ---
 
 def init_gpt2(model, config):
     # model.py's docstring, whole: it also tells of code left out here
@@ -297,7 +298,7 @@ class GPT(nn.Module):
         # post-norm: every sub-layer already ends in a norm (paper 000's code)
         self.ln_f = nn.Identity()
         self.tied_head_bias = nn.Parameter(torch.zeros(config.vocab_size))
-        init_gpt2(self, config)
+        init_gpt2(self, config)   # section 7
 
     def get_num_params(self, non_embedding=True):
         # model.py's docstring, whole: it also tells of code left out here
@@ -376,23 +377,20 @@ class GPT(nn.Module):
         self.eval()
         block_size = self.config.block_size
         cache = self.new_cache() if use_kv_cache else None
-        start = 0          # the model reads idx[:, start:], the window
-        primed = False     # whether the cache holds the window but its last token
-        idx_next = None    # the token sampled last
+        start = 0   # the model reads idx[:, start:], the window
         for _ in range(max_new_tokens):
             # window full: start again at position 0 from its recent half (nanoGPT
             # crops every step, but a cache would then refill at every step)
             if idx.size(1) - start > block_size:
                 start = idx.size(1) - max(1, block_size // 2)
-                primed = False
+                if cache is not None:
+                    cache.reset()   # same buffers, positions from 0
             if cache is None:
                 logits, _ = self(idx[:, start:])
-            elif not primed:   # one forward caches the window
-                cache.reset()   # same buffers, positions from 0
+            elif cache.length == 0:   # one forward caches the window
                 logits, _ = self(idx[:, start:], cache=cache)
-                primed = True
-            else:
-                logits = self.decode_step(idx_next, cache)
+            else:   # the cache holds the window but its last token
+                logits = self.decode_step(idx[:, -1:], cache)
             idx_next = sample_next(logits[:, -1, :], temperature, top_k, generator)
             idx = torch.cat((idx, idx_next), dim=1)
             if on_token is not None:

@@ -5,7 +5,7 @@ through the KV cache (the classes, functions, branches and GPTConfig fields), in
 with its comments, and computes exactly what model.py computes for it. Do not edit: regenerate.
 
     made by:  python -m tools.one_file lgpt --out=models/lgpt.py
-    model.py of commit e1c986c plus uncommitted changes
+    model.py of commit 0979c7a plus uncommitted changes
 """
 
 import math
@@ -183,8 +183,7 @@ class DecoderStack(nn.Module):
         self.attn = nn.ModuleList()
         self.mlp = nn.ModuleList()
         self.layers = []
-        widths = config.widths()   # lgpt/cgpt halve it (section 6)
-        for width in widths:
+        for width in config.widths():   # lgpt/cgpt halve it (section 6)
             attn = ResidualSubLayer(config, width, CausalSelfAttention(config, width))
             mlp = ResidualSubLayer(config, width, MLP(config, width))
             self.attn.append(attn)
@@ -222,6 +221,8 @@ def add_shrinks(stack, config):
         after = stack.layers.index(stack.mlp[layer])   # the layer's FFN
         stack.layers.insert(after + 1, stack.shrink[-1])
 
+
+# --- 7. Initialisation: GPT-2's, and paper 003's schemes (PanGu-pi Pro, 3.1, App. B) ---
 
 def init_gpt2(model, config):
     # model.py's docstring, whole: it also tells of code left out here
@@ -265,10 +266,9 @@ class GPT(nn.Module):
         self.ln_f = make_norm(config, config.final_width())
         self.lm_head = nn.Linear(config.final_width(), config.vocab_size,
                                  bias=config.head_bias)
-        init_gpt2(self, config)
+        init_gpt2(self, config)   # section 7
 
     def get_num_params(self, non_embedding=True):
-        # model.py's docstring, whole: it also tells of code left out here
         """Unique parameters (shared weights once); non_embedding=True leaves
         out the learned positions, as nanoGPT does."""
         n = sum(p.numel() for p in self.parameters())
@@ -342,23 +342,20 @@ class GPT(nn.Module):
         self.eval()
         block_size = self.config.block_size
         cache = self.new_cache() if use_kv_cache else None
-        start = 0          # the model reads idx[:, start:], the window
-        primed = False     # whether the cache holds the window but its last token
-        idx_next = None    # the token sampled last
+        start = 0   # the model reads idx[:, start:], the window
         for _ in range(max_new_tokens):
             # window full: start again at position 0 from its recent half (nanoGPT
             # crops every step, but a cache would then refill at every step)
             if idx.size(1) - start > block_size:
                 start = idx.size(1) - max(1, block_size // 2)
-                primed = False
+                if cache is not None:
+                    cache.reset()   # same buffers, positions from 0
             if cache is None:
                 logits, _ = self(idx[:, start:])
-            elif not primed:   # one forward caches the window
-                cache.reset()   # same buffers, positions from 0
+            elif cache.length == 0:   # one forward caches the window
                 logits, _ = self(idx[:, start:], cache=cache)
-                primed = True
-            else:
-                logits = self.decode_step(idx_next, cache)
+            else:   # the cache holds the window but its last token
+                logits = self.decode_step(idx[:, -1:], cache)
             idx_next = sample_next(logits[:, -1, :], temperature, top_k, generator)
             idx = torch.cat((idx, idx_next), dim=1)
             if on_token is not None:

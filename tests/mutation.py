@@ -53,10 +53,8 @@ MUTANTS = [
            "    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=False,",
            CAUSALITY, every=True),
     Mutant("cgpt_conv_padded_both_sides", "model.py",
-           "zeros = x.new_zeros(x.size(0), self.kernel - 1, x.size(2))\n"
-           "            window = torch.cat([zeros, x], dim=1)",
-           "zeros = x.new_zeros(x.size(0), (self.kernel - 1) // 2, x.size(2))\n"
-           "            window = torch.cat([zeros, x, x.new_zeros(x.size(0), self.kernel // 2, x.size(2))], dim=1)",
+           "window = F.pad(x, (0, 0, self.kernel - 1, 0))",
+           "window = F.pad(x, (0, 0, (self.kernel - 1) // 2, self.kernel // 2))",
            "tests/test_model.py -k 'test_causality and (cgpt_k3 or post_norm_pgpt_cgpt)'", every=True),
     Mutant("deep_thinking_test_pass_reads_next_position", "model.py",
            "        return causal_attention(q, mem_k, mem_v, self.start, self.dropout)",
@@ -220,6 +218,15 @@ MUTANTS = [
            '(a + "inner.out_proj", h + "attn.c_proj", True)',
            '(a + "inner.out_proj", h + "attn.c_proj", False)',
            "tests/test_huggingface.py -k 'import_matches_transformers and gpt2'", every=False),
+    # model.py's init schemes: what redraw sets, at the depth of a weight's first layer
+    Mutant("init_scheme_down_keeps_gpt2s_scaling", "model.py",
+           "        nn.init.normal_(inner.down.weight, std=sigma)\n",
+           "",
+           "tests/test_model.py -k init_schemes_follow_their_formulas", every=False),
+    Mutant("init_scheme_shared_weights_at_their_last_layer", "model.py",
+           "            if sub.inner not in drawn:\n                drawn.add(sub.inner)\n",
+           "            if True:\n",
+           "tests/test_model.py -k depth_of_its_first_application", every=False),
     Mutant("heaviest_branch_is_the_lightest", "model.py",
            "return int(self.branch_weights().argmax())",
            "return int(self.branch_weights().argmin())",

@@ -429,6 +429,9 @@ def test_lgpt_widths_and_no_config_mutation():
     (dict(dropout=1.0), "dropout"),
     (dict(pos_embedding="rope", n_embd=18, n_head=2), "even head size"),
     (dict(mlp_hidden=32, shrink_every=2, tie_embeddings=False), "mlp_ratio"),
+    (dict(shrink_every=-1, tie_embeddings=False), "shrink_every must be >= 0"),   # was: 'negative shift count'
+    (dict(think_steps=-1), "think_steps must be >= 0"),
+    (dict(residual_logit_init=math.nan, enhanced_residual=True), "residual_logit_init must be finite"),
 ])
 def test_invalid_configs_raise_clear_errors(kwargs, message):
     with pytest.raises(ValueError, match=message):
@@ -437,7 +440,7 @@ def test_invalid_configs_raise_clear_errors(kwargs, message):
 
 def test_init_schemes_follow_their_formulas():
     """Empirical std of every attention / FFN weight (and of each of q, k, v inside the fused qkv_proj) against
-    the formulas of paper 003 (3.1 and Appendix B), written out here independently of model.py's init_stds."""
+    the formulas of paper 003 (3.1 and Appendix B), written out here independently of model.py's redraw."""
     L = 5
     size = dict(vocab_size=64, block_size=8, n_layer=L, n_head=4, n_kv_head=2, n_embd=128, mlp_hidden=256)
     n_res = 2 * L
@@ -471,6 +474,23 @@ def test_init_schemes_follow_their_formulas():
     assert ends[0].qkv_proj.weight[:128].std() > 1.3 * ends[1].qkv_proj.weight[:128].std()   # q shrinks with depth
     assert ends[0].out_proj.weight.std() < 0.8 * ends[1].out_proj.weight.std()               # out grows with depth
 
+
+
+def test_init_schemes_give_a_shared_layer_the_depth_of_its_first_application():
+    """Block-wise sharing (k = 2, 6 layers): the weight sets are applied at layers 0-1, 2-3 and 4-5, so
+    depth_adaptive draws them at relative depths 0, 2/5 and 4/5 (their first layer), not 1/5, 3/5 and 1."""
+    s, L = 0.02, 6
+    size = dict(vocab_size=64, block_size=8, n_layer=L, n_head=4, n_embd=128, mlp_hidden=256)
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(**size, share_group_size=2, init_scheme="depth_adaptive", init_std=s))
+    attn_sets = model.branches[0].attn
+    assert len(attn_sets) == 3
+    for i, sub in enumerate(attn_sets):
+        t = 2 * i / (L - 1)   # the first layer applying set i
+        q = sub.inner.qkv_proj.weight[:128]
+        out = sub.inner.out_proj.weight
+        assert q.std().item() == pytest.approx(s * (math.sqrt(2) + t * (1 - math.sqrt(2))), rel=0.02), i
+        assert out.std().item() == pytest.approx(s * (1 / math.sqrt(2) + t * (1 - 1 / math.sqrt(2))), rel=0.02), i
 
 def test_forward_rejects_too_long_sequence():
     with pytest.raises(ValueError, match="block_size"):

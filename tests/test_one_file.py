@@ -102,11 +102,11 @@ def same_as_model_py(module, args, keep=False):
     tokens = args["block_size"] + 2   # past the window: it starts again
     if not torch.equal(ref.generate(prompt, tokens, temperature=0), mine.generate(prompt, tokens, temperature=0)):
         return "greedy tokens"
-    # sample.py's way, each token handed to on_token; and the whole window without the cache
+    # sample.py's way, each token handed to on_token; and the whole window without the cache, past its end
     handed = ([], [])
     for m, got in zip((ref, mine), handed):
-        m.generate(prompt, 4, temperature=0, use_kv_cache=False, on_token=got.append)
-    if handed[0] != handed[1] or len(handed[1]) != 4:
+        m.generate(prompt, tokens, temperature=0, use_kv_cache=False, on_token=got.append)
+    if handed[0] != handed[1] or len(handed[1]) != tokens:
         return "tokens handed to on_token without the cache"
     return ""
 
@@ -184,7 +184,7 @@ NOT_PLAIN = {
     "the enhanced residual's alpha": "enhanced_residual residual_logit_init alpha alpha_logit",
     "RoPE": "rope rope_base rope_tables apply_rope rope_cos rope_sin use_rope",
     "sinusoidal positions": "sinusoidal_positions pos_table",
-    "the other init schemes": "init_scheme init_by_scheme init_stds depth_adaptive internlm",
+    "the other init schemes": "init_scheme init_by_scheme redraw depth_adaptive internlm",
     "the factorized embedding": "embd_factor_dim proj",
     "ShishuLM's attention layers": "n_attn_layers n_top_attn_layers attention_layers",
     "the gated MLP": "gate gated mlp_type",

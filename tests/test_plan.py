@@ -122,7 +122,7 @@ def test_kv_cache_and_flops_as_measured(name):
     with torch.no_grad():
         model(torch.randint(0, args["vocab_size"], (batch, 5)), cache=cache)
     assert plan.kv_bytes_per_token * batch * cache.max_len == cache_bytes(cache)
-    assert (plan.kv_bytes_per_token > 0) == (model.config.attn_layers_per_branch() > 0)
+    assert (plan.kv_bytes_per_token > 0) == (len(model.config.attention_layers()) > 0)
 
     T = model.config.block_size
     counter = FlopCounterMode(display=False)

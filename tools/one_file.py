@@ -113,7 +113,7 @@ def run(target, overrides=None, keep_heaviest_branch=False):
         """After technique_lines' sampled generation (top_k=5): a greedy one from a full window, which starts
         it again, one sampled without top_k, two tokens at once after cached ones (the cache's causal mask:
         without it, the file would attend wrongly there and say nothing), then sample.py's generation (on_token) and
-        one without the cache: every argument of generate does what it says."""
+        one without the cache from a full window: every argument of generate does what it says."""
         prompt = torch.zeros((1, model.config.block_size), dtype=torch.long)
         model.generate(prompt, 3, temperature=0)
         model.generate(prompt[:, :3], 1, top_k=None, generator=torch.Generator().manual_seed(0))
@@ -123,7 +123,7 @@ def run(target, overrides=None, keep_heaviest_branch=False):
             model(prompt[:, 2:4], cache=cache)
         # sample.py's way (each token handed to on_token as it comes), and without the cache
         model.generate(prompt[:, :3], 2, on_token=print_nothing, generator=torch.Generator().manual_seed(0))
-        model.generate(prompt[:, :3], 2, use_kv_cache=False, generator=torch.Generator().manual_seed(0))
+        model.generate(prompt, 2, use_kv_cache=False, generator=torch.Generator().manual_seed(0))   # a full window
         ran.update(dataclasses.asdict(model.config))
     tracer = technique_lines.trace(target, overrides, keep_heaviest_branch, tracer=Traced(), then=generate_more)
     full = gpt_config_defaults()
@@ -789,6 +789,8 @@ def with_locals_folded(text):
                     # width = config.n_embd, or stacks = [...] before self.branches = nn.ModuleList(stacks)
                     value = ast.get_source_segment(text, stmt.value)
                     use = uses[0]
+                    if needs_parentheses(func, use, stmt.value):   # n = a // b read in [x] * n
+                        value = f"({value})"
                     line = lines[use.lineno - 1].encode()
                     lines[use.lineno - 1] = line[:use.col_offset].decode() + value + line[use.end_col_offset:].decode()
                     return "\n".join(lines[:stmt.lineno - 1] + lines[stmt.end_lineno:])   # its comment stays
@@ -799,6 +801,24 @@ def with_locals_folded(text):
                                               + head[stmt.value.col_offset:].decode())
                     return "\n".join(lines[:after.lineno - 1] + lines[after.lineno:])
     return None
+
+
+OPERATORS = (ast.BinOp, ast.BoolOp, ast.Compare, ast.UnaryOp, ast.IfExp)
+
+
+def needs_parentheses(tree, use, value):
+    """Whether value's text, put where the name `use` is read, needs parentheses to keep its meaning: an operator
+    expression read as an operand, or as what an attribute, an index or a call applies to."""
+    if not isinstance(value, OPERATORS):
+        return False
+    for node in ast.walk(tree):
+        if isinstance(node, OPERATORS) and use in ast.iter_child_nodes(node):
+            return True
+        if isinstance(node, (ast.Attribute, ast.Subscript)) and node.value is use:
+            return True
+        if isinstance(node, ast.Call) and node.func is use:
+            return True
+    return False
 
 
 def once_in(after, use, value):

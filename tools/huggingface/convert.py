@@ -410,7 +410,7 @@ def export_plan(config):
         (config.shrink_every > 0, "lgpt/cgpt (shrink_every > 0): width-halving layers between blocks"),
         (config.enhanced_residual, "enhanced residual: the learned alpha * x + (1 - alpha) * F(x) mix"),
         (config.think_steps > 0, "Deep Thinking (think_steps > 0): repeated passes with a KV memory"),
-        (config.attn_layers_per_branch() < config.layers_per_branch(),
+        (len(config.attention_layers()) < config.layers_per_branch(),
          "ShishuLM MLP-only blocks (n_attn_layers < n_layer)"),
         (config.embd_factor_dim is not None, "factorized embedding (embd_factor_dim)"),
         (getattr(config, "norm_placement", "pre") != "pre", "post-norm (norm_placement != 'pre')"),

@@ -7,5 +7,5 @@ Paper 003 (PanGu-pi Pro, text in ../shared/papers/) tools, each run from the rep
     from tools.pangu.scaled_lr import scaled_lr  # 4.1 batch size -> learning rate, in a config file
 
 The model-side techniques of the paper (initialization, tokenizer size) are GPTConfig flags in model.py;
-the initialization formulas are model.py's init_stds.
+the initialization formulas are model.py's init_by_scheme and redraw.
 """
