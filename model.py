@@ -1,5 +1,6 @@
 """
-One GPT, many compact variants: every technique of the five papers is a GPTConfig flag.
+One GPT, many compact variants: each model-side technique of the five papers is a
+GPTConfig flag (paper 003's tokenizer, inheritance and training rules are tools/).
 
 Read top to bottom; a technique's code runs only when its flag is on:
   1. GPTConfig       the flags, and the sizes derived from them
@@ -76,7 +77,7 @@ class GPTConfig:
     shrink_every: int = 0           # halve the width after every k layers; 0 = off
     shrink_layer: str = "linear"    # "linear" (lgpt) | "conv" (cgpt)
     shrink_kernel: int = 1          # cgpt's Conv1d kernel; > 1 is causal
-    # --- initialisation (003 3.1, Appendix B; init_stds, section 7) ---
+    # --- initialisation (003 3.1, Appendix B; section 7) ---
     init_scheme: str = "gpt2"       # "gpt2" | "constant" | "internlm" | "depth_adaptive"
     init_std: float = 0.02
 
@@ -484,7 +485,7 @@ class GPT(nn.Module):
         super().__init__()
         self.config = config
         self.tok_emb = TokenEmbedding(config)
-        if config.pos_embedding == "learned":   # pgpt: as wide as every branch's chunk
+        if config.pos_embedding == "learned":   # pgpt: all branches' chunks wide
             self.pos_emb = nn.Embedding(config.block_size, config.n_embd * config.n_branches)
         elif config.pos_embedding == "sinusoidal":
             table = sinusoidal_positions(config.block_size, config.embd_width())

@@ -1,7 +1,7 @@
 """
 A training run's folder (out_dir) and what keeps the run safe, for train.py; a learner can skip it.
 
-    check_config       refuse a bad config in one line, before anything changes (full_config,
+    check_train_config refuse a bad config in one line, before anything changes (full_config,
                        check_settings); resolve device and dtype
     prepared_data      the dataset folder, prepared on first use (by rank 0; the others wait), its
                        meta.json and its tokenizer_id
@@ -80,7 +80,7 @@ def full_config(config, explicit, defaults):
     return config, set(explicit)
 
 
-def check_config(config, explicit, defaults, world=1, local_rank=None):
+def check_train_config(config, explicit, defaults, world=1, local_rank=None):
     """train.py's checks before anything runs: (config over defaults, the keys the user set, torch.device, dtype
     name). Refuses unknown keys (full_config) and values that make no sense (check_settings) in one line; resolves
     device and dtype ('auto': cuda > mps > cpu; bf16, else fp16, on cuda; float32 elsewhere)."""

@@ -1,7 +1,7 @@
 """
 Sample text from a trained checkpoint.
 
-    python sample.py                          # the checkpoint train.py just wrote
+    python sample.py                          # the newest out*/: its ckpt.pt, else last.pt
     python sample.py --out_dir=out --start="ROMEO:" --num_samples=3
     python sample.py --start=FILE:prompt.txt --temperature=0.7 --top_k=50
     python sample.py --no_kv_cache            # re-run the whole window every token

@@ -30,7 +30,7 @@ import variants
 from checkpoint import gather_rng_states, save_checkpoint
 from configurator import run_command
 from model import GPT, GPTConfig
-from run_dir import RunDir, StartingPoint, StopRequest, check_config, prepared_data
+from run_dir import RunDir, StartingPoint, StopRequest, check_train_config, prepared_data
 
 # --- settings ----------------------------------------------------------------------------
 
@@ -42,7 +42,7 @@ TRAIN_DEFAULTS = dict(
     eval_iters=200,
     eval_only=False,              # evaluate once and exit
     always_save_checkpoint=False,  # ckpt.pt at every eval, not only when val improves
-    # 'scratch' | 'resume' (out_dir/last.pt) | a checkpoint file, ours or nanoGPT's |
+    # 'scratch' | 'resume' (out_dir/last.pt, else ckpt.pt) | a checkpoint file, ours or nanoGPT's |
     # 'gpt2'..'gpt2-xl' or a Hugging Face folder
     init_from="scratch",
     wandb_log=False,              # nanoGPT's W&B logging
@@ -358,8 +358,8 @@ def train(config, explicit=None, callback=None):
     world = int(os.environ["WORLD_SIZE"]) if ddp else 1
     local_rank = int(os.environ.get("LOCAL_RANK", rank)) if ddp else None
     # unknown keys and bad values refused in one line; 'auto' device and dtype resolved
-    config, explicit, device, dtype = check_config(config, explicit, DEFAULTS, world,
-                                                   local_rank)
+    config, explicit, device, dtype = check_train_config(config, explicit, DEFAULTS,
+                                                         world, local_rank)
     fill_schedule(config)
     # DDP's process group, unless the caller runs one
     own_group = world > 1 and not torch.distributed.is_initialized()

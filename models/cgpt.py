@@ -5,7 +5,7 @@ through the KV cache (the classes, functions, branches and GPTConfig fields), in
 with its comments, and computes exactly what model.py computes for it. Do not edit: regenerate.
 
     made by:  python -m tools.one_file cgpt --out=models/cgpt.py
-    model.py of commit 0979c7a plus uncommitted changes
+    model.py of commit a48360b plus uncommitted changes
 """
 
 import math
