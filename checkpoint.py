@@ -24,7 +24,6 @@ out*/ folders in cloned repositories), and the full unpickler runs whatever code
 import contextlib
 import fcntl
 import glob
-import math
 import os
 import pickle
 import random
@@ -466,31 +465,26 @@ def check_model_size(model_args, device="cpu"):
     if isinstance(n_layer, int) and n_layer > MAX_LAYERS:
         raise UserError(f"n_layer={n_layer:,}: more than {MAX_LAYERS:,} layers take too long to build (about 15 ms "
                         f"a layer on a CPU) (fix: --n_layer={MAX_LAYERS} or fewer)")
-    weights = weights_lower_bound(args)
+    from model import GPTConfig
+    try:
+        config = GPTConfig(**args)
+    except (TypeError, ValueError):
+        return   # what GPTConfig refuses: its own message, when model_config builds it
+    weights = weights_lower_bound(config)
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    if weights is not None and str(device) != "meta" and 4 * weights > memory:
+    if str(device) != "meta" and 4 * weights > memory:
         raise UserError(f"this model has at least {weights:,} weights: {4 * weights / 2**30:,.0f} GiB in float32, "
                         f"more than this machine's {memory / 2**30:,.0f} GiB of memory (fix: lower --n_layer, "
                         f"--n_embd or --vocab_size)")
 
 
-def weights_lower_bound(args):
-    """A lower bound of the model's parameters, from its arguments alone: the token embedding and the FFN matrices
-    of its unique layers (at least two of width x hidden each); None when the arguments are not plain positive
-    numbers (GPTConfig says what is wrong)."""
-    positive = ("n_layer", "n_embd", "n_branches", "share_group_size", "vocab_size")
-    if not all(isinstance(args[k], int) and args[k] >= 1 for k in positive):
-        return None
-    if not (isinstance(args["shrink_every"], int) and args["shrink_every"] >= 0):
-        return None
-    if not (isinstance(args["mlp_ratio"], (int, float)) and 0 < args["mlp_ratio"] < math.inf):
-        return None
-    per_branch = args["n_layer"] // args["n_branches"]
-    every = args["shrink_every"]
-    widths = [args["n_embd"] // 2 ** (i // every) if every else args["n_embd"] for i in range(per_branch)]
-    hidden = [args["mlp_hidden"] or int(args["mlp_ratio"] * w) for w in widths]
-    ffn = sum(2 * w * h for w, h in zip(widths, hidden)) * args["n_branches"] // args["share_group_size"]
-    embedding = args["vocab_size"] * (args["embd_factor_dim"] or args["n_embd"] * args["n_branches"])
+def weights_lower_bound(config):
+    """A lower bound of the model's parameters, from its GPTConfig alone (nothing built): the token embedding and
+    the FFN matrices of its unique layers (at least two of width x hidden each, as MLP sizes them)."""
+    widths = config.widths()
+    hidden = [config.mlp_hidden or int(config.mlp_ratio * w) for w in widths]
+    ffn = sum(2 * w * h for w, h in zip(widths, hidden)) * config.n_branches // config.share_group_size
+    embedding = config.vocab_size * (config.embd_factor_dim or config.embd_width())
     return ffn + embedding
 
 
@@ -541,7 +535,7 @@ def depth_summary(model):
     passes = ""
     if model.config.think_steps:
         passes = f", {model.config.think_steps + 1} passes (Deep Thinking)"
-    layers = model.config.n_layer // model.config.n_branches   # per branch
+    layers = model.config.layers_per_branch()
     return (f"{layers} layers applied{branches}, from {len(stack.attn)} unique attention and "
             f"{len(stack.mlp)} unique FFN sub-layers{passes}")
 

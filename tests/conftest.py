@@ -126,15 +126,14 @@ def write_token_dataset(data_dir, n_train=20000, n_val=4000, vocab_size=16, seed
 def write_char_checkpoint(root, model, chars, name="out"):
     """root/name/ckpt.pt of `model` (as train.py saves it, at iteration 0) on a char dataset of `chars` whose
     root/data/meta.json it records. Returns root/name."""
-    from checkpoint import atomic_save
+    from checkpoint import save_checkpoint
     import dataclasses
     data_dir = root / "data"
     data_dir.mkdir(exist_ok=True)
     meta = {"dataset": "tinychars", "tokenizer": "char", "vocab_size": len(chars), "chars": chars}
     (data_dir / "meta.json").write_text(json.dumps(meta))
-    ckpt = {"model": model.state_dict(), "model_args": dataclasses.asdict(model.config), "iter_num": 0,
-            "best_val_loss": 9.9, "config": {}, "dataset": "tinychars", "data_dir": str(data_dir)}
-    atomic_save(ckpt, str(root / name / "ckpt.pt"))
+    save_checkpoint(str(root / name / "ckpt.pt"), model.state_dict(), dataclasses.asdict(model.config),
+                    iter_num=0, best_val_loss=9.9, config={}, dataset="tinychars", data_dir=str(data_dir))
     return root / name
 
 

@@ -430,7 +430,7 @@ def test_the_weights_bound_never_exceeds_a_model():
         args["embd_factor_dim"] = args["embd_factor_dim"] and 16
         with torch.device("meta"):
             n = GPT(GPTConfig(**args)).get_num_params(non_embedding=False)
-        assert 0 < weights_lower_bound(args) <= n, name
+        assert 0 < weights_lower_bound(GPTConfig(**args)) <= n, name
 
 
 def test_plan_and_bench_at_odd_paths_are_one_line(tmp_path):
