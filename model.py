@@ -342,13 +342,12 @@ def build_shared_layers(stack, config):
     for layer, width in enumerate(config.widths()):
         if layer in with_attention:
             if layer not in repeats or not share_attn:
-                attn = ResidualSubLayer(config, width, CausalSelfAttention(config, width))
-                stack.attn.append(attn)
-            stack.layers.append(attn)
+                attention = CausalSelfAttention(config, width)
+                stack.attn.append(ResidualSubLayer(config, width, attention))
+            stack.layers.append(stack.attn[-1])   # a repeat: its group's
         if layer not in repeats or not share_mlp:
-            mlp = ResidualSubLayer(config, width, MLP(config, width))
-            stack.mlp.append(mlp)
-        stack.layers.append(mlp)
+            stack.mlp.append(ResidualSubLayer(config, width, MLP(config, width)))
+        stack.layers.append(stack.mlp[-1])
 
 
 # --- 6. lgpt/cgpt width halving (paper 004, 3.2-3.3) ----------------------------------

@@ -5,7 +5,7 @@ through the KV cache (the classes, functions, branches and GPTConfig fields), in
 with its comments, and computes exactly what model.py computes for it. Do not edit: regenerate.
 
     made by:  python -m tools.one_file cgpt --out=models/cgpt.py
-    model.py of commit a48360b plus uncommitted changes
+    model.py of commit fc806e8 plus uncommitted changes
 """
 
 import math
@@ -37,6 +37,13 @@ class GPTConfig:
     shrink_every: int = 2           # halve the width after every k layers; 0 = off; this file: 2 only
     shrink_kernel: int = 1          # cgpt's Conv1d kernel; > 1 is causal
     init_std: float = 0.02
+
+    # --- derived sizes ---
+    def layers_per_branch(self):
+        return self.n_layer
+
+    def embd_width(self):
+        return self.n_embd
 
     def widths(self):
         # model.py's docstring, whole: it also tells of code left out here

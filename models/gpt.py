@@ -5,7 +5,7 @@ through the KV cache (the classes, functions, branches and GPTConfig fields), in
 with its comments, and computes exactly what model.py computes for it. Do not edit: regenerate.
 
     made by:  python -m tools.one_file gpt --out=models/gpt.py
-    model.py of commit a48360b plus uncommitted changes
+    model.py of commit fc806e8 plus uncommitted changes
 """
 
 import math
@@ -33,6 +33,13 @@ class GPTConfig:
     norm_eps: float = 1e-5
     mlp_ratio: float = 4.0
     init_std: float = 0.02
+
+    # --- derived sizes ---
+    def layers_per_branch(self):
+        return self.n_layer
+
+    def embd_width(self):
+        return self.n_embd
 
     def widths(self):
         # model.py's docstring, whole: it also tells of code left out here

@@ -5,7 +5,7 @@ through the KV cache (the classes, functions, branches and GPTConfig fields), in
 with its comments, and computes exactly what model.py computes for it. Do not edit: regenerate.
 
     made by:  python -m tools.one_file layer_sharing --out=models/layer_sharing.py
-    model.py of commit a48360b plus uncommitted changes
+    model.py of commit fc806e8 plus uncommitted changes
 """
 
 import math
@@ -242,13 +242,12 @@ def build_shared_layers(stack, config):
     with_attention = config.attention_layers()
     for layer, width in enumerate(config.widths()):
         if layer not in repeats or not share_attn:
-            attn = ResidualSubLayer(config, width, CausalSelfAttention(config, width))
-            stack.attn.append(attn)
-        stack.layers.append(attn)
+            attention = CausalSelfAttention(config, width)
+            stack.attn.append(ResidualSubLayer(config, width, attention))
+        stack.layers.append(stack.attn[-1])   # a repeat: its group's
         if layer not in repeats or not share_mlp:
-            mlp = ResidualSubLayer(config, width, MLP(config, width))
-            stack.mlp.append(mlp)
-        stack.layers.append(mlp)
+            stack.mlp.append(ResidualSubLayer(config, width, MLP(config, width)))
+        stack.layers.append(stack.mlp[-1])
 
 
 # --- 7. Initialisation: GPT-2's, and paper 003's schemes (PanGu-pi Pro, 3.1, App. B) ---

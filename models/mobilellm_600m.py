@@ -5,7 +5,7 @@ through the KV cache (the classes, functions, branches and GPTConfig fields), in
 with its comments, and computes exactly what model.py computes for it. Do not edit: regenerate.
 
     made by:  python -m tools.one_file mobilellm_600m --out=models/mobilellm_600m.py
-    model.py of commit a48360b plus uncommitted changes
+    model.py of commit fc806e8 plus uncommitted changes
 """
 
 import math
@@ -37,6 +37,13 @@ class GPTConfig:
     n_kv_head: Optional[int] = None
     mlp_hidden: Optional[int] = None  # None: mlp_ratio * width
     init_std: float = 0.02
+
+    # --- derived sizes ---
+    def layers_per_branch(self):
+        return self.n_layer
+
+    def embd_width(self):
+        return self.n_embd
 
     def widths(self):
         """The width of each layer: constant, or halved (lgpt/cgpt)."""

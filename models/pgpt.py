@@ -5,7 +5,7 @@ through the KV cache (the classes, functions, branches and GPTConfig fields), in
 with its comments, and computes exactly what model.py computes for it. Do not edit: regenerate.
 
     made by:  python -m tools.one_file pgpt --out=models/pgpt.py
-    model.py of commit a48360b plus uncommitted changes
+    model.py of commit fc806e8 plus uncommitted changes
 """
 
 import math
@@ -36,6 +36,13 @@ class GPTConfig:
     # --- ParallelGPT (004 3.1) ---
     n_branches: int = 2             # the embedding is n_branches * n_embd wide; this file: 2 only
     init_std: float = 0.02
+
+    # --- derived sizes ---
+    def layers_per_branch(self):
+        return self.n_layer // self.n_branches
+
+    def embd_width(self):
+        return self.n_embd * self.n_branches
 
     def widths(self):
         # model.py's docstring, whole: it also tells of code left out here
