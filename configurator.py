@@ -9,19 +9,18 @@ Positional arguments are config files: plain python, executed in order; their to
 applied, so the command line always wins over config files. Values are parsed with ast.literal_eval
 (falling back to the raw text) and must match the type of the key's default. load_config also returns
 the keys set explicitly: model keys set explicitly win over a variant's preset (train.py's setup). Also
-the tools' ArgumentParser and sample.py's --start=FILE:path (read_prompt).
+sample.py's --start=FILE:path (read_prompt).
 
 A key whose default is a list takes a python list or a comma list (`--variants=gpt,lgpt`); the keys of
 `one_item` take plain text as a list of that one item (a prompt may hold commas). A command whose positional
 arguments are values rather than config files names the key they set (`positional`): the dataset name of
-tools.pangu.compact_vocab, the config files tools.bench measures one by one.
+prepare.py and tools.pangu.compact_vocab, the config files tools.bench measures one by one.
 
 Bad input never produces a traceback in scripts: every check raises UserError (a ValueError) with a
 one-line message naming the problem and the fix; run_command, every command's main(), turns it into
 `error: ...` and exit code 1, and Ctrl-C into exit code 130.
 """
 
-import argparse
 import ast
 import difflib
 import math
@@ -33,21 +32,6 @@ import sys
 class UserError(ValueError):
     """Bad input from the user (config, data, checkpoint, paths). The message is one line that names the
     problem and ends with `(fix: ...)`; entry points print it as `error: <message>` and exit non-zero."""
-
-
-class ArgumentParser(argparse.ArgumentParser):
-    """argparse for prepare.py, the one command left on it (issue 56): a bad argument is the same one-line
-    `error: ... (fix: ...)` as every other bad input, not argparse's usage block."""
-
-    def error(self, message):
-        raise SystemExit(f"error: {message} (fix: see `{self.prog} --help`)")
-
-    def run(self, command, argv=None):
-        """command(**the parsed arguments); bad input (UserError) ends as one line `error: ...` and exit 1."""
-        try:
-            return command(**vars(self.parse_args(argv)))
-        except UserError as e:
-            raise SystemExit(f"error: {e}") from None
 
 
 def load_config(defaults, argv, bool_flags=(), positional=None, one_item=()):
@@ -87,7 +71,7 @@ def run_command(command, defaults, argv=None, bool_flags=(), errors=UserError, p
     fix that line names). Ctrl-C (and
     SIGTERM during an atomic write, checkpoint.atomic_path) ends it with the line `interrupted` and exit code
     130, as train.py's interruption: no traceback; what was printed stays, a file being written is left as it
-    was. Every command under tools/ ends here (tests/test_commands.py)."""
+    was. Every command ends here: train.py, sample.py, prepare.py and tools/ (tests/test_commands.py)."""
     try:
         argv = sys.argv[1:] if argv is None else list(argv)
         config, explicit = load_config(defaults, argv, bool_flags, positional, one_item)

@@ -744,7 +744,7 @@ def dataset_and_tokenizer(dataset, input_path, tokenizer, val_fraction, known, o
     if tokenizer == "compact":
         raise UserError(f"paper 003's compact vocabulary is a tool's (fix: python -m tools.pangu.compact_vocab "
                         f"--input={input_path or 'YOUR_TEXT.txt'} --vocab_size=1024)")
-    if tokenizer not in (None, *TOKENIZERS):
+    if tokenizer and tokenizer not in TOKENIZERS:   # "" or None: the dataset name's (prepare.py's default)
         raise UserError(f"--tokenizer must be char or gpt2, got {tokenizer!r} (fix: --tokenizer=gpt2)")
     if not dataset:
         if not input_path:

@@ -10,8 +10,8 @@ Prepare a dataset for train.py: a text file becomes token ids.
 Any UTF-8 text file works. The first 90% of the text is the train split, the
 rest the val split (--val_fraction). The dataset folder (data/<dataset>/, or
 --out_dir) gets train.bin and val.bin, the token ids as flat uint16, and
-meta.json, the tokenizer, written last: it marks a complete folder. A
-dataset of another text is replaced only with --force.
+meta.json, the tokenizer. A dataset of another text is replaced only with
+--force.
 
 Offline: the repository ships data/tinyshakespeare/input.txt; --gpt2_ranks
 (or GPT2_TIKTOKEN_FILE) names a local gpt2.tiktoken. Tools prepare others:
@@ -19,16 +19,26 @@ Offline: the repository ships data/tinyshakespeare/input.txt; --gpt2_ranks
     python -m tools.pangu.compact_vocab --input=notes.txt --vocab_size=1024
     python -m tools.wikitext103 [--vocab_size K]
 """
-import argparse
 import hashlib
 import os
 
-from configurator import ArgumentParser
+from configurator import run_command
 from dataset import (check_text_dataset, get_gpt2_encoding, read_text,
                      shakespeare_path, write_dataset)
 
 # nanoGPT's names, and their tokenizer
 DATASETS = {"shakespeare_char": "char", "shakespeare": "gpt2"}
+
+# the keys (--help lists them); "" = not given
+DEFAULTS = dict(
+    dataset="",
+    input="",
+    tokenizer="",      # "" = the dataset's, else char
+    val_fraction=0.1,
+    out_dir="",
+    force=False,
+    gpt2_ranks="",
+)
 
 
 # -----------------------------------------------------------------------------
@@ -43,11 +53,11 @@ def split_text(text, val_fraction=0.1):
 # -----------------------------------------------------------------------------
 # the dataset: its text, its tokens, its folder
 
-def prepare(dataset="", out_dir=None, input_path=None, tokenizer=None,
-            val_fraction=0.1, force=False, gpt2_ranks=None):
+def prepare(dataset="", out_dir="", input_path="", tokenizer="",
+            val_fraction=0.1, force=False, gpt2_ranks=""):
     """Prepare `dataset` into out_dir (default data/<dataset>); "" names it after
-    --input (notes.txt -> notes_char). Returns out_dir (also for library use)."""
-    # checked: the name (shakespeare_char, notes_char, ...), tokenizer, folder
+    --input (notes.txt -> notes_char). Returns out_dir."""
+    # checked: the name, tokenizer and folder
     dataset, tokenizer, out_dir = check_text_dataset(
         dataset, input_path, tokenizer, val_fraction, DATASETS, out_dir)
     if dataset in DATASETS:
@@ -97,21 +107,14 @@ def prepare(dataset="", out_dir=None, input_path=None, tokenizer=None,
 # the command
 
 def main(argv=None):
-    p = ArgumentParser(prog="python prepare.py", description=__doc__,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("dataset", nargs="?", default="",
-                   help="shakespeare_char | shakespeare | a name")
-    p.add_argument("--input", dest="input_path",
-                   help="a UTF-8 text file (env SHAKESPEARE_INPUT)")
-    p.add_argument("--tokenizer", help="char (default) | gpt2")
-    p.add_argument("--val_fraction", type=float, default=0.1,
-                   help="the share of the text for val")
-    p.add_argument("--out_dir", help="output folder (default data/<dataset>)")
-    p.add_argument("--force", action="store_true",
-                   help="replace a dataset of another text")
-    p.add_argument("--gpt2_ranks",
-                   help="a local gpt2.tiktoken (env GPT2_TIKTOKEN_FILE)")
-    p.run(prepare, argv)   # bad input: one line `error: ... (fix: ...)`, exit 1
+    # bad input: one line `error: ...`; Ctrl-C: `interrupted`, exit 130
+    return run_command(run, DEFAULTS, argv, ("force",), positional="dataset")
+
+
+def run(cfg):
+    return prepare(cfg["dataset"], cfg["out_dir"], cfg["input"],
+                   cfg["tokenizer"], cfg["val_fraction"], cfg["force"],
+                   cfg["gpt2_ranks"])
 
 
 if __name__ == "__main__":

@@ -324,6 +324,17 @@ MUTANTS = [
            "return [line for line in self.code if self.unit[line] in units]",
            "return [line + 1 for line in self.code if self.unit[line] in units]",
            "tests/test_technique_lines.py -k 'lines_that_ran and gpt'", every=False),
+    # --- issue 56: one entry wrapper; prepare.py's main as it was on argparse: bad input caught, Ctrl-C not ---
+    Mutant("prepare_ctrl_c_is_a_traceback", "prepare.py",
+           '    return run_command(run, DEFAULTS, argv, ("force",), positional="dataset")\n',
+           "    import sys\n"
+           "    from configurator import UserError, load_config\n"
+           "    argv = sys.argv[1:] if argv is None else argv\n"
+           "    try:\n"
+           '        return run(load_config(DEFAULTS, argv, ("force",), positional="dataset")[0])\n'
+           "    except UserError as e:\n"
+           '        raise SystemExit(f"error: {e}") from None\n',
+           "tests/test_commands.py -k 'ctrl_c and prepare'", every=True),
 ]
 
 DEFAULTS = dict(

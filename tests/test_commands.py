@@ -1,14 +1,15 @@
-"""One command grammar and one entry wrapper (issue 56, point 4): every command under tools/ parses `--key=value` with
-configurator.load_config and ends in configurator.run_command, so `--help` prints the keys, a bad option is one line
-`error: ... (fix: ...)` with exit code 1, and Ctrl-C ends it with exit code 130, the line `interrupted` and no
-traceback. The story files (train.py, sample.py, prepare.py) have their own tests. The verification harness beside
-the tests (tests/fault_trial.py, tests/mutation.py: no user commands, the same grammar) is tested here too.
+"""One command grammar and one entry wrapper (issue 56): every command, the story files train.py, sample.py and
+prepare.py as every command under tools/, parses `--key=value` with configurator.load_config and ends in
+configurator.run_command, so `--help` prints the keys, a bad option is one line `error: ... (fix: ...)` with exit
+code 1, and Ctrl-C ends it with exit code 130, the line `interrupted` and no traceback. The verification harness
+beside the tests (tests/fault_trial.py, tests/mutation.py: no user commands, the same grammar) is tested here too.
 
 Ctrl-C is a real SIGINT. In-process, for every command: a config file given on its command line raises SIGINT in
 the process while the command reads it (signal.raise_signal: Python raises KeyboardInterrupt at once, as on a key
 press); a command whose positional arguments are not config files gets it from the first function of its work.
-In a subprocess, `python -m ...` started as a user starts it gets SIGINT from outside once it is running: a config
-file that sleeps, or a FIFO it reads (tools.code_lines); every command under `-m slow`, two by default.
+In a subprocess, started as a user starts it (`python -m tools.plan`, `python prepare.py`), a command gets SIGINT
+from outside once it is running: a config file that sleeps, or a FIFO it reads (tools.code_lines, prepare.py's
+--input); every command under `-m slow`, three by default.
 """
 import os
 import signal
@@ -30,6 +31,7 @@ POSITIONAL = {
     "tools.huggingface.convert": (["import", "gpt2", "--out=hf.pt"], "save_imported"),
     "tools.technique_lines": (["gpt"], "trace"),
     "tools.one_file": (["gpt"], "build"),
+    "prepare": (["shakespeare_char"], "prepare"),
 }
 SIGINT_CONFIG = "import signal\nsignal.raise_signal(signal.SIGINT)\n"
 SLEEP_CONFIG = "import sys\nimport time\nprint('running', file=sys.stderr, flush=True)\ntime.sleep(60)\n"
@@ -51,7 +53,11 @@ def commands():
 
 # the commands of the verification harness, beside the tests (`python -m tests.fault_trial`)
 HARNESS = ["tests.fault_trial", "tests.mutation"]
-COMMANDS = commands() + HARNESS
+# the story files, commands too (`python train.py`): the same grammar, the same tests
+STORY = ["train", "sample", "prepare"]
+COMMANDS = commands() + HARNESS + STORY
+# the commands the subprocess test blocks in reading a FIFO that nobody writes (no config file to sleep in)
+FIFO_READERS = ("tools.code_lines", "prepare")
 
 
 def command_main(module):
@@ -64,7 +70,7 @@ def test_every_tool_is_found():
     assert len(COMMANDS) >= 25
     for module in ("tools.bench", "tools.plan", "tools.huggingface.convert", "tools.pangu.compact_vocab"):
         assert module in COMMANDS
-    for module in HARNESS:   # moved out of tools/: still a command, found by its path
+    for module in HARNESS + STORY:   # outside tools/: still a command, found by its path
         path = os.path.join(ROOT, *module.split(".")) + ".py"
         assert os.path.isfile(path) and module not in commands(), module
 
@@ -115,41 +121,52 @@ def subprocess_cases():
     torch)."""
     cases = []
     for module in COMMANDS:
-        if module in POSITIONAL and module != "tools.code_lines":
+        if module in POSITIONAL and module not in FIFO_READERS:
             continue   # no config file to sleep in, no FIFO they read before their checks: in-process above
-        marks = () if module in ("tools.plan", "tools.code_lines") else (pytest.mark.slow,)
+        marks = () if module in ("tools.plan", *FIFO_READERS) else (pytest.mark.slow,)
         cases.append(pytest.param(module, marks=marks))
     return cases
 
 
 @pytest.mark.parametrize("module", subprocess_cases())
 def test_ctrl_c_of_a_running_command(module, tmp_path):
-    """`python -m <module>` gets SIGINT once it runs: it reads a config file that sleeps (and says so first), or
-    tools.code_lines reads a FIFO that nobody writes (open() blocks until the test opens the other end)."""
-    if module == "tools.code_lines":
+    """`python -m <module>` (`python prepare.py` for a story file) gets SIGINT once it runs: it reads a config file
+    that sleeps (and says so first), or tools.code_lines and prepare.py (--input) read a FIFO that nobody writes
+    (open() blocks until the test opens the other end)."""
+    if module in FIFO_READERS:
         path = tmp_path / "fifo.py"
         os.mkfifo(path)
     else:
         path = tmp_path / "sleep.py"
         path.write_text(SLEEP_CONFIG)
-    proc = subprocess.Popen([sys.executable, "-m", module, str(path)], cwd=ROOT, stdout=subprocess.PIPE,
+    proc = subprocess.Popen(command_line(module, path, tmp_path), cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     watchdog = threading.Timer(120, proc.kill)   # a command that never gets there fails the test, not the suite
     watchdog.start()
     try:
-        if module == "tools.code_lines":
+        if module in FIFO_READERS:
             writer = wait_for_reader(path, proc)
         else:
             assert proc.stderr.readline() == "running\n"
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate()
-        if module == "tools.code_lines":
+        if module in FIFO_READERS:
             os.close(writer)
     finally:
         watchdog.cancel()
         proc.kill()
     assert proc.returncode == 130, err
     assert "interrupted" in err and "Traceback" not in err, err
+
+
+def command_line(module, path, tmp_path):
+    """The command as a user types it, reading `path`: a story file as `python prepare.py`, a tool as `python -m`;
+    prepare.py's positional argument is the dataset name, so the file is its --input (into a folder of the test)."""
+    if module == "prepare":
+        return [sys.executable, "prepare.py", f"--input={path}", f"--out_dir={tmp_path / 'data'}"]
+    if module in STORY:
+        return [sys.executable, f"{module}.py", str(path)]
+    return [sys.executable, "-m", module, str(path)]
 
 
 def wait_for_reader(path, proc):

@@ -390,8 +390,9 @@ def test_prepare_cleans_up_after_an_interrupted_run(tmp_path, monkeypatch, capsy
         raise KeyboardInterrupt
 
     monkeypatch.setattr(dataset, "write_meta", killed)   # prepare.py writes through dataset.write_dataset
-    with pytest.raises(KeyboardInterrupt):   # --force: another text may replace a dataset only when asked
+    with pytest.raises(SystemExit) as e:   # --force: another text may replace a dataset only when asked
         prepare.main(["shakespeare_char", "--input", str(text), "--out_dir", str(out), "--force"])
+    assert e.value.code == 130   # Ctrl-C, as every command (tests/test_commands.py)
     assert "removed 1 temporary file(s)" in capsys.readouterr().out
     assert sorted(os.listdir(out)) == ["train.bin", "val.bin"]   # no meta.json: not a complete dataset
 

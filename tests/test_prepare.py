@@ -305,3 +305,18 @@ def test_unknown_dataset():
             prepare.prepare(name)
     with pytest.raises(TypeError):   # the compact vocabulary is the tool's
         prepare.prepare("shakespeare_char", vocab_size=300)
+
+
+def test_options_are_every_commands_keys(tmp_path, monkeypatch):
+    """prepare.py reads --key=value as every command (issue 56): a key is whole (argparse took `--inp` for
+    `--input`), a bad one is one line naming the right key, before anything is written; `--key value` and a bare
+    `--force` work as the docs show them."""
+    monkeypatch.chdir(tmp_path)
+    write_input(tmp_path)
+    one_error_line(prepare.main, ["--inp=input.txt"], "unknown config key 'inp'", "did you mean --input?")
+    assert not (tmp_path / "data").exists()
+    prepare.main(["--input", "input.txt", "--tokenizer=char", "--val_fraction=0.2"])
+    assert read_meta(tmp_path / "data" / "input_char")["text"]["val_fraction"] == 0.2
+    write_input(tmp_path, SMALL_TEXT + "another text")
+    prepare.main(["--input=input.txt", "--force"])
+    assert read_meta(tmp_path / "data" / "input_char")["text"]["characters"] == len(SMALL_TEXT + "another text")
