@@ -484,7 +484,9 @@ def weights_lower_bound(config):
     widths = config.widths()
     hidden = [config.mlp_hidden or int(config.mlp_ratio * w) for w in widths]
     ffn = sum(2 * w * h for w, h in zip(widths, hidden)) * config.n_branches // config.share_group_size
-    embedding = config.vocab_size * (config.embd_factor_dim or config.embd_width())
+    # n_embd * n_branches spelled out: embd_width() called here would run in every quickstart and count in
+    # model.py's plain-GPT path (tools.technique_lines gpt)
+    embedding = config.vocab_size * (config.embd_factor_dim or config.n_embd * config.n_branches)
     return ffn + embedding
 
 
@@ -535,7 +537,7 @@ def depth_summary(model):
     passes = ""
     if model.config.think_steps:
         passes = f", {model.config.think_steps + 1} passes (Deep Thinking)"
-    layers = model.config.layers_per_branch()
+    layers = model.config.n_layer // model.config.n_branches   # per branch
     return (f"{layers} layers applied{branches}, from {len(stack.attn)} unique attention and "
             f"{len(stack.mlp)} unique FFN sub-layers{passes}")
 
