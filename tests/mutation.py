@@ -324,6 +324,11 @@ MUTANTS = [
            "return [line for line in self.code if self.unit[line] in units]",
            "return [line + 1 for line in self.code if self.unit[line] in units]",
            "tests/test_technique_lines.py -k 'lines_that_ran and gpt'", every=False),
+    # --- issue 56: a path declared to compute a field, whose test table forgets it ---
+    Mutant("coverage_flags_forget_rope_base", "tests/test_model.py",
+           '    "rope_base": dict(pos_embedding="rope", rope_base=100.0),',
+           '    "rope_base": dict(pos_embedding="rope"),',
+           "tests/test_support.py -k every_computed_field_is_tested", every=False),
 ]
 
 DEFAULTS = dict(
