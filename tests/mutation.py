@@ -335,6 +335,11 @@ MUTANTS = [
            "    except UserError as e:\n"
            '        raise SystemExit(f"error: {e}") from None\n',
            "tests/test_commands.py -k 'ctrl_c and prepare'", every=True),
+    # --- issue 56: a path declared to compute a field, whose test table forgets it ---
+    Mutant("coverage_flags_forget_rope_base", "tests/test_model.py",
+           '    "rope_base": dict(pos_embedding="rope", rope_base=100.0),',
+           '    "rope_base": dict(pos_embedding="rope"),',
+           "tests/test_support.py -k every_computed_field_is_tested", every=False),
 ]
 
 DEFAULTS = dict(

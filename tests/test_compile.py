@@ -37,8 +37,14 @@ FAMILIES = {
     "enhanced_residual": FLAGS["enhanced_residual"],
     "deep_thinking": FLAGS["deep_thinking"],
     "gqa_rope": dict(n_head=4, n_kv_head=2, pos_embedding="rope"),
+    "post_norm_mix": dict(norm_placement="post", norm_eps=0.1, pos_embedding="rope", rope_base=500.0, mlp_ratio=2.0,
+                          head_bias=True, embd_factor_dim=8, share_group_size=2, share_sublayers="attn",
+                          enhanced_residual=True, residual_logit_init=1.0),
+    "shishu_bottom_top": dict(FLAGS["shishu_bottom_top"], mlp_hidden=24),
 }
 DEFAULT_SUITE = ("plain", "gqa_rope", "deep_thinking")   # aot_eager, seconds each
+# the families the static-cache decoder (tools/fast_sample.py) is checked on (tests/test_support.py reads it)
+STATIC_DECODE = ("plain", "cgpt_k3", "shishulm", "pgpt", "gqa_rope", "post_norm_mix", "shishu_bottom_top")
 SLOW_DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
@@ -151,7 +157,7 @@ def test_inductor_compiles_a_one_layer_decoder():
     assert not inductor_config().cpp_wrapper   # the quick mode's setting was patched, then restored
 
 
-@pytest.mark.parametrize("family", ["plain", "cgpt_k3", "shishulm", "pgpt", "gqa_rope"])
+@pytest.mark.parametrize("family", STATIC_DECODE)
 def test_static_cache_decode_same_tokens_and_one_graph(family):
     """The static cache (gpt-fast layout) decodes the tokens of the plain path, and its step compiles to one
     graph that serves every step, the re-primed windows and a second generate call (aot_eager here)."""

@@ -44,6 +44,10 @@ TINY_PRESET = dict(shishulm_125=dict(n_layer=6, n_attn_layers=2, share_from_laye
 COMBINED = dict(TINY, n_layer=2, shrink_every=1, shrink_layer="conv", shrink_kernel=3, n_kv_head=2,
                 pos_embedding="rope", norm="rmsnorm", mlp_type="gated", activation="silu", enhanced_residual=True,
                 residual_logit_init=1.0, embd_factor_dim=16, tie_embeddings=False, n_attn_layers=1)
+# flags no tiny preset sets, checked in the default run (tests/test_support.py reads it)
+FLAG_SETS = [dict(TINY, norm_eps=0.1, pos_embedding="rope", rope_base=500.0, mlp_ratio=2.0, share_group_size=2,
+                  share_sublayers="attn", enhanced_residual=True, residual_logit_init=1.0),
+             dict(TINY, n_attn_layers=1, n_top_attn_layers=1)]
 
 
 def tiny_preset(name):
@@ -291,15 +295,19 @@ def test_runner_keeps_mkl_to_one_thread_in_threads_it_did_not_start(tmp_path):
     assert mkl_threads("__main__") == 1
 
 
+def default_run_configs(case):
+    """The configurations test_export_modules_equal_eager checks (tests/test_support.py reads them too)."""
+    if case == "every_preset":
+        return [tiny_preset(name) for name in PRESETS] + [dict(tiny_preset("cgpt"), shrink_kernel=3)] + FLAG_SETS
+    return [random_config(seed) for seed in range(3, 9)]
+
+
 @pytest.mark.parametrize("case", ["every_preset", "random_flags"])
 def test_export_modules_equal_eager(case):
     """Default run: the static cache and methods the export traces, for every preset (pgpt's heaviest branch and
     cgpt kernel 3 too) and 6 random flag combinations, through the runner's generate (re-priming past block_size):
     logits within 1e-4 of the full forward, greedy tokens equal. The -m slow tests below run the real programs."""
-    if case == "every_preset":
-        cfgs = [tiny_preset(name) for name in PRESETS] + [dict(tiny_preset("cgpt"), shrink_kernel=3)]
-    else:
-        cfgs = [random_config(seed) for seed in range(3, 9)]
+    cfgs = default_run_configs(case)
     for i, cfg in enumerate(cfgs + ([tiny_preset("pgpt")] if case == "every_preset" else [])):
         model = model_at(cfg)
         model.keep_branch = 1 if i == len(cfgs) else None

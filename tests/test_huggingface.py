@@ -381,6 +381,7 @@ OURS = {
                              activation="gelu_tanh"),
     "gpt2_untied": dict(vocab_size=50, block_size=40, n_layer=3, n_head=2, n_embd=20, mlp_hidden=44,
                         activation="gelu", tie_embeddings=False, norm_eps=1e-6),
+    "gpt2_mlp_ratio": dict(vocab_size=50, block_size=40, n_layer=1, n_head=2, n_embd=20, mlp_ratio=3.0),
     "llama_gqa_tied": dict(vocab_size=61, block_size=40, n_layer=3, n_head=6, n_kv_head=3, n_embd=36,
                            bias=False, norm="rmsnorm", pos_embedding="rope", rope_base=300.0, mlp_type="gated",
                            activation="silu", mlp_hidden=50),

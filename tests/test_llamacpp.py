@@ -30,6 +30,12 @@ CHARS = list("\n !',.:;?ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyzé")
 LLAMA = dict(pos_embedding="rope", norm="rmsnorm", mlp_type="gated", activation="silu", bias=False, n_kv_head=2,
              share_group_size=2, n_layer=4, n_head=4, n_embd=64, mlp_hidden=96, block_size=32)
 GPT2 = dict(n_layer=2, n_head=4, n_embd=64, block_size=32)
+# the shapes whose file llamacpp_forward runs: settings far from the defaults (norm eps 0.05, RoPE base 500, GQA,
+# shared layers) so that one written wrong shows (tests/test_support.py reads this table)
+FORWARD_SHAPES = {"llama": dict(LLAMA, rope_base=500.0, norm_eps=0.05),
+                  "gpt2": dict(GPT2, activation="gelu_tanh", norm_eps=0.05),
+                  "llama_untied": dict(LLAMA, mlp_hidden=None, mlp_ratio=2.0, tie_embeddings=False,
+                                       share_from_layer=2, share_sublayers="attn", norm_eps=0.05)}
 
 
 def checkpoint(tmp_path, args, meta):
@@ -168,13 +174,11 @@ def llamacpp_forward(path, ids):
     return linear(norm(x, "output_norm"), "output")
 
 
-@pytest.mark.parametrize("shape", ["llama", "gpt2"])
+@pytest.mark.parametrize("shape", FORWARD_SHAPES)
 def test_gguf_file_computes_our_logits_by_llamacpps_conventions(tmp_path, shape):
     """The f32 file, read back and run by llama.cpp's equations (llamacpp_forward), gives our model's logits on the
-    char vocabulary, and 0 for the end-of-text the file appends; settings far from the defaults (norm eps 0.05, RoPE
-    base 500, GQA, shared layers) so that one written wrong shows."""
-    args = dict(LLAMA, rope_base=500.0) if shape == "llama" else dict(GPT2, activation="gelu_tanh")
-    out_dir, model = checkpoint(tmp_path, dict(args, vocab_size=len(CHARS), norm_eps=0.05), char_meta())
+    char vocabulary, and 0 for the end-of-text the file appends (FORWARD_SHAPES)."""
+    out_dir, model = checkpoint(tmp_path, dict(FORWARD_SHAPES[shape], vocab_size=len(CHARS)), char_meta())
     export.main([f"--out_dir={out_dir}", f"--gguf={tmp_path / 'm.gguf'}"])
     ids = torch.randint(0, len(CHARS), (20,), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():

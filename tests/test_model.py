@@ -64,6 +64,8 @@ FLAGS = {
     "mlp_ratio": dict(mlp_ratio=2.0),
     "norm_eps": dict(norm_eps=0.1),
     "constant_init": dict(init_scheme="constant"),
+    "init_std": dict(init_std=0.05),
+    "dropout": dict(dropout=0.1),
     "internlm_init": dict(init_scheme="internlm", **LLAMA),
     "depth_adaptive_init": dict(init_scheme="depth_adaptive", n_head=4, n_kv_head=2),
     "mobilellm": dict(n_layer=4, n_head=4, n_kv_head=2, share_group_size=2, enhanced_residual=True, **LLAMA),
@@ -510,7 +512,9 @@ def test_depth_summary_reports_effective_depth_and_unique_sublayers():
 # --- non-degeneracy: switching a technique on changes the function --------------------------------------
 
 INIT_ONLY = {"constant_init": "init_scheme changes only the initial weights (tested by test_init_schemes)",
-             "enhanced_residual_init": "residual_logit_init changes only the initial alphas (tested above)"}
+             "enhanced_residual_init": "residual_logit_init changes only the initial alphas (tested above)",
+             "init_std": "init_std changes only the initial weights (tested by test_init_schemes)",
+             "dropout": "dropout acts in training only (test_dropout_acts_in_training_only); these models evaluate"}
 
 
 # each flag against the same model with the flag switched off: the config with the flag's keys at their

@@ -64,15 +64,23 @@ def test_scaled_lr_in_a_config_file(tmp_path):
 
 # --- 3.2 parameter inheritance -------------------------------------------------------------------------
 
-@pytest.mark.parametrize("kw", [
+SAME_SHAPE_BASE = dict(block_size=16, vocab_size=16, n_layer=3, n_head=4, n_embd=32)
+# the flags inheritance is checked on (tests/test_support.py reads this table)
+SAME_SHAPE = [
     dict(),
     dict(n_kv_head=2, mlp_type="gated", activation="silu", norm="rmsnorm", bias=False, pos_embedding="rope"),
     dict(embd_factor_dim=8, enhanced_residual=True),
     dict(tie_embeddings=False, pos_embedding="sinusoidal"),
-])
+    dict(norm_eps=0.1, pos_embedding="rope", rope_base=500.0, mlp_hidden=48, head_bias=True, enhanced_residual=True,
+         residual_logit_init=1.0),
+    dict(mlp_ratio=2.0, think_steps=2, think_eta=0.3, think_memory="first_layer"),
+]
+
+
+@pytest.mark.parametrize("kw", SAME_SHAPE)
 def test_same_shape_inheritance_reproduces_logits_exactly(kw):
     torch.manual_seed(0)
-    cfg = GPTConfig(block_size=16, vocab_size=16, n_layer=3, n_head=4, n_embd=32, **kw)
+    cfg = GPTConfig(**SAME_SHAPE_BASE, **kw)
     src = GPT(cfg)
     small, plan = inherit.inherit(src, cfg, "loss", "taylor")   # nothing to drop: no data needed
     x = torch.randint(0, 16, (2, 16))

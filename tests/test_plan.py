@@ -41,7 +41,7 @@ COMBOS = random_combos(10)
 # the flags that change the plan's shape (branches, widths, sharing, attention, heads, embedding, passes)
 SHAPES = ("gpt", "pgpt3", "lgpt", "cgpt_k3", "swiglu", "mqa", "factorized", "factorized_untied", "share_attn",
           "shishu_bottom_top", "attn_top_only", "head_bias", "deep_thinking", "deep_thinking_first_layer_1",
-          "post_norm_pgpt_cgpt")
+          "post_norm_pgpt_cgpt", "enhanced_residual_init", "mlp_ratio")
 TINY_CONFIGS = {**{f"flag:{k}": {**TINY, **FLAGS[k]} for k in SHAPES}, **COMBOS}
 PRESETS = {name: {**plan_tool.MODEL_FIELDS, **variants.load(name)} for name in variants.available()}
 

@@ -1,7 +1,14 @@
 """tools/support.py (issue 56, point 1): every GPTConfig field is declared for every path, and a field nobody declared
 is refused, in one line and before anything is written, by each tool path that uses a model: the compiled decoder,
-the Hugging Face, ExecuTorch and GGUF exports, parameter inheritance, the FLOPs count and the layer plan."""
+the Hugging Face, ExecuTorch and GGUF exports, parameter inheritance, the FLOPs count and the layer plan.
+
+The declarations are checked: every path declared to compute a field is tested with it, that is some configuration
+of the path's equivalence test (read from that test module's own table) sets the field to a non-default value,
+unless tools/support.py says why not (the path refuses the field or the field it acts under, DEPENDS; or the field
+cannot change what the path computes, NO_EFFECT). And every field is in the README's Techniques table."""
 import dataclasses
+import os
+import re
 
 import pytest
 
@@ -12,7 +19,7 @@ from tools.executorch import export as executorch_export
 from tools.huggingface import convert
 from tools.llamacpp import export as llamacpp_export
 from tools.pangu import inherit
-from tools.support import PATHS, SUPPORT, TOOL_PATHS
+from tools.support import DEPENDS, NO_EFFECT, PATHS, SUPPORT, TOOL_PATHS, must_be_tested, no_effect_reason
 
 TINY = dict(vocab_size=16, block_size=8, n_layer=2, n_head=2, n_embd=16)
 # a technique added to GPTConfig without a word in tools/support.py
@@ -87,3 +94,121 @@ def test_an_undeclared_field_is_refused_by_every_tool_path(path, tmp_path):
 def test_an_undeclared_field_left_at_its_default_is_accepted(path, tmp_path):
     """Only a value that changes the model is refused: an old checkpoint's config passes."""
     TOOLS[path](model_with_new_flag(0), tmp_path)
+
+
+# --- every path declared to compute a field is tested with it ---------------------------------------------------
+# Each function returns the configurations (GPTConfig keyword arguments) that a path's equivalence test runs, read
+# from that test module's own table; a module skipped for a missing package (transformers, gguf) skips its path.
+
+def model_test_configs():
+    """tests/test_model.py's FLAGS on its TINY: causality, KV cache = full forward, every weight used, learning."""
+    import test_model
+    return [{**test_model.TINY, **flags} for flags in test_model.FLAGS.values()]
+
+
+def compiled_decoder_configs():
+    """tests/test_compile.py: the static-cache decoder's families (test_static_cache_decode_same_tokens_...)."""
+    import test_compile
+    import test_model
+    return [{**test_model.TINY, **test_compile.FAMILIES[family]} for family in test_compile.STATIC_DECODE]
+
+
+def huggingface_configs():
+    """tests/test_huggingface.py's OURS: the exports transformers loads and runs to equal outputs."""
+    import test_huggingface
+    return list(test_huggingface.OURS.values())
+
+
+def executorch_configs():
+    """tests/test_executorch.py: the presets and random flag sets whose traced modules equal the eager model."""
+    import test_executorch
+    return test_executorch.default_run_configs("every_preset") + test_executorch.default_run_configs("random_flags")
+
+
+def gguf_configs():
+    """tests/test_llamacpp.py's FORWARD_SHAPES: the files llama.cpp's equations run to our logits."""
+    import test_llamacpp
+    return [dict(shape, vocab_size=len(test_llamacpp.CHARS)) for shape in test_llamacpp.FORWARD_SHAPES.values()]
+
+
+def inheritance_configs():
+    """tests/test_pangu.py's SAME_SHAPE: inheritance that drops nothing reproduces the logits exactly."""
+    import test_pangu
+    return [{**test_pangu.SAME_SHAPE_BASE, **flags} for flags in test_pangu.SAME_SHAPE]
+
+
+def plan_configs():
+    """tests/test_plan.py's SHAPES (of FLAGS): FLOPs and KV cache against torch's FlopCounterMode and the real
+    modules (its random combinations are left out: a field covered by chance is not covered)."""
+    import test_plan
+    return [test_plan.TINY_CONFIGS[f"flag:{name}"] for name in test_plan.SHAPES]
+
+
+EQUIVALENCE_CONFIGS = {"training": model_test_configs, "kv_cache": model_test_configs,
+                       "compiled_decoder": compiled_decoder_configs, "huggingface": huggingface_configs,
+                       "executorch": executorch_configs, "gguf": gguf_configs, "inheritance": inheritance_configs,
+                       "flops": plan_configs, "plan": plan_configs}
+DEFAULTS = {f.name: f.default for f in dataclasses.fields(GPTConfig)}
+
+
+def test_exceptions_are_declared_for_known_fields_and_paths():
+    assert sorted(EQUIVALENCE_CONFIGS) == sorted(PATHS)
+    for child, parent in DEPENDS.items():
+        assert child in SUPPORT and parent in SUPPORT, (child, parent)
+    for field, paths, reason in NO_EFFECT:
+        assert field in SUPPORT and set(paths) <= set(PATHS), (field, paths)
+        assert reason and "\n" not in reason, field
+        refusing = [path for path in paths if path in SUPPORT[field]]
+        assert not refusing, f"{field}: NO_EFFECT lists {refusing}, which SUPPORT says refuse it"
+
+
+def untested_fields(path, configs):
+    """The fields `path` must be tested with (tools/support.py) that no configuration in `configs` sets."""
+    missing = []
+    for field in DEFAULTS:
+        if not must_be_tested(field, path):
+            continue
+        if not any(config.get(field, DEFAULTS[field]) != DEFAULTS[field] for config in configs):
+            missing.append(field)
+    return missing
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_every_computed_field_is_tested_on_every_path(path):
+    """A path declared to compute a field (tools/support.py's SUPPORT does not list the path for it) runs, in its
+    equivalence test, some configuration that sets the field. Forgetting a new field in a test table fails here."""
+    missing = untested_fields(path, EQUIVALENCE_CONFIGS[path]())
+    assert not missing, (f"{path}: no configuration of its equivalence test sets {missing} (fix: add a tiny "
+                         f"config to that test's table, or say in tools/support.py why the path need not: SUPPORT "
+                         f"if it refuses the field, DEPENDS or NO_EFFECT)")
+
+
+def test_a_field_left_out_of_a_table_is_found():
+    """The check itself: the KV cache's configurations without rope_base's entry miss rope_base."""
+    import test_model
+    configs = [{**test_model.TINY, **flags} for name, flags in test_model.FLAGS.items() if name != "rope_base"]
+    assert untested_fields("kv_cache", configs) == ["rope_base"]
+    assert no_effect_reason("dropout", "kv_cache") and not no_effect_reason("dropout", "training")
+
+
+def readme_flag_fields():
+    """The names in the "Flag(s)" column of README.md's Techniques table."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "README.md"), encoding="utf-8") as f:
+        text = f.read()
+    table = text.split("## Techniques", 1)[1].split("\n\n## ", 1)[0]
+    names = set()
+    for line in table.splitlines():
+        cells = line.split("|")
+        if len(cells) > 3 and cells[1].strip() not in ("Technique", "---"):
+            names.update(re.findall(r"`([a-z_]+)", cells[2]))
+    return names
+
+
+GPT2_BASELINE = ("block_size", "vocab_size", "n_layer", "n_head", "n_embd", "dropout", "bias")
+
+
+def test_every_field_is_in_the_readme_techniques_table():
+    listed = readme_flag_fields()
+    missing = [name for name in DEFAULTS if name not in listed and name not in GPT2_BASELINE]
+    assert not missing, f"README.md's Techniques table lists no row with {missing} in its Flag(s) column"

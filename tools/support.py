@@ -11,8 +11,16 @@ own (export_plan's list of techniques without a transformers equivalent, inherit
 other path computes it. A field missing from the table is refused by every tool path as soon as a config sets it
 (refuse_undeclared, called by each of them before it writes anything), so a new technique cannot be exported,
 inherited or counted without a word: tests/test_support.py fails until the new field is declared here, and shows
-each path refusing an undeclared one in one line. The training and KV-cache columns are declarations only for now:
+each path refusing an undeclared one in one line. The training and KV-cache columns are not refused at run time:
 train.py and model.py do not call refuse_undeclared (issues 53 and 55 rewrite them).
+
+A path declared to compute a field must be tested with it: tests/test_support.py reads each path's equivalence
+test table (test_model.py's FLAGS for training and the KV cache, test_compile.py's STATIC_DECODE, test_huggingface.py's
+OURS, test_executorch.py's default_run_configs, test_llamacpp.py's FORWARD_SHAPES, test_pangu.py's SAME_SHAPE,
+test_plan.py's SHAPES for the FLOPs count and the plan) and fails unless some configuration there sets the field to
+a non-default value. The exceptions are declared below, each with its reason: DEPENDS (a field acts only under
+another; a path refusing the parent need not test the child) and NO_EFFECT (a field that cannot change what the
+path computes). Declaring `()` for a new field therefore asks every path's test for it.
 """
 import dataclasses
 
@@ -78,6 +86,54 @@ SUPPORT = {
     "init_scheme": (),
     "init_std": (),
 }
+
+# field: the field it acts under. A path that refuses the parent never computes the child (think_eta without Deep
+# Thinking does nothing), so it need not be tested with it; a chain (shrink_kernel -> shrink_layer -> shrink_every)
+# is followed to its end.
+DEPENDS = {
+    "residual_logit_init": "enhanced_residual",
+    "think_eta": "think_steps",
+    "think_memory": "think_steps",
+    "n_top_attn_layers": "n_attn_layers",
+    "shrink_layer": "shrink_every",
+    "shrink_kernel": "shrink_layer",
+    "share_from_layer": "share_group_size",
+    "share_sublayers": "share_group_size",
+}
+
+EVALUATION = tuple(path for path in PATHS if path != "training")
+AFTER_INIT = tuple(path for path in PATHS if path not in ("training", "kv_cache"))
+# (field, the paths it cannot change, why): a path declared to compute a field is tested with it set
+# (tests/test_support.py reads the paths' own test tables) unless the field is listed here for that path
+NO_EFFECT = [
+    ("dropout", EVALUATION, "dropout acts in training only; these paths evaluate a model (eval mode)"),
+    ("init_scheme", AFTER_INIT, "the initialisation draws weights; these paths compute from the weights given"),
+    ("init_std", AFTER_INIT, "the initialisation draws weights; these paths compute from the weights given"),
+    ("norm_eps", ("flops", "plan"), "a constant inside a norm: no shape, FLOP or cache byte depends on it"),
+    ("rope_base", ("flops", "plan"), "the rotary angles' base: no shape, FLOP or cache byte depends on it"),
+]
+
+
+def refused_by(field, path):
+    """Whether `path` refuses a non-default `field`, or the field it acts under (DEPENDS)."""
+    while field is not None:
+        if path in SUPPORT.get(field, ()):
+            return True
+        field = DEPENDS.get(field)
+    return False
+
+
+def no_effect_reason(field, path):
+    """Why `field` cannot change what `path` computes (NO_EFFECT), or ''."""
+    for name, paths, reason in NO_EFFECT:
+        if name == field and path in paths:
+            return reason
+    return ""
+
+
+def must_be_tested(field, path):
+    """Whether the equivalence test of `path` must run a configuration that sets `field` to a non-default value."""
+    return not refused_by(field, path) and not no_effect_reason(field, path)
 
 
 def refuse_undeclared(config, path, error=UserError):

@@ -123,6 +123,7 @@ CH, FFN, HEAD, QKV, VOCAB = "channel", "ffn", "head", "qkv", "vocab"   # HEAD: a
 TOP_AXES = {
     "tok_emb.wte.weight": (VOCAB, CH), "tok_emb.proj.weight": (CH, None), "pos_emb.weight": (None, CH),
     "ln_f.weight": (CH,), "ln_f.bias": (CH,), "lm_head.weight": (VOCAB, CH),
+    "lm_head.bias": (VOCAB,), "tied_head_bias": (VOCAB,),   # head_bias, untied and tied
 }
 SUBLAYER_AXES = {
     "norm.weight": (CH,), "norm.bias": (CH,), "alpha_logit": (),
