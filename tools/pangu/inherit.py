@@ -86,7 +86,7 @@ from typing import Optional
 
 import torch
 
-from configurator import run_command
+from configurator import UserError, run_command
 from model import GPT, GPTConfig
 from checkpoint import (CKPT_NAME, check_num_threads, check_out_dir, check_seed, clean_state_dict,
                         load_model, remove_stale_temp_files, save_checkpoint)
@@ -166,7 +166,7 @@ def check_supported(cfg):
     if cfg.norm_placement != "pre":   # the learned masks gate where each pre-norm reads the residual stream
         problems.append("post-norm blocks (norm_placement='post')")
     if problems:
-        raise ValueError(f"inherit supports single-branch GPT/LLaMA-style sources only; this one uses "
+        raise UserError(f"inherit supports single-branch GPT/LLaMA-style sources only; this one uses "
                          f"{', '.join(problems)} (fix: inherit from a plain gpt/llama-style checkpoint)")
 
 
@@ -174,7 +174,7 @@ def target_config(src, n_layer=0, n_embd=0, n_head=0, n_kv_head=0, hidden=0, mlp
     """GPTConfig of the small model: the source's, with the given sizes (0 = derived, see DEFAULTS)."""
     def need(ok, msg):
         if not ok:
-            raise ValueError(msg)
+            raise UserError(msg)
 
     hd, src_kv = head_dim(src), kv_heads(src)
     group = src.n_head // src_kv
@@ -211,8 +211,8 @@ def target_config(src, n_layer=0, n_embd=0, n_head=0, n_kv_head=0, hidden=0, mlp
         args.update(mlp_hidden=hidden)
     try:
         cfg = GPTConfig(**args)
-    except ValueError as e:
-        raise ValueError(f"{e} (fix: correct --mlp_hidden/--mlp_ratio/--n_kv_head)") from None
+    except ValueError as e:   # GPTConfig's
+        raise UserError(f"{e} (fix: correct --mlp_hidden/--mlp_ratio/--n_kv_head)") from None
     need(ffn_hidden(cfg) <= ffn_hidden(src),
          f"FFN hidden size {ffn_hidden(cfg)} exceeds the source's {ffn_hidden(src)} "
          f"(fix: lower --mlp_hidden/--mlp_ratio)")
@@ -248,7 +248,7 @@ def pool_kv_heads(state, cfg, m):
 def read_meta(data_dir):
     path = os.path.join(data_dir, "meta.json")
     if not os.path.isfile(path):
-        raise ValueError(f"{path} is missing, so its tokenizer is unknown (fix: prepare that dataset, "
+        raise UserError(f"{path} is missing, so its tokenizer is unknown (fix: prepare that dataset, "
                          f"or point --data_dir/--target_data_dir at a prepared dataset)")
     return load_meta(data_dir)   # one-line errors for a damaged file
 
@@ -258,13 +258,13 @@ def vocab_rows(src_meta, dst_meta):
     src_vocab, dst_vocab = Vocabulary(src_meta), Vocabulary(dst_meta)
     src, dst = src_vocab.gpt2_ids(), dst_vocab.gpt2_ids()
     if src is None or dst is None:
-        raise ValueError(f"cannot map a {src_vocab.kind!r} vocabulary onto a {dst_vocab.kind!r} "
+        raise UserError(f"cannot map a {src_vocab.kind!r} vocabulary onto a {dst_vocab.kind!r} "
                          f"one: only GPT-2-based tokenizers (gpt2, compact) share token ids (fix: drop "
                          f"--target_data_dir to keep the source's vocabulary)")
     index = {g: i for i, g in enumerate(src)}
     missing = [g for g in dst if g not in index]
     if missing:
-        raise ValueError(f"{len(missing)} target tokens are not in the source's vocabulary (first: GPT-2 id "
+        raise UserError(f"{len(missing)} target tokens are not in the source's vocabulary (first: GPT-2 id "
                          f"{missing[0]}) (fix: make the target vocabulary a subset of the source's, e.g. "
                          f"--vocab_size K of tools.pangu.compact_vocab or tools.wikitext103 on the source's text)")
     return torch.tensor([index[g] for g in dst])
@@ -280,7 +280,7 @@ def tensor_axes(name, cfg):
     if name == "tok_emb.wte.weight" and cfg.embd_factor_dim:
         axes = (VOCAB, None)  # factorized: wte is vocab x E; the channels are the rows of tok_emb.proj
     if axes is None:
-        raise ValueError(f"inherit: no slicing rule for tensor '{name}' (fix: extend tensor_axes in tools/pangu/inherit.py)")
+        raise UserError(f"inherit: no slicing rule for tensor '{name}' (fix: extend tensor_axes in tools/pangu/inherit.py)")
     return layer, axes
 
 
@@ -385,7 +385,7 @@ def choose_layers(model, k, method, batches=None):
         return spread_layers(n, k)
     if method == "loss":
         return sorted(top_k(layer_importance(model, batches), k).tolist())
-    raise ValueError(f"unknown layer selection '{method}' (fix: --layers={' or '.join(LAYER_METHODS)})")
+    raise UserError(f"unknown layer selection '{method}' (fix: --layers={' or '.join(LAYER_METHODS)})")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -399,7 +399,7 @@ def element_importance(model, criterion, batches=None):
     if criterion == "l2":
         return {n: p.detach().pow(2) for n, p in params.items()}
     if criterion != "taylor":
-        raise ValueError(f"unknown neuron criterion '{criterion}' (fix: --neurons={' or '.join(NEURON_CRITERIA)})")
+        raise UserError(f"unknown neuron criterion '{criterion}' (fix: --neurons={' or '.join(NEURON_CRITERIA)})")
     model.eval()   # no dropout while measuring
     scores = {n: torch.zeros_like(p) for n, p in params.items()}
     for x, y in batches:
@@ -572,12 +572,12 @@ def inherit(model, dst, layers="first_last", neurons="taylor", batches=None, voc
     src = model.config
     check_supported(src)
     if layers not in LAYER_METHODS:
-        raise ValueError(f"unknown layer selection '{layers}' (fix: --layers={' or '.join(LAYER_METHODS)})")
+        raise UserError(f"unknown layer selection '{layers}' (fix: --layers={' or '.join(LAYER_METHODS)})")
     if neurons not in NEURON_CRITERIA:
-        raise ValueError(f"unknown neuron criterion '{neurons}' (fix: --neurons={' or '.join(NEURON_CRITERIA)})")
+        raise UserError(f"unknown neuron criterion '{neurons}' (fix: --neurons={' or '.join(NEURON_CRITERIA)})")
     n_tokens = src.vocab_size if vocab is None else len(vocab)
     if dst.vocab_size != n_tokens:
-        raise ValueError(f"the small model's vocab_size {dst.vocab_size} does not match its {n_tokens} tokens "
+        raise UserError(f"the small model's vocab_size {dst.vocab_size} does not match its {n_tokens} tokens "
                          f"(fix: target_config(..., vocab_size={n_tokens}))")
     keep = choose_layers(model, dst.n_layer, layers, batches)
     deep_cfg = dataclasses.replace(src, n_layer=dst.n_layer)
@@ -609,7 +609,7 @@ def calibration_batches(data_dir, n, batch_size, block_size, seed, vocab_size=No
     token file against first (one-line errors instead of an index error deep in the model)."""
     path = split_path(data_dir, "train")
     if not os.path.isfile(path):
-        raise ValueError(f"no calibration data: {path} is missing (fix: --data_dir=<prepared dataset>)")
+        raise UserError(f"no calibration data: {path} is missing (fix: --data_dir=<prepared dataset>)")
     if vocab_size is not None:
         split_tokens(data_dir, "train", vocab_size, block_size)
     gen = torch.Generator()
@@ -623,15 +623,15 @@ def calibration_batches(data_dir, n, batch_size, block_size, seed, vocab_size=No
 def run(opts):
     """pangu.inherit's command: load --from, build the small model, write out_dir/ckpt.pt. Returns its path."""
     if not opts["from"] or not opts["out_dir"]:
-        raise ValueError("both --from (the big model's out_dir) and --out_dir are needed "
+        raise UserError("both --from (the big model's out_dir) and --out_dir are needed "
                          "(fix: python -m tools.pangu.inherit --from=out-big --out_dir=out-small --n_layer=...)")
     if opts["calib_batches"] < 1:
-        raise ValueError(f"calib_batches must be >= 1, got {opts['calib_batches']} (fix: --calib_batches=8)")
+        raise UserError(f"calib_batches must be >= 1, got {opts['calib_batches']} (fix: --calib_batches=8)")
     if opts["calib_batch_size"] < 0:
-        raise ValueError(f"calib_batch_size must be >= 0 (0 = the source run's batch_size), got "
+        raise UserError(f"calib_batch_size must be >= 0 (0 = the source run's batch_size), got "
                          f"{opts['calib_batch_size']} (fix: --calib_batch_size=0)")
     if opts["mask_steps"] < 1:
-        raise ValueError(f"mask_steps must be >= 1, got {opts['mask_steps']} (fix: --mask_steps=100)")
+        raise UserError(f"mask_steps must be >= 1, got {opts['mask_steps']} (fix: --mask_steps=100)")
     check_out_dir(opts["out_dir"])   # a file or a read-only folder: one line now, not after the work
     check_num_threads(opts["num_threads"])
     check_seed(opts["seed"])
@@ -639,7 +639,7 @@ def run(opts):
         torch.set_num_threads(opts["num_threads"])
     model, ckpt = load_model(opts["from"], "cpu")
     if os.path.abspath(os.path.dirname(ckpt["path"])) == os.path.abspath(opts["out_dir"]):
-        raise ValueError(f"--out_dir={opts['out_dir']} is the source's folder (fix: pick a new --out_dir)")
+        raise UserError(f"--out_dir={opts['out_dir']} is the source's folder (fix: pick a new --out_dir)")
     src = model.config
     check_supported(src)
     vocab, dataset, target_dir = None, ckpt.get("dataset", ""), ckpt.get("data_dir", "")
@@ -695,7 +695,7 @@ def report(big, small, plan, batches):
 
 
 def main(argv=None):
-    return run_command(run, DEFAULTS, argv, errors=ValueError)   # ValueError: bad sizes or methods, see above
+    return run_command(run, DEFAULTS, argv)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from configurator import run_command
+from configurator import UserError, run_command
 from checkpoint import atomic_open, check_num_threads, check_out_dir, check_seed, load_model
 from dataset import resolve_data_dir, split_path
 from dataset import segments_info_path, split_tokens
@@ -74,15 +74,15 @@ def sampling_probs(losses, temperature=1.0):
 
 
 def check_options(rate, temperature, parts, n_segments):
-    """ValueError for a sampling rate, temperature or number of parts that makes no sense."""
+    """UserError for a sampling rate, temperature or number of parts that makes no sense."""
     if not 0 < rate <= 1:
-        raise ValueError(f"rate must be in (0, 1], got {rate} (fix: --rate=0.5)")
+        raise UserError(f"rate must be in (0, 1], got {rate} (fix: --rate=0.5)")
     # inf samples uniformly, as if refining were off, and a tiny tau overflows l / tau (NaN probabilities): refused
     if not MIN_TEMPERATURE <= temperature < math.inf:
-        raise ValueError(f"temperature must be a finite number >= {MIN_TEMPERATURE:g}, got {temperature} "
+        raise UserError(f"temperature must be a finite number >= {MIN_TEMPERATURE:g}, got {temperature} "
                          f"(fix: --temperature=1)")
     if not 1 <= parts <= n_segments:
-        raise ValueError(f"parts must be in [1, {n_segments}] (the number of segments), got {parts} (fix: --parts=1)")
+        raise UserError(f"parts must be in [1, {n_segments}] (the number of segments), got {parts} (fix: --parts=1)")
 
 
 def refine(losses, rate=0.5, temperature=1.0, parts=1, generator=None):
@@ -107,7 +107,7 @@ def refine(losses, rate=0.5, temperature=1.0, parts=1, generator=None):
 def run(opts):
     """pangu.refine's command: score every segment with the checkpoint, write refine.npy. Returns its path."""
     if opts["batch_size"] < 1:
-        raise ValueError(f"batch_size must be >= 1, got {opts['batch_size']} (fix: --batch_size=64)")
+        raise UserError(f"batch_size must be >= 1, got {opts['batch_size']} (fix: --batch_size=64)")
     check_num_threads(opts["num_threads"])
     check_seed(opts["seed"])
     if opts["num_threads"] > 0:
@@ -117,7 +117,7 @@ def run(opts):
     data_dir = resolve_data_dir(ckpt, opts["data_dir"])   # refuses a dataset of another tokenizer
     path = split_path(data_dir, "train")
     if not os.path.isfile(path):
-        raise ValueError(f"{path} not found (fix: --data_dir=<the dataset round 1 trained on>)")
+        raise UserError(f"{path} not found (fix: --data_dir=<the dataset round 1 trained on>)")
     # whole uint16 ids below the model's vocab_size, and at least one segment of block_size + 1 tokens
     split_tokens(data_dir, "train", model.config.vocab_size, model.config.block_size)
     data = np.memmap(path, dtype=np.uint16, mode="r")
@@ -143,7 +143,7 @@ def run(opts):
 
 
 def main(argv=None):
-    return run_command(run, DEFAULTS, argv, errors=ValueError)   # ValueError: bad rate, parts, ... (see refine)
+    return run_command(run, DEFAULTS, argv)
 
 
 if __name__ == "__main__":
