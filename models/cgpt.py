@@ -5,7 +5,7 @@ through the KV cache (the classes, functions, branches and GPTConfig fields), in
 with its comments, and computes exactly what model.py computes for it. Do not edit: regenerate.
 
     made by:  python -m tools.one_file cgpt --out=models/cgpt.py
-    model.py of commit fc806e8 plus uncommitted changes
+    model.py of commit 84c6099
 """
 
 import math
@@ -23,11 +23,9 @@ class GPTConfig:
     # --- the GPT-2 baseline (nanoGPT's field names) ---
     block_size: int = 1024
     vocab_size: int = 50304         # GPT-2's 50257 padded up to a multiple of 64
-    # layers over all branches (n_layer / n_branches per pgpt branch); a shared
-    # layer counts each time it is applied
     n_layer: int = 12
     n_head: int = 12
-    n_embd: int = 768               # width (of each pgpt branch)
+    n_embd: int = 768               # width
     dropout: float = 0.0
     bias: bool = True               # in Linears and norms (GPT-2: True, LLaMA: False)
     norm_eps: float = 1e-5
@@ -37,13 +35,6 @@ class GPTConfig:
     shrink_every: int = 2           # halve the width after every k layers; 0 = off; this file: 2 only
     shrink_kernel: int = 1          # cgpt's Conv1d kernel; > 1 is causal
     init_std: float = 0.02
-
-    # --- derived sizes ---
-    def layers_per_branch(self):
-        return self.n_layer
-
-    def embd_width(self):
-        return self.n_embd
 
     def widths(self):
         # model.py's docstring, whole: it also tells of code left out here
@@ -114,7 +105,6 @@ def causal_attention(q, k, v, start=0, dropout_p=0.0):
     mask = None
     if start > 0 and q.size(2) > 1:
         mask = causal_mask(start, q.size(2), q.device)
-    # GQA: query head h reads kv head h // (H / H_kv)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=start == 0,
                                           dropout_p=dropout_p, enable_gqa=q.size(1) != k.size(1))
 
@@ -127,6 +117,7 @@ def causal_mask(start, length, device):
 
 
 class CausalSelfAttention(nn.Module):
+    # model.py's docstring, whole: it also tells of code left out here
     """Causal self-attention with grouped-query attention (paper 000, 2.5):
     n_head query heads share n_kv_head key/value heads, in groups."""
 
@@ -143,6 +134,7 @@ class CausalSelfAttention(nn.Module):
         self.resid_dropout = nn.Dropout(config.dropout)
 
     def forward(self, x, cache=None):
+        # model.py's docstring, whole: it also tells of code left out here
         """cache: this layer's entry of the KV cache (section 9) or of Deep
         Thinking (section 8), which stores k, v and attends; None in training."""
         B, T, C = x.shape
@@ -165,6 +157,11 @@ class ResidualSubLayer(nn.Module):
     # model.py's docstring, whole: it also tells of code left out here
     """The residual around one attention or FFN sub-layer F (`inner`): pre-norm
     x + F(norm(x)) (GPT-2, LLaMA) or post-norm norm(x + F(x)) (paper 000's code).
+
+    Enhanced Residual (paper 000, 2.7) replaces the sum by
+    alpha * x + (1 - alpha) * F(.), alpha = sigmoid(w), one learned scalar w per
+    sub-layer (the paper gives no init; its code w = 0, alpha = 0.5). Under
+    post-norm the norm is scale-invariant, so alpha = 0.5 is the plain residual.
     """
 
     def __init__(self, config, width, inner):
@@ -200,6 +197,7 @@ class DecoderStack(nn.Module):
         add_shrinks(self, config)   # section 6
 
     def forward(self, x, cache=None):
+        # model.py's docstring, whole: it also tells of code left out here
         """Sub-layer i gets cache[i], its entry of a KV cache (section 9) or of
         Deep Thinking."""
         for i, layer in enumerate(self.layers):
@@ -228,6 +226,7 @@ class ConvShrink(nn.Module):
 
 
 def add_shrinks(stack, config):
+    # model.py's docstring, whole: it also tells of code left out here
     """A shrink after every shrink_every layers but the last, after the layer's
     FFN (mlp[l]: lgpt/cgpt are not shared); built last (the init's draw order)."""
     shrink_cls = ConvShrink
@@ -259,6 +258,7 @@ def init_gpt2(model, config):
 # --- 8. The model: embeddings, the layers, the head; pgpt, Deep Thinking, generation ---
 
 class TokenEmbedding(nn.Module):
+    # model.py's docstring, whole: it also tells of code left out here
     """Token embedding, optionally factorized (paper 002, 3.0.1): vocab -> E ->
     width, V*E + E*width parameters instead of V*width. Tied (paper 000, 2.4),
     the head reuses them: logits = (h @ P) @ W_e^T."""
@@ -285,6 +285,7 @@ class GPT(nn.Module):
         init_gpt2(self, config)   # section 7
 
     def get_num_params(self, non_embedding=True):
+        # model.py's docstring, whole: it also tells of code left out here
         """Unique parameters (shared weights once); non_embedding=True leaves
         out the learned positions, as nanoGPT does."""
         n = sum(p.numel() for p in self.parameters())
@@ -325,6 +326,7 @@ class GPT(nn.Module):
         return logits, loss
 
     def head(self, h):
+        # model.py's docstring, whole: it also tells of code left out here
         """Logits: through the tied embedding (paper 000, 2.4) or lm_head."""
         return self.lm_head(h)
 
@@ -383,6 +385,7 @@ class GPT(nn.Module):
 # --- 9. The KV cache and sample_next ---------------------------------------------------
 
 class KVCache:
+    # model.py's docstring, whole: it also tells of code left out here
     """The KV cache of incremental decoding: cache[i] is the entry of the stack's
     sub-layer i (pgpt's branches and Deep Thinking key it by more). The cache
     interface, what the model calls on a cache (also the static ones of

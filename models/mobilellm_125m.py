@@ -5,7 +5,7 @@ through the KV cache (the classes, functions, branches and GPTConfig fields), in
 with its comments, and computes exactly what model.py computes for it. Do not edit: regenerate.
 
     made by:  python -m tools.one_file mobilellm_125m --out=models/mobilellm_125m.py
-    model.py of commit fc806e8 plus uncommitted changes
+    model.py of commit 84c6099
 """
 
 import math
@@ -24,11 +24,9 @@ class GPTConfig:
     # --- the GPT-2 baseline (nanoGPT's field names) ---
     block_size: int = 1024
     vocab_size: int = 50304         # GPT-2's 50257 padded up to a multiple of 64
-    # layers over all branches (n_layer / n_branches per pgpt branch); a shared
-    # layer counts each time it is applied
     n_layer: int = 12
     n_head: int = 12
-    n_embd: int = 768               # width (of each pgpt branch)
+    n_embd: int = 768               # width
     dropout: float = 0.0
     bias: bool = True               # in Linears and norms (GPT-2: True, LLaMA: False)
     norm_eps: float = 1e-5
@@ -38,14 +36,8 @@ class GPTConfig:
     mlp_hidden: Optional[int] = None  # None: mlp_ratio * width
     init_std: float = 0.02
 
-    # --- derived sizes ---
-    def layers_per_branch(self):
-        return self.n_layer
-
-    def embd_width(self):
-        return self.n_embd
-
     def widths(self):
+        # model.py's docstring, whole: it also tells of code left out here
         """The width of each layer: constant, or halved (lgpt/cgpt)."""
         return [self.n_embd] * self.n_layer
 
@@ -158,6 +150,7 @@ class CausalSelfAttention(nn.Module):
         self.register_buffer("rope_sin", sin, persistent=False)
 
     def forward(self, x, cache=None):
+        # model.py's docstring, whole: it also tells of code left out here
         """cache: this layer's entry of the KV cache (section 9) or of Deep
         Thinking (section 8), which stores k, v and attends; None in training."""
         B, T, C = x.shape
@@ -183,6 +176,11 @@ class ResidualSubLayer(nn.Module):
     # model.py's docstring, whole: it also tells of code left out here
     """The residual around one attention or FFN sub-layer F (`inner`): pre-norm
     x + F(norm(x)) (GPT-2, LLaMA) or post-norm norm(x + F(x)) (paper 000's code).
+
+    Enhanced Residual (paper 000, 2.7) replaces the sum by
+    alpha * x + (1 - alpha) * F(.), alpha = sigmoid(w), one learned scalar w per
+    sub-layer (the paper gives no init; its code w = 0, alpha = 0.5). Under
+    post-norm the norm is scale-invariant, so alpha = 0.5 is the plain residual.
     """
 
     def __init__(self, config, width, inner):
@@ -209,7 +207,7 @@ class DecoderStack(nn.Module):
         self.attn = nn.ModuleList()
         self.mlp = nn.ModuleList()
         self.layers = []
-        for width in config.widths():   # lgpt/cgpt halve it (section 6)
+        for width in config.widths():
             attn = ResidualSubLayer(config, width, CausalSelfAttention(config, width))
             mlp = ResidualSubLayer(config, width, MLP(config, width))
             self.attn.append(attn)
@@ -217,6 +215,7 @@ class DecoderStack(nn.Module):
             self.layers += [attn, mlp]
 
     def forward(self, x, cache=None):
+        # model.py's docstring, whole: it also tells of code left out here
         """Sub-layer i gets cache[i], its entry of a KV cache (section 9) or of
         Deep Thinking."""
         for i, layer in enumerate(self.layers):
@@ -245,6 +244,7 @@ def init_gpt2(model, config):
 # --- 8. The model: embeddings, the layers, the head; pgpt, Deep Thinking, generation ---
 
 class TokenEmbedding(nn.Module):
+    # model.py's docstring, whole: it also tells of code left out here
     """Token embedding, optionally factorized (paper 002, 3.0.1): vocab -> E ->
     width, V*E + E*width parameters instead of V*width. Tied (paper 000, 2.4),
     the head reuses them: logits = (h @ P) @ W_e^T."""
@@ -370,12 +370,18 @@ class GPT(nn.Module):
 # --- 9. The KV cache and sample_next ---------------------------------------------------
 
 class KVCache:
+    # model.py's docstring, whole: it also tells of code left out here
     """The KV cache of incremental decoding: cache[i] is the entry of the stack's
     sub-layer i (pgpt's branches and Deep Thinking key it by more). The cache
     interface, what the model calls on a cache (also the static ones of
     tools/fast_sample.py and tools/executorch/export.py):
       length: the tokens already cached
       positions(T, device): the positions of the T new tokens
+      cache[key]: an entry, with
+          attend(q, k, v): store k, v at the new positions, return the
+              attention of q over every cached key up to them
+          conv_window(x, n_past): cgpt: x after the n_past inputs before it
+          positions(T, device): as the cache's (RoPE)
       advance(T): after the forward, the T new tokens are cached
       reset(): start a new sequence at position 0, keeping the buffers
     Deep Thinking uses the entries' `store` itself; the static caches refuse it.

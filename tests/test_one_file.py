@@ -256,3 +256,77 @@ def test_bad_input_is_one_error_line():
     one_error_line(one_file.main, ["gpt", "lgpt"], "one config_or_variant at most")
     one_error_line(one_file.main, [], "give one config or variant")
     one_error_line(one_file.main, ["--all", "--out=x.py"], "--all", "out")
+
+
+MARK = "# model.py's docstring, whole: it also tells of code left out here"
+
+
+def unmarked_prose(text):
+    """(line, text) of the file's comments and docstrings a reader takes as telling of this file's code: not the
+    docstrings marked as model.py's whole ones, not model.py's section titles (`# --- `), not the file's own
+    header docstring."""
+    tree = ast.parse(text)
+    lines = text.split("\n")
+    out = []
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if not isinstance(node, (ast.FunctionDef, ast.ClassDef)) or not body:
+            continue
+        first = body[0]
+        if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(
+                first.value.value, str) and lines[first.lineno - 2].strip() != MARK:
+            out.append((first.lineno, first.value.value))
+    for token in tokenize.generate_tokens(io.StringIO(text).readline):
+        if token.type == tokenize.COMMENT and not token.string.startswith(("# --- ", MARK)):
+            out.append((token.start[0], token.string))
+    return out
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_prose_names_no_technique_the_file_leaves_out(preset):
+    """A technique the preset has off (tools/one_file.py's TECHNIQUE_WORDS) is named only in docstrings marked as
+    model.py's, whole: every other comment and docstring tells of code the file holds."""
+    with open(os.path.join(one_file.OUT_DIR, f"{preset}.py"), encoding="utf-8") as f:
+        text = f.read()
+    pattern = one_file.words_off(made(preset)[1])
+    found = [(line, pattern.search(prose).group(0)) for line, prose in unmarked_prose(text)
+             if one_file.names_technique(prose, pattern)]
+    assert not found, f"models/{preset}.py names left-out techniques at (line, word): {found}"
+
+
+def unread_attribute_stores(text):
+    """(class, attribute) of the file's `self.x = ...` stores that nothing in the file reads: neither self.x in
+    that class nor any y.x."""
+    tree = ast.parse(text)
+    any_reads = set()
+    own_reads = set()
+    for cls in tree.body:
+        for node in ast.walk(cls):
+            if isinstance(node, ast.Attribute) and not isinstance(node.ctx, ast.Store):
+                if isinstance(node.value, ast.Name) and node.value.id == "self" and isinstance(cls, ast.ClassDef):
+                    own_reads.add((cls.name, node.attr))
+                else:
+                    any_reads.add(node.attr)
+            elif isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("getattr", "hasattr"):
+                any_reads.update(a.value for a in node.args[1:2] if isinstance(a, ast.Constant))
+    unread = []
+    for cls in tree.body:
+        if not isinstance(cls, ast.ClassDef):
+            continue
+        for node in ast.walk(cls):
+            if isinstance(node, ast.Assign) and len(node.targets) == 1:
+                target = node.targets[0]
+                if (isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name)
+                        and target.value.id == "self" and target.attr not in any_reads
+                        and (cls.name, target.attr) not in own_reads):
+                    unread.append((cls.name, target.attr))
+    return unread
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_no_attribute_store_the_file_never_reads(preset):
+    """lgpt's TokenEmbedding once kept model.py's `self.proj = None`, read only by the factorized embedding (and
+    LinearShrink's own proj is another attribute)."""
+    with open(os.path.join(one_file.OUT_DIR, f"{preset}.py"), encoding="utf-8") as f:
+        text = f.read()
+    assert unread_attribute_stores(text) == []

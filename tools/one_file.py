@@ -24,9 +24,12 @@ at 1, its default (n_branches), is folded where it multiplies, divides or counts
 x). Then what nothing kept reads goes, until nothing changes: module-level names and imports, GPTConfig fields,
 stores of side-effect-free values (`self.x = None`, a local nothing reads) and a store the same block makes again
 before reading it; a local that only names a value is read as it (`mask = None`, `width = config.n_embd` read in
-the next statement, `x = ...` then `return x`). A docstring keeps the sentences and list items that name nothing
-removed (a field, an attribute, a string such as "rope", or a function or class whose name no English word spells),
-its first sentences always, marked when they name one.
+the next statement, `x = ...` then `return x`); a `self.x = ...` store counts as read only where the file reads
+self.x in that class, or y.x anywhere. A docstring keeps the paragraphs and list items that name nothing removed
+(a field, an attribute, a string such as "rope", a function or class whose name no English word spells, or a word
+of a technique the config has off: TECHNIQUE_WORDS, "pgpt" where n_branches is 1); when its first paragraph names
+one it stays whole, marked. A comment that names such a technique loses the parenthesis that does, or else goes
+(a trailing comment from its line, a comment line with its wrapped neighbours); model.py's section titles stay.
 
 GPTConfig keeps the fields kept code reads; the others, and those a removed condition read (`config.f`, or `f` of
 a `self.x = config.f` it read), are ASSUMED at the values it ran with (a field it holds at one value only has
@@ -192,6 +195,22 @@ def attr_loads(tree):
     return names
 
 
+def is_self(node):
+    return isinstance(node, ast.Name) and node.id == "self"
+
+
+def self_attr_loads(tree):
+    """The attribute names read in tree as self.x, once per read (as attr_loads counts them)."""
+    names = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and not isinstance(node.ctx, ast.Store) and is_self(node.value):
+            names.append(node.attr)
+        elif isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Attribute) and is_self(
+                node.target.value):
+            names.append(node.target.attr)
+    return names
+
+
 def name_loads(tree):
     return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Store)}
 
@@ -260,6 +279,7 @@ class Specialiser:
         self.pinned = {}   # GPTConfig fields held at one value only: name -> that value
         self.defaults = {f.name: f.default for f in dataclasses.fields(GPTConfig)}
         self.folded = set()   # the fields of value 1 folded away (x * n_branches: x)
+        self.words_off = None   # the words of the techniques the config has off (words_off)
 
     def class_of(self, node):
         """The class of model.py that node lies in (None at module level)."""
@@ -571,8 +591,8 @@ class Specialiser:
         return lead + self.block(node.orelse, else_shift, node, drop)
 
     def docstring(self, stmt, drop):
-        """The docstring's lines, less its sentences and list items that name removed code; its first sentences
-        stay, marked when they name some."""
+        """The docstring's lines, less its paragraphs and list items that name removed code or a technique the
+        config has off (TECHNIQUE_WORDS); when its first paragraph names one, the docstring stays whole, marked."""
         lines = self.lines[stmt.lineno - 1:stmt.end_lineno]
         removed = getattr(self, "removed", set())
         base = stmt.col_offset
@@ -592,7 +612,12 @@ class Specialiser:
             else:
                 units.append(["prose", [line]])
         first = units[0]
-        kept = [first] + [u for u in units[1:] if u[0] == "blank" or not names_any("\n".join(u[1]), removed)]
+        whole = self.names_left_out("\n".join(first[1]), removed)
+        if whole:   # its first unit tells of code left out: the docstring stays whole, marked
+            kept = units
+        else:
+            kept = [first] + [u for u in units[1:]
+                              if u[0] == "blank" or not self.names_left_out("\n".join(u[1]), removed)]
         out = []
         for unit in kept:
             if unit[0] == "blank" and (not out or not out[-1].strip()):
@@ -604,14 +629,171 @@ class Specialiser:
             out.append(lines[-1])
         else:
             out[-1] += closing
-        if names_any("\n".join(first[1]), removed):
+        if whole:
             out.insert(0, " " * base + "# model.py's docstring, whole: it also tells of code left out here")
         return out
+
+    def names_left_out(self, text, removed):
+        """Whether text names removed code (a name in removed) or a technique this config has off."""
+        return names_any(text, removed) or names_technique(text, self.words_off)
 
 
 def names_any(text, removed):
     words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", text))
     return bool(words & removed)
+
+
+# --- the prose words of the techniques ---
+# model.py's comments and docstrings name techniques in prose ("pgpt", "Deep Thinking"), not only by the code's
+# names. A file whose config has a technique off treats that technique's words as removed code: see
+# Specialiser.docstring and without_left_out_comments. Each condition below says when its technique is off;
+# config is the traced model's GPTConfig fields, as a dict.
+
+def no_branches(config):
+    return config["n_branches"] == 1
+
+
+def no_thinking(config):
+    return config["think_steps"] == 0
+
+
+def no_gqa(config):
+    return config["n_kv_head"] is None or config["n_kv_head"] == config["n_head"]
+
+
+def no_rope(config):
+    return config["pos_embedding"] != "rope"
+
+
+def no_sinusoidal(config):
+    return config["pos_embedding"] != "sinusoidal"
+
+
+def not_gated(config):
+    return config["mlp_type"] != "gated"
+
+
+def no_swiglu(config):
+    return config["mlp_type"] != "gated" or config["activation"] != "silu"
+
+
+def no_shrink(config):
+    return config["shrink_every"] == 0
+
+
+def no_linear_shrink(config):
+    return config["shrink_every"] == 0 or config["shrink_layer"] != "linear"
+
+
+def no_conv_shrink(config):
+    return config["shrink_every"] == 0 or config["shrink_layer"] != "conv"
+
+
+def no_sharing(config):
+    return config["share_group_size"] == 1
+
+
+def no_shishulm(config):
+    return config["n_attn_layers"] is None
+
+
+def not_factorized(config):
+    return config["embd_factor_dim"] is None
+
+
+def no_enhanced_residual(config):
+    return not config["enhanced_residual"]
+
+
+def untied(config):
+    return not config["tie_embeddings"]
+
+
+# (the technique's words, the condition under which it is off). A word matches whole ("lgpt/cgpt" is not "cgpt")
+# and in any case ("Shared"); a space in one matches any white space, a line break too ("Deep\n    Thinking").
+# model.py's section titles (`# --- 8. The model: ...; pgpt, Deep Thinking, generation ---`) name techniques
+# too; they stay whole: the file keeps model.py's numbered sections, which README.md's reading order names.
+TECHNIQUE_WORDS = [
+    (["pgpt", "branch", "branches"], no_branches),
+    (["Deep Thinking", "thinking", "think"], no_thinking),
+    (["GQA", "grouped-query"], no_gqa),
+    (["RoPE", "rotary"], no_rope),
+    (["sinusoidal"], no_sinusoidal),
+    (["gated", "double up-proj"], not_gated),
+    (["SwiGLU"], no_swiglu),
+    (["lgpt/cgpt", "shrink", "shrinks", "halve", "halved", "halving"], no_shrink),
+    (["lgpt", "LinearGPT"], no_linear_shrink),
+    (["cgpt", "ConvGPT"], no_conv_shrink),
+    (["shared", "sharing", "layer sharing"], no_sharing),
+    (["ShishuLM", "MLP-only"], no_shishulm),
+    (["factorized", "factorization"], not_factorized),
+    (["Enhanced Residual", "enhanced-residual", "alpha", "alphas"], no_enhanced_residual),
+    (["tied", "tying"], untied),
+]
+
+
+def words_off(config):
+    """A pattern that matches the words of the techniques config has off (None if it has all of them on)."""
+    words = [word for words, off in TECHNIQUE_WORDS if off(config) for word in words]
+    if not words:
+        return None
+    spelled = [r"\s+".join(re.escape(part) for part in word.split()) for word in words]
+    return re.compile(r"(?<![\w/-])(" + "|".join(spelled) + r")(?![\w/-])", re.IGNORECASE)
+
+
+def names_technique(text, pattern):
+    """Whether text names a word of pattern's techniques (pattern None: none is off)."""
+    return pattern is not None and pattern.search(text) is not None
+
+
+SECTION_TITLE = "# --- "   # model.py's section titles and GPTConfig's groups: kept whole (TECHNIQUE_WORDS)
+
+
+def without_left_out_comments(text, pattern):
+    """text less the comments that tell of a technique its config has off (pattern: their words). A comment's
+    parenthesis that names one goes first (`# width (of each pgpt branch)`: `# width`); a comment that still names
+    one goes: a trailing comment from its line, a comment line with the comment lines right around it at its
+    column (one comment, wrapped). The code stays as it is."""
+    if pattern is None:
+        return text
+    lines = text.split("\n")
+    comments = {}   # line -> column of its comment
+    for token in tokenize.generate_tokens(io.StringIO(text).readline):
+        if token.type == tokenize.COMMENT:
+            comments[token.start[0]] = token.start[1]
+    whole = {n for n, col in comments.items() if not lines[n - 1][:col].strip()}   # comment lines
+    gone = set()
+    for n in sorted(comments):
+        col = comments[n]
+        if n in gone or lines[n - 1][col:].startswith(SECTION_TITLE):
+            continue
+        block = [n]   # a comment line: the wrapped comment it belongs to
+        while n in whole and block[0] - 1 in whole and comments[block[0] - 1] == col:
+            block.insert(0, block[0] - 1)
+        while n in whole and block[-1] + 1 in whole and comments[block[-1] + 1] == col:
+            block.append(block[-1] + 1)
+        if any(lines[m - 1][col:].startswith(SECTION_TITLE) for m in block):
+            continue
+        shorter = {m: without_parentheses_naming(lines[m - 1][col:], pattern) for m in block}
+        if not any(names_technique(c, pattern) for c in shorter.values()):
+            for m, comment in shorter.items():
+                lines[m - 1] = lines[m - 1][:col] + comment
+            continue
+        gone.update(block)
+        for m in block:
+            if m in whole:
+                lines[m - 1] = None
+            else:
+                lines[m - 1] = lines[m - 1][:col].rstrip()
+    return "\n".join(line for line in lines if line is not None)
+
+
+def without_parentheses_naming(comment, pattern):
+    """comment less its parentheses (on its line) that name a word of pattern."""
+    for group in re.findall(r" ?\([^()]*\)", comment):
+        if names_technique(group, pattern):
+            comment = comment.replace(group, "", 1)
+    return comment
 
 
 def dedent(lines, shift):
@@ -626,6 +808,7 @@ def specialise(text, tracer, ran_args, full_args, header):
     """The file's text: model.py's text specialised to the trace."""
     spec = Specialiser(text, tracer)
     spec.values = ran_args
+    spec.words_off = words_off(ran_args)
     tree = spec.tree
     fields = {f.name for f in dataclasses.fields(GPTConfig)}
     config_class = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "GPTConfig")
@@ -652,10 +835,22 @@ def specialise(text, tracer, ran_args, full_args, header):
             elif isinstance(node, ast.Assign):
                 if not any(read(n.id) for n in node.targets if isinstance(n, ast.Name)):
                     more.add(node)
+        # who reads an attribute: self.x read in a class reads that class's x only; any other read, any x
+        own_reads = collections.Counter()   # (class name, x)
+        other_reads = collections.Counter(reads)   # x
+        for node, t in trees.items():
+            if isinstance(node, ast.ClassDef):
+                for name in self_attr_loads(t):
+                    own_reads[(node.name, name)] += 1
+                    other_reads[name] -= 1
         for node in stores:   # stores of values without side effects that nothing reads
             if pure(node.value):
                 name = node.targets[0].attr   # its own value's reads (self.x = config.x) do not count
-                if reads[name] <= (attr_loads(node.value).count(name) if spec.did_run(node) else 0):
+                readers = reads[name]
+                owner = spec.class_of(node)
+                if owner is not None and is_self(node.targets[0].value):
+                    readers = other_reads[name] + own_reads[(owner.name, name)]
+                if readers <= (attr_loads(node.value).count(name) if spec.did_run(node) else 0):
                     more.add(node)
         read_fields = set().union(*(field_reads(t, node is config_class) for node, t in trees.items()))
         for stmt in config_class.body:
@@ -698,7 +893,7 @@ def specialise(text, tracer, ran_args, full_args, header):
         out += ["", ""] + t.split("\n") if not t.startswith("\n") else t.split("\n")
         if node is config_class:
             out += ["", ""] + assumptions(assumed, held).split("\n")
-    return "\n".join(tidy(out)) + "\n"
+    return "\n".join(tidy(without_left_out_comments("\n".join(out), spec.words_off).split("\n"))) + "\n"
 
 
 def chunk_texts(spec, drop):
