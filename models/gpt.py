@@ -33,7 +33,7 @@ class GPTConfig:
     init_std: float = 0.02
 
     def widths(self):
-        # model.py's docstring, whole: it also tells of code left out here
+        # model.py's docstring, shortened: its first lines also tell of code left out here
         """The width of each layer: constant, or halved (lgpt/cgpt)."""
         return [self.n_embd] * self.n_layer
 
@@ -111,7 +111,7 @@ def causal_mask(start, length, device):
 
 
 class CausalSelfAttention(nn.Module):
-    # model.py's docstring, whole: it also tells of code left out here
+    # model.py's docstring, shortened: its first lines also tell of code left out here
     """Causal self-attention with grouped-query attention (paper 000, 2.5):
     n_head query heads share n_kv_head key/value heads, in groups."""
 
@@ -128,7 +128,7 @@ class CausalSelfAttention(nn.Module):
         self.resid_dropout = nn.Dropout(config.dropout)
 
     def forward(self, x, cache=None):
-        # model.py's docstring, whole: it also tells of code left out here
+        # model.py's docstring, shortened: its first lines also tell of code left out here
         """cache: this layer's entry of the KV cache (section 9) or of Deep
         Thinking (section 8), which stores k, v and attends; None in training."""
         B, T, C = x.shape
@@ -148,14 +148,9 @@ class CausalSelfAttention(nn.Module):
 # --- 4. Residual sub-layers: pre- or post-norm, plain or Enhanced Residual (000, 2.7) ---
 
 class ResidualSubLayer(nn.Module):
-    # model.py's docstring, whole: it also tells of code left out here
+    # model.py's docstring, shortened: its first lines also tell of code left out here
     """The residual around one attention or FFN sub-layer F (`inner`): pre-norm
     x + F(norm(x)) (GPT-2, LLaMA) or post-norm norm(x + F(x)) (paper 000's code).
-
-    Enhanced Residual (paper 000, 2.7) replaces the sum by
-    alpha * x + (1 - alpha) * F(.), alpha = sigmoid(w), one learned scalar w per
-    sub-layer (the paper gives no init; its code w = 0, alpha = 0.5). Under
-    post-norm the norm is scale-invariant, so alpha = 0.5 is the plain residual.
     """
 
     def __init__(self, config, width, inner):
@@ -173,7 +168,7 @@ class ResidualSubLayer(nn.Module):
 # --- 5. The decoder stack; layer sharing and ShishuLM's layers ------------------------
 
 class DecoderStack(nn.Module):
-    # model.py's docstring, whole: it also tells of code left out here
+    # model.py's docstring, shortened: its first lines also tell of code left out here
     """The layers of one branch: attention, then the FFN, each in its residual.
     `layers`: the sub-layers as applied; `attn`, `mlp`: each weight set once."""
 
@@ -190,7 +185,7 @@ class DecoderStack(nn.Module):
             self.layers += [attn, mlp]
 
     def forward(self, x, cache=None):
-        # model.py's docstring, whole: it also tells of code left out here
+        # model.py's docstring, shortened: its first lines also tell of code left out here
         """Sub-layer i gets cache[i], its entry of a KV cache (section 9) or of
         Deep Thinking."""
         for i, layer in enumerate(self.layers):
@@ -201,7 +196,7 @@ class DecoderStack(nn.Module):
 # --- 7. Initialisation: GPT-2's, and paper 003's schemes (PanGu-pi Pro, 3.1, App. B) ---
 
 def init_gpt2(model, config):
-    # model.py's docstring, whole: it also tells of code left out here
+    # model.py's docstring, shortened: its first lines also tell of code left out here
     """GPT-2's init, as nanoGPT's: every Linear, Conv1d and Embedding weight
     ~ N(0, init_std), biases 0, in module order; the projections back into the
     residual stream (out_proj, down) at init_std / sqrt(2 * n_layer), or not
@@ -218,7 +213,7 @@ def init_gpt2(model, config):
 # --- 8. The model: embeddings, the layers, the head; pgpt, Deep Thinking, generation ---
 
 class TokenEmbedding(nn.Module):
-    # model.py's docstring, whole: it also tells of code left out here
+    # model.py's docstring, shortened: its first lines also tell of code left out here
     """Token embedding, optionally factorized (paper 002, 3.0.1): vocab -> E ->
     width, V*E + E*width parameters instead of V*width. Tied (paper 000, 2.4),
     the head reuses them: logits = (h @ P) @ W_e^T."""
@@ -246,7 +241,7 @@ class GPT(nn.Module):
         init_gpt2(self, config)   # section 7
 
     def get_num_params(self, non_embedding=True):
-        # model.py's docstring, whole: it also tells of code left out here
+        # model.py's docstring, shortened: its first lines also tell of code left out here
         """Unique parameters (shared weights once); non_embedding=True leaves
         out the learned positions, as nanoGPT does."""
         n = sum(p.numel() for p in self.parameters())
@@ -287,12 +282,12 @@ class GPT(nn.Module):
         return logits, loss
 
     def head(self, h):
-        # model.py's docstring, whole: it also tells of code left out here
+        # model.py's docstring, shortened: its first lines also tell of code left out here
         """Logits: through the tied embedding (paper 000, 2.4) or lm_head."""
         return self.tok_emb.tied_logits(h)
 
     def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
-        # model.py's docstring, whole: it also tells of code left out here
+        # model.py's docstring, shortened: its first lines also tell of code left out here
         """AdamW; weight decay on >= 2-D weights only (not on norms, biases,
         enhanced-residual alphas or pgpt branch logits)."""
         params = [p for p in self.parameters() if p.requires_grad]
@@ -346,21 +341,15 @@ class GPT(nn.Module):
 # --- 9. The KV cache and sample_next ---------------------------------------------------
 
 class KVCache:
-    # model.py's docstring, whole: it also tells of code left out here
+    # model.py's docstring, shortened: its first lines also tell of code left out here
     """The KV cache of incremental decoding: cache[i] is the entry of the stack's
     sub-layer i (pgpt's branches and Deep Thinking key it by more). The cache
     interface, what the model calls on a cache (also the static ones of
     tools/fast_sample.py and tools/executorch/export.py):
       length: the tokens already cached
       positions(T, device): the positions of the T new tokens
-      cache[key]: an entry, with
-          attend(q, k, v): store k, v at the new positions, return the
-              attention of q over every cached key up to them
-          conv_window(x, n_past): cgpt: x after the n_past inputs before it
-          positions(T, device): as the cache's (RoPE)
       advance(T): after the forward, the T new tokens are cached
       reset(): start a new sequence at position 0, keeping the buffers
-    Deep Thinking uses the entries' `store` itself; the static caches refuse it.
     """
 
     def __init__(self, max_len):
@@ -382,7 +371,7 @@ class KVCache:
 
 
 class CacheEntry:
-    # model.py's docstring, whole: it also tells of code left out here
+    # model.py's docstring, shortened: its first lines also tell of code left out here
     """One application of a layer: keys and values (B, H_kv, max_len, D), or
     cgpt's last kernel-1 inputs."""
 

@@ -258,12 +258,12 @@ def test_bad_input_is_one_error_line():
     one_error_line(one_file.main, ["--all", "--out=x.py"], "--all", "out")
 
 
-MARK = "# model.py's docstring, whole: it also tells of code left out here"
+MARK = one_file.MARK   # a docstring whose first lines tell of code left out
 
 
 def unmarked_prose(text):
     """(line, text) of the file's comments and docstrings a reader takes as telling of this file's code: not the
-    docstrings marked as model.py's whole ones, not model.py's section titles (`# --- `), not the file's own
+    marked docstrings (MARK), not model.py's section titles (`# --- `), not the file's own
     header docstring."""
     tree = ast.parse(text)
     lines = text.split("\n")
@@ -284,8 +284,8 @@ def unmarked_prose(text):
 
 @pytest.mark.parametrize("preset", PRESETS)
 def test_prose_names_no_technique_the_file_leaves_out(preset):
-    """A technique the preset has off (tools/one_file.py's TECHNIQUE_WORDS) is named only in docstrings marked as
-    model.py's, whole: every other comment and docstring tells of code the file holds."""
+    """A technique the preset has off (tools/one_file.py's TECHNIQUE_WORDS) is named only in marked docstrings
+    (MARK): every other comment and docstring tells of code the file holds."""
     with open(os.path.join(one_file.OUT_DIR, f"{preset}.py"), encoding="utf-8") as f:
         text = f.read()
     pattern = one_file.words_off(made(preset)[1])

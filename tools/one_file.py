@@ -591,8 +591,8 @@ class Specialiser:
         return lead + self.block(node.orelse, else_shift, node, drop)
 
     def docstring(self, stmt, drop):
-        """The docstring's lines, less its paragraphs and list items that name removed code or a technique the
-        config has off (TECHNIQUE_WORDS); when its first paragraph names one, the docstring stays whole, marked."""
+        """The docstring's lines, less its paragraphs and list items after the first that name removed code or a
+        technique the config has off (TECHNIQUE_WORDS); a first paragraph that names one stays, marked."""
         lines = self.lines[stmt.lineno - 1:stmt.end_lineno]
         removed = getattr(self, "removed", set())
         base = stmt.col_offset
@@ -612,12 +612,9 @@ class Specialiser:
             else:
                 units.append(["prose", [line]])
         first = units[0]
-        whole = self.names_left_out("\n".join(first[1]), removed)
-        if whole:   # its first unit tells of code left out: the docstring stays whole, marked
-            kept = units
-        else:
-            kept = [first] + [u for u in units[1:]
-                              if u[0] == "blank" or not self.names_left_out("\n".join(u[1]), removed)]
+        marked = self.names_left_out("\n".join(first[1]), removed)   # the first paragraph always stays
+        kept = [first] + [u for u in units[1:]
+                          if u[0] == "blank" or not self.names_left_out("\n".join(u[1]), removed)]
         out = []
         for unit in kept:
             if unit[0] == "blank" and (not out or not out[-1].strip()):
@@ -629,13 +626,16 @@ class Specialiser:
             out.append(lines[-1])
         else:
             out[-1] += closing
-        if whole:
-            out.insert(0, " " * base + "# model.py's docstring, whole: it also tells of code left out here")
+        if marked:
+            out.insert(0, " " * base + MARK)
         return out
 
     def names_left_out(self, text, removed):
         """Whether text names removed code (a name in removed) or a technique this config has off."""
         return names_any(text, removed) or names_technique(text, self.words_off)
+
+
+MARK = "# model.py's docstring, shortened: its first lines also tell of code left out here"
 
 
 def names_any(text, removed):
