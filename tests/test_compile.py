@@ -275,16 +275,18 @@ def test_each_training_run_compiles_afresh(tiny_train_config, monkeypatch):
 # --- checkpoints from compiled / DDP models, and from CUDA ------------------------------------------
 
 def test_train_py_compile_writes_plain_checkpoints(tiny_train_config, monkeypatch):
-    """train.py --compile=True saves the weights of the raw model: no '_orig_mod.' keys, loads anywhere."""
+    """train.py --compile=True saves the weights of the raw model: no '_orig_mod.' keys, loads anywhere. One layer:
+    the keys' names are the question, and tracing a second layer would only take longer."""
+    one_layer = dict(tiny_train_config, n_layer=1)
     real_compile = torch.compile
     monkeypatch.setattr(torch, "compile", lambda model, **kw: real_compile(model, backend="aot_eager", **kw))
     torch._dynamo.reset()
-    summary = run(dict(tiny_train_config, compile=True, max_iters=4, eval_interval=2))
+    summary = run(dict(one_layer, compile=True, max_iters=4, eval_interval=2))
     ckpt = checkpoint.load_checkpoint(summary["out_dir"])
     assert not [k for k in ckpt["model"] if k.startswith(("_orig_mod.", "module."))]
     model, _ = checkpoint.load_model(summary["out_dir"], "cpu")
-    assert model.config.n_embd == tiny_train_config["n_embd"]
-    resumed = run(dict(tiny_train_config, compile=False, max_iters=6, eval_interval=2, init_from="resume"))
+    assert model.config.n_embd == one_layer["n_embd"] and model.config.n_layer == 1
+    resumed = run(dict(one_layer, compile=False, max_iters=6, eval_interval=2, init_from="resume"))
     assert resumed["iter_num"] == 6
 
 
