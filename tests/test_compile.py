@@ -46,6 +46,11 @@ DEFAULT_SUITE = ("plain", "gqa_rope", "deep_thinking")   # aot_eager, seconds ea
 # the families the static-cache decoder (tools/fast_sample.py) is checked on (tests/test_support.py reads it)
 STATIC_DECODE = ("plain", "cgpt_k3", "shishulm", "pgpt", "gqa_rope", "post_norm_mix", "shishu_bottom_top")
 SLOW_DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+# The default suite's aot_eager tests build two layers, the slow inductor proofs tests/test_model.py's four. Dynamo
+# unrolls the loop over the layers, so tracing time grows with the depth (four layers: about twice two's), while a
+# second layer already runs every path a later one does (a layer after the first, with its own weights and guards).
+# ShishuLM keeps its four: its layers 3 and 4 are the MLP-only, shared ones.
+DEFAULT_LAYERS = 2
 
 
 class GraphCounter:
@@ -60,15 +65,19 @@ class GraphCounter:
         return self.backend(gm, example_inputs)
 
 
-def family_model(family, device="cpu"):
-    return make_model("gpt", **FAMILIES[family]).to(device)
+def family_model(family, device="cpu", n_layer=None):
+    """The family's tiny model; n_layer=DEFAULT_LAYERS: the default suite's depth (ShishuLM keeps its own)."""
+    flags = dict(FAMILIES[family])
+    if n_layer is not None and family != "shishulm":
+        flags["n_layer"] = n_layer
+    return make_model("gpt", **flags).to(device)
 
 
-def compiled_vs_eager(family, backend, device, steps=6, eval_every=2):
+def compiled_vs_eager(family, backend, device, n_layer=None, steps=6, eval_every=2):
     """Losses of the same AdamW steps (and eval forwards) on an eager model and a compiled copy; the number
     of graphs after the warm-up (first train step + first eval) and at the end."""
     torch._dynamo.reset()
-    eager = family_model(family, device).train()
+    eager = family_model(family, device, n_layer).train()
     twin = copy.deepcopy(eager)
     counter = GraphCounter(backend)
     compiled = torch.compile(twin, backend=counter)
@@ -95,8 +104,8 @@ def compiled_vs_eager(family, backend, device, steps=6, eval_every=2):
     return losses, graphs_after_warmup, counter.graphs
 
 
-def check_compile(family, backend, device, rtol):
-    losses, warm, end = compiled_vs_eager(family, backend, device)
+def check_compile(family, backend, device, rtol, n_layer=None):
+    losses, warm, end = compiled_vs_eager(family, backend, device, n_layer)
     torch.testing.assert_close(torch.tensor(losses["compiled"]), torch.tensor(losses["eager"]), rtol=rtol, atol=1e-5)
     assert losses["eager"][-1] < losses["eager"][0]   # the steps did change the weights
     assert warm == 2, f"{warm} graphs for one train and one eval forward: a graph break?"
@@ -105,7 +114,7 @@ def check_compile(family, backend, device, rtol):
 
 @pytest.mark.parametrize("family", DEFAULT_SUITE)
 def test_compile_matches_eager_without_recompiling(family):
-    check_compile(family, "aot_eager", "cpu", rtol=1e-5)
+    check_compile(family, "aot_eager", "cpu", rtol=1e-5, n_layer=DEFAULT_LAYERS)
 
 
 @pytest.mark.slow
@@ -162,7 +171,7 @@ def test_static_cache_decode_same_tokens_and_one_graph(family):
     """The static cache (gpt-fast layout) decodes the tokens of the plain path, and its step compiles to one
     graph that serves every step, the re-primed windows and a second generate call (aot_eager here)."""
     torch._dynamo.reset()
-    model = family_model(family)
+    model = family_model(family, n_layer=DEFAULT_LAYERS)
     prompt = tokens(2, 3)
     counter = GraphCounter("aot_eager")
     compiled_decode_step(model, backend=counter)
@@ -181,7 +190,7 @@ def test_compiled_decode_checks_guards_on_the_first_step_of_each_window():
     the guards on, and no skipping leaks out of generate."""
     from torch._dynamo import eval_frame   # eval_frame._stance: the stance now (set_stance replaces it)
     torch._dynamo.reset()
-    model = family_model("plain")
+    model = family_model("plain", n_layer=DEFAULT_LAYERS)
     counter = GraphCounter("aot_eager")
     compiled_decode_step(model, backend=counter)
     primes_unchecked = []
@@ -272,16 +281,18 @@ def test_each_training_run_compiles_afresh(tiny_train_config, monkeypatch):
 # --- checkpoints from compiled / DDP models, and from CUDA ------------------------------------------
 
 def test_train_py_compile_writes_plain_checkpoints(tiny_train_config, monkeypatch):
-    """train.py --compile=True saves the weights of the raw model: no '_orig_mod.' keys, loads anywhere."""
+    """train.py --compile=True saves the weights of the raw model: no '_orig_mod.' keys, loads anywhere. One layer:
+    the keys' names are the question, and tracing a second layer would only take longer."""
+    one_layer = dict(tiny_train_config, n_layer=1)
     real_compile = torch.compile
     monkeypatch.setattr(torch, "compile", lambda model, **kw: real_compile(model, backend="aot_eager", **kw))
     torch._dynamo.reset()
-    summary = run(dict(tiny_train_config, compile=True, max_iters=4, eval_interval=2))
+    summary = run(dict(one_layer, compile=True, max_iters=4, eval_interval=2))
     ckpt = checkpoint.load_checkpoint(summary["out_dir"])
     assert not [k for k in ckpt["model"] if k.startswith(("_orig_mod.", "module."))]
     model, _ = checkpoint.load_model(summary["out_dir"], "cpu")
-    assert model.config.n_embd == tiny_train_config["n_embd"]
-    resumed = run(dict(tiny_train_config, compile=False, max_iters=6, eval_interval=2, init_from="resume"))
+    assert model.config.n_embd == one_layer["n_embd"] and model.config.n_layer == 1
+    resumed = run(dict(one_layer, compile=False, max_iters=6, eval_interval=2, init_from="resume"))
     assert resumed["iter_num"] == 6
 
 

@@ -39,8 +39,18 @@ def tiny_run(tmp_path_factory):
     return write_char_checkpoint(tmp_path_factory.mktemp("interrupts"), model, CHARS)
 
 
-@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
-@pytest.mark.parametrize("tool", sorted(EXPORTS))
+# Each tool and each signal once in the default suite (a process each, about 6 s); the other two pairs run with
+# -m slow. The write under test is checkpoint.atomic_path, the same for both tools; SIGTERM's handler and the
+# cleanup are also checked in this process below (test_atomic_path_turns_sigterm_into_an_interrupt_while_it_writes).
+STOPPED_EXPORTS = [
+    ("executorch", "SIGTERM"),
+    ("llamacpp", "SIGINT"),
+    pytest.param("executorch", "SIGINT", marks=pytest.mark.slow),
+    pytest.param("llamacpp", "SIGTERM", marks=pytest.mark.slow),
+]
+
+
+@pytest.mark.parametrize("tool, sig", STOPPED_EXPORTS)
 def test_export_stopped_mid_write_keeps_the_previous_file_and_no_temporary_one(tool, sig, tiny_run, tmp_path):
     if tool == "llamacpp":
         pytest.importorskip("gguf", reason="gguf is not installed (pip install -r requirements-dev.txt)")

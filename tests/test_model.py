@@ -171,7 +171,10 @@ def check_save_load(model):
 
 
 def check_learns(model, steps):
-    """A few AdamW steps on one batch lower the loss by more than 0.5 nats."""
+    """At most `steps` AdamW steps on one batch lower the loss by more than 0.5 nats. The steps stop at the first
+    loss that low, since more steps prove nothing more (most flags get there in 10-20 steps, the slowest, the
+    factorized embedding and MobileLLM with Deep Thinking, in about 35 of test_model.py's 40): a model that does
+    not learn still runs every step and fails."""
     model.train()
     opt = model.configure_optimizers(0.1, 1e-2, (0.9, 0.95), "cpu")
     idx = tokens(4, 17, seed=5)
@@ -179,6 +182,8 @@ def check_learns(model, steps):
     first = model(x, y)[1].item()
     for _ in range(steps):
         _, loss = model(x, y)
+        if loss.item() < first - 0.5:
+            break
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -231,15 +236,16 @@ def test_kv_cache_equals_full_forward(name):
                                   "mobilellm_dt", "rope", "lgpt"])
 def test_generate_same_tokens_with_and_without_cache(name):
     """Greedy and sampled tokens, past two re-primed windows, at std-0.3 weights in float64: the next token depends
-    strongly on the context, so a cache that loses or shifts a position changes the tokens."""
+    strongly on the context, so a cache that loses or shifts a position changes the tokens. 5 + 26 tokens: the
+    window fills at 16 tokens, starts again from the recent 8 at 17 and again at 26, then decodes 4 more steps."""
     model = visible_weights(make_model(name)).double()
     prompt = tokens(2, 5)
-    a = model.generate(prompt, 40, temperature=0.0, use_kv_cache=True)
-    b = model.generate(prompt, 40, temperature=0.0, use_kv_cache=False)
-    assert a.shape == (2, 45) and torch.equal(a, b)
+    a = model.generate(prompt, 26, temperature=0.0, use_kv_cache=True)
+    b = model.generate(prompt, 26, temperature=0.0, use_kv_cache=False)
+    assert a.shape == (2, 31) and torch.equal(a, b)
     g1, g2 = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
-    c = model.generate(prompt, 40, temperature=1.0, top_k=5, generator=g1)
-    d = model.generate(prompt, 40, temperature=1.0, top_k=5, use_kv_cache=False, generator=g2)
+    c = model.generate(prompt, 26, temperature=1.0, top_k=5, generator=g1)
+    d = model.generate(prompt, 26, temperature=1.0, top_k=5, use_kv_cache=False, generator=g2)
     assert torch.equal(c, d)
 
 

@@ -56,26 +56,6 @@ def run_main(capsys, *args):
 
 # --- from the command line (each subprocess pays the ~3 s torch import, so they are few) ----------
 
-def test_cli_file_start_and_no_kv_cache_same_text(ckpt_dir, tmp_path):
-    prompt = tmp_path / "prompt.txt"
-    prompt.write_text("First Citizen:\nSpeak.", encoding="utf-8")
-    # 70 new tokens past a block of 32 also exercises the window re-priming of both paths
-    common = [f"--out_dir={ckpt_dir}", f"--start=FILE:{prompt}", "--num_samples=2", "--max_new_tokens=70",
-              "--seed=7", "--device=cpu", "--temperature=1.0"]
-    cached = run_sample(*common)
-    # a bare --no_kv_cache, followed by another option it must not swallow
-    plain = run_sample("--no_kv_cache", *common)
-    assert cached.returncode == 0 and plain.returncode == 0, cached.stderr + plain.stderr
-    assert "KV cache on" in cached.stderr and "KV cache off" in plain.stderr
-    out = samples(cached.stdout)
-    assert len(out) == 2
-    for s in out:
-        assert s.startswith("First Citizen:\nSpeak.")
-        assert len(s) == len("First Citizen:\nSpeak.") + 70   # char tokenizer: one character per token
-    assert out[0] != out[1]
-    assert cached.stdout == plain.stdout
-
-
 def test_cli_unknown_characters_one_line_error(ckpt_dir):
     r = run_sample(f"--out_dir={ckpt_dir}", "--start=caf\u00e9 \u20ac5", "--device=cpu")
     assert r.returncode != 0
@@ -98,6 +78,27 @@ def test_cli_missing_checkpoint(tmp_path):
 
 
 # --- in process -------------------------------------------------------------------------------------
+
+def test_cli_file_start_and_no_kv_cache_same_text(ckpt_dir, tmp_path, capsys):
+    """The command line's arguments, given to sample.main in this process (the tests above start sample.py as a
+    process; a second and third start would cost ~4 s each and check nothing more)."""
+    prompt = tmp_path / "prompt.txt"
+    prompt.write_text("First Citizen:\nSpeak.", encoding="utf-8")
+    # 70 new tokens past a block of 32 also exercises the window re-priming of both paths
+    common = [f"--out_dir={ckpt_dir}", f"--start=FILE:{prompt}", "--num_samples=2", "--max_new_tokens=70",
+              "--seed=7", "--device=cpu", "--temperature=1.0"]
+    cached_out, cached_err = run_main(capsys, *common)
+    # a bare --no_kv_cache, followed by another option it must not swallow
+    plain_out, plain_err = run_main(capsys, "--no_kv_cache", *common)
+    assert "KV cache on" in cached_err and "KV cache off" in plain_err
+    out = samples(cached_out)
+    assert len(out) == 2
+    for s in out:
+        assert s.startswith("First Citizen:\nSpeak.")
+        assert len(s) == len("First Citizen:\nSpeak.") + 70   # char tokenizer: one character per token
+    assert out[0] != out[1]
+    assert cached_out == plain_out
+
 
 def test_start_text_and_seeds(ckpt_dir, capsys):
     common = [f"--out_dir={ckpt_dir}", "--start=ROMEO: ", "--num_samples=1", "--max_new_tokens=40",
