@@ -335,6 +335,11 @@ MUTANTS = [
            "    except UserError as e:\n"
            '        raise SystemExit(f"error: {e}") from None\n',
            "tests/test_commands.py -k 'ctrl_c and prepare'", every=True),
+    # --- issue 56: a path declared to refuse a field that no longer refuses it (the export would drop the bias) ---
+    Mutant("declared_refusal_not_made", "tools/huggingface/convert.py",
+           '        (getattr(config, "head_bias", False), "a bias on the output head (head_bias)"),\n',
+           "",
+           "tests/test_support.py -k 'declared_refusal_is_real and head_bias'", every=False),
     # --- issue 56: a path declared to compute a field, whose test table forgets it ---
     Mutant("coverage_flags_forget_rope_base", "tests/test_model.py",
            '    "rope_base": dict(pos_embedding="rope", rope_base=100.0),',

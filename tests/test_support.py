@@ -61,7 +61,7 @@ def gguf(model, tmp_path):
 
 
 def inheritance(model, tmp_path):
-    inherit.inherit(model, dataclasses.replace(model.config, n_layer=1))
+    inherit.inherit(model, model.config)   # refused before any slicing, whatever the target's size
 
 
 def flops_count(model, tmp_path):
@@ -212,3 +212,29 @@ def test_every_field_is_in_the_readme_techniques_table():
     listed = readme_flag_fields()
     missing = [name for name in DEFAULTS if name not in listed and name not in GPT2_BASELINE]
     assert not missing, f"README.md's Techniques table lists no row with {missing} in its Flag(s) column"
+
+
+# --- every path declared to refuse a field refuses it -----------------------------------------------------------
+
+def refusals():
+    """(field, tool path) for every refusal SUPPORT declares on a tool path."""
+    return [(field, path) for field, paths in SUPPORT.items() for path in paths if path in TOOLS]
+
+
+def fewest_flags_setting(field):
+    """tests/test_model.py's FLAGS entry that sets `field` with the fewest other changes (so that a refusal is
+    the field's, not a neighbour's)."""
+    import test_model
+    entries = [flags for flags in test_model.FLAGS.values() if flags.get(field, DEFAULTS[field]) != DEFAULTS[field]]
+    return {**test_model.TINY, **min(entries, key=len)}
+
+
+@pytest.mark.parametrize("field, path", refusals())
+def test_a_declared_refusal_is_real(field, path, tmp_path):
+    """SUPPORT's refusals are checked, not trusted: the path refuses a model that sets the field, in one line,
+    before anything is written."""
+    model = GPT(GPTConfig(**fewest_flags_setting(field)))
+    with pytest.raises(UserError) as e:
+        TOOLS[path](model, tmp_path)
+    assert "\n" not in str(e.value), str(e.value)
+    assert not (tmp_path / "out").exists()

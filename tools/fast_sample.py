@@ -65,8 +65,6 @@ def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, use_kv_cac
     compiled_decode_step: the same windows and the same sample_next, so the same tokens."""
     if not use_kv_cache:
         raise UserError("--no_kv_cache has no decode step to compile (fix: python sample.py --no_kv_cache)")
-    if model.config.think_steps:
-        raise UserError("the static cache does not hold Deep Thinking's memory (fix: python sample.py)")
     step = compiled_decode_step(model, mode=compile_mode)
     cache = static_cache(model, idx.size(0))
     block_size = model.config.block_size
@@ -232,6 +230,8 @@ def compiled_decode_step(model, backend="inductor", mode="frozen"):
     changing them in place (training), call torch._dynamo.reset()."""
     check_compile_mode(mode)
     refuse_undeclared(model.config, "compiled_decoder")
+    if model.config.think_steps:   # SUPPORT: the compiled decoder refuses think_steps
+        raise UserError("the static cache does not hold Deep Thinking's memory (fix: python sample.py)")
     if getattr(model, "_compiled_decode_step", None) is None:
         on_gpu = model.tok_emb.wte.weight.is_cuda
         settings = {} if on_gpu else CPU_MODES[mode]

@@ -12,7 +12,7 @@ other path computes it. A field missing from the table is refused by every tool 
 (refuse_undeclared, called by each of them before it writes anything), so a new technique cannot be exported,
 inherited or counted without a word: tests/test_support.py fails until the new field is declared here, and shows
 each path refusing an undeclared one in one line. The training and KV-cache columns are not refused at run time:
-train.py and model.py do not call refuse_undeclared (issues 53 and 55 rewrite them).
+train.py and model.py do not call refuse_undeclared (their tests, test_model.py's FLAGS, are checked below).
 
 A path declared to compute a field must be tested with it: tests/test_support.py reads each path's equivalence
 test table (test_model.py's FLAGS for training and the KV cache, test_compile.py's STATIC_DECODE, test_huggingface.py's
@@ -20,7 +20,9 @@ OURS, test_executorch.py's default_run_configs, test_llamacpp.py's FORWARD_SHAPE
 test_plan.py's SHAPES for the FLOPs count and the plan) and fails unless some configuration there sets the field to
 a non-default value. The exceptions are declared below, each with its reason: DEPENDS (a field acts only under
 another; a path refusing the parent need not test the child) and NO_EFFECT (a field that cannot change what the
-path computes). Declaring `()` for a new field therefore asks every path's test for it.
+path computes). Declaring `()` for a new field therefore asks every path's test for it. The other way round, a
+refusal declared on a tool path is made: test_a_declared_refusal_is_real gives each such path a model that sets the
+field (test_model.py's FLAGS entry with the fewest other changes) and expects its one-line refusal.
 """
 import dataclasses
 
