@@ -330,3 +330,12 @@ def test_no_attribute_store_the_file_never_reads(preset):
     with open(os.path.join(one_file.OUT_DIR, f"{preset}.py"), encoding="utf-8") as f:
         text = f.read()
     assert unread_attribute_stores(text) == []
+
+
+def test_code_lines_counts_the_reading_load_as_reading_path_does(tmp_path):
+    """tools.code_lines' code tokens and comment words (how results/README.md sizes models/*.py): a comment's and a
+    docstring's words are prose, everything else but layout is a code token."""
+    from tools import code_lines
+    path = tmp_path / "f.py"
+    path.write_text('"""two words"""\nx = f(1)  # three more words\n', encoding="utf-8")
+    assert code_lines.reading_load(str(path)) == (6, 2 + 4)   # x = f ( 1 ); '"""two', 'words"""', '#', ...

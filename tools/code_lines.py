@@ -1,8 +1,11 @@
 """
-Lines of code, as a reader meets them: every line of the given files, and the lines that hold code (not blank,
-not only a comment, not a docstring).
+Lines of code, as a reader meets them: every line of the given files, the lines that hold code (not blank, not
+only a comment, not a docstring), and the reading load as ../shared/tools/reading_path.py counts it: code tokens
+(Python's tokens less comments, triple-quoted strings and layout) and the words of comments and triple-quoted
+strings.
 
     python -m tools.code_lines model.py sample.py configurator.py checkpoint.py dataset.py
+    python -m tools.code_lines models/gpt.py models/lgpt.py     # the one-config files of tools.one_file
 """
 import ast
 import io
@@ -33,6 +36,20 @@ def count(path):
     return source.count("\n"), len(code)
 
 
+def reading_load(path):
+    """(code tokens, comment and docstring words) of a Python file, reading_path.py's rule."""
+    with open(path, encoding="utf-8") as f:
+        source = f.read()
+    tokens = words = 0
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        prose = tok.type == tokenize.STRING and tok.string.lstrip("rbuRBU").startswith(('"""', "'''"))
+        if tok.type == tokenize.COMMENT or prose:
+            words += len(tok.string.split())
+        elif tok.type not in SKIP:
+            tokens += 1
+    return tokens, words
+
+
 DEFAULTS = dict(paths=[])   # the positional arguments: the Python files to count
 
 
@@ -48,12 +65,17 @@ def run(config):
     if missing:
         raise UserError(f"no such file: {', '.join(missing)} (fix: name Python files, e.g. python -m tools.code_lines "
                         f"model.py)")
-    total = [0, 0]
+    total = [0, 0, 0, 0]
     for path in paths:
-        lines, code = count(path)
-        total = [total[0] + lines, total[1] + code]
-        print(f"{lines:6d} lines {code:6d} code  {path}")
-    print(f"{total[0]:6d} lines {total[1]:6d} code  total")
+        row = count(path) + reading_load(path)
+        total = [a + b for a, b in zip(total, row)]
+        print_row(row, path)
+    print_row(total, "total")
+
+
+def print_row(row, name):
+    lines, code, tokens, words = row
+    print(f"{lines:6d} lines {code:6d} code {tokens:7,d} code tokens {words:6,d} comment words  {name}")
 
 
 if __name__ == "__main__":
