@@ -1,8 +1,9 @@
 """
 mobilellm_125m: model.py specialised to this config, one file. model.py is the source, with every
-flag; this file holds only what mobilellm_125m runs in a training step, an evaluation and a generation
-through the KV cache (the classes, functions, branches and GPTConfig fields), in model.py's order,
-with its comments, and computes exactly what model.py computes for it. Do not edit: regenerate.
+flag; this file holds only what mobilellm_125m runs in a training step, an evaluation, generation with
+and without the KV cache past a full window, and tokens fed to the cache a few at a time (the
+classes, functions, branches and GPTConfig fields), in model.py's order, with its comments, and
+computes exactly what model.py computes for it. Do not edit: regenerate.
 
     made by:  python -m tools.one_file mobilellm_125m --out=models/mobilellm_125m.py
     model.py of commit 84c6099

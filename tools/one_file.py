@@ -1148,9 +1148,10 @@ def header(target, flags, out):
     name = " ".join([target, *flags])
     command = " ".join([COMMAND, target, *flags] + ([f"--out={out}"] if out else []))
     return (f'"""\n{name}: model.py specialised to this config, one file. model.py is the source, with every\n'
-            f"flag; this file holds only what {name} runs in a training step, an evaluation and a generation\n"
-            f"through the KV cache (the classes, functions, branches and GPTConfig fields), in model.py's order,\n"
-            f"with its comments, and computes exactly what model.py computes for it. Do not edit: regenerate.\n\n"
+            f"flag; this file holds only what {name} runs in a training step, an evaluation, generation with\n"
+            f"and without the KV cache past a full window, and tokens fed to the cache a few at a time (the\n"
+            f"classes, functions, branches and GPTConfig fields), in model.py's order, with its comments, and\n"
+            f"computes exactly what model.py computes for it. Do not edit: regenerate.\n\n"
             f"    made by:  {command}\n"
             f"    model.py of commit {commit()}\n"
             f'"""')
