@@ -339,3 +339,13 @@ def test_code_lines_counts_the_reading_load_as_reading_path_does(tmp_path):
     path = tmp_path / "f.py"
     path.write_text('"""two words"""\nx = f(1)  # three more words\n', encoding="utf-8")
     assert code_lines.reading_load(str(path)) == (6, 2 + 4)   # x = f ( 1 ); '"""two', 'words"""', '#', ...
+
+
+def test_readme_gives_models_gpt_pys_length():
+    """README's "What to read" names models/gpt.py's length; regenerating the file must not leave it stale."""
+    root = os.path.dirname(one_file.OUT_DIR)
+    with open(os.path.join(root, "README.md"), encoding="utf-8") as f:
+        said = re.search(r"\[models/gpt\.py\]\(models/gpt\.py\), (\d+) lines", f.read())
+    with open(os.path.join(one_file.OUT_DIR, "gpt.py"), encoding="utf-8") as f:
+        lines = f.read().count("\n")
+    assert said and int(said.group(1)) == lines, (said and said.group(1), lines)
