@@ -428,22 +428,25 @@ def check_finite(state_dict, path, fix="retrain with a lower --learning_rate"):
 
 def model_config(model_args, source=None, device="cpu"):
     """GPTConfig(**model_args) with a one-line error for arguments this model.py refuses or does not know,
-    or for a size it cannot build on `device` in reasonable time or memory (check_model_size). source: the
+    or for a size it cannot build on `device` in reasonable time or memory (check_layer_count, check_memory).
+    source: the
     checkpoint they come from (None: the user's config)."""
     from model import GPTConfig
     unknown = sorted(set(model_args) - set(gpt_config_defaults()))
     if unknown and source is not None:   # dropping them would build another model
         raise UserError(f"{source} has model_args this model.py does not know: {', '.join(unknown)} (a "
                         f"checkpoint of another code version) (fix: use the code version that wrote it)")
-    check_model_size(model_args, device)
+    check_layer_count(model_args)   # before GPTConfig, which lists every layer's width
     try:
-        return GPTConfig(**model_args)
+        config = GPTConfig(**model_args)
     except (TypeError, ValueError) as e:
         reason = str(e) if len(str(e)) <= 300 else str(e)[:297] + "..."   # e.g. a list of 1000 widths
         if source is None:
             raise UserError(f"invalid model configuration: {reason} (fix: correct the model keys)") from None
         raise UserError(f"the model_args of {source} do not fit this model.py: {reason} "
                         f"(fix: use the code version that wrote the checkpoint)") from None
+    check_memory(config, device)
+    return config
 
 
 def build_model(model_args, device="cpu", source=None):
@@ -455,24 +458,24 @@ def build_model(model_args, device="cpu", source=None):
 MAX_LAYERS = 1000   # our limit: building a layer takes 10-20 ms on a 2-core CPU (1000: 10-20 s); presets have <= 60
 
 
-def check_model_size(model_args, device="cpu"):
-    """One line, before anything is built, for a model of more than MAX_LAYERS layers, or (built on a real device,
-    not "meta") one whose weights cannot fit this machine's memory: at least 4 bytes for each of the embedding's
-    and the unique FFN layers' weights (weights_lower_bound) against the physical memory. What GPTConfig refuses
-    (negative, mistyped sizes) is left to its own message."""
-    args = {**gpt_config_defaults(), **model_args}
-    n_layer = args["n_layer"]
+def check_layer_count(model_args):
+    """One line for a model of more than MAX_LAYERS layers. What GPTConfig refuses (negative, mistyped sizes) is
+    left to its own message."""
+    n_layer = model_args.get("n_layer", gpt_config_defaults()["n_layer"])
     if isinstance(n_layer, int) and n_layer > MAX_LAYERS:
         raise UserError(f"n_layer={n_layer:,}: more than {MAX_LAYERS:,} layers take too long to build (about 15 ms "
                         f"a layer on a CPU) (fix: --n_layer={MAX_LAYERS} or fewer)")
-    from model import GPTConfig
-    try:
-        config = GPTConfig(**args)
-    except (TypeError, ValueError):
-        return   # what GPTConfig refuses: its own message, when model_config builds it
+
+
+def check_memory(config, device="cpu"):
+    """One line, before anything is built on a real device (not "meta"), for a model whose weights cannot fit
+    this machine's memory: at least 4 bytes for each of the embedding's and the unique FFN layers' weights
+    (weights_lower_bound) against the physical memory."""
+    if str(device) == "meta":
+        return
     weights = weights_lower_bound(config)
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    if str(device) != "meta" and 4 * weights > memory:
+    if 4 * weights > memory:
         raise UserError(f"this model has at least {weights:,} weights: {4 * weights / 2**30:,.0f} GiB in float32, "
                         f"more than this machine's {memory / 2**30:,.0f} GiB of memory (fix: lower --n_layer, "
                         f"--n_embd or --vocab_size)")

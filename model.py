@@ -413,15 +413,15 @@ def init_gpt2(model, config):
 
 def init_by_scheme(model, config):
     """internlm, depth_adaptive: after GPT-2's init, the attention and FFN
-    weights these schemes set otherwise are drawn again (redraw), at the
+    weights these schemes set otherwise are drawn again, at the
     relative depth 0 (first) .. 1 (last) of the first layer applying them."""
     n = config.layers_per_branch()
-    drawn = set()   # shared sub-layers, drawn at their first layer only
+    drawn = set()   # shared: the first layer's depth
     for stack in model.branches:
         layer = 0
         for sub in stack.layers:
             if not isinstance(sub, ResidualSubLayer):
-                continue   # lgpt/cgpt's shrinks keep GPT-2's init
+                continue   # shrinks keep GPT-2's init
             if sub.inner not in drawn:
                 drawn.add(sub.inner)
                 redraw(sub.inner, config, layer / max(1, n - 1))
@@ -432,8 +432,8 @@ def init_by_scheme(model, config):
 def redraw(inner, config, depth):
     """sigma = init_std, N = 2 * n_layer. GPT-2's init drew q, k, v, up and
     gate at sigma, out and down at sigma / sqrt(N); biases stay 0.
-      internlm (003 3.1): down at sigma; gate at sigma / sqrt(N) (ungated:
-          up, ours)
+      internlm (003 3.1: only out, gate scaled): down at sigma, gate at
+          sigma / sqrt(N) (ungated: up, ours)
       depth_adaptive (003 App. B, Table 11): down at sigma; q, k from
           sqrt(2) sigma down to sigma, v, out from sigma / sqrt(2) up to
           sigma, linear in depth (ours)

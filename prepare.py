@@ -112,9 +112,10 @@ def main(argv=None):
 
 
 def run(cfg):
-    return prepare(cfg["dataset"], cfg["out_dir"], cfg["input"],
-                   cfg["tokenizer"], cfg["val_fraction"], cfg["force"],
-                   cfg["gpt2_ranks"])
+    return prepare(cfg["dataset"], out_dir=cfg["out_dir"],
+                   input_path=cfg["input"], tokenizer=cfg["tokenizer"],
+                   val_fraction=cfg["val_fraction"], force=cfg["force"],
+                   gpt2_ranks=cfg["gpt2_ranks"])
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ import torch
 
 import dataset
 import run_dir
-from checkpoint import MAX_LAYERS, check_model_size, gpt_config_defaults, weights_lower_bound
+from checkpoint import MAX_LAYERS, check_layer_count, check_memory, gpt_config_defaults, weights_lower_bound
 from configurator import UserError
 from conftest import one_error_line, write_char_checkpoint
 from model import GPT, GPTConfig
@@ -411,16 +411,16 @@ def test_wandb_failing_during_the_run_turns_logging_off_with_a_warning(monkeypat
 
 def test_sizes_that_cannot_be_built_are_refused_at_once():
     with pytest.raises(UserError, match=f"n_layer=100,000: more than {MAX_LAYERS:,} layers"):
-        check_model_size({"n_layer": 100_000})
-    huge = {"n_layer": 1000, "n_embd": 8192, "n_head": 2}
+        check_layer_count({"n_layer": 100_000})
+    check_layer_count({"n_layer": "many"})   # GPTConfig's own message says what is wrong
+    huge = GPTConfig(n_layer=1000, n_embd=8192, n_head=2)
     with pytest.raises(UserError, match="GiB in float32, more than this machine's"):
-        check_model_size(huge)
-    check_model_size(huge, device="meta")   # tools.plan builds shapes only
-    check_model_size({"n_layer": "many"})   # GPTConfig's own message says what is wrong
+        check_memory(huge)
+    check_memory(huge, device="meta")   # tools.plan builds shapes only
 
 
 def test_the_weights_bound_never_exceeds_a_model():
-    """check_model_size must never refuse a model that fits: its bound is at most the real count, for every preset
+    """check_memory must never refuse a model that fits: its bound is at most the real count, for every preset
     (its depth and flags, at a small width)."""
     import variants
     for name in variants.available():
