@@ -6,7 +6,7 @@ classes, functions, branches and GPTConfig fields), in model.py's order, with it
 computes exactly what model.py computes for it. Do not edit: regenerate.
 
     made by:  python -m tools.one_file layer_sharing --out=models/layer_sharing.py
-    model.py of commit 84c6099 plus uncommitted changes
+    model.py of commit a97688a
 """
 
 import math
