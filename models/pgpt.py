@@ -6,7 +6,7 @@ classes, functions, branches and GPTConfig fields), in model.py's order, with it
 computes exactly what model.py computes for it. Do not edit: regenerate.
 
     made by:  python -m tools.one_file pgpt --out=models/pgpt.py
-    model.py of commit a97688a
+    model.py of commit a97688a plus uncommitted changes
 """
 
 import math
@@ -328,13 +328,6 @@ class GPT(nn.Module):
         return int(self.branch_weights().argmax())
 
     # --- generation ---
-    def new_cache(self):
-        return KVCache(self.config.block_size)
-
-    def decode_step(self, idx, cache):
-        """Logits (B, 1, V) of one more token per sequence, idx (B, 1)."""
-        return self(idx, cache=cache)[0]
-
     @torch.inference_mode()
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None,
                  use_kv_cache=True, generator=None, on_token=None):
@@ -344,7 +337,7 @@ class GPT(nn.Module):
         was_training = self.training
         self.eval()
         block_size = self.config.block_size
-        cache = self.new_cache() if use_kv_cache else None
+        cache = KVCache(block_size) if use_kv_cache else None
         start = 0   # the model reads idx[:, start:], the window
         for _ in range(max_new_tokens):
             # window full: start again at position 0 from its recent half (nanoGPT
@@ -353,12 +346,10 @@ class GPT(nn.Module):
                 start = idx.size(1) - max(1, block_size // 2)
                 if cache is not None:
                     cache.reset()   # same buffers, positions from 0
-            if cache is None:
-                logits, _ = self(idx[:, start:])
-            elif cache.length == 0:   # one forward caches the window
+            if cache is not None and cache.length > 0:   # it holds the window but its last token
+                logits, _ = self(idx[:, -1:], cache=cache)
+            else:   # the whole window (which fills an empty cache)
                 logits, _ = self(idx[:, start:], cache=cache)
-            else:   # the cache holds the window but its last token
-                logits = self.decode_step(idx[:, -1:], cache)
             idx_next = sample_next(logits[:, -1, :], temperature, top_k, generator)
             idx = torch.cat((idx, idx_next), dim=1)
             if on_token is not None:

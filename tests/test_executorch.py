@@ -486,7 +486,7 @@ def test_bench_llama_10m_shape(tmp_path):
 @pytest.mark.slow
 @torch._dynamo.config.patch(recompile_limit=1)
 def test_bench_compiles_afresh_for_each_model_and_thread_count():
-    """The bench compiles model.py's decode_step once per model and thread count, all in one process, and dynamo
+    """The bench compiles GPT.forward (the decode step) once per model and thread count, all in one process, and dynamo
     allows one function recompile_limit compiles (8): the table of six models at two thread counts failed at its
     ninth. Here the limit is 1, so a second compile without a reset fails."""
     from tools.executorch import bench

@@ -14,7 +14,7 @@ import torch
 from torch.nn import functional as F
 
 from checkpoint import depth_summary
-from model import GPT, GPTConfig, sinusoidal_positions
+from model import GPT, GPTConfig, KVCache, sinusoidal_positions
 from tools.layers import layer_sets
 from tools.plots import residual_alphas
 from tools.sizes import ffn_hidden, head_dim, kv_heads
@@ -219,7 +219,7 @@ def cached_logits(model, seq, prefill):
         if t - start > bs:
             start, cache = t - 1 - max(1, bs // 2) + 1, None
         if cache is None:
-            cache = model.new_cache()
+            cache = KVCache(model.config.block_size)
             logits, _ = model(seq[:, start:t], cache=cache)
         else:
             logits, _ = model(seq[:, t - 1:t], cache=cache)
@@ -369,7 +369,7 @@ def test_tool_sizes_are_the_built_modules():
 
 def test_gqa_cache_stores_only_kv_heads():
     model = make_model("gqa")
-    cache = model.new_cache()
+    cache = KVCache(model.config.block_size)
     model(tokens(1, 4), cache=cache)
     kv = [entry.kv for entry in cache.entries.values() if entry.kv is not None]
     assert len(kv) == 4 and all(k.shape[1] == v.shape[1] == 2 for k, v in kv)
@@ -381,7 +381,7 @@ def test_cache_slot_per_application():
     for name, kv, memory in [("repeat2", 4, 0), ("deep_thinking", 8, 8), ("shishu", 2, 0), ("shishu_bottom_top", 2, 0),
                              ("pgpt", 4, 0)]:
         model = make_model(name)
-        cache = model.new_cache()
+        cache = KVCache(model.config.block_size)
         model(tokens(1, 3), cache=cache)
         kinds = [key[0] if isinstance(key, tuple) and isinstance(key[0], str) else "kv"
                  for key, entry in cache.entries.items() if entry.kv is not None]

@@ -12,7 +12,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 import variants
 from checkpoint import atomic_save
-from model import GPT, GPTConfig
+from model import GPT, GPTConfig, KVCache
 from tools.layers import layer_sets
 from tools.benchmarks.measure import cache_bytes
 from tests.conftest import one_error_line
@@ -112,13 +112,13 @@ def test_shared_applications_share_weights():
 
 @pytest.mark.parametrize("name", sorted(TINY_CONFIGS))
 def test_kv_cache_and_flops_as_measured(name):
-    """The KV cache per token is what generation allocates (model.new_cache() after a prefill, per position of its
+    """The KV cache per token is what generation allocates (model.py's KVCache after a prefill, per position of its
     max_len buffers); the forward FLOPs per token are what torch's FlopCounterMode counts over a full context."""
     args = TINY_CONFIGS[name]
     torch.manual_seed(0)
     model = GPT(GPTConfig(**args)).eval()
     plan = plan_tool.read_plan(model, name)
-    cache, batch = model.new_cache(), 2
+    cache, batch = KVCache(args["block_size"]), 2
     with torch.no_grad():
         model(torch.randint(0, args["vocab_size"], (batch, 5)), cache=cache)
     assert plan.kv_bytes_per_token * batch * cache.max_len == cache_bytes(cache)

@@ -120,7 +120,7 @@ class StaticCache:
 
     def __init__(self, config):
         if config.think_steps:
-            raise ValueError("a static cache does not support Deep Thinking (fix: use model.new_cache())")
+            raise ValueError("a static cache does not support Deep Thinking (fix: use model.py's KVCache)")
         self.max_len = config.block_size
         self.kv, self.conv_tail = {}, {}
         self.position, self.fresh = None, True
@@ -222,7 +222,7 @@ def static_cache(model, batch_size):
 
 
 def compiled_decode_step(model, backend="inductor", mode="frozen"):
-    """model.decode_step through torch.compile, made once per model (in the mode of that first call) and kept on
+    """The model's forward over one new token a sequence (logits (B, 1, V) of idx (B, 1)) through torch.compile, made once per model (in the mode of that first call) and kept on
     it as `_compiled_decode_step`. On a GPU inductor's "reduce-overhead" replays it as a CUDA graph. On the CPU
     CPU_MODES[mode] is inductor's config while it may compile: on the first step that follows each prime.
     After that step dynamo's guards are skipped: the next steps are the same call on the same buffers, and
@@ -240,7 +240,7 @@ def compiled_decode_step(model, backend="inductor", mode="frozen"):
             # the CPU's settings given as options too: dynamo reuses a graph only for the same options, so a
             # frozen step never runs another model's quick graph (nor the other way round)
             options = dict(mode="reduce-overhead") if on_gpu else dict(options=settings)
-        step = torch.compile(model.decode_step, backend=backend, fullgraph=True, **options)
+        step = torch.compile(model.forward, backend=backend, fullgraph=True, **options)
 
         def guarded_once(idx, cache):
             if not on_gpu:   # (CUDA graphs need the same shapes every step)
@@ -251,12 +251,12 @@ def compiled_decode_step(model, backend="inductor", mode="frozen"):
                     modules = inductor_loaded_modules()
                     loaded = len(modules)
                     with inductor_config().patch(settings):
-                        logits = step(idx, cache)
+                        logits = step(idx, cache=cache)[0]
                     if settings.get("freezing"):
                         to_huge_pages(modules[loaded:])   # the graph compiled now, if any
                     return logits
                 with torch.compiler.set_stance(skip_guard_eval_unsafe=True):
-                    return step(idx, cache)
+                    return step(idx, cache=cache)[0]
             finally:
                 cache.written = None   # the prime (a plain forward) masks all max_len slots
         model._compiled_decode_step = guarded_once

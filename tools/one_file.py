@@ -55,7 +55,7 @@ import train
 import variants
 from checkpoint import gpt_config_defaults
 from configurator import UserError, run_command
-from model import GPTConfig
+from model import GPTConfig, KVCache
 from tools import technique_lines
 
 ROOT = technique_lines.ROOT
@@ -120,7 +120,7 @@ def run(target, overrides=None, keep_heaviest_branch=False):
         prompt = torch.zeros((1, model.config.block_size), dtype=torch.long)
         model.generate(prompt, 3, temperature=0)
         model.generate(prompt[:, :3], 1, top_k=None, generator=torch.Generator().manual_seed(0))
-        cache = model.new_cache()
+        cache = KVCache(model.config.block_size)
         with torch.no_grad():
             model(prompt[:, :2], cache=cache)
             model(prompt[:, 2:4], cache=cache)

@@ -241,7 +241,7 @@ def bench_sample(model, cfg, device, dtype):
         run(min(8, cfg["gen_tokens"]))  # warm-up
         times = [timed(lambda: run(cfg["gen_tokens"]), device) for _ in range(cfg["sample_repeats"])]
         out["sample_tok_s_cache" if use_cache else "sample_tok_s_plain"] = cfg["gen_tokens"] / statistics.median(times)
-    cache = model.new_cache()
+    cache = KVCache(model.config.block_size)
     with autocast(device, dtype):
         model(start, cache=cache)
     out["kv_block_bytes"] = cache_bytes(cache)

@@ -202,7 +202,7 @@ def measure(model, prompt, commands, threads, cfg):
     texts = {}
     compile_s = None
     if "compiled" in commands:
-        # dynamo compiles model.py's decode_step at most 8 times in a process (its recompile_limit); a new model
+        # dynamo compiles GPT.forward (the decode step) at most 8 times in a process (its recompile_limit); a new model
         # or thread count recompiles it, so each starts afresh
         torch._dynamo.reset()
         compile_s, _ = compiled_run(model, prompt, cfg["max_new_tokens"], threads)   # compiles (timed apart)
