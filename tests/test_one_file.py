@@ -1,7 +1,7 @@
 """
 tools/one_file.py: model.py specialised to one config, checked to compute exactly what model.py computes.
 
-Per preset (variants/), the file made now equals the committed models/<preset>.py (less the commit line), and the
+Per preset (variants/), the file made now equals the committed docs/models/<preset>.py (less the commit line), and the
 file, given a checkpoint of a model.py model (its model_args and state_dict, tiny: the sizes the tool traces), gives
 bit-identical logits and losses (training and evaluation mode), greedy tokens through the KV cache past block_size,
 and the same initial weights from the same seed. The same for one flag set per row of README.md's Techniques table,
@@ -33,7 +33,7 @@ PRESETS = variants.available()
 def made(target, overrides=(), keep=False):
     """(text, the model's arguments it was traced with, the trace, the full-size arguments); overrides: ((key, value),
     ...) of train.py's keys (a tuple: the cache's key)."""
-    out = f"models/{target}.py" if not overrides and not keep else None
+    out = f"docs/models/{target}.py" if not overrides and not keep else None
     tracer, ran, full = one_file.run(target, dict(overrides), keep)
     flags = technique_lines.flag_texts(dict(overrides)) + ["--keep_heaviest_branch"] * keep
     header = one_file.header(target, flags, out)
@@ -117,7 +117,7 @@ def test_preset_file_is_up_to_date_and_computes_as_model_py(preset, tmp_path):
     with open(os.path.join(one_file.OUT_DIR, f"{preset}.py"), encoding="utf-8") as f:
         committed = f.read()
     assert without_commit(committed) == without_commit(text), (
-        f"models/{preset}.py is not what model.py makes now (fix: python -m tools.one_file --all)")
+        f"docs/models/{preset}.py is not what model.py makes now (fix: python -m tools.one_file --all)")
     assert same_as_model_py(module_of(text, tmp_path, preset), args) == ""
 
 
@@ -226,7 +226,7 @@ def test_a_change_in_one_technique_changes_only_its_files():
     planted = "\n".join(lines)
     for preset in PRESETS:
         text, ran, tracer, full = made(preset)
-        header = one_file.header(preset, [], f"models/{preset}.py")
+        header = one_file.header(preset, [], f"docs/models/{preset}.py")
         new = one_file.specialise(planted, tracer, ran, full, header)
         assert re.sub(r"  # planted: \w+", "", new) == text, preset   # nothing else moved
         for flag in PLANTED:
@@ -291,7 +291,7 @@ def test_prose_names_no_technique_the_file_leaves_out(preset):
     pattern = one_file.words_off(made(preset)[1])
     found = [(line, pattern.search(prose).group(0)) for line, prose in unmarked_prose(text)
              if one_file.names_technique(prose, pattern)]
-    assert not found, f"models/{preset}.py names left-out techniques at (line, word): {found}"
+    assert not found, f"docs/models/{preset}.py names left-out techniques at (line, word): {found}"
 
 
 def unread_attribute_stores(text):
@@ -333,7 +333,7 @@ def test_no_attribute_store_the_file_never_reads(preset):
 
 
 def test_code_lines_counts_the_reading_load_as_reading_path_does(tmp_path):
-    """tools.code_lines' code tokens and comment words (how results/README.md sizes models/*.py): a comment's and a
+    """tools.code_lines' code tokens and comment words (how results/README.md sizes docs/models/*.py): a comment's and a
     docstring's words are prose, everything else but layout is a code token."""
     from tools import code_lines
     path = tmp_path / "f.py"
@@ -342,10 +342,9 @@ def test_code_lines_counts_the_reading_load_as_reading_path_does(tmp_path):
 
 
 def test_readme_gives_models_gpt_pys_length():
-    """README's "What to read" names models/gpt.py's length; regenerating the file must not leave it stale."""
-    root = os.path.dirname(one_file.OUT_DIR)
-    with open(os.path.join(root, "README.md"), encoding="utf-8") as f:
-        said = re.search(r"\[models/gpt\.py\]\(models/gpt\.py\), (\d+) lines", f.read())
+    """README's "What to read" names docs/models/gpt.py's length; regenerating the file must not leave it stale."""
+    with open(os.path.join(one_file.ROOT, "README.md"), encoding="utf-8") as f:
+        said = re.search(r"\[docs/models/gpt\.py\]\(docs/models/gpt\.py\), (\d+) lines", f.read())
     with open(os.path.join(one_file.OUT_DIR, "gpt.py"), encoding="utf-8") as f:
         lines = f.read().count("\n")
     assert said and int(said.group(1)) == lines, (said and said.group(1), lines)

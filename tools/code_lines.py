@@ -5,7 +5,7 @@ only a comment, not a docstring), and the reading load as ../shared/tools/readin
 strings.
 
     python -m tools.code_lines model.py sample.py configurator.py checkpoint.py dataset.py
-    python -m tools.code_lines models/gpt.py models/lgpt.py     # the one-config files of tools.one_file
+    python -m tools.code_lines docs/models/gpt.py docs/models/lgpt.py     # the one-config files of tools.one_file
 """
 import ast
 import io

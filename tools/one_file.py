@@ -3,11 +3,11 @@ Your config as one file: model.py specialised to one config or variant, a runnab
 what model.py computes for it, with model.py's comments and docstrings, in model.py's order.
 
     python -m tools.one_file gpt                                # print GPT in one file
-    python -m tools.one_file lgpt --out=models/lgpt.py          # write it
+    python -m tools.one_file lgpt --out=docs/models/lgpt.py     # write it
     python -m tools.one_file gpt --mlp_type=gated --activation=silu --out=/tmp/swiglu.py   # any flag: --key=value
     python -m tools.one_file lgpt --against=gpt                 # the diff of the two files: what lgpt adds
     python -m tools.one_file pgpt --keep_heaviest_branch       # generating with the heavier branch only
-    python -m tools.one_file --all                              # rewrite models/<variant>.py for every variant
+    python -m tools.one_file --all                              # rewrite docs/models/<variant>.py, every variant
 
 The grammar is every command's (configurator), as tools/technique_lines.py's: the positional argument sets
 config_or_variant; --out, --against, --keep_heaviest_branch and --all are the command's own keys (OPTIONS); every
@@ -60,7 +60,7 @@ from tools import technique_lines
 
 ROOT = technique_lines.ROOT
 MODEL = os.path.abspath(os.path.join(ROOT, "model.py"))
-OUT_DIR = os.path.join(ROOT, "models")
+OUT_DIR = os.path.join(ROOT, "docs", "models")
 # the calls a condition may make and still have no side effects: these functions, and x.size(...) (a shape)
 PURE_CALLS = {"len", "isinstance"}
 PURE_METHODS = {"size"}
@@ -71,7 +71,7 @@ OPTIONS = dict(
     out="",                       # write the file there ("": print it)
     against="",                   # a second variant or config file: print the diff of the two files instead
     keep_heaviest_branch=False,   # generate with the heavier branch only (pgpt's model.keep_heaviest_branch())
-    all=False,                    # rewrite models/<variant>.py for every variant (no other key with it)
+    all=False,                    # rewrite docs/models/<variant>.py for every variant (no other key with it)
 )
 DEFAULTS = {**OPTIONS, **train.DEFAULTS}
 BOOL_FLAGS = ("keep_heaviest_branch", "all")
@@ -1182,7 +1182,7 @@ def main(argv=None):
 
 def command(config, explicit):
     """Print config_or_variant's file, write it (--out), print its diff against another's (--against), or rewrite
-    every models/<variant>.py (--all); returns the file's text (None for --all)."""
+    every docs/models/<variant>.py (--all); returns the file's text (None for --all)."""
     if config["all"]:
         return write_all(explicit)
     target = config["config_or_variant"]
@@ -1204,11 +1204,11 @@ def command(config, explicit):
 
 
 def write_all(explicit):
-    """Rewrite models/<variant>.py for every variant (--all, alone)."""
+    """Rewrite docs/models/<variant>.py for every variant (--all, alone)."""
     others = sorted(explicit - {"all"})
     if others:
-        raise UserError(f"--all rewrites models/<variant>.py for every variant as it is; it takes no other key, got "
-                        f"{', '.join(others)} (fix: `{COMMAND} --all` alone)")
+        raise UserError(f"--all rewrites docs/models/<variant>.py for every variant as it is; it takes no other key, "
+                        f"got {', '.join(others)} (fix: `{COMMAND} --all` alone)")
     os.makedirs(OUT_DIR, exist_ok=True)
     for name in variants.available():
         path = os.path.join(OUT_DIR, f"{name}.py")

@@ -1,16 +1,17 @@
 """
-cgpt: model.py specialised to this config, one file. model.py is the source, with every
-flag; this file holds only what cgpt runs in a training step, an evaluation, generation with
+deep_thinking: model.py specialised to this config, one file. model.py is the source, with every
+flag; this file holds only what deep_thinking runs in a training step, an evaluation, generation with
 and without the KV cache past a full window, and tokens fed to the cache a few at a time (the
 classes, functions, branches and GPTConfig fields), in model.py's order, with its comments, and
 computes exactly what model.py computes for it. Do not edit: regenerate.
 
-    made by:  python -m tools.one_file cgpt --out=models/cgpt.py
-    model.py of commit a97688a plus uncommitted changes
+    made by:  python -m tools.one_file deep_thinking --out=docs/models/deep_thinking.py
+    model.py of commit 71b9c0c
 """
 
 import math
 from dataclasses import dataclass
+from typing import Optional
 
 import torch
 import torch.nn as nn
@@ -30,33 +31,48 @@ class GPTConfig:
     dropout: float = 0.0
     bias: bool = True               # in Linears and norms (GPT-2: True, LLaMA: False)
     norm_eps: float = 1e-5
-    mlp_ratio: float = 4.0
-    head_bias: bool = False         # a bias on the head (000's code)
-    # --- LinearGPT / ConvGPT (004 3.2-3.3) ---
-    shrink_every: int = 2           # halve the width after every k layers; 0 = off; this file: 2 only
-    shrink_kernel: int = 1          # cgpt's Conv1d kernel; > 1 is causal
+    # --- GQA (000 2.5): key/value heads, dividing n_head; None = n_head ---
+    n_kv_head: Optional[int] = None
+    mlp_hidden: Optional[int] = None  # None: mlp_ratio * width
+    # --- layer sharing (000 2.6, 002 3.0.2, 001 4.4): build_shared_layers, section 5 ---
+    share_group_size: int = 2       # k consecutive layers, one set of weights; this file: 2 only
+    share_from_layer: int = 0       # layers below are never shared
+    share_sublayers: str = "both"   # "both" | "attn" | "mlp"
+    residual_logit_init: float = 0.0   # w at init (authors' code: 0, alpha = 0.5)
+    # --- Deep Thinking (000 2.8) ---
+    think_steps: int = 3            # thinking passes T (paper: 3); 0 = off; this file: 3 only
+    think_eta: float = 0.01         # M_t = eta*K_t + (1-eta)*M_{t-1}
+    n_top_attn_layers: int = 0      # ... and in the last m (001 Table 10's "n + m")
     init_std: float = 0.02
+
+    # --- derived sizes ---
+    def layers_per_branch(self):
+        return self.n_layer
+
+    def attention_layers(self):
+        # model.py's docstring, shortened: its first lines also tell of code left out here
+        """The layers of a branch with attention: all, or the first n_attn_layers
+        and the last n_top_attn_layers (ShishuLM, 001 4.2, Table 10)."""
+        n = self.layers_per_branch()
+        return list(range(n))
+
+    def embd_width(self):
+        return self.n_embd
 
     def widths(self):
         # model.py's docstring, shortened: its first lines also tell of code left out here
         """The width of each layer: constant, or halved (lgpt/cgpt)."""
-        # layer i: halved i // shrink_every times, as a shift (exact for any count)
-        return [self.n_embd >> (i // self.shrink_every) for i in range(self.n_layer)]
-
-    def final_width(self):
-        return self.widths()[-1]
+        return [self.n_embd] * self.n_layer
 
 
 # model.py's GPTConfig fields this file leaves out; those it holds but runs at one value only
-# (shrink_every, at that value in GPTConfig) too: the values it assumes
+# (share_group_size, think_steps, at that value in GPTConfig) too: the values it assumes
 ASSUMED = {
-    'activation': 'gelu', 'embd_factor_dim': None, 'enhanced_residual': False,
-    'init_scheme': 'gpt2', 'mlp_hidden': None, 'mlp_type': 'standard', 'n_attn_layers': None,
-    'n_branches': 1, 'n_kv_head': None, 'n_top_attn_layers': 0, 'norm': 'layernorm',
-    'norm_placement': 'pre', 'pos_embedding': 'learned', 'residual_logit_init': 0.0,
-    'rope_base': 10000.0, 'share_from_layer': 0, 'share_group_size': 1, 'share_sublayers': 'both',
-    'shrink_every': 2, 'shrink_layer': 'conv', 'think_eta': 0.01, 'think_memory': 'own',
-    'think_steps': 0, 'tie_embeddings': False,
+    'activation': 'silu', 'embd_factor_dim': None, 'enhanced_residual': True, 'head_bias': True,
+    'init_scheme': 'gpt2', 'mlp_ratio': 4.0, 'mlp_type': 'gated', 'n_attn_layers': None,
+    'n_branches': 1, 'norm': 'layernorm', 'norm_placement': 'post', 'pos_embedding': 'sinusoidal',
+    'rope_base': 10000.0, 'share_group_size': 2, 'shrink_every': 0, 'shrink_kernel': 1,
+    'shrink_layer': 'linear', 'think_memory': 'own', 'think_steps': 3, 'tie_embeddings': True,
 }
 
 
@@ -77,22 +93,32 @@ def make_norm(config, dim):
     return nn.LayerNorm(dim, eps=config.norm_eps, bias=config.bias)
 
 
+def sinusoidal_positions(n_positions, dim):
+    """Fixed sin/cos positions ('Attention is all you need'; 000's code)."""
+    pos = torch.arange(n_positions, dtype=torch.float32)[:, None]
+    steps = torch.arange(0, dim, 2, dtype=torch.float32)
+    freq = torch.exp(steps * (-math.log(10000.0) / dim))
+    table = torch.zeros(n_positions, dim)
+    table[:, 0::2] = torch.sin(pos * freq)
+    table[:, 1::2] = torch.cos(pos * freq[: dim // 2])
+    return table
+
+
 class MLP(nn.Module):
     """Feed-forward network.
-
-      standard:                 down(act(up x))             (GPT-2)
     """
 
     def __init__(self, config, width):
         super().__init__()
-        hidden = int(config.mlp_ratio * width)
+        hidden = config.mlp_hidden
         self.up = nn.Linear(width, hidden, bias=config.bias)
+        self.gate = nn.Linear(width, hidden, bias=config.bias)
         self.down = nn.Linear(hidden, width, bias=config.bias)
-        self.act = F.gelu
+        self.act = F.silu
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, x, cache=None):   # cache: attention's; an MLP keeps none
-        h = self.act(self.up(x))
+        h = self.act(self.gate(x)) * self.up(x)
         return self.dropout(self.down(h))
 
 
@@ -106,6 +132,7 @@ def causal_attention(q, k, v, start=0, dropout_p=0.0):
     mask = None
     if start > 0 and q.size(2) > 1:
         mask = causal_mask(start, q.size(2), q.device)
+    # GQA: query head h reads kv head h // (H / H_kv)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=start == 0,
                                           dropout_p=dropout_p, enable_gqa=q.size(1) != k.size(1))
 
@@ -118,14 +145,13 @@ def causal_mask(start, length, device):
 
 
 class CausalSelfAttention(nn.Module):
-    # model.py's docstring, shortened: its first lines also tell of code left out here
     """Causal self-attention with grouped-query attention (paper 000, 2.5):
     n_head query heads share n_kv_head key/value heads, in groups."""
 
     def __init__(self, config, width):
         super().__init__()
         self.n_head = config.n_head
-        self.n_kv_head = config.n_head
+        self.n_kv_head = config.n_kv_head
         self.head_dim = width // config.n_head
         self.kv_width = self.n_kv_head * self.head_dim
         # one matmul: the queries (width), then the keys and values (kv_width each)
@@ -135,7 +161,6 @@ class CausalSelfAttention(nn.Module):
         self.resid_dropout = nn.Dropout(config.dropout)
 
     def forward(self, x, cache=None):
-        # model.py's docstring, shortened: its first lines also tell of code left out here
         """cache: this layer's entry of the KV cache (section 9) or of Deep
         Thinking (section 8), which stores k, v and attends; None in training."""
         B, T, C = x.shape
@@ -144,10 +169,7 @@ class CausalSelfAttention(nn.Module):
         q = q.view(B, T, self.n_head, self.head_dim).transpose(1, 2)
         k = k.view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)
         v = v.view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)
-        if cache is None:
-            y = causal_attention(q, k, v, dropout_p=self.dropout if self.training else 0.0)
-        else:
-            y = cache.attend(q, k, v)
+        y = cache.attend(q, k, v)
         y = self.out_proj(y.transpose(1, 2).reshape(B, T, C))
         return self.resid_dropout(y)
 
@@ -164,12 +186,15 @@ class ResidualSubLayer(nn.Module):
         super().__init__()
         self.norm = make_norm(config, width)
         self.inner = inner
+        w = torch.full((), float(config.residual_logit_init))
+        self.alpha_logit = nn.Parameter(w)
 
     def forward(self, x, cache=None):
-        return self.mix(x, self.inner(self.norm(x), cache))
+        return self.norm(self.mix(x, self.inner(x, cache)))
 
     def mix(self, x, fx):
-        return x + fx
+        alpha = torch.sigmoid(self.alpha_logit)
+        return alpha * x + (1 - alpha) * fx
 
 
 # --- 5. The decoder stack; layer sharing and ShishuLM's layers ------------------------
@@ -184,54 +209,45 @@ class DecoderStack(nn.Module):
         self.attn = nn.ModuleList()
         self.mlp = nn.ModuleList()
         self.layers = []
-        for width in config.widths():   # lgpt/cgpt halve it (section 6)
-            attn = ResidualSubLayer(config, width, CausalSelfAttention(config, width))
-            mlp = ResidualSubLayer(config, width, MLP(config, width))
-            self.attn.append(attn)
-            self.mlp.append(mlp)
-            self.layers += [attn, mlp]
-        add_shrinks(self, config)   # section 6
+        build_shared_layers(self, config)   # below
 
     def forward(self, x, cache=None):
-        # model.py's docstring, shortened: its first lines also tell of code left out here
         """Sub-layer i gets cache[i], its entry of a KV cache (section 9) or of
         Deep Thinking."""
         for i, layer in enumerate(self.layers):
-            x = layer(x, None if cache is None else cache[i])
+            x = layer(x, cache[i])
         return x
 
 
-# --- 6. lgpt/cgpt width halving (paper 004, 3.2-3.3) ----------------------------------
-
-class ConvShrink(nn.Module):
-    """ConvGPT (paper 004, 3.3): a Conv1d over the sequence maps width C -> C/2.
-    Kernel 1 is per token (the paper's count); kernel k > 1 is causal (ours)."""
-
-    def __init__(self, config, width):
-        super().__init__()
-        self.kernel = config.shrink_kernel
-        self.conv = nn.Conv1d(width, width // 2, self.kernel, bias=config.bias)
-
-    def forward(self, x, cache=None):
-        # causal: output t reads the inputs t-k+1 .. t (zeros before position 0)
-        if cache is None:
-            window = F.pad(x, (0, 0, self.kernel - 1, 0))
-        else:
-            window = cache.conv_window(x, self.kernel - 1)
-        return self.conv(window.transpose(1, 2)).transpose(1, 2)
-
-
-def add_shrinks(stack, config):
+def build_shared_layers(stack, config):
     # model.py's docstring, shortened: its first lines also tell of code left out here
-    """A shrink after every shrink_every layers but the last, after the layer's
-    FFN (mlp[l]: lgpt/cgpt are not shared); built last (the init's draw order)."""
-    shrink_cls = ConvShrink
-    widths = config.widths()
-    stack.shrink = nn.ModuleList()
-    for layer in range(config.shrink_every - 1, len(widths) - 1, config.shrink_every):
-        stack.shrink.append(shrink_cls(config, widths[layer]))
-        after = stack.layers.index(stack.mlp[layer])   # the layer's FFN
-        stack.layers.insert(after + 1, stack.shrink[-1])
+    """Layer sharing and ShishuLM's MLP-only layers.
+
+    Sharing: from share_from_layer up to the top attention layers (never
+    shared), the layers are cut into groups of share_group_size (k); every
+    layer of a group but its first applies the weights of the layer before,
+    for the sub-layers share_sublayers names (ours; the papers share both):
+      MobileLLM's block-wise repeat (000 2.6):  k = 2:        0 0 1 1 2 2 ...
+      ALBERT's all-layer sharing (002 3.0.2):   k = n_layer:  0 0 0 0 ...
+      G groups (002 3.0.2):                     k = n_layer / G
+      layer       0   1   2   3   4   5   6
+      attention   0   1   -   -   -   -   2
+      FFN         0   1   2   2   3   3   4
+    """
+    k, start = config.share_group_size, config.share_from_layer
+    end = config.layers_per_branch() - config.n_top_attn_layers
+    repeats = set(range(start, end)) - set(range(start, end, k))   # not a group's first
+    share_attn = config.share_sublayers in ("both", "attn")
+    share_mlp = config.share_sublayers in ("both", "mlp")
+    with_attention = config.attention_layers()
+    for layer, width in enumerate(config.widths()):
+        if layer not in repeats or not share_attn:
+            attention = CausalSelfAttention(config, width)
+            stack.attn.append(ResidualSubLayer(config, width, attention))
+        stack.layers.append(stack.attn[-1])   # a repeat: its group's
+        if layer not in repeats or not share_mlp:
+            stack.mlp.append(ResidualSubLayer(config, width, MLP(config, width)))
+        stack.layers.append(stack.mlp[-1])
 
 
 # --- 7. Initialisation: GPT-2's, and paper 003's schemes (PanGu-pi Pro, 3.1, App. B) ---
@@ -266,18 +282,22 @@ class TokenEmbedding(nn.Module):
     def forward(self, idx):
         return self.wte(idx)
 
+    def tied_logits(self, h):
+        return h @ self.wte.weight.t()
+
 
 class GPT(nn.Module):
     def __init__(self, config):
         super().__init__()
         self.config = config
         self.tok_emb = TokenEmbedding(config)
-        self.pos_emb = nn.Embedding(config.block_size, config.n_embd)
+        table = sinusoidal_positions(config.block_size, config.embd_width())
+        self.register_buffer("pos_table", table, persistent=False)
         self.drop = nn.Dropout(config.dropout)
         self.branches = nn.ModuleList([DecoderStack(config)])
-        self.ln_f = make_norm(config, config.final_width())
-        self.lm_head = nn.Linear(config.final_width(), config.vocab_size,
-                                 bias=config.head_bias)
+        # post-norm: every sub-layer already ends in a norm (paper 000's code)
+        self.ln_f = nn.Identity()
+        self.tied_head_bias = nn.Parameter(torch.zeros(config.vocab_size))
         init_gpt2(self, config)   # section 7
 
     def get_num_params(self, non_embedding=True):
@@ -291,7 +311,7 @@ class GPT(nn.Module):
 
     def embed(self, idx, pos):
         x = self.tok_emb(idx)
-        x = x + self.pos_emb(pos)
+        x = x + self.pos_table[pos]
         return self.drop(x)
 
     def forward(self, idx, targets=None, cache=None, all_logits=False):
@@ -308,7 +328,7 @@ class GPT(nn.Module):
         else:   # the cache numbers the tokens after the cached ones
             pos = cache.positions(T, idx.device)
         x = self.embed(idx, pos)
-        x = self.branches[0](x, cache)
+        x = self.think(x, cache)
         if cache is not None:
             cache.advance(T)
         x = self.ln_f(x)
@@ -324,7 +344,8 @@ class GPT(nn.Module):
     def head(self, h):
         # model.py's docstring, shortened: its first lines also tell of code left out here
         """Logits: through the tied embedding (paper 000, 2.4) or lm_head."""
-        return self.lm_head(h)
+        logits = self.tok_emb.tied_logits(h)
+        return logits + self.tied_head_bias
 
     def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
         # model.py's docstring, shortened: its first lines also tell of code left out here
@@ -337,6 +358,19 @@ class GPT(nn.Module):
                   {"params": no_decay, "weight_decay": 0.0}]
         return torch.optim.AdamW(groups, lr=learning_rate, betas=betas,
                                  fused=device_type == "cuda")
+
+    # --- Deep Thinking (paper 000, 2.8) ---
+    def think(self, x, cache):
+        """T thinking passes, then the test pass (DeepThinking, below). Pass 1
+        reads the embeddings x, pass t > 1 the output of pass t-1 (the authors'
+        code); the test pass reads x again and attends over the memory M_T."""
+        thinking = DeepThinking(self.config, cache, self.training)
+        h = x
+        for t in range(1, self.config.think_steps + 1):
+            thinking.t = t
+            h = self.branches[0](h, thinking)
+        thinking.t = 0
+        return self.branches[0](x, thinking)
 
     # --- generation ---
     @torch.inference_mode()
@@ -369,6 +403,64 @@ class GPT(nn.Module):
         return idx
 
 
+class DeepThinking:
+    """Deep Thinking (paper 000, 2.8) over one forward call: the pass t (1..T
+    thinking, 0 the test pass) and each attention layer's key/value memory:
+      pass 1:      attend over own K_1          M_1 = K_1    (the same for V)
+      pass t > 1:  attend over [M_{t-1} ; K_t]  M_t = eta*K_t + (1-eta)*M_{t-1}
+      test pass:   attend over M_T only"""
+
+    def __init__(self, config, cache, training):
+        self.eta = config.think_eta
+        self.cache = cache
+        self.start = 0 if cache is None else cache.length
+        self.dropout = config.dropout if training else 0.0
+        self.t = 1
+        self.layer = 0
+        self.memory = {}        # layer -> (M_k, M_v) of the latest pass
+
+    def __getitem__(self, layer):
+        self.layer = layer
+        return self
+
+    def attend(self, q, k, v):
+        if self.t == 0:
+            return self.test_pass(q)
+        if self.t == 1:
+            return self.first_pass(q, k, v)
+        return self.later_pass(q, k, v)
+
+    def first_pass(self, q, k, v):
+        keys, values = self.stored("kv", k, v)
+        y = causal_attention(q, keys, values, self.start, self.dropout)
+        self.memory[self.layer] = self.stored("memory", k, v)
+        return y
+
+    def later_pass(self, q, k, v):
+        keys, values = self.stored("kv", k, v)
+        mem_k, mem_v = self.memory[self.layer]   # M_{t-1}
+        mask = causal_mask(self.start, q.size(2), q.device)
+        mask = torch.cat([mask, mask], dim=-1)   # over [M ; K]
+        keys = torch.cat([mem_k, keys], dim=2)
+        values = torch.cat([mem_v, values], dim=2)
+        y = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask,
+                                           dropout_p=self.dropout, enable_gqa=q.size(1) != k.size(1))
+        k = self.eta * k + (1 - self.eta) * mem_k[:, :, self.start:]
+        v = self.eta * v + (1 - self.eta) * mem_v[:, :, self.start:]
+        self.memory[self.layer] = self.stored("memory", k, v)
+        return y
+
+    def test_pass(self, q):
+        mem_k, mem_v = self.memory[self.layer]   # M_T
+        return causal_attention(q, mem_k, mem_v, self.start, self.dropout)
+
+    def stored(self, kind, k, v):
+        """k, v; with a cache, after those of the cached positions."""
+        if self.cache is None:
+            return k, v
+        return self.cache[(kind, self.t, self.layer)].store(k, v)
+
+
 # --- 9. The KV cache and sample_next ---------------------------------------------------
 
 class KVCache:
@@ -381,6 +473,7 @@ class KVCache:
       positions(T, device): the positions of the T new tokens
       advance(T): after the forward, the T new tokens are cached
       reset(): start a new sequence at position 0, keeping the buffers
+    Deep Thinking uses the entries' `store` itself; the static caches refuse it.
     """
 
     def __init__(self, max_len):
@@ -402,17 +495,13 @@ class KVCache:
 
 
 class CacheEntry:
+    # model.py's docstring, shortened: its first lines also tell of code left out here
     """One application of a layer: keys and values (B, H_kv, max_len, D), or
     cgpt's last kernel-1 inputs."""
 
     def __init__(self, cache):
         self.cache = cache
         self.kv = None
-        self.conv_tail = None
-
-    def attend(self, q, k, v):
-        keys, values = self.store(k, v)
-        return causal_attention(q, keys, values, start=self.cache.length)
 
     def store(self, k, v):
         """Write k, v at positions length..; return the keys and values up to them."""
@@ -425,14 +514,6 @@ class CacheEntry:
         keys[:, :, start:end] = k
         values[:, :, start:end] = v
         return keys[:, :, :end], values[:, :, :end]
-
-    def conv_window(self, x, n_past):
-        if self.conv_tail is None or self.cache.length == 0:   # zeros before position 0
-            window = F.pad(x, (0, 0, n_past, 0))
-        else:
-            window = torch.cat([self.conv_tail, x], dim=1)
-        self.conv_tail = window[:, window.size(1) - n_past:]
-        return window
 
 
 def sample_next(logits, temperature=1.0, top_k=None, generator=None):

@@ -1,16 +1,17 @@
 """
-pgpt: model.py specialised to this config, one file. model.py is the source, with every
-flag; this file holds only what pgpt runs in a training step, an evaluation, generation with
+efficio: model.py specialised to this config, one file. model.py is the source, with every
+flag; this file holds only what efficio runs in a training step, an evaluation, generation with
 and without the KV cache past a full window, and tokens fed to the cache a few at a time (the
 classes, functions, branches and GPTConfig fields), in model.py's order, with its comments, and
 computes exactly what model.py computes for it. Do not edit: regenerate.
 
-    made by:  python -m tools.one_file pgpt --out=models/pgpt.py
-    model.py of commit a97688a plus uncommitted changes
+    made by:  python -m tools.one_file efficio --out=docs/models/efficio.py
+    model.py of commit 71b9c0c
 """
 
 import math
 from dataclasses import dataclass
+from typing import Optional
 
 import torch
 import torch.nn as nn
@@ -26,35 +27,48 @@ class GPTConfig:
     vocab_size: int = 50304         # GPT-2's 50257 padded up to a multiple of 64
     n_layer: int = 12
     n_head: int = 12
-    n_embd: int = 768               # width (of each pgpt branch)
+    n_embd: int = 768               # width
     dropout: float = 0.0
     bias: bool = True               # in Linears and norms (GPT-2: True, LLaMA: False)
     norm_eps: float = 1e-5
     mlp_ratio: float = 4.0
-    head_bias: bool = False         # a bias on the head (000's code)
-    # --- ParallelGPT (004 3.1) ---
-    n_branches: int = 2             # the embedding is n_branches * n_embd wide; this file: 2 only
+    embd_factor_dim: Optional[int] = 128   # E: vocab -> E -> n_embd; this file: 128 only
+    # --- layer sharing (000 2.6, 002 3.0.2, 001 4.4): build_shared_layers, section 5 ---
+    share_group_size: int = 1       # k consecutive layers, one set of weights
+    share_from_layer: int = 0       # layers below are never shared
+    share_sublayers: str = "both"   # "both" | "attn" | "mlp"
+    n_top_attn_layers: int = 0      # ... and in the last m (001 Table 10's "n + m")
     init_std: float = 0.02
+
+    # --- derived sizes ---
+    def layers_per_branch(self):
+        return self.n_layer
+
+    def attention_layers(self):
+        # model.py's docstring, shortened: its first lines also tell of code left out here
+        """The layers of a branch with attention: all, or the first n_attn_layers
+        and the last n_top_attn_layers (ShishuLM, 001 4.2, Table 10)."""
+        n = self.layers_per_branch()
+        return list(range(n))
 
     def widths(self):
         # model.py's docstring, shortened: its first lines also tell of code left out here
         """The width of each layer: constant, or halved (lgpt/cgpt)."""
-        return [self.n_embd] * (self.n_layer // self.n_branches)
+        return [self.n_embd] * self.n_layer
 
     def final_width(self):
         return self.widths()[-1]
 
 
 # model.py's GPTConfig fields this file leaves out; those it holds but runs at one value only
-# (n_branches, at that value in GPTConfig) too: the values it assumes
+# (embd_factor_dim, at that value in GPTConfig) too: the values it assumes
 ASSUMED = {
-    'activation': 'gelu', 'embd_factor_dim': None, 'enhanced_residual': False,
+    'activation': 'gelu', 'embd_factor_dim': 128, 'enhanced_residual': False, 'head_bias': False,
     'init_scheme': 'gpt2', 'mlp_hidden': None, 'mlp_type': 'standard', 'n_attn_layers': None,
-    'n_branches': 2, 'n_kv_head': None, 'n_top_attn_layers': 0, 'norm': 'layernorm',
-    'norm_placement': 'pre', 'pos_embedding': 'learned', 'residual_logit_init': 0.0,
-    'rope_base': 10000.0, 'share_from_layer': 0, 'share_group_size': 1, 'share_sublayers': 'both',
-    'shrink_every': 0, 'shrink_kernel': 1, 'shrink_layer': 'linear', 'think_eta': 0.01,
-    'think_memory': 'own', 'think_steps': 0, 'tie_embeddings': False,
+    'n_branches': 1, 'n_kv_head': None, 'norm': 'layernorm', 'norm_placement': 'pre',
+    'pos_embedding': 'learned', 'residual_logit_init': 0.0, 'rope_base': 10000.0, 'shrink_every': 0,
+    'shrink_kernel': 1, 'shrink_layer': 'linear', 'think_eta': 0.01, 'think_memory': 'own',
+    'think_steps': 0, 'tie_embeddings': True,
 }
 
 
@@ -173,6 +187,7 @@ class ResidualSubLayer(nn.Module):
 # --- 5. The decoder stack; layer sharing and ShishuLM's layers ------------------------
 
 class DecoderStack(nn.Module):
+    # model.py's docstring, shortened: its first lines also tell of code left out here
     """The layers of one branch: attention, then the FFN, each in its residual.
     `layers`: the sub-layers as applied; `attn`, `mlp`: each weight set once."""
 
@@ -181,20 +196,46 @@ class DecoderStack(nn.Module):
         self.attn = nn.ModuleList()
         self.mlp = nn.ModuleList()
         self.layers = []
-        for width in config.widths():
-            attn = ResidualSubLayer(config, width, CausalSelfAttention(config, width))
-            mlp = ResidualSubLayer(config, width, MLP(config, width))
-            self.attn.append(attn)
-            self.mlp.append(mlp)
-            self.layers += [attn, mlp]
+        build_shared_layers(self, config)   # below
 
     def forward(self, x, cache=None):
         # model.py's docstring, shortened: its first lines also tell of code left out here
         """Sub-layer i gets cache[i], its entry of a KV cache (section 9) or of
         Deep Thinking."""
         for i, layer in enumerate(self.layers):
-            x = layer(x, cache[i])
+            x = layer(x, None if cache is None else cache[i])
         return x
+
+
+def build_shared_layers(stack, config):
+    # model.py's docstring, shortened: its first lines also tell of code left out here
+    """Layer sharing and ShishuLM's MLP-only layers.
+
+    Sharing: from share_from_layer up to the top attention layers (never
+    shared), the layers are cut into groups of share_group_size (k); every
+    layer of a group but its first applies the weights of the layer before,
+    for the sub-layers share_sublayers names (ours; the papers share both):
+      MobileLLM's block-wise repeat (000 2.6):  k = 2:        0 0 1 1 2 2 ...
+      ALBERT's all-layer sharing (002 3.0.2):   k = n_layer:  0 0 0 0 ...
+      G groups (002 3.0.2):                     k = n_layer / G
+      layer       0   1   2   3   4   5   6
+      attention   0   1   -   -   -   -   2
+      FFN         0   1   2   2   3   3   4
+    """
+    k, start = config.share_group_size, config.share_from_layer
+    end = config.layers_per_branch() - config.n_top_attn_layers
+    repeats = set(range(start, end)) - set(range(start, end, k))   # not a group's first
+    share_attn = config.share_sublayers in ("both", "attn")
+    share_mlp = config.share_sublayers in ("both", "mlp")
+    with_attention = config.attention_layers()
+    for layer, width in enumerate(config.widths()):
+        if layer not in repeats or not share_attn:
+            attention = CausalSelfAttention(config, width)
+            stack.attn.append(ResidualSubLayer(config, width, attention))
+        stack.layers.append(stack.attn[-1])   # a repeat: its group's
+        if layer not in repeats or not share_mlp:
+            stack.mlp.append(ResidualSubLayer(config, width, MLP(config, width)))
+        stack.layers.append(stack.mlp[-1])
 
 
 # --- 7. Initialisation: GPT-2's, and paper 003's schemes (PanGu-pi Pro, 3.1, App. B) ---
@@ -217,17 +258,23 @@ def init_gpt2(model, config):
 # --- 8. The model: embeddings, the layers, the head; pgpt, Deep Thinking, generation ---
 
 class TokenEmbedding(nn.Module):
-    # model.py's docstring, shortened: its first lines also tell of code left out here
     """Token embedding, optionally factorized (paper 002, 3.0.1): vocab -> E ->
     width, V*E + E*width parameters instead of V*width. Tied (paper 000, 2.4),
     the head reuses them: logits = (h @ P) @ W_e^T."""
 
     def __init__(self, config):
         super().__init__()
-        self.wte = nn.Embedding(config.vocab_size, config.n_embd * config.n_branches)
+        width = config.n_embd
+        self.wte = nn.Embedding(config.vocab_size, config.embd_factor_dim)
+        self.proj = nn.Linear(config.embd_factor_dim, width, bias=False)
 
     def forward(self, idx):
-        return self.wte(idx)
+        x = self.wte(idx)
+        return self.proj(x)
+
+    def tied_logits(self, h):
+        h = h @ self.proj.weight
+        return h @ self.wte.weight.t()
 
 
 class GPT(nn.Module):
@@ -235,19 +282,13 @@ class GPT(nn.Module):
         super().__init__()
         self.config = config
         self.tok_emb = TokenEmbedding(config)
-        self.pos_emb = nn.Embedding(config.block_size, config.n_embd * config.n_branches)
+        self.pos_emb = nn.Embedding(config.block_size, config.n_embd)
         self.drop = nn.Dropout(config.dropout)
-        stacks = [DecoderStack(config) for _ in range(config.n_branches)]
-        self.branches = nn.ModuleList(stacks)
-        self.branch_logits = nn.Parameter(torch.zeros(config.n_branches))
-        self.keep_branch = None   # pgpt at inference: the only branch to run
+        self.branches = nn.ModuleList([DecoderStack(config)])
         self.ln_f = make_norm(config, config.final_width())
-        self.lm_head = nn.Linear(config.final_width(), config.vocab_size,
-                                 bias=config.head_bias)
         init_gpt2(self, config)   # section 7
 
     def get_num_params(self, non_embedding=True):
-        # model.py's docstring, shortened: its first lines also tell of code left out here
         """Unique parameters (shared weights once); non_embedding=True leaves
         out the learned positions, as nanoGPT does."""
         n = sum(p.numel() for p in self.parameters())
@@ -274,7 +315,7 @@ class GPT(nn.Module):
         else:   # the cache numbers the tokens after the cached ones
             pos = cache.positions(T, idx.device)
         x = self.embed(idx, pos)
-        x = self.run_branches(x, cache)
+        x = self.branches[0](x, cache)
         if cache is not None:
             cache.advance(T)
         x = self.ln_f(x)
@@ -290,7 +331,7 @@ class GPT(nn.Module):
     def head(self, h):
         # model.py's docstring, shortened: its first lines also tell of code left out here
         """Logits: through the tied embedding (paper 000, 2.4) or lm_head."""
-        return self.lm_head(h)
+        return self.tok_emb.tied_logits(h)
 
     def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
         # model.py's docstring, shortened: its first lines also tell of code left out here
@@ -303,29 +344,6 @@ class GPT(nn.Module):
                   {"params": no_decay, "weight_decay": 0.0}]
         return torch.optim.AdamW(groups, lr=learning_rate, betas=betas,
                                  fused=device_type == "cuda")
-
-    # --- ParallelGPT (paper 004, 3.1) ---
-    def run_branches(self, x, cache):
-        """pgpt: branch i reads the i-th n_embd-wide chunk, the outputs mixed as
-        sum_i w_i * decoder_i(x_i) (paper 004, eq. 1-3); with keep_branch set
-        only that branch runs. Each branch keeps its own cache entries."""
-        chunks = x.split(self.config.n_embd, dim=-1)
-        keep = self.keep_branch
-        if keep is not None:
-            return self.branches[keep](chunks[keep], BranchCache(cache, keep))
-        weights = self.branch_weights()
-        out = 0
-        for i, (stack, chunk) in enumerate(zip(self.branches, chunks)):
-            out = out + weights[i] * stack(chunk, BranchCache(cache, i))
-        return out
-
-    def branch_weights(self):
-        """pgpt's mixing weights: softmax of learned logits. Two branches:
-        w = sigmoid(a1 - a2) and 1 - w, the paper's eq. 3."""
-        return F.softmax(self.branch_logits, dim=0)
-
-    def heaviest_branch(self):
-        return int(self.branch_weights().argmax())
 
     # --- generation ---
     @torch.inference_mode()
@@ -356,17 +374,6 @@ class GPT(nn.Module):
                 on_token(idx_next[0, 0])
         self.train(was_training)
         return idx
-
-
-class BranchCache:
-    """pgpt: one branch's entries of a cache, keyed (branch, i); None without one."""
-
-    def __init__(self, cache, branch):
-        self.cache = cache
-        self.branch = branch
-
-    def __getitem__(self, i):
-        return None if self.cache is None else self.cache[(self.branch, i)]
 
 
 # --- 9. The KV cache and sample_next ---------------------------------------------------

@@ -1,17 +1,16 @@
 """
-shishulm_125: model.py specialised to this config, one file. model.py is the source, with every
-flag; this file holds only what shishulm_125 runs in a training step, an evaluation, generation with
+lgpt: model.py specialised to this config, one file. model.py is the source, with every
+flag; this file holds only what lgpt runs in a training step, an evaluation, generation with
 and without the KV cache past a full window, and tokens fed to the cache a few at a time (the
 classes, functions, branches and GPTConfig fields), in model.py's order, with its comments, and
 computes exactly what model.py computes for it. Do not edit: regenerate.
 
-    made by:  python -m tools.one_file shishulm_125 --out=models/shishulm_125.py
-    model.py of commit a97688a plus uncommitted changes
+    made by:  python -m tools.one_file lgpt --out=docs/models/lgpt.py
+    model.py of commit 71b9c0c
 """
 
 import math
 from dataclasses import dataclass
-from typing import Optional
 
 import torch
 import torch.nn as nn
@@ -31,48 +30,32 @@ class GPTConfig:
     dropout: float = 0.0
     bias: bool = True               # in Linears and norms (GPT-2: True, LLaMA: False)
     norm_eps: float = 1e-5
-    rope_base: float = 10000.0
-    # --- GQA (000 2.5): key/value heads, dividing n_head; None = n_head ---
-    n_kv_head: Optional[int] = None
-    mlp_hidden: Optional[int] = None  # None: mlp_ratio * width
-    # --- layer sharing (000 2.6, 002 3.0.2, 001 4.4): build_shared_layers, section 5 ---
-    share_group_size: int = 2       # k consecutive layers, one set of weights; this file: 2 only
-    share_from_layer: int = 0       # layers below are never shared
-    share_sublayers: str = "both"   # "both" | "attn" | "mlp"
-    # --- ShishuLM (001 4.1-4.4) ---
-    n_attn_layers: Optional[int] = None   # attention in the first n only; None = all
-    n_top_attn_layers: int = 0      # ... and in the last m (001 Table 10's "n + m")
+    mlp_ratio: float = 4.0
+    head_bias: bool = False         # a bias on the head (000's code)
+    # --- LinearGPT / ConvGPT (004 3.2-3.3) ---
+    shrink_every: int = 2           # halve the width after every k layers; 0 = off; this file: 2 only
     init_std: float = 0.02
-
-    # --- derived sizes ---
-    def layers_per_branch(self):
-        return self.n_layer
-
-    def attention_layers(self):
-        # model.py's docstring, shortened: its first lines also tell of code left out here
-        """The layers of a branch with attention: all, or the first n_attn_layers
-        and the last n_top_attn_layers (ShishuLM, 001 4.2, Table 10)."""
-        n = self.layers_per_branch()
-        top = list(range(n - self.n_top_attn_layers, n))
-        return list(range(self.n_attn_layers)) + top
 
     def widths(self):
         # model.py's docstring, shortened: its first lines also tell of code left out here
         """The width of each layer: constant, or halved (lgpt/cgpt)."""
-        return [self.n_embd] * self.n_layer
+        # layer i: halved i // shrink_every times, as a shift (exact for any count)
+        return [self.n_embd >> (i // self.shrink_every) for i in range(self.n_layer)]
 
     def final_width(self):
         return self.widths()[-1]
 
 
 # model.py's GPTConfig fields this file leaves out; those it holds but runs at one value only
-# (share_group_size, at that value in GPTConfig) too: the values it assumes
+# (shrink_every, at that value in GPTConfig) too: the values it assumes
 ASSUMED = {
-    'activation': 'silu', 'embd_factor_dim': None, 'enhanced_residual': False, 'head_bias': False,
-    'init_scheme': 'constant', 'mlp_ratio': 4.0, 'mlp_type': 'gated', 'n_branches': 1,
-    'norm': 'rmsnorm', 'norm_placement': 'pre', 'pos_embedding': 'rope', 'residual_logit_init': 0.0,
-    'share_group_size': 2, 'shrink_every': 0, 'shrink_kernel': 1, 'shrink_layer': 'linear',
-    'think_eta': 0.01, 'think_memory': 'own', 'think_steps': 0, 'tie_embeddings': True,
+    'activation': 'gelu', 'embd_factor_dim': None, 'enhanced_residual': False,
+    'init_scheme': 'gpt2', 'mlp_hidden': None, 'mlp_type': 'standard', 'n_attn_layers': None,
+    'n_branches': 1, 'n_kv_head': None, 'n_top_attn_layers': 0, 'norm': 'layernorm',
+    'norm_placement': 'pre', 'pos_embedding': 'learned', 'residual_logit_init': 0.0,
+    'rope_base': 10000.0, 'share_from_layer': 0, 'share_group_size': 1, 'share_sublayers': 'both',
+    'shrink_every': 2, 'shrink_kernel': 1, 'shrink_layer': 'linear', 'think_eta': 0.01,
+    'think_memory': 'own', 'think_steps': 0, 'tie_embeddings': False,
 }
 
 
@@ -90,40 +73,25 @@ def config_from(model_args):
 
 def make_norm(config, dim):
     """LayerNorm (GPT-2; bias if `bias`) or RMSNorm (LLaMA: x / rms(x) * g)."""
-    return nn.RMSNorm(dim, eps=config.norm_eps)
-
-
-def rope_tables(n_positions, head_dim, base):
-    """cos, sin of rotary position embeddings (RoPE): (n_positions, head_dim/2)."""
-    steps = torch.arange(0, head_dim, 2, dtype=torch.float32)
-    inv_freq = 1.0 / base ** (steps / head_dim)
-    positions = torch.arange(n_positions, dtype=torch.float32)
-    angles = torch.outer(positions, inv_freq)
-    return angles.cos(), angles.sin()
-
-
-def apply_rope(x, cos, sin):
-    """Rotate each head's pairs (first half, second half) by the position's
-    angle. x: (B, H, T, D)."""
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).type_as(x)
+    return nn.LayerNorm(dim, eps=config.norm_eps, bias=config.bias)
 
 
 class MLP(nn.Module):
     """Feed-forward network.
+
+      standard:                 down(act(up x))             (GPT-2)
     """
 
     def __init__(self, config, width):
         super().__init__()
-        hidden = config.mlp_hidden
+        hidden = int(config.mlp_ratio * width)
         self.up = nn.Linear(width, hidden, bias=config.bias)
-        self.gate = nn.Linear(width, hidden, bias=config.bias)
         self.down = nn.Linear(hidden, width, bias=config.bias)
-        self.act = F.silu
+        self.act = F.gelu
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, x, cache=None):   # cache: attention's; an MLP keeps none
-        h = self.act(self.gate(x)) * self.up(x)
+        h = self.act(self.up(x))
         return self.dropout(self.down(h))
 
 
@@ -137,7 +105,6 @@ def causal_attention(q, k, v, start=0, dropout_p=0.0):
     mask = None
     if start > 0 and q.size(2) > 1:
         mask = causal_mask(start, q.size(2), q.device)
-    # GQA: query head h reads kv head h // (H / H_kv)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=start == 0,
                                           dropout_p=dropout_p, enable_gqa=q.size(1) != k.size(1))
 
@@ -150,13 +117,14 @@ def causal_mask(start, length, device):
 
 
 class CausalSelfAttention(nn.Module):
+    # model.py's docstring, shortened: its first lines also tell of code left out here
     """Causal self-attention with grouped-query attention (paper 000, 2.5):
     n_head query heads share n_kv_head key/value heads, in groups."""
 
     def __init__(self, config, width):
         super().__init__()
         self.n_head = config.n_head
-        self.n_kv_head = config.n_kv_head
+        self.n_kv_head = config.n_head
         self.head_dim = width // config.n_head
         self.kv_width = self.n_kv_head * self.head_dim
         # one matmul: the queries (width), then the keys and values (kv_width each)
@@ -164,9 +132,6 @@ class CausalSelfAttention(nn.Module):
         self.out_proj = nn.Linear(width, width, bias=config.bias)
         self.dropout = config.dropout
         self.resid_dropout = nn.Dropout(config.dropout)
-        cos, sin = rope_tables(config.block_size, self.head_dim, config.rope_base)
-        self.register_buffer("rope_cos", cos, persistent=False)
-        self.register_buffer("rope_sin", sin, persistent=False)
 
     def forward(self, x, cache=None):
         # model.py's docstring, shortened: its first lines also tell of code left out here
@@ -178,9 +143,6 @@ class CausalSelfAttention(nn.Module):
         q = q.view(B, T, self.n_head, self.head_dim).transpose(1, 2)
         k = k.view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)
         v = v.view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)
-        pos = torch.arange(T, device=x.device) if cache is None else cache.positions(T, x.device)
-        cos, sin = self.rope_cos[pos], self.rope_sin[pos]
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         if cache is None:
             y = causal_attention(q, k, v, dropout_p=self.dropout if self.training else 0.0)
         else:
@@ -221,7 +183,13 @@ class DecoderStack(nn.Module):
         self.attn = nn.ModuleList()
         self.mlp = nn.ModuleList()
         self.layers = []
-        build_shared_layers(self, config)   # below
+        for width in config.widths():   # lgpt/cgpt halve it (section 6)
+            attn = ResidualSubLayer(config, width, CausalSelfAttention(config, width))
+            mlp = ResidualSubLayer(config, width, MLP(config, width))
+            self.attn.append(attn)
+            self.mlp.append(mlp)
+            self.layers += [attn, mlp]
+        add_shrinks(self, config)   # section 6
 
     def forward(self, x, cache=None):
         # model.py's docstring, shortened: its first lines also tell of code left out here
@@ -232,37 +200,28 @@ class DecoderStack(nn.Module):
         return x
 
 
-def build_shared_layers(stack, config):
-    """Layer sharing and ShishuLM's MLP-only layers.
+class LinearShrink(nn.Module):
+    """LinearGPT (paper 004, 3.2, eq. 4-5): a dense layer maps width C -> C/2."""
 
-    Sharing: from share_from_layer up to the top attention layers (never
-    shared), the layers are cut into groups of share_group_size (k); every
-    layer of a group but its first applies the weights of the layer before,
-    for the sub-layers share_sublayers names (ours; the papers share both):
-      MobileLLM's block-wise repeat (000 2.6):  k = 2:        0 0 1 1 2 2 ...
-      ALBERT's all-layer sharing (002 3.0.2):   k = n_layer:  0 0 0 0 ...
-      G groups (002 3.0.2):                     k = n_layer / G
-      ShishuLM's paired MLP-only blocks (001 4.4): k = 2 from n_attn_layers on
-    ShishuLM (001 4.1-4.2): attention only in config.attention_layers().
-    E.g. ShishuLM's "2 + 1" (001 Table 10), 7 layers, share_from_layer=2, k=2
-    (the weight set each layer applies):
-      layer       0   1   2   3   4   5   6
-      attention   0   1   -   -   -   -   2
-      FFN         0   1   2   2   3   3   4
-    """
-    k, start = config.share_group_size, config.share_from_layer
-    end = config.layers_per_branch() - config.n_top_attn_layers
-    repeats = set(range(start, end)) - set(range(start, end, k))   # not a group's first
-    share_mlp = config.share_sublayers in ("both", "mlp")
-    with_attention = config.attention_layers()
-    for layer, width in enumerate(config.widths()):
-        if layer in with_attention:
-            attention = CausalSelfAttention(config, width)
-            stack.attn.append(ResidualSubLayer(config, width, attention))
-            stack.layers.append(stack.attn[-1])   # a repeat: its group's
-        if layer not in repeats or not share_mlp:
-            stack.mlp.append(ResidualSubLayer(config, width, MLP(config, width)))
-        stack.layers.append(stack.mlp[-1])
+    def __init__(self, config, width):
+        super().__init__()
+        self.proj = nn.Linear(width, width // 2, bias=config.bias)
+
+    def forward(self, x, cache=None):
+        return self.proj(x)
+
+
+def add_shrinks(stack, config):
+    # model.py's docstring, shortened: its first lines also tell of code left out here
+    """A shrink after every shrink_every layers but the last, after the layer's
+    FFN (mlp[l]: lgpt/cgpt are not shared); built last (the init's draw order)."""
+    shrink_cls = LinearShrink
+    widths = config.widths()
+    stack.shrink = nn.ModuleList()
+    for layer in range(config.shrink_every - 1, len(widths) - 1, config.shrink_every):
+        stack.shrink.append(shrink_cls(config, widths[layer]))
+        after = stack.layers.index(stack.mlp[layer])   # the layer's FFN
+        stack.layers.insert(after + 1, stack.shrink[-1])
 
 
 # --- 7. Initialisation: GPT-2's, and paper 003's schemes (PanGu-pi Pro, 3.1, App. B) ---
@@ -274,7 +233,6 @@ def init_gpt2(model, config):
     residual stream (out_proj, down) at init_std / sqrt(2 * n_layer), or not
     scaled (init_scheme="constant": 003 3.1, Table 4; 001 5)."""
     scaled = config.init_std / math.sqrt(2 * config.n_layer)
-    scaled = config.init_std
     for name, module in model.named_modules():
         if isinstance(module, (nn.Linear, nn.Conv1d, nn.Embedding)):
             std = scaled if name.endswith(("out_proj", "down")) else config.init_std
@@ -298,18 +256,18 @@ class TokenEmbedding(nn.Module):
     def forward(self, idx):
         return self.wte(idx)
 
-    def tied_logits(self, h):
-        return h @ self.wte.weight.t()
-
 
 class GPT(nn.Module):
     def __init__(self, config):
         super().__init__()
         self.config = config
         self.tok_emb = TokenEmbedding(config)
+        self.pos_emb = nn.Embedding(config.block_size, config.n_embd)
         self.drop = nn.Dropout(config.dropout)
         self.branches = nn.ModuleList([DecoderStack(config)])
         self.ln_f = make_norm(config, config.final_width())
+        self.lm_head = nn.Linear(config.final_width(), config.vocab_size,
+                                 bias=config.head_bias)
         init_gpt2(self, config)   # section 7
 
     def get_num_params(self, non_embedding=True):
@@ -323,6 +281,7 @@ class GPT(nn.Module):
 
     def embed(self, idx, pos):
         x = self.tok_emb(idx)
+        x = x + self.pos_emb(pos)
         return self.drop(x)
 
     def forward(self, idx, targets=None, cache=None, all_logits=False):
@@ -355,7 +314,7 @@ class GPT(nn.Module):
     def head(self, h):
         # model.py's docstring, shortened: its first lines also tell of code left out here
         """Logits: through the tied embedding (paper 000, 2.4) or lm_head."""
-        return self.tok_emb.tied_logits(h)
+        return self.lm_head(h)
 
     def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
         # model.py's docstring, shortened: its first lines also tell of code left out here
@@ -440,9 +399,6 @@ class CacheEntry:
     def __init__(self, cache):
         self.cache = cache
         self.kv = None
-
-    def positions(self, length, device):
-        return self.cache.positions(length, device)
 
     def attend(self, q, k, v):
         keys, values = self.store(k, v)

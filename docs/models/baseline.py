@@ -1,16 +1,17 @@
 """
-lgpt: model.py specialised to this config, one file. model.py is the source, with every
-flag; this file holds only what lgpt runs in a training step, an evaluation, generation with
+baseline: model.py specialised to this config, one file. model.py is the source, with every
+flag; this file holds only what baseline runs in a training step, an evaluation, generation with
 and without the KV cache past a full window, and tokens fed to the cache a few at a time (the
 classes, functions, branches and GPTConfig fields), in model.py's order, with its comments, and
 computes exactly what model.py computes for it. Do not edit: regenerate.
 
-    made by:  python -m tools.one_file lgpt --out=models/lgpt.py
-    model.py of commit a97688a plus uncommitted changes
+    made by:  python -m tools.one_file baseline --out=docs/models/baseline.py
+    model.py of commit 71b9c0c
 """
 
 import math
 from dataclasses import dataclass
+from typing import Optional
 
 import torch
 import torch.nn as nn
@@ -30,31 +31,30 @@ class GPTConfig:
     dropout: float = 0.0
     bias: bool = True               # in Linears and norms (GPT-2: True, LLaMA: False)
     norm_eps: float = 1e-5
-    mlp_ratio: float = 4.0
+    mlp_hidden: Optional[int] = None  # None: mlp_ratio * width
     head_bias: bool = False         # a bias on the head (000's code)
-    # --- LinearGPT / ConvGPT (004 3.2-3.3) ---
-    shrink_every: int = 2           # halve the width after every k layers; 0 = off; this file: 2 only
     init_std: float = 0.02
+
+    def embd_width(self):
+        return self.n_embd
 
     def widths(self):
         # model.py's docstring, shortened: its first lines also tell of code left out here
         """The width of each layer: constant, or halved (lgpt/cgpt)."""
-        # layer i: halved i // shrink_every times, as a shift (exact for any count)
-        return [self.n_embd >> (i // self.shrink_every) for i in range(self.n_layer)]
+        return [self.n_embd] * self.n_layer
 
     def final_width(self):
         return self.widths()[-1]
 
 
-# model.py's GPTConfig fields this file leaves out; those it holds but runs at one value only
-# (shrink_every, at that value in GPTConfig) too: the values it assumes
+# model.py's GPTConfig fields this file leaves out: the values it assumes
 ASSUMED = {
-    'activation': 'gelu', 'embd_factor_dim': None, 'enhanced_residual': False,
-    'init_scheme': 'gpt2', 'mlp_hidden': None, 'mlp_type': 'standard', 'n_attn_layers': None,
+    'activation': 'relu', 'embd_factor_dim': None, 'enhanced_residual': False,
+    'init_scheme': 'gpt2', 'mlp_ratio': 4.0, 'mlp_type': 'standard', 'n_attn_layers': None,
     'n_branches': 1, 'n_kv_head': None, 'n_top_attn_layers': 0, 'norm': 'layernorm',
-    'norm_placement': 'pre', 'pos_embedding': 'learned', 'residual_logit_init': 0.0,
+    'norm_placement': 'post', 'pos_embedding': 'sinusoidal', 'residual_logit_init': 0.0,
     'rope_base': 10000.0, 'share_from_layer': 0, 'share_group_size': 1, 'share_sublayers': 'both',
-    'shrink_every': 2, 'shrink_kernel': 1, 'shrink_layer': 'linear', 'think_eta': 0.01,
+    'shrink_every': 0, 'shrink_kernel': 1, 'shrink_layer': 'linear', 'think_eta': 0.01,
     'think_memory': 'own', 'think_steps': 0, 'tie_embeddings': False,
 }
 
@@ -76,6 +76,17 @@ def make_norm(config, dim):
     return nn.LayerNorm(dim, eps=config.norm_eps, bias=config.bias)
 
 
+def sinusoidal_positions(n_positions, dim):
+    """Fixed sin/cos positions ('Attention is all you need'; 000's code)."""
+    pos = torch.arange(n_positions, dtype=torch.float32)[:, None]
+    steps = torch.arange(0, dim, 2, dtype=torch.float32)
+    freq = torch.exp(steps * (-math.log(10000.0) / dim))
+    table = torch.zeros(n_positions, dim)
+    table[:, 0::2] = torch.sin(pos * freq)
+    table[:, 1::2] = torch.cos(pos * freq[: dim // 2])
+    return table
+
+
 class MLP(nn.Module):
     """Feed-forward network.
 
@@ -84,10 +95,10 @@ class MLP(nn.Module):
 
     def __init__(self, config, width):
         super().__init__()
-        hidden = int(config.mlp_ratio * width)
+        hidden = config.mlp_hidden
         self.up = nn.Linear(width, hidden, bias=config.bias)
         self.down = nn.Linear(hidden, width, bias=config.bias)
-        self.act = F.gelu
+        self.act = F.relu
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, x, cache=None):   # cache: attention's; an MLP keeps none
@@ -165,7 +176,7 @@ class ResidualSubLayer(nn.Module):
         self.inner = inner
 
     def forward(self, x, cache=None):
-        return self.mix(x, self.inner(self.norm(x), cache))
+        return self.norm(self.mix(x, self.inner(x, cache)))
 
     def mix(self, x, fx):
         return x + fx
@@ -183,13 +194,12 @@ class DecoderStack(nn.Module):
         self.attn = nn.ModuleList()
         self.mlp = nn.ModuleList()
         self.layers = []
-        for width in config.widths():   # lgpt/cgpt halve it (section 6)
+        for width in config.widths():
             attn = ResidualSubLayer(config, width, CausalSelfAttention(config, width))
             mlp = ResidualSubLayer(config, width, MLP(config, width))
             self.attn.append(attn)
             self.mlp.append(mlp)
             self.layers += [attn, mlp]
-        add_shrinks(self, config)   # section 6
 
     def forward(self, x, cache=None):
         # model.py's docstring, shortened: its first lines also tell of code left out here
@@ -198,30 +208,6 @@ class DecoderStack(nn.Module):
         for i, layer in enumerate(self.layers):
             x = layer(x, None if cache is None else cache[i])
         return x
-
-
-class LinearShrink(nn.Module):
-    """LinearGPT (paper 004, 3.2, eq. 4-5): a dense layer maps width C -> C/2."""
-
-    def __init__(self, config, width):
-        super().__init__()
-        self.proj = nn.Linear(width, width // 2, bias=config.bias)
-
-    def forward(self, x, cache=None):
-        return self.proj(x)
-
-
-def add_shrinks(stack, config):
-    # model.py's docstring, shortened: its first lines also tell of code left out here
-    """A shrink after every shrink_every layers but the last, after the layer's
-    FFN (mlp[l]: lgpt/cgpt are not shared); built last (the init's draw order)."""
-    shrink_cls = LinearShrink
-    widths = config.widths()
-    stack.shrink = nn.ModuleList()
-    for layer in range(config.shrink_every - 1, len(widths) - 1, config.shrink_every):
-        stack.shrink.append(shrink_cls(config, widths[layer]))
-        after = stack.layers.index(stack.mlp[layer])   # the layer's FFN
-        stack.layers.insert(after + 1, stack.shrink[-1])
 
 
 # --- 7. Initialisation: GPT-2's, and paper 003's schemes (PanGu-pi Pro, 3.1, App. B) ---
@@ -262,10 +248,12 @@ class GPT(nn.Module):
         super().__init__()
         self.config = config
         self.tok_emb = TokenEmbedding(config)
-        self.pos_emb = nn.Embedding(config.block_size, config.n_embd)
+        table = sinusoidal_positions(config.block_size, config.embd_width())
+        self.register_buffer("pos_table", table, persistent=False)
         self.drop = nn.Dropout(config.dropout)
         self.branches = nn.ModuleList([DecoderStack(config)])
-        self.ln_f = make_norm(config, config.final_width())
+        # post-norm: every sub-layer already ends in a norm (paper 000's code)
+        self.ln_f = nn.Identity()
         self.lm_head = nn.Linear(config.final_width(), config.vocab_size,
                                  bias=config.head_bias)
         init_gpt2(self, config)   # section 7
@@ -281,7 +269,7 @@ class GPT(nn.Module):
 
     def embed(self, idx, pos):
         x = self.tok_emb(idx)
-        x = x + self.pos_emb(pos)
+        x = x + self.pos_table[pos]
         return self.drop(x)
 
     def forward(self, idx, targets=None, cache=None, all_logits=False):

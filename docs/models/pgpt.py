@@ -1,17 +1,16 @@
 """
-baseline: model.py specialised to this config, one file. model.py is the source, with every
-flag; this file holds only what baseline runs in a training step, an evaluation, generation with
+pgpt: model.py specialised to this config, one file. model.py is the source, with every
+flag; this file holds only what pgpt runs in a training step, an evaluation, generation with
 and without the KV cache past a full window, and tokens fed to the cache a few at a time (the
 classes, functions, branches and GPTConfig fields), in model.py's order, with its comments, and
 computes exactly what model.py computes for it. Do not edit: regenerate.
 
-    made by:  python -m tools.one_file baseline --out=models/baseline.py
-    model.py of commit a97688a plus uncommitted changes
+    made by:  python -m tools.one_file pgpt --out=docs/models/pgpt.py
+    model.py of commit 71b9c0c
 """
 
 import math
 from dataclasses import dataclass
-from typing import Optional
 
 import torch
 import torch.nn as nn
@@ -27,32 +26,32 @@ class GPTConfig:
     vocab_size: int = 50304         # GPT-2's 50257 padded up to a multiple of 64
     n_layer: int = 12
     n_head: int = 12
-    n_embd: int = 768               # width
+    n_embd: int = 768               # width (of each pgpt branch)
     dropout: float = 0.0
     bias: bool = True               # in Linears and norms (GPT-2: True, LLaMA: False)
     norm_eps: float = 1e-5
-    mlp_hidden: Optional[int] = None  # None: mlp_ratio * width
+    mlp_ratio: float = 4.0
     head_bias: bool = False         # a bias on the head (000's code)
+    # --- ParallelGPT (004 3.1) ---
+    n_branches: int = 2             # the embedding is n_branches * n_embd wide; this file: 2 only
     init_std: float = 0.02
-
-    def embd_width(self):
-        return self.n_embd
 
     def widths(self):
         # model.py's docstring, shortened: its first lines also tell of code left out here
         """The width of each layer: constant, or halved (lgpt/cgpt)."""
-        return [self.n_embd] * self.n_layer
+        return [self.n_embd] * (self.n_layer // self.n_branches)
 
     def final_width(self):
         return self.widths()[-1]
 
 
-# model.py's GPTConfig fields this file leaves out: the values it assumes
+# model.py's GPTConfig fields this file leaves out; those it holds but runs at one value only
+# (n_branches, at that value in GPTConfig) too: the values it assumes
 ASSUMED = {
-    'activation': 'relu', 'embd_factor_dim': None, 'enhanced_residual': False,
-    'init_scheme': 'gpt2', 'mlp_ratio': 4.0, 'mlp_type': 'standard', 'n_attn_layers': None,
-    'n_branches': 1, 'n_kv_head': None, 'n_top_attn_layers': 0, 'norm': 'layernorm',
-    'norm_placement': 'post', 'pos_embedding': 'sinusoidal', 'residual_logit_init': 0.0,
+    'activation': 'gelu', 'embd_factor_dim': None, 'enhanced_residual': False,
+    'init_scheme': 'gpt2', 'mlp_hidden': None, 'mlp_type': 'standard', 'n_attn_layers': None,
+    'n_branches': 2, 'n_kv_head': None, 'n_top_attn_layers': 0, 'norm': 'layernorm',
+    'norm_placement': 'pre', 'pos_embedding': 'learned', 'residual_logit_init': 0.0,
     'rope_base': 10000.0, 'share_from_layer': 0, 'share_group_size': 1, 'share_sublayers': 'both',
     'shrink_every': 0, 'shrink_kernel': 1, 'shrink_layer': 'linear', 'think_eta': 0.01,
     'think_memory': 'own', 'think_steps': 0, 'tie_embeddings': False,
@@ -76,17 +75,6 @@ def make_norm(config, dim):
     return nn.LayerNorm(dim, eps=config.norm_eps, bias=config.bias)
 
 
-def sinusoidal_positions(n_positions, dim):
-    """Fixed sin/cos positions ('Attention is all you need'; 000's code)."""
-    pos = torch.arange(n_positions, dtype=torch.float32)[:, None]
-    steps = torch.arange(0, dim, 2, dtype=torch.float32)
-    freq = torch.exp(steps * (-math.log(10000.0) / dim))
-    table = torch.zeros(n_positions, dim)
-    table[:, 0::2] = torch.sin(pos * freq)
-    table[:, 1::2] = torch.cos(pos * freq[: dim // 2])
-    return table
-
-
 class MLP(nn.Module):
     """Feed-forward network.
 
@@ -95,10 +83,10 @@ class MLP(nn.Module):
 
     def __init__(self, config, width):
         super().__init__()
-        hidden = config.mlp_hidden
+        hidden = int(config.mlp_ratio * width)
         self.up = nn.Linear(width, hidden, bias=config.bias)
         self.down = nn.Linear(hidden, width, bias=config.bias)
-        self.act = F.relu
+        self.act = F.gelu
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, x, cache=None):   # cache: attention's; an MLP keeps none
@@ -176,7 +164,7 @@ class ResidualSubLayer(nn.Module):
         self.inner = inner
 
     def forward(self, x, cache=None):
-        return self.norm(self.mix(x, self.inner(x, cache)))
+        return self.mix(x, self.inner(self.norm(x), cache))
 
     def mix(self, x, fx):
         return x + fx
@@ -185,7 +173,6 @@ class ResidualSubLayer(nn.Module):
 # --- 5. The decoder stack; layer sharing and ShishuLM's layers ------------------------
 
 class DecoderStack(nn.Module):
-    # model.py's docstring, shortened: its first lines also tell of code left out here
     """The layers of one branch: attention, then the FFN, each in its residual.
     `layers`: the sub-layers as applied; `attn`, `mlp`: each weight set once."""
 
@@ -206,7 +193,7 @@ class DecoderStack(nn.Module):
         """Sub-layer i gets cache[i], its entry of a KV cache (section 9) or of
         Deep Thinking."""
         for i, layer in enumerate(self.layers):
-            x = layer(x, None if cache is None else cache[i])
+            x = layer(x, cache[i])
         return x
 
 
@@ -237,7 +224,7 @@ class TokenEmbedding(nn.Module):
 
     def __init__(self, config):
         super().__init__()
-        self.wte = nn.Embedding(config.vocab_size, config.n_embd)
+        self.wte = nn.Embedding(config.vocab_size, config.n_embd * config.n_branches)
 
     def forward(self, idx):
         return self.wte(idx)
@@ -248,12 +235,13 @@ class GPT(nn.Module):
         super().__init__()
         self.config = config
         self.tok_emb = TokenEmbedding(config)
-        table = sinusoidal_positions(config.block_size, config.embd_width())
-        self.register_buffer("pos_table", table, persistent=False)
+        self.pos_emb = nn.Embedding(config.block_size, config.n_embd * config.n_branches)
         self.drop = nn.Dropout(config.dropout)
-        self.branches = nn.ModuleList([DecoderStack(config)])
-        # post-norm: every sub-layer already ends in a norm (paper 000's code)
-        self.ln_f = nn.Identity()
+        stacks = [DecoderStack(config) for _ in range(config.n_branches)]
+        self.branches = nn.ModuleList(stacks)
+        self.branch_logits = nn.Parameter(torch.zeros(config.n_branches))
+        self.keep_branch = None   # pgpt at inference: the only branch to run
+        self.ln_f = make_norm(config, config.final_width())
         self.lm_head = nn.Linear(config.final_width(), config.vocab_size,
                                  bias=config.head_bias)
         init_gpt2(self, config)   # section 7
@@ -269,7 +257,7 @@ class GPT(nn.Module):
 
     def embed(self, idx, pos):
         x = self.tok_emb(idx)
-        x = x + self.pos_table[pos]
+        x = x + self.pos_emb(pos)
         return self.drop(x)
 
     def forward(self, idx, targets=None, cache=None, all_logits=False):
@@ -286,7 +274,7 @@ class GPT(nn.Module):
         else:   # the cache numbers the tokens after the cached ones
             pos = cache.positions(T, idx.device)
         x = self.embed(idx, pos)
-        x = self.branches[0](x, cache)
+        x = self.run_branches(x, cache)
         if cache is not None:
             cache.advance(T)
         x = self.ln_f(x)
@@ -315,6 +303,29 @@ class GPT(nn.Module):
                   {"params": no_decay, "weight_decay": 0.0}]
         return torch.optim.AdamW(groups, lr=learning_rate, betas=betas,
                                  fused=device_type == "cuda")
+
+    # --- ParallelGPT (paper 004, 3.1) ---
+    def run_branches(self, x, cache):
+        """pgpt: branch i reads the i-th n_embd-wide chunk, the outputs mixed as
+        sum_i w_i * decoder_i(x_i) (paper 004, eq. 1-3); with keep_branch set
+        only that branch runs. Each branch keeps its own cache entries."""
+        chunks = x.split(self.config.n_embd, dim=-1)
+        keep = self.keep_branch
+        if keep is not None:
+            return self.branches[keep](chunks[keep], BranchCache(cache, keep))
+        weights = self.branch_weights()
+        out = 0
+        for i, (stack, chunk) in enumerate(zip(self.branches, chunks)):
+            out = out + weights[i] * stack(chunk, BranchCache(cache, i))
+        return out
+
+    def branch_weights(self):
+        """pgpt's mixing weights: softmax of learned logits. Two branches:
+        w = sigmoid(a1 - a2) and 1 - w, the paper's eq. 3."""
+        return F.softmax(self.branch_logits, dim=0)
+
+    def heaviest_branch(self):
+        return int(self.branch_weights().argmax())
 
     # --- generation ---
     @torch.inference_mode()
@@ -345,6 +356,17 @@ class GPT(nn.Module):
                 on_token(idx_next[0, 0])
         self.train(was_training)
         return idx
+
+
+class BranchCache:
+    """pgpt: one branch's entries of a cache, keyed (branch, i); None without one."""
+
+    def __init__(self, cache, branch):
+        self.cache = cache
+        self.branch = branch
+
+    def __getitem__(self, i):
+        return None if self.cache is None else self.cache[(self.branch, i)]
 
 
 # --- 9. The KV cache and sample_next ---------------------------------------------------

@@ -1,12 +1,12 @@
 """
-mobilellm_125m: model.py specialised to this config, one file. model.py is the source, with every
-flag; this file holds only what mobilellm_125m runs in a training step, an evaluation, generation with
+layer_sharing: model.py specialised to this config, one file. model.py is the source, with every
+flag; this file holds only what layer_sharing runs in a training step, an evaluation, generation with
 and without the KV cache past a full window, and tokens fed to the cache a few at a time (the
 classes, functions, branches and GPTConfig fields), in model.py's order, with its comments, and
 computes exactly what model.py computes for it. Do not edit: regenerate.
 
-    made by:  python -m tools.one_file mobilellm_125m --out=models/mobilellm_125m.py
-    model.py of commit a97688a plus uncommitted changes
+    made by:  python -m tools.one_file layer_sharing --out=docs/models/layer_sharing.py
+    model.py of commit 71b9c0c
 """
 
 import math
@@ -31,30 +31,45 @@ class GPTConfig:
     dropout: float = 0.0
     bias: bool = True               # in Linears and norms (GPT-2: True, LLaMA: False)
     norm_eps: float = 1e-5
-    rope_base: float = 10000.0
     # --- GQA (000 2.5): key/value heads, dividing n_head; None = n_head ---
     n_kv_head: Optional[int] = None
     mlp_hidden: Optional[int] = None  # None: mlp_ratio * width
+    # --- layer sharing (000 2.6, 002 3.0.2, 001 4.4): build_shared_layers, section 5 ---
+    share_group_size: int = 2       # k consecutive layers, one set of weights; this file: 2 only
+    share_from_layer: int = 0       # layers below are never shared
+    share_sublayers: str = "both"   # "both" | "attn" | "mlp"
+    n_top_attn_layers: int = 0      # ... and in the last m (001 Table 10's "n + m")
     init_std: float = 0.02
+
+    # --- derived sizes ---
+    def layers_per_branch(self):
+        return self.n_layer
+
+    def attention_layers(self):
+        # model.py's docstring, shortened: its first lines also tell of code left out here
+        """The layers of a branch with attention: all, or the first n_attn_layers
+        and the last n_top_attn_layers (ShishuLM, 001 4.2, Table 10)."""
+        n = self.layers_per_branch()
+        return list(range(n))
+
+    def embd_width(self):
+        return self.n_embd
 
     def widths(self):
         # model.py's docstring, shortened: its first lines also tell of code left out here
         """The width of each layer: constant, or halved (lgpt/cgpt)."""
         return [self.n_embd] * self.n_layer
 
-    def final_width(self):
-        return self.widths()[-1]
 
-
-# model.py's GPTConfig fields this file leaves out: the values it assumes
+# model.py's GPTConfig fields this file leaves out; those it holds but runs at one value only
+# (share_group_size, at that value in GPTConfig) too: the values it assumes
 ASSUMED = {
-    'activation': 'silu', 'embd_factor_dim': None, 'enhanced_residual': False, 'head_bias': False,
-    'init_scheme': 'constant', 'mlp_ratio': 4.0, 'mlp_type': 'gated', 'n_attn_layers': None,
-    'n_branches': 1, 'n_top_attn_layers': 0, 'norm': 'rmsnorm', 'norm_placement': 'pre',
-    'pos_embedding': 'rope', 'residual_logit_init': 0.0, 'share_from_layer': 0,
-    'share_group_size': 1, 'share_sublayers': 'both', 'shrink_every': 0, 'shrink_kernel': 1,
-    'shrink_layer': 'linear', 'think_eta': 0.01, 'think_memory': 'own', 'think_steps': 0,
-    'tie_embeddings': True,
+    'activation': 'silu', 'embd_factor_dim': None, 'enhanced_residual': False, 'head_bias': True,
+    'init_scheme': 'gpt2', 'mlp_ratio': 4.0, 'mlp_type': 'gated', 'n_attn_layers': None,
+    'n_branches': 1, 'norm': 'layernorm', 'norm_placement': 'post', 'pos_embedding': 'sinusoidal',
+    'residual_logit_init': 0.0, 'rope_base': 10000.0, 'share_group_size': 2, 'shrink_every': 0,
+    'shrink_kernel': 1, 'shrink_layer': 'linear', 'think_eta': 0.01, 'think_memory': 'own',
+    'think_steps': 0, 'tie_embeddings': True,
 }
 
 
@@ -72,23 +87,18 @@ def config_from(model_args):
 
 def make_norm(config, dim):
     """LayerNorm (GPT-2; bias if `bias`) or RMSNorm (LLaMA: x / rms(x) * g)."""
-    return nn.RMSNorm(dim, eps=config.norm_eps)
+    return nn.LayerNorm(dim, eps=config.norm_eps, bias=config.bias)
 
 
-def rope_tables(n_positions, head_dim, base):
-    """cos, sin of rotary position embeddings (RoPE): (n_positions, head_dim/2)."""
-    steps = torch.arange(0, head_dim, 2, dtype=torch.float32)
-    inv_freq = 1.0 / base ** (steps / head_dim)
-    positions = torch.arange(n_positions, dtype=torch.float32)
-    angles = torch.outer(positions, inv_freq)
-    return angles.cos(), angles.sin()
-
-
-def apply_rope(x, cos, sin):
-    """Rotate each head's pairs (first half, second half) by the position's
-    angle. x: (B, H, T, D)."""
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).type_as(x)
+def sinusoidal_positions(n_positions, dim):
+    """Fixed sin/cos positions ('Attention is all you need'; 000's code)."""
+    pos = torch.arange(n_positions, dtype=torch.float32)[:, None]
+    steps = torch.arange(0, dim, 2, dtype=torch.float32)
+    freq = torch.exp(steps * (-math.log(10000.0) / dim))
+    table = torch.zeros(n_positions, dim)
+    table[:, 0::2] = torch.sin(pos * freq)
+    table[:, 1::2] = torch.cos(pos * freq[: dim // 2])
+    return table
 
 
 class MLP(nn.Module):
@@ -146,9 +156,6 @@ class CausalSelfAttention(nn.Module):
         self.out_proj = nn.Linear(width, width, bias=config.bias)
         self.dropout = config.dropout
         self.resid_dropout = nn.Dropout(config.dropout)
-        cos, sin = rope_tables(config.block_size, self.head_dim, config.rope_base)
-        self.register_buffer("rope_cos", cos, persistent=False)
-        self.register_buffer("rope_sin", sin, persistent=False)
 
     def forward(self, x, cache=None):
         # model.py's docstring, shortened: its first lines also tell of code left out here
@@ -160,9 +167,6 @@ class CausalSelfAttention(nn.Module):
         q = q.view(B, T, self.n_head, self.head_dim).transpose(1, 2)
         k = k.view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)
         v = v.view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)
-        pos = torch.arange(T, device=x.device) if cache is None else cache.positions(T, x.device)
-        cos, sin = self.rope_cos[pos], self.rope_sin[pos]
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         if cache is None:
             y = causal_attention(q, k, v, dropout_p=self.dropout if self.training else 0.0)
         else:
@@ -185,7 +189,7 @@ class ResidualSubLayer(nn.Module):
         self.inner = inner
 
     def forward(self, x, cache=None):
-        return self.mix(x, self.inner(self.norm(x), cache))
+        return self.norm(self.mix(x, self.inner(x, cache)))
 
     def mix(self, x, fx):
         return x + fx
@@ -203,12 +207,7 @@ class DecoderStack(nn.Module):
         self.attn = nn.ModuleList()
         self.mlp = nn.ModuleList()
         self.layers = []
-        for width in config.widths():
-            attn = ResidualSubLayer(config, width, CausalSelfAttention(config, width))
-            mlp = ResidualSubLayer(config, width, MLP(config, width))
-            self.attn.append(attn)
-            self.mlp.append(mlp)
-            self.layers += [attn, mlp]
+        build_shared_layers(self, config)   # below
 
     def forward(self, x, cache=None):
         # model.py's docstring, shortened: its first lines also tell of code left out here
@@ -217,6 +216,37 @@ class DecoderStack(nn.Module):
         for i, layer in enumerate(self.layers):
             x = layer(x, None if cache is None else cache[i])
         return x
+
+
+def build_shared_layers(stack, config):
+    # model.py's docstring, shortened: its first lines also tell of code left out here
+    """Layer sharing and ShishuLM's MLP-only layers.
+
+    Sharing: from share_from_layer up to the top attention layers (never
+    shared), the layers are cut into groups of share_group_size (k); every
+    layer of a group but its first applies the weights of the layer before,
+    for the sub-layers share_sublayers names (ours; the papers share both):
+      MobileLLM's block-wise repeat (000 2.6):  k = 2:        0 0 1 1 2 2 ...
+      ALBERT's all-layer sharing (002 3.0.2):   k = n_layer:  0 0 0 0 ...
+      G groups (002 3.0.2):                     k = n_layer / G
+      layer       0   1   2   3   4   5   6
+      attention   0   1   -   -   -   -   2
+      FFN         0   1   2   2   3   3   4
+    """
+    k, start = config.share_group_size, config.share_from_layer
+    end = config.layers_per_branch() - config.n_top_attn_layers
+    repeats = set(range(start, end)) - set(range(start, end, k))   # not a group's first
+    share_attn = config.share_sublayers in ("both", "attn")
+    share_mlp = config.share_sublayers in ("both", "mlp")
+    with_attention = config.attention_layers()
+    for layer, width in enumerate(config.widths()):
+        if layer not in repeats or not share_attn:
+            attention = CausalSelfAttention(config, width)
+            stack.attn.append(ResidualSubLayer(config, width, attention))
+        stack.layers.append(stack.attn[-1])   # a repeat: its group's
+        if layer not in repeats or not share_mlp:
+            stack.mlp.append(ResidualSubLayer(config, width, MLP(config, width)))
+        stack.layers.append(stack.mlp[-1])
 
 
 # --- 7. Initialisation: GPT-2's, and paper 003's schemes (PanGu-pi Pro, 3.1, App. B) ---
@@ -228,7 +258,6 @@ def init_gpt2(model, config):
     residual stream (out_proj, down) at init_std / sqrt(2 * n_layer), or not
     scaled (init_scheme="constant": 003 3.1, Table 4; 001 5)."""
     scaled = config.init_std / math.sqrt(2 * config.n_layer)
-    scaled = config.init_std
     for name, module in model.named_modules():
         if isinstance(module, (nn.Linear, nn.Conv1d, nn.Embedding)):
             std = scaled if name.endswith(("out_proj", "down")) else config.init_std
@@ -261,9 +290,13 @@ class GPT(nn.Module):
         super().__init__()
         self.config = config
         self.tok_emb = TokenEmbedding(config)
+        table = sinusoidal_positions(config.block_size, config.embd_width())
+        self.register_buffer("pos_table", table, persistent=False)
         self.drop = nn.Dropout(config.dropout)
         self.branches = nn.ModuleList([DecoderStack(config)])
-        self.ln_f = make_norm(config, config.final_width())
+        # post-norm: every sub-layer already ends in a norm (paper 000's code)
+        self.ln_f = nn.Identity()
+        self.tied_head_bias = nn.Parameter(torch.zeros(config.vocab_size))
         init_gpt2(self, config)   # section 7
 
     def get_num_params(self, non_embedding=True):
@@ -277,6 +310,7 @@ class GPT(nn.Module):
 
     def embed(self, idx, pos):
         x = self.tok_emb(idx)
+        x = x + self.pos_table[pos]
         return self.drop(x)
 
     def forward(self, idx, targets=None, cache=None, all_logits=False):
@@ -309,7 +343,8 @@ class GPT(nn.Module):
     def head(self, h):
         # model.py's docstring, shortened: its first lines also tell of code left out here
         """Logits: through the tied embedding (paper 000, 2.4) or lm_head."""
-        return self.tok_emb.tied_logits(h)
+        logits = self.tok_emb.tied_logits(h)
+        return logits + self.tied_head_bias
 
     def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
         # model.py's docstring, shortened: its first lines also tell of code left out here
@@ -394,9 +429,6 @@ class CacheEntry:
     def __init__(self, cache):
         self.cache = cache
         self.kv = None
-
-    def positions(self, length, device):
-        return self.cache.positions(length, device)
 
     def attend(self, q, k, v):
         keys, values = self.store(k, v)

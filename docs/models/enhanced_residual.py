@@ -5,8 +5,8 @@ and without the KV cache past a full window, and tokens fed to the cache a few a
 classes, functions, branches and GPTConfig fields), in model.py's order, with its comments, and
 computes exactly what model.py computes for it. Do not edit: regenerate.
 
-    made by:  python -m tools.one_file enhanced_residual --out=models/enhanced_residual.py
-    model.py of commit a97688a plus uncommitted changes
+    made by:  python -m tools.one_file enhanced_residual --out=docs/models/enhanced_residual.py
+    model.py of commit 71b9c0c
 """
 
 import math
