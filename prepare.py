@@ -22,9 +22,9 @@ Offline: the repository ships data/tinyshakespeare/input.txt; --gpt2_ranks
 import hashlib
 import os
 
-from configurator import run_command
-from dataset import (check_text_dataset, get_gpt2_encoding, read_text,
-                     shakespeare_path, write_dataset)
+from safety_net.configurator import run_command
+from safety_net.dataset import (check_text_dataset, get_gpt2_encoding, read_text, shakespeare_path,
+                                write_dataset)
 
 # nanoGPT's names, and their tokenizer
 DATASETS = {"shakespeare_char": "char", "shakespeare": "gpt2"}

@@ -9,8 +9,7 @@ Top to bottom: the settings, the data (get_batch), the learning rate (get_lr; na
 defines it after the model), the model and the optimizer (setup), evaluation and
 checkpoints, then train() and its loop. Every key below and every GPTConfig field is a
 config key (`--help` lists them). out_dir gets last.pt (latest), ckpt.pt (see save_checkpoints),
-log.csv and loss.png. What keeps a run safe lives in run_dir.py, checkpoint.py and
-dataset.py (docs/training.md).
+log.csv and loss.png. What keeps a run safe lives in safety_net/ (docs/training.md).
 """
 
 import contextlib
@@ -25,12 +24,13 @@ import numpy as np
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from model import GPT, GPTConfig
 import prepare
 import variants
-from checkpoint import gather_rng_states, save_checkpoint
-from configurator import run_command
-from model import GPT, GPTConfig
-from run_dir import RunDir, StartingPoint, StopRequest, check_train_config, prepared_data
+from safety_net.checkpoint import save_checkpoint
+from safety_net.configurator import run_command
+from safety_net.run_dir import RunDir, StartingPoint, StopRequest, check_train_config, prepared_data
+from safety_net.runtime import gather_rng_states
 
 # --- settings ----------------------------------------------------------------------------
 

@@ -126,7 +126,7 @@ def write_token_dataset(data_dir, n_train=20000, n_val=4000, vocab_size=16, seed
 def write_char_checkpoint(root, model, chars, name="out"):
     """root/name/ckpt.pt of `model` (as train.py saves it, at iteration 0) on a char dataset of `chars` whose
     root/data/meta.json it records. Returns root/name."""
-    from checkpoint import save_checkpoint
+    from safety_net.checkpoint import save_checkpoint
     import dataclasses
     data_dir = root / "data"
     data_dir.mkdir(exist_ok=True)
@@ -196,7 +196,7 @@ def one_thread():
 def hold_lock(folder):
     """Another process holding `folder`'s writer lock the way lock_dir takes it (flock, its pid in the file) until
     it is killed. Plain python, no torch: it starts in milliseconds."""
-    from checkpoint import LOCK_NAME
+    from safety_net.fileio import LOCK_NAME
     code = ("import fcntl, os, sys, time\nf = open(sys.argv[1], 'a+')\nfcntl.flock(f, fcntl.LOCK_EX)\nf.seek(0)\n"
             "f.truncate()\nf.write(str(os.getpid()))\nf.flush()\nprint('locked', flush=True)\ntime.sleep(300)")
     holder = subprocess.Popen([sys.executable, "-c", code, os.path.join(folder, LOCK_NAME)],

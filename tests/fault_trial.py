@@ -51,7 +51,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from configurator import UserError, run_command
+from safety_net.configurator import UserError, run_command
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULTS = dict(
@@ -96,9 +96,9 @@ class Case:
 PAUSED = "paused mid-write:"
 PAUSED_WRITE = f"""
 import contextlib, importlib, signal, sys, time
-import checkpoint
+from safety_net import fileio
 signal.signal(signal.SIGINT, signal.default_int_handler)   # Ctrl-C as in a terminal (a background start ignores it)
-write = checkpoint.atomic_path
+write = fileio.atomic_path
 
 
 @contextlib.contextmanager
@@ -109,7 +109,7 @@ def paused(path):
         time.sleep(300)
 
 
-checkpoint.atomic_path = paused
+fileio.atomic_path = paused
 importlib.import_module(sys.argv[1]).main(sys.argv[2:])
 """
 # python -c AS_IN_A_TERMINAL tools.executorch.run ARGS: the command as `python -m` runs it, with Ctrl-C's handler even
@@ -1263,7 +1263,7 @@ def changes(before, after, root):
 
 
 def hold_lock(folder):
-    """Another writer: a process that holds `folder`'s lock as checkpoint.lock_dir takes it (flock, its pid in
+    """Another writer: a process that holds `folder`'s lock as fileio.lock_dir takes it (flock, its pid in
     the file) until it is stopped."""
     code = ("import fcntl, os, sys, time\nf = open(sys.argv[1], 'a+')\nfcntl.flock(f, fcntl.LOCK_EX)\nf.seek(0)\n"
             "f.truncate()\nf.write(str(os.getpid()))\nf.flush()\nprint('locked', flush=True)\ntime.sleep(600)")

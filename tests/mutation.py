@@ -28,7 +28,7 @@ import time
 from collections import namedtuple
 from concurrent.futures import ThreadPoolExecutor
 
-from configurator import UserError, run_command
+from safety_net.configurator import UserError, run_command
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -205,16 +205,16 @@ MUTANTS = [
            "run.rank + micro",
            "tests/test_ddp.py -k two_cpu_ranks_match_single_process", every=False),
     # --- issue 38: the pipeline around the model ---
-    # checkpoint.py: the formats it reads, and pgpt's heaviest branch
-    Mutant("init_from_keeps_the_compile_prefix", "checkpoint.py",
+    # safety_net/checkpoint.py: the formats it reads, and pgpt's heaviest branch
+    Mutant("init_from_keeps_the_compile_prefix", "safety_net/checkpoint.py",
            "ckpt[\"model\"] = clean_state_dict(weights)",
            "ckpt[\"model\"] = dict(weights)",
            "tests/test_checkpoint.py -k own_checkpoint_loads", every=False),
-    Mutant("nanogpt_layernorm_eps_of_llama", "checkpoint.py",
+    Mutant("nanogpt_layernorm_eps_of_llama", "safety_net/checkpoint.py",
            'ARCHITECTURE = dict(norm="layernorm", norm_eps=1e-5,',
            'ARCHITECTURE = dict(norm="layernorm", norm_eps=1e-6,',
            "tests/test_nanogpt.py -k 'logits_equal_nanogpts or init_from_a_nanogpt'", every=False),
-    Mutant("hf_gpt2_c_proj_not_transposed", "checkpoint.py",
+    Mutant("hf_gpt2_c_proj_not_transposed", "safety_net/checkpoint.py",
            '(a + "inner.out_proj", h + "attn.c_proj", True)',
            '(a + "inner.out_proj", h + "attn.c_proj", False)',
            "tests/test_huggingface.py -k 'import_matches_transformers and gpt2'", every=False),
@@ -232,14 +232,14 @@ MUTANTS = [
            "return int(self.branch_weights().argmin())",
            "tests/test_checkpoint.py -k keep_heaviest_branch", every=True),
     # dataset.py: ids, the tokenizer meta.json describes, nanoGPT's meta.pkl
-    Mutant("gpt2_whitespace_runs_split_without_lookahead", "dataset.py",
+    Mutant("gpt2_whitespace_runs_split_without_lookahead", "safety_net/dataset.py",
            r'|\s+(?!\S)|\s+"""', r'|\s+"""',
            "tests/test_prepare.py -k tiktokens_gpt2", every=False),
-    Mutant("compact_ranks_in_byte_order", "dataset.py",
+    Mutant("compact_ranks_in_byte_order", "safety_net/dataset.py",
            "ranks = {tok: i for i, tok in enumerate(tokens)}",
            "ranks = {tok: i for i, tok in enumerate(sorted(tokens))}",
            "tests/test_compact_vocab.py -k maps_every_token_to_its_gpt2_id", every=False),
-    Mutant("meta_pkl_characters_sorted", "dataset.py",
+    Mutant("meta_pkl_characters_sorted", "safety_net/dataset.py",
            '"chars": [itos[i] for i in range(size)],',
            '"chars": sorted(itos.values()),',
            "tests/test_nanogpt.py -k meta_pkl_ids", every=False),
@@ -312,11 +312,11 @@ MUTANTS = [
            'len(text), "counted',
            "tests/test_eval.py -k recomputed_from_the_models_logits", every=False),
     # --- issue 55: three bugs the whole suite passed ---
-    Mutant("text_stream_end_without_its_final_flush", "dataset.py",
+    Mutant("text_stream_end_without_its_final_flush", "safety_net/dataset.py",
            'self.write(self.decoder.decode(b"", final=True) + "\\n")',
            'self.write("\\n")',
            "tests/test_streaming.py -k ends_inside_a_character", every=False),
-    Mutant("stop_vote_needs_every_rank", "run_dir.py",
+    Mutant("stop_vote_needs_every_rank", "safety_net/run_dir.py",
            "        torch.distributed.all_reduce(votes)\n",
            "        torch.distributed.all_reduce(votes, op=torch.distributed.ReduceOp.MIN)\n",
            "tests/test_ddp.py -k stops_both_at_the_same_boundary", every=False),

@@ -12,11 +12,12 @@ import os
 import pytest
 import torch
 
-import checkpoint
-from checkpoint import (atomic_save, build_model, keep_heaviest_branch, load_init_checkpoint, load_matching_weights,
-                        load_model, model_args)
-from configurator import UserError
 from model import GPT, GPTConfig
+from safety_net import checkpoint
+from safety_net.build import build_model, keep_heaviest_branch, model_args
+from safety_net.checkpoint import load_init_checkpoint, load_matching_weights, load_model
+from safety_net.configurator import UserError
+from safety_net.fileio import atomic_save
 
 pytestmark = pytest.mark.usefixtures("one_thread")   # conftest.py
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import dataset as tokenizer
-import prepare
-from configurator import UserError
 from conftest import one_error_line
+import prepare
+from safety_net import dataset as tokenizer
+from safety_net.configurator import UserError
 from test_prepare import (SMALL_TEXT, UNICODE_TEXT, prepared_folder, read_bin, read_meta, reference_gpt2,
                           split_as_documented, write_input)
 from tools.pangu import compact_vocab

@@ -9,13 +9,13 @@ import statistics
 
 import pytest
 
-from tools import compare
+from model import GPT, GPTConfig
 import prepare
-import train
-from configurator import UserError
+from tools import compare
 from tools import spread
 from tools.flops import flops_per_token
-from model import GPT, GPTConfig
+import train
+from safety_net.configurator import UserError
 from test_model import TINY
 
 PROMPTS = ["Oh God, ", "War is "]
@@ -111,7 +111,7 @@ def test_compare_writes_tables_figures_samples_and_skips_finished(char_data, tmp
 
     # the values, recomputed from the checkpoints they report on: parameters, best val loss, the branch weights
     # softmax(a) and the enhanced-residual alphas sigmoid(w) (2 layers = 1 shared block: one pair)
-    from checkpoint import load_model
+    from safety_net.checkpoint import load_model
     for row in table:
         model, ckpt = load_model(os.path.join(cdir, row["name"]))
         assert int(row["params"]) == model.get_num_params(non_embedding=False)

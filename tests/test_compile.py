@@ -18,11 +18,11 @@ import types
 import pytest
 import torch
 
-import checkpoint
 from model import GPT, GPTConfig
 from tools import fast_sample
 from tools.fast_sample import compiled_decode_step
 from tools.torch_internals import inductor_config, inductor_loaded_modules
+from safety_net import checkpoint
 from test_model import FLAGS, make_model, tokens
 from test_train import run
 

@@ -7,12 +7,12 @@ import types
 
 import pytest
 
-from configurator import UserError, load_config
-import checkpoint
+from model import GPTConfig
 import train
 import variants
-from checkpoint import model_args
-from model import GPTConfig
+from safety_net import build
+from safety_net.build import model_args
+from safety_net.configurator import UserError, load_config
 
 DEFAULTS = dict(out_dir="out", batch_size=12, learning_rate=6e-4, compile=False, lr_decay_iters=None,
                 n_layer=12, dropout=0.0, betas=(0.9, 0.95), variant="")
@@ -132,7 +132,7 @@ def test_variant_precedence(fake_variants, tmp_path):
     f.write_text("variant = 'wide'\nn_layer = 5\n")
     cfg, explicit = load_config(TRAIN_DEFAULTS, [str(f), "--block_size=32"])
     args = model_args(cfg, explicit)
-    defaults = checkpoint.gpt_config_defaults()
+    defaults = build.gpt_config_defaults()
     assert args["n_embd"] == 64 and args["n_head"] == 4     # variant beats GPTConfig defaults
     assert args["n_layer"] == 5 and args["block_size"] == 32  # explicit keys beat the variant
     assert args["bias"] == defaults["bias"]                  # untouched keys keep GPTConfig defaults
@@ -154,7 +154,7 @@ def test_real_variants_load():
     names = variants.available()
     assert len(names) == len(glob.glob(os.path.join(os.path.dirname(variants.__file__), "[!_]*.py")))
     for name in names:
-        cfg = checkpoint.load_variant(name)
+        cfg = build.load_variant(name)
         assert cfg == importlib.import_module(f"variants.{name}").CONFIG
         GPTConfig(**cfg)
 

@@ -5,10 +5,10 @@ import os
 import pytest
 import torch
 
-import train
-from configurator import load_config
-from checkpoint import model_args
 from model import GPT, GPTConfig
+import train
+from safety_net.build import model_args
+from safety_net.configurator import load_config
 
 CONFIGS = sorted(glob.glob(os.path.join(os.path.dirname(__file__), "..", "config", "*.py")))
 

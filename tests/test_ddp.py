@@ -11,9 +11,9 @@ import sys
 import pytest
 import torch
 
-import train
-from configurator import UserError
 from conftest import ROOT
+import train
+from safety_net.configurator import UserError
 from test_train_arithmetic import seed_formula, tokens, windows
 
 WORKER = """

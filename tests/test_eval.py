@@ -9,8 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tools.eval import evaluate_split, metrics, split_counts, window_plan
 from model import GPT, GPTConfig
+from tools.eval import evaluate_split, metrics, split_counts, window_plan
 
 BLOCK = 8
 VOCAB = 11
@@ -161,7 +161,7 @@ def test_metric_formulas_on_known_numbers():
 
 
 def test_split_counts_prefers_meta_then_decodes():
-    from dataset import CharTokenizer
+    from safety_net.dataset import CharTokenizer
     tok = CharTokenizer(list(" ab\u00e9"))
     data = np.array(tok.encode("ab \u00e9a b"), dtype=np.uint16)
     meta = {"splits": {"val": {"tokens": 7, "words": 10, "bytes": 99}}}
@@ -174,7 +174,7 @@ def test_split_counts_prefers_meta_then_decodes():
 def test_eval_cli_in_process(tmp_path, capsys):
     """eval.main on a saved tiny checkpoint prints a row per split with the method stated."""
     from tools import eval as eval_script
-    from checkpoint import atomic_save
+    from safety_net.fileio import atomic_save
     data_dir = tmp_path / "data"
     data_dir.mkdir()
     chars = [chr(ord("a") + i) for i in range(VOCAB)]
@@ -202,7 +202,7 @@ def test_eval_table_is_recomputed_from_the_models_logits(tmp_path, capsys):
     non-overlapping window of block_size (the last one shorter), loss = summed NLL / scored tokens, token ppl =
     exp(loss), word ppl = exp(NLL / words), bits per byte = NLL / ln 2 / bytes; words and bytes from meta.json (val),
     else counted here from the split's text (test: whitespace-separated words, UTF-8 bytes, where é is two)."""
-    from checkpoint import atomic_save
+    from safety_net.fileio import atomic_save
     from test_checkpoint import visible
     from tools import eval as eval_script
     chars = list("ab c\néfghij")
@@ -257,7 +257,7 @@ def mc_checkpoint(tmp_path, meta, vocab_size):
     (data_dir / "meta.json").write_text(json.dumps(meta))
     torch.manual_seed(0)
     m = GPT(GPTConfig(vocab_size=vocab_size, block_size=BLOCK, n_layer=1, n_head=2, n_embd=16))
-    from checkpoint import atomic_save
+    from safety_net.fileio import atomic_save
     atomic_save({"model": m.state_dict(), "model_args": dataclasses.asdict(m.config), "iter_num": 3,
                  "data_dir": str(data_dir)}, str(tmp_path / "out" / "ckpt.pt"))
     return str(tmp_path / "out"), m.eval()
@@ -265,7 +265,7 @@ def mc_checkpoint(tmp_path, meta, vocab_size):
 
 def test_log_samples_writes_one_line_per_question(tmp_path, capsys):
     from tools import eval as evaluate
-    from dataset import CharTokenizer
+    from safety_net.dataset import CharTokenizer
     chars = list("abcdefgh ")
     out, model = mc_checkpoint(tmp_path, {"tokenizer": "char", "vocab_size": len(chars), "chars": chars}, len(chars))
     docs = [dict(context="abc", choices=["d", "ef", "gh"], label=1), dict(context="h ", choices=["a", "bbbb"], label=0),

@@ -22,11 +22,11 @@ import torch
 
 pytest.importorskip("executorch", reason="executorch is not installed (pip install -r requirements-dev.txt)")
 
-import variants
-from configurator import UserError
-from model import GPT, GPTConfig
 from conftest import ROOT, one_error_line, write_char_checkpoint
+from model import GPT, GPTConfig
 from tools.executorch import export, profile, run
+import variants
+from safety_net.configurator import UserError
 
 pytestmark = pytest.mark.usefixtures("one_thread")   # conftest.py
 
@@ -469,7 +469,7 @@ def test_bench_llama_10m_shape(tmp_path):
     """--shapes=llama_10m writes issue 41's Llama shape at its initialisation: 10,646,784 parameters (6 x 384,
     SwiGLU 1024, context 256, 65 characters), RoPE, RMSNorm, no biases, tied embeddings."""
     import prepare
-    from checkpoint import load_model
+    from safety_net.checkpoint import load_model
     from tools.executorch import bench
     data_dir = prepare.prepare("shakespeare_char", out_dir=str(tmp_path / "shakespeare_char"))   # offline
     out_dir = bench.shape_checkpoint("llama_10m", data_dir, str(tmp_path), reuse=False)

@@ -14,11 +14,12 @@ import sys
 import pytest
 import torch
 
-import train
-from configurator import UserError
 from conftest import ROOT, one_error_line, tiny_config, write_token_dataset
-import checkpoint
-from run_dir import CsvLog
+import train
+from safety_net import checkpoint
+from safety_net import fileio
+from safety_net.configurator import UserError
+from safety_net.run_dir import CsvLog
 
 
 def snapshot(directory):
@@ -267,7 +268,7 @@ def test_what_train_py_writes_loads_with_the_safe_loader(tmp_path):
 def test_full_disk_during_torch_save_is_one_line(tmp_path, monkeypatch):
     """torch.save reports a full disk as a RuntimeError of its zip writer, raised while handling the OSError."""
     path = tmp_path / "last.pt"
-    checkpoint.atomic_save({"v": torch.arange(3)}, path)
+    fileio.atomic_save({"v": torch.arange(3)}, path)
 
     def full_disk(obj, f, *args, **kwargs):
         try:
@@ -275,9 +276,9 @@ def test_full_disk_during_torch_save_is_one_line(tmp_path, monkeypatch):
         finally:
             raise RuntimeError("[enforce fail at inline_container.cc] unexpected pos")
 
-    monkeypatch.setattr(checkpoint.torch, "save", full_disk)
+    monkeypatch.setattr(fileio.torch, "save", full_disk)
     with pytest.raises(UserError, match="cannot write .*last.pt: No space left on device .*previous version is kept"):
-        checkpoint.atomic_save({"v": torch.zeros(3)}, path)
+        fileio.atomic_save({"v": torch.zeros(3)}, path)
     monkeypatch.undo()
     assert torch.equal(torch.load(path)["v"], torch.arange(3)) and os.listdir(tmp_path) == ["last.pt"]
 
@@ -377,7 +378,7 @@ def test_bench_reports_a_cpu_allocation_that_fails_as_oom(tmp_path, capsys):
 def test_prepare_cleans_up_after_an_interrupted_run(tmp_path, monkeypatch, capsys):
     """A prepare killed halfway must not leave new token files under the old meta.json (ids that mean other
     text); its temporary files are removed, and reported, at the next start."""
-    import dataset
+    from safety_net import dataset
     import prepare
     text = tmp_path / "input.txt"
     text.write_text("abc abd\n" * 200)

@@ -29,10 +29,10 @@ import pytest
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-import checkpoint
-import variants
 from conftest import ROOT, one_error_line, tiny_config, write_token_dataset
 from model import GPT, GPTConfig
+import variants
+from safety_net import checkpoint
 from test_compile import GraphCounter, family_model
 from test_model import NOISE, VISIBLE, cached_logits, tokens, visible_weights
 from test_variants import PRESETS, tiny, tiny_model

@@ -19,12 +19,12 @@ from safetensors.torch import load_file, save_file  # noqa: E402
 from transformers import (AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel, LlamaConfig,  # noqa: E402
                           LlamaForCausalLM)
 
-from checkpoint import atomic_save  # noqa: E402
 from conftest import gpt2_ranks_file  # noqa: E402
+from model import GPT, GPTConfig  # noqa: E402
 from tools import support  # noqa: E402
 from tools.huggingface import convert  # noqa: E402
 from tools.huggingface.convert import ConversionError, export, from_pretrained, gpt_config_from_hf  # noqa: E402
-from model import GPT, GPTConfig  # noqa: E402
+from safety_net.fileio import atomic_save   # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOL = 1e-4
@@ -165,7 +165,7 @@ def test_imported_checkpoint_file_computes_transformers_logits(hf_dirs, name, tm
     """`convert import` writes a checkpoint file; loaded by sample.py's loader and by train.py --init_from=<file>'s
     steps it computes transformers' logits. A tied head is the embedding (zeroing a token's row zeroes its logit,
     as in transformers, whose lm_head is the embedding tensor); an untied one is the file's own lm_head."""
-    from checkpoint import load_model
+    from safety_net.checkpoint import load_model
     from test_checkpoint import train_init
     theirs, path = hf_dirs[name]
     tied = theirs.config.tie_word_embeddings
@@ -489,7 +489,7 @@ def test_gpt2_byte_table_and_recovered_merges():
     ranks = gpt2_ranks_file()
     if ranks is None:
         pytest.skip("no GPT-2 ranks file: set GPT2_TIKTOKEN_FILE or provide ../shared/data/gpt2/gpt2.tiktoken")
-    from dataset import get_gpt2_encoding
+    from safety_net.dataset import get_gpt2_encoding
     enc = get_gpt2_encoding(ranks)
     vocab, merges = bpe_vocab_and_merges([enc.decode_single_token_bytes(i) for i in range(50256)])
     assert len(vocab) == 50256 and len(merges) == 50000            # GPT-2's merges.txt has 50,000 lines
@@ -633,7 +633,7 @@ def test_folder_tokenizer_without_transformers(exported, monkeypatch):
     tokenizer files are a one-line error naming what to install."""
     from tools.huggingface.convert import load_pretrained
     from tools.huggingface.tokenizer import tokenizer_for
-    from dataset import BPETokenizer
+    from safety_net.dataset import BPETokenizer
     gpt2_info = load_pretrained(exported("gpt2")[0], say=lambda msg: None)[1]
     char_info = load_pretrained(exported("char")[0], say=lambda msg: None)[1]
     monkeypatch.setenv("GPT2_TIKTOKEN_FILE", gpt2_ranks_file())

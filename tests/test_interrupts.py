@@ -3,7 +3,7 @@ temporary file is left beside it, no traceback is printed, and the command ends 
 `interrupted` (configurator.run_command), as train.py's interruption does.
 
 SIGTERM's default ends a process where it stands, so atomic_path used to leave its temporary file (a GGUF export's
-65 MB); it now makes SIGTERM raise KeyboardInterrupt while it writes (checkpoint.sigterm_as_interrupt), and its
+65 MB); it now makes SIGTERM raise KeyboardInterrupt while it writes (fileio.sigterm_as_interrupt), and its
 cleanup runs as on Ctrl-C. Each test runs the real command in a subprocess whose atomic writes pause once the
 temporary file is written (tests.fault_trial.PAUSED_WRITE) and sends the signal then: deterministic, a few
 seconds. ExecuTorch's lowering (30 s and more) is replaced by fixed bytes (STUB_PROGRAM): the write is what is
@@ -19,9 +19,9 @@ import threading
 import pytest
 import torch
 
-import checkpoint
-from checkpoint import atomic_path
 from conftest import ROOT, write_char_checkpoint
+from safety_net import fileio
+from safety_net.fileio import atomic_path
 from fault_trial import PAUSED, PAUSED_WRITE, STUB_PROGRAM
 from model import GPT, GPTConfig
 
@@ -40,7 +40,7 @@ def tiny_run(tmp_path_factory):
 
 
 # Each tool and each signal once in the default suite (a process each, about 6 s); the other two pairs run with
-# -m slow. The write under test is checkpoint.atomic_path, the same for both tools; SIGTERM's handler and the
+# -m slow. The write under test is fileio.atomic_path, the same for both tools; SIGTERM's handler and the
 # cleanup are also checked in this process below (test_atomic_path_turns_sigterm_into_an_interrupt_while_it_writes).
 STOPPED_EXPORTS = [
     ("executorch", "SIGTERM"),
@@ -93,9 +93,9 @@ def test_atomic_path_turns_sigterm_into_an_interrupt_while_it_writes(tmp_path):
     previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)
     try:
         with atomic_path(tmp_path / "a.bin") as tmp:
-            assert signal.getsignal(signal.SIGTERM) is checkpoint.raise_keyboard_interrupt
+            assert signal.getsignal(signal.SIGTERM) is fileio.raise_keyboard_interrupt
             with atomic_path(tmp_path / "b.bin"):   # nested: the outer write's handler stays
-                assert signal.getsignal(signal.SIGTERM) is checkpoint.raise_keyboard_interrupt
+                assert signal.getsignal(signal.SIGTERM) is fileio.raise_keyboard_interrupt
             with pytest.raises(KeyboardInterrupt):
                 with atomic_path(tmp_path / "c.bin") as c_tmp:
                     os.kill(os.getpid(), signal.SIGTERM)
@@ -129,7 +129,7 @@ def test_a_process_forked_during_a_write_ends_on_sigterm(tmp_path):
             in_the_worker = pool.apply(signal.getsignal, (signal.SIGTERM,))
             pool.close()   # not terminate(): a worker that ignored its SIGTERM would hang the test
             pool.join()
-            assert signal.getsignal(signal.SIGTERM) is checkpoint.raise_keyboard_interrupt   # in the writer itself
+            assert signal.getsignal(signal.SIGTERM) is fileio.raise_keyboard_interrupt   # in the writer itself
     finally:
         signal.signal(signal.SIGTERM, previous)
     assert in_the_worker == signal.SIG_DFL

@@ -10,10 +10,10 @@ import torch
 pytest.importorskip("transformers")
 pytest.importorskip("safetensors")
 
-from tools.huggingface import convert  # noqa: E402
-from model import GPT, GPTConfig  # noqa: E402
-from checkpoint import atomic_save  # noqa: E402
 from conftest import gpt2_ranks_file  # noqa: E402
+from model import GPT, GPTConfig  # noqa: E402
+from tools.huggingface import convert  # noqa: E402
+from safety_net.fileio import atomic_save   # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BLOCK = 24

@@ -4,7 +4,7 @@ wrong is one line `error: ... (fix: ...)`, never a traceback or silently wrong o
     dataset against a checkpoint's model (dataset.load_tokenizer), an ExecuTorch program against its tokenizer
     (the tokenizer_id the export stores), a GGUF's vocabulary keys (before llama.cpp reads them);
   - paired files (a program and its tokenizer) replaced together or not at all; a killed write's temporary file
-    removed and reported by the next write of the same file, a live writer's left alone (checkpoint.atomic_path);
+    removed and reported by the next write of the same file, a live writer's left alone (fileio.atomic_path);
   - a prompt llama.cpp cannot encode exactly refused (it drops characters without a word);
   - a damaged .pte: not a program, cut short, or a runtime crash caught in a forked probe;
   - W&B: no API key or no server is one line before training; a failure later turns W&B logging off with a
@@ -27,12 +27,12 @@ import struct
 import pytest
 import torch
 
-import dataset
-import run_dir
-from checkpoint import MAX_LAYERS, check_layer_count, check_memory, gpt_config_defaults, weights_lower_bound
-from configurator import UserError
 from conftest import one_error_line, write_char_checkpoint
 from model import GPT, GPTConfig
+from safety_net import dataset
+from safety_net import run_dir
+from safety_net.build import MAX_LAYERS, check_layer_count, check_memory, gpt_config_defaults, weights_lower_bound
+from safety_net.configurator import UserError
 
 CHARS = list("\n !',.:;?ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
 
@@ -272,7 +272,7 @@ def test_the_export_replaces_program_and_tokenizer_together(toy, tiny_checkpoint
 
 
 def test_a_live_writers_temporary_file_is_left_alone(tmp_path):
-    from checkpoint import atomic_open, remove_stale_temp_files
+    from safety_net.fileio import atomic_open, remove_stale_temp_files
     live, stale = tmp_path / ".f.bin.live.tmp", tmp_path / ".f.bin.dead.tmp"
     live.write_bytes(b"being written")
     stale.write_bytes(b"left by a kill -9")

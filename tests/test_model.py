@@ -13,11 +13,11 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from checkpoint import depth_summary
 from model import GPT, GPTConfig, KVCache, sinusoidal_positions
 from tools.layers import layer_sets
 from tools.plots import residual_alphas
 from tools.sizes import ffn_hidden, head_dim, kv_heads
+from safety_net.build import depth_summary
 
 TINY = dict(vocab_size=37, block_size=16, n_layer=4, n_head=2, n_embd=16, dropout=0.0)
 LLAMA = dict(norm="rmsnorm", pos_embedding="rope", bias=False, mlp_type="gated", activation="silu")

@@ -9,11 +9,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from configurator import UserError
-from tools import eval as evaluate
-from checkpoint import atomic_save
 from model import GPT, GPTConfig
-from dataset import CharTokenizer
+from tools import eval as evaluate
+from safety_net.configurator import UserError
+from safety_net.dataset import CharTokenizer
+from safety_net.fileio import atomic_save
 
 CHARS = "abcdefgh "          # vocabulary of the test models; the bigram model walks it cyclically
 BLOCK = 16

@@ -13,13 +13,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import checkpoint
-import dataset
-import run_dir
-import train
-from checkpoint import load_checkpoint, load_init_checkpoint, load_model
-from configurator import UserError
 from conftest import one_error_line
+import train
+from safety_net import checkpoint
+from safety_net import dataset
+from safety_net import run_dir
+from safety_net.checkpoint import load_checkpoint, load_init_checkpoint, load_model
+from safety_net.configurator import UserError
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

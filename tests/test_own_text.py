@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import prepare
-import dataset
 from conftest import one_error_line
+import prepare
+from safety_net import dataset
 
 TEXT_FILE = Path(__file__).parent / "fixtures" / "keeper_log.txt"
 TEXT = TEXT_FILE.read_text(encoding="utf-8")

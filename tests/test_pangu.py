@@ -10,15 +10,15 @@ import numpy as np
 import pytest
 import torch
 
-import dataset
-import train
-from configurator import UserError, load_config
+from conftest import tiny_config, write_token_dataset
+from model import GPT, GPTConfig
 from tools.pangu import inherit, refine
 from tools.pangu.scaled_lr import scaled_lr
 from tools.sizes import ffn_hidden
-from checkpoint import load_checkpoint, load_model
-from conftest import tiny_config, write_token_dataset
-from model import GPT, GPTConfig
+import train
+from safety_net import dataset
+from safety_net.checkpoint import load_checkpoint, load_model
+from safety_net.configurator import UserError, load_config
 from test_checkpoint import visible
 
 
@@ -399,7 +399,7 @@ def test_compact_vocabulary_rows_follow_the_gpt2_ids(kw):
 
 def test_inherit_cli_into_a_compact_vocabulary(tmp_path, capsys):
     """--target_data_dir: the output has the compact vocabulary and records the target dataset."""
-    from checkpoint import atomic_save
+    from safety_net.fileio import atomic_save
     torch.manual_seed(0)
     cfg = GPTConfig(block_size=8, vocab_size=50257, n_layer=3, n_head=2, n_embd=16)
     src_data, dst_data = tmp_path / "gpt2data", tmp_path / "compact"
@@ -536,7 +536,7 @@ def test_refine_saves_exactly_the_windows_its_criterion_selects(tmp_path):
     cut into whole windows of block_size + 1 tokens, each one's mean next-token loss under the checkpoint's model (one
     forward per window), p = softmax(loss / tau), N0 = round(rate * N) drawn without replacement by torch.multinomial
     with a generator seeded by --seed; refine.json records the train split and block_size they index."""
-    from checkpoint import atomic_save
+    from safety_net.fileio import atomic_save
     data = write_token_dataset(tmp_path / "data", n_train=17 * 40 + 9, n_val=100)
     model = visible(GPT(GPTConfig(block_size=16, vocab_size=16, n_layer=1, n_head=2, n_embd=16)))
     atomic_save({"model": model.state_dict(), "model_args": dataclasses.asdict(model.config), "iter_num": 1,

@@ -10,15 +10,15 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-import variants
-from checkpoint import atomic_save
 from model import GPT, GPTConfig, KVCache
-from tools.layers import layer_sets
-from tools.benchmarks.measure import cache_bytes
 from tests.conftest import one_error_line
 from tests.test_model import FLAGS, TINY, sharing_indices
 from tools import plan as plan_tool
+from tools.benchmarks.measure import cache_bytes
 from tools.flops import flops_per_token
+from tools.layers import layer_sets
+import variants
+from safety_net.fileio import atomic_save
 
 
 def random_combos(n, seed=0):

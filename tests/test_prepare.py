@@ -21,10 +21,10 @@ import numpy as np
 import pytest
 import tiktoken
 
-import prepare
-from configurator import UserError
 from conftest import one_error_line
-import dataset as tokenizer
+import prepare
+from safety_net import dataset as tokenizer
+from safety_net.configurator import UserError
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = tokenizer.SHIPPED_SHAKESPEARE

@@ -143,7 +143,7 @@ def test_bad_start_file_is_one_line_error(ckpt_dir, tmp_path):
 
 
 def test_expand_bool_flags():
-    from configurator import expand_bool_flags
+    from safety_net.configurator import expand_bool_flags
     flags = ("no_kv_cache",)
     assert expand_bool_flags(["--no_kv_cache"], flags) == ["--no_kv_cache=True"]
     assert expand_bool_flags(["--no_kv_cache", "--seed=1"], flags) == ["--no_kv_cache=True", "--seed=1"]
@@ -153,7 +153,7 @@ def test_expand_bool_flags():
 
 
 def test_default_out_dir_is_the_newest_checkpoint(tmp_path):
-    from checkpoint import latest_out_dir
+    from safety_net.checkpoint import latest_out_dir
     assert latest_out_dir(str(tmp_path)) == str(tmp_path / "out")
     for i, name in enumerate(["out", "out-lgpt-shakespeare", "outside"]):
         (tmp_path / name).mkdir()
@@ -201,7 +201,7 @@ def test_each_tokenizer_streams_what_decode_gives(kind, gpt2_file, capsys):
     CharTokenizer too) the text printed token by token is tok.decode of all ids, and never half a character."""
     import codecs
     import sample
-    from dataset import BPETokenizer, CharTokenizer, get_gpt2_encoding
+    from safety_net.dataset import BPETokenizer, CharTokenizer, get_gpt2_encoding
     text = "War is \U0001f642 peace, \u5e73\u548c \u2014 ok\n"
     if kind == "gpt2":
         tok = BPETokenizer(get_gpt2_encoding(), 50257, 50256)

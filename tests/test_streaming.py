@@ -18,10 +18,10 @@ import pytest
 import torch
 from tokenizers import Tokenizer
 
-from dataset import TextStream, get_gpt2_encoding
 from tools.executorch import run as et_run
 from tools.huggingface.tokenizer import TokenBytes, char_level, tokenizer_files
 from tools.llamacpp import run as lc_run
+from safety_net.dataset import TextStream, get_gpt2_encoding
 
 # characters of 1 to 4 UTF-8 bytes: GPT-2's BPE splits the snowman and the CJK characters across tokens
 MIXED = "na\u00efve caf\u00e9 \u2603 \u65e5\u672c\u8a9e \U0001f642 done\n"

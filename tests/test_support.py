@@ -12,7 +12,6 @@ import re
 
 import pytest
 
-from configurator import UserError
 from model import GPT, GPTConfig
 from tools import fast_sample, flops, plan
 from tools.executorch import export as executorch_export
@@ -20,6 +19,7 @@ from tools.huggingface import convert
 from tools.llamacpp import export as llamacpp_export
 from tools.pangu import inherit
 from tools.support import DEPENDS, NO_EFFECT, PATHS, SUPPORT, TOOL_PATHS, must_be_tested, no_effect_reason
+from safety_net.configurator import UserError
 
 TINY = dict(vocab_size=16, block_size=8, n_layer=2, n_head=2, n_embd=16)
 # a technique added to GPTConfig without a word in tools/support.py

@@ -8,11 +8,14 @@ import signal
 import pytest
 import torch
 
-import checkpoint
 import train
-from configurator import UserError
 from train import fill_schedule
-from checkpoint import atomic_save, load_checkpoint, load_model
+from safety_net import checkpoint
+from safety_net import fileio
+from safety_net import runtime
+from safety_net.checkpoint import load_checkpoint, load_model
+from safety_net.configurator import UserError
+from safety_net.fileio import atomic_save
 
 
 def run(config, explicit=None, callback=None):
@@ -286,7 +289,7 @@ def test_atomic_save_failure_keeps_previous_file(tmp_path, monkeypatch):
         f.write(b"partial garbage")
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr(checkpoint.torch, "save", broken_save)
+    monkeypatch.setattr(fileio.torch, "save", broken_save)
     with pytest.raises(RuntimeError, match="disk full"):
         atomic_save({"v": torch.zeros(3)}, path)
 
@@ -294,10 +297,10 @@ def test_atomic_save_failure_keeps_previous_file(tmp_path, monkeypatch):
         f.write(b"partial")
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(checkpoint.torch, "save", interrupted_save)
+    monkeypatch.setattr(fileio.torch, "save", interrupted_save)
     with pytest.raises(KeyboardInterrupt):
         atomic_save({"v": torch.zeros(3)}, path)
-    monkeypatch.setattr(checkpoint.torch, "save", real_save)
+    monkeypatch.setattr(fileio.torch, "save", real_save)
     assert torch.equal(torch.load(path)["v"], torch.arange(3))
     assert os.listdir(tmp_path) == ["ckpt.pt"]   # no temp files left behind
 
@@ -354,7 +357,7 @@ def test_busy_machine_is_named_with_the_fix(tiny_train_config, monkeypatch, caps
     monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
     monkeypatch.setattr(os, "getloadavg", lambda: (0.2, 0.2, 0.2))
-    assert checkpoint.busy_machine(torch.device("cpu")) == ""
+    assert runtime.busy_machine(torch.device("cpu")) == ""
     monkeypatch.setattr(os, "getloadavg", lambda: (3.5, 3.0, 2.0))
     run(dict(tiny_train_config, max_iters=2, eval_interval=2))
     printed = capsys.readouterr().out

@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 import torch
 
-import train
-from checkpoint import load_checkpoint
 from conftest import tiny_config
-from dataset import write_bin
 from model import GPT, GPTConfig
+import train
+from safety_net.checkpoint import load_checkpoint
+from safety_net.dataset import write_bin
 
 SEED = train.DEFAULTS["seed"]
 TRAIN_SPLIT, EVAL_SPLIT = 0, 1000   # the split part of a batch's seed: training batches, evaluation batches + code

@@ -9,12 +9,12 @@ import signal
 import pytest
 import torch
 
-import train
-import checkpoint
-import run_dir
-from checkpoint import load_checkpoint, load_model
-from configurator import UserError
 from conftest import hold_lock
+import train
+from safety_net import fileio
+from safety_net import run_dir
+from safety_net.checkpoint import load_checkpoint, load_model
+from safety_net.configurator import UserError
 
 
 def run(config, callback=None):
@@ -121,14 +121,14 @@ def test_read_only_out_dir(tiny_train_config, tmp_path, monkeypatch):
     folder.mkdir()
     folder.chmod(0o500)
     if os.geteuid() == 0:   # root writes into read-only folders (CI runs as root): fail the write as for a user
-        import checkpoint
-        real = checkpoint.tempfile.TemporaryFile
+        from safety_net import fileio
+        real = fileio.tempfile.TemporaryFile
 
         def refuse(*args, dir=None, **kwargs):
             if dir is not None and os.path.abspath(dir) == str(folder):
                 raise PermissionError(13, "Permission denied")
             return real(*args, dir=dir, **kwargs)
-        monkeypatch.setattr(checkpoint.tempfile, "TemporaryFile", refuse)
+        monkeypatch.setattr(fileio.tempfile, "TemporaryFile", refuse)
     try:
         message = main_error(argv(dict(tiny_train_config, out_dir=str(folder))))
     finally:
@@ -262,7 +262,7 @@ def test_stale_temp_files_are_removed_and_reported(finished, tmp_path, capsys):
 # --- a new run into the folder of a finished one (issue 23) ----------------------------------------------------
 
 def without_lock(files):
-    return {k: v for k, v in files.items() if k != checkpoint.LOCK_NAME}
+    return {k: v for k, v in files.items() if k != fileio.LOCK_NAME}
 
 
 def test_resume_with_a_damaged_log_is_one_line(finished, tmp_path):
@@ -360,9 +360,9 @@ def test_the_out_dir_lock_never_outlives_its_writer(finished, tmp_path):
     holder.kill()
     holder.wait()
     assert run(dict(cfg, init_from="resume", max_iters=12))["iter_num"] == 12
-    checkpoint.lock_dir(cfg["out_dir"]).close()
+    fileio.lock_dir(cfg["out_dir"]).close()
     assert "diverged" in main_error(argv(dict(cfg, learning_rate=1e4, min_lr=0.0, grad_clip=0.0, max_iters=20)))
-    checkpoint.lock_dir(cfg["out_dir"]).close()
+    fileio.lock_dir(cfg["out_dir"]).close()
 
 
 # --- a GPU recipe on a CPU (issue 13) ---------------------------------------------------------------------

@@ -9,9 +9,9 @@ import importlib
 import pytest
 import torch
 
-import variants
 from model import GPT, GPTConfig
 from tests.test_model import TINY, check_causal, check_kv_cache, check_learns, check_save_load
+import variants
 
 PRESETS = variants.available()
 
@@ -197,8 +197,8 @@ def test_tiny_preset_training_lowers_loss(name):
 @pytest.mark.parametrize("suffix", ["", "_cpu"])
 def test_shakespeare_configs_load(variant, suffix):
     train = pytest.importorskip("train")
-    from configurator import load_config
-    from checkpoint import model_args
+    from safety_net.build import model_args
+    from safety_net.configurator import load_config
     config, explicit = load_config(train.DEFAULTS, [f"config/{variant}_shakespeare{suffix}.py"])
     assert config["variant"] == variant and config["dataset"] == "shakespeare_char"
     args = model_args(config, explicit)

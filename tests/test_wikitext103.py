@@ -8,9 +8,9 @@ import zipfile
 
 import pytest
 
-import dataset as tokenizer
-from configurator import UserError
 from conftest import one_error_line
+from safety_net import dataset as tokenizer
+from safety_net.configurator import UserError
 from test_prepare import (prepared_folder, read_bin, read_meta,
                           write_input)
 from tools import wikitext103

@@ -52,13 +52,13 @@ import sys
 
 import torch
 
+from model import GPT, GPTConfig
 from tools.benchmarks.entries import file_entry, variant_entry
 from tools.benchmarks.measure import describe, run_entry
 from tools.benchmarks.report import render, write_out
-from configurator import UserError, load_config, run_command
-from checkpoint import gpt_config_defaults
-from checkpoint import busy_machine, check_num_threads, check_seed, resolve_device, resolve_dtype
-from model import GPT, GPTConfig
+from safety_net.build import gpt_config_defaults
+from safety_net.configurator import UserError, load_config, run_command
+from safety_net.runtime import busy_machine, check_num_threads, check_seed, resolve_device, resolve_dtype
 
 BENCH_DEFAULTS = dict(
     variants="",            # comma list of variants/<name>.py presets

@@ -11,9 +11,9 @@ import time
 
 import numpy as np
 
-from configurator import UserError, run_command
-from dataset import GPT2_EOT_ID, get_gpt2_encoding, gpt2_meta
 from tools.wikitext103 import check_num_proc, encoding_spec, iter_tokenized
+from safety_net.configurator import UserError, run_command
+from safety_net.dataset import GPT2_EOT_ID, get_gpt2_encoding, gpt2_meta
 
 DEFAULTS = dict(mb=32.0, input_path="", gpt2_ranks="", num_proc=0)
 

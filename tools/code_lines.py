@@ -4,7 +4,7 @@ only a comment, not a docstring), and the reading load as ../shared/tools/readin
 (Python's tokens less comments, triple-quoted strings and layout) and the words of comments and triple-quoted
 strings.
 
-    python -m tools.code_lines model.py sample.py configurator.py checkpoint.py dataset.py
+    python -m tools.code_lines model.py sample.py safety_net/*.py
     python -m tools.code_lines docs/models/gpt.py docs/models/lgpt.py     # the one-config files of tools.one_file
 """
 import ast
@@ -13,7 +13,7 @@ import os
 import sys
 import tokenize
 
-from configurator import UserError, run_command
+from safety_net.configurator import UserError, run_command
 
 SKIP = (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER)
 

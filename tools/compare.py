@@ -64,20 +64,22 @@ import time
 
 import torch
 
-import train
-from checkpoint import (LAST_NAME, MAX_SEED, atomic_open, autocast, check_out_dir, distributed_env, gpt_config_defaults,
-                        load_checkpoint, load_model, lock_dir, resolve_device, resolve_dtype)
-from checkpoint import model_args as resolve_model_args
-from configurator import UserError, check_temperature, load_config, out_of_memory, run_command
-from dataset import (dataset_vocab_size, default_data_dir, encode_start, load_tokenizer, render, resolve_data_dir,
-                     tool_command)
 from tools import plots
 from tools.benchmarks.measure import bench_train, describe
 from tools.flops import flops_per_token
 from tools.layers import layer_sets
 from tools.plots import read_log
 from tools.spread import NOISE_T, add_equal_compute, mean_std, noise_verdict
-from run_dir import check_settings, format_duration
+import train
+from safety_net.build import gpt_config_defaults
+from safety_net.build import model_args as resolve_model_args
+from safety_net.checkpoint import LAST_NAME, load_checkpoint, load_model
+from safety_net.configurator import UserError, check_temperature, load_config, out_of_memory, run_command
+from safety_net.dataset import (dataset_vocab_size, default_data_dir, encode_start, load_tokenizer, render,
+                                resolve_data_dir, tool_command)
+from safety_net.fileio import atomic_open, check_out_dir, lock_dir
+from safety_net.run_dir import check_settings, format_duration
+from safety_net.runtime import MAX_SEED, autocast, distributed_env, resolve_device, resolve_dtype
 
 
 COMPARE_DEFAULTS = dict(

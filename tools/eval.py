@@ -48,14 +48,15 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from configurator import UserError, run_command
-from checkpoint import autocast, resolve_device, resolve_dtype
 from tools.huggingface.convert import load_pretrained
 from tools.huggingface.tokenizer import tokenizer_for
-from checkpoint import keep_heaviest_branch, load_model
-from dataset import load_meta, resolve_data_dir
-from dataset import split_tokens
-from dataset import load_tokenizer
+from safety_net.build import keep_heaviest_branch
+from safety_net.checkpoint import load_model
+from safety_net.configurator import UserError, run_command
+from safety_net.dataset import load_meta, resolve_data_dir
+from safety_net.dataset import load_tokenizer
+from safety_net.dataset import split_tokens
+from safety_net.runtime import autocast, resolve_device, resolve_dtype
 
 DEFAULTS = dict(
     out_dir="",             # directory with ckpt.pt / last.pt, or a checkpoint file; "" = the out*/ folder
@@ -292,7 +293,7 @@ def write_log_samples(path, docs, r):
     """One JSON line per question: doc_id, context, choices, label, loglikelihoods (per choice, summed over the
     continuation's tokens), prediction (argmax, acc) and prediction_norm (argmax per character, acc_norm)."""
     import json
-    from checkpoint import atomic_open
+    from safety_net.fileio import atomic_open
     with atomic_open(path, "w") as f:
         for i, doc in enumerate(docs):
             f.write(json.dumps(dict(doc_id=i, context=doc["context"], choices=doc["choices"], label=doc["label"],
@@ -378,7 +379,7 @@ def check_outputs(cfg):
     if os.path.isdir(path):
         raise UserError(f"--log_samples '{path}' is a folder (fix: name a file, e.g. "
                         f"{os.path.join(path, 'samples.jsonl')})")
-    from checkpoint import check_out_dir
+    from safety_net.fileio import check_out_dir
     check_out_dir(os.path.dirname(path) or ".", key="log_samples")
 
 

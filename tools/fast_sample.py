@@ -24,13 +24,14 @@ import sys
 import torch
 import torch.nn.functional as F
 
-import sample
-from checkpoint import load_model, setup_sampling
-from configurator import UserError, run_command
-from dataset import tokenizer_of
 from model import sample_next
+import sample
 from tools.support import refuse_undeclared
 from tools.torch_internals import inductor_config, inductor_loaded_modules
+from safety_net.checkpoint import load_model
+from safety_net.configurator import UserError, run_command
+from safety_net.dataset import tokenizer_of
+from safety_net.runtime import setup_sampling
 
 
 DEFAULTS = dict(sample.DEFAULTS, compile_mode="frozen")   # or quick: see CPU_MODES

@@ -28,9 +28,9 @@ import tempfile
 import numpy as np
 import torch
 
-import variants
-from configurator import UserError, run_command
 from model import GPT, GPTConfig
+import variants
+from safety_net.configurator import UserError, run_command
 
 # the large presets at a width and depth that build in a second, keeping every flag they switch on
 SMALL = dict(baseline=dict(n_layer=2, n_embd=64, n_head=4, mlp_hidden=128, vocab_size=97, block_size=32),

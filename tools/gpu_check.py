@@ -47,13 +47,15 @@ from types import SimpleNamespace
 
 import torch
 
-import variants
-from checkpoint import atomic_open, autocast, load_model
-from configurator import UserError, run_command
 from model import GPT, GPTConfig
 from tools import fast_sample
 from tools.benchmarks.measure import describe, timed
 from tools.flops import flops_per_token
+import variants
+from safety_net.checkpoint import load_model
+from safety_net.configurator import UserError, run_command
+from safety_net.fileio import atomic_open
+from safety_net.runtime import autocast
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PARTS = ("correctness", "quickstart", "throughput", "decode")

@@ -51,12 +51,12 @@ import tokenize
 
 import torch
 
-import train
-import variants
-from checkpoint import gpt_config_defaults
-from configurator import UserError, run_command
 from model import GPTConfig, KVCache
 from tools import technique_lines
+import train
+import variants
+from safety_net.build import gpt_config_defaults
+from safety_net.configurator import UserError, run_command
 
 ROOT = technique_lines.ROOT
 MODEL = os.path.abspath(os.path.join(ROOT, "model.py"))

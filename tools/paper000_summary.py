@@ -15,12 +15,12 @@ import re
 
 import torch
 
-from checkpoint import load_checkpoint
-from configurator import UserError, run_command
 from model import GPT, GPTConfig
 from tools.flops import flops_per_token
 from tools.plots import plot_alphas, plot_loss_curves, plot_loss_vs_compute, read_log, residual_alphas
 from tools.spread import add_equal_compute, mean_std, noise_verdict
+from safety_net.checkpoint import load_checkpoint
+from safety_net.configurator import UserError, run_command
 
 RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results", "paper000_cpu")
 

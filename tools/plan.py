@@ -31,14 +31,16 @@ from typing import Optional
 import torch
 import torch.nn as nn
 
-import variants
-from checkpoint import atomic_open, build_model, check_out_dir, gpt_config_defaults, load_checkpoint, load_variant
-from checkpoint import model_args as checkpoint_model_args
-from configurator import UserError, run_command
 from model import GPTConfig
 from tools.flops import matmul_params
 from tools.layers import layer_sets
 from tools.support import refuse_undeclared
+import variants
+from safety_net.build import build_model, gpt_config_defaults, load_variant
+from safety_net.build import model_args as checkpoint_model_args
+from safety_net.checkpoint import load_checkpoint
+from safety_net.configurator import UserError, run_command
+from safety_net.fileio import atomic_open, check_out_dir
 
 MODEL_FIELDS = gpt_config_defaults()
 DEFAULTS = dict(
@@ -203,7 +205,7 @@ def read_plan(model, name):
 
 def model_args(cfg, explicit):
     """(name, GPTConfig keyword arguments, checkpoint path or None): a checkpoint's own, or GPTConfig defaults <-
-    variant <- explicit flags (train.py's rule: checkpoint.model_args)."""
+    variant <- explicit flags (train.py's rule: build.model_args)."""
     flags = {k: cfg[k] for k in MODEL_FIELDS if k in explicit}
     if cfg["out_dir"]:
         if cfg["variant"] or flags:
@@ -218,7 +220,7 @@ def model_args(cfg, explicit):
 
 
 def build_meta(args, source=None):
-    """GPT(GPTConfig(**args)) on the meta device (shapes only, no memory), with checkpoint.build_model's one-line
+    """GPT(GPTConfig(**args)) on the meta device (shapes only, no memory), with build.build_model's one-line
     errors (source: the checkpoint the arguments come from)."""
     with torch.device("meta"):
         return build_model(args, "meta", source)

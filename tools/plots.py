@@ -16,8 +16,8 @@ import os
 
 import torch
 
-from checkpoint import atomic_open
-from run_dir import read_rows
+from safety_net.fileio import atomic_open
+from safety_net.run_dir import read_rows
 
 
 def _float(text):

@@ -26,7 +26,7 @@ field (test_model.py's FLAGS entry with the fewest other changes) and expects it
 """
 import dataclasses
 
-from configurator import UserError
+from safety_net.configurator import UserError
 
 PATHS = ("training", "kv_cache", "compiled_decoder", "huggingface", "executorch", "gguf", "inheritance", "flops",
          "plan")

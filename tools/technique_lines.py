@@ -32,11 +32,11 @@ import tokenize
 import numpy as np
 import torch
 
+from tools.fingerprint import SMALL
 import train
 import variants
-from checkpoint import gpt_config_defaults
-from configurator import UserError, load_config, run_command
-from tools.fingerprint import SMALL
+from safety_net.build import gpt_config_defaults
+from safety_net.configurator import UserError, load_config, run_command
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PATHS = {name: os.path.join(ROOT, name) for name in ("model.py", "train.py")}

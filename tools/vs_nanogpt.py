@@ -21,7 +21,7 @@ import sys
 import tempfile
 import time
 
-from configurator import UserError, run_command
+from safety_net.configurator import UserError, run_command
 
 DEFAULTS = dict(nanogpt="", iters=500, rounds=4, num_threads=0, input="")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -21,11 +21,11 @@ from multiprocessing import Pool
 
 import numpy as np
 
-from checkpoint import atomic_open, check_out_dir
-from configurator import UserError, run_command
-from dataset import (GPT2_EOT_ID, GPT2_VOCAB_SIZE, Progress, Vocabulary, begin_writing, download, get_gpt2_encoding,
-                     gpt2_meta, one_line, write_meta)
 from tools.pangu.compact_vocab import REPORT_DEFAULTS, build_compact, check_positive, compact_size, given
+from safety_net.configurator import UserError, run_command
+from safety_net.dataset import (GPT2_EOT_ID, GPT2_VOCAB_SIZE, Progress, Vocabulary, begin_writing, download,
+                                get_gpt2_encoding, gpt2_meta, one_line, write_meta)
+from safety_net.fileio import atomic_open, check_out_dir
 
 # WikiText-103 (raw, v1, Merity et al.), tried in order. The original Salesforce S3 bucket is
 # the canonical home; the size and sha256 are those published for this archive with the Hugging

@@ -6,10 +6,10 @@ Used by tools/bench.py.
 
 import os
 
-from configurator import UserError, load_config
-from checkpoint import gpt_config_defaults, load_variant, model_args
 from model import GPTConfig
-from dataset import dataset_vocab_size
+from safety_net.build import gpt_config_defaults, load_variant, model_args
+from safety_net.configurator import UserError, load_config
+from safety_net.dataset import dataset_vocab_size
 
 
 def variant_entry(name, cfg, cli_model):

@@ -22,11 +22,11 @@ import time
 
 import torch
 
-from checkpoint import autocast
-from configurator import out_of_memory
 from model import GPT, GPTConfig, KVCache
 from tools.benchmarks.report import short
 from tools.fast_sample import generate as fast_generate
+from safety_net.configurator import out_of_memory
+from safety_net.runtime import autocast
 
 def describe(args):
     """A model's shape in one line, e.g. '6L d384 6h vocab 65 block 256'."""

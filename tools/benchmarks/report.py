@@ -5,7 +5,7 @@ among them) and the CSV / Markdown output of --out, for tools/bench.py.
 
 import csv
 
-from checkpoint import atomic_open
+from safety_net.fileio import atomic_open
 
 
 def short(v):

@@ -34,8 +34,8 @@ import time
 
 import torch
 
-from configurator import UserError, run_command
 from tools.executorch.run import SEPARATOR   # sample.py's, which the runner prints too
+from safety_net.configurator import UserError, run_command
 
 DEFAULTS = dict(
     shapes="",              # comma-separated: llama_10m or presets of variants/, at their initialisation
@@ -62,8 +62,9 @@ RATIOS = (("ExecuTorch fp32", "llama.cpp f32"), ("ExecuTorch 8da8w", "llama.cpp 
 def shape_checkpoint(name, data_dir, work_dir, reuse):
     """work_dir/<name>/ckpt.pt: the model of shape `name` at its initialisation (seed 0), `data_dir`'s vocabulary."""
     import dataclasses
-    from checkpoint import build_model, model_args, save_checkpoint
-    from dataset import load_meta
+    from safety_net.build import build_model, model_args
+    from safety_net.checkpoint import save_checkpoint
+    from safety_net.dataset import load_meta
     out_dir = os.path.join(work_dir, name)
     if reuse and os.path.isfile(os.path.join(out_dir, "ckpt.pt")):
         return out_dir
@@ -144,8 +145,8 @@ def agreement(texts, reference):
 def prepare(out_dir, cfg, have_llamacpp):
     """(model, tokenizer, {runtime: weights file MB, or why it has none}, {runtime: command(threads)}) of a
     checkpoint, every file written (programs: tools.executorch.export; GGUF: tools.llamacpp.export)."""
-    from checkpoint import load_model
-    from dataset import tokenizer_from_meta
+    from safety_net.checkpoint import load_model
+    from safety_net.dataset import tokenizer_from_meta
     from tools.huggingface import ConversionError
     from tools.huggingface.convert import checkpoint_meta
     from tools.llamacpp import export as gguf_export
@@ -235,7 +236,8 @@ def ratio_cell(best, slower, faster):
 
 
 def run(cfg):
-    from checkpoint import check_out_dir, load_variant
+    from safety_net.build import load_variant
+    from safety_net.fileio import check_out_dir
     for key in ("max_new_tokens", "repeats"):
         if not isinstance(cfg[key], int) or cfg[key] < 1:
             raise UserError(f"--{key} must be a positive integer, got {cfg[key]!r} (fix: e.g. --{key}={DEFAULTS[key]})")

@@ -31,9 +31,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from configurator import UserError, run_command
 from tools.fast_sample import Slot
 from tools.support import refuse_undeclared
+from safety_net.configurator import UserError, run_command
 
 DEFAULTS = dict(
     out_dir="",             # directory with ckpt.pt / last.pt, or a checkpoint file; "" = the newest out*/ folder
@@ -302,7 +302,10 @@ def tokenizer_path(pte):
 
 def run(cfg):
     from tokenizers import Tokenizer
-    from checkpoint import atomic_path, check_num_threads, check_out_dir, keep_heaviest_branch, load_model
+    from safety_net.build import keep_heaviest_branch
+    from safety_net.checkpoint import load_model
+    from safety_net.fileio import atomic_path, check_out_dir
+    from safety_net.runtime import check_num_threads
     if cfg["quantize"] not in QUANTIZE:
         raise UserError(f"--quantize must be one of {'|'.join(QUANTIZE)}, got {cfg['quantize']!r} "
                         f"(fix: e.g. --quantize=8da8w for 8-bit weights)")

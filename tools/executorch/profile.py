@@ -23,7 +23,7 @@ if __name__ == "__main__":
 
 import torch
 
-from configurator import UserError, run_command
+from safety_net.configurator import UserError, run_command
 
 DEFAULTS = dict(
     pte="model.pte",        # the program (python -m tools.executorch.export)
@@ -123,7 +123,7 @@ def profile(pte, steps, num_threads):
 def profile_compiled(out_dir, steps):
     """Markdown lines: the compiled decoder's decode steps at positions 1 .. steps (0: to the end of the window),
     after one eager token at position 0 (as generate primes), under torch.profiler, per event, by self time."""
-    from checkpoint import load_model
+    from safety_net.checkpoint import load_model
     from tools.fast_sample import compiled_decode_step, static_cache
     from tools.torch_internals import inductor_config
     model, _ = load_model(out_dir, "cpu")
@@ -157,7 +157,7 @@ def profile_compiled(out_dir, steps):
 
 
 def run(cfg):
-    from checkpoint import check_num_threads
+    from safety_net.runtime import check_num_threads
     check_num_threads(cfg["num_threads"])
     if not isinstance(cfg["steps"], int) or cfg["steps"] < 0:
         raise UserError(f"--steps must be an integer >= 0, got {cfg['steps']!r} (fix: e.g. --steps=100)")

@@ -24,8 +24,8 @@ if __name__ == "__main__":
 
 import torch
 
-from configurator import UserError, run_command
-from dataset import GPT2_EOT
+from safety_net.configurator import UserError, run_command
+from safety_net.dataset import GPT2_EOT
 
 DEFAULTS = dict(
     pte="model.pte",        # the program; its tokenizer is <name>.tokenizer.json beside it
@@ -201,9 +201,9 @@ def encode(tokenizer, text, eot_token):
 
 
 def run(cfg):
-    from checkpoint import check_num_threads, check_seed
-    from configurator import check_temperature
-    from dataset import TextStream
+    from safety_net.configurator import check_temperature
+    from safety_net.dataset import TextStream
+    from safety_net.runtime import check_num_threads, check_seed
     from tools.huggingface.tokenizer import TokenBytes
     from tools.executorch.export import tokenizer_path
     if cfg["num_samples"] < 1 or cfg["max_new_tokens"] < 0 or cfg["top_k"] < 0:

@@ -21,7 +21,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from configurator import UserError, run_command
+from safety_net.configurator import UserError, run_command
 
 DEFAULTS = dict(
     out_dir="",             # the checkpoint
@@ -103,7 +103,7 @@ class LlamaCppDecoder:
 
 
 def run(cfg):
-    from checkpoint import load_model
+    from safety_net.checkpoint import load_model
     for key in ("prime", "steps", "rounds"):
         if not isinstance(cfg[key], int) or cfg[key] < 1:
             raise UserError(f"--{key} must be a positive integer, got {cfg[key]!r} (fix: e.g. --{key}={DEFAULTS[key]})")

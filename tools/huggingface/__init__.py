@@ -10,7 +10,7 @@ Hugging Face interop: checkpoints of `transformers` in and out of our GPT.
 Nothing here needs `transformers` except downloading by hub name and reading a directory's tokenizer files.
 """
 
-from configurator import UserError
+from safety_net.configurator import UserError
 
 
 class ConversionError(UserError):

@@ -36,14 +36,14 @@ import sys
 
 import torch
 
-from checkpoint import depth_summary
-from configurator import UserError, run_command
-from dataset import GPT2_EOT_ID, GPT2_VOCAB_SIZE, Vocabulary
-from tools.sizes import head_dim, kv_heads
-from tools.support import refuse_undeclared
 from tools.huggingface import ConversionError, _first_line, refuse
 from tools.huggingface.tokenizer import tokenizer_files
 from tools.layers import layer_sets
+from tools.sizes import head_dim, kv_heads
+from tools.support import refuse_undeclared
+from safety_net.build import depth_summary
+from safety_net.configurator import UserError, run_command
+from safety_net.dataset import GPT2_EOT_ID, GPT2_VOCAB_SIZE, Vocabulary
 
 GPT2_ARCHS = ("GPT2LMHeadModel",)
 LLAMA_ARCHS = ("LlamaForCausalLM", "MobileLLMForCausalLM")
@@ -148,7 +148,7 @@ def _read_weight_file(path):
     except ConversionError:
         raise
     except Exception as e:
-        from checkpoint import unsafe_pickle_error
+        from safety_net.checkpoint import unsafe_pickle_error
         refused = unsafe_pickle_error(e, path, fix="save it as model.safetensors (save_pretrained's default)")
         if refused is not None:
             raise ConversionError(str(refused)) from None
@@ -277,7 +277,7 @@ class Tensors:
 def gpt2_state_dict(tensors, config):
     """Our state_dict from GPT2LMHeadModel tensors: GPT-2's names, mapped as nanoGPT checkpoints are
     (checkpoint.gpt2_layout_state_dict); Conv1D stores weights as (in, out): transposed."""
-    from checkpoint import gpt2_layout_state_dict
+    from safety_net.checkpoint import gpt2_layout_state_dict
     try:
         sd, left = gpt2_layout_state_dict(tensors, config.n_layer, bias=True, conv1d=True)
     except UserError as e:
@@ -344,7 +344,7 @@ def load_pretrained(name_or_dir, device="cpu", say=None):
         raise ConversionError(f"the weights of '{name_or_dir}' do not fit its config.json: {_first_line(e)} {fix}") \
             from None
     check_weights(sd, config, name_or_dir, fix)   # before the model is built: its sizes may be terabytes
-    from checkpoint import check_finite
+    from safety_net.checkpoint import check_finite
     check_finite(sd, name_or_dir, fix="download or export the model again")   # NaN weights sample nothing sane
     model = GPT(config)
     try:
@@ -385,7 +385,7 @@ def from_pretrained(name_or_dir, device="cpu", verbose=True):
 def save_imported(name_or_dir, out, say=None):
     """A Hugging Face model as a checkpoint file `out` (weights, model_args, source: checkpoint.save_checkpoint),
     for train.py --init_from=<file> (weights only), written by `import`."""
-    from checkpoint import save_checkpoint
+    from safety_net.checkpoint import save_checkpoint
     model, info = load_pretrained(name_or_dir, say=say)
     save_checkpoint(out, model.state_dict(), dataclasses.asdict(model.config), source=info["source"])
 
@@ -538,7 +538,7 @@ def export(model, out_dir, say=None, weights_format="auto", meta=None, meta_sour
         except ImportError:
             weights_format = "bin"
     # every file goes through a temporary file: a full disk or read-only folder is one line, never half a file
-    from checkpoint import atomic_open, atomic_save, check_out_dir, remove_stale_temp_files
+    from safety_net.fileio import atomic_open, atomic_save, check_out_dir, remove_stale_temp_files
     check_out_dir(out_dir, key="out")
     if os.path.isdir(out_dir):   # what a killed export left behind (the weights' can be gigabytes)
         remove_stale_temp_files(out_dir, WEIGHT_FILES + ("config.json",) + TOKENIZER_FILES, say)
@@ -609,7 +609,7 @@ def run(config, explicit):
                         f"--ckpt=out/ckpt.pt --out=hf-out/)")
     if config["format"] not in FORMATS:
         raise UserError(f"--format={config['format']} (fix: one of {', '.join(FORMATS)})")
-    from checkpoint import load_model
+    from safety_net.checkpoint import load_model
     model, ckpt = load_model(config["ckpt"])
     meta, source = checkpoint_meta(ckpt, config["data_dir"])
     out = config["out"]
@@ -627,7 +627,7 @@ def run_import(sources, config, explicit):
     if len(sources) != 1 or not config["out"] or export_keys:
         raise UserError(f"import takes one source and --out only (fix: python -m tools.huggingface.convert import "
                         f"gpt2 --out=hf.pt)")
-    from checkpoint import check_out_dir
+    from safety_net.fileio import check_out_dir
     out = config["out"]
     check_out_dir(os.path.dirname(os.path.abspath(out)), key="out")
     save_imported(sources[0], out)
@@ -639,7 +639,7 @@ def checkpoint_meta(ckpt, data_dir=""):
     either is checked to have the checkpoint's tokenizer), or (None, None) when neither names one."""
     if not data_dir and not ckpt.get("data_dir"):
         return None, None
-    from dataset import load_meta, resolve_data_dir
+    from safety_net.dataset import load_meta, resolve_data_dir
     folder = resolve_data_dir(ckpt, data_dir)
     return load_meta(folder), os.path.join(folder, "meta.json")
 

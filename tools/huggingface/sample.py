@@ -6,13 +6,13 @@ The tokenizer is the model's own (tools/huggingface/tokenizer.py), or a prepared
 """
 import sys
 
-import sample
-from checkpoint import setup_sampling
-from configurator import UserError, run_command
-from dataset import encode_start, load_tokenizer
 from model import GPT
+import sample
 from tools.huggingface.convert import load_pretrained
 from tools.huggingface.tokenizer import tokenizer_for
+from safety_net.configurator import UserError, run_command
+from safety_net.dataset import encode_start, load_tokenizer
+from safety_net.runtime import setup_sampling
 
 DEFAULTS = {"init_from": "", **{k: v for k, v in sample.DEFAULTS.items() if k != "out_dir"}}
 

@@ -12,8 +12,8 @@ co for `python -m tools.huggingface.convert export` (tokenizer_files, below).
 
 import os
 
-from dataset import GPT2_EOT, GPT2_VOCAB_SIZE, Vocabulary
 from tools.huggingface import ConversionError, _first_line, refuse
+from safety_net.dataset import GPT2_EOT, GPT2_VOCAB_SIZE, Vocabulary
 
 HF_TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
 
@@ -102,7 +102,7 @@ def tokenizer_for(info):
 
 
 def gpt2_tokenizer():
-    from dataset import GPT2_EOT_ID, BPETokenizer, get_gpt2_encoding
+    from safety_net.dataset import GPT2_EOT_ID, BPETokenizer, get_gpt2_encoding
     return BPETokenizer(get_gpt2_encoding(), GPT2_VOCAB_SIZE, GPT2_EOT_ID)
 
 
@@ -156,7 +156,7 @@ def bpe_vocab_and_merges(tokens):
 
 def byte_level_bpe(tokens, eot):
     """tokenizer.json of a GPT-2-style BPE over `tokens` (rank order) with <|endoftext|> as id `eot`."""
-    from dataset import GPT2_PAT_STR
+    from safety_net.dataset import GPT2_PAT_STR
     vocab, merges = bpe_vocab_and_merges(tokens)
     vocab[GPT2_EOT] = eot
     return {

@@ -27,10 +27,10 @@ import sys
 import numpy as np
 import torch
 
-from configurator import UserError, run_command
-from dataset import GPT2_EOT, Vocabulary
 from tools.sizes import head_dim, kv_heads
 from tools.support import refuse_undeclared
+from safety_net.configurator import UserError, run_command
+from safety_net.dataset import GPT2_EOT, Vocabulary
 
 DEFAULTS = dict(
     out_dir="",             # directory with ckpt.pt / last.pt, or a checkpoint file; "" = the newest out*/ folder
@@ -124,7 +124,7 @@ def write_tokenizer(writer, meta, config, source, tensors):
 def write_gguf(model, path, qtype, meta, source, say=print):
     refuse_undeclared(model.config, "gguf")
     import gguf
-    from checkpoint import atomic_path
+    from safety_net.fileio import atomic_path
     from tools.huggingface.convert import export_plan, hf_config_for
     arch, c = export_plan(model.config), model.config
     hf = hf_config_for(model, arch, eot=None)
@@ -165,7 +165,8 @@ def write_gguf(model, path, qtype, meta, source, say=print):
 
 
 def run(cfg):
-    from checkpoint import check_out_dir, load_model
+    from safety_net.checkpoint import load_model
+    from safety_net.fileio import check_out_dir
     from tools.huggingface.convert import checkpoint_meta, export_plan
     if cfg["type"] not in TYPES:
         raise UserError(f"--type must be one of {'|'.join(TYPES)}, got {cfg['type']!r} (fix: --type=q8_0 for 8 bits)")

@@ -13,7 +13,7 @@ import os
 import sys
 import time
 
-from configurator import UserError, run_command
+from safety_net.configurator import UserError, run_command
 
 DEFAULTS = dict(gguf="model.gguf", start="\n", max_new_tokens=200, num_threads=1)   # 0: every CPU
 
@@ -107,7 +107,7 @@ def encode_exactly(llm, text, path):
 
 
 def run(cfg):
-    from checkpoint import check_num_threads
+    from safety_net.runtime import check_num_threads
     check_num_threads(cfg["num_threads"])
     if not isinstance(cfg["max_new_tokens"], int) or cfg["max_new_tokens"] < 1:
         raise UserError(f"--max_new_tokens must be a positive integer, got {cfg['max_new_tokens']!r} "
@@ -138,7 +138,7 @@ def run(cfg):
 def stream_text(llm, start, ids, max_new_tokens):
     """Print start, then each greedy token as it comes (llama.cpp's bytes of it: a GPT-2 BPE token may hold part of
     a character, printed once the character is whole), then a newline. Ctrl-C stops it: exit code 130."""
-    from dataset import TextStream
+    from safety_net.dataset import TextStream
     stream = TextStream()
     stream.write(start)
     for token in greedy_tokens(llm, ids, max_new_tokens, model_vocab(llm)):

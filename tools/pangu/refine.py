@@ -29,10 +29,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from configurator import UserError, run_command
-from checkpoint import atomic_open, check_num_threads, check_out_dir, check_seed, load_model
-from dataset import resolve_data_dir, split_path
-from dataset import segments_info_path, split_tokens
+from safety_net.checkpoint import load_model
+from safety_net.configurator import UserError, run_command
+from safety_net.dataset import resolve_data_dir, split_path
+from safety_net.dataset import segments_info_path, split_tokens
+from safety_net.fileio import atomic_open, check_out_dir
+from safety_net.runtime import check_num_threads, check_seed
 
 DEFAULTS = dict(
     out_dir="out",       # round-1 out_dir (its ckpt.pt, else last.pt) or a checkpoint file

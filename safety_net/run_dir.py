@@ -40,14 +40,13 @@ import urllib.parse
 import numpy as np
 import torch
 
-from checkpoint import (CKPT_NAME, GPT2_NAMES, LAST_NAME, atomic_open, busy_machine,
-                        check_num_threads, check_out_dir, check_seed, depth_summary,
-                        gpt_config_defaults, is_hf_source, load_checkpoint, load_init_checkpoint,
-                        load_matching_weights, load_optimizer_state, load_variant,
-                        lock_dir, model_config, plain_values, remove_stale_temp_files, resolve_device,
-                        resolve_dtype, restore_rng)
-from configurator import UserError
-from dataset import check_splits, default_data_dir, is_prepared, load_meta, run_prepare, tokenizer_id
+from safety_net.build import depth_summary, gpt_config_defaults, load_variant, model_config
+from safety_net.checkpoint import (CKPT_NAME, GPT2_NAMES, LAST_NAME, is_hf_source, load_checkpoint,
+                                   load_init_checkpoint, load_matching_weights, load_optimizer_state, plain_values)
+from safety_net.configurator import UserError
+from safety_net.dataset import check_splits, default_data_dir, is_prepared, load_meta, run_prepare, tokenizer_id
+from safety_net.fileio import atomic_open, check_out_dir, lock_dir, remove_stale_temp_files
+from safety_net.runtime import busy_machine, check_num_threads, check_seed, resolve_device, resolve_dtype, restore_rng
 
 PROGRESS_EVERY_S = 15   # a long evaluation prints a progress line this often
 

@@ -33,8 +33,10 @@ import time
 
 import numpy as np
 
-from checkpoint import atomic_open, atomic_path, check_out_dir, remove_stale_temp_files
-from configurator import UserError
+from safety_net.configurator import UserError
+from safety_net.fileio import atomic_open, atomic_path, check_out_dir, remove_stale_temp_files
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # (this file is in safety_net/)
 
 
 def split_path(data_dir, split):
@@ -86,7 +88,7 @@ def resolve_data_dir(ckpt, override=""):
         raise UserError("the checkpoint records no data_dir (fix: pass --data_dir=data/<dataset>)")
     # nanoGPT's checkpoints record no tokenizer to check a folder against: only the one it names, as nanoGPT reads it
     if not os.path.isabs(data_dir) and not os.path.isdir(data_dir) and ckpt.get("format") != "nanogpt":
-        here = os.path.join(os.path.dirname(os.path.abspath(__file__)), data_dir)
+        here = os.path.join(REPO_ROOT, data_dir)
         data_dir = here if os.path.isdir(here) else data_dir
     if ckpt.get("tokenizer_id") and ckpt["tokenizer_id"] != tokenizer_id(load_meta(data_dir)):
         source = ckpt.get("path", "the checkpoint")
@@ -580,7 +582,7 @@ class Progress:
 def download(url, dest, expected_size=None, expected_sha256=None):
     """Download url to dest with a progress line; verify the size (and sha256 when given).
 
-    Writes through checkpoint.atomic_path, so an interrupted or rejected download never leaves a truncated file
+    Writes through fileio.atomic_path, so an interrupted or rejected download never leaves a truncated file
     that would later pass for a complete one. Raises OSError (the transfer failed: the caller may try another
     mirror) or ValueError (wrong size or sha256).
     """
@@ -632,8 +634,7 @@ def fetch(response, path, dest, expected_size):
 SHAKESPEARE_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 SHAKESPEARE_BYTES = 1115394
 SHAKESPEARE_SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
-SHIPPED_SHAKESPEARE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "tinyshakespeare",
-                                   "input.txt")
+SHIPPED_SHAKESPEARE = os.path.join(REPO_ROOT, "data", "tinyshakespeare", "input.txt")
 
 
 def shakespeare_path(out_dir, input_path=None):

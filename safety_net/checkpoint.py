@@ -1,162 +1,40 @@
 """
-Checkpoint files: atomic writes, one writer per run folder, safe loading and building the model a checkpoint
-describes; where a model runs (device, dtype, threads, seeds); and for train.py, the RNG
-state that makes a resume exact (gather_rng_states) and the weights of another checkpoint that fit. train.py
-builds its model arguments itself (setup); model_args builds them for the tools and tests.
+Checkpoint files: the one format, written by one function, and safe loading of ours (any version), nanoGPT's and
+an imported Hugging Face model's; for train.py, the weights of another checkpoint that fit and the optimizer's
+state.
 
 A checkpoint is a torch.save'd dict of one format (FORMAT_VERSION, CHECKPOINT_FIELDS), built by
-checkpoint_dict and written by save_checkpoint, the one way every writer writes one (train.py,
-tools.pangu.inherit, tools.huggingface.convert import, tools.executorch.bench); every reader goes through
-load_checkpoint, which migrates an earlier version (migrate_checkpoint). nanoGPT's ckpt.pt is read as one
+checkpoint_dict and written by save_checkpoint (atomically: fileio.py), the one way every writer writes one
+(train.py, tools.pangu.inherit, tools.huggingface.convert import, tools.executorch.bench); every reader goes
+through load_checkpoint, which migrates an earlier version (migrate_checkpoint). nanoGPT's ckpt.pt is read as one
 (the section "nanoGPT's checkpoints").
 train.py writes two of them into out_dir:
   ckpt.pt  - the best validation loss so far (what sample.py / eval.py load by default)
   last.pt  - the latest state, written at every eval and on Ctrl-C (what init_from='resume' loads)
 both by train.py's save_checkpoints.
 
-Every write goes to a temporary file in the same directory, is fsync'ed and then os.replace'd over the
-target, so a crash or a full disk mid-write never leaves a truncated checkpoint behind.
-
 Loading uses torch.load(weights_only=True) only, with no way around it: checkpoints travel (shared files,
 out*/ folders in cloned repositories), and the full unpickler runs whatever code a file names.
 """
 
-import contextlib
-import fcntl
-import glob
 import os
 import pickle
-import random
 import re
-import signal
 import subprocess
 import sys
 import tempfile
-import threading
 
 import numpy as np
 import torch
 
-from configurator import UserError, check_temperature, read_prompt
+from safety_net.build import build_model, model_config
+from safety_net.configurator import UserError
+from safety_net.fileio import atomic_save
 
 CKPT_NAME = "ckpt.pt"
-LOCK_NAME = ".lock"         # lock_dir: one writer per out_dir / compare_dir
 LAST_NAME = "last.pt"
 ORIG_MOD_PREFIX = "_orig_mod."   # added to state_dict keys by torch.compile
 DDP_PREFIX = "module."           # added by DistributedDataParallel
-
-
-
-@contextlib.contextmanager
-def atomic_path(path):
-    """Yield the name of a temporary file beside `path` to write; when the block ends without an error it is
-    fsync'ed and os.replace'd onto `path`. On any error (including KeyboardInterrupt, and SIGTERM, which raises
-    one meanwhile: sigterm_as_interrupt) it is removed and `path` is untouched; a filesystem error (full disk,
-    read-only folder, ...) becomes a one-line UserError naming the path. The temporary file is locked while it
-    lives, so the next write of `path` removes (and reports) only the ones a killed writer left
-    (remove_stale_temp_files), never those of a writer still at work."""
-    path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    tmp = fd = None
-    installed = sigterm_as_interrupt()
-    try:
-        os.makedirs(directory, exist_ok=True)
-        remove_stale_temp_files(directory, [os.path.basename(path)], say=print_to_stderr)
-        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield tmp
-        os.fsync(fd)   # the file's data, whichever open file wrote it
-        # mkstemp creates 0600 files; give the result the usual permissions (0666 minus umask)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-        tmp = None
-    except BaseException as e:
-        if tmp is not None:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-        os_error = underlying_os_error(e)
-        if os_error is not None and not isinstance(e, UserError):
-            raise UserError(f"cannot write {path}: {os_error.strerror or os_error} (any previous version is kept) "
-                            f"(fix: free disk space, or choose a writable folder)") from None
-        raise
-    finally:
-        if fd is not None:
-            os.close(fd)
-        if installed:
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    _fsync_dir(directory)
-
-
-def sigterm_as_interrupt():
-    """Make SIGTERM raise KeyboardInterrupt, as Ctrl-C does, while atomic_path writes: its cleanup then runs (the
-    temporary file removed; configurator.run_command ends the command with exit code 130), where SIGTERM's default
-    ends the process at once and leaves the temporary file beside the target (a GGUF export's: 65 MB). Only over
-    the default handler (train.py's StopRequest has its own; a nested write finds this one) and in the main thread
-    (the one Python runs handlers in). True when it installed the handler: the caller puts the default back."""
-    if threading.current_thread() is not threading.main_thread():
-        return False
-    if signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
-        return False
-    signal.signal(signal.SIGTERM, raise_keyboard_interrupt)
-    return True
-
-
-def raise_keyboard_interrupt(signum, frame):
-    raise KeyboardInterrupt
-
-
-def default_sigterm_in_a_child():
-    """A process forked while atomic_path writes (a multiprocessing worker: tools/wikitext103.py tokenizes inside its
-    write) gets SIGTERM's default back: the write is its parent's, and a Pool ends its workers with SIGTERM (one
-    that raised KeyboardInterrupt instead could hang the Pool's exit)."""
-    if signal.getsignal(signal.SIGTERM) is raise_keyboard_interrupt:
-        with contextlib.suppress(ValueError):   # forked from a thread that Python does not count as the main one
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-
-os.register_at_fork(after_in_child=default_sigterm_in_a_child)
-
-
-@contextlib.contextmanager
-def atomic_open(path, mode="wb"):
-    """open(path, mode) for writing, atomically (atomic_path): `path` changes only when the block ends without an
-    error, and then holds everything written."""
-    with atomic_path(path) as tmp, open(tmp, mode) as f:
-        yield f
-
-
-def print_to_stderr(message):
-    print(message, file=sys.stderr, flush=True)
-
-
-def underlying_os_error(e):
-    """The OSError that `e` is or was raised while handling, else None. torch.save reports a full disk as
-    a RuntimeError of its zip writer, raised while the OSError of the failed write is handled."""
-    seen = set()
-    while e is not None and id(e) not in seen:
-        if isinstance(e, OSError):
-            return e
-        seen.add(id(e))
-        e = e.__cause__ or e.__context__
-    return None
-
-
-def _fsync_dir(directory):
-    """Make the rename itself durable (best effort: not every OS/filesystem allows it)."""
-    with contextlib.suppress(OSError, AttributeError):
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def atomic_save(obj, path):
-    """torch.save(obj, path), atomically."""
-    with atomic_open(path, "wb") as f:
-        torch.save(obj, f)
 
 
 # --- the checkpoint format -----------------------------------------------------------------------------------
@@ -209,70 +87,6 @@ def migrate_checkpoint(ckpt, path):
     if version == 0:   # the same fields: only the version is new
         ckpt["format_version"] = 1
     return ckpt
-
-
-def check_out_dir(path, key="out_dir"):
-    """One-line UserError unless `path` is (or can become) a writable folder. Writes nothing that stays.
-    key: the option that named the folder (out_dir, compare_dir, ...), for the message."""
-    existing = os.path.abspath(path)
-    while not os.path.exists(existing):
-        existing = os.path.dirname(existing)
-    if not os.path.isdir(existing):
-        raise UserError(f"{key} '{path}': {existing} is a file, not a folder (fix: choose another --{key})")
-    try:
-        with tempfile.TemporaryFile(dir=existing):
-            pass
-    except OSError as e:
-        raise UserError(f"{key} '{path}': cannot write to {existing}: {e.strerror} "
-                        f"(fix: choose a writable --{key})") from None
-
-
-def lock_dir(path, key="out_dir"):
-    """Make this process the one writer of folder `path` (created if needed): an exclusive flock on
-    <path>/.lock, which holds the writer's pid. Returns the open lock file: keep it open while writing, close it
-    to release (it is a context manager). The lock belongs to the open file, so it dies with the process (kill -9
-    included) and is never left stale. A second writer gets a one-line UserError naming the holder."""
-    os.makedirs(path, exist_ok=True)
-    f = open(os.path.join(path, LOCK_NAME), "a+", encoding="utf-8")   # "a+": opening keeps the holder's pid
-    try:
-        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        f.seek(0)
-        holder = f.read().strip() or "?"   # "?": the holder has the lock but has not written its pid yet
-        f.close()
-        raise UserError(f"{key} '{path}' is being written by another process (pid {holder}); two writers would "
-                        f"overwrite each other's files (fix: wait for it to finish or stop it, or choose another "
-                        f"--{key})") from None
-    except BaseException:
-        f.close()
-        raise
-    f.seek(0)
-    f.truncate()
-    f.write(f"{os.getpid()}\n")
-    f.flush()
-    return f
-
-
-def remove_stale_temp_files(directory, names, say=print):
-    """Delete the temporary files that a killed atomic write of one of `names` left in `directory` (e.g.
-    .last.pt.x8f2k.tmp, possibly gigabytes), and say so. Returns how many. A temporary file that a live writer
-    holds (atomic_path locks its own) is left alone."""
-    stale = [p for name in names for p in glob.glob(os.path.join(glob.escape(directory), f".{name}.*.tmp"))]
-    freed, removed = 0, 0
-    for path in stale:
-        with contextlib.suppress(OSError):   # BlockingIOError: its writer is at work
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                freed += os.fstat(fd).st_size
-                os.unlink(path)
-                removed += 1
-            finally:
-                os.close(fd)
-    if removed:
-        say(f"removed {removed} temporary file(s) ({freed / 1e6:,.1f} MB) left in {directory} by an "
-            f"interrupted write")
-    return removed
 
 
 def latest_out_dir(root="."):
@@ -351,11 +165,11 @@ def load_init_checkpoint(init_from, device="cpu"):
     """The checkpoint train.py --init_from=<...> starts from: a checkpoint file (ours or nanoGPT's), or a Hugging
     Face model (nanoGPT's 'gpt2' ... 'gpt2-xl', or a local transformers folder) imported by
     `python -m tools.huggingface.convert import` in a subprocess, into a temporary file: the import (a folder's
-    safetensors or shards, a hub download) is that tool's job, and top-level modules never import tools/."""
+    safetensors or shards, a hub download) is that tool's job, and the safety net never imports tools/."""
     if not is_hf_source(init_from):
         return load_checkpoint(init_from, device)
     source = init_from if init_from in GPT2_NAMES else os.path.abspath(init_from)
-    root = os.path.dirname(os.path.abspath(__file__))
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # the repository
     with tempfile.TemporaryDirectory(prefix="init_from.") as tmp:
         out = os.path.join(tmp, "imported.pt")
         print(f"importing {init_from}: python -m tools.huggingface.convert import {source} --out={out}", flush=True)
@@ -426,73 +240,6 @@ def check_finite(state_dict, path, fix="retrain with a lower --learning_rate"):
                         f"them diverged (fix: {fix})")
 
 
-def model_config(model_args, source=None, device="cpu"):
-    """GPTConfig(**model_args) with a one-line error for arguments this model.py refuses or does not know,
-    or for a size it cannot build on `device` in reasonable time or memory (check_layer_count, check_memory).
-    source: the
-    checkpoint they come from (None: the user's config)."""
-    from model import GPTConfig
-    unknown = sorted(set(model_args) - set(gpt_config_defaults()))
-    if unknown and source is not None:   # dropping them would build another model
-        raise UserError(f"{source} has model_args this model.py does not know: {', '.join(unknown)} (a "
-                        f"checkpoint of another code version) (fix: use the code version that wrote it)")
-    check_layer_count(model_args)   # before GPTConfig, which lists every layer's width
-    try:
-        config = GPTConfig(**model_args)
-    except (TypeError, ValueError) as e:
-        reason = str(e) if len(str(e)) <= 300 else str(e)[:297] + "..."   # e.g. a list of 1000 widths
-        if source is None:
-            raise UserError(f"invalid model configuration: {reason} (fix: correct the model keys)") from None
-        raise UserError(f"the model_args of {source} do not fit this model.py: {reason} "
-                        f"(fix: use the code version that wrote the checkpoint)") from None
-    check_memory(config, device)
-    return config
-
-
-def build_model(model_args, device="cpu", source=None):
-    """GPT(GPTConfig(**model_args)), with model_config's one-line errors."""
-    from model import GPT
-    return GPT(model_config(model_args, source, device)).to(device)
-
-
-MAX_LAYERS = 1000   # our limit: building a layer takes 10-20 ms on a 2-core CPU (1000: 10-20 s); presets have <= 60
-
-
-def check_layer_count(model_args):
-    """One line for a model of more than MAX_LAYERS layers. What GPTConfig refuses (negative, mistyped sizes) is
-    left to its own message."""
-    n_layer = model_args.get("n_layer", gpt_config_defaults()["n_layer"])
-    if isinstance(n_layer, int) and n_layer > MAX_LAYERS:
-        raise UserError(f"n_layer={n_layer:,}: more than {MAX_LAYERS:,} layers take too long to build (about 15 ms "
-                        f"a layer on a CPU) (fix: --n_layer={MAX_LAYERS} or fewer)")
-
-
-def check_memory(config, device="cpu"):
-    """One line, before anything is built on a real device (not "meta"), for a model whose weights cannot fit
-    this machine's memory: at least 4 bytes for each of the embedding's and the unique FFN layers' weights
-    (weights_lower_bound) against the physical memory."""
-    if str(device) == "meta":
-        return
-    weights = weights_lower_bound(config)
-    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    if 4 * weights > memory:
-        raise UserError(f"this model has at least {weights:,} weights: {4 * weights / 2**30:,.0f} GiB in float32, "
-                        f"more than this machine's {memory / 2**30:,.0f} GiB of memory (fix: lower --n_layer, "
-                        f"--n_embd or --vocab_size)")
-
-
-def weights_lower_bound(config):
-    """A lower bound of the model's parameters, from its GPTConfig alone (nothing built): the token embedding and
-    the FFN matrices of its unique layers (at least two of width x hidden each, as MLP sizes them)."""
-    widths = config.widths()
-    hidden = [config.mlp_hidden or int(config.mlp_ratio * w) for w in widths]
-    ffn = sum(2 * w * h for w, h in zip(widths, hidden)) * config.n_branches // config.share_group_size
-    # n_embd * n_branches spelled out: embd_width() called here would run in every quickstart and count in
-    # model.py's plain-GPT path (tools.technique_lines gpt)
-    embedding = config.vocab_size * (config.embd_factor_dim or config.n_embd * config.n_branches)
-    return ffn + embedding
-
-
 def load_model(path_or_out_dir="", device="cpu"):
     """(model in eval mode on `device`, checkpoint dict): what eval.py, compare.py and pangu/ run (sample.py
     writes the same steps out). A directory means its ckpt.pt (else last.pt); "" means the out*/ folder with the
@@ -523,170 +270,6 @@ def check_weights(ckpt):
         raise UserError(f"the weights in '{ckpt['path']}' do not fit its own model_args: {', '.join(problems)} "
                         f"(fix: the file is damaged or was edited: retrain, or load it with the code version that "
                         f"wrote it)")
-
-
-def keep_heaviest_branch(model, enabled):
-    """model.keep_heaviest_branch() when enabled (pgpt at inference, paper 004): its note for the user, else ""."""
-    return model.keep_heaviest_branch() if enabled else ""
-
-
-def depth_summary(model):
-    """Effective depth vs unique weights, e.g. '60 layers applied, from 30 unique attention and 30 unique FFN
-    sub-layers'."""
-    stack = model.branches[0]
-    branches = ""
-    if model.config.n_branches > 1:
-        branches = f" x {model.config.n_branches} branches"
-    passes = ""
-    if model.config.think_steps:
-        passes = f", {model.config.think_steps + 1} passes (Deep Thinking)"
-    layers = model.config.n_layer // model.config.n_branches   # per branch
-    return (f"{layers} layers applied{branches}, from {len(stack.attn)} unique attention and "
-            f"{len(stack.mlp)} unique FFN sub-layers{passes}")
-
-
-# --- where a model runs: device and dtype, and the seeds it accepts ----------------------------------
-
-# seeds of train.py and sample.py: numpy's range [0, 2**32), nanoGPT's habit (neither seeds numpy now); a larger
-# one used to end in torch's "Overflow when unpacking long long" traceback
-MAX_SEED = 2**32
-
-
-def check_seed(seed, key="seed"):
-    """UserError unless the seed is an integer in [0, MAX_SEED) (every script that takes a seed)."""
-    if not (isinstance(seed, int) and not isinstance(seed, bool) and 0 <= seed < MAX_SEED):
-        raise UserError(f"--{key} must be an integer in [0, {MAX_SEED - 1}], got {seed!r} (fix: e.g. --{key}=1337)")
-
-
-def busy_machine(device):
-    """When other jobs keep the CPUs busy, torch's threads wait on each other and steps get many times slower, while
-    one thread is not slowed: that in one line with the fix ("" on an idle machine, a GPU, or with one thread)."""
-    if str(device) != "cpu" or not hasattr(os, "getloadavg") or torch.get_num_threads() == 1:
-        return ""
-    load, cpus = os.getloadavg()[0], os.cpu_count() or 1
-    if load <= cpus - torch.get_num_threads() + 0.5:
-        return ""
-    return (f"the machine is busy (load {load:.1f} on {cpus} CPUs): {torch.get_num_threads()} torch threads wait on "
-            f"each other (fix: --num_threads=1)")
-
-
-def check_num_threads(n, key="num_threads"):
-    """UserError unless --num_threads is 0 (torch's default) up to the machine's CPU count: more threads only wait
-    on each other, and a huge count crashes torch (a segfault at 100000 threads, after starving the machine of
-    processes while it starts them)."""
-    cpus = os.cpu_count() or 1
-    if not (isinstance(n, int) and not isinstance(n, bool) and 0 <= n <= cpus):
-        raise UserError(f"--{key} must be an integer in [0, {cpus}] (this machine's CPUs), got {n!r} "
-                        f"(fix: --{key}=1, or 0 for torch's default)")
-
-
-def resolve_device(name, local_rank=None):
-    """torch.device for --device: 'auto' = cuda > mps > cpu; under DDP one GPU per local rank."""
-    mps = getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "mps" if mps else "cpu"
-    kind = name.split(":")[0]
-    try:   # 'cuda:x' is not a device; 'cpu:3' is to torch, but every map_location to it fails
-        index = torch.device(name).index
-    except RuntimeError:
-        index = -1
-    if kind not in ("cpu", "cuda", "mps") or index is not None and (index < 0 or kind != "cuda" and index != 0):
-        raise UserError(f"unknown device '{name}' (fix: --device=auto|cpu|cuda|cuda:N|mps)")
-    if (kind == "cuda" and not torch.cuda.is_available()) or (kind == "mps" and not mps):
-        raise UserError(f"device '{name}' requested but {kind.upper()} is not available "
-                        f"(fix: --device=cpu or --device=auto)")
-    if kind == "cuda" and index is not None and index >= torch.cuda.device_count():
-        raise UserError(f"device '{name}' does not exist: this machine has {torch.cuda.device_count()} GPU(s) "
-                        f"(fix: --device=cuda:0 to cuda:{torch.cuda.device_count() - 1}, or --device=cuda)")
-    if kind == "cuda" and local_rank is not None:
-        name = f"cuda:{local_rank}"
-    return torch.device(name)
-
-
-def setup_sampling(cfg):
-    """What a script that samples (sample.py, tools/huggingface/sample.py) checks and sets before anything is
-    loaded: --num_samples, --max_new_tokens, --top_k, --temperature, --seed, --num_threads (set here), --device,
-    --dtype and --start (the text, or FILE:path read: read_prompt), with one-line errors; a note on stderr when
-    other jobs keep the CPUs busy. Returns (torch.device, torch dtype, the prompt's text)."""
-    if cfg["num_samples"] < 1 or cfg["max_new_tokens"] < 0:
-        raise UserError("--num_samples must be >= 1 and --max_new_tokens >= 0 (fix: e.g. --num_samples=1)")
-    if cfg["top_k"] < 0:
-        raise UserError("--top_k must be >= 0 (fix: 0 means no top-k)")
-    check_temperature(cfg["temperature"])
-    check_seed(cfg["seed"])
-    check_num_threads(cfg["num_threads"])
-    if cfg["num_threads"] > 0:
-        torch.set_num_threads(cfg["num_threads"])
-    device = resolve_device(cfg["device"])
-    dtype = getattr(torch, resolve_dtype(cfg["dtype"], device))
-    if busy_machine(device):
-        print(f"note: {busy_machine(device)}", file=sys.stderr)
-    return device, dtype, read_prompt(cfg["start"])
-
-
-def resolve_dtype(name, device):
-    """'float32' | 'bfloat16' | 'float16' for --dtype: 'auto' = bf16 on CUDA if supported, else fp16;
-    float32 elsewhere."""
-    if name not in ("auto", "float32", "bfloat16", "float16"):
-        raise UserError(f"unknown dtype '{name}' (fix: --dtype=auto|float32|bfloat16|float16)")
-    if name != "auto":
-        return name
-    if str(device).startswith("cuda"):
-        return "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
-    return "float32"
-
-
-def autocast(device, dtype):
-    """The autocast context for a resolved dtype, by name or torch.dtype (none for float32)."""
-    dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
-    if dtype == torch.float32:
-        return contextlib.nullcontext()
-    return torch.autocast(device_type=str(device).split(":")[0], dtype=dtype)
-
-
-# --- train.py's model: its arguments, its weights from another checkpoint, the state that makes a resume exact
-
-def gpt_config_defaults():
-    """{field: default} for every GPTConfig field."""
-    import dataclasses
-    from model import GPTConfig
-    return {f.name: f.default for f in dataclasses.fields(GPTConfig)}
-
-
-def load_variant(name, fields=None):
-    """variants.load(name) as a dict of GPTConfig fields, with one-line errors."""
-    import variants
-    names = variants.available()
-    listing = ", ".join(names) if names else "none found"
-    if name not in names:
-        raise UserError(f"unknown variant '{name}' (fix: use one of: {listing})")
-    try:
-        cfg = dict(variants.load(name))
-    except (KeyError, ValueError, ImportError) as e:
-        raise UserError(f"unknown variant '{name}': {e} (fix: use one of: {listing})") from None
-    if fields is None:
-        fields = gpt_config_defaults()
-    bad = sorted(k for k in cfg if k not in fields)
-    if bad:
-        raise UserError(f"variant '{name}' sets unknown model keys {bad} (fix: edit variants/{name}.py)")
-    return cfg
-
-
-def model_args(config, explicit, base=None, vocab_size=None):
-    """GPTConfig keyword arguments: base (default: GPTConfig defaults) <- variant <- explicitly-set keys.
-    base lets train.py start from a checkpoint's model_args (init_from=<path>); vocab_size (the dataset's,
-    from meta.json) replaces the preset's unless the user set vocab_size."""
-    fields = gpt_config_defaults()
-    args = dict(fields)
-    if base:
-        args.update({k: v for k, v in base.items() if k in fields})
-    name = config.get("variant", "")
-    if name:
-        args.update(load_variant(name, fields))
-    if vocab_size is not None:
-        args["vocab_size"] = vocab_size
-    args.update({k: config[k] for k in explicit if k in fields})
-    return args
 
 
 def load_matching_weights(model, state_dict, source, allow_partial):
@@ -729,49 +312,6 @@ def plain_values(obj):
     if isinstance(obj, np.generic):
         return obj.item()
     return obj
-
-
-def distributed_env():
-    """(rank, local_rank, world_size) from torchrun's environment, or None when not launched by it."""
-    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
-        return None
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    return rank, int(os.environ.get("LOCAL_RANK", rank)), world
-
-
-def rng_state(device):
-    """Every RNG's state (python, numpy, torch, cuda), as tensors and plain values the safe loader reads."""
-    np_state = np.random.get_state()
-    return {
-        "python": random.getstate(),
-        # numpy's state as tensors/ints, so checkpoints load with torch.load(weights_only=True)
-        "numpy": {"name": np_state[0], "keys": torch.from_numpy(np_state[1].astype(np.int64)),
-                  "pos": int(np_state[2]), "has_gauss": int(np_state[3]), "cached_gaussian": float(np_state[4])},
-        "torch": torch.get_rng_state(),
-        "cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
-    }
-
-
-def restore_rng(state, device):
-    version, internal, gauss = state["python"]
-    random.setstate((version, tuple(internal), gauss))
-    n = state["numpy"]
-    np.random.set_state((n["name"], n["keys"].cpu().numpy().astype(np.uint32), n["pos"], n["has_gauss"],
-                         n["cached_gaussian"]))
-    torch.set_rng_state(state["torch"].cpu())
-    if device.type == "cuda" and state.get("cuda") is not None:
-        torch.cuda.set_rng_state(state["cuda"].cpu(), device)
-
-
-def gather_rng_states(device, gather):
-    """(this rank's RNG state, every rank's when gather (DDP), else None): what last.pt records. gather is a
-    collective: every rank must call it."""
-    rng = rng_state(device)
-    if not gather:
-        return rng, None
-    ranks = [None] * torch.distributed.get_world_size()
-    torch.distributed.all_gather_object(ranks, rng)
-    return rng, ranks
 
 
 # --- nanoGPT's checkpoints, read as ours (docs/training.md: Coming from nanoGPT) -------------------------

@@ -69,7 +69,7 @@ def run_command(command, defaults, argv=None, bool_flags=(), errors=UserError, p
     default) ends here as one line `error: ...` and exit code 1; nowhere else. So does a size this machine
     cannot hold (e.g. --calib_batch_size=10**12), which ended in the allocator's traceback (memory_fix: the
     fix that line names). Ctrl-C (and
-    SIGTERM during an atomic write, checkpoint.atomic_path) ends it with the line `interrupted` and exit code
+    SIGTERM during an atomic write, fileio.atomic_path) ends it with the line `interrupted` and exit code
     130, as train.py's interruption: no traceback; what was printed stays, a file being written is left as it
     was. Every command ends here: train.py, sample.py, prepare.py and tools/ (tests/test_commands.py)."""
     try:

@@ -1,0 +1,12 @@
+"""
+The safety net: what keeps a run safe and exact, which a learner can skip. The story (model.py, train.py,
+sample.py, prepare.py) calls it like a library; it imports no story file but model.py (to build the model a
+checkpoint describes), and never tools/. One job per module:
+  configurator  config files and --key=value, UserError (one-line errors), Ctrl-C's exit code 130
+  fileio        atomic writes, the temporary files a killed writer left, one writer per out_dir
+  checkpoint    the checkpoint format, its one writer, safe loading (ours of any version, nanoGPT's, imported)
+  build         GPTConfig's arguments, GPTConfig and GPT built with one-line errors and size limits
+  runtime       device, dtype, threads, seeds, sample.py's option checks, torchrun and the RNG states
+  dataset       a prepared dataset folder, the tokenizers, the prompt's checks, downloading and writing data
+  run_dir       train.py's run: its config checks, the checkpoint it starts from, out_dir during the run, stops
+"""

@@ -1,0 +1,142 @@
+"""
+The model a config or a checkpoint describes: GPTConfig's arguments for the tools and tests (model_args: the
+defaults <- a variant <- the keys set; train.py builds its own in setup), GPTConfig and GPT built with one-line
+errors (model_config, build_model), refused before anything is built when it has too many layers or cannot fit
+this machine's memory; a built model's depth in words (depth_summary).
+"""
+
+import os
+
+from safety_net.configurator import UserError
+
+
+def model_config(model_args, source=None, device="cpu"):
+    """GPTConfig(**model_args) with a one-line error for arguments this model.py refuses or does not know,
+    or for a size it cannot build on `device` in reasonable time or memory (check_layer_count, check_memory).
+    source: the
+    checkpoint they come from (None: the user's config)."""
+    from model import GPTConfig
+    unknown = sorted(set(model_args) - set(gpt_config_defaults()))
+    if unknown and source is not None:   # dropping them would build another model
+        raise UserError(f"{source} has model_args this model.py does not know: {', '.join(unknown)} (a "
+                        f"checkpoint of another code version) (fix: use the code version that wrote it)")
+    check_layer_count(model_args)   # before GPTConfig, which lists every layer's width
+    try:
+        config = GPTConfig(**model_args)
+    except (TypeError, ValueError) as e:
+        reason = str(e) if len(str(e)) <= 300 else str(e)[:297] + "..."   # e.g. a list of 1000 widths
+        if source is None:
+            raise UserError(f"invalid model configuration: {reason} (fix: correct the model keys)") from None
+        raise UserError(f"the model_args of {source} do not fit this model.py: {reason} "
+                        f"(fix: use the code version that wrote the checkpoint)") from None
+    check_memory(config, device)
+    return config
+
+
+def build_model(model_args, device="cpu", source=None):
+    """GPT(GPTConfig(**model_args)), with model_config's one-line errors."""
+    from model import GPT
+    return GPT(model_config(model_args, source, device)).to(device)
+
+
+MAX_LAYERS = 1000   # our limit: building a layer takes 10-20 ms on a 2-core CPU (1000: 10-20 s); presets have <= 60
+
+
+def check_layer_count(model_args):
+    """One line for a model of more than MAX_LAYERS layers. What GPTConfig refuses (negative, mistyped sizes) is
+    left to its own message."""
+    n_layer = model_args.get("n_layer", gpt_config_defaults()["n_layer"])
+    if isinstance(n_layer, int) and n_layer > MAX_LAYERS:
+        raise UserError(f"n_layer={n_layer:,}: more than {MAX_LAYERS:,} layers take too long to build (about 15 ms "
+                        f"a layer on a CPU) (fix: --n_layer={MAX_LAYERS} or fewer)")
+
+
+def check_memory(config, device="cpu"):
+    """One line, before anything is built on a real device (not "meta"), for a model whose weights cannot fit
+    this machine's memory: at least 4 bytes for each of the embedding's and the unique FFN layers' weights
+    (weights_lower_bound) against the physical memory."""
+    if str(device) == "meta":
+        return
+    weights = weights_lower_bound(config)
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if 4 * weights > memory:
+        raise UserError(f"this model has at least {weights:,} weights: {4 * weights / 2**30:,.0f} GiB in float32, "
+                        f"more than this machine's {memory / 2**30:,.0f} GiB of memory (fix: lower --n_layer, "
+                        f"--n_embd or --vocab_size)")
+
+
+def weights_lower_bound(config):
+    """A lower bound of the model's parameters, from its GPTConfig alone (nothing built): the token embedding and
+    the FFN matrices of its unique layers (at least two of width x hidden each, as MLP sizes them)."""
+    widths = config.widths()
+    hidden = [config.mlp_hidden or int(config.mlp_ratio * w) for w in widths]
+    ffn = sum(2 * w * h for w, h in zip(widths, hidden)) * config.n_branches // config.share_group_size
+    # n_embd * n_branches spelled out: embd_width() called here would run in every quickstart and count in
+    # model.py's plain-GPT path (tools.technique_lines gpt)
+    embedding = config.vocab_size * (config.embd_factor_dim or config.n_embd * config.n_branches)
+    return ffn + embedding
+
+
+def keep_heaviest_branch(model, enabled):
+    """model.keep_heaviest_branch() when enabled (pgpt at inference, paper 004): its note for the user, else ""."""
+    return model.keep_heaviest_branch() if enabled else ""
+
+
+def depth_summary(model):
+    """Effective depth vs unique weights, e.g. '60 layers applied, from 30 unique attention and 30 unique FFN
+    sub-layers'."""
+    stack = model.branches[0]
+    branches = ""
+    if model.config.n_branches > 1:
+        branches = f" x {model.config.n_branches} branches"
+    passes = ""
+    if model.config.think_steps:
+        passes = f", {model.config.think_steps + 1} passes (Deep Thinking)"
+    layers = model.config.n_layer // model.config.n_branches   # per branch
+    return (f"{layers} layers applied{branches}, from {len(stack.attn)} unique attention and "
+            f"{len(stack.mlp)} unique FFN sub-layers{passes}")
+
+
+# --- GPTConfig's arguments: defaults, a variant, the keys set -------------------------------------------
+
+def gpt_config_defaults():
+    """{field: default} for every GPTConfig field."""
+    import dataclasses
+    from model import GPTConfig
+    return {f.name: f.default for f in dataclasses.fields(GPTConfig)}
+
+
+def load_variant(name, fields=None):
+    """variants.load(name) as a dict of GPTConfig fields, with one-line errors."""
+    import variants
+    names = variants.available()
+    listing = ", ".join(names) if names else "none found"
+    if name not in names:
+        raise UserError(f"unknown variant '{name}' (fix: use one of: {listing})")
+    try:
+        cfg = dict(variants.load(name))
+    except (KeyError, ValueError, ImportError) as e:
+        raise UserError(f"unknown variant '{name}': {e} (fix: use one of: {listing})") from None
+    if fields is None:
+        fields = gpt_config_defaults()
+    bad = sorted(k for k in cfg if k not in fields)
+    if bad:
+        raise UserError(f"variant '{name}' sets unknown model keys {bad} (fix: edit variants/{name}.py)")
+    return cfg
+
+
+def model_args(config, explicit, base=None, vocab_size=None):
+    """GPTConfig keyword arguments: base (default: GPTConfig defaults) <- variant <- explicitly-set keys.
+    base lets train.py start from a checkpoint's model_args (init_from=<path>); vocab_size (the dataset's,
+    from meta.json) replaces the preset's unless the user set vocab_size."""
+    fields = gpt_config_defaults()
+    args = dict(fields)
+    if base:
+        args.update({k: v for k, v in base.items() if k in fields})
+    name = config.get("variant", "")
+    if name:
+        args.update(load_variant(name, fields))
+    if vocab_size is not None:
+        args["vocab_size"] = vocab_size
+    args.update({k: config[k] for k in explicit if k in fields})
+    return args

@@ -1,0 +1,198 @@
+"""
+Writing files safely. Every write goes to a temporary file in the same directory, is fsync'ed and then
+os.replace'd over the target (atomic_path, atomic_open, atomic_save), so a crash, a full disk, Ctrl-C or SIGTERM
+mid-write never leaves a truncated file behind; the next write removes what a killed writer left
+(remove_stale_temp_files). One writer per out_dir: lock_dir. Checked before a run writes: check_out_dir.
+"""
+
+import contextlib
+import fcntl
+import glob
+import os
+import signal
+import sys
+import tempfile
+import threading
+
+import torch
+
+from safety_net.configurator import UserError
+
+
+LOCK_NAME = ".lock"         # lock_dir: one writer per out_dir / compare_dir
+
+
+@contextlib.contextmanager
+def atomic_path(path):
+    """Yield the name of a temporary file beside `path` to write; when the block ends without an error it is
+    fsync'ed and os.replace'd onto `path`. On any error (including KeyboardInterrupt, and SIGTERM, which raises
+    one meanwhile: sigterm_as_interrupt) it is removed and `path` is untouched; a filesystem error (full disk,
+    read-only folder, ...) becomes a one-line UserError naming the path. The temporary file is locked while it
+    lives, so the next write of `path` removes (and reports) only the ones a killed writer left
+    (remove_stale_temp_files), never those of a writer still at work."""
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    tmp = fd = None
+    installed = sigterm_as_interrupt()
+    try:
+        os.makedirs(directory, exist_ok=True)
+        remove_stale_temp_files(directory, [os.path.basename(path)], say=print_to_stderr)
+        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield tmp
+        os.fsync(fd)   # the file's data, whichever open file wrote it
+        # mkstemp creates 0600 files; give the result the usual permissions (0666 minus umask)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, path)
+        tmp = None
+    except BaseException as e:
+        if tmp is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+        os_error = underlying_os_error(e)
+        if os_error is not None and not isinstance(e, UserError):
+            raise UserError(f"cannot write {path}: {os_error.strerror or os_error} (any previous version is kept) "
+                            f"(fix: free disk space, or choose a writable folder)") from None
+        raise
+    finally:
+        if fd is not None:
+            os.close(fd)
+        if installed:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _fsync_dir(directory)
+
+
+def sigterm_as_interrupt():
+    """Make SIGTERM raise KeyboardInterrupt, as Ctrl-C does, while atomic_path writes: its cleanup then runs (the
+    temporary file removed; configurator.run_command ends the command with exit code 130), where SIGTERM's default
+    ends the process at once and leaves the temporary file beside the target (a GGUF export's: 65 MB). Only over
+    the default handler (train.py's StopRequest has its own; a nested write finds this one) and in the main thread
+    (the one Python runs handlers in). True when it installed the handler: the caller puts the default back."""
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    if signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+        return False
+    signal.signal(signal.SIGTERM, raise_keyboard_interrupt)
+    return True
+
+
+def raise_keyboard_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def default_sigterm_in_a_child():
+    """A process forked while atomic_path writes (a multiprocessing worker: tools/wikitext103.py tokenizes inside its
+    write) gets SIGTERM's default back: the write is its parent's, and a Pool ends its workers with SIGTERM (one
+    that raised KeyboardInterrupt instead could hang the Pool's exit)."""
+    if signal.getsignal(signal.SIGTERM) is raise_keyboard_interrupt:
+        with contextlib.suppress(ValueError):   # forked from a thread that Python does not count as the main one
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+os.register_at_fork(after_in_child=default_sigterm_in_a_child)
+
+
+@contextlib.contextmanager
+def atomic_open(path, mode="wb"):
+    """open(path, mode) for writing, atomically (atomic_path): `path` changes only when the block ends without an
+    error, and then holds everything written."""
+    with atomic_path(path) as tmp, open(tmp, mode) as f:
+        yield f
+
+
+def print_to_stderr(message):
+    print(message, file=sys.stderr, flush=True)
+
+
+def underlying_os_error(e):
+    """The OSError that `e` is or was raised while handling, else None. torch.save reports a full disk as
+    a RuntimeError of its zip writer, raised while the OSError of the failed write is handled."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        if isinstance(e, OSError):
+            return e
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return None
+
+
+def _fsync_dir(directory):
+    """Make the rename itself durable (best effort: not every OS/filesystem allows it)."""
+    with contextlib.suppress(OSError, AttributeError):
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def atomic_save(obj, path):
+    """torch.save(obj, path), atomically."""
+    with atomic_open(path, "wb") as f:
+        torch.save(obj, f)
+
+
+def check_out_dir(path, key="out_dir"):
+    """One-line UserError unless `path` is (or can become) a writable folder. Writes nothing that stays.
+    key: the option that named the folder (out_dir, compare_dir, ...), for the message."""
+    existing = os.path.abspath(path)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise UserError(f"{key} '{path}': {existing} is a file, not a folder (fix: choose another --{key})")
+    try:
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as e:
+        raise UserError(f"{key} '{path}': cannot write to {existing}: {e.strerror} "
+                        f"(fix: choose a writable --{key})") from None
+
+
+def lock_dir(path, key="out_dir"):
+    """Make this process the one writer of folder `path` (created if needed): an exclusive flock on
+    <path>/.lock, which holds the writer's pid. Returns the open lock file: keep it open while writing, close it
+    to release (it is a context manager). The lock belongs to the open file, so it dies with the process (kill -9
+    included) and is never left stale. A second writer gets a one-line UserError naming the holder."""
+    os.makedirs(path, exist_ok=True)
+    f = open(os.path.join(path, LOCK_NAME), "a+", encoding="utf-8")   # "a+": opening keeps the holder's pid
+    try:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.seek(0)
+        holder = f.read().strip() or "?"   # "?": the holder has the lock but has not written its pid yet
+        f.close()
+        raise UserError(f"{key} '{path}' is being written by another process (pid {holder}); two writers would "
+                        f"overwrite each other's files (fix: wait for it to finish or stop it, or choose another "
+                        f"--{key})") from None
+    except BaseException:
+        f.close()
+        raise
+    f.seek(0)
+    f.truncate()
+    f.write(f"{os.getpid()}\n")
+    f.flush()
+    return f
+
+
+def remove_stale_temp_files(directory, names, say=print):
+    """Delete the temporary files that a killed atomic write of one of `names` left in `directory` (e.g.
+    .last.pt.x8f2k.tmp, possibly gigabytes), and say so. Returns how many. A temporary file that a live writer
+    holds (atomic_path locks its own) is left alone."""
+    stale = [p for name in names for p in glob.glob(os.path.join(glob.escape(directory), f".{name}.*.tmp"))]
+    freed, removed = 0, 0
+    for path in stale:
+        with contextlib.suppress(OSError):   # BlockingIOError: its writer is at work
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                freed += os.fstat(fd).st_size
+                os.unlink(path)
+                removed += 1
+            finally:
+                os.close(fd)
+    if removed:
+        say(f"removed {removed} temporary file(s) ({freed / 1e6:,.1f} MB) left in {directory} by an "
+            f"interrupted write")
+    return removed

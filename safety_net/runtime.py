@@ -1,0 +1,155 @@
+"""
+Where a model runs: the device (resolve_device), the dtype and its autocast, CPU threads and a note when other jobs
+keep the CPUs busy, seeds; what a script that samples checks first (setup_sampling); torchrun's environment
+(distributed_env) and every RNG's state, which makes a resume exact (gather_rng_states, restore_rng).
+"""
+
+import contextlib
+import os
+import random
+import sys
+
+import numpy as np
+import torch
+
+from safety_net.configurator import UserError, check_temperature, read_prompt
+
+
+# seeds of train.py and sample.py: numpy's range [0, 2**32), nanoGPT's habit (neither seeds numpy now); a larger
+# one used to end in torch's "Overflow when unpacking long long" traceback
+MAX_SEED = 2**32
+
+
+def check_seed(seed, key="seed"):
+    """UserError unless the seed is an integer in [0, MAX_SEED) (every script that takes a seed)."""
+    if not (isinstance(seed, int) and not isinstance(seed, bool) and 0 <= seed < MAX_SEED):
+        raise UserError(f"--{key} must be an integer in [0, {MAX_SEED - 1}], got {seed!r} (fix: e.g. --{key}=1337)")
+
+
+def busy_machine(device):
+    """When other jobs keep the CPUs busy, torch's threads wait on each other and steps get many times slower, while
+    one thread is not slowed: that in one line with the fix ("" on an idle machine, a GPU, or with one thread)."""
+    if str(device) != "cpu" or not hasattr(os, "getloadavg") or torch.get_num_threads() == 1:
+        return ""
+    load, cpus = os.getloadavg()[0], os.cpu_count() or 1
+    if load <= cpus - torch.get_num_threads() + 0.5:
+        return ""
+    return (f"the machine is busy (load {load:.1f} on {cpus} CPUs): {torch.get_num_threads()} torch threads wait on "
+            f"each other (fix: --num_threads=1)")
+
+
+def check_num_threads(n, key="num_threads"):
+    """UserError unless --num_threads is 0 (torch's default) up to the machine's CPU count: more threads only wait
+    on each other, and a huge count crashes torch (a segfault at 100000 threads, after starving the machine of
+    processes while it starts them)."""
+    cpus = os.cpu_count() or 1
+    if not (isinstance(n, int) and not isinstance(n, bool) and 0 <= n <= cpus):
+        raise UserError(f"--{key} must be an integer in [0, {cpus}] (this machine's CPUs), got {n!r} "
+                        f"(fix: --{key}=1, or 0 for torch's default)")
+
+
+def resolve_device(name, local_rank=None):
+    """torch.device for --device: 'auto' = cuda > mps > cpu; under DDP one GPU per local rank."""
+    mps = getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "mps" if mps else "cpu"
+    kind = name.split(":")[0]
+    try:   # 'cuda:x' is not a device; 'cpu:3' is to torch, but every map_location to it fails
+        index = torch.device(name).index
+    except RuntimeError:
+        index = -1
+    if kind not in ("cpu", "cuda", "mps") or index is not None and (index < 0 or kind != "cuda" and index != 0):
+        raise UserError(f"unknown device '{name}' (fix: --device=auto|cpu|cuda|cuda:N|mps)")
+    if (kind == "cuda" and not torch.cuda.is_available()) or (kind == "mps" and not mps):
+        raise UserError(f"device '{name}' requested but {kind.upper()} is not available "
+                        f"(fix: --device=cpu or --device=auto)")
+    if kind == "cuda" and index is not None and index >= torch.cuda.device_count():
+        raise UserError(f"device '{name}' does not exist: this machine has {torch.cuda.device_count()} GPU(s) "
+                        f"(fix: --device=cuda:0 to cuda:{torch.cuda.device_count() - 1}, or --device=cuda)")
+    if kind == "cuda" and local_rank is not None:
+        name = f"cuda:{local_rank}"
+    return torch.device(name)
+
+
+def setup_sampling(cfg):
+    """What a script that samples (sample.py, tools/huggingface/sample.py) checks and sets before anything is
+    loaded: --num_samples, --max_new_tokens, --top_k, --temperature, --seed, --num_threads (set here), --device,
+    --dtype and --start (the text, or FILE:path read: read_prompt), with one-line errors; a note on stderr when
+    other jobs keep the CPUs busy. Returns (torch.device, torch dtype, the prompt's text)."""
+    if cfg["num_samples"] < 1 or cfg["max_new_tokens"] < 0:
+        raise UserError("--num_samples must be >= 1 and --max_new_tokens >= 0 (fix: e.g. --num_samples=1)")
+    if cfg["top_k"] < 0:
+        raise UserError("--top_k must be >= 0 (fix: 0 means no top-k)")
+    check_temperature(cfg["temperature"])
+    check_seed(cfg["seed"])
+    check_num_threads(cfg["num_threads"])
+    if cfg["num_threads"] > 0:
+        torch.set_num_threads(cfg["num_threads"])
+    device = resolve_device(cfg["device"])
+    dtype = getattr(torch, resolve_dtype(cfg["dtype"], device))
+    if busy_machine(device):
+        print(f"note: {busy_machine(device)}", file=sys.stderr)
+    return device, dtype, read_prompt(cfg["start"])
+
+
+def resolve_dtype(name, device):
+    """'float32' | 'bfloat16' | 'float16' for --dtype: 'auto' = bf16 on CUDA if supported, else fp16;
+    float32 elsewhere."""
+    if name not in ("auto", "float32", "bfloat16", "float16"):
+        raise UserError(f"unknown dtype '{name}' (fix: --dtype=auto|float32|bfloat16|float16)")
+    if name != "auto":
+        return name
+    if str(device).startswith("cuda"):
+        return "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
+    return "float32"
+
+
+def autocast(device, dtype):
+    """The autocast context for a resolved dtype, by name or torch.dtype (none for float32)."""
+    dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+    if dtype == torch.float32:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=str(device).split(":")[0], dtype=dtype)
+
+
+def distributed_env():
+    """(rank, local_rank, world_size) from torchrun's environment, or None when not launched by it."""
+    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+        return None
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    return rank, int(os.environ.get("LOCAL_RANK", rank)), world
+
+
+def rng_state(device):
+    """Every RNG's state (python, numpy, torch, cuda), as tensors and plain values the safe loader reads."""
+    np_state = np.random.get_state()
+    return {
+        "python": random.getstate(),
+        # numpy's state as tensors/ints, so checkpoints load with torch.load(weights_only=True)
+        "numpy": {"name": np_state[0], "keys": torch.from_numpy(np_state[1].astype(np.int64)),
+                  "pos": int(np_state[2]), "has_gauss": int(np_state[3]), "cached_gaussian": float(np_state[4])},
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
+    }
+
+
+def restore_rng(state, device):
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    n = state["numpy"]
+    np.random.set_state((n["name"], n["keys"].cpu().numpy().astype(np.uint32), n["pos"], n["has_gauss"],
+                         n["cached_gaussian"]))
+    torch.set_rng_state(state["torch"].cpu())
+    if device.type == "cuda" and state.get("cuda") is not None:
+        torch.cuda.set_rng_state(state["cuda"].cpu(), device)
+
+
+def gather_rng_states(device, gather):
+    """(this rank's RNG state, every rank's when gather (DDP), else None): what last.pt records. gather is a
+    collective: every rank must call it."""
+    rng = rng_state(device)
+    if not gather:
+        return rng, None
+    ranks = [None] * torch.distributed.get_world_size()
+    torch.distributed.all_gather_object(ranks, rng)
+    return rng, ranks
