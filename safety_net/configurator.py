@@ -1,6 +1,7 @@
 """
 Config files + command-line overrides, shared by every script (train.py, sample.py, prepare.py, tools/), and
-the one exception type for bad input, UserError. Imports nothing of the project.
+the one exception type for bad input, UserError (one_line: an exception's text for its message). Imports
+nothing of the project.
 
     python train.py config/gpt_shakespeare_cpu.py --n_layer=6 --dropout 0.1
 
@@ -32,6 +33,12 @@ import sys
 class UserError(ValueError):
     """Bad input from the user (config, data, checkpoint, paths). The message is one line that names the
     problem and ends with `(fix: ...)`; entry points print it as `error: <message>` and exit non-zero."""
+
+
+def one_line(err):
+    """A short single-line description of an exception, for one-line error messages."""
+    text = " ".join(str(err).split()) or type(err).__name__
+    return text if len(text) <= 200 else text[:197] + "..."
 
 
 def load_config(defaults, argv, bool_flags=(), positional=None, one_item=()):

@@ -231,11 +231,11 @@ MUTANTS = [
            "return int(self.branch_weights().argmax())",
            "return int(self.branch_weights().argmin())",
            "tests/test_checkpoint.py -k keep_heaviest_branch", every=True),
-    # dataset.py: ids, the tokenizer meta.json describes, nanoGPT's meta.pkl
-    Mutant("gpt2_whitespace_runs_split_without_lookahead", "safety_net/dataset.py",
+    # safety_net/tokenizers.py, dataset.py: ids, the tokenizer meta.json describes, nanoGPT's meta.pkl
+    Mutant("gpt2_whitespace_runs_split_without_lookahead", "safety_net/tokenizers.py",
            r'|\s+(?!\S)|\s+"""', r'|\s+"""',
            "tests/test_prepare.py -k tiktokens_gpt2", every=False),
-    Mutant("compact_ranks_in_byte_order", "safety_net/dataset.py",
+    Mutant("compact_ranks_in_byte_order", "safety_net/tokenizers.py",
            "ranks = {tok: i for i, tok in enumerate(tokens)}",
            "ranks = {tok: i for i, tok in enumerate(sorted(tokens))}",
            "tests/test_compact_vocab.py -k maps_every_token_to_its_gpt2_id", every=False),
@@ -312,7 +312,7 @@ MUTANTS = [
            'len(text), "counted',
            "tests/test_eval.py -k recomputed_from_the_models_logits", every=False),
     # --- issue 55: three bugs the whole suite passed ---
-    Mutant("text_stream_end_without_its_final_flush", "safety_net/dataset.py",
+    Mutant("text_stream_end_without_its_final_flush", "safety_net/tokenizers.py",
            'self.write(self.decoder.decode(b"", final=True) + "\\n")',
            'self.write("\\n")',
            "tests/test_streaming.py -k ends_inside_a_character", every=False),

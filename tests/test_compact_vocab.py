@@ -13,6 +13,7 @@ import pytest
 from conftest import one_error_line
 import prepare
 from safety_net import dataset as tokenizer
+from safety_net import tokenizers
 from safety_net.configurator import UserError
 from test_prepare import (SMALL_TEXT, UNICODE_TEXT, prepared_folder, read_bin, read_meta, reference_gpt2,
                           split_as_documented, write_input)
@@ -22,7 +23,7 @@ from tools.pangu.compact_vocab import main
 
 @pytest.fixture
 def gpt2_ranks(gpt2_file):
-    return compact_vocab.gpt2_ranks(tokenizer.get_gpt2_encoding())
+    return compact_vocab.gpt2_ranks(tokenizers.get_gpt2_encoding())
 
 
 def test_merge_parents_follow_bpe(gpt2_ranks):
@@ -49,7 +50,7 @@ def check_compact(tokens, ranks, vocab_size):
 
 @pytest.mark.parametrize("vocab_size", [257, 300, 1000])
 def test_select_compact_tokens(gpt2_file, gpt2_ranks, vocab_size):
-    enc = tokenizer.get_gpt2_encoding()
+    enc = tokenizers.get_gpt2_encoding()
     counts = np.bincount(enc.encode_ordinary(SMALL_TEXT), minlength=50257)
     tokens = compact_vocab.select_compact_tokens(counts, gpt2_ranks, vocab_size)
     check_compact(tokens, gpt2_ranks, vocab_size)

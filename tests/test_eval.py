@@ -161,7 +161,7 @@ def test_metric_formulas_on_known_numbers():
 
 
 def test_split_counts_prefers_meta_then_decodes():
-    from safety_net.dataset import CharTokenizer
+    from safety_net.tokenizers import CharTokenizer
     tok = CharTokenizer(list(" ab\u00e9"))
     data = np.array(tok.encode("ab \u00e9a b"), dtype=np.uint16)
     meta = {"splits": {"val": {"tokens": 7, "words": 10, "bytes": 99}}}
@@ -265,7 +265,7 @@ def mc_checkpoint(tmp_path, meta, vocab_size):
 
 def test_log_samples_writes_one_line_per_question(tmp_path, capsys):
     from tools import eval as evaluate
-    from safety_net.dataset import CharTokenizer
+    from safety_net.tokenizers import CharTokenizer
     chars = list("abcdefgh ")
     out, model = mc_checkpoint(tmp_path, {"tokenizer": "char", "vocab_size": len(chars), "chars": chars}, len(chars))
     docs = [dict(context="abc", choices=["d", "ef", "gh"], label=1), dict(context="h ", choices=["a", "bbbb"], label=0),

@@ -489,7 +489,7 @@ def test_gpt2_byte_table_and_recovered_merges():
     ranks = gpt2_ranks_file()
     if ranks is None:
         pytest.skip("no GPT-2 ranks file: set GPT2_TIKTOKEN_FILE or provide ../shared/data/gpt2/gpt2.tiktoken")
-    from safety_net.dataset import get_gpt2_encoding
+    from safety_net.tokenizers import get_gpt2_encoding
     enc = get_gpt2_encoding(ranks)
     vocab, merges = bpe_vocab_and_merges([enc.decode_single_token_bytes(i) for i in range(50256)])
     assert len(vocab) == 50256 and len(merges) == 50000            # GPT-2's merges.txt has 50,000 lines
@@ -633,7 +633,7 @@ def test_folder_tokenizer_without_transformers(exported, monkeypatch):
     tokenizer files are a one-line error naming what to install."""
     from tools.huggingface.convert import load_pretrained
     from tools.huggingface.tokenizer import tokenizer_for
-    from safety_net.dataset import BPETokenizer
+    from safety_net.tokenizers import BPETokenizer
     gpt2_info = load_pretrained(exported("gpt2")[0], say=lambda msg: None)[1]
     char_info = load_pretrained(exported("char")[0], say=lambda msg: None)[1]
     monkeypatch.setenv("GPT2_TIKTOKEN_FILE", gpt2_ranks_file())

@@ -229,7 +229,7 @@ BOUNDS = {("f32", "llama"): 1e-4, ("f32", "gpt2"): 2e-3, ("q8_0", "llama"): 0.25
 def test_llamacpp_greedy_text_equals_sample_py(shape, tmp_path, capsys, request):
     pytest.importorskip("llama_cpp", reason="llama_cpp is not installed (pip install llama-cpp-python: a source build)")
     import sample
-    from safety_net.dataset import tokenizer_from_meta
+    from safety_net.tokenizers import tokenizer_from_meta
     if shape.endswith("bpe"):
         request.getfixturevalue("gpt2_file")
         meta = {"dataset": "gpt2text", "tokenizer": "gpt2", "vocab_size": 50257}
@@ -261,7 +261,7 @@ def test_llamacpp_tokenizes_tinyshakespeare_as_we_do(tmp_path):
     so its merges list holds only the inert one) gives our char ids: the text's runs of spaces ("And  \\n") once lost
     two ids to a merge whose result was no token."""
     pytest.importorskip("llama_cpp", reason="llama_cpp is not installed (pip install llama-cpp-python: a source build)")
-    from safety_net.dataset import tokenizer_from_meta
+    from safety_net.tokenizers import tokenizer_from_meta
     from tools.llamacpp.run import load
     text = (Path(__file__).parent.parent / "data" / "tinyshakespeare" / "input.txt").read_text(encoding="utf-8")
     chars = sorted(set(text))

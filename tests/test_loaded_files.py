@@ -30,6 +30,7 @@ import torch
 from conftest import one_error_line, write_char_checkpoint
 from model import GPT, GPTConfig
 from safety_net import dataset
+from safety_net import tokenizers
 from safety_net import run_dir
 from safety_net.build import MAX_LAYERS, check_layer_count, check_memory, gpt_config_defaults, weights_lower_bound
 from safety_net.configurator import UserError
@@ -67,11 +68,11 @@ def test_meta_pkl_stoi_must_invert_itos(tmp_path):
 ])
 def test_meta_json_parts_must_agree(meta, words):
     with pytest.raises(UserError, match=words):
-        dataset.tokenizer_from_meta(meta)
+        tokenizers.tokenizer_from_meta(meta)
 
 
 def test_a_new_tokenizer_kind_is_refused_by_every_reader(monkeypatch):
-    """A kind added to dataset.TOKENIZER_KINDS before its parts are written in dataset.Vocabulary: each reader of a
+    """A kind added to tokenizers.TOKENIZER_KINDS before its parts are written in tokenizers.Vocabulary: each reader of a
     vocabulary (the tokenizer, the files the Hugging Face / ExecuTorch / GGUF exports write, inheritance's GPT-2
     ids, wikitext103's workers, the export's summary) refuses it in one line instead of taking it for another kind;
     a kind not in the list is refused as soon as it is read."""
@@ -79,14 +80,14 @@ def test_a_new_tokenizer_kind_is_refused_by_every_reader(monkeypatch):
     from tools.pangu.inherit import vocab_rows
     from tools.wikitext103 import encoding_from_spec, encoding_spec
     with pytest.raises(UserError, match="names tokenizer 'dummy', which is none of char, gpt2, compact"):
-        dataset.Vocabulary({"tokenizer": "dummy", "vocab_size": 10})
-    monkeypatch.setattr(dataset, "TOKENIZER_KINDS", (*dataset.TOKENIZER_KINDS, "dummy"))
+        tokenizers.Vocabulary({"tokenizer": "dummy", "vocab_size": 10})
+    monkeypatch.setattr(tokenizers, "TOKENIZER_KINDS", (*tokenizers.TOKENIZER_KINDS, "dummy"))
     meta = {"tokenizer": "dummy", "vocab_size": 10}
-    readers = [functools.partial(dataset.tokenizer_from_meta, meta),
+    readers = [functools.partial(tokenizers.tokenizer_from_meta, meta),
                functools.partial(tokenizer_files, meta, 10, 8),
                functools.partial(vocab_rows, meta, meta),
                functools.partial(encoding_from_spec, encoding_spec(meta)),
-               dataset.Vocabulary(meta).describe]
+               tokenizers.Vocabulary(meta).describe]
     for read in readers:
         with pytest.raises(UserError) as e:
             read()

@@ -12,8 +12,8 @@ import torch.nn.functional as F
 from model import GPT, GPTConfig
 from tools import eval as evaluate
 from safety_net.configurator import UserError
-from safety_net.dataset import CharTokenizer
 from safety_net.fileio import atomic_save
+from safety_net.tokenizers import CharTokenizer
 
 CHARS = "abcdefgh "          # vocabulary of the test models; the bigram model walks it cyclically
 BLOCK = 16

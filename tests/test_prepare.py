@@ -24,6 +24,7 @@ import tiktoken
 from conftest import one_error_line
 import prepare
 from safety_net import dataset as tokenizer
+from safety_net import tokenizers
 from safety_net.configurator import UserError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -190,7 +191,7 @@ def test_download_checks_size_and_sha(tmp_path, monkeypatch):
 # ----------------------------------------------------------------------------- GPT-2 BPE
 
 def test_gpt2_from_ranks_file(gpt2_file):
-    enc = tokenizer.get_gpt2_encoding()
+    enc = tokenizers.get_gpt2_encoding()
     assert enc.name == "gpt2" and enc.n_vocab == 50257 and enc.eot_token == 50256
     assert enc.encode_ordinary("Hello world") == [15496, 995]
     assert enc.decode(enc.encode_ordinary(UNICODE_TEXT)) == UNICODE_TEXT
@@ -199,7 +200,7 @@ def test_gpt2_from_ranks_file(gpt2_file):
 def test_gpt2_regex_matches_tiktoken_reference(gpt2_file):
     """Our hand-written GPT-2 pattern splits text exactly like tiktoken's own gpt2 pattern."""
     from tiktoken_ext.openai_public import r50k_pat_str
-    ours = tokenizer.get_gpt2_encoding()
+    ours = tokenizers.get_gpt2_encoding()
     ref = tiktoken.Encoding(name="ref", pat_str=r50k_pat_str, mergeable_ranks=ours._mergeable_ranks,
                             special_tokens={"<|endoftext|>": 50256})
     text = (SMALL_TEXT + UNICODE_TEXT + " I'm you're they'll it's we've he'd  \n\n  x2024 3.14 "
@@ -214,14 +215,14 @@ def test_gpt2_offline_error_is_one_line(monkeypatch):
         raise ConnectionError("Failed to resolve 'openaipublic.blob.core.windows.net'\n(more)")
     monkeypatch.setattr(tiktoken, "get_encoding", fail)
     with pytest.raises(UserError) as exc:
-        tokenizer.get_gpt2_encoding()
+        tokenizers.get_gpt2_encoding()
     msg = str(exc.value)
     assert "\n" not in msg and "(fix: " in msg and "GPT2_TIKTOKEN_FILE" in msg
 
 
 def test_gpt2_ranks_file_missing(tmp_path):
     with pytest.raises(UserError, match="not found"):
-        tokenizer.get_gpt2_encoding(str(tmp_path / "missing.tiktoken"))
+        tokenizers.get_gpt2_encoding(str(tmp_path / "missing.tiktoken"))
 
 
 def test_shakespeare_gpt2_ids_equal_tiktokens_gpt2(tmp_path, gpt2_file):

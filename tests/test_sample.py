@@ -201,7 +201,7 @@ def test_each_tokenizer_streams_what_decode_gives(kind, gpt2_file, capsys):
     CharTokenizer too) the text printed token by token is tok.decode of all ids, and never half a character."""
     import codecs
     import sample
-    from safety_net.dataset import BPETokenizer, CharTokenizer, get_gpt2_encoding
+    from safety_net.tokenizers import BPETokenizer, CharTokenizer, get_gpt2_encoding
     text = "War is \U0001f642 peace, \u5e73\u548c \u2014 ok\n"
     if kind == "gpt2":
         tok = BPETokenizer(get_gpt2_encoding(), 50257, 50256)

@@ -1,5 +1,5 @@
 """Text appears as it is generated (issue 48): tools.executorch.run and tools.llamacpp.run print each token as it
-comes (dataset.TextStream), a multi-byte character once all its bytes are there, and Ctrl-C stops them there with
+comes (tokenizers.TextStream), a multi-byte character once all its bytes are there, and Ctrl-C stops them there with
 exit code 130, the line `interrupted` on stderr and no traceback.
 
 No runtime is needed here: the runners run on fakes of ExecuTorch's program and of llama_cpp's Llama (a bigram
@@ -21,7 +21,7 @@ from tokenizers import Tokenizer
 from tools.executorch import run as et_run
 from tools.huggingface.tokenizer import TokenBytes, char_level, tokenizer_files
 from tools.llamacpp import run as lc_run
-from safety_net.dataset import TextStream, get_gpt2_encoding
+from safety_net.tokenizers import TextStream, get_gpt2_encoding
 
 # characters of 1 to 4 UTF-8 bytes: GPT-2's BPE splits the snowman and the CJK characters across tokens
 MIXED = "na\u00efve caf\u00e9 \u2603 \u65e5\u672c\u8a9e \U0001f642 done\n"

@@ -10,6 +10,7 @@ import pytest
 
 from conftest import one_error_line
 from safety_net import dataset as tokenizer
+from safety_net import tokenizers
 from safety_net.configurator import UserError
 from test_prepare import (prepared_folder, read_bin, read_meta,
                           write_input)
@@ -67,7 +68,7 @@ def test_wikitext103_layout(tmp_path, monkeypatch, gpt2_file, offline, kind):
     prepare("wikitext103", out_dir=str(out), source=make_wikitext(tmp_path, kind), num_proc=2)
     meta = read_meta(out)
     assert meta["tokenizer"] == "gpt2" and meta["eot_token"] == 50256
-    enc = tokenizer.get_gpt2_encoding()
+    enc = tokenizers.get_gpt2_encoding()
     for split in ("train", "val", "test"):
         text = "".join(WIKI[split])
         ids = read_bin(out / f"{split}.bin").tolist()

@@ -13,7 +13,7 @@ import numpy as np
 
 from tools.wikitext103 import check_num_proc, encoding_spec, iter_tokenized
 from safety_net.configurator import UserError, run_command
-from safety_net.dataset import GPT2_EOT_ID, get_gpt2_encoding, gpt2_meta
+from safety_net.tokenizers import GPT2_EOT_ID, get_gpt2_encoding, gpt2_meta
 
 DEFAULTS = dict(mb=32.0, input_path="", gpt2_ranks="", num_proc=0)
 

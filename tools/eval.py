@@ -358,7 +358,7 @@ def run(cfg):
         raise UserError(f"--gpt2_ranks: {ranks} is not a file (fix: point it to a gpt2.tiktoken ranks file, "
                         f"or leave it out)")
     previous = os.environ.get("GPT2_TIKTOKEN_FILE")
-    os.environ["GPT2_TIKTOKEN_FILE"] = ranks   # what dataset.get_gpt2_encoding reads
+    os.environ["GPT2_TIKTOKEN_FILE"] = ranks   # what tokenizers.get_gpt2_encoding reads
     try:
         return run_eval(cfg)
     finally:

@@ -23,9 +23,10 @@ import numpy as np
 
 from tools.pangu.compact_vocab import REPORT_DEFAULTS, build_compact, check_positive, compact_size, given
 from safety_net.configurator import UserError, run_command
-from safety_net.dataset import (GPT2_EOT_ID, GPT2_VOCAB_SIZE, Progress, Vocabulary, begin_writing, download,
-                                get_gpt2_encoding, gpt2_meta, one_line, write_meta)
+from safety_net.configurator import one_line
+from safety_net.dataset import Progress, begin_writing, download, write_meta
 from safety_net.fileio import atomic_open, check_out_dir
+from safety_net.tokenizers import GPT2_EOT_ID, GPT2_VOCAB_SIZE, Vocabulary, get_gpt2_encoding, gpt2_meta
 
 # WikiText-103 (raw, v1, Merity et al.), tried in order. The original Salesforce S3 bucket is
 # the canonical home; the size and sha256 are those published for this archive with the Hugging
@@ -142,7 +143,7 @@ _worker_enc = None
 
 
 def encoding_spec(meta, ranks_path=None):
-    """A picklable description of an encoding: a gpt2 or compact meta.json (dataset.Vocabulary reads it) and
+    """A picklable description of an encoding: a gpt2 or compact meta.json (tokenizers.Vocabulary reads it) and
     GPT-2's ranks file."""
     return {"meta": meta, "ranks_path": ranks_path or os.environ.get("GPT2_TIKTOKEN_FILE") or None}
 

@@ -146,7 +146,7 @@ def prepare(out_dir, cfg, have_llamacpp):
     """(model, tokenizer, {runtime: weights file MB, or why it has none}, {runtime: command(threads)}) of a
     checkpoint, every file written (programs: tools.executorch.export; GGUF: tools.llamacpp.export)."""
     from safety_net.checkpoint import load_model
-    from safety_net.dataset import tokenizer_from_meta
+    from safety_net.tokenizers import tokenizer_from_meta
     from tools.huggingface import ConversionError
     from tools.huggingface.convert import checkpoint_meta
     from tools.llamacpp import export as gguf_export

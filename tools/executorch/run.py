@@ -25,7 +25,7 @@ if __name__ == "__main__":
 import torch
 
 from safety_net.configurator import UserError, run_command
-from safety_net.dataset import GPT2_EOT
+from safety_net.tokenizers import GPT2_EOT
 
 DEFAULTS = dict(
     pte="model.pte",        # the program; its tokenizer is <name>.tokenizer.json beside it
@@ -202,8 +202,8 @@ def encode(tokenizer, text, eot_token):
 
 def run(cfg):
     from safety_net.configurator import check_temperature
-    from safety_net.dataset import TextStream
     from safety_net.runtime import check_num_threads, check_seed
+    from safety_net.tokenizers import TextStream
     from tools.huggingface.tokenizer import TokenBytes
     from tools.executorch.export import tokenizer_path
     if cfg["num_samples"] < 1 or cfg["max_new_tokens"] < 0 or cfg["top_k"] < 0:

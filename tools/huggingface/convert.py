@@ -43,7 +43,7 @@ from tools.sizes import head_dim, kv_heads
 from tools.support import refuse_undeclared
 from safety_net.build import depth_summary
 from safety_net.configurator import UserError, run_command
-from safety_net.dataset import GPT2_EOT_ID, GPT2_VOCAB_SIZE, Vocabulary
+from safety_net.tokenizers import GPT2_EOT_ID, GPT2_VOCAB_SIZE, Vocabulary
 
 GPT2_ARCHS = ("GPT2LMHeadModel",)
 LLAMA_ARCHS = ("LlamaForCausalLM", "MobileLLMForCausalLM")

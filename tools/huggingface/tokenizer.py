@@ -13,7 +13,7 @@ co for `python -m tools.huggingface.convert export` (tokenizer_files, below).
 import os
 
 from tools.huggingface import ConversionError, _first_line, refuse
-from safety_net.dataset import GPT2_EOT, GPT2_VOCAB_SIZE, Vocabulary
+from safety_net.tokenizers import GPT2_EOT, GPT2_VOCAB_SIZE, Vocabulary
 
 HF_TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
 
@@ -102,7 +102,7 @@ def tokenizer_for(info):
 
 
 def gpt2_tokenizer():
-    from safety_net.dataset import GPT2_EOT_ID, BPETokenizer, get_gpt2_encoding
+    from safety_net.tokenizers import GPT2_EOT_ID, BPETokenizer, get_gpt2_encoding
     return BPETokenizer(get_gpt2_encoding(), GPT2_VOCAB_SIZE, GPT2_EOT_ID)
 
 
@@ -112,7 +112,7 @@ def gpt2_tokenizer():
 # tokenizer.json is the `tokenizers` library's serialisation, written here as plain JSON (no `tokenizers` or
 # transformers needed to export). Our choices, checked in tests/test_huggingface.py against the project's own
 # encoders on tinyshakespeare:
-#   gpt2, compact  byte-level BPE: GPT-2's regex split (dataset.GPT2_PAT_STR) then GPT-2's byte ->
+#   gpt2, compact  byte-level BPE: GPT-2's regex split (tokenizers.GPT2_PAT_STR) then GPT-2's byte ->
 #                  printable-character table; vocab = the tiktoken ranks (id = rank), merges = each token's two
 #                  merge parents in rank order; ignore_merges (a piece that is a whole token is taken as one,
 #                  as tiktoken does); <|endoftext|> a special token (bos = eos = pad)
@@ -156,7 +156,7 @@ def bpe_vocab_and_merges(tokens):
 
 def byte_level_bpe(tokens, eot):
     """tokenizer.json of a GPT-2-style BPE over `tokens` (rank order) with <|endoftext|> as id `eot`."""
-    from safety_net.dataset import GPT2_PAT_STR
+    from safety_net.tokenizers import GPT2_PAT_STR
     vocab, merges = bpe_vocab_and_merges(tokens)
     vocab[GPT2_EOT] = eot
     return {
@@ -188,7 +188,7 @@ def char_level(chars):
 
 
 def tokenizer_files(meta, model_vocab_size, block_size, source="meta.json"):
-    """({file name: JSON object}, eot id or None) for the tokenizer meta.json describes (dataset.Vocabulary: char,
+    """({file name: JSON object}, eot id or None) for the tokenizer meta.json describes (tokenizers.Vocabulary: char,
     gpt2, compact), refused with a one-line reason when it does not fit a model of model_vocab_size tokens."""
     vocab = Vocabulary(meta, source)   # the kind, and each part it has, checked there
     eot = vocab.eot()

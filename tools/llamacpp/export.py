@@ -30,7 +30,7 @@ import torch
 from tools.sizes import head_dim, kv_heads
 from tools.support import refuse_undeclared
 from safety_net.configurator import UserError, run_command
-from safety_net.dataset import GPT2_EOT, Vocabulary
+from safety_net.tokenizers import GPT2_EOT, Vocabulary
 
 DEFAULTS = dict(
     out_dir="",             # directory with ckpt.pt / last.pt, or a checkpoint file; "" = the newest out*/ folder

@@ -138,7 +138,7 @@ def run(cfg):
 def stream_text(llm, start, ids, max_new_tokens):
     """Print start, then each greedy token as it comes (llama.cpp's bytes of it: a GPT-2 BPE token may hold part of
     a character, printed once the character is whole), then a newline. Ctrl-C stops it: exit code 130."""
-    from safety_net.dataset import TextStream
+    from safety_net.tokenizers import TextStream
     stream = TextStream()
     stream.write(start)
     for token in greedy_tokens(llm, ids, max_new_tokens, model_vocab(llm)):

@@ -92,10 +92,11 @@ from tools.support import refuse_undeclared
 from train import get_batch
 from safety_net.checkpoint import CKPT_NAME, clean_state_dict, load_model, save_checkpoint
 from safety_net.configurator import UserError, run_command
-from safety_net.dataset import Vocabulary, load_meta, resolve_data_dir, split_path, tokenizer_id
+from safety_net.dataset import load_meta, resolve_data_dir, split_path, tokenizer_id
 from safety_net.dataset import split_tokens
 from safety_net.fileio import check_out_dir, remove_stale_temp_files
 from safety_net.runtime import check_num_threads, check_seed
+from safety_net.tokenizers import Vocabulary
 
 DEFAULTS = {
     "from": "",                # source out_dir or checkpoint file (the big model)
