@@ -204,6 +204,12 @@ MUTANTS = [
            "run.rank * run.accum + micro",
            "run.rank + micro",
            "tests/test_ddp.py -k two_cpu_ranks_match_single_process", every=False),
+    Mutant("train_data_vocab_over_the_keys_set", "train.py",   # --vocab_size lost to meta.json's
+           'args.update({k: config[k] for k in explicit if k in MODEL_DEFAULTS})\n',
+           'args.update({k: config[k] for k in explicit if k in MODEL_DEFAULTS})\n'
+           '    if "vocab_size" in explicit and config["init_from"] != "resume":\n'
+           '        args["vocab_size"] = meta["vocab_size"]\n',
+           "tests/test_train.py -k builds_the_model_arguments_as_build_model_args_does", every=False),
     # --- issue 38: the pipeline around the model ---
     # safety_net/checkpoint.py: the formats it reads, and pgpt's heaviest branch
     Mutant("init_from_keeps_the_compile_prefix", "safety_net/checkpoint.py",

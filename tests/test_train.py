@@ -14,7 +14,9 @@ from safety_net import checkpoint
 from safety_net import fileio
 from safety_net import runtime
 from safety_net.checkpoint import load_checkpoint, load_model
+from safety_net.build import model_args
 from safety_net.configurator import UserError
+from safety_net.dataset import load_meta
 from safety_net.fileio import atomic_save
 
 
@@ -216,6 +218,29 @@ def test_init_from_checkpoint_path_copies_matching_weights(tiny_train_config, tm
     with pytest.raises(UserError, match="none of its"):
         run(wide)
     assert not os.path.exists(wide["out_dir"])
+
+
+def test_train_builds_the_model_arguments_as_build_model_args_does(tiny_train_config, tmp_path):
+    """train.py writes the model's arguments out in setup, in nanoGPT's order of precedence; build.model_args is
+    the tools' copy of that order. Both give the same arguments: from scratch with a variant, from another
+    checkpoint with a key set, and on a resume that sets dropout (whose vocab_size is the checkpoint's)."""
+    vocab = load_meta(tiny_train_config["data_dir"])["vocab_size"]
+    scratch = dict(tiny_train_config, variant="gpt")
+    first = run(scratch)["model_args"]
+    assert first == model_args({**train.DEFAULTS, **scratch}, set(scratch), vocab_size=vocab)
+    assert first["n_layer"] == 2 and first["vocab_size"] == vocab   # the keys set, then the data's vocab_size
+    # the checkpoint's, then the variant's (n_branches), then the keys set (vocab_size over the data's)
+    ckpt = os.path.join(scratch["out_dir"], "ckpt.pt")
+    other = dict(tiny_train_config, out_dir=str(tmp_path / "other"), init_from=ckpt, variant="pgpt",
+                 tie_embeddings=False, vocab_size=vocab + 3, allow_partial_init=True, max_iters=0)
+    args = run(other)["model_args"]
+    assert args == model_args({**train.DEFAULTS, **other}, set(other), base=first, vocab_size=vocab)
+    assert args["n_branches"] == 2 and args["vocab_size"] == vocab + 3
+    resumed = dict(scratch, init_from="resume", dropout=0.1, max_iters=30)
+    args = run(resumed)["model_args"]
+    assert args == model_args({**train.DEFAULTS, **resumed}, set(resumed), base=first,
+                              vocab_size=first["vocab_size"])
+    assert args["dropout"] == 0.1
 
 
 def test_pgpt_logs_heaviest_branch(tiny_train_config, capsys):
