@@ -27,7 +27,7 @@ import tempfile
 import numpy as np
 import torch
 
-from safety_net.build import build_model, model_config
+from safety_net.build import build_model, gpt_config_defaults, model_config
 from safety_net.configurator import UserError
 from safety_net.fileio import atomic_save
 
@@ -153,6 +153,9 @@ def load_checkpoint(path_or_out_dir, device="cpu", prefer=(CKPT_NAME, LAST_NAME)
     if damaged:
         raise UserError(f"'{path}' is damaged: {damaged} (fix: the file was edited or written by other code: "
                         f"retrain, or use a ckpt.pt/last.pt written by train.py)")
+    # a GPTConfig field added after the file was written takes its default, which is the model as it was before
+    # the field existed (a technique off: the rule in tools/support.py), so a resume compares like with like
+    ckpt["model_args"] = {**gpt_config_defaults(), **ckpt["model_args"]}
     # its model_args build a GPTConfig (sample.py builds one plainly); "meta": the weights are already in memory
     model_config(ckpt["model_args"], path, device="meta")
     ckpt.setdefault("path", path)

@@ -243,6 +243,22 @@ def test_train_builds_the_model_arguments_as_build_model_args_does(tiny_train_co
     assert args["dropout"] == 0.1
 
 
+def test_a_checkpoint_written_before_a_field_existed_loads_and_resumes_with_its_default(tiny_train_config):
+    """A GPTConfig field added after a checkpoint was written (here two, removed from its model_args) takes its
+    default on load, so sampling and a resume work; the resume used to be refused for a difference the user never
+    set ("think_eta=0.01 differs from the checkpoint's think_eta=None")."""
+    run(dict(tiny_train_config, max_iters=10))
+    path = os.path.join(tiny_train_config["out_dir"], "last.pt")
+    raw = torch.load(path, weights_only=True)
+    for field in ("think_eta", "n_top_attn_layers"):
+        del raw["model_args"][field]
+    atomic_save(raw, path)
+    ckpt = load_checkpoint(path)
+    assert ckpt["model_args"]["think_eta"] == 0.01 and ckpt["model_args"]["n_top_attn_layers"] == 0
+    summary = run(dict(tiny_train_config, init_from="resume", max_iters=20))
+    assert summary["iter_num"] == 20 and summary["model_args"]["think_eta"] == 0.01
+
+
 def test_pgpt_logs_heaviest_branch(tiny_train_config, capsys):
     cfg = dict(tiny_train_config, n_branches=2, tie_embeddings=False, max_iters=4, eval_interval=4)
     summary = run(cfg)

@@ -23,6 +23,9 @@ another; a path refusing the parent need not test the child) and NO_EFFECT (a fi
 path computes). Declaring `()` for a new field therefore asks every path's test for it. The other way round, a
 refusal declared on a tool path is made: test_a_declared_refusal_is_real gives each such path a model that sets the
 field (test_model.py's FLAGS entry with the fewest other changes) and expects its one-line refusal.
+
+A new field's default must be the model as it was before the field existed (a technique off): a checkpoint
+written before the field loads and resumes with that default (safety_net/checkpoint.py's load_checkpoint).
 """
 import dataclasses
 
