@@ -231,7 +231,7 @@ class CausalSelfAttention(nn.Module):
 
     def forward(self, x, cache=None):
         """cache: this layer's entry of the KV cache (section 9) or of Deep
-        Thinking (section 8), which stores k, v and attends; None in training."""
+        Thinking (section 8), which stores k, v and attends; else None."""
         B, T, C = x.shape
         # q (B, H, T, D), k and v (B, H_kv, T, D): from one projection
         q, k, v = self.qkv_proj(x).split([C, self.kv_width, self.kv_width], dim=2)
@@ -288,7 +288,8 @@ class ResidualSubLayer(nn.Module):
 
 class DecoderStack(nn.Module):
     """The layers of one branch: attention, then the FFN, each in its residual.
-    `layers`: the sub-layers as applied; `attn`, `mlp`: each weight set once."""
+    `layers`: the sub-layers as applied (and lgpt/cgpt's shrinks); `attn`,
+    `mlp`: each weight set once."""
 
     def __init__(self, config):
         super().__init__()

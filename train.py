@@ -179,7 +179,7 @@ def setup(config, explicit, device, dtype, rank, world):
     config.update(device=str(device), dtype=dtype)
     if config["num_threads"] > 0:
         torch.set_num_threads(config["num_threads"])
-    # autocast: bf16 or fp16 activations where the GPU has them (the weights stay fp32)
+    # autocast: bf16 or fp16 activations when dtype asks for them (the weights stay fp32)
     run.ctx = contextlib.nullcontext()
     if dtype != "float32":
         run.ctx = torch.autocast(device.type, dtype=getattr(torch, dtype))
@@ -283,7 +283,7 @@ def estimate_loss(run, splits, stop):
 
 
 def evaluate(run, iter_num, lr, stop):
-    """Train and val loss (pgpt: also the heaviest branch's): one line, one log.csv row."""
+    """Train and val loss: a line (pgpt: two, the heaviest branch's too), a log.csv row."""
     losses = estimate_loss(run, ("train", "val"), stop)
     say(run, f"step {iter_num}: train loss {losses['train']:.4f}, "
         f"val loss {losses['val']:.4f}")

@@ -545,7 +545,8 @@ class Specialiser:
         value = repr(self.pinned[name])
         start, end = self.col(stmt.lineno, stmt.value.col_offset), self.col(stmt.lineno, stmt.value.end_col_offset)
         code, _, comment = line[end:].partition("#")
-        comment = comment.strip() + "; " if comment.strip() else ""
+        kept = [part for part in comment.strip().split("; ") if part and "= off" not in part]   # "0 = off": not here
+        comment = "; ".join(kept) + "; " if kept else ""
         return f"{line[:start]}{value}{code}# {comment}this file: {value} only"
 
     def if_statement(self, node, shift, keyword, drop):
@@ -665,6 +666,14 @@ def no_rope(config):
     return config["pos_embedding"] != "rope"
 
 
+def no_rmsnorm(config):
+    return config["norm"] != "rmsnorm"
+
+
+def no_post_norm(config):
+    return config["norm_placement"] != "post"
+
+
 def no_sinusoidal(config):
     return config["pos_embedding"] != "sinusoidal"
 
@@ -719,6 +728,8 @@ TECHNIQUE_WORDS = [
     (["GQA", "grouped-query"], no_gqa),
     (["RoPE", "rotary"], no_rope),
     (["sinusoidal"], no_sinusoidal),
+    (["RMSNorm"], no_rmsnorm),
+    (["post-norm"], no_post_norm),
     (["gated", "double up-proj"], not_gated),
     (["SwiGLU"], no_swiglu),
     (["lgpt/cgpt", "shrink", "shrinks", "halve", "halved", "halving"], no_shrink),

@@ -82,6 +82,9 @@ class Source:
                 last = body[0].lineno - 1 if isinstance(body, list) else node.end_lineno
                 self.unit.update(dict.fromkeys(range(node.lineno, last + 1), node.lineno))
         self.name_functions(tree, "")
+        # GPTConfig's checks (__post_init__ and section 10): they run, but the Tracer leaves them out
+        start = next((n + 1 for n, line in enumerate(self.lines) if line.startswith("# --- 10.")), len(self.lines))
+        self.checks = {name for name, line in self.defs.items() if line > start} | {"GPTConfig.__post_init__"}
         self.code = sorted(code & set(self.where))   # the lines outside functions run at import
         following = None
         for line in reversed(self.code):
@@ -245,6 +248,9 @@ def report(source, units, against):
             names = list(dict.fromkeys(source.where[n] for n in skipped))
             more = f" and {len(names) - 3} more" if len(names) > 3 else ""
             verb = "not added" if against else "not run"
+            checks = [name for name in names if name in source.checks]
+            if not against and checks:
+                verb = "not traced (GPTConfig's checks)" if checks == names else "not run, or checks not traced"
             plural = "s" if len(skipped) > 1 else ""
             out.append(f"      ... {len(skipped)} line{plural} {verb}: {', '.join(names[:3])}{more}")
         if line not in source.where:   # the end of the file

@@ -6,7 +6,7 @@ classes, functions, branches and GPTConfig fields), in model.py's order, with it
 computes exactly what model.py computes for it. Do not edit: regenerate.
 
     made by:  python -m tools.one_file deep_thinking --out=docs/models/deep_thinking.py
-    model.py of commit 71b9c0c
+    model.py of commit 71b9c0c plus uncommitted changes
 """
 
 import math
@@ -40,7 +40,7 @@ class GPTConfig:
     share_sublayers: str = "both"   # "both" | "attn" | "mlp"
     residual_logit_init: float = 0.0   # w at init (authors' code: 0, alpha = 0.5)
     # --- Deep Thinking (000 2.8) ---
-    think_steps: int = 3            # thinking passes T (paper: 3); 0 = off; this file: 3 only
+    think_steps: int = 3            # thinking passes T (paper: 3); this file: 3 only
     think_eta: float = 0.01         # M_t = eta*K_t + (1-eta)*M_{t-1}
     n_top_attn_layers: int = 0      # ... and in the last m (001 Table 10's "n + m")
     init_std: float = 0.02
@@ -89,6 +89,7 @@ def config_from(model_args):
 # --- 2. Building blocks: norms, positions, MLP ----------------------------------------
 
 def make_norm(config, dim):
+    # model.py's docstring, shortened: its first lines also tell of code left out here
     """LayerNorm (GPT-2; bias if `bias`) or RMSNorm (LLaMA: x / rms(x) * g)."""
     return nn.LayerNorm(dim, eps=config.norm_eps, bias=config.bias)
 
@@ -162,7 +163,7 @@ class CausalSelfAttention(nn.Module):
 
     def forward(self, x, cache=None):
         """cache: this layer's entry of the KV cache (section 9) or of Deep
-        Thinking (section 8), which stores k, v and attends; None in training."""
+        Thinking (section 8), which stores k, v and attends; else None."""
         B, T, C = x.shape
         # q (B, H, T, D), k and v (B, H_kv, T, D): from one projection
         q, k, v = self.qkv_proj(x).split([C, self.kv_width, self.kv_width], dim=2)
@@ -202,7 +203,8 @@ class ResidualSubLayer(nn.Module):
 class DecoderStack(nn.Module):
     # model.py's docstring, shortened: its first lines also tell of code left out here
     """The layers of one branch: attention, then the FFN, each in its residual.
-    `layers`: the sub-layers as applied; `attn`, `mlp`: each weight set once."""
+    `layers`: the sub-layers as applied (and lgpt/cgpt's shrinks); `attn`,
+    `mlp`: each weight set once."""
 
     def __init__(self, config):
         super().__init__()

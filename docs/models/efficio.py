@@ -6,7 +6,7 @@ classes, functions, branches and GPTConfig fields), in model.py's order, with it
 computes exactly what model.py computes for it. Do not edit: regenerate.
 
     made by:  python -m tools.one_file efficio --out=docs/models/efficio.py
-    model.py of commit 71b9c0c
+    model.py of commit 71b9c0c plus uncommitted changes
 """
 
 import math
@@ -85,6 +85,7 @@ def config_from(model_args):
 # --- 2. Building blocks: norms, positions, MLP ----------------------------------------
 
 def make_norm(config, dim):
+    # model.py's docstring, shortened: its first lines also tell of code left out here
     """LayerNorm (GPT-2; bias if `bias`) or RMSNorm (LLaMA: x / rms(x) * g)."""
     return nn.LayerNorm(dim, eps=config.norm_eps, bias=config.bias)
 
@@ -149,7 +150,7 @@ class CausalSelfAttention(nn.Module):
     def forward(self, x, cache=None):
         # model.py's docstring, shortened: its first lines also tell of code left out here
         """cache: this layer's entry of the KV cache (section 9) or of Deep
-        Thinking (section 8), which stores k, v and attends; None in training."""
+        Thinking (section 8), which stores k, v and attends; else None."""
         B, T, C = x.shape
         # q (B, H, T, D), k and v (B, H_kv, T, D): from one projection
         q, k, v = self.qkv_proj(x).split([C, self.kv_width, self.kv_width], dim=2)
@@ -189,7 +190,8 @@ class ResidualSubLayer(nn.Module):
 class DecoderStack(nn.Module):
     # model.py's docstring, shortened: its first lines also tell of code left out here
     """The layers of one branch: attention, then the FFN, each in its residual.
-    `layers`: the sub-layers as applied; `attn`, `mlp`: each weight set once."""
+    `layers`: the sub-layers as applied (and lgpt/cgpt's shrinks); `attn`,
+    `mlp`: each weight set once."""
 
     def __init__(self, config):
         super().__init__()

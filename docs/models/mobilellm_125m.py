@@ -6,7 +6,7 @@ classes, functions, branches and GPTConfig fields), in model.py's order, with it
 computes exactly what model.py computes for it. Do not edit: regenerate.
 
     made by:  python -m tools.one_file mobilellm_125m --out=docs/models/mobilellm_125m.py
-    model.py of commit 71b9c0c
+    model.py of commit 71b9c0c plus uncommitted changes
 """
 
 import math
@@ -153,7 +153,7 @@ class CausalSelfAttention(nn.Module):
     def forward(self, x, cache=None):
         # model.py's docstring, shortened: its first lines also tell of code left out here
         """cache: this layer's entry of the KV cache (section 9) or of Deep
-        Thinking (section 8), which stores k, v and attends; None in training."""
+        Thinking (section 8), which stores k, v and attends; else None."""
         B, T, C = x.shape
         # q (B, H, T, D), k and v (B, H_kv, T, D): from one projection
         q, k, v = self.qkv_proj(x).split([C, self.kv_width, self.kv_width], dim=2)
@@ -196,7 +196,8 @@ class ResidualSubLayer(nn.Module):
 class DecoderStack(nn.Module):
     # model.py's docstring, shortened: its first lines also tell of code left out here
     """The layers of one branch: attention, then the FFN, each in its residual.
-    `layers`: the sub-layers as applied; `attn`, `mlp`: each weight set once."""
+    `layers`: the sub-layers as applied (and lgpt/cgpt's shrinks); `attn`,
+    `mlp`: each weight set once."""
 
     def __init__(self, config):
         super().__init__()
