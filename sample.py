@@ -27,7 +27,7 @@ from model import GPT, GPTConfig
 from safety_net.checkpoint import load_checkpoint
 from safety_net.configurator import run_command
 from safety_net.dataset import tokenizer_of
-from safety_net.runtime import setup_sampling
+from safety_net.sampling import setup_sampling
 
 DEFAULTS = dict(
     # a checkpoint's folder or file; "" = the out*/ folder with the newest checkpoint

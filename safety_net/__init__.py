@@ -6,7 +6,8 @@ checkpoint describes), and never tools/. One job per module:
   fileio        atomic writes, the temporary files a killed writer left, one writer per out_dir
   checkpoint    the checkpoint format, its one writer, safe loading (ours of any version, nanoGPT's, imported)
   build         GPTConfig's arguments, GPTConfig and GPT built with one-line errors and size limits
-  runtime       device, dtype, threads, seeds, sample.py's option checks, torchrun and the RNG states
+  runtime       device, dtype, threads, seeds, torchrun and the RNG states
+  sampling      sample.py's option checks and its prompt (--start=FILE:path)
   tokenizers    char, GPT-2 BPE and compact, as meta.json names them; the prompt's ids; text as tokens come
   dataset       a prepared dataset folder and its tokenizer, token-file checks, downloading and writing data
   run_dir       train.py's run: its config checks, the checkpoint it starts from, out_dir during the run, stops

@@ -9,8 +9,7 @@ Positional arguments are config files: plain python, executed in order; their to
 (names not starting with '_') set config keys. Then every `--key=value` / `--key value` override is
 applied, so the command line always wins over config files. Values are parsed with ast.literal_eval
 (falling back to the raw text) and must match the type of the key's default. load_config also returns
-the keys set explicitly: model keys set explicitly win over a variant's preset (train.py's setup). Also
-sample.py's --start=FILE:path (read_prompt).
+the keys set explicitly: model keys set explicitly win over a variant's preset (train.py's setup).
 
 A key whose default is a list takes a python list or a comma list (`--variants=gpt,lgpt`); the keys of
 `one_item` take plain text as a list of that one item (a prompt may hold commas). A command whose positional
@@ -24,7 +23,6 @@ one-line message naming the problem and the fix; run_command, every command's ma
 
 import ast
 import difflib
-import math
 import os
 import re
 import sys
@@ -94,23 +92,6 @@ def run_command(command, defaults, argv=None, bool_flags=(), errors=UserError, p
         if not out_of_memory(e):
             raise
         raise SystemExit(f"error: {out_of_memory(e)} (fix: {memory_fix})") from None
-
-
-MIN_TEMPERATURE = 1e-6   # float32 logits / 1e-6 stay finite (|logit| < 1e32); float32 rounds 1e-300 itself to 0
-
-
-def check_temperature(temperature, key="temperature"):
-    """UserError unless the sampling temperature is 0 (greedy) or a finite number >= MIN_TEMPERATURE: below it
-    logits / temperature overflows to inf, and NaN or inf (a config file's float("nan"), or 1e999) made every
-    probability NaN or equal, sampling garbage without a word. sample.py and tools/compare.py check it here."""
-    if temperature < 0:
-        raise UserError(f"--{key} must be >= 0, got {temperature:g} (fix: 0 means greedy)")
-    if not math.isfinite(temperature):
-        raise UserError(f"--{key}={temperature} is not a finite number (fix: e.g. --{key}=0.8, or 0 for greedy "
-                        f"decoding)")
-    if 0 < temperature < MIN_TEMPERATURE:   # logits / temperature would overflow to inf: NaN probabilities
-        raise UserError(f"--{key}={temperature:g} is too small to divide the logits by (fix: --{key}=0 for greedy "
-                        f"decoding, or {MIN_TEMPERATURE:g} or more)")
 
 
 def out_of_memory(e):
@@ -308,18 +289,3 @@ def _type_name(default):
     if isinstance(default, int):
         return "an integer"
     return f"a {type(default).__name__}"
-
-
-def read_prompt(start):
-    """sample.py's --start: the text itself, or the contents of the file named by FILE:path (a byte-order mark,
-    as Windows Notepad writes, is dropped)."""
-    if not start.startswith("FILE:"):
-        return start
-    path = start[len("FILE:"):]
-    try:
-        with open(path, encoding="utf-8-sig") as f:
-            return f.read()
-    except (OSError, UnicodeDecodeError) as e:
-        reason = e.strerror if isinstance(e, OSError) else e
-        raise UserError(f"cannot read the start file '{path}': {reason} "
-                        f"(fix: --start=FILE:path must name a readable utf-8 text file)") from None

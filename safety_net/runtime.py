@@ -1,18 +1,17 @@
 """
 Where a model runs: the device (resolve_device), the dtype and its autocast, CPU threads and a note when other jobs
-keep the CPUs busy, seeds; what a script that samples checks first (setup_sampling); torchrun's environment
-(distributed_env) and every RNG's state, which makes a resume exact (gather_rng_states, restore_rng).
+keep the CPUs busy, seeds; torchrun's environment (distributed_env) and every RNG's state, which makes a resume
+exact (gather_rng_states, restore_rng).
 """
 
 import contextlib
 import os
 import random
-import sys
 
 import numpy as np
 import torch
 
-from safety_net.configurator import UserError, check_temperature, read_prompt
+from safety_net.configurator import UserError
 
 
 # seeds of train.py and sample.py: numpy's range [0, 2**32), nanoGPT's habit (neither seeds numpy now); a larger
@@ -69,27 +68,6 @@ def resolve_device(name, local_rank=None):
     if kind == "cuda" and local_rank is not None:
         name = f"cuda:{local_rank}"
     return torch.device(name)
-
-
-def setup_sampling(cfg):
-    """What a script that samples (sample.py, tools/huggingface/sample.py) checks and sets before anything is
-    loaded: --num_samples, --max_new_tokens, --top_k, --temperature, --seed, --num_threads (set here), --device,
-    --dtype and --start (the text, or FILE:path read: read_prompt), with one-line errors; a note on stderr when
-    other jobs keep the CPUs busy. Returns (torch.device, torch dtype, the prompt's text)."""
-    if cfg["num_samples"] < 1 or cfg["max_new_tokens"] < 0:
-        raise UserError("--num_samples must be >= 1 and --max_new_tokens >= 0 (fix: e.g. --num_samples=1)")
-    if cfg["top_k"] < 0:
-        raise UserError("--top_k must be >= 0 (fix: 0 means no top-k)")
-    check_temperature(cfg["temperature"])
-    check_seed(cfg["seed"])
-    check_num_threads(cfg["num_threads"])
-    if cfg["num_threads"] > 0:
-        torch.set_num_threads(cfg["num_threads"])
-    device = resolve_device(cfg["device"])
-    dtype = getattr(torch, resolve_dtype(cfg["dtype"], device))
-    if busy_machine(device):
-        print(f"note: {busy_machine(device)}", file=sys.stderr)
-    return device, dtype, read_prompt(cfg["start"])
 
 
 def resolve_dtype(name, device):

@@ -13,8 +13,8 @@ from train import fill_schedule
 from safety_net import checkpoint
 from safety_net import fileio
 from safety_net import runtime
-from safety_net.checkpoint import load_checkpoint, load_model
 from safety_net.build import model_args
+from safety_net.checkpoint import load_checkpoint, load_model
 from safety_net.configurator import UserError
 from safety_net.dataset import load_meta
 from safety_net.fileio import atomic_save

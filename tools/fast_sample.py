@@ -31,7 +31,7 @@ from tools.torch_internals import inductor_config, inductor_loaded_modules
 from safety_net.checkpoint import load_model
 from safety_net.configurator import UserError, run_command
 from safety_net.dataset import tokenizer_of
-from safety_net.runtime import setup_sampling
+from safety_net.sampling import setup_sampling
 
 
 DEFAULTS = dict(sample.DEFAULTS, compile_mode="frozen")   # or quick: see CPU_MODES

@@ -201,8 +201,8 @@ def encode(tokenizer, text, eot_token):
 
 
 def run(cfg):
-    from safety_net.configurator import check_temperature
     from safety_net.runtime import check_num_threads, check_seed
+    from safety_net.sampling import check_temperature
     from safety_net.tokenizers import TextStream
     from tools.huggingface.tokenizer import TokenBytes
     from tools.executorch.export import tokenizer_path

@@ -12,7 +12,7 @@ from tools.huggingface.convert import load_pretrained
 from tools.huggingface.tokenizer import tokenizer_for
 from safety_net.configurator import UserError, run_command
 from safety_net.dataset import load_tokenizer
-from safety_net.runtime import setup_sampling
+from safety_net.sampling import setup_sampling
 from safety_net.tokenizers import encode_start
 
 DEFAULTS = {"init_from": "", **{k: v for k, v in sample.DEFAULTS.items() if k != "out_dir"}}
