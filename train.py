@@ -29,8 +29,11 @@ import prepare
 import variants
 from safety_net.checkpoint import save_checkpoint
 from safety_net.configurator import run_command
-from safety_net.run_dir import RunDir, StartingPoint, StopRequest, check_train_config, prepared_data
+from safety_net.run_dir import RunDir
 from safety_net.runtime import gather_rng_states
+from safety_net.starting_point import StartingPoint, prepared_data
+from safety_net.stop import StopRequest
+from safety_net.train_config import check_train_config
 
 # --- settings ----------------------------------------------------------------------------
 

@@ -10,5 +10,10 @@ checkpoint describes), and never tools/. One job per module:
   sampling      sample.py's option checks and its prompt (--start=FILE:path)
   tokenizers    char, GPT-2 BPE and compact, as meta.json names them; the prompt's ids; text as tokens come
   dataset       a prepared dataset folder and its tokenizer, token-file checks, downloading and writing data
-  run_dir       train.py's run: its config checks, the checkpoint it starts from, out_dir during the run, stops
+  train_config  train.py's config checks
+  starting_point  the data and the checkpoint a run starts from
+  stop          Ctrl-C and SIGTERM during training (DDP ranks vote)
+  run_dir       out_dir while a run writes it: its lock, the notes before a run, what a stop or a NaN leaves
+  run_log       log.csv, loss.png, speed and time left
+  wandb_log     nanoGPT's W&B logging
 """

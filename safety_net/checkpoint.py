@@ -320,7 +320,7 @@ def plain_values(obj):
 # --- nanoGPT's checkpoints, read as ours (docs/training.md: Coming from nanoGPT) -------------------------
 # Its ckpt.pt (model, optimizer, model_args, iter_num, best_val_loss as a 0-d tensor, config), with or without
 # torch.compile's `_orig_mod.` prefix, is mapped onto our `gpt` architecture, the same network
-# (tests/test_nanogpt.py); its init_from='gpt2*' too (backend: train.py's train(); W&B: run_dir.py).
+# (tests/test_nanogpt.py); its init_from='gpt2*' too (backend: train.py's train(); W&B: wandb_log.py).
 
 # nanoGPT's GPT is our `gpt` architecture with these settings (its model.py: LayerNorm eps 1e-5 with an optional
 # bias, learned positions, nn.GELU() (exact, not tanh) in a 4x MLP, lm_head tied to wte); the rest of its

@@ -174,7 +174,8 @@ def _read_config_file(path, config):
     try:
         tree = ast.parse(source, filename=path)
     except SyntaxError as e:
-        raise UserError(f"syntax error in config file {path} line {e.lineno}: {e.msg} (fix: it must be valid python)") from None
+        raise UserError(f"syntax error in config file {path} line {e.lineno}: {e.msg} "
+                        f"(fix: it must be valid python)") from None
     assigned = _top_level_names(tree)
     namespace = dict(config)
     namespace["__file__"] = os.path.abspath(path)

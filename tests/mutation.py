@@ -326,7 +326,7 @@ MUTANTS = [
            'self.write(self.decoder.decode(b"", final=True) + "\\n")',
            'self.write("\\n")',
            "tests/test_streaming.py -k ends_inside_a_character", every=False),
-    Mutant("stop_vote_needs_every_rank", "safety_net/run_dir.py",
+    Mutant("stop_vote_needs_every_rank", "safety_net/stop.py",
            "        torch.distributed.all_reduce(votes)\n",
            "        torch.distributed.all_reduce(votes, op=torch.distributed.ReduceOp.MIN)\n",
            "tests/test_ddp.py -k stops_both_at_the_same_boundary", every=False),

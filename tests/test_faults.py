@@ -19,7 +19,7 @@ import train
 from safety_net import checkpoint
 from safety_net import fileio
 from safety_net.configurator import UserError
-from safety_net.run_dir import CsvLog
+from safety_net.run_log import CsvLog
 
 
 def snapshot(directory):

@@ -31,7 +31,7 @@ from conftest import one_error_line, write_char_checkpoint
 from model import GPT, GPTConfig
 from safety_net import dataset
 from safety_net import tokenizers
-from safety_net import run_dir
+from safety_net import wandb_log
 from safety_net.build import MAX_LAYERS, check_layer_count, check_memory, gpt_config_defaults, weights_lower_bound
 from safety_net.configurator import UserError
 
@@ -363,7 +363,7 @@ def test_llamacpp_itself_refuses_a_prompt_it_would_drop(gguf_file):
 
 @pytest.fixture
 def no_wandb_import(monkeypatch):
-    monkeypatch.setattr(run_dir, "import_wandb", lambda: None)   # importing wandb takes seconds; its checks do not
+    monkeypatch.setattr(wandb_log, "import_wandb", lambda: None)   # importing wandb takes seconds; its checks do not
     for key in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_BASE_URL", "WANDB_IDENTITY_TOKEN_FILE"):
         monkeypatch.delenv(key, raising=False)
 
@@ -379,17 +379,17 @@ def closed_port():
 def test_wandb_without_a_key_or_a_server_is_one_line_before_training(tmp_path, monkeypatch, no_wandb_import):
     monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
     with pytest.raises(UserError, match="no W&B API key is set for api.wandb.ai \\(fix: `wandb login`"):
-        run_dir.check_wandb()
+        wandb_log.check_wandb()
     (tmp_path / "netrc").write_text("machine api.wandb.ai login user password " + "k" * 40 + "\n")
     monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))
     monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{closed_port()}")
     with pytest.raises(UserError, match="no W&B API key"):   # the netrc entry is for another host
-        run_dir.check_wandb()
+        wandb_log.check_wandb()
     monkeypatch.setenv("WANDB_API_KEY", "k" * 40)
     with pytest.raises(UserError, match="cannot be reached in 5 s \\(Connection refused\\).*WANDB_MODE=offline"):
-        run_dir.check_wandb()
+        wandb_log.check_wandb()
     monkeypatch.setenv("WANDB_MODE", "offline")
-    run_dir.check_wandb()   # offline logging needs neither
+    wandb_log.check_wandb()   # offline logging needs neither
 
 
 class FailingWandb:
@@ -398,8 +398,8 @@ class FailingWandb:
 
 
 def test_wandb_failing_during_the_run_turns_logging_off_with_a_warning(monkeypatch, capsys):
-    monkeypatch.setattr(run_dir, "import_wandb", FailingWandb)
-    log = run_dir.WandbLog({"wandb_log": True, "wandb_project": "p", "wandb_run_name": ""})
+    monkeypatch.setattr(wandb_log, "import_wandb", FailingWandb)
+    log = wandb_log.WandbLog({"wandb_log": True, "wandb_project": "p", "wandb_run_name": ""})
     row = {"kind": "eval", "iter": 0, "loss": 1.0, "val_loss": 1.0, "lr": 1e-3}
     log.log(row)
     log.log(row)   # off: said once

@@ -17,7 +17,7 @@ from conftest import one_error_line
 import train
 from safety_net import checkpoint
 from safety_net import dataset
-from safety_net import run_dir
+from safety_net import train_config
 from safety_net.checkpoint import load_checkpoint, load_init_checkpoint, load_model
 from safety_net.configurator import UserError
 
@@ -387,5 +387,5 @@ def test_init_from_a_hugging_face_gpt2(tmp_path, monkeypatch, capsys):
     with torch.no_grad():
         torch.testing.assert_close(model(idx, all_logits=True)[0], nanogpt_logits(sd, ARGS, idx), rtol=1e-5, atol=1e-5)
     config = dict(train.DEFAULTS, init_from="gpt2-medium")   # nanoGPT's names go to the same import (a download)
-    run_dir.check_settings(config)   # nanoGPT's gpt2 names are accepted
+    train_config.check_settings(config)   # nanoGPT's gpt2 names are accepted
     assert checkpoint.is_hf_source("gpt2-xl") and not checkpoint.is_hf_source("gpt3")

@@ -17,7 +17,7 @@ import os
 import torch
 
 from safety_net.fileio import atomic_open
-from safety_net.run_dir import read_rows
+from safety_net.run_log import read_rows
 
 
 def _float(text):

@@ -1,0 +1,117 @@
+"""
+What a training run starts from:
+    prepared_data      the dataset folder, prepared on first use (by rank 0; the others wait), its
+                       meta.json and its tokenizer_id
+    StartingPoint      the checkpoint a run starts from (resume, another's weights), or None; check:
+                       one line for what a run cannot start from (the model arguments train.py built
+                       against the checkpoint, the data and this model.py; the token files); restore:
+                       a resumed run's weights, optimizer, loss scaler and RNG states, or another
+                       checkpoint's weights that fit
+"""
+
+import os
+
+import torch
+
+from safety_net.build import model_config
+from safety_net.checkpoint import (CKPT_NAME, LAST_NAME, load_checkpoint, load_init_checkpoint, load_matching_weights,
+                                   load_optimizer_state)
+from safety_net.configurator import UserError
+from safety_net.dataset import check_splits, default_data_dir, is_prepared, load_meta, run_prepare, tokenizer_id
+from safety_net.runtime import restore_rng
+
+
+def prepared_data(config, prepare, rank, world):
+    """(the dataset folder, its meta.json, its tokenizer_id): data_dir, or data/<dataset>, prepared with
+    prepare.py's `prepare` on first use (by rank 0; under DDP the other ranks wait for it)."""
+    data_dir = default_data_dir(config)
+    if rank == 0 and not is_prepared(data_dir):
+        run_prepare(prepare, config["dataset"], data_dir)
+    if world > 1:
+        torch.distributed.barrier()
+    meta = load_meta(data_dir)
+    return data_dir, meta, tokenizer_id(meta)
+
+
+class StartingPoint:
+    """The checkpoint train.py starts from (init_from), its checks and its state: constructing it loads the
+    checkpoint (`ckpt`, None for init_from=scratch); check(args, meta) refuses in one line what cannot start;
+    restore(...) puts its state into the model train.py built."""
+
+    def __init__(self, config, device, master=True):
+        """init_from=resume: out_dir's last.pt, else ckpt.pt, refused in one line when there is none, when it holds
+        weights only (no optimizer) or no iter_num or best_val_loss; master: say what it resumes.
+        init_from=<path>: that checkpoint, ours or nanoGPT's, or a Hugging Face model imported
+        (load_init_checkpoint); its weights checked by load_checkpoint."""
+        self.config = config
+        self.ckpt = None
+        init_from = config["init_from"]
+        if init_from == "resume":
+            self.ckpt = self.resumed(config["out_dir"], device, master)
+        elif init_from != "scratch":
+            self.ckpt = load_init_checkpoint(init_from, device)   # (its model_args checked: model_config)
+
+    @staticmethod
+    def resumed(out_dir, device, master):
+        if not any(os.path.isfile(os.path.join(out_dir, n)) for n in (LAST_NAME, CKPT_NAME)):
+            raise UserError(f"nothing to resume: no {LAST_NAME} or {CKPT_NAME} in '{out_dir}' (fix: pass the "
+                            f"out_dir of an earlier run, or start one with --init_from=scratch)")
+        ckpt = load_checkpoint(out_dir, device, prefer=(LAST_NAME, CKPT_NAME))
+        if ckpt.get("optimizer") is None:
+            raise UserError(f"{ckpt['path']} has weights only (e.g. from pangu.inherit), nothing to resume "
+                            f"(fix: --init_from={ckpt['path']} to start a new run from it)")
+        missing = [k for k in ("iter_num", "best_val_loss") if k not in ckpt]   # (their types: damaged_fields)
+        if missing:
+            raise UserError(f"{ckpt['path']} has no {' or '.join(missing)}, so it cannot be resumed (fix: "
+                            f"--init_from={ckpt['path']} to start a new run from its weights)")
+        if master:
+            print(f"resuming from {ckpt['path']} at iteration {ckpt['iter_num']}", flush=True)
+        return ckpt
+
+    def check(self, args, meta):
+        """One line, before anything is built, for what train.py cannot start from: a resume whose model
+        arguments (args, as train.py built them) differ from its checkpoint's in anything but dropout; a
+        checkpoint of another tokenizer; a vocab_size under the data's; arguments this model.py cannot build
+        (model_config); token files that do not fit the model, or data_segments that do not fit them
+        (check_splits). (Non-finite weights: load_checkpoint.)"""
+        config, ckpt = self.config, self.ckpt
+        if config["init_from"] == "resume":
+            saved = ckpt["model_args"]
+            for key in sorted(k for k in args if k != "dropout" and args[k] != saved.get(k)):
+                raise UserError(f"resume: {key}={args[key]!r} differs from the checkpoint's {key}="
+                                f"{saved.get(key)!r} (fix: drop that override, or start a new run from its "
+                                f"weights: --init_from={ckpt['path']} --allow_partial_init=True)")
+        # first: another tokenizer's data also shows up as a vocab_size mismatch below
+        if ckpt is not None and ckpt.get("tokenizer_id") not in (None, tokenizer_id(meta)):   # older: none
+            raise UserError(f"{ckpt['path']} was trained with another tokenizer than {config['data_dir']}'s (its "
+                            f"dataset: {ckpt.get('dataset')}) (fix: --dataset/--data_dir of that run, or "
+                            f"--init_from=scratch)")
+        if args["vocab_size"] < meta["vocab_size"]:
+            raise UserError(f"vocab_size {args['vocab_size']} is smaller than the dataset's {meta['vocab_size']} "
+                            f"tokens (fix: drop --vocab_size, it is read from meta.json)")
+        model_config(args)   # what GPTConfig refuses, as one line
+        check_splits(config["data_dir"], args["vocab_size"], args["block_size"], config["data_segments"])
+
+    def restore(self, model, optimizer, scaler, rank, world):
+        """A resumed run (init_from=resume): the weights, optimizer, fp16 loss scaler and this rank's RNG states
+        as last.pt saved them (a rank with none, after a change of the number of ranks, keeps the stream
+        train.py seeded). Another checkpoint (init_from=<path>): its weights whose names and shapes fit, and a
+        line saying how many. Scratch: nothing."""
+        config, ckpt = self.config, self.ckpt
+        if ckpt is None:
+            return
+        if config["init_from"] != "resume":
+            allow_partial = config["allow_partial_init"]
+            copied, total = load_matching_weights(model, ckpt["model"], ckpt["path"], allow_partial)
+            if rank == 0:
+                print(f"initialized {copied}/{total} tensors from {ckpt['path']}", flush=True)
+            return
+        model.load_state_dict(ckpt["model"])   # they fit its model_args: load_checkpoint checked
+        load_optimizer_state(optimizer, ckpt)
+        if scaler.is_enabled() and ckpt.get("scaler"):
+            scaler.load_state_dict(ckpt["scaler"])
+        saved = ckpt.get("rng") if rank == 0 else None
+        if ckpt.get("rng_ranks") and len(ckpt["rng_ranks"]) == world:
+            saved = ckpt["rng_ranks"][rank]
+        if saved is not None:
+            restore_rng(saved, torch.device(config["device"]))

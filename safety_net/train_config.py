@@ -1,0 +1,112 @@
+"""
+train.py's config, checked before anything is read or written (check_train_config): unknown keys and bad values
+refused in one line (full_config, check_settings; tools/compare.py checks its runs' settings with the same
+check_settings), device and dtype resolved.
+"""
+
+import math
+import os
+
+
+from safety_net.build import gpt_config_defaults, load_variant
+from safety_net.checkpoint import GPT2_NAMES, is_hf_source, plain_values
+from safety_net.configurator import UserError
+from safety_net.runtime import check_num_threads, check_seed, resolve_device, resolve_dtype
+from safety_net.wandb_log import check_wandb
+
+
+def _need(c, ok, key, rule, fix):
+    if not ok:
+        raise UserError(f"{key} must be {rule}, got {c[key]!r} (fix: {fix})")
+
+
+def _integer(v):
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _number(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def full_config(config, explicit, defaults):
+    """(defaults updated with config, the keys the user set). Unknown keys are refused; numpy scalars (a config file
+    may compute with numpy) become Python numbers, as the safe loader refuses them in a checkpoint. explicit None
+    (train() called as a library): the model keys that differ from GPTConfig's defaults win over a variant."""
+    unknown = sorted(set(config) - set(defaults))
+    if unknown:
+        raise UserError(f"unknown config keys {unknown} (fix: see `python train.py --help` for the keys)")
+    config = plain_values({**defaults, **config})
+    if explicit is None:
+        explicit = {k for k, v in gpt_config_defaults().items() if config[k] != v}
+    return config, set(explicit)
+
+
+def check_train_config(config, explicit, defaults, world=1, local_rank=None):
+    """train.py's checks before anything runs: (config over defaults, the keys the user set, torch.device, dtype
+    name). Refuses unknown keys (full_config) and values that make no sense (check_settings) in one line; resolves
+    device and dtype ('auto': cuda > mps > cpu; bf16, else fp16, on cuda; float32 elsewhere)."""
+    config, explicit = full_config(config, explicit, defaults)
+    check_settings(config, world)
+    device = resolve_device(config["device"], local_rank)
+    return config, explicit, device, resolve_dtype(config["dtype"], device)
+
+
+def check_settings(c, world=1):
+    """train.py's keys as the user set them (the schedule's None defaults, which train.py fills,
+    fit by construction): refuse values that make no sense, naming the key. world: DDP's ranks."""
+    _check_train_settings(c)
+    _check_schedule(c)
+    _check_run_settings(c, world)
+
+
+def _check_train_settings(c):
+    for key in ("batch_size", "eval_interval", "log_interval", "eval_iters", "gradient_accumulation_steps"):
+        _need(c, _integer(c[key]) and c[key] >= 1, key, "an integer >= 1", f"--{key}=1 or more")
+    _need(c, _integer(c["max_iters"]) and c["max_iters"] >= 0, "max_iters", "an integer >= 0", "--max_iters=0 or more")
+    check_num_threads(c["num_threads"])
+    check_seed(c["seed"])
+    _need(c, _number(c["learning_rate"]) and c["learning_rate"] > 0, "learning_rate", "> 0", "--learning_rate=1e-3")
+    _need(c, _number(c["weight_decay"]) and c["weight_decay"] >= 0, "weight_decay", ">= 0", "--weight_decay=0.1")
+    for key, usual in (("beta1", 0.9), ("beta2", 0.95)):
+        _need(c, _number(c[key]) and 0 <= c[key] < 1, key, "in [0, 1)", f"--{key}={usual}")
+    _need(c, _number(c["grad_clip"]) and c["grad_clip"] >= 0, "grad_clip", ">= 0 (0 = off)", "--grad_clip=1.0")
+    if c["lr_decay_iters"] is not None:
+        _need(c, _number(c["lr_decay_iters"]) and c["lr_decay_iters"] >= 0, "lr_decay_iters", "a number >= 0",
+              f"--lr_decay_iters={c['max_iters']}")
+
+
+def _check_schedule(c):
+    """min_lr and warmup_iters fit learning_rate and lr_decay_iters (whose None is max_iters)."""
+    decay = c["max_iters"] if c["lr_decay_iters"] is None else c["lr_decay_iters"]
+    lr = c["learning_rate"]
+    if c["min_lr"] is not None:
+        _need(c, _number(c["min_lr"]) and 0 <= c["min_lr"] <= lr, "min_lr",
+              f"in [0, learning_rate={lr:g}]", f"--min_lr={lr / 10:g}")
+    if c["warmup_iters"] is not None:
+        longest = decay if c["decay_lr"] else math.inf
+        _need(c, _integer(c["warmup_iters"]) and 0 <= c["warmup_iters"] <= longest,
+              "warmup_iters", f"an integer in [0, lr_decay_iters={decay}]",
+              f"--warmup_iters={int(decay) // 10}, or leave it out: it defaults to "
+              f"min(100, lr_decay_iters // 10)")
+
+
+def _check_run_settings(c, world):
+    """The rest of train.py's keys: DDP ranks, variant, dataset, out_dir, init_from."""
+    accum = c["gradient_accumulation_steps"]
+    if accum % world:
+        raise UserError(f"gradient_accumulation_steps={accum} must be divisible by the {world} DDP ranks; each "
+                        f"rank runs gradient_accumulation_steps/{world} micro-steps "
+                        f"(fix: --gradient_accumulation_steps={max(world, accum // world * world)})")
+    _need(c, c["backend"] in ("nccl", "gloo"), "backend", "nccl or gloo", "--backend=nccl for GPUs, gloo otherwise")
+    if c["wandb_log"]:
+        check_wandb()
+    if c["variant"]:   # train.py then loads it with variants.load
+        load_variant(c["variant"])
+    _need(c, c["dataset"] != "", "dataset", "a dataset name", "--dataset=shakespeare_char")
+    _need(c, c["out_dir"] != "", "out_dir", "a folder", "--out_dir=out")
+    if c["init_from"] not in ("scratch", "resume", *GPT2_NAMES) and not os.path.exists(c["init_from"]):
+        raise UserError(f"init_from '{c['init_from']}' does not exist (fix: write it first, e.g. with train.py or "
+                        f"pangu.inherit as its config says, or --init_from=scratch)")
+    _need(c, c["init_from"] in ("scratch", "resume") or os.path.isfile(c["init_from"]) or is_hf_source(c["init_from"]),
+          "init_from", "'scratch', 'resume', a checkpoint file, gpt2* or a Hugging Face folder",
+          "--init_from=scratch|resume|path/to/ckpt.pt|gpt2")
