@@ -23,7 +23,8 @@ import hashlib
 import os
 
 from safety_net.configurator import run_command
-from safety_net.dataset import check_text_dataset, read_text, shakespeare_path, write_dataset
+from safety_net.download import shakespeare_path
+from safety_net.text_dataset import check_text_dataset, read_text, write_dataset
 from safety_net.tokenizers import get_gpt2_encoding
 
 # nanoGPT's names, and their tokenizer

@@ -9,7 +9,9 @@ checkpoint describes), and never tools/. One job per module:
   runtime       device, dtype, threads, seeds, torchrun and the RNG states
   sampling      sample.py's option checks and its prompt (--start=FILE:path)
   tokenizers    char, GPT-2 BPE and compact, as meta.json names them; the prompt's ids; text as tokens come
-  dataset       a prepared dataset folder and its tokenizer, token-file checks, downloading and writing data
+  dataset       a prepared dataset folder and its tokenizer, token-file checks
+  text_dataset  a text file as a dataset: its checks, and writing the folder
+  download      downloads checked by size and sha256; tinyshakespeare's input
   train_config  train.py's config checks
   starting_point  the data and the checkpoint a run starts from
   stop          Ctrl-C and SIGTERM during training (DDP ranks vote)

@@ -378,7 +378,7 @@ def test_bench_reports_a_cpu_allocation_that_fails_as_oom(tmp_path, capsys):
 def test_prepare_cleans_up_after_an_interrupted_run(tmp_path, monkeypatch, capsys):
     """A prepare killed halfway must not leave new token files under the old meta.json (ids that mean other
     text); its temporary files are removed, and reported, at the next start."""
-    from safety_net import dataset
+    from safety_net import text_dataset
     import prepare
     text = tmp_path / "input.txt"
     text.write_text("abc abd\n" * 200)
@@ -390,7 +390,7 @@ def test_prepare_cleans_up_after_an_interrupted_run(tmp_path, monkeypatch, capsy
     def killed(out_dir, meta):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(dataset, "write_meta", killed)   # prepare.py writes through dataset.write_dataset
+    monkeypatch.setattr(text_dataset, "write_meta", killed)   # prepare.py writes through write_dataset
     with pytest.raises(SystemExit) as e:   # --force: another text may replace a dataset only when asked
         prepare.main(["shakespeare_char", "--input", str(text), "--out_dir", str(out), "--force"])
     assert e.value.code == 130   # Ctrl-C, as every command (tests/test_commands.py)

@@ -24,11 +24,13 @@ import tiktoken
 from conftest import one_error_line
 import prepare
 from safety_net import dataset as tokenizer
+from safety_net import download
+from safety_net import text_dataset
 from safety_net import tokenizers
 from safety_net.configurator import UserError
 
 ROOT = Path(__file__).resolve().parents[1]
-SHIPPED = tokenizer.SHIPPED_SHAKESPEARE
+SHIPPED = download.SHIPPED_SHAKESPEARE
 
 SMALL_TEXT = ("First Citizen:\nBefore we proceed any further, hear me speak.\n\n"
               "All:\nSpeak, speak.\n\nFirst Citizen:\nYou are all resolved rather to die than to famish?\n") * 5
@@ -100,7 +102,7 @@ def test_shakespeare_input_from_env_and_cli(tmp_path, monkeypatch, capsys):
 
 def test_download_failure_is_one_line(tmp_path, monkeypatch, offline):
     monkeypatch.chdir(tmp_path)  # no data/shakespeare_char/input.txt to fall back on
-    monkeypatch.setattr(tokenizer, "SHIPPED_SHAKESPEARE", str(tmp_path / "not-shipped.txt"))
+    monkeypatch.setattr(download, "SHIPPED_SHAKESPEARE", str(tmp_path / "not-shipped.txt"))
     with pytest.raises(UserError) as exc:
         prepare.prepare("shakespeare_char", out_dir=str(tmp_path / "sc"))
     msg = str(exc.value)
@@ -113,11 +115,11 @@ def test_download_failure_is_one_line(tmp_path, monkeypatch, offline):
 def test_shipped_text_is_tinyshakespeare_and_tracked():
     """The quickstart's text ships with the repository (a fresh clone trains offline): the file the download
     would fetch, byte for byte, and not hidden by .gitignore (data/*/ ignores the prepared folders)."""
-    data = Path(tokenizer.SHIPPED_SHAKESPEARE).read_bytes()
-    assert len(data) == tokenizer.SHAKESPEARE_BYTES
-    assert hashlib.sha256(data).hexdigest() == tokenizer.SHAKESPEARE_SHA256
+    data = Path(download.SHIPPED_SHAKESPEARE).read_bytes()
+    assert len(data) == download.SHAKESPEARE_BYTES
+    assert hashlib.sha256(data).hexdigest() == download.SHAKESPEARE_SHA256
     if (ROOT / ".git").exists():
-        ignored = subprocess.run(["git", "check-ignore", "-q", tokenizer.SHIPPED_SHAKESPEARE], cwd=ROOT)
+        ignored = subprocess.run(["git", "check-ignore", "-q", download.SHIPPED_SHAKESPEARE], cwd=ROOT)
         assert ignored.returncode == 1, "data/tinyshakespeare/input.txt is ignored by git"
 
 
@@ -149,12 +151,12 @@ def test_download_from_a_local_server(tmp_path, monkeypatch, local_server):
     root, url = local_server
     monkeypatch.delenv("SHAKESPEARE_INPUT", raising=False)
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(tokenizer, "SHIPPED_SHAKESPEARE", str(tmp_path / "not-shipped.txt"))
-    monkeypatch.setattr(tokenizer, "SHAKESPEARE_URL", url + "/input.txt")
+    monkeypatch.setattr(download, "SHIPPED_SHAKESPEARE", str(tmp_path / "not-shipped.txt"))
+    monkeypatch.setattr(download, "SHAKESPEARE_URL", url + "/input.txt")
     (root / "input.txt").write_bytes(Path(SHIPPED).read_bytes())
     prepare.prepare("shakespeare_char", out_dir=str(tmp_path / "sc"))
     assert (tmp_path / "sc" / "input.txt").read_bytes() == Path(SHIPPED).read_bytes()
-    (root / "input.txt").write_bytes(b"x" * tokenizer.SHAKESPEARE_BYTES)   # right size, other text
+    (root / "input.txt").write_bytes(b"x" * download.SHAKESPEARE_BYTES)   # right size, other text
     with pytest.raises(UserError, match="sha256 mismatch") as e:
         prepare.prepare("shakespeare_char", out_dir=str(tmp_path / "other"))
     assert "\n" not in str(e.value) and not list((tmp_path / "other").glob("*"))
@@ -176,16 +178,16 @@ def test_download_checks_size_and_sha(tmp_path, monkeypatch):
     monkeypatch.setattr(urllib.request, "urlopen", lambda *a, **k: FakeResponse(data, len(data)))
     dest = str(tmp_path / "f.bin")
     with pytest.raises(ValueError, match="expected 10"):
-        tokenizer.download("http://example.invalid/f", dest, expected_size=10)
+        download.download("http://example.invalid/f", dest, expected_size=10)
     with pytest.raises(ValueError, match="sha256"):
-        tokenizer.download("http://example.invalid/f", dest, expected_size=3000, expected_sha256="0" * 64)
+        download.download("http://example.invalid/f", dest, expected_size=3000, expected_sha256="0" * 64)
     assert not os.path.exists(dest) and not os.path.exists(dest + ".part")
-    tokenizer.download("http://example.invalid/f", dest, 3000, hashlib.sha256(data).hexdigest())
+    download.download("http://example.invalid/f", dest, 3000, hashlib.sha256(data).hexdigest())
     assert Path(dest).read_bytes() == data
     # a truncated transfer (fewer bytes than Content-Length) is rejected
     monkeypatch.setattr(urllib.request, "urlopen", lambda *a, **k: FakeResponse(data, 4000))
     with pytest.raises(ValueError, match="expected 4000"):
-        tokenizer.download("http://example.invalid/f", str(tmp_path / "g.bin"))
+        download.download("http://example.invalid/f", str(tmp_path / "g.bin"))
 
 
 # ----------------------------------------------------------------------------- GPT-2 BPE
@@ -284,7 +286,7 @@ def test_a_dataset_of_a_tool_is_refused_with_its_command(tmp_path, monkeypatch, 
         prepare.prepare(dataset, out_dir=os.path.join("data", dataset))
     assert sorted(os.listdir(tmp_path)) == ["data", "input.txt"]
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
-    assert tokenizer.tool_command(dataset) == command and tokenizer.tool_command("shakespeare") is None
+    assert text_dataset.tool_command(dataset) == command and text_dataset.tool_command("shakespeare") is None
 
 
 def test_a_dataset_of_a_tool_through_train_py(tmp_path, monkeypatch, tiny_train_config):

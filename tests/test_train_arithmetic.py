@@ -16,7 +16,7 @@ from conftest import tiny_config
 from model import GPT, GPTConfig
 import train
 from safety_net.checkpoint import load_checkpoint
-from safety_net.dataset import write_bin
+from safety_net.text_dataset import write_bin
 
 SEED = train.DEFAULTS["seed"]
 TRAIN_SPLIT, EVAL_SPLIT = 0, 1000   # the split part of a batch's seed: training batches, evaluation batches + code
@@ -148,7 +148,7 @@ def test_batches_are_the_windows_the_seed_formula_names(tiny_data, tmp_path, for
 
 
 def test_get_batch_reads_the_ids_prepare_writes(tmp_path):
-    """train.py's reader and dataset.write_bin (prepare.py's writer) agree on the token files' format: ids up to
+    """train.py's reader and text_dataset.write_bin (prepare.py's writer) agree on the token files' format: ids up to
     the largest one the format holds come back as written, in the windows the generator names."""
     ids = [(i * 7919) % 65536 for i in range(3000)] + [65535]
     write_bin(str(tmp_path / "train.bin"), ids)

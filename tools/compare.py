@@ -75,11 +75,12 @@ from safety_net.build import gpt_config_defaults
 from safety_net.build import model_args as resolve_model_args
 from safety_net.checkpoint import LAST_NAME, load_checkpoint, load_model
 from safety_net.configurator import UserError, load_config, out_of_memory, run_command
-from safety_net.dataset import dataset_vocab_size, default_data_dir, load_tokenizer, resolve_data_dir, tool_command
+from safety_net.dataset import dataset_vocab_size, default_data_dir, load_tokenizer, resolve_data_dir
 from safety_net.fileio import atomic_open, check_out_dir, lock_dir
 from safety_net.run_log import format_duration
 from safety_net.runtime import MAX_SEED, autocast, distributed_env, resolve_device, resolve_dtype
 from safety_net.sampling import check_temperature
+from safety_net.text_dataset import tool_command
 from safety_net.tokenizers import encode_start, render
 from safety_net.train_config import check_settings
 

@@ -24,8 +24,9 @@ import numpy as np
 from tools.pangu.compact_vocab import REPORT_DEFAULTS, build_compact, check_positive, compact_size, given
 from safety_net.configurator import UserError, run_command
 from safety_net.configurator import one_line
-from safety_net.dataset import Progress, begin_writing, download, write_meta
+from safety_net.download import Progress, download
 from safety_net.fileio import atomic_open, check_out_dir
+from safety_net.text_dataset import begin_writing, write_meta
 from safety_net.tokenizers import GPT2_EOT_ID, GPT2_VOCAB_SIZE, Vocabulary, get_gpt2_encoding, gpt2_meta
 
 # WikiText-103 (raw, v1, Merity et al.), tried in order. The original Salesforce S3 bucket is

@@ -26,10 +26,11 @@ import numpy as np
 
 from prepare import DATASETS, split_text
 from safety_net.configurator import UserError, run_command
-from safety_net.dataset import (begin_writing, check_dataset_name, check_long_enough, check_replace,
-                                check_val_fraction, name_of_text, read_text, shakespeare_path, text_record,
-                                tool_command, write_bin, write_meta)
+from safety_net.download import shakespeare_path
 from safety_net.fileio import atomic_open, check_out_dir
+from safety_net.text_dataset import (begin_writing, check_dataset_name, check_long_enough, check_replace,
+                                     check_val_fraction, name_of_text, read_text, text_record, tool_command,
+                                     write_bin, write_meta)
 from safety_net.tokenizers import (GPT2_EOT, GPT2_EOT_ID, GPT2_PAT_STR, GPT2_VOCAB_SIZE, compact_encoding,
                                    get_gpt2_encoding)
 

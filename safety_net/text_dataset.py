@@ -1,0 +1,215 @@
+"""
+A text file as a dataset (prepare.py, tools/pangu/compact_vocab.py): its name and folder checked
+(check_text_dataset), the text read (read_text), and a dataset folder written: prepare.py's write_dataset (its
+checks, then meta.json last), the tools' begin_writing, write_bin and write_meta.
+"""
+
+import hashlib
+import json
+import os
+import re
+import shlex
+
+import numpy as np
+
+from safety_net.configurator import UserError
+from safety_net.dataset import load_meta, tokenizer_id
+from safety_net.fileio import atomic_open, check_out_dir, remove_stale_temp_files
+from safety_net.tokenizers import Vocabulary, check_char_count
+
+
+DATA_FILES = ("train.bin", "val.bin", "test.bin", "meta.json", "coverage.png")   # the tools write the last ones too
+
+
+def begin_writing(out_dir):
+    """Called once the inputs are read and checked, before the first file is written. meta.json marks a
+    complete folder, so an old one goes first: a run stopped halfway must not leave new token files under
+    the old vocabulary. Temporary files a killed earlier run left behind are removed (and reported)."""
+    os.makedirs(out_dir, exist_ok=True)
+    remove_stale_temp_files(out_dir, DATA_FILES)
+    try:
+        os.remove(os.path.join(out_dir, "meta.json"))
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        raise UserError(f"cannot replace {os.path.join(out_dir, 'meta.json')}: {e.strerror} "
+                        f"(fix: choose a writable --out_dir)") from None
+
+
+def write_meta(out_dir, meta):
+    """Write meta.json atomically; it goes last, so it marks a complete dataset folder."""
+    with atomic_open(os.path.join(out_dir, "meta.json"), "w") as f:
+        json.dump(meta, f, indent=1, ensure_ascii=False)
+
+
+def write_bin(path, ids):
+    """Write token ids as a flat uint16 file (readable with np.memmap), atomically."""
+    ids = np.asarray(ids)
+    assert ids.size == 0 or ids.max() < 2**16, "token ids must fit in uint16"
+    with atomic_open(path, "wb") as f:
+        f.write(ids.astype(np.uint16).tobytes())
+
+
+# --- a text file as a dataset (prepare.py, tools/pangu/compact_vocab.py): its name, text and checks ---------
+
+TOKENIZERS = ("char", "gpt2")   # prepare.py's; the compact vocabulary is tools.pangu.compact_vocab's
+# datasets that tools prepare (python -m tools.<...>), by name pattern: the command for each
+TOOL_DATASETS = {r"shakespeare_v(\d+)": "tools.pangu.compact_vocab shakespeare --vocab_size {}",
+                 r"wikitext103": "tools.wikitext103",
+                 r"wikitext103_v(\d+)": "tools.wikitext103 --vocab_size {}"}
+TEXT_FIX = "(fix: --input=<a UTF-8 text file>)"
+BYTE_ORDER_MARK = "\ufeff"   # U+FEFF at the start of a file: the encoding's mark, not text
+
+
+def tool_command(dataset):
+    """The command that prepares `dataset` when a tool does (shakespeare_vK, wikitext103, wikitext103_vK), else None."""
+    for pattern, command in TOOL_DATASETS.items():
+        m = re.fullmatch(pattern, dataset)
+        if m:
+            return "python -m " + command.format(*m.groups())
+    return None
+
+
+def name_of_text(input_path):
+    """notes.txt -> notes: the name of a text file's datasets (notes_char, notes_gpt2, notes_v1024), as a plain
+    folder name."""
+    stem = os.path.splitext(os.path.basename(os.path.normpath(input_path)))[0]
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", stem).strip("._-") or "text"
+
+
+def check_val_fraction(val_fraction):
+    if not (isinstance(val_fraction, (int, float)) and 0 < val_fraction < 1):
+        raise UserError(f"--val_fraction must be in (0, 1), got {val_fraction} (fix: --val_fraction=0.1)")
+
+
+def check_dataset_name(dataset):
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", dataset):
+        raise UserError(f"dataset name {dataset!r} is not a plain folder name (fix: letters, digits, '_', '.' "
+                        f"and '-', e.g. mynotes_char)")
+
+
+def check_text_dataset(dataset, input_path, tokenizer, val_fraction, known, out_dir=None):
+    """prepare.py's (dataset name, tokenizer, out_dir: default data/<name>), or a one-line error: a val_fraction
+    outside (0, 1), a tokenizer that is not char or gpt2, a tool's dataset, a name other than `known`
+    ({tinyshakespeare's names: their tokenizer}) without --input, a name that is no plain folder name or that
+    names another tokenizer, an out_dir that is a file or not writable. Without a name, --input's file names it:
+    notes.txt -> notes_char (notes_gpt2 with --tokenizer=gpt2)."""
+    dataset, tokenizer = dataset_and_tokenizer(dataset, input_path, tokenizer, val_fraction, known, out_dir)
+    out_dir = out_dir or os.path.join("data", dataset)
+    check_out_dir(out_dir)
+    return dataset, tokenizer, out_dir
+
+
+def dataset_and_tokenizer(dataset, input_path, tokenizer, val_fraction, known, out_dir):
+    check_val_fraction(val_fraction)
+    if tokenizer == "compact":
+        raise UserError(f"paper 003's compact vocabulary is a tool's (fix: python -m tools.pangu.compact_vocab "
+                        f"--input={input_path or 'YOUR_TEXT.txt'} --vocab_size=1024)")
+    if tokenizer and tokenizer not in TOKENIZERS:   # "" or None: the dataset name's (prepare.py's default)
+        raise UserError(f"--tokenizer must be char or gpt2, got {tokenizer!r} (fix: --tokenizer=gpt2)")
+    if not dataset:
+        if not input_path:
+            raise UserError("no dataset named (fix: python prepare.py shakespeare_char, or your own text: "
+                            "python prepare.py --input=YOUR_TEXT.txt)")
+        return f"{name_of_text(input_path)}_{tokenizer or 'char'}", tokenizer or "char"
+    command = tool_command(dataset)
+    if command:
+        if out_dir and os.path.normpath(out_dir) != os.path.join("data", dataset):
+            command += f" --out_dir {shlex.quote(out_dir)}"
+        raise UserError(f"dataset {dataset!r} is prepared by a tool, not by prepare.py (fix: {command})")
+    if dataset in known:
+        if tokenizer and tokenizer != known[dataset]:
+            other = next(name for name, kind in known.items() if kind == tokenizer)
+            raise UserError(f"{dataset} is tinyshakespeare as {known[dataset]} tokens, not {tokenizer} "
+                            f"(fix: python prepare.py {other})")
+        return dataset, known[dataset]
+    if not input_path:
+        raise UserError(f"unknown dataset {dataset!r} (fix: your own text: python prepare.py {dataset} "
+                        f"--input=YOUR_TEXT.txt; tinyshakespeare: shakespeare_char or shakespeare; tools prepare "
+                        f"the others: python -m tools.pangu.compact_vocab for shakespeare_vK, python -m "
+                        f"tools.wikitext103 for wikitext103 and wikitext103_vK)")
+    check_dataset_name(dataset)
+    named = next((kind for kind in TOKENIZERS if dataset.endswith("_" + kind)), None)
+    if named and tokenizer and named != tokenizer:
+        raise UserError(f"the name {dataset} says {named}, but --tokenizer is {tokenizer} (fix: drop one of them, "
+                        f"or name it {dataset[:-len(named)]}{tokenizer})")
+    return dataset, tokenizer or named or "char"
+
+
+def read_text(path):
+    """The text of a UTF-8 file, or a one-line error: missing, unreadable, empty, binary (NUL bytes, which
+    UTF-16 text has too) or not UTF-8. A byte-order mark (Windows Notepad writes one) is not text: it is dropped,
+    as Python's utf-8-sig does, so U+FEFF never becomes a token. Line ends stay as they are: a CRLF file keeps
+    its carriage returns (a char vocabulary has one as a token, and a sample prints the file's line ends)."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        raise UserError(f"input not found: {path} {TEXT_FIX}") from None
+    except OSError as e:   # a folder, no permission
+        raise UserError(f"cannot read {path}: {e.strerror} {TEXT_FIX}") from None
+    if not data:
+        raise UserError(f"{path} is empty {TEXT_FIX}")
+    if b"\0" in data:
+        raise UserError(f"{path} is not text: it holds NUL bytes (a binary file, or UTF-16 text) {TEXT_FIX}")
+    try:
+        text = data.decode("utf-8")   # not utf-8-sig: an error's byte offset counts from the file's first byte
+    except UnicodeDecodeError as e:
+        raise UserError(f"{path} is not UTF-8 text (byte {e.start:,} is {data[e.start]:#04x}: a binary file, or "
+                        f"another encoding) {TEXT_FIX}") from None
+    text = text.removeprefix(BYTE_ORDER_MARK)
+    if not text:
+        raise UserError(f"{path} is empty (it holds only a byte-order mark) {TEXT_FIX}")
+    return text
+
+
+def check_long_enough(path, n_chars, splits, val_fraction):
+    """Each split must hold 2 tokens at least (one prediction; train.py wants more than block_size)."""
+    for split, other in (("train", "smaller"), ("val", "larger")):
+        n = splits[split]["tokens"]
+        if n < 2:
+            raise UserError(f"{path} is too short for a {split} split: its {n_chars:,} characters give {n} {split} "
+                            f"token(s) at val_fraction={val_fraction} (fix: a longer text, or a {other} "
+                            f"--val_fraction)")
+
+
+def text_record(path, text, val_fraction):
+    """meta.json's "text": where the dataset came from and its sha256 (check_replace compares it)."""
+    sha = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return {"path": os.path.abspath(path), "sha256": sha, "characters": len(text), "val_fraction": val_fraction}
+
+
+def write_dataset(out_dir, splits, meta, force=False):
+    """prepare.py's dataset folder: splits {"train": ids, "val": ids} as train.bin and val.bin, then meta.json last
+    (it marks a complete folder). Refused first, in one line, before anything is written: more distinct characters
+    than uint16 ids hold, a split under 2 tokens, a dataset of another text in out_dir (unless force)."""
+    text = meta["text"]
+    if Vocabulary(meta).is_char_level:
+        check_char_count(meta["vocab_size"])
+    check_long_enough(text["path"], text["characters"], meta["splits"], text["val_fraction"])
+    check_replace(out_dir, meta, force)
+    begin_writing(out_dir)
+    for split, ids in splits.items():
+        write_bin(os.path.join(out_dir, f"{split}.bin"), ids)
+    write_meta(out_dir, meta)
+
+
+def check_replace(out_dir, meta, force=False):
+    """One line unless out_dir is free for `meta`'s dataset: no complete dataset there (no meta.json, or a damaged
+    one: an interrupted prepare), or one of the same text and tokenizer (the text's sha256; a folder that records
+    none: the same tokenizer and split sizes), or force."""
+    try:
+        old = load_meta(out_dir)
+    except UserError:
+        return
+    text = old.get("text") if isinstance(old.get("text"), dict) else {}
+    if text.get("sha256"):
+        same_text = text["sha256"] == meta["text"]["sha256"]
+    else:
+        same_text = old.get("splits") == meta["splits"]
+    if force or same_text and tokenizer_id(old) == tokenizer_id(meta):
+        return
+    what = "another text" if not same_text else f"this text in another tokenizer ({old.get('tokenizer')})"
+    source = f", from {text['path']}" if text.get("path") else ""
+    raise UserError(f"{out_dir} holds the dataset {old.get('dataset')!r} of {what}{source} (fix: --force to "
+                    f"replace it, or another name: python prepare.py NAME --input=...)")
