@@ -77,11 +77,6 @@ def weights_lower_bound(config):
     return ffn + embedding
 
 
-def keep_heaviest_branch(model, enabled):
-    """model.keep_heaviest_branch() when enabled (pgpt at inference, paper 004): its note for the user, else ""."""
-    return model.keep_heaviest_branch() if enabled else ""
-
-
 def depth_summary(model):
     """Effective depth vs unique weights, e.g. '60 layers applied, from 30 unique attention and 30 unique FFN
     sub-layers'."""

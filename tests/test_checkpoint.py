@@ -14,7 +14,7 @@ import torch
 
 from model import GPT, GPTConfig
 from safety_net import checkpoint
-from safety_net.build import build_model, keep_heaviest_branch, model_args
+from safety_net.build import build_model, model_args
 from safety_net.checkpoint import load_init_checkpoint, load_matching_weights, load_model
 from safety_net.configurator import UserError
 from safety_net.fileio import atomic_save
@@ -87,7 +87,7 @@ def test_keep_heaviest_branch_runs_the_branch_of_largest_weight_alone(branch_log
     weights = [math.exp(a) / sum(math.exp(b) for b in branch_logits) for a in branch_logits]
     heaviest = max(range(3), key=lambda i: weights[i])
     assert model.heaviest_branch() == heaviest
-    note = keep_heaviest_branch(model, True)
+    note = model.keep_heaviest_branch()
     assert model.keep_branch == heaviest
     assert note == f"running only branch {heaviest} of 3 (weights {', '.join(f'{w:.3f}' for w in weights)})"
     alone = GPT(dataclasses.replace(cfg, n_layer=2, n_branches=1)).eval()

@@ -50,7 +50,6 @@ import torch.nn.functional as F
 
 from tools.huggingface.convert import load_pretrained
 from tools.huggingface.tokenizer import tokenizer_for
-from safety_net.build import keep_heaviest_branch
 from safety_net.checkpoint import load_model
 from safety_net.configurator import UserError, run_command
 from safety_net.dataset import load_meta, resolve_data_dir
@@ -312,7 +311,7 @@ def run_multiple_choice(cfg, model, ckpt, info, block_size, device, dtype):
         tok = tokenizer_for(info)
     else:
         tok = load_tokenizer(resolve_data_dir(ckpt, cfg["data_dir"]), ckpt)
-    note = keep_heaviest_branch(model, cfg["keep_heaviest_branch"])
+    note = model.keep_heaviest_branch() if cfg["keep_heaviest_branch"] else ""   # pgpt: a note for the user
     r = score_multiple_choice(model, tok, docs, block_size, cfg["batch_size"], device, dtype)
     if cfg["log_samples"]:
         write_log_samples(cfg["log_samples"], docs, r)
@@ -418,7 +417,7 @@ def run_eval(cfg):
         tok = load_tokenizer(data_dir, ckpt)
     except UserError:
         tok = None  # only needed to count words/bytes when meta.json lacks them
-    note = keep_heaviest_branch(model, cfg["keep_heaviest_branch"])
+    note = model.keep_heaviest_branch() if cfg["keep_heaviest_branch"] else ""   # pgpt: a note for the user
     if cfg["compile"]:
         model.compile()
 
