@@ -177,7 +177,8 @@ def test_swiglu_file_computes_as_model_py(tmp_path):
 # fields in strings). model.py's plain path itself runs `branches[0]`, `n_branches` and `widths()`: they stay.
 NOT_PLAIN = {
     "Deep Thinking": "think think_steps think_eta think_memory deep_thinking DeepThinking memory first_kv",
-    "pgpt branches": "branch_weights branch_logits keep_branch heaviest_branch keep_heaviest_branch BranchCache",
+    "pgpt branches": "n_branches branch_weights branch_logits keep_branch heaviest_branch keep_heaviest_branch "
+                     "BranchCache",
     "lgpt/cgpt shrink layers": "shrink shrinks shrink_every shrink_layer shrink_kernel add_shrinks LinearShrink "
                                "ConvShrink conv_window conv_tail",
     "layer sharing": "build_shared_layers share_group_size share_from_layer share_sublayers",
@@ -200,6 +201,46 @@ def test_plain_gpt_file_holds_no_other_technique():
         names = code_names(f.read())
     found = {what: sorted(set(words.split()) & names) for what, words in NOT_PLAIN.items()}
     assert not any(found.values()), {what: words for what, words in found.items() if words}
+
+
+# GPTConfig fields the plain GPT file may hold no word of, though no NOT_PLAIN entry names them: a value of theirs
+# selects code that has no name of its own to look for (nn.RMSNorm, F.silu, the untied lm_head, the post-norm order)
+VALUE_ONLY = {"norm", "norm_placement", "pos_embedding", "activation", "mlp_hidden", "tie_embeddings", "head_bias",
+              "n_kv_head"}
+
+
+def test_every_field_left_out_of_the_plain_file_is_looked_for():
+    """Every GPTConfig field the plain GPT file does not hold is in a NOT_PLAIN entry (its code must not appear
+    there) or in VALUE_ONLY: a new technique's field forgotten in both fails here, by name."""
+    gpt = load_module(os.path.join(one_file.OUT_DIR, "gpt.py"), "one_file_gpt_fields")
+    held = {field.name for field in dataclasses.fields(gpt.GPTConfig)}
+    fields = {f.name for f in dataclasses.fields(model.GPTConfig)}
+    listed = set(" ".join(NOT_PLAIN.values()).split())
+    missing = sorted(fields - held - listed - VALUE_ONLY)
+    assert not missing, f"fields the plain file neither holds nor looks for (fix: NOT_PLAIN, or VALUE_ONLY): {missing}"
+
+
+# GPTConfig fields with no words of their own in tools/one_file.py's TECHNIQUE_WORDS: sizes, rates and settings,
+# which a reader meets in no technique's prose
+NO_TECHNIQUE_WORDS = {"block_size", "vocab_size", "n_layer", "n_head", "n_embd", "dropout", "bias", "norm_eps",
+                      "rope_base", "activation", "mlp_hidden", "mlp_ratio", "head_bias", "share_from_layer",
+                      "share_sublayers", "residual_logit_init", "think_eta", "think_memory", "n_top_attn_layers",
+                      "shrink_kernel", "init_scheme", "init_std"}
+
+
+def test_every_technique_field_has_its_words():
+    """A GPTConfig field that turns a technique on has words in TECHNIQUE_WORDS (a file without the technique drops
+    or marks the prose that names it): some test_model.py FLAGS entry that sets the field changes which techniques
+    are off. A field with none is declared in NO_TECHNIQUE_WORDS; a new field forgotten in both fails here."""
+    from test_model import FLAGS
+    defaults = {f.name: f.default for f in dataclasses.fields(model.GPTConfig)}
+
+    def off(config):
+        return [is_off(config) for _, is_off in one_file.TECHNIQUE_WORDS]
+
+    silent = [name for name in defaults if name not in NO_TECHNIQUE_WORDS and not any(
+        off({**defaults, **flags}) != off(defaults) for flags in FLAGS.values() if name in flags)]
+    assert not silent, f"fields with no TECHNIQUE_WORDS entry (fix: add one, or NO_TECHNIQUE_WORDS): {silent}"
 
 
 PLANTED = {"think_steps": 3, "pos_embedding": "rope"}   # Deep Thinking, RoPE
