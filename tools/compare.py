@@ -424,7 +424,7 @@ class Progress:
 # training one run
 
 def prepare_with_a_tool(config):
-    """Prepare a run's dataset with its tool (shakespeare_vK, wikitext103, wikitext103_vK: dataset.tool_command)
+    """Prepare a run's dataset with its tool (shakespeare_vK, wikitext103, wikitext103_vK: text_dataset.tool_command)
     when its folder is not complete yet. train.py prepares the tinyshakespeare datasets itself and only points to
     the tool for these."""
     dataset, data_dir = config["dataset"], default_data_dir(config)

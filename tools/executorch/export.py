@@ -302,7 +302,6 @@ def tokenizer_path(pte):
 
 def run(cfg):
     from tokenizers import Tokenizer
-    from safety_net.build import keep_heaviest_branch
     from safety_net.checkpoint import load_model
     from safety_net.fileio import atomic_path, check_out_dir
     from safety_net.runtime import check_num_threads
@@ -318,7 +317,7 @@ def run(cfg):
     model, ckpt = load_model(cfg["out_dir"], "cpu")
     refuse_unsupported(model.config)
     tokenizer, eot = tokenizer_json(ckpt, cfg["data_dir"], model.config)
-    note = keep_heaviest_branch(model, cfg["keep_heaviest_branch"])
+    note = model.keep_heaviest_branch() if cfg["keep_heaviest_branch"] else ""   # pgpt: a note for the user
     t0 = time.perf_counter()
     text = json.dumps(tokenizer, ensure_ascii=False)
     data = program_bytes(model, cfg["quantize"], eot, vocabulary_id(Tokenizer.from_str(text)))
