@@ -24,9 +24,9 @@ import numpy as np
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from model import GPT, GPTConfig
 import prepare
 import variants
+from model import GPT, GPTConfig
 from safety_net.checkpoint import save_checkpoint
 from safety_net.configurator import run_command
 from safety_net.run_dir import RunDir

@@ -13,8 +13,7 @@ from safety_net.configurator import UserError
 def model_config(model_args, source=None, device="cpu"):
     """GPTConfig(**model_args) with a one-line error for arguments this model.py refuses or does not know,
     or for a size it cannot build on `device` in reasonable time or memory (check_layer_count, check_memory).
-    source: the
-    checkpoint they come from (None: the user's config)."""
+    source: the checkpoint they come from (None: the user's config)."""
     from model import GPTConfig
     unknown = sorted(set(model_args) - set(gpt_config_defaults()))
     if unknown and source is not None:   # dropping them would build another model

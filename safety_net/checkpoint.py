@@ -27,6 +27,7 @@ import tempfile
 import numpy as np
 import torch
 
+from safety_net import REPO_ROOT
 from safety_net.build import build_model, gpt_config_defaults, model_config
 from safety_net.configurator import UserError
 from safety_net.fileio import atomic_save
@@ -172,12 +173,11 @@ def load_init_checkpoint(init_from, device="cpu"):
     if not is_hf_source(init_from):
         return load_checkpoint(init_from, device)
     source = init_from if init_from in GPT2_NAMES else os.path.abspath(init_from)
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # the repository
     with tempfile.TemporaryDirectory(prefix="init_from.") as tmp:
         out = os.path.join(tmp, "imported.pt")
         print(f"importing {init_from}: python -m tools.huggingface.convert import {source} --out={out}", flush=True)
         done = subprocess.run([sys.executable, "-m", "tools.huggingface.convert", "import", source, "--out", out],
-                              cwd=root, stderr=subprocess.PIPE, text=True)
+                              cwd=REPO_ROOT, stderr=subprocess.PIPE, text=True)
         said = [line for line in done.stderr.splitlines() if line.strip()]
         if done.returncode != 0:
             reason = said[-1].removeprefix("error: ") if said else f"exit code {done.returncode}"

@@ -18,11 +18,9 @@ import pickle
 
 import numpy as np
 
+from safety_net import REPO_ROOT
 from safety_net.configurator import UserError, one_line
 from safety_net.tokenizers import GPT2_VOCAB_SIZE, Vocabulary, encode_start, gpt2_meta, tokenizer_from_meta
-
-
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # (this file is in safety_net/)
 
 
 def split_path(data_dir, split):

@@ -8,8 +8,8 @@ import os
 import sys
 import time
 
+from safety_net import REPO_ROOT
 from safety_net.configurator import UserError, one_line
-from safety_net.dataset import REPO_ROOT
 from safety_net.fileio import atomic_path
 
 
