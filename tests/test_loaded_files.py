@@ -28,7 +28,7 @@ import pytest
 import torch
 
 from conftest import one_error_line, write_char_checkpoint
-from model import GPT, GPTConfig
+from model import GPT, GPTConfig, MLP
 from safety_net import dataset
 from safety_net import tokenizers
 from safety_net import wandb_log
@@ -422,16 +422,35 @@ def test_sizes_that_cannot_be_built_are_refused_at_once():
 
 def test_the_weights_bound_never_exceeds_a_model():
     """check_memory must never refuse a model that fits: its bound is at most the real count, for every preset
-    (its depth and flags, at a small width)."""
+    (its depth and flags, at a small width) and every flag set of test_model.py's FLAGS, which
+    tests/test_support.py makes name every GPTConfig field: a new field that makes a model smaller than
+    weights_lower_bound reckons fails here."""
     import variants
+    from test_model import FLAGS, TINY
+    configs = {}
     for name in variants.available():
         args = {**gpt_config_defaults(), **variants.load(name), "vocab_size": 100, "block_size": 16}
         args["n_embd"] = 8 * args["n_head"]
         args["mlp_hidden"] = args["mlp_hidden"] and 2 * args["n_embd"]
         args["embd_factor_dim"] = args["embd_factor_dim"] and 16
+        configs[name] = GPTConfig(**args)
+    for name, flags in FLAGS.items():
+        configs[f"FLAGS[{name!r}]"] = GPTConfig(**{**TINY, **flags})
+    for name, config in configs.items():
         with torch.device("meta"):
-            n = GPT(GPTConfig(**args)).get_num_params(non_embedding=False)
-        assert 0 < weights_lower_bound(GPTConfig(**args)) <= n, name
+            model = GPT(config)
+        # what the bound counts, counted on the model: sharper than the whole model, whose attention
+        # weights would hide a bound that over-counts the FFN
+        assert 0 < weights_lower_bound(config) <= embedding_and_ffn_weights(model), name
+
+
+def embedding_and_ffn_weights(model):
+    """The token embedding's parameters and the weight matrices of the model's unique MLPs."""
+    n = sum(p.numel() for p in model.tok_emb.parameters())
+    for module in model.modules():   # each shared module once
+        if isinstance(module, MLP):
+            n += sum(p.numel() for p in module.parameters() if p.dim() == 2)
+    return n
 
 
 def test_plan_and_bench_at_odd_paths_are_one_line(tmp_path):
