@@ -1,15 +1,18 @@
 """
-The private parts of torch the tools reach into, in one place. Each is imported when a command first needs it,
-not when a module is imported: a torch release that moves one breaks the command that uses it (the compiled
-decoder, the kernel profile), not every tool importing tools/fast_sample.py (tools.bench, tools.compare,
-tools.gpu_check). Written for torch WRITTEN_FOR; tests/test_compile.py compiles a one-layer model through them
-with inductor in the default suite, so a release that moves one fails there first.
+The private parts of torch and ExecuTorch the tools reach into, in one place. Each is imported when a command first
+needs it, not when a module is imported: a release that moves one breaks the command that uses it (the compiled
+decoder, the kernel profile, the ExecuTorch runner's threads), not every tool importing tools/fast_sample.py
+(tools.bench, tools.compare, tools.gpu_check). Written for torch WRITTEN_FOR and ExecuTorch
+EXECUTORCH_WRITTEN_FOR; tests/test_compile.py compiles a one-layer model through the torch ones with inductor in the
+default suite, so a release that moves one fails there first; tests/test_executorch.py runs the ExecuTorch ones
+where ExecuTorch is installed.
 
 torch._dynamo's mark_dynamic, mark_static_address and reset, used in place, are torch.compile's documented
 controls (torch.compiler's pages), not internals.
 """
 
 WRITTEN_FOR = "2.13.0"
+EXECUTORCH_WRITTEN_FOR = "1.5.1"
 
 
 def inductor_config():
@@ -26,3 +29,19 @@ def inductor_loaded_modules():
     weights (tools/fast_sample.py's to_huge_pages)."""
     from torch._inductor.codecache import PyCodeCache
     return PyCodeCache.modules
+
+
+def executorch_set_threads(num_threads):
+    """The size of ExecuTorch's thread pool, which its XNNPACK and optimized kernels share: the pybindings'
+    _unsafe_reset_threadpool (executorch.extension.pybindings.portable_lib, ExecuTorch 1.5.1); its public runtime
+    has no such setting."""
+    from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
+    _unsafe_reset_threadpool(num_threads)
+
+
+def executorch_load(pte, **options):
+    """The program at `pte`, loaded by the pybindings' _load_for_executorch (ExecuTorch 1.5.1), whose options
+    (enable_etdump, debug_buffer_size) switch on the event tracer of the kernel profile
+    (tools/executorch/profile.py)."""
+    from executorch.extension.pybindings.portable_lib import _load_for_executorch
+    return _load_for_executorch(pte, **options)

@@ -87,13 +87,13 @@ def operator_rows(totals, steps):
 
 def decode_events(pte, steps, num_threads):
     """(event_totals of `steps` decode steps of the program at `pte` (0: max_len), steps)."""
-    from executorch.extension.pybindings import portable_lib
     from tools.executorch.run import load_kernels
+    from tools.torch_internals import executorch_load, executorch_set_threads
     load_kernels()
-    portable_lib._unsafe_reset_threadpool(num_threads)
+    executorch_set_threads(num_threads)
     try:   # max_len from a load without the tracer, so that the tracer records decode steps only
-        max_len = portable_lib._load_for_executorch(pte).run_method("max_len", ())[0]
-        module = portable_lib._load_for_executorch(pte, enable_etdump=True, debug_buffer_size=0)
+        max_len = executorch_load(pte).run_method("max_len", ())[0]
+        module = executorch_load(pte, enable_etdump=True, debug_buffer_size=0)
     except (RuntimeError, ValueError) as e:
         raise UserError(f"cannot load {pte} as an ExecuTorch program ({str(e).splitlines()[0]}) "
                         f"(fix: write it with python -m tools.executorch.export)") from None

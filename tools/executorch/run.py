@@ -219,8 +219,8 @@ def run(cfg):
     # ExecuTorch's pool between steps
     torch.set_num_threads(1)
     if cfg["num_threads"] > 0:
-        from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
-        _unsafe_reset_threadpool(cfg["num_threads"])
+        from tools.torch_internals import executorch_set_threads
+        executorch_set_threads(cfg["num_threads"])
     path = cfg["tokenizer"] or tokenizer_path(cfg["pte"])
     tokenizer = load_tokenizer(path)
     program = Program(cfg["pte"])

@@ -119,8 +119,8 @@ def run(cfg):
         runtimes["linear layers alone (eager torch)"] = LinearChain(model)
         runtimes["compiled decoder step"] = CompiledDecoder(model, prime_ids)
         if cfg["pte"]:
-            from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
-            _unsafe_reset_threadpool(1)
+            from tools.torch_internals import executorch_set_threads
+            executorch_set_threads(1)
         for pte in filter(None, cfg["pte"].split(",")):
             runtimes[f"ExecuTorch {os.path.basename(pte)} step"] = ProgramDecoder(pte)
         if cfg["gguf"]:
