@@ -16,6 +16,9 @@ the unmutated copy and must pass (a failing selection would "catch" every mutant
 One line per mutant, `caught` or `missed`, and the count. Exit 1 if any mutant is missed, if a selection fails
 without a mutant, or if a mutant's old text is not found exactly once in its file (the whole table is checked
 first, so it cannot rot silently when the code changes).
+
+The table is also declared per field: FIELD_MUTANTS names, for every field of model.py's GPTConfig, the mutants that
+break the code handling it, and tests/test_mutation.py fails while a field (a new technique flag) has none.
 """
 import os
 import re
@@ -434,6 +437,53 @@ MUTANTS = [
            'std = scaled if name.endswith(("out_proj", "down")) else 0.02',
            "tests/test_model.py -k init_schemes_follow_their_formulas", every=False),
 ]
+
+# For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that
+# field (in model.py, or in a tool path that reads it). tests/test_mutation.py fails while a field is missing here,
+# so a new technique flag gets a mutant, and its tests are proven to catch a bug in it.
+FIELD_MUTANTS = {
+    "block_size": ("generation_window_restarts_one_token_early",),
+    "vocab_size": ("train_data_vocab_over_the_keys_set",),
+    "n_layer": ("gpt2_init_scales_by_n_layer_not_twice_it",),
+    "n_head": ("attention_heads_merged_without_transpose",),   # a bug only with more than one head
+    "n_embd": ("ffn_hidden_of_n_embd_not_the_layers_width",),
+    "dropout": ("attention_dropout_in_eval",),
+    "bias": ("out_proj_bias_despite_bias_false", "hf_mlp_bias_ignored"),
+    "norm": ("rmsnorm_as_a_layernorm_without_bias",),
+    "norm_eps": ("nanogpt_layernorm_eps_of_llama", "hf_gpt2_layer_norm_epsilon_ignored",
+                 "gguf_rms_eps_of_the_default"),
+    "norm_placement": ("post_norm_normalises_the_sublayer_only",),
+    "pos_embedding": ("sinusoidal_odd_dimensions_use_sin", "rope_off_by_one_in_cache",
+                      "positions_restart_at_each_cached_call"),
+    "rope_base": ("hf_rope_theta_at_top_level_ignored", "gguf_rope_base_of_the_default"),
+    "n_kv_head": ("gqa_query_head_reads_wrong_kv_head", "inherit_kv_head_score_without_v"),
+    "mlp_type": ("swiglu_activation_on_both_branches",),
+    "activation": ("gelu_tanh_is_the_exact_gelu",),
+    "mlp_hidden": ("mlp_hidden_ignored",),
+    "mlp_ratio": ("mlp_ratio_fixed_at_four",),
+    "tie_embeddings": ("hf_llama_tied_by_default",),
+    "head_bias": ("tied_head_bias_not_added", "declared_refusal_not_made"),
+    "embd_factor_dim": ("factorized_projection_with_a_bias",),
+    "share_group_size": ("shared_layer_uses_wrong_weights", "init_scheme_shared_weights_at_their_last_layer"),
+    "share_from_layer": ("sharing_groups_counted_from_layer_0",),
+    "share_sublayers": ("attention_only_sharing_shares_the_ffn_too",),
+    "enhanced_residual": ("enhanced_residual_alpha_swapped",),
+    "residual_logit_init": ("residual_logit_init_ignored",),
+    "think_steps": ("deep_thinking_test_pass_reads_next_position",),
+    "think_eta": ("deep_thinking_eta_swapped",),
+    "think_memory": ("first_layer_memory_of_each_layer",),
+    "n_attn_layers": ("mlp_only_layers_built_only_with_sharing",),
+    "n_top_attn_layers": ("top_attention_layers_shared",),
+    "n_branches": ("pgpt_branch_weights_not_normalised", "pgpt_branches_share_cache_slots",
+                   "heaviest_branch_is_the_lightest"),
+    "shrink_every": ("lgpt_shrinks_after_wrong_layer",),
+    # the conv layer that shrink_layer="conv" selects, wrong where its kernel reads past inputs (shrink_kernel > 1)
+    "shrink_layer": ("cgpt_conv_padded_both_sides", "cgpt_conv_cache_keeps_oldest_inputs"),
+    "shrink_kernel": ("cgpt_conv_padded_both_sides", "cgpt_conv_cache_keeps_oldest_inputs",
+                      "export_cache_conv_window_keeps_oldest"),
+    "init_scheme": ("init_scheme_down_keeps_gpt2s_scaling", "init_scheme_shared_weights_at_their_last_layer"),
+    "init_std": ("gpt2_init_std_fixed_at_0_02",),
+}
 
 DEFAULTS = dict(
     list=False,         # print the table (name, file, tests) and exit
