@@ -436,6 +436,10 @@ MUTANTS = [
            'std = scaled if name.endswith(("out_proj", "down")) else config.init_std',
            'std = scaled if name.endswith(("out_proj", "down")) else 0.02',
            "tests/test_model.py -k init_schemes_follow_their_formulas", every=False),
+    Mutant("rope_tables_at_the_default_base", "model.py",   # rope_base in the model (the tools' two are above)
+           "cos, sin = rope_tables(config.block_size, self.head_dim, config.rope_base)",
+           "cos, sin = rope_tables(config.block_size, self.head_dim, 10000.0)",
+           "tests/test_model.py -k 'every_flag_changes_the_function and rope_base'", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that
@@ -455,8 +459,9 @@ FIELD_MUTANTS = {
     "norm_placement": ("post_norm_normalises_the_sublayer_only",),
     "pos_embedding": ("sinusoidal_odd_dimensions_use_sin", "rope_off_by_one_in_cache",
                       "positions_restart_at_each_cached_call"),
-    "rope_base": ("hf_rope_theta_at_top_level_ignored", "gguf_rope_base_of_the_default"),
-    "n_kv_head": ("gqa_query_head_reads_wrong_kv_head", "inherit_kv_head_score_without_v"),
+    "rope_base": ("rope_tables_at_the_default_base", "hf_rope_theta_at_top_level_ignored",
+                  "gguf_rope_base_of_the_default"),
+    "n_kv_head": ("gqa_query_head_reads_wrong_kv_head",),
     "mlp_type": ("swiglu_activation_on_both_branches",),
     "activation": ("gelu_tanh_is_the_exact_gelu",),
     "mlp_hidden": ("mlp_hidden_ignored",),
