@@ -16,6 +16,9 @@ the unmutated copy and must pass (a failing selection would "catch" every mutant
 One line per mutant, `caught` or `missed`, and the count. Exit 1 if any mutant is missed, if a selection fails
 without a mutant, or if a mutant's old text is not found exactly once in its file (the whole table is checked
 first, so it cannot rot silently when the code changes).
+
+The table is also declared per field: FIELD_MUTANTS names, for every field of model.py's GPTConfig, the mutants that
+break the code handling it, and tests/test_mutation.py fails while a field (a new technique flag) has none.
 """
 import os
 import re
@@ -355,7 +358,137 @@ MUTANTS = [
            '    "rope_base": dict(pos_embedding="rope", rope_base=100.0),',
            '    "rope_base": dict(pos_embedding="rope"),',
            "tests/test_support.py -k every_computed_field_is_tested", every=False),
+    # --- issue 56: a mutant for each GPTConfig field that had none (FIELD_MUTANTS, below, names them) ---
+    Mutant("generation_window_restarts_one_token_early", "model.py",   # block_size
+           "if idx.size(1) - start > block_size:",
+           "if idx.size(1) - start >= block_size:",
+           "tests/test_model.py -k generation_windows_fill_block_size", every=True),
+    Mutant("gpt2_init_scales_by_n_layer_not_twice_it", "model.py",   # n_layer: GPT-2 has two residual adds a layer
+           "scaled = config.init_std / math.sqrt(2 * config.n_layer)",
+           "scaled = config.init_std / math.sqrt(config.n_layer)",
+           "tests/test_model.py -k init_schemes_follow_their_formulas", every=False),
+    Mutant("ffn_hidden_of_n_embd_not_the_layers_width", "model.py",   # n_embd: lgpt's halved layers keep 4 n_embd
+           "hidden = config.mlp_hidden or int(config.mlp_ratio * width)",
+           "hidden = config.mlp_hidden or int(config.mlp_ratio * config.n_embd)",
+           "tests/test_variants.py -k 'paper_004_table_1 and lgpt'", every=False),
+    Mutant("attention_dropout_in_eval", "model.py",   # dropout
+           "y = causal_attention(q, k, v, dropout_p=self.dropout if self.training else 0.0)",
+           "y = causal_attention(q, k, v, dropout_p=self.dropout)",
+           "tests/test_model.py -k dropout_acts_in_training_only", every=False),
+    Mutant("out_proj_bias_despite_bias_false", "model.py",   # bias
+           "self.out_proj = nn.Linear(width, width, bias=config.bias)",
+           "self.out_proj = nn.Linear(width, width, bias=True)",
+           "tests/test_variants.py -k mobilellm_exact_counts", every=False),
+    Mutant("rmsnorm_as_a_layernorm_without_bias", "model.py",   # norm: it still subtracts the mean
+           "return nn.RMSNorm(dim, eps=config.norm_eps)",
+           "return nn.LayerNorm(dim, eps=config.norm_eps, bias=False)",
+           "tests/test_model.py -k rmsnorm_divides_by_the_root_mean_square", every=False),
+    Mutant("post_norm_normalises_the_sublayer_only", "model.py",   # norm_placement: x + norm(F(x))
+           "return self.norm(self.mix(x, self.inner(x, cache)))",
+           "return self.mix(x, self.norm(self.inner(x, cache)))",
+           "tests/test_model.py -k 'reference_equations and post'", every=True),
+    Mutant("gelu_tanh_is_the_exact_gelu", "model.py",   # activation
+           '"gelu_tanh": gelu_tanh,',
+           '"gelu_tanh": F.gelu,',
+           "tests/test_model.py -k 'every_flag_changes_the_function and gelu_tanh'", every=False),
+    Mutant("mlp_hidden_ignored", "model.py",
+           "hidden = config.mlp_hidden or int(config.mlp_ratio * width)",
+           "hidden = int(config.mlp_ratio * width)",
+           "tests/test_model.py -k tool_sizes_are_the_built_modules", every=False),
+    Mutant("mlp_ratio_fixed_at_four", "model.py",
+           "hidden = config.mlp_hidden or int(config.mlp_ratio * width)",
+           "hidden = config.mlp_hidden or 4 * width",
+           "tests/test_model.py -k mlp_ratio_sets_the_hidden_width", every=False),
+    Mutant("tied_head_bias_not_added", "model.py",   # head_bias with tied embeddings
+           "return logits + self.tied_head_bias if self.config.head_bias else logits",
+           "return logits",
+           "tests/test_model.py -k 'every_weight_is_used and head_bias'", every=False),
+    Mutant("factorized_projection_with_a_bias", "model.py",   # embd_factor_dim: V*E + E*H, no bias
+           "self.proj = nn.Linear(config.embd_factor_dim, width, bias=False)",
+           "self.proj = nn.Linear(config.embd_factor_dim, width, bias=config.bias)",
+           "tests/test_variants.py -k efficio_count_itemised", every=False),
+    Mutant("sharing_groups_counted_from_layer_0", "model.py",   # share_from_layer
+           "repeats = set(range(start, end)) - set(range(start, end, k))",
+           "repeats = set(range(start, end)) - set(range(0, end, k))",
+           "tests/test_model.py -k sharing_plan_schemes", every=False),
+    Mutant("attention_only_sharing_shares_the_ffn_too", "model.py",   # share_sublayers: the line above copied
+           'share_mlp = config.share_sublayers in ("both", "mlp")',
+           'share_mlp = config.share_sublayers in ("both", "attn")',
+           "tests/test_model.py -k sharing_plan_schemes", every=False),
+    Mutant("residual_logit_init_ignored", "model.py",
+           "w = torch.full((), float(config.residual_logit_init))",
+           "w = torch.zeros(())",
+           "tests/test_model.py -k enhanced_residual_init_is_a_flag", every=False),
+    Mutant("first_layer_memory_of_each_layer", "model.py",   # think_memory="first_layer" becomes "own"
+           "            if self.first_kv is None:   # this is the first attention layer\n"
+           "                self.first_kv = (k, v)\n",
+           "            self.first_kv = (k, v)\n",
+           "tests/test_model.py -k 'reference_equations and first_layer'", every=True),
+    Mutant("mlp_only_layers_built_only_with_sharing", "model.py",   # n_attn_layers ignored without sharing
+           "if config.share_group_size > 1 or config.n_attn_layers is not None:",
+           "if config.share_group_size > 1:",
+           "tests/test_model.py -k 'sharing_plan_schemes or attention_placement_changes_the_function'", every=True),
+    Mutant("top_attention_layers_shared", "model.py",   # n_top_attn_layers: the top layers join the groups
+           "end = config.layers_per_branch() - config.n_top_attn_layers",
+           "end = config.layers_per_branch()",
+           "tests/test_model.py -k sharing_plan_schemes", every=False),
+    Mutant("gpt2_init_std_fixed_at_0_02", "model.py",   # init_std: GPT-2's constant kept
+           'std = scaled if name.endswith(("out_proj", "down")) else config.init_std',
+           'std = scaled if name.endswith(("out_proj", "down")) else 0.02',
+           "tests/test_model.py -k init_schemes_follow_their_formulas", every=False),
+    Mutant("rope_tables_at_the_default_base", "model.py",   # rope_base in the model (the tools' two are above)
+           "cos, sin = rope_tables(config.block_size, self.head_dim, config.rope_base)",
+           "cos, sin = rope_tables(config.block_size, self.head_dim, 10000.0)",
+           "tests/test_model.py -k 'every_flag_changes_the_function and rope_base'", every=False),
 ]
+
+# For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that
+# field (in model.py, or in a tool path that reads it). tests/test_mutation.py fails while a field is missing here,
+# so a new technique flag gets a mutant, and its tests are proven to catch a bug in it.
+FIELD_MUTANTS = {
+    "block_size": ("generation_window_restarts_one_token_early",),
+    "vocab_size": ("train_data_vocab_over_the_keys_set",),
+    "n_layer": ("gpt2_init_scales_by_n_layer_not_twice_it",),
+    "n_head": ("attention_heads_merged_without_transpose",),   # a bug only with more than one head
+    "n_embd": ("ffn_hidden_of_n_embd_not_the_layers_width",),
+    "dropout": ("attention_dropout_in_eval",),
+    "bias": ("out_proj_bias_despite_bias_false", "hf_mlp_bias_ignored"),
+    "norm": ("rmsnorm_as_a_layernorm_without_bias",),
+    "norm_eps": ("nanogpt_layernorm_eps_of_llama", "hf_gpt2_layer_norm_epsilon_ignored",
+                 "gguf_rms_eps_of_the_default"),
+    "norm_placement": ("post_norm_normalises_the_sublayer_only",),
+    "pos_embedding": ("sinusoidal_odd_dimensions_use_sin", "rope_off_by_one_in_cache",
+                      "positions_restart_at_each_cached_call"),
+    "rope_base": ("rope_tables_at_the_default_base", "hf_rope_theta_at_top_level_ignored",
+                  "gguf_rope_base_of_the_default"),
+    "n_kv_head": ("gqa_query_head_reads_wrong_kv_head",),
+    "mlp_type": ("swiglu_activation_on_both_branches",),
+    "activation": ("gelu_tanh_is_the_exact_gelu",),
+    "mlp_hidden": ("mlp_hidden_ignored",),
+    "mlp_ratio": ("mlp_ratio_fixed_at_four",),
+    "tie_embeddings": ("hf_llama_tied_by_default",),
+    "head_bias": ("tied_head_bias_not_added", "declared_refusal_not_made"),
+    "embd_factor_dim": ("factorized_projection_with_a_bias",),
+    "share_group_size": ("shared_layer_uses_wrong_weights", "init_scheme_shared_weights_at_their_last_layer"),
+    "share_from_layer": ("sharing_groups_counted_from_layer_0",),
+    "share_sublayers": ("attention_only_sharing_shares_the_ffn_too",),
+    "enhanced_residual": ("enhanced_residual_alpha_swapped",),
+    "residual_logit_init": ("residual_logit_init_ignored",),
+    "think_steps": ("deep_thinking_test_pass_reads_next_position",),
+    "think_eta": ("deep_thinking_eta_swapped",),
+    "think_memory": ("first_layer_memory_of_each_layer",),
+    "n_attn_layers": ("mlp_only_layers_built_only_with_sharing",),
+    "n_top_attn_layers": ("top_attention_layers_shared",),
+    "n_branches": ("pgpt_branch_weights_not_normalised", "pgpt_branches_share_cache_slots",
+                   "heaviest_branch_is_the_lightest"),
+    "shrink_every": ("lgpt_shrinks_after_wrong_layer",),
+    # the conv layer that shrink_layer="conv" selects, wrong where its kernel reads past inputs (shrink_kernel > 1)
+    "shrink_layer": ("cgpt_conv_padded_both_sides", "cgpt_conv_cache_keeps_oldest_inputs"),
+    "shrink_kernel": ("cgpt_conv_padded_both_sides", "cgpt_conv_cache_keeps_oldest_inputs",
+                      "export_cache_conv_window_keeps_oldest"),
+    "init_scheme": ("init_scheme_down_keeps_gpt2s_scaling", "init_scheme_shared_weights_at_their_last_layer"),
+    "init_std": ("gpt2_init_std_fixed_at_0_02",),
+}
 
 DEFAULTS = dict(
     list=False,         # print the table (name, file, tests) and exit

@@ -353,6 +353,17 @@ def test_swiglu_applies_silu_to_gate_only():
     torch.testing.assert_close(mlp(x), expected)
 
 
+def test_rmsnorm_divides_by_the_root_mean_square():
+    """norm="rmsnorm" (LLaMA; paper 001): x / sqrt(mean(x^2) + eps) * g, written out here. No mean is subtracted
+    and there is no bias: the inputs have a mean far from 0, so a LayerNorm without bias would show."""
+    model = make_model("rmsnorm", norm_eps=0.1)   # make_model has randomised the gains g
+    norm = model.branches[0].attn[0].norm
+    x = torch.randn(3, 5, 16, generator=torch.Generator().manual_seed(2)) + 2.0
+    expected = x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + 0.1) * norm.weight
+    torch.testing.assert_close(norm(x), expected)
+    assert [name for name, _ in norm.named_parameters()] == ["weight"]
+
+
 def test_tool_sizes_are_the_built_modules():
     """tools.sizes reads kv heads, head size and FFN hidden size from the modules model.py builds: None n_kv_head
     is n_head, mlp_hidden wins over mlp_ratio, and each agrees with a real model's first layer."""

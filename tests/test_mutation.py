@@ -1,9 +1,13 @@
 """tests/mutation.py's mechanism stays honest: a real mutant is caught, a harmless edit is reported missed (exit 1),
 and a mutant whose old text is gone fails the command before anything runs. The full table is run by hand
-(`python -m tests.mutation`, minutes); here one small test selection, in two scratch copies plus the baseline."""
+(`python -m tests.mutation`, minutes); here one small test selection, in two scratch copies plus the baseline.
+And every GPTConfig field names, in FIELD_MUTANTS, the mutants that break its code (issue 56)."""
+import dataclasses
+
 import pytest
 
 import mutation
+from model import GPTConfig
 
 
 @pytest.mark.slow   # a check of the check (20 s): `python -m tests.mutation` runs every mutant
@@ -36,3 +40,55 @@ def test_every_mutant_applies_and_names_its_tests():
     assert len({m.name for m in mutation.MUTANTS}) == len(mutation.MUTANTS)
     assert [m.name for m in mutation.MUTANTS if mutation.rotten(m)] == []
     assert all(m.tests.startswith("tests/test_") and m.old != m.new for m in mutation.MUTANTS)
+
+
+FIX = "add a mutant to tests/mutation.py's MUTANTS and name it in FIELD_MUTANTS"
+
+
+def field_table_problems(table, fields, mutant_names):
+    """What is wrong with a field -> mutants table (FIELD_MUTANTS), one line each: fields without an entry, keys
+    that are not fields, entries that are not a non-empty tuple of names of MUTANTS, then the order."""
+    problems = []
+    missing = [name for name in fields if name not in table]
+    if missing:
+        problems.append(f"GPTConfig fields without a mutant: {', '.join(missing)} (fix: {FIX})")
+    unknown = [name for name in table if name not in fields]
+    if unknown:
+        problems.append(f"FIELD_MUTANTS names fields GPTConfig does not have: {', '.join(unknown)} "
+                        f"(fix: rename or remove them)")
+    for field, names in table.items():
+        if not isinstance(names, tuple) or not names:
+            problems.append(f"{field}: {names!r} is not a non-empty tuple of mutant names (fix: {FIX})")
+            continue
+        strangers = [name for name in names if name not in mutant_names]
+        if strangers:
+            problems.append(f"{field}: {', '.join(strangers)} not in MUTANTS (fix: {FIX})")
+    if not missing and not unknown and list(table) != list(fields):
+        problems.append("FIELD_MUTANTS is not in GPTConfig's field order (fix: move its keys)")
+    return problems
+
+
+def test_every_gptconfig_field_names_the_mutants_that_guard_it():
+    """Issue 56: a new GPTConfig field fails here until a mutant of its code is in the table, so its tests are
+    proven to catch a bug in it (`python -m tests.mutation --only=NAME` runs that mutant)."""
+    fields = [f.name for f in dataclasses.fields(GPTConfig)]
+    mutant_names = {m.name for m in mutation.MUTANTS}
+    problems = field_table_problems(mutation.FIELD_MUTANTS, fields, mutant_names)
+    assert not problems, "\n".join(problems)
+
+
+def test_a_field_table_gap_is_named_with_its_fix():
+    """The check above finds each kind of gap: a field left out, a key that is no field, an empty entry, a name
+    that is no mutant."""
+    fields = ["block_size", "dropout", "new_flag"]
+    table = {"block_size": (), "dropout": ("attention_dropout_in_eval", "no_such_mutant"), "dropuot": ("x",)}
+    problems = field_table_problems(table, fields, {"attention_dropout_in_eval", "x"})
+    assert problems == [
+        f"GPTConfig fields without a mutant: new_flag (fix: {FIX})",
+        "FIELD_MUTANTS names fields GPTConfig does not have: dropuot (fix: rename or remove them)",
+        f"block_size: () is not a non-empty tuple of mutant names (fix: {FIX})",
+        f"dropout: no_such_mutant not in MUTANTS (fix: {FIX})",
+    ]
+    ordered = {"dropout": ("x",), "block_size": ("x",), "new_flag": ("x",)}
+    assert field_table_problems(ordered, fields, {"x"}) == [
+        "FIELD_MUTANTS is not in GPTConfig's field order (fix: move its keys)"]
