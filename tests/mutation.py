@@ -440,6 +440,11 @@ MUTANTS = [
            "cos, sin = rope_tables(config.block_size, self.head_dim, config.rope_base)",
            "cos, sin = rope_tables(config.block_size, self.head_dim, 10000.0)",
            "tests/test_model.py -k 'every_flag_changes_the_function and rope_base'", every=False),
+    # --- issue 56: check_memory's bound over-counting the FFN, so a model that fits would be refused ---
+    Mutant("weights_bound_ignores_mlp_hidden", "safety_net/build.py",
+           "    hidden = [config.mlp_hidden or int(config.mlp_ratio * w) for w in widths]",
+           "    hidden = [int(config.mlp_ratio * w) for w in widths]",
+           "tests/test_loaded_files.py -k weights_bound_never_exceeds", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that
@@ -464,7 +469,7 @@ FIELD_MUTANTS = {
     "n_kv_head": ("gqa_query_head_reads_wrong_kv_head",),
     "mlp_type": ("swiglu_activation_on_both_branches",),
     "activation": ("gelu_tanh_is_the_exact_gelu",),
-    "mlp_hidden": ("mlp_hidden_ignored",),
+    "mlp_hidden": ("mlp_hidden_ignored", "weights_bound_ignores_mlp_hidden"),
     "mlp_ratio": ("mlp_ratio_fixed_at_four",),
     "tie_embeddings": ("hf_llama_tied_by_default",),
     "head_bias": ("tied_head_bias_not_added", "declared_refusal_not_made"),

@@ -24,6 +24,9 @@ path computes). Declaring `()` for a new field therefore asks every path's test 
 refusal declared on a tool path is made: test_a_declared_refusal_is_real gives each such path a model that sets the
 field (test_model.py's FLAGS entry with the fewest other changes) and expects its one-line refusal.
 
+A new field also needs a mutant: tests/mutation.py's FIELD_MUTANTS names, for every GPTConfig field, the mutants
+that break its code, and tests/test_mutation.py fails until the new field has one there.
+
 A new field's default must be the model as it was before the field existed (a technique off): a checkpoint
 written before the field loads and resumes with that default (safety_net/checkpoint.py's load_checkpoint).
 """
