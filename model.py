@@ -89,8 +89,10 @@ class GPTConfig:
         return self.n_layer // self.n_branches
 
     def attention_layers(self):
-        """The layers of a branch with attention: all, or the first n_attn_layers
-        and the last n_top_attn_layers (ShishuLM, 001 4.2, Table 10)."""
+        """The layers with attention.
+
+        ShishuLM (001 4.2, Table 10): the first n_attn_layers and the last
+        n_top_attn_layers; else all."""
         n = self.layers_per_branch()
         if self.n_attn_layers is None:
             return list(range(n))
@@ -101,7 +103,9 @@ class GPTConfig:
         return self.n_embd * self.n_branches
 
     def widths(self):
-        """The width of each layer: constant, or halved (lgpt/cgpt)."""
+        """The width of each layer: n_embd.
+
+        lgpt/cgpt: halved every shrink_every layers."""
         n = self.n_layer // self.n_branches
         if self.shrink_every == 0:
             return [self.n_embd] * n
@@ -115,7 +119,9 @@ class GPTConfig:
 # --- 2. Building blocks: norms, positions, MLP ----------------------------------------
 
 def make_norm(config, dim):
-    """LayerNorm (GPT-2; bias if `bias`) or RMSNorm (LLaMA: x / rms(x) * g)."""
+    """LayerNorm (GPT-2; bias if `bias`).
+
+    RMSNorm (LLaMA): x / rms(x) * g."""
     if config.norm == "rmsnorm":
         return nn.RMSNorm(dim, eps=config.norm_eps)
     return nn.LayerNorm(dim, eps=config.norm_eps, bias=config.bias)
@@ -209,8 +215,10 @@ def causal_mask(start, length, device):
 
 
 class CausalSelfAttention(nn.Module):
-    """Causal self-attention with grouped-query attention (paper 000, 2.5):
-    n_head query heads share n_kv_head key/value heads, in groups."""
+    """Causal self-attention, n_head heads.
+
+    Grouped-query attention (paper 000, 2.5): the query heads share n_kv_head
+    key/value heads, in groups."""
 
     def __init__(self, config, width):
         super().__init__()
@@ -230,8 +238,10 @@ class CausalSelfAttention(nn.Module):
             self.register_buffer("rope_sin", sin, persistent=False)
 
     def forward(self, x, cache=None):
-        """cache: this layer's entry of the KV cache (section 9) or of Deep
-        Thinking (section 8), which stores k, v and attends; else None."""
+        """cache: this layer's entry of the KV cache (section 9), which stores
+        k, v and attends; else None.
+
+        Deep Thinking's entries (section 8) stand in likewise."""
         B, T, C = x.shape
         # q (B, H, T, D), k and v (B, H_kv, T, D): from one projection
         q, k, v = self.qkv_proj(x).split([C, self.kv_width, self.kv_width], dim=2)
@@ -254,7 +264,9 @@ class CausalSelfAttention(nn.Module):
 
 class ResidualSubLayer(nn.Module):
     """The residual around one attention or FFN sub-layer F (`inner`): pre-norm
-    x + F(norm(x)) (GPT-2, LLaMA) or post-norm norm(x + F(x)) (paper 000's code).
+    x + F(norm(x)) (GPT-2, LLaMA).
+
+    Post-norm: norm(x + F(x)) (paper 000's code).
 
     Enhanced Residual (paper 000, 2.7) replaces the sum by
     alpha * x + (1 - alpha) * F(.), alpha = sigmoid(w), one learned scalar w per
@@ -287,9 +299,10 @@ class ResidualSubLayer(nn.Module):
 # --- 5. The decoder stack; layer sharing and ShishuLM's layers ------------------------
 
 class DecoderStack(nn.Module):
-    """The layers of one branch: attention, then the FFN, each in its residual.
-    `layers`: the sub-layers as applied (and lgpt/cgpt's shrinks); `attn`,
-    `mlp`: each weight set once."""
+    """The layers: attention, then the FFN, each in its residual. `layers`:
+    the sub-layers as applied; `attn`, `mlp`: each weight set once.
+
+    lgpt/cgpt's shrinks are in `layers` too."""
 
     def __init__(self, config):
         super().__init__()
@@ -309,15 +322,14 @@ class DecoderStack(nn.Module):
             add_shrinks(self, config)   # section 6
 
     def forward(self, x, cache=None):
-        """Sub-layer i gets cache[i], its entry of a KV cache (section 9) or of
-        Deep Thinking."""
+        """Sub-layer i gets cache[i], its entry of a KV cache (section 9)."""
         for i, layer in enumerate(self.layers):
             x = layer(x, None if cache is None else cache[i])
         return x
 
 
 def build_shared_layers(stack, config):
-    """Layer sharing and ShishuLM's MLP-only layers.
+    """The stack's layers when some share weights or have no attention.
 
     Sharing: from share_from_layer up to the top attention layers (never
     shared), the layers are cut into groups of share_group_size (k); every
@@ -384,7 +396,9 @@ class LinearShrink(nn.Module):
 
 def add_shrinks(stack, config):
     """A shrink after every shrink_every layers but the last, after the layer's
-    FFN (mlp[l]: lgpt/cgpt are not shared); built last (the init's draw order)."""
+    FFN (mlp[l]); built last (the init's draw order).
+
+    lgpt/cgpt's layers are never shared."""
     shrink_cls = ConvShrink if config.shrink_layer == "conv" else LinearShrink
     widths = config.widths()
     stack.shrink = nn.ModuleList()
@@ -399,8 +413,9 @@ def add_shrinks(stack, config):
 def init_gpt2(model, config):
     """GPT-2's init, as nanoGPT's: every Linear, Conv1d and Embedding weight
     ~ N(0, init_std), biases 0, in module order; the projections back into the
-    residual stream (out_proj, down) at init_std / sqrt(2 * n_layer), or not
-    scaled (init_scheme="constant": 003 3.1, Table 4; 001 5)."""
+    residual stream (out_proj, down) at init_std / sqrt(2 * n_layer).
+
+    init_scheme="constant": not scaled (003 3.1, Table 4; 001 5)."""
     scaled = config.init_std / math.sqrt(2 * config.n_layer)
     if config.init_scheme == "constant":
         scaled = config.init_std
@@ -457,9 +472,12 @@ def redraw(inner, config, depth):
 # --- 8. The model: embeddings, the layers, the head; pgpt, Deep Thinking, generation ---
 
 class TokenEmbedding(nn.Module):
-    """Token embedding, optionally factorized (paper 002, 3.0.1): vocab -> E ->
-    width, V*E + E*width parameters instead of V*width. Tied (paper 000, 2.4),
-    the head reuses them: logits = (h @ P) @ W_e^T."""
+    """Token embedding, vocab -> width.
+
+    Factorized (paper 002, 3.0.1): vocab -> E -> width, V*E + E*width
+    parameters instead of V*width.
+
+    Tied (paper 000, 2.4), the head reuses them: logits = h @ W_e^T."""
 
     def __init__(self, config):
         super().__init__()
@@ -510,8 +528,10 @@ class GPT(nn.Module):
             init_by_scheme(self, config)
 
     def get_num_params(self, non_embedding=True):
-        """Unique parameters (shared weights once); non_embedding=True leaves
-        out the learned positions, as nanoGPT does."""
+        """Parameters; non_embedding=True leaves out the learned positions,
+        as nanoGPT does.
+
+        Shared weights count once."""
         n = sum(p.numel() for p in self.parameters())
         if non_embedding and hasattr(self, "pos_emb"):
             n -= self.pos_emb.weight.numel()
@@ -558,15 +578,20 @@ class GPT(nn.Module):
         return logits, loss
 
     def head(self, h):
-        """Logits: through the tied embedding (paper 000, 2.4) or lm_head."""
+        """The logits.
+
+        Tied (paper 000, 2.4): through the token embedding.
+
+        Untied: lm_head."""
         if not self.config.tie_embeddings:
             return self.lm_head(h)
         logits = self.tok_emb.tied_logits(h)
         return logits + self.tied_head_bias if self.config.head_bias else logits
 
     def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
-        """AdamW; weight decay on >= 2-D weights only (not on norms, biases,
-        enhanced-residual alphas or pgpt branch logits)."""
+        """AdamW; weight decay on >= 2-D weights only, not on norms and biases.
+
+        Nor on enhanced-residual alphas or pgpt branch logits."""
         params = [p for p in self.parameters() if p.requires_grad]
         decay = [p for p in params if p.dim() >= 2]
         no_decay = [p for p in params if p.dim() < 2]
@@ -741,19 +766,19 @@ class DeepThinking:
 
 class KVCache:
     """The KV cache of incremental decoding: cache[i] is the entry of the stack's
-    sub-layer i (pgpt's branches and Deep Thinking key it by more). The cache
-    interface, what the model calls on a cache (also the static ones of
-    tools/fast_sample.py and tools/executorch/export.py):
+    sub-layer i. The cache interface, what the model calls on a cache (also the
+    static ones of tools/fast_sample.py and tools/executorch/export.py):
       length: the tokens already cached
       positions(T, device): the positions of the T new tokens
-      cache[key]: an entry, with
-          attend(q, k, v): store k, v at the new positions, return the
-              attention of q over every cached key up to them
-          conv_window(x, n_past): cgpt: x after the n_past inputs before it
-          positions(T, device): as the cache's (RoPE)
+      cache[key]: an entry; its attend(q, k, v) stores k, v at the new
+          positions and returns the attention of q over every cached key
+      an entry's conv_window(x, n_past): cgpt: x after the n_past inputs before it
+      an entry's positions(T, device): as the cache's (RoPE)
       advance(T): after the forward, the T new tokens are cached
       reset(): start a new sequence at position 0, keeping the buffers
-    Deep Thinking uses the entries' `store` itself; the static caches refuse it.
+
+    pgpt's branches and Deep Thinking key the entries by more; Deep Thinking
+    uses their `store` itself, which the static caches refuse.
     """
 
     def __init__(self, max_len):
@@ -775,8 +800,9 @@ class KVCache:
 
 
 class CacheEntry:
-    """One application of a layer: keys and values (B, H_kv, max_len, D), or
-    cgpt's last kernel-1 inputs."""
+    """One application of a layer: keys and values (B, H_kv, max_len, D).
+
+    cgpt: its last kernel-1 inputs."""
 
     def __init__(self, cache):
         self.cache = cache

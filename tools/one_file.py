@@ -26,15 +26,15 @@ stores of side-effect-free values (`self.x = None`, a local nothing reads) and a
 before reading it; a local that only names a value is read as it (`mask = None`, `width = config.n_embd` read in
 the next statement, `x = ...` then `return x`); a `self.x = ...` store counts as read only where the file reads
 self.x in that class, or y.x anywhere. A docstring keeps the paragraphs and list items that name nothing removed
-(a field, an attribute, a string such as "rope", a function or class whose name no English word spells, or a word
-of a technique the config has off: TECHNIQUE_WORDS, "pgpt" where n_branches is 1); when its first paragraph names
+(a field, an attribute, a string, function or class whose name no English word spells, such as "first_layer", or
+a word of a technique the config has off: TECHNIQUE_WORDS, "pgpt" where n_branches is 1); when its first paragraph names
 one it stays whole, marked. A comment that names such a technique loses the parenthesis that does, or else goes
 (a trailing comment from its line, a comment line with its wrapped neighbours); model.py's section titles stay.
 
 GPTConfig keeps the fields kept code reads; the others, and those a removed condition read (`config.f`, or `f` of
 a `self.x = config.f` it read), are ASSUMED at the values it ran with (a field it holds at one value only has
 that value as its default); `config_from(model_args)` checks a checkpoint's model_args against them (one
-ValueError naming the field) and builds the file's GPTConfig from the others.
+ValueError naming the field) and builds the file's GPTConfig from the others. Both close the file, after the model.
 """
 import ast
 import collections
@@ -221,14 +221,20 @@ def defined(tree):
     names = set()
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
-            name = node.name.strip("_")
-            if "_" in name or any(c.isdigit() for c in name) or any(c.isupper() for c in name[1:]):
+            if not spells_a_word(node.name):
                 names.add(node.name)
         elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
             names.add(node.attr)
         elif isinstance(node, ast.AnnAssign):
             names.add(node.target.id)
     return names
+
+
+def spells_a_word(name):
+    """Whether an English word could spell name: no `_` inside, no digit, no inner capital (`attend`, "learned",
+    not `deep_thinking`, "first_layer")."""
+    name = name.strip("_")
+    return not ("_" in name or any(c.isdigit() for c in name) or any(c.isupper() for c in name[1:]))
 
 
 def short_strings(text):
@@ -682,6 +688,10 @@ def not_gated(config):
     return config["mlp_type"] != "gated"
 
 
+def gated(config):   # GPT-2's "standard" MLP is then off
+    return config["mlp_type"] == "gated"
+
+
 def no_swiglu(config):
     return config["mlp_type"] != "gated" or config["activation"] != "silu"
 
@@ -731,6 +741,7 @@ TECHNIQUE_WORDS = [
     (["RMSNorm"], no_rmsnorm),
     (["post-norm"], no_post_norm),
     (["gated", "double up-proj"], not_gated),
+    (["standard"], gated),
     (["SwiGLU"], no_swiglu),
     (["lgpt/cgpt", "shrink", "shrinks", "halve", "halved", "halving"], no_shrink),
     (["lgpt", "LinearGPT"], no_linear_shrink),
@@ -870,7 +881,10 @@ def specialise(text, tracer, ran_args, full_args, header):
         kept_code = "\n".join(t for _, t in chunks)
         names = identifiers(kept_code)
         values = {v for v in ran_args.values() if isinstance(v, str)}
-        spec.removed = (model_names - names) | (model_strings - short_strings(kept_code) - names - values)
+        # a removed string an English word spells ("learned", "pre") is prose's word too: TECHNIQUE_WORDS name
+        # the techniques such strings select ("rope": RoPE)
+        strings = {string for string in model_strings if not spells_a_word(string)}
+        spec.removed = (model_names - names) | (strings - short_strings(kept_code) - names - values)
         if more <= drop:
             break
         drop |= more
@@ -902,8 +916,9 @@ def specialise(text, tracer, ran_args, full_args, header):
     out = [header, ""] + imports
     for node, t in chunks:
         out += ["", ""] + t.split("\n") if not t.startswith("\n") else t.split("\n")
-        if node is config_class:
-            out += ["", ""] + assumptions(assumed, held).split("\n")
+    # last: what a reader of the model can skip
+    title = "# --- This file only: GPTConfig from a checkpoint of model.py "
+    out += ["", "", title + "-" * (88 - len(title)), ""] + assumptions(assumed, held).split("\n")
     return "\n".join(tidy(without_left_out_comments("\n".join(out), spec.words_off).split("\n"))) + "\n"
 
 
