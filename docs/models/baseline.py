@@ -6,7 +6,7 @@ classes, functions, branches and GPTConfig fields), in model.py's order, with it
 computes exactly what model.py computes for it. Do not edit: regenerate.
 
     made by:  python -m tools.one_file baseline --out=docs/models/baseline.py
-    model.py of commit ab09e81
+    model.py of commit 263ac80
 """
 
 import math
@@ -39,41 +39,17 @@ class GPTConfig:
         return self.n_embd
 
     def widths(self):
-        # model.py's docstring, shortened: its first lines also tell of code left out here
-        """The width of each layer: constant, or halved (lgpt/cgpt)."""
+        """The width of each layer: n_embd."""
         return [self.n_embd] * self.n_layer
 
     def final_width(self):
         return self.widths()[-1]
 
 
-# model.py's GPTConfig fields this file leaves out: the values it assumes
-ASSUMED = {
-    'activation': 'relu', 'embd_factor_dim': None, 'enhanced_residual': False,
-    'init_scheme': 'gpt2', 'mlp_ratio': 4.0, 'mlp_type': 'standard', 'n_attn_layers': None,
-    'n_branches': 1, 'n_kv_head': None, 'n_top_attn_layers': 0, 'norm': 'layernorm',
-    'norm_placement': 'post', 'pos_embedding': 'sinusoidal', 'residual_logit_init': 0.0,
-    'rope_base': 10000.0, 'share_from_layer': 0, 'share_group_size': 1, 'share_sublayers': 'both',
-    'shrink_every': 0, 'shrink_kernel': 1, 'shrink_layer': 'linear', 'think_eta': 0.01,
-    'think_memory': 'own', 'think_steps': 0, 'tie_embeddings': False,
-}
-
-
-def config_from(model_args):
-    """GPTConfig from a checkpoint's model_args (model.py's fields): those in
-    ASSUMED must hold its values; GPTConfig takes the others."""
-    for name, value in ASSUMED.items():
-        if model_args.get(name, value) != value:
-            raise ValueError(f"{name}={model_args[name]!r}, but this file assumes "
-                             f"{value!r} (fix: the file of that config)")
-    return GPTConfig(**{k: v for k, v in model_args.items() if k not in ASSUMED})
-
-
 # --- 2. Building blocks: norms, positions, MLP ----------------------------------------
 
 def make_norm(config, dim):
-    # model.py's docstring, shortened: its first lines also tell of code left out here
-    """LayerNorm (GPT-2; bias if `bias`) or RMSNorm (LLaMA: x / rms(x) * g)."""
+    """LayerNorm (GPT-2; bias if `bias`)."""
     return nn.LayerNorm(dim, eps=config.norm_eps, bias=config.bias)
 
 
@@ -129,9 +105,7 @@ def causal_mask(start, length, device):
 
 
 class CausalSelfAttention(nn.Module):
-    # model.py's docstring, shortened: its first lines also tell of code left out here
-    """Causal self-attention with grouped-query attention (paper 000, 2.5):
-    n_head query heads share n_kv_head key/value heads, in groups."""
+    """Causal self-attention, n_head heads."""
 
     def __init__(self, config, width):
         super().__init__()
@@ -146,9 +120,8 @@ class CausalSelfAttention(nn.Module):
         self.resid_dropout = nn.Dropout(config.dropout)
 
     def forward(self, x, cache=None):
-        # model.py's docstring, shortened: its first lines also tell of code left out here
-        """cache: this layer's entry of the KV cache (section 9) or of Deep
-        Thinking (section 8), which stores k, v and attends; else None."""
+        """cache: this layer's entry of the KV cache (section 9), which stores
+        k, v and attends; else None."""
         B, T, C = x.shape
         # q (B, H, T, D), k and v (B, H_kv, T, D): from one projection
         q, k, v = self.qkv_proj(x).split([C, self.kv_width, self.kv_width], dim=2)
@@ -166,9 +139,10 @@ class CausalSelfAttention(nn.Module):
 # --- 4. Residual sub-layers: pre- or post-norm, plain or Enhanced Residual (000, 2.7) ---
 
 class ResidualSubLayer(nn.Module):
-    # model.py's docstring, shortened: its first lines also tell of code left out here
     """The residual around one attention or FFN sub-layer F (`inner`): pre-norm
-    x + F(norm(x)) (GPT-2, LLaMA) or post-norm norm(x + F(x)) (paper 000's code).
+    x + F(norm(x)) (GPT-2, LLaMA).
+
+    Post-norm: norm(x + F(x)) (paper 000's code).
     """
 
     def __init__(self, config, width, inner):
@@ -186,10 +160,8 @@ class ResidualSubLayer(nn.Module):
 # --- 5. The decoder stack; layer sharing and ShishuLM's layers ------------------------
 
 class DecoderStack(nn.Module):
-    # model.py's docstring, shortened: its first lines also tell of code left out here
-    """The layers of one branch: attention, then the FFN, each in its residual.
-    `layers`: the sub-layers as applied (and lgpt/cgpt's shrinks); `attn`,
-    `mlp`: each weight set once."""
+    """The layers: attention, then the FFN, each in its residual. `layers`:
+    the sub-layers as applied; `attn`, `mlp`: each weight set once."""
 
     def __init__(self, config):
         super().__init__()
@@ -204,9 +176,7 @@ class DecoderStack(nn.Module):
             self.layers += [attn, mlp]
 
     def forward(self, x, cache=None):
-        # model.py's docstring, shortened: its first lines also tell of code left out here
-        """Sub-layer i gets cache[i], its entry of a KV cache (section 9) or of
-        Deep Thinking."""
+        """Sub-layer i gets cache[i], its entry of a KV cache (section 9)."""
         for i, layer in enumerate(self.layers):
             x = layer(x, None if cache is None else cache[i])
         return x
@@ -215,11 +185,9 @@ class DecoderStack(nn.Module):
 # --- 7. Initialisation: GPT-2's, and paper 003's schemes (PanGu-pi Pro, 3.1, App. B) ---
 
 def init_gpt2(model, config):
-    # model.py's docstring, shortened: its first lines also tell of code left out here
     """GPT-2's init, as nanoGPT's: every Linear, Conv1d and Embedding weight
     ~ N(0, init_std), biases 0, in module order; the projections back into the
-    residual stream (out_proj, down) at init_std / sqrt(2 * n_layer), or not
-    scaled (init_scheme="constant": 003 3.1, Table 4; 001 5)."""
+    residual stream (out_proj, down) at init_std / sqrt(2 * n_layer)."""
     scaled = config.init_std / math.sqrt(2 * config.n_layer)
     for name, module in model.named_modules():
         if isinstance(module, (nn.Linear, nn.Conv1d, nn.Embedding)):
@@ -232,10 +200,7 @@ def init_gpt2(model, config):
 # --- 8. The model: embeddings, the layers, the head; pgpt, Deep Thinking, generation ---
 
 class TokenEmbedding(nn.Module):
-    # model.py's docstring, shortened: its first lines also tell of code left out here
-    """Token embedding, optionally factorized (paper 002, 3.0.1): vocab -> E ->
-    width, V*E + E*width parameters instead of V*width. Tied (paper 000, 2.4),
-    the head reuses them: logits = (h @ P) @ W_e^T."""
+    """Token embedding, vocab -> width."""
 
     def __init__(self, config):
         super().__init__()
@@ -261,9 +226,8 @@ class GPT(nn.Module):
         init_gpt2(self, config)   # section 7
 
     def get_num_params(self, non_embedding=True):
-        # model.py's docstring, shortened: its first lines also tell of code left out here
-        """Unique parameters (shared weights once); non_embedding=True leaves
-        out the learned positions, as nanoGPT does."""
+        """Parameters; non_embedding=True leaves out the learned positions,
+        as nanoGPT does."""
         n = sum(p.numel() for p in self.parameters())
         if non_embedding and hasattr(self, "pos_emb"):
             n -= self.pos_emb.weight.numel()
@@ -302,14 +266,13 @@ class GPT(nn.Module):
         return logits, loss
 
     def head(self, h):
-        # model.py's docstring, shortened: its first lines also tell of code left out here
-        """Logits: through the tied embedding (paper 000, 2.4) or lm_head."""
+        """The logits.
+
+        Untied: lm_head."""
         return self.lm_head(h)
 
     def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
-        # model.py's docstring, shortened: its first lines also tell of code left out here
-        """AdamW; weight decay on >= 2-D weights only (not on norms, biases,
-        enhanced-residual alphas or pgpt branch logits)."""
+        """AdamW; weight decay on >= 2-D weights only, not on norms and biases."""
         params = [p for p in self.parameters() if p.requires_grad]
         decay = [p for p in params if p.dim() >= 2]
         no_decay = [p for p in params if p.dim() < 2]
@@ -352,13 +315,13 @@ class GPT(nn.Module):
 # --- 9. The KV cache and sample_next ---------------------------------------------------
 
 class KVCache:
-    # model.py's docstring, shortened: its first lines also tell of code left out here
     """The KV cache of incremental decoding: cache[i] is the entry of the stack's
-    sub-layer i (pgpt's branches and Deep Thinking key it by more). The cache
-    interface, what the model calls on a cache (also the static ones of
-    tools/fast_sample.py and tools/executorch/export.py):
+    sub-layer i. The cache interface, what the model calls on a cache (also the
+    static ones of tools/fast_sample.py and tools/executorch/export.py):
       length: the tokens already cached
       positions(T, device): the positions of the T new tokens
+      cache[key]: an entry; its attend(q, k, v) stores k, v at the new
+          positions and returns the attention of q over every cached key
       advance(T): after the forward, the T new tokens are cached
       reset(): start a new sequence at position 0, keeping the buffers
     """
@@ -382,9 +345,7 @@ class KVCache:
 
 
 class CacheEntry:
-    # model.py's docstring, shortened: its first lines also tell of code left out here
-    """One application of a layer: keys and values (B, H_kv, max_len, D), or
-    cgpt's last kernel-1 inputs."""
+    """One application of a layer: keys and values (B, H_kv, max_len, D)."""
 
     def __init__(self, cache):
         self.cache = cache
@@ -418,3 +379,27 @@ def sample_next(logits, temperature=1.0, top_k=None, generator=None):
         logits = logits.masked_fill(logits < kth, float("-inf"))
     probs = F.softmax(logits, dim=-1)
     return torch.multinomial(probs, num_samples=1, generator=generator)
+
+
+# --- This file only: GPTConfig from a checkpoint of model.py --------------------------
+
+# model.py's GPTConfig fields this file leaves out: the values it assumes
+ASSUMED = {
+    'activation': 'relu', 'embd_factor_dim': None, 'enhanced_residual': False,
+    'init_scheme': 'gpt2', 'mlp_ratio': 4.0, 'mlp_type': 'standard', 'n_attn_layers': None,
+    'n_branches': 1, 'n_kv_head': None, 'n_top_attn_layers': 0, 'norm': 'layernorm',
+    'norm_placement': 'post', 'pos_embedding': 'sinusoidal', 'residual_logit_init': 0.0,
+    'rope_base': 10000.0, 'share_from_layer': 0, 'share_group_size': 1, 'share_sublayers': 'both',
+    'shrink_every': 0, 'shrink_kernel': 1, 'shrink_layer': 'linear', 'think_eta': 0.01,
+    'think_memory': 'own', 'think_steps': 0, 'tie_embeddings': False,
+}
+
+
+def config_from(model_args):
+    """GPTConfig from a checkpoint's model_args (model.py's fields): those in
+    ASSUMED must hold its values; GPTConfig takes the others."""
+    for name, value in ASSUMED.items():
+        if model_args.get(name, value) != value:
+            raise ValueError(f"{name}={model_args[name]!r}, but this file assumes "
+                             f"{value!r} (fix: the file of that config)")
+    return GPTConfig(**{k: v for k, v in model_args.items() if k not in ASSUMED})

@@ -6,7 +6,7 @@ classes, functions, branches and GPTConfig fields), in model.py's order, with it
 computes exactly what model.py computes for it. Do not edit: regenerate.
 
     made by:  python -m tools.one_file cgpt --out=docs/models/cgpt.py
-    model.py of commit ab09e81
+    model.py of commit 263ac80
 """
 
 import math
@@ -38,8 +38,9 @@ class GPTConfig:
     init_std: float = 0.02
 
     def widths(self):
-        # model.py's docstring, shortened: its first lines also tell of code left out here
-        """The width of each layer: constant, or halved (lgpt/cgpt)."""
+        """The width of each layer: n_embd.
+
+        lgpt/cgpt: halved every shrink_every layers."""
         # layer i: halved i // shrink_every times, as a shift (exact for any count)
         return [self.n_embd >> (i // self.shrink_every) for i in range(self.n_layer)]
 
@@ -47,34 +48,10 @@ class GPTConfig:
         return self.widths()[-1]
 
 
-# model.py's GPTConfig fields this file leaves out; those it holds but runs at one value only
-# (shrink_every, at that value in GPTConfig) too: the values it assumes
-ASSUMED = {
-    'activation': 'gelu', 'embd_factor_dim': None, 'enhanced_residual': False,
-    'init_scheme': 'gpt2', 'mlp_hidden': None, 'mlp_type': 'standard', 'n_attn_layers': None,
-    'n_branches': 1, 'n_kv_head': None, 'n_top_attn_layers': 0, 'norm': 'layernorm',
-    'norm_placement': 'pre', 'pos_embedding': 'learned', 'residual_logit_init': 0.0,
-    'rope_base': 10000.0, 'share_from_layer': 0, 'share_group_size': 1, 'share_sublayers': 'both',
-    'shrink_every': 2, 'shrink_layer': 'conv', 'think_eta': 0.01, 'think_memory': 'own',
-    'think_steps': 0, 'tie_embeddings': False,
-}
-
-
-def config_from(model_args):
-    """GPTConfig from a checkpoint's model_args (model.py's fields): those in
-    ASSUMED must hold its values; GPTConfig takes the others."""
-    for name, value in ASSUMED.items():
-        if model_args.get(name, value) != value:
-            raise ValueError(f"{name}={model_args[name]!r}, but this file assumes "
-                             f"{value!r} (fix: the file of that config)")
-    return GPTConfig(**{k: v for k, v in model_args.items() if k not in ASSUMED})
-
-
 # --- 2. Building blocks: norms, positions, MLP ----------------------------------------
 
 def make_norm(config, dim):
-    # model.py's docstring, shortened: its first lines also tell of code left out here
-    """LayerNorm (GPT-2; bias if `bias`) or RMSNorm (LLaMA: x / rms(x) * g)."""
+    """LayerNorm (GPT-2; bias if `bias`)."""
     return nn.LayerNorm(dim, eps=config.norm_eps, bias=config.bias)
 
 
@@ -119,9 +96,7 @@ def causal_mask(start, length, device):
 
 
 class CausalSelfAttention(nn.Module):
-    # model.py's docstring, shortened: its first lines also tell of code left out here
-    """Causal self-attention with grouped-query attention (paper 000, 2.5):
-    n_head query heads share n_kv_head key/value heads, in groups."""
+    """Causal self-attention, n_head heads."""
 
     def __init__(self, config, width):
         super().__init__()
@@ -136,9 +111,8 @@ class CausalSelfAttention(nn.Module):
         self.resid_dropout = nn.Dropout(config.dropout)
 
     def forward(self, x, cache=None):
-        # model.py's docstring, shortened: its first lines also tell of code left out here
-        """cache: this layer's entry of the KV cache (section 9) or of Deep
-        Thinking (section 8), which stores k, v and attends; else None."""
+        """cache: this layer's entry of the KV cache (section 9), which stores
+        k, v and attends; else None."""
         B, T, C = x.shape
         # q (B, H, T, D), k and v (B, H_kv, T, D): from one projection
         q, k, v = self.qkv_proj(x).split([C, self.kv_width, self.kv_width], dim=2)
@@ -156,9 +130,8 @@ class CausalSelfAttention(nn.Module):
 # --- 4. Residual sub-layers: pre- or post-norm, plain or Enhanced Residual (000, 2.7) ---
 
 class ResidualSubLayer(nn.Module):
-    # model.py's docstring, shortened: its first lines also tell of code left out here
     """The residual around one attention or FFN sub-layer F (`inner`): pre-norm
-    x + F(norm(x)) (GPT-2, LLaMA) or post-norm norm(x + F(x)) (paper 000's code).
+    x + F(norm(x)) (GPT-2, LLaMA).
     """
 
     def __init__(self, config, width, inner):
@@ -176,10 +149,10 @@ class ResidualSubLayer(nn.Module):
 # --- 5. The decoder stack; layer sharing and ShishuLM's layers ------------------------
 
 class DecoderStack(nn.Module):
-    # model.py's docstring, shortened: its first lines also tell of code left out here
-    """The layers of one branch: attention, then the FFN, each in its residual.
-    `layers`: the sub-layers as applied (and lgpt/cgpt's shrinks); `attn`,
-    `mlp`: each weight set once."""
+    """The layers: attention, then the FFN, each in its residual. `layers`:
+    the sub-layers as applied; `attn`, `mlp`: each weight set once.
+
+    lgpt/cgpt's shrinks are in `layers` too."""
 
     def __init__(self, config):
         super().__init__()
@@ -195,9 +168,7 @@ class DecoderStack(nn.Module):
         add_shrinks(self, config)   # section 6
 
     def forward(self, x, cache=None):
-        # model.py's docstring, shortened: its first lines also tell of code left out here
-        """Sub-layer i gets cache[i], its entry of a KV cache (section 9) or of
-        Deep Thinking."""
+        """Sub-layer i gets cache[i], its entry of a KV cache (section 9)."""
         for i, layer in enumerate(self.layers):
             x = layer(x, None if cache is None else cache[i])
         return x
@@ -224,9 +195,8 @@ class ConvShrink(nn.Module):
 
 
 def add_shrinks(stack, config):
-    # model.py's docstring, shortened: its first lines also tell of code left out here
     """A shrink after every shrink_every layers but the last, after the layer's
-    FFN (mlp[l]: lgpt/cgpt are not shared); built last (the init's draw order)."""
+    FFN (mlp[l]); built last (the init's draw order)."""
     shrink_cls = ConvShrink
     widths = config.widths()
     stack.shrink = nn.ModuleList()
@@ -239,11 +209,9 @@ def add_shrinks(stack, config):
 # --- 7. Initialisation: GPT-2's, and paper 003's schemes (PanGu-pi Pro, 3.1, App. B) ---
 
 def init_gpt2(model, config):
-    # model.py's docstring, shortened: its first lines also tell of code left out here
     """GPT-2's init, as nanoGPT's: every Linear, Conv1d and Embedding weight
     ~ N(0, init_std), biases 0, in module order; the projections back into the
-    residual stream (out_proj, down) at init_std / sqrt(2 * n_layer), or not
-    scaled (init_scheme="constant": 003 3.1, Table 4; 001 5)."""
+    residual stream (out_proj, down) at init_std / sqrt(2 * n_layer)."""
     scaled = config.init_std / math.sqrt(2 * config.n_layer)
     for name, module in model.named_modules():
         if isinstance(module, (nn.Linear, nn.Conv1d, nn.Embedding)):
@@ -256,10 +224,7 @@ def init_gpt2(model, config):
 # --- 8. The model: embeddings, the layers, the head; pgpt, Deep Thinking, generation ---
 
 class TokenEmbedding(nn.Module):
-    # model.py's docstring, shortened: its first lines also tell of code left out here
-    """Token embedding, optionally factorized (paper 002, 3.0.1): vocab -> E ->
-    width, V*E + E*width parameters instead of V*width. Tied (paper 000, 2.4),
-    the head reuses them: logits = (h @ P) @ W_e^T."""
+    """Token embedding, vocab -> width."""
 
     def __init__(self, config):
         super().__init__()
@@ -283,9 +248,8 @@ class GPT(nn.Module):
         init_gpt2(self, config)   # section 7
 
     def get_num_params(self, non_embedding=True):
-        # model.py's docstring, shortened: its first lines also tell of code left out here
-        """Unique parameters (shared weights once); non_embedding=True leaves
-        out the learned positions, as nanoGPT does."""
+        """Parameters; non_embedding=True leaves out the learned positions,
+        as nanoGPT does."""
         n = sum(p.numel() for p in self.parameters())
         if non_embedding and hasattr(self, "pos_emb"):
             n -= self.pos_emb.weight.numel()
@@ -324,14 +288,13 @@ class GPT(nn.Module):
         return logits, loss
 
     def head(self, h):
-        # model.py's docstring, shortened: its first lines also tell of code left out here
-        """Logits: through the tied embedding (paper 000, 2.4) or lm_head."""
+        """The logits.
+
+        Untied: lm_head."""
         return self.lm_head(h)
 
     def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
-        # model.py's docstring, shortened: its first lines also tell of code left out here
-        """AdamW; weight decay on >= 2-D weights only (not on norms, biases,
-        enhanced-residual alphas or pgpt branch logits)."""
+        """AdamW; weight decay on >= 2-D weights only, not on norms and biases."""
         params = [p for p in self.parameters() if p.requires_grad]
         decay = [p for p in params if p.dim() >= 2]
         no_decay = [p for p in params if p.dim() < 2]
@@ -374,13 +337,14 @@ class GPT(nn.Module):
 # --- 9. The KV cache and sample_next ---------------------------------------------------
 
 class KVCache:
-    # model.py's docstring, shortened: its first lines also tell of code left out here
     """The KV cache of incremental decoding: cache[i] is the entry of the stack's
-    sub-layer i (pgpt's branches and Deep Thinking key it by more). The cache
-    interface, what the model calls on a cache (also the static ones of
-    tools/fast_sample.py and tools/executorch/export.py):
+    sub-layer i. The cache interface, what the model calls on a cache (also the
+    static ones of tools/fast_sample.py and tools/executorch/export.py):
       length: the tokens already cached
       positions(T, device): the positions of the T new tokens
+      cache[key]: an entry; its attend(q, k, v) stores k, v at the new
+          positions and returns the attention of q over every cached key
+      an entry's conv_window(x, n_past): cgpt: x after the n_past inputs before it
       advance(T): after the forward, the T new tokens are cached
       reset(): start a new sequence at position 0, keeping the buffers
     """
@@ -404,8 +368,9 @@ class KVCache:
 
 
 class CacheEntry:
-    """One application of a layer: keys and values (B, H_kv, max_len, D), or
-    cgpt's last kernel-1 inputs."""
+    """One application of a layer: keys and values (B, H_kv, max_len, D).
+
+    cgpt: its last kernel-1 inputs."""
 
     def __init__(self, cache):
         self.cache = cache
@@ -448,3 +413,28 @@ def sample_next(logits, temperature=1.0, top_k=None, generator=None):
         logits = logits.masked_fill(logits < kth, float("-inf"))
     probs = F.softmax(logits, dim=-1)
     return torch.multinomial(probs, num_samples=1, generator=generator)
+
+
+# --- This file only: GPTConfig from a checkpoint of model.py --------------------------
+
+# model.py's GPTConfig fields this file leaves out; those it holds but runs at one value only
+# (shrink_every, at that value in GPTConfig) too: the values it assumes
+ASSUMED = {
+    'activation': 'gelu', 'embd_factor_dim': None, 'enhanced_residual': False,
+    'init_scheme': 'gpt2', 'mlp_hidden': None, 'mlp_type': 'standard', 'n_attn_layers': None,
+    'n_branches': 1, 'n_kv_head': None, 'n_top_attn_layers': 0, 'norm': 'layernorm',
+    'norm_placement': 'pre', 'pos_embedding': 'learned', 'residual_logit_init': 0.0,
+    'rope_base': 10000.0, 'share_from_layer': 0, 'share_group_size': 1, 'share_sublayers': 'both',
+    'shrink_every': 2, 'shrink_layer': 'conv', 'think_eta': 0.01, 'think_memory': 'own',
+    'think_steps': 0, 'tie_embeddings': False,
+}
+
+
+def config_from(model_args):
+    """GPTConfig from a checkpoint's model_args (model.py's fields): those in
+    ASSUMED must hold its values; GPTConfig takes the others."""
+    for name, value in ASSUMED.items():
+        if model_args.get(name, value) != value:
+            raise ValueError(f"{name}={model_args[name]!r}, but this file assumes "
+                             f"{value!r} (fix: the file of that config)")
+    return GPTConfig(**{k: v for k, v in model_args.items() if k not in ASSUMED})
