@@ -74,7 +74,7 @@ class GPTConfig:
     # --- ParallelGPT (004 3.1) ---
     n_branches: int = 1             # the embedding is n_branches * n_embd wide
     # --- LinearGPT / ConvGPT (004 3.2-3.3) ---
-    shrink_every: int = 0           # halve the width after every k layers; 0 = off
+    shrink_every: int = 0           # halve the width every shrink_every layers; 0 = off
     shrink_layer: str = "linear"    # "linear" (lgpt) | "conv" (cgpt)
     shrink_kernel: int = 1          # cgpt's Conv1d kernel; > 1 is causal
     # --- initialisation (003 3.1, Appendix B; section 7) ---
@@ -103,13 +103,13 @@ class GPTConfig:
         return self.n_embd * self.n_branches
 
     def widths(self):
-        """The width of each layer: n_embd.
+        """The width of each layer, from n_embd.
 
         lgpt/cgpt: halved every shrink_every layers."""
         n = self.n_layer // self.n_branches
         if self.shrink_every == 0:
             return [self.n_embd] * n
-        # layer i: halved i // shrink_every times, as a shift (exact for any count)
+        # layer i: halved i // shrink_every times, as a shift (integer halving)
         return [self.n_embd >> (i // self.shrink_every) for i in range(n)]
 
     def final_width(self):
@@ -300,7 +300,7 @@ class ResidualSubLayer(nn.Module):
 
 class DecoderStack(nn.Module):
     """The layers: attention, then the FFN, each in its residual. `layers`:
-    the sub-layers as applied; `attn`, `mlp`: each weight set once.
+    the sub-layers as applied; `attn`, `mlp`: the modules, each once.
 
     lgpt/cgpt's shrinks are in `layers` too."""
 
@@ -396,7 +396,7 @@ class LinearShrink(nn.Module):
 
 def add_shrinks(stack, config):
     """A shrink after every shrink_every layers but the last, after the layer's
-    FFN (mlp[l]); built last (the init's draw order).
+    FFN (mlp[layer]); built last (the init's draw order).
 
     lgpt/cgpt's layers are never shared."""
     shrink_cls = ConvShrink if config.shrink_layer == "conv" else LinearShrink
@@ -651,7 +651,7 @@ class GPT(nn.Module):
                  use_kv_cache=True, generator=None, on_token=None):
         """Sample max_new_tokens tokens after idx (B, T): one token a step
         through the KV cache, or the whole window (use_kv_cache=False; the same
-        logits). on_token(id): each new token of the first sequence, as it comes."""
+        logits). on_token(token): each new token (0-d) of the first sequence."""
         was_training = self.training
         self.eval()
         block_size = self.config.block_size
@@ -839,7 +839,7 @@ class CacheEntry:
 
 def sample_next(logits, temperature=1.0, top_k=None, generator=None):
     """The next token from last-position logits (B, V): greedy at temperature
-    0, else top-k sampling."""
+    0, else sampled (from the top_k)."""
     if temperature == 0:
         return logits.argmax(dim=-1, keepdim=True)
     logits = logits.float() / temperature

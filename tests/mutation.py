@@ -445,6 +445,11 @@ MUTANTS = [
            "    hidden = [config.mlp_hidden or int(config.mlp_ratio * w) for w in widths]",
            "    hidden = [int(config.mlp_ratio * w) for w in widths]",
            "tests/test_loaded_files.py -k weights_bound_never_exceeds", every=False),
+    # --- issue 56: a choice check forgotten, so a typo takes a default branch ---
+    Mutant("config_accepts_any_shrink_layer", "model.py",
+           ' shrink_layer=("linear", "conv"),',
+           "",
+           "tests/test_model.py -k 'invalid_configs and shrink_layer'", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that
@@ -487,8 +492,10 @@ FIELD_MUTANTS = {
     "n_branches": ("pgpt_branch_weights_not_normalised", "pgpt_branches_share_cache_slots",
                    "heaviest_branch_is_the_lightest"),
     "shrink_every": ("lgpt_shrinks_after_wrong_layer",),
-    # the conv layer that shrink_layer="conv" selects, wrong where its kernel reads past inputs (shrink_kernel > 1)
-    "shrink_layer": ("cgpt_conv_padded_both_sides", "cgpt_conv_cache_keeps_oldest_inputs"),
+    # its choice check; the conv layer that shrink_layer="conv" selects, wrong where its kernel reads past inputs
+    # (shrink_kernel > 1)
+    "shrink_layer": ("config_accepts_any_shrink_layer", "cgpt_conv_padded_both_sides",
+                     "cgpt_conv_cache_keeps_oldest_inputs"),
     "shrink_kernel": ("cgpt_conv_padded_both_sides", "cgpt_conv_cache_keeps_oldest_inputs",
                       "export_cache_conv_window_keeps_oldest"),
     "init_scheme": ("init_scheme_down_keeps_gpt2s_scaling", "init_scheme_shared_weights_at_their_last_layer"),

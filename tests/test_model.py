@@ -408,7 +408,8 @@ def test_lgpt_widths_and_no_config_mutation():
     assert len(model.branches[0].shrink) == 2
 
 
-@pytest.mark.parametrize("kwargs, message", [
+# bad configs and the words of check_config's one-line refusal
+INVALID = [
     (dict(n_embd=30, n_head=4), "divisible by n_head"),
     (dict(n_head=4, n_kv_head=3), "must divide n_head"),
     (dict(n_kv_head=0), "must divide n_head"),
@@ -451,10 +452,34 @@ def test_lgpt_widths_and_no_config_mutation():
     (dict(shrink_every=-1, tie_embeddings=False), "shrink_every must be >= 0"),   # was: 'negative shift count'
     (dict(think_steps=-1), "think_steps must be >= 0"),
     (dict(residual_logit_init=math.nan, enhanced_residual=True), "residual_logit_init must be finite"),
-])
+    (dict(block_size=0), "block_size must be >= 1"),
+    (dict(vocab_size=0), "vocab_size must be >= 1"),
+    (dict(n_layer=0), "n_layer must be >= 1"),
+    (dict(n_embd=0), "n_embd must be >= 1"),
+    (dict(n_kv_head=3), "n_kv_head"),
+    (dict(rope_base=0.0), "rope_base must be > 0"),
+    (dict(share_group_size=0), "share_group_size must be >= 1"),
+    (dict(shrink_kernel=0), "shrink_kernel must be >= 1"),
+    (dict(shrink_layer="pool"), "shrink_layer"),
+]
+# the fields no value of their type makes wrong: a bool is on or off
+ANY_VALUE = {"bias", "tie_embeddings", "head_bias", "enhanced_residual"}
+
+
+@pytest.mark.parametrize("kwargs, message", INVALID)
 def test_invalid_configs_raise_clear_errors(kwargs, message):
     with pytest.raises(ValueError, match=message):
         GPTConfig(**{**TINY, **kwargs})
+
+
+def test_every_field_has_a_refused_value():
+    """check_config refuses a bad value of every GPTConfig field: INVALID holds a case that sets the field and
+    whose refusal names it. A new field without one fails here (a string choice left out of CHOICES would take
+    a default branch on a typo; a size without a range would build a broken model)."""
+    refused = {name for kwargs, message in INVALID for name in kwargs if name in message}
+    missing = [f.name for f in dataclasses.fields(GPTConfig) if f.name not in refused | ANY_VALUE]
+    assert not missing, (f"GPTConfig fields without a refused value: {missing} (fix: check it in model.py's "
+                         f"check_config or CHOICES, and add a case to tests/test_model.py's INVALID)")
 
 
 def test_init_schemes_follow_their_formulas():

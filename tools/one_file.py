@@ -29,7 +29,8 @@ self.x in that class, or y.x anywhere. A docstring keeps the paragraphs and list
 (a field, an attribute, a string, function or class whose name no English word spells, such as "first_layer", or
 a word of a technique the config has off: TECHNIQUE_WORDS, "pgpt" where n_branches is 1); when its first paragraph names
 one it stays whole, marked. A comment that names such a technique loses the parenthesis that does, or else goes
-(a trailing comment from its line, a comment line with its wrapped neighbours); model.py's section titles stay.
+(a trailing comment from its line, a comment line with its wrapped neighbours); model.py's section titles lose the
+parts of their list that name one (`3. Attention: causal, GQA, ...`: GQA).
 
 GPTConfig keeps the fields kept code reads; the others, and those a removed condition read (`config.f`, or `f` of
 a `self.x = config.f` it read), are ASSUMED at the values it ran with (a field it holds at one value only has
@@ -787,7 +788,11 @@ def without_left_out_comments(text, pattern):
     gone = set()
     for n in sorted(comments):
         col = comments[n]
-        if n in gone or lines[n - 1][col:].startswith(SECTION_TITLE):
+        if n in gone:
+            continue
+        if lines[n - 1][col:].startswith(SECTION_TITLE):
+            if col == 0:   # a section's title, not a GPTConfig group's
+                lines[n - 1] = shortened_title(lines[n - 1], pattern)
             continue
         block = [n]   # a comment line: the wrapped comment it belongs to
         while n in whole and block[0] - 1 in whole and comments[block[0] - 1] == col:
@@ -808,6 +813,46 @@ def without_left_out_comments(text, pattern):
             else:
                 lines[m - 1] = lines[m - 1][:col].rstrip()
     return "\n".join(line for line in lines if line is not None)
+
+
+def shortened_title(line, pattern):
+    """A model.py section title less the parts of its list that name a word of pattern, padded with dashes to its
+    length: `# --- 3. Attention: causal, GQA, and the cache entry ---` without GQA is `# --- 3. Attention: causal,
+    and the cache entry ---`; a title whose every listed part goes keeps what comes before its colon."""
+    body = line[len(SECTION_TITLE):].rstrip("-").rstrip()
+    head, colon, listed = body.partition(": ")
+    if not colon:   # `5. The decoder stack; layer sharing ...`: the first part is the head
+        head, listed = "", body
+    kept = [(sep, part) for sep, part in listed_parts(listed) if not names_technique(part, pattern)]
+    if not kept and not head:
+        return line
+    text = "".join(sep + part for sep, part in kept).removeprefix(", ").removeprefix("; ")
+    if head:
+        text = head + (": " + text if text else "")
+    text = SECTION_TITLE + text + " "
+    return text + "-" * max(3, len(line) - len(text))
+
+
+def listed_parts(text):
+    """[(separator, part)]: text cut at its ", " and "; " outside parentheses; the first separator is ""."""
+    parts = []
+    depth = 0
+    start = 0
+    sep = ""
+    i = 0
+    while i < len(text):
+        if text[i] == "(":
+            depth += 1
+        elif text[i] == ")":
+            depth -= 1
+        elif depth == 0 and text.startswith((", ", "; "), i):
+            parts.append((sep, text[start:i]))
+            sep = text[i:i + 2]
+            start = i + 2
+            i += 1
+        i += 1
+    parts.append((sep, text[start:]))
+    return parts
 
 
 def without_parentheses_naming(comment, pattern):
@@ -1122,12 +1167,7 @@ def imports_needed(spec, chunks, drop):
 def assumptions(assumed, held):
     """ASSUMED, the values of the fields left out (and of those held that ran at one value only), and
     config_from, which checks them."""
-    items = [""]
-    for name, value in assumed.items():   # as many a line as fit
-        item = f"{name!r}: {value!r},"
-        if items[-1] and len(items[-1]) + len(item) > 95:
-            items.append("")
-        items[-1] += (" " if items[-1] else "") + item
+    items = [f"{name!r}: {value!r}," for name, value in assumed.items()]   # one a line: a diff shows each
     checked = [n for n in assumed if n in held]
     note = (f"; those it holds but runs at one value only ({', '.join(checked)}, at that value in GPTConfig) too"
             if checked else "")
@@ -1139,8 +1179,8 @@ def assumptions(assumed, held):
             '    ASSUMED must hold its values; GPTConfig takes the others."""\n'
             "    for name, value in ASSUMED.items():\n"
             "        if model_args.get(name, value) != value:\n"
-            "            raise ValueError(f\"{name}={model_args[name]!r}, but this file assumes \"\n"
-            "                             f\"{value!r} (fix: the file of that config)\")\n"
+            "            raise ValueError(f\"{name}={model_args[name]!r}, but this file assumes {value!r} \"\n"
+            "                             f\"(fix: that config's file: python -m tools.one_file CONFIG)\")\n"
             "    return GPTConfig(**{k: v for k, v in model_args.items() if k not in ASSUMED})")
 
 
