@@ -6,7 +6,7 @@ classes, functions, branches and GPTConfig fields), in model.py's order, with it
 computes exactly what model.py computes for it. Do not edit: regenerate.
 
     made by:  python -m tools.one_file lgpt --out=docs/models/lgpt.py
-    model.py of commit 263ac80
+    model.py of commit 1348a27
 """
 
 import math
@@ -33,14 +33,14 @@ class GPTConfig:
     mlp_ratio: float = 4.0
     head_bias: bool = False         # a bias on the head (000's code)
     # --- LinearGPT / ConvGPT (004 3.2-3.3) ---
-    shrink_every: int = 2           # halve the width after every k layers; this file: 2 only
+    shrink_every: int = 2           # halve the width every shrink_every layers; this file: 2 only
     init_std: float = 0.02
 
     def widths(self):
-        """The width of each layer: n_embd.
+        """The width of each layer, from n_embd.
 
         lgpt/cgpt: halved every shrink_every layers."""
-        # layer i: halved i // shrink_every times, as a shift (exact for any count)
+        # layer i: halved i // shrink_every times, as a shift (integer halving)
         return [self.n_embd >> (i // self.shrink_every) for i in range(self.n_layer)]
 
     def final_width(self):
@@ -73,7 +73,7 @@ class MLP(nn.Module):
         return self.dropout(self.down(h))
 
 
-# --- 3. Attention: causal, GQA, and the cache entry it is handed ----------------------
+# --- 3. Attention: causal, and the cache entry it is handed ---------------------------
 
 def causal_attention(q, k, v, start=0, dropout_p=0.0):
     """Attention of the queries q (B, H, T, D) at positions start.. over the
@@ -126,7 +126,7 @@ class CausalSelfAttention(nn.Module):
         return self.resid_dropout(y)
 
 
-# --- 4. Residual sub-layers: pre- or post-norm, plain or Enhanced Residual (000, 2.7) ---
+# --- 4. Residual sub-layers -------------------------------------------------------------
 
 class ResidualSubLayer(nn.Module):
     """The residual around one attention or FFN sub-layer F (`inner`): pre-norm
@@ -145,11 +145,11 @@ class ResidualSubLayer(nn.Module):
         return x + fx
 
 
-# --- 5. The decoder stack; layer sharing and ShishuLM's layers ------------------------
+# --- 5. The decoder stack -------------------------------------------------------------
 
 class DecoderStack(nn.Module):
     """The layers: attention, then the FFN, each in its residual. `layers`:
-    the sub-layers as applied; `attn`, `mlp`: each weight set once.
+    the sub-layers as applied; `attn`, `mlp`: the modules, each once.
 
     lgpt/cgpt's shrinks are in `layers` too."""
 
@@ -186,7 +186,7 @@ class LinearShrink(nn.Module):
 
 def add_shrinks(stack, config):
     """A shrink after every shrink_every layers but the last, after the layer's
-    FFN (mlp[l]); built last (the init's draw order)."""
+    FFN (mlp[layer]); built last (the init's draw order)."""
     shrink_cls = LinearShrink
     widths = config.widths()
     stack.shrink = nn.ModuleList()
@@ -211,7 +211,7 @@ def init_gpt2(model, config):
                 nn.init.zeros_(module.bias)
 
 
-# --- 8. The model: embeddings, the layers, the head; pgpt, Deep Thinking, generation ---
+# --- 8. The model: embeddings, the layers, the head, generation ------------------------
 
 class TokenEmbedding(nn.Module):
     """Token embedding, vocab -> width."""
@@ -299,7 +299,7 @@ class GPT(nn.Module):
                  use_kv_cache=True, generator=None, on_token=None):
         """Sample max_new_tokens tokens after idx (B, T): one token a step
         through the KV cache, or the whole window (use_kv_cache=False; the same
-        logits). on_token(id): each new token of the first sequence, as it comes."""
+        logits). on_token(token): each new token (0-d) of the first sequence."""
         was_training = self.training
         self.eval()
         block_size = self.config.block_size
@@ -382,7 +382,7 @@ class CacheEntry:
 
 def sample_next(logits, temperature=1.0, top_k=None, generator=None):
     """The next token from last-position logits (B, V): greedy at temperature
-    0, else top-k sampling."""
+    0, else sampled (from the top_k)."""
     if temperature == 0:
         return logits.argmax(dim=-1, keepdim=True)
     logits = logits.float() / temperature
@@ -398,13 +398,31 @@ def sample_next(logits, temperature=1.0, top_k=None, generator=None):
 # model.py's GPTConfig fields this file leaves out; those it holds but runs at one value only
 # (shrink_every, at that value in GPTConfig) too: the values it assumes
 ASSUMED = {
-    'activation': 'gelu', 'embd_factor_dim': None, 'enhanced_residual': False,
-    'init_scheme': 'gpt2', 'mlp_hidden': None, 'mlp_type': 'standard', 'n_attn_layers': None,
-    'n_branches': 1, 'n_kv_head': None, 'n_top_attn_layers': 0, 'norm': 'layernorm',
-    'norm_placement': 'pre', 'pos_embedding': 'learned', 'residual_logit_init': 0.0,
-    'rope_base': 10000.0, 'share_from_layer': 0, 'share_group_size': 1, 'share_sublayers': 'both',
-    'shrink_every': 2, 'shrink_kernel': 1, 'shrink_layer': 'linear', 'think_eta': 0.01,
-    'think_memory': 'own', 'think_steps': 0, 'tie_embeddings': False,
+    'activation': 'gelu',
+    'embd_factor_dim': None,
+    'enhanced_residual': False,
+    'init_scheme': 'gpt2',
+    'mlp_hidden': None,
+    'mlp_type': 'standard',
+    'n_attn_layers': None,
+    'n_branches': 1,
+    'n_kv_head': None,
+    'n_top_attn_layers': 0,
+    'norm': 'layernorm',
+    'norm_placement': 'pre',
+    'pos_embedding': 'learned',
+    'residual_logit_init': 0.0,
+    'rope_base': 10000.0,
+    'share_from_layer': 0,
+    'share_group_size': 1,
+    'share_sublayers': 'both',
+    'shrink_every': 2,
+    'shrink_kernel': 1,
+    'shrink_layer': 'linear',
+    'think_eta': 0.01,
+    'think_memory': 'own',
+    'think_steps': 0,
+    'tie_embeddings': False,
 }
 
 
@@ -413,6 +431,6 @@ def config_from(model_args):
     ASSUMED must hold its values; GPTConfig takes the others."""
     for name, value in ASSUMED.items():
         if model_args.get(name, value) != value:
-            raise ValueError(f"{name}={model_args[name]!r}, but this file assumes "
-                             f"{value!r} (fix: the file of that config)")
+            raise ValueError(f"{name}={model_args[name]!r}, but this file assumes {value!r} "
+                             f"(fix: that config's file: python -m tools.one_file CONFIG)")
     return GPTConfig(**{k: v for k, v in model_args.items() if k not in ASSUMED})

@@ -6,7 +6,7 @@ classes, functions, branches and GPTConfig fields), in model.py's order, with it
 computes exactly what model.py computes for it. Do not edit: regenerate.
 
     made by:  python -m tools.one_file shishulm_600 --out=docs/models/shishulm_600.py
-    model.py of commit 263ac80
+    model.py of commit 1348a27
 """
 
 import math
@@ -58,7 +58,7 @@ class GPTConfig:
         return list(range(self.n_attn_layers)) + top
 
     def widths(self):
-        """The width of each layer: n_embd."""
+        """The width of each layer, from n_embd."""
         return [self.n_embd] * self.n_layer
 
     def final_width(self):
@@ -171,7 +171,7 @@ class CausalSelfAttention(nn.Module):
         return self.resid_dropout(y)
 
 
-# --- 4. Residual sub-layers: pre- or post-norm, plain or Enhanced Residual (000, 2.7) ---
+# --- 4. Residual sub-layers -------------------------------------------------------------
 
 class ResidualSubLayer(nn.Module):
     """The residual around one attention or FFN sub-layer F (`inner`): pre-norm
@@ -194,7 +194,7 @@ class ResidualSubLayer(nn.Module):
 
 class DecoderStack(nn.Module):
     """The layers: attention, then the FFN, each in its residual. `layers`:
-    the sub-layers as applied; `attn`, `mlp`: each weight set once."""
+    the sub-layers as applied; `attn`, `mlp`: the modules, each once."""
 
     def __init__(self, config):
         super().__init__()
@@ -259,7 +259,7 @@ def init_gpt2(model, config):
                 nn.init.zeros_(module.bias)
 
 
-# --- 8. The model: embeddings, the layers, the head; pgpt, Deep Thinking, generation ---
+# --- 8. The model: embeddings, the layers, the head, generation ------------------------
 
 class TokenEmbedding(nn.Module):
     """Token embedding, vocab -> width.
@@ -350,7 +350,7 @@ class GPT(nn.Module):
                  use_kv_cache=True, generator=None, on_token=None):
         """Sample max_new_tokens tokens after idx (B, T): one token a step
         through the KV cache, or the whole window (use_kv_cache=False; the same
-        logits). on_token(id): each new token of the first sequence, as it comes."""
+        logits). on_token(token): each new token (0-d) of the first sequence."""
         was_training = self.training
         self.eval()
         block_size = self.config.block_size
@@ -437,7 +437,7 @@ class CacheEntry:
 
 def sample_next(logits, temperature=1.0, top_k=None, generator=None):
     """The next token from last-position logits (B, V): greedy at temperature
-    0, else top-k sampling."""
+    0, else sampled (from the top_k)."""
     if temperature == 0:
         return logits.argmax(dim=-1, keepdim=True)
     logits = logits.float() / temperature
@@ -453,11 +453,26 @@ def sample_next(logits, temperature=1.0, top_k=None, generator=None):
 # model.py's GPTConfig fields this file leaves out; those it holds but runs at one value only
 # (share_group_size, at that value in GPTConfig) too: the values it assumes
 ASSUMED = {
-    'activation': 'silu', 'embd_factor_dim': None, 'enhanced_residual': False, 'head_bias': False,
-    'init_scheme': 'constant', 'mlp_ratio': 4.0, 'mlp_type': 'gated', 'n_branches': 1,
-    'norm': 'rmsnorm', 'norm_placement': 'pre', 'pos_embedding': 'rope', 'residual_logit_init': 0.0,
-    'share_group_size': 2, 'shrink_every': 0, 'shrink_kernel': 1, 'shrink_layer': 'linear',
-    'think_eta': 0.01, 'think_memory': 'own', 'think_steps': 0, 'tie_embeddings': True,
+    'activation': 'silu',
+    'embd_factor_dim': None,
+    'enhanced_residual': False,
+    'head_bias': False,
+    'init_scheme': 'constant',
+    'mlp_ratio': 4.0,
+    'mlp_type': 'gated',
+    'n_branches': 1,
+    'norm': 'rmsnorm',
+    'norm_placement': 'pre',
+    'pos_embedding': 'rope',
+    'residual_logit_init': 0.0,
+    'share_group_size': 2,
+    'shrink_every': 0,
+    'shrink_kernel': 1,
+    'shrink_layer': 'linear',
+    'think_eta': 0.01,
+    'think_memory': 'own',
+    'think_steps': 0,
+    'tie_embeddings': True,
 }
 
 
@@ -466,6 +481,6 @@ def config_from(model_args):
     ASSUMED must hold its values; GPTConfig takes the others."""
     for name, value in ASSUMED.items():
         if model_args.get(name, value) != value:
-            raise ValueError(f"{name}={model_args[name]!r}, but this file assumes "
-                             f"{value!r} (fix: the file of that config)")
+            raise ValueError(f"{name}={model_args[name]!r}, but this file assumes {value!r} "
+                             f"(fix: that config's file: python -m tools.one_file CONFIG)")
     return GPTConfig(**{k: v for k, v in model_args.items() if k not in ASSUMED})
