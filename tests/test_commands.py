@@ -11,6 +11,7 @@ In a subprocess, started as a user starts it (`python -m tools.plan`, `python pr
 from outside once it is running: a config file that sleeps, or a FIFO it reads (tools.code_lines, prepare.py's
 --input); every command under `-m slow`, three by default.
 """
+import ast
 import os
 import signal
 import subprocess
@@ -37,25 +38,35 @@ SIGINT_CONFIG = "import signal\nsignal.raise_signal(signal.SIGINT)\n"
 SLEEP_CONFIG = "import sys\nimport time\nprint('running', file=sys.stderr, flush=True)\ntime.sleep(60)\n"
 
 
-def commands():
-    """Every module under tools/ that runs as `python -m`."""
+def runs_as_main(path):
+    """Whether the module has a top-level `if __name__ == "__main__":` (either quotes, either order)."""
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    for node in tree.body:
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Compare):
+            sides = [node.test.left] + node.test.comparators
+            if any(isinstance(side, ast.Name) and side.id == "__name__" for side in sides):
+                return True
+    return False
+
+
+def commands(top):
+    """Every module under the folder `top` that runs as `python -m` (tests/: not the test files)."""
     found = []
-    for folder, _, files in os.walk(os.path.join(ROOT, "tools")):
+    for folder, _, files in os.walk(os.path.join(ROOT, top)):
         for name in sorted(files):
-            if not name.endswith(".py"):
+            if not name.endswith(".py") or name.startswith(("test_", "conftest")):
                 continue
-            with open(os.path.join(folder, name), encoding="utf-8") as f:
-                if 'if __name__ == "__main__":' not in f.read():
-                    continue
-            found.append(os.path.relpath(os.path.join(folder, name[:-3]), ROOT).replace(os.sep, "."))
+            if runs_as_main(os.path.join(folder, name)):
+                found.append(os.path.relpath(os.path.join(folder, name[:-3]), ROOT).replace(os.sep, "."))
     return sorted(found)
 
 
 # the commands of the verification harness, beside the tests (`python -m tests.fault_trial`)
-HARNESS = ["tests.fault_trial", "tests.mutation"]
+HARNESS = commands("tests")
 # the story files, commands too (`python train.py`): the same grammar, the same tests
 STORY = ["train", "sample", "prepare"]
-COMMANDS = commands() + HARNESS + STORY
+COMMANDS = commands("tools") + HARNESS + STORY
 # the commands the subprocess test blocks in reading a FIFO that nobody writes (no config file to sleep in)
 FIFO_READERS = ("tools.code_lines", "prepare")
 
@@ -70,9 +81,18 @@ def test_every_tool_is_found():
     assert len(COMMANDS) >= 25
     for module in ("tools.bench", "tools.plan", "tools.huggingface.convert", "tools.pangu.compact_vocab"):
         assert module in COMMANDS
-    for module in HARNESS + STORY:   # outside tools/: still a command, found by its path
+    assert HARNESS == ["tests.fault_trial", "tests.mutation"]
+    for module in STORY:   # outside tools/: still a command, found by its path
         path = os.path.join(ROOT, *module.split(".")) + ".py"
-        assert os.path.isfile(path) and module not in commands(), module
+        assert os.path.isfile(path) and runs_as_main(path), module
+
+
+def test_a_main_guard_is_found_however_written(tmp_path):
+    for guard, found in [("if __name__ == '__main__':", True), ('if "__main__" == __name__:', True),
+                         ("if __name__ == '__main__' :", True), ("def main():", False)]:
+        path = tmp_path / "tool.py"
+        path.write_text(f"{guard}\n    pass\n")
+        assert runs_as_main(str(path)) == found, guard
 
 
 @pytest.mark.parametrize("module", COMMANDS)
