@@ -238,3 +238,29 @@ def test_a_declared_refusal_is_real(field, path, tmp_path):
         TOOLS[path](model, tmp_path)
     assert "\n" not in str(e.value), str(e.value)
     assert not (tmp_path / "out").exists()
+
+
+def test_the_new_technique_page_names_real_tests_and_tables():
+    """docs/new_technique.md, the steps of adding a field in order, names the tests that enforce them and the
+    tables they read: each test is defined under tests/, each table is in the file the page puts it in."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "docs", "new_technique.md"), encoding="utf-8") as f:
+        page = f.read()
+    defined = set()
+    for name in os.listdir(os.path.join(root, "tests")):
+        if name.endswith(".py"):
+            with open(os.path.join(root, "tests", name), encoding="utf-8") as f:
+                defined |= set(re.findall(r"^def (test_\w+)", f.read(), re.MULTILINE))
+    named = set(re.findall(r"`(test_\w+)`", page))
+    assert len(named) >= 10 and not named - defined, f"docs/new_technique.md names no such test: {named - defined}"
+    tables = {"tests/test_model.py": ("INVALID", "FLAGS", "STRUCTURAL", "INIT_ONLY", "OFF"),
+              "tools/support.py": ("SUPPORT", "DEPENDS", "NO_EFFECT"),
+              "tests/mutation.py": ("MUTANTS", "FIELD_MUTANTS"),
+              "tools/one_file.py": ("TECHNIQUE_WORDS",),
+              "tests/test_one_file.py": ("NO_TECHNIQUE_WORDS", "NOT_PLAIN", "VALUE_ONLY"),
+              "model.py": ("CHOICES",)}
+    for path, names in tables.items():
+        with open(os.path.join(root, path), encoding="utf-8") as f:
+            text = f.read()
+        for name in names:
+            assert f"`{name}`" in page and re.search(rf"^{name} = ", text, re.MULTILINE), (path, name)
