@@ -188,3 +188,15 @@ def test_gallery_has_every_preset():
     for name in PRESETS:
         assert f"![{name}](architectures/{name}.png)" in doc
         assert 0 < os.path.getsize(os.path.join(root, "docs", "architectures", f"{name}.png")) < 100_000
+
+
+def test_every_flag_set_shows_in_the_model_label():
+    """tools.bench, tools.compare and tools.gpu_check label a model with describe(): its shape words, then every
+    other field off its default as name=value, so two flag sets never share a label, a new field included."""
+    from tools.benchmarks.measure import describe
+    plain = describe(TINY)
+    assert plain == "4L d16 2h vocab 37 block 16"
+    labels = {name: describe({**TINY, **flags}) for name, flags in FLAGS.items()}
+    same = [name for name, label in labels.items() if label == plain and name != "gpt"]
+    assert not same, f"flag sets labelled as plain GPT: {same}"
+    assert describe({**TINY, "norm": "rmsnorm"}) == plain + " norm=rmsnorm"

@@ -15,6 +15,7 @@ Peak memory, what peak_bytes measures:
 """
 
 import contextlib
+import dataclasses
 import os
 import statistics
 import sys
@@ -28,8 +29,15 @@ from tools.fast_sample import generate as fast_generate
 from safety_net.configurator import out_of_memory
 from safety_net.runtime import autocast
 
+# the fields describe() shows in its shape words; every other field it shows as name=value where not the default
+SHAPE_WORDS = ("n_layer", "n_embd", "n_head", "n_kv_head", "mlp_hidden", "n_attn_layers", "n_top_attn_layers",
+               "share_group_size", "share_from_layer", "n_branches", "shrink_every", "shrink_layer", "think_steps",
+               "vocab_size", "block_size")
+
+
 def describe(args):
-    """A model's shape in one line, e.g. '6L d384 6h vocab 65 block 256'."""
+    """A model's shape in one line, e.g. '6L d384 6h vocab 65 block 256', then the other fields that differ from
+    GPTConfig's defaults (a new field shows without a change here): '... block 2048 norm=rmsnorm'."""
     a = args
     parts = [f"{a['n_layer']}L", f"d{a['n_embd']}", f"{a['n_head']}h"]
     if a.get("n_kv_head"):
@@ -48,6 +56,10 @@ def describe(args):
     if a.get("think_steps"):
         parts.append(f"think {a['think_steps']}")
     parts += [f"vocab {a['vocab_size']}", f"block {a['block_size']}"]
+    for field in dataclasses.fields(GPTConfig):
+        value = a.get(field.name, field.default)
+        if field.name not in SHAPE_WORDS and value != field.default:
+            parts.append(f"{field.name}={value}")
     return " ".join(parts)
 
 
