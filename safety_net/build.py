@@ -20,6 +20,7 @@ def model_config(model_args, source=None, device="cpu"):
         raise UserError(f"{source} has model_args this model.py does not know: {', '.join(unknown)} (a "
                         f"checkpoint of another code version) (fix: use the code version that wrote it)")
     check_layer_count(model_args)   # before GPTConfig, which lists every layer's width
+    check_whole_numbers(model_args)
     try:
         config = GPTConfig(**model_args)
     except (TypeError, ValueError) as e:
@@ -30,6 +31,22 @@ def model_config(model_args, source=None, device="cpu"):
                         f"(fix: use the code version that wrote the checkpoint)") from None
     check_memory(config, device)
     return config
+
+
+def check_whole_numbers(model_args):
+    """One line for a GPTConfig field typed Optional[int] (n_kv_head, mlp_hidden, embd_factor_dim, n_attn_layers)
+    that holds neither None nor a whole number: the configurator takes any value for a key whose default is None,
+    and True would build a model with one hidden unit, 4.5 fail with a traceback."""
+    import dataclasses
+    from typing import Optional
+    from model import GPTConfig
+    for field in dataclasses.fields(GPTConfig):
+        value = model_args.get(field.name)
+        if field.type != Optional[int] or value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise UserError(f"{field.name}={value!r}: expected a whole number or None (fix: e.g. "
+                            f"--{field.name}=2, or leave it out for the default)")
 
 
 def build_model(model_args, device="cpu", source=None):

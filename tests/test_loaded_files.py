@@ -33,6 +33,7 @@ from safety_net import dataset
 from safety_net import tokenizers
 from safety_net import wandb_log
 from safety_net.build import MAX_LAYERS, check_layer_count, check_memory, gpt_config_defaults, weights_lower_bound
+from safety_net.build import model_config
 from safety_net.configurator import UserError
 
 CHARS = list("\n !',.:;?ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
@@ -418,6 +419,22 @@ def test_sizes_that_cannot_be_built_are_refused_at_once():
     with pytest.raises(UserError, match="GiB in float32, more than this machine's"):
         check_memory(huge)
     check_memory(huge, device="meta")   # tools.plan builds shapes only
+
+
+@pytest.mark.parametrize("key, value", [("mlp_hidden", 4.5), ("embd_factor_dim", True), ("n_kv_head", "two"),
+                                        ("n_attn_layers", 1.0)])
+def test_whole_number_fields_refuse_other_values(key, value):
+    """GPTConfig's Optional[int] fields: the configurator takes any value for a key whose default is None, so
+    model_config refuses what is neither None nor a whole number (True built one hidden unit; 4.5 a traceback)."""
+    with pytest.raises(UserError, match=rf"^{key}={value!r}: expected a whole number or None \(fix: "):
+        model_config({key: value})
+    assert model_config({key: None}).n_layer == 12
+
+
+def test_a_tool_refuses_a_mistyped_whole_number_in_one_line():
+    from tools import bench, plan
+    one_error_line(plan.main, ["--embd_factor_dim=True"], "embd_factor_dim=True", "whole number")
+    one_error_line(bench.main, ["--mlp_hidden=4.5"], "mlp_hidden=4.5", "whole number")
 
 
 def test_the_weights_bound_never_exceeds_a_model():

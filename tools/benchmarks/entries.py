@@ -7,7 +7,7 @@ Used by tools/bench.py.
 import os
 
 from model import GPTConfig
-from safety_net.build import gpt_config_defaults, load_variant, model_args
+from safety_net.build import check_whole_numbers, gpt_config_defaults, load_variant, model_args
 from safety_net.configurator import UserError, load_config
 from safety_net.dataset import dataset_vocab_size
 
@@ -31,6 +31,7 @@ def finish_entry(name, args, cfg, cli_model, batch):
     if cfg["scale"] != 1 or cfg["depth_scale"] not in (0, 1):
         args = scale_args(args, cfg["scale"], cfg["depth_scale"] or cfg["scale"])
     args.update(cli_model)  # explicit overrides win over presets and scaling
+    check_whole_numbers(args)
     try:
         GPTConfig(**args)
     except ValueError as e:
