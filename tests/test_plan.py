@@ -200,3 +200,36 @@ def test_every_flag_set_shows_in_the_model_label():
     same = [name for name, label in labels.items() if label == plain and name != "gpt"]
     assert not same, f"flag sets labelled as plain GPT: {same}"
     assert describe({**TINY, "norm": "rmsnorm"}) == plain + " norm=rmsnorm"
+
+
+def test_bench_scaling_sorts_every_field_and_keeps_each_presets_structure():
+    """tools.bench --scale: every GPTConfig field is declared width, depth or kept (a new field fails here until
+    sorted), a scaled preset changes only width and depth fields, lgpt/cgpt keep their number of halvings and a
+    ShishuLM split its top attention layers (both were lost before: 6 layers halved twice became 3 halved once,
+    8 + 2 attention layers at half depth 3 + 2)."""
+    from tools.benchmarks import entries
+    from safety_net.build import gpt_config_defaults
+    declared = entries.WIDTH_FIELDS + entries.DEPTH_FIELDS + entries.KEPT_FIELDS
+    assert sorted(declared) == sorted(f.name for f in dataclasses.fields(GPTConfig)), (
+        "fix: declare the field in tools/benchmarks/entries.py's WIDTH_FIELDS, DEPTH_FIELDS or KEPT_FIELDS")
+    scaled_fields = set(entries.WIDTH_FIELDS + entries.DEPTH_FIELDS)
+    for name in variants.available():
+        args = {**gpt_config_defaults(), **variants.load(name)}
+        scaled = entries.scale_args(args, 0.5, 0.5)
+        assert {k for k in args if scaled[k] != args[k]} <= scaled_fields, name
+        halvings = len(set(GPTConfig(**args).widths()))
+        assert len(set(GPTConfig(**scaled).widths())) == halvings, name
+    shishu = {**gpt_config_defaults(), **variants.load("shishulm_125"), "n_attn_layers": 8, "n_top_attn_layers": 2,
+              "share_from_layer": 8}
+    scaled = entries.scale_args(shishu, 1.0, 0.5)
+    assert (scaled["n_layer"], scaled["n_attn_layers"], scaled["n_top_attn_layers"]) == (15, 4, 1)
+
+
+def test_every_parameter_of_every_flag_set_has_a_named_part():
+    """The plan's parameter table (param_parts) names every parameter of every flag set of FLAGS (which
+    test_support makes cover every GPTConfig field): a new module outside tools/plan.py's PARTS would show as
+    "other"."""
+    for name, flags in FLAGS.items():
+        with torch.device("meta"):
+            model = GPT(GPTConfig(**{**TINY, **flags}))
+        assert "other" not in plan_tool.param_parts(model), name

@@ -41,10 +41,21 @@ def finish_entry(name, args, cfg, cli_model, batch):
 
 # --- scaling big presets down to CPU size --------------------------------------------------------
 
+# every GPTConfig field as scale_args treats it (tests/test_plan.py fails on a field missing here): times the
+# width scale, times the depth scale, or kept (heads, ratios, choices, rates, the vocabulary and the context)
+WIDTH_FIELDS = ("n_embd", "mlp_hidden", "embd_factor_dim")
+DEPTH_FIELDS = ("n_layer", "n_attn_layers", "n_top_attn_layers", "share_from_layer", "shrink_every")
+KEPT_FIELDS = ("block_size", "vocab_size", "n_head", "n_kv_head", "dropout", "bias", "norm", "norm_eps",
+               "norm_placement", "pos_embedding", "rope_base", "mlp_type", "activation", "mlp_ratio",
+               "tie_embeddings", "head_bias", "share_group_size", "share_sublayers", "enhanced_residual",
+               "residual_logit_init", "think_steps", "think_eta", "think_memory", "n_branches", "shrink_layer",
+               "shrink_kernel", "init_scheme", "init_std")
+
+
 def scale_args(args, width_scale, depth_scale):
     """Shrink width by width_scale and depth by depth_scale, keeping the preset's structure (heads,
-    GQA ratio, ShishuLM's attention/MLP-only split, sharing groups, lgpt halvings); the nearest valid
-    configuration is taken."""
+    GQA ratio, ShishuLM's attention/MLP-only split, sharing groups, lgpt's number of halvings); the nearest
+    valid configuration is taken."""
     args = dict(depth_args(args, depth_scale))
     return width_args(args, width_scale)
 
@@ -69,13 +80,17 @@ def depth_args(args, s):
     if s == 1:
         return args
     n0, a0 = args["n_layer"], args.get("n_attn_layers")
+    top0 = args.get("n_top_attn_layers", 0)
     same_start = a0 is not None and args.get("share_from_layer") == a0
     for n in _nearest(n0 * s, lo=args.get("n_branches", 1), span=n0):
+        top = max(1, round(top0 * n / n0)) if top0 else 0
         attn_options = [None] if a0 is None else _nearest(a0 * n / n0, lo=0, span=n)
         for a in attn_options:
-            if a is not None and a > n:
+            if a is not None and a + top > n:
                 continue
-            cand = dict(args, n_layer=n, n_attn_layers=a)
+            cand = dict(args, n_layer=n, n_attn_layers=a, n_top_attn_layers=top)
+            if args.get("shrink_every"):   # as many halvings: a shrink after every k layers but the last
+                cand["shrink_every"] = max(1, round(args["shrink_every"] * n / n0))
             if same_start:
                 cand["share_from_layer"] = a
             elif args.get("share_from_layer"):
@@ -92,7 +107,7 @@ def width_args(args, s):
     for mult in _nearest(w0 * s / head, span=w0):
         w = mult * head
         cand = dict(args, n_embd=w)
-        for key in ("mlp_hidden", "embd_factor_dim"):
+        for key in WIDTH_FIELDS[1:]:
             if args.get(key):
                 cand[key] = max(1, round(args[key] * w / w0))
         if _valid(cand):
