@@ -3,6 +3,8 @@ and a mutant whose old text is gone fails the command before anything runs. The 
 (`python -m tests.mutation`, minutes); here one small test selection, in two scratch copies plus the baseline.
 And every GPTConfig field names, in FIELD_MUTANTS, the mutants that break its code (issue 56)."""
 import dataclasses
+import os
+import re
 
 import pytest
 
@@ -92,3 +94,12 @@ def test_a_field_table_gap_is_named_with_its_fix():
     ordered = {"dropout": ("x",), "block_size": ("x",), "new_flag": ("x",)}
     assert field_table_problems(ordered, fields, {"x"}) == [
         "FIELD_MUTANTS is not in GPTConfig's field order (fix: move its keys)"]
+
+
+def test_docs_give_the_number_of_mutants():
+    """docs/tests.md's count of the table's mutants is the table's."""
+    with open(os.path.join(mutation.ROOT, "docs", "tests.md"), encoding="utf-8") as f:
+        stated = re.search(r"(\d+) small realistic bugs", f.read())
+    assert stated and int(stated.group(1)) == len(mutation.MUTANTS), (
+        f"docs/tests.md says {stated and stated.group(1)} mutants, tests/mutation.py has {len(mutation.MUTANTS)} "
+        f"(fix: the count in docs/tests.md's Mutation check)")
