@@ -6,6 +6,7 @@ the embedding (a head tied by mistake shows); a tied head checked to be the embe
 tests/test_nanogpt.py's, Hugging Face's tests/test_huggingface.py's. The one checkpoint format (checkpoint_dict,
 format_version) and the migration of version 0, the layout without it (tests/fixtures/ckpt_before_issue24.pt)."""
 import dataclasses
+import ast
 import math
 import os
 
@@ -119,6 +120,42 @@ def test_checkpoint_dict_is_the_one_format():
     assert ckpt["model_args"] == args and ckpt["iter_num"] == 3 and ckpt["source"] == "gpt2"
     with pytest.raises(TypeError, match="outside the checkpoint format"):
         checkpoint.checkpoint_dict(model.state_dict(), args, iter_number=3)
+
+
+# the torch.save calls outside the tests that write no checkpoint: (file, why)
+NOT_CHECKPOINTS = {"safety_net/fileio.py": "atomic_save itself",
+                   "tools/huggingface/convert.py": "the transformers folder's pytorch_model.bin",
+                   "tools/compare.py": "a byte count of the weights, written to a counter, not a file"}
+
+
+def test_checkpoints_are_written_only_by_save_checkpoint():
+    """One writer: outside the tests, torch.save and atomic_save are called only by save_checkpoint (which builds
+    the dict with checkpoint_dict) and the declared writers of other things; a new writer of its own fails here."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    found = set()
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if not d.startswith(".") and d not in ("tests", "docs", "__pycache__")]
+        for name in files:
+            if name.endswith(".py"):
+                path = os.path.join(folder, name)
+                if writes_with_torch_save(path):
+                    found.add(os.path.relpath(path, root).replace(os.sep, "/"))
+    assert found - {"safety_net/checkpoint.py"} == set(NOT_CHECKPOINTS), found
+
+
+def writes_with_torch_save(path):
+    """Whether the module calls torch.save or atomic_save."""
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            func = node.func
+            if isinstance(func, ast.Name) and func.id == "atomic_save":
+                return True
+            if isinstance(func, ast.Attribute) and func.attr == "save":
+                if isinstance(func.value, ast.Name) and func.value.id == "torch":
+                    return True
+    return False
 
 
 def test_version_0_migrates_and_newer_versions_are_refused(tmp_path):
