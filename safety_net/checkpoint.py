@@ -10,7 +10,7 @@ through load_checkpoint, which migrates an earlier version (migrate_checkpoint).
 (the section "nanoGPT's checkpoints").
 train.py writes two of them into out_dir:
   ckpt.pt  - the best validation loss so far (what sample.py / eval.py load by default)
-  last.pt  - the latest state, written at every eval and on Ctrl-C (what init_from='resume' loads)
+  last.pt  - the latest state, written at every eval after iteration 0 and on Ctrl-C (what init_from='resume' loads)
 both by train.py's save_checkpoints.
 
 Loading uses torch.load(weights_only=True) only, with no way around it: checkpoints travel (shared files,
