@@ -20,7 +20,7 @@ def model_config(model_args, source=None, device="cpu"):
         raise UserError(f"{source} has model_args this model.py does not know: {', '.join(unknown)} (a "
                         f"checkpoint of another code version) (fix: use the code version that wrote it)")
     check_layer_count(model_args)   # before GPTConfig, which lists every layer's width
-    check_whole_numbers(model_args)
+    check_optional_types(model_args)
     try:
         config = GPTConfig(**model_args)
     except (TypeError, ValueError) as e:
@@ -33,20 +33,40 @@ def model_config(model_args, source=None, device="cpu"):
     return config
 
 
-def check_whole_numbers(model_args):
-    """One line for a GPTConfig field typed Optional[int] (n_kv_head, mlp_hidden, embd_factor_dim, n_attn_layers)
-    that holds neither None nor a whole number: the configurator takes any value for a key whose default is None,
-    and True would build a model with one hidden unit, 4.5 fail with a traceback."""
+def check_optional_types(model_args):
+    """One line for a GPTConfig field typed Optional[T] (n_kv_head, mlp_hidden, embd_factor_dim, n_attn_layers:
+    Optional[int]) that holds neither None nor a T: the configurator takes any value for a key whose default is
+    None, and True would build a model with one hidden unit, 4.5 fail with a traceback."""
     import dataclasses
-    from typing import Optional
     from model import GPTConfig
     for field in dataclasses.fields(GPTConfig):
         value = model_args.get(field.name)
-        if field.type != Optional[int] or value is None:
+        kind = optional_kind(field.type)
+        if kind is None or fits(kind, value):
             continue
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise UserError(f"{field.name}={value!r}: expected a whole number or None (fix: e.g. "
-                            f"--{field.name}=2, or leave it out for the default)")
+        what = "a whole number" if kind is int else f"a {kind.__name__}"
+        raise UserError(f"{field.name}={value!r}: expected {what} or None (fix: e.g. --{field.name}=2, or leave "
+                        f"it out for the default)")
+
+
+def optional_kind(field_type):
+    """T of a type Optional[T], else None."""
+    import typing
+    kinds = [t for t in typing.get_args(field_type) if t is not type(None)]
+    if typing.get_origin(field_type) is not typing.Union or len(kinds) != 1:
+        return None
+    return kinds[0]
+
+
+def fits(kind, value):
+    """Whether value is None or a `kind`: a bool is no number, an int is a float."""
+    if value is None:
+        return True
+    if isinstance(value, bool) and kind is not bool:
+        return False
+    if kind is float:
+        return isinstance(value, (int, float))
+    return isinstance(value, kind)
 
 
 def build_model(model_args, device="cpu", source=None):

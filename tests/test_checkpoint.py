@@ -152,6 +152,8 @@ def writes_with_torch_save(path):
             func = node.func
             if isinstance(func, ast.Name) and func.id == "atomic_save":
                 return True
+            if isinstance(func, ast.Attribute) and func.attr == "atomic_save":   # fileio.atomic_save(...)
+                return True
             if isinstance(func, ast.Attribute) and func.attr == "save":
                 if isinstance(func.value, ast.Name) and func.value.id == "torch":
                     return True

@@ -431,6 +431,17 @@ def test_whole_number_fields_refuse_other_values(key, value):
     assert model_config({key: None}).n_layer == 12
 
 
+def test_an_optional_field_of_any_type_is_checked():
+    """Optional[T] for any T, not only int: a future Optional[float] field refuses True (a bool is no number) and
+    takes an int; a type that is not Optional[T] is left to GPTConfig's checks."""
+    from typing import Optional
+    from safety_net.build import fits, optional_kind
+    assert optional_kind(Optional[float]) is float and optional_kind(Optional[int]) is int
+    assert optional_kind(int) is None and optional_kind(str) is None
+    assert fits(float, 2) and fits(float, 0.5) and fits(float, None)
+    assert not fits(float, True) and not fits(float, "x") and not fits(int, 4.5) and not fits(int, True)
+
+
 def test_a_tool_refuses_a_mistyped_whole_number_in_one_line():
     from tools import bench, plan
     one_error_line(plan.main, ["--embd_factor_dim=True"], "embd_factor_dim=True", "whole number")

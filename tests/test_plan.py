@@ -233,3 +233,25 @@ def test_every_parameter_of_every_flag_set_has_a_named_part():
         with torch.device("meta"):
             model = GPT(GPTConfig(**{**TINY, **flags}))
         assert "other" not in plan_tool.param_parts(model), name
+
+
+# a config that sets each of tools/benchmarks/entries.py's DEPTH_FIELDS, for the check that scaling scales it
+DEPTH_CASES = {
+    "n_layer": dict(n_layer=12),
+    "n_attn_layers": dict(n_layer=12, n_attn_layers=8),
+    "n_top_attn_layers": dict(n_layer=12, n_attn_layers=6, n_top_attn_layers=2),
+    "share_from_layer": dict(n_layer=12, share_group_size=2, share_from_layer=4),
+    "shrink_every": dict(n_layer=12, shrink_every=4, tie_embeddings=False),
+}
+
+
+@pytest.mark.parametrize("field", sorted(DEPTH_CASES))
+def test_bench_scaling_scales_every_depth_field(field):
+    """A field declared a depth field is scaled with the depth (declaring it is not enough: depth_args must
+    scale it too); a new one fails here until it has a case."""
+    from tools.benchmarks import entries
+    from safety_net.build import gpt_config_defaults
+    assert sorted(DEPTH_CASES) == sorted(entries.DEPTH_FIELDS), "fix: a case in DEPTH_CASES for each depth field"
+    args = {**gpt_config_defaults(), **TINY, "n_embd": 64, **DEPTH_CASES[field]}
+    scaled = entries.scale_args(args, 1.0, 0.5)
+    assert scaled[field] < args[field], (field, args[field], scaled[field])

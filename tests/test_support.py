@@ -254,6 +254,8 @@ def test_the_new_technique_page_names_real_tests_and_tables():
     named = set(re.findall(r"`(test_\w+)`", page))
     assert len(named) >= 10 and not named - defined, f"docs/new_technique.md names no such test: {named - defined}"
     tables = {"tests/test_model.py": ("INVALID", "ANY_VALUE", "FLAGS", "STRUCTURAL", "INIT_ONLY", "OFF"),
+              "tests/test_plan.py": ("DEPTH_CASES",),
+              "tests/test_compile.py": ("FAMILIES", "STATIC_DECODE"),
               "tools/plan.py": ("PARTS",),
               "tools/support.py": ("SUPPORT", "DEPENDS", "NO_EFFECT"),
               "tests/mutation.py": ("MUTANTS", "FIELD_MUTANTS"),
@@ -265,3 +267,25 @@ def test_the_new_technique_page_names_real_tests_and_tables():
             text = f.read()
         for name in names:
             assert f"`{name}`" in page and re.search(rf"^{name} = ", text, re.MULTILINE), (path, name)
+
+
+def test_every_field_is_set_by_a_flag_set():
+    """Every GPTConfig field but the sizes every config sets is off its default in some test_model.FLAGS entry,
+    whatever tools/support.py declares: the checks run over FLAGS (the weights bound, the plan's parts, the
+    bench's label, the one-file words) then see the field."""
+    import test_model
+    set_by_flags = {name for flags in test_model.FLAGS.values() for name in flags if flags[name] != DEFAULTS[name]}
+    missing = sorted(set(DEFAULTS) - set_by_flags - {"block_size", "vocab_size"})
+    assert not missing, f"fields no FLAGS entry sets: {missing} (fix: add a flag set to tests/test_model.py's FLAGS)"
+
+
+def test_no_field_shadows_a_commands_own_key():
+    """A GPTConfig field named as a key of train.py, tools.bench, tools.compare, tools.one_file or
+    tools.technique_lines would silently take or hide that key (train.py merges the two dicts)."""
+    import train
+    from tools import bench, compare, one_file, technique_lines
+    commands = {"train.py": train.TRAIN_DEFAULTS, "tools.bench": bench.BENCH_DEFAULTS,
+                "tools.compare": compare.COMPARE_DEFAULTS, "tools.one_file": one_file.OPTIONS,
+                "tools.technique_lines": technique_lines.OPTIONS}
+    shared = {name: sorted(set(keys) & set(DEFAULTS)) for name, keys in commands.items()}
+    assert not any(shared.values()), f"GPTConfig fields that are also a command's key: {shared}"

@@ -71,7 +71,7 @@ from tools.layers import layer_sets
 from tools.plots import read_log
 from tools.spread import NOISE_T, add_equal_compute, mean_std, noise_verdict
 import train
-from safety_net.build import check_whole_numbers, gpt_config_defaults
+from safety_net.build import check_optional_types, gpt_config_defaults
 from safety_net.build import model_args as resolve_model_args
 from safety_net.checkpoint import LAST_NAME, load_checkpoint, load_model
 from safety_net.configurator import UserError, load_config, out_of_memory, run_command
@@ -255,7 +255,7 @@ def plan(config, explicit):
             args = resolve_model_args(tcfg, model_explicit, vocab_size=vocab)
         except UserError as e:
             raise UserError(f"{e}")
-        check_whole_numbers(args)
+        check_optional_types(args)
         try:
             GPTConfig(**args)
         except (ValueError, TypeError) as e:

@@ -7,7 +7,7 @@ Used by tools/bench.py.
 import os
 
 from model import GPTConfig
-from safety_net.build import check_whole_numbers, gpt_config_defaults, load_variant, model_args
+from safety_net.build import check_optional_types, gpt_config_defaults, load_variant, model_args
 from safety_net.configurator import UserError, load_config
 from safety_net.dataset import dataset_vocab_size
 
@@ -31,7 +31,7 @@ def finish_entry(name, args, cfg, cli_model, batch):
     if cfg["scale"] != 1 or cfg["depth_scale"] not in (0, 1):
         args = scale_args(args, cfg["scale"], cfg["depth_scale"] or cfg["scale"])
     args.update(cli_model)  # explicit overrides win over presets and scaling
-    check_whole_numbers(args)
+    check_optional_types(args)
     try:
         GPTConfig(**args)
     except ValueError as e:
@@ -41,8 +41,9 @@ def finish_entry(name, args, cfg, cli_model, batch):
 
 # --- scaling big presets down to CPU size --------------------------------------------------------
 
-# every GPTConfig field as scale_args treats it (tests/test_plan.py fails on a field missing here): times the
-# width scale, times the depth scale, or kept (heads, ratios, choices, rates, the vocabulary and the context)
+# every GPTConfig field as scale_args treats it (tests/test_plan.py fails on a field missing here, and on a depth
+# field depth_args does not scale): times the width scale, times the depth scale, or kept (heads, ratios, choices,
+# rates, the vocabulary and the context)
 WIDTH_FIELDS = ("n_embd", "mlp_hidden", "embd_factor_dim")
 DEPTH_FIELDS = ("n_layer", "n_attn_layers", "n_top_attn_layers", "share_from_layer", "shrink_every")
 KEPT_FIELDS = ("block_size", "vocab_size", "n_head", "n_kv_head", "dropout", "bias", "norm", "norm_eps",

@@ -90,7 +90,7 @@ from model import GPT, GPTConfig
 from tools.sizes import ffn_hidden, head_dim, kv_heads
 from tools.support import refuse_undeclared
 from train import get_batch
-from safety_net.build import check_whole_numbers
+from safety_net.build import check_optional_types
 from safety_net.checkpoint import CKPT_NAME, clean_state_dict, load_model, save_checkpoint
 from safety_net.configurator import UserError, run_command
 from safety_net.dataset import load_meta, resolve_data_dir, split_path, tokenizer_id
@@ -212,7 +212,7 @@ def target_config(src, n_layer=0, n_embd=0, n_head=0, n_kv_head=0, hidden=0, mlp
         args.update(mlp_ratio=mlp_ratio, mlp_hidden=None)
     if hidden:
         args.update(mlp_hidden=hidden)
-    check_whole_numbers(args)
+    check_optional_types(args)
     try:
         cfg = GPTConfig(**args)
     except ValueError as e:   # GPTConfig's
