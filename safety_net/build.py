@@ -50,10 +50,11 @@ def check_optional_types(model_args):
 
 
 def optional_kind(field_type):
-    """T of a type Optional[T], else None."""
+    """T of a type Optional[T] (or T | None), else None."""
+    import types
     import typing
     kinds = [t for t in typing.get_args(field_type) if t is not type(None)]
-    if typing.get_origin(field_type) is not typing.Union or len(kinds) != 1:
+    if typing.get_origin(field_type) not in (typing.Union, types.UnionType) or len(kinds) != 1:
         return None
     return kinds[0]
 

@@ -488,3 +488,13 @@ def test_flops_per_token_counts_the_factorized_embedding_path():
     assert factorized - plain == 6 * (2 * E * W + V * E - V * W)
     untied = flops_per_token(GPT(GPTConfig(**TINY, embd_factor_dim=E, tie_embeddings=False)))
     assert untied - plain == 6 * E * W
+
+
+def test_a_finished_run_from_before_a_field_differs_when_the_field_is_set():
+    """A run saved before a GPTConfig field existed had the field's default (the technique off): set now, the
+    field is a difference (the finished run is not reused as the new configuration's); at its default it is none.
+    A train key added since stays no difference."""
+    old = {"model_args": {"n_layer": 4}, "train": {"max_iters": 10}}
+    new = {"model_args": {"n_layer": 4, "think_steps": 2}, "train": {"max_iters": 10, "new_key": 1}}
+    assert compare.differences(old, new) == ["think_steps: 0 -> 2"]
+    assert compare.differences(old, {**new, "model_args": {"n_layer": 4, "think_steps": 0}}) == []

@@ -437,9 +437,19 @@ def test_an_optional_field_of_any_type_is_checked():
     from typing import Optional
     from safety_net.build import fits, optional_kind
     assert optional_kind(Optional[float]) is float and optional_kind(Optional[int]) is int
+    assert optional_kind(int | None) is int and optional_kind(float | None) is float
     assert optional_kind(int) is None and optional_kind(str) is None
     assert fits(float, 2) and fits(float, 0.5) and fits(float, None)
     assert not fits(float, True) and not fits(float, "x") and not fits(int, 4.5) and not fits(int, True)
+
+
+def test_every_field_that_defaults_to_none_is_typed_optional():
+    """check_optional_types reads a field's type: a field defaulting to None must say Optional[T] (or T | None),
+    else the configurator's any-value for a None default would reach GPTConfig unchecked."""
+    import dataclasses
+    from safety_net.build import optional_kind
+    untyped = [f.name for f in dataclasses.fields(GPTConfig) if f.default is None and optional_kind(f.type) is None]
+    assert not untyped, f"fields defaulting to None without an Optional[T] type: {untyped} (fix: type them)"
 
 
 def test_a_tool_refuses_a_mistyped_whole_number_in_one_line():
