@@ -341,7 +341,7 @@ def differences(old, new):
     for part in ("model_args", "train"):
         a, b = old.get(part, {}), new.get(part, {})
         if part == "model_args":   # a field added since: the old model had its default (the technique off)
-            a = {**{k: v for k, v in gpt_config_defaults().items() if k in b}, **a}
+            a = {**gpt_config_defaults(), **a}
         # train keys known to both only: a key added to train.py later must not invalidate finished models
         out += [f"{k}: {a[k]!r} -> {b[k]!r}" for k in sorted(set(a) & set(b)) if a[k] != b[k]]
     return out

@@ -839,18 +839,15 @@ def listed_parts(text):
     depth = 0
     start = 0
     sep = ""
-    i = 0
-    while i < len(text):
-        if text[i] == "(":
+    for i, char in enumerate(text):
+        if char == "(":
             depth += 1
-        elif text[i] == ")":
+        elif char == ")":
             depth -= 1
-        elif depth == 0 and text.startswith((", ", "; "), i):
+        elif depth == 0 and text[i:i + 2] in (", ", "; "):
             parts.append((sep, text[start:i]))
             sep = text[i:i + 2]
             start = i + 2
-            i += 1
-        i += 1
     parts.append((sep, text[start:]))
     return parts
 
