@@ -533,17 +533,9 @@ class GPT(nn.Module):
 
         Shared weights count once."""
         n = sum(p.numel() for p in self.parameters())
-        if non_embedding and hasattr(self, "pos_emb"):
+        if non_embedding and self.config.pos_embedding == "learned":
             n -= self.pos_emb.weight.numel()
         return n
-
-    def embed(self, idx, pos):
-        x = self.tok_emb(idx)
-        if self.config.pos_embedding == "learned":
-            x = x + self.pos_emb(pos)
-        elif self.config.pos_embedding == "sinusoidal":
-            x = x + self.pos_table[pos]
-        return self.drop(x)
 
     def forward(self, idx, targets=None, cache=None, all_logits=False):
         """idx (B, T) -> (logits, loss). Without targets: the last position's
@@ -558,7 +550,12 @@ class GPT(nn.Module):
             pos = torch.arange(T, device=idx.device)
         else:   # the cache numbers the tokens after the cached ones
             pos = cache.positions(T, idx.device)
-        x = self.embed(idx, pos)
+        x = self.tok_emb(idx)
+        if self.config.pos_embedding == "learned":
+            x = x + self.pos_emb(pos)
+        elif self.config.pos_embedding == "sinusoidal":
+            x = x + self.pos_table[pos]
+        x = self.drop(x)
         if self.config.think_steps:
             x = self.think(x, cache)
         elif self.config.n_branches > 1:
@@ -784,10 +781,12 @@ class KVCache:
     def __init__(self, max_len):
         self.max_len = max_len
         self.length = 0
-        self.entries = {}
+        self.entries = {}   # key -> CacheEntry, made at the key's first use
 
     def __getitem__(self, key):
-        return self.entries.setdefault(key, CacheEntry(self))
+        if key not in self.entries:
+            self.entries[key] = CacheEntry(self)
+        return self.entries[key]
 
     def positions(self, length, device):
         return torch.arange(self.length, self.length + length, device=device)
@@ -800,13 +799,15 @@ class KVCache:
 
 
 class CacheEntry:
-    """One application of a layer: keys and values (B, H_kv, max_len, D).
+    """One application of a layer: its keys and values, (B, H_kv, max_len, D)
+    each.
 
     cgpt: its last kernel-1 inputs."""
 
     def __init__(self, cache):
         self.cache = cache
-        self.kv = None
+        self.keys = None
+        self.values = None
         self.conv_tail = None
 
     def positions(self, length, device):
@@ -818,15 +819,15 @@ class CacheEntry:
 
     def store(self, k, v):
         """Write k, v at positions length..; return the keys and values up to them."""
-        if self.kv is None:
-            shape = (k.size(0), k.size(1), self.cache.max_len, k.size(3))
-            self.kv = (k.new_zeros(shape), v.new_zeros(shape))
-        keys, values = self.kv
+        if self.keys is None:   # the first call: room for max_len positions
+            B, H, _, D = k.shape
+            self.keys = k.new_zeros(B, H, self.cache.max_len, D)
+            self.values = v.new_zeros(B, H, self.cache.max_len, D)
         start = self.cache.length
         end = start + k.size(2)
-        keys[:, :, start:end] = k
-        values[:, :, start:end] = v
-        return keys[:, :, :end], values[:, :, :end]
+        self.keys[:, :, start:end] = k
+        self.values[:, :, start:end] = v
+        return self.keys[:, :, :end], self.values[:, :, :end]
 
     def conv_window(self, x, n_past):
         if self.conv_tail is None or self.cache.length == 0:   # zeros before position 0

@@ -382,7 +382,7 @@ def test_gqa_cache_stores_only_kv_heads():
     model = make_model("gqa")
     cache = KVCache(model.config.block_size)
     model(tokens(1, 4), cache=cache)
-    kv = [entry.kv for entry in cache.entries.values() if entry.kv is not None]
+    kv = [(entry.keys, entry.values) for entry in cache.entries.values() if entry.keys is not None]
     assert len(kv) == 4 and all(k.shape[1] == v.shape[1] == 2 for k, v in kv)
 
 
@@ -395,7 +395,7 @@ def test_cache_slot_per_application():
         cache = KVCache(model.config.block_size)
         model(tokens(1, 3), cache=cache)
         kinds = [key[0] if isinstance(key, tuple) and isinstance(key[0], str) else "kv"
-                 for key, entry in cache.entries.items() if entry.kv is not None]
+                 for key, entry in cache.entries.items() if entry.keys is not None]
         assert (kinds.count("kv"), kinds.count("memory")) == (kv, memory), name
 
 
@@ -603,7 +603,7 @@ def test_visible_weights_make_attention_far_from_uniform():
         T = TINY["block_size"]
         with torch.no_grad():
             sub = model.branches[0].attn[0]
-            x = sub.norm(model.embed(tokens(2, T), torch.arange(T)))
+            x = sub.norm(model.tok_emb(tokens(2, T)) + model.pos_emb(torch.arange(T)))
             q, k, _ = sub.inner.qkv_proj(x).view(2, T, -1, sub.inner.head_dim).transpose(1, 2).split(TINY["n_head"], 1)
             causal = torch.ones(T, T).tril().bool()
             p = (q @ k.transpose(-1, -2)).masked_fill(~causal, float("-inf")).div(math.sqrt(k.size(-1))).softmax(-1)
@@ -795,14 +795,20 @@ def test_post_norm_enhanced_residual_at_half_is_the_plain_residual():
 
 def test_sinusoidal_positions_follow_attention_is_all_you_need():
     """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d)), written out with loops,
-    and GPT.embed adds exactly that to the token embedding."""
+    and GPT.forward adds exactly that to the token embedding: the first layer's input."""
     n, d = 12, 16
     expected = torch.tensor([[math.sin(pos / 10000 ** (j / d)) if j % 2 == 0 else math.cos(pos / 10000 ** ((j - 1) / d))
                               for j in range(d)] for pos in range(n)])
     torch.testing.assert_close(sinusoidal_positions(n, d), expected, rtol=0, atol=1e-5)
     model = make_model("sinusoidal")
     idx = tokens(1, 16)
-    torch.testing.assert_close(model.embed(idx, torch.arange(16)), model.tok_emb(idx) + sinusoidal_positions(16, 16))
+    inputs = []
+
+    def record_input(layer, args):
+        inputs.append(args[0])
+    model.branches[0].layers[0].register_forward_pre_hook(record_input)
+    model(idx)
+    torch.testing.assert_close(inputs[0], model.tok_emb(idx) + sinusoidal_positions(16, 16))
 
 
 @pytest.mark.parametrize("use_kv_cache", [False, True])
