@@ -6,7 +6,7 @@ classes, functions, branches and GPTConfig fields), in model.py's order, with it
 computes exactly what model.py computes for it. Do not edit: regenerate.
 
     made by:  python -m tools.one_file cgpt --out=docs/models/cgpt.py
-    model.py of commit 1348a27
+    model.py of commit d0e793a
 """
 
 import math
@@ -30,6 +30,7 @@ class GPTConfig:
     dropout: float = 0.0
     bias: bool = True               # in Linears and norms (GPT-2: True, LLaMA: False)
     norm_eps: float = 1e-5
+    pos_embedding: str = 'learned'
     mlp_ratio: float = 4.0
     head_bias: bool = False         # a bias on the head (000's code)
     # --- LinearGPT / ConvGPT (004 3.2-3.3) ---
@@ -251,14 +252,9 @@ class GPT(nn.Module):
         """Parameters; non_embedding=True leaves out the learned positions,
         as nanoGPT does."""
         n = sum(p.numel() for p in self.parameters())
-        if non_embedding and hasattr(self, "pos_emb"):
+        if non_embedding and self.config.pos_embedding == "learned":
             n -= self.pos_emb.weight.numel()
         return n
-
-    def embed(self, idx, pos):
-        x = self.tok_emb(idx)
-        x = x + self.pos_emb(pos)
-        return self.drop(x)
 
     def forward(self, idx, targets=None, cache=None, all_logits=False):
         """idx (B, T) -> (logits, loss). Without targets: the last position's
@@ -273,7 +269,9 @@ class GPT(nn.Module):
             pos = torch.arange(T, device=idx.device)
         else:   # the cache numbers the tokens after the cached ones
             pos = cache.positions(T, idx.device)
-        x = self.embed(idx, pos)
+        x = self.tok_emb(idx)
+        x = x + self.pos_emb(pos)
+        x = self.drop(x)
         x = self.branches[0](x, cache)
         if cache is not None:
             cache.advance(T)
@@ -352,10 +350,12 @@ class KVCache:
     def __init__(self, max_len):
         self.max_len = max_len
         self.length = 0
-        self.entries = {}
+        self.entries = {}   # key -> CacheEntry, made at the key's first use
 
     def __getitem__(self, key):
-        return self.entries.setdefault(key, CacheEntry(self))
+        if key not in self.entries:
+            self.entries[key] = CacheEntry(self)
+        return self.entries[key]
 
     def positions(self, length, device):
         return torch.arange(self.length, self.length + length, device=device)
@@ -368,13 +368,15 @@ class KVCache:
 
 
 class CacheEntry:
-    """One application of a layer: keys and values (B, H_kv, max_len, D).
+    """One application of a layer: its keys and values, (B, H_kv, max_len, D)
+    each.
 
     cgpt: its last kernel-1 inputs."""
 
     def __init__(self, cache):
         self.cache = cache
-        self.kv = None
+        self.keys = None
+        self.values = None
         self.conv_tail = None
 
     def attend(self, q, k, v):
@@ -383,15 +385,15 @@ class CacheEntry:
 
     def store(self, k, v):
         """Write k, v at positions length..; return the keys and values up to them."""
-        if self.kv is None:
-            shape = (k.size(0), k.size(1), self.cache.max_len, k.size(3))
-            self.kv = (k.new_zeros(shape), v.new_zeros(shape))
-        keys, values = self.kv
+        if self.keys is None:   # the first call: room for max_len positions
+            B, H, _, D = k.shape
+            self.keys = k.new_zeros(B, H, self.cache.max_len, D)
+            self.values = v.new_zeros(B, H, self.cache.max_len, D)
         start = self.cache.length
         end = start + k.size(2)
-        keys[:, :, start:end] = k
-        values[:, :, start:end] = v
-        return keys[:, :, :end], values[:, :, :end]
+        self.keys[:, :, start:end] = k
+        self.values[:, :, start:end] = v
+        return self.keys[:, :, :end], self.values[:, :, :end]
 
     def conv_window(self, x, n_past):
         if self.conv_tail is None or self.cache.length == 0:   # zeros before position 0
@@ -418,7 +420,7 @@ def sample_next(logits, temperature=1.0, top_k=None, generator=None):
 # --- This file only: GPTConfig from a checkpoint of model.py --------------------------
 
 # model.py's GPTConfig fields this file leaves out; those it holds but runs at one value only
-# (shrink_every, at that value in GPTConfig) too: the values it assumes
+# (pos_embedding, shrink_every, at that value in GPTConfig) too: the values it assumes
 ASSUMED = {
     'activation': 'gelu',
     'embd_factor_dim': None,

@@ -6,7 +6,7 @@ classes, functions, branches and GPTConfig fields), in model.py's order, with it
 computes exactly what model.py computes for it. Do not edit: regenerate.
 
     made by:  python -m tools.one_file deep_thinking --out=docs/models/deep_thinking.py
-    model.py of commit 1348a27
+    model.py of commit d0e793a
 """
 
 import math
@@ -285,15 +285,7 @@ class GPT(nn.Module):
         as nanoGPT does.
 
         Shared weights count once."""
-        n = sum(p.numel() for p in self.parameters())
-        if non_embedding and hasattr(self, "pos_emb"):
-            n -= self.pos_emb.weight.numel()
-        return n
-
-    def embed(self, idx, pos):
-        x = self.tok_emb(idx)
-        x = x + self.pos_table[pos]
-        return self.drop(x)
+        return sum(p.numel() for p in self.parameters())
 
     def forward(self, idx, targets=None, cache=None, all_logits=False):
         """idx (B, T) -> (logits, loss). Without targets: the last position's
@@ -308,7 +300,9 @@ class GPT(nn.Module):
             pos = torch.arange(T, device=idx.device)
         else:   # the cache numbers the tokens after the cached ones
             pos = cache.positions(T, idx.device)
-        x = self.embed(idx, pos)
+        x = self.tok_emb(idx)
+        x = x + self.pos_table[pos]
+        x = self.drop(x)
         x = self.think(x, cache)
         if cache is not None:
             cache.advance(T)
@@ -458,10 +452,12 @@ class KVCache:
     def __init__(self, max_len):
         self.max_len = max_len
         self.length = 0
-        self.entries = {}
+        self.entries = {}   # key -> CacheEntry, made at the key's first use
 
     def __getitem__(self, key):
-        return self.entries.setdefault(key, CacheEntry(self))
+        if key not in self.entries:
+            self.entries[key] = CacheEntry(self)
+        return self.entries[key]
 
     def positions(self, length, device):
         return torch.arange(self.length, self.length + length, device=device)
@@ -474,23 +470,25 @@ class KVCache:
 
 
 class CacheEntry:
-    """One application of a layer: keys and values (B, H_kv, max_len, D)."""
+    """One application of a layer: its keys and values, (B, H_kv, max_len, D)
+    each."""
 
     def __init__(self, cache):
         self.cache = cache
-        self.kv = None
+        self.keys = None
+        self.values = None
 
     def store(self, k, v):
         """Write k, v at positions length..; return the keys and values up to them."""
-        if self.kv is None:
-            shape = (k.size(0), k.size(1), self.cache.max_len, k.size(3))
-            self.kv = (k.new_zeros(shape), v.new_zeros(shape))
-        keys, values = self.kv
+        if self.keys is None:   # the first call: room for max_len positions
+            B, H, _, D = k.shape
+            self.keys = k.new_zeros(B, H, self.cache.max_len, D)
+            self.values = v.new_zeros(B, H, self.cache.max_len, D)
         start = self.cache.length
         end = start + k.size(2)
-        keys[:, :, start:end] = k
-        values[:, :, start:end] = v
-        return keys[:, :, :end], values[:, :, :end]
+        self.keys[:, :, start:end] = k
+        self.values[:, :, start:end] = v
+        return self.keys[:, :, :end], self.values[:, :, :end]
 
 
 def sample_next(logits, temperature=1.0, top_k=None, generator=None):

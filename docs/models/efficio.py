@@ -6,7 +6,7 @@ classes, functions, branches and GPTConfig fields), in model.py's order, with it
 computes exactly what model.py computes for it. Do not edit: regenerate.
 
     made by:  python -m tools.one_file efficio --out=docs/models/efficio.py
-    model.py of commit 1348a27
+    model.py of commit d0e793a
 """
 
 import math
@@ -31,6 +31,7 @@ class GPTConfig:
     dropout: float = 0.0
     bias: bool = True               # in Linears and norms (GPT-2: True, LLaMA: False)
     norm_eps: float = 1e-5
+    pos_embedding: str = 'learned'
     mlp_ratio: float = 4.0
     embd_factor_dim: Optional[int] = 128   # E: vocab -> E -> n_embd; this file: 128 only
     # --- layer sharing (000 2.6, 002 3.0.2, 001 4.4): build_shared_layers, section 5 ---
@@ -262,14 +263,9 @@ class GPT(nn.Module):
 
         Shared weights count once."""
         n = sum(p.numel() for p in self.parameters())
-        if non_embedding and hasattr(self, "pos_emb"):
+        if non_embedding and self.config.pos_embedding == "learned":
             n -= self.pos_emb.weight.numel()
         return n
-
-    def embed(self, idx, pos):
-        x = self.tok_emb(idx)
-        x = x + self.pos_emb(pos)
-        return self.drop(x)
 
     def forward(self, idx, targets=None, cache=None, all_logits=False):
         """idx (B, T) -> (logits, loss). Without targets: the last position's
@@ -284,7 +280,9 @@ class GPT(nn.Module):
             pos = torch.arange(T, device=idx.device)
         else:   # the cache numbers the tokens after the cached ones
             pos = cache.positions(T, idx.device)
-        x = self.embed(idx, pos)
+        x = self.tok_emb(idx)
+        x = x + self.pos_emb(pos)
+        x = self.drop(x)
         x = self.branches[0](x, cache)
         if cache is not None:
             cache.advance(T)
@@ -362,10 +360,12 @@ class KVCache:
     def __init__(self, max_len):
         self.max_len = max_len
         self.length = 0
-        self.entries = {}
+        self.entries = {}   # key -> CacheEntry, made at the key's first use
 
     def __getitem__(self, key):
-        return self.entries.setdefault(key, CacheEntry(self))
+        if key not in self.entries:
+            self.entries[key] = CacheEntry(self)
+        return self.entries[key]
 
     def positions(self, length, device):
         return torch.arange(self.length, self.length + length, device=device)
@@ -378,11 +378,13 @@ class KVCache:
 
 
 class CacheEntry:
-    """One application of a layer: keys and values (B, H_kv, max_len, D)."""
+    """One application of a layer: its keys and values, (B, H_kv, max_len, D)
+    each."""
 
     def __init__(self, cache):
         self.cache = cache
-        self.kv = None
+        self.keys = None
+        self.values = None
 
     def attend(self, q, k, v):
         keys, values = self.store(k, v)
@@ -390,15 +392,15 @@ class CacheEntry:
 
     def store(self, k, v):
         """Write k, v at positions length..; return the keys and values up to them."""
-        if self.kv is None:
-            shape = (k.size(0), k.size(1), self.cache.max_len, k.size(3))
-            self.kv = (k.new_zeros(shape), v.new_zeros(shape))
-        keys, values = self.kv
+        if self.keys is None:   # the first call: room for max_len positions
+            B, H, _, D = k.shape
+            self.keys = k.new_zeros(B, H, self.cache.max_len, D)
+            self.values = v.new_zeros(B, H, self.cache.max_len, D)
         start = self.cache.length
         end = start + k.size(2)
-        keys[:, :, start:end] = k
-        values[:, :, start:end] = v
-        return keys[:, :, :end], values[:, :, :end]
+        self.keys[:, :, start:end] = k
+        self.values[:, :, start:end] = v
+        return self.keys[:, :, :end], self.values[:, :, :end]
 
 
 def sample_next(logits, temperature=1.0, top_k=None, generator=None):
@@ -417,7 +419,7 @@ def sample_next(logits, temperature=1.0, top_k=None, generator=None):
 # --- This file only: GPTConfig from a checkpoint of model.py --------------------------
 
 # model.py's GPTConfig fields this file leaves out; those it holds but runs at one value only
-# (embd_factor_dim, at that value in GPTConfig) too: the values it assumes
+# (embd_factor_dim, pos_embedding, at that value in GPTConfig) too: the values it assumes
 ASSUMED = {
     'activation': 'gelu',
     'embd_factor_dim': 128,
