@@ -533,7 +533,7 @@ class GPT(nn.Module):
 
         Shared weights count once."""
         n = sum(p.numel() for p in self.parameters())
-        if non_embedding and self.config.pos_embedding == "learned":
+        if non_embedding and hasattr(self, "pos_emb"):
             n -= self.pos_emb.weight.numel()
         return n
 
@@ -781,7 +781,7 @@ class KVCache:
     def __init__(self, max_len):
         self.max_len = max_len
         self.length = 0
-        self.entries = {}   # key -> CacheEntry, made at the key's first use
+        self.entries = {}
 
     def __getitem__(self, key):
         if key not in self.entries:
@@ -799,8 +799,7 @@ class KVCache:
 
 
 class CacheEntry:
-    """One application of a layer: its keys and values, (B, H_kv, max_len, D)
-    each.
+    """One application of a layer: keys and values (B, H_kv, max_len, D).
 
     cgpt: its last kernel-1 inputs."""
 
@@ -819,7 +818,7 @@ class CacheEntry:
 
     def store(self, k, v):
         """Write k, v at positions length..; return the keys and values up to them."""
-        if self.keys is None:   # the first call: room for max_len positions
+        if self.keys is None:
             B, H, _, D = k.shape
             self.keys = k.new_zeros(B, H, self.cache.max_len, D)
             self.values = v.new_zeros(B, H, self.cache.max_len, D)

@@ -6,7 +6,7 @@ classes, functions, branches and GPTConfig fields), in model.py's order, with it
 computes exactly what model.py computes for it. Do not edit: regenerate.
 
     made by:  python -m tools.one_file lgpt --out=docs/models/lgpt.py
-    model.py of commit d0e793a
+    model.py of commit d0e793a plus uncommitted changes
 """
 
 import math
@@ -30,7 +30,6 @@ class GPTConfig:
     dropout: float = 0.0
     bias: bool = True               # in Linears and norms (GPT-2: True, LLaMA: False)
     norm_eps: float = 1e-5
-    pos_embedding: str = 'learned'
     mlp_ratio: float = 4.0
     head_bias: bool = False         # a bias on the head (000's code)
     # --- LinearGPT / ConvGPT (004 3.2-3.3) ---
@@ -242,7 +241,7 @@ class GPT(nn.Module):
         """Parameters; non_embedding=True leaves out the learned positions,
         as nanoGPT does."""
         n = sum(p.numel() for p in self.parameters())
-        if non_embedding and self.config.pos_embedding == "learned":
+        if non_embedding and hasattr(self, "pos_emb"):
             n -= self.pos_emb.weight.numel()
         return n
 
@@ -339,7 +338,7 @@ class KVCache:
     def __init__(self, max_len):
         self.max_len = max_len
         self.length = 0
-        self.entries = {}   # key -> CacheEntry, made at the key's first use
+        self.entries = {}
 
     def __getitem__(self, key):
         if key not in self.entries:
@@ -357,8 +356,7 @@ class KVCache:
 
 
 class CacheEntry:
-    """One application of a layer: its keys and values, (B, H_kv, max_len, D)
-    each."""
+    """One application of a layer: keys and values (B, H_kv, max_len, D)."""
 
     def __init__(self, cache):
         self.cache = cache
@@ -371,7 +369,7 @@ class CacheEntry:
 
     def store(self, k, v):
         """Write k, v at positions length..; return the keys and values up to them."""
-        if self.keys is None:   # the first call: room for max_len positions
+        if self.keys is None:
             B, H, _, D = k.shape
             self.keys = k.new_zeros(B, H, self.cache.max_len, D)
             self.values = v.new_zeros(B, H, self.cache.max_len, D)
@@ -398,7 +396,7 @@ def sample_next(logits, temperature=1.0, top_k=None, generator=None):
 # --- This file only: GPTConfig from a checkpoint of model.py --------------------------
 
 # model.py's GPTConfig fields this file leaves out; those it holds but runs at one value only
-# (pos_embedding, shrink_every, at that value in GPTConfig) too: the values it assumes
+# (shrink_every, at that value in GPTConfig) too: the values it assumes
 ASSUMED = {
     'activation': 'gelu',
     'embd_factor_dim': None,

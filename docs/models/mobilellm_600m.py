@@ -6,7 +6,7 @@ classes, functions, branches and GPTConfig fields), in model.py's order, with it
 computes exactly what model.py computes for it. Do not edit: regenerate.
 
     made by:  python -m tools.one_file mobilellm_600m --out=docs/models/mobilellm_600m.py
-    model.py of commit d0e793a
+    model.py of commit d0e793a plus uncommitted changes
 """
 
 import math
@@ -242,7 +242,10 @@ class GPT(nn.Module):
     def get_num_params(self, non_embedding=True):
         """Parameters; non_embedding=True leaves out the learned positions,
         as nanoGPT does."""
-        return sum(p.numel() for p in self.parameters())
+        n = sum(p.numel() for p in self.parameters())
+        if non_embedding and hasattr(self, "pos_emb"):
+            n -= self.pos_emb.weight.numel()
+        return n
 
     def forward(self, idx, targets=None, cache=None, all_logits=False):
         """idx (B, T) -> (logits, loss). Without targets: the last position's
@@ -337,7 +340,7 @@ class KVCache:
     def __init__(self, max_len):
         self.max_len = max_len
         self.length = 0
-        self.entries = {}   # key -> CacheEntry, made at the key's first use
+        self.entries = {}
 
     def __getitem__(self, key):
         if key not in self.entries:
@@ -355,8 +358,7 @@ class KVCache:
 
 
 class CacheEntry:
-    """One application of a layer: its keys and values, (B, H_kv, max_len, D)
-    each."""
+    """One application of a layer: keys and values (B, H_kv, max_len, D)."""
 
     def __init__(self, cache):
         self.cache = cache
@@ -372,7 +374,7 @@ class CacheEntry:
 
     def store(self, k, v):
         """Write k, v at positions length..; return the keys and values up to them."""
-        if self.keys is None:   # the first call: room for max_len positions
+        if self.keys is None:
             B, H, _, D = k.shape
             self.keys = k.new_zeros(B, H, self.cache.max_len, D)
             self.values = v.new_zeros(B, H, self.cache.max_len, D)
