@@ -1041,7 +1041,9 @@ def with_locals_folded(text):
                 name = stmt.targets[0].id
                 uses = [n for n in reads if n.id == name]
                 after = block[i + 1] if i + 1 < len(block) else None
-                if isinstance(stmt.value, ast.Constant) and block is func.body:   # mask = None: read as None
+                # mask = None: read as None; shrink_cls = LinearShrink (a name the function never stores): as it
+                named = isinstance(stmt.value, ast.Name) and stores[stmt.value.id] == 0
+                if (isinstance(stmt.value, ast.Constant) or named) and block is func.body:
                     value = ast.get_source_segment(text, stmt.value)
                     for use in sorted(uses, key=lambda n: (n.lineno, n.col_offset), reverse=True):
                         line = lines[use.lineno - 1].encode()

@@ -6,7 +6,7 @@ classes, functions, branches and GPTConfig fields), in model.py's order, with it
 computes exactly what model.py computes for it. Do not edit: regenerate.
 
     made by:  python -m tools.one_file cgpt --out=docs/models/cgpt.py
-    model.py of commit e25ad28
+    model.py of commit e25ad28 plus uncommitted changes
 """
 
 import math
@@ -197,11 +197,10 @@ class ConvShrink(nn.Module):
 def add_shrinks(stack, config):
     """A shrink after every shrink_every layers but the last, after the layer's
     FFN (mlp[layer]); built last (the init's draw order)."""
-    shrink_cls = ConvShrink
     widths = config.widths()
     stack.shrink = nn.ModuleList()
     for layer in range(config.shrink_every - 1, len(widths) - 1, config.shrink_every):
-        stack.shrink.append(shrink_cls(config, widths[layer]))
+        stack.shrink.append(ConvShrink(config, widths[layer]))
         after = stack.layers.index(stack.mlp[layer])   # the layer's FFN
         stack.layers.insert(after + 1, stack.shrink[-1])
 
@@ -319,10 +318,11 @@ class GPT(nn.Module):
                 start = idx.size(1) - max(1, block_size // 2)
                 if cache is not None:
                     cache.reset()   # same buffers, positions from 0
-            if cache is not None and cache.length > 0:   # it holds the window but its last token
-                logits, _ = self(idx[:, -1:], cache=cache)
-            else:   # the whole window (which fills an empty cache)
-                logits, _ = self(idx[:, start:], cache=cache)
+            if cache is None or cache.length == 0:
+                window = idx[:, start:]   # the whole window (which fills an empty cache)
+            else:
+                window = idx[:, -1:]   # the cache holds the window but its last token
+            logits, _ = self(window, cache=cache)
             idx_next = sample_next(logits[:, -1, :], temperature, top_k, generator)
             idx = torch.cat((idx, idx_next), dim=1)
             if on_token is not None:

@@ -85,7 +85,7 @@ def timed(fn, device):
 def cache_bytes(cache):
     """Bytes of a KVCache's keys and values: every attention application's KV cache and Deep
     Thinking's memory (GQA stores only n_kv_head heads)."""
-    tensors = [t for entry in cache.entries.values() if entry.kv is not None for t in entry.kv]
+    tensors = [t for entry in cache.entries.values() if entry.keys is not None for t in (entry.keys, entry.values)]
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
