@@ -66,25 +66,25 @@ MUTANTS = [
            "tests/test_model.py tests/test_variants.py -k '(test_causality or is_causal) and (deep_thinking or dt)'",
            every=True),
     Mutant("kv_cache_drops_oldest", "model.py",
-           "        values[:, :, start:end] = v\n"
-           "        return keys[:, :, :end], values[:, :, :end]",
-           "        values[:, :, start:end] = v\n"
+           "        self.values[:, :, start:end] = v\n"
+           "        return self.keys[:, :, :end], self.values[:, :, :end]",
+           "        self.values[:, :, start:end] = v\n"
            "        drop = 1 if k.size(2) == 1 and end > 1 else 0   # decoding: one token at a time\n"
-           "        return keys[:, :, drop:end], values[:, :, drop:end]",
+           "        return self.keys[:, :, drop:end], self.values[:, :, drop:end]",
            KV_CACHE, every=True),
     Mutant("kv_cache_drops_oldest_text", "model.py",
-           "        values[:, :, start:end] = v\n"
-           "        return keys[:, :, :end], values[:, :, :end]",
-           "        values[:, :, start:end] = v\n"
+           "        self.values[:, :, start:end] = v\n"
+           "        return self.keys[:, :, :end], self.values[:, :, :end]",
+           "        self.values[:, :, start:end] = v\n"
            "        drop = 1 if k.size(2) == 1 and end > 1 else 0   # decoding: one token at a time\n"
-           "        return keys[:, :, drop:end], values[:, :, drop:end]",
+           "        return self.keys[:, :, drop:end], self.values[:, :, drop:end]",
            "tests/test_sample.py -k 'no_kv_cache_same_text or start_text_and_seeds'", every=True),
     Mutant("kv_cache_drops_oldest_generate", "model.py",
-           "        values[:, :, start:end] = v\n"
-           "        return keys[:, :, :end], values[:, :, :end]",
-           "        values[:, :, start:end] = v\n"
+           "        self.values[:, :, start:end] = v\n"
+           "        return self.keys[:, :, :end], self.values[:, :, :end]",
+           "        self.values[:, :, start:end] = v\n"
            "        drop = 1 if k.size(2) == 1 and end > 1 else 0   # decoding: one token at a time\n"
-           "        return keys[:, :, drop:end], values[:, :, drop:end]",
+           "        return self.keys[:, :, drop:end], self.values[:, :, drop:end]",
            "tests/test_model.py -k generate_same_tokens", every=True),
     Mutant("eval_counts_params_without_positions", "tools/eval.py",
            "(iter {ckpt.get('iter_num', '?')}, {model.get_num_params(non_embedding=False)",
