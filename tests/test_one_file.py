@@ -225,7 +225,7 @@ def test_every_field_left_out_of_the_plain_file_is_looked_for():
 NO_TECHNIQUE_WORDS = {"block_size", "vocab_size", "n_layer", "n_head", "n_embd", "dropout", "bias", "norm_eps",
                       "rope_base", "activation", "mlp_hidden", "mlp_ratio", "head_bias", "share_from_layer",
                       "share_sublayers", "residual_logit_init", "think_eta", "think_memory", "n_top_attn_layers",
-                      "shrink_kernel", "init_scheme", "init_std"}
+                      "shrink_kernel", "init_std"}
 
 
 def test_every_technique_field_has_its_words():
@@ -344,6 +344,34 @@ def test_no_docstring_of_a_preset_file_is_marked(preset):
         marked = [i + 1 for i, line in enumerate(f.read().split("\n")) if line.strip() == MARK]
     assert not marked, (f"docs/models/{preset}.py marks the docstrings after lines {marked} (fix: in model.py, "
                         f"a first paragraph that tells only of what every config runs)")
+
+
+def sections_of_definitions(text):
+    """{top-level class or function: the number of the section title above it} ("# --- 6. ..." is 6)."""
+    section = None
+    out = {}
+    lines = text.split("\n")
+    for node in ast.parse(text).body:
+        first = node.decorator_list[0].lineno if getattr(node, "decorator_list", None) else node.lineno
+        for line in lines[:first]:
+            found = re.match(r"# --- (\d+)\. ", line)
+            if found:
+                section = int(found.group(1))
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef)):
+            out[node.name] = section
+    return out
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_every_definition_sits_under_its_model_py_section(preset):
+    """lgpt's LinearShrink once sat under section 5's title: section 6's title was above ConvShrink, which the file
+    leaves out."""
+    with open(model.__file__, encoding="utf-8") as f:
+        sections = sections_of_definitions(f.read())
+    with open(os.path.join(one_file.OUT_DIR, f"{preset}.py"), encoding="utf-8") as f:
+        in_file = sections_of_definitions(f.read())
+    moved = {name: (n, sections[name]) for name, n in in_file.items() if name in sections and n != sections[name]}
+    assert not moved, f"docs/models/{preset}.py: (section in the file, in model.py) of {moved}"
 
 
 def unread_attribute_stores(text):

@@ -729,6 +729,10 @@ def untied(config):
     return not config["tie_embeddings"]
 
 
+def gpt2_init(config):
+    return config["init_scheme"] == "gpt2"
+
+
 # (the technique's words, the condition under which it is off). A word matches whole ("lgpt/cgpt" is not "cgpt")
 # and in any case ("Shared"); a space in one matches any white space, a line break too ("Deep\n    Thinking").
 # model.py's section titles (`# --- 8. The model: ...; pgpt, Deep Thinking, generation ---`) name techniques
@@ -752,6 +756,7 @@ TECHNIQUE_WORDS = [
     (["factorized", "factorization"], not_factorized),
     (["Enhanced Residual", "enhanced-residual", "alpha", "alphas"], no_enhanced_residual),
     (["tied", "tying"], untied),
+    (["003's schemes"], gpt2_init),
 ]
 
 
@@ -967,10 +972,17 @@ def specialise(text, tracer, ran_args, full_args, header):
 def chunk_texts(spec, drop):
     """[(node, text)]: model.py's top-level definitions and constants that stay, each specialised."""
     chunks = []
+    title = None   # the section title above a left-out definition, for the next one kept in its section
     for node in spec.tree.body:
+        lead = spec.lines[spec.lead(node) - 1:spec.start(node) - 1]
+        titles = [line for line in lead if line.startswith(SECTION_TITLE)]
+        if titles:
+            title = titles[-1]
         if node in drop or isinstance(node, (ast.Import, ast.ImportFrom)) or is_docstring(node, spec.tree):
             continue
-        lead = spec.lines[spec.lead(node) - 1:spec.start(node) - 1]
+        if title is not None and not titles:   # lgpt: section 6's title, above ConvShrink, over LinearShrink
+            lead = [title, ""] + [line for line in lead if line.strip()]
+        title = None
         if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
             if spec.did_run(node) or isinstance(node, ast.ClassDef) and any(
                     spec.did_run(s) for s in node.body if isinstance(s, ast.FunctionDef)):

@@ -6,7 +6,7 @@ classes, functions, branches and GPTConfig fields), in model.py's order, with it
 computes exactly what model.py computes for it. Do not edit: regenerate.
 
     made by:  python -m tools.one_file baseline --out=docs/models/baseline.py
-    model.py of commit 79f1636
+    model.py of commit 79f1636 plus uncommitted changes
 """
 
 import math
@@ -46,7 +46,7 @@ class GPTConfig:
         return self.widths()[-1]
 
 
-# --- 2. Building blocks: norms, positions, MLP ----------------------------------------
+# --- 2. Building blocks: norms, sinusoidal positions, MLP -----------------------------
 
 def make_norm(config, dim):
     """LayerNorm (GPT-2; bias if `bias`)."""
@@ -182,7 +182,7 @@ class DecoderStack(nn.Module):
         return x
 
 
-# --- 7. Initialisation: GPT-2's, and paper 003's schemes (PanGu-pi Pro, 3.1, App. B) ---
+# --- 7. Initialisation: GPT-2's --------------------------------------------------------
 
 def init_gpt2(model, config):
     """GPT-2's init, as nanoGPT's: every Linear, Conv1d and Embedding weight
@@ -289,7 +289,7 @@ class GPT(nn.Module):
         self.eval()
         block_size = self.config.block_size
         cache = KVCache(block_size) if use_kv_cache else None
-        start = 0   # the model reads idx[:, start:], the window
+        start = 0   # the window is idx[:, start:]
         for _ in range(max_new_tokens):
             # window full: start again at position 0 from its recent half (nanoGPT
             # crops every step, but a cache would then refill at every step)

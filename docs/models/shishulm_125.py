@@ -6,7 +6,7 @@ classes, functions, branches and GPTConfig fields), in model.py's order, with it
 computes exactly what model.py computes for it. Do not edit: regenerate.
 
     made by:  python -m tools.one_file shishulm_125 --out=docs/models/shishulm_125.py
-    model.py of commit 79f1636
+    model.py of commit 79f1636 plus uncommitted changes
 """
 
 import math
@@ -65,7 +65,7 @@ class GPTConfig:
         return self.widths()[-1]
 
 
-# --- 2. Building blocks: norms, positions, MLP ----------------------------------------
+# --- 2. Building blocks: norms, RoPE, MLP ---------------------------------------------
 
 def make_norm(config, dim):
     """LayerNorm (GPT-2; bias if `bias`).
@@ -352,7 +352,7 @@ class GPT(nn.Module):
         self.eval()
         block_size = self.config.block_size
         cache = KVCache(block_size) if use_kv_cache else None
-        start = 0   # the model reads idx[:, start:], the window
+        start = 0   # the window is idx[:, start:]
         for _ in range(max_new_tokens):
             # window full: start again at position 0 from its recent half (nanoGPT
             # crops every step, but a cache would then refill at every step)
