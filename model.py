@@ -296,7 +296,7 @@ class ResidualSubLayer(nn.Module):
         return alpha * x + (1 - alpha) * fx
 
 
-# --- 5. The decoder stack; layer sharing and ShishuLM's layers ------------------------
+# --- 5. The decoder stack; layer sharing; ShishuLM's layers ---------------------------
 
 class DecoderStack(nn.Module):
     """The layers: attention, then the FFN, each in its residual. `layers`:
@@ -416,9 +416,10 @@ def init_gpt2(model, config):
     residual stream (out_proj, down) at init_std / sqrt(2 * n_layer).
 
     init_scheme="constant": not scaled (003 3.1, Table 4; 001 5)."""
-    scaled = config.init_std / math.sqrt(2 * config.n_layer)
     if config.init_scheme == "constant":
         scaled = config.init_std
+    else:
+        scaled = config.init_std / math.sqrt(2 * config.n_layer)
     for name, module in model.named_modules():
         if isinstance(module, (nn.Linear, nn.Conv1d, nn.Embedding)):
             std = scaled if name.endswith(("out_proj", "down")) else config.init_std

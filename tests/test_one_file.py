@@ -347,7 +347,8 @@ def test_no_docstring_of_a_preset_file_is_marked(preset):
 
 
 def sections_of_definitions(text):
-    """{top-level class or function: the number of the section title above it} ("# --- 6. ..." is 6)."""
+    """{top-level class, function or assigned name: the number of the section title above it} ("# --- 6. ..."
+    is 6)."""
     section = None
     out = {}
     lines = text.split("\n")
@@ -359,6 +360,8 @@ def sections_of_definitions(text):
                 section = int(found.group(1))
         if isinstance(node, (ast.ClassDef, ast.FunctionDef)):
             out[node.name] = section
+        elif isinstance(node, ast.Assign):
+            out.update((target.id, section) for target in node.targets if isinstance(target, ast.Name))
     return out
 
 
@@ -372,6 +375,15 @@ def test_every_definition_sits_under_its_model_py_section(preset):
         in_file = sections_of_definitions(f.read())
     moved = {name: (n, sections[name]) for name, n in in_file.items() if name in sections and n != sections[name]}
     assert not moved, f"docs/models/{preset}.py: (section in the file, in model.py) of {moved}"
+
+
+def test_a_local_naming_a_class_is_read_as_it_unless_the_function_binds_that_name():
+    folded = one_file.prune("def f(n):\n    cls = Shrink\n    for i in range(n):\n        use(cls(i))\n")
+    assert folded == "def f(n):\n    for i in range(n):\n        use(Shrink(i))\n"
+    for binding in ("from shrinks import Shrink", "Shrink = make()", "def Shrink():\n        pass",
+                    "global Shrink"):
+        text = f"def f(n):\n    {binding}\n    cls = Shrink\n    for i in range(n):\n        use(cls(i))\n"
+        assert one_file.prune(text) == text, binding
 
 
 def unread_attribute_stores(text):

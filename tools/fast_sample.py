@@ -71,7 +71,7 @@ def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, use_kv_cac
     block_size = model.config.block_size
     was_training = model.training
     model.eval()
-    start = 0          # the model reads idx[:, start:], the window
+    start = 0          # the window is idx[:, start:]
     primed = False     # whether the cache holds the window but its last token
     idx_next = None    # the token sampled last
     with torch.inference_mode():

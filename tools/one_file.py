@@ -23,14 +23,15 @@ operators, len/isinstance, a tensor's size()); an `if` whose unrun arm only rais
 at 1, its default (n_branches), is folded where it multiplies, divides or counts copies (`x * config.n_branches`:
 x). Then what nothing kept reads goes, until nothing changes: module-level names and imports, GPTConfig fields,
 stores of side-effect-free values (`self.x = None`, a local nothing reads) and a store the same block makes again
-before reading it; a local that only names a value is read as it (`mask = None`, `width = config.n_embd` read in
-the next statement, `x = ...` then `return x`); a `self.x = ...` store counts as read only where the file reads
+before reading it; a local that only names a value is read as it (`mask = None`, `shrink_cls = LinearShrink`, a
+name the function never binds, `width = config.n_embd` read in the next statement, `x = ...` then `return x`); a `self.x = ...` store counts as read only where the file reads
 self.x in that class, or y.x anywhere. A docstring keeps the paragraphs and list items that name nothing removed
 (a field, an attribute, a string, function or class whose name no English word spells, such as "first_layer", or
 a word of a technique the config has off: TECHNIQUE_WORDS, "pgpt" where n_branches is 1); when its first paragraph names
 one it stays whole, marked. A comment that names such a technique loses the parenthesis that does, or else goes
 (a trailing comment from its line, a comment line with its wrapped neighbours); model.py's section titles lose the
-parts of their list that name one (`3. Attention: causal, GQA, ...`: GQA).
+parts of their list that name one (`3. Attention: causal, GQA, ...`: GQA), and a title above a definition the
+file leaves out goes over the next one it keeps in that section (lgpt: section 6's, above ConvShrink).
 
 GPTConfig keeps the fields kept code reads; the others, and those a removed condition read (`config.f`, or `f` of
 a `self.x = config.f` it read), are ASSUMED at the values it ran with (a field it holds at one value only has
@@ -736,7 +737,7 @@ def gpt2_init(config):
 # (the technique's words, the condition under which it is off). A word matches whole ("lgpt/cgpt" is not "cgpt")
 # and in any case ("Shared"); a space in one matches any white space, a line break too ("Deep\n    Thinking").
 # model.py's section titles (`# --- 8. The model: ...; pgpt, Deep Thinking, generation ---`) name techniques
-# too; they stay whole: the file keeps model.py's numbered sections, which README.md's reading order names.
+# too; they keep their numbers (README.md's reading order names them) and lose the listed parts that name one.
 TECHNIQUE_WORDS = [
     (["pgpt", "branch", "branches"], no_branches),
     (["Deep Thinking", "thinking", "think"], no_thinking),
@@ -774,7 +775,7 @@ def names_technique(text, pattern):
     return pattern is not None and pattern.search(text) is not None
 
 
-SECTION_TITLE = "# --- "   # model.py's section titles and GPTConfig's groups: kept whole (TECHNIQUE_WORDS)
+SECTION_TITLE = "# --- "   # model.py's section titles (shortened_title) and GPTConfig's groups (kept whole)
 
 
 def without_left_out_comments(text, pattern):
@@ -1006,7 +1007,8 @@ def prune(text):
     """text less its stores that nothing reads: a local assigned a value without side effects that its
     function never reads, and an attribute assigned such a value (or a call without arguments) that the
     same block assigns again before reading it (self.ln_f = nn.Identity(), then self.ln_f = ...). Then its
-    locals that only name a value: one assigned a constant once (`mask = None`) is read as the constant, and
+    locals that only name a value: one assigned a constant, or a name the function never binds, once
+    (`mask = None`, `shrink_cls = LinearShrink`) is read as that value, and
     `x = f(...)` right before `return x`, x read nowhere else, becomes `return f(...)`."""
     while True:
         shorter = without_unread_store(text) or with_locals_folded(text)
@@ -1042,6 +1044,7 @@ def with_locals_folded(text):
                                      and not isinstance(n.ctx, ast.Load))
         stores.update(a.arg for n in ast.walk(func) if isinstance(n, ast.arguments)
                       for a in n.posonlyargs + n.args + n.kwonlyargs + [n.vararg, n.kwarg] if a)
+        stores.update(bound_otherwise(func))
         reads = [n for n in ast.walk(func) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)]
         for block in (getattr(n, f, None) for n in ast.walk(func) for f in ("body", "orelse")):
             if not isinstance(block, list):
@@ -1078,6 +1081,24 @@ def with_locals_folded(text):
                                               + head[stmt.value.col_offset:].decode())
                     return "\n".join(lines[:after.lineno - 1] + lines[after.lineno:])
     return None
+
+
+def bound_otherwise(func):
+    """The names func (or a function inside it) binds other than by assignment or as an argument: nested def and
+    class names, imports, `except ... as`, global and nonlocal names (a fold must not read one as its outer value)."""
+    names = []
+    for node in ast.walk(func):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node is not func:
+            names.append(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names += [(a.asname or a.name).split(".")[0] for a in node.names]
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            names.append(node.name)
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            names += node.names
+        elif isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name:
+            names.append(node.name)
+    return names
 
 
 OPERATORS = (ast.BinOp, ast.BoolOp, ast.Compare, ast.UnaryOp, ast.IfExp)

@@ -6,7 +6,7 @@ classes, functions, branches and GPTConfig fields), in model.py's order, with it
 computes exactly what model.py computes for it. Do not edit: regenerate.
 
     made by:  python -m tools.one_file enhanced_residual --out=docs/models/enhanced_residual.py
-    model.py of commit af5d1de
+    model.py of commit af5d1de plus uncommitted changes
 """
 
 import math
@@ -181,7 +181,7 @@ class ResidualSubLayer(nn.Module):
         return alpha * x + (1 - alpha) * fx
 
 
-# --- 5. The decoder stack -------------------------------------------------------------
+# --- 5. The decoder stack; layer sharing ----------------------------------------------
 
 class DecoderStack(nn.Module):
     """The layers: attention, then the FFN, each in its residual. `layers`:

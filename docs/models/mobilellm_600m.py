@@ -6,10 +6,9 @@ classes, functions, branches and GPTConfig fields), in model.py's order, with it
 computes exactly what model.py computes for it. Do not edit: regenerate.
 
     made by:  python -m tools.one_file mobilellm_600m --out=docs/models/mobilellm_600m.py
-    model.py of commit af5d1de
+    model.py of commit af5d1de plus uncommitted changes
 """
 
-import math
 from dataclasses import dataclass
 from typing import Optional
 
@@ -201,7 +200,6 @@ def init_gpt2(model, config):
     """GPT-2's init, as nanoGPT's: every Linear, Conv1d and Embedding weight
     ~ N(0, init_std), biases 0, in module order; the projections back into the
     residual stream (out_proj, down) at init_std / sqrt(2 * n_layer)."""
-    scaled = config.init_std / math.sqrt(2 * config.n_layer)
     scaled = config.init_std
     for name, module in model.named_modules():
         if isinstance(module, (nn.Linear, nn.Conv1d, nn.Embedding)):

@@ -6,10 +6,9 @@ classes, functions, branches and GPTConfig fields), in model.py's order, with it
 computes exactly what model.py computes for it. Do not edit: regenerate.
 
     made by:  python -m tools.one_file shishulm_125 --out=docs/models/shishulm_125.py
-    model.py of commit af5d1de
+    model.py of commit af5d1de plus uncommitted changes
 """
 
-import math
 from dataclasses import dataclass
 from typing import Optional
 
@@ -190,7 +189,7 @@ class ResidualSubLayer(nn.Module):
         return x + fx
 
 
-# --- 5. The decoder stack; layer sharing and ShishuLM's layers ------------------------
+# --- 5. The decoder stack; layer sharing; ShishuLM's layers ---------------------------
 
 class DecoderStack(nn.Module):
     """The layers: attention, then the FFN, each in its residual. `layers`:
@@ -249,7 +248,6 @@ def init_gpt2(model, config):
     """GPT-2's init, as nanoGPT's: every Linear, Conv1d and Embedding weight
     ~ N(0, init_std), biases 0, in module order; the projections back into the
     residual stream (out_proj, down) at init_std / sqrt(2 * n_layer)."""
-    scaled = config.init_std / math.sqrt(2 * config.n_layer)
     scaled = config.init_std
     for name, module in model.named_modules():
         if isinstance(module, (nn.Linear, nn.Conv1d, nn.Embedding)):
