@@ -24,14 +24,15 @@ at 1, its default (n_branches), is folded where it multiplies, divides or counts
 x). Then what nothing kept reads goes, until nothing changes: module-level names and imports, GPTConfig fields,
 stores of side-effect-free values (`self.x = None`, a local nothing reads) and a store the same block makes again
 before reading it; a local that only names a value is read as it (`mask = None`, `shrink_cls = LinearShrink`, a
-name the function never binds, `width = config.n_embd` read in the next statement, `x = ...` then `return x`); a `self.x = ...` store counts as read only where the file reads
-self.x in that class, or y.x anywhere. A docstring keeps the paragraphs and list items that name nothing removed
-(a field, an attribute, a string, function or class whose name no English word spells, such as "first_layer", or
-a word of a technique the config has off: TECHNIQUE_WORDS, "pgpt" where n_branches is 1); when its first paragraph names
-one it stays whole, marked. A comment that names such a technique loses the parenthesis that does, or else goes
-(a trailing comment from its line, a comment line with its wrapped neighbours); model.py's section titles lose the
-parts of their list that name one (`3. Attention: causal, GQA, ...`: GQA), and a title above a definition the
-file leaves out goes over the next one it keeps in that section (lgpt: section 6's, above ConvShrink).
+name the function never binds, `width = config.n_embd` read in the next statement, `x = ...` then `return x`); a
+`self.x = ...` store counts as read only where the file reads self.x in that class, or y.x anywhere. A docstring
+keeps the paragraphs and list items that name nothing removed (a field, an attribute, a string, function or class
+whose name no English word spells, such as "first_layer", or a word of a technique the config has off:
+TECHNIQUE_WORDS, "pgpt" where n_branches is 1); when its first paragraph names one it stays whole, marked. A
+comment that names such a technique loses the parenthesis that does, or else goes (a trailing comment from its
+line, a comment line with its wrapped neighbours); model.py's section titles lose the parts of their list that
+name one (`3. Attention: causal, GQA, ...`: GQA), and a title above a definition the file leaves out goes over the
+next one it keeps in that section (lgpt: section 6's, above ConvShrink).
 
 GPTConfig keeps the fields kept code reads; the others, and those a removed condition read (`config.f`, or `f` of
 a `self.x = config.f` it read), are ASSUMED at the values it ran with (a field it holds at one value only has
