@@ -327,8 +327,8 @@ def checkpoint_fields(run, iter_num, best_val_loss):
 
 def save_checkpoints(run, iter_num, best_val_loss, best, gather=True):
     """last.pt := the state at iteration iter_num (at an evaluation after iteration 0, or
-    at a stop); ckpt.pt := the same when best, and at a new run's first save, which
-    replaces an earlier run's ckpt.pt. Rank 0 writes, each file atomically: a crash or
+    at a stop); ckpt.pt := the same when best, and at the first save when out_dir held
+    an earlier run's checkpoints. Rank 0 writes, each file atomically: a crash or
     Ctrl-C keeps the previous one whole. gather: False after a stop at once (the other
     ranks may be gone)."""
     state = checkpoint_fields(run, iter_num, best_val_loss)

@@ -17,7 +17,8 @@ end of its first step (an evaluation, forward, backward, the optimizer step), th
 cache, under sys.settrace with opcode events (GPTConfig's checks left out). With --against, a line is printed when
 the first runs an instruction of it that the second never runs (`x if c else y` counts; `~`: the second runs
 another part of it). A flag that only changes numbers (GQA's head count, a sharing group's size) adds no line.
-The lines between are folded: "... 3 lines not run: GPT.think".
+The lines between are folded: "... 3 lines not run: GPT.think". Only lines in functions are printed: GPTConfig's
+fields, module-level names (model.py's ACTIVATIONS) and imports run at import, for every config.
 """
 import ast
 import contextlib
@@ -285,6 +286,7 @@ def command(config, explicit):
         print(f"# the lines {name} runs and {against} does not (~: {against} runs another part of them)")
     else:
         print(f"# the lines {name} runs: one training step, {NEW_TOKENS} tokens through the KV cache")
+    print("# (lines in functions only: GPTConfig's fields and the other lines run at import are not printed)")
     total = {}
     for file in PATHS:
         source = Source(file)
