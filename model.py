@@ -271,7 +271,8 @@ class ResidualSubLayer(nn.Module):
     Enhanced Residual (paper 000, 2.7) replaces the sum by
     alpha * x + (1 - alpha) * F(.), alpha = sigmoid(w), one learned scalar w per
     sub-layer (the paper gives no init; its code w = 0, alpha = 0.5). Under
-    post-norm the norm is scale-invariant, so alpha = 0.5 is the plain residual.
+    post-norm the norm is scale-invariant (up to its eps), so alpha = 0.5 is the
+    plain residual.
     """
 
     def __init__(self, config, width, inner):

@@ -471,7 +471,7 @@ def train_loop(run, stop, callback):
     except KeyboardInterrupt:   # a second Ctrl-C, or one during an evaluation
         stopped = True
         at_once = True
-    if stopped:   # last.pt at this boundary (not mid-step); say what out_dir keeps
+    if stopped:   # last.pt here, unless mid-step or saved already; say what out_dir keeps
         with run.dir.stopping(iter_num, in_step) as save:
             if save:
                 save_checkpoints(run, iter_num, best_val_loss, False, gather=not at_once)
