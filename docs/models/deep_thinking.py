@@ -6,7 +6,7 @@ classes, functions, branches and GPTConfig fields), in model.py's order, with it
 computes exactly what model.py computes for it. Do not edit: regenerate.
 
     made by:  python -m tools.one_file deep_thinking --out=docs/models/deep_thinking.py
-    model.py of commit 3a54f63
+    model.py of commit 2aaef86
 """
 
 import math
@@ -165,7 +165,8 @@ class ResidualSubLayer(nn.Module):
     Enhanced Residual (paper 000, 2.7) replaces the sum by
     alpha * x + (1 - alpha) * F(.), alpha = sigmoid(w), one learned scalar w per
     sub-layer (the paper gives no init; its code w = 0, alpha = 0.5). Under
-    post-norm the norm is scale-invariant, so alpha = 0.5 is the plain residual.
+    post-norm the norm is scale-invariant (up to its eps), so alpha = 0.5 is the
+    plain residual.
     """
 
     def __init__(self, config, width, inner):
