@@ -5,6 +5,7 @@ errors (model_config, build_model), refused before anything is built when it has
 this machine's memory; a built model's depth in words (depth_summary).
 """
 
+import difflib
 import os
 
 from safety_net.configurator import UserError
@@ -144,7 +145,9 @@ def load_variant(name, fields=None):
     names = variants.available()
     listing = ", ".join(names) if names else "none found"
     if name not in names:
-        raise UserError(f"unknown variant '{name}' (fix: use one of: {listing})")
+        close = difflib.get_close_matches(name, names, n=1)
+        hint = f"did you mean --variant={close[0]}? " if close else ""
+        raise UserError(f"unknown variant '{name}' (fix: {hint}use one of: {listing})")
     try:
         cfg = dict(variants.load(name))
     except (KeyError, ValueError, ImportError) as e:

@@ -129,6 +129,11 @@ def load_checkpoint(path_or_out_dir, device="cpu", prefer=(CKPT_NAME, LAST_NAME)
         path_or_out_dir = latest_out_dir()
         print(f"loading the newest checkpoint: {path_or_out_dir} (choose another with --out_dir)", file=sys.stderr)
     path = resolve_path(path_or_out_dir, prefer)
+    with open(path, "rb") as f:
+        magic = f.read(4)
+    if not (magic.startswith(b"PK\x03\x04") or magic.startswith(b"\x80")):   # torch.save's zip, or an old pickle
+        raise UserError(f"cannot read checkpoint '{path}': it is not a file torch.save writes (fix: point at a "
+                        f"ckpt.pt or last.pt written by train.py; a damaged one: re-run train.py to rewrite it)")
     try:
         # what train.py writes holds only tensors and plain python values, which this loads
         ckpt = torch.load(path, map_location=device, weights_only=True, mmap=mmap)

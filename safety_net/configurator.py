@@ -18,13 +18,15 @@ prepare.py and tools.pangu.compact_vocab, the config files tools.bench measures 
 
 Bad input never produces a traceback in scripts: every check raises UserError (a ValueError) with a
 one-line message naming the problem and the fix; run_command, every command's main(), turns it into
-`error: ...` and exit code 1, and Ctrl-C into exit code 130.
+`error: ...` and exit code 1, and Ctrl-C into exit code 130. Output piped into a reader that stops early
+(`python train.py ... | head`) ends the command quietly with exit code 141, as SIGPIPE ends a Unix tool.
 """
 
 import ast
 import difflib
 import os
 import re
+import select
 import sys
 
 
@@ -76,7 +78,7 @@ def run_command(command, defaults, argv=None, bool_flags=(), errors=UserError, p
     fix that line names). Ctrl-C (and
     SIGTERM during an atomic write, fileio.atomic_path) ends it with the line `interrupted` and exit code
     130, as train.py's interruption: no traceback; what was printed stays, a file being written is left as it
-    was. Every command ends here: train.py, sample.py, prepare.py and tools/ (tests/test_commands.py)."""
+    was. stdout's reader gone (`| head`): exit code 141, quietly. Every command ends here: train.py, sample.py, prepare.py and tools/ (tests/test_commands.py)."""
     try:
         argv = sys.argv[1:] if argv is None else list(argv)
         config, explicit = load_config(defaults, argv, bool_flags, positional, one_item)
@@ -88,10 +90,28 @@ def run_command(command, defaults, argv=None, bool_flags=(), errors=UserError, p
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr, flush=True)   # on a line of its own after the text printed so far
         raise SystemExit(130) from None
+    except BrokenPipeError:
+        if not stdout_closed():   # another pipe (a subprocess's): not the reader of our output
+            raise
+        # the reader of the output has gone (`| head`): end quietly, as a Unix tool that SIGPIPE ends (exit 141);
+        # stdout goes to devnull so that Python's flush at exit does not fail again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise SystemExit(141) from None
     except (MemoryError, RuntimeError) as e:
         if not out_of_memory(e):
             raise
         raise SystemExit(f"error: {out_of_memory(e)} (fix: {memory_fix})") from None
+
+
+def stdout_closed():
+    """Whether stdout is a pipe whose reader has gone: poll reports an error on its write end (POSIX; False
+    where poll is missing)."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(event & select.POLLERR for _, event in poller.poll(0))
+    except (AttributeError, OSError, ValueError):   # no select.poll (Windows), no file descriptor
+        return False
 
 
 def out_of_memory(e):

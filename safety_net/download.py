@@ -100,9 +100,14 @@ SHIPPED_SHAKESPEARE = os.path.join(REPO_ROOT, "data", "tinyshakespeare", "input.
 def shakespeare_path(out_dir, input_path=None):
     """Where tinyshakespeare is: --input, $SHAKESPEARE_INPUT, a copy beside
     out_dir, the shipped one, else downloaded into out_dir."""
-    given = input_path or os.environ.get("SHAKESPEARE_INPUT")
+    if input_path:
+        return input_path   # read_text says so if it is missing
+    given = os.environ.get("SHAKESPEARE_INPUT")
+    if given and not os.path.isfile(given):
+        raise UserError(f"SHAKESPEARE_INPUT={given}: no such file (fix: SHAKESPEARE_INPUT=<tinyshakespeare's "
+                        f"input.txt>, or unset it)")
     if given:
-        return given   # read_text says so if it is missing
+        return given
     data_dir = os.path.dirname(os.path.abspath(out_dir))
     beside = os.path.join(data_dir, "shakespeare_char", "input.txt")
     path = os.path.join(out_dir, "input.txt")

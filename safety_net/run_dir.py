@@ -252,8 +252,10 @@ class RunDir:
         ms_per_iter, tokens_per_s = self.speed.summary()
         final = history[-1] if history else {}
         if not interrupted:
-            self.say(f"done: best val loss {best_val_loss:.4f}, {iter_num} iterations in "
-                     f"{format_duration(train_time)}")
+            # this run's iterations; a resumed run also says where it started
+            since = f" (iterations {self.iter_num} to {iter_num})" if self.resuming else ""
+            self.say(f"done: best val loss {best_val_loss:.4f}, {iter_num - self.iter_num} iterations in "
+                     f"{format_duration(train_time)}{since}")
         return {
             "best_val_loss": best_val_loss, "final_train_loss": final.get("loss"),
             "final_val_loss": final.get("val_loss"), "final_val_loss_heaviest": final.get("val_loss_heaviest"),

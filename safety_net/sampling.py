@@ -18,8 +18,10 @@ def setup_sampling(cfg):
     loaded: --num_samples, --max_new_tokens, --top_k, --temperature, --seed, --num_threads (set here), --device,
     --dtype and --start (the text, or FILE:path read: read_prompt), with one-line errors; a note on stderr when
     other jobs keep the CPUs busy. Returns (torch.device, torch dtype, the prompt's text)."""
-    if cfg["num_samples"] < 1 or cfg["max_new_tokens"] < 0:
-        raise UserError("--num_samples must be >= 1 and --max_new_tokens >= 0 (fix: e.g. --num_samples=1)")
+    if cfg["num_samples"] < 1:
+        raise UserError(f"--num_samples={cfg['num_samples']}: must be >= 1 (fix: e.g. --num_samples=1)")
+    if cfg["max_new_tokens"] < 0:
+        raise UserError(f"--max_new_tokens={cfg['max_new_tokens']}: must be >= 0 (fix: e.g. --max_new_tokens=500)")
     if cfg["top_k"] < 0:
         raise UserError("--top_k must be >= 0 (fix: 0 means no top-k)")
     check_temperature(cfg["temperature"])

@@ -69,13 +69,18 @@ class StartingPoint:
         return ckpt
 
     def check(self, args, meta):
-        """One line, before anything is built, for what train.py cannot start from: a resume whose model
+        """One line, before anything is built, for what train.py cannot start from: a resume whose max_iters
+        is below its checkpoint's iteration (it would train nothing and rewrite last.pt), or whose model
         arguments (args, as train.py built them) differ from its checkpoint's in anything but dropout; a
         checkpoint of another tokenizer; a vocab_size under the data's; arguments this model.py cannot build
         (model_config); token files that do not fit the model, or data_segments that do not fit them
         (check_splits). (Non-finite weights: load_checkpoint.)"""
         config, ckpt = self.config, self.ckpt
         if config["init_from"] == "resume":
+            if config["max_iters"] < ckpt["iter_num"] and not config["eval_only"]:
+                raise UserError(f"resume: max_iters={config['max_iters']} is below iteration {ckpt['iter_num']}, "
+                                f"where {ckpt['path']} is (fix: --max_iters above {ckpt['iter_num']} to train on, "
+                                f"or --eval_only=True to evaluate it)")
             saved = ckpt["model_args"]
             for key in sorted(k for k in args if k != "dropout" and args[k] != saved.get(k)):
                 raise UserError(f"resume: {key}={args[key]!r} differs from the checkpoint's {key}="
@@ -83,8 +88,11 @@ class StartingPoint:
                                 f"weights: --init_from={ckpt['path']} --allow_partial_init=True)")
         # first: another tokenizer's data also shows up as a vocab_size mismatch below
         if ckpt is not None and ckpt.get("tokenizer_id") not in (None, tokenizer_id(meta)):   # older: none
-            raise UserError(f"{ckpt['path']} was trained with another tokenizer than {config['data_dir']}'s (its "
-                            f"dataset: {ckpt.get('dataset')}) (fix: --dataset/--data_dir of that run, or "
+            why = f"its dataset: {ckpt.get('dataset')}"
+            if ckpt.get("dataset") == config["dataset"]:
+                why = "the same dataset, prepared again since from another text or with another tokenizer"
+            raise UserError(f"{ckpt['path']} was trained with another tokenizer than {config['data_dir']}'s ({why}) "
+                            f"(fix: --dataset/--data_dir of that run, as it was prepared then, or "
                             f"--init_from=scratch)")
         if args["vocab_size"] < meta["vocab_size"]:
             raise UserError(f"vocab_size {args['vocab_size']} is smaller than the dataset's {meta['vocab_size']} "

@@ -4,6 +4,7 @@ refused in one line (full_config, check_settings; tools/compare.py checks its ru
 check_settings), device and dtype resolved.
 """
 
+import difflib
 import math
 import os
 
@@ -104,9 +105,12 @@ def _check_run_settings(c, world):
         load_variant(c["variant"])
     _need(c, c["dataset"] != "", "dataset", "a dataset name", "--dataset=shakespeare_char")
     _need(c, c["out_dir"] != "", "out_dir", "a folder", "--out_dir=out")
-    if c["init_from"] not in ("scratch", "resume", *GPT2_NAMES) and not os.path.exists(c["init_from"]):
-        raise UserError(f"init_from '{c['init_from']}' does not exist (fix: write it first, e.g. with train.py or "
-                        f"pangu.inherit as its config says, or --init_from=scratch)")
+    names = ("scratch", "resume", *GPT2_NAMES)
+    if c["init_from"] not in names and not os.path.exists(c["init_from"]):
+        close = difflib.get_close_matches(c["init_from"].lower(), names, n=1, cutoff=0.8)
+        fix = (f"did you mean --init_from={close[0]}?" if close else f"write it first, e.g. with train.py or tools.pangu.inherit "
+               f"as its config says, or one of: {', '.join(names)}")
+        raise UserError(f"init_from '{c['init_from']}' does not exist (fix: {fix})")
     _need(c, c["init_from"] in ("scratch", "resume") or os.path.isfile(c["init_from"]) or is_hf_source(c["init_from"]),
           "init_from", "'scratch', 'resume', a checkpoint file, gpt2* or a Hugging Face folder",
           "--init_from=scratch|resume|path/to/ckpt.pt|gpt2")

@@ -250,6 +250,11 @@ def train_cases():
                setup=copy_run("out", lambda o: save(f"{o}/last.pt", [1, 2, 3])), needs=RUN)
     yield case("train_resume_log_csv_binary", "damaged files", train("--init_from=resume", "--max_iters=6"),
                setup=copy_run("out", lambda o: write(f"{o}/log.csv", b"iter,kind\n\xff\xfe\x00\x81")), needs=RUN)
+    yield case("train_resume_below_its_iteration", "numbers", train("--init_from=resume", "--max_iters=2"),
+               setup=copy_run("out"), needs=RUN)
+    yield case("train_init_from_a_text_file", "damaged files", train("--init_from={c}/notes.txt"),
+               setup=files(**{"notes.txt": "a text, not a checkpoint\n"}), needs=DATA)
+    yield case("train_init_from_keyword_typo", "keys/types", train("--init_from=Resume"), needs=DATA)
     yield case("train_resume_other_model", "checkpoints", train("--init_from=resume", "--n_layer=2"),
                setup=copy_run("out"), needs=RUN)
     yield case("train_resume_nan_weights", "checkpoints", train("--init_from=resume", "--max_iters=6"),
@@ -342,6 +347,8 @@ def prepare_cases():
                ["prepare.py", "shakespeare", "--vocab_size=300", "--out_dir={c}/d"])
     yield case("prepare_input_missing", "paths", ["prepare.py", "shakespeare_char", "--input={c}/nope.txt",
                                                   "--out_dir={c}/data"])
+    yield case("prepare_shakespeare_input_missing", "paths", ["prepare.py", "shakespeare_char", "--out_dir={c}/data"],
+               env={"SHAKESPEARE_INPUT": "{c}/nope.txt"})
     yield case("prepare_input_empty", "damaged files", ["prepare.py", "shakespeare_char", "--input={c}/in.txt",
                                                         "--out_dir={c}/data"], setup=files(**{"in.txt": ""}))
     yield case("prepare_input_not_utf8", "damaged files", ["prepare.py", "shakespeare_char", "--input={c}/in.txt",

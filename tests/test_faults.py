@@ -18,7 +18,7 @@ from conftest import ROOT, one_error_line, tiny_config, write_token_dataset
 import train
 from safety_net import checkpoint
 from safety_net import fileio
-from safety_net.configurator import UserError
+from safety_net.configurator import UserError, run_command
 from safety_net.run_log import CsvLog
 
 
@@ -343,10 +343,36 @@ def test_output_folder_that_is_a_file(finished, tmp_path, module, args):
     ("tools.huggingface.sample", ["--init_from=x", "--temperature=1e999"], ["--temperature=inf is not a finite"]),
     ("tools.compare", ["--sample_temperature=1e-30"], ["--sample_temperature=1e-30 is too small"]),
     ("tools.compare", ["--sample_temperature=1e999"], ["--sample_temperature=inf is not a finite number"]),
+    # a fix names the value that is wrong, or the close match (a user's walkthrough: the fix named --num_samples
+    # for a negative --max_new_tokens, and a mistyped --init_from or --variant listed no choice)
+    ("sample", ["--max_new_tokens=-5"], ["--max_new_tokens=-5: must be >= 0", "fix: e.g. --max_new_tokens="]),
+    ("sample", ["--num_samples=0"], ["--num_samples=0: must be >= 1", "fix: e.g. --num_samples=1"]),
+    ("train", ["--init_from=Resume"], ["init_from 'Resume' does not exist", "did you mean --init_from=resume?"]),
+    ("train", ["--init_from=gpt2-tiny"], ["one of: scratch, resume, gpt2, gpt2-medium"]),
+    ("train", ["--variant=lgtp"], ["unknown variant 'lgtp'", "did you mean --variant=lgpt?"]),
 ])
 
 def test_command_line_mistakes_are_one_line(module, args, words):
     one_error_line(entry_point(module), args, *words)
+
+
+def test_output_piped_into_a_reader_that_stops_ends_quietly(finished):
+    """`python sample.py | head -1`: the reader goes, the next print fails (BrokenPipeError). It was a traceback;
+    now exit code 141, as SIGPIPE ends a Unix tool, and nothing on stderr but the command's own notes."""
+    argv = [sys.executable, "sample.py", f"--out_dir={finished['out_dir']}", "--device=cpu", "--start=abc",
+            "--num_samples=3"]
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()   # the reader is gone before the first line
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 141 and b"Traceback" not in err and b"error" not in err, err.decode()
+
+
+def test_a_broken_pipe_that_is_not_stdout_stays_an_error():
+    """A BrokenPipeError from another pipe (a subprocess's) is not the reader of the output going: it is raised."""
+    def command(config):
+        raise BrokenPipeError("a subprocess's pipe")
+    with pytest.raises(BrokenPipeError, match="a subprocess's pipe"):
+        run_command(command, {}, [])
 
 
 def test_a_nan_temperature_from_a_config_file_is_refused(tmp_path):
@@ -414,6 +440,53 @@ def test_resume_without_its_iteration_is_one_line(finished, tmp_path):
     cfg = dict(finished, out_dir=out_dir, init_from="resume", max_iters=20)
     one_error_line(train.main, [f"--{k}={v}" for k, v in cfg.items()], "no iter_num", "cannot be resumed")
     assert snapshot(out_dir) == before
+
+
+def test_resume_below_the_checkpoints_iteration_is_one_line(finished, tmp_path):
+    """max_iters under the iteration resumed from trained nothing, printed a warmup note about iterations that
+    had run, and rewrote last.pt with the lower max_iters (a user's walkthrough)."""
+    out_dir = copy_run(finished, tmp_path)
+    before = snapshot(out_dir)
+    cfg = dict(finished, out_dir=out_dir, init_from="resume", max_iters=5)
+    one_error_line(train.main, [f"--{k}={v}" for k, v in cfg.items()], "max_iters=5 is below iteration 10",
+                   "--eval_only=True")
+    assert snapshot(out_dir) == before
+
+
+def test_a_resumed_run_says_the_iterations_it_ran(finished, tmp_path, capsys):
+    """The closing line counts this run's iterations (it said 15 after running 5 from 10)."""
+    out_dir = copy_run(finished, tmp_path)
+    cfg = dict(finished, out_dir=out_dir, init_from="resume", max_iters=15)
+    train.train({**train.DEFAULTS, **cfg}, explicit=set(cfg))
+    done = [line for line in capsys.readouterr().out.splitlines() if line.startswith("done: ")]
+    assert len(done) == 1 and ", 5 iterations in " in done[0] and done[0].endswith("(iterations 10 to 15)"), done
+
+
+def test_init_from_a_file_torch_did_not_write_is_one_line(finished, tmp_path):
+    """A text file given as --init_from: torch's unpickler said 'Unsupported operand 35', and the fix was to
+    re-run train.py to rewrite it."""
+    text = tmp_path / "notes.txt"
+    text.write_text("# a config, not a checkpoint\n")
+    cfg = dict(finished, out_dir=str(tmp_path / "out"), init_from=str(text))
+    one_error_line(train.main, [f"--{k}={v}" for k, v in cfg.items()], "it is not a file torch.save writes",
+                   "point at a ckpt.pt or last.pt")
+    assert not (tmp_path / "out").exists()
+
+
+def test_resume_from_data_prepared_again_says_so(finished, tmp_path):
+    """The same dataset name, prepared again from another text: the message said 'its dataset: <that name>'."""
+    out_dir = copy_run(finished, tmp_path)
+    other = write_token_dataset(tmp_path / "other", vocab_size=20)
+    dataset = torch.load(os.path.join(out_dir, "last.pt"), weights_only=True)["dataset"]
+    cfg = dict(finished, out_dir=out_dir, init_from="resume", max_iters=20, data_dir=other, dataset=dataset)
+    one_error_line(train.main, [f"--{k}={v}" for k, v in cfg.items()], "the same dataset, prepared again since")
+
+
+def test_shakespeare_input_naming_a_missing_file_names_the_variable(tmp_path, monkeypatch):
+    monkeypatch.setenv("SHAKESPEARE_INPUT", str(tmp_path / "nope.txt"))
+    one_error_line(entry_point("prepare"), ["shakespeare_char", f"--out_dir={tmp_path / 'd'}"],
+                   f"SHAKESPEARE_INPUT={tmp_path / 'nope.txt'}: no such file", "or unset it")
+    assert not (tmp_path / "d").exists()
 
 
 def test_resume_on_a_bigger_vocabulary_names_the_tokenizer(finished, tmp_path):
