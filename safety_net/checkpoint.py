@@ -116,6 +116,17 @@ def resolve_path(path_or_out_dir, prefer=(CKPT_NAME, LAST_NAME)):
     raise UserError(f"checkpoint '{p}' does not exist (fix: run train.py first, or pass the right --out_dir)")
 
 
+def written_by_torch_save(path):
+    """Whether the file starts as torch.save's files do: a zip archive, or (older ones) a pickle. An unreadable
+    file is left to torch.load, whose error names why."""
+    try:
+        with open(path, "rb") as f:
+            magic = f.read(4)
+    except OSError:
+        return True
+    return magic.startswith((b"PK\x03\x04", b"\x80"))
+
+
 def load_checkpoint(path_or_out_dir, device="cpu", prefer=(CKPT_NAME, LAST_NAME), mmap=False):
     """Load a checkpoint dict. A directory means its ckpt.pt (falling back to last.pt); "" means the out*/ folder
     with the newest checkpoint (the run train.py just finished), announced on stderr. Only the safe loader
@@ -129,9 +140,7 @@ def load_checkpoint(path_or_out_dir, device="cpu", prefer=(CKPT_NAME, LAST_NAME)
         path_or_out_dir = latest_out_dir()
         print(f"loading the newest checkpoint: {path_or_out_dir} (choose another with --out_dir)", file=sys.stderr)
     path = resolve_path(path_or_out_dir, prefer)
-    with open(path, "rb") as f:
-        magic = f.read(4)
-    if not (magic.startswith(b"PK\x03\x04") or magic.startswith(b"\x80")):   # torch.save's zip, or an old pickle
+    if not written_by_torch_save(path):
         raise UserError(f"cannot read checkpoint '{path}': it is not a file torch.save writes (fix: point at a "
                         f"ckpt.pt or last.pt written by train.py; a damaged one: re-run train.py to rewrite it)")
     try:

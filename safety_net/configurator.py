@@ -78,7 +78,8 @@ def run_command(command, defaults, argv=None, bool_flags=(), errors=UserError, p
     fix that line names). Ctrl-C (and
     SIGTERM during an atomic write, fileio.atomic_path) ends it with the line `interrupted` and exit code
     130, as train.py's interruption: no traceback; what was printed stays, a file being written is left as it
-    was. stdout's reader gone (`| head`): exit code 141, quietly. Every command ends here: train.py, sample.py, prepare.py and tools/ (tests/test_commands.py)."""
+    was. stdout's reader gone (`| head`): exit code 141, quietly. Every command ends here: train.py,
+    sample.py, prepare.py and tools/ (tests/test_commands.py)."""
     try:
         argv = sys.argv[1:] if argv is None else list(argv)
         config, explicit = load_config(defaults, argv, bool_flags, positional, one_item)

@@ -108,8 +108,10 @@ def _check_run_settings(c, world):
     names = ("scratch", "resume", *GPT2_NAMES)
     if c["init_from"] not in names and not os.path.exists(c["init_from"]):
         close = difflib.get_close_matches(c["init_from"].lower(), names, n=1, cutoff=0.8)
-        fix = (f"did you mean --init_from={close[0]}?" if close else f"write it first, e.g. with train.py or tools.pangu.inherit "
-               f"as its config says, or one of: {', '.join(names)}")
+        fix = (f"write it first, e.g. with train.py or tools.pangu.inherit as its config says, or one of: "
+               f"{', '.join(names)}")
+        if close:
+            fix = f"did you mean --init_from={close[0]}?"
         raise UserError(f"init_from '{c['init_from']}' does not exist (fix: {fix})")
     _need(c, c["init_from"] in ("scratch", "resume") or os.path.isfile(c["init_from"]) or is_hf_source(c["init_from"]),
           "init_from", "'scratch', 'resume', a checkpoint file, gpt2* or a Hugging Face folder",
