@@ -155,13 +155,21 @@ def test_damaged_checkpoint_names_what_is_wrong(finished, tmp_path, script, edit
     one_error_line(entry_point(script), [f"--out_dir={out_dir}", "--device=cpu"], *words)
 
 
-@pytest.mark.parametrize("seed", [0, 2, 20, 195])
+@pytest.mark.parametrize("seed", [0, 8, 69, 6])
 def test_a_checkpoint_of_random_bytes_is_one_line(tmp_path, seed):
-    """Garbage in a ckpt.pt: the unpickler raises UnpicklingError for most bytes, but IndexError (seed 2), KeyError
-    (20) or UnicodeDecodeError (195) for others, which were tracebacks."""
+    """Garbage after a pickle's first byte (\\x80, as an old torch.save file starts), so that the unpickler reads
+    it: it raises UnpicklingError for most bytes, but IndexError (seed 8), KeyError (69) or UnicodeDecodeError (6)
+    for others, which were tracebacks."""
     import random
-    (tmp_path / "ckpt.pt").write_bytes(random.Random(seed).randbytes(4096))
+    (tmp_path / "ckpt.pt").write_bytes(b"\x80" + random.Random(seed).randbytes(4095))
     one_error_line(entry_point("sample"), [f"--out_dir={tmp_path}", "--device=cpu"], "cannot read checkpoint")
+
+
+def test_a_file_torch_save_did_not_write_is_named_so(tmp_path):
+    """Bytes that start as neither of torch.save's formats (a zip archive, a pickle) never reach the unpickler."""
+    (tmp_path / "ckpt.pt").write_bytes(b"PK\x03" + bytes(4093))   # one byte short of a zip's signature
+    one_error_line(entry_point("sample"), [f"--out_dir={tmp_path}", "--device=cpu"],
+                   "it is not a file torch.save writes")
 
 
 # --- checkpoints from others: loading never runs code from the file (issue 23) -------------------------------
@@ -231,7 +239,7 @@ def test_the_refusal_names_what_the_file_would_run(tmp_path, payload, named):
                                         rf"\({named}\).*\(fix: only load files you trust"):
         checkpoint.load_checkpoint(path)
     assert not marker.exists()
-    path.write_bytes(b"not a checkpoint")
+    path.write_bytes(b"\x80not a checkpoint")   # a pickle's first byte: the safe loader reads and refuses it
     with pytest.raises(UserError, match="cannot read checkpoint") as e:
         checkpoint.load_checkpoint(path)
     assert "weights_only" not in str(e.value)   # torch's advice to load it unsafely is not passed on
@@ -447,10 +455,12 @@ def test_resume_below_the_checkpoints_iteration_is_one_line(finished, tmp_path):
     had run, and rewrote last.pt with the lower max_iters (a user's walkthrough)."""
     out_dir = copy_run(finished, tmp_path)
     before = snapshot(out_dir)
-    cfg = dict(finished, out_dir=out_dir, init_from="resume", max_iters=5)
-    one_error_line(train.main, [f"--{k}={v}" for k, v in cfg.items()], "max_iters=5 is below iteration 10",
+    cfg = dict(finished, out_dir=out_dir, init_from="resume", max_iters=9)
+    one_error_line(train.main, [f"--{k}={v}" for k, v in cfg.items()], "max_iters=9 is below iteration 10",
                    "--eval_only=True")
     assert snapshot(out_dir) == before
+    cfg["max_iters"] = 10   # at its iteration: it evaluates, as a finished run's resume does
+    assert train.train({**train.DEFAULTS, **cfg}, explicit=set(cfg))["iter_num"] == 10
 
 
 def test_a_resumed_run_says_the_iterations_it_ran(finished, tmp_path, capsys):
