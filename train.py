@@ -3,7 +3,7 @@ Train a GPT variant on a tokenized dataset (nanoGPT-style, single process or DDP
 
     python train.py config/gpt_shakespeare_cpu.py        # the CPU quickstart (1-2 minutes)
     python train.py config/gpt_shakespeare_cpu.py --init_from=resume --max_iters=3000
-    torchrun --standalone --nproc_per_node=8 train.py config/gpt_shakespeare.py
+    torchrun --standalone --nproc_per_node=8 train.py config/layer_sharing_wikitext103.py
 
 Top to bottom: the settings, the data (get_batch), the learning rate (get_lr; nanoGPT
 defines it after the model), the model and the optimizer (setup), evaluation and

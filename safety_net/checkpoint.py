@@ -179,17 +179,19 @@ def load_checkpoint(path_or_out_dir, device="cpu", prefer=(CKPT_NAME, LAST_NAME)
     return ckpt
 
 
-def load_init_checkpoint(init_from, device="cpu"):
+def load_init_checkpoint(init_from, device="cpu", master=True):
     """The checkpoint train.py --init_from=<...> starts from: a checkpoint file (ours or nanoGPT's), or a Hugging
     Face model (nanoGPT's 'gpt2' ... 'gpt2-xl', or a local transformers folder) imported by
     `python -m tools.huggingface.convert import` in a subprocess, into a temporary file: the import (a folder's
-    safetensors or shards, a hub download) is that tool's job, and the safety net never imports tools/."""
+    safetensors or shards, a hub download) is that tool's job, and the safety net never imports tools/. Only the
+    master (DDP's rank 0) says what it imports."""
     if not is_hf_source(init_from):
         return load_checkpoint(init_from, device)
     source = init_from if init_from in GPT2_NAMES else os.path.abspath(init_from)
     with tempfile.TemporaryDirectory(prefix="init_from.") as tmp:
         out = os.path.join(tmp, "imported.pt")
-        print(f"importing {init_from}: python -m tools.huggingface.convert import {source} --out={out}", flush=True)
+        if master:
+            print(f"importing {init_from}: python -m tools.huggingface.convert import {source} --out={out}", flush=True)
         done = subprocess.run([sys.executable, "-m", "tools.huggingface.convert", "import", source, "--out", out],
                               cwd=REPO_ROOT, stderr=subprocess.PIPE, text=True)
         said = [line for line in done.stderr.splitlines() if line.strip()]
@@ -197,7 +199,8 @@ def load_init_checkpoint(init_from, device="cpu"):
             reason = said[-1].removeprefix("error: ") if said else f"exit code {done.returncode}"
             fix = "" if "(fix: " in reason else " (fix: a local transformers folder, or a connection to the hub)"
             raise UserError(f"--init_from={init_from}: the Hugging Face import failed: {reason}{fix}")
-        print(said[0] if said else f"imported {init_from}", flush=True)
+        if master:
+            print(said[0] if said else f"imported {init_from}", flush=True)
         ckpt = load_checkpoint(out, device)
     ckpt["path"] = init_from
     return ckpt

@@ -144,7 +144,12 @@ def usage(defaults, positional=None):
     spec = getattr(sys.modules.get("__main__"), "__spec__", None)   # set under `python -m tools.pangu.inherit`
     prog = f"-m {spec.name}" if spec is not None else \
         os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "script.py"
-    first = "[config/file.py ...]" if positional is None else f"[{positional} ...]"
+    if positional is None:
+        first = "[config/file.py ...]"
+    elif isinstance(defaults[positional], (list, tuple)):   # several values (_positional_value)
+        first = f"[{positional} ...]"
+    else:
+        first = f"[{positional}]"
     lines = [f"usage: python {prog} {first} [--key=value | --key value ...]", "", "keys (default):"]
     width = max((len(k) for k in defaults), default=0)
     lines += [f"  --{k:<{width}}  {v!r}" for k, v in defaults.items()]

@@ -49,7 +49,7 @@ class StartingPoint:
         if init_from == "resume":
             self.ckpt = self.resumed(config["out_dir"], device, master)
         elif init_from != "scratch":
-            self.ckpt = load_init_checkpoint(init_from, device)   # (its model_args checked: model_config)
+            self.ckpt = load_init_checkpoint(init_from, device, master)   # (its model_args checked: model_config)
 
     @staticmethod
     def resumed(out_dir, device, master):

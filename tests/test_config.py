@@ -12,7 +12,7 @@ import train
 import variants
 from safety_net import build
 from safety_net.build import model_args
-from safety_net.configurator import UserError, load_config
+from safety_net.configurator import UserError, load_config, usage
 
 DEFAULTS = dict(out_dir="out", batch_size=12, learning_rate=6e-4, compile=False, lr_decay_iters=None,
                 n_layer=12, dropout=0.0, betas=(0.9, 0.95), variant="")
@@ -114,6 +114,13 @@ def test_help_lists_keys(capsys):
     with pytest.raises(SystemExit) as e:
         load_config(DEFAULTS, ["--help"])
     assert e.value.code == 0 and "--batch_size" in capsys.readouterr().out
+
+
+def test_help_usage_shows_how_many_positional_values():
+    """`[dataset]` where one value is taken (prepare.py refuses two), `[paths ...]` where a list is."""
+    assert "[dataset] [--key" in usage(dict(dataset="shakespeare_char"), positional="dataset")
+    assert "[paths ...] [--key" in usage(dict(paths=[]), positional="paths")
+    assert "[config/file.py ...] [--key" in usage(DEFAULTS)
 
 
 @pytest.fixture

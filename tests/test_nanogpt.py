@@ -384,7 +384,11 @@ def test_init_from_a_hugging_face_gpt2(tmp_path, monkeypatch, capsys):
                           "--learning_rate=1e-12", "--min_lr=0", "--device=cpu", "--num_threads=1"])
     n = len(load_checkpoint("out")["model"])
     assert summary["iter_num"] == 1
-    assert f"initialized {n}/{n} tensors from hf-gpt2" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "importing hf-gpt2: python -m tools.huggingface.convert import" in out
+    assert f"initialized {n}/{n} tensors from hf-gpt2" in out
+    checkpoint.load_init_checkpoint("hf-gpt2", master=False)   # another DDP rank's import: silent
+    assert capsys.readouterr().out == ""
     model, _ = load_model("out")
     idx = torch.randint(0, len(CHARS), (2, ARGS["block_size"]), generator=torch.Generator().manual_seed(2))
     with torch.no_grad():
