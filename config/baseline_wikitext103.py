@@ -2,7 +2,7 @@
 # post-LayerNorm, biases, sinusoidal positions, untied head with bias (variants/baseline.py says where each comes from).
 # Paper 000 sec. 3.1: lr 2e-3, weight decay 0.1 (Adam), batch 4 sequences on a TitanXP; we keep lr/wd and use a GPU batch.
 #   python -m tools.wikitext103 && python train.py config/baseline_wikitext103.py
-#   torchrun --standalone --nproc_per_node=8 train.py config/baseline_wikitext103.py   # same global batch on 8 GPUs
+#   torchrun --standalone --nproc_per_node=4 train.py config/baseline_wikitext103.py   # same global batch on 4 GPUs
 #   python -m tools.eval --out_dir=out-baseline-wikitext103 --splits=val,test
 # Expected on one H100 (an ESTIMATE, not a measurement: the session that wrote this had no GPU):
 # 134.0M parameters, flops_per_token(model) = 0.68 GFLOP per training token, 0.52B tokens

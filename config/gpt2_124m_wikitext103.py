@@ -1,6 +1,6 @@
 # WikiText-103 (GPT-2 BPE) on one GPU: GPT-2 124M reference (12 x 768, 12 heads, learned positions, tied, GELU MLP).
 #   python -m tools.wikitext103 && python train.py config/gpt2_124m_wikitext103.py
-#   torchrun --standalone --nproc_per_node=8 train.py config/gpt2_124m_wikitext103.py   # same global batch on 8 GPUs
+#   torchrun --standalone --nproc_per_node=4 train.py config/gpt2_124m_wikitext103.py   # same global batch on 4 GPUs
 #   python -m tools.eval --out_dir=out-gpt2_124m-wikitext103 --splits=val,test
 # Expected on one H100 (an ESTIMATE, not a measurement: the session that wrote this had no GPU):
 # 124.5M parameters, flops_per_token(model) = 0.85 GFLOP per training token, 0.52B tokens

@@ -1,5 +1,6 @@
 # Paper 003, batch size & learning rate (4.1): config/pangu_char_cpu.py's model with a 4x larger batch
-# (48 instead of 12) and the same number of training tokens (4x fewer iterations), learning rate from
+# (48 instead of 12) and the training tokens of a 1600-iteration run at batch 12 (400 iterations; its batch-12
+# partner: --max_iters=1600 --lr_decay_iters=1600 --warmup_iters=160, results/README.md), learning rate from
 #   lr = (bs / bs_0)^r * lr_0,   bs_0 = 12, lr_0 = 1e-3 (the tuned small-batch recipe)
 # An overlay: give it after config/pangu_char_cpu.py (it reads that file's block_size).
 #   python train.py config/pangu_char_cpu.py config/pangu_lr_bs48_cpu.py                  # r = 0.5: 2e-3

@@ -324,6 +324,7 @@ def test_output_folder_that_is_a_file(finished, tmp_path, module, args):
     ("tools.wikitext103", ["--vocab_size", "1024", "--n_embd", "0"], ["--n_embd must be >= 1"]),
     ("tools.bench_tokenize", ["--mb=0"], ["--mb must be > 0"]),   # used to print 0 MB/s rows
     ("tools.bench_tokenize", ["--mb=1e999"], ["--mb must be > 0 and finite, got inf"]),   # int(inf): a traceback
+    ("tools.bench_tokenize", ["--input_path=nope.txt"], ["--input_path=nope.txt: no such file"]),   # was ignored
     ("tools.bench", ["--scale=1e999", "--dry_run"], ["--scale must be > 0 and --depth_scale >= 0, both finite"]),
     ("tools.bench", ["--mode=gpu"], ["unknown --mode=gpu"]),   # the GPU suite is gone: an ImportError traceback
     ("tools.bench_tokenize", ["--num_proc=-1"], ["--num_proc must be >= 1"]),

@@ -305,7 +305,7 @@ def test_inductor_gives_eager_logits_and_losses_without_recompiling(family):
     assert counter.graphs == graphs_after_warmup, f"recompiled: {counter.graphs} graphs at the end"
 
 
-# === tools.gpu_check, in the default run =========================================================
+# === tools.gpu_check (its dry run: -m slow) =========================================================
 
 @pytest.fixture(scope="module")
 def dry_run(tmp_path_factory):

@@ -145,6 +145,22 @@ def test_compact_wikitext103(tmp_path, gpt2_file, offline):
     assert meta["splits"]["test"]["words"] == len("".join(WIKI["test"]).split())
 
 
+def test_bench_corpus_is_the_size_asked(tmp_path, monkeypatch):
+    """The repository's tinyshakespeare by default (it looked for data/shakespeare_char/input.txt, which prepare.py
+    never writes); without a text, generated lines: both about `mb` MB (the generated words were one line, cut to
+    nothing below 1.2 MB). A missing --input_path is refused (it fell back to generated words)."""
+    from tools import bench_tokenize
+    monkeypatch.delenv("SHAKESPEARE_INPUT", raising=False)
+    arts, source = bench_tokenize.bench_corpus(0.3)
+    assert source.endswith(os.path.join("data", "tinyshakespeare", "input.txt"))
+    assert 0.29e6 < sum(map(len, arts)) <= 0.3e6
+    monkeypatch.setattr(bench_tokenize, "SHIPPED_SHAKESPEARE", str(tmp_path / "none.txt"))
+    arts, source = bench_tokenize.bench_corpus(0.3)
+    assert source == "generated words" and 0.29e6 < sum(map(len, arts)) <= 0.3e6 and len(arts) == 3
+    with pytest.raises(UserError, match="--input_path=.*missing.txt: no such file"):
+        bench_tokenize.bench_corpus(0.3, input_path=str(tmp_path / "missing.txt"))
+
+
 def test_bench_tokenize(tmp_path, gpt2_file, capsys):
     from tools.bench_tokenize import bench_tokenize
     res = bench_tokenize(mb=0.2, input_path=write_input(tmp_path), num_proc=2)

@@ -13,22 +13,26 @@ import numpy as np
 
 from tools.wikitext103 import check_num_proc, encoding_spec, iter_tokenized
 from safety_net.configurator import UserError, run_command
+from safety_net.download import SHIPPED_SHAKESPEARE
 from safety_net.tokenizers import GPT2_EOT_ID, get_gpt2_encoding, gpt2_meta
 
 DEFAULTS = dict(mb=32.0, input_path="", gpt2_ranks="", num_proc=0)
 
 
 def bench_corpus(mb, input_path=None):
-    """About `mb` MB of text as ~100 KB articles: tinyshakespeare repeated when available,
-    else deterministic pseudo-random words."""
-    path = input_path or os.environ.get("SHAKESPEARE_INPUT") or os.path.join("data", "shakespeare_char", "input.txt")
+    """About `mb` MB of text as ~100 KB articles: tinyshakespeare (the repository's copy, or
+    SHAKESPEARE_INPUT, or input_path) repeated, else deterministic pseudo-random words."""
+    if input_path and not os.path.isfile(input_path):
+        raise UserError(f"--input_path={input_path}: no such file (fix: a text file, or leave it out: tinyshakespeare)")
+    path = input_path or os.environ.get("SHAKESPEARE_INPUT") or SHIPPED_SHAKESPEARE
     if os.path.isfile(path):
         with open(path, "rb") as f:
             text, source = f.read(), path
     else:
         rng = np.random.default_rng(0)
         words = [bytes(rng.integers(97, 123, size=rng.integers(1, 10)).astype(np.uint8)) for _ in range(5000)]
-        text = b" ".join(words[i] for i in rng.integers(0, len(words), size=200_000)) + b"\n"
+        picks = rng.integers(0, len(words), size=(10_000, 20))
+        text = b"".join(b" ".join(words[i] for i in line) + b"\n" for line in picks)   # lines: cut below
         source = "generated words"
     text = text * (int(mb * 1e6) // len(text) + 1)
     text = text[:int(mb * 1e6)]

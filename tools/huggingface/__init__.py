@@ -7,7 +7,8 @@ Hugging Face interop: checkpoints of `transformers` in and out of our GPT.
                   else GPT-2 BPE via tiktoken), and the tokenizer files an export writes (char, GPT-2, compact)
 
     sample.py     sampling from a Hugging Face model with sample.py's options
-Nothing here needs `transformers` except downloading by hub name and reading a directory's tokenizer files.
+Nothing here needs `transformers` except reading a directory's tokenizer files; downloading by hub name needs
+`huggingface_hub`.
 """
 
 from safety_net.configurator import UserError
