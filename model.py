@@ -647,10 +647,11 @@ class GPT(nn.Module):
     # --- generation ---
     @torch.inference_mode()
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None,
-                 use_kv_cache=True, generator=None, on_token=None):
+                 use_kv_cache=True, generator=None, on_token=None, n_tokens=None):
         """Sample max_new_tokens tokens after idx (B, T): one token a step
         through the KV cache, or the whole window (use_kv_cache=False; the same
-        logits). on_token(token): each new token (0-d) of the first sequence."""
+        logits). on_token(token): each new token (0-d) of the first sequence.
+        n_tokens: only ids below it (a padded vocab_size)."""
         was_training = self.training
         self.eval()
         block_size = self.config.block_size
@@ -658,7 +659,7 @@ class GPT(nn.Module):
         start = 0   # the window is idx[:, start:]
         for _ in range(max_new_tokens):
             # window full: start again at position 0 from its recent half (nanoGPT
-            # crops every step, but a cache would then refill at every step)
+            # crops every step; a cache would then refill every step)
             if idx.size(1) - start > block_size:
                 start = idx.size(1) - max(1, block_size // 2)
                 if cache is not None:
@@ -668,7 +669,7 @@ class GPT(nn.Module):
             else:
                 window = idx[:, -1:]   # the cache holds the window but its last token
             logits, _ = self(window, cache=cache)
-            idx_next = sample_next(logits[:, -1, :], temperature, top_k, generator)
+            idx_next = sample_next(logits[:, -1, :n_tokens], temperature, top_k, generator)
             idx = torch.cat((idx, idx_next), dim=1)
             if on_token is not None:
                 on_token(idx_next[0, 0])
@@ -914,14 +915,15 @@ def check_widths(c):
     kv = c.n_head if c.n_kv_head is None else c.n_kv_head
     require(kv >= 1 and c.n_head % kv == 0,
             f"n_kv_head ({kv}) must divide n_head ({c.n_head}) for GQA")
-    widths = sorted(set(c.widths()), reverse=True)   # in layer order, each once
-    for width in widths:
-        require(width % c.n_head == 0,
-                f"width {width} must be divisible by n_head ({c.n_head}); with "
-                f"shrink_every every halved width must divide too (widths: {widths})")
-    head_dim = widths[-1] // c.n_head
-    require(c.pos_embedding != "rope" or head_dim % 2 == 0,
-            f"RoPE needs an even head size, got {head_dim}")
+    for width in c.widths():
+        require(width > 0 and width % c.n_head == 0,
+                f"width {width} must be a multiple of n_head ({c.n_head}), not 0; with "
+                f"shrink_every every halved width must be too (widths: {c.widths()})")
+        head_dim = width // c.n_head
+        require(c.pos_embedding != "rope" or head_dim % 2 == 0,
+                f"RoPE needs an even head size, got {head_dim} (width {width})")
+        require(c.mlp_hidden or c.mlp_ratio * width >= 1,
+                f"the FFN of width {width} has no unit (mlp_ratio * width < 1)")
 
 
 def check_attention_layers(c):

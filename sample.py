@@ -94,10 +94,9 @@ def write_samples(model, tok, start_text, start_ids, cfg, device, dtype, source,
 
     torch.manual_seed(cfg["seed"])
     generator = torch.Generator(device=device).manual_seed(cfg["seed"])
-    device_type = str(device).split(":")[0]
     ctx = nullcontext()
     if dtype != torch.float32:
-        ctx = torch.autocast(device_type=device_type, dtype=dtype)
+        ctx = torch.autocast(device_type=device.type, dtype=dtype)
     x = torch.tensor(start_ids, dtype=torch.long, device=device)[None, :]
     top_k = cfg["top_k"] or None
     t0 = time.perf_counter()
@@ -109,7 +108,7 @@ def write_samples(model, tok, start_text, start_ids, cfg, device, dtype, source,
             on_token = functools.partial(print_token, tok, utf8)
             y = generate(model, x, cfg["max_new_tokens"], cfg["temperature"], top_k,
                          use_kv_cache=use_cache, generator=generator,
-                         on_token=on_token)
+                         on_token=on_token, n_tokens=tok.vocab_size)
             print(utf8.decode(b"", final=True))   # a character cut short: U+FFFD
             print(SEPARATOR, flush=True)
             n_new += y.size(1) - x.size(1)

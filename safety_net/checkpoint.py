@@ -136,10 +136,12 @@ def load_checkpoint(path_or_out_dir, device="cpu", prefer=(CKPT_NAME, LAST_NAME)
     model_args (check_weights), so GPT(GPTConfig(**ckpt["model_args"])).load_state_dict(ckpt["model"]) takes
     them. mmap: tensors are read only when used, and the weights are not checked (a check of the file that
     costs no memory)."""
-    if not path_or_out_dir:
+    newest = not path_or_out_dir
+    if newest:
         path_or_out_dir = latest_out_dir()
+    path = resolve_path(path_or_out_dir, prefer)   # none there: one line, train first
+    if newest:
         print(f"loading the newest checkpoint: {path_or_out_dir} (choose another with --out_dir)", file=sys.stderr)
-    path = resolve_path(path_or_out_dir, prefer)
     if not written_by_torch_save(path):
         raise UserError(f"cannot read checkpoint '{path}': it is not a file torch.save writes (fix: point at a "
                         f"ckpt.pt or last.pt written by train.py; a damaged one: re-run train.py to rewrite it)")

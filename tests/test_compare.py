@@ -498,3 +498,10 @@ def test_a_finished_run_from_before_a_field_differs_when_the_field_is_set():
     new = {"model_args": {"n_layer": 4, "think_steps": 2}, "train": {"max_iters": 10, "new_key": 1}}
     assert compare.differences(old, new) == ["think_steps: 0 -> 2"]
     assert compare.differences(old, {**new, "model_args": {"n_layer": 4, "think_steps": 0}}) == []
+
+
+def test_the_setup_line_gives_the_schedule_the_runs_use():
+    """warmup_iters, min_lr and lr_decay_iters left None are filled as train.py fills them (it said "warmup None")."""
+    config = dict(compare.defaults(), max_iters=20, learning_rate=1e-3, variants=["gpt"])
+    line = compare.setup_line(config, "cpu", "float32")
+    assert "(warmup 2, cosine to 0.0001 at iteration 20)" in line and "None" not in line

@@ -410,12 +410,19 @@ def test_lgpt_widths_and_no_config_mutation():
 
 # bad configs and the words of check_config's one-line refusal
 INVALID = [
-    (dict(n_embd=30, n_head=4), "divisible by n_head"),
+    (dict(n_embd=30, n_head=4), "multiple of n_head"),
     (dict(n_head=4, n_kv_head=3), "must divide n_head"),
     (dict(n_kv_head=0), "must divide n_head"),
     (dict(n_branches=3), "n_branches"),
     (dict(n_branches=2), "tie_embeddings"),
-    (dict(shrink_every=1, n_embd=16, n_head=4, tie_embeddings=False), "divisible by n_head"),
+    (dict(shrink_every=1, n_embd=16, n_head=4, tie_embeddings=False), "multiple of n_head"),
+    # found by a differential fuzz: accepted, then a model that ignores its input, crashes or has an FFN of 0 units
+    (dict(shrink_every=1, n_embd=1, n_head=1, n_layer=2, tie_embeddings=False), "width 0 must be .* not 0"),
+    (dict(shrink_every=1, n_embd=5, n_head=1, n_layer=2, pos_embedding="rope", tie_embeddings=False),
+     "even head size, got 5 \\(width 5\\)"),   # the narrowest width's head (2) was the only one checked
+    (dict(n_embd=8, n_head=1, n_layer=1, mlp_ratio=0.1), "FFN of width 8 has no unit"),
+    (dict(shrink_every=1, n_embd=4, n_head=1, n_layer=3, mlp_ratio=0.5, tie_embeddings=False),
+     "FFN of width 1 has no unit"),
     (dict(shrink_every=2), "tie_embeddings"),
     (dict(shrink_kernel=3, shrink_every=2, tie_embeddings=False), "shrink_layer='conv'"),
     (dict(share_group_size=3), "groups of"),

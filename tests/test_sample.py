@@ -165,6 +165,22 @@ def test_default_out_dir_is_the_newest_checkpoint(tmp_path):
     assert latest_out_dir(str(tmp_path)) == str(tmp_path / "out-lgpt-shakespeare")
 
 
+def test_no_checkpoint_anywhere_is_not_announced_as_the_newest(tmp_path, monkeypatch, capsys):
+    """With no out*/ checkpoint, one line says to train first; it announced 'out' as the newest checkpoint."""
+    import sample
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit, match="checkpoint 'out' does not exist"):
+        sample.main(["--device=cpu"])
+    assert "newest" not in capsys.readouterr().err
+
+
+def test_an_empty_prompt_is_refused_with_a_fix_that_works(ckpt_dir):
+    """Its fix said --start="\\n", which a shell passes as a backslash and an n."""
+    import sample
+    with pytest.raises(SystemExit, match="--start is empty .*leave --start out"):
+        sample.main([f"--out_dir={ckpt_dir}", "--device=cpu", "--start="])
+
+
 # --- text as it is generated (issue 48) ---------------------------------------------------------
 
 def test_text_appears_as_it_is_generated(ckpt_dir, capsys, monkeypatch):
@@ -244,3 +260,41 @@ def test_start_file_from_notepad_drops_its_byte_order_mark(ckpt_dir, tmp_path, c
     out, _ = run_main(capsys, f"--out_dir={ckpt_dir}", f"--start=FILE:{prompt}", "--num_samples=1",
                       "--max_new_tokens=5", "--device=cpu")
     assert samples(out)[0].startswith("ROMEO:")
+
+
+# --- a vocabulary padded past the tokenizer's (nanoGPT's 50304 for GPT-2's 50257) ------------------
+
+def test_a_padded_vocabulary_never_draws_a_token_without_text(tmp_path, capsys):
+    """A model with more vocabulary rows than its tokenizer has tokens: generate(n_tokens=...) draws only the
+    tokenizer's ids, so sample.py and tools.fast_sample print text (they crashed with an IndexError, or tiktoken's
+    KeyError, at the first padded id drawn). At these weights and temperature 2 the padded rows are most of the
+    probability: without n_tokens nearly every draw is one."""
+    from tools import fast_sample
+    from safety_net.dataset import load_meta, tokenizer_id
+    out = make_checkpoint(tmp_path, vocab_size=4 * len(CHARS))
+    ckpt = torch.load(out / "ckpt.pt", weights_only=True)   # as train.py --vocab_size=244 records it
+    ckpt["tokenizer_id"] = tokenizer_id(load_meta(str(tmp_path / "data")))
+    torch.save(ckpt, out / "ckpt.pt")
+    text, _ = run_main(capsys, f"--out_dir={out}", "--device=cpu", "--num_samples=2", "--max_new_tokens=60",
+                       "--temperature=2", "--top_k=0", "--start=a")
+    assert all(len(s) == 61 and set(s) <= set(CHARS) for s in samples(text))
+    model = GPT(GPTConfig(vocab_size=4 * len(CHARS), block_size=16, n_layer=1, n_head=2, n_embd=16))
+    model = visible_weights(model)
+    prompt = torch.zeros((1, 3), dtype=torch.long)
+    torch._dynamo.reset()
+    fast_sample.compiled_decode_step(model, backend="eager")   # the step generate uses, without inductor's compile
+    for generate in (GPT.generate, fast_sample.generate):
+        padded = generate(model, prompt, 40, 2.0, generator=torch.Generator().manual_seed(0))[0, 3:]
+        assert (padded >= len(CHARS)).sum() > 20
+        kept = generate(model, prompt, 40, 2.0, generator=torch.Generator().manual_seed(0), n_tokens=len(CHARS))
+        assert kept[0, 3:].max() < len(CHARS)
+
+
+def test_fast_sample_refuses_deep_thinking_before_it_prints(tmp_path, capsys):
+    """tools.fast_sample's refusal of Deep Thinking came after the header and the prompt were printed."""
+    from tools import fast_sample
+    out = make_checkpoint(tmp_path, think_steps=2)
+    with pytest.raises(SystemExit, match="does not hold Deep Thinking's memory"):
+        fast_sample.main([f"--out_dir={out}", "--device=cpu", "--start=a", "--max_new_tokens=2"])
+    captured = capsys.readouterr()
+    assert captured.out == "" and "sampling from" not in captured.err

@@ -677,10 +677,12 @@ def md_table(header, body, left=1):
 def setup_line(config, device, dtype):
     accum = config["gradient_accumulation_steps"]
     seeds = config["seeds"]
+    schedule = dict(config)
+    train.fill_schedule(schedule)   # the warmup and min_lr the runs use, where left None
     line = (f"Dataset `{config['dataset']}`; every model: {config['max_iters']} iterations of "
             f"{config['batch_size']} x {config['block_size']} tokens" + (f" x {accum} accumulation steps" if accum > 1 else "")
-            + f", AdamW lr {config['learning_rate']:g} (warmup {config['warmup_iters']}, cosine to "
-            f"{config['min_lr'] if config['min_lr'] is not None else config['learning_rate'] / 10:g}), "
+            + f", AdamW lr {config['learning_rate']:g} (warmup {schedule['warmup_iters']}, cosine to "
+            f"{schedule['min_lr']:g} at iteration {schedule['lr_decay_iters']}), "
             f"weight decay {config['weight_decay']:g}, dropout {config['dropout']:g}, "
             + (f"seeds {', '.join(map(str, seeds))}" if seeds else f"seed {config['seed']}") + "; "
             f"evaluation every {config['eval_interval']} iterations on {config['eval_iters']} fixed batches; "

@@ -61,7 +61,7 @@ def check_compile_mode(mode):
 
 
 def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, use_kv_cache=True, generator=None,
-             compile_mode="frozen", on_token=None):
+             compile_mode="frozen", on_token=None, n_tokens=None):
     """model.generate's loop (model.py) over the model's static cache, its single-token steps through
     compiled_decode_step: the same windows and the same sample_next, so the same tokens."""
     if not use_kv_cache:
@@ -85,7 +85,7 @@ def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, use_kv_cac
                 cache.reset()
                 logits, _ = model(idx[:, start:], cache=cache)
                 primed = True
-            idx_next = sample_next(logits[:, -1, :], temperature, top_k, generator)
+            idx_next = sample_next(logits[:, -1, :n_tokens], temperature, top_k, generator)
             idx = torch.cat((idx, idx_next), dim=1)
             if on_token is not None:
                 on_token(idx_next[0, 0])
@@ -222,6 +222,13 @@ def static_cache(model, batch_size):
     return kept[1]
 
 
+def refuse_unsupported(model):
+    """One line for a model the compiled decoder cannot run (run() asks before it prints anything)."""
+    refuse_undeclared(model.config, "compiled_decoder")
+    if model.config.think_steps:   # SUPPORT: the compiled decoder refuses think_steps
+        raise UserError("the static cache does not hold Deep Thinking's memory (fix: python sample.py)")
+
+
 def compiled_decode_step(model, backend="inductor", mode="frozen"):
     """The model's forward over one new token a sequence (logits (B, 1, V) of idx (B, 1)) through torch.compile, made once per model (in the mode of that first call) and kept on
     it as `_compiled_decode_step`. On a GPU inductor's "reduce-overhead" replays it as a CUDA graph. On the CPU
@@ -230,9 +237,7 @@ def compiled_decode_step(model, backend="inductor", mode="frozen"):
     checking again costs ~0.2 ms a step on a CPU. A frozen step keeps the weights it compiled with: after
     changing them in place (training), call torch._dynamo.reset()."""
     check_compile_mode(mode)
-    refuse_undeclared(model.config, "compiled_decoder")
-    if model.config.think_steps:   # SUPPORT: the compiled decoder refuses think_steps
-        raise UserError("the static cache does not hold Deep Thinking's memory (fix: python sample.py)")
+    refuse_unsupported(model)
     if getattr(model, "_compiled_decode_step", None) is None:
         on_gpu = model.tok_emb.wte.weight.is_cuda
         settings = {} if on_gpu else CPU_MODES[mode]
@@ -302,6 +307,7 @@ def run(cfg):
         raise UserError("--no_kv_cache has no decode step to compile (fix: python sample.py --no_kv_cache)")
     device, dtype, start_text = setup_sampling(cfg)
     model, ckpt = load_model(cfg["out_dir"], device)
+    refuse_unsupported(model)   # before the header and the prompt are printed
     tok, start_ids = tokenizer_of(ckpt, cfg["data_dir"], start_text)
     source = f"{ckpt['path']} (iter {ckpt.get('iter_num', '?')})"
     compiled = functools.partial(generate, compile_mode=mode)
