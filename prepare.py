@@ -10,8 +10,8 @@ Prepare a dataset for train.py: a text file becomes token ids.
 Any UTF-8 text file works. The first 90% of the text is the train split, the
 rest the val split (--val_fraction). The dataset folder (data/<dataset>/, or
 --out_dir) gets train.bin and val.bin, the token ids as flat uint16, and
-meta.json, the tokenizer. A dataset of another text is replaced only with
---force.
+meta.json, the tokenizer. Another text's or split's dataset is replaced only
+with --force.
 
 Offline: the repository ships data/tinyshakespeare/input.txt; --gpt2_ranks
 (or GPT2_TIKTOKEN_FILE) names a local gpt2.tiktoken. Tools prepare others:
@@ -92,14 +92,14 @@ def prepare(dataset="", out_dir="", input_path="", tokenizer="",
               "val_fraction": val_fraction}
     meta = {"dataset": dataset, **meta, "splits": splits, "text": record}
 
-    # refused: a split too short, another text's dataset (unless --force); then
-    # the token files, and meta.json last: it marks a complete folder
+    # refused: a split too short, another text's or split's dataset (unless
+    # --force); the token files, meta.json last: it marks a complete folder
     write_dataset(out_dir, {"train": train_ids, "val": val_ids}, meta, force)
     print(f"length of dataset in characters: {len(text):,}; "
           f"vocab size: {meta['vocab_size']:,}")
     print(f"train has {n_train:,} tokens (the first {1 - val_fraction:.0%} "
           f"of the text), val has {n_val:,} tokens (the rest): a model's "
-          f"block_size must stay below {n_val:,}")
+          f"block_size must stay below {min(n_train, n_val):,}")
     print(f"wrote {out_dir}")
     return out_dir
 

@@ -190,6 +190,7 @@ def setup(config, explicit, device, dtype, rank, world):
     # the data, prepared on first use
     run.data_dir, meta, run.tokenizer_id = prepared_data(config, prepare.prepare, rank, world)
     config["data_dir"] = run.data_dir
+    config["dataset"] = meta.get("dataset", config["dataset"])
     # resume: out_dir's last.pt (else ckpt.pt); a path: that file; scratch: None
     start = StartingPoint(config, device, run.master)
     ckpt = start.ckpt

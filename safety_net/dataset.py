@@ -194,7 +194,9 @@ def load_segments(path, n_tokens, block_size):
     try:
         starts = np.load(path)
     except (OSError, ValueError) as e:
-        raise UserError(f"cannot read data_segments '{path}': {e} (fix: write it with `python -m tools.pangu.refine` "
+        # numpy reads a file that is not a .npy as a pickle, refuses it, and advises loading it unsafely
+        why = "it is not a .npy file" if "pickled" in str(e) else str(e)
+        raise UserError(f"cannot read data_segments '{path}': {why} (fix: write it with `python -m tools.pangu.refine` "
                         f"first)") from None
     if starts.ndim != 1 or len(starts) == 0 or starts.dtype.kind not in "iu":
         raise UserError(f"data_segments '{path}' is not a non-empty 1-D integer array (fix: write it with "

@@ -117,7 +117,9 @@ class RunDir:
             self.ckpt_from_earlier_run = self.earlier
             keep_before = self.iter_num if self.resuming else None
             path = os.path.join(self.path, "log.csv")
-            self.csv_log = CsvLog(path, keep_before=keep_before, pending=self.earlier)
+            # pending: rows kept aside until a checkpoint is written (an eval_only run writes none)
+            pending = self.earlier or self.config["eval_only"]
+            self.csv_log = CsvLog(path, keep_before=keep_before, pending=pending)
             held.callback(self.csv_log.discard)   # also when the run fails before its first save
             self.held = held.pop_all()
         return self
@@ -242,8 +244,8 @@ class RunDir:
         and loss.png kept), the closing line, then the dict train() returns (tools/compare.py reads
         it)."""
         if self.master and self.csv_log.discard():
-            self.say(f"this run saved no checkpoint: kept the earlier run's log.csv and loss.png in {self.path}, which "
-                     f"go with its checkpoints")
+            self.say(f"this run saved no checkpoint: kept log.csv and loss.png in {self.path} as they were, with "
+                     f"the checkpoints they go with")
         elif self.master:
             self.csv_log.close()
             plot_run(self.csv_log.rows, os.path.join(self.path, "loss.png"),

@@ -13,7 +13,7 @@ import os
 
 import torch
 
-from safety_net.build import model_config
+from safety_net.build import load_variant, model_config
 from safety_net.checkpoint import (CKPT_NAME, LAST_NAME, load_checkpoint, load_init_checkpoint, load_matching_weights,
                                    load_optimizer_state)
 from safety_net.configurator import UserError
@@ -82,7 +82,12 @@ class StartingPoint:
                                 f"where {ckpt['path']} is (fix: --max_iters above {ckpt['iter_num']} to train on, "
                                 f"or --eval_only=True to evaluate it)")
             saved = ckpt["model_args"]
+            preset = load_variant(config["variant"]) if config["variant"] else {}
             for key in sorted(k for k in args if k != "dropout" and args[k] != saved.get(k)):
+                if key in preset and preset[key] == args[key]:   # the value --variant set (train.py)
+                    raise UserError(f"resume: {key}={args[key]!r} (from --variant={config['variant']}) differs "
+                                    f"from the checkpoint's {key}={saved.get(key)!r} (fix: drop --variant: a "
+                                    f"resume builds the model its checkpoint holds)")
                 raise UserError(f"resume: {key}={args[key]!r} differs from the checkpoint's {key}="
                                 f"{saved.get(key)!r} (fix: drop that override, or start a new run from its "
                                 f"weights: --init_from={ckpt['path']} --allow_partial_init=True)")

@@ -196,8 +196,9 @@ def write_dataset(out_dir, splits, meta, force=False):
 
 def check_replace(out_dir, meta, force=False):
     """One line unless out_dir is free for `meta`'s dataset: no complete dataset there (no meta.json, or a damaged
-    one: an interrupted prepare), or one of the same text and tokenizer (the text's sha256; a folder that records
-    none: the same tokenizer and split sizes), or force."""
+    one: an interrupted prepare), or one of the same text, tokenizer and split sizes (the text's sha256; a folder
+    that records none: the same tokenizer and split sizes), or force. Split otherwise (--val_fraction), runs
+    resumed on it would evaluate on other text, and train on text they evaluated on."""
     try:
         old = load_meta(out_dir)
     except UserError:
@@ -207,9 +208,16 @@ def check_replace(out_dir, meta, force=False):
         same_text = text["sha256"] == meta["text"]["sha256"]
     else:
         same_text = old.get("splits") == meta["splits"]
-    if force or same_text and tokenizer_id(old) == tokenizer_id(meta):
+    same_tokenizer = tokenizer_id(old) == tokenizer_id(meta)
+    same_splits = old.get("splits") == meta["splits"]
+    if force or same_text and same_tokenizer and same_splits:
         return
-    what = "another text" if not same_text else f"this text in another tokenizer ({old.get('tokenizer')})"
+    if not same_text:
+        what = "another text"
+    elif not same_tokenizer:
+        what = f"this text in another tokenizer ({old.get('tokenizer')})"
+    else:
+        what = "this text split otherwise (another --val_fraction: runs resumed on it would evaluate on other text)"
     source = f", from {text['path']}" if text.get("path") else ""
     raise UserError(f"{out_dir} holds the dataset {old.get('dataset')!r} of {what}{source} (fix: --force to "
-                    f"replace it, or another name: python prepare.py NAME --input=...)")
+                    f"replace it, or write it elsewhere: another dataset name or --out_dir)")

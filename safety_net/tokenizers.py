@@ -34,6 +34,7 @@ def get_gpt2_encoding(ranks_path=None):
     encoding tiktoken ships as "gpt2". Without one we ask tiktoken, which downloads (or uses its cache).
     """
     import tiktoken   # here, not at the top: a char-level run never pays for it
+    given = ranks_path
     ranks_path = ranks_path or os.environ.get("GPT2_TIKTOKEN_FILE") or None
     if ranks_path is None:
         try:
@@ -42,24 +43,24 @@ def get_gpt2_encoding(ranks_path=None):
             raise UserError(f"could not load the GPT-2 BPE vocabulary ({one_line(e)}) "
                             "(fix: set GPT2_TIKTOKEN_FILE=PATH to a local gpt2.tiktoken ranks file: every script reads "
                             "it)") from None
-    return _gpt2_encoding_from_file(os.path.abspath(ranks_path))
+    # where the path came from, for the fix: a command's --gpt2_ranks, or the variable
+    source = "--gpt2_ranks" if given else "GPT2_TIKTOKEN_FILE"
+    return _gpt2_encoding_from_file(os.path.abspath(ranks_path), source)
 
 
 @functools.lru_cache(maxsize=4)
-def _gpt2_encoding_from_file(path):
+def _gpt2_encoding_from_file(path, source="GPT2_TIKTOKEN_FILE"):
     import tiktoken
     import tiktoken.load
+    fix = f"(fix: point {source} at a gpt2.tiktoken ranks file)"
     if not os.path.isfile(path):
-        raise UserError(f"GPT-2 ranks file not found: {path} "
-                        "(fix: point GPT2_TIKTOKEN_FILE=PATH at a gpt2.tiktoken ranks file)")
+        raise UserError(f"GPT-2 ranks file not found: {path} {fix}")
     try:
         ranks = tiktoken.load.load_tiktoken_bpe(path)
     except Exception as e:
-        raise UserError(f"could not read GPT-2 ranks file {path} ({one_line(e)}) "
-                        "(fix: point GPT2_TIKTOKEN_FILE=PATH at a gpt2.tiktoken ranks file)") from None
+        raise UserError(f"could not read GPT-2 ranks file {path} ({one_line(e)}) {fix}") from None
     if len(ranks) != GPT2_EOT_ID:
-        raise UserError(f"{path} has {len(ranks)} ranks, expected {GPT2_EOT_ID} for GPT-2 "
-                        "(fix: point GPT2_TIKTOKEN_FILE=PATH at a gpt2.tiktoken ranks file)")
+        raise UserError(f"{path} has {len(ranks)} ranks, expected {GPT2_EOT_ID} for GPT-2 {fix}")
     return tiktoken.Encoding(name="gpt2", pat_str=GPT2_PAT_STR, mergeable_ranks=ranks,
                              special_tokens={GPT2_EOT: GPT2_EOT_ID})
 

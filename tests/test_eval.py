@@ -195,6 +195,15 @@ def test_eval_cli_in_process(tmp_path, capsys):
     assert f"{r['nll_sum'] / 99:.4f}" in out
     with pytest.raises(SystemExit, match="split 'train' not found"):
         eval_script.main([f"--out_dir={tmp_path / 'out'}", "--device=cpu", "--splits=train"])
+    # --num_threads, as sample.py's (it was an unknown key); the suite's one thread put back after
+    threads = torch.get_num_threads()
+    try:
+        eval_script.main([f"--out_dir={tmp_path / 'out'}", "--device=cpu", "--num_threads=2"])
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(threads)
+    with pytest.raises(SystemExit, match="num_threads must be"):
+        eval_script.main([f"--out_dir={tmp_path / 'out'}", "--device=cpu", "--num_threads=-1"])
 
 
 def test_eval_table_is_recomputed_from_the_models_logits(tmp_path, capsys):

@@ -207,6 +207,23 @@ def test_deep_thinking_is_refused_in_one_line():
     assert "Deep Thinking" in str(e.value) and "(fix: " in str(e.value) and "\n" not in str(e.value)
 
 
+def test_the_runner_draws_only_the_tokenizers_ids():
+    """A program whose vocabulary is padded past its tokenizer's: sampled(n_tokens=...) draws only the tokenizer's
+    ids (the text stream had no bytes for the others). A stand-in program whose logits favour the padded ids."""
+    class Padded:
+        max_len = 8
+
+        def prefill(self, window):
+            return torch.arange(40.0) / 4
+
+        def decode(self, token, position):
+            return torch.arange(40.0) / 4
+
+    g = torch.Generator().manual_seed(0)
+    assert max(run.sampled(Padded(), [1, 2], 30, 1.0, None, g)) >= 10
+    assert max(run.sampled(Padded(), [1, 2], 30, 1.0, None, g, n_tokens=10)) < 10
+
+
 @pytest.mark.parametrize("vocab,top_k", [(65, 200), (65, 5), (97, None), (50257, 200)])
 def test_runner_draws_the_tokens_of_sample_next(vocab, top_k):
     """The runner imports no model code: its sample_next draws by the exponential race (argmax of p_i / E_i,

@@ -127,6 +127,16 @@ def test_bad_input_is_one_line_and_writes_nothing(notes, content, argv, words):
     assert sorted(os.listdir(notes)) == ["notes.txt"]
 
 
+def test_the_block_size_bound_is_the_shorter_splits(notes, capsys):
+    """With most of the text in val, train is the shorter split, and block_size must stay below it (the line named
+    val's length, which train.py then refused)."""
+    prepare.main(["--input=notes.txt", "--val_fraction=0.9"])
+    splits = json.loads((notes / "data" / "notes_char" / "meta.json").read_text())["splits"]
+    n_train = splits["train"]["tokens"]
+    assert n_train < splits["val"]["tokens"]
+    assert f"block_size must stay below {n_train:,}" in capsys.readouterr().out
+
+
 def test_a_dataset_of_another_text_is_replaced_only_with_force(notes, capsys):
     """The name collides with a dataset of another text: one line, the folder as it was; the same text again is
     fine (prepared again); --force replaces it."""
@@ -141,6 +151,11 @@ def test_a_dataset_of_another_text_is_replaced_only_with_force(notes, capsys):
     assert {p.name: p.read_bytes() for p in folder.iterdir()} == before, message
     prepare.main(["--input=other/notes.txt", "--force"])
     assert decoded_splits(folder)[0] == TEXT.upper()[:int(len(TEXT) * 0.9)]
+    # the same text split otherwise: a resumed run would have evaluated on other text without a word
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    one_error_line(prepare.main, ["--input=other/notes.txt", "--val_fraction=0.5"], "of this text split otherwise",
+                   "another --val_fraction", "--force", "another dataset name or --out_dir")
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
 
 
 def test_train_py_says_how_to_prepare_an_unknown_dataset_and_a_too_short_text(notes, capsys):

@@ -323,3 +323,17 @@ def test_options_are_every_commands_keys(tmp_path, monkeypatch):
     write_input(tmp_path, SMALL_TEXT + "another text")
     prepare.main(["--input=input.txt", "--force"])
     assert read_meta(tmp_path / "data" / "input_char")["text"]["characters"] == len(SMALL_TEXT + "another text")
+
+
+def test_a_missing_ranks_file_names_where_its_path_came_from(tmp_path, monkeypatch):
+    """--gpt2_ranks=<missing>: the fix names --gpt2_ranks (it named only GPT2_TIKTOKEN_FILE); a missing file the
+    variable names: the variable."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "notes.txt").write_text("some notes of mine\n" * 50, encoding="utf-8")
+    monkeypatch.delenv("GPT2_TIKTOKEN_FILE", raising=False)
+    one_error_line(prepare.main, ["--input=notes.txt", "--tokenizer=gpt2", f"--gpt2_ranks={tmp_path}/none"],
+                   "GPT-2 ranks file not found", "(fix: point --gpt2_ranks at a gpt2.tiktoken ranks file)")
+    monkeypatch.setenv("GPT2_TIKTOKEN_FILE", str(tmp_path / "nothing"))
+    one_error_line(prepare.main, ["--input=notes.txt", "--tokenizer=gpt2"],
+                   "GPT-2 ranks file not found", "(fix: point GPT2_TIKTOKEN_FILE at a gpt2.tiktoken ranks file)")
+    assert sorted(os.listdir(tmp_path)) == ["notes.txt"]

@@ -313,6 +313,27 @@ def test_unknown_dataset_via_main(tmp_path, monkeypatch):
     assert msg.startswith("error: ") and "no_such_data" in msg and "\n" not in msg
 
 
+def test_a_run_given_only_data_dir_records_that_folders_dataset(tiny_train_config):
+    """--data_dir without --dataset: the checkpoint names the folder's dataset (meta.json's), not the default
+    shakespeare_char, which later messages then named as what the model was trained on."""
+    config = {k: v for k, v in tiny_train_config.items() if k != "dataset"}
+    run(dict(config, max_iters=10))
+    ckpt = torch.load(os.path.join(config["out_dir"], "ckpt.pt"), weights_only=True)
+    assert ckpt["dataset"] == "synthetic" and ckpt["config"]["dataset"] == "synthetic"
+
+
+def test_a_resume_whose_variant_differs_from_its_checkpoint_names_the_variant(tiny_train_config):
+    """A value --variant set, not one the user typed, is named as the variant's, and the fix is to drop it (it
+    said "drop that override" of a key never given, or to start a partly new model)."""
+    lgpt = dict(tiny_train_config, variant="lgpt", n_head=2, tie_embeddings=False, max_iters=10)
+    run(lgpt)
+    resume = {k: v for k, v in lgpt.items() if k not in ("block_size", "n_layer")}
+    with pytest.raises(UserError, match=r"block_size=256 \(from --variant=lgpt\) differs .*fix: drop --variant"):
+        run(dict(resume, init_from="resume", max_iters=20))
+    with pytest.raises(UserError, match="n_layer=3 differs .*drop that override"):
+        run(dict(lgpt, init_from="resume", max_iters=20, n_layer=3))
+
+
 def test_resume_refuses_architecture_change(tiny_train_config):
     run(dict(tiny_train_config, max_iters=10))
     with pytest.raises(UserError, match="n_layer"):

@@ -92,6 +92,15 @@ def test_bad_resume_input_changes_nothing(finished, tmp_path, override, words):
     assert snapshot(cfg["out_dir"]) == before   # log.csv, last.pt, ckpt.pt, loss.png untouched
 
 
+def test_data_segments_that_are_not_a_npy_file_say_so(finished, tmp_path):
+    """numpy reads such a file as a pickle, refuses it and advises loading it unsafely: not passed on."""
+    text = tmp_path / "segments.npy"
+    text.write_text("hi\n")
+    cfg = dict(copy_run(finished, tmp_path), init_from="resume", data_segments=str(text))
+    message = main_error(argv(cfg))
+    assert "it is not a .npy file" in message and "allow_pickle" not in message and "unsafe" not in message
+
+
 def test_warmup_longer_than_the_run_names_the_fix_that_works(tiny_train_config):
     message = main_error(argv(dict(tiny_train_config, max_iters=20, lr_decay_iters=20, warmup_iters=100)))
     assert "warmup_iters" in message and "--warmup_iters=2" in message
@@ -296,6 +305,16 @@ def test_resume_with_log_rows_that_are_not_numbers(finished, tmp_path, capsys):
         assert "oops" not in f.read()
 
 
+def test_an_eval_only_resume_changes_nothing_in_out_dir(finished, tmp_path, capsys):
+    """--eval_only on a resumed run saves no checkpoint, so log.csv and loss.png stay as they were (it appended
+    its evaluation's row to log.csv and redrew loss.png)."""
+    cfg = copy_run(finished, tmp_path)
+    before = without_lock(snapshot(cfg["out_dir"]))
+    run(dict(cfg, init_from="resume", eval_only=True))
+    assert "this run saved no checkpoint" in capsys.readouterr().out
+    assert without_lock(snapshot(cfg["out_dir"])) == before
+
+
 @pytest.mark.parametrize("how", ["max_iters=0", "killed before its first save"])
 def test_a_new_run_that_saves_nothing_keeps_the_earlier_runs_log(finished, tmp_path, capsys, how):
     """log.csv and loss.png go with the checkpoints beside them: a new run that writes no checkpoint leaves the
@@ -312,7 +331,7 @@ def test_a_new_run_that_saves_nothing_keeps_the_earlier_runs_log(finished, tmp_p
 
     if how == "max_iters=0":
         run(dict(cfg, max_iters=0))
-        assert "this run saved no checkpoint: kept the earlier run's log.csv and loss.png" in capsys.readouterr().out
+        assert "this run saved no checkpoint: kept log.csv and loss.png" in capsys.readouterr().out
     else:
         with pytest.raises(Killed):
             run(cfg, callback=kill)

@@ -106,7 +106,8 @@ def test_wikitext103_download_failure(tmp_path, offline):
     with pytest.raises(UserError) as exc:
         prepare("wikitext103", out_dir=str(tmp_path / "o"))
     msg = str(exc.value)
-    assert "\n" not in msg and msg.startswith("could not download WikiText-103") and "--source" in msg
+    assert "\n" not in msg and msg.startswith("could not download WikiText-103") and "(fix: " in msg and "--source" in msg
+    assert not (tmp_path / "o").exists()   # it left an empty folder behind
 
 
 def test_wikitext_that_is_not_utf8_leaves_the_folder_as_it_was(tmp_path, offline):

@@ -55,7 +55,7 @@ from safety_net.configurator import UserError, run_command
 from safety_net.dataset import load_meta, resolve_data_dir
 from safety_net.dataset import load_tokenizer
 from safety_net.dataset import split_tokens
-from safety_net.runtime import autocast, resolve_device, resolve_dtype
+from safety_net.runtime import autocast, check_num_threads, resolve_device, resolve_dtype
 
 DEFAULTS = dict(
     out_dir="",             # directory with ckpt.pt / last.pt, or a checkpoint file; "" = the out*/ folder
@@ -75,6 +75,7 @@ DEFAULTS = dict(
     dtype="auto",
     keep_heaviest_branch=False,  # pgpt: evaluate with only the heaviest branch (paper 004's inference)
     compile=False,
+    num_threads=0,          # CPU threads; 0 = torch's default (1 on a busy machine, as sample.py's)
 )
 BOOL_FLAGS = ("keep_heaviest_branch", "compile")
 
@@ -350,6 +351,9 @@ def main(argv=None):
 
 def run(cfg):
     check_outputs(cfg)
+    check_num_threads(cfg["num_threads"])
+    if cfg["num_threads"] > 0:
+        torch.set_num_threads(cfg["num_threads"])
     ranks = cfg["gpt2_ranks"]
     if not ranks:
         return run_eval(cfg)

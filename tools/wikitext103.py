@@ -14,6 +14,7 @@ CPUs). --vocab_size K: the K GPT-2 tokens most frequent in the training split (t
 with its coverage / PEHL report for --n_layer / --n_embd and coverage.png (--no_plot: none).
 Tokenization throughput: python -m tools.bench_tokenize.
 """
+import contextlib
 import os
 import re
 import zipfile
@@ -107,14 +108,18 @@ def wikitext_source(out_dir, source=None):
     path = os.path.join(out_dir, "wikitext-103-raw-v1.zip")
     if os.path.isfile(path):
         return path
+    existed = os.path.isdir(out_dir)
     reasons = []
     for url in WIKITEXT103_URLS:
         try:
             return download(url, path, WIKITEXT103_BYTES, WIKITEXT103_SHA256)
         except (OSError, ValueError) as e:
             reasons.append(f"{url.split('/')[2]}: {one_line(e)}")
-    raise UserError(f"could not download WikiText-103 ({'; '.join(reasons)}); pass a local "
-                    "wikitext-103-raw-v1.zip or its extracted folder with --source PATH") from None
+    if not existed:   # the download made it, and nothing is in it
+        with contextlib.suppress(OSError):
+            os.rmdir(out_dir)
+    raise UserError(f"could not download WikiText-103 ({'; '.join(reasons)}) (fix: pass a local "
+                    "wikitext-103-raw-v1.zip or its extracted folder with --source PATH)") from None
 
 
 def check_utf8(splits, source):

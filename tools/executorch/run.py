@@ -98,10 +98,11 @@ def sample_next(logits, temperature, top_k, generator):
     return int(torch.argmax(probs / torch.empty_like(probs).exponential_(generator=generator)))
 
 
-def sampled(program, ids, max_new_tokens, temperature=1.0, top_k=None, generator=None):
+def sampled(program, ids, max_new_tokens, temperature=1.0, top_k=None, generator=None, n_tokens=None):
     """Yield max_new_tokens tokens sampled after ids, each as soon as it is drawn (the runner prints it). When the
     window is full (max_len tokens) the newest max_len // 2 are prefilled again from position 0, as
-    model.generate does; only the window is kept, so a long run holds no more than max_len + 1 ids."""
+    model.generate does; only the window is kept, so a long run holds no more than max_len + 1 ids. n_tokens:
+    only ids below it (a tokenizer smaller than the model's padded vocabulary), as model.generate's."""
     window, prime = list(ids), True
     for _ in range(max_new_tokens):
         if len(window) > program.max_len:
@@ -110,7 +111,7 @@ def sampled(program, ids, max_new_tokens, temperature=1.0, top_k=None, generator
             logits, prime = program.prefill(window), False
         else:
             logits = program.decode(window[-1], len(window) - 1)
-        token = sample_next(logits, temperature, top_k, generator)
+        token = sample_next(logits[:n_tokens], temperature, top_k, generator)
         window.append(token)
         yield token
 
@@ -231,8 +232,9 @@ def run(cfg):
     stream = TextStream(token_bytes=TokenBytes(tokenizer))
     for _ in range(cfg["num_samples"]):
         stream.write(cfg["start"])   # the prompt as given; then each token as it comes (Ctrl-C: exit 130)
+        n_tokens = max(tokenizer.get_vocab(with_added_tokens=True).values()) + 1   # its ids: 0 .. n_tokens - 1
         for token in sampled(program, start_ids, cfg["max_new_tokens"], cfg["temperature"], cfg["top_k"],
-                             generator):
+                             generator, n_tokens):
             stream.add_token(token)
             n_new += 1
         stream.end()
