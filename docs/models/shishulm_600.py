@@ -6,7 +6,7 @@ classes, functions, branches and GPTConfig fields), in model.py's order, with it
 computes exactly what model.py computes for it. Do not edit: regenerate.
 
     made by:  python -m tools.one_file shishulm_600 --out=docs/models/shishulm_600.py
-    model.py of commit 2aaef86
+    model.py of commit cfeb6d5
 """
 
 from dataclasses import dataclass
@@ -342,10 +342,11 @@ class GPT(nn.Module):
     # --- generation ---
     @torch.inference_mode()
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None,
-                 use_kv_cache=True, generator=None, on_token=None):
+                 use_kv_cache=True, generator=None, on_token=None, n_tokens=None):
         """Sample max_new_tokens tokens after idx (B, T): one token a step
         through the KV cache, or the whole window (use_kv_cache=False; the same
-        logits). on_token(token): each new token (0-d) of the first sequence."""
+        logits). on_token(token): each new token (0-d) of the first sequence.
+        n_tokens: only ids below it (a padded vocab_size)."""
         was_training = self.training
         self.eval()
         block_size = self.config.block_size
@@ -353,7 +354,7 @@ class GPT(nn.Module):
         start = 0   # the window is idx[:, start:]
         for _ in range(max_new_tokens):
             # window full: start again at position 0 from its recent half (nanoGPT
-            # crops every step, but a cache would then refill at every step)
+            # crops every step; a cache would then refill every step)
             if idx.size(1) - start > block_size:
                 start = idx.size(1) - max(1, block_size // 2)
                 if cache is not None:
@@ -363,7 +364,7 @@ class GPT(nn.Module):
             else:
                 window = idx[:, -1:]   # the cache holds the window but its last token
             logits, _ = self(window, cache=cache)
-            idx_next = sample_next(logits[:, -1, :], temperature, top_k, generator)
+            idx_next = sample_next(logits[:, -1, :n_tokens], temperature, top_k, generator)
             idx = torch.cat((idx, idx_next), dim=1)
             if on_token is not None:
                 on_token(idx_next[0, 0])
