@@ -450,6 +450,27 @@ MUTANTS = [
            ' shrink_layer=("linear", "conv"),',
            "",
            "tests/test_model.py -k 'invalid_configs and shrink_layer'", every=False),
+    # --- an eighth session's fuzz and walkthrough: configs accepted, then built wrong; a padded vocabulary sampled ---
+    Mutant("width_halved_to_zero_accepted", "model.py",
+           "        require(width > 0 and width % c.n_head == 0,",
+           "        require(width % c.n_head == 0,",
+           "tests/test_model.py -k invalid_configs", every=False),
+    Mutant("rope_checks_the_narrowest_head_only", "model.py",
+           "        head_dim = width // c.n_head\n",
+           "        head_dim = c.widths()[-1] // c.n_head\n",
+           "tests/test_model.py -k invalid_configs", every=False),
+    Mutant("ffn_without_units_accepted", "model.py",
+           "        require(c.mlp_hidden or c.mlp_ratio * width >= 1,",
+           "        require(True,",
+           "tests/test_model.py -k invalid_configs", every=False),
+    Mutant("padded_vocabulary_draws_every_id", "model.py",
+           "idx_next = sample_next(logits[:, -1, :n_tokens], temperature, top_k, generator)",
+           "idx_next = sample_next(logits[:, -1, :], temperature, top_k, generator)",
+           "tests/test_sample.py -k padded_vocabulary", every=False),
+    Mutant("sample_py_draws_every_id", "sample.py",
+           "on_token=on_token, n_tokens=tok.vocab_size)",
+           "on_token=on_token)",
+           "tests/test_sample.py -k padded_vocabulary", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that
