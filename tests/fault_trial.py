@@ -456,6 +456,7 @@ def bench_cases():
     yield case("bench_tokenize_mb_huge", "numbers", tool("bench_tokenize", "--mb=1e12"))
     yield case("bench_tokenize_num_proc_huge", "numbers", tool("bench_tokenize", *bt, "--num_proc=1000000"))
     yield case("bench_tokenize_gpt2_ranks_missing", "paths", tool("bench_tokenize", *bt, "--gpt2_ranks={c}/nope"))
+    yield case("bench_tokenize_input_missing", "paths", tool("bench_tokenize", *bt, "--input_path={c}/nope.txt"))
 
 
 def huggingface_cases():
@@ -640,6 +641,9 @@ def own_text_cases():
                setup=files(**{"notes.txt": text}))
     yield case("prepare_text_over_another_dataset", "second writer", [*own, "--out_dir={c}/data"],
                setup=chain(copy_data(), files(**{"notes.txt": text})), needs=DATA)
+    yield case("prepare_shakespeare_split_otherwise", "second writer",   # the same text, another val_fraction
+               ["prepare.py", "shakespeare_char", "--out_dir={c}/data", "--val_fraction=0.5"], setup=copy_data(),
+               needs=DATA)
     yield case("prepare_text_over_shakespeare_by_name", "second writer",
                [*own, "shakespeare_char", "--out_dir={c}/data"],
                setup=chain(copy_data(), files(**{"notes.txt": text})), needs=DATA)
