@@ -244,8 +244,11 @@ class RunDir:
         and loss.png kept), the closing line, then the dict train() returns (tools/compare.py reads
         it)."""
         if self.master and self.csv_log.discard():
-            self.say(f"this run saved no checkpoint: kept log.csv and loss.png in {self.path} as they were, with "
-                     f"the checkpoints they go with")
+            if os.path.exists(self.csv_log.path):
+                self.say(f"this run saved no checkpoint: kept log.csv and loss.png in {self.path} as they were, "
+                         f"with the checkpoints they go with")
+            else:   # --eval_only into a new out_dir
+                self.say("this run saved no checkpoint, so it wrote no log.csv or loss.png either")
         elif self.master:
             self.csv_log.close()
             plot_run(self.csv_log.rows, os.path.join(self.path, "loss.png"),

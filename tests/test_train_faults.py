@@ -305,6 +305,17 @@ def test_resume_with_log_rows_that_are_not_numbers(finished, tmp_path, capsys):
         assert "oops" not in f.read()
 
 
+def test_an_eval_only_run_into_a_new_out_dir_writes_no_log(finished, tmp_path, capsys):
+    """--eval_only of another run's checkpoint into a new out_dir: the losses are printed, and no log.csv or loss.png
+    is left without the checkpoint they would go with."""
+    cfg = dict(finished, out_dir=str(tmp_path / "fresh"), init_from=os.path.join(finished["out_dir"], "ckpt.pt"),
+               eval_only=True)
+    run(cfg)
+    out = capsys.readouterr().out
+    assert "val loss" in out and "wrote no log.csv or loss.png" in out
+    assert not {"log.csv", "loss.png"} & set(os.listdir(cfg["out_dir"]))
+
+
 def test_an_eval_only_resume_changes_nothing_in_out_dir(finished, tmp_path, capsys):
     """--eval_only on a resumed run saves no checkpoint, so log.csv and loss.png stay as they were (it appended
     its evaluation's row to log.csv and redrew loss.png)."""
