@@ -56,7 +56,7 @@ class GPTConfig:
     # --- embeddings: tying (000 2.4), factorization (002 3.0.1) ---
     tie_embeddings: bool = True
     head_bias: bool = False         # a bias on the head (000's code)
-    embd_factor_dim: Optional[int] = None   # E: vocab -> E -> embd_width()
+    embd_factor_dim: Optional[int] = None   # E: vocab -> E -> width
     # --- layer sharing (000 2.6, 002 3.0.2, 001 4.4): build_shared_layers, section 5 ---
     share_group_size: int = 1       # k consecutive layers, one set of weights
     share_from_layer: int = 0       # layers below are never shared
