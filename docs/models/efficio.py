@@ -6,7 +6,7 @@ classes, functions, branches and GPTConfig fields), in model.py's order, with it
 computes exactly what model.py computes for it. Do not edit: regenerate.
 
     made by:  python -m tools.one_file efficio --out=docs/models/efficio.py
-    model.py of commit cfeb6d5
+    model.py of commit 7fd8ad7
 """
 
 import math
@@ -32,7 +32,7 @@ class GPTConfig:
     bias: bool = True               # in Linears and norms (GPT-2: True, LLaMA: False)
     norm_eps: float = 1e-5
     mlp_ratio: float = 4.0
-    embd_factor_dim: Optional[int] = 128   # E: vocab -> E -> n_embd; this file: 128 only
+    embd_factor_dim: Optional[int] = 128   # E: vocab -> E -> width; this file: 128 only
     # --- layer sharing (000 2.6, 002 3.0.2, 001 4.4): build_shared_layers, section 5 ---
     share_group_size: int = 1       # k consecutive layers, one set of weights
     share_from_layer: int = 0       # layers below are never shared
