@@ -34,7 +34,7 @@ def get_gpt2_encoding(ranks_path=None):
     encoding tiktoken ships as "gpt2". Without one we ask tiktoken, which downloads (or uses its cache).
     """
     import tiktoken   # here, not at the top: a char-level run never pays for it
-    given = ranks_path
+    source = "--gpt2_ranks" if ranks_path else "GPT2_TIKTOKEN_FILE"   # where the path came from, for the fix
     ranks_path = ranks_path or os.environ.get("GPT2_TIKTOKEN_FILE") or None
     if ranks_path is None:
         try:
@@ -43,8 +43,6 @@ def get_gpt2_encoding(ranks_path=None):
             raise UserError(f"could not load the GPT-2 BPE vocabulary ({one_line(e)}) "
                             "(fix: set GPT2_TIKTOKEN_FILE=PATH to a local gpt2.tiktoken ranks file: every script reads "
                             "it)") from None
-    # where the path came from, for the fix: a command's --gpt2_ranks, or the variable
-    source = "--gpt2_ranks" if given else "GPT2_TIKTOKEN_FILE"
     return _gpt2_encoding_from_file(os.path.abspath(ranks_path), source)
 
 
@@ -294,9 +292,9 @@ def render(tok, start_text, start_ids, ids):
 
 
 class TextStream:
-    """A sample printed as it is generated (tools.executorch.run, tools.llamacpp.run; sample.py's print_token alike): add(bytes) each
-    token's bytes as it comes (or add_token(id) with a tokenizer's token_bytes), end() after the last. An
-    incremental UTF-8 decoder holds back a character until all its bytes are there (a GPT-2 BPE token can end
+    """A sample printed as it is generated (tools.executorch.run, tools.llamacpp.run; sample.py's print_token
+    does the same): add(bytes) each token's bytes as it comes (or add_token(id) with a tokenizer's
+    token_bytes), end() after the last. An incremental UTF-8 decoder holds back a character until all its bytes are there (a GPT-2 BPE token can end
     inside one) and the rest is printed at once, flushed. Bytes that are not UTF-8 print as U+FFFD, as decoding
     the whole sample does: the text equals decoding it at the end."""
 

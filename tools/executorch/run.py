@@ -230,9 +230,9 @@ def run(cfg):
     generator = torch.Generator().manual_seed(cfg["seed"])
     t0, n_new = time.perf_counter(), 0
     stream = TextStream(token_bytes=TokenBytes(tokenizer))
+    n_tokens = max(tokenizer.get_vocab(with_added_tokens=True).values()) + 1   # its ids: 0 .. n_tokens - 1
     for _ in range(cfg["num_samples"]):
         stream.write(cfg["start"])   # the prompt as given; then each token as it comes (Ctrl-C: exit 130)
-        n_tokens = max(tokenizer.get_vocab(with_added_tokens=True).values()) + 1   # its ids: 0 .. n_tokens - 1
         for token in sampled(program, start_ids, cfg["max_new_tokens"], cfg["temperature"], cfg["top_k"],
                              generator, n_tokens):
             stream.add_token(token)
