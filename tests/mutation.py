@@ -471,6 +471,14 @@ MUTANTS = [
            "on_token=on_token, n_tokens=tok.vocab_size)",
            "on_token=on_token)",
            "tests/test_sample.py -k padded_vocabulary", every=False),
+    Mutant("one_file_writes_unchecked_files", "tools/one_file.py",
+           "    if difference:\n        name = ",
+           "    if False:\n        name = ",
+           "tests/test_one_file.py -k writes_no_file", every=False),
+    Mutant("one_file_checks_greedy_tokens_only", "tools/one_file.py",
+           "        a, b = (m.generate(prompt, tokens, use_kv_cache=use_kv_cache, generator=",
+           "        a, b = (m.generate(prompt, tokens, use_kv_cache=use_kv_cache, temperature=0, generator=",
+           "tests/test_one_file.py -k planted", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

@@ -3,8 +3,9 @@ tools/one_file.py: model.py specialised to one config, checked to compute exactl
 
 Per preset (variants/), the file made now equals the committed docs/models/<preset>.py (less the commit line), and the
 file, given a checkpoint of a model.py model (its model_args and state_dict, tiny: the sizes the tool traces), gives
-bit-identical logits and losses (training and evaluation mode), greedy tokens through the KV cache past block_size,
-and the same initial weights from the same seed. The same for one flag set per row of README.md's Techniques table,
+bit-identical logits and losses (training and evaluation mode), logits through the KV cache, sampled tokens past
+block_size with and without it, greedy tokens, and the same initial weights from the same seed: the check the command
+runs on every file it makes (bugs planted in a file show in it). The same for one flag set per row of README.md's Techniques table,
 set on a small gpt as tests/test_technique_lines.py sets it. A comment planted on a model.py line that only the
 presets with one flag run changes only their files; the plain GPT file names none of the other techniques' code.
 """
@@ -57,68 +58,14 @@ def load_module(path, name):
     return module
 
 
-def module_of(text, tmp_path, name):
-    path = tmp_path / f"{name}.py"
-    path.write_text(text, encoding="utf-8")
-    return load_module(str(path), f"one_file_{name}")
-
-
-def same_as_model_py(module, args, keep=False):
-    """What differs between model.py's GPT and the file's, built from one checkpoint ('' if nothing)."""
-    torch.manual_seed(0)
-    ref = model.GPT(model.GPTConfig(**args))
-    config = ref.config
-    torch.manual_seed(0)
-    fresh = module.GPT(module.config_from(dataclasses.asdict(config))).state_dict()
-    if fresh.keys() != ref.state_dict().keys() or not all(
-            torch.equal(fresh[k], v) for k, v in ref.state_dict().items()):
-        return "initial weights"
-    with torch.no_grad():   # weights at std 0.3: attention far from uniform, so that a wrong mask shows
-        for p in ref.parameters():
-            p.copy_(torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())) * 0.3)
-    checkpoint = {"model_args": dataclasses.asdict(config), "model": ref.state_dict()}
-    mine = module.GPT(module.config_from(checkpoint["model_args"]))
-    mine.load_state_dict(checkpoint["model"])
-    idx = torch.randint(0, args["vocab_size"], (2, args["block_size"]), generator=torch.Generator().manual_seed(1))
-    for mode in ("train", "eval"):
-        ref.train(mode == "train")
-        mine.train(mode == "train")
-        torch.manual_seed(2)
-        logits, loss = ref(idx, targets=idx)
-        torch.manual_seed(2)
-        logits2, loss2 = mine(idx, targets=idx)
-        if not (torch.equal(logits, logits2) and torch.equal(loss, loss2)):
-            return f"logits or loss in {mode} mode"
-    if keep:
-        ref.keep_heaviest_branch()
-        mine.keep_heaviest_branch()
-    with torch.inference_mode():   # through the KV cache: a prefill, one token a step, then 3 at once
-        caches = [model.KVCache(config.block_size), module.KVCache(config.block_size)]
-        for start, end in [(0, 5), (5, 6), (6, 7), (7, 8), (8, 11)]:
-            a, b = (m(idx[:1, start:end], cache=c)[0] for m, c in zip((ref, mine), caches))
-            if not torch.equal(a, b):
-                return f"logits through the KV cache at position {start}"
-    prompt = torch.zeros((1, 3), dtype=torch.long)
-    tokens = args["block_size"] + 2   # past the window: it starts again
-    if not torch.equal(ref.generate(prompt, tokens, temperature=0), mine.generate(prompt, tokens, temperature=0)):
-        return "greedy tokens"
-    # sample.py's way, each token handed to on_token; and the whole window without the cache, past its end
-    handed = ([], [])
-    for m, got in zip((ref, mine), handed):
-        m.generate(prompt, tokens, temperature=0, use_kv_cache=False, on_token=got.append)
-    if handed[0] != handed[1] or len(handed[1]) != tokens:
-        return "tokens handed to on_token without the cache"
-    return ""
-
-
 @pytest.mark.parametrize("preset", PRESETS)
-def test_preset_file_is_up_to_date_and_computes_as_model_py(preset, tmp_path):
+def test_preset_file_is_up_to_date_and_computes_as_model_py(preset):
     text, args, _, _ = made(preset)
     with open(os.path.join(one_file.OUT_DIR, f"{preset}.py"), encoding="utf-8") as f:
         committed = f.read()
     assert without_commit(committed) == without_commit(text), (
         f"docs/models/{preset}.py is not what model.py makes now (fix: python -m tools.one_file --all)")
-    assert same_as_model_py(module_of(text, tmp_path, preset), args) == ""
+    assert one_file.differs_from_model_py(one_file.module_of(text), args) == ""
 
 
 def row_flags(flags):
@@ -157,20 +104,56 @@ def row_id(overrides, keep):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("overrides,keep", ROWS, ids=[row_id(o, k) for o, k in ROWS])
-def test_technique_row_file_computes_as_model_py(overrides, keep, tmp_path):
+def test_technique_row_file_computes_as_model_py(overrides, keep):
     text, args, _, _ = made("gpt", overrides, keep)
-    assert same_as_model_py(module_of(text, tmp_path, "row"), args, keep) == ""
+    assert one_file.differs_from_model_py(one_file.module_of(text), args, keep) == ""
+
+
+# bugs planted in the plain GPT file, each where one of the check's quantities shows it first
+PLANTED_BUGS = {
+    "nn.init.zeros_(module.bias)": ("nn.init.ones_(module.bias)", "initial weights"),
+    "return x + fx": ("return x + 0.9 * fx", "logits or loss in training mode"),
+    "return k_pos <= q_pos": ("return k_pos < q_pos + 2", "logits through the KV cache at position 8"),
+    "max(1, block_size // 2)": ("max(1, block_size // 4)", "sampled tokens with the KV cache"),
+    "window = idx[:, start:]": ("window = idx[:, start + 1:]", "sampled tokens with the KV cache"),
+    "return logits.argmax(dim=-1, keepdim=True)": ("return logits.argmin(dim=-1, keepdim=True)",
+                                                   "greedy tokens handed to on_token"),
+}
+
+
+@pytest.mark.parametrize("line", PLANTED_BUGS)
+def test_the_check_finds_a_bug_planted_in_the_file(line):
+    """The command's own check (differs_from_model_py) names the first quantity a planted bug changes."""
+    text, args, _, _ = made("gpt")
+    bug, found = PLANTED_BUGS[line]
+    assert text.count(line) == 1
+    assert one_file.differs_from_model_py(one_file.module_of(text.replace(line, bug)), args) == found
+
+
+def test_the_command_writes_no_file_that_computes_otherwise(tmp_path, monkeypatch):
+    """A file the tool got wrong is refused in one line before it is written: the check runs on every file the
+    command makes, not only on the presets' files tested here."""
+    specialise = one_file.specialise
+
+    def wrong(*args):
+        return specialise(*args).replace("return x + fx", "return x + 0.9 * fx")
+
+    monkeypatch.setattr(one_file, "specialise", wrong)
+    out = tmp_path / "gpt.py"
+    one_error_line(one_file.main, ["gpt", "--n_layer=2", f"--out={out}"], "gpt --n_layer=2 gives other logits",
+                   "a bug of this tool", "nothing written")
+    assert not out.exists()
 
 
 def test_rows_cover_the_techniques_table():
     assert len(table_rows()) >= 25 and len(ROWS) >= 20, "README.md's Techniques table not found"
 
 
-def test_swiglu_file_computes_as_model_py(tmp_path):
+def test_swiglu_file_computes_as_model_py():
     """One row in the default suite (every row: the slow test above; RoPE and GQA: the mobilellm presets)."""
     overrides = (("n_layer", 4), ("mlp_type", "gated"), ("activation", "silu"))
     text, args, _, _ = made("gpt", overrides)
-    assert same_as_model_py(module_of(text, tmp_path, "swiglu"), args) == ""
+    assert one_file.differs_from_model_py(one_file.module_of(text), args) == ""
 
 
 # the identifiers of the techniques plain GPT does not run: none may appear in its file's code (ASSUMED names their
@@ -274,7 +257,7 @@ def test_a_change_in_one_technique_changes_only_its_files():
             assert (f"# planted: {flag}" in new) == (preset in users[flag]), (preset, flag)
 
 
-def test_config_from_refuses_another_configs_checkpoint(tmp_path):
+def test_config_from_refuses_another_configs_checkpoint():
     gpt = load_module(os.path.join(one_file.OUT_DIR, "gpt.py"), "one_file_gpt")
     lgpt = dataclasses.asdict(model.GPTConfig(**variants.load("lgpt")))
     name = next(k for k, v in gpt.ASSUMED.items() if lgpt[k] != v)

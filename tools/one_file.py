@@ -38,23 +38,29 @@ GPTConfig keeps the fields kept code reads; the others, and those a removed cond
 a `self.x = config.f` it read), are ASSUMED at the values it ran with (a field it holds at one value only has
 that value as its default); `config_from(model_args)` checks a checkpoint's model_args against them (one
 ValueError naming the field) and builds the file's GPTConfig from the others. Both close the file, after the model.
+
+Checked: before printing or writing, the command builds model.py's GPT and the file's from one checkpoint at the
+traced sizes and compares them (`differs_from_model_py`); a file that computes anything otherwise is a bug of this
+tool, refused in one error line, nothing written.
 """
 import ast
 import collections
 import dataclasses
 import difflib
 import functools
+import importlib.util
 import io
 import os
 import re
 import subprocess
 import sys
+import tempfile
 import textwrap
 import tokenize
 
 import torch
 
-from model import GPTConfig, KVCache
+from model import GPT, GPTConfig, KVCache
 from tools import technique_lines
 import train
 import variants
@@ -1257,12 +1263,86 @@ def header(target, flags, out):
 
 
 def make(target, overrides=None, out=None, keep_heaviest_branch=False):
-    """(the text of target's file, the model's arguments it was traced with)."""
+    """(the text of target's file, the model's arguments it was traced with), the file checked to compute what
+    model.py computes before anything is printed or written."""
     tracer, ran_args, full_args = run(target, overrides, keep_heaviest_branch)
     with open(MODEL, encoding="utf-8") as f:
         text = f.read()
     flags = technique_lines.flag_texts(overrides or {}) + ["--keep_heaviest_branch"] * keep_heaviest_branch
-    return specialise(text, tracer, ran_args, full_args, header(target, flags, out)), ran_args
+    text = specialise(text, tracer, ran_args, full_args, header(target, flags, out))
+    difference = differs_from_model_py(module_of(text), ran_args, keep_heaviest_branch)
+    if difference:
+        name = " ".join([target, *flags])
+        raise UserError(f"the file made for {name} gives other {difference} than model.py: a bug of this tool, "
+                        f"nothing written (fix: read model.py's lines for it: python -m tools.technique_lines {name})")
+    return text, ran_args
+
+
+def module_of(text):
+    """The module of a file's text, imported from a temporary copy."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "one_file.py")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+        spec = importlib.util.spec_from_file_location("one_file_made", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    return module
+
+
+def differs_from_model_py(module, args, keep=False):
+    """What differs between model.py's GPT and the file's ('' if nothing), both built from one checkpoint of
+    model.py at the traced sizes (args): the initial weights from one seed; logits and loss in training and
+    evaluation mode; logits through the KV cache (a prefill, one token a step, then 3 at once); sampled tokens past
+    block_size with and without the cache; greedy tokens handed to on_token."""
+    torch.manual_seed(0)
+    ref = GPT(GPTConfig(**args))
+    config = ref.config
+    torch.manual_seed(0)
+    fresh = module.GPT(module.config_from(dataclasses.asdict(config))).state_dict()
+    if fresh.keys() != ref.state_dict().keys() or not all(
+            torch.equal(fresh[k], v) for k, v in ref.state_dict().items()):
+        return "initial weights"
+    with torch.no_grad():   # weights at std 0.3: attention far from uniform, so that a wrong mask shows
+        for p in ref.parameters():
+            p.copy_(torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())) * 0.3)
+    checkpoint = {"model_args": dataclasses.asdict(config), "model": ref.state_dict()}
+    mine = module.GPT(module.config_from(checkpoint["model_args"]))
+    mine.load_state_dict(checkpoint["model"])
+    idx = torch.randint(0, args["vocab_size"], (2, args["block_size"]), generator=torch.Generator().manual_seed(1))
+    for mode in ("training", "evaluation"):
+        ref.train(mode == "training")
+        mine.train(mode == "training")
+        torch.manual_seed(2)
+        logits, loss = ref(idx, targets=idx)
+        torch.manual_seed(2)
+        logits2, loss2 = mine(idx, targets=idx)
+        if not (torch.equal(logits, logits2) and torch.equal(loss, loss2)):
+            return f"logits or loss in {mode} mode"
+    if keep:
+        ref.keep_heaviest_branch()
+        mine.keep_heaviest_branch()
+    with torch.inference_mode():
+        caches = [KVCache(config.block_size), module.KVCache(config.block_size)]
+        for start, end in [(0, 5), (5, 6), (6, 7), (7, 8), (8, 11)]:
+            a, b = (m(idx[:1, start:end], cache=c)[0] for m, c in zip((ref, mine), caches))
+            if not torch.equal(a, b):
+                return f"logits through the KV cache at position {start}"
+    # past the window twice (it starts again), sampled: greedy tokens at these weights soon repeat one token
+    prompt = idx[:1, :3]
+    tokens = 2 * args["block_size"]
+    for use_kv_cache in (True, False):
+        a, b = (m.generate(prompt, tokens, use_kv_cache=use_kv_cache, generator=torch.Generator().manual_seed(3))
+                for m in (ref, mine))
+        if not torch.equal(a, b):
+            return f"sampled tokens {'with' if use_kv_cache else 'without'} the KV cache"
+    # greedy, sample.py's way: each token handed to on_token
+    handed = ([], [])
+    for m, got in zip((ref, mine), handed):
+        m.generate(prompt, tokens, temperature=0, on_token=got.append)
+    if handed[0] != handed[1] or len(handed[1]) != tokens:
+        return "greedy tokens handed to on_token"
+    return ""
 
 
 def build(target, overrides=None, out=None, keep_heaviest_branch=False):
