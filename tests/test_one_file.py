@@ -145,6 +145,40 @@ def test_the_command_writes_no_file_that_computes_otherwise(tmp_path, monkeypatc
     assert not out.exists()
 
 
+def test_a_key_set_on_a_large_preset_is_traced_as_set():
+    """A large preset is traced at smaller sizes (tools/fingerprint.py's SMALL), but not the keys set: with
+    n_kv_head=None set on mobilellm_125m (SMALL: 2), the file once assumed GQA and crashed at the user's config."""
+    text, args, _, _ = made("mobilellm_125m", (("n_kv_head", None),))
+    assert args["n_kv_head"] is None
+    config, explicit = technique_lines.load("mobilellm_125m", {"n_kv_head": None})
+    own = dict(technique_lines.small(config, explicit, small_layers=False), vocab_size=args["vocab_size"])
+    assert own["n_layer"] == 30 and own["n_kv_head"] is None
+    assert one_file.differs_from_model_py(one_file.module_of(text), own, generate=False) == ""
+
+
+def test_a_file_wrong_at_the_configs_own_layer_counts_is_refused(tmp_path, monkeypatch):
+    """The file is checked at the traced sizes, then (a large preset) again at the config's own layer counts and
+    heads, without generation: a difference there (planted: the check is the one the planted bugs above prove)
+    is refused in one line that says how to trace at them, and nothing is written."""
+    check = one_file.differs_from_model_py
+    seen = []
+
+    def differs_at_own_sizes(module, args, keep=False, generate=True):
+        seen.append(args["n_layer"])
+        return check(module, args, keep, generate) or ("" if generate else "initial weights")
+
+    monkeypatch.setattr(one_file, "differs_from_model_py", differs_at_own_sizes)
+    out = tmp_path / "efficio.py"
+    one_error_line(one_file.main, ["efficio", f"--out={out}"], "gives other initial weights than model.py at the "
+                   "config's own layer counts", "nothing written", "add --n_layer=12 --n_head=12")
+    assert seen == [4, 12] and not out.exists()
+
+
+def test_a_size_the_file_would_assume_names_the_flags_that_trace_it():
+    one_error_line(one_file.main, ["mobilellm_125m", "--n_attn_layers=0"], "n_head, n_kv_head differ",
+                   "trace at the config's own sizes: add --n_layer=30 --n_head=9")
+
+
 def test_rows_cover_the_techniques_table():
     assert len(table_rows()) >= 25 and len(ROWS) >= 20, "README.md's Techniques table not found"
 

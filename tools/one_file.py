@@ -41,7 +41,9 @@ ValueError naming the field) and builds the file's GPTConfig from the others. Bo
 
 Checked: before printing or writing, the command builds model.py's GPT and the file's from one checkpoint at the
 traced sizes and compares them (`differs_from_model_py`); a file that computes anything otherwise is a bug of this
-tool, refused in one error line, nothing written.
+tool, refused in one error line, nothing written. A large preset is traced at fewer layers and heads
+(tools/fingerprint.py's SMALL, less the keys set): its file is checked again at the config's own layer counts and
+heads (widths as small; no generation), and a difference there is refused with the flags that trace at them.
 """
 import ast
 import collections
@@ -964,7 +966,8 @@ def specialise(text, tracer, ran_args, full_args, header):
     differ = [n for n in assumed if n != "vocab_size" and full_args[n] != ran_args[n]]
     if differ:
         raise UserError(f"the traced model's {', '.join(differ)} differ from the config's, and the file would "
-                        f"assume them (fix: tools/fingerprint.py's SMALL sizes)")
+                        f"assume them (fix: trace at the config's own sizes: add "
+                        f"{' '.join(own_size_flags(ran_args, full_args))})")
     spec.pinned = {name: value for name, value in assumed.items() if name in held}
     chunks = chunk_texts(spec, drop)
     imports = imports_needed(spec, chunks, drop)
@@ -1270,12 +1273,29 @@ def make(target, overrides=None, out=None, keep_heaviest_branch=False):
         text = f.read()
     flags = technique_lines.flag_texts(overrides or {}) + ["--keep_heaviest_branch"] * keep_heaviest_branch
     text = specialise(text, tracer, ran_args, full_args, header(target, flags, out))
-    difference = differs_from_model_py(module_of(text), ran_args, keep_heaviest_branch)
+    name = " ".join([target, *flags])
+    module = module_of(text)
+    difference = differs_from_model_py(module, ran_args, keep_heaviest_branch)
     if difference:
-        name = " ".join([target, *flags])
         raise UserError(f"the file made for {name} gives other {difference} than model.py: a bug of this tool, "
                         f"nothing written (fix: read model.py's lines for it: python -m tools.technique_lines {name})")
+    # a large preset was traced at fewer layers and heads: the file must compute the same at its own
+    config, explicit = technique_lines.load(target, overrides)
+    own = dict(technique_lines.small(config, explicit, small_layers=False), vocab_size=ran_args["vocab_size"])
+    if own != ran_args:
+        difference = differs_from_model_py(module, own, keep_heaviest_branch, generate=False)
+        if difference:
+            raise UserError(f"the file made for {name} at the traced sizes gives other {difference} than model.py "
+                            f"at the config's own layer counts, nothing written (fix: trace at the config's own "
+                            f"sizes: add {' '.join(own_size_flags(ran_args, full_args))})")
     return text, ran_args
+
+
+def own_size_flags(ran_args, full_args):
+    """The flags that trace a config at its own sizes (a large preset is traced at tools/fingerprint.py's SMALL
+    ones; block_size and the vocabulary stay small)."""
+    return technique_lines.flag_texts({k: v for k, v in full_args.items()
+                                       if v != ran_args[k] and k not in ("vocab_size", "block_size")})
 
 
 def module_of(text):
@@ -1290,11 +1310,11 @@ def module_of(text):
     return module
 
 
-def differs_from_model_py(module, args, keep=False):
+def differs_from_model_py(module, args, keep=False, generate=True):
     """What differs between model.py's GPT and the file's ('' if nothing), both built from one checkpoint of
-    model.py at the traced sizes (args): the initial weights from one seed; logits and loss in training and
-    evaluation mode; logits through the KV cache (a prefill, one token a step, then 3 at once); sampled tokens past
-    block_size with and without the cache; greedy tokens handed to on_token."""
+    model.py with arguments args: the initial weights from one seed; logits and loss in training and evaluation
+    mode; logits through the KV cache (a prefill, one token a step, then 3 at once); with generate, sampled tokens
+    past block_size with and without the cache, and greedy tokens handed to on_token."""
     torch.manual_seed(0)
     ref = GPT(GPTConfig(**args))
     config = ref.config
@@ -1328,6 +1348,8 @@ def differs_from_model_py(module, args, keep=False):
             a, b = (m(idx[:1, start:end], cache=c)[0] for m, c in zip((ref, mine), caches))
             if not torch.equal(a, b):
                 return f"logits through the KV cache at position {start}"
+    if not generate:
+        return ""
     # past the window twice (it starts again), sampled: greedy tokens at these weights soon repeat one token
     prompt = idx[:1, :3]
     tokens = 2 * args["block_size"]
@@ -1362,6 +1384,7 @@ def main(argv=None):
 def command(config, explicit):
     """Print config_or_variant's file, write it (--out), print its diff against another's (--against), or rewrite
     every docs/models/<variant>.py (--all); returns the file's text (None for --all)."""
+    torch.set_num_threads(1)   # tiny models: one thread is fastest, and other work on the cores slows it tenfold
     if config["all"]:
         return write_all(explicit)
     target = config["config_or_variant"]
