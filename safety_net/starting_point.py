@@ -22,9 +22,14 @@ from safety_net.runtime import restore_rng
 
 
 def prepared_data(config, prepare, rank, world):
-    """(the dataset folder, its meta.json, its tokenizer_id): data_dir, or data/<dataset>, prepared with
-    prepare.py's `prepare` on first use (by rank 0; under DDP the other ranks wait for it)."""
+    """(the dataset folder, its meta.json, its tokenizer_id): data_dir, or data/<dataset> prepared with prepare.py's
+    `prepare` on first use (by rank 0; under DDP the other ranks wait for it). A data_dir given is never prepared:
+    train.py would fill the user's folder with the default dataset's text."""
     data_dir = default_data_dir(config)
+    if config.get("data_dir") and not is_prepared(data_dir):
+        raise UserError(f"--data_dir {data_dir} holds no prepared dataset (train.bin, val.bin and meta.json) (fix: "
+                        f"prepare one there: python prepare.py --input=TEXT_FILE --out_dir={data_dir}, or leave "
+                        f"--data_dir out for data/<dataset>)")
     if rank == 0 and not is_prepared(data_dir):
         run_prepare(prepare, config["dataset"], data_dir)
     if world > 1:
