@@ -150,6 +150,17 @@ def check_out_dir(path, key="out_dir"):
                         f"(fix: choose a writable --{key})") from None
 
 
+def check_out_file(path, example):
+    """One-line UserError unless --out=path can be written: not a folder, in a folder that exists and is writable.
+    example: a file name for the fix when path is a folder."""
+    if os.path.isdir(path):
+        raise UserError(f"--out={path} is a folder (fix: name a file in it, e.g. --out={os.path.join(path, example)})")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+        raise UserError(f"--out={path}: the folder {folder} does not exist or is not writable "
+                        f"(fix: create it, or write elsewhere)")
+
+
 def lock_dir(path, key="out_dir"):
     """Make this process the one writer of folder `path` (created if needed): an exclusive flock on
     <path>/.lock, which holds the writer's pid. Returns the open lock file: keep it open while writing, close it

@@ -451,6 +451,10 @@ def bench_cases():
     yield case("bench_out_is_folder", "paths", tool("bench", *bn, "--out={c}"))
     yield case("bench_out_folder_missing", "paths", tool("bench", *bn, "--out={c}/nope/bench.md"))
     yield case("bench_config_missing", "paths", tool("bench", "{c}/nope.py", *bn))
+    yield case("one_file_out_is_folder", "paths", tool("one_file", "gpt", "--out={c}"))
+    yield case("one_file_out_under_a_file", "paths", tool("one_file", "gpt", "--out={c}/f.txt/gpt.py"),
+               setup=files(**{"f.txt": "a file"}))
+    yield case("one_file_out_with_against", "keys/types", tool("one_file", "lgpt", "--against=gpt", "--out={c}/x.py"))
     bt = ("--mb=0.01",)
     yield case("bench_tokenize_mb_inf", "numbers", tool("bench_tokenize", "--mb=1e999"))
     yield case("bench_tokenize_mb_huge", "numbers", tool("bench_tokenize", "--mb=1e12"))

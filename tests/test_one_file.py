@@ -314,6 +314,11 @@ def test_bad_input_is_one_error_line():
     one_error_line(one_file.main, ["gpt", "lgpt"], "one config_or_variant at most")
     one_error_line(one_file.main, [], "give one config or variant")
     one_error_line(one_file.main, ["--all", "--out=x.py"], "--all", "out")
+    # an --out the file cannot be written to was a traceback after the trace; --out beside --against was ignored
+    one_error_line(one_file.main, ["gpt", f"--out={one_file.OUT_DIR}"], "is a folder", "gpt.py")
+    one_error_line(one_file.main, ["gpt", f"--out={one_file.MODEL}/gpt.py"], "does not exist or is not writable")
+    one_error_line(one_file.main, ["lgpt", "--against=gpt", "--out=x.py"], "give one of them",
+                   "--against=gpt > FILE")
 
 
 MARK = one_file.MARK   # a docstring whose first lines tell of code left out

@@ -58,6 +58,7 @@ from tools.benchmarks.measure import describe, run_entry
 from tools.benchmarks.report import render, write_out
 from safety_net.build import gpt_config_defaults
 from safety_net.configurator import UserError, load_config, run_command
+from safety_net.fileio import check_out_file
 from safety_net.runtime import busy_machine, check_num_threads, check_seed, resolve_device, resolve_dtype
 
 BENCH_DEFAULTS = dict(
@@ -168,16 +169,6 @@ def header(cfg, entries, device, dtype):
     return "\n".join(lines)
 
 
-def check_out_file(path):
-    """--out is checked before any measurement: its folder must exist and be writable."""
-    if os.path.isdir(path):
-        raise UserError(f"--out={path} is a folder (fix: name a file in it, e.g. --out={os.path.join(path, 'bench.md')})")
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
-        raise UserError(f"--out={path}: the folder {folder} does not exist or is not writable "
-                        f"(fix: create it, or write elsewhere)")
-
-
 def main(argv=None):
     """The command line (configurator.run_command: bad input is one line `error: ...`, Ctrl-C exit code 130)."""
     return run_command(run, defaults(), argv, BOOL_FLAGS, positional="config_files", with_explicit=True)
@@ -185,8 +176,8 @@ def main(argv=None):
 
 def run(cfg, explicit):
     cfg, entries = check(cfg, explicit)
-    if cfg["out"]:
-        check_out_file(cfg["out"])
+    if cfg["out"]:   # before any measurement
+        check_out_file(cfg["out"], "bench.md")
     check_num_threads(cfg["num_threads"])
     check_seed(cfg["seed"])
     if cfg["num_threads"]:

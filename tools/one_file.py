@@ -68,6 +68,7 @@ import train
 import variants
 from safety_net.build import gpt_config_defaults
 from safety_net.configurator import UserError, run_command
+from safety_net.fileio import atomic_open, check_out_file
 
 ROOT = technique_lines.ROOT
 MODEL = os.path.abspath(os.path.join(ROOT, "model.py"))
@@ -1393,13 +1394,18 @@ def command(config, explicit):
                         f"`{COMMAND} lgpt --against=gpt`)")
     out = config["out"]
     against = config["against"]
+    if out and against:
+        raise UserError(f"--against prints the diff of two files, --out writes one: give one of them (fix: "
+                        f"`{COMMAND} {target} --against={against} > FILE` writes the diff)")
+    if out:
+        check_out_file(out, f"{target}.py")
     text = build(target, technique_lines.train_keys(config, explicit), out or None, config["keep_heaviest_branch"])
     if against:
         other = build(against)
         print("\n".join(diff(other, text, against, target)))
     elif out:
-        with open(out, "w", encoding="utf-8") as f:
-            f.write(text)
+        with atomic_open(out) as f:
+            f.write(text.encode("utf-8"))
     else:
         print(text, end="")
     return text
@@ -1414,8 +1420,9 @@ def write_all(explicit):
     os.makedirs(OUT_DIR, exist_ok=True)
     for name in variants.available():
         path = os.path.join(OUT_DIR, f"{name}.py")
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(build(name, None, os.path.relpath(path, ROOT)))
+        text = build(name, None, os.path.relpath(path, ROOT))
+        with atomic_open(path) as f:
+            f.write(text.encode("utf-8"))
         print(f"wrote {os.path.relpath(path, ROOT)}")
     return None
 
