@@ -29,6 +29,8 @@ import re
 import select
 import sys
 
+import numpy as np
+
 
 class UserError(ValueError):
     """Bad input from the user (config, data, checkpoint, paths). The message is one line that names the
@@ -187,6 +189,9 @@ def _split_argv(argv):
 def _read_config_file(path, config):
     """Execute a config file and return its top-level assignments. The file sees the current config
     values as globals (so `max_iters = 2 * eval_interval` works), and may import modules."""
+    if os.path.isdir(path):
+        raise UserError(f"config file '{path}' is a folder (fix: name a python file in it, e.g. "
+                        f"config/gpt_shakespeare_cpu.py)")
     if not os.path.isfile(path):
         hint = " (fix: overrides need two dashes, e.g. --key=value)" if "=" in path else \
             " (fix: check the path; config files live in config/)"
@@ -200,7 +205,8 @@ def _read_config_file(path, config):
     try:
         tree = ast.parse(source, filename=path)
     except SyntaxError as e:
-        raise UserError(f"syntax error in config file {path} line {e.lineno}: {e.msg} "
+        where = f" line {e.lineno}" if e.lineno else ""   # none for a NUL byte
+        raise UserError(f"syntax error in config file {path}{where}: {e.msg} "
                         f"(fix: it must be valid python)") from None
     assigned = _top_level_names(tree)
     namespace = dict(config)
@@ -286,7 +292,10 @@ def _parse_override(key, text, default, one_item=False):
 
 
 def _coerce(value, default):
-    """(ok, value converted to the default's type)."""
+    """(ok, value converted to the default's type); a numpy scalar (a config file may compute with numpy) is read
+    as the Python number it holds."""
+    if isinstance(value, np.generic):
+        value = value.item()
     if default is None:
         return True, value
     if isinstance(default, bool):

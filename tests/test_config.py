@@ -108,6 +108,22 @@ def test_config_file_errors(tmp_path):
     bad.write_text("batch_size = (\n")
     with pytest.raises(UserError, match="syntax error"):
         load_config(DEFAULTS, [str(bad)])
+    # a fuzz of the commands: a NUL byte said "line None", a folder "not found"
+    bad.write_text("batch_size = 3\0\n")
+    with pytest.raises(UserError, match=r"^syntax error in config file \S+bad.py: source code"):
+        load_config(DEFAULTS, [str(bad)])
+    with pytest.raises(UserError, match="is a folder .*config/gpt_shakespeare_cpu.py"):
+        load_config(DEFAULTS, [str(tmp_path)])
+
+
+def test_numpy_scalars_in_a_config_file_are_read_as_numbers(tmp_path):
+    """A config file may compute with numpy (nanoGPT's users do): np.int64 and np.float32 were refused as "a
+    int64, expected an integer" (only np.float64, a float, passed)."""
+    f = tmp_path / "np.py"
+    f.write_text("import numpy as np\nn_layer = np.int64(3)\nlearning_rate = np.float32(0.5)\ncompile = np.bool_(0)\n")
+    cfg, _ = load_config(DEFAULTS, [str(f)])
+    assert (cfg["n_layer"], cfg["learning_rate"], cfg["compile"]) == (3, 0.5, False)
+    assert type(cfg["n_layer"]) is int and type(cfg["learning_rate"]) is float and type(cfg["compile"]) is bool
 
 
 def test_help_lists_keys(capsys):
