@@ -103,6 +103,31 @@ def check_memory(config, device="cpu"):
                         f"--n_embd or --vocab_size)")
 
 
+def check_batch_memory(config, batch_size, device, training=True):
+    """One line, before out_dir changes, for a micro-batch whose step cannot fit this machine's memory on a CPU,
+    where the kernel kills the process without a word (a GPU's allocator refuses in one line: train.py): at
+    least its float32 logits (batch x block_size x vocab_size; the loss reads them in float32) and their
+    log-softmax (the loss's); training, also one activation (batch x block_size x width) per layer, kept for the
+    backward."""
+    if not str(device).startswith("cpu"):
+        return
+    needed = batch_bytes_lower_bound(config, batch_size, training)
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if needed > memory:
+        raise UserError(f"a micro-batch of {batch_size} x {config.block_size} tokens needs at least "
+                        f"{needed / 2**30:,.0f} GiB for its logits and activations, more than this machine's "
+                        f"{memory / 2**30:,.0f} GiB of memory (fix: lower --batch_size and raise "
+                        f"--gradient_accumulation_steps, or lower --block_size)")
+
+
+def batch_bytes_lower_bound(config, batch_size, training=True):
+    """check_batch_memory's bound, in bytes (float32 values)."""
+    per_token = 2 * config.vocab_size
+    if training:
+        per_token += sum(config.widths())
+    return 4 * batch_size * config.block_size * per_token
+
+
 def weights_lower_bound(config):
     """A lower bound of the model's parameters, from its GPTConfig alone (nothing built): the token embedding and
     the FFN matrices of its unique layers (at least two of width x hidden each, as MLP sizes them)."""

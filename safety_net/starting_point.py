@@ -13,7 +13,7 @@ import os
 
 import torch
 
-from safety_net.build import load_variant, model_config
+from safety_net.build import check_batch_memory, load_variant, model_config
 from safety_net.checkpoint import (CKPT_NAME, LAST_NAME, load_checkpoint, load_init_checkpoint, load_matching_weights,
                                    load_optimizer_state)
 from safety_net.configurator import UserError
@@ -78,8 +78,9 @@ class StartingPoint:
         is below its checkpoint's iteration (it would train nothing and rewrite last.pt), or whose model
         arguments (args, as train.py built them) differ from its checkpoint's in anything but dropout; a
         checkpoint of another tokenizer; a vocab_size under the data's; arguments this model.py cannot build
-        (model_config); token files that do not fit the model, or data_segments that do not fit them
-        (check_splits). (Non-finite weights: load_checkpoint.)"""
+        (model_config), or whose micro-batch cannot fit this machine's memory (check_batch_memory); token files
+        that do not fit the model, or data_segments that do not fit them (check_splits). (Non-finite weights:
+        load_checkpoint.)"""
         config, ckpt = self.config, self.ckpt
         if config["init_from"] == "resume":
             if config["max_iters"] < ckpt["iter_num"] and not config["eval_only"]:
@@ -107,7 +108,8 @@ class StartingPoint:
         if args["vocab_size"] < meta["vocab_size"]:
             raise UserError(f"vocab_size {args['vocab_size']} is smaller than the dataset's {meta['vocab_size']} "
                             f"tokens (fix: drop --vocab_size, it is read from meta.json)")
-        model_config(args)   # what GPTConfig refuses, as one line
+        gpt_config = model_config(args)   # what GPTConfig refuses, as one line
+        check_batch_memory(gpt_config, config["batch_size"], config["device"], training=not config["eval_only"])
         check_splits(config["data_dir"], args["vocab_size"], args["block_size"], config["data_segments"])
 
     def restore(self, model, optimizer, scaler, rank, world):

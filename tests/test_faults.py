@@ -401,6 +401,17 @@ def test_a_size_the_machine_cannot_hold_is_one_line(finished, tmp_path):
     assert "GB at once" in message and not out_dir.exists()
 
 
+def test_a_batch_the_machine_cannot_hold_is_one_line_before_out_dir(finished, tmp_path):
+    """On a CPU the kernel killed such a run without a word, after out_dir held a lock and a log.csv (a fuzz of the
+    commands): the micro-batch's logits and activations are reckoned against the memory first."""
+    out_dir = tmp_path / "big"
+    cfg = dict(finished, out_dir=str(out_dir), batch_size=10**9)
+    one_error_line(train.main, [f"--{k}={v}" for k, v in cfg.items()], "a micro-batch of 1000000000 x 16 tokens",
+                   "GiB of memory", "--gradient_accumulation_steps")
+    assert not out_dir.exists()
+    one_error_line(train.main, [f"--{k}={v}" for k, v in cfg.items()] + ["--eval_only=True"], "a micro-batch")
+
+
 def test_bench_reports_a_cpu_allocation_that_fails_as_oom(tmp_path, capsys):
     """bench marks a length that does not fit as OOM, on a CPU as on a GPU (it was a traceback on a CPU)."""
     from tools import bench

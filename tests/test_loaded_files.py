@@ -482,6 +482,35 @@ def test_the_weights_bound_never_exceeds_a_model():
         assert 0 < weights_lower_bound(config) <= embedding_and_ffn_weights(model), name
 
 
+def test_the_batch_bound_never_exceeds_a_step():
+    """check_batch_memory must never refuse a batch that fits: each of its two terms is at most what it counts,
+    counted on a training step with autograd's saved-tensor hooks (each storage once), for every flag set of
+    test_model.py's FLAGS (vocab 37, no width of 37): the logits and the tensors over the vocabulary the step keeps
+    (their log-softmax), and the other tensors it keeps for the backward, at least one activation per layer."""
+    from test_model import FLAGS, TINY
+    from safety_net.build import batch_bytes_lower_bound
+    for name, flags in FLAGS.items():
+        config = GPTConfig(**{**TINY, **flags})
+        torch.manual_seed(0)
+        model = GPT(config)
+        idx = torch.randint(0, config.vocab_size, (2, config.block_size))
+        storages = {}   # data_ptr: (bytes, over the vocabulary)
+
+        def keep(t):
+            over_vocab = t.dim() > 0 and t.size(-1) == config.vocab_size
+            storages[t.untyped_storage().data_ptr()] = (t.untyped_storage().nbytes(), over_vocab)
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(keep, lambda t: t):
+            logits, loss = model(idx, targets=idx)
+        storages[logits.untyped_storage().data_ptr()] = (logits.untyped_storage().nbytes(), True)
+        over_vocab = sum(n for n, vocab in storages.values() if vocab)
+        others = sum(n for n, vocab in storages.values() if not vocab)
+        evaluation = batch_bytes_lower_bound(config, 2, training=False)
+        assert evaluation <= over_vocab, name
+        assert batch_bytes_lower_bound(config, 2) - evaluation <= others, name
+
+
 def embedding_and_ffn_weights(model):
     """The token embedding's parameters and the weight matrices of the model's unique MLPs."""
     n = sum(p.numel() for p in model.tok_emb.parameters())
