@@ -329,6 +329,7 @@ def test_output_folder_that_is_a_file(finished, tmp_path, module, args):
     ("tools.bench", ["--mode=gpu"], ["unknown --mode=gpu"]),   # the GPU suite is gone: an ImportError traceback
     ("tools.bench_tokenize", ["--num_proc=-1"], ["--num_proc must be >= 1"]),
     ("tools.huggingface.convert", ["export", "--ckpt=x"], ["required: --out"]),
+    ("tools.compare", ["--prompts="], ["empty prompt"]),   # sampled a section for '' (a fuzz)
     # issue 23: refused before any checkpoint is looked for (they used to sample NaN or end in a traceback)
     ("sample", ["--temperature=1e-30"], ["--temperature=1e-30 is too small", "--temperature=0 for greedy"]),
     ("sample", ["--seed=-1"], ["--seed must be an integer in [0, 4294967295], got -1"]),
