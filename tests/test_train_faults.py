@@ -117,9 +117,14 @@ def test_out_dir_that_is_a_file(tiny_train_config, tmp_path):
     assert path.read_text() == "not a folder"
 
 
-def test_a_batch_too_big_for_the_machine_fails_before_out_dir_changes(tiny_train_config):
-    """The first batch is drawn before out_dir is locked and log.csv begun: --batch_size=10**12 used to leave a new
-    out_dir with .lock and log.csv behind its out-of-memory line."""
+def test_a_batch_too_big_for_the_machine_fails_before_out_dir_changes(tiny_train_config, monkeypatch):
+    """--batch_size=10**12 used to leave a new out_dir with .lock and log.csv behind its out-of-memory line. On a
+    CPU check_batch_memory refuses it first; without that check (a GPU's path) the first batch is drawn before
+    out_dir is locked and log.csv begun, and its out-of-memory line comes first."""
+    message = main_error(argv(dict(tiny_train_config, batch_size=10**12)))
+    assert message.startswith("error: a micro-batch of 1000000000000 x ") and "(fix: " in message
+    assert not os.path.exists(tiny_train_config["out_dir"])
+    monkeypatch.setattr("safety_net.starting_point.check_batch_memory", lambda *args, **kwargs: None)
     message = main_error(argv(dict(tiny_train_config, batch_size=10**12)))
     assert message.startswith("error: out of memory") and "(fix: " in message
     assert not os.path.exists(tiny_train_config["out_dir"])
