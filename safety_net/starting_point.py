@@ -1,7 +1,7 @@
 """
 What a training run starts from:
-    prepared_data      the dataset folder, prepared on first use (by rank 0; the others wait), its
-                       meta.json and its tokenizer_id
+    prepared_data      the dataset folder, prepared on first use (by rank 0; the others wait; never
+                       over a --data_dir's own token files), its meta.json and its tokenizer_id
     StartingPoint      the checkpoint a run starts from (resume, another's weights), or None; check:
                        one line for what a run cannot start from (the model arguments train.py built
                        against the checkpoint, the data and this model.py; the token files); restore:
@@ -22,14 +22,16 @@ from safety_net.runtime import restore_rng
 
 
 def prepared_data(config, prepare, rank, world):
-    """(the dataset folder, its meta.json, its tokenizer_id): data_dir, or data/<dataset> prepared with prepare.py's
-    `prepare` on first use (by rank 0; under DDP the other ranks wait for it). A data_dir given is never prepared:
-    train.py would fill the user's folder with the default dataset's text."""
+    """(the dataset folder, its meta.json, its tokenizer_id): data_dir, or data/<dataset>, prepared with prepare.py's
+    `prepare` on first use (by rank 0; under DDP the other ranks wait for it). A data_dir given that holds token
+    files without a complete dataset is refused, not prepared: the dataset's text would be written over them."""
     data_dir = default_data_dir(config)
-    if config.get("data_dir") and not is_prepared(data_dir):
-        raise UserError(f"--data_dir {data_dir} holds no prepared dataset (train.bin, val.bin and meta.json) (fix: "
-                        f"prepare one there: python prepare.py --input=TEXT_FILE --out_dir={data_dir}, or leave "
-                        f"--data_dir out for data/<dataset>)")
+    dataset = config["dataset"]
+    token_files = any(os.path.exists(os.path.join(data_dir, name)) for name in ("train.bin", "val.bin"))
+    if config.get("data_dir") and token_files and not is_prepared(data_dir):
+        raise UserError(f"--data_dir {data_dir} holds token files but no meta.json: preparing '{dataset}' there "
+                        f"would write over them (fix: prepare its text again: python prepare.py --input=TEXT_FILE "
+                        f"--out_dir={data_dir}, or python prepare.py {dataset} --out_dir={data_dir})")
     if rank == 0 and not is_prepared(data_dir):
         run_prepare(prepare, config["dataset"], data_dir)
     if world > 1:

@@ -480,7 +480,7 @@ MUTANTS = [
            "    per_token = 3 * config.vocab_size",
            "tests/test_loaded_files.py -k batch_bound", every=False),
     Mutant("data_dir_given_is_prepared", "safety_net/starting_point.py",
-           '    if config.get("data_dir") and not is_prepared(data_dir):',
+           '    if config.get("data_dir") and token_files and not is_prepared(data_dir):',
            '    if False:',
            "tests/test_faults.py -k data_dir_given", every=False),
     Mutant("one_file_writes_unchecked_files", "tools/one_file.py",

@@ -455,18 +455,28 @@ def test_resume_from_damaged_weights_is_one_line(finished, tmp_path):
     assert snapshot(out_dir) == before
 
 
-def test_a_data_dir_given_is_never_prepared(finished, tmp_path):
+def test_a_data_dir_given_is_never_prepared_over_its_token_files(finished, tmp_path):
     """A --data_dir whose meta.json was gone got tinyshakespeare (the default dataset) written over its train.bin and
-    val.bin, and the run trained on it without an error (a fuzz of the commands): only data/<dataset> is prepared."""
+    val.bin, and the run trained on it without an error (a fuzz of the commands). A new or empty --data_dir is
+    still prepared (tools.gpu_check's quickstart trains into one)."""
     data = tmp_path / "mine"
     shutil.copytree(finished["data_dir"], data)
     os.remove(data / "meta.json")
     before = snapshot(str(data))
     cfg = dict(finished, data_dir=str(data), out_dir=str(tmp_path / "out"))
     cfg.pop("dataset")
-    one_error_line(train.main, [f"--{k}={v}" for k, v in cfg.items()], f"--data_dir {data} holds no prepared dataset",
-                   f"python prepare.py --input=TEXT_FILE --out_dir={data}")
+    one_error_line(train.main, [f"--{k}={v}" for k, v in cfg.items()], f"--data_dir {data} holds token files",
+                   "write over them", f"python prepare.py shakespeare_char --out_dir={data}")
     assert snapshot(str(data)) == before and not (tmp_path / "out").exists()
+    new = tmp_path / "new"
+    prepared = []
+
+    def prepare(dataset, out_dir):
+        prepared.append((dataset, out_dir))
+        write_token_dataset(out_dir)
+
+    train.prepared_data(dict(cfg, data_dir=str(new), dataset="shakespeare_char"), prepare, rank=0, world=1)
+    assert prepared == [("shakespeare_char", str(new))]
 
 
 def test_resume_without_its_iteration_is_one_line(finished, tmp_path):

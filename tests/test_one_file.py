@@ -5,8 +5,8 @@ Per preset (variants/), the file made now equals the committed docs/models/<pres
 file, given a checkpoint of a model.py model (its model_args and state_dict, tiny: the sizes the tool traces), gives
 bit-identical logits and losses (training and evaluation mode), logits through the KV cache, sampled tokens past
 block_size with and without it, greedy tokens, and the same initial weights from the same seed: the check the command
-runs on every file it makes (bugs planted in a file show in it). The same for one flag set per row of README.md's Techniques table,
-set on a small gpt as tests/test_technique_lines.py sets it. A comment planted on a model.py line that only the
+runs on every file it makes (bugs planted in a file show in it). The same for one flag set per row of README.md's
+Techniques table, set on a small gpt as tests/test_technique_lines.py sets it. A comment planted on a model.py line that only the
 presets with one flag run changes only their files; the plain GPT file names none of the other techniques' code.
 """
 import ast
@@ -113,7 +113,7 @@ def test_technique_row_file_computes_as_model_py(overrides, keep):
 PLANTED_BUGS = {
     "nn.init.zeros_(module.bias)": ("nn.init.ones_(module.bias)", "initial weights"),
     "return x + fx": ("return x + 0.9 * fx", "logits or loss in training mode"),
-    "return k_pos <= q_pos": ("return k_pos < q_pos + 2", "logits through the KV cache at position 8"),
+    "return k_pos <= q_pos": ("return k_pos < q_pos + 2", "logits through the KV cache at position 19"),
     "max(1, block_size // 2)": ("max(1, block_size // 4)", "sampled tokens with the KV cache"),
     "window = idx[:, start:]": ("window = idx[:, start + 1:]", "sampled tokens with the KV cache"),
     "return logits.argmax(dim=-1, keepdim=True)": ("return logits.argmin(dim=-1, keepdim=True)",
@@ -154,6 +154,15 @@ def test_a_key_set_on_a_large_preset_is_traced_as_set():
     own = dict(technique_lines.small(config, explicit, small_layers=False), vocab_size=args["vocab_size"])
     assert own["n_layer"] == 30 and own["n_kv_head"] is None
     assert one_file.differs_from_model_py(one_file.module_of(text), own, generate=False) == ""
+
+
+def test_a_size_set_on_a_large_preset_takes_the_presets_own_sizes():
+    """SMALL's sizes go together (its n_kv_head 2 divides its n_head 6 only): with n_head=3 set on mobilellm_125m,
+    the two mixed into a config refused as if it were the user's ("n_kv_head (2) must divide n_head (3)")."""
+    config, explicit = technique_lines.load("mobilellm_125m", {"n_head": 3})
+    args = technique_lines.small(config, explicit)
+    assert (args["n_layer"], args["n_head"], args["n_kv_head"], args["n_embd"]) == (30, 3, 3, 24)
+    model.GPTConfig(**args)
 
 
 def test_a_file_wrong_at_the_configs_own_layer_counts_is_refused(tmp_path, monkeypatch):

@@ -186,8 +186,8 @@ def check(config, explicit):
     need(isinstance(p, (list, tuple)) and all(isinstance(x, str) for x in p),
          f"prompts must be a list of strings, got {p!r} (fix: --prompts=\"['War is ']\")")
     config["prompts"] = list(p)
-    need("" not in p, "prompts holds an empty prompt, which has no token to start from (fix: drop it, or "
-                      "--sample_tokens=0 for no samples)")
+    need("" not in p, "prompts holds an empty prompt, which has no token to start from (fix: drop it from "
+                      "--prompts)")
     for key in ("samples_per_prompt",):
         need(config[key] >= 1, f"{key} must be >= 1 (fix: --{key}=1)")
     for key in ("sample_tokens", "sample_temperature", "sample_top_k", "bench_iters"):

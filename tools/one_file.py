@@ -42,8 +42,9 @@ ValueError naming the field) and builds the file's GPTConfig from the others. Bo
 Checked: before printing or writing, the command builds model.py's GPT and the file's from one checkpoint at the
 traced sizes and compares them (`differs_from_model_py`); a file that computes anything otherwise is a bug of this
 tool, refused in one error line, nothing written. A large preset is traced at fewer layers and heads
-(tools/fingerprint.py's SMALL, less the keys set): its file is checked again at the config's own layer counts and
-heads (widths as small; no generation), and a difference there is refused with the flags that trace at them.
+(tools/fingerprint.py's SMALL, unless a key of them is set): its file is checked again at the config's own layer
+counts and heads (widths at most 8 per head; no generation), and a difference there is refused with the flags
+that trace at them.
 """
 import ast
 import collections
@@ -1314,8 +1315,8 @@ def module_of(text):
 def differs_from_model_py(module, args, keep=False, generate=True):
     """What differs between model.py's GPT and the file's ('' if nothing), both built from one checkpoint of
     model.py with arguments args: the initial weights from one seed; logits and loss in training and evaluation
-    mode; logits through the KV cache (a prefill, one token a step, then 3 at once); with generate, sampled tokens
-    past block_size with and without the cache, and greedy tokens handed to on_token."""
+    mode; logits through the KV cache (a prefill, one token a step, then the rest at once); with generate,
+    sampled tokens past block_size with and without the cache, and greedy tokens handed to on_token."""
     torch.manual_seed(0)
     ref = GPT(GPTConfig(**args))
     config = ref.config
@@ -1343,9 +1344,15 @@ def differs_from_model_py(module, args, keep=False, generate=True):
     if keep:
         ref.keep_heaviest_branch()
         mine.keep_heaviest_branch()
+    # through the KV cache: a prefill of half the window, three tokens one a step, then the rest at once
+    n = config.block_size
+    half = max(1, n // 2)
+    steps = [(0, half)] + [(p, p + 1) for p in range(half, min(half + 3, n))]
+    if half + 3 < n:
+        steps.append((half + 3, n))
     with torch.inference_mode():
-        caches = [KVCache(config.block_size), module.KVCache(config.block_size)]
-        for start, end in [(0, 5), (5, 6), (6, 7), (7, 8), (8, 11)]:
+        caches = [KVCache(n), module.KVCache(n)]
+        for start, end in steps:
             a, b = (m(idx[:1, start:end], cache=c)[0] for m, c in zip((ref, mine), caches))
             if not torch.equal(a, b):
                 return f"logits through the KV cache at position {start}"
@@ -1379,13 +1386,17 @@ def diff(other, text, other_name, name):
 
 
 def main(argv=None):
-    return run_command(command, DEFAULTS, argv, BOOL_FLAGS, positional="config_or_variant", with_explicit=True)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)   # tiny models: one thread is fastest, and other work on the cores slows it tenfold
+    try:
+        return run_command(command, DEFAULTS, argv, BOOL_FLAGS, positional="config_or_variant", with_explicit=True)
+    finally:
+        torch.set_num_threads(threads)
 
 
 def command(config, explicit):
     """Print config_or_variant's file, write it (--out), print its diff against another's (--against), or rewrite
     every docs/models/<variant>.py (--all); returns the file's text (None for --all)."""
-    torch.set_num_threads(1)   # tiny models: one thread is fastest, and other work on the cores slows it tenfold
     if config["all"]:
         return write_all(explicit)
     target = config["config_or_variant"]
@@ -1398,7 +1409,7 @@ def command(config, explicit):
         raise UserError(f"--against prints the diff of two files, --out writes one: give one of them (fix: "
                         f"`{COMMAND} {target} --against={against} > FILE` writes the diff)")
     if out:
-        check_out_file(out, f"{target}.py")
+        check_out_file(out, os.path.basename(target).removesuffix(".py") + ".py")   # lgpt, config/lgpt_....py
     text = build(target, technique_lines.train_keys(config, explicit), out or None, config["keep_heaviest_branch"])
     if against:
         other = build(against)

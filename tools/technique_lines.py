@@ -176,16 +176,18 @@ def flag_texts(overrides):
 
 def small(config, explicit, small_layers=True):
     """The model's arguments (GPTConfig's defaults, the variant, the keys set) at a size where a step takes a
-    moment, every flag kept: a large preset at its SMALL sizes (small_layers=False: its own layer counts and heads,
-    tools/one_file.py's second check) less the keys set, every width at most 8 per head."""
+    moment, every flag kept: a large preset at its SMALL sizes, unless a key of them is set (they go together:
+    SMALL's n_kv_head divides SMALL's n_head only) or small_layers is False (tools/one_file.py's second check);
+    every width at most 8 per head, block_size at most 32."""
     variant = config["variant"]
     if variant and variant not in variants.available():
         raise UserError(f"unknown variant '{variant}' (fix: one of {', '.join(variants.available())})")
     args = gpt_config_defaults()
     args.update(variants.load(variant) if variant else {})
-    if small_layers:
-        args.update(SMALL.get(variant, {}))   # the large presets' small sizes
-    args.update({k: config[k] for k in explicit if k in args})   # the keys set, as set
+    sizes = SMALL.get(variant, {})
+    if small_layers and not explicit & (set(sizes) - {"block_size", "vocab_size"}):
+        args.update(sizes)   # the large presets' small sizes
+    args.update({k: config[k] for k in explicit if k in args})
     args.update(n_embd=min(args["n_embd"], 8 * args["n_head"]), block_size=min(args["block_size"], 32))
     if args["mlp_hidden"]:
         args["mlp_hidden"] = min(args["mlp_hidden"], 4 * args["n_embd"])
