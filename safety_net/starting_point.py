@@ -33,7 +33,7 @@ def prepared_data(config, prepare, rank, world):
                         f"would write over them (fix: prepare its text again: python prepare.py --input=TEXT_FILE "
                         f"--out_dir={data_dir}, or python prepare.py {dataset} --out_dir={data_dir})")
     if rank == 0 and not is_prepared(data_dir):
-        run_prepare(prepare, config["dataset"], data_dir)
+        run_prepare(prepare, dataset, data_dir)
     if world > 1:
         torch.distributed.barrier()
     meta = load_meta(data_dir)

@@ -294,9 +294,9 @@ def render(tok, start_text, start_ids, ids):
 class TextStream:
     """A sample printed as it is generated (tools.executorch.run, tools.llamacpp.run; sample.py's print_token
     does the same): add(bytes) each token's bytes as it comes (or add_token(id) with a tokenizer's
-    token_bytes), end() after the last. An incremental UTF-8 decoder holds back a character until all its bytes are there (a GPT-2 BPE token can end
-    inside one) and the rest is printed at once, flushed. Bytes that are not UTF-8 print as U+FFFD, as decoding
-    the whole sample does: the text equals decoding it at the end."""
+    token_bytes), end() after the last. An incremental UTF-8 decoder holds back a character until all its
+    bytes are there (a GPT-2 BPE token can end inside one) and the rest is printed at once, flushed. Bytes that
+    are not UTF-8 print as U+FFFD, as decoding the whole sample does: the text equals decoding it at the end."""
 
     def __init__(self, file=None, token_bytes=None):
         self.file = file   # None: sys.stdout when printing
