@@ -103,16 +103,20 @@ def check_memory(config, device="cpu"):
                         f"--n_embd or --vocab_size)")
 
 
-def check_batch_memory(config, batch_size, device, training=True):
+def check_batch_memory(config, batch_size, device, training=True, eval_iters=0):
     """One line, before out_dir changes, for a micro-batch whose step cannot fit this machine's memory on a CPU,
     where the kernel kills the process without a word (a GPU's allocator refuses in one line: train.py): at
     least its float32 logits (batch x block_size x vocab_size; the loss reads them in float32) and their
     log-softmax (the loss's); training, also one activation (batch x block_size x width) per layer, kept for the
-    backward."""
+    backward. So for estimate_loss's vector of eval_iters float32 losses."""
     if not str(device).startswith("cpu"):
         return
-    needed = batch_bytes_lower_bound(config, batch_size, training)
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if 4 * eval_iters > memory:
+        raise UserError(f"--eval_iters={eval_iters} needs {4 * eval_iters / 2**30:,.0f} GiB for its vector of losses "
+                        f"alone, more than this machine's {memory / 2**30:,.0f} GiB of memory (fix: a smaller "
+                        f"--eval_iters, e.g. the default 200)")
+    needed = batch_bytes_lower_bound(config, batch_size, training)
     if needed > memory:
         raise UserError(f"a micro-batch of {batch_size} x {config.block_size} tokens needs at least "
                         f"{needed / 2**30:,.0f} GiB for its logits and activations, more than this machine's "

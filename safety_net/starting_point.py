@@ -111,7 +111,8 @@ class StartingPoint:
             raise UserError(f"vocab_size {args['vocab_size']} is smaller than the dataset's {meta['vocab_size']} "
                             f"tokens (fix: drop --vocab_size, it is read from meta.json)")
         gpt_config = model_config(args)   # what GPTConfig refuses, as one line
-        check_batch_memory(gpt_config, config["batch_size"], config["device"], training=not config["eval_only"])
+        check_batch_memory(gpt_config, config["batch_size"], config["device"], training=not config["eval_only"],
+                           eval_iters=config["eval_iters"])
         check_splits(config["data_dir"], args["vocab_size"], args["block_size"], config["data_segments"])
 
     def restore(self, model, optimizer, scaler, rank, world):

@@ -411,6 +411,11 @@ def test_a_batch_the_machine_cannot_hold_is_one_line_before_out_dir(finished, tm
                    "GiB of memory", "--gradient_accumulation_steps")
     assert not out_dir.exists()
     one_error_line(train.main, [f"--{k}={v}" for k, v in cfg.items()] + ["--eval_only=True"], "a micro-batch")
+    # estimate_loss's vector of losses: the allocator's line named --batch_size, after out_dir held a lock and log.csv
+    cfg = dict(finished, out_dir=str(out_dir), eval_iters=10**13)
+    one_error_line(train.main, [f"--{k}={v}" for k, v in cfg.items()], "--eval_iters=10000000000000 needs 37,253 GiB",
+                   "(fix: a smaller --eval_iters")
+    assert not out_dir.exists()
 
 
 def test_bench_reports_a_cpu_allocation_that_fails_as_oom(tmp_path, capsys):

@@ -511,6 +511,19 @@ def test_the_batch_bound_never_exceeds_a_step():
         assert batch_bytes_lower_bound(config, 2) - evaluation <= others, name
 
 
+def test_an_evaluation_is_reckoned_without_the_training_activations():
+    """--eval_only keeps no activations for a backward: a micro-batch that a training step cannot hold is refused
+    for training and let through for an evaluation, whose logits fit."""
+    from safety_net.build import batch_bytes_lower_bound, check_batch_memory
+    config = GPTConfig(vocab_size=8, n_layer=8, n_head=1, n_embd=64, block_size=64)
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    batch = memory // batch_bytes_lower_bound(config, 1) + 1   # a training step just over the memory
+    assert batch_bytes_lower_bound(config, batch, training=False) < memory / 10
+    with pytest.raises(UserError, match="a micro-batch of"):
+        check_batch_memory(config, batch, "cpu")
+    check_batch_memory(config, batch, "cpu", training=False)
+
+
 def embedding_and_ffn_weights(model):
     """The token embedding's parameters and the weight matrices of the model's unique MLPs."""
     n = sum(p.numel() for p in model.tok_emb.parameters())

@@ -163,6 +163,10 @@ def test_a_size_set_on_a_large_preset_takes_the_presets_own_sizes():
     args = technique_lines.small(config, explicit)
     assert (args["n_layer"], args["n_head"], args["n_kv_head"], args["n_embd"]) == (30, 3, 3, 24)
     model.GPTConfig(**args)
+    # block_size is capped at 32 whatever is set, so setting it keeps the small sizes (4 layers, not 30)
+    config, explicit = technique_lines.load("mobilellm_125m", {"block_size": 16})
+    args = technique_lines.small(config, explicit)
+    assert (args["n_layer"], args["n_head"], args["n_kv_head"], args["block_size"]) == (4, 6, 2, 16)
 
 
 def test_a_file_wrong_at_the_configs_own_layer_counts_is_refused(tmp_path, monkeypatch):
