@@ -200,6 +200,32 @@ def test_refusals_are_one_line(tmp_path):
     one_error_line(run.main, [f"--gguf={tmp_path / 'm.gguf'}", "--num_threads=-1"], "num_threads")
 
 
+@pytest.mark.parametrize("shape, activation", [("llama", "gelu"), ("llama", "relu"), ("gpt2", "silu"),
+                                               ("gpt2", "relu")])
+def test_an_activation_llamacpps_graph_does_not_apply_is_refused(tmp_path, shape, activation):
+    """llama.cpp's llama graph applies SiLU and its gpt2 graph tanh GELU whatever the model used, and a GGUF file has
+    no key for it: these files loaded and gave logits 6-39% off (a differential fuzz), llama with GPTConfig's
+    default GELU among them. They are refused in one line, nothing written."""
+    out_dir, _ = checkpoint(tmp_path, dict(FORWARD_SHAPES[shape], activation=activation, vocab_size=len(CHARS)),
+                            char_meta())
+    one_error_line(export.main, [f"--out_dir={out_dir}", f"--gguf={tmp_path / 'm.gguf'}"],
+                   f"cannot export activation='{activation}' for llama.cpp", "Hugging Face export")
+    assert not list(tmp_path.glob("*.gguf*"))
+
+
+def test_exact_gelu_exports_as_gpt2_within_llamacpps_bound(tmp_path):
+    """GPTConfig's default, exact GELU (the quickstart's), is written for llama.cpp's tanh GELU: its logits by
+    llama.cpp's equations stay within the f32 gpt2 bound that llama.cpp itself is held to (BOUNDS, below)."""
+    out_dir, model = checkpoint(tmp_path, dict(FORWARD_SHAPES["gpt2"], activation="gelu", vocab_size=len(CHARS)),
+                                char_meta())
+    export.main([f"--out_dir={out_dir}", f"--gguf={tmp_path / 'm.gguf'}"])
+    ids = torch.randint(0, len(CHARS), (20,), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        ours = model(ids[None], all_logits=True)[0][0].double().numpy()
+    theirs = llamacpp_forward(tmp_path / "m.gguf", ids.numpy())[:, :-1]
+    np.testing.assert_allclose(theirs, ours, rtol=0, atol=BOUNDS[("f32", "gpt2")] * np.abs(ours).max())
+
+
 # --- -m slow: llama.cpp itself ------------------------------------------------------------------------------
 
 def llamacpp_text(path, start, n, capsys):

@@ -60,7 +60,8 @@ SUPPORT = {
     "n_embd": (),
     "dropout": (),
     "bias": (),
-    # norms and positions (export_plan maps the two layouts it knows, gpt2 and llama, and refuses the others)
+    # norms and positions (export_plan maps the two layouts it knows, gpt2 and llama, and refuses the others; the
+    # GGUF export also refuses an activation llama.cpp's graph of the layout does not apply: llamacpp_arch)
     "norm": (),
     "norm_eps": (),
     "norm_placement": EXPORTS + NOT_SLICED,

@@ -10,6 +10,7 @@ The shapes are tools/huggingface/convert.py's (export_plan: GPT-2 = learned posi
 Llama = RoPE + RMSNorm + gated MLP, GQA allowed; MobileLLM's shared layers written out once per application), and
 so are the tensors (hf_state_dict_for), renamed to llama.cpp's names. Llama's q and k rows are reordered as
 llama.cpp's converter does (its RoPE rotates neighbouring pairs, ours and transformers' the two halves of a head).
+The activation must be the one llama.cpp's graph of the shape applies (GPT-2: GELU, Llama: SiLU; llamacpp_arch).
 
 Tokenizers, as llama.cpp's GPT-2 BPE ("gpt2" model, "gpt-2" pre-tokenizer):
   gpt2, compact   the byte-level BPE vocabulary and merges of tools/huggingface/tokenizer.py
@@ -41,6 +42,23 @@ DEFAULTS = dict(
 TYPES = ("f32", "q8_0")
 Q8_BLOCK = 32
 MODEL_VOCAB_KEY = "compact_gpt.vocab_size"   # the model's own tokens: a char vocabulary's file appends end-of-text
+# the FFN activation llama.cpp's graph of each architecture applies, whatever the file says (a GGUF file has no key
+# for it): gpt2 tanh GELU (ours, exact GELU, within tests/test_llamacpp.py's bound), llama SiLU
+LLAMACPP_ACTIVATIONS = {"gpt2": ("gelu_tanh", "gelu"), "llama": ("silu",)}
+
+
+def llamacpp_arch(config):
+    """export_plan's architecture for `config`, refused in one line when llama.cpp's graph of it would apply another
+    activation than the model's (the file would load and compute something else)."""
+    from tools.huggingface.convert import export_plan
+    arch = export_plan(config)
+    if config.activation not in LLAMACPP_ACTIVATIONS[arch]:
+        applies = " or ".join(LLAMACPP_ACTIVATIONS[arch])
+        raise UserError(f"cannot export activation={config.activation!r} for llama.cpp: its {arch} graph applies "
+                        f"{applies} to every FFN, so the file would compute something else (fix: a model trained "
+                        f"with --activation={LLAMACPP_ACTIVATIONS[arch][0]}, or the Hugging Face export, which "
+                        f"names any: python -m tools.huggingface.convert export)")
+    return arch
 
 
 def permute_rope(w, n_heads):
@@ -125,8 +143,8 @@ def write_gguf(model, path, qtype, meta, source, say=print):
     refuse_undeclared(model.config, "gguf")
     import gguf
     from safety_net.fileio import atomic_path
-    from tools.huggingface.convert import export_plan, hf_config_for
-    arch, c = export_plan(model.config), model.config
+    from tools.huggingface.convert import hf_config_for
+    arch, c = llamacpp_arch(model.config), model.config
     hf = hf_config_for(model, arch, eot=None)
     hidden = hf["n_inner"] if arch == "gpt2" else hf["intermediate_size"]
     tensors = gguf_tensors(model, arch)
@@ -167,14 +185,14 @@ def write_gguf(model, path, qtype, meta, source, say=print):
 def run(cfg):
     from safety_net.checkpoint import load_model
     from safety_net.fileio import check_out_dir
-    from tools.huggingface.convert import checkpoint_meta, export_plan
+    from tools.huggingface.convert import checkpoint_meta
     if cfg["type"] not in TYPES:
         raise UserError(f"--type must be one of {'|'.join(TYPES)}, got {cfg['type']!r} (fix: --type=q8_0 for 8 bits)")
     if not cfg["gguf"].endswith(".gguf"):
         raise UserError(f"--gguf must name a .gguf file, got {cfg['gguf']!r} (fix: e.g. --gguf=model.gguf)")
     check_out_dir(os.path.dirname(os.path.abspath(cfg["gguf"])), key="gguf")
     model, ckpt = load_model(cfg["out_dir"], "cpu")
-    export_plan(model.config)   # refuses what llama.cpp's GPT-2 and Llama cannot compute, in one line
+    llamacpp_arch(model.config)   # refuses what llama.cpp's GPT-2 and Llama cannot compute, in one line
     meta, source = checkpoint_meta(ckpt, cfg["data_dir"])
     if meta is None:
         raise UserError(f"{ckpt['path']} records no dataset, so its tokenizer is unknown "
