@@ -21,27 +21,28 @@ COLUMNS = ["iter", "kind", "loss", "val_loss", "val_loss_heaviest", "lr", "ms_pe
 
 class CsvLog:
     """Appends rows to `path` and keeps them for loss.png. keep_before=k keeps the existing rows of iterations < k
-    (a run resumed at iteration k logs iteration k and later again, its eval at k included); None starts empty.
+    and the eval at k, an evaluation of the weights last.pt holds (a run resumed at iteration k logs its training
+    from k again; a run that ended at k evaluated there, and best_val_loss and ckpt.pt may come from that row); an
+    eval the resumed run logs at k replaces the kept one. None starts empty.
     pending=True: a new run into a folder whose log.csv goes with an earlier run's checkpoints; its rows go to a
     temporary file beside `path` until commit() (its first checkpoint is written) moves it onto `path`, and
     discard() (it never saved one) deletes it, so that log.csv always belongs to the checkpoints beside it."""
 
     def __init__(self, path, keep_before=None, pending=False):
         self.path, self.tmp = path, None
-        self.rows = [] if keep_before is None else [r for r in read_rows(path) if int(r["iter"]) < keep_before]
+        self.rows = [] if keep_before is None else [r for r in read_rows(path) if kept(r, keep_before)]
+        # the kept eval at the resumed iteration, which an eval logged there again replaces
+        self.replaceable = None
+        if keep_before is not None and not pending:
+            self.replaceable = next((r for r in self.rows if int(r["iter"]) == keep_before), None)
         if pending:   # the temporary name is one remove_stale_temp_files cleans up after a kill -9
             fd, self.tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp",
                                             dir=os.path.dirname(os.path.abspath(path)))
             self.file = os.fdopen(fd, "w", newline="", encoding="utf-8")
-        else:
-            with atomic_open(path, "w") as f:
-                writer = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
-                writer.writeheader()
-                writer.writerows(self.rows)
-            self.file = open(path, "a", newline="", encoding="utf-8")
-        self.writer = csv.DictWriter(self.file, fieldnames=COLUMNS, extrasaction="ignore")
-        if pending:
+            self.writer = csv.DictWriter(self.file, fieldnames=COLUMNS, extrasaction="ignore")
             self.writer.writeheader()
+        else:
+            self.rewrite()
 
     def commit(self):
         """Pending rows: move them onto `path` (later rows follow them there: the open file moves with them)."""
@@ -64,10 +65,25 @@ class CsvLog:
         self.tmp = None
         return True
 
+    def rewrite(self):
+        """`path` holds self.rows, written atomically, and takes the next rows appended."""
+        with atomic_open(self.path, "w") as f:
+            writer = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
+            writer.writeheader()
+            writer.writerows(self.rows)
+        self.file = open(self.path, "a", newline="", encoding="utf-8")
+        self.writer = csv.DictWriter(self.file, fieldnames=COLUMNS, extrasaction="ignore")
+
     def write(self, **row):
         row = {k: _text(v) for k, v in row.items()}
-        self.rows.append(row)
+        earlier = self.replaceable
         try:
+            if earlier is not None and (earlier["iter"], earlier["kind"]) == (str(row["iter"]), row["kind"]):
+                self.rows.remove(earlier)
+                self.replaceable = None
+                self.file.close()
+                self.rewrite()
+            self.rows.append(row)
             self.writer.writerow(row)
             self.file.flush()
         except OSError as e:   # a full disk mid-run: one line, not a traceback
@@ -78,6 +94,11 @@ class CsvLog:
 
     def close(self):
         self.file.close()
+
+
+def kept(row, resumed_at):
+    """Whether a resumed run keeps a row of log.csv: the rows of the iterations before it, and the eval at it."""
+    return int(row["iter"]) < resumed_at or int(row["iter"]) == resumed_at and row["kind"] == "eval"
 
 
 def read_rows(path):

@@ -491,6 +491,22 @@ MUTANTS = [
            "        a, b = (m.generate(prompt, tokens, use_kv_cache=use_kv_cache, generator=",
            "        a, b = (m.generate(prompt, tokens, use_kv_cache=use_kv_cache, temperature=0, generator=",
            "tests/test_one_file.py -k planted", every=False),
+    Mutant("gguf_any_activation", "tools/llamacpp/export.py",
+           "    if config.activation not in LLAMACPP_ACTIVATIONS[arch]:",
+           "    if False:",
+           "tests/test_llamacpp.py -k activation", every=False),
+    Mutant("eval_losses_never_reckoned", "safety_net/build.py",
+           "    if 4 * eval_iters > memory:",
+           "    if False:",
+           "tests/test_faults.py -k batch_the_machine", every=False),
+    Mutant("eval_reckoned_as_training", "safety_net/build.py",
+           "    if training:\n        per_token += sum(config.widths())",
+           "    if True:\n        per_token += sum(config.widths())",
+           "tests/test_loaded_files.py -k evaluation_is_reckoned", every=False),
+    Mutant("resume_drops_the_last_evaluation", "safety_net/run_log.py",
+           '    return int(row["iter"]) < resumed_at or int(row["iter"]) == resumed_at and row["kind"] == "eval"',
+           '    return int(row["iter"]) < resumed_at',
+           "tests/test_train.py -k between_evaluations", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

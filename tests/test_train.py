@@ -183,6 +183,29 @@ def test_resume_continues_exactly(uninterrupted, tmp_path, how, ctrl_c_handler):
     assert [int(r["iter"]) for r in rows if r["kind"] == "eval"] == [0, 10, 20]
 
 
+def test_a_run_finished_between_evaluations_keeps_its_last_evaluation_when_resumed(uninterrupted, tmp_path):
+    """A run ends with an evaluation at its last iteration, here 7, between the eval_interval's, and saves last.pt
+    there (ckpt.pt too when its val loss is the best). Resumed, its log.csv dropped that row, although best_val_loss
+    and ckpt.pt could come from it (a resume fuzz): ckpt.pt then pointed at an evaluation log.csv did not hold. The
+    row is kept; an evaluation at the resumed iteration (10, below) replaces its kept row instead of adding one."""
+    cfg, ref_losses, _, ref_params = uninterrupted
+    for stop in (7, 10):
+        out_dir = str(tmp_path / f"at_{stop}")
+        first = run(dict(cfg, out_dir=out_dir, max_iters=stop))
+        resumed = run(dict(cfg, out_dir=out_dir, init_from="resume"))
+        rows = read_log(out_dir)
+        evals = [(int(r["iter"]), float(r["val_loss"])) for r in rows if r["kind"] == "eval"]
+        assert [it for it, _ in evals] == sorted({0, stop, 10, 20}), stop
+        assert dict(evals)[stop] == pytest.approx(first["final_val_loss"], rel=1e-5)
+        best, best_iter = min((loss, it) for it, loss in evals)
+        assert resumed["best_val_loss"] == pytest.approx(best, rel=1e-5)
+        assert load_checkpoint(out_dir, prefer=("ckpt.pt",))["iter_num"] == best_iter
+        assert [int(r["iter"]) for r in rows if r["kind"] == "train"] == list(range(20))
+        final = load_checkpoint(out_dir, prefer=("last.pt",))["model"]
+        for k, v in ref_params.items():
+            torch.testing.assert_close(final[k], v, atol=1e-6, rtol=0)
+
+
 def test_ctrl_c_saves_last_pt(tiny_train_config, capsys):
     summary = run(tiny_train_config, callback=Recorder(stop_at=3))
     assert summary["interrupted"] and summary["iter_num"] == 3
