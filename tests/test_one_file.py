@@ -187,9 +187,29 @@ def test_a_file_wrong_at_the_configs_own_layer_counts_is_refused(tmp_path, monke
     assert seen == [4, 12] and not out.exists()
 
 
-def test_a_size_the_file_would_assume_names_the_flags_that_trace_it():
-    one_error_line(one_file.main, ["mobilellm_125m", "--n_attn_layers=0"], "n_head, n_kv_head differ",
-                   "trace at the config's own sizes: add --n_layer=30 --n_head=9")
+def test_a_per_layer_condition_stays_so_a_large_preset_holds_at_its_own_depth():
+    """mobilellm_125m --n_attn_layers=0 (no attention): traced at 4 layers, its per-layer `if layer in
+    with_attention` went one way and was folded, and the file was refused at the preset's own 30 layers; a
+    condition on a loop's target now stays, and the file computes as model.py at its own sizes."""
+    text, args, _, _ = made("mobilellm_125m", (("n_attn_layers", 0),))
+    assert "        if layer in with_attention:" in text
+    config, explicit = technique_lines.load("mobilellm_125m", {"n_attn_layers": 0})
+    own = dict(technique_lines.small(config, explicit, small_layers=False), vocab_size=args["vocab_size"])
+    assert own["n_layer"] == 30
+    assert one_file.differs_from_model_py(one_file.module_of(text), own, generate=False) == ""
+
+
+def test_a_flag_that_does_nothing_at_the_traced_depth_is_refused(tmp_path):
+    """A flag that does nothing at the traced depth has its code folded away (shrink_every=1 of 1 layer: a shrink
+    after every layer but the last), and its file took a deeper checkpoint of that config that it could not load
+    (a differential fuzz). The file is checked again a few layers deeper; a difference there is one line, nothing
+    written."""
+    out = tmp_path / "inert.py"
+    flags = ["--n_layer=1", "--n_head=1", "--tie_embeddings=False", "--shrink_every=1"]
+    one_error_line(one_file.main, ["gpt", *flags, f"--out={out}"],
+                   "computes as model.py at n_layer=1 only (at n_layer=2: other initial weights)",
+                   "a flag it sets does nothing at this depth")
+    assert not out.exists()
 
 
 def test_rows_cover_the_techniques_table():

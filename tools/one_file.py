@@ -19,7 +19,8 @@ Of model.py it keeps the functions, classes and methods that ran (or that kept c
 ran, of each `if` and `a if c else b` the arms that ran, of `config.f or b` (`and`) the operands that decided, and
 of a module-level table read by a field (`ACTIVATIONS[config.activation]`) the entry. An `if` whose other arm never
 ran becomes the arm that ran, where its condition has no side effects (names, attribute reads, comparisons, boolean
-operators, len/isinstance, a tensor's size()); an `if` whose unrun arm only raises (a guard) stays whole. A field
+operators, len/isinstance, a tensor's size()) and reads no target of a for loop around it (`if layer in
+with_attention` may go the other way at another depth); an `if` whose unrun arm only raises (a guard) stays whole. A field
 at 1, its default (n_branches), is folded where it multiplies, divides or counts copies (`x * config.n_branches`:
 x). Then what nothing kept reads goes, until nothing changes: module-level names and imports, GPTConfig fields,
 stores of side-effect-free values (`self.x = None`, a local nothing reads) and a store the same block makes again
@@ -44,7 +45,9 @@ traced sizes and compares them (`differs_from_model_py`); a file that computes a
 tool, refused in one error line, nothing written. A large preset is traced at fewer layers and heads
 (tools/fingerprint.py's SMALL, unless a key of them is set): its file is checked again at the config's own layer
 counts and heads (widths at most 8 per head; no generation), and a difference there is refused with the flags
-that trace at them.
+that trace at them. Every file is checked again one, two or four layers deeper (the first depth GPTConfig takes),
+without generation: a difference there (a flag that does nothing at the traced depth, its code folded away) is
+refused in one line.
 """
 import ast
 import collections
@@ -579,7 +582,7 @@ class Specialiser:
             node.orelse[0].lineno - 1][self.col(node.orelse[0].lineno, node.orelse[0].col_offset):].startswith("elif")
         lead = dedent(self.lines[self.lead(node) - 1:node.lineno - 1], shift)
         body_shift = shift + node.body[0].col_offset - node.col_offset
-        if guard or (true and false) or not pure(node.test):
+        if guard or (true and false) or not pure(node.test) or self.varies_by_iteration(node.test):
             header = self.lines_of(node, node.lineno, self.lead(node.body[0]) - 1, skip=node.body + node.orelse)
             if keyword == "if" and header[0].lstrip().startswith("elif"):   # an elif that now comes first
                 header[0] = header[0].replace("elif", "if", 1)
@@ -609,6 +612,17 @@ class Specialiser:
             return [indent + "else:"] + self.block(node.orelse, shift, node, drop)
         else_shift = shift + node.orelse[0].col_offset - node.col_offset
         return lead + self.block(node.orelse, else_shift, node, drop)
+
+    def varies_by_iteration(self, test):
+        """Whether a condition reads the target of a for loop around it (`if layer in with_attention`): it can go
+        one way at the traced depth and the other at another (n_attn_layers=1 of 1 layer), so it stays."""
+        names = {n.id for n in ast.walk(test) if isinstance(n, ast.Name)}
+        node = self.parents.get(test)
+        while node is not None and not isinstance(node, ast.FunctionDef):
+            if isinstance(node, ast.For) and names & {n.id for n in ast.walk(node.target) if isinstance(n, ast.Name)}:
+                return True
+            node = self.parents.get(node)
+        return False
 
     def docstring(self, stmt, drop):
         """The docstring's lines, less its paragraphs and list items after the first that name removed code or a
@@ -1290,7 +1304,38 @@ def make(target, overrides=None, out=None, keep_heaviest_branch=False):
             raise UserError(f"the file made for {name} at the traced sizes gives other {difference} than model.py "
                             f"at the config's own layer counts, nothing written (fix: trace at the config's own "
                             f"sizes: add {' '.join(own_size_flags(ran_args, full_args))})")
+    # a flag that does nothing at the traced depth (n_attn_layers=1 of 1 layer) has its branch folded away: the
+    # file would then take a deeper checkpoint of that config that it cannot compute (a differential fuzz)
+    deeper = deeper_args(ran_args)
+    if deeper is not None and file_takes(module, deeper):
+        difference = differs_from_model_py(module, deeper, keep_heaviest_branch, generate=False)
+        if difference:
+            raise UserError(f"the file made for {name} computes as model.py at n_layer={ran_args['n_layer']} only "
+                            f"(at n_layer={deeper['n_layer']}: other {difference}): a flag it sets does nothing at "
+                            f"this depth, nothing written (fix: drop that flag, or set a --n_layer where it acts)")
     return text, ran_args
+
+
+def deeper_args(args):
+    """args one, two or four layers deeper, the first GPTConfig accepts (None if none: sharing's groups, lgpt's
+    halvings), at which a file made at args is checked again."""
+    for extra in (1, 2, 4):
+        deeper = dict(args, n_layer=args["n_layer"] + extra)
+        try:
+            GPTConfig(**deeper)
+        except ValueError:
+            continue
+        return deeper
+    return None
+
+
+def file_takes(module, args):
+    """Whether the file's config_from takes a checkpoint of args (ASSUMED may pin n_layer)."""
+    try:
+        module.config_from(dataclasses.asdict(GPTConfig(**args)))
+    except ValueError:
+        return False
+    return True
 
 
 def own_size_flags(ran_args, full_args):

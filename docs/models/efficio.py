@@ -196,10 +196,11 @@ def build_shared_layers(stack, config):
     share_mlp = config.share_sublayers in ("both", "mlp")
     with_attention = config.attention_layers()
     for layer, width in enumerate(config.widths()):
-        if layer not in repeats or not share_attn:
-            attention = CausalSelfAttention(config, width)
-            stack.attn.append(ResidualSubLayer(config, width, attention))
-        stack.layers.append(stack.attn[-1])   # a repeat: its group's
+        if layer in with_attention:
+            if layer not in repeats or not share_attn:
+                attention = CausalSelfAttention(config, width)
+                stack.attn.append(ResidualSubLayer(config, width, attention))
+            stack.layers.append(stack.attn[-1])   # a repeat: its group's
         if layer not in repeats or not share_mlp:
             stack.mlp.append(ResidualSubLayer(config, width, MLP(config, width)))
         stack.layers.append(stack.mlp[-1])

@@ -230,12 +230,14 @@ def build_shared_layers(stack, config):
     k, start = config.share_group_size, config.share_from_layer
     end = config.layers_per_branch() - config.n_top_attn_layers
     repeats = set(range(start, end)) - set(range(start, end, k))   # not a group's first
+    share_attn = config.share_sublayers in ("both", "attn")
     share_mlp = config.share_sublayers in ("both", "mlp")
     with_attention = config.attention_layers()
     for layer, width in enumerate(config.widths()):
         if layer in with_attention:
-            attention = CausalSelfAttention(config, width)
-            stack.attn.append(ResidualSubLayer(config, width, attention))
+            if layer not in repeats or not share_attn:
+                attention = CausalSelfAttention(config, width)
+                stack.attn.append(ResidualSubLayer(config, width, attention))
             stack.layers.append(stack.attn[-1])   # a repeat: its group's
         if layer not in repeats or not share_mlp:
             stack.mlp.append(ResidualSubLayer(config, width, MLP(config, width)))
