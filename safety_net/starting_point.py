@@ -133,6 +133,10 @@ class StartingPoint:
         load_optimizer_state(optimizer, ckpt)
         if scaler.is_enabled() and ckpt.get("scaler"):
             scaler.load_state_dict(ckpt["scaler"])
+        ranks = len(ckpt.get("rng_ranks") or [None])   # one: a single process's, or a DDP run's stopped at once
+        if rank == 0 and ranks != world and config["dropout"] > 0:
+            print(f"note: {ckpt['path']} holds the random state of {ranks} rank(s), this run has {world}: the same "
+                  f"batches, but dropout draws other masks than an uninterrupted run would", flush=True)
         saved = ckpt.get("rng") if rank == 0 else None
         if ckpt.get("rng_ranks") and len(ckpt["rng_ranks"]) == world:
             saved = ckpt["rng_ranks"][rank]

@@ -507,6 +507,18 @@ MUTANTS = [
            '    return int(row["iter"]) < resumed_at or int(row["iter"]) == resumed_at and row["kind"] == "eval"',
            '    return int(row["iter"]) < resumed_at',
            "tests/test_train.py -k between_evaluations", every=False),
+    Mutant("one_file_checks_the_traced_depth_only", "tools/one_file.py",
+           "    if deeper is not None and file_takes(module, deeper):",
+           "    if False:",
+           "tests/test_one_file.py -k does_nothing_at", every=False),
+    Mutant("one_file_folds_per_layer_conditions", "tools/one_file.py",
+           " or not pure(node.test) or self.varies_by_iteration(node.test):",
+           " or not pure(node.test):",
+           "tests/test_one_file.py -k per_layer_condition", every=False),
+    Mutant("resume_on_other_ranks_silent", "safety_net/starting_point.py",
+           "        if rank == 0 and ranks != world and config[\"dropout\"] > 0:",
+           "        if False:",
+           "tests/test_train.py -k another_number_of_ranks", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that
