@@ -211,6 +211,9 @@ def test_an_activation_llamacpps_graph_does_not_apply_is_refused(tmp_path, shape
     one_error_line(export.main, [f"--out_dir={out_dir}", f"--gguf={tmp_path / 'm.gguf'}"],
                    f"cannot export activation='{activation}' for llama.cpp", "Hugging Face export")
     assert not list(tmp_path.glob("*.gguf*"))
+    from tools.huggingface import ConversionError   # what tools/executorch/bench.py marks "no GGUF"
+    with pytest.raises(ConversionError):
+        export.llamacpp_arch(GPTConfig(**dict(FORWARD_SHAPES[shape], activation=activation)))
 
 
 def test_exact_gelu_exports_as_gpt2_within_llamacpps_bound(tmp_path):

@@ -49,12 +49,14 @@ LLAMACPP_ACTIVATIONS = {"gpt2": ("gelu_tanh", "gelu"), "llama": ("silu",)}
 
 def llamacpp_arch(config):
     """export_plan's architecture for `config`, refused in one line when llama.cpp's graph of it would apply another
-    activation than the model's (the file would load and compute something else)."""
+    activation than the model's (the file would load and compute something else). ConversionError, as
+    export_plan's: tools/executorch/bench.py marks such a model "no GGUF"."""
+    from tools.huggingface import ConversionError
     from tools.huggingface.convert import export_plan
     arch = export_plan(config)
     if config.activation not in LLAMACPP_ACTIVATIONS[arch]:
         applies = " or ".join(LLAMACPP_ACTIVATIONS[arch])
-        raise UserError(f"cannot export activation={config.activation!r} for llama.cpp: its {arch} graph applies "
+        raise ConversionError(f"cannot export activation={config.activation!r} for llama.cpp: its {arch} graph applies "
                         f"{applies} to every FFN, so the file would compute something else (fix: a model trained "
                         f"with --activation={LLAMACPP_ACTIVATIONS[arch][0]}, or the Hugging Face export, which "
                         f"names any: python -m tools.huggingface.convert export)")
