@@ -45,9 +45,10 @@ traced sizes and compares them (`differs_from_model_py`); a file that computes a
 tool, refused in one error line, nothing written. A large preset is traced at fewer layers and heads
 (tools/fingerprint.py's SMALL, unless a key of them is set): its file is checked again at the config's own layer
 counts and heads (widths at most 8 per head; no generation), and a difference there is refused with the flags
-that trace at them. Every file is checked again one, two or four layers deeper (the first depth GPTConfig takes),
-without generation: a difference there (a flag that does nothing at the traced depth, its code folded away) is
-refused in one line.
+that trace at them. Every file is also tried one, two or four layers deeper (the first depth GPTConfig takes),
+without generation: where it computes otherwise there (a flag that does nothing at the traced depth, its code
+folded away: cgpt's shrink_every=2 at 2 layers), the file assumes n_layer too (ASSUMED), so config_from refuses
+a checkpoint of another depth.
 """
 import ast
 import collections
@@ -569,6 +570,8 @@ class Specialiser:
         code, _, comment = line[end:].partition("#")
         kept = [part for part in comment.strip().split("; ") if part and "= off" not in part]   # "0 = off": not here
         comment = "; ".join(kept) + "; " if kept else ""
+        if not code:   # a line without a comment: two spaces before the new one (PEP 8)
+            code = "  "
         return f"{line[:start]}{value}{code}# {comment}this file: {value} only"
 
     def if_statement(self, node, shift, keyword, drop):
@@ -899,8 +902,9 @@ def dedent(lines, shift):
     return out
 
 
-def specialise(text, tracer, ran_args, full_args, header):
-    """The file's text: model.py's text specialised to the trace."""
+def specialise(text, tracer, ran_args, full_args, header, pin=()):
+    """The file's text: model.py's text specialised to the trace; pin: held fields ASSUMED at their traced values
+    as if a removed condition read them (make's n_layer)."""
     spec = Specialiser(text, tracer)
     spec.values = ran_args
     spec.words_off = words_off(ran_args)
@@ -962,7 +966,7 @@ def specialise(text, tracer, ran_args, full_args, header):
             break
         drop |= more
     # the fields left out, and those a removed condition read, are assumed
-    tested, tested_own = set(spec.folded), set()   # attributes read; (class, x) of self.x read in that class
+    tested, tested_own = set(spec.folded) | set(pin), set()   # attributes read; (class, x) of self.x read in that class
     for test in spec.tests:
         for n in ast.walk(test):
             if not isinstance(n, ast.Attribute):
@@ -1288,9 +1292,16 @@ def make(target, overrides=None, out=None, keep_heaviest_branch=False):
     with open(MODEL, encoding="utf-8") as f:
         text = f.read()
     flags = technique_lines.flag_texts(overrides or {}) + ["--keep_heaviest_branch"] * keep_heaviest_branch
-    text = specialise(text, tracer, ran_args, full_args, header(target, flags, out))
+    model_py = text
+    text = specialise(model_py, tracer, ran_args, full_args, header(target, flags, out))
     name = " ".join([target, *flags])
     module = module_of(text)
+    # a flag that does nothing at the traced depth (cgpt's shrink_every=2 at 2 layers) has its code folded away:
+    # the file computes as model.py at this depth only, so it assumes n_layer too (it took deeper checkpoints of
+    # that config it could not compute: a differential fuzz)
+    if not computes_deeper(module, ran_args, keep_heaviest_branch):
+        text = specialise(model_py, tracer, ran_args, full_args, header(target, flags, out), pin=("n_layer",))
+        module = module_of(text)
     difference = differs_from_model_py(module, ran_args, keep_heaviest_branch)
     if difference:
         raise UserError(f"the file made for {name} gives other {difference} than model.py: a bug of this tool, "
@@ -1304,21 +1315,24 @@ def make(target, overrides=None, out=None, keep_heaviest_branch=False):
             raise UserError(f"the file made for {name} at the traced sizes gives other {difference} than model.py "
                             f"at the config's own layer counts, nothing written (fix: trace at the config's own "
                             f"sizes: add {' '.join(own_size_flags(ran_args, full_args))})")
-    # a flag that does nothing at the traced depth (n_attn_layers=1 of 1 layer) has its branch folded away: the
-    # file would then take a deeper checkpoint of that config that it cannot compute (a differential fuzz)
-    deeper = deeper_args(ran_args)
-    if deeper is not None and file_takes(module, deeper):
-        difference = differs_from_model_py(module, deeper, keep_heaviest_branch, generate=False)
-        if difference:
-            raise UserError(f"the file made for {name} computes as model.py at n_layer={ran_args['n_layer']} only "
-                            f"(at n_layer={deeper['n_layer']}: other {difference}): a flag it sets does nothing at "
-                            f"this depth, nothing written (fix: drop that flag, or set a --n_layer where it acts)")
     return text, ran_args
+
+
+def computes_deeper(module, args, keep=False):
+    """Whether the file made at args computes as model.py a few layers deeper (deeper_args), where config_from
+    takes such a checkpoint (True where it does not, or where no deeper depth is valid)."""
+    deeper = deeper_args(args)
+    if deeper is None or not file_takes(module, deeper):
+        return True
+    try:
+        return differs_from_model_py(module, deeper, keep, generate=False) == ""
+    except Exception:   # any failure there (a method the traced depth never called) is a difference
+        return False
 
 
 def deeper_args(args):
     """args one, two or four layers deeper, the first GPTConfig accepts (None if none: sharing's groups, lgpt's
-    halvings), at which a file made at args is checked again."""
+    halvings)."""
     for extra in (1, 2, 4):
         deeper = dict(args, n_layer=args["n_layer"] + extra)
         try:

@@ -60,8 +60,7 @@ SUPPORT = {
     "n_embd": (),
     "dropout": (),
     "bias": (),
-    # norms and positions (export_plan maps the two layouts it knows, gpt2 and llama, and refuses the others; the
-    # GGUF export also refuses an activation llama.cpp's graph of the layout does not apply: llamacpp_arch)
+    # norms and positions (export_plan maps the two layouts it knows, gpt2 and llama, and refuses the others)
     "norm": (),
     "norm_eps": (),
     "norm_placement": EXPORTS + NOT_SLICED,
@@ -69,7 +68,7 @@ SUPPORT = {
     "rope_base": (),
     "n_kv_head": (),
     "mlp_type": (),
-    "activation": (),
+    "activation": (),   # GGUF: those llama.cpp's graph of the layout computes (llamacpp_arch), the others refused
     "mlp_hidden": (),
     "mlp_ratio": (),
     "tie_embeddings": (),
