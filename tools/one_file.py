@@ -45,7 +45,7 @@ traced sizes and compares them (`differs_from_model_py`); a file that computes a
 tool, refused in one error line, nothing written. A large preset is traced at fewer layers and heads
 (tools/fingerprint.py's SMALL, unless a key of them is set): its file is checked again at the config's own layer
 counts and heads (widths at most 8 per head; no generation), and a difference there is refused with the flags
-that trace at them. Every file is also tried one, two or four layers deeper (the first depth GPTConfig takes),
+that trace at them. Every file is also tried 1, 2, 4 and 8 layers deeper (where GPTConfig takes the depth),
 without generation: where it computes otherwise there (a flag that does nothing at the traced depth, its code
 folded away: cgpt's shrink_every=2 at 2 layers), the file assumes n_layer too (ASSUMED), so config_from refuses
 a checkpoint of another depth.
@@ -1319,28 +1319,26 @@ def make(target, overrides=None, out=None, keep_heaviest_branch=False):
 
 
 def computes_deeper(module, args, keep=False):
-    """Whether the file made at args computes as model.py a few layers deeper (deeper_args), where config_from
-    takes such a checkpoint (True where it does not, or where no deeper depth is valid)."""
-    deeper = deeper_args(args)
-    if deeper is None or not file_takes(module, deeper):
-        return True
-    try:
-        return differs_from_model_py(module, deeper, keep, generate=False) == ""
-    except Exception:   # any failure there (a method the traced depth never called) is a difference
-        return False
-
-
-def deeper_args(args):
-    """args one, two or four layers deeper, the first GPTConfig accepts (None if none: sharing's groups, lgpt's
-    halvings)."""
-    for extra in (1, 2, 4):
+    """Whether the file made at args computes as model.py 1, 2, 4 and 8 layers deeper, at each depth GPTConfig
+    accepts (sharing's groups and lgpt's halvings refuse some) where config_from takes such a checkpoint."""
+    for extra in (1, 2, 4, 8):
         deeper = dict(args, n_layer=args["n_layer"] + extra)
-        try:
-            GPTConfig(**deeper)
-        except ValueError:
+        if not (config_accepts(deeper) and file_takes(module, deeper)):
             continue
-        return deeper
-    return None
+        try:
+            if differs_from_model_py(module, deeper, keep, generate=False):
+                return False
+        except Exception:   # any failure there (a method the traced depth never called) is a difference
+            return False
+    return True
+
+
+def config_accepts(args):
+    try:
+        GPTConfig(**args)
+    except ValueError:
+        return False
+    return True
 
 
 def file_takes(module, args):
