@@ -108,7 +108,7 @@ def check_batch_memory(config, batch_size, device, training=True, eval_iters=0):
     where the kernel kills the process without a word (a GPU's allocator refuses in one line: train.py): at
     least its float32 logits (batch x block_size x vocab_size; the loss reads them in float32) and their
     log-softmax (the loss's); training, also one activation (batch x block_size x width) per layer, kept for the
-    backward. So for estimate_loss's vector of eval_iters float32 losses."""
+    backward. Also for estimate_loss's vector of eval_iters float32 losses, first."""
     if not str(device).startswith("cpu"):
         return
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")

@@ -133,7 +133,7 @@ class StartingPoint:
         load_optimizer_state(optimizer, ckpt)
         if scaler.is_enabled() and ckpt.get("scaler"):
             scaler.load_state_dict(ckpt["scaler"])
-        ranks = len(ckpt.get("rng_ranks") or [None])   # one: a single process's, or a DDP run's stopped at once
+        ranks = len(ckpt["rng_ranks"]) if ckpt.get("rng_ranks") else 1   # 1: a single process, or a stop at once
         if rank == 0 and ranks != world and config["dropout"] > 0:
             print(f"note: {ckpt['path']} holds the random state of {ranks} rank(s), this run has {world}: the same "
                   f"batches, but dropout draws other masks than an uninterrupted run would", flush=True)

@@ -492,7 +492,7 @@ MUTANTS = [
            "        a, b = (m.generate(prompt, tokens, use_kv_cache=use_kv_cache, temperature=0, generator=",
            "tests/test_one_file.py -k planted", every=False),
     Mutant("gguf_any_activation", "tools/llamacpp/export.py",
-           "    if config.activation not in LLAMACPP_COMPUTES[arch]:",
+           "    if config.activation not in LLAMACPP_ACTIVATIONS[arch]:",
            "    if False:",
            "tests/test_llamacpp.py -k activation", every=False),
     Mutant("eval_losses_never_reckoned", "safety_net/build.py",

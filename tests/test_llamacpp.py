@@ -210,7 +210,7 @@ def test_an_activation_llamacpps_graph_does_not_apply_is_refused(tmp_path, shape
                             char_meta())
     one_error_line(export.main, [f"--out_dir={out_dir}", f"--gguf={tmp_path / 'm.gguf'}"],
                    f"cannot export activation='{activation}' for llama.cpp: its {shape} graph applies "
-                   f"{export.LLAMACPP_ACTIVATION[shape]} to every FFN", "Hugging Face export")
+                   f"{export.LLAMACPP_ACTIVATIONS[shape][0]} to every FFN", "Hugging Face export")
     assert not list(tmp_path.glob("*.gguf*"))
     from tools.huggingface import ConversionError   # what tools/executorch/bench.py marks "no GGUF"
     with pytest.raises(ConversionError):

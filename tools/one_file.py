@@ -20,8 +20,8 @@ ran, of each `if` and `a if c else b` the arms that ran, of `config.f or b` (`an
 of a module-level table read by a field (`ACTIVATIONS[config.activation]`) the entry. An `if` whose other arm never
 ran becomes the arm that ran, where its condition has no side effects (names, attribute reads, comparisons, boolean
 operators, len/isinstance, a tensor's size()) and reads no target of a for loop around it (`if layer in
-with_attention` may go the other way at another depth); an `if` whose unrun arm only raises (a guard) stays whole. A field
-at 1, its default (n_branches), is folded where it multiplies, divides or counts copies (`x * config.n_branches`:
+with_attention` may go the other way at another depth); an `if` whose unrun arm only raises (a guard) stays
+whole. A field at 1, its default (n_branches), is folded where it multiplies, divides or counts copies (`x * config.n_branches`:
 x). Then what nothing kept reads goes, until nothing changes: module-level names and imports, GPTConfig fields,
 stores of side-effect-free values (`self.x = None`, a local nothing reads) and a store the same block makes again
 before reading it; a local that only names a value is read as it (`mask = None`, `shrink_cls = LinearShrink`, a
@@ -1290,17 +1290,17 @@ def make(target, overrides=None, out=None, keep_heaviest_branch=False):
     model.py computes before anything is printed or written."""
     tracer, ran_args, full_args = run(target, overrides, keep_heaviest_branch)
     with open(MODEL, encoding="utf-8") as f:
-        text = f.read()
+        model_py = f.read()
     flags = technique_lines.flag_texts(overrides or {}) + ["--keep_heaviest_branch"] * keep_heaviest_branch
-    model_py = text
-    text = specialise(model_py, tracer, ran_args, full_args, header(target, flags, out))
+    head = header(target, flags, out)
+    text = specialise(model_py, tracer, ran_args, full_args, head)
     name = " ".join([target, *flags])
     module = module_of(text)
     # a flag that does nothing at the traced depth (cgpt's shrink_every=2 at 2 layers) has its code folded away:
     # the file computes as model.py at this depth only, so it assumes n_layer too (it took deeper checkpoints of
     # that config it could not compute: a differential fuzz)
     if not computes_deeper(module, ran_args, keep_heaviest_branch):
-        text = specialise(model_py, tracer, ran_args, full_args, header(target, flags, out), pin=("n_layer",))
+        text = specialise(model_py, tracer, ran_args, full_args, head, pin=("n_layer",))
         module = module_of(text)
     difference = differs_from_model_py(module, ran_args, keep_heaviest_branch)
     if difference:

@@ -42,11 +42,10 @@ DEFAULTS = dict(
 TYPES = ("f32", "q8_0")
 Q8_BLOCK = 32
 MODEL_VOCAB_KEY = "compact_gpt.vocab_size"   # the model's own tokens: a char vocabulary's file appends end-of-text
-# the FFN activation llama.cpp's graph of each architecture applies, whatever the file says (a GGUF file has no key
-# for it): gpt2 tanh GELU, llama SiLU; and the activations of ours it computes: those, and for gpt2 our exact GELU
-# too (within tests/test_llamacpp.py's bound)
-LLAMACPP_ACTIVATION = {"gpt2": "gelu_tanh", "llama": "silu"}
-LLAMACPP_COMPUTES = {"gpt2": ("gelu_tanh", "gelu"), "llama": ("silu",)}
+# the activations of ours that llama.cpp's graph of each architecture computes, first the one it applies to every
+# FFN whatever the file says (a GGUF file has no key for it): gpt2 tanh GELU, and our exact GELU within
+# tests/test_llamacpp.py's bound; llama SiLU
+LLAMACPP_ACTIVATIONS = {"gpt2": ("gelu_tanh", "gelu"), "llama": ("silu",)}
 
 
 def llamacpp_arch(config):
@@ -56,8 +55,8 @@ def llamacpp_arch(config):
     from tools.huggingface import ConversionError
     from tools.huggingface.convert import export_plan
     arch = export_plan(config)
-    if config.activation not in LLAMACPP_COMPUTES[arch]:
-        applies = LLAMACPP_ACTIVATION[arch]
+    if config.activation not in LLAMACPP_ACTIVATIONS[arch]:
+        applies = LLAMACPP_ACTIVATIONS[arch][0]
         raise ConversionError(f"cannot export activation={config.activation!r} for llama.cpp: its {arch} graph "
                               f"applies {applies} to every FFN, so the file would compute something else (fix: a "
                               f"model trained with --activation={applies}, or the Hugging Face export, which names "
