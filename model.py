@@ -119,9 +119,9 @@ class GPTConfig:
 # --- 2. Building blocks: norms, sinusoidal positions, RoPE, MLP -----------------------
 
 def make_norm(config, dim):
-    """LayerNorm (GPT-2; bias if `bias`).
-
-    RMSNorm (LLaMA): x / rms(x) * g."""
+    """The norm:
+      LayerNorm (GPT-2; bias if `bias`)
+      RMSNorm (LLaMA): x / rms(x) * g"""
     if config.norm == "rmsnorm":
         return nn.RMSNorm(dim, eps=config.norm_eps)
     return nn.LayerNorm(dim, eps=config.norm_eps, bias=config.bias)
@@ -166,10 +166,10 @@ ACTIVATIONS = {"gelu": F.gelu, "gelu_tanh": gelu_tanh, "silu": F.silu, "relu": F
 class MLP(nn.Module):
     """Feed-forward network.
 
-      standard:                 down(act(up x))             (GPT-2)
-      gated (double up-proj.):  down(act(gate x) * up x)    (paper 000, 2.2)
-      gated + silu = SwiGLU:    down(silu(gate x) * up x)   (paper 000, 2.3)
-    The activation is on the gate only (000's public code has it on both).
+      standard:                      down(act(up x))             (GPT-2)
+      gated (double up-projection):  down(act(gate x) * up x)    (paper 000, 2.2)
+      gated + silu = SwiGLU:         down(silu(gate x) * up x)   (paper 000, 2.3)
+    act is on the gate only (000's public code: both).
     """
 
     def __init__(self, config, width):

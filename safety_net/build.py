@@ -103,12 +103,11 @@ def check_memory(config, device="cpu"):
                         f"--n_embd or --vocab_size)")
 
 
-def check_batch_memory(config, batch_size, device, training=True, eval_iters=0):
+def check_batch_memory(config, batch_size, device, training=True, eval_iters=0, dtype="float32"):
     """One line, before out_dir changes, for a micro-batch whose step cannot fit this machine's memory on a CPU,
-    where the kernel kills the process without a word (a GPU's allocator refuses in one line: train.py): at
-    least its float32 logits (batch x block_size x vocab_size; the loss reads them in float32) and their
-    log-softmax (the loss's); training, also one activation (batch x block_size x width) per layer, kept for the
-    backward. Also for estimate_loss's vector of eval_iters float32 losses, first."""
+    where the kernel kills the process without a word (a GPU's allocator refuses in one line: train.py). What a
+    step needs is counted low (batch_bytes_lower_bound): a batch refused cannot fit, while one a little smaller
+    than the bound may still not. Also for estimate_loss's vector of eval_iters float32 losses, first."""
     if not str(device).startswith("cpu"):
         return
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
@@ -116,7 +115,7 @@ def check_batch_memory(config, batch_size, device, training=True, eval_iters=0):
         raise UserError(f"--eval_iters={eval_iters} needs {4 * eval_iters / 2**30:,.0f} GiB for its vector of losses "
                         f"alone, more than this machine's {memory / 2**30:,.0f} GiB of memory (fix: a smaller "
                         f"--eval_iters, e.g. the default 200)")
-    needed = batch_bytes_lower_bound(config, batch_size, training)
+    needed = batch_bytes_lower_bound(config, batch_size, training, dtype)
     if needed > memory:
         raise UserError(f"a micro-batch of {batch_size} x {config.block_size} tokens needs at least "
                         f"{needed / 2**30:,.0f} GiB for its logits and activations, more than this machine's "
@@ -124,12 +123,28 @@ def check_batch_memory(config, batch_size, device, training=True, eval_iters=0):
                         f"--gradient_accumulation_steps, or lower --block_size)")
 
 
-def batch_bytes_lower_bound(config, batch_size, training=True):
-    """check_batch_memory's bound, in bytes (float32 values)."""
-    per_token = 2 * config.vocab_size
+def batch_bytes_lower_bound(config, batch_size, training=True, dtype="float32"):
+    """check_batch_memory's bound, in bytes: per token, the logits (in dtype) and their float32 log-softmax (the
+    loss's); training, also what each layer keeps for the backward, at least: its FFN's input and its norm's
+    input (2 x width) and one hidden activation; with attention, also its norm's input and output, the queries
+    and the attention's output (4 x width), in every branch and every Deep Thinking pass. Activations count 2
+    bytes under bf16 or fp16 autocast, else 4."""
+    value = 4 if dtype == "float32" else 2
+    per_token = (value + 4) * config.vocab_size
     if training:
-        per_token += sum(config.widths())
-    return 4 * batch_size * config.block_size * per_token
+        # the values a token keeps in the layers of one branch, one pass; the layers with attention counted
+        # here, not by config.attention_layers(): called here, it would run in every quickstart and count in
+        # model.py's plain-GPT path (tools.technique_lines gpt)
+        widths = config.widths()
+        n_attention = len(widths)
+        if config.n_attn_layers is not None:   # ShishuLM
+            n_attention = config.n_attn_layers + config.n_top_attn_layers
+        kept = 4 * min(widths) * n_attention
+        for width in widths:
+            hidden = config.mlp_hidden or int(config.mlp_ratio * width)
+            kept += 2 * width + hidden
+        per_token += value * kept * config.n_branches * (config.think_steps + 1)
+    return batch_size * config.block_size * per_token
 
 
 def weights_lower_bound(config):

@@ -51,7 +51,9 @@ def atomic_path(path):
         if tmp is not None:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
-        os_error = underlying_os_error(e)
+        if not isinstance(e, KeyboardInterrupt) and underlying(e, KeyboardInterrupt) is not None:
+            raise KeyboardInterrupt from None   # torch's zip writer reports a Ctrl-C in its writes as a RuntimeError
+        os_error = underlying(e, OSError)
         if os_error is not None and not isinstance(e, UserError):
             raise UserError(f"cannot write {path}: {os_error.strerror or os_error} (any previous version is kept) "
                             f"(fix: free disk space, or choose a writable folder)") from None
@@ -106,12 +108,13 @@ def print_to_stderr(message):
     print(message, file=sys.stderr, flush=True)
 
 
-def underlying_os_error(e):
-    """The OSError that `e` is or was raised while handling, else None. torch.save reports a full disk as
-    a RuntimeError of its zip writer, raised while the OSError of the failed write is handled."""
+def underlying(e, kind):
+    """The exception of that kind that `e` is or was raised while handling, else None. torch.save reports a full
+    disk, or a Ctrl-C, as a RuntimeError of its zip writer, raised while the OSError of the failed write (or the
+    KeyboardInterrupt) is handled."""
     seen = set()
     while e is not None and id(e) not in seen:
-        if isinstance(e, OSError):
+        if isinstance(e, kind):
             return e
         seen.add(id(e))
         e = e.__cause__ or e.__context__

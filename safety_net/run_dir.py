@@ -47,9 +47,11 @@ def time_one_sequence(model, x, y, ctx):
 
 def notes_before_run(config, device, micro_steps, batch_size, time_one_sequence):
     """One line each, when they apply: every iteration falls in the warmup; the CPUs are busy; the run would take
-    over half an hour on this CPU (time_one_sequence(): the seconds of a forward+backward of one sequence)."""
-    if config["decay_lr"] and config["warmup_iters"] >= config["max_iters"] > 0:   # e.g. a config shrunk by --max_iters
-        print(f"note: all {config['max_iters']} iterations fall in the "
+    over half an hour on this CPU (time_one_sequence(): the seconds of a forward+backward of one sequence).
+    --eval_only trains no iteration: one evaluation."""
+    iterations = 0 if config["eval_only"] else config["max_iters"]
+    if config["decay_lr"] and config["warmup_iters"] >= iterations > 0:   # e.g. a config shrunk by --max_iters
+        print(f"note: all {iterations} iterations fall in the "
               f"{config['warmup_iters']}-iteration warmup, so the lr never reaches "
               f"{config['learning_rate']:g} (fix: also pass --warmup_iters and --lr_decay_iters)", flush=True)
     if device.type != "cpu":
@@ -59,14 +61,14 @@ def notes_before_run(config, device, micro_steps, batch_size, time_one_sequence)
     with torch.random.fork_rng(devices=[]):   # the probe must not move the dropout RNG
         for _ in range(2):   # the second call: the first pays one-time costs
             step_s = time_one_sequence() * batch_size
-    evals = config["max_iters"] // config["eval_interval"] + 1
-    total_s = step_s * (micro_steps * config["max_iters"] + evals * 2 * config["eval_iters"] / 3)
+    evals = iterations // config["eval_interval"] + 1
+    total_s = step_s * (micro_steps * iterations + evals * 2 * config["eval_iters"] / 3)
     if total_s < 1800:
         return
     fix = (f"this is a GPU recipe; its CPU twin is `python train.py {config['cpu_twin']}`" if config["cpu_twin"]
            else "a GPU, or a smaller model / fewer --max_iters")
     print(f"note: this run needs about {format_duration(total_s)} on this CPU (~{step_s:.1f} s per "
-          f"micro-step, {config['max_iters']} iterations) (fix: {fix})", flush=True)
+          f"micro-step; {iterations} iterations, {evals} evaluation(s)) (fix: {fix})", flush=True)
 
 
 # --- out_dir while a run writes to it -------------------------------------------------------------------

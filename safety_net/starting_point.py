@@ -40,6 +40,17 @@ def prepared_data(config, prepare, rank, world):
     return data_dir, meta, tokenizer_id(meta)
 
 
+def check_not_written_over(init_from, out_dir):
+    """One line when init_from is out_dir's own last.pt or ckpt.pt: the run would write over the checkpoint it
+    starts from at its first save."""
+    if os.path.basename(init_from) not in (LAST_NAME, CKPT_NAME) or not os.path.isdir(out_dir):
+        return
+    if os.path.isfile(init_from) and os.path.samefile(os.path.dirname(os.path.abspath(init_from)), out_dir):
+        raise UserError(f"--init_from={init_from} is in --out_dir={out_dir}, where this run saves its own "
+                        f"{LAST_NAME} and {CKPT_NAME}: it would write over the checkpoint it starts from (fix: "
+                        f"--out_dir=NEW_DIR, a folder of its own)")
+
+
 class StartingPoint:
     """The checkpoint train.py starts from (init_from), its checks and its state: constructing it loads the
     checkpoint (`ckpt`, None for init_from=scratch); check(args, meta) refuses in one line what cannot start;
@@ -56,6 +67,7 @@ class StartingPoint:
         if init_from == "resume":
             self.ckpt = self.resumed(config["out_dir"], device, master)
         elif init_from != "scratch":
+            check_not_written_over(init_from, config["out_dir"])
             self.ckpt = load_init_checkpoint(init_from, device, master)   # (its model_args checked: model_config)
 
     @staticmethod
@@ -63,14 +75,24 @@ class StartingPoint:
         if not any(os.path.isfile(os.path.join(out_dir, n)) for n in (LAST_NAME, CKPT_NAME)):
             raise UserError(f"nothing to resume: no {LAST_NAME} or {CKPT_NAME} in '{out_dir}' (fix: pass the "
                             f"out_dir of an earlier run, or start one with --init_from=scratch)")
-        ckpt = load_checkpoint(out_dir, device, prefer=(LAST_NAME, CKPT_NAME))
+        try:
+            ckpt = load_checkpoint(out_dir, device, prefer=(LAST_NAME, CKPT_NAME))
+        except UserError as e:   # last.pt damaged: its fix, re-running, would fail again; ckpt.pt may be whole
+            ckpt_pt = os.path.join(out_dir, CKPT_NAME)
+            damaged = str(e).startswith(f"cannot read checkpoint '{os.path.join(out_dir, LAST_NAME)}'")
+            if not damaged or not os.path.isfile(ckpt_pt):
+                raise
+            problem = str(e).rsplit(" (fix: ", 1)[0]
+            raise UserError(f"{problem} (fix: move it away, and --init_from=resume resumes from {ckpt_pt}, "
+                            f"an earlier evaluation, or --init_from=scratch)") from None
+        new_run = f"--init_from={ckpt['path']} --out_dir=NEW_DIR"   # this out_dir's run would write over it
         if ckpt.get("optimizer") is None:
             raise UserError(f"{ckpt['path']} has weights only (e.g. from pangu.inherit), nothing to resume "
-                            f"(fix: --init_from={ckpt['path']} to start a new run from it)")
+                            f"(fix: {new_run} to start a new run from it)")
         missing = [k for k in ("iter_num", "best_val_loss") if k not in ckpt]   # (their types: damaged_fields)
         if missing:
             raise UserError(f"{ckpt['path']} has no {' or '.join(missing)}, so it cannot be resumed (fix: "
-                            f"--init_from={ckpt['path']} to start a new run from its weights)")
+                            f"{new_run} to start a new run from its weights)")
         if master:
             print(f"resuming from {ckpt['path']} at iteration {ckpt['iter_num']}", flush=True)
         return ckpt
@@ -98,7 +120,7 @@ class StartingPoint:
                                     f"resume builds the model its checkpoint holds)")
                 raise UserError(f"resume: {key}={args[key]!r} differs from the checkpoint's {key}="
                                 f"{saved.get(key)!r} (fix: drop that override, or start a new run from its "
-                                f"weights: --init_from={ckpt['path']} --allow_partial_init=True)")
+                                f"weights: --init_from={ckpt['path']} --out_dir=NEW_DIR --allow_partial_init=True)")
         # first: another tokenizer's data also shows up as a vocab_size mismatch below
         if ckpt is not None and ckpt.get("tokenizer_id") not in (None, tokenizer_id(meta)):   # older: none
             why = f"its dataset: {ckpt.get('dataset')}"
@@ -112,7 +134,7 @@ class StartingPoint:
                             f"tokens (fix: drop --vocab_size, it is read from meta.json)")
         gpt_config = model_config(args)   # what GPTConfig refuses, as one line
         check_batch_memory(gpt_config, config["batch_size"], config["device"], training=not config["eval_only"],
-                           eval_iters=config["eval_iters"])
+                           eval_iters=config["eval_iters"], dtype=config["dtype"])
         check_splits(config["data_dir"], args["vocab_size"], args["block_size"], config["data_segments"])
 
     def restore(self, model, optimizer, scaler, rank, world):

@@ -291,6 +291,43 @@ def test_full_disk_during_torch_save_is_one_line(tmp_path, monkeypatch):
     assert torch.equal(torch.load(path)["v"], torch.arange(3)) and os.listdir(tmp_path) == ["last.pt"]
 
 
+def test_a_ctrl_c_during_torch_saves_writes_is_a_keyboard_interrupt(tmp_path, monkeypatch):
+    """A second Ctrl-C that landed in torch.save's writes of last.pt at a stop gave a traceback and exit code 1
+    (its zip writer's RuntimeError 'unexpected pos', raised while handling the KeyboardInterrupt), not the
+    'stopped while saving' line and exit code 130 (a fuzz of stops). The previous file is kept."""
+    path = tmp_path / "last.pt"
+    fileio.atomic_save({"v": torch.arange(3)}, path)
+    real_open = open
+
+    class CtrlCAtThirdWrite:
+        def __init__(self, f):
+            self.f, self.writes = f, 0
+
+        def write(self, data):
+            self.writes += 1
+            if self.writes == 3:
+                raise KeyboardInterrupt
+            return self.f.write(data)
+
+        def __getattr__(self, name):
+            return getattr(self.f, name)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+    def open_with_a_ctrl_c(*args, **kwargs):
+        return CtrlCAtThirdWrite(real_open(*args, **kwargs))
+
+    monkeypatch.setattr(fileio, "open", open_with_a_ctrl_c, raising=False)
+    with pytest.raises(KeyboardInterrupt):
+        fileio.atomic_save({"v": torch.zeros(1000), "w": torch.ones(1000)}, path)
+    monkeypatch.undo()
+    assert torch.equal(torch.load(path)["v"], torch.arange(3)) and os.listdir(tmp_path) == ["last.pt"]
+
+
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
 def test_full_disk_while_logging_is_one_line(tmp_path):
     log = CsvLog(str(tmp_path / "log.csv"))
@@ -457,6 +494,43 @@ def test_resume_from_damaged_weights_is_one_line(finished, tmp_path):
     before = snapshot(out_dir)
     cfg = dict(finished, out_dir=out_dir, init_from="resume", max_iters=20)
     one_error_line(train.main, [f"--{k}={v}" for k, v in cfg.items()], "1 missing", "ln_f.weight")
+    assert snapshot(out_dir) == before
+
+
+def test_a_resume_whose_last_pt_is_damaged_names_the_whole_ckpt_pt(finished, tmp_path):
+    """A damaged last.pt's fix was to re-run train.py, which failed the same way: --init_from=resume reads last.pt
+    first. The fix now names ckpt.pt beside it, and followed, the run resumes from it."""
+    out_dir = copy_run(finished, tmp_path)
+    last = os.path.join(out_dir, "last.pt")
+    with open(last, "r+b") as f:
+        f.truncate(100)
+    before = snapshot(out_dir)
+    cfg = dict(finished, out_dir=out_dir, init_from="resume", max_iters=20)
+    args = [f"--{k}={v}" for k, v in cfg.items()]
+    one_error_line(train.main, args, f"cannot read checkpoint '{last}'", "move it away",
+                   f"resumes from {os.path.join(out_dir, 'ckpt.pt')}")
+    assert snapshot(out_dir) == before
+    os.rename(last, os.path.join(tmp_path, "damaged.pt"))
+    assert train.main(args)["iter_num"] == 20
+
+
+def test_a_run_from_its_own_out_dirs_checkpoint_is_refused_before_writing_over_it(finished, tmp_path):
+    """--init_from=<out_dir>/ckpt.pt into that out_dir wrote over the checkpoint it started from at its first save.
+    The fixes that name --init_from=<a checkpoint> led there: they now name another --out_dir, and work."""
+    out_dir = copy_run(finished, tmp_path)
+    before = snapshot(out_dir)
+    ckpt = os.path.join(out_dir, "ckpt.pt")
+    cfg = dict(finished, out_dir=out_dir, init_from=ckpt, max_iters=4)
+    one_error_line(train.main, [f"--{k}={v}" for k, v in cfg.items()], f"--init_from={ckpt} is in --out_dir",
+                   "write over the checkpoint it starts from", "--out_dir=NEW_DIR")
+    # a resume that changes the model names a new run from its weights, in another out_dir
+    cfg = dict(finished, out_dir=out_dir, init_from="resume", max_iters=20, n_layer=3)
+    message = one_error_line(train.main, [f"--{k}={v}" for k, v in cfg.items()], "n_layer=3 differs")
+    fix = message.split("(fix: ")[1].rstrip(")").split("weights: ")[1].split()
+    assert fix[:2] == [f"--init_from={os.path.join(out_dir, 'last.pt')}", "--out_dir=NEW_DIR"], fix
+    new = str(tmp_path / "new")
+    args = [f"--{k}={v}" for k, v in cfg.items() if k not in ("out_dir", "init_from")]
+    assert train.main(args + [a.replace("NEW_DIR", new) for a in fix])["iter_num"] == 20
     assert snapshot(out_dir) == before
 
 

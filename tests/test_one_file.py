@@ -406,6 +406,23 @@ def test_no_docstring_of_a_preset_file_is_marked(preset):
                         f"a first paragraph that tells only of what every config runs)")
 
 
+@pytest.mark.parametrize("preset", PRESETS)
+def test_a_file_keeps_the_explanation_of_what_it_runs(preset):
+    """The items of make_norm's and MLP's docstrings that tell of the norm and FFN the preset runs stay, and only
+    those: 7 preset files lost the gated FFN's and SwiGLU's lines (they named the folded `self.gated` and
+    `proj`, and the assumed field `activation`), and the RMSNorm files opened make_norm's docstring with
+    LayerNorm."""
+    text, ran = made(preset)[:2]
+    docs = {node.name: ast.get_docstring(node) for node in ast.parse(text).body
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
+    rms = ran["norm"] == "rmsnorm"
+    assert ("RMSNorm (LLaMA)" in docs["make_norm"]) == rms and ("LayerNorm" in docs["make_norm"]) != rms
+    gated = ran["mlp_type"] == "gated"
+    swiglu = gated and ran["activation"] == "silu"
+    assert ("standard:" in docs["MLP"]) != gated and ("gated (double up-projection):" in docs["MLP"]) == gated
+    assert ("SwiGLU:" in docs["MLP"]) == swiglu and ("on the gate only" in docs["MLP"]) == gated
+
+
 def sections_of_definitions(text):
     """{top-level class, function or assigned name: the number of the section title above it} ("# --- 6. ..."
     is 6)."""

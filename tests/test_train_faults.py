@@ -109,6 +109,18 @@ def test_warmup_longer_than_the_run_names_the_fix_that_works(tiny_train_config):
     assert run(dict(cfg, max_iters=4, eval_interval=4))["iter_num"] == 4
 
 
+def test_the_warmup_note_counts_the_iterations_that_will_run(capsys):
+    """Every iteration of a short run in the warmup: a note. --eval_only trains none, and printed that note about
+    iterations it would never run."""
+    from safety_net.run_dir import notes_before_run
+    config = dict(decay_lr=True, warmup_iters=100, max_iters=10, learning_rate=1e-3, eval_only=False)
+    not_a_cpu = torch.device("meta")   # the notes after this one time a CPU step
+    notes_before_run(config, not_a_cpu, 1, 1, None)
+    assert "note: all 10 iterations fall in the 100-iteration warmup" in capsys.readouterr().out
+    notes_before_run(dict(config, eval_only=True), not_a_cpu, 1, 1, None)
+    assert capsys.readouterr().out == ""
+
+
 def test_out_dir_that_is_a_file(tiny_train_config, tmp_path):
     path = tmp_path / "taken"
     path.write_text("not a folder")
@@ -403,12 +415,15 @@ def test_the_out_dir_lock_never_outlives_its_writer(finished, tmp_path):
 # --- a GPU recipe on a CPU (issue 13) ---------------------------------------------------------------------
 
 def test_gpu_recipe_on_cpu_names_time_and_twin(tiny_train_config, monkeypatch, capsys):
+    """A run timed at over half an hour names the CPU twin; --eval_only's time is its one evaluation."""
     monkeypatch.setattr(run_dir, "PROGRESS_EVERY_S", 0)   # show evaluation progress at every batch
+    monkeypatch.setattr(run_dir, "time_one_sequence", lambda *args: 1000.0)   # a slow CPU, as timed
     cfg = dict(tiny_train_config, max_iters=10 ** 8, eval_only=True, cpu_twin="config/gpt_shakespeare_cpu.py")
     run(cfg)
     out = capsys.readouterr().out
     note = [line for line in out.splitlines() if line.startswith("note: ")]
     assert len(note) == 1 and "GPU recipe" in note[0] and "config/gpt_shakespeare_cpu.py" in note[0]
+    assert "0 iterations, 1 evaluation(s)" in note[0]
     assert "evaluating: val batch 2/2" in out
 
 

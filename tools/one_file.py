@@ -758,6 +758,10 @@ def untied(config):
     return not config["tie_embeddings"]
 
 
+def rmsnorm(config):   # GPT-2's LayerNorm is then off
+    return config["norm"] == "rmsnorm"
+
+
 def gpt2_init(config):
     return config["init_scheme"] == "gpt2"
 
@@ -773,8 +777,9 @@ TECHNIQUE_WORDS = [
     (["RoPE", "rotary"], no_rope),
     (["sinusoidal"], no_sinusoidal),
     (["RMSNorm"], no_rmsnorm),
+    (["LayerNorm"], rmsnorm),
     (["post-norm"], no_post_norm),
-    (["gated", "double up-proj"], not_gated),
+    (["gated", "double up-projection"], not_gated),
     (["standard"], gated),
     (["SwiGLU"], no_swiglu),
     (["lgpt/cgpt", "shrink", "shrinks", "halve", "halved", "halving"], no_shrink),
@@ -787,6 +792,12 @@ TECHNIQUE_WORDS = [
     (["tied", "tying"], untied),
     (["003's schemes"], gpt2_init),
 ]
+
+
+def words_on(config):
+    """The words of the techniques config has on: a docstring's paragraph that names one stays, also where the word
+    is the name of folded code (a gated MLP's `self.gated`)."""
+    return {word for words, off in TECHNIQUE_WORDS if not off(config) for word in words}
 
 
 def words_off(config):
@@ -962,6 +973,7 @@ def specialise(text, tracer, ran_args, full_args, header, pin=()):
         # the techniques such strings select ("rope": RoPE)
         strings = {string for string in model_strings if not spells_a_word(string)}
         spec.removed = (model_names - names) | (strings - short_strings(kept_code) - names - values)
+        spec.removed -= words_on(ran_args)
         if more <= drop:
             break
         drop |= more

@@ -6,7 +6,7 @@ classes, functions, branches and GPTConfig fields), in model.py's order, with it
 computes exactly what model.py computes for it. Do not edit: regenerate.
 
     made by:  python -m tools.one_file baseline --out=docs/models/baseline.py
-    model.py of commit 7fd8ad7
+    model.py of commit 7fd8ad7 plus uncommitted changes
 """
 
 import math
@@ -49,7 +49,8 @@ class GPTConfig:
 # --- 2. Building blocks: norms, sinusoidal positions, MLP -----------------------------
 
 def make_norm(config, dim):
-    """LayerNorm (GPT-2; bias if `bias`)."""
+    """The norm:
+      LayerNorm (GPT-2; bias if `bias`)"""
     return nn.LayerNorm(dim, eps=config.norm_eps, bias=config.bias)
 
 
@@ -67,7 +68,7 @@ def sinusoidal_positions(n_positions, dim):
 class MLP(nn.Module):
     """Feed-forward network.
 
-      standard:                 down(act(up x))             (GPT-2)
+      standard:                      down(act(up x))             (GPT-2)
     """
 
     def __init__(self, config, width):

@@ -6,7 +6,7 @@ classes, functions, branches and GPTConfig fields), in model.py's order, with it
 computes exactly what model.py computes for it. Do not edit: regenerate.
 
     made by:  python -m tools.one_file shishulm_600 --out=docs/models/shishulm_600.py
-    model.py of commit 7fd8ad7
+    model.py of commit 7fd8ad7 plus uncommitted changes
 """
 
 from dataclasses import dataclass
@@ -67,9 +67,8 @@ class GPTConfig:
 # --- 2. Building blocks: norms, RoPE, MLP ---------------------------------------------
 
 def make_norm(config, dim):
-    """LayerNorm (GPT-2; bias if `bias`).
-
-    RMSNorm (LLaMA): x / rms(x) * g."""
+    """The norm:
+      RMSNorm (LLaMA): x / rms(x) * g"""
     return nn.RMSNorm(dim, eps=config.norm_eps)
 
 
@@ -91,6 +90,10 @@ def apply_rope(x, cos, sin):
 
 class MLP(nn.Module):
     """Feed-forward network.
+
+      gated (double up-projection):  down(act(gate x) * up x)    (paper 000, 2.2)
+      gated + silu = SwiGLU:         down(silu(gate x) * up x)   (paper 000, 2.3)
+    act is on the gate only (000's public code: both).
     """
 
     def __init__(self, config, width):
