@@ -21,6 +21,7 @@ Offline: the repository ships data/tinyshakespeare/input.txt; --gpt2_ranks
 """
 import hashlib
 import os
+from fractions import Fraction
 
 from safety_net.configurator import run_command
 from safety_net.download import shakespeare_path
@@ -47,7 +48,8 @@ DEFAULTS = dict(
 
 def split_text(text, val_fraction=0.1):
     """The first part of the text trains, the last val_fraction validates."""
-    n = int(len(text) * (1 - val_fraction))
+    # exact: in floats, 90 * 0.7 is 62.99999
+    n = int(len(text) * (1 - Fraction(str(val_fraction))))
     return text[:n], text[n:]
 
 
@@ -58,14 +60,14 @@ def prepare(dataset="", out_dir="", input_path="", tokenizer="",
             val_fraction=0.1, force=False, gpt2_ranks=""):
     """Prepare `dataset` into out_dir (default data/<dataset>); "" names it after
     --input (notes.txt -> notes_char). Returns out_dir."""
-    # checked: the name, tokenizer and folder
+    # checked: name, tokenizer, folder
     dataset, tokenizer, out_dir = check_text_dataset(
         dataset, input_path, tokenizer, val_fraction, DATASETS, out_dir)
     if dataset in DATASETS:
         input_path = shakespeare_path(out_dir, input_path)   # found, else downloaded
     text = read_text(input_path)   # UTF-8, not empty: else one line
 
-    # tokenize the two splits: characters (as nanoGPT's stoi), or GPT-2 BPE
+    # tokenize the splits: characters (as nanoGPT's stoi), or GPT-2 BPE
     train_text, val_text = split_text(text, val_fraction)
     if tokenizer == "char":
         chars = sorted(set(text))
@@ -84,7 +86,7 @@ def prepare(dataset="", out_dir="", input_path="", tokenizer="",
     n_train = len(train_ids)
     n_val = len(val_ids)
     splits = {"train": {"tokens": n_train}, "val": {"tokens": n_val}}
-    # the text's source; its sha256 tells whether a dataset is of this text
+    # its sha256 tells whether a dataset is of this text
     sha256 = hashlib.sha256(text.encode("utf-8")).hexdigest()
     record = {"path": os.path.abspath(input_path),
               "sha256": sha256,
@@ -93,11 +95,11 @@ def prepare(dataset="", out_dir="", input_path="", tokenizer="",
     meta = {"dataset": dataset, **meta, "splits": splits, "text": record}
 
     # refused: a split too short, another text's or split's dataset (unless
-    # --force); the token files, meta.json last: it marks a complete folder
+    # --force); meta.json last marks a complete folder
     write_dataset(out_dir, {"train": train_ids, "val": val_ids}, meta, force)
     print(f"length of dataset in characters: {len(text):,}; "
           f"vocab size: {meta['vocab_size']:,}")
-    print(f"train has {n_train:,} tokens (the first {1 - val_fraction:.0%} "
+    print(f"train has {n_train:,} tokens (the first {(1 - val_fraction) * 100:g}% "
           f"of the text), val has {n_val:,} tokens (the rest): a model's "
           f"block_size must stay below {min(n_train, n_val):,}")
     print(f"wrote {out_dir}")

@@ -6,7 +6,8 @@ nothing of the project.
     python train.py config/gpt_shakespeare_cpu.py --n_layer=6 --dropout 0.1
 
 Positional arguments are config files: plain python, executed in order; their top-level assignments
-(names not starting with '_') set config keys. Then every `--key=value` / `--key value` override is
+(names not starting with '_') set config keys (a name assigned only inside an if, for, with or try block is
+refused in one line: it would not be read). Then every `--key=value` / `--key value` override is
 applied, so the command line always wins over config files. Values are parsed with ast.literal_eval
 (falling back to the raw text) and must match the type of the key's default. load_config also returns
 the keys set explicitly: model keys set explicitly win over a variant's preset (train.py's setup).
@@ -209,6 +210,7 @@ def _read_config_file(path, config):
         raise UserError(f"syntax error in config file {path}{where}: {e.msg} "
                         f"(fix: it must be valid python)") from None
     assigned = _top_level_names(tree)
+    _refuse_nested_assignments(tree, assigned, path)
     namespace = dict(config)
     namespace["__file__"] = os.path.abspath(path)
     try:
@@ -221,22 +223,47 @@ def _read_config_file(path, config):
 def _top_level_names(tree):
     """Names bound by top-level assignment statements (in order), skipping private '_names'."""
     names = []
-
-    def add_target(t):
-        if isinstance(t, ast.Name):
-            if not t.id.startswith("_") and t.id not in names:
-                names.append(t.id)
-        elif isinstance(t, (ast.Tuple, ast.List)):
-            for elt in t.elts:
-                add_target(elt)
-
     for node in tree.body:
-        if isinstance(node, ast.Assign):
-            for target in node.targets:
-                add_target(target)
-        elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
-            add_target(node.target)
+        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            names += [name for name in _assigned_names(node) if name not in names]
     return names
+
+
+def _assigned_names(node):
+    """The public names an assignment statement binds (`a, b = ...` binds both)."""
+    targets = list(node.targets) if isinstance(node, ast.Assign) else [node.target]
+    names = []
+    while targets:
+        t = targets.pop(0)
+        if isinstance(t, ast.Name) and not t.id.startswith("_"):
+            names.append(t.id)
+        elif isinstance(t, (ast.Tuple, ast.List)):
+            targets += t.elts
+    return names
+
+
+def _refuse_nested_assignments(tree, top_level, path):
+    """One line for a name assigned only inside a block (if, for, while, with, try) of a config file: only
+    top-level assignments are read, so it would be dropped without a word (nanoGPT's exec applies it)."""
+    for line, name in _nested_assignments(tree.body):
+        if name not in top_level:
+            raise UserError(f"config file {path} line {line} assigns {name} inside a block, where it is not "
+                            f"read: only top-level assignments are (fix: assign it at the top level, e.g. "
+                            f"{name} = ... if CONDITION else {name})")
+
+
+def _nested_assignments(statements):
+    """(line, name) of the assignments inside the blocks of these statements, not in functions or classes."""
+    found = []
+    for node in statements:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        for field in ("body", "orelse", "finalbody", "handlers", "cases"):
+            for child in getattr(node, field, []):
+                if isinstance(child, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+                    found += [(child.lineno, name) for name in _assigned_names(child)]
+                found += _nested_assignments([child])
+    return found
 
 
 # --- keys and values -------------------------------------------------------------------------------

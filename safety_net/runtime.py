@@ -67,6 +67,8 @@ def resolve_device(name, local_rank=None):
                         f"(fix: --device=cuda:0 to cuda:{torch.cuda.device_count() - 1}, or --device=cuda)")
     if kind == "cuda" and local_rank is not None:
         name = f"cuda:{local_rank}"
+    if kind == "cpu":   # 'cpu:0' too: the checkpoints it saved would name it, and no map_location reads it back
+        name = "cpu"
     return torch.device(name)
 
 

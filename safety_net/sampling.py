@@ -55,12 +55,13 @@ def check_temperature(temperature, key="temperature"):
 
 def read_prompt(start):
     """sample.py's --start: the text itself, or the contents of the file named by FILE:path (a byte-order mark,
-    as Windows Notepad writes, is dropped)."""
+    as Windows Notepad writes, is dropped; line ends stay as they are, as prepare.py keeps them: a CRLF text's
+    model has seen "\r\n")."""
     if not start.startswith("FILE:"):
         return start
     path = start[len("FILE:"):]
     try:
-        with open(path, encoding="utf-8-sig") as f:
+        with open(path, encoding="utf-8-sig", newline="") as f:
             return f.read()
     except (OSError, UnicodeDecodeError) as e:
         reason = e.strerror if isinstance(e, OSError) else e

@@ -123,6 +123,8 @@ def dataset_and_tokenizer(dataset, input_path, tokenizer, val_fraction, known, o
             raise UserError(f"{dataset} is tinyshakespeare as {known[dataset]} tokens, not {tokenizer} "
                             f"(fix: python prepare.py {other})")
         return dataset, known[dataset]
+    if not input_path and os.path.isfile(dataset):   # `python prepare.py notes.txt`: a text given as the name
+        raise UserError(f"{dataset!r} is a file, not a dataset name (fix: python prepare.py --input={dataset})")
     if not input_path:
         raise UserError(f"unknown dataset {dataset!r} (fix: your own text: python prepare.py {dataset} "
                         f"--input=YOUR_TEXT.txt; tinyshakespeare: shakespeare_char or shakespeare; tools prepare "

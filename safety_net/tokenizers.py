@@ -259,8 +259,11 @@ def check_prompt(tok, text, dataset, vocab_size=None):
         unknown = sorted(set(text) - set(known))
         if unknown:
             listed = ", ".join(repr(ch) for ch in unknown)
+            fix = "remove them from --start"
+            if "\n" in unknown:   # a text without line ends: the default --start ("\n") too
+                fix += ", or give --start: its default is a newline"
             raise UserError(f"characters not in the vocabulary: {listed} "
-                            f"(the model was trained on {dataset}) (fix: remove them from --start)")
+                            f"(the model was trained on {dataset}) (fix: {fix})")
     try:
         ids = tok.encode(text)
     except (ValueError, KeyError) as e:

@@ -116,6 +116,27 @@ def test_config_file_errors(tmp_path):
         load_config(DEFAULTS, [str(tmp_path)])
 
 
+def test_an_assignment_inside_a_block_of_a_config_file_is_never_dropped(tmp_path):
+    """`if ...:` / `    learning_rate = 3e-3` in a config file was dropped without a word (only top-level assignments
+    are read), where nanoGPT's exec applies it: now one line with a fix that works. A name also assigned at the top
+    level is read as before (its final value); helpers ('_x', a for loop's target) and functions' names are not
+    keys."""
+    f = tmp_path / "exp.py"
+    f.write_text("import os\nif os.cpu_count() >= 1:\n    learning_rate = 3e-3\n")
+    with pytest.raises(UserError, match=r"exp.py line 3 assigns learning_rate inside a block, where it is not read"):
+        load_config(DEFAULTS, [str(f)])
+    f.write_text("import os\nlearning_rate = 3e-3 if os.cpu_count() >= 1 else learning_rate\n")   # the fix
+    assert load_config(DEFAULTS, [str(f)])[0]["learning_rate"] == 3e-3
+    f.write_text("n_layer = 2\nfor _i in range(3):\n    n_layer += 1\n    _seen = _i\n"
+                 "try:\n    pass\nexcept OSError:\n    pass\nelse:\n    batch_size = 7\n")
+    with pytest.raises(UserError, match="line 10 assigns batch_size inside a block"):
+        load_config(DEFAULTS, [str(f)])
+    f.write_text("n_layer = 2\nfor _i in range(3):\n    n_layer += 1\n\ndef _f():\n    batch_size = 1\n"
+                 "    return batch_size\n")
+    cfg, explicit = load_config(DEFAULTS, [str(f)])
+    assert cfg["n_layer"] == 5 and explicit == {"n_layer"}
+
+
 def test_numpy_scalars_in_a_config_file_are_read_as_numbers(tmp_path):
     """A config file may compute with numpy (nanoGPT's users do): np.int64 and np.float32 were refused as "a
     int64, expected an integer" (only np.float64, a float, passed)."""

@@ -302,12 +302,37 @@ def test_a_dataset_of_a_tool_through_train_py(tmp_path, monkeypatch, tiny_train_
     assert not (tmp_path / "data" / "shakespeare_v1024").exists()
 
 
+def test_the_split_is_the_fraction_asked_for(tmp_path, capsys):
+    """int(90 * (1 - 0.3)) is 62 in floats: the first 70% of a 90-character text was 62 characters, not 63 (5,154
+    pairs of a length below 200,000 and a fraction of 0.004, 0.07, 0.1, 0.2, 0.3 or 0.5 were one short).
+    tinyshakespeare's split is unchanged. And 99.6% was printed as 'the first 100%'."""
+    assert [len(part) for part in prepare.split_text("x" * 90, 0.3)] == [63, 27]
+    assert [len(part) for part in prepare.split_text("x" * 1115394, 0.1)] == [1003854, 111540]
+    text = tmp_path / "notes.txt"
+    text.write_text("abcdefghij" * 250)
+    prepare.prepare(input_path=str(text), out_dir=str(tmp_path / "d"), val_fraction=0.004)
+    assert "train has 2,490 tokens (the first 99.6% of the text), val has 10" in capsys.readouterr().out
+
+
 def test_unknown_dataset():
     for name in ("openwebtext", "shakespeare_vx", "wikitext2"):
         with pytest.raises(UserError, match=f"unknown dataset '{name}' .*tools.wikitext103"):
             prepare.prepare(name)
     with pytest.raises(TypeError):   # the compact vocabulary is the tool's
         prepare.prepare("shakespeare_char", vocab_size=300)
+
+
+def test_a_text_given_as_the_dataset_name_names_input(tmp_path, monkeypatch):
+    """`python prepare.py notes.txt` suggested `python prepare.py notes.txt --input=YOUR_TEXT.txt`, which failed
+    too (not a plain folder name)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "notes.txt").write_text("to be or not to be, that is the question\n" * 20)
+    with pytest.raises(SystemExit) as e:
+        prepare.main(["notes.txt"])
+    assert e.value.code == "error: 'notes.txt' is a file, not a dataset name (fix: python prepare.py --input=notes.txt)"
+    assert not (tmp_path / "data").exists()
+    prepare.main(["--input=notes.txt"])   # the fix
+    assert (tmp_path / "data" / "notes_char" / "meta.json").exists()
 
 
 def test_options_are_every_commands_keys(tmp_path, monkeypatch):

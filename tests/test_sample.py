@@ -262,6 +262,34 @@ def test_start_file_from_notepad_drops_its_byte_order_mark(ckpt_dir, tmp_path, c
     assert samples(out)[0].startswith("ROMEO:")
 
 
+def test_a_start_file_keeps_its_line_ends(ckpt_dir, tmp_path, capsys):
+    """--start=FILE: read the file in text mode, which turned its "\r\n" and "\r" into "\n": a CRLF text's model
+    was prompted with line ends it was not trained on, and a prompt of a CR-only text was refused for a '\n' it did
+    not hold. prepare.py keeps line ends as they are (read_text); so does the prompt."""
+    from safety_net.sampling import read_prompt
+    prompt = tmp_path / "prompt.txt"
+    prompt.write_bytes(b"ROMEO:\r\nJULIET:\rNURSE:\n")
+    assert read_prompt(f"FILE:{prompt}") == "ROMEO:\r\nJULIET:\rNURSE:\n"
+    with pytest.raises(SystemExit) as e:   # this model's vocabulary has no "\r": named, not dropped
+        run_main(capsys, f"--out_dir={ckpt_dir}", f"--start=FILE:{prompt}", "--device=cpu")
+    assert "characters not in the vocabulary: '\\r'" in str(e.value.code), e.value.code
+
+
+def test_a_text_without_line_ends_names_the_default_start(tmp_path, capsys):
+    """A model of a text without "\n", sampled with a plain `python sample.py`, was told to remove characters from
+    a --start it was never given."""
+    torch.manual_seed(0)
+    chars = list("ab")
+    out = write_char_checkpoint(tmp_path, GPT(GPTConfig(vocab_size=2, block_size=8, n_layer=1, n_head=1,
+                                                         n_embd=8)), chars)
+    with pytest.raises(SystemExit) as e:
+        run_main(capsys, f"--out_dir={out}", "--device=cpu")
+    assert "its default is a newline" in str(e.value.code), e.value.code
+    out_text, _ = run_main(capsys, f"--out_dir={out}", "--start=ab", "--num_samples=1", "--max_new_tokens=3",
+                           "--device=cpu")   # the fix works
+    assert samples(out_text)[0].startswith("ab")
+
+
 # --- a vocabulary padded past the tokenizer's (nanoGPT's 50304 for GPT-2's 50257) ------------------
 
 def test_a_padded_vocabulary_never_draws_a_token_without_text(tmp_path, capsys):

@@ -92,6 +92,16 @@ def test_bad_resume_input_changes_nothing(finished, tmp_path, override, words):
     assert snapshot(cfg["out_dir"]) == before   # log.csv, last.pt, ckpt.pt, loss.png untouched
 
 
+def test_cpu_0_is_the_cpu(finished, tmp_path):
+    """--device=cpu:0 was taken as given: the run trained and saved, but its checkpoints named cpu:0, which no
+    map_location reads back, so each resume or sample was refused as a damaged checkpoint."""
+    from safety_net.runtime import resolve_device
+    assert resolve_device("cpu:0") == torch.device("cpu")
+    cfg = dict(copy_run(finished, tmp_path), init_from="resume", device="cpu:0", max_iters=12)
+    assert train.main(argv(cfg))["iter_num"] == 12
+    assert torch.load(os.path.join(cfg["out_dir"], "last.pt"), weights_only=True)["config"]["device"] == "cpu"
+
+
 def test_data_segments_that_are_not_a_npy_file_say_so(finished, tmp_path):
     """numpy reads such a file as a pickle, refuses it and advises loading it unsafely: not passed on."""
     text = tmp_path / "segments.npy"
