@@ -167,9 +167,9 @@ class MLP(nn.Module):
     """Feed-forward network.
 
       standard:                      down(act(up x))             (GPT-2)
-      gated (double up-projection):  down(act(gate x) * up x)    (paper 000, 2.2)
-      gated + silu = SwiGLU:         down(silu(gate x) * up x)   (paper 000, 2.3)
-    act is on the gate only (000's public code: both).
+      gated (double up-projection):  down(act(gate x) * up x)    (000 2.2)
+      gated + silu = SwiGLU:         down(silu(gate x) * up x)   (000 2.3)
+    act is on the gate only (000's public code has it on both).
     """
 
     def __init__(self, config, width):

@@ -86,7 +86,7 @@ def prepare(dataset="", out_dir="", input_path="", tokenizer="",
     n_train = len(train_ids)
     n_val = len(val_ids)
     splits = {"train": {"tokens": n_train}, "val": {"tokens": n_val}}
-    # its sha256 tells whether a dataset is of this text
+    # the text's sha256 tells whether a dataset is of this text
     sha256 = hashlib.sha256(text.encode("utf-8")).hexdigest()
     record = {"path": os.path.abspath(input_path),
               "sha256": sha256,
@@ -99,7 +99,7 @@ def prepare(dataset="", out_dir="", input_path="", tokenizer="",
     write_dataset(out_dir, {"train": train_ids, "val": val_ids}, meta, force)
     print(f"length of dataset in characters: {len(text):,}; "
           f"vocab size: {meta['vocab_size']:,}")
-    print(f"train has {n_train:,} tokens (the first {(1 - val_fraction) * 100:g}% "
+    print(f"train has {n_train:,} tokens (the first {(1 - val_fraction) * 100:.10g}% "
           f"of the text), val has {n_val:,} tokens (the rest): a model's "
           f"block_size must stay below {min(n_train, n_val):,}")
     print(f"wrote {out_dir}")

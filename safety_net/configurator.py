@@ -6,8 +6,8 @@ nothing of the project.
     python train.py config/gpt_shakespeare_cpu.py --n_layer=6 --dropout 0.1
 
 Positional arguments are config files: plain python, executed in order; their top-level assignments
-(names not starting with '_') set config keys (a name assigned only inside an if, for, with or try block is
-refused in one line: it would not be read). Then every `--key=value` / `--key value` override is
+(names not starting with '_') set config keys (a key assigned only inside a block, if, for, while, with, try
+or match, is refused in one line: it would not be read). Then every `--key=value` / `--key value` override is
 applied, so the command line always wins over config files. Values are parsed with ast.literal_eval
 (falling back to the raw text) and must match the type of the key's default. load_config also returns
 the keys set explicitly: model keys set explicitly win over a variant's preset (train.py's setup).
@@ -210,7 +210,7 @@ def _read_config_file(path, config):
         raise UserError(f"syntax error in config file {path}{where}: {e.msg} "
                         f"(fix: it must be valid python)") from None
     assigned = _top_level_names(tree)
-    _refuse_nested_assignments(tree, assigned, path)
+    _refuse_nested_assignments(tree, assigned, config, path)
     namespace = dict(config)
     namespace["__file__"] = os.path.abspath(path)
     try:
@@ -242,11 +242,12 @@ def _assigned_names(node):
     return names
 
 
-def _refuse_nested_assignments(tree, top_level, path):
-    """One line for a name assigned only inside a block (if, for, while, with, try) of a config file: only
-    top-level assignments are read, so it would be dropped without a word (nanoGPT's exec applies it)."""
+def _refuse_nested_assignments(tree, top_level, keys, path):
+    """One line for a config key assigned only inside a block (if, for, while, with, try, match) of a config file:
+    only top-level assignments are read, so it would be dropped without a word (nanoGPT's exec applies it). Other
+    names are the file's helpers, as before."""
     for line, name in _nested_assignments(tree.body):
-        if name not in top_level:
+        if name in keys and name not in top_level:
             raise UserError(f"config file {path} line {line} assigns {name} inside a block, where it is not "
                             f"read: only top-level assignments are (fix: assign it at the top level, e.g. "
                             f"{name} = ... if CONDITION else {name})")

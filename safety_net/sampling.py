@@ -54,14 +54,15 @@ def check_temperature(temperature, key="temperature"):
 
 
 def read_prompt(start):
-    """sample.py's --start: the text itself, or the contents of the file named by FILE:path (a byte-order mark,
-    as Windows Notepad writes, is dropped; line ends stay as they are, as prepare.py keeps them: a CRLF text's
-    model has seen "\r\n")."""
+    """sample.py's --start: the text itself, or the contents of the file named by FILE:path, read as nanoGPT's
+    sample.py reads it: a byte-order mark, as Windows Notepad writes, is dropped, and its line ends ("\r\n", "\r")
+    are read as "\n", so a Notepad prompt fits a model of a text with "\n" (the common case; a model of a CRLF
+    text, whose line ends prepare.py keeps, is prompted with "\n" too)."""
     if not start.startswith("FILE:"):
         return start
     path = start[len("FILE:"):]
     try:
-        with open(path, encoding="utf-8-sig", newline="") as f:
+        with open(path, encoding="utf-8-sig") as f:
             return f.read()
     except (OSError, UnicodeDecodeError) as e:
         reason = e.strerror if isinstance(e, OSError) else e

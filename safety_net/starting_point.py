@@ -41,11 +41,12 @@ def prepared_data(config, prepare, rank, world):
 
 
 def check_not_written_over(init_from, out_dir):
-    """One line when init_from is out_dir's own last.pt or ckpt.pt: the run would write over the checkpoint it
-    starts from at its first save."""
-    if os.path.basename(init_from) not in (LAST_NAME, CKPT_NAME) or not os.path.isdir(out_dir):
+    """One line when init_from is out_dir's own last.pt or ckpt.pt (or a link to one): the run would write over
+    the checkpoint it starts from at its first save."""
+    target = os.path.realpath(init_from)
+    if os.path.basename(target) not in (LAST_NAME, CKPT_NAME) or not os.path.isdir(out_dir):
         return
-    if os.path.isfile(init_from) and os.path.samefile(os.path.dirname(os.path.abspath(init_from)), out_dir):
+    if os.path.isfile(target) and os.path.samefile(os.path.dirname(target), out_dir):
         raise UserError(f"--init_from={init_from} is in --out_dir={out_dir}, where this run saves its own "
                         f"{LAST_NAME} and {CKPT_NAME}: it would write over the checkpoint it starts from (fix: "
                         f"--out_dir=NEW_DIR, a folder of its own)")

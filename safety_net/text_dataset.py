@@ -218,6 +218,9 @@ def check_replace(out_dir, meta, force=False):
         what = "another text"
     elif not same_tokenizer:
         what = f"this text in another tokenizer ({old.get('tokenizer')})"
+    elif text.get("val_fraction") == meta["text"]["val_fraction"]:   # prepare.py before its split was exact
+        what = ("this text split a character early by an earlier prepare.py (floats): runs resumed on it would "
+                "evaluate on other text")
     else:
         what = "this text split otherwise (another --val_fraction: runs resumed on it would evaluate on other text)"
     source = f", from {text['path']}" if text.get("path") else ""

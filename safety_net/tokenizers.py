@@ -260,8 +260,8 @@ def check_prompt(tok, text, dataset, vocab_size=None):
         if unknown:
             listed = ", ".join(repr(ch) for ch in unknown)
             fix = "remove them from --start"
-            if "\n" in unknown:   # a text without line ends: the default --start ("\n") too
-                fix += ", or give --start: its default is a newline"
+            if text == "\n":   # the default --start, and a text without line ends
+                fix = "give --start: its default is a newline, which this text has none of"
             raise UserError(f"characters not in the vocabulary: {listed} "
                             f"(the model was trained on {dataset}) (fix: {fix})")
     try:

@@ -135,6 +135,10 @@ def test_an_assignment_inside_a_block_of_a_config_file_is_never_dropped(tmp_path
                  "    return batch_size\n")
     cfg, explicit = load_config(DEFAULTS, [str(f)])
     assert cfg["n_layer"] == 5 and explicit == {"n_layer"}
+    # a helper (not a key) set inside a block and read at the top level is the file's own, as before
+    f.write_text("import os\ntry:\n    cores = os.cpu_count()\nexcept Exception:\n    cores = 1\n"
+                 "batch_size = 4 * cores\n")
+    assert load_config(DEFAULTS, [str(f)])[0]["batch_size"] == 4 * os.cpu_count()
 
 
 def test_numpy_scalars_in_a_config_file_are_read_as_numbers(tmp_path):

@@ -482,39 +482,47 @@ def test_the_weights_bound_never_exceeds_a_model():
         assert 0 < weights_lower_bound(config) <= embedding_and_ffn_weights(model), name
 
 
+def kept_for_the_backward(config, batch_size, dtype):
+    """(bytes over the vocabulary, other bytes) of the tensors a training step on batch_size sequences keeps for its
+    backward (autograd's saved-tensor hooks, each storage once), its logits counted with the first."""
+    torch.manual_seed(0)
+    model = GPT(config)
+    idx = torch.randint(0, config.vocab_size, (batch_size, config.block_size))
+    storages = {}   # data_ptr: (bytes, over the vocabulary)
+
+    def keep(t):
+        over_vocab = t.dim() > 0 and t.size(-1) == config.vocab_size
+        storages[t.untyped_storage().data_ptr()] = (t.untyped_storage().nbytes(), over_vocab)
+        return t
+
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bfloat16")
+    with torch.autograd.graph.saved_tensors_hooks(keep, lambda t: t), autocast:
+        logits, loss = model(idx, targets=idx)
+    storages[logits.untyped_storage().data_ptr()] = (logits.untyped_storage().nbytes(), True)
+    over_vocab = sum(n for n, vocab in storages.values() if vocab)
+    return over_vocab, sum(n for n, _ in storages.values()) - over_vocab
+
+
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_the_batch_bound_never_exceeds_a_step(dtype):
-    """check_batch_memory must never refuse a batch that fits: each of its two terms is at most what it counts,
-    counted on a training step with autograd's saved-tensor hooks (each storage once), for every flag set of
-    test_model.py's FLAGS (vocab 37, no width of 37), in float32 and under bfloat16 autocast: the logits and the
-    tensors over the vocabulary the step keeps (their log-softmax), and the other tensors it keeps for the
-    backward. The layers' term is also over a sixth of what it counts (1.9-4.4 times under it on these flag sets),
-    so that a batch the kernel would kill is refused: it counted one activation per layer, 18-113 times too few,
-    and let a quickstart batch of 100,000 through to the kernel's out-of-memory kill."""
+    """check_batch_memory must never refuse a batch that fits: each of its two terms is at most what it counts, for
+    every flag set of test_model.py's FLAGS (vocab 37, no width of 37), in float32 and under bfloat16 autocast: the
+    logits and the tensors over the vocabulary a training step keeps (their log-softmax), and the other tensors it
+    keeps for the backward, both counted as what 4 more sequences add (6 against 2: the weights a Linear keeps
+    cancel). The layers' term is also over a sixth of what it counts (a step keeps 1.3-3.1 times it in float32,
+    1.5-3.7 times under bf16), so that a batch the kernel would kill is refused: it counted one activation per
+    layer, 17-115 times too few, and let a quickstart batch of 100,000 through to the kernel's out-of-memory
+    kill."""
     from test_model import FLAGS, TINY
     from safety_net.build import batch_bytes_lower_bound
     for name, flags in FLAGS.items():
         config = GPTConfig(**{**TINY, **flags})
-        torch.manual_seed(0)
-        model = GPT(config)
-        idx = torch.randint(0, config.vocab_size, (2, config.block_size))
-        storages = {}   # data_ptr: (bytes, over the vocabulary)
-
-        def keep(t):
-            over_vocab = t.dim() > 0 and t.size(-1) == config.vocab_size
-            storages[t.untyped_storage().data_ptr()] = (t.untyped_storage().nbytes(), over_vocab)
-            return t
-
-        autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bfloat16")
-        with torch.autograd.graph.saved_tensors_hooks(keep, lambda t: t), autocast:
-            logits, loss = model(idx, targets=idx)
-        storages[logits.untyped_storage().data_ptr()] = (logits.untyped_storage().nbytes(), True)
-        over_vocab = sum(n for n, vocab in storages.values() if vocab)
-        others = sum(n for n, vocab in storages.values() if not vocab)
-        evaluation = batch_bytes_lower_bound(config, 2, training=False, dtype=dtype)
-        layers = batch_bytes_lower_bound(config, 2, dtype=dtype) - evaluation
-        assert evaluation <= over_vocab, name
-        assert others / 6 < layers <= others, (name, layers, others)
+        vocab_2, others_2 = kept_for_the_backward(config, 2, dtype)
+        vocab_6, others_6 = kept_for_the_backward(config, 6, dtype)
+        evaluation = batch_bytes_lower_bound(config, 4, training=False, dtype=dtype)
+        layers = batch_bytes_lower_bound(config, 4, dtype=dtype) - evaluation
+        assert evaluation <= vocab_6 - vocab_2, name
+        assert (others_6 - others_2) / 6 < layers <= others_6 - others_2, (name, layers, others_6 - others_2)
 
 
 def test_an_evaluation_is_reckoned_without_the_training_activations():

@@ -302,7 +302,7 @@ def test_a_dataset_of_a_tool_through_train_py(tmp_path, monkeypatch, tiny_train_
     assert not (tmp_path / "data" / "shakespeare_v1024").exists()
 
 
-def test_the_split_is_the_fraction_asked_for(tmp_path, capsys):
+def test_the_split_is_the_fraction_asked_for(tmp_path, capsys, monkeypatch):
     """int(90 * (1 - 0.3)) is 62 in floats: the first 70% of a 90-character text was 62 characters, not 63 (5,154
     pairs of a length below 200,000 and a fraction of 0.004, 0.07, 0.1, 0.2, 0.3 or 0.5 were one short).
     tinyshakespeare's split is unchanged. And 99.6% was printed as 'the first 100%'."""
@@ -312,6 +312,20 @@ def test_the_split_is_the_fraction_asked_for(tmp_path, capsys):
     text.write_text("abcdefghij" * 250)
     prepare.prepare(input_path=str(text), out_dir=str(tmp_path / "d"), val_fraction=0.004)
     assert "train has 2,490 tokens (the first 99.6% of the text), val has 10" in capsys.readouterr().out
+    # a folder an earlier prepare.py split in floats: prepared again, refused for what it is, then --force
+    text.write_text("abcdefghij" * 9)
+
+    def float_split(text, val_fraction=0.1):
+        n = int(len(text) * (1 - val_fraction))
+        return text[:n], text[n:]
+
+    with monkeypatch.context() as m:
+        m.setattr(prepare, "split_text", float_split)
+        prepare.prepare(input_path=str(text), out_dir=str(tmp_path / "old"), val_fraction=0.3)
+    with pytest.raises(UserError, match="split a character early by an earlier prepare.py"):
+        prepare.prepare(input_path=str(text), out_dir=str(tmp_path / "old"), val_fraction=0.3)
+    prepare.prepare(input_path=str(text), out_dir=str(tmp_path / "old"), val_fraction=0.3, force=True)
+    assert "train has 63 tokens" in capsys.readouterr().out
 
 
 def test_unknown_dataset():

@@ -262,17 +262,17 @@ def test_start_file_from_notepad_drops_its_byte_order_mark(ckpt_dir, tmp_path, c
     assert samples(out)[0].startswith("ROMEO:")
 
 
-def test_a_start_file_keeps_its_line_ends(ckpt_dir, tmp_path, capsys):
-    """--start=FILE: read the file in text mode, which turned its "\r\n" and "\r" into "\n": a CRLF text's model
-    was prompted with line ends it was not trained on, and a prompt of a CR-only text was refused for a '\n' it did
-    not hold. prepare.py keeps line ends as they are (read_text); so does the prompt."""
+def test_a_start_file_from_notepad_reads_its_line_ends_as_newlines(ckpt_dir, tmp_path, capsys):
+    """--start=FILE: reads line ends as nanoGPT's sample.py does ("\r\n" and "\r" as "\n"), so a prompt written
+    by Notepad fits a model of a text with "\n" (a version that kept the "\r" refused it: not in the
+    vocabulary)."""
     from safety_net.sampling import read_prompt
     prompt = tmp_path / "prompt.txt"
     prompt.write_bytes(b"ROMEO:\r\nJULIET:\rNURSE:\n")
-    assert read_prompt(f"FILE:{prompt}") == "ROMEO:\r\nJULIET:\rNURSE:\n"
-    with pytest.raises(SystemExit) as e:   # this model's vocabulary has no "\r": named, not dropped
-        run_main(capsys, f"--out_dir={ckpt_dir}", f"--start=FILE:{prompt}", "--device=cpu")
-    assert "characters not in the vocabulary: '\\r'" in str(e.value.code), e.value.code
+    assert read_prompt(f"FILE:{prompt}") == "ROMEO:\nJULIET:\nNURSE:\n"
+    out, _ = run_main(capsys, f"--out_dir={ckpt_dir}", f"--start=FILE:{prompt}", "--num_samples=1",
+                      "--max_new_tokens=5", "--device=cpu")
+    assert samples(out)[0].startswith("ROMEO:\nJULIET:\nNURSE:\n")
 
 
 def test_a_text_without_line_ends_names_the_default_start(tmp_path, capsys):
@@ -285,6 +285,9 @@ def test_a_text_without_line_ends_names_the_default_start(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         run_main(capsys, f"--out_dir={out}", "--device=cpu")
     assert "its default is a newline" in str(e.value.code), e.value.code
+    with pytest.raises(SystemExit) as e:   # a --start given: only its own characters are named
+        run_main(capsys, f"--out_dir={out}", "--start=ab\nba", "--device=cpu")
+    assert "(fix: remove them from --start)" in str(e.value.code), e.value.code
     out_text, _ = run_main(capsys, f"--out_dir={out}", "--start=ab", "--num_samples=1", "--max_new_tokens=3",
                            "--device=cpu")   # the fix works
     assert samples(out_text)[0].startswith("ab")

@@ -6,7 +6,7 @@ classes, functions, branches and GPTConfig fields), in model.py's order, with it
 computes exactly what model.py computes for it. Do not edit: regenerate.
 
     made by:  python -m tools.one_file deep_thinking --out=docs/models/deep_thinking.py
-    model.py of commit 3817784
+    model.py of commit 3817784 plus uncommitted changes
 """
 
 import math
@@ -84,9 +84,9 @@ def sinusoidal_positions(n_positions, dim):
 class MLP(nn.Module):
     """Feed-forward network.
 
-      gated (double up-projection):  down(act(gate x) * up x)    (paper 000, 2.2)
-      gated + silu = SwiGLU:         down(silu(gate x) * up x)   (paper 000, 2.3)
-    act is on the gate only (000's public code: both).
+      gated (double up-projection):  down(act(gate x) * up x)    (000 2.2)
+      gated + silu = SwiGLU:         down(silu(gate x) * up x)   (000 2.3)
+    act is on the gate only (000's public code has it on both).
     """
 
     def __init__(self, config, width):

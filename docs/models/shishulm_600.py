@@ -6,7 +6,7 @@ classes, functions, branches and GPTConfig fields), in model.py's order, with it
 computes exactly what model.py computes for it. Do not edit: regenerate.
 
     made by:  python -m tools.one_file shishulm_600 --out=docs/models/shishulm_600.py
-    model.py of commit 3817784
+    model.py of commit 3817784 plus uncommitted changes
 """
 
 from dataclasses import dataclass
@@ -91,9 +91,9 @@ def apply_rope(x, cos, sin):
 class MLP(nn.Module):
     """Feed-forward network.
 
-      gated (double up-projection):  down(act(gate x) * up x)    (paper 000, 2.2)
-      gated + silu = SwiGLU:         down(silu(gate x) * up x)   (paper 000, 2.3)
-    act is on the gate only (000's public code: both).
+      gated (double up-projection):  down(act(gate x) * up x)    (000 2.2)
+      gated + silu = SwiGLU:         down(silu(gate x) * up x)   (000 2.3)
+    act is on the gate only (000's public code has it on both).
     """
 
     def __init__(self, config, width):
