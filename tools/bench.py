@@ -12,8 +12,9 @@ Models come from --variants (variants/<name>.py presets) and from config files g
 arguments (each file is one model, read as train.py reads it, so its variant and model keys apply and
 its batch_size is used unless --batch_size is given). Every GPTConfig field can be overridden for all
 models, e.g. --n_layer=4 --vocab_size=8000. --scale=s shrinks every model's width (n_embd, mlp_hidden,
-embd_factor_dim) and depth (n_layer, n_attn_layers, share_from_layer) by s, rounding to the nearest
-valid configuration (--depth_scale to scale depth differently); the output prints the resulting sizes.
+embd_factor_dim) and depth (n_layer, n_attn_layers, n_top_attn_layers, share_from_layer, shrink_every) by s,
+rounding to the nearest valid configuration (--depth_scale to scale depth differently); the output prints the
+resulting sizes.
 
 Measurements (--measure, comma list):
   train   one training step on random tokens: forward + backward + AdamW step (--optimizer_step=False:
