@@ -21,7 +21,7 @@ Offline: the repository ships data/tinyshakespeare/input.txt; --gpt2_ranks
 """
 import hashlib
 import os
-from fractions import Fraction
+from decimal import Decimal
 
 from safety_net.configurator import run_command
 from safety_net.download import shakespeare_path
@@ -49,7 +49,7 @@ DEFAULTS = dict(
 def split_text(text, val_fraction=0.1):
     """The first part of the text trains, the last val_fraction validates."""
     # exact: in floats, 90 * 0.7 is 62.99999
-    n = int(len(text) * (1 - Fraction(str(val_fraction))))
+    n = int(len(text) * (1 - Decimal(str(val_fraction))))
     return text[:n], text[n:]
 
 
@@ -99,7 +99,8 @@ def prepare(dataset="", out_dir="", input_path="", tokenizer="",
     write_dataset(out_dir, {"train": train_ids, "val": val_ids}, meta, force)
     print(f"length of dataset in characters: {len(text):,}; "
           f"vocab size: {meta['vocab_size']:,}")
-    print(f"train has {n_train:,} tokens (the first {(1 - val_fraction) * 100:.10g}% "
+    share = (1 - Decimal(str(val_fraction))) * 100
+    print(f"train has {n_train:,} tokens (the first {share.normalize():f}% "
           f"of the text), val has {n_val:,} tokens (the rest): a model's "
           f"block_size must stay below {min(n_train, n_val):,}")
     print(f"wrote {out_dir}")

@@ -244,17 +244,23 @@ def _assigned_names(node):
 
 def _refuse_nested_assignments(tree, top_level, keys, path):
     """One line for a config key assigned only inside a block (if, for, while, with, try, match) of a config file:
-    only top-level assignments are read, so it would be dropped without a word (nanoGPT's exec applies it). Other
-    names are the file's helpers, as before."""
-    for line, name in _nested_assignments(tree.body):
-        if name in keys and name not in top_level:
-            raise UserError(f"config file {path} line {line} assigns {name} inside a block, where it is not "
-                            f"read: only top-level assignments are (fix: assign it at the top level, e.g. "
-                            f"{name} = ... if CONDITION else {name})")
+    only top-level assignments are read, so it would be dropped without a word (nanoGPT's exec applies it). A name
+    that is no key is the file's helper if the file reads it, else a misspelt key (one line, as at the top level)."""
+    read = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)}
+    for line, name, block in _nested_assignments(tree.body):
+        if name in top_level or name not in keys and name in read:
+            continue
+        _check_key(name, keys, f"in config file {path} line {line}")   # a misspelt key: did you mean ...
+        fix = f"{name} = ... if CONDITION else {name}"
+        if not isinstance(block, ast.If):
+            fix = f"_{name} = ... inside the block, then {name} = _{name}"
+        raise UserError(f"config file {path} line {line} assigns {name} inside a block, where it is not read: "
+                        f"only top-level assignments are (fix: assign it at the top level, e.g. {fix})")
 
 
-def _nested_assignments(statements):
-    """(line, name) of the assignments inside the blocks of these statements, not in functions or classes."""
+def _nested_assignments(statements, block=None):
+    """(line, name, the top-level block it is in) of the assignments inside the blocks of these statements, not in
+    functions or classes."""
     found = []
     for node in statements:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -262,8 +268,8 @@ def _nested_assignments(statements):
         for field in ("body", "orelse", "finalbody", "handlers", "cases"):
             for child in getattr(node, field, []):
                 if isinstance(child, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
-                    found += [(child.lineno, name) for name in _assigned_names(child)]
-                found += _nested_assignments([child])
+                    found += [(child.lineno, name, block or node) for name in _assigned_names(child)]
+                found += _nested_assignments([child], block or node)
     return found
 
 

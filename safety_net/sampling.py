@@ -54,10 +54,10 @@ def check_temperature(temperature, key="temperature"):
 
 
 def read_prompt(start):
-    """sample.py's --start: the text itself, or the contents of the file named by FILE:path, read as nanoGPT's
-    sample.py reads it: a byte-order mark, as Windows Notepad writes, is dropped, and its line ends ("\r\n", "\r")
-    are read as "\n", so a Notepad prompt fits a model of a text with "\n" (the common case; a model of a CRLF
-    text, whose line ends prepare.py keeps, is prompted with "\n" too)."""
+    """sample.py's --start: the text itself, or the contents of the file named by FILE:path. Its line ends ("\r\n",
+    "\r") are read as "\n", as nanoGPT's sample.py reads them (text mode), and a byte-order mark, as Windows Notepad
+    writes, is dropped: a Notepad prompt fits a model of a text with "\n" (the common case; a model of a CRLF text,
+    whose line ends prepare.py keeps, is prompted with "\n" too)."""
     if not start.startswith("FILE:"):
         return start
     path = start[len("FILE:"):]

@@ -47,7 +47,8 @@ def check_not_written_over(init_from, out_dir):
     if os.path.basename(target) not in (LAST_NAME, CKPT_NAME) or not os.path.isdir(out_dir):
         return
     if os.path.isfile(target) and os.path.samefile(os.path.dirname(target), out_dir):
-        raise UserError(f"--init_from={init_from} is in --out_dir={out_dir}, where this run saves its own "
+        link = f" (a link to {target})" if target != os.path.abspath(init_from) else ""
+        raise UserError(f"--init_from={init_from}{link} is in --out_dir={out_dir}, where this run saves its own "
                         f"{LAST_NAME} and {CKPT_NAME}: it would write over the checkpoint it starts from (fix: "
                         f"--out_dir=NEW_DIR, a folder of its own)")
 

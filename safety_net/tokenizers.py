@@ -261,7 +261,7 @@ def check_prompt(tok, text, dataset, vocab_size=None):
             listed = ", ".join(repr(ch) for ch in unknown)
             fix = "remove them from --start"
             if text == "\n":   # the default --start, and a text without line ends
-                fix = "give --start: its default is a newline, which this text has none of"
+                fix = "a --start of characters the text has: a newline, the default, is not one of them"
             raise UserError(f"characters not in the vocabulary: {listed} "
                             f"(the model was trained on {dataset}) (fix: {fix})")
     try:

@@ -135,6 +135,15 @@ def test_an_assignment_inside_a_block_of_a_config_file_is_never_dropped(tmp_path
                  "    return batch_size\n")
     cfg, explicit = load_config(DEFAULTS, [str(f)])
     assert cfg["n_layer"] == 5 and explicit == {"n_layer"}
+    # a misspelt key in a block is an unknown key, as at the top level; a with block's fix uses a helper
+    f.write_text("if True:\n    n_layers = 4\n")
+    with pytest.raises(UserError, match="unknown config key 'n_layers' .* line 2 .*did you mean --n_layer"):
+        load_config(DEFAULTS, [str(f)])
+    f.write_text(f"with open({str(f)!r}) as _f:\n    out_dir = _f.name\n")
+    with pytest.raises(UserError, match=r"e.g. _out_dir = ... inside the block, then out_dir = _out_dir\)"):
+        load_config(DEFAULTS, [str(f)])
+    f.write_text(f"with open({str(f)!r}) as _f:\n    _out_dir = _f.name\nout_dir = _out_dir\n")   # the fix
+    assert load_config(DEFAULTS, [str(f)])[0]["out_dir"] == str(f)
     # a helper (not a key) set inside a block and read at the top level is the file's own, as before
     f.write_text("import os\ntry:\n    cores = os.cpu_count()\nexcept Exception:\n    cores = 1\n"
                  "batch_size = 4 * cores\n")

@@ -526,7 +526,8 @@ def test_a_run_from_its_own_out_dirs_checkpoint_is_refused_before_writing_over_i
     link = tmp_path / "start.pt"   # a link to it: the save would replace the file it points to
     link.symlink_to(ckpt)
     cfg["init_from"] = str(link)
-    one_error_line(train.main, [f"--{k}={v}" for k, v in cfg.items()], "write over the checkpoint it starts from")
+    one_error_line(train.main, [f"--{k}={v}" for k, v in cfg.items()], f"{link} (a link to {ckpt}) is in",
+                   "write over the checkpoint it starts from")
     assert snapshot(out_dir) == before
     # a resume that changes the model names a new run from its weights, in another out_dir
     cfg = dict(finished, out_dir=out_dir, init_from="resume", max_iters=20, n_layer=3)

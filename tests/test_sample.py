@@ -284,7 +284,7 @@ def test_a_text_without_line_ends_names_the_default_start(tmp_path, capsys):
                                                          n_embd=8)), chars)
     with pytest.raises(SystemExit) as e:
         run_main(capsys, f"--out_dir={out}", "--device=cpu")
-    assert "its default is a newline" in str(e.value.code), e.value.code
+    assert "a newline, the default, is not one of them" in str(e.value.code), e.value.code
     with pytest.raises(SystemExit) as e:   # a --start given: only its own characters are named
         run_main(capsys, f"--out_dir={out}", "--start=ab\nba", "--device=cpu")
     assert "(fix: remove them from --start)" in str(e.value.code), e.value.code

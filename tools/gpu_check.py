@@ -77,9 +77,9 @@ BOOL_FLAGS = ("dry_run",)
 
 # Seconds of the default budget per part (scaled to --budget_s and to the parts chosen).
 SHARES = dict(correctness=110, quickstart=100, throughput=60, decode=30)
-# What a part needs in full on one H100: ESTIMATES, not measurements, made from counts:
+# What a part needs in full on one H100 or H200: ESTIMATES, not measurements, made from counts:
 # correctness ~95 tiny-model tests, train.py, sample.py and 3 inductor compiles (~30 s each);
-# quickstart 5000 iterations at ~10 ms (1.3 TFLOP each) + 21 evaluations + start-up;
+# quickstart 5000 iterations at ~10 ms (1.16 TFLOP each: tools.flops) + 21 evaluations + start-up;
 # throughput and decode: the sums of their items' estimates below.
 FULL_ESTIMATES = dict(correctness=130, quickstart=120, throughput=285, decode=155)
 QUICKSTART_RESERVE_S = 40   # the quickstart runs on in full only if this much is left after it
