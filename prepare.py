@@ -99,8 +99,7 @@ def prepare(dataset="", out_dir="", input_path="", tokenizer="",
     write_dataset(out_dir, {"train": train_ids, "val": val_ids}, meta, force)
     print(f"length of dataset in characters: {len(text):,}; "
           f"vocab size: {meta['vocab_size']:,}")
-    share = (1 - Decimal(str(val_fraction))) * 100
-    print(f"train has {n_train:,} tokens (the first {share.normalize():f}% "
+    print(f"train has {n_train:,} tokens (the first {(1 - val_fraction) * 100:g}% "
           f"of the text), val has {n_val:,} tokens (the rest): a model's "
           f"block_size must stay below {min(n_train, n_val):,}")
     print(f"wrote {out_dir}")
