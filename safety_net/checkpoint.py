@@ -308,8 +308,14 @@ def load_matching_weights(model, state_dict, source, allow_partial):
             return ", ".join(names[:3]) + (f", ... ({len(names)} in all)" if len(names) > 3 else "")
         detail = (f"; starting fresh: {listed(fresh)}" if fresh else "") + \
             (f"; unused from the checkpoint: {listed(unused)}" if unused else "")
+        fix = "--allow_partial_init=True to go on, or match the checkpoint's shape"
+        rows = theirs["tok_emb.wte.weight"].size(0) if "tok_emb.wte.weight" in unused else 0
+        if rows > own["tok_emb.wte.weight"].size(0):   # e.g. nanoGPT's GPT-2 checkpoints: 50257 padded to 50304
+            fix = (f"--vocab_size={rows}, the checkpoint's, if it was trained on this data's tokenizer (nanoGPT pads "
+                   f"GPT-2's 50257 tokens to 50304); --allow_partial_init=True would train the token embedding "
+                   f"afresh")
         raise UserError(f"--init_from={source} fits {len(matched)} of this model's {len(own)} tensors{detail} "
-                        f"(fix: --allow_partial_init=True to go on, or match the checkpoint's shape)")
+                        f"(fix: {fix})")
     model.load_state_dict(matched, strict=False)
     return len(matched), len(own)
 

@@ -275,11 +275,21 @@ def _nested_assignments(statements, block=None):
 
 # --- keys and values -------------------------------------------------------------------------------
 
+# nanoGPT's sample.py keys that the sampling commands here (those with --start) take elsewhere
+NANOGPT_SAMPLE_KEYS = {
+    "init_from": "a checkpoint is --out_dir=FOLDER_OR_FILE here (nanoGPT's 'resume'); GPT-2 and other Hugging Face "
+                 "models: python -m tools.huggingface.sample --init_from=gpt2 (or a local folder)",
+    "compile": "python -m tools.fast_sample samples with a compiled decode step",
+}
+
+
 def _check_key(key, defaults, source):
     if key in defaults:
         return key
     close = difflib.get_close_matches(key, list(defaults), n=3, cutoff=0.6)
     hint = f"did you mean {' or '.join('--' + c for c in close)}?" if close else "see --help for the list of keys"
+    if key in NANOGPT_SAMPLE_KEYS and "start" in defaults and not close:
+        hint = f"nanoGPT's sample.py key: {NANOGPT_SAMPLE_KEYS[key]}"
     if source != "on the command line":
         hint += "; helper variables in config files must start with '_'"
     raise UserError(f"unknown config key '{key}' {source} (fix: {hint})")

@@ -201,14 +201,22 @@ def load_segments(path, n_tokens, block_size):
     if starts.ndim != 1 or len(starts) == 0 or starts.dtype.kind not in "iu":
         raise UserError(f"data_segments '{path}' is not a non-empty 1-D integer array (fix: write it with "
                         f"`python -m tools.pangu.refine`)")
-    if np.any(starts % (block_size + 1)):   # refine scores whole windows: segment i starts at i * (block_size + 1)
-        raise UserError(f"data_segments '{path}' was made for another block_size than {block_size} (fix: refine "
-                        f"again with a model of this block_size, or train with the block_size it was made for)")
     info = {}
     with contextlib.suppress(OSError, ValueError):
         with open(segments_info_path(path), encoding="utf-8") as f:
             info = json.load(f)
-    made_for = info.get("train_tokens") if isinstance(info, dict) else None
+    if not isinstance(info, dict):
+        info = {}
+    # refine scores whole windows: segment i starts at i * (block_size + 1). Without refine.json, that is all
+    # there is to check: a divisor's windows (block_size 10 for 32: 11 divides 33) would pass it
+    made_for_block = info.get("block_size")
+    if np.any(starts % (block_size + 1)) or made_for_block not in (None, block_size):
+        made, train_with = "", "the block_size it was made for"
+        if made_for_block is not None:
+            made, train_with = f" ({made_for_block})", f"--block_size={made_for_block}"
+        raise UserError(f"data_segments '{path}' was made for another block_size{made} than {block_size} (fix: "
+                        f"refine again with a model of this block_size, or train with {train_with})")
+    made_for = info.get("train_tokens")
     if made_for is not None and made_for != n_tokens:
         raise UserError(f"data_segments '{path}' was made for a train split of {made_for:,} tokens "
                         f"({info.get('data_dir')}), this run's has {n_tokens:,} (fix: train on the dataset it was "

@@ -31,9 +31,10 @@ def setup_sampling(cfg):
         torch.set_num_threads(cfg["num_threads"])
     device = resolve_device(cfg["device"])
     dtype = getattr(torch, resolve_dtype(cfg["dtype"], device))
+    start_text = read_prompt(cfg["start"])   # before the note: a bad --start is one line
     if busy_machine(device):
         print(f"note: {busy_machine(device)}", file=sys.stderr)
-    return device, dtype, read_prompt(cfg["start"])
+    return device, dtype, start_text
 
 
 MIN_TEMPERATURE = 1e-6   # float32 logits / 1e-6 stay finite (|logit| < 1e32); float32 rounds 1e-300 itself to 0

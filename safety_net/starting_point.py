@@ -9,6 +9,7 @@ What a training run starts from:
                        checkpoint's weights that fit
 """
 
+import json
 import os
 
 import torch
@@ -19,6 +20,7 @@ from safety_net.checkpoint import (CKPT_NAME, LAST_NAME, load_checkpoint, load_i
 from safety_net.configurator import UserError
 from safety_net.dataset import check_splits, default_data_dir, is_prepared, load_meta, run_prepare, tokenizer_id
 from safety_net.runtime import restore_rng
+from safety_net.tokenizers import gpt2_meta
 
 
 def prepared_data(config, prepare, rank, world):
@@ -29,9 +31,11 @@ def prepared_data(config, prepare, rank, world):
     dataset = config["dataset"]
     token_files = any(os.path.exists(os.path.join(data_dir, name)) for name in ("train.bin", "val.bin"))
     if config.get("data_dir") and token_files and not is_prepared(data_dir):
+        gpt2 = json.dumps(gpt2_meta())   # what nanoGPT's GPT-2 folders (shakespeare, openwebtext) leave unsaid
         raise UserError(f"--data_dir {data_dir} holds token files but no meta.json: preparing '{dataset}' there "
-                        f"would write over them (fix: prepare its text again: python prepare.py --input=TEXT_FILE "
-                        f"--out_dir={data_dir}, or python prepare.py {dataset} --out_dir={data_dir})")
+                        f"would write over them (fix: for nanoGPT's GPT-2 token files, its shakespeare or "
+                        f"openwebtext, write their meta.json: echo '{gpt2}' > {os.path.join(data_dir, 'meta.json')}; "
+                        f"else prepare its text again: python prepare.py --input=TEXT_FILE --out_dir={data_dir})")
     if rank == 0 and not is_prepared(data_dir):
         run_prepare(prepare, dataset, data_dir)
     if world > 1:
@@ -125,7 +129,7 @@ class StartingPoint:
                                 f"weights: --init_from={ckpt['path']} --out_dir=NEW_DIR --allow_partial_init=True)")
         # first: another tokenizer's data also shows up as a vocab_size mismatch below
         if ckpt is not None and ckpt.get("tokenizer_id") not in (None, tokenizer_id(meta)):   # older: none
-            why = f"its dataset: {ckpt.get('dataset')}"
+            why = f"its dataset: {ckpt.get('dataset') or 'the one it was exported with'}"
             if ckpt.get("dataset") == config["dataset"]:
                 why = "the same dataset, prepared again since from another text or with another tokenizer"
             raise UserError(f"{ckpt['path']} was trained with another tokenizer than {config['data_dir']}'s ({why}) "

@@ -167,12 +167,15 @@ def read_text(path):
 
 def check_long_enough(path, n_chars, splits, val_fraction):
     """Each split must hold 2 tokens at least (one prediction; train.py wants more than block_size)."""
+    total = splits["train"]["tokens"] + splits["val"]["tokens"]
     for split, other in (("train", "smaller"), ("val", "larger")):
         n = splits[split]["tokens"]
         if n < 2:
+            fix = "a longer text"
+            if total >= 4:   # else no split of it gives both 2 tokens
+                fix += f", or a {other} --val_fraction"
             raise UserError(f"{path} is too short for a {split} split: its {n_chars:,} characters give {n} {split} "
-                            f"token(s) at val_fraction={val_fraction} (fix: a longer text, or a {other} "
-                            f"--val_fraction)")
+                            f"token(s) at val_fraction={val_fraction} (fix: {fix})")
 
 
 def text_record(path, text, val_fraction):

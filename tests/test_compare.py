@@ -413,6 +413,16 @@ def test_a_missing_starting_checkpoint_names_the_run_and_the_fix(char_data, tmp_
         compare.main(argv)
 
 
+def test_a_compare_dir_that_is_a_file_is_one_line_before_the_plan(char_data, tmp_path, capsys):
+    """Bad input is one line: a --compare_dir that is a file was refused after three lines of plan."""
+    taken = tmp_path / "taken"
+    taken.write_text("a file")
+    with pytest.raises(SystemExit) as e:
+        compare.main(tiny_argv(char_data, str(taken), "gpt"))
+    assert e.value.code.startswith(f"error: compare_dir '{taken}'") and "(fix: " in e.value.code
+    assert capsys.readouterr().out == "" and taken.read_text() == "a file"
+
+
 def test_a_second_compare_into_a_compare_dir_is_refused(tmp_path):
     """One writer per compare_dir: while another process holds it, compare.py stops in one line naming the folder
     and that process, before it prepares data or writes anything; the lock dies with its holder (SIGKILL)."""

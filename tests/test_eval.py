@@ -338,3 +338,18 @@ def test_gpt2_vocabulary_errors_name_keys_eval_accepts(tmp_path, monkeypatch, ca
     evaluate.main([f"--out_dir={out}", f"--mc_file={task}", f"--gpt2_ranks={ranks}", "--device=cpu"])
     assert capsys.readouterr().out.splitlines()[-1].startswith("| task.jsonl | 1 |")
     assert "GPT2_TIKTOKEN_FILE" not in os.environ   # set for the run only
+
+
+def test_a_bad_batch_size_names_a_fix_that_works(tmp_path, capsys):
+    """--batch_size=0 was refused with --stride's fix, which left it refused; its own fix, followed, evaluates."""
+    from conftest import one_error_line
+    from tools import eval as evaluate
+    chars = list("abcdefgh ")
+    out, _ = mc_checkpoint(tmp_path, {"tokenizer": "char", "vocab_size": len(chars), "chars": chars}, len(chars))
+    task = tmp_path / "task.jsonl"
+    task.write_text(json.dumps(dict(context="abc", choices=["d", "ef"], label=0)) + "\n")
+    args = [f"--out_dir={out}", f"--mc_file={task}", "--device=cpu"]
+    message = one_error_line(evaluate.main, [*args, "--batch_size=0"], "--batch_size=0 must be >= 1")
+    fix = message.split("(fix: ")[1].rstrip(")")
+    evaluate.main([*args, fix])
+    assert "| task.jsonl | 1 |" in capsys.readouterr().out

@@ -551,7 +551,7 @@ def test_a_data_dir_given_is_never_prepared_over_its_token_files(finished, tmp_p
     cfg = dict(finished, data_dir=str(data), out_dir=str(tmp_path / "out"))
     cfg.pop("dataset")
     one_error_line(train.main, [f"--{k}={v}" for k, v in cfg.items()], f"--data_dir {data} holds token files",
-                   "write over them", f"python prepare.py shakespeare_char --out_dir={data}")
+                   "write over them", f"python prepare.py --input=TEXT_FILE --out_dir={data}")
     assert snapshot(str(data)) == before and not (tmp_path / "out").exists()
     new = tmp_path / "new"
     prepared = []

@@ -737,3 +737,48 @@ def test_train_init_from_hf_directory_copies_every_tensor(tiny_train_config, cap
     assert f"initialized {n}/{n} tensors from {path}" in capsys.readouterr().out
     trained = got["model"].state_dict()
     assert all(torch.equal(v, trained[k].cpu()) for k, v in ours.state_dict().items())
+
+
+def test_an_export_records_its_tokenizer_so_training_on_another_is_refused(exported, tmp_path, capsys):
+    """Our export writes its dataset's tokenizer_id into config.json, and import carries it into the checkpoint:
+    train.py --init_from=<it> on data of another tokenizer of the same size (the same characters, reordered) is
+    refused as for our own checkpoints, and starts from every tensor on the data it was exported with."""
+    import shutil
+    import train
+    from conftest import one_error_line
+    from safety_net.checkpoint import load_checkpoint
+    from safety_net.dataset import tokenizer_id
+    folder, data_dir, meta, model = exported("char")
+    path = str(tmp_path / "imported.pt")
+    convert.main(["import", folder, f"--out={path}"])
+    assert load_checkpoint(path)["tokenizer_id"] == tokenizer_id(meta)
+    other = tmp_path / "other"
+    shutil.copytree(data_dir, other)
+    (other / "meta.json").write_text(json.dumps(dict(meta, chars=meta["chars"][::-1])), encoding="utf-8")
+    args = [f"--init_from={path}", "--max_iters=1", "--eval_iters=1", "--batch_size=2", "--device=cpu",
+            "--num_threads=1"]
+    one_error_line(train.main, [*args, f"--data_dir={other}", f"--out_dir={tmp_path / 'refused'}"],
+                   "trained with another tokenizer")
+    assert not (tmp_path / "refused").exists()
+    train.main([*args, f"--data_dir={data_dir}", f"--out_dir={tmp_path / 'run'}"])
+    n = len(model.state_dict())
+    assert f"initialized {n}/{n} tensors from {path}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("trailing", ["", os.sep])
+def test_import_to_a_folder_is_refused_before_the_import_and_its_fix_works(hf_dirs, tmp_path, monkeypatch, trailing):
+    """--out=<a folder> was found out after the whole import, with a disk-space hint; now one line first, naming
+    a file in it, and that fix, followed, writes the checkpoint there."""
+    from conftest import one_error_line
+    from safety_net.checkpoint import load_checkpoint
+    folder = tmp_path / "somedir"
+    folder.mkdir()
+    calls = []
+    monkeypatch.setattr(convert, "save_imported", lambda *a, **k: calls.append(a))
+    message = one_error_line(convert.main, ["import", hf_dirs["gpt2_tied"][1], f"--out={folder}{trailing}"],
+                             "is a folder")
+    assert not calls and os.listdir(folder) == []
+    monkeypatch.undo()
+    fix = message.split("e.g. ")[1].rstrip(")")
+    convert.main(["import", hf_dirs["gpt2_tied"][1], fix])
+    assert fix == f"--out={folder / 'hf.pt'}" and "model" in load_checkpoint(str(folder / "hf.pt"))

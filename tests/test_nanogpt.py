@@ -19,7 +19,7 @@ from safety_net import checkpoint
 from safety_net import dataset
 from safety_net import train_config
 from safety_net.checkpoint import load_checkpoint, load_init_checkpoint, load_model
-from safety_net.configurator import UserError
+from safety_net.configurator import UserError, load_config
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -205,6 +205,17 @@ def test_sample_and_eval_read_nanogpts_folders(nanogpt_run, capsys):
     assert f"| val | {len(val) - 1} |" in out and f"{loss.item():.4f}" in out
 
 
+def test_nanogpts_sample_keys_name_where_they_are_here(nanogpt_run):
+    """nanoGPT's README runs sample.py --init_from=gpt2-xl and --compile=False; here those keys are unknown, and the
+    one line says where each is (not just "see --help", which lists neither); the first fix works as said."""
+    import sample
+    out_dir, _, _ = nanogpt_run
+    one_error_line(sample.main, ["--init_from=resume"], "nanoGPT's sample.py key", "--out_dir=FOLDER_OR_FILE",
+                   "python -m tools.huggingface.sample --init_from=gpt2")
+    one_error_line(sample.main, ["--compile=False"], "nanoGPT's sample.py key", "python -m tools.fast_sample")
+    sample.main([f"--out_dir={out_dir}", "--max_new_tokens=2", "--num_samples=1", "--device=cpu"])
+
+
 def test_meta_pkl_ids_mean_nanogpts_characters(tmp_path):
     """Id i of a nanoGPT data folder is itos[i] of its meta.pkl, in whatever order its prepare.py numbered the
     characters (here not sorted), for decoding and encoding alike."""
@@ -313,6 +324,41 @@ def test_train_from_a_nanogpt_checkpoint(nanogpt_run, capsys):
     assert sorted(os.listdir(data_dir)) == before
 
 
+def test_a_nanogpt_checkpoint_of_a_padded_vocabulary_names_its_vocab_size(nanogpt_run, capsys):
+    """nanoGPT pads a vocabulary (GPT-2's 50257 to 50304); train.py takes the data's. The refusal names the
+    checkpoint's --vocab_size, and that fix, followed, starts from every tensor (the embedding too)."""
+    out_dir, data_dir, _ = nanogpt_run
+    padded = dict(ARGS, vocab_size=len(CHARS) + 7)
+    write_nanogpt_checkpoint("out-padded", padded)
+    args = ["--init_from=out-padded/ckpt.pt", f"--data_dir={data_dir}", "--max_iters=1", "--eval_iters=1",
+            "--batch_size=2", "--device=cpu", "--num_threads=1"]
+    one_error_line(train.main, [*args, "--out_dir=ours"], f"--vocab_size={len(CHARS) + 7}, the checkpoint's")
+    assert not os.path.exists("ours")
+    train.main([*args, "--out_dir=ours", f"--vocab_size={len(CHARS) + 7}"])
+    n = len(load_checkpoint("out-padded")["model"])
+    assert f"initialized {n}/{n} tensors from out-padded/ckpt.pt" in capsys.readouterr().out
+
+
+def test_a_nanogpt_gpt2_token_folder_trains_once_the_fix_writes_its_meta_json(tmp_path, monkeypatch):
+    """nanoGPT's GPT-2 folders (shakespeare, openwebtext) hold train.bin and val.bin only. As --data_dir it is
+    refused, nothing written (an interrupted prepare leaves the same files); the fix's meta.json, written as it
+    says, makes it a dataset train.py trains on."""
+    monkeypatch.chdir(tmp_path)
+    data = tmp_path / "openwebtext"
+    data.mkdir()
+    rng = np.random.default_rng(0)
+    for split, n in (("train", 400), ("val", 60)):
+        rng.integers(0, 50257, n).astype(np.uint16).tofile(data / f"{split}.bin")
+    args = [f"--data_dir={data}", "--n_layer=1", "--n_head=2", "--n_embd=16", "--block_size=16", "--batch_size=2",
+            "--max_iters=1", "--eval_iters=1", "--device=cpu", "--num_threads=1"]
+    message = one_error_line(train.main, args, "nanoGPT's GPT-2 token files", "echo '")
+    assert sorted(os.listdir(data)) == ["train.bin", "val.bin"]
+    meta, target = message.split("echo '")[1].split(";")[0].split("' > ")
+    assert target == str(data / "meta.json")
+    (data / "meta.json").write_text(meta)
+    assert train.main([*args, "--out_dir=out"])["model_args"]["vocab_size"] == 50257
+
+
 def test_nanogpts_config_file_runs(tmp_path, monkeypatch, capsys):
     """nanoGPT's config/train_shakespeare_char.py, unchanged, with the tiny overrides of a test, and backend."""
     monkeypatch.chdir(tmp_path)
@@ -322,6 +368,33 @@ def test_nanogpts_config_file_runs(tmp_path, monkeypatch, capsys):
     assert summary["iter_num"] == 2 and os.path.isfile(tmp_path / "out-shakespeare-char" / "ckpt.pt")
     one_error_line(train.main, [*TINY, "--backend=mpi", "--out_dir=out2"], "backend must be nccl or gloo")
     assert not os.path.exists(tmp_path / "out2")
+
+
+# nanoGPT's train.py defaults (its lines "default config values designed to train a gpt2 (124M) on OpenWebText"),
+# but device and dtype, which config/nanogpt.py leaves at 'auto'
+NANOGPT_TRAIN_DEFAULTS = dict(
+    out_dir="out", eval_interval=2000, log_interval=1, eval_iters=200, eval_only=False, always_save_checkpoint=True,
+    init_from="scratch", wandb_log=False, wandb_project="owt", wandb_run_name="gpt2", dataset="openwebtext",
+    gradient_accumulation_steps=40, batch_size=12, block_size=1024, n_layer=12, n_head=12, n_embd=768,
+    dropout=0.0, bias=False, learning_rate=6e-4, max_iters=600000, weight_decay=0.1, beta1=0.9, beta2=0.95,
+    grad_clip=1.0, decay_lr=True, warmup_iters=2000, lr_decay_iters=600000, min_lr=6e-5, backend="nccl",
+    compile=True)
+
+
+def test_config_nanogpt_then_a_nanogpt_file_gives_nanogpts_settings(tmp_path):
+    """nanoGPT's config files set only what differs from its train.py's defaults: given after config/nanogpt.py,
+    each of nanoGPT's keys has the value nanoGPT's train.py would run with (bias=False among them); without it,
+    the keys the file leaves out take this repository's defaults (bias=True here)."""
+    path = tmp_path / "train_shakespeare_char.py"
+    path.write_text(TRAIN_SHAKESPEARE_CHAR)
+    theirs = dict(NANOGPT_TRAIN_DEFAULTS)
+    exec(TRAIN_SHAKESPEARE_CHAR, {}, theirs)   # nanoGPT's configurator: the file runs over the defaults
+    nanogpt_file = os.path.join(os.path.dirname(train.__file__), "config", "nanogpt.py")
+    ours, _ = load_config(train.DEFAULTS, [nanogpt_file, str(path)])
+    assert {k: ours[k] for k in theirs} == theirs
+    assert theirs["bias"] is False and load_config(train.DEFAULTS, [str(path)])[0]["bias"] is True
+    alone, _ = load_config(train.DEFAULTS, [nanogpt_file])
+    assert {k: alone[k] for k in NANOGPT_TRAIN_DEFAULTS} == NANOGPT_TRAIN_DEFAULTS
 
 
 def test_wandb_logs_nanogpts_values_offline(tmp_path, monkeypatch):

@@ -113,6 +113,7 @@ def test_a_byte_order_mark_is_dropped_and_crlf_line_ends_are_kept(notes, gpt2_fi
     (b"", [], ["is empty"]),
     (b"\xef\xbb\xbf", [], ["is empty", "only a byte-order mark"]),
     (b"hello\n", [], ["too short for a val split", "--val_fraction"]),
+    (b"abc", [], ["too short for a val split", "(fix: a longer text)"]),   # no split of 3 gives both 2 tokens
     (TEXT.encode(), ["--val_fraction=0"], ["--val_fraction must be in (0, 1)"]),
     (TEXT.encode(), ["--val_fraction=1.5"], ["--val_fraction must be in (0, 1)"]),
     (TEXT.encode(), ["--tokenizer=compact"], ["tools.pangu.compact_vocab --input=notes.txt"]),

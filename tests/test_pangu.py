@@ -604,6 +604,20 @@ def test_refine_cli_and_second_round(big, tmp_path, monkeypatch, capsys):
         run_train(dict(cfg, out_dir=str(tmp_path / "bad"), data_segments=str(tmp_path / "missing.npy")))
 
 
+def test_segments_made_for_a_larger_block_size_are_refused_though_its_windows_divide_theirs(tmp_path):
+    """refine.npy made at block_size 32 starts its windows at multiples of 33, which windows of 10 (11 divides 33)
+    would also pass: refine.json's block_size tells them apart, and the fix names it."""
+    path = str(tmp_path / "refine.npy")
+    np.save(path, np.arange(0, 33 * 20, 33))
+    with open(tmp_path / "refine.json", "w") as f:
+        json.dump({"train_tokens": 1000, "block_size": 32, "data_dir": "data/x"}, f)
+    assert len(dataset.load_segments(path, 1000, 32)) == 20
+    with pytest.raises(UserError, match=r"another block_size \(32\) than 10 .*--block_size=32\)"):
+        dataset.load_segments(path, 1000, 10)
+    os.remove(tmp_path / "refine.json")   # without it, only the windows' starts can be checked
+    assert len(dataset.load_segments(path, 1000, 10)) == 20
+
+
 # --- the importance scores behind width pruning (003 3.2): each weight counts for its own structure ---------
 
 def test_element_importance_formulas():

@@ -135,11 +135,15 @@ def test_falls_back_to_last_pt(ckpt_dir, tmp_path, capsys):
     assert "last.pt" in err
 
 
-def test_bad_start_file_is_one_line_error(ckpt_dir, tmp_path):
+def test_bad_start_file_is_one_line_error(ckpt_dir, tmp_path, monkeypatch, capsys):
+    """One line, even on a busy machine: its note came first."""
     import sample
+    from safety_net import sampling
+    monkeypatch.setattr(sampling, "busy_machine", lambda device: "other jobs keep the CPUs busy")
     with pytest.raises(SystemExit) as e:
         sample.main([f"--out_dir={ckpt_dir}", f"--start=FILE:{tmp_path / 'missing.txt'}"])
     assert str(e.value).startswith("error: cannot read the start file") and "\n" not in str(e.value)
+    assert capsys.readouterr().err == ""
 
 
 def test_expand_bool_flags():

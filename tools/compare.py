@@ -946,16 +946,10 @@ def print_plan(config, status, runs, infos):
                   f"before it: its equal-compute loss will be coarse or n/a (fix: a smaller --eval_interval)", flush=True)
 
 
-def run(config, explicit):
-    runs = plan(config, explicit)
-    infos = {run.name: model_info(run.args) for run in runs if run.first}
-    status = load_status(config)
-    check_finished(config, status, runs)
-    print_plan(config, status, runs, infos)
-    if config["dry_run"]:
-        return None
+def check_runs(config, status, runs):
+    """compare_dir, every run's training values, and the last.pt it resumes from, before anything is written."""
     check_out_dir(config["compare_dir"], key="compare_dir")
-    for run in runs:   # every run's training values, and the last.pt it resumes from, before anything is written
+    for run in runs:
         try:
             check_settings(dict(train.DEFAULTS, **run.config))
             if status["models"].get(run.key, {}).get("state") != "finished" and \
@@ -965,6 +959,18 @@ def run(config, explicit):
                 load_checkpoint(run.out_dir, prefer=(LAST_NAME,), mmap=True)
         except UserError as e:
             raise UserError(f"{run.label}: {e}") from None
+
+
+def run(config, explicit):
+    runs = plan(config, explicit)
+    infos = {run.name: model_info(run.args) for run in runs if run.first}
+    status = load_status(config)
+    check_finished(config, status, runs)
+    if not config["dry_run"]:   # before the plan is printed: bad input is one line
+        check_runs(config, status, runs)
+    print_plan(config, status, runs, infos)
+    if config["dry_run"]:
+        return None
     # one writer per compare_dir: a second compare.py would train the same runs over this one's
     with lock_dir(config["compare_dir"], key="compare_dir"):
         status = load_status(config)   # again: another compare.py may have changed it before this one had the lock

@@ -399,9 +399,10 @@ def run_eval(cfg):
     if not 1 <= block_size <= model.config.block_size:
         raise UserError(f"--block_size={block_size} must be in [1, {model.config.block_size}] "
                          f"(the model's context) (fix: leave it at 0)")
-    if cfg["stride"] < 0 or cfg["stride"] > block_size or cfg["batch_size"] < 1:
-        raise UserError(f"--stride must be in [0, {block_size}] and --batch_size >= 1 "
-                         f"(fix: --stride=0 for non-overlapping windows)")
+    if cfg["stride"] < 0 or cfg["stride"] > block_size:
+        raise UserError(f"--stride must be in [0, {block_size}] (fix: --stride=0 for non-overlapping windows)")
+    if cfg["batch_size"] < 1:
+        raise UserError(f"--batch_size={cfg['batch_size']} must be >= 1 (fix: --batch_size={DEFAULTS['batch_size']})")
     if cfg["mc_file"]:
         return run_multiple_choice(cfg, model, ckpt, info, block_size, device, dtype)
     if info is not None and not cfg["data_dir"]:

@@ -14,6 +14,7 @@ def short(v):
 
 
 def mb(v):
+    """Bytes in MiB (2**20; the columns say so), for the tables."""
     if v is None:
         return "n/a"
     v = v / 2**20
@@ -56,7 +57,7 @@ def render(cfg, entries, rows, samples, device, dtype):
                          f"{r['train_tok_s']:,.0f}", ratio_vs(rows, first, "train_ms", r),
                          mb(r.get("train_peak_bytes")) if "memory" in m else "-"])
         out.append(table(["model", "params", "seq", "batch", "ms/iter", "tokens/s", f"speed vs {first}",
-                          "peak MB"], body))
+                          "peak MiB"], body))
     if "infer" in m or "memory" in m:
         out.append(f"### Inference: batch {cfg['infer_batch']}, prefill into an empty KV cache, then "
                    f"{cfg['decode_steps']} single-token decode steps (median)")
@@ -68,7 +69,7 @@ def render(cfg, entries, rows, samples, device, dtype):
                          ratio_vs(rows, first, "decode_ms", r), mb(r["kv_bytes"]),
                          mb(r.get("infer_peak_bytes")) if "memory" in m else "-"])
         out.append(table(["model", "seq", "prefill ms", "decode ms/token", f"decode speed vs {first}",
-                          "KV cache MB", "peak MB (prefill)"], body))
+                          "KV cache MiB", "peak MiB (prefill)"], body))
     sampled = [s for s in samples if "sample_tok_s_cache" in s]
     decoded = [s for s in samples if "decode_ms_token" in s]
     if sampled:
@@ -77,7 +78,7 @@ def render(cfg, entries, rows, samples, device, dtype):
         body = [[s["infer_model"], s["gen_tokens"], f"{s['sample_tok_s_cache']:.1f}", f"{s['sample_tok_s_plain']:.1f}",
                  f"{s['sample_tok_s_cache'] / s['sample_tok_s_plain']:.1f}x", mb(s["kv_block_bytes"])] for s in sampled]
         out.append(table(["model", "new tokens", "tokens/s (KV cache)", "tokens/s (no cache)", "speed-up",
-                          "KV cache MB (block_size)"], body))
+                          "KV cache MiB (block_size)"], body))
     if decoded:
         out.append(f"### Decoding vs its linear layers alone: batch 1, median of {cfg['repeats']} alternating "
                    f"rounds after {cfg['warmup']} warm-up, {decoded[0]['clock']} (linears: one eager F.linear per "

@@ -387,7 +387,10 @@ def save_imported(name_or_dir, out, say=None):
     for train.py --init_from=<file> (weights only), written by `import`."""
     from safety_net.checkpoint import save_checkpoint
     model, info = load_pretrained(name_or_dir, say=say)
-    save_checkpoint(out, model.state_dict(), dataclasses.asdict(model.config), source=info["source"])
+    # our exports record their dataset's tokenizer (export): train.py refuses data of another; others record none
+    recorded = info["hf_config"].get("tokenizer_id")
+    save_checkpoint(out, model.state_dict(), dataclasses.asdict(model.config), source=info["source"],
+                    tokenizer_id=recorded if isinstance(recorded, str) else None)
 
 
 def describe(config):
@@ -530,6 +533,9 @@ def export(model, out_dir, say=None, weights_format="auto", meta=None, meta_sour
         files, eot = tokenizer_files(meta, model.config.vocab_size, model.config.block_size, meta_source)
         kind = Vocabulary(meta, meta_source).describe()
     config, tensors = hf_config_for(model, arch, eot), hf_state_dict_for(model, arch)
+    if meta is not None:   # ours, not transformers': import reads it back, for train.py's tokenizer check
+        from safety_net.dataset import tokenizer_id
+        config["tokenizer_id"] = tokenizer_id(meta)
     files["generation_config.json"] = generation_config_for(model, config["eos_token_id"])
     if weights_format == "auto":
         try:
@@ -629,6 +635,9 @@ def run_import(sources, config, explicit):
                         f"gpt2 --out=hf.pt)")
     from safety_net.fileio import check_out_dir
     out = config["out"]
+    # before the import, which can take minutes; a missing folder is made
+    if os.path.isdir(out) or out.endswith(os.sep):
+        raise UserError(f"--out={out} is a folder (fix: name a file in it, e.g. --out={os.path.join(out, 'hf.pt')})")
     check_out_dir(os.path.dirname(os.path.abspath(out)), key="out")
     save_imported(sources[0], out)
     print(f"wrote {out}: start a run from it with python train.py ... --init_from={out}", file=sys.stderr)
