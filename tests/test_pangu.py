@@ -5,6 +5,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 
 import numpy as np
 import pytest
@@ -495,6 +496,139 @@ def test_inherit_cli_errors(big, tmp_path):
         inherit.main([f"--from={out_dir}", f"--out_dir={tmp_path / 's'}", "--neurons=learned", "--mask_steps=0"])
     with pytest.raises(SystemExit, match="unknown layer selection"):
         inherit.main([f"--from={out_dir}", f"--out_dir={tmp_path / 's'}", "--n_layer=2", "--layers=middle"])
+
+
+def fix_of(message):
+    """The fix a one-line error names: the text after '(fix: ' up to its last ')'."""
+    return message.split("(fix: ", 1)[1].rsplit(")", 1)[0]
+
+
+def small_args(out_dir, source, *more):
+    return [f"--from={source}", f"--out_dir={out_dir}", "--n_layer=2", "--n_embd=16", "--neurons=l1", *more]
+
+
+@pytest.mark.parametrize("names", [("ckpt.pt", "last.pt"), ("last.pt",), ("ckpt.pt",)])
+def test_inherit_refuses_an_out_dir_with_another_runs_checkpoints(big, tmp_path, capsys, names):
+    """ckpt.pt there would replace that run's best checkpoint (or sit beside its last.pt: two models in one
+    folder): one line, before the work and before anything is written; its fix, followed literally, works."""
+    out_dir, _, _ = big
+    victim = tmp_path / "out-victim"
+    victim.mkdir()
+    for name in names:
+        (victim / name).write_bytes(f"another run's {name}".encode())
+    with pytest.raises(SystemExit) as e:
+        inherit.main(small_args(victim, out_dir))
+    message = str(e.value)
+    assert message.startswith("error: ") and "\n" not in message and "another run's" in message
+    assert capsys.readouterr().out == ""   # refused before the work, not after it
+    assert sorted(os.listdir(victim)) == sorted(names)   # nothing written, not even the lock
+    for name in names:
+        assert (victim / name).read_bytes() == f"another run's {name}".encode()
+    fix = fix_of(message)
+    assert fix.startswith("--out_dir=") and fix.endswith(", a folder of its own")
+    new_dir = fix[len("--out_dir="):-len(", a folder of its own")]
+    assert not os.path.exists(new_dir)
+    assert inherit.main(small_args(new_dir, out_dir)) == os.path.join(new_dir, "ckpt.pt")
+
+
+def test_inherit_writes_out_dir_as_its_one_writer(big, tmp_path, monkeypatch):
+    """inherit holds out_dir's lock (lock_dir) while it writes: another writer's lock refuses it, and a checkpoint
+    that another run put there during the work is not replaced."""
+    from conftest import hold_lock
+    out_dir, _, _ = big
+    small = tmp_path / "small"
+    small.mkdir()
+    holder = hold_lock(str(small))
+    try:
+        with pytest.raises(SystemExit, match="being written by another process") as e:
+            inherit.main(small_args(small, out_dir))
+        assert "\n" not in str(e.value)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert not (small / "ckpt.pt").exists()
+    real_inherit = inherit.inherit
+
+    def meanwhile(*args, **kwargs):   # another run writes its checkpoint while the small model is built
+        (small / "last.pt").write_bytes(b"another run's last.pt")
+        return real_inherit(*args, **kwargs)
+
+    monkeypatch.setattr(inherit, "inherit", meanwhile)
+    with pytest.raises(SystemExit, match="already holds another run's last.pt"):
+        inherit.main(small_args(small, out_dir))
+    assert sorted(os.listdir(small)) == [".lock", "last.pt"]
+    assert (small / "last.pt").read_bytes() == b"another run's last.pt"
+
+
+GQA_SOURCE = dict(n_head=4, n_kv_head=2, n_embd=64, mlp_type="gated", activation="silu", norm="rmsnorm",
+                  pos_embedding="rope", bias=False)   # heads of 16, 2 query heads per kv head
+
+
+@pytest.mark.parametrize("kw,fix", [(dict(n_kv_head=4), "--n_kv_head=2; any of 1, 2 works"),
+                                    (dict(n_embd=48, n_kv_head=3), "--n_embd=32 --n_kv_head=1")])
+def test_more_kv_heads_than_the_source_has_is_one_line(kw, fix):
+    """The source's kv heads are kept or mean-pooled, never split: asking for more was accepted and ended in
+    load_state_dict's traceback."""
+    src = GPTConfig(block_size=8, vocab_size=16, n_layer=2, **GQA_SOURCE)
+    with pytest.raises(UserError, match="exceeds the source's 2 kv heads") as e:
+        inherit.target_config(src, **kw)
+    assert "\n" not in str(e.value) and fix_of(str(e.value)) == fix
+
+
+@pytest.mark.parametrize("kw", [dict(n_head=4, n_embd=32),              # MHA, heads of 8
+                                GQA_SOURCE,                             # groups of 2, heads of 16
+                                dict(n_head=6, n_kv_head=3, n_embd=48),  # groups of 2, 3 kv heads
+                                dict(n_head=8, n_kv_head=2, n_embd=32)])  # groups of 4, heads of 4
+def test_every_refused_width_names_a_fix_that_works(kw):
+    """Over widths (whole heads or not, too wide), head counts and kv head counts: a refused shape's fix, its flags
+    put in place of the given values, is accepted; every accepted shape inherits (no traceback from the build)."""
+    src = GPTConfig(block_size=8, vocab_size=16, n_layer=2, **kw)
+    model = GPT(src)
+    hd, src_kv = src.n_embd // src.n_head, src.n_kv_head or src.n_head
+    widths = [0, hd + 1, src.n_embd + hd] + list(range(hd, src.n_embd + 1, hd))   # 0: the source's
+    built = set()
+    for n_embd in widths:
+        for n_head in sorted({0, n_embd // hd, 3}):   # the default, the one n_embd implies, and one more
+            for n_kv_head in sorted(set(range(src_kv + 2)) | {src.n_head}):   # 0: the default
+                given = dict(n_embd=n_embd, n_head=n_head, n_kv_head=n_kv_head)
+                try:
+                    dst = inherit.target_config(src, **given)
+                except UserError as e:
+                    message = str(e)
+                    assert "\n" not in message
+                    fix = fix_of(message).split(";")[0]   # after ';': a remark
+                    flags = {key: int(value) for key, value in re.findall(r"--(\w+)=(\d+)", fix)}
+                    assert flags, message
+                    dst = inherit.target_config(src, **dict(given, **flags))
+                shape = (dst.n_embd, dst.n_head, dst.n_kv_head)
+                if shape not in built:
+                    built.add(shape)
+                    small, _ = inherit.inherit(model, dst, "first_last", "l1")
+                    assert (small.config.n_embd, small.config.n_head, small.config.n_kv_head) == shape
+    if kw is GQA_SOURCE:   # the tester's: 48 = 3 heads of 16, which no n_kv_head splits into groups of 2
+        with pytest.raises(UserError) as e:
+            inherit.target_config(src, n_embd=48)
+        assert fix_of(str(e.value)) == "--n_embd=32"
+
+
+def test_inherit_from_a_hugging_face_folder_names_the_import(tmp_path):
+    """--from=<a transformers folder>: the fix is tools.huggingface.convert import; followed literally, it works."""
+    from tools.huggingface import convert
+    cfg = GPTConfig(block_size=8, vocab_size=16, n_layer=2, **dict(GQA_SOURCE, n_embd=32))   # heads of 8
+    hf_dir = tmp_path / "hf"
+    convert.export(GPT(cfg), str(hf_dir), say=lambda *a: None)
+    (tmp_path / "hf.pt").write_bytes(b"a file the fix must not overwrite")
+    with pytest.raises(SystemExit) as e:
+        inherit.main(small_args(tmp_path / "small", hf_dir))
+    message = str(e.value)
+    assert "\n" not in message and "Hugging Face" in message
+    command, then = fix_of(message).split(", then ")
+    converted = str(tmp_path / "hf-2.pt")
+    assert command == f"python -m tools.huggingface.convert import {hf_dir} --out={converted}"
+    assert then == f"--from={converted}"
+    convert.main(command.split()[3:])
+    assert inherit.main(small_args(tmp_path / "small", converted)) == str(tmp_path / "small" / "ckpt.pt")
+    assert (tmp_path / "hf.pt").read_bytes() == b"a file the fix must not overwrite"
 
 
 # --- 4.2 multiple-round training with data refining ------------------------------------------------------

@@ -10,7 +10,9 @@ layers and neurons of a trained larger one instead of from random numbers.
     python train.py config/x.py --init_from=out-small/ckpt.pt      # then train the small model as usual
 
 (train.py builds the model from the inherited checkpoint's model_args, so do not set n_layer/n_embd/...
-on that command line: an explicit shape key overrides the checkpoint's and only matching tensors are copied.)
+on that command line: an explicit shape key that differs overrides the checkpoint's, and train.py then
+refuses in one line unless --allow_partial_init=True, which copies only the tensors whose names and shapes
+match and starts the others from random numbers.)
 
 Two steps, as in the paper: "we firstly select important layers and then recognize critical neurons in
 the selected layers".
@@ -72,7 +74,8 @@ Supported sources: single-branch GPT / LLaMA-style models (MHA or GQA, standard 
 position embedding, tied, untied or factorized embeddings, enhanced residual, Deep Thinking). Layer sharing,
 ShishuLM MLP-only layers, post-norm blocks, pgpt branches and lgpt/cgpt width shrinking raise a clear error.
 
-Output: out_dir/ckpt.pt in train.py's format (model, model_args, config, iter_num=0, dataset, data_dir) with
+Output: out_dir/ckpt.pt (out_dir a folder of its own: one that holds a ckpt.pt or last.pt is refused; locked
+while it is written) in train.py's format (model, model_args, config, iter_num=0, dataset, data_dir) with
 weights only (optimizer=None) and an 'inherit' entry recording what was kept.
 """
 
@@ -91,11 +94,11 @@ from tools.sizes import ffn_hidden, head_dim, kv_heads
 from tools.support import refuse_undeclared
 from train import get_batch
 from safety_net.build import check_optional_types
-from safety_net.checkpoint import CKPT_NAME, clean_state_dict, load_model, save_checkpoint
+from safety_net.checkpoint import CKPT_NAME, LAST_NAME, clean_state_dict, load_model, save_checkpoint
 from safety_net.configurator import UserError, run_command
 from safety_net.dataset import load_meta, resolve_data_dir, split_path, tokenizer_id
 from safety_net.dataset import split_tokens
-from safety_net.fileio import check_out_dir, remove_stale_temp_files
+from safety_net.fileio import check_out_dir, lock_dir, remove_stale_temp_files
 from safety_net.runtime import check_num_threads, check_seed
 from safety_net.tokenizers import Vocabulary
 
@@ -173,8 +176,66 @@ def check_supported(cfg):
                          f"{', '.join(problems)} (fix: inherit from a plain gpt/llama-style checkpoint)")
 
 
+# The helpers below take the source's head size hd and kv head count src_kv as numbers: tools.sizes builds a model
+# to derive each, too slow to repeat for every candidate.
+
+def kv_choices(src, src_kv, n_head):
+    """The n_kv_head values a small model with n_head query heads can inherit from src with: a divisor of n_head,
+    no more kv heads than the source has (each is one of the source's, kept or mean-pooled, never split), and
+    query groups that either cut the source's groups (at most its group size) or merge whole ones (a multiple)."""
+    group = src.n_head // src_kv
+    choices = []
+    for kv in range(1, min(n_head, src_kv) + 1):
+        if n_head % kv != 0:
+            continue
+        new_group = n_head // kv
+        if new_group <= group or new_group % group == 0:
+            choices.append(kv)
+    return choices
+
+
+def heads_fit(src, src_kv, n_head, n_kv_head=0):
+    """Whether n_head query heads (and n_kv_head kv heads, 0: the default) can inherit from src."""
+    if n_kv_head:
+        return n_kv_head in kv_choices(src, src_kv, n_head)
+    if src.n_kv_head is None:   # MHA stays MHA
+        return True
+    return n_head % (src.n_head // src_kv) == 0   # the default keeps the source's group size
+
+
+def width_fix(src, hd, src_kv, n_embd, n_head=0, n_kv_head=0):
+    """The flags of a width that inherits from src, as close to n_embd as allowed: a multiple of the source's kv
+    group width (query heads per kv head x head size), whose heads the default n_kv_head fits. n_head, n_kv_head:
+    the values given (0: none); the fix names them too when given, as the old values would refuse the new width."""
+    unit = src.n_head // src_kv * hd
+    width = max(1, min(n_embd, src.n_embd) // unit) * unit   # src.n_embd is a multiple of unit
+    flags = [f"--n_embd={width}"]
+    if n_head:
+        flags.append(f"--n_head={width // hd}")
+    if n_kv_head and not heads_fit(src, src_kv, width // hd, n_kv_head):
+        flags.append(f"--n_kv_head={width // unit}")   # the source's group size again
+    return " ".join(flags)
+
+
+def gqa_fix(src, hd, src_kv, n_embd, n_head=0, n_kv_head=0):
+    """The fix for a small model of width n_embd whose query heads do not fit the source's kv groups: the
+    --n_kv_head that fits, nearest the one given (else the most kv heads), or, when none fits these heads, a
+    width whose heads do (width_fix). n_head, n_kv_head: the values given (0: none)."""
+    choices = kv_choices(src, src_kv, n_embd // hd)
+    if not choices:
+        return width_fix(src, hd, src_kv, n_embd, n_head, n_kv_head)
+    best = choices[-1]
+    if n_kv_head:
+        for kv in choices:   # ascending, so on a tie the larger one wins
+            if abs(kv - n_kv_head) <= abs(best - n_kv_head):
+                best = kv
+    others = "" if len(choices) == 1 else f"; any of {', '.join(map(str, choices))} works"
+    return f"--n_kv_head={best}{others}"
+
+
 def target_config(src, n_layer=0, n_embd=0, n_head=0, n_kv_head=0, hidden=0, mlp_ratio=0.0, vocab_size=0):
-    """GPTConfig of the small model: the source's, with the given sizes (0 = derived, see DEFAULTS)."""
+    """GPTConfig of the small model: the source's, with the given sizes (0 = derived, see DEFAULTS). The fix of a
+    refused width or head count names values that fit together with the other sizes given."""
     def need(ok, msg):
         if not ok:
             raise UserError(msg)
@@ -184,27 +245,40 @@ def target_config(src, n_layer=0, n_embd=0, n_head=0, n_kv_head=0, hidden=0, mlp
     n_layer, n_embd = n_layer or src.n_layer, n_embd or src.n_embd
     need(1 <= n_layer <= src.n_layer, f"n_layer must be in [1, {src.n_layer}] (the source's), got {n_layer} "
          f"(fix: e.g. --n_layer={max(1, src.n_layer // 2)})")
+    # a GQA source's widths come in whole kv groups (the default n_kv_head keeps its group size), an MHA one's in heads
+    unit = f"{group} query heads per kv head x the head size {hd}" if group > 1 else f"the head size {hd}"
     need(1 <= n_embd <= src.n_embd, f"n_embd must be in [1, {src.n_embd}] (the source's), got {n_embd} "
-         f"(fix: a multiple of the head size {hd}, e.g. --n_embd={max(1, src.n_embd // hd // 2) * hd})")
+         f"(fix: a multiple of {unit}, e.g. {width_fix(src, hd, src_kv, src.n_embd // 2, n_head, n_kv_head)})")
     need(n_embd % hd == 0, f"n_embd={n_embd} is not a whole number of heads of size {hd}: heads are kept whole "
-         f"(fix: --n_embd={max(1, n_embd // hd) * hd})")
-    n_head = n_head or n_embd // hd
-    need(n_head * hd == n_embd, f"n_head={n_head} gives head size {n_embd / n_head:g}, but inherited heads keep the "
-         f"source's {hd} (fix: --n_head={n_embd // hd})")
-    if not n_kv_head:   # not given: the source's groups of query heads, or no GQA (None) as in the source
-        n_kv_head = None
-        if src.n_kv_head is not None:
-            need(n_head % group == 0, f"n_head={n_head} does not split into the source's GQA groups of {group} "
-                 f"query heads (fix: set --n_kv_head)")
-            n_kv_head = n_head // group
-    kv = n_head if n_kv_head is None else n_kv_head   # the config is not built yet (kv_heads reads one)
-    need(kv >= 1 and n_head % kv == 0, f"n_kv_head={kv} must divide n_head={n_head} (fix: --n_kv_head=1 or "
-         f"another divisor of {n_head})")
-    new_group = n_head // kv
-    need(new_group <= group or new_group % group == 0,
-         f"n_head={n_head}, n_kv_head={kv} needs {new_group} query heads per kv group, but the source groups have "
-         f"{group} (its n_head={src.n_head}, n_kv_head={src_kv}): kv heads can only be merged whole, in groups of a "
-         f"multiple of {group} (fix: --n_kv_head={max(1, n_head // group)})")
+         f"(fix: {width_fix(src, hd, src_kv, n_embd, n_head, n_kv_head)})")
+    heads = n_embd // hd
+    if n_head and n_head != heads:
+        # the head count n_embd implies, unless those heads would be refused next: then a width whose heads fit
+        if heads_fit(src, src_kv, heads, n_kv_head):
+            fix = f"--n_head={heads}"
+        else:
+            fix = width_fix(src, hd, src_kv, n_embd, n_head, n_kv_head)
+        raise UserError(f"n_head={n_head} gives head size {n_embd / n_head:g}, but inherited heads keep the "
+                        f"source's {hd} (fix: {fix})")
+    given_n_head, n_head = n_head, heads
+    if n_kv_head:
+        fix = gqa_fix(src, hd, src_kv, n_embd, given_n_head, n_kv_head)
+        need(n_kv_head >= 1 and n_head % n_kv_head == 0,
+             f"n_kv_head={n_kv_head} must divide n_head={n_head} (fix: {fix})")
+        need(n_kv_head <= src_kv,
+             f"n_kv_head={n_kv_head} exceeds the source's {src_kv} kv heads (its n_head={src.n_head}, "
+             f"n_kv_head={src_kv}): each kv head is one of the source's, kept or mean-pooled, never split (fix: {fix})")
+        new_group = n_head // n_kv_head
+        need(new_group <= group or new_group % group == 0,
+             f"n_head={n_head}, n_kv_head={n_kv_head} needs {new_group} query heads per kv group, but the source "
+             f"groups have {group} (its n_head={src.n_head}, n_kv_head={src_kv}): kv heads can only be merged "
+             f"whole, in groups of a multiple of {group} (fix: {fix})")
+    elif src.n_kv_head is not None:   # not given: the source's groups of query heads
+        need(n_head % group == 0, f"n_head={n_head} does not split into the source's GQA groups of {group} query "
+             f"heads (fix: {gqa_fix(src, hd, src_kv, n_embd, given_n_head)})")
+        n_kv_head = n_head // group
+    else:
+        n_kv_head = None   # not given, MHA source: no GQA, as in the source
     args = dataclasses.asdict(src)
     args.update(n_layer=n_layer, n_embd=n_embd, n_head=n_head, n_kv_head=n_kv_head,
                 vocab_size=vocab_size or src.vocab_size)
@@ -624,6 +698,41 @@ def calibration_batches(data_dir, n, batch_size, block_size, seed, vocab_size=No
     return batches
 
 
+def unused_name(stem, suffix=""):
+    """stem + suffix, or stem-2 + suffix, stem-3 + suffix, ...: the first name that nothing on disk has yet, for
+    a fix hint that must not send its output over an existing file or folder."""
+    name, n = stem + suffix, 1
+    while os.path.lexists(name):
+        n += 1
+        name = f"{stem}-{n}{suffix}"
+    return name
+
+
+def checkpoints_in(folder):
+    """The checkpoints train.py writes (ckpt.pt, last.pt) that `folder` holds; a link counts, even a broken one."""
+    return [name for name in (CKPT_NAME, LAST_NAME) if os.path.lexists(os.path.join(folder, name))]
+
+
+def refuse_used_out_dir(out_dir):
+    """One line when out_dir holds another run's checkpoints: the small model's ckpt.pt would replace that run's
+    best checkpoint, and the folder would then mix two models."""
+    found = checkpoints_in(out_dir)
+    if found:
+        raise UserError(f"--out_dir={out_dir} already holds another run's {' and '.join(found)}, which the small "
+                        f"model's ckpt.pt would replace or sit beside (fix: "
+                        f"--out_dir={unused_name(os.path.normpath(out_dir) + '-small')}, a folder of its own)")
+
+
+def refuse_hf_folder(source):
+    """One line for --from=<a Hugging Face model folder> (config.json, none of our checkpoints): inherit reads our
+    checkpoints, which tools.huggingface.convert import writes from such a folder."""
+    if os.path.isfile(os.path.join(source, "config.json")) and not checkpoints_in(source):
+        converted = unused_name(os.path.normpath(source), ".pt")
+        raise UserError(f"--from={source} is a Hugging Face model folder (config.json), not a checkpoint of ours "
+                        f"(fix: python -m tools.huggingface.convert import {source} --out={converted}, then "
+                        f"--from={converted})")
+
+
 def run(opts):
     """pangu.inherit's command: load --from, build the small model, write out_dir/ckpt.pt. Returns its path."""
     if not opts["from"] or not opts["out_dir"]:
@@ -641,9 +750,11 @@ def run(opts):
     check_seed(opts["seed"])
     if opts["num_threads"] > 0:
         torch.set_num_threads(opts["num_threads"])
+    refuse_hf_folder(opts["from"])
     model, ckpt = load_model(opts["from"], "cpu")
     if os.path.abspath(os.path.dirname(ckpt["path"])) == os.path.abspath(opts["out_dir"]):
         raise UserError(f"--out_dir={opts['out_dir']} is the source's folder (fix: pick a new --out_dir)")
+    refuse_used_out_dir(opts["out_dir"])   # now, not after the work
     src = model.config
     check_supported(src)
     vocab, dataset, target_dir = None, ckpt.get("dataset", ""), ckpt.get("data_dir", "")
@@ -672,12 +783,13 @@ def run(opts):
                   dataset=dataset, data_dir=target_dir)
     # the target vocabulary's tokenizer (compact: the target dataset's), else the source checkpoint's
     tokenizer = tokenizer_id(target_meta) if opts["target_data_dir"] else ckpt.get("tokenizer_id")
-    os.makedirs(opts["out_dir"], exist_ok=True)
-    remove_stale_temp_files(opts["out_dir"], (CKPT_NAME,))
     path = os.path.join(opts["out_dir"], CKPT_NAME)
-    save_checkpoint(path, small.state_dict(), args, optimizer=None, scaler=None, iter_num=0,
-                    best_val_loss=float("inf"), config=config, rng=None, dataset=dataset, data_dir=target_dir,
-                    inherit=info, tokenizer_id=tokenizer)
+    with lock_dir(opts["out_dir"]):   # the one writer of out_dir, as train.py is of its own (creates the folder)
+        refuse_used_out_dir(opts["out_dir"])   # again: another writer may have filled it during the work
+        remove_stale_temp_files(opts["out_dir"], (CKPT_NAME,))
+        save_checkpoint(path, small.state_dict(), args, optimizer=None, scaler=None, iter_num=0,
+                        best_val_loss=float("inf"), config=config, rng=None, dataset=dataset, data_dir=target_dir,
+                        inherit=info, tokenizer_id=tokenizer)
     print(f"wrote {path} (continue with: python train.py ... --init_from={path})")
     return path
 
