@@ -571,9 +571,56 @@ MUTANTS = [
            "        if rank == 0 and ranks != world and config[\"dropout\"] > 0:",
            "        if False:",
            "tests/test_train.py -k another_number_of_ranks", every=False),
-]
-
-# For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that
+    # --- the twelfth session's hunts ---
+    Mutant("segments_of_a_divisor_block_size", "safety_net/dataset.py",
+           "    if np.any(starts % (block_size + 1)) or made_for_block not in (None, block_size):",
+           "    if np.any(starts % (block_size + 1)):",
+           "tests/test_pangu.py -k segments_made", every=False),
+    Mutant("padded_vocabulary_fix_unnamed", "safety_net/checkpoint.py",
+           '        if rows > own["tok_emb.wte.weight"].size(0):',
+           "        if False:",
+           "tests/test_nanogpt.py -k padded", every=False),
+    Mutant("hf_export_records_no_tokenizer", "tools/huggingface/convert.py",
+           '        config["tokenizer_id"] = tokenizer_id(meta)\n',
+           "",
+           "tests/test_huggingface.py -k records_its_tokenizer", every=False),
+    Mutant("gpt2_folder_fix_wrong_meta", "safety_net/starting_point.py",
+           "        gpt2 = json.dumps(gpt2_meta())",
+           "        gpt2 = json.dumps(dict(gpt2_meta(), vocab_size=65))",
+           "tests/test_nanogpt.py -k gpt2_token_folder", every=False),
+    Mutant("nanogpt_defaults_keep_bias", "config/nanogpt.py",
+           "bias = False\n",
+           "bias = True\n",
+           "tests/test_nanogpt.py -k nanogpts_settings", every=False),
+    Mutant("compare_plan_before_checks", "tools/compare.py",
+           "    if not config[\"dry_run\"]:   # before the plan is printed: bad input is one line\n"
+           "        check_runs(config, status, runs)\n"
+           "    print_plan(config, status, runs, infos)\n",
+           "    print_plan(config, status, runs, infos)\n"
+           "    if not config[\"dry_run\"]:\n"
+           "        check_runs(config, status, runs)\n",
+           "tests/test_compare.py -k is_a_file", every=False),
+    Mutant("busy_note_before_bad_start", "safety_net/sampling.py",
+           "    start_text = read_prompt(cfg[\"start\"])   # before the note: a bad --start is one line\n"
+           "    if busy_machine(device):\n"
+           "        print(f\"note: {busy_machine(device)}\", file=sys.stderr)\n",
+           "    if busy_machine(device):\n"
+           "        print(f\"note: {busy_machine(device)}\", file=sys.stderr)\n"
+           "    start_text = read_prompt(cfg[\"start\"])\n",
+           "tests/test_sample.py -k bad_start_file", every=False),
+    Mutant("inherit_writes_over_another_runs_checkpoint", "tools/pangu/inherit.py",
+           "for name in (CKPT_NAME, LAST_NAME) if",
+           "for name in () if",
+           "tests/test_pangu.py -k another_runs_checkpoints", every=False),
+    Mutant("inherit_more_kv_heads_than_the_source", "tools/pangu/inherit.py",
+           "        need(n_kv_head <= src_kv,",
+           "        need(True,",
+           "tests/test_pangu.py -k more_kv_heads", every=False),
+    Mutant("inherit_refuses_its_own_earlier_output", "tools/pangu/inherit.py",
+           "    if found == [CKPT_NAME] and earlier_inherit(os.path.join(out_dir, CKPT_NAME)):",
+           "    if False:",
+           "tests/test_pangu.py -k run_again", every=False),
+]# For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that
 # field (in model.py, or in a tool path that reads it). tests/test_mutation.py fails while a field is missing here,
 # so a new technique flag gets a mutant, and its tests are proven to catch a bug in it.
 FIELD_MUTANTS = {

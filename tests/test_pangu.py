@@ -531,6 +531,19 @@ def test_inherit_refuses_an_out_dir_with_another_runs_checkpoints(big, tmp_path,
     assert inherit.main(small_args(new_dir, out_dir)) == os.path.join(new_dir, "ckpt.pt")
 
 
+def test_inherit_run_again_replaces_its_own_earlier_output(big, tmp_path):
+    """The same command run again (here with other --neurons) replaces the ckpt.pt an earlier inherit wrote: only
+    another run's checkpoints are refused."""
+    out_dir, _, _ = big
+    small = tmp_path / "small"
+    inherit.main(small_args(small, out_dir))
+    first = load_checkpoint(str(small / "ckpt.pt"))["inherit"]
+    inherit.main([*small_args(small, out_dir), "--neurons=l2"])
+    assert sorted(name for name in os.listdir(small) if name != ".lock") == ["ckpt.pt"]
+    again = load_checkpoint(str(small / "ckpt.pt"))["inherit"]
+    assert first["neurons"] != again["neurons"] == "l2"
+
+
 def test_inherit_writes_out_dir_as_its_one_writer(big, tmp_path, monkeypatch):
     """inherit holds out_dir's lock (lock_dir) while it writes: another writer's lock refuses it, and a checkpoint
     that another run put there during the work is not replaced."""

@@ -94,7 +94,8 @@ from tools.sizes import ffn_hidden, head_dim, kv_heads
 from tools.support import refuse_undeclared
 from train import get_batch
 from safety_net.build import check_optional_types
-from safety_net.checkpoint import CKPT_NAME, LAST_NAME, clean_state_dict, load_model, save_checkpoint
+from safety_net.checkpoint import (CKPT_NAME, LAST_NAME, clean_state_dict, load_checkpoint, load_model,
+                                   save_checkpoint)
 from safety_net.configurator import UserError, run_command
 from safety_net.dataset import load_meta, resolve_data_dir, split_path, tokenizer_id
 from safety_net.dataset import split_tokens
@@ -713,10 +714,21 @@ def checkpoints_in(folder):
     return [name for name in (CKPT_NAME, LAST_NAME) if os.path.lexists(os.path.join(folder, name))]
 
 
+def earlier_inherit(path):
+    """Whether the checkpoint file `path` is an earlier inherit's output (its 'inherit' record), read lazily."""
+    try:
+        return "inherit" in load_checkpoint(path, mmap=True)
+    except UserError:   # damaged, or not a checkpoint: not one to replace without a word
+        return False
+
+
 def refuse_used_out_dir(out_dir):
     """One line when out_dir holds another run's checkpoints: the small model's ckpt.pt would replace that run's
-    best checkpoint, and the folder would then mix two models."""
+    best checkpoint, and the folder would then mix two models. An earlier inherit's ckpt.pt alone is replaced (the
+    same command run again, e.g. with other --neurons)."""
     found = checkpoints_in(out_dir)
+    if found == [CKPT_NAME] and earlier_inherit(os.path.join(out_dir, CKPT_NAME)):
+        return
     if found:
         raise UserError(f"--out_dir={out_dir} already holds another run's {' and '.join(found)}, which the small "
                         f"model's ckpt.pt would replace or sit beside (fix: "
