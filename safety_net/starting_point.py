@@ -154,8 +154,15 @@ class StartingPoint:
         if config["init_from"] != "resume":
             allow_partial = config["allow_partial_init"]
             copied, total = load_matching_weights(model, ckpt["model"], ckpt["path"], allow_partial)
+            # a key that keeps the shapes (n_head, norm_eps, rope_base, ...) changes what the weights mean
+            changed = [f"{key} {value!r} -> {getattr(model.config, key)!r}"
+                       for key, value in sorted(ckpt["model_args"].items())
+                       if key != "dropout" and getattr(model.config, key, value) != value]
             if rank == 0:
                 print(f"initialized {copied}/{total} tensors from {ckpt['path']}", flush=True)
+                if changed:
+                    print(f"note: this model differs from {ckpt['path']}'s in {', '.join(changed)}: its weights "
+                          f"are used as this model uses them", flush=True)
             return
         model.load_state_dict(ckpt["model"])   # they fit its model_args: load_checkpoint checked
         load_optimizer_state(optimizer, ckpt)

@@ -620,7 +620,13 @@ MUTANTS = [
            "    if found == [CKPT_NAME] and earlier_inherit(os.path.join(out_dir, CKPT_NAME)):",
            "    if False:",
            "tests/test_pangu.py -k run_again", every=False),
-]# For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that
+    Mutant("init_from_changed_key_silent", "safety_net/starting_point.py",
+           "                if changed:",
+           "                if False:",
+           "tests/test_nanogpt.py -k keeps_the_shapes", every=False),
+]
+
+# For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that
 # field (in model.py, or in a tool path that reads it). tests/test_mutation.py fails while a field is missing here,
 # so a new technique flag gets a mutant, and its tests are proven to catch a bug in it.
 FIELD_MUTANTS = {

@@ -318,10 +318,23 @@ def test_train_from_a_nanogpt_checkpoint(nanogpt_run, capsys):
     summary = train.main([f"--init_from={out_dir}/ckpt.pt", f"--data_dir={data_dir}", "--out_dir=ours",
                           "--max_iters=2", "--eval_iters=1", "--batch_size=2", "--device=cpu", "--num_threads=1"])
     n = len(load_checkpoint(out_dir)["model"])   # every tensor: the mapped weights fit our gpt model
-    assert f"initialized {n}/{n} tensors from {out_dir}/ckpt.pt" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"initialized {n}/{n} tensors from {out_dir}/ckpt.pt" in out and "note: this model differs" not in out
     assert summary["iter_num"] == 2 and math.isfinite(summary["best_val_loss"])
     assert summary["model_args"]["n_layer"] == 2 and summary["model_args"]["activation"] == "gelu"
     assert sorted(os.listdir(data_dir)) == before
+
+
+def test_a_key_that_keeps_the_shapes_but_changes_the_model_is_noted(nanogpt_run, capsys):
+    """--n_head=4 on a checkpoint of 2 heads: every tensor fits, and the heads are split otherwise; a line says so
+    (as a resume refuses such a change)."""
+    out_dir, data_dir, _ = nanogpt_run
+    train.main([f"--init_from={out_dir}/ckpt.pt", f"--data_dir={data_dir}", "--out_dir=ours", "--n_head=4",
+                "--max_iters=1", "--eval_iters=1", "--batch_size=2", "--device=cpu", "--num_threads=1"])
+    n = len(load_checkpoint(out_dir)["model"])
+    out = capsys.readouterr().out
+    assert f"initialized {n}/{n} tensors" in out
+    assert f"note: this model differs from {out_dir}/ckpt.pt's in n_head 2 -> 4: its weights are used" in out
 
 
 def test_a_nanogpt_checkpoint_of_a_padded_vocabulary_names_its_vocab_size(nanogpt_run, capsys):
