@@ -364,6 +364,7 @@ def test_output_folder_that_is_a_file(finished, tmp_path, module, args):
     ("tools.bench_tokenize", ["--input_path=nope.txt"], ["--input_path=nope.txt: no such file"]),   # was ignored
     ("tools.bench", ["--scale=1e999", "--dry_run"], ["--scale must be > 0 and --depth_scale >= 0, both finite"]),
     ("tools.bench", ["--mode=gpu"], ["unknown --mode=gpu"]),   # the GPU suite is gone: an ImportError traceback
+    ("tools.bench", ["--out=bench.json", "--dry_run"], ["bench writes a .csv", "--out=bench.md"]),   # got markdown
     ("tools.bench_tokenize", ["--num_proc=-1"], ["--num_proc must be >= 1"]),
     ("tools.huggingface.convert", ["export", "--ckpt=x"], ["required: --out"]),
     ("tools.compare", ["--prompts="], ["empty prompt"]),   # sampled a section for '' (a fuzz)

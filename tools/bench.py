@@ -179,6 +179,10 @@ def run(cfg, explicit):
     cfg, entries = check(cfg, explicit)
     if cfg["out"]:   # before any measurement
         check_out_file(cfg["out"], "bench.md")
+        if not cfg["out"].endswith((".csv", ".md")):   # anything else got the tables under its name
+            stem = os.path.splitext(cfg["out"])[0]
+            raise UserError(f"--out={cfg['out']}: bench writes a .csv (one row per measurement) or a .md (the "
+                            f"tables) (fix: --out={stem}.md or --out={stem}.csv)")
     check_num_threads(cfg["num_threads"])
     check_seed(cfg["seed"])
     if cfg["num_threads"]:

@@ -60,7 +60,8 @@ def render(cfg, entries, rows, samples, device, dtype):
                           "peak MiB"], body))
     if "infer" in m or "memory" in m:
         out.append(f"### Inference: batch {cfg['infer_batch']}, prefill into an empty KV cache, then "
-                   f"{cfg['decode_steps']} single-token decode steps (median)")
+                   f"{cfg['decode_steps']} single-token decode steps (median; at a seq up to "
+                   f"{cfg['decode_steps']}, seq - 1 of them)")
         body = []
         for r in rows:
             if "prefill_ms" not in r:
