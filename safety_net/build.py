@@ -206,8 +206,8 @@ def load_variant(name, fields=None):
 
 def model_args(config, explicit, base=None, vocab_size=None):
     """GPTConfig keyword arguments: base (default: GPTConfig defaults) <- variant <- explicitly-set keys.
-    base lets train.py start from a checkpoint's model_args (init_from=<path>); vocab_size (the dataset's,
-    from meta.json) replaces the preset's unless the user set vocab_size."""
+    base: the arguments to start from instead of GPTConfig's defaults (tools.executorch.bench: its llama_10m
+    shape); vocab_size (the dataset's, from meta.json) replaces the preset's unless the user set vocab_size."""
     fields = gpt_config_defaults()
     args = dict(fields)
     if base:

@@ -9,7 +9,8 @@ checkpoint_dict and written by save_checkpoint (atomically: fileio.py), the one 
 through load_checkpoint, which migrates an earlier version (migrate_checkpoint). nanoGPT's ckpt.pt is read as one
 (the section "nanoGPT's checkpoints").
 train.py writes two of them into out_dir:
-  ckpt.pt  - the best validation loss so far (what sample.py / eval.py load by default)
+  ckpt.pt  - the best validation loss so far (what sample.py / eval.py load by default); at every evaluation
+             with always_save_checkpoint, and at the first save into an out_dir of an earlier run's checkpoints
   last.pt  - the latest state, written at every eval after iteration 0 and on Ctrl-C (what init_from='resume' loads)
 both by train.py's save_checkpoints.
 

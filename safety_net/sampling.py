@@ -14,10 +14,10 @@ from safety_net.runtime import busy_machine, check_num_threads, check_seed, reso
 
 
 def setup_sampling(cfg):
-    """What a script that samples (sample.py, tools/huggingface/sample.py) checks and sets before anything is
-    loaded: --num_samples, --max_new_tokens, --top_k, --temperature, --seed, --num_threads (set here), --device,
-    --dtype and --start (the text, or FILE:path read: read_prompt), with one-line errors; a note on stderr when
-    other jobs keep the CPUs busy. Returns (torch.device, torch dtype, the prompt's text)."""
+    """What a script that samples (sample.py, tools/fast_sample.py, tools/huggingface/sample.py) checks and sets
+    before anything is loaded: --num_samples, --max_new_tokens, --top_k, --temperature, --seed, --num_threads (set
+    here), --device, --dtype and --start (the text, or FILE:path read: read_prompt), with one-line errors; a note
+    on stderr when other jobs keep the CPUs busy. Returns (torch.device, torch dtype, the prompt's text)."""
     if cfg["num_samples"] < 1:
         raise UserError(f"--num_samples={cfg['num_samples']}: must be >= 1 (fix: e.g. --num_samples=1)")
     if cfg["max_new_tokens"] < 0:

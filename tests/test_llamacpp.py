@@ -300,3 +300,21 @@ def test_llamacpp_tokenizes_tinyshakespeare_as_we_do(tmp_path):
     export.main([f"--out_dir={out_dir}", f"--gguf={tmp_path / 'm.gguf'}"])
     llm = load(str(tmp_path / "m.gguf"))
     assert llm.tokenize(text.encode("utf-8"), add_bos=False, special=False) == tokenizer_from_meta(meta).encode(text)
+
+
+def test_the_commands_that_run_llama_cpp_say_in_one_line_that_it_is_missing(tmp_path):
+    """llama_cpp is optional (a source build, never in CI): tools.llamacpp.run and step_time's --gguf say so in
+    one line before anything is built (step_time's was a ModuleNotFoundError traceback)."""
+    import importlib.util
+    from conftest import one_error_line
+    from safety_net.configurator import UserError
+    from tools.executorch import step_time
+    from tools.llamacpp import run
+    if importlib.util.find_spec("llama_cpp") is not None:
+        pytest.skip("llama_cpp is installed here")
+    path = tmp_path / "m.gguf"
+    path.write_bytes(b"")
+    one_error_line(step_time.main, [f"--out_dir={tmp_path / 'none'}", f"--gguf={path}"],
+                   "llama_cpp is not installed", "pip install llama-cpp-python")
+    with pytest.raises(UserError, match="llama_cpp is not installed"):
+        run.require_llama_cpp()

@@ -14,7 +14,8 @@ config_or_variant; --out, --against, --keep_heaviest_branch and --all are the co
 other key is train.py's, set on the config before it is traced. `--help` lists them all.
 
 What stays: what the config runs (traced as tools/technique_lines.py traces it, built small, every flag kept) in
-one training step with its evaluation, a sampled generation through the KV cache and a greedy one past block_size.
+one training step with its evaluation, then generation with and without the KV cache past a full window (sampled,
+with and without top_k, and greedy) and tokens fed to the cache a few at a time (generate_more).
 Of model.py it keeps the functions, classes and methods that ran (or that kept code names), the statements that
 ran, of each `if` and `a if c else b` the arms that ran, of `config.f or b` (`and`) the operands that decided, and
 of a module-level table read by a field (`ACTIVATIONS[config.activation]`) the entry. An `if` whose other arm never

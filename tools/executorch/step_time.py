@@ -7,6 +7,8 @@ Prints a markdown table.
     python -m tools.executorch.step_time --out_dir=bench/llama_10m --pte=bench/llama_10m-none.pte \\
         --gguf=bench/llama_10m-f32.gguf      # --pte=a.pte,b.pte: several programs (before/after a change)
 
+(--gguf needs the llama_cpp package: pip install llama-cpp-python.)
+
 Each round runs --steps decode steps of every runtime in turn, at the same positions (after a --prime-token
 prompt); a step's time is the round's CPU time of this process / steps (one thread everywhere: CPU time leaves
 out the time other jobs hold the core, which a busy shared machine makes most of the noise), and the table gives
@@ -107,6 +109,9 @@ def run(cfg):
     for key in ("prime", "steps", "rounds"):
         if not isinstance(cfg[key], int) or cfg[key] < 1:
             raise UserError(f"--{key} must be a positive integer, got {cfg[key]!r} (fix: e.g. --{key}={DEFAULTS[key]})")
+    if cfg["gguf"]:   # before anything is built: --gguf needs the optional llama_cpp package
+        from tools.llamacpp.run import require_llama_cpp
+        require_llama_cpp()
     torch.set_num_threads(1)
     model, _ = load_model(cfg["out_dir"], "cpu")
     if cfg["prime"] + cfg["steps"] > model.config.block_size:

@@ -18,6 +18,15 @@ from safety_net.configurator import UserError, run_command
 DEFAULTS = dict(gguf="model.gguf", start="\n", max_new_tokens=200, num_threads=1)   # 0: every CPU
 
 
+def require_llama_cpp():
+    """One line when the llama_cpp package is missing (it is optional: never in CI)."""
+    try:
+        import llama_cpp  # noqa: F401
+    except ImportError:
+        raise UserError("llama_cpp is not installed (fix: pip install llama-cpp-python; it builds llama.cpp from "
+                        "source, ~20 minutes on 2 cores)") from None
+
+
 def load(path, num_threads=1):
     from llama_cpp import Llama
     # f32 keys/values (llama.cpp's default cache is f16), so an f32 file computes our logits to float noise
@@ -115,11 +124,7 @@ def run(cfg):
     if not os.path.isfile(cfg["gguf"]):
         raise UserError(f"no file {cfg['gguf']} (fix: write one with python -m tools.llamacpp.export)")
     check_gguf(cfg["gguf"])
-    try:
-        import llama_cpp  # noqa: F401
-    except ImportError:
-        raise UserError("llama_cpp is not installed (fix: pip install llama-cpp-python; it builds llama.cpp from "
-                        "source, ~20 minutes on 2 cores)") from None
+    require_llama_cpp()
     try:
         llm = load(cfg["gguf"], cfg["num_threads"] or os.cpu_count())
     except ValueError as e:   # llama_cpp's answer to a file llama.cpp cannot load

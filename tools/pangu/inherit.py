@@ -7,12 +7,13 @@ layers and neurons of a trained larger one instead of from random numbers.
     python -m tools.pangu.inherit --from=out-big --out_dir=out-small --n_layer=3 --neurons=learned --mask_steps=200
     python -m tools.pangu.inherit --from=out-gpt2 --out_dir=out-small --n_layer=3 --target_data_dir=data/shakespeare_v4096
     python -m tools.pangu.inherit --from=out-big --out_dir=out-small --n_kv_head=2        # MHA -> GQA (Appendix A)
-    python train.py config/x.py --init_from=out-small/ckpt.pt      # then train the small model as usual
+    python train.py config/pangu_char_cpu.py --init_from=out-small/ckpt.pt   # then train the small model
 
-(train.py builds the model from the inherited checkpoint's model_args, so do not set n_layer/n_embd/...
-on that command line: an explicit shape key that differs overrides the checkpoint's, and train.py then
-refuses in one line unless --allow_partial_init=True, which copies only the tensors whose names and shapes
-match and starts the others from random numbers.)
+(train.py builds the model from the inherited checkpoint's model_args, and a shape key set on the command line
+or in the config file overrides it: set none, or the same values (config/pangu_char_cpu.py sets those of the
+first command, cutting config/pangu_big_cpu.py's model). A shape that differs is refused in one line;
+--allow_partial_init=True then copies the tensors whose names and shapes match and starts the others from random
+numbers, and none matching is refused still.)
 
 Two steps, as in the paper: "we firstly select important layers and then recognize critical neurons in
 the selected layers".
