@@ -2,6 +2,8 @@
 # differs from those defaults, and a key they leave out would take this repository's default instead (another
 # dataset, learning rate, schedule, bias, ...). Give this file first, then theirs:
 #   python train.py config/nanogpt.py ../nanoGPT/config/train_shakespeare_char.py --device=cpu --compile=False
+# Only before a config that trains from scratch or resumes: the keys set here count as set, and a config that
+# starts from GPT-2 (finetune_shakespeare.py, eval_gpt2*.py) would get this file's model shape over GPT-2's.
 # device and dtype stay 'auto', which picks what nanoGPT's do on a GPU (cuda; bf16 where supported, else fp16).
 # vocab_size is not set: it comes from the data (nanoGPT's 50304 for GPT-2 is 50257 padded; --vocab_size=50304).
 

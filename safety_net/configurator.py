@@ -279,7 +279,8 @@ def _nested_assignments(statements, block=None):
 NANOGPT_SAMPLE_KEYS = {
     "init_from": "a checkpoint is --out_dir=FOLDER_OR_FILE here (nanoGPT's 'resume'); GPT-2 and other Hugging Face "
                  "models: python -m tools.huggingface.sample --init_from=gpt2 (or a local folder)",
-    "compile": "python -m tools.fast_sample samples with a compiled decode step",
+    "compile": "sampling here does not compile, as nanoGPT's default (drop it); python -m tools.fast_sample "
+               "samples a checkpoint of ours with a compiled decode step",
 }
 
 

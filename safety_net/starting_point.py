@@ -11,6 +11,7 @@ What a training run starts from:
 
 import json
 import os
+import shlex
 
 import torch
 
@@ -23,6 +24,10 @@ from safety_net.runtime import restore_rng
 from safety_net.tokenizers import gpt2_meta
 
 
+# model keys a start from another checkpoint's weights may change without a note (StartingPoint.restore)
+NOT_NOTED = ("dropout", "block_size", "init_std", "init_scheme", "residual_logit_init")
+
+
 def prepared_data(config, prepare, rank, world):
     """(the dataset folder, its meta.json, its tokenizer_id): data_dir, or data/<dataset>, prepared with prepare.py's
     `prepare` on first use (by rank 0; under DDP the other ranks wait for it). A data_dir given that holds token
@@ -31,11 +36,13 @@ def prepared_data(config, prepare, rank, world):
     dataset = config["dataset"]
     token_files = any(os.path.exists(os.path.join(data_dir, name)) for name in ("train.bin", "val.bin"))
     if config.get("data_dir") and token_files and not is_prepared(data_dir):
-        gpt2 = json.dumps(gpt2_meta())   # what nanoGPT's GPT-2 folders (shakespeare, openwebtext) leave unsaid
+        # what nanoGPT's GPT-2 folders (shakespeare, openwebtext) leave unsaid
+        meta = json.dumps(dict(gpt2_meta(), dataset=os.path.basename(os.path.normpath(data_dir))))
+        path = shlex.quote(os.path.join(data_dir, "meta.json"))
         raise UserError(f"--data_dir {data_dir} holds token files but no meta.json: preparing '{dataset}' there "
                         f"would write over them (fix: for nanoGPT's GPT-2 token files, its shakespeare or "
-                        f"openwebtext, write their meta.json: echo '{gpt2}' > {os.path.join(data_dir, 'meta.json')}; "
-                        f"else prepare its text again: python prepare.py --input=TEXT_FILE --out_dir={data_dir})")
+                        f"openwebtext, write their meta.json: echo '{meta}' > {path}; else prepare its text "
+                        f"again: python prepare.py --input=TEXT_FILE --out_dir={data_dir})")
     if rank == 0 and not is_prepared(data_dir):
         run_prepare(prepare, dataset, data_dir)
     if world > 1:
@@ -154,15 +161,16 @@ class StartingPoint:
         if config["init_from"] != "resume":
             allow_partial = config["allow_partial_init"]
             copied, total = load_matching_weights(model, ckpt["model"], ckpt["path"], allow_partial)
-            # a key that keeps the shapes (n_head, norm_eps, rope_base, ...) changes what the weights mean
+            # every tensor fits, yet a key (n_head, norm_eps, rope_base, ...) makes them compute another function;
+            # not: dropout, block_size (no shape of RoPE's), the init keys (every weight is copied)
             changed = [f"{key} {value!r} -> {getattr(model.config, key)!r}"
                        for key, value in sorted(ckpt["model_args"].items())
-                       if key != "dropout" and getattr(model.config, key, value) != value]
+                       if key not in NOT_NOTED and getattr(model.config, key, value) != value]
             if rank == 0:
                 print(f"initialized {copied}/{total} tensors from {ckpt['path']}", flush=True)
-                if changed:
-                    print(f"note: this model differs from {ckpt['path']}'s in {', '.join(changed)}: its weights "
-                          f"are used as this model uses them", flush=True)
+                if changed and copied == total:
+                    print(f"note: every tensor fits, but this model differs from {ckpt['path']}'s in "
+                          f"{', '.join(changed)}: the same weights compute another function here", flush=True)
             return
         model.load_state_dict(ckpt["model"])   # they fit its model_args: load_checkpoint checked
         load_optimizer_state(optimizer, ckpt)

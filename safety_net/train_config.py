@@ -81,7 +81,8 @@ def _check_schedule(c):
     decay = c["max_iters"] if c["lr_decay_iters"] is None else c["lr_decay_iters"]
     lr = c["learning_rate"]
     if c["min_lr"] is not None:
-        _need(c, _number(c["min_lr"]) and 0 <= c["min_lr"] <= lr, "min_lr",
+        top = lr if c["decay_lr"] else math.inf   # never read without decay (nanoGPT's fine-tune sets it above)
+        _need(c, _number(c["min_lr"]) and 0 <= c["min_lr"] <= top, "min_lr",
               f"in [0, learning_rate={lr:g}]", f"--min_lr={lr / 10:g}")
     if c["warmup_iters"] is not None:
         longest = decay if c["decay_lr"] else math.inf

@@ -773,12 +773,14 @@ def test_import_to_a_folder_is_refused_before_the_import_and_its_fix_works(hf_di
     from safety_net.checkpoint import load_checkpoint
     folder = tmp_path / "somedir"
     folder.mkdir()
+    (folder / "hf.pt").write_bytes(b"an earlier import")   # the fix names another file
     calls = []
     monkeypatch.setattr(convert, "save_imported", lambda *a, **k: calls.append(a))
     message = one_error_line(convert.main, ["import", hf_dirs["gpt2_tied"][1], f"--out={folder}{trailing}"],
                              "is a folder")
-    assert not calls and os.listdir(folder) == []
+    assert not calls and os.listdir(folder) == ["hf.pt"]
     monkeypatch.undo()
     fix = message.split("e.g. ")[1].rstrip(")")
     convert.main(["import", hf_dirs["gpt2_tied"][1], fix])
-    assert fix == f"--out={folder / 'hf.pt'}" and "model" in load_checkpoint(str(folder / "hf.pt"))
+    assert fix == f"--out={folder / 'hf-2.pt'}" and "model" in load_checkpoint(str(folder / "hf-2.pt"))
+    assert (folder / "hf.pt").read_bytes() == b"an earlier import"

@@ -6,6 +6,7 @@ nanoGPT's forward is re-implemented below from its model.py's equations, to comp
 import math
 import os
 import pickle
+import shlex
 import sys
 
 import numpy as np
@@ -206,13 +207,14 @@ def test_sample_and_eval_read_nanogpts_folders(nanogpt_run, capsys):
 
 
 def test_nanogpts_sample_keys_name_where_they_are_here(nanogpt_run):
-    """nanoGPT's README runs sample.py --init_from=gpt2-xl and --compile=False; here those keys are unknown, and the
-    one line says where each is (not just "see --help", which lists neither); the first fix works as said."""
+    """nanoGPT's sample.py takes --init_from (its README: --init_from=gpt2-xl) and --compile; here those keys are
+    unknown, and the one line says where each is (not just "see --help", which lists neither); the first fix works
+    as said."""
     import sample
     out_dir, _, _ = nanogpt_run
     one_error_line(sample.main, ["--init_from=resume"], "nanoGPT's sample.py key", "--out_dir=FOLDER_OR_FILE",
                    "python -m tools.huggingface.sample --init_from=gpt2")
-    one_error_line(sample.main, ["--compile=False"], "nanoGPT's sample.py key", "python -m tools.fast_sample")
+    one_error_line(sample.main, ["--compile=True"], "nanoGPT's sample.py key", "(drop it)", "tools.fast_sample")
     sample.main([f"--out_dir={out_dir}", "--max_new_tokens=2", "--num_samples=1", "--device=cpu"])
 
 
@@ -319,7 +321,7 @@ def test_train_from_a_nanogpt_checkpoint(nanogpt_run, capsys):
                           "--max_iters=2", "--eval_iters=1", "--batch_size=2", "--device=cpu", "--num_threads=1"])
     n = len(load_checkpoint(out_dir)["model"])   # every tensor: the mapped weights fit our gpt model
     out = capsys.readouterr().out
-    assert f"initialized {n}/{n} tensors from {out_dir}/ckpt.pt" in out and "note: this model differs" not in out
+    assert f"initialized {n}/{n} tensors from {out_dir}/ckpt.pt" in out and "this model differs" not in out
     assert summary["iter_num"] == 2 and math.isfinite(summary["best_val_loss"])
     assert summary["model_args"]["n_layer"] == 2 and summary["model_args"]["activation"] == "gelu"
     assert sorted(os.listdir(data_dir)) == before
@@ -334,7 +336,10 @@ def test_a_key_that_keeps_the_shapes_but_changes_the_model_is_noted(nanogpt_run,
     n = len(load_checkpoint(out_dir)["model"])
     out = capsys.readouterr().out
     assert f"initialized {n}/{n} tensors" in out
-    assert f"note: this model differs from {out_dir}/ckpt.pt's in n_head 2 -> 4: its weights are used" in out
+    assert f"but this model differs from {out_dir}/ckpt.pt's in n_head 2 -> 4: the same weights compute" in out
+    train.main([f"--init_from={out_dir}/ckpt.pt", f"--data_dir={data_dir}", "--out_dir=ours2", "--dropout=0.1",
+                "--max_iters=1", "--eval_iters=1", "--batch_size=2", "--device=cpu", "--num_threads=1"])
+    assert "differs from" not in capsys.readouterr().out   # dropout changes no weight's meaning
 
 
 def test_a_nanogpt_checkpoint_of_a_padded_vocabulary_names_its_vocab_size(nanogpt_run, capsys):
@@ -357,8 +362,8 @@ def test_a_nanogpt_gpt2_token_folder_trains_once_the_fix_writes_its_meta_json(tm
     refused, nothing written (an interrupted prepare leaves the same files); the fix's meta.json, written as it
     says, makes it a dataset train.py trains on."""
     monkeypatch.chdir(tmp_path)
-    data = tmp_path / "openwebtext"
-    data.mkdir()
+    data = tmp_path / "nano GPT" / "openwebtext"   # a space: the fix's path is quoted
+    data.mkdir(parents=True)
     rng = np.random.default_rng(0)
     for split, n in (("train", 400), ("val", 60)):
         rng.integers(0, 50257, n).astype(np.uint16).tofile(data / f"{split}.bin")
@@ -366,10 +371,11 @@ def test_a_nanogpt_gpt2_token_folder_trains_once_the_fix_writes_its_meta_json(tm
             "--max_iters=1", "--eval_iters=1", "--device=cpu", "--num_threads=1"]
     message = one_error_line(train.main, args, "nanoGPT's GPT-2 token files", "echo '")
     assert sorted(os.listdir(data)) == ["train.bin", "val.bin"]
-    meta, target = message.split("echo '")[1].split(";")[0].split("' > ")
-    assert target == str(data / "meta.json")
+    meta, target = message.split("echo '")[1].split("; else")[0].split("' > ")
+    assert shlex.split(target) == [str(data / "meta.json")]
     (data / "meta.json").write_text(meta)
     assert train.main([*args, "--out_dir=out"])["model_args"]["vocab_size"] == 50257
+    assert load_checkpoint("out")["dataset"] == "openwebtext"
 
 
 def test_nanogpts_config_file_runs(tmp_path, monkeypatch, capsys):

@@ -119,6 +119,14 @@ def test_warmup_longer_than_the_run_names_the_fix_that_works(tiny_train_config):
     assert run(dict(cfg, max_iters=4, eval_interval=4))["iter_num"] == 4
 
 
+def test_min_lr_above_the_learning_rate_is_refused_only_when_it_is_read(tiny_train_config):
+    """min_lr is the floor of the decay: without decay it is never read (nanoGPT's finetune_shakespeare.py sets
+    decay_lr=False and a min_lr above its learning_rate, which was refused here)."""
+    cfg = dict(tiny_train_config, learning_rate=3e-5, min_lr=6e-5, max_iters=2, eval_interval=2)
+    assert "min_lr" in main_error(argv(cfg)) and "--min_lr=3e-06" in main_error(argv(cfg))
+    assert run(dict(cfg, decay_lr=False))["iter_num"] == 2
+
+
 def test_the_warmup_note_counts_the_iterations_that_will_run(capsys):
     """Every iteration of a short run in the warmup: a note. --eval_only trains none, and printed that note about
     iterations it would never run."""

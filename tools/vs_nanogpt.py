@@ -2,8 +2,9 @@
 The CPU quickstart's whole process against nanoGPT's same recipe, paired on this machine: wall time of
 `python train.py config/gpt_shakespeare_cpu.py --max_iters=N` here and of nanoGPT's README CPU command with the
 same sizes and schedule (4 x 128, block 64, batch 12, eval_iters 20, dropout 0, lr 1e-3 -> 1e-4), rounds
-alternating which runs first. Ours keeps GPT-2's biases, which nanoGPT's train.py turns off: a little more work here. Both datasets are prepared before timing; start-up, imports, evaluations,
-checkpoints and (ours) log.csv and loss.png are in the time.
+alternating which runs first. Ours keeps GPT-2's biases, which nanoGPT's train.py turns off: a little more work
+here. Both datasets are prepared before timing; start-up, imports, evaluations, checkpoints and (ours) log.csv and
+loss.png are in the time.
 
     python -m tools.vs_nanogpt --nanogpt=path/to/nanoGPT [--iters=500] [--rounds=4] [--num_threads=1]
 

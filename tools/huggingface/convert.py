@@ -637,7 +637,12 @@ def run_import(sources, config, explicit):
     out = config["out"]
     # before the import, which can take minutes; a missing folder is made
     if os.path.isdir(out) or out.endswith(os.sep):
-        raise UserError(f"--out={out} is a folder (fix: name a file in it, e.g. --out={os.path.join(out, 'hf.pt')})")
+        what = "is a folder" if os.path.isdir(out) else "ends in a folder's '/'"
+        name, n = os.path.join(out, "hf.pt"), 1
+        while os.path.lexists(name):   # the fix must not send the import over a file already there
+            n += 1
+            name = os.path.join(out, f"hf-{n}.pt")
+        raise UserError(f"--out={out} {what} (fix: name a file in it, e.g. --out={name})")
     check_out_dir(os.path.dirname(os.path.abspath(out)), key="out")
     save_imported(sources[0], out)
     print(f"wrote {out}: start a run from it with python train.py ... --init_from={out}", file=sys.stderr)
