@@ -153,6 +153,16 @@ def check_out_dir(path, key="out_dir"):
                         f"(fix: choose a writable --{key})") from None
 
 
+def unused_name(stem, suffix=""):
+    """stem + suffix, or stem-2 + suffix, stem-3 + suffix, ...: the first name that nothing on disk has yet, for
+    a fix hint that must not send its output over an existing file or folder (a checkpoint, another run's)."""
+    name, n = stem + suffix, 1
+    while os.path.lexists(name):
+        n += 1
+        name = f"{stem}-{n}{suffix}"
+    return name
+
+
 def check_out_file(path, example):
     """One-line UserError unless --out=path can be written: not a folder, in a folder that exists and is writable.
     example: a file name for the fix when path is a folder."""

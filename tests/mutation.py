@@ -632,6 +632,10 @@ MUTANTS = [
            '        top = lr if c["decay_lr"] else math.inf',
            "        top = lr",
            "tests/test_train_faults.py -k min_lr_above", every=False),
+    Mutant("unused_name_looks_once", "safety_net/fileio.py",
+           "    while os.path.lexists(name):\n        n += 1",
+           "    if os.path.lexists(name):\n        n += 1",
+           "tests/test_faults.py -k not_there_yet", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

@@ -717,3 +717,15 @@ def test_bench_out_through_a_symbolic_link_is_written_atomically(tmp_path):
         assert not link.is_symlink()
         assert ("variant,ms" if name.endswith(".csv") else "| table |") in link.read_text()
     assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_a_fix_names_a_file_not_there_yet(tmp_path):
+    """unused_name (the fixes of inherit's --out_dir and convert import's --out): stem, then stem-2, stem-3, ...; a
+    file, a folder or a broken link counts as taken, so following the fix writes over nothing."""
+    from safety_net.fileio import unused_name
+    stem = str(tmp_path / "run")
+    assert unused_name(stem, ".md") == stem + ".md"
+    (tmp_path / "run.md").write_text("x")
+    (tmp_path / "run-2.md").mkdir()
+    os.symlink(tmp_path / "missing", tmp_path / "run-3.md")
+    assert unused_name(stem, ".md") == stem + "-4.md"

@@ -633,15 +633,12 @@ def run_import(sources, config, explicit):
     if len(sources) != 1 or not config["out"] or export_keys:
         raise UserError(f"import takes one source and --out only (fix: python -m tools.huggingface.convert import "
                         f"gpt2 --out=hf.pt)")
-    from safety_net.fileio import check_out_dir
+    from safety_net.fileio import check_out_dir, unused_name
     out = config["out"]
     # before the import, which can take minutes; a missing folder is made
     if os.path.isdir(out) or out.endswith(os.sep):
         what = "is a folder" if os.path.isdir(out) else "ends in a folder's '/'"
-        name, n = os.path.join(out, "hf.pt"), 1
-        while os.path.lexists(name):   # the fix must not send the import over a file already there
-            n += 1
-            name = os.path.join(out, f"hf-{n}.pt")
+        name = unused_name(os.path.join(out, "hf"), ".pt")   # not over a file already there
         raise UserError(f"--out={out} {what} (fix: name a file in it, e.g. --out={name})")
     check_out_dir(os.path.dirname(os.path.abspath(out)), key="out")
     save_imported(sources[0], out)

@@ -100,7 +100,7 @@ from safety_net.checkpoint import (CKPT_NAME, LAST_NAME, clean_state_dict, load_
 from safety_net.configurator import UserError, run_command
 from safety_net.dataset import load_meta, resolve_data_dir, split_path, tokenizer_id
 from safety_net.dataset import split_tokens
-from safety_net.fileio import check_out_dir, lock_dir, remove_stale_temp_files
+from safety_net.fileio import check_out_dir, lock_dir, remove_stale_temp_files, unused_name
 from safety_net.runtime import check_num_threads, check_seed
 from safety_net.tokenizers import Vocabulary
 
@@ -698,16 +698,6 @@ def calibration_batches(data_dir, n, batch_size, block_size, seed, vocab_size=No
         gen.manual_seed(seed + i)
         batches.append(get_batch(path, batch_size, block_size, gen))
     return batches
-
-
-def unused_name(stem, suffix=""):
-    """stem + suffix, or stem-2 + suffix, stem-3 + suffix, ...: the first name that nothing on disk has yet, for
-    a fix hint that must not send its output over an existing file or folder."""
-    name, n = stem + suffix, 1
-    while os.path.lexists(name):
-        n += 1
-        name = f"{stem}-{n}{suffix}"
-    return name
 
 
 def checkpoints_in(folder):
