@@ -1,5 +1,6 @@
 # Character-level Shakespeare on one GPU: the nanoGPT "baby GPT" recipe (~10.7M parameters).
-# nanoGPT reports a few minutes on one GPU and val loss ~1.47 with this recipe (neither measured here: no GPU).
+# nanoGPT reports a few minutes on one GPU and val loss 1.4697. One H200 here (docs/gpu.md): 17.1 ms an iteration,
+# best val loss 1.4665 at iteration 2000 (a run cut at 4692 of 5000 iterations; one seed).
 #   python train.py config/gpt_shakespeare.py
 #   python train.py config/gpt_shakespeare.py --variant=lgpt --out_dir=out-shakespeare-lgpt
 

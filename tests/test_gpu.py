@@ -332,12 +332,12 @@ def dry_run(tmp_path_factory):
 def test_dry_run_prints_the_plan_and_writes_the_files(dry_run):
     printed, report = dry_run["printed"], dry_run["report"]
     assert "budget 300 s" in printed and "dry run: toy sizes on the CPU" in printed
-    for name, share in gpu_check.SHARES.items():   # the default budget is the shares' sum
-        estimate = gpu_check.FULL_ESTIMATES[name]
-        assert re.search(rf"^{name} +{share} s +~ *{estimate} s ", printed, re.M), name
-    assert report["plan"] == {name: dict(share_s=float(share),
-                                         full_estimate_s=gpu_check.FULL_ESTIMATES[name])
-                              for name, share in gpu_check.SHARES.items()}
+    total = sum(gpu_check.FULL_S.values())   # the budget is shared as the parts' times in full
+    for name, full in gpu_check.FULL_S.items():
+        share = round(300 * full / total)
+        assert re.search(rf"^{name} +{share} s +~ *{full} s ", printed, re.M), name
+    assert report["plan"] == {name: dict(share_s=round(300 * full / total, 1), full_estimate_s=full)
+                              for name, full in gpu_check.FULL_S.items()}
     # names a lent machine sends back from $OUT (letters, digits, '.', '_', '-')
     assert re.fullmatch(r"\d{4}-\d\d-\d\d-cpu-dry-run", dry_run["stem"])
     suffixes = (".json", ".md", "-log.txt", "-quickstart.csv")
@@ -390,9 +390,16 @@ def test_dry_run_measures_every_throughput_model_and_decoding_path(dry_run):
         assert f"| {name} | {item['shape']} |" in dry_run["markdown"]
     decode = {i["item"]: i for i in parts["decode"]["items"]}
     assert list(decode) == list(gpu_check.DECODE_ITEMS)
-    for item in decode.values():
-        assert item["status"] == "ok" and item["tokens"] == 40 and item["tokens_per_s"] > 0, item
+    for name, item in decode.items():
+        assert item["status"] == "ok" and item["tokens"] == 40, item
+        assert name.startswith("diagnose") or item["tokens_per_s"] > 0, item
     assert decode["eager quickstart"]["weights"] == "trained, iteration 20"
+    variants = decode["diagnose quickstart"]["variants"]
+    assert [label for label, *_ in gpu_check.DIAGNOSE_VARIANTS] == list(variants)[:-1]
+    as_sample_py = variants["model.generate as sample.py runs it"]
+    assert as_sample_py["ms_per_token"] > 0 and "error" in variants["SDPA: cuDNN only"]
+    assert f"| model.generate as sample.py runs it | {as_sample_py['ms_per_token']:.2f} |" in dry_run["markdown"]
+    assert decode["diagnose quickstart"]["profile"]["cpu_ops"]
     assert decode["sample.py quickstart"]["text_start"].rstrip() in dry_run["markdown"]
 
 

@@ -3,7 +3,7 @@ One prepared command that proves and measures the GPU path on one GPU in 5 minut
 
     python -m tools.gpu_check --out_dir=$OUT --work_dir=/tmp/gpu_check   # one GPU: <= --budget_s
     python -m tools.gpu_check --dry_run           # a CPU: the plan, every part at a toy size
-    python -m tools.gpu_check --parts=throughput,decode --tag=b    # what a first call left
+    python -m tools.gpu_check --parts=throughput,decode --budget_s=440 --tag=b  # a second call
 
 The parts run in order of value, each as a subprocess of a real command with a deadline. A part's
 unused time goes to the next ones. A part cut by the budget keeps what it measured (pytest's lines,
@@ -19,14 +19,15 @@ train.py's evaluations, the workers' records), and the report is rewritten after
                   power-of-two batch whose eager step fits in FILL of the card's memory: tokens/s,
                   MFU against the card's dense bf16 peak (PEAKS), peak memory
   4. decode       batch 1, sample.py's settings: model.generate (sample.py's eager KV cache) and
-                  tools.fast_sample's compiled step; and sample.py itself on the quickstart
+                  tools.fast_sample's compiled step; and sample.py itself on the quickstart;
+                  where eager decoding's time goes (variants, a profile)
 Files in --out_dir, named <date>-<device>[-tag]: .md and .json (every figure, the plan, the
 environment), -log.txt (every command's output), -quickstart.csv (train.py's log.csv).
-The time estimates below are guesses until a GPU has run this (the JSON's wall_s and item_s then
-replace them). The dry run hides CUDA from every command it runs, uses toy sizes and leaves out
+The times below were measured on one H200 (results/gpu/), where they say so. The dry run hides CUDA from every command it runs, uses toy sizes and leaves out
 inductor: it proves the plumbing and the report, not the GPU (tests/test_gpu.py runs it).
 """
 
+import contextlib
 import datetime
 import functools
 import json
@@ -46,10 +47,11 @@ import traceback
 from types import SimpleNamespace
 
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from model import GPT, GPTConfig
+from model import GPT, GPTConfig, sample_next
 from tools import fast_sample
-from tools.benchmarks.measure import describe, timed
+from tools.benchmarks.measure import describe, synchronize, timed
 from tools.flops import flops_per_token
 import variants
 from safety_net.checkpoint import load_model
@@ -75,13 +77,12 @@ DEFAULTS = dict(
 )
 BOOL_FLAGS = ("dry_run",)
 
-# Seconds of the default budget per part (scaled to --budget_s and to the parts chosen).
-SHARES = dict(correctness=110, quickstart=100, throughput=60, decode=30)
-# What a part needs in full on one H100 or H200: ESTIMATES, not measurements, made from counts:
-# correctness ~95 tiny-model tests, train.py, sample.py and 3 inductor compiles (~30 s each);
-# quickstart 5000 iterations at ~10 ms (1.16 TFLOP each: tools.flops) + 21 evaluations + start-up;
-# throughput and decode: the sums of their items' estimates below.
-FULL_ESTIMATES = dict(correctness=130, quickstart=120, throughput=285, decode=155)
+# What a part needs in full on one H200, measured there on 2026-11-29 (results/gpu/: the JSON's
+# wall_s and item_s) where measured: correctness 94 of its 95 tests in 110 s, + ~30 s for the last
+# inductor compile (cut); quickstart 4692 of 5000 iterations in 132 s (evaluations included);
+# throughput and decode: the sums of their items' figures below. The budget is shared in these
+# proportions, so a call whose budget covers its parts' sum runs them in full (docs/gpu.md).
+FULL_S = dict(correctness=140, quickstart=140, throughput=195, decode=235)
 QUICKSTART_RESERVE_S = 40   # the quickstart runs on in full only if this much is left after it
 WRITE_RESERVE_S = 5         # kept at the end of the budget for the last report
 MIN_PART_S = 10             # a part with less time left than this is skipped
@@ -107,16 +108,18 @@ PEAKS = (
     ("A100", "A100", 312.0),
 )
 
-# Each item with the seconds it needs on one H100 (ESTIMATES: mostly its inductor compile), in the
-# order they run; an item whose estimate no longer fits before the deadline is skipped.
-THROUGHPUT_ITEMS = {"matmul": 5, "gpt2_124m": 60, "mobilellm_125m": 100, "gpt": 30, "pgpt": 30,
-                    "lgpt": 30, "cgpt": 30}
+# Each item with the seconds it took on one H200 (its item_s, results/gpu/2026-11-29-*; cgpt, the
+# compiled mobilellm_125m and the diagnosis are ESTIMATES: they did not run), in the order they run;
+# an item that no longer fits before the deadline is skipped.
+THROUGHPUT_ITEMS = {"matmul": 1, "gpt2_124m": 34, "mobilellm_125m": 69, "gpt": 22, "pgpt": 20,
+                    "lgpt": 23, "cgpt": 25}
 THROUGHPUT_MODELS = tuple(name for name in THROUGHPUT_ITEMS if name != "matmul")
 FILL = 0.6                  # of the card's memory, for the eager step (a compiled one needs less)
 MAX_TOKENS_PER_STEP = 2 ** 19
 TIMED_STEP_S = 3.0          # the timed steps take about this long (3 to 20 steps)
-DECODE_ITEMS = {"sample.py quickstart": 15, "eager quickstart": 8, "eager mobilellm_125m": 12,
-                "compiled quickstart": 40, "compiled mobilellm_125m": 80}   # "path model"
+DECODE_ITEMS = {"eager quickstart": 20, "diagnose quickstart": 45, "compiled quickstart": 15,
+                "sample.py quickstart": 31, "eager mobilellm_125m": 43,
+                "compiled mobilellm_125m": 80}   # "path model"
 DECODE_TOKENS = 500         # sample.py's --max_new_tokens
 DRY_ITEM_S = 1              # what an item of the dry run needs
 
@@ -208,9 +211,9 @@ def check_options(cfg):
 
 def plan(parts, budget_s):
     """Each chosen part's share of the budget and its estimated time in full."""
-    total = sum(SHARES[p] for p in parts)
-    return {p: dict(share_s=round(budget_s * SHARES[p] / total, 1),
-                    full_estimate_s=FULL_ESTIMATES[p]) for p in parts}
+    total = sum(FULL_S[p] for p in parts)
+    return {p: dict(share_s=round(budget_s * FULL_S[p] / total, 1),
+                    full_estimate_s=FULL_S[p]) for p in parts}
 
 
 def print_plan(report, work_dir):
@@ -229,8 +232,9 @@ def print_plan(report, work_dir):
     for name, part in report["plan"].items():
         share, full = part["share_s"], part["full_estimate_s"]
         print(f"{name:<12} {share:4.0f} s  ~{full:4.0f} s   {cuts[name]}")
-    print("in full: on one H100, an ESTIMATE until a GPU has run this; "
-          "a part's unused time goes to the next ones", flush=True)
+    print("in full: as measured on one H200 (results/gpu/; cgpt's throughput, the compiled "
+          "mobilellm_125m and the diagnosis estimated); a part's unused time goes to the next ones",
+          flush=True)
 
 
 # --- running a real command with a deadline ------------------------------------------------------
@@ -651,6 +655,9 @@ def measure_decode(item, device, cfg, models):
     if name not in models:
         models[name] = decode_model(name, device, cfg["ckpt_dir"], cfg["dry_run"])
     model, weights = models[name]
+    if path == "diagnose":
+        return dict(weights=weights, shape=describe(vars(model.config)),
+                    **diagnose_decode(model, device, 40 if cfg["dry_run"] else DIAGNOSE_TOKENS))
     if path == "compiled":
         generate = fast_sample.generate
         if cfg["dry_run"]:   # dynamo's capture alone (inductor takes minutes on a CPU): generate
@@ -691,6 +698,89 @@ def has_checkpoint(ckpt_dir):
 def eager_generate(model, idx, max_new_tokens, **options):
     """sample.py's path: model.generate with the KV cache."""
     return model.generate(idx, max_new_tokens, **options)
+
+
+DIAGNOSE_TOKENS = 100
+
+
+def diagnose_decode(model, device, n):
+    """Where eager decoding's time goes (the first H200 run: 25-33 tokens/s on the quickstart, slower
+    than a 2-core CPU): ms per token of model.generate as sample.py runs it and of variants that
+    each leave one thing out, the time the CPU takes to issue them, and a profile's busiest ops."""
+    bf16 = torch.bfloat16 if device.type == "cuda" else torch.float32
+    variants_ms = {}
+    for label, dtype, backend, options in DIAGNOSE_VARIANTS:
+        kernels = contextlib.nullcontext() if backend is None else sdpa_kernel(backend)
+        try:
+            with kernels:
+                issue_s, total_s = time_generate(model, device, dtype or bf16, n, options)
+        except RuntimeError as e:   # a kernel that cannot run this model on this device
+            variants_ms[label] = dict(error=(str(e).splitlines() or [""])[0][:200])
+            continue
+        variants_ms[label] = dict(ms_per_token=1000 * total_s / n, issue_ms_per_token=1000 * issue_s / n)
+    logits = torch.randn(1, model.config.vocab_size, device=device)
+    generator = torch.Generator(device=device).manual_seed(1337)
+    sample_s = timed(functools.partial(repeat_sample, logits, generator, n), str(device))
+    variants_ms["sample_next alone (temperature 0.8, top_k 200)"] = dict(ms_per_token=1000 * sample_s / n)
+    return dict(tokens=n, variants=variants_ms, profile=profile_decode(model, device, bf16))
+
+
+# label, dtype (None: bf16 on CUDA, as sample.py), SDPA backend (None: PyTorch's choice), options
+DIAGNOSE_VARIANTS = (
+    ("model.generate as sample.py runs it", None, None, {}),
+    ("float32, no autocast", torch.float32, None, {}),
+    ("SDPA: flash only", None, SDPBackend.FLASH_ATTENTION, {}),
+    ("SDPA: memory-efficient only", None, SDPBackend.EFFICIENT_ATTENTION, {}),
+    ("SDPA: cuDNN only", None, SDPBackend.CUDNN_ATTENTION, {}),
+    ("SDPA: math only", None, SDPBackend.MATH, {}),
+    ("no KV cache (nanoGPT's way: the whole window each token)", None, None,
+     dict(use_kv_cache=False)),
+)
+
+
+def time_generate(model, device, dtype, n, options):
+    """(seconds until generate returns, seconds until the device is done) for n tokens, after 20."""
+    prompt = torch.zeros((1, 1), dtype=torch.long, device=device)
+    generator = torch.Generator(device=device).manual_seed(1337)
+    with torch.no_grad(), autocast(device, dtype):
+        model.generate(prompt, 20, temperature=0.8, top_k=200, generator=generator, **options)
+        synchronize(str(device))
+        t0 = time.perf_counter()
+        model.generate(prompt, n, temperature=0.8, top_k=200, generator=generator, **options)
+        issued = time.perf_counter() - t0
+        synchronize(str(device))
+    return issued, time.perf_counter() - t0
+
+
+def repeat_sample(logits, generator, n):
+    for _ in range(n):
+        sample_next(logits, 0.8, 200, generator)
+
+
+def profile_decode(model, device, dtype, n=10):
+    """torch.profiler over n tokens of model.generate: the ops with the most device time and the most
+    CPU time (per token), and the kernel launches, synchronizations and copies per token."""
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    prompt = torch.zeros((1, 1), dtype=torch.long, device=device)
+    with torch.no_grad(), autocast(device, dtype):
+        model.generate(prompt, n, top_k=200)
+        with torch.profiler.profile(activities=activities) as prof:
+            model.generate(prompt, n, top_k=200)
+    events = prof.key_averages()
+
+    def per_token(e, field):
+        return dict(op=e.key[:80], calls=e.count / n, us=getattr(e, field) / n)
+
+    device_field = "self_device_time_total"
+    busiest = sorted(events, key=lambda e: getattr(e, device_field), reverse=True)[:10]
+    cpu = sorted(events, key=lambda e: e.self_cpu_time_total, reverse=True)[:10]
+    runtime = {e.key: e.count / n for e in events
+               if re.search(r"Launch|Synchronize|Memcpy|cudaMalloc", e.key)}
+    return dict(device_ops=[per_token(e, device_field) for e in busiest if getattr(e, device_field)],
+                cpu_ops=[per_token(e, "self_cpu_time_total") for e in cpu],
+                runtime_calls_per_token=runtime)
 
 
 def generate_tokens(generate, model, n, device, dtype):
@@ -893,9 +983,12 @@ def markdown_decode(part, report):
              "| path | model | weights | tokens | tokens/s | first call s |",
              "|---|---|---|---|---|---|"]
     text = []
+    diagnosis = []
     for i in part["items"]:
         path, name = i["item"].split(" ")
-        if i["status"] != "ok":
+        if path == "diagnose" and i["status"] == "ok":
+            diagnosis = markdown_diagnosis(i)
+        elif i["status"] != "ok":
             why = i.get("reason") or i.get("error")
             lines.append(f"| {path} | {name} | {i['status']}: {why} |")
         elif path == "sample.py":
@@ -906,7 +999,27 @@ def markdown_decode(part, report):
         else:
             lines.append(f"| {path} | {name} ({i['shape']}) | {i['weights']} | {i['tokens']} | "
                          f"{i['tokens_per_s']:,.1f} | {i['first_call_s']:.1f} |")
-    return lines + text + [f"- {line}" for line in part["last_lines"]]
+    return lines + text + diagnosis + [f"- {line}" for line in part["last_lines"]]
+
+
+def markdown_diagnosis(item):
+    lines = ["", f"Where eager decoding's time goes: the quickstart ({item['shape']}, {item['weights']}), "
+             f"{item['tokens']} tokens after 20, batch 1.", "",
+             "| variant | ms/token | the CPU's issue of it, ms/token |", "|---|---|---|"]
+    for label, v in item["variants"].items():
+        if "error" in v:
+            lines.append(f"| {label} | cannot run: {v['error']} | |")
+        else:
+            lines.append(f"| {label} | {v['ms_per_token']:.2f} | {fmt(v.get('issue_ms_per_token'), '.2f')} |")
+    profile = item["profile"]
+    for title, ops in (("device time", profile["device_ops"]), ("CPU time", profile["cpu_ops"])):
+        if not ops:   # the CPU's dry run: no device
+            continue
+        lines += ["", f"The ops with the most {title}, per token (torch.profiler, 10 tokens):", "",
+                  "| op | calls | us |", "|---|---|---|"]
+        lines += [f"| `{op['op']}` | {op['calls']:.1f} | {op['us']:.0f} |" for op in ops]
+    calls = ", ".join(f"{k} {v:.1f}" for k, v in profile["runtime_calls_per_token"].items())
+    return lines + ["", f"Runtime calls per token: {calls or 'none recorded'}."]
 
 
 if __name__ == "__main__":
