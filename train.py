@@ -187,27 +187,30 @@ def setup(config, explicit, device, dtype, rank, world):
     if dtype != "float32":
         run.ctx = torch.autocast(device.type, dtype=getattr(torch, dtype))
 
-    # the data, prepared on first use
-    run.data_dir, meta, run.tokenizer_id = prepared_data(config, prepare.prepare, rank, world)
-    config["data_dir"] = run.data_dir
-    config["dataset"] = meta.get("dataset", config["dataset"])
     # resume: out_dir's last.pt (else ckpt.pt); a path: that file; scratch: None
     start = StartingPoint(config, device, run.master)
     ckpt = start.ckpt
     # the model's arguments, in order of precedence: GPTConfig's defaults, the
-    # checkpoint's, the variant's, the data's vocab_size (resume: the checkpoint's),
-    # the keys you set
+    # checkpoint's, the variant's, vocab_size (resume: the checkpoint's, else the
+    # data's), the keys you set
     args = dict(MODEL_DEFAULTS)
     if ckpt is not None:
         args.update(ckpt["model_args"])
     if config["variant"]:
         args.update(variants.load(config["variant"]))
-    args["vocab_size"] = meta["vocab_size"]
     if config["init_from"] == "resume":
         args["vocab_size"] = ckpt["model_args"]["vocab_size"]
     args.update({k: config[k] for k in explicit if k in MODEL_DEFAULTS})
-    # one line for what cannot start: resume changing more than dropout, another
-    # tokenizer, args GPTConfig refuses, data too short
+    # before the data is prepared: resume changing more than dropout, args GPTConfig refuses
+    start.check_model(args)
+
+    # the data, prepared on first use
+    run.data_dir, meta, run.tokenizer_id = prepared_data(config, prepare.prepare, rank, world)
+    config["data_dir"] = run.data_dir
+    config["dataset"] = meta.get("dataset", config["dataset"])
+    if config["init_from"] != "resume" and "vocab_size" not in explicit:
+        args["vocab_size"] = meta["vocab_size"]
+    # after it: another tokenizer, data too short
     start.check(args, meta)
     run.args = args
     config.update(args)   # the saved config shows the model trained

@@ -110,14 +110,11 @@ class StartingPoint:
             print(f"resuming from {ckpt['path']} at iteration {ckpt['iter_num']}", flush=True)
         return ckpt
 
-    def check(self, args, meta):
-        """One line, before anything is built, for what train.py cannot start from: a resume whose max_iters
-        is below its checkpoint's iteration (it would train nothing and rewrite last.pt), or whose model
-        arguments (args, as train.py built them) differ from its checkpoint's in anything but dropout; a
-        checkpoint of another tokenizer; a vocab_size under the data's; arguments this model.py cannot build
-        (model_config), or whose micro-batch cannot fit this machine's memory (check_batch_memory); token files
-        that do not fit the model, or data_segments that do not fit them (check_splits). (Non-finite weights:
-        load_checkpoint.)"""
+    def check_model(self, args):
+        """One line, before the data is prepared, for model arguments (args, as train.py built them, but for the
+        data's vocab_size) that cannot start: a resume whose max_iters is below its checkpoint's iteration (it
+        would train nothing and rewrite last.pt), or whose model arguments differ from its checkpoint's in
+        anything but dropout; arguments this model.py cannot build (model_config)."""
         config, ckpt = self.config, self.ckpt
         if config["init_from"] == "resume":
             if config["max_iters"] < ckpt["iter_num"] and not config["eval_only"]:
@@ -134,6 +131,16 @@ class StartingPoint:
                 raise UserError(f"resume: {key}={args[key]!r} differs from the checkpoint's {key}="
                                 f"{saved.get(key)!r} (fix: drop that override, or start a new run from its "
                                 f"weights: --init_from={ckpt['path']} --out_dir=NEW_DIR --allow_partial_init=True)")
+        # vocab_size 1: the data's is not known yet (its memory: check, once it is)
+        model_config(dict(args, vocab_size=1))
+
+    def check(self, args, meta):
+        """One line, before anything is built, for what train.py cannot start from once the data is known: a
+        checkpoint of another tokenizer; a vocab_size under the data's; arguments whose model this model.py
+        cannot build (model_config) or whose micro-batch cannot fit this machine's memory (check_batch_memory);
+        token files that do not fit the model, or data_segments that do not fit them (check_splits).
+        (Non-finite weights: load_checkpoint.)"""
+        config, ckpt = self.config, self.ckpt
         # first: another tokenizer's data also shows up as a vocab_size mismatch below
         if ckpt is not None and ckpt.get("tokenizer_id") not in (None, tokenizer_id(meta)):   # older: none
             why = f"its dataset: {ckpt.get('dataset') or 'the one it was exported with'}"

@@ -208,10 +208,8 @@ MUTANTS = [
            "run.rank + micro",
            "tests/test_ddp.py -k two_cpu_ranks_match_single_process", every=False),
     Mutant("train_data_vocab_over_the_keys_set", "train.py",   # --vocab_size lost to meta.json's
-           'args.update({k: config[k] for k in explicit if k in MODEL_DEFAULTS})\n',
-           'args.update({k: config[k] for k in explicit if k in MODEL_DEFAULTS})\n'
-           '    if "vocab_size" in explicit and config["init_from"] != "resume":\n'
-           '        args["vocab_size"] = meta["vocab_size"]\n',
+           '    if config["init_from"] != "resume" and "vocab_size" not in explicit:\n',
+           '    if config["init_from"] != "resume":\n',
            "tests/test_train.py -k builds_the_model_arguments_as_build_model_args_does", every=False),
     # --- issue 38: the pipeline around the model ---
     # safety_net/checkpoint.py: the formats it reads, and pgpt's heaviest branch
@@ -636,6 +634,14 @@ MUTANTS = [
            "    while os.path.lexists(name):\n        n += 1",
            "    if os.path.lexists(name):\n        n += 1",
            "tests/test_faults.py -k not_there_yet", every=False),
+    Mutant("model_keys_checked_after_the_data", "train.py",
+           "    start.check_model(args)\n",
+           "",
+           "tests/test_train.py -k before_the_data", every=False),
+    Mutant("keep_heaviest_branch_on_one_branch_silent", "tools/technique_lines.py",
+           "            if keep_heaviest_branch and model.config.n_branches == 1:",
+           "            if False:",
+           "tests/test_technique_lines.py -k bad_input", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

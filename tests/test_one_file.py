@@ -357,6 +357,7 @@ def test_bad_input_is_one_error_line():
     one_error_line(one_file.main, ["gpt", f"--out={one_file.MODEL}/gpt.py"], "does not exist or is not writable")
     one_error_line(one_file.main, ["lgpt", "--against=gpt", "--out=x.py"], "give one of them",
                    "--against=gpt > FILE")
+    one_error_line(one_file.main, ["lgpt", "--keep_heaviest_branch"], "lgpt has one branch")
 
 
 MARK = one_file.MARK   # a docstring whose first lines tell of code left out

@@ -243,6 +243,8 @@ def test_lgpt_against_gpt_is_a_short_list(capsys):
     (["gpt", "--n_layerz=2"], ["n_layerz"]),
     (["gpt", "--n_kv_head=4"], ["n_kv_head"]),
     ([], ["one config or variant"]),
+    # was silent: the lines and the file of gpt, headed as if a flag had changed them
+    (["gpt", "--keep_heaviest_branch"], ["--keep_heaviest_branch", "gpt has one branch", "fix: drop it"]),
 ])
 def test_bad_input_is_one_line(args, words):
     one_error_line(technique_lines.main, args, *words)

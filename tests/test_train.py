@@ -328,6 +328,26 @@ def test_missing_dataset_is_prepared_automatically(tmp_path, monkeypatch, tiny_t
     assert calls == [("shakespeare_char", os.path.join("data", "shakespeare_char"))]
 
 
+@pytest.mark.parametrize("override, words", [
+    (dict(n_head=5), ["invalid model configuration", "n_head (5)"]),
+    (dict(n_kv_head=3), ["invalid model configuration", "n_kv_head"]),
+])
+def test_model_keys_that_cannot_build_are_refused_before_the_data_is_prepared(tmp_path, monkeypatch,
+                                                                               tiny_train_config, override, words):
+    """They were refused once prepare.py had written the dataset's folder: bad input changed the disk."""
+    import prepare
+    calls = []
+
+    def fake_prepare(dataset, out_dir=None, **opts):
+        calls.append(dataset)
+
+    monkeypatch.setattr(prepare, "prepare", fake_prepare)
+    cfg = dict(tiny_train_config, data_dir=str(tmp_path / "not_prepared"), **override)
+    with pytest.raises(UserError) as e:
+        run(cfg)
+    assert all(w in str(e.value) for w in words) and calls == [], str(e.value)
+
+
 # --- errors ------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("override,words", [

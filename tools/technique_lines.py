@@ -215,6 +215,9 @@ def trace(target, overrides=None, keep_heaviest_branch=False, new_tokens=NEW_TOK
             raise UserError("train.py took no step (fix: a config that trains)")
         except Done as done:
             model = done.args[0]
+            if keep_heaviest_branch and model.config.n_branches == 1:
+                raise UserError(f"--keep_heaviest_branch: {target} has one branch, so it changes nothing "
+                                f"(fix: drop it; it is for pgpt's branches, n_branches > 1)")
             if keep_heaviest_branch:
                 model.keep_heaviest_branch()
             if new_tokens:
