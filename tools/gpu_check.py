@@ -735,6 +735,7 @@ DIAGNOSE_VARIANTS = (
     ("SDPA: math only", None, SDPBackend.MATH, {}),
     ("no KV cache (nanoGPT's way: the whole window each token)", None, None,
      dict(use_kv_cache=False)),
+    ("greedy (temperature 0: argmax, no torch.multinomial)", None, None, dict(temperature=0)),
 )
 
 
@@ -742,11 +743,12 @@ def time_generate(model, device, dtype, n, options):
     """(seconds until generate returns, seconds until the device is done) for n tokens, after 20."""
     prompt = torch.zeros((1, 1), dtype=torch.long, device=device)
     generator = torch.Generator(device=device).manual_seed(1337)
+    options = dict(dict(temperature=0.8, top_k=200, generator=generator), **options)
     with torch.no_grad(), autocast(device, dtype):
-        model.generate(prompt, 20, temperature=0.8, top_k=200, generator=generator, **options)
+        model.generate(prompt, 20, **options)
         synchronize(str(device))
         t0 = time.perf_counter()
-        model.generate(prompt, n, temperature=0.8, top_k=200, generator=generator, **options)
+        model.generate(prompt, n, **options)
         issued = time.perf_counter() - t0
         synchronize(str(device))
     return issued, time.perf_counter() - t0
