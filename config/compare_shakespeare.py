@@ -3,7 +3,7 @@
 # come from variants/<name>.py, so no model keys here), char-level Shakespeare (65 tokens).
 # Recipe (paper 004 5.1.2): batch 64, dropout 0.2, AdamW beta 0.9/0.95, weight decay 1e-2, lr warmup to
 # 3e-4 over 500 steps then cosine decay to 3e-5 at step 5000, evaluation every 200 steps.
-# Time: roughly 3-6 minutes per model on an H100 (about 20 minutes for all four): an ESTIMATE, never run (no GPU).
+# Time: roughly 3-6 minutes per model on an H100 (about 20 minutes for all four): an ESTIMATE, never run.
 #   python -m tools.compare config/compare_shakespeare.py
 # Re-running the same command skips finished models and resumes an interrupted one.
 

@@ -188,12 +188,11 @@ def segments_info_path(path):
     return os.path.splitext(path)[0] + ".json"
 
 
-def load_segments(path, n_tokens, block_size):
-    """The window starts saved by refine (an int .npy), checked against the train split (and, when refine.json
-    is beside it, against the length of the train split they were made for: another dataset's are refused)."""
+def read_segments(path):
+    """The window starts in a data_segments file: a non-empty 1-D integer .npy (before the data is known)."""
     try:
         starts = np.load(path)
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, EOFError, pickle.UnpicklingError) as e:   # EOFError: an empty file
         # numpy reads a file that is not a .npy as a pickle, refuses it, and advises loading it unsafely
         why = "it is not a .npy file" if "pickled" in str(e) else str(e)
         raise UserError(f"cannot read data_segments '{path}': {why} (fix: write it with `python -m tools.pangu.refine` "
@@ -201,6 +200,13 @@ def load_segments(path, n_tokens, block_size):
     if starts.ndim != 1 or len(starts) == 0 or starts.dtype.kind not in "iu":
         raise UserError(f"data_segments '{path}' is not a non-empty 1-D integer array (fix: write it with "
                         f"`python -m tools.pangu.refine`)")
+    return starts
+
+
+def load_segments(path, n_tokens, block_size):
+    """The window starts saved by refine (an int .npy), checked against the train split (and, when refine.json
+    is beside it, against the length of the train split they were made for: another dataset's are refused)."""
+    starts = read_segments(path)
     info = {}
     with contextlib.suppress(OSError, ValueError):
         with open(segments_info_path(path), encoding="utf-8") as f:

@@ -163,15 +163,37 @@ def unused_name(stem, suffix=""):
     return name
 
 
-def check_out_file(path, example):
-    """One-line UserError unless --out=path can be written: not a folder, in a folder that exists and is writable.
-    example: a file name for the fix when path is a folder."""
+def check_out_file(path, example, marker=None):
+    """One-line UserError unless --out=path can be written: not a folder, in a folder that exists and is writable,
+    not a training run's own file (check_not_a_run_file). example: a file name for the fix when path is a folder.
+    marker: text every file of this command holds near its start; an existing file without it is refused (not
+    one this command wrote: model.py, say)."""
     if os.path.isdir(path):
         raise UserError(f"--out={path} is a folder (fix: name a file in it, e.g. --out={os.path.join(path, example)})")
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
         raise UserError(f"--out={path}: the folder {folder} does not exist or is not writable "
                         f"(fix: create it, or write elsewhere)")
+    check_not_a_run_file(path, "out")
+    if marker is not None and os.path.isfile(path):
+        with open(path, "rb") as f:
+            own = marker.encode("utf-8") in f.read(4096)
+        if not own:
+            raise UserError(f"--out={path} exists and is not a file this command wrote: it would be replaced "
+                            f"(fix: another --out, e.g. --out={example}, or move that file away first)")
+
+
+RUN_FILES = ("ckpt.pt", "last.pt", "log.csv", "loss.png")   # what train.py writes into its out_dir
+
+
+def check_not_a_run_file(path, key):
+    """One line when path names one of a training run's own files (RUN_FILES, in a folder that holds a
+    checkpoint): an output written there would replace it."""
+    folder = os.path.dirname(os.path.abspath(path))
+    in_a_run = any(os.path.isfile(os.path.join(folder, name)) for name in RUN_FILES[:2])
+    if in_a_run and os.path.basename(path) in RUN_FILES:
+        raise UserError(f"--{key}={path} is a training run's own {os.path.basename(path)}: it would be replaced "
+                        f"(fix: another file name, or a folder of its own)")
 
 
 def lock_dir(path, key="out_dir"):

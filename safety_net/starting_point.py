@@ -2,9 +2,10 @@
 What a training run starts from:
     prepared_data      the dataset folder, prepared on first use (by rank 0; the others wait; never
                        over a --data_dir's own token files), its meta.json and its tokenizer_id
-    StartingPoint      the checkpoint a run starts from (resume, another's weights), or None; check:
-                       one line for what a run cannot start from (the model arguments train.py built
-                       against the checkpoint, the data and this model.py; the token files); restore:
+    StartingPoint      the checkpoint a run starts from (resume, another's weights), or None;
+                       check_model, before the data is prepared: one line for model arguments a run
+                       cannot start from (against the checkpoint and this model.py); check, after: the
+                       tokenizer, memory and the token files; restore:
                        a resumed run's weights, optimizer, loss scaler and RNG states, or another
                        checkpoint's weights that fit
 """
@@ -19,7 +20,8 @@ from safety_net.build import check_batch_memory, load_variant, model_config
 from safety_net.checkpoint import (CKPT_NAME, LAST_NAME, load_checkpoint, load_init_checkpoint, load_matching_weights,
                                    load_optimizer_state)
 from safety_net.configurator import UserError
-from safety_net.dataset import check_splits, default_data_dir, is_prepared, load_meta, run_prepare, tokenizer_id
+from safety_net.dataset import (check_splits, default_data_dir, is_prepared, load_meta, read_segments, run_prepare,
+                                  tokenizer_id)
 from safety_net.runtime import restore_rng
 from safety_net.tokenizers import gpt2_meta
 
@@ -66,7 +68,8 @@ def check_not_written_over(init_from, out_dir):
 
 class StartingPoint:
     """The checkpoint train.py starts from (init_from), its checks and its state: constructing it loads the
-    checkpoint (`ckpt`, None for init_from=scratch); check(args, meta) refuses in one line what cannot start;
+    checkpoint (`ckpt`, None for init_from=scratch); check_model(args) and check(args, meta) refuse in one line
+    what cannot start, before and after the data is prepared;
     restore(...) puts its state into the model train.py built."""
 
     def __init__(self, config, device, master=True):
@@ -114,7 +117,8 @@ class StartingPoint:
         """One line, before the data is prepared, for model arguments (args, as train.py built them, but for the
         data's vocab_size) that cannot start: a resume whose max_iters is below its checkpoint's iteration (it
         would train nothing and rewrite last.pt), or whose model arguments differ from its checkpoint's in
-        anything but dropout; arguments this model.py cannot build (model_config)."""
+        anything but dropout; arguments this model.py cannot build (model_config); a data_segments file that is
+        not a window-start array (read_segments)."""
         config, ckpt = self.config, self.ckpt
         if config["init_from"] == "resume":
             if config["max_iters"] < ckpt["iter_num"] and not config["eval_only"]:
@@ -131,8 +135,11 @@ class StartingPoint:
                 raise UserError(f"resume: {key}={args[key]!r} differs from the checkpoint's {key}="
                                 f"{saved.get(key)!r} (fix: drop that override, or start a new run from its "
                                 f"weights: --init_from={ckpt['path']} --out_dir=NEW_DIR --allow_partial_init=True)")
-        # vocab_size 1: the data's is not known yet (its memory: check, once it is)
-        model_config(dict(args, vocab_size=1))
+        # the data's vocab_size is not known yet: 1 (its memory: check, once it is), unless
+        # the value here is one GPTConfig refuses
+        model_config(dict(args, vocab_size=min(args["vocab_size"], 1)))
+        if config["data_segments"]:   # readable, the right kind of array (against the data: check)
+            read_segments(config["data_segments"])
 
     def check(self, args, meta):
         """One line, before anything is built, for what train.py cannot start from once the data is known: a

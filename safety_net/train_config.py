@@ -12,6 +12,7 @@ import os
 from safety_net.build import gpt_config_defaults, load_variant
 from safety_net.checkpoint import GPT2_NAMES, is_hf_source, plain_values
 from safety_net.configurator import UserError
+from safety_net.fileio import check_out_dir
 from safety_net.runtime import check_num_threads, check_seed, resolve_device, resolve_dtype
 from safety_net.wandb_log import check_wandb
 
@@ -106,6 +107,7 @@ def _check_run_settings(c, world):
         load_variant(c["variant"])
     _need(c, c["dataset"] != "", "dataset", "a dataset name", "--dataset=shakespeare_char")
     _need(c, c["out_dir"] != "", "out_dir", "a folder", "--out_dir=out")
+    check_out_dir(c["out_dir"])   # before the data is prepared (RunDir checks again)
     names = ("scratch", "resume", *GPT2_NAMES)
     if c["init_from"] not in names and not os.path.exists(c["init_from"]):
         close = difflib.get_close_matches(c["init_from"].lower(), names, n=1, cutoff=0.8)

@@ -300,15 +300,21 @@ def test_log_samples_writes_one_line_per_question(tmp_path, capsys):
     (["--log_samples={tmp}/items.jsonl"], "--log_samples writes the per-question results of --mc_file"),
     (["--mc_file={tmp}/task.jsonl", "--log_samples={tmp}"], "is a folder"),
     (["--mc_file={tmp}/task.jsonl", "--log_samples={tmp}/task.jsonl/items.jsonl"], "is a file, not a folder"),
+    # both were replaced by the results (a hunt): the task it read, a run's checkpoint
+    (["--mc_file={tmp}/task.jsonl", "--log_samples={tmp}/task.jsonl"], "is the --mc_file it scores"),
+    (["--mc_file={tmp}/task.jsonl", "--log_samples={tmp}/run/ckpt.pt"], "a training run's own ckpt.pt"),
 ])
 def test_log_samples_refuses_bad_paths(tmp_path, args, words):
     from tools import eval as evaluate
     (tmp_path / "task.jsonl").write_text(json.dumps(dict(context="a", choices=["b", "c"], label=0)) + "\n")
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "ckpt.pt").write_bytes(b"a run's checkpoint")
     before = sorted(os.listdir(tmp_path))
     with pytest.raises(SystemExit) as e:
         evaluate.main([a.format(tmp=tmp_path) for a in args] + [f"--out_dir={tmp_path}/none", "--device=cpu"])
     assert str(e.value).startswith("error: ") and words in str(e.value) and "\n" not in str(e.value)
     assert sorted(os.listdir(tmp_path)) == before
+    assert (tmp_path / "run" / "ckpt.pt").read_bytes() == b"a run's checkpoint"
 
 
 def test_gpt2_vocabulary_errors_name_keys_eval_accepts(tmp_path, monkeypatch, capsys):

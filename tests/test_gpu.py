@@ -396,9 +396,9 @@ def test_dry_run_measures_every_throughput_model_and_decoding_path(dry_run):
     assert decode["eager quickstart"]["weights"] == "trained, iteration 20"
     variants = decode["diagnose quickstart"]["variants"]
     assert [label for label, *_ in gpu_check.DIAGNOSE_VARIANTS] == list(variants)[:-1]
-    as_sample_py = variants["model.generate as sample.py runs it"]
+    as_sample_py = variants[gpu_check.DIAGNOSE_VARIANTS[0][0]]
     assert as_sample_py["ms_per_token"] > 0 and "error" in variants["SDPA: cuDNN only"]
-    assert f"| model.generate as sample.py runs it | {as_sample_py['ms_per_token']:.2f} |" in dry_run["markdown"]
+    assert f"| {gpu_check.DIAGNOSE_VARIANTS[0][0]} | {as_sample_py['ms_per_token']:.2f} |" in dry_run["markdown"]
     assert decode["diagnose quickstart"]["profile"]["cpu_ops"]
     assert decode["sample.py quickstart"]["text_start"].rstrip() in dry_run["markdown"]
 

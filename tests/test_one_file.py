@@ -360,6 +360,24 @@ def test_bad_input_is_one_error_line():
     one_error_line(one_file.main, ["lgpt", "--keep_heaviest_branch"], "lgpt has one branch")
 
 
+def test_out_replaces_only_a_file_it_wrote(tmp_path):
+    """--out=model.py replaced model.py (exit 0, every later command a traceback), --out=<a run>/ckpt.pt a
+    checkpoint (a hunt): an existing file is replaced only when it is one of this command's files."""
+    source = tmp_path / "model.py"
+    source.write_text("class GPT: ...\n")
+    one_error_line(one_file.main, ["gpt", f"--out={source}"], "is not a file this command wrote", "--out=gpt.py")
+    assert source.read_text() == "class GPT: ...\n"
+    (tmp_path / "last.pt").write_bytes(b"a run's")
+    one_error_line(one_file.main, ["gpt", f"--out={tmp_path / 'ckpt.pt'}"], "a training run's own ckpt.pt")
+    assert not (tmp_path / "ckpt.pt").exists()
+    own = tmp_path / "gpt.py"
+    one_file.main(["gpt", f"--out={own}"])
+    made = own.read_text()
+    own.write_text(made.replace("import math", "import  math"))   # an older file of this command
+    one_file.main(["gpt", f"--out={own}"])   # remade
+    assert own.read_text() == made
+
+
 MARK = one_file.MARK   # a docstring whose first lines tell of code left out
 
 

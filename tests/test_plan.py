@@ -170,13 +170,18 @@ def test_command_checkpoint(tmp_path, capsys):
     (["--gallery=somewhere", "--variant=gpt"], ["--gallery", "--variant"]),
     (["--variant=gpt", "--png=a_folder.png"], ["PNG"]),
     (["--gallery=a_file"], ["a_file", "not a folder"]),
+    (["--variant=gpt", "--png=run/loss.png"], ["a training run's own loss.png"]),   # was replaced
 ])
 def test_bad_input_one_line(args, words, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "a_folder.png").mkdir()
     (tmp_path / "a_file").write_text("")
+    (tmp_path / "run").mkdir()
+    for name in ("last.pt", "loss.png"):
+        (tmp_path / "run" / name).write_text(name)
     one_error_line(plan_tool.main, args, *words)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file", "a_folder.png"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file", "a_folder.png", "run"]
+    assert (tmp_path / "run" / "loss.png").read_text() == "loss.png"
     assert not list((tmp_path / "a_folder.png").iterdir())
 
 

@@ -331,9 +331,13 @@ def test_missing_dataset_is_prepared_automatically(tmp_path, monkeypatch, tiny_t
 @pytest.mark.parametrize("override, words", [
     (dict(n_head=5), ["invalid model configuration", "n_head (5)"]),
     (dict(n_kv_head=3), ["invalid model configuration", "n_kv_head"]),
+    (dict(vocab_size=-3), ["invalid model configuration", "vocab_size"]),
+    (dict(out_dir="a_file"), ["is a file, not a folder"]),
+    (dict(data_segments="missing.npy"), ["cannot read data_segments", "missing.npy"]),
+    (dict(data_segments="a_file"), ["data_segments", "a_file"]),
 ])
-def test_model_keys_that_cannot_build_are_refused_before_the_data_is_prepared(tmp_path, monkeypatch,
-                                                                               tiny_train_config, override, words):
+def test_bad_input_is_refused_before_the_data_is_prepared(tmp_path, monkeypatch, tiny_train_config, override,
+                                                          words):
     """They were refused once prepare.py had written the dataset's folder: bad input changed the disk."""
     import prepare
     calls = []
@@ -342,6 +346,8 @@ def test_model_keys_that_cannot_build_are_refused_before_the_data_is_prepared(tm
         calls.append(dataset)
 
     monkeypatch.setattr(prepare, "prepare", fake_prepare)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a_file").write_text("")
     cfg = dict(tiny_train_config, data_dir=str(tmp_path / "not_prepared"), **override)
     with pytest.raises(UserError) as e:
         run(cfg)

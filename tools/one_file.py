@@ -83,6 +83,7 @@ OUT_DIR = os.path.join(ROOT, "docs", "models")
 PURE_CALLS = {"len", "isinstance"}
 PURE_METHODS = {"size"}
 COMMAND = "python -m tools.one_file"
+OWN_MARK = "Do not edit: regenerate."   # in every file's docstring: an --out holding it may be replaced
 # the command's own keys; train.py's keys follow them, set on the traced config
 OPTIONS = dict(
     config_or_variant="",         # the positional argument: a variant (lgpt) or a config file
@@ -1292,7 +1293,7 @@ def header(target, flags, out):
             f"flag; this file holds only what {name} runs in a training step, an evaluation, generation with\n"
             f"and without the KV cache past a full window, and tokens fed to the cache a few at a time (the\n"
             f"classes, functions, branches and GPTConfig fields), in model.py's order, with its comments, and\n"
-            f"computes exactly what model.py computes for it. Do not edit: regenerate.\n\n"
+            f"computes exactly what model.py computes for it. {OWN_MARK}\n\n"
             f"    made by:  {command}\n"
             f"    model.py of commit {commit()}\n"
             f'"""')
@@ -1479,7 +1480,8 @@ def command(config, explicit):
         raise UserError(f"--against prints the diff of two files, --out writes one: give one of them (fix: "
                         f"`{COMMAND} {target} --against={against} > FILE` writes the diff)")
     if out:
-        check_out_file(out, os.path.basename(target).removesuffix(".py") + ".py")   # lgpt, config/lgpt_....py
+        # lgpt, config/lgpt_....py; an existing file only if this command wrote it
+        check_out_file(out, os.path.basename(target).removesuffix(".py") + ".py", marker=OWN_MARK)
     text = build(target, technique_lines.train_keys(config, explicit), out or None, config["keep_heaviest_branch"])
     if against:
         other = build(against)

@@ -40,7 +40,7 @@ from safety_net.build import build_model, gpt_config_defaults, load_variant
 from safety_net.build import model_args as checkpoint_model_args
 from safety_net.checkpoint import load_checkpoint
 from safety_net.configurator import UserError, run_command
-from safety_net.fileio import atomic_open, check_out_dir
+from safety_net.fileio import atomic_open, check_not_a_run_file, check_out_dir
 
 MODEL_FIELDS = gpt_config_defaults()
 DEFAULTS = dict(
@@ -523,6 +523,7 @@ def check_png_path(path):
     check_out_dir(folder, key="png")   # a file on the way, or not writable
     if not os.path.isdir(folder):
         raise UserError(f"--png={path}: the folder {folder} does not exist (fix: create it, or write elsewhere)")
+    check_not_a_run_file(path, "png")
 
 
 def gallery(folder):
