@@ -112,9 +112,11 @@ def resolve_path(path_or_out_dir, prefer=(CKPT_NAME, LAST_NAME)):
             candidate = os.path.join(p, name)
             if os.path.isfile(candidate):
                 return candidate
-        raise UserError(f"no checkpoint ({' or '.join(prefer)}) in '{p}' "
-                              f"(fix: run train.py with --out_dir={p} first, or pass the right --out_dir)")
-    raise UserError(f"checkpoint '{p}' does not exist (fix: run train.py first, or pass the right --out_dir)")
+        raise UserError(f"no checkpoint ({' or '.join(prefer)}) in '{p}' (fix: run train.py with --out_dir={p} "
+                        f"first, or name a run folder or checkpoint file that exists)")
+    # the option that named it: --out_dir (sample.py, eval), --from (inherit), --ckpt (convert), ...
+    raise UserError(f"checkpoint '{p}' does not exist (fix: run train.py first, or name a run folder or "
+                    f"checkpoint file that exists)")
 
 
 def written_by_torch_save(path):

@@ -21,7 +21,8 @@ from safety_net.checkpoint import (CKPT_NAME, LAST_NAME, load_checkpoint, load_i
                                    load_optimizer_state)
 from safety_net.configurator import UserError
 from safety_net.dataset import (check_splits, default_data_dir, is_prepared, load_meta, read_segments, run_prepare,
-                                  tokenizer_id)
+                                tokenizer_id)
+from safety_net.fileio import check_out_dir
 from safety_net.runtime import restore_rng
 from safety_net.tokenizers import gpt2_meta
 
@@ -46,6 +47,7 @@ def prepared_data(config, prepare, rank, world):
                         f"openwebtext, write their meta.json: echo '{meta}' > {path}; else prepare its text "
                         f"again: python prepare.py --input=TEXT_FILE --out_dir={data_dir})")
     if rank == 0 and not is_prepared(data_dir):
+        check_out_dir(data_dir, key="data_dir")   # as the user named it (prepare.py's own: --out_dir)
         run_prepare(prepare, dataset, data_dir)
     if world > 1:
         torch.distributed.barrier()

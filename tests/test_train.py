@@ -335,6 +335,7 @@ def test_missing_dataset_is_prepared_automatically(tmp_path, monkeypatch, tiny_t
     (dict(out_dir="a_file"), ["is a file, not a folder"]),
     (dict(data_segments="missing.npy"), ["cannot read data_segments", "missing.npy"]),
     (dict(data_segments="a_file"), ["data_segments", "a_file"]),
+    (dict(data_dir="a_file"), ["data_dir 'a_file'", "is a file", "--data_dir"]),   # it named --out_dir
 ])
 def test_bad_input_is_refused_before_the_data_is_prepared(tmp_path, monkeypatch, tiny_train_config, override,
                                                           words):
@@ -348,7 +349,8 @@ def test_bad_input_is_refused_before_the_data_is_prepared(tmp_path, monkeypatch,
     monkeypatch.setattr(prepare, "prepare", fake_prepare)
     monkeypatch.chdir(tmp_path)
     (tmp_path / "a_file").write_text("")
-    cfg = dict(tiny_train_config, data_dir=str(tmp_path / "not_prepared"), **override)
+    cfg = dict(tiny_train_config, data_dir=str(tmp_path / "not_prepared"))
+    cfg.update(override)
     with pytest.raises(UserError) as e:
         run(cfg)
     assert all(w in str(e.value) for w in words) and calls == [], str(e.value)
