@@ -23,7 +23,7 @@ import torch
 from safety_net.build import depth_summary
 from safety_net.checkpoint import CKPT_NAME, LAST_NAME
 from safety_net.configurator import UserError
-from safety_net.fileio import check_out_dir, lock_dir, remove_stale_temp_files
+from safety_net.fileio import LOCK_NAME, check_out_dir, lock_dir, remove_stale_temp_files
 from safety_net.run_log import CsvLog, Speed, format_duration, plot_run
 from safety_net.runtime import busy_machine
 from safety_net.wandb_log import WandbLog
@@ -73,6 +73,13 @@ def notes_before_run(config, device, micro_steps, batch_size, time_one_sequence)
 
 # --- out_dir while a run writes to it -------------------------------------------------------------------
 
+def remove_if_only_the_lock(path):
+    """A folder a run made and left holding only its lock (it saved nothing): removed."""
+    if os.path.isdir(path) and os.listdir(path) == [LOCK_NAME]:
+        os.remove(os.path.join(path, LOCK_NAME))
+        os.rmdir(path)
+
+
 class RunDir:
     """out_dir during a run, a context manager. Constructing it checks that out_dir can be written
     (one line, before anything changes); entering it, rank 0 (master) takes the folder's lock (one
@@ -111,6 +118,9 @@ class RunDir:
         if not self.master:
             return self
         with contextlib.ExitStack() as held:
+            # a folder this run made, which it leaves holding only the lock: removed (a run that saved nothing)
+            if not os.path.exists(self.path):
+                held.callback(remove_if_only_the_lock, self.path)
             held.enter_context(lock_dir(self.path))
             remove_stale_temp_files(self.path, (CKPT_NAME, LAST_NAME, "log.csv", "loss.png"),
                                     functools.partial(print, flush=True))
@@ -119,8 +129,9 @@ class RunDir:
             self.ckpt_from_earlier_run = self.earlier
             keep_before = self.iter_num if self.resuming else None
             path = os.path.join(self.path, "log.csv")
-            # pending: rows kept aside until a checkpoint is written (an eval_only run writes none)
-            pending = self.earlier or self.config["eval_only"]
+            # pending: rows kept aside until a checkpoint is written (an eval_only run writes none, nor
+            # one of max_iters=0: saves come after iteration 0)
+            pending = self.earlier or self.config["eval_only"] or self.config["max_iters"] == 0
             self.csv_log = CsvLog(path, keep_before=keep_before, pending=pending)
             held.callback(self.csv_log.discard)   # also when the run fails before its first save
             self.held = held.pop_all()

@@ -348,7 +348,16 @@ def test_an_eval_only_run_into_a_new_out_dir_writes_no_log(finished, tmp_path, c
     run(cfg)
     out = capsys.readouterr().out
     assert "val loss" in out and "wrote no log.csv or loss.png" in out
-    assert not {"log.csv", "loss.png"} & set(os.listdir(cfg["out_dir"]))
+    assert not os.path.exists(cfg["out_dir"])   # it was left holding its lock file alone (a hunt)
+
+
+def test_a_run_of_max_iters_0_writes_no_log_without_a_checkpoint(finished, tmp_path, capsys):
+    """max_iters=0 evaluates and saves nothing (saves come after iteration 0): it wrote log.csv and loss.png with
+    no checkpoint beside them, which its closing line then did not say."""
+    cfg = dict(finished, out_dir=str(tmp_path / "zero"), max_iters=0)
+    run(cfg)
+    assert "wrote no log.csv or loss.png" in capsys.readouterr().out
+    assert not os.path.exists(cfg["out_dir"])
 
 
 def test_an_eval_only_resume_changes_nothing_in_out_dir(finished, tmp_path, capsys):
