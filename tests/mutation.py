@@ -666,6 +666,18 @@ MUTANTS = [
            '            read_segments(config["data_segments"])',
            "            pass",
            "tests/test_train.py -k before_the_data", every=False),
+    Mutant("max_iters_0_writes_a_log", "safety_net/run_dir.py",
+           '            pending = self.earlier or self.config["eval_only"] or self.config["max_iters"] == 0',
+           '            pending = self.earlier or self.config["eval_only"]',
+           "tests/test_train_faults.py -k max_iters_0", every=False),
+    Mutant("a_lock_alone_left_behind", "safety_net/run_dir.py",
+           "                held.callback(remove_if_only_the_lock, self.path)",
+           "                pass",
+           "tests/test_train_faults.py -k new_out_dir_writes_no_log", every=False),
+    Mutant("data_dir_file_named_out_dir", "safety_net/starting_point.py",
+           '        check_out_dir(data_dir, key="data_dir")',
+           "        pass",
+           "tests/test_train.py -k before_the_data", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

@@ -6,7 +6,7 @@ import sys
 import pytest
 import torch
 
-from conftest import write_char_checkpoint
+from conftest import one_error_line, write_char_checkpoint
 from model import GPT, GPTConfig
 from tests.test_model import visible_weights
 
@@ -176,6 +176,17 @@ def test_no_checkpoint_anywhere_is_not_announced_as_the_newest(tmp_path, monkeyp
     with pytest.raises(SystemExit, match="checkpoint 'out' does not exist"):
         sample.main(["--device=cpu"])
     assert "newest" not in capsys.readouterr().err
+
+
+def test_a_missing_checkpoints_fix_names_no_option_the_command_lacks(tmp_path):
+    """Its fix said "pass the right --out_dir", which tools.pangu.inherit (--from) and the Hugging Face export
+    (--ckpt) do not take."""
+    from tools.huggingface import convert
+    one_error_line(convert.main, ["export", f"--ckpt={tmp_path / 'none.pt'}", f"--out={tmp_path / 'hf'}"],
+                   "does not exist", "name a run folder or checkpoint file")
+    with pytest.raises(SystemExit) as e:
+        convert.main(["export", f"--ckpt={tmp_path / 'none.pt'}", f"--out={tmp_path / 'hf'}"])
+    assert "--out_dir" not in str(e.value)
 
 
 def test_an_empty_prompt_is_refused_with_a_fix_that_works(ckpt_dir):
