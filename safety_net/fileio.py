@@ -186,11 +186,23 @@ def check_out_file(path, example, marker=None):
 RUN_FILES = ("ckpt.pt", "last.pt", "log.csv", "loss.png")   # what train.py writes into its out_dir
 
 
+def is_run_folder(path):
+    """Whether folder `path` holds a training run's checkpoint (ckpt.pt or last.pt)."""
+    return any(os.path.isfile(os.path.join(path, name)) for name in RUN_FILES[:2])
+
+
+def check_not_a_run_folder(path, key, fix):
+    """One line when folder `path` holds a training run: a dataset or an export written there would mix with
+    its files (and sample.py or --init_from=resume would read a folder of two kinds)."""
+    if is_run_folder(path):
+        raise UserError(f"--{key}={path} is a training run's folder (it holds its checkpoints): the files would mix "
+                        f"(fix: {fix})")
+
+
 def check_not_a_run_file(path, key):
     """One line when path names one of a training run's own files (RUN_FILES, in a folder that holds a
     checkpoint): an output written there would replace it."""
-    folder = os.path.dirname(os.path.abspath(path))
-    in_a_run = any(os.path.isfile(os.path.join(folder, name)) for name in RUN_FILES[:2])
+    in_a_run = is_run_folder(os.path.dirname(os.path.abspath(path)))
     if in_a_run and os.path.basename(path) in RUN_FILES:
         raise UserError(f"--{key}={path} is a training run's own {os.path.basename(path)}: it would be replaced "
                         f"(fix: another file name, or a folder of its own)")

@@ -14,7 +14,7 @@ import numpy as np
 
 from safety_net.configurator import UserError
 from safety_net.dataset import load_meta, tokenizer_id
-from safety_net.fileio import atomic_open, check_out_dir, remove_stale_temp_files
+from safety_net.fileio import atomic_open, check_not_a_run_folder, check_out_dir, remove_stale_temp_files
 from safety_net.tokenizers import Vocabulary, check_char_count
 
 
@@ -97,6 +97,7 @@ def check_text_dataset(dataset, input_path, tokenizer, val_fraction, known, out_
     dataset, tokenizer = dataset_and_tokenizer(dataset, input_path, tokenizer, val_fraction, known, out_dir)
     out_dir = out_dir or os.path.join("data", dataset)
     check_out_dir(out_dir)
+    check_not_a_run_folder(out_dir, "out_dir", f"--out_dir=data/{dataset}, a folder of its own")
     return dataset, tokenizer, out_dir
 
 

@@ -12,6 +12,7 @@ import os
 from safety_net.build import gpt_config_defaults, load_variant
 from safety_net.checkpoint import GPT2_NAMES, is_hf_source, plain_values
 from safety_net.configurator import UserError
+from safety_net.dataset import default_data_dir
 from safety_net.fileio import check_out_dir
 from safety_net.runtime import check_num_threads, check_seed, resolve_device, resolve_dtype
 from safety_net.wandb_log import check_wandb
@@ -108,6 +109,9 @@ def _check_run_settings(c, world):
     _need(c, c["dataset"] != "", "dataset", "a dataset name", "--dataset=shakespeare_char")
     _need(c, c["out_dir"] != "", "out_dir", "a folder", "--out_dir=out")
     check_out_dir(c["out_dir"])   # before the data is prepared (RunDir checks again)
+    if os.path.abspath(c["out_dir"]) == os.path.abspath(default_data_dir(c)):
+        raise UserError(f"out_dir and the dataset's folder are both {c['out_dir']}: the checkpoints and the token "
+                        f"files would mix (fix: --out_dir=out-{c['dataset']}, a folder of its own)")
     names = ("scratch", "resume", *GPT2_NAMES)
     if c["init_from"] not in names and not os.path.exists(c["init_from"]):
         close = difflib.get_close_matches(c["init_from"].lower(), names, n=1, cutoff=0.8)

@@ -678,6 +678,14 @@ MUTANTS = [
            '        check_out_dir(data_dir, key="data_dir")',
            "        pass",
            "tests/test_train.py -k before_the_data", every=False),
+    Mutant("export_into_a_run_folder", "tools/huggingface/convert.py",
+           '    check_not_a_run_folder(config["out"], "out", "--out=hf-out, a folder of its own")',
+           "    pass",
+           "tests/test_faults.py -k training_runs_folder", every=False),
+    Mutant("checkpoints_into_the_data_folder", "safety_net/train_config.py",
+           '    if os.path.abspath(c["out_dir"]) == os.path.abspath(default_data_dir(c)):',
+           "    if False:",
+           "tests/test_faults.py -k training_runs_folder", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

@@ -729,3 +729,31 @@ def test_a_fix_names_a_file_not_there_yet(tmp_path):
     (tmp_path / "run-2.md").mkdir()
     os.symlink(tmp_path / "missing", tmp_path / "run-3.md")
     assert unused_name(stem, ".md") == stem + "-4.md"
+
+
+def test_a_dataset_or_an_export_is_refused_in_a_training_runs_folder(tmp_path, monkeypatch):
+    """prepare.py, tools.pangu.compact_vocab and the Hugging Face export wrote their files beside a run's
+    checkpoints (exit 0), and train.py its checkpoints into its own dataset's folder (a hunt): every tool then
+    read a folder of two kinds."""
+    import prepare
+    from tools.huggingface import convert
+    from tools.pangu import compact_vocab
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "last.pt").write_bytes(b"a run's checkpoint")
+    text = tmp_path / "notes.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog\n" * 50)
+    before = sorted(os.listdir(run_dir))
+    one_error_line(prepare.main, [f"--input={text}", f"--out_dir={run_dir}"], "a training run's folder",
+                   "--out_dir=data/notes_char")
+    one_error_line(compact_vocab.main, [f"--input={text}", "--vocab_size=300", f"--out_dir={run_dir}"],
+                   "a training run's folder")
+    one_error_line(convert.main, ["export", f"--ckpt={run_dir / 'last.pt'}", f"--out={run_dir}"],
+                   "a training run's folder", "--out=hf-out")
+    assert sorted(os.listdir(run_dir)) == before
+    monkeypatch.chdir(tmp_path)
+    tiny = ["--device=cpu", "--max_iters=1", "--eval_iters=1", "--n_layer=1", "--n_embd=16", "--n_head=2",
+            "--block_size=8", "--batch_size=2"]   # what the run would be, were it not refused: seconds
+    one_error_line(train.main, ["--data_dir=data_here", "--out_dir=data_here"] + tiny,
+                   "out_dir and the dataset's folder are both data_here")
+    assert sorted(os.listdir(tmp_path)) == ["notes.txt", "run"]

@@ -615,6 +615,9 @@ def run(config, explicit):
                         f"--ckpt=out/ckpt.pt --out=hf-out/)")
     if config["format"] not in FORMATS:
         raise UserError(f"--format={config['format']} (fix: one of {', '.join(FORMATS)})")
+    from safety_net.fileio import check_not_a_run_folder
+    # a Hugging Face folder beside a checkpoint: tools read it as either
+    check_not_a_run_folder(config["out"], "out", "--out=hf-out, a folder of its own")
     from safety_net.checkpoint import load_model
     model, ckpt = load_model(config["ckpt"])
     meta, source = checkpoint_meta(ckpt, config["data_dir"])

@@ -27,7 +27,7 @@ import numpy as np
 from prepare import DATASETS, split_text
 from safety_net.configurator import UserError, run_command
 from safety_net.download import shakespeare_path
-from safety_net.fileio import atomic_open, check_out_dir
+from safety_net.fileio import atomic_open, check_not_a_run_folder, check_out_dir
 from safety_net.text_dataset import (begin_writing, check_dataset_name, check_long_enough, check_replace,
                                      check_val_fraction, name_of_text, read_text, text_record, tool_command,
                                      write_bin, write_meta)
@@ -276,6 +276,7 @@ def prepare(dataset="", out_dir=None, vocab_size=None, n_layer=12, n_embd=768, i
     name = f"{base}_v{vocab_size}"
     out_dir = out_dir or os.path.join("data", name)
     check_out_dir(out_dir)   # a file, or not writable: one line now, not a traceback later
+    check_not_a_run_folder(out_dir, "out_dir", f"--out_dir=data/{name}, a folder of its own")
     if base == "shakespeare":
         input_path = shakespeare_path(out_dir, input_path)
     prepare_compact(out_dir, name, vocab_size, input_path, n_layer=n_layer, n_embd=n_embd, **opts)
