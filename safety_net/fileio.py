@@ -175,7 +175,7 @@ def check_out_file(path, example, marker=None):
         raise UserError(f"--out={path}: the folder {folder} does not exist or is not writable "
                         f"(fix: create it, or write elsewhere)")
     check_not_a_run_file(path, "out")
-    if marker is not None and os.path.isfile(path):
+    if marker is not None and os.path.isfile(path) and os.path.getsize(path) > 0:   # empty: nothing to lose
         with open(path, "rb") as f:
             own = marker.encode("utf-8") in f.read(4096)
         if not own:

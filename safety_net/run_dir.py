@@ -75,9 +75,10 @@ def notes_before_run(config, device, micro_steps, batch_size, time_one_sequence)
 
 def remove_if_only_the_lock(path):
     """A folder a run made and left holding only its lock (it saved nothing): removed."""
-    if os.path.isdir(path) and os.listdir(path) == [LOCK_NAME]:
-        os.remove(os.path.join(path, LOCK_NAME))
-        os.rmdir(path)
+    with contextlib.suppress(OSError):   # another process's file appeared meanwhile: the folder stays
+        if os.listdir(path) == [LOCK_NAME]:
+            os.remove(os.path.join(path, LOCK_NAME))
+            os.rmdir(path)
 
 
 class RunDir:
@@ -118,10 +119,12 @@ class RunDir:
         if not self.master:
             return self
         with contextlib.ExitStack() as held:
-            # a folder this run made, which it leaves holding only the lock: removed (a run that saved nothing)
-            if not os.path.exists(self.path):
-                held.callback(remove_if_only_the_lock, self.path)
+            made = not os.path.exists(self.path)
             held.enter_context(lock_dir(self.path))
+            # a folder this run made and leaves holding only its lock (it saved nothing): removed while the
+            # lock is still held (a run refused the lock removes nothing)
+            if made:
+                held.callback(remove_if_only_the_lock, self.path)
             remove_stale_temp_files(self.path, (CKPT_NAME, LAST_NAME, "log.csv", "loss.png"),
                                     functools.partial(print, flush=True))
             self.earlier = not self.resuming and any(os.path.exists(os.path.join(self.path, n))

@@ -22,7 +22,7 @@ from safety_net.checkpoint import (CKPT_NAME, LAST_NAME, load_checkpoint, load_i
 from safety_net.configurator import UserError
 from safety_net.dataset import (check_splits, default_data_dir, is_prepared, load_meta, read_segments, run_prepare,
                                 tokenizer_id)
-from safety_net.fileio import check_out_dir
+from safety_net.fileio import check_not_a_run_folder, check_out_dir
 from safety_net.runtime import restore_rng
 from safety_net.tokenizers import gpt2_meta
 
@@ -48,6 +48,7 @@ def prepared_data(config, prepare, rank, world):
                         f"again: python prepare.py --input=TEXT_FILE --out_dir={data_dir})")
     if rank == 0 and not is_prepared(data_dir):
         check_out_dir(data_dir, key="data_dir")   # as the user named it (prepare.py's own: --out_dir)
+        check_not_a_run_folder(data_dir, "data_dir", f"--data_dir=data/{dataset}, a folder of its own")
         run_prepare(prepare, dataset, data_dir)
     if world > 1:
         torch.distributed.barrier()

@@ -643,7 +643,7 @@ MUTANTS = [
            "            if False:",
            "tests/test_technique_lines.py -k bad_input", every=False),
     Mutant("out_over_a_file_the_command_did_not_write", "safety_net/fileio.py",
-           "    if marker is not None and os.path.isfile(path):",
+           "    if marker is not None and os.path.isfile(path) and os.path.getsize(path) > 0:",
            "    if False:",
            "tests/test_one_file.py -k replaces_only", every=False),
     Mutant("out_over_a_runs_own_file", "safety_net/fileio.py",
@@ -651,7 +651,7 @@ MUTANTS = [
            "    if False:",
            "tests/test_plan.py -k bad_input_one_line", every=False),
     Mutant("log_samples_over_its_task", "tools/eval.py",
-           '    if os.path.exists(path) and os.path.samefile(path, cfg["mc_file"]):',
+           '    if os.path.exists(path) and os.path.exists(cfg["mc_file"]) and os.path.samefile(path, cfg["mc_file"]):',
            "    if False:",
            "tests/test_eval.py -k refuses_bad_paths", every=False),
     Mutant("out_dir_file_found_after_the_data", "safety_net/train_config.py",
@@ -678,12 +678,24 @@ MUTANTS = [
            '        check_out_dir(data_dir, key="data_dir")',
            "        pass",
            "tests/test_train.py -k before_the_data", every=False),
+    Mutant("a_refused_run_removes_the_folder", "safety_net/run_dir.py",
+           "            made = not os.path.exists(self.path)\n"
+           "            held.enter_context(lock_dir(self.path))\n",
+           "            made = not os.path.exists(self.path)\n"
+           "            if made:\n"
+           "                held.callback(remove_if_only_the_lock, self.path)\n"
+           "            held.enter_context(lock_dir(self.path))\n",
+           "tests/test_train_faults.py -k refused_the_lock", every=False),
+    Mutant("log_samples_samefile_without_the_task", "tools/eval.py",
+           '    if os.path.exists(path) and os.path.exists(cfg["mc_file"]) and os.path.samefile(path, cfg["mc_file"]):',
+           '    if os.path.exists(path) and os.path.samefile(path, cfg["mc_file"]):',
+           "tests/test_eval.py -k refuses_bad_paths", every=False),
     Mutant("export_into_a_run_folder", "tools/huggingface/convert.py",
            '    check_not_a_run_folder(config["out"], "out", "--out=hf-out, a folder of its own")',
            "    pass",
            "tests/test_faults.py -k training_runs_folder", every=False),
     Mutant("checkpoints_into_the_data_folder", "safety_net/train_config.py",
-           '    if os.path.abspath(c["out_dir"]) == os.path.abspath(default_data_dir(c)):',
+           '    if os.path.realpath(c["out_dir"]) == os.path.realpath(default_data_dir(c)):',
            "    if False:",
            "tests/test_faults.py -k training_runs_folder", every=False),
 ]

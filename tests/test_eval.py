@@ -303,12 +303,15 @@ def test_log_samples_writes_one_line_per_question(tmp_path, capsys):
     # both were replaced by the results (a hunt): the task it read, a run's checkpoint
     (["--mc_file={tmp}/task.jsonl", "--log_samples={tmp}/task.jsonl"], "is the --mc_file it scores"),
     (["--mc_file={tmp}/task.jsonl", "--log_samples={tmp}/run/ckpt.pt"], "a training run's own ckpt.pt"),
+    # a traceback (os.path.samefile) when the log existed and the task did not (a review)
+    (["--mc_file={tmp}/no_task.jsonl", "--log_samples={tmp}/old.jsonl"], "does not exist"),
 ])
 def test_log_samples_refuses_bad_paths(tmp_path, args, words):
     from tools import eval as evaluate
     (tmp_path / "task.jsonl").write_text(json.dumps(dict(context="a", choices=["b", "c"], label=0)) + "\n")
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "ckpt.pt").write_bytes(b"a run's checkpoint")
+    (tmp_path / "old.jsonl").write_text("an earlier run's results\n")
     before = sorted(os.listdir(tmp_path))
     with pytest.raises(SystemExit) as e:
         evaluate.main([a.format(tmp=tmp_path) for a in args] + [f"--out_dir={tmp_path}/none", "--device=cpu"])

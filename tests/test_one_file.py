@@ -371,6 +371,7 @@ def test_out_replaces_only_a_file_it_wrote(tmp_path):
     one_error_line(one_file.main, ["gpt", f"--out={tmp_path / 'ckpt.pt'}"], "a training run's own ckpt.pt")
     assert not (tmp_path / "ckpt.pt").exists()
     own = tmp_path / "gpt.py"
+    own.write_text("")   # empty (mktemp's): nothing to lose
     one_file.main(["gpt", f"--out={own}"])
     made = own.read_text()
     own.write_text(made.replace("import math", "import  math"))   # an older file of this command

@@ -336,6 +336,8 @@ def test_missing_dataset_is_prepared_automatically(tmp_path, monkeypatch, tiny_t
     (dict(data_segments="missing.npy"), ["cannot read data_segments", "missing.npy"]),
     (dict(data_segments="a_file"), ["data_segments", "a_file"]),
     (dict(data_dir="a_file"), ["data_dir 'a_file'", "is a file", "--data_dir"]),   # it named --out_dir
+    (dict(data_dir="a_run"), ["--data_dir=a_run is a training run's folder", "--data_dir=data/"]),   # likewise
+    (dict(out_dir="link_to_data", data_dir="data_here"), ["out_dir and the dataset's folder"]),   # through a link
 ])
 def test_bad_input_is_refused_before_the_data_is_prepared(tmp_path, monkeypatch, tiny_train_config, override,
                                                           words):
@@ -349,6 +351,9 @@ def test_bad_input_is_refused_before_the_data_is_prepared(tmp_path, monkeypatch,
     monkeypatch.setattr(prepare, "prepare", fake_prepare)
     monkeypatch.chdir(tmp_path)
     (tmp_path / "a_file").write_text("")
+    (tmp_path / "a_run").mkdir()
+    (tmp_path / "a_run" / "last.pt").write_bytes(b"a run's checkpoint")
+    (tmp_path / "link_to_data").symlink_to(tmp_path / "data_here", target_is_directory=True)
     cfg = dict(tiny_train_config, data_dir=str(tmp_path / "not_prepared"))
     cfg.update(override)
     with pytest.raises(UserError) as e:

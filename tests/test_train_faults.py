@@ -576,3 +576,22 @@ def test_bench_bad_input_is_a_user_error_turned_into_one_line_by_main():
     message = str(e.value.code)
     assert message.startswith("error: --scale must be > 0") and "(fix:" in message and "\n" not in message
 
+
+
+def test_a_run_refused_the_lock_removes_nothing_of_the_folder(tmp_path, monkeypatch):
+    """A run that made no folder itself, or was refused its lock, leaves the folder alone: another run made it a
+    moment before and holds it (it would have removed that run's lock and folder; a review)."""
+    from safety_net import run_dir
+    out_dir = tmp_path / "new"
+
+    def another_run_took_it(path, key="out_dir"):
+        os.makedirs(path)
+        (out_dir / ".lock").write_text("4242")
+        raise UserError(f"{key} '{path}' is being written by another process (pid 4242)")
+
+    monkeypatch.setattr(run_dir, "lock_dir", another_run_took_it)
+    config = dict(train.DEFAULTS, out_dir=str(out_dir), device="cpu", dtype="float32")
+    with pytest.raises(UserError, match="another process"):
+        with run_dir.RunDir(config, 0, None, 0, 1, torch.device("cpu")):
+            pass
+    assert os.listdir(out_dir) == [".lock"]

@@ -382,7 +382,7 @@ def check_outputs(cfg):
     if os.path.isdir(path):
         raise UserError(f"--log_samples '{path}' is a folder (fix: name a file, e.g. "
                         f"{os.path.join(path, 'samples.jsonl')})")
-    if os.path.exists(path) and os.path.samefile(path, cfg["mc_file"]):
+    if os.path.exists(path) and os.path.exists(cfg["mc_file"]) and os.path.samefile(path, cfg["mc_file"]):
         raise UserError(f"--log_samples={path} is the --mc_file it scores: it would be replaced (fix: another "
                         f"file, e.g. --log_samples=samples.jsonl)")
     from safety_net.fileio import check_not_a_run_file, check_out_dir
