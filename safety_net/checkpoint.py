@@ -31,10 +31,9 @@ import torch
 from safety_net import REPO_ROOT
 from safety_net.build import build_model, gpt_config_defaults, model_config
 from safety_net.configurator import UserError
-from safety_net.fileio import atomic_save
+from safety_net.fileio import RUN_CHECKPOINTS, atomic_save
 
-CKPT_NAME = "ckpt.pt"
-LAST_NAME = "last.pt"
+CKPT_NAME, LAST_NAME = RUN_CHECKPOINTS   # "ckpt.pt", "last.pt"
 ORIG_MOD_PREFIX = "_orig_mod."   # added to state_dict keys by torch.compile
 DDP_PREFIX = "module."           # added by DistributedDataParallel
 

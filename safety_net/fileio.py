@@ -183,12 +183,13 @@ def check_out_file(path, example, marker=None):
                             f"(fix: another --out, e.g. --out={example}, or move that file away first)")
 
 
-RUN_FILES = ("ckpt.pt", "last.pt", "log.csv", "loss.png")   # what train.py writes into its out_dir
+RUN_CHECKPOINTS = ("ckpt.pt", "last.pt")   # checkpoint.py's CKPT_NAME and LAST_NAME
+RUN_FILES = RUN_CHECKPOINTS + ("log.csv", "loss.png")   # what train.py writes into its out_dir
 
 
 def is_run_folder(path):
     """Whether folder `path` holds a training run's checkpoint (ckpt.pt or last.pt)."""
-    return any(os.path.isfile(os.path.join(path, name)) for name in RUN_FILES[:2])
+    return any(os.path.isfile(os.path.join(path, name)) for name in RUN_CHECKPOINTS)
 
 
 def check_not_a_run_folder(path, key, fix):

@@ -23,7 +23,7 @@ import torch
 from safety_net.build import depth_summary
 from safety_net.checkpoint import CKPT_NAME, LAST_NAME
 from safety_net.configurator import UserError
-from safety_net.fileio import LOCK_NAME, check_out_dir, lock_dir, remove_stale_temp_files
+from safety_net.fileio import LOCK_NAME, RUN_FILES, lock_dir, remove_stale_temp_files
 from safety_net.run_log import CsvLog, Speed, format_duration, plot_run
 from safety_net.runtime import busy_machine
 from safety_net.wandb_log import WandbLog
@@ -82,8 +82,8 @@ def remove_if_only_the_lock(path):
 
 
 class RunDir:
-    """out_dir during a run, a context manager. Constructing it checks that out_dir can be written
-    (one line, before anything changes); entering it, rank 0 (master) takes the folder's lock (one
+    """out_dir during a run, a context manager (check_train_config has checked that out_dir can be
+    written, before anything changed). Entering it, rank 0 (master) takes the folder's lock (one
     writer per out_dir: a second run into it would replace this one's checkpoints and log.csv),
     removes the temporary files a kill -9 left and opens log.csv (CsvLog); leaving it releases them.
     A new run into the folder of an earlier one keeps the earlier log.csv and loss.png until this
@@ -91,7 +91,6 @@ class RunDir:
     run starts; ckpt: the checkpoint it starts from, or None."""
 
     def __init__(self, config, iter_num, ckpt, rank, world, device):
-        check_out_dir(config["out_dir"])
         self.path = config["out_dir"]
         self.config = config
         self.iter_num = iter_num
@@ -125,7 +124,7 @@ class RunDir:
             # lock is still held (a run refused the lock removes nothing)
             if made:
                 held.callback(remove_if_only_the_lock, self.path)
-            remove_stale_temp_files(self.path, (CKPT_NAME, LAST_NAME, "log.csv", "loss.png"),
+            remove_stale_temp_files(self.path, RUN_FILES,
                                     functools.partial(print, flush=True))
             self.earlier = not self.resuming and any(os.path.exists(os.path.join(self.path, n))
                                                      for n in (CKPT_NAME, LAST_NAME))

@@ -108,7 +108,7 @@ def _check_run_settings(c, world):
         load_variant(c["variant"])
     _need(c, c["dataset"] != "", "dataset", "a dataset name", "--dataset=shakespeare_char")
     _need(c, c["out_dir"] != "", "out_dir", "a folder", "--out_dir=out")
-    check_out_dir(c["out_dir"])   # before the data is prepared (RunDir checks again)
+    check_out_dir(c["out_dir"])   # before the data is prepared
     if os.path.realpath(c["out_dir"]) == os.path.realpath(default_data_dir(c)):   # a link to it too
         raise UserError(f"out_dir and the dataset's folder are both {c['out_dir']}: the checkpoints and the token "
                         f"files would mix (fix: --out_dir=out-{c['dataset']}, a folder of its own)")

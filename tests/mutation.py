@@ -655,7 +655,7 @@ MUTANTS = [
            "    if False:",
            "tests/test_eval.py -k refuses_bad_paths", every=False),
     Mutant("out_dir_file_found_after_the_data", "safety_net/train_config.py",
-           '    check_out_dir(c["out_dir"])   # before the data is prepared (RunDir checks again)\n',
+           '    check_out_dir(c["out_dir"])   # before the data is prepared\n',
            "",
            "tests/test_train.py -k before_the_data", every=False),
     Mutant("bad_vocab_size_found_after_the_data", "safety_net/starting_point.py",
