@@ -6,7 +6,7 @@ classes, functions, branches and GPTConfig fields), in model.py's order, with it
 computes exactly what model.py computes for it. Do not edit: regenerate.
 
     made by:  python -m tools.one_file cgpt --out=docs/models/cgpt.py
-    model.py of commit 7d83b14
+    model.py of commit 7d83b14 plus uncommitted changes
 """
 
 import math
@@ -320,10 +320,9 @@ class GPT(nn.Module):
                 start = idx.size(1) - max(1, block_size // 2)
                 if cache is not None:
                     cache.reset()   # same buffers, positions from 0
-            if cache is None or cache.length == 0:
-                window = idx[:, start:]   # the whole window (which fills an empty cache)
-            else:
-                window = idx[:, -1:]   # the cache holds the window but its last token
+            window = idx[:, start:]
+            if cache is not None:   # the window's tokens the cache does not hold yet
+                window = window[:, cache.length:]
             logits, _ = self(window, cache=cache)
             idx_next = sample_next(logits[:, -1, :n_tokens], temperature, top_k, generator)
             idx = torch.cat((idx, idx_next), dim=1)
