@@ -1,4 +1,4 @@
-# Ablation set 4b (issue 15): paper 003's parameter inheritance (results/README.md "PanGu-pi Pro", (b)) with 3 seeds. One
+# Ablation set 4b (issue 15): paper 003's parameter inheritance (results/README.md "PanGu-π Pro", (b)) with 3 seeds. One
 # source model (config/pangu_big_cpu.py: 6 layers, width 128, 1500 iterations, seed 1337) is cut to the small
 # model (3 layers, width 64) by four criteria; each inherited start and a random start then train 1000
 # iterations with 3 seeds. The spread covers the small runs' training (batches, and the random model's init),
@@ -32,7 +32,7 @@ eval_interval = 100
 eval_iters = 20
 log_interval = 50
 
-# config/pangu_char_cpu.py's small char model: 3 layers, width 64, 2 heads of 32 (0.15M parameters)
+# config/pangu_char_cpu.py's small char model: 3 layers, width 64, 2 heads of 32 (0.16M parameters)
 n_layer = 3
 n_head = 2
 n_embd = 64

@@ -1,5 +1,5 @@
 # Ablation set 4d (issue 15): paper 003's batch-size / learning-rate rule lr = (bs / bs_0)^r * lr_0 (results/README.md
-# "PanGu-pi Pro", (d)) with 3 seeds. The small char model, every run 1600 x 12 x 64 = 1.23M training tokens:
+# "PanGu-π Pro", (d)) with 3 seeds. The small char model, every run 1600 x 12 x 64 = 1.23M training tokens:
 # batch 12 with lr_0 = 1e-3 for 1600 iterations, and batch 48 for 400 iterations with r = 0 (1e-3), 0.5 (the
 # paper, 2e-3) and 1 (linear, 4e-3). Warmup 10% and min_lr = lr / 10 in every run. Equal tokens and equal
 # FLOPs: the two compute views agree here.
@@ -33,7 +33,7 @@ eval_interval = 100
 eval_iters = 20
 log_interval = 50
 
-# config/pangu_char_cpu.py's small char model: 3 layers, width 64, 2 heads of 32 (0.15M parameters)
+# config/pangu_char_cpu.py's small char model: 3 layers, width 64, 2 heads of 32 (0.16M parameters)
 n_layer = 3
 n_head = 2
 n_embd = 64

@@ -1,4 +1,4 @@
-# Ablation set 4c (issue 15): paper 003's multiple-round training with data refining (results/README.md "PanGu-pi Pro",
+# Ablation set 4c (issue 15): paper 003's multiple-round training with data refining (results/README.md "PanGu-π Pro",
 # (c)) with 3 seeds. Every schedule spends 2000 iterations of 12 x 64 tokens: one round of 2000, or round 1
 # (1000, seed 1337, shared by all round-2 runs) + a fresh 1000-iteration round 2 on all data or on the refined
 # 50% (tau = 1, the paper; tau = 0.1). Run the steps first (repository root, OMP_NUM_THREADS=1):
@@ -31,7 +31,7 @@ eval_interval = 100
 eval_iters = 20
 log_interval = 50
 
-# config/pangu_char_cpu.py's small char model: 3 layers, width 64, 2 heads of 32 (0.15M parameters)
+# config/pangu_char_cpu.py's small char model: 3 layers, width 64, 2 heads of 32 (0.16M parameters)
 n_layer = 3
 n_head = 2
 n_embd = 64

@@ -1,4 +1,4 @@
-# Ablation set 4a (issue 15): paper 003's compact tokenizer (results/README.md "PanGu-pi Pro", (a)) with 3 seeds. One
+# Ablation set 4a (issue 15): paper 003's compact tokenizer (results/README.md "PanGu-π Pro", (a)) with 3 seeds. One
 # model body (4 layers, width 64, 4 heads, tied embeddings) on Shakespeare with the full GPT-2 BPE (50257)
 # and compact 8192 / 4096 / 1024-token vocabularies (tools.compare prepares them on first use with
 # tools.pangu.compact_vocab), 200 iterations of 8 x 64 tokens;

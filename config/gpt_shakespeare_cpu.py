@@ -1,5 +1,5 @@
 # Character-level Shakespeare on a laptop CPU: nanoGPT's CPU recipe (~0.8M parameters, 4 layers).
-# Val loss 1.88 after 2000 iterations; about 1 minute on an idle 2-core VM (33 ms/iter, see results/README.md).
+# Val loss 1.88 after 2000 iterations; 1-2 minutes on an idle 2-core VM (33-57 ms/iter, see results/README.md).
 #   python train.py config/gpt_shakespeare_cpu.py
 #   python train.py config/gpt_shakespeare_cpu.py --num_threads=1   # when other jobs share the cores (2 busy threads thrash)
 #   python sample.py --start "War is "        (reads the newest out*/ folder's ckpt.pt: this one, right after)

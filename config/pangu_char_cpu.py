@@ -1,6 +1,6 @@
-# Paper 003 (PanGu-pi Pro) experiments, the small char-level model: 3 layers, width 64, 2 heads of 32
-# (0.15M parameters), context 64, batch 12. Used by the inheritance, multi-round and lr-rule runs
-# (commands and results: results/README.md, "PanGu-pi Pro"). ~30-60 ms/iter on one CPU thread, 1000 iterations.
+# Paper 003 (PanGu-π Pro) experiments, the small char-level model: 3 layers, width 64, 2 heads of 32
+# (0.16M parameters), context 64, batch 12. Used by the inheritance, multi-round and lr-rule runs
+# (commands and results: results/README.md, "PanGu-π Pro"). ~30-60 ms/iter on one CPU thread, 1000 iterations.
 #   python train.py config/pangu_char_cpu.py --out_dir=out-pangu-random
 out_dir = "out-pangu-char"
 eval_interval = 100

@@ -162,6 +162,7 @@ def test_compare_resumes_an_interrupted_model(char_data, tmp_path, monkeypatch, 
     status = json.load(open(os.path.join(cdir, "status.json")))
     assert status["models"]["gpt"]["state"] == "finished"
     assert not os.path.exists(os.path.join(cdir, "samples.md"))   # no prompts, no samples
+    assert "samples.md" not in open(os.path.join(cdir, "results.md"), encoding="utf-8").read()   # nor its link
 
 
 def test_variants_and_prompts_on_the_command_line():

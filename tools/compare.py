@@ -739,7 +739,7 @@ def equal_compute_lines(config, rows, budget, cheapest, seeds):
             "- **Train time**: wall time of the whole run, evaluations included; noisy on a shared machine.", ""]
 
 
-def write_results(config, rows, per_run, budget, cheapest, figures):
+def write_results(config, rows, per_run, budget, cheapest, figures, samples):
     d = config["compare_dir"]
     seeds = config["seeds"]
     device = resolve_device(config["device"])
@@ -799,7 +799,8 @@ def write_results(config, rows, per_run, budget, cheapest, figures):
               "alphas.png": "Enhanced-residual alphas per layer (paper 000 Figure 7)"}
     for fig in figures:
         lines += [f"## {titles.get(fig, fig)}", "", f"![{fig}]({fig})", ""]
-    lines += ["Samples: [samples.md](samples.md).", ""]
+    if samples:   # none without prompts
+        lines += ["Samples: [samples.md](samples.md).", ""]
     with atomic_open(os.path.join(d, "results.md"), "w") as f:
         f.write("\n".join(lines))
     if seeds:
@@ -878,9 +879,9 @@ def write_report(config, status, runs):
     per_run, budget, cheapest = result_rows(runs, status, logs)
     rows = aggregate(per_run) if config["seeds"] else per_run
     figures = write_figures(config, status, runs, logs, per_run, budget)
-    if rows:
-        write_results(config, rows, per_run, budget, cheapest, figures)
     samples = write_samples(config, status, runs)
+    if rows:
+        write_results(config, rows, per_run, budget, cheapest, figures, samples)
     # outputs of an earlier run that this one has nothing for (e.g. no pgpt in the list any more)
     stale = {"loss_curves.png", "loss_vs_compute.png", "branch_weights.png", "alphas.png", "samples.md",
              "results_per_seed.csv"} - set(figures)

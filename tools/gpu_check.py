@@ -3,7 +3,7 @@ One prepared command that proves and measures the GPU path on one GPU in 5 minut
 
     python -m tools.gpu_check --out_dir=$OUT --work_dir=/tmp/gpu_check   # one GPU: <= --budget_s
     python -m tools.gpu_check --dry_run           # a CPU: the plan, every part at a toy size
-    python -m tools.gpu_check --parts=throughput,decode --budget_s=440 --tag=b  # a second call
+    python -m tools.gpu_check --parts=throughput,decode --budget_s=470 --tag=b  # a second call
 
 The parts run in order of value, each as a subprocess of a real command with a deadline. A part's
 unused time goes to the next ones. A part cut by the budget keeps what it measured (pytest's lines,

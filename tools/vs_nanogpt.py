@@ -6,7 +6,7 @@ alternating which runs first. Ours keeps GPT-2's biases, which nanoGPT's train.p
 here. Both datasets are prepared before timing; start-up, imports, evaluations, checkpoints and (ours) log.csv and
 loss.png are in the time.
 
-    python -m tools.vs_nanogpt --nanogpt=path/to/nanoGPT [--iters=500] [--rounds=4] [--num_threads=1]
+    python -m tools.vs_nanogpt --nanogpt=path/to/nanoGPT [--iters=500] [--rounds=5] [--num_threads=1]
 
 --iters is best a multiple of eval_interval (250): nanoGPT evaluates only at multiples of it (and trains one
 iteration more), this repository also at the last iteration, so other counts give the two different work.
@@ -24,7 +24,7 @@ import time
 
 from safety_net.configurator import UserError, run_command
 
-DEFAULTS = dict(nanogpt="", iters=500, rounds=4, num_threads=0, input="")
+DEFAULTS = dict(nanogpt="", iters=500, rounds=5, num_threads=0, input="")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

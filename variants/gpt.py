@@ -5,7 +5,8 @@ positions, tied input/output embeddings); nanoGPT's train.py turns the biases of
 
 Parameters: 10,770,816 (10.77M; 10,672,512 without the learned position embeddings, which is what
 nanoGPT prints with --bias=True; 10,646,784 with its default bias=False) vs Table 1's 10.7M.
-Training recipe (dropout 0.2, lr 3e-4, ...): config/gpt_shakespeare*.py.
+Training recipe: config/gpt_shakespeare.py (nanoGPT's GPU recipe: dropout 0.2, lr 1e-3);
+config/gpt_shakespeare_cpu.py is the CPU quickstart's smaller model, not this one.
 """
 
 CONFIG = dict(
