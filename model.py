@@ -109,8 +109,8 @@ class GPTConfig:
         n = self.n_layer // self.n_branches
         if self.shrink_every == 0:
             return [self.n_embd] * n
-        # layer i: halved i // shrink_every times, as a shift (integer halving)
-        return [self.n_embd >> (i // self.shrink_every) for i in range(n)]
+        # layer i: halved i // shrink_every times
+        return [self.n_embd // 2 ** (i // self.shrink_every) for i in range(n)]
 
     def final_width(self):
         return self.widths()[-1]
@@ -396,17 +396,18 @@ class LinearShrink(nn.Module):
 
 
 def add_shrinks(stack, config):
-    """A shrink after every shrink_every layers but the last, after the layer's
-    FFN (mlp[layer]); built last (the init's draw order).
+    """A shrink wherever the width halves: after the FFN (mlp[layer]) of each
+    layer whose next layer is narrower; built last (the init's draw order).
 
     lgpt/cgpt's layers are never shared."""
     shrink_cls = ConvShrink if config.shrink_layer == "conv" else LinearShrink
     widths = config.widths()
     stack.shrink = nn.ModuleList()
-    for layer in range(config.shrink_every - 1, len(widths) - 1, config.shrink_every):
-        stack.shrink.append(shrink_cls(config, widths[layer]))
-        after = stack.layers.index(stack.mlp[layer])   # the layer's FFN
-        stack.layers.insert(after + 1, stack.shrink[-1])
+    for layer in range(len(widths) - 1):
+        if widths[layer + 1] < widths[layer]:
+            stack.shrink.append(shrink_cls(config, widths[layer]))
+            after = stack.layers.index(stack.mlp[layer])   # the layer's FFN
+            stack.layers.insert(after + 1, stack.shrink[-1])
 
 
 # --- 7. Initialisation: GPT-2's, and paper 003's schemes (PanGu-pi Pro, 3.1, App. B) ---

@@ -6,7 +6,7 @@ classes, functions, branches and GPTConfig fields), in model.py's order, with it
 computes exactly what model.py computes for it. Do not edit: regenerate.
 
     made by:  python -m tools.one_file cgpt --out=docs/models/cgpt.py
-    model.py of commit 9a528b8
+    model.py of commit 8388782
 """
 
 import math
@@ -41,8 +41,8 @@ class GPTConfig:
         """The width of each layer, from n_embd.
 
         lgpt/cgpt: halved every shrink_every layers."""
-        # layer i: halved i // shrink_every times, as a shift (integer halving)
-        return [self.n_embd >> (i // self.shrink_every) for i in range(self.n_layer)]
+        # layer i: halved i // shrink_every times
+        return [self.n_embd // 2 ** (i // self.shrink_every) for i in range(self.n_layer)]
 
     def final_width(self):
         return self.widths()[-1]
@@ -196,14 +196,15 @@ class ConvShrink(nn.Module):
 
 
 def add_shrinks(stack, config):
-    """A shrink after every shrink_every layers but the last, after the layer's
-    FFN (mlp[layer]); built last (the init's draw order)."""
+    """A shrink wherever the width halves: after the FFN (mlp[layer]) of each
+    layer whose next layer is narrower; built last (the init's draw order)."""
     widths = config.widths()
     stack.shrink = nn.ModuleList()
-    for layer in range(config.shrink_every - 1, len(widths) - 1, config.shrink_every):
-        stack.shrink.append(ConvShrink(config, widths[layer]))
-        after = stack.layers.index(stack.mlp[layer])   # the layer's FFN
-        stack.layers.insert(after + 1, stack.shrink[-1])
+    for layer in range(len(widths) - 1):
+        if widths[layer + 1] < widths[layer]:
+            stack.shrink.append(ConvShrink(config, widths[layer]))
+            after = stack.layers.index(stack.mlp[layer])   # the layer's FFN
+            stack.layers.insert(after + 1, stack.shrink[-1])
 
 
 # --- 7. Initialisation: GPT-2's --------------------------------------------------------
