@@ -5,6 +5,7 @@ import glob
 import json
 import math
 import os
+import shutil
 import statistics
 
 import pytest
@@ -412,6 +413,27 @@ def test_a_missing_starting_checkpoint_names_the_run_and_the_fix(char_data, tmp_
     argv = tiny_argv(char_data, tmp_path / "cmp", "inh", custom_variants=repr(custom))
     with pytest.raises(SystemExit, match=f"inh.*: init_from '{missing}' does not exist .*fix: write it first"):
         compare.main(argv)
+
+
+def test_a_finished_run_started_otherwise_is_refused(char_data, tmp_path, monkeypatch, one_thread, capsys):
+    """init_from decides what a model learns: a finished run of a custom variant that now starts from a checkpoint
+    (or, trained from one, now from scratch) is refused, not reported with the old run's numbers."""
+    cdir = str(tmp_path / "cmp")
+    counter = CountingTrain()
+    monkeypatch.setattr(train, "train", counter)
+    scratch = {"ft": {"variant": "gpt"}}
+    compare.main(tiny_argv(char_data, cdir, "ft", bench_iters=0, prompts="[]", custom_variants=repr(scratch)))
+    src = tmp_path / "src.pt"
+    shutil.copy(os.path.join(cdir, "ft", "ckpt.pt"), src)
+    tuned = {"ft": {"variant": "gpt", "init_from": str(src)}}
+    with pytest.raises(SystemExit, match=f"other settings \\(init_from: 'scratch' -> '{src}'\\)"):
+        compare.main(tiny_argv(char_data, cdir, "ft", bench_iters=0, prompts="[]", custom_variants=repr(tuned)))
+    assert counter.calls == ["scratch"]
+    # from a checkpoint: said so when it starts
+    capsys.readouterr()
+    compare.main(tiny_argv(char_data, str(tmp_path / "cmp2"), "ft", bench_iters=0, prompts="[]",
+                           custom_variants=repr(tuned)))
+    assert f"from {src} -> " in capsys.readouterr().out
 
 
 def test_a_compare_dir_that_is_a_file_is_one_line_before_the_plan(char_data, tmp_path, capsys):

@@ -784,3 +784,24 @@ def test_import_to_a_folder_is_refused_before_the_import_and_its_fix_works(hf_di
     convert.main(["import", hf_dirs["gpt2_tied"][1], fix])
     assert fix == f"--out={folder / 'hf-2.pt'}" and "model" in load_checkpoint(str(folder / "hf-2.pt"))
     assert (folder / "hf.pt").read_bytes() == b"an earlier import"
+
+
+def test_import_over_a_runs_checkpoint_or_a_text_is_refused_before_the_import(hf_dirs, tmp_path, monkeypatch):
+    """convert import --out=<run>/ckpt.pt replaced the run's best checkpoint with a model it never trained (sample.py
+    and tools.eval read it by default), and --out=notes.txt replaced a text: both are one line now, before the
+    import; an earlier import is still replaced, as before."""
+    from conftest import one_error_line
+    import torch
+    run = tmp_path / "run"
+    run.mkdir()
+    torch.save({"model": {}}, run / "ckpt.pt")
+    (tmp_path / "notes.txt").write_text("my notes")
+    calls = []
+    monkeypatch.setattr(convert, "save_imported", lambda *a, **k: calls.append(a))
+    src = hf_dirs["gpt2_tied"][1]
+    one_error_line(convert.main, ["import", src, f"--out={run / 'ckpt.pt'}"], "training run's own ckpt.pt")
+    one_error_line(convert.main, ["import", src, f"--out={tmp_path / 'notes.txt'}"], "is not a checkpoint")
+    assert not calls and (tmp_path / "notes.txt").read_text() == "my notes"
+    torch.save({"model": {}}, tmp_path / "hf.pt")   # an earlier import: replaced
+    convert.main(["import", src, f"--out={tmp_path / 'hf.pt'}"])
+    assert calls

@@ -99,7 +99,8 @@ COMPARE_DEFAULTS = dict(
     custom_variants={},    # name -> dict(variant=<preset>, key=value, ...): keys for that variant only
 )
 # keys that never change what a model learns: a finished model is reused when only these differ
-NOT_TRAINING_KEYS = ("out_dir", "init_from", "variant", "log_interval", "compile", "num_threads")
+# (init_from does: "scratch" or a custom variant's checkpoint; a resume is decided per run, not by it)
+NOT_TRAINING_KEYS = ("out_dir", "variant", "log_interval", "compile", "num_threads")
 # the settings that produced a model's measurements (sizes, samples, timing): change one, re-measure
 REPORT_KEYS = ("prompts", "samples_per_prompt", "sample_tokens", "sample_temperature", "sample_top_k",
                "bench_iters", "seed", "device", "dtype", "compile")
@@ -999,8 +1000,11 @@ def train_and_report(config, runs, infos, status):
                   f"{entry['summary']['best_val_loss']:.4f}), skipped ===", flush=True)
         else:
             start = resume_iter(run_.out_dir)
+            begin = "from scratch"
+            if run_.config["init_from"] != "scratch":
+                begin = f"from {run_.config['init_from']}"
             print(f"\n=== [{i}/{len(runs)}] {run_.label}: {infos[run_.name][0] / 1e6:.2f}M params, "
-                  f"{describe(run_.args)}; " + (f"resuming at iteration {start}" if start else "from scratch")
+                  f"{describe(run_.args)}; " + (f"resuming at iteration {start}" if start else begin)
                   + f" -> {run_.out_dir}; all runs: ETA {format_eta(progress.eta())} ===", flush=True)
             entry.update(state="running", settings=training_settings(run_))
             entry.pop("report", None)

@@ -636,7 +636,8 @@ def run_import(sources, config, explicit):
     if len(sources) != 1 or not config["out"] or export_keys:
         raise UserError(f"import takes one source and --out only (fix: python -m tools.huggingface.convert import "
                         f"gpt2 --out=hf.pt)")
-    from safety_net.fileio import check_out_dir, unused_name
+    from safety_net.checkpoint import written_by_torch_save
+    from safety_net.fileio import check_not_a_run_file, check_out_dir, unused_name
     out = config["out"]
     # before the import, which can take minutes; a missing folder is made
     if os.path.isdir(out) or out.endswith(os.sep):
@@ -644,6 +645,10 @@ def run_import(sources, config, explicit):
         name = unused_name(os.path.join(out, "hf"), ".pt")   # not over a file already there
         raise UserError(f"--out={out} {what} (fix: name a file in it, e.g. --out={name})")
     check_out_dir(os.path.dirname(os.path.abspath(out)), key="out")
+    check_not_a_run_file(out, "out")   # a run's ckpt.pt would become a model it never trained
+    if os.path.isfile(out) and os.path.getsize(out) > 0 and not written_by_torch_save(out):
+        raise UserError(f"--out={out} exists and is not a checkpoint: it would be replaced (fix: another --out, "
+                        f"e.g. --out={unused_name(os.path.join(os.path.dirname(out), 'hf'), '.pt')})")
     save_imported(sources[0], out)
     print(f"wrote {out}: start a run from it with python train.py ... --init_from={out}", file=sys.stderr)
 
