@@ -5,14 +5,14 @@ GPTConfig flag (paper 003's tokenizer, inheritance and training rules are tools/
 Read top to bottom; a technique's code runs only when its flag is on:
   1. GPTConfig       the flags, and the sizes derived from them
   2. blocks          norms, sinusoidal and RoPE positions, MLP (or SwiGLU)
-  3. attention       causal, GQA
+  3. attention       causal, GQA; the KV cache (an entry per layer)
   4. residuals       pre- or post-norm, plain or Enhanced Residual
   5. DecoderStack    the layers as applied; layer sharing, ShishuLM
   6. lgpt/cgpt       width halving
   7. init            GPT-2's; paper 003's schemes
-  8. GPT             embeddings, forward, head, generate; pgpt, Deep Thinking
-  9. KV cache        KVCache, sample_next
- 10. checks          what GPTConfig rejects
+  8. GPT             embeddings, sample_next, forward, head, generate; pgpt,
+                     Deep Thinking
+  9. checks          what GPTConfig rejects
 Papers 000-004: ../shared/papers/; the README says what each brings, where.
 """
 
@@ -82,7 +82,7 @@ class GPTConfig:
     init_std: float = 0.02
 
     def __post_init__(self):
-        check_config(self)   # section 10, after the model it protects
+        check_config(self)   # section 9, after the model it protects
 
     # --- derived sizes ---
     def layers_per_branch(self):
@@ -191,7 +191,7 @@ class MLP(nn.Module):
         return self.dropout(self.down(h))
 
 
-# --- 3. Attention: causal, GQA, and the cache entry it is handed ----------------------
+# --- 3. Attention: causal, GQA, and the KV cache --------------------------------------
 
 def causal_attention(q, k, v, start=0, dropout_p=0.0):
     """Attention of the queries q (B, H, T, D) at positions start.. over the
@@ -212,6 +212,83 @@ def causal_mask(start, length, device):
     q_pos = torch.arange(start, start + length, device=device)[:, None]
     k_pos = torch.arange(start + length, device=device)[None, :]
     return k_pos <= q_pos
+
+
+class KVCache:
+    """The KV cache of incremental decoding: cache[i] is the entry of the stack's
+    sub-layer i. The cache interface, what the model calls on a cache (also the
+    static ones of tools/fast_sample.py and tools/executorch/export.py):
+      length: the tokens already cached
+      positions(T, device): the positions of the T new tokens
+      cache[key]: an entry; its attend(q, k, v) stores k, v at the new
+          positions and returns the attention of q over every cached key
+      an entry's conv_window(x, n_past): cgpt: x after the n_past inputs before it
+      an entry's positions(T, device): as the cache's (RoPE)
+      advance(T): after the forward, the T new tokens are cached
+      reset(): start a new sequence at position 0, keeping the buffers
+
+    pgpt's branches and Deep Thinking key the entries by more; Deep Thinking
+    uses their `store` itself, which the static caches refuse.
+    """
+
+    def __init__(self, max_len):
+        self.max_len = max_len
+        self.length = 0
+        self.entries = {}
+
+    def __getitem__(self, key):
+        if key not in self.entries:
+            self.entries[key] = CacheEntry(self)
+        return self.entries[key]
+
+    def positions(self, length, device):
+        return torch.arange(self.length, self.length + length, device=device)
+
+    def advance(self, n):
+        self.length += n
+
+    def reset(self):
+        self.length = 0
+
+
+class CacheEntry:
+    """One application of a layer: keys and values (B, H_kv, max_len, D).
+
+    cgpt: its last kernel-1 inputs."""
+
+    def __init__(self, cache):
+        self.cache = cache
+        self.keys = None
+        self.values = None
+        self.conv_tail = None
+
+    def positions(self, length, device):
+        return self.cache.positions(length, device)
+
+    def attend(self, q, k, v):
+        keys, values = self.store(k, v)
+        return causal_attention(q, keys, values, start=self.cache.length)
+
+    def store(self, k, v):
+        """Write k, v at positions length.. (the model advances length after its
+        forward); return the keys and values up to them."""
+        if self.keys is None:
+            B, H, _, D = k.shape
+            self.keys = k.new_zeros(B, H, self.cache.max_len, D)
+            self.values = v.new_zeros(B, H, self.cache.max_len, D)
+        start = self.cache.length
+        end = start + k.size(2)
+        self.keys[:, :, start:end] = k
+        self.values[:, :, start:end] = v
+        return self.keys[:, :, :end], self.values[:, :, :end]
+
+    def conv_window(self, x, n_past):
+        if self.conv_tail is None or self.cache.length == 0:   # zeros before position 0
+            window = F.pad(x, (0, 0, n_past, 0))
+        else:
+            window = torch.cat([self.conv_tail, x], dim=1)
+        self.conv_tail = window[:, window.size(1) - n_past:]
+        return window
 
 
 class CausalSelfAttention(nn.Module):
@@ -238,7 +315,7 @@ class CausalSelfAttention(nn.Module):
             self.register_buffer("rope_sin", sin, persistent=False)
 
     def forward(self, x, cache=None):
-        """cache: this layer's entry of the KV cache (section 9), which stores
+        """cache: this layer's entry of the KV cache (above), which stores
         k, v and attends; else None.
 
         Deep Thinking's entries (section 8) stand in likewise."""
@@ -323,7 +400,7 @@ class DecoderStack(nn.Module):
             add_shrinks(self, config)   # section 6
 
     def forward(self, x, cache=None):
-        """Sub-layer i gets cache[i], its entry of a KV cache (section 9)."""
+        """Sub-layer i gets cache[i], its entry of a KV cache (section 3)."""
         for i, layer in enumerate(self.layers):
             x = layer(x, None if cache is None else cache[i])
         return x
@@ -397,7 +474,9 @@ class LinearShrink(nn.Module):
 
 def add_shrinks(stack, config):
     """A shrink wherever the width halves: after the FFN (mlp[layer]) of each
-    layer whose next layer is narrower; built last (the init's draw order).
+    layer whose next layer is narrower (4 layers, shrink_every=2: attn0 mlp0
+    attn1 mlp1 shrink0 attn2 mlp2 attn3 mlp3); built last (init_gpt2 draws in
+    module order).
 
     lgpt/cgpt's layers are never shared."""
     shrink_cls = ConvShrink if config.shrink_layer == "conv" else LinearShrink
@@ -500,6 +579,19 @@ class TokenEmbedding(nn.Module):
         return h @ self.wte.weight.t()
 
 
+def sample_next(logits, temperature=1.0, top_k=None, generator=None):
+    """The next token from last-position logits (B, V): greedy at temperature
+    0, else sampled (from the top_k)."""
+    if temperature == 0:
+        return logits.argmax(dim=-1, keepdim=True)
+    logits = logits.float() / temperature
+    if top_k is not None and top_k < logits.size(-1):
+        kth = torch.topk(logits, top_k).values[:, [-1]]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = F.softmax(logits, dim=-1)
+    return torch.multinomial(probs, num_samples=1, generator=generator)
+
+
 class GPT(nn.Module):
 
     def __init__(self, config):
@@ -542,7 +634,7 @@ class GPT(nn.Module):
 
     def forward(self, idx, targets=None, cache=None, all_logits=False):
         """idx (B, T) -> (logits, loss). Without targets: the last position's
-        logits only, unless all_logits. With a cache (section 9) the tokens
+        logits only, unless all_logits. With a cache (section 3) the tokens
         continue the cached ones."""
         B, T = idx.shape
         start = 0 if cache is None else cache.length
@@ -698,7 +790,7 @@ class DeepThinking:
     Both halves of [M ; K] are causal. M_1 = K_1 is our reading (2.8 leaves
     it undefined); think_memory="first_layer" is the authors' code:
     M_1 = eta*K_1 + (1-eta)*K_1 of the first attention layer. It is each
-    layer's cache entry (section 9): thinking[i] notes the layer i and returns
+    layer's cache entry (section 3): thinking[i] notes the layer i and returns
     itself; with a KV cache the keys and memory of cached positions stay there."""
 
     def __init__(self, config, cache, training):
@@ -763,98 +855,7 @@ class DeepThinking:
         return self.cache[(kind, self.t, self.layer)].store(k, v)
 
 
-# --- 9. The KV cache and sample_next ---------------------------------------------------
-
-class KVCache:
-    """The KV cache of incremental decoding: cache[i] is the entry of the stack's
-    sub-layer i. The cache interface, what the model calls on a cache (also the
-    static ones of tools/fast_sample.py and tools/executorch/export.py):
-      length: the tokens already cached
-      positions(T, device): the positions of the T new tokens
-      cache[key]: an entry; its attend(q, k, v) stores k, v at the new
-          positions and returns the attention of q over every cached key
-      an entry's conv_window(x, n_past): cgpt: x after the n_past inputs before it
-      an entry's positions(T, device): as the cache's (RoPE)
-      advance(T): after the forward, the T new tokens are cached
-      reset(): start a new sequence at position 0, keeping the buffers
-
-    pgpt's branches and Deep Thinking key the entries by more; Deep Thinking
-    uses their `store` itself, which the static caches refuse.
-    """
-
-    def __init__(self, max_len):
-        self.max_len = max_len
-        self.length = 0
-        self.entries = {}
-
-    def __getitem__(self, key):
-        if key not in self.entries:
-            self.entries[key] = CacheEntry(self)
-        return self.entries[key]
-
-    def positions(self, length, device):
-        return torch.arange(self.length, self.length + length, device=device)
-
-    def advance(self, n):
-        self.length += n
-
-    def reset(self):
-        self.length = 0
-
-
-class CacheEntry:
-    """One application of a layer: keys and values (B, H_kv, max_len, D).
-
-    cgpt: its last kernel-1 inputs."""
-
-    def __init__(self, cache):
-        self.cache = cache
-        self.keys = None
-        self.values = None
-        self.conv_tail = None
-
-    def positions(self, length, device):
-        return self.cache.positions(length, device)
-
-    def attend(self, q, k, v):
-        keys, values = self.store(k, v)
-        return causal_attention(q, keys, values, start=self.cache.length)
-
-    def store(self, k, v):
-        """Write k, v at positions length..; return the keys and values up to them."""
-        if self.keys is None:
-            B, H, _, D = k.shape
-            self.keys = k.new_zeros(B, H, self.cache.max_len, D)
-            self.values = v.new_zeros(B, H, self.cache.max_len, D)
-        start = self.cache.length
-        end = start + k.size(2)
-        self.keys[:, :, start:end] = k
-        self.values[:, :, start:end] = v
-        return self.keys[:, :, :end], self.values[:, :, :end]
-
-    def conv_window(self, x, n_past):
-        if self.conv_tail is None or self.cache.length == 0:   # zeros before position 0
-            window = F.pad(x, (0, 0, n_past, 0))
-        else:
-            window = torch.cat([self.conv_tail, x], dim=1)
-        self.conv_tail = window[:, window.size(1) - n_past:]
-        return window
-
-
-def sample_next(logits, temperature=1.0, top_k=None, generator=None):
-    """The next token from last-position logits (B, V): greedy at temperature
-    0, else sampled (from the top_k)."""
-    if temperature == 0:
-        return logits.argmax(dim=-1, keepdim=True)
-    logits = logits.float() / temperature
-    if top_k is not None and top_k < logits.size(-1):
-        kth = torch.topk(logits, top_k).values[:, [-1]]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    probs = F.softmax(logits, dim=-1)
-    return torch.multinomial(probs, num_samples=1, generator=generator)
-
-
-# --- 10. The config's checks (GPTConfig.__post_init__ runs them) ----------------------
+# --- 9. The config's checks (GPTConfig.__post_init__ runs them) -----------------------
 
 # the fields that name a choice, and their allowed values
 CHOICES = dict(norm=("layernorm", "rmsnorm"), norm_placement=("pre", "post"),

@@ -83,8 +83,8 @@ class Source:
                 last = body[0].lineno - 1 if isinstance(body, list) else node.end_lineno
                 self.unit.update(dict.fromkeys(range(node.lineno, last + 1), node.lineno))
         self.name_functions(tree, "")
-        # GPTConfig's checks (__post_init__ and section 10): they run, but the Tracer leaves them out
-        start = next((n + 1 for n, line in enumerate(self.lines) if line.startswith("# --- 10.")), len(self.lines))
+        # GPTConfig's checks (__post_init__ and section 9): they run, but the Tracer leaves them out
+        start = next((n + 1 for n, line in enumerate(self.lines) if line.startswith("# --- 9.")), len(self.lines))
         self.checks = {name for name, line in self.defs.items() if line > start} | {"GPTConfig.__post_init__"}
         self.code = sorted(code & set(self.where))   # the lines outside functions run at import
         following = None

@@ -6,7 +6,7 @@ classes, functions, branches and GPTConfig fields), in model.py's order, with it
 computes exactly what model.py computes for it. Do not edit: regenerate.
 
     made by:  python -m tools.one_file cgpt --out=docs/models/cgpt.py
-    model.py of commit b649488
+    model.py of commit b649488 plus uncommitted changes
 """
 
 import math
@@ -75,7 +75,7 @@ class MLP(nn.Module):
         return self.dropout(self.down(h))
 
 
-# --- 3. Attention: causal, and the cache entry it is handed ---------------------------
+# --- 3. Attention: causal, and the KV cache -------------------------------------------
 
 def causal_attention(q, k, v, start=0, dropout_p=0.0):
     """Attention of the queries q (B, H, T, D) at positions start.. over the
@@ -96,6 +96,76 @@ def causal_mask(start, length, device):
     return k_pos <= q_pos
 
 
+class KVCache:
+    """The KV cache of incremental decoding: cache[i] is the entry of the stack's
+    sub-layer i. The cache interface, what the model calls on a cache (also the
+    static ones of tools/fast_sample.py and tools/executorch/export.py):
+      length: the tokens already cached
+      positions(T, device): the positions of the T new tokens
+      cache[key]: an entry; its attend(q, k, v) stores k, v at the new
+          positions and returns the attention of q over every cached key
+      an entry's conv_window(x, n_past): cgpt: x after the n_past inputs before it
+      advance(T): after the forward, the T new tokens are cached
+      reset(): start a new sequence at position 0, keeping the buffers
+    """
+
+    def __init__(self, max_len):
+        self.max_len = max_len
+        self.length = 0
+        self.entries = {}
+
+    def __getitem__(self, key):
+        if key not in self.entries:
+            self.entries[key] = CacheEntry(self)
+        return self.entries[key]
+
+    def positions(self, length, device):
+        return torch.arange(self.length, self.length + length, device=device)
+
+    def advance(self, n):
+        self.length += n
+
+    def reset(self):
+        self.length = 0
+
+
+class CacheEntry:
+    """One application of a layer: keys and values (B, H_kv, max_len, D).
+
+    cgpt: its last kernel-1 inputs."""
+
+    def __init__(self, cache):
+        self.cache = cache
+        self.keys = None
+        self.values = None
+        self.conv_tail = None
+
+    def attend(self, q, k, v):
+        keys, values = self.store(k, v)
+        return causal_attention(q, keys, values, start=self.cache.length)
+
+    def store(self, k, v):
+        """Write k, v at positions length.. (the model advances length after its
+        forward); return the keys and values up to them."""
+        if self.keys is None:
+            B, H, _, D = k.shape
+            self.keys = k.new_zeros(B, H, self.cache.max_len, D)
+            self.values = v.new_zeros(B, H, self.cache.max_len, D)
+        start = self.cache.length
+        end = start + k.size(2)
+        self.keys[:, :, start:end] = k
+        self.values[:, :, start:end] = v
+        return self.keys[:, :, :end], self.values[:, :, :end]
+
+    def conv_window(self, x, n_past):
+        if self.conv_tail is None or self.cache.length == 0:   # zeros before position 0
+            window = F.pad(x, (0, 0, n_past, 0))
+        else:
+            window = torch.cat([self.conv_tail, x], dim=1)
+        self.conv_tail = window[:, window.size(1) - n_past:]
+        return window
+
+
 class CausalSelfAttention(nn.Module):
     """Causal self-attention, n_head heads."""
 
@@ -112,7 +182,7 @@ class CausalSelfAttention(nn.Module):
         self.resid_dropout = nn.Dropout(config.dropout)
 
     def forward(self, x, cache=None):
-        """cache: this layer's entry of the KV cache (section 9), which stores
+        """cache: this layer's entry of the KV cache (above), which stores
         k, v and attends; else None."""
         B, T, C = x.shape
         # q (B, H, T, D), k and v (B, H_kv, T, D): from one projection
@@ -169,7 +239,7 @@ class DecoderStack(nn.Module):
         add_shrinks(self, config)   # section 6
 
     def forward(self, x, cache=None):
-        """Sub-layer i gets cache[i], its entry of a KV cache (section 9)."""
+        """Sub-layer i gets cache[i], its entry of a KV cache (section 3)."""
         for i, layer in enumerate(self.layers):
             x = layer(x, None if cache is None else cache[i])
         return x
@@ -197,7 +267,9 @@ class ConvShrink(nn.Module):
 
 def add_shrinks(stack, config):
     """A shrink wherever the width halves: after the FFN (mlp[layer]) of each
-    layer whose next layer is narrower; built last (the init's draw order)."""
+    layer whose next layer is narrower (4 layers, shrink_every=2: attn0 mlp0
+    attn1 mlp1 shrink0 attn2 mlp2 attn3 mlp3); built last (init_gpt2 draws in
+    module order)."""
     widths = config.widths()
     stack.shrink = nn.ModuleList()
     for layer in range(len(widths) - 1):
@@ -235,6 +307,19 @@ class TokenEmbedding(nn.Module):
         return self.wte(idx)
 
 
+def sample_next(logits, temperature=1.0, top_k=None, generator=None):
+    """The next token from last-position logits (B, V): greedy at temperature
+    0, else sampled (from the top_k)."""
+    if temperature == 0:
+        return logits.argmax(dim=-1, keepdim=True)
+    logits = logits.float() / temperature
+    if top_k is not None and top_k < logits.size(-1):
+        kth = torch.topk(logits, top_k).values[:, [-1]]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = F.softmax(logits, dim=-1)
+    return torch.multinomial(probs, num_samples=1, generator=generator)
+
+
 class GPT(nn.Module):
     def __init__(self, config):
         super().__init__()
@@ -258,7 +343,7 @@ class GPT(nn.Module):
 
     def forward(self, idx, targets=None, cache=None, all_logits=False):
         """idx (B, T) -> (logits, loss). Without targets: the last position's
-        logits only, unless all_logits. With a cache (section 9) the tokens
+        logits only, unless all_logits. With a cache (section 3) the tokens
         continue the cached ones."""
         B, T = idx.shape
         start = 0 if cache is None else cache.length
@@ -331,90 +416,6 @@ class GPT(nn.Module):
                 on_token(idx_next[0, 0])
         self.train(was_training)
         return idx
-
-
-# --- 9. The KV cache and sample_next ---------------------------------------------------
-
-class KVCache:
-    """The KV cache of incremental decoding: cache[i] is the entry of the stack's
-    sub-layer i. The cache interface, what the model calls on a cache (also the
-    static ones of tools/fast_sample.py and tools/executorch/export.py):
-      length: the tokens already cached
-      positions(T, device): the positions of the T new tokens
-      cache[key]: an entry; its attend(q, k, v) stores k, v at the new
-          positions and returns the attention of q over every cached key
-      an entry's conv_window(x, n_past): cgpt: x after the n_past inputs before it
-      advance(T): after the forward, the T new tokens are cached
-      reset(): start a new sequence at position 0, keeping the buffers
-    """
-
-    def __init__(self, max_len):
-        self.max_len = max_len
-        self.length = 0
-        self.entries = {}
-
-    def __getitem__(self, key):
-        if key not in self.entries:
-            self.entries[key] = CacheEntry(self)
-        return self.entries[key]
-
-    def positions(self, length, device):
-        return torch.arange(self.length, self.length + length, device=device)
-
-    def advance(self, n):
-        self.length += n
-
-    def reset(self):
-        self.length = 0
-
-
-class CacheEntry:
-    """One application of a layer: keys and values (B, H_kv, max_len, D).
-
-    cgpt: its last kernel-1 inputs."""
-
-    def __init__(self, cache):
-        self.cache = cache
-        self.keys = None
-        self.values = None
-        self.conv_tail = None
-
-    def attend(self, q, k, v):
-        keys, values = self.store(k, v)
-        return causal_attention(q, keys, values, start=self.cache.length)
-
-    def store(self, k, v):
-        """Write k, v at positions length..; return the keys and values up to them."""
-        if self.keys is None:
-            B, H, _, D = k.shape
-            self.keys = k.new_zeros(B, H, self.cache.max_len, D)
-            self.values = v.new_zeros(B, H, self.cache.max_len, D)
-        start = self.cache.length
-        end = start + k.size(2)
-        self.keys[:, :, start:end] = k
-        self.values[:, :, start:end] = v
-        return self.keys[:, :, :end], self.values[:, :, :end]
-
-    def conv_window(self, x, n_past):
-        if self.conv_tail is None or self.cache.length == 0:   # zeros before position 0
-            window = F.pad(x, (0, 0, n_past, 0))
-        else:
-            window = torch.cat([self.conv_tail, x], dim=1)
-        self.conv_tail = window[:, window.size(1) - n_past:]
-        return window
-
-
-def sample_next(logits, temperature=1.0, top_k=None, generator=None):
-    """The next token from last-position logits (B, V): greedy at temperature
-    0, else sampled (from the top_k)."""
-    if temperature == 0:
-        return logits.argmax(dim=-1, keepdim=True)
-    logits = logits.float() / temperature
-    if top_k is not None and top_k < logits.size(-1):
-        kth = torch.topk(logits, top_k).values[:, [-1]]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    probs = F.softmax(logits, dim=-1)
-    return torch.multinomial(probs, num_samples=1, generator=generator)
 
 
 # --- This file only: GPTConfig from a checkpoint of model.py --------------------------

@@ -6,7 +6,7 @@ classes, functions, branches and GPTConfig fields), in model.py's order, with it
 computes exactly what model.py computes for it. Do not edit: regenerate.
 
     made by:  python -m tools.one_file layer_sharing --out=docs/models/layer_sharing.py
-    model.py of commit b649488
+    model.py of commit b649488 plus uncommitted changes
 """
 
 import math
@@ -99,7 +99,7 @@ class MLP(nn.Module):
         return self.dropout(self.down(h))
 
 
-# --- 3. Attention: causal, GQA, and the cache entry it is handed ----------------------
+# --- 3. Attention: causal, GQA, and the KV cache --------------------------------------
 
 def causal_attention(q, k, v, start=0, dropout_p=0.0):
     """Attention of the queries q (B, H, T, D) at positions start.. over the
@@ -121,6 +121,64 @@ def causal_mask(start, length, device):
     return k_pos <= q_pos
 
 
+class KVCache:
+    """The KV cache of incremental decoding: cache[i] is the entry of the stack's
+    sub-layer i. The cache interface, what the model calls on a cache (also the
+    static ones of tools/fast_sample.py and tools/executorch/export.py):
+      length: the tokens already cached
+      positions(T, device): the positions of the T new tokens
+      cache[key]: an entry; its attend(q, k, v) stores k, v at the new
+          positions and returns the attention of q over every cached key
+      advance(T): after the forward, the T new tokens are cached
+      reset(): start a new sequence at position 0, keeping the buffers
+    """
+
+    def __init__(self, max_len):
+        self.max_len = max_len
+        self.length = 0
+        self.entries = {}
+
+    def __getitem__(self, key):
+        if key not in self.entries:
+            self.entries[key] = CacheEntry(self)
+        return self.entries[key]
+
+    def positions(self, length, device):
+        return torch.arange(self.length, self.length + length, device=device)
+
+    def advance(self, n):
+        self.length += n
+
+    def reset(self):
+        self.length = 0
+
+
+class CacheEntry:
+    """One application of a layer: keys and values (B, H_kv, max_len, D)."""
+
+    def __init__(self, cache):
+        self.cache = cache
+        self.keys = None
+        self.values = None
+
+    def attend(self, q, k, v):
+        keys, values = self.store(k, v)
+        return causal_attention(q, keys, values, start=self.cache.length)
+
+    def store(self, k, v):
+        """Write k, v at positions length.. (the model advances length after its
+        forward); return the keys and values up to them."""
+        if self.keys is None:
+            B, H, _, D = k.shape
+            self.keys = k.new_zeros(B, H, self.cache.max_len, D)
+            self.values = v.new_zeros(B, H, self.cache.max_len, D)
+        start = self.cache.length
+        end = start + k.size(2)
+        self.keys[:, :, start:end] = k
+        self.values[:, :, start:end] = v
+        return self.keys[:, :, :end], self.values[:, :, :end]
+
+
 class CausalSelfAttention(nn.Module):
     """Causal self-attention, n_head heads.
 
@@ -140,7 +198,7 @@ class CausalSelfAttention(nn.Module):
         self.resid_dropout = nn.Dropout(config.dropout)
 
     def forward(self, x, cache=None):
-        """cache: this layer's entry of the KV cache (section 9), which stores
+        """cache: this layer's entry of the KV cache (above), which stores
         k, v and attends; else None."""
         B, T, C = x.shape
         # q (B, H, T, D), k and v (B, H_kv, T, D): from one projection
@@ -191,7 +249,7 @@ class DecoderStack(nn.Module):
         build_shared_layers(self, config)   # below
 
     def forward(self, x, cache=None):
-        """Sub-layer i gets cache[i], its entry of a KV cache (section 9)."""
+        """Sub-layer i gets cache[i], its entry of a KV cache (section 3)."""
         for i, layer in enumerate(self.layers):
             x = layer(x, None if cache is None else cache[i])
         return x
@@ -261,6 +319,19 @@ class TokenEmbedding(nn.Module):
         return h @ self.wte.weight.t()
 
 
+def sample_next(logits, temperature=1.0, top_k=None, generator=None):
+    """The next token from last-position logits (B, V): greedy at temperature
+    0, else sampled (from the top_k)."""
+    if temperature == 0:
+        return logits.argmax(dim=-1, keepdim=True)
+    logits = logits.float() / temperature
+    if top_k is not None and top_k < logits.size(-1):
+        kth = torch.topk(logits, top_k).values[:, [-1]]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = F.softmax(logits, dim=-1)
+    return torch.multinomial(probs, num_samples=1, generator=generator)
+
+
 class GPT(nn.Module):
     def __init__(self, config):
         super().__init__()
@@ -287,7 +358,7 @@ class GPT(nn.Module):
 
     def forward(self, idx, targets=None, cache=None, all_logits=False):
         """idx (B, T) -> (logits, loss). Without targets: the last position's
-        logits only, unless all_logits. With a cache (section 9) the tokens
+        logits only, unless all_logits. With a cache (section 3) the tokens
         continue the cached ones."""
         B, T = idx.shape
         start = 0 if cache is None else cache.length
@@ -361,78 +432,6 @@ class GPT(nn.Module):
                 on_token(idx_next[0, 0])
         self.train(was_training)
         return idx
-
-
-# --- 9. The KV cache and sample_next ---------------------------------------------------
-
-class KVCache:
-    """The KV cache of incremental decoding: cache[i] is the entry of the stack's
-    sub-layer i. The cache interface, what the model calls on a cache (also the
-    static ones of tools/fast_sample.py and tools/executorch/export.py):
-      length: the tokens already cached
-      positions(T, device): the positions of the T new tokens
-      cache[key]: an entry; its attend(q, k, v) stores k, v at the new
-          positions and returns the attention of q over every cached key
-      advance(T): after the forward, the T new tokens are cached
-      reset(): start a new sequence at position 0, keeping the buffers
-    """
-
-    def __init__(self, max_len):
-        self.max_len = max_len
-        self.length = 0
-        self.entries = {}
-
-    def __getitem__(self, key):
-        if key not in self.entries:
-            self.entries[key] = CacheEntry(self)
-        return self.entries[key]
-
-    def positions(self, length, device):
-        return torch.arange(self.length, self.length + length, device=device)
-
-    def advance(self, n):
-        self.length += n
-
-    def reset(self):
-        self.length = 0
-
-
-class CacheEntry:
-    """One application of a layer: keys and values (B, H_kv, max_len, D)."""
-
-    def __init__(self, cache):
-        self.cache = cache
-        self.keys = None
-        self.values = None
-
-    def attend(self, q, k, v):
-        keys, values = self.store(k, v)
-        return causal_attention(q, keys, values, start=self.cache.length)
-
-    def store(self, k, v):
-        """Write k, v at positions length..; return the keys and values up to them."""
-        if self.keys is None:
-            B, H, _, D = k.shape
-            self.keys = k.new_zeros(B, H, self.cache.max_len, D)
-            self.values = v.new_zeros(B, H, self.cache.max_len, D)
-        start = self.cache.length
-        end = start + k.size(2)
-        self.keys[:, :, start:end] = k
-        self.values[:, :, start:end] = v
-        return self.keys[:, :, :end], self.values[:, :, :end]
-
-
-def sample_next(logits, temperature=1.0, top_k=None, generator=None):
-    """The next token from last-position logits (B, V): greedy at temperature
-    0, else sampled (from the top_k)."""
-    if temperature == 0:
-        return logits.argmax(dim=-1, keepdim=True)
-    logits = logits.float() / temperature
-    if top_k is not None and top_k < logits.size(-1):
-        kth = torch.topk(logits, top_k).values[:, [-1]]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    probs = F.softmax(logits, dim=-1)
-    return torch.multinomial(probs, num_samples=1, generator=generator)
 
 
 # --- This file only: GPTConfig from a checkpoint of model.py --------------------------
