@@ -29,6 +29,10 @@ from safety_net.tokenizers import gpt2_meta
 
 # model keys a start from another checkpoint's weights may change without a note (StartingPoint.restore)
 NOT_NOTED = ("dropout", "block_size", "init_std", "init_scheme", "residual_logit_init")
+# training keys that decide a run's batches and updates: a resume with other values is noted (as nanoGPT, a
+# resume takes them from the command line, not from the checkpoint)
+RECIPE_KEYS = ("dataset", "batch_size", "gradient_accumulation_steps", "learning_rate", "weight_decay", "beta1",
+               "beta2", "grad_clip", "decay_lr", "warmup_iters", "lr_decay_iters", "min_lr", "seed")
 
 
 def prepared_data(config, prepare, rank, world):
@@ -81,6 +85,7 @@ class StartingPoint:
         init_from=<path>: that checkpoint, ours or nanoGPT's, or a Hugging Face model imported
         (load_init_checkpoint); its weights checked by load_checkpoint."""
         self.config = config
+        self.master = master
         self.ckpt = None
         init_from = config["init_from"]
         if init_from == "resume":
@@ -138,11 +143,22 @@ class StartingPoint:
                 raise UserError(f"resume: {key}={args[key]!r} differs from the checkpoint's {key}="
                                 f"{saved.get(key)!r} (fix: drop that override, or start a new run from its "
                                 f"weights: --init_from={ckpt['path']} --out_dir=NEW_DIR --allow_partial_init=True)")
+            self.note_other_recipe()
         # the data's vocab_size is not known yet: 1 (its memory: check, once it is), unless
         # the value here is one GPTConfig refuses
         model_config(dict(args, vocab_size=min(args["vocab_size"], 1)))
         if config["data_segments"]:   # readable, the right kind of array (against the data: check)
             read_segments(config["data_segments"])
+
+    def note_other_recipe(self):
+        """A note when a resume trains with other values of RECIPE_KEYS than its run did: a resume without the
+        run's config file takes the defaults, and no longer repeats the run's batches and losses."""
+        run = self.ckpt.get("config") or {}
+        changed = [f"{k} {run[k]!r} -> {self.config[k]!r}" for k in RECIPE_KEYS
+                   if k in run and run[k] != self.config[k]]
+        if changed and self.master:
+            print(f"note: resuming with other settings than the run's: {', '.join(changed)} (to continue it "
+                  f"exactly, give the run's config file and keys again)", flush=True)
 
     def check(self, args, meta):
         """One line, before anything is built, for what train.py cannot start from once the data is known: a

@@ -765,6 +765,23 @@ def test_an_export_records_its_tokenizer_so_training_on_another_is_refused(expor
     assert f"initialized {n}/{n} tensors from {path}" in capsys.readouterr().out
 
 
+def test_eval_of_an_export_on_another_tokenizers_data_is_refused(exported, tmp_path, capsys):
+    """tools.eval --init_from=<our export> --data_dir=<data of another tokenizer> scored ids that mean other text (the
+    same model and data through --out_dir were refused): the export's recorded tokenizer_id is checked as a
+    checkpoint's; on its own data it scores."""
+    import shutil
+    from conftest import one_error_line
+    from tools import eval as eval_tool
+    folder, data_dir, meta, model = exported("char")
+    other = tmp_path / "other"
+    shutil.copytree(data_dir, other)
+    (other / "meta.json").write_text(json.dumps(dict(meta, chars=meta["chars"][::-1])), encoding="utf-8")
+    args = [f"--init_from={folder}", "--device=cpu", "--batch_size=2"]
+    one_error_line(eval_tool.main, [*args, f"--data_dir={other}"], "another tokenizer")
+    eval_tool.main([*args, f"--data_dir={data_dir}"])
+    assert "ppl" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("trailing", ["", os.sep])
 def test_import_to_a_folder_is_refused_before_the_import_and_its_fix_works(hf_dirs, tmp_path, monkeypatch, trailing):
     """--out=<a folder> was found out after the whole import, with a disk-space hint; now one line first, naming

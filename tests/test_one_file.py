@@ -347,6 +347,14 @@ def test_against_shows_what_one_technique_adds():
     assert any("shrink" in line for line in added) and len(added) < len(lgpt.splitlines()) / 8, added
 
 
+def test_against_names_the_flags_of_its_file(monkeypatch, capsys):
+    """`gpt --mlp_type=gated --against=gpt` labelled both sides of its diff "gpt": the flagged side is named with its
+    flags, as its header names it."""
+    monkeypatch.setattr(one_file, "build", lambda target, overrides=None, *args: f"{target} {overrides}\n")
+    one_file.main(["gpt", "--mlp_type=gated", "--against=gpt"])
+    assert capsys.readouterr().out.splitlines()[:2] == ["--- gpt", "+++ gpt --mlp_type=gated"]
+
+
 def test_bad_input_is_one_error_line():
     one_error_line(one_file.main, ["no_such_model"], "unknown config or variant")
     one_error_line(one_file.main, ["gpt", "lgpt"], "one config_or_variant at most")

@@ -226,6 +226,20 @@ def test_a_resume_on_another_number_of_ranks_says_its_dropout_differs(tiny_train
     assert "random state of" not in capsys.readouterr().out
 
 
+def test_a_resume_with_other_settings_than_its_run_says_so(tiny_train_config, capsys):
+    """A resume takes the training keys from its command line, as nanoGPT's: without the run's config file it trained
+    on at the defaults (batch_size 12, learning rate 1e-3, ...) in silence (a hunt). It is a note now, naming each
+    changed key; the same settings give none."""
+    cfg = dict(tiny_train_config, max_iters=4)
+    run(cfg)
+    capsys.readouterr()
+    run(dict(cfg, init_from="resume", max_iters=6))
+    assert "note: resuming with other settings" not in capsys.readouterr().out
+    run(dict(cfg, init_from="resume", max_iters=8, batch_size=12, learning_rate=1e-3))
+    out = capsys.readouterr().out
+    assert "note: resuming with other settings than the run's: batch_size 8 -> 12, learning_rate 0.003 -> 0.001" in out
+
+
 def test_ctrl_c_saves_last_pt(tiny_train_config, capsys):
     summary = run(tiny_train_config, callback=Recorder(stop_at=3))
     assert summary["interrupted"] and summary["iter_num"] == 3

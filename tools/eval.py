@@ -48,7 +48,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from tools.huggingface.convert import load_pretrained
+from tools.huggingface.convert import load_pretrained, recorded_tokenizer_id
 from tools.huggingface.tokenizer import tokenizer_for
 from safety_net.checkpoint import load_model
 from safety_net.configurator import UserError, run_command
@@ -395,7 +395,7 @@ def run_eval(cfg):
     dtype = getattr(torch, resolve_dtype(cfg["dtype"], device))
     if cfg["init_from"]:
         model, info = load_pretrained(cfg["init_from"], device)
-        ckpt = {"path": info["source"], "iter_num": "pretrained"}
+        ckpt = {"path": info["source"], "iter_num": "pretrained", "tokenizer_id": recorded_tokenizer_id(info)}
     else:
         model, ckpt = load_model(cfg["out_dir"], device)
         info = None

@@ -1299,13 +1299,18 @@ def header(target, flags, out):
             f'"""')
 
 
+def flags_of(overrides, keep_heaviest_branch):
+    """The command-line arguments a file is made with, as its header and a diff name them."""
+    return technique_lines.flag_texts(overrides or {}) + ["--keep_heaviest_branch"] * keep_heaviest_branch
+
+
 def make(target, overrides=None, out=None, keep_heaviest_branch=False):
     """(the text of target's file, the model's arguments it was traced with), the file checked to compute what
     model.py computes before anything is printed or written."""
     tracer, ran_args, full_args = run(target, overrides, keep_heaviest_branch)
     with open(MODEL, encoding="utf-8") as f:
         model_py = f.read()
-    flags = technique_lines.flag_texts(overrides or {}) + ["--keep_heaviest_branch"] * keep_heaviest_branch
+    flags = flags_of(overrides, keep_heaviest_branch)
     head = header(target, flags, out)
     text = specialise(model_py, tracer, ran_args, full_args, head)
     name = " ".join([target, *flags])
@@ -1482,10 +1487,12 @@ def command(config, explicit):
     if out:
         # lgpt, config/lgpt_....py; an existing file only if this command wrote it
         check_out_file(out, os.path.basename(target).removesuffix(".py") + ".py", marker=OWN_MARK)
-    text = build(target, technique_lines.train_keys(config, explicit), out or None, config["keep_heaviest_branch"])
+    overrides = technique_lines.train_keys(config, explicit)
+    text = build(target, overrides, out or None, config["keep_heaviest_branch"])
     if against:
         other = build(against)
-        print("\n".join(diff(other, text, against, target)))
+        name = " ".join([target, *flags_of(overrides, config["keep_heaviest_branch"])])   # the flags: not against's
+        print("\n".join(diff(other, text, against, name)))
     elif out:
         with atomic_open(out) as f:
             f.write(text.encode("utf-8"))

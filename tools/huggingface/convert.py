@@ -387,10 +387,15 @@ def save_imported(name_or_dir, out, say=None):
     for train.py --init_from=<file> (weights only), written by `import`."""
     from safety_net.checkpoint import save_checkpoint
     model, info = load_pretrained(name_or_dir, say=say)
-    # our exports record their dataset's tokenizer (export): train.py refuses data of another; others record none
-    recorded = info["hf_config"].get("tokenizer_id")
     save_checkpoint(out, model.state_dict(), dataclasses.asdict(model.config), source=info["source"],
-                    tokenizer_id=recorded if isinstance(recorded, str) else None)
+                    tokenizer_id=recorded_tokenizer_id(info))
+
+
+def recorded_tokenizer_id(info):
+    """The tokenizer_id our exports record in config.json (export), from load_pretrained's info; None for other
+    models. With it, train.py and tools.eval refuse data of another tokenizer."""
+    recorded = info["hf_config"].get("tokenizer_id")
+    return recorded if isinstance(recorded, str) else None
 
 
 def describe(config):
