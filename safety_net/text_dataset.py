@@ -24,16 +24,19 @@ DATA_FILES = ("train.bin", "val.bin", "test.bin", "meta.json", "coverage.png")  
 def begin_writing(out_dir):
     """Called once the inputs are read and checked, before the first file is written. meta.json marks a
     complete folder, so an old one goes first: a run stopped halfway must not leave new token files under
-    the old vocabulary. Temporary files a killed earlier run left behind are removed (and reported)."""
+    the old vocabulary. Then the old dataset's other files: a split or figure the new one does not write (a
+    test.bin) would be read as its own. Temporary files a killed earlier run left behind are removed (and
+    reported)."""
     os.makedirs(out_dir, exist_ok=True)
     remove_stale_temp_files(out_dir, DATA_FILES)
-    try:
-        os.remove(os.path.join(out_dir, "meta.json"))
-    except FileNotFoundError:
-        pass
-    except OSError as e:
-        raise UserError(f"cannot replace {os.path.join(out_dir, 'meta.json')}: {e.strerror} "
-                        f"(fix: choose a writable --out_dir)") from None
+    for name in ["meta.json"] + [n for n in DATA_FILES if n != "meta.json"]:
+        try:
+            os.remove(os.path.join(out_dir, name))
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            raise UserError(f"cannot replace {os.path.join(out_dir, name)}: {e.strerror} "
+                            f"(fix: choose a writable --out_dir)") from None
 
 
 def write_meta(out_dir, meta):

@@ -172,7 +172,7 @@ def test_program_equals_eager(exported_checkpoint):
 
 
 @pytest.mark.slow
-def test_runner_prints_the_text_of_sample_py(exported_checkpoint, capsys):
+def test_runner_prints_the_text_of_sample_py(exported_checkpoint, capsys, tmp_path):
     """The runner (ExecuTorch runtime + tokenizer file) prints sample.py's text: same prompt, seed, sampling. It
     samples with torch on one thread (ExecuTorch's pool has the cores), whatever torch had before."""
     import sample
@@ -188,6 +188,12 @@ def test_runner_prints_the_text_of_sample_py(exported_checkpoint, capsys):
     sample.main([f"--out_dir={out_dir}", *options, "--num_samples=2", "--device=cpu"])
     assert ours == capsys.readouterr().out
     assert ours.startswith("War is ") and len(ours) > 2 * 40
+    prompt = tmp_path / "prompt.txt"   # FILE:path, as sample.py reads it (the text with its CRLF as "\n")
+    prompt.write_bytes(b"War\r\nis ")
+    run.main([f"--pte={pte}", f"--start=FILE:{prompt}", *options[1:], "--num_samples=1"])
+    ours = capsys.readouterr().out
+    sample.main([f"--out_dir={out_dir}", f"--start=FILE:{prompt}", *options[1:], "--num_samples=1", "--device=cpu"])
+    assert ours == capsys.readouterr().out and ours.startswith("War\nis ")
 
 
 @pytest.mark.slow
@@ -197,7 +203,22 @@ def test_bad_input_is_one_line(exported_checkpoint, tmp_path):
     one_error_line(export.main, [f"--out_dir={out_dir}", f"--pte={tmp_path / 'm.bin'}"], ".pte")
     assert not list(tmp_path.iterdir())
     one_error_line(run.main, [f"--pte={tmp_path / 'none.pte'}"], "no program")
-    one_error_line(run.main, [f"--pte={pte}", "--start=War is ~"], "encode")
+    one_error_line(run.main, [f"--pte={pte}", "--start=War is ~"], "characters not in the vocabulary: '~'")
+
+
+def test_the_runner_reads_start_as_sample_py_does(tmp_path):
+    """--start=FILE:path was sampled as the literal text "FILE:..." (a hunt): it is read as sample.py reads it (a
+    missing file: one line, before the program is loaded), and a character the vocabulary lacks is named as
+    sample.py names it (it was the tokenizers library's "Missing [UNK] token")."""
+    import json
+    from tokenizers import Tokenizer
+    from tools.huggingface.tokenizer import char_level
+    one_error_line(run.main, [f"--pte={tmp_path / 'none.pte'}", f"--start=FILE:{tmp_path / 'none.txt'}"],
+                   "cannot read the start file")
+    tokenizer = Tokenizer.from_str(json.dumps(char_level(CHARS)))
+    assert run.encode(tokenizer, "War", -1) == [CHARS.index(c) for c in "War"]
+    with pytest.raises(UserError, match=r"characters not in the vocabulary: '~', '☃' \(fix: remove them"):
+        run.encode(tokenizer, "War ☃~", -1)
 
 
 def test_deep_thinking_is_refused_in_one_line():

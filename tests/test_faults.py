@@ -667,6 +667,22 @@ def test_compare_dir_that_is_a_file(tmp_path):
     assert r.returncode == 1 and r.stderr.strip().startswith("error: ") and "Traceback" not in r.stderr, r.stderr
 
 
+def test_bench_of_a_config_file_whose_dataset_is_not_prepared_is_one_line(tmp_path, monkeypatch, capsys):
+    """tools.bench config/gpt_shakespeare.py from a folder without data/shakespeare_char measured GPTConfig's 50304-token
+    vocabulary (30M parameters where train.py builds 10.8M) in silence (a hunt): one line naming the dataset and its
+    command now; with vocab_size set in the file, it measures."""
+    from conftest import one_error_line
+    from tools import bench
+    monkeypatch.chdir(tmp_path)
+    path = os.path.join(ROOT, "config", "gpt_shakespeare.py")
+    one_error_line(bench.main, [path, "--dry_run=True"], "data/shakespeare_char is not prepared",
+                   "python prepare.py shakespeare_char")
+    own = tmp_path / "own.py"
+    own.write_text(open(path).read() + "\nvocab_size = 65\n")
+    bench.main([str(own), "--dry_run=True"])
+    assert "10.77M" in capsys.readouterr().out
+
+
 def test_bench_refuses_nonpositive_counts(tmp_path):
     r = subprocess.run([sys.executable, "-m", "tools.bench", "--variants=gpt", "--measure=sample",
                         "--gen_tokens=-5", "--device=cpu", "--n_layer=1", "--n_embd=16", "--n_head=2",

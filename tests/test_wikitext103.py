@@ -117,7 +117,7 @@ def test_wikitext_that_is_not_utf8_leaves_the_folder_as_it_was(tmp_path, offline
         for split, name in WIKI_FILES.items():
             raw = "".join(WIKI[split]).encode("utf-8")
             zf.writestr(f"wikitext-103-raw/{name}", raw[:40] + b"\xff\xfe" + raw[40:] if split == "val" else raw)
-    one_error_line(main, ["--source", str(path), "--out_dir", str(out)],
+    one_error_line(main, ["--source", str(path), "--out_dir", str(out), "--force"],   # --force: over another dataset
                    "the val split is not UTF-8 text", "invalid start byte at byte 40")
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
 
@@ -185,3 +185,25 @@ def test_command_line_names_and_default_folders(tmp_path, monkeypatch, gpt2_file
                    "(fix: python -m tools.pangu.compact_vocab shakespeare --vocab_size 300)")
     one_error_line(main, ["--vocab_size=256", "--source", source], "vocab_size must be in [257, 50257]")
     assert sorted(os.listdir("data")) == ["wikitext103", "wikitext103_v300"]
+
+
+def test_an_out_dir_of_another_dataset_or_a_run_is_refused_before_reading(tmp_path, gpt2_file, offline):
+    """--out_dir over another dataset replaced it without --force, and over a training run's folder wrote beside its
+    checkpoints (a hunt): prepare.py's rules, one line before the archive is read; --force replaces, and the same
+    dataset is prepared again."""
+    import json
+    source = make_wikitext(tmp_path, "folder")
+    other = tmp_path / "notes_char"
+    other.mkdir()
+    (other / "meta.json").write_text(json.dumps({"dataset": "notes_char", "vocab_size": 3, "chars": ["a", "b", "c"]}))
+    one_error_line(main, [f"--out_dir={other}", "--source", source, "--num_proc=1"],
+                   "holds the dataset 'notes_char', not wikitext103", "--force")
+    assert sorted(os.listdir(other)) == ["meta.json"]
+    run = tmp_path / "out"
+    run.mkdir()
+    (run / "ckpt.pt").write_bytes(b"a run's")
+    one_error_line(main, [f"--out_dir={run}", "--source", source, "--num_proc=1"], "training run's folder")
+    assert sorted(os.listdir(run)) == ["ckpt.pt"]
+    main([f"--out_dir={other}", "--source", source, "--num_proc=1", "--force"])
+    main([f"--out_dir={other}", "--source", source, "--num_proc=1"])   # the same dataset: again
+    assert read_meta(other)["dataset"] == "wikitext103"

@@ -11,7 +11,9 @@ perplexity). The text comes from --source (or WIKITEXT103_SOURCE: wikitext-103-r
 folder), else a previous download in the output folder, else a download (checked by size and sha256).
 --gpt2_ranks (GPT2_TIKTOKEN_FILE): a local gpt2.tiktoken. --num_proc: tokenizer worker processes (default: all
 CPUs). --vocab_size K: the K GPT-2 tokens most frequent in the training split (tools/pangu/compact_vocab.py),
-with its coverage / PEHL report for --n_layer / --n_embd and coverage.png (--no_plot: none).
+with its coverage / PEHL report for --n_layer / --n_embd and coverage.png (--no_plot: none). An --out_dir that
+holds another dataset (prepare.py's, or the other vocabulary's) is replaced only with --force, as prepare.py's
+rule; a training run's folder never.
 Tokenization throughput: python -m tools.bench_tokenize.
 """
 import contextlib
@@ -26,7 +28,8 @@ from tools.pangu.compact_vocab import REPORT_DEFAULTS, build_compact, check_posi
 from safety_net.configurator import UserError, run_command
 from safety_net.configurator import one_line
 from safety_net.download import Progress, download
-from safety_net.fileio import atomic_open, check_out_dir
+from safety_net.dataset import load_meta
+from safety_net.fileio import atomic_open, check_not_a_run_folder, check_out_dir
 from safety_net.text_dataset import begin_writing, write_meta
 from safety_net.tokenizers import GPT2_EOT_ID, GPT2_VOCAB_SIZE, Vocabulary, get_gpt2_encoding, gpt2_meta
 
@@ -280,7 +283,20 @@ def prepare_wikitext103(out_dir, source=None, gpt2_ranks=None, vocab_size=None, 
     write_meta(out_dir, meta)
 
 
-def prepare(dataset="wikitext103", out_dir=None, vocab_size=None, n_layer=12, n_embd=768, num_proc=None, **opts):
+def check_other_dataset(out_dir, name, force):
+    """One line when out_dir holds a complete dataset other than `name` (another text's, or the other
+    vocabulary's), unless force: prepare.py's rule. The same dataset is prepared again (an interrupted run)."""
+    try:
+        old = load_meta(out_dir)
+    except UserError:   # none there, or an interrupted preparation's
+        return
+    if old.get("dataset") != name and not force:
+        raise UserError(f"{out_dir} holds the dataset {old.get('dataset')!r}, not {name} (fix: --force to replace "
+                        f"it, or another --out_dir)")
+
+
+def prepare(dataset="wikitext103", out_dir=None, vocab_size=None, n_layer=12, n_embd=768, num_proc=None,
+            force=False, **opts):
     """Prepare WikiText-103 into out_dir (default data/wikitext103, or data/wikitext103_v<K> with a compact
     vocab_size K, also given by dataset 'wikitext103_vK'). Options: source, gpt2_ranks, plot. Returns out_dir."""
     vocab_size = compact_size(dataset, "wikitext103", vocab_size, tool="tools.wikitext103")
@@ -289,6 +305,8 @@ def prepare(dataset="wikitext103", out_dir=None, vocab_size=None, n_layer=12, n_
     name = f"wikitext103_v{vocab_size}" if vocab_size else "wikitext103"
     out_dir = out_dir or os.path.join("data", name)
     check_out_dir(out_dir)   # a file, or not writable: one line now, not a traceback later
+    check_not_a_run_folder(out_dir, "out_dir", f"--out_dir=data/{name}, a folder of its own")
+    check_other_dataset(out_dir, name, force)
     prepare_wikitext103(out_dir, vocab_size=vocab_size, num_proc=num_proc, n_layer=n_layer, n_embd=n_embd,
                         dataset=name, **opts)
     print(f"wrote {out_dir}")
@@ -302,9 +320,10 @@ DEFAULTS = dict(
     gpt2_ranks="",           # local gpt2.tiktoken ranks file ("" = env GPT2_TIKTOKEN_FILE)
     num_proc=0,              # tokenizer worker processes; not given: all CPUs
     out_dir="",              # output folder ("" = data/wikitext103, or data/wikitext103_v<K>)
+    force=False,             # replace another dataset in out_dir
     **REPORT_DEFAULTS,
 )
-BOOL_FLAGS = ("no_plot",)
+BOOL_FLAGS = ("no_plot", "force")
 
 
 def main(argv=None):
@@ -315,7 +334,7 @@ def run(config, explicit):
     return prepare(config["dataset"], out_dir=config["out_dir"] or None, vocab_size=given(config, explicit, "vocab_size"),
                    n_layer=config["n_layer"], n_embd=config["n_embd"], num_proc=given(config, explicit, "num_proc"),
                    source=config["source"] or None, gpt2_ranks=config["gpt2_ranks"] or None,
-                   plot=not config["no_plot"])
+                   plot=not config["no_plot"], force=config["force"])
 
 
 if __name__ == "__main__":

@@ -9,7 +9,8 @@ import os
 from model import GPTConfig
 from safety_net.build import check_optional_types, gpt_config_defaults, load_variant, model_args
 from safety_net.configurator import UserError, load_config
-from safety_net.dataset import dataset_vocab_size
+from safety_net.dataset import dataset_vocab_size, default_data_dir
+from safety_net.text_dataset import tool_command
 
 
 def variant_entry(name, cfg, cli_model):
@@ -22,7 +23,12 @@ def file_entry(path, cfg, cli_model, batch_explicit):
     """One model from a train.py config file: train.py's defaults <- the file; vocab from the dataset."""
     import train
     tcfg, texplicit = load_config(train.DEFAULTS, [path])
-    args = model_args(tcfg, texplicit, vocab_size=dataset_vocab_size(tcfg))   # as train.py: the dataset's vocab
+    vocab = dataset_vocab_size(tcfg)   # as train.py: the dataset's vocab
+    if vocab is None and "vocab_size" not in texplicit:   # else GPTConfig's 50304: another model's size
+        how = tool_command(tcfg["dataset"]) or f"python prepare.py {tcfg['dataset']}"
+        raise UserError(f"{path}: its dataset {default_data_dir(tcfg)} is not prepared, so the vocab_size that sizes "
+                        f"its model is unknown (fix: {how}, from this folder, or set vocab_size)")
+    args = model_args(tcfg, texplicit, vocab_size=vocab)
     batch = None if batch_explicit else tcfg.get("batch_size")
     return finish_entry(os.path.splitext(os.path.basename(path))[0], args, cfg, cli_model, batch)
 

@@ -30,7 +30,7 @@ from safety_net.tokenizers import GPT2_EOT
 DEFAULTS = dict(
     pte="model.pte",        # the program; its tokenizer is <name>.tokenizer.json beside it
     tokenizer="",           # "" = the one beside the program
-    start="\n",             # prompt text
+    start="\n",             # prompt text, or FILE:path (sample.py's --start)
     num_samples=1,
     max_new_tokens=200,
     temperature=0.8,        # 0 = greedy
@@ -193,6 +193,10 @@ def encode(tokenizer, text, eot_token):
     try:
         ids = tokenizer.encode(text, add_special_tokens=False).ids
     except Exception as e:   # e.g. a character the char-level vocabulary lacks (WordLevel has no unknown token)
+        unknown = sorted(set(text) - set(tokenizer.get_vocab()))   # a char-level vocabulary's tokens: its characters
+        if unknown:   # named, as sample.py names them
+            raise UserError(f"characters not in the vocabulary: {', '.join(repr(ch) for ch in unknown)} (fix: remove "
+                            f"them from --start)") from None
         raise UserError(f"cannot encode --start ({str(e).splitlines()[0]}) (fix: change --start)") from None
     if not ids:
         if eot_token < 0:
@@ -203,7 +207,7 @@ def encode(tokenizer, text, eot_token):
 
 def run(cfg):
     from safety_net.runtime import check_num_threads, check_seed
-    from safety_net.sampling import check_temperature
+    from safety_net.sampling import check_temperature, read_prompt
     from safety_net.tokenizers import TextStream
     from tools.huggingface.tokenizer import TokenBytes
     from tools.executorch.export import tokenizer_path
@@ -213,6 +217,7 @@ def run(cfg):
     check_temperature(cfg["temperature"])
     check_seed(cfg["seed"])
     check_num_threads(cfg["num_threads"])
+    start = read_prompt(cfg["start"])   # the text, or FILE:path's, as sample.py reads it
     if not os.path.isfile(cfg["pte"]):
         raise UserError(f"no program at {cfg['pte']} (fix: python -m tools.executorch.export --pte={cfg['pte']})")
     probe_program(cfg["pte"])   # first: the child must not inherit threads
@@ -226,13 +231,13 @@ def run(cfg):
     tokenizer = load_tokenizer(path)
     program = Program(cfg["pte"])
     check_pair(program, tokenizer, cfg["pte"], path)
-    start_ids = encode(tokenizer, cfg["start"], program.eot_token)
+    start_ids = encode(tokenizer, start, program.eot_token)
     generator = torch.Generator().manual_seed(cfg["seed"])
     t0, n_new = time.perf_counter(), 0
     stream = TextStream(token_bytes=TokenBytes(tokenizer))
     n_tokens = max(tokenizer.get_vocab(with_added_tokens=True).values()) + 1   # its ids: 0 .. n_tokens - 1
     for _ in range(cfg["num_samples"]):
-        stream.write(cfg["start"])   # the prompt as given; then each token as it comes (Ctrl-C: exit 130)
+        stream.write(start)   # the prompt as given; then each token as it comes (Ctrl-C: exit 130)
         for token in sampled(program, start_ids, cfg["max_new_tokens"], cfg["temperature"], cfg["top_k"],
                              generator, n_tokens):
             stream.add_token(token)

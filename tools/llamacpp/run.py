@@ -117,7 +117,9 @@ def encode_exactly(llm, text, path):
 
 def run(cfg):
     from safety_net.runtime import check_num_threads
+    from safety_net.sampling import read_prompt
     check_num_threads(cfg["num_threads"])
+    start = read_prompt(cfg["start"])   # the text, or FILE:path's, as sample.py reads it
     if not isinstance(cfg["max_new_tokens"], int) or cfg["max_new_tokens"] < 1:
         raise UserError(f"--max_new_tokens must be a positive integer, got {cfg['max_new_tokens']!r} "
                         f"(fix: e.g. --max_new_tokens=200)")
@@ -130,11 +132,11 @@ def run(cfg):
     except ValueError as e:   # llama_cpp's answer to a file llama.cpp cannot load
         raise UserError(f"llama.cpp cannot load {cfg['gguf']} ({e}) (fix: write it with python -m "
                         f"tools.llamacpp.export)") from None
-    ids = encode_exactly(llm, cfg["start"], cfg["gguf"])
+    ids = encode_exactly(llm, start, cfg["gguf"])
     if not ids:
         raise UserError("--start is empty (fix: give at least one character)")
     t0 = time.perf_counter()
-    stream_text(llm, cfg["start"], ids, cfg["max_new_tokens"])
+    stream_text(llm, start, ids, cfg["max_new_tokens"])
     dt = time.perf_counter() - t0
     print(f"{cfg['max_new_tokens']} tokens in {dt:.2f}s ({cfg['max_new_tokens'] / max(dt, 1e-9):.1f} tokens/s)",
           file=sys.stderr)
