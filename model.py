@@ -5,7 +5,7 @@ GPTConfig flag (paper 003's tokenizer, inheritance and training rules are tools/
 Read top to bottom; a technique's code runs only when its flag is on:
   1. GPTConfig       the flags, and the sizes derived from them
   2. blocks          norms, sinusoidal and RoPE positions, MLP (or SwiGLU)
-  3. attention       causal, GQA; the KV cache (an entry per layer)
+  3. attention       causal, GQA; the KV cache (an entry per layer applied)
   4. residuals       pre- or post-norm, plain or Enhanced Residual
   5. DecoderStack    the layers as applied; layer sharing, ShishuLM
   6. lgpt/cgpt       width halving

@@ -77,8 +77,11 @@ def resolve_data_dir(ckpt, override=""):
     if ckpt.get("tokenizer_id") and ckpt["tokenizer_id"] != tokenizer_id(load_meta(data_dir)):
         source = ckpt.get("path", "the checkpoint")
         if override:
-            raise UserError(f"{data_dir} has another tokenizer than the one {source} was trained with (dataset "
-                            f"{ckpt.get('dataset')}) (fix: --data_dir=<that dataset>, or drop it)")
+            # a Hugging Face export records no dataset, and has no folder to fall back on
+            dataset = f" (dataset {ckpt['dataset']})" if ckpt.get("dataset") else ""
+            drop = ", or drop it" if ckpt.get("data_dir") else ""
+            raise UserError(f"{data_dir} has another tokenizer than the one {source} was trained with{dataset} "
+                            f"(fix: --data_dir=<a dataset of that tokenizer>{drop})")
         # the recorded folder was prepared again since, e.g. from another text: its ids now mean other text
         raise UserError(f"{data_dir}, the dataset {source} was trained on, has been prepared again with another "
                         f"tokenizer since (fix: prepare it again as it was for that run, or pass --data_dir=<a "

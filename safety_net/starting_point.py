@@ -31,8 +31,18 @@ from safety_net.tokenizers import gpt2_meta
 NOT_NOTED = ("dropout", "block_size", "init_std", "init_scheme", "residual_logit_init")
 # training keys that decide a run's batches and updates: a resume with other values is noted (as nanoGPT, a
 # resume takes them from the command line, not from the checkpoint)
-RECIPE_KEYS = ("dataset", "batch_size", "gradient_accumulation_steps", "learning_rate", "weight_decay", "beta1",
-               "beta2", "grad_clip", "decay_lr", "warmup_iters", "lr_decay_iters", "min_lr", "seed")
+RECIPE_KEYS = ("dataset", "data_dir", "data_segments", "batch_size", "gradient_accumulation_steps", "learning_rate",
+               "weight_decay", "beta1", "beta2", "grad_clip", "decay_lr", "warmup_iters", "lr_decay_iters", "min_lr",
+               "seed")
+# the schedule's, which train.py fills from max_iters when unset (fill_schedule): an extended run changes them
+SCHEDULE_KEYS = ("warmup_iters", "lr_decay_iters", "min_lr")
+
+
+def recipe_value(config, key):
+    """A RECIPE_KEYS value as compared: the dataset folder as a path (its "" means data/<dataset>)."""
+    if key == "data_dir":
+        return os.path.realpath(default_data_dir(config))
+    return config[key]
 
 
 def prepared_data(config, prepare, rank, world):
@@ -152,13 +162,20 @@ class StartingPoint:
 
     def note_other_recipe(self):
         """A note when a resume trains with other values of RECIPE_KEYS than its run did: a resume without the
-        run's config file takes the defaults, and no longer repeats the run's batches and losses."""
+        run's config file takes the defaults, and no longer repeats the run's batches and losses. Rank 0's,
+        and none for eval_only (it trains nothing)."""
+        if self.config["eval_only"] or not self.master:
+            return
         run = self.ckpt.get("config") or {}
-        changed = [f"{k} {run[k]!r} -> {self.config[k]!r}" for k in RECIPE_KEYS
-                   if k in run and run[k] != self.config[k]]
-        if changed and self.master:
-            print(f"note: resuming with other settings than the run's: {', '.join(changed)} (to continue it "
-                  f"exactly, give the run's config file and keys again)", flush=True)
+        changed = [k for k in RECIPE_KEYS if k in run and recipe_value(run, k) != recipe_value(self.config, k)]
+        if not changed:
+            return
+        fixes = ["to continue it exactly, give the run's config file and keys again"]
+        schedule = [k for k in changed if k in SCHEDULE_KEYS]
+        if schedule:   # e.g. extended: lr_decay_iters was filled from its max_iters
+            fixes.append("to keep its schedule: " + " ".join(f"--{k}={run[k]}" for k in schedule))
+        listed = ", ".join(f"{k} {run[k]!r} -> {self.config[k]!r}" for k in changed)
+        print(f"note: resuming with other settings than the run's: {listed} ({'; '.join(fixes)})", flush=True)
 
     def check(self, args, meta):
         """One line, before anything is built, for what train.py cannot start from once the data is known: a

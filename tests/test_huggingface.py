@@ -777,7 +777,9 @@ def test_eval_of_an_export_on_another_tokenizers_data_is_refused(exported, tmp_p
     shutil.copytree(data_dir, other)
     (other / "meta.json").write_text(json.dumps(dict(meta, chars=meta["chars"][::-1])), encoding="utf-8")
     args = [f"--init_from={folder}", "--device=cpu", "--batch_size=2"]
-    one_error_line(eval_tool.main, [*args, f"--data_dir={other}"], "another tokenizer")
+    message = one_error_line(eval_tool.main, [*args, f"--data_dir={other}"], "another tokenizer",
+                             "(fix: --data_dir=<a dataset of that tokenizer>)")
+    assert "None" not in message   # it said "(dataset None)", and "or drop it", which eval refuses for an export
     eval_tool.main([*args, f"--data_dir={data_dir}"])
     assert "ppl" in capsys.readouterr().out
 

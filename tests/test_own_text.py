@@ -151,9 +151,11 @@ def test_a_dataset_of_another_text_is_replaced_only_with_force(notes, capsys):
                              "text", str(notes / "notes.txt"), "--force")
     assert {p.name: p.read_bytes() for p in folder.iterdir()} == before, message
     (folder / "test.bin").write_bytes(b"\x01\x00" * 8)   # a test split of the dataset it replaces (WikiText's)
+    (folder / "coverage.png").write_bytes(b"its figure")   # and its compact vocabulary's coverage
     prepare.main(["--input=other/notes.txt", "--force"])
     assert decoded_splits(folder)[0] == TEXT.upper()[:int(len(TEXT) * 0.9)]
-    assert not (folder / "test.bin").exists()   # it was left, and tools.eval scored it as this text's
+    # they were left, and tools.eval scored the test split as this text's
+    assert not (folder / "test.bin").exists() and not (folder / "coverage.png").exists()
     # the same text split otherwise: a resumed run would have evaluated on other text without a word
     before = {p.name: p.read_bytes() for p in folder.iterdir()}
     one_error_line(prepare.main, ["--input=other/notes.txt", "--val_fraction=0.5"], "of this text split otherwise",

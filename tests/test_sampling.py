@@ -87,3 +87,19 @@ def test_same_seed_same_draws():
     assert all(torch.equal(x, sample_next(logits, 0.9, 10, b)) for x in first)
     assert torch.equal(a.get_state(), b.get_state())
     assert not torch.equal(first[0], sample_next(logits, 0.9, 10, c))
+
+
+def test_a_prompt_longer_than_block_size_is_read_from_its_last_half_window():
+    """generate re-primes a full window with its most recent block_size // 2 tokens, and a prompt longer than
+    block_size is such a window (docs/sampling_and_eval.md): the tokens after it are those after its last
+    block_size // 2 tokens, with and without the cache, and not those after its last block_size (nanoGPT's)."""
+    from model import GPT, GPTConfig
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=11, init_std=0.5)).eval()
+    prompt = torch.randint(0, 11, (1, 20))
+    for use_kv_cache in (True, False):
+        long = model.generate(prompt, 3, temperature=0, use_kv_cache=use_kv_cache)[:, 20:]
+        half = model.generate(prompt[:, -4:], 3, temperature=0, use_kv_cache=use_kv_cache)[:, 4:]
+        assert torch.equal(long, half)
+    nanogpt_window = model.generate(prompt[:, -8:], 1, temperature=0)[:, 8:]
+    assert not torch.equal(long[:, :1], nanogpt_window)   # the weights tell the two windows apart

@@ -238,6 +238,24 @@ def test_a_resume_with_other_settings_than_its_run_says_so(tiny_train_config, ca
     run(dict(cfg, init_from="resume", max_iters=8, batch_size=12, learning_rate=1e-3))
     out = capsys.readouterr().out
     assert "note: resuming with other settings than the run's: batch_size 8 -> 12, learning_rate 0.003 -> 0.001" in out
+    # the last run's settings, its folder named otherwise, and an evaluation (it trains nothing): none
+    now = dict(cfg, init_from="resume", batch_size=12, learning_rate=1e-3)
+    run(dict(now, max_iters=10, data_dir=os.path.relpath(cfg["data_dir"])))
+    run(dict(now, max_iters=10, batch_size=4, eval_only=True))
+    assert "note: resuming" not in capsys.readouterr().out
+    # one note, from rank 0 only
+    from safety_net.starting_point import StartingPoint
+    start = StartingPoint({**train.DEFAULTS, **now, "batch_size": 4}, "cpu", master=False)
+    start.note_other_recipe()
+    assert capsys.readouterr().out == ""
+    # a run whose schedule was filled from its max_iters, extended: its fix keeps the schedule
+    unset = {k: v for k, v in cfg.items() if k not in ("warmup_iters", "lr_decay_iters")}
+    unset["out_dir"] = cfg["out_dir"] + "-unset"
+    run(unset)
+    capsys.readouterr()
+    run(dict(unset, init_from="resume", max_iters=40))
+    assert ("warmup_iters 0 -> 4, lr_decay_iters 4 -> 40 (to continue it exactly, give the run's config file and "
+            "keys again; to keep its schedule: --warmup_iters=0 --lr_decay_iters=4)") in capsys.readouterr().out
 
 
 def test_ctrl_c_saves_last_pt(tiny_train_config, capsys):
