@@ -770,6 +770,22 @@ MUTANTS = [
            '            drop = ", or drop it" if ckpt.get("data_dir") else ""',
            '            drop = ", or drop it"',
            "tests/test_huggingface.py -k eval_of_an_export", every=False),
+    Mutant("trace_keys_silently_overwritten", "tools/technique_lines.py",
+           "    fixed = [key for key in RUN if key in explicit]",
+           "    fixed = []",
+           "tests/test_technique_lines.py -k 'bad_input or trace_sets_itself'", every=False),
+    Mutant("code_lines_drops_a_last_line", "tools/code_lines.py",
+           "    return len(io.StringIO(source).readlines()), len(code)",
+           '    return source.count("\\n"), len(code)',
+           "tests/test_one_file.py -k code_lines_counts_a_last_line", every=False),
+    Mutant("code_lines_traceback_on_bad_source", "tools/code_lines.py",
+           "    except (UnicodeDecodeError, SyntaxError, tokenize.TokenError) as e:",
+           "    except tokenize.TokenError as e:",
+           "tests/test_one_file.py -k code_lines_counts_a_last_line", every=False),
+    Mutant("inherit_calls_pgpt_mlp_only", "tools/pangu/inherit.py",
+           "    if len(cfg.attention_layers()) != cfg.layers_per_branch():",
+           "    if len(cfg.attention_layers()) != cfg.n_layer:",
+           "tests/test_pangu.py -k unsupported_sources", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

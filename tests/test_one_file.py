@@ -538,6 +538,21 @@ def test_code_lines_counts_the_reading_load_as_reading_path_does(tmp_path):
     assert code_lines.reading_load(str(path)) == (6, 2 + 4)   # x = f ( 1 ); '"""two', 'words"""', '#', ...
 
 
+def test_code_lines_counts_a_last_line_and_refuses_what_is_not_python_in_one_line(tmp_path, capsys):
+    """A file without a final newline had one line fewer than its code lines, and a folder, a syntax error or
+    non-UTF-8 bytes were tracebacks (a hunt): the lines as a reader (and reading_path.py) counts them, and one line
+    before any row is printed."""
+    from tools import code_lines
+    (tmp_path / "n.py").write_text("x = 1\ny = 2", encoding="utf-8")
+    assert code_lines.count(str(tmp_path / "n.py")) == (2, 2)
+    (tmp_path / "bad.py").write_text("def f(:\n", encoding="utf-8")
+    (tmp_path / "latin.py").write_bytes(b'x = "\xff"\n')
+    one_error_line(code_lines.main, [str(tmp_path / "n.py"), str(tmp_path)], "is a folder", "*.py")
+    one_error_line(code_lines.main, [str(tmp_path / "n.py"), str(tmp_path / "bad.py")], "not Python source")
+    one_error_line(code_lines.main, [str(tmp_path / "latin.py")], "not Python source in UTF-8")
+    assert capsys.readouterr().out == ""
+
+
 def test_readme_gives_models_gpt_pys_length():
     """README's "What to read" names docs/models/gpt.py's length; regenerating the file must not leave it stale."""
     with open(os.path.join(one_file.ROOT, "README.md"), encoding="utf-8") as f:

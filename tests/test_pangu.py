@@ -463,8 +463,10 @@ def test_inherit_cli_then_train_continues_from_it(big, tmp_path, capsys):
 ])
 def test_unsupported_sources_are_refused(kw, words):
     src = GPT(GPTConfig(block_size=8, vocab_size=16, n_layer=2, n_head=2, n_embd=16, **kw))
-    with pytest.raises(ValueError, match=words):
+    with pytest.raises(ValueError, match=words) as e:
         inherit.inherit(src, src.config)
+    # only its own reason: a pgpt source was also said to have MLP-only layers (n_attn_layers=None; a hunt)
+    assert str(e.value).count("(") - str(e.value).count("(fix:") == 1, str(e.value)
 
 
 @pytest.mark.parametrize("kw,words", [

@@ -245,9 +245,18 @@ def test_lgpt_against_gpt_is_a_short_list(capsys):
     ([], ["one config or variant"]),
     # was silent: the lines and the file of gpt, headed as if a flag had changed them
     (["gpt", "--keep_heaviest_branch"], ["--keep_heaviest_branch", "gpt has one branch", "fix: drop it"]),
+    # was silent: the trace sets these itself, and printed the lines of gpt headed "gpt --dtype=bfloat16" (a hunt)
+    (["gpt", "--dtype=bfloat16", "--against=gpt"], ["dtype='float32'", "so --dtype would change nothing",
+                                                    "fix: drop --dtype"]),
+    (["gpt", "--max_iters=0", "--device=cuda"], ["--max_iters, --device would change nothing"]),
 ])
 def test_bad_input_is_one_line(args, words):
     one_error_line(technique_lines.main, args, *words)
+
+
+def test_one_file_refuses_what_the_trace_sets_itself():
+    from tools import one_file
+    one_error_line(one_file.main, ["gpt", "--eval_only=True"], "--eval_only would change nothing")
 
 
 # --- what `python -m tools.technique_lines PRESET` prints: exactly the lines that ran -------------------------

@@ -33,7 +33,7 @@ def count(path):
     for tok in tokenize.generate_tokens(io.StringIO(source).readline):
         if tok.type not in SKIP:
             code.update(line for line in range(tok.start[0], tok.end[0] + 1) if line not in docstrings)
-    return source.count("\n"), len(code)
+    return len(io.StringIO(source).readlines()), len(code)   # a last line without "\n" counts, as a reader sees it
 
 
 def reading_load(path):
@@ -65,12 +65,24 @@ def run(config):
     if missing:
         raise UserError(f"no such file: {', '.join(missing)} (fix: name Python files, e.g. python -m tools.code_lines "
                         f"model.py)")
+    rows = [counted(path) for path in paths]   # every file read before a row is printed: bad input is one line
     total = [0, 0, 0, 0]
-    for path in paths:
-        row = count(path) + reading_load(path)
+    for path, row in zip(paths, rows):
         total = [a + b for a, b in zip(total, row)]
         print_row(row, path)
     print_row(total, "total")
+
+
+def counted(path):
+    """count(path) + reading_load(path), or one line for what is not a Python file in UTF-8."""
+    if os.path.isdir(path):
+        raise UserError(f"{path} is a folder (fix: name its Python files, e.g. {os.path.join(path, '*.py')})")
+    try:
+        return count(path) + reading_load(path)
+    except (UnicodeDecodeError, SyntaxError, tokenize.TokenError) as e:
+        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise UserError(f"cannot count {path}: not Python source in UTF-8 ({reason}) (fix: name Python "
+                        f"files)") from None
 
 
 def print_row(row, name):

@@ -161,7 +161,12 @@ def load(target, overrides=None):
 
 def train_keys(config, explicit):
     """{key: value} of train.py's keys set on the command line, in train.py's order: the traced config's
-    overrides."""
+    overrides. A key the trace sets itself (RUN) is refused in one line: it would not change what runs."""
+    fixed = [key for key in RUN if key in explicit]
+    if fixed:
+        given = ", ".join(f"--{key}" for key in fixed)
+        raise UserError(f"the trace runs one tiny CPU step of its own ({', '.join(f'{k}={RUN[k]!r}' for k in fixed)}), "
+                        f"so {given} would change nothing (fix: drop {given})")
     return {key: config[key] for key in train.DEFAULTS if key in explicit}
 
 

@@ -169,7 +169,7 @@ def check_supported(cfg):
         problems.append(f"lgpt/cgpt width shrinking (shrink_every={cfg.shrink_every})")
     if cfg.share_group_size != 1:
         problems.append(f"layer sharing (share_group_size={cfg.share_group_size})")
-    if len(cfg.attention_layers()) != cfg.n_layer:
+    if len(cfg.attention_layers()) != cfg.layers_per_branch():   # per branch: a pgpt source has none MLP-only
         problems.append(f"MLP-only layers (n_attn_layers={cfg.n_attn_layers})")
     if cfg.norm_placement != "pre":   # the learned masks gate where each pre-norm reads the residual stream
         problems.append("post-norm blocks (norm_placement='post')")
