@@ -786,6 +786,10 @@ MUTANTS = [
            "    if len(cfg.attention_layers()) != cfg.layers_per_branch():",
            "    if len(cfg.attention_layers()) != cfg.n_layer:",
            "tests/test_pangu.py -k unsupported_sources", every=False),
+    Mutant("plan_config_file_ignores_the_flags", "tools/plan.py",
+           "        args.update(flags)   # the command line's flags win, as train.py's\n",
+           "",
+           "tests/test_plan.py -k train_config_file", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

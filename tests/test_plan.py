@@ -149,6 +149,23 @@ def test_command_preset_flags_png(tmp_path, capsys):
     assert len(rows) == 4 and "linear 384->192" in rows[1]
 
 
+def test_command_train_config_file(tmp_path, monkeypatch, capsys):
+    """`python -m tools.plan [config/file.py ...]`, as its usage said, refused every train.py config file ("unknown
+    config key 'eval_interval'"; a hunt): a train.py config file gives the model it trains, read as tools.bench
+    reads it (its variant, model keys, the dataset's vocab_size), the command line's flags on top."""
+    monkeypatch.chdir(tmp_path)
+    config = os.path.join(os.path.dirname(plan_tool.__file__), "..", "config", "lgpt_shakespeare_cpu.py")
+    one_error_line(plan_tool.main, [config], "data/shakespeare_char is not prepared")   # its vocab: unknown yet
+    own = tmp_path / "own.py"
+    own.write_text(open(config).read() + "\nvocab_size = 65\n")
+    plan_tool.main([str(own), "--n_layer=3"])
+    out = capsys.readouterr().out
+    assert f"{own} --n_layer=3: 3 layer applications" in out and "vocabulary 65" in out
+    rows = [line for line in out.splitlines() if line.split()[:1] == ["0"]]
+    assert len(rows) == 3 and "linear 128->64" in rows[1]
+    one_error_line(plan_tool.main, [str(own), "--variant=gpt"], "takes no --out_dir or --variant")
+
+
 def test_command_checkpoint(tmp_path, capsys):
     args = {**TINY, **FLAGS["mobilellm"]}
     model = GPT(GPTConfig(**args))

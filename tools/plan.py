@@ -4,6 +4,7 @@ or MLP-only, its MLP, its width, the shrink layer after it, the residual form, i
 the same plan as a picture.
 
     python -m tools.plan --variant=lgpt                          # a preset, variants/lgpt.py
+    python -m tools.plan config/lgpt_shakespeare_cpu.py          # the model a train.py config file trains
     python -m tools.plan --n_layer=8 --n_attn_layers=2           # any GPTConfig flags (on top of --variant, if given)
     python -m tools.plan --out_dir=out-shakespeare-char          # the model a train.py checkpoint describes
     python -m tools.plan --variant=pgpt --png=pgpt.png           # ... and its picture
@@ -32,6 +33,7 @@ import torch
 import torch.nn as nn
 
 from model import GPTConfig
+from tools.benchmarks.entries import config_file_model
 from tools.flops import matmul_params
 from tools.layers import layer_sets
 from tools.support import refuse_undeclared
@@ -44,6 +46,7 @@ from safety_net.fileio import atomic_open, check_not_a_run_file, check_out_dir
 
 MODEL_FIELDS = gpt_config_defaults()
 DEFAULTS = dict(
+    config="",       # the positional argument: a train.py config file, the model it trains (as tools.bench reads it)
     variant="",      # a variants/<name>.py preset; GPTConfig flags given on the command line win over it
     out_dir="",      # a train.py checkpoint (its folder or file): its model, instead of a preset and flags
     png="",          # also draw the plan into this .png file
@@ -207,6 +210,14 @@ def model_args(cfg, explicit):
     """(name, GPTConfig keyword arguments, checkpoint path or None): a checkpoint's own, or GPTConfig defaults <-
     variant <- explicit flags (train.py's rule: build.model_args)."""
     flags = {k: cfg[k] for k in MODEL_FIELDS if k in explicit}
+    if cfg["config"]:
+        if cfg["out_dir"] or cfg["variant"]:
+            raise UserError(f"{cfg['config']} names its model, so it takes no --out_dir or --variant (fix: drop them, "
+                            f"or drop the config file)")
+        args, _ = config_file_model(cfg["config"])
+        args.update(flags)   # the command line's flags win, as train.py's
+        name = " ".join([cfg["config"], *(f"--{k}={v!r}" for k, v in flags.items())])
+        return name, args, None
     if cfg["out_dir"]:
         if cfg["variant"] or flags:
             raise UserError("--out_dir shows the model its checkpoint describes, so it takes no --variant or model "
@@ -554,7 +565,7 @@ def run(cfg, explicit):
 
 
 def main(argv=None):
-    return run_command(run, DEFAULTS, argv, with_explicit=True)
+    return run_command(run, DEFAULTS, argv, positional="config", with_explicit=True)
 
 
 if __name__ == "__main__":

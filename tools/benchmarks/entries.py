@@ -19,8 +19,10 @@ def variant_entry(name, cfg, cli_model):
     return finish_entry(name, args, cfg, cli_model, None)
 
 
-def file_entry(path, cfg, cli_model, batch_explicit):
-    """One model from a train.py config file: train.py's defaults <- the file; vocab from the dataset."""
+def config_file_model(path):
+    """(GPTConfig keyword arguments, train.py's config) of the model a train.py config file trains: train.py's
+    defaults <- the file, its variant, and the dataset's vocab_size (refused in one line before the dataset is
+    prepared, unless the file sets vocab_size). Used by tools.bench and tools.plan."""
     import train
     tcfg, texplicit = load_config(train.DEFAULTS, [path])
     vocab = dataset_vocab_size(tcfg)   # as train.py: the dataset's vocab
@@ -28,7 +30,12 @@ def file_entry(path, cfg, cli_model, batch_explicit):
         how = tool_command(tcfg["dataset"]) or f"python prepare.py {tcfg['dataset']}"
         raise UserError(f"{path}: its dataset {default_data_dir(tcfg)} is not prepared, so the vocab_size that sizes "
                         f"its model is unknown (fix: {how}, from this folder, or set vocab_size)")
-    args = model_args(tcfg, texplicit, vocab_size=vocab)
+    return model_args(tcfg, texplicit, vocab_size=vocab), tcfg
+
+
+def file_entry(path, cfg, cli_model, batch_explicit):
+    """One model from a train.py config file (config_file_model)."""
+    args, tcfg = config_file_model(path)
     batch = None if batch_explicit else tcfg.get("batch_size")
     return finish_entry(os.path.splitext(os.path.basename(path))[0], args, cfg, cli_model, batch)
 
