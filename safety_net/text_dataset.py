@@ -18,7 +18,8 @@ from safety_net.fileio import atomic_open, check_not_a_run_folder, check_out_dir
 from safety_net.tokenizers import Vocabulary, check_char_count
 
 
-DATA_FILES = ("train.bin", "val.bin", "test.bin", "meta.json", "coverage.png")   # the tools write the last ones too
+# meta.json first: it marks a complete folder (begin_writing); the tools also write test.bin and coverage.png
+DATA_FILES = ("meta.json", "train.bin", "val.bin", "test.bin", "coverage.png")
 
 
 def begin_writing(out_dir):
@@ -29,7 +30,7 @@ def begin_writing(out_dir):
     reported)."""
     os.makedirs(out_dir, exist_ok=True)
     remove_stale_temp_files(out_dir, DATA_FILES)
-    for name in ["meta.json"] + [n for n in DATA_FILES if n != "meta.json"]:
+    for name in DATA_FILES:
         try:
             os.remove(os.path.join(out_dir, name))
         except FileNotFoundError:

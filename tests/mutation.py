@@ -739,8 +739,8 @@ MUTANTS = [
            "        if False:",
            "tests/test_executorch.py -k reads_start_as_sample_py", every=False),
     Mutant("a_replaced_datasets_test_split_stays", "safety_net/text_dataset.py",
-           '    for name in ["meta.json"] + [n for n in DATA_FILES if n != "meta.json"]:',
-           '    for name in ["meta.json"]:',
+           "    for name in DATA_FILES:",
+           '    for name in ("meta.json",):',
            "tests/test_own_text.py -k replaced_only_with_force", every=False),
     Mutant("wikitext_over_another_dataset", "tools/wikitext103.py",
            "    check_other_dataset(out_dir, name, force)\n",
@@ -751,8 +751,8 @@ MUTANTS = [
            "",
            "tests/test_wikitext103.py -k another_dataset_or_a_run", every=False),
     Mutant("a_replaced_datasets_figure_stays", "safety_net/text_dataset.py",
-           '    for name in ["meta.json"] + [n for n in DATA_FILES if n != "meta.json"]:',
-           '    for name in ["meta.json"] + [n for n in DATA_FILES if n not in ("meta.json", "coverage.png")]:',
+           "    for name in DATA_FILES:",
+           "    for name in DATA_FILES[:-1]:",
            "tests/test_own_text.py -k replaced_only_with_force", every=False),
     Mutant("resume_note_on_every_rank", "safety_net/starting_point.py",
            '        if self.config["eval_only"] or not self.master:',
@@ -790,6 +790,10 @@ MUTANTS = [
            "        args.update(flags)   # the command line's flags win, as train.py's\n",
            "",
            "tests/test_plan.py -k train_config_file", every=False),
+    Mutant("technique_lines_traces_the_checks", "tools/technique_lines.py",
+           "        title = \"The config's checks\"",
+           "        title = \"The config checks\"",
+           "tests/test_technique_lines.py -k checks_section", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

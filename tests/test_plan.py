@@ -160,7 +160,7 @@ def test_command_train_config_file(tmp_path, monkeypatch, capsys):
     own.write_text(open(config).read() + "\nvocab_size = 65\n")
     plan_tool.main([str(own), "--n_layer=3"])
     out = capsys.readouterr().out
-    assert f"{own} --n_layer=3: 3 layer applications" in out and "vocabulary 65" in out
+    assert f"{own} with n_layer=3: 3 layer applications" in out and "vocabulary 65" in out
     rows = [line for line in out.splitlines() if line.split()[:1] == ["0"]]
     assert len(rows) == 3 and "linear 128->64" in rows[1]
     one_error_line(plan_tool.main, [str(own), "--variant=gpt"], "takes no --out_dir or --variant")

@@ -301,3 +301,11 @@ def test_prints_exactly_the_lines_that_ran(preset, monkeypatch, capsys):
                 never_ran.append(line)
         assert not never_ran, f"{preset}: {name} lines printed that never ran: {never_ran[:10]}"
 
+
+
+def test_the_checks_section_is_found_and_left_out():
+    """The Tracer leaves GPTConfig's checks out, found by their section's title (a hard-coded section number went
+    stale when the sections were renumbered): every check function, and no model code."""
+    check_functions = {name for name in MODEL.defs if name == "require" or name.startswith("check_")}
+    assert check_functions and check_functions <= MODEL.checks
+    assert not {"GPT.forward", "causal_attention", "KVCache.__init__"} & MODEL.checks

@@ -210,23 +210,23 @@ def model_args(cfg, explicit):
     """(name, GPTConfig keyword arguments, checkpoint path or None): a checkpoint's own, or GPTConfig defaults <-
     variant <- explicit flags (train.py's rule: build.model_args)."""
     flags = {k: cfg[k] for k in MODEL_FIELDS if k in explicit}
+    with_flags = ""
+    if flags:
+        with_flags = " with " + ", ".join(f"{k}={v!r}" for k, v in flags.items())
     if cfg["config"]:
         if cfg["out_dir"] or cfg["variant"]:
             raise UserError(f"{cfg['config']} names its model, so it takes no --out_dir or --variant (fix: drop them, "
                             f"or drop the config file)")
         args, _ = config_file_model(cfg["config"])
         args.update(flags)   # the command line's flags win, as train.py's
-        name = " ".join([cfg["config"], *(f"--{k}={v!r}" for k, v in flags.items())])
-        return name, args, None
+        return cfg["config"] + with_flags, args, None
     if cfg["out_dir"]:
         if cfg["variant"] or flags:
             raise UserError("--out_dir shows the model its checkpoint describes, so it takes no --variant or model "
                             "flags (fix: drop them, or drop --out_dir)")
         ckpt = load_checkpoint(cfg["out_dir"], mmap=True)   # safe loader; mmap: the weights are never read
         return ckpt["path"], ckpt["model_args"], ckpt["path"]
-    name = cfg["variant"] or "GPTConfig"
-    if flags:
-        name += " with " + ", ".join(f"{k}={v!r}" for k, v in flags.items())
+    name = (cfg["variant"] or "GPTConfig") + with_flags
     return name, checkpoint_model_args(cfg, explicit), None
 
 

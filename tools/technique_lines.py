@@ -83,8 +83,10 @@ class Source:
                 last = body[0].lineno - 1 if isinstance(body, list) else node.end_lineno
                 self.unit.update(dict.fromkeys(range(node.lineno, last + 1), node.lineno))
         self.name_functions(tree, "")
-        # GPTConfig's checks (__post_init__ and section 9): they run, but the Tracer leaves them out
-        start = next((n + 1 for n, line in enumerate(self.lines) if line.startswith("# --- 9.")), len(self.lines))
+        # GPTConfig's checks (__post_init__ and their section): they run, but the Tracer leaves them out
+        title = "The config's checks"   # by its title: a renumbering moved it from section 10 to 9
+        start = next((n + 1 for n, line in enumerate(self.lines) if line.startswith("# --- ") and title in line),
+                     len(self.lines))
         self.checks = {name for name, line in self.defs.items() if line > start} | {"GPTConfig.__post_init__"}
         self.code = sorted(code & set(self.where))   # the lines outside functions run at import
         following = None
