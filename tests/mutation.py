@@ -794,6 +794,10 @@ MUTANTS = [
            "        title = \"The config's checks\"",
            "        title = \"The config checks\"",
            "tests/test_technique_lines.py -k checks_section", every=False),
+    Mutant("bench_out_replaces_any_file", "tools/bench.py",
+           "        check_out_file(cfg[\"out\"], example, marker=out_marker(cfg[\"out\"]))",
+           "        check_out_file(cfg[\"out\"], example)",
+           "tests/test_train_faults.py -k bench_out_refuses", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

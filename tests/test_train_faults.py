@@ -566,6 +566,25 @@ def test_bench_out_to_a_missing_folder_fails_before_measuring(tmp_path):
     assert not out.parent.exists()
 
 
+def test_bench_out_refuses_a_file_it_did_not_write(tmp_path, monkeypatch):
+    """--out=README.md (or a .csv of one's own) was replaced by bench's tables without a word; a file bench wrote,
+    or an empty one, is still replaced."""
+    from tools import bench
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "notes.md").write_text("# my notes\n")
+    (tmp_path / "data.csv").write_text("a,b\n1,2\n")
+    (tmp_path / "old.md").write_text("bench: torch 2.13.0, device cpu\n")
+    (tmp_path / "old.csv").write_text("model,params,batch,seq\n")
+    for name, example in [("notes.md", "bench.md"), ("data.csv", "bench.csv")]:
+        with pytest.raises(SystemExit) as e:
+            bench.main([f"--out={name}", "--dry_run"])
+        assert str(e.value.code).startswith(f"error: --out={name} exists and is not a file this command wrote")
+        assert f"--out={example}" in str(e.value.code)
+    assert (tmp_path / "notes.md").read_text() == "# my notes\n"
+    for name in ("old.md", "old.csv"):
+        bench.main([f"--out={name}", "--dry_run"])   # its own file: accepted
+
+
 def test_bench_bad_input_is_a_user_error_turned_into_one_line_by_main():
     """bench.py's checks raise UserError; only its main() turns it into `error: ... (fix: ...)` and exit code 1."""
     from tools import bench

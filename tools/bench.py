@@ -84,7 +84,8 @@ BENCH_DEFAULTS = dict(
     compile=False,          # torch.compile the training step's model
     num_threads=0,          # torch.set_num_threads, as in train.py; 0 = torch's default
     seed=0,
-    out="",                 # also write the results: .csv (one row per measurement) or .md (the tables)
+    out="",                 # also write the results: .csv (one row per measurement) or .md (the tables);
+                            # an existing file bench did not write is refused, not replaced
     dry_run=False,          # print the models (sizes after --scale and overrides) and exit
     config_files=[],        # the positional arguments: train.py config files, one model each
 )
@@ -170,6 +171,12 @@ def header(cfg, entries, device, dtype):
     return "\n".join(lines)
 
 
+def out_marker(path):
+    """What a file bench wrote starts with: a .csv its columns, a .md the header line; --out names an existing
+    file without it (README.md, notes.csv) only to be refused, not replaced."""
+    return "model,params," if path.endswith(".csv") else "bench: torch "
+
+
 def main(argv=None):
     """The command line (configurator.run_command: bad input is one line `error: ...`, Ctrl-C exit code 130)."""
     return run_command(run, defaults(), argv, BOOL_FLAGS, positional="config_files", with_explicit=True)
@@ -178,7 +185,8 @@ def main(argv=None):
 def run(cfg, explicit):
     cfg, entries = check(cfg, explicit)
     if cfg["out"]:   # before any measurement
-        check_out_file(cfg["out"], "bench.md")
+        example = "bench.csv" if cfg["out"].endswith(".csv") else "bench.md"
+        check_out_file(cfg["out"], example, marker=out_marker(cfg["out"]))
         if not cfg["out"].endswith((".csv", ".md")):   # anything else got the tables under its name
             stem = os.path.splitext(cfg["out"])[0]
             raise UserError(f"--out={cfg['out']}: bench writes a .csv (one row per measurement) or a .md (the "
