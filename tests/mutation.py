@@ -798,6 +798,10 @@ MUTANTS = [
            "        check_out_file(cfg[\"out\"], example, marker=out_marker(cfg[\"out\"]))",
            "        check_out_file(cfg[\"out\"], example)",
            "tests/test_train_faults.py -k bench_out_refuses", every=False),
+    Mutant("config_file_model_ignores_its_checkpoint", "tools/benchmarks/entries.py",
+           "    return model_args(tcfg, texplicit, base=base, vocab_size=vocab), tcfg",
+           "    return model_args(tcfg, texplicit, vocab_size=vocab), tcfg",
+           "tests/test_plan.py -k starts_from_a_checkpoint", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

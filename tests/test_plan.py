@@ -166,6 +166,28 @@ def test_command_train_config_file(tmp_path, monkeypatch, capsys):
     one_error_line(plan_tool.main, [str(own), "--variant=gpt"], "takes no --out_dir or --variant")
 
 
+def test_command_train_config_file_that_starts_from_a_checkpoint(tmp_path, monkeypatch, capsys):
+    """A config file with init_from (a checkpoint file, or resume) trains the checkpoint's model, in train.py's
+    order; tools.plan and tools.bench showed GPTConfig's defaults (12 layers, 85.89M) for a 2-layer model without
+    a word (a hunt). A Hugging Face start is one line: its size is known only once imported."""
+    from tools import bench
+    monkeypatch.chdir(tmp_path)
+    args = {**TINY, "n_layer": 2}
+    model = GPT(GPTConfig(**args))
+    atomic_save({"model": model.state_dict(), "model_args": dataclasses.asdict(model.config), "iter_num": 3,
+                 "best_val_loss": 1.0, "optimizer": {}}, tmp_path / "run" / "last.pt")
+    for start in (f"init_from = '{tmp_path / 'run' / 'last.pt'}'\nvocab_size = {args['vocab_size']}",
+                  "init_from = 'resume'\nout_dir = 'run'"):
+        (tmp_path / "ft.py").write_text(f"{start}\nn_head = 2\n")
+        plan_tool.main(["ft.py"])
+        out = capsys.readouterr().out
+        assert f"ft.py: 2 layer applications" in out and f"vocabulary {args['vocab_size']}" in out
+        bench.main(["ft.py", "--dry_run"])
+        assert f"2L d{args['n_embd']} 2h vocab {args['vocab_size']}" in capsys.readouterr().out
+    (tmp_path / "hf.py").write_text("init_from = 'gpt2'\nvocab_size = 65\n")
+    one_error_line(plan_tool.main, ["hf.py"], "init_from=gpt2 is a Hugging Face model")
+
+
 def test_command_checkpoint(tmp_path, capsys):
     args = {**TINY, **FLAGS["mobilellm"]}
     model = GPT(GPTConfig(**args))

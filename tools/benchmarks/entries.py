@@ -8,6 +8,7 @@ import os
 
 from model import GPTConfig
 from safety_net.build import check_optional_types, gpt_config_defaults, load_variant, model_args
+from safety_net.checkpoint import CKPT_NAME, LAST_NAME, is_hf_source, load_checkpoint
 from safety_net.configurator import UserError, load_config
 from safety_net.dataset import dataset_vocab_size, default_data_dir
 from safety_net.text_dataset import tool_command
@@ -20,17 +21,40 @@ def variant_entry(name, cfg, cli_model):
 
 
 def config_file_model(path):
-    """(GPTConfig keyword arguments, train.py's config) of the model a train.py config file trains: train.py's
-    defaults <- the file, its variant, and the dataset's vocab_size (refused in one line before the dataset is
-    prepared, unless the file sets vocab_size). Used by tools.bench and tools.plan."""
+    """(GPTConfig keyword arguments, train.py's config) of the model a train.py config file trains, in train.py's
+    order: GPTConfig's defaults <- the checkpoint it starts from (starting_args) <- its variant <- the vocab_size
+    (resume: the checkpoint's; else the dataset's, refused in one line before the dataset is prepared unless the
+    file sets vocab_size) <- the file's model keys. Used by tools.bench and tools.plan."""
     import train
     tcfg, texplicit = load_config(train.DEFAULTS, [path])
-    vocab = dataset_vocab_size(tcfg)   # as train.py: the dataset's vocab
+    base = starting_args(tcfg, path)
+    if tcfg["init_from"] == "resume":
+        vocab = base["vocab_size"]
+    else:
+        vocab = dataset_vocab_size(tcfg)   # as train.py: the dataset's vocab
     if vocab is None and "vocab_size" not in texplicit:   # else GPTConfig's 50304: another model's size
         how = tool_command(tcfg["dataset"]) or f"python prepare.py {tcfg['dataset']}"
         raise UserError(f"{path}: its dataset {default_data_dir(tcfg)} is not prepared, so the vocab_size that sizes "
                         f"its model is unknown (fix: {how}, from this folder, or set vocab_size)")
-    return model_args(tcfg, texplicit, vocab_size=vocab), tcfg
+    return model_args(tcfg, texplicit, base=base, vocab_size=vocab), tcfg
+
+
+def starting_args(tcfg, path):
+    """The model_args of the checkpoint a config file's run starts from (init_from: resume, out_dir's last.pt else
+    ckpt.pt; or a checkpoint file, read lazily), None from scratch. A Hugging Face start is one line: its size is
+    known only once imported, which is train.py's work."""
+    init_from = tcfg["init_from"]
+    if init_from == "scratch":
+        return None
+    if is_hf_source(init_from):
+        raise UserError(f"{path}: init_from={init_from} is a Hugging Face model, whose size is known only once it is "
+                        f"imported (fix: python -m tools.huggingface.convert import {init_from} --out=model.pt, then "
+                        f"init_from='model.pt' in the file)")
+    if init_from == "resume":
+        ckpt = load_checkpoint(tcfg["out_dir"], prefer=(LAST_NAME, CKPT_NAME), mmap=True)
+    else:
+        ckpt = load_checkpoint(init_from, mmap=True)
+    return ckpt["model_args"]
 
 
 def file_entry(path, cfg, cli_model, batch_explicit):
