@@ -802,6 +802,14 @@ MUTANTS = [
            "    return model_args(tcfg, texplicit, base=base, vocab_size=vocab), tcfg",
            "    return model_args(tcfg, texplicit, vocab_size=vocab), tcfg",
            "tests/test_plan.py -k starts_from_a_checkpoint", every=False),
+    Mutant("hf_sample_data_dir_unchecked", "tools/huggingface/sample.py",
+           "        tok = load_tokenizer(checked_data_dir(info, cfg[\"data_dir\"]))",
+           "        tok = load_tokenizer(cfg[\"data_dir\"])",
+           "tests/test_huggingface.py -k 'another_tokenizers_data or gpt2_vocabulary_model_refuses'", every=False),
+    Mutant("hf_gpt2_model_takes_any_data", "tools/huggingface/convert.py",
+           "    if ckpt[\"tokenizer_id\"] is None and gpt2 and kind != \"gpt2\":",
+           "    if ckpt[\"tokenizer_id\"] is None and gpt2 and kind is None:",
+           "tests/test_huggingface.py -k gpt2_vocabulary_model_refuses", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

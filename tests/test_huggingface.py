@@ -784,6 +784,39 @@ def test_eval_of_an_export_on_another_tokenizers_data_is_refused(exported, tmp_p
     assert "ppl" in capsys.readouterr().out
 
 
+def test_sample_of_an_export_on_another_tokenizers_data_is_refused(exported, tmp_path, capsys):
+    """tools.huggingface.sample --data_dir=<data of another tokenizer> read the export's ids through that vocabulary
+    and printed its text, exit code 0 (tools.eval refused the same pair; a hunt): the recorded tokenizer_id is
+    checked; on its own data it samples."""
+    import shutil
+    from conftest import one_error_line
+    from tools.huggingface import sample
+    folder, data_dir, meta, model = exported("char")
+    other = tmp_path / "other"
+    shutil.copytree(data_dir, other)
+    (other / "meta.json").write_text(json.dumps(dict(meta, chars=meta["chars"][::-1])), encoding="utf-8")
+    args = [f"--init_from={folder}", "--device=cpu", "--start=ab", "--num_samples=1", "--max_new_tokens=3"]
+    one_error_line(sample.main, [*args, f"--data_dir={other}"], "another tokenizer")
+    sample.main([*args, f"--data_dir={data_dir}"])
+    assert capsys.readouterr().out.startswith("ab")
+
+
+def test_a_gpt2_vocabulary_model_refuses_data_of_another_tokenizer(tiny_data, tmp_path, capsys):
+    """A Hugging Face GPT-2 (no tokenizer_id: not our export) reads GPT-2 BPE ids; tools.eval scored a char
+    dataset's ids as GPT-2 tokens (loss 10.8, exit code 0; a hunt), and tools.huggingface.sample would decode
+    with the wrong vocabulary: both refuse such a --data_dir in one line, before any scoring."""
+    from conftest import one_error_line
+    from tools import eval as eval_tool
+    from tools.huggingface import sample
+    torch.manual_seed(0)
+    GPT2LMHeadModel(GPT2Config(vocab_size=50257, n_positions=32, n_embd=8, n_layer=1, n_head=2,
+                               **QUIET)).save_pretrained(tmp_path / "gpt2")
+    args = [f"--init_from={tmp_path / 'gpt2'}", f"--data_dir={tiny_data}", "--device=cpu"]
+    for main in (eval_tool.main, sample.main):
+        one_error_line(main, args, "is tokenized with the char tokenizer", "reads GPT-2 BPE ids")
+    assert "| val |" not in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("trailing", ["", os.sep])
 def test_import_to_a_folder_is_refused_before_the_import_and_its_fix_works(hf_dirs, tmp_path, monkeypatch, trailing):
     """--out=<a folder> was found out after the whole import, with a disk-space hint; now one line first, naming

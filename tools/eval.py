@@ -48,7 +48,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from tools.huggingface.convert import load_pretrained, recorded_tokenizer_id
+from tools.huggingface.convert import checked_data_dir, load_pretrained, recorded_tokenizer_id
 from tools.huggingface.tokenizer import tokenizer_for
 from safety_net.checkpoint import load_model
 from safety_net.configurator import UserError, run_command
@@ -306,12 +306,20 @@ def mean_stderr(p, n):
     return math.sqrt(p * (1 - p) / (n - 1)) if n > 1 else float("nan")
 
 
+def data_dir_of(cfg, ckpt, info):
+    """The dataset folder, checked against the model's tokenizer: a checkpoint's recorded one (resolve_data_dir),
+    or a Hugging Face model's (checked_data_dir: an export's tokenizer_id, or GPT-2's ids)."""
+    if info is not None:
+        return checked_data_dir(info, cfg["data_dir"])
+    return resolve_data_dir(ckpt, cfg["data_dir"])
+
+
 def run_multiple_choice(cfg, model, ckpt, info, block_size, device, dtype):
     docs = read_mc_file(cfg["mc_file"])
     if info is not None and not cfg["data_dir"]:
         tok = tokenizer_for(info)
     else:
-        tok = load_tokenizer(resolve_data_dir(ckpt, cfg["data_dir"]), ckpt)
+        tok = load_tokenizer(data_dir_of(cfg, ckpt, info), ckpt)
     note = model.keep_heaviest_branch() if cfg["keep_heaviest_branch"] else ""   # pgpt: a note for the user
     r = score_multiple_choice(model, tok, docs, block_size, cfg["batch_size"], device, dtype)
     if cfg["log_samples"]:
@@ -412,7 +420,7 @@ def run_eval(cfg):
     if info is not None and not cfg["data_dir"]:
         raise UserError("perplexity of a Hugging Face model needs token files: --data_dir=<dataset "
                          "tokenized with the model's tokenizer> (fix: e.g. --data_dir=data/wikitext103 for GPT-2)")
-    data_dir = resolve_data_dir(ckpt, cfg["data_dir"])
+    data_dir = data_dir_of(cfg, ckpt, info)
     meta = load_meta(data_dir, ckpt)
     if meta.get("vocab_size", 0) > model.config.vocab_size:
         raise UserError(f"{data_dir} has a vocabulary of {meta['vocab_size']} tokens, more than the model's "

@@ -398,6 +398,22 @@ def recorded_tokenizer_id(info):
     return recorded if isinstance(recorded, str) else None
 
 
+def checked_data_dir(info, data_dir):
+    """--data_dir for a Hugging Face model (tools.eval, tools.huggingface.sample), refused in one line when its ids
+    are not the model's: our export's recorded tokenizer_id is checked as a checkpoint's (resolve_data_dir); a
+    GPT-2-vocabulary model without one reads GPT-2 BPE ids, so a char or compact dataset is refused (its ids
+    meant other text, scored and sampled without a word)."""
+    from safety_net.dataset import load_meta, resolve_data_dir
+    ckpt = {"path": info["source"], "tokenizer_id": recorded_tokenizer_id(info)}
+    data_dir = resolve_data_dir(ckpt, data_dir)
+    kind = load_meta(data_dir).get("tokenizer")
+    gpt2 = info["architecture"] == "gpt2" and info["hf_config"].get("vocab_size", 0) >= GPT2_VOCAB_SIZE
+    if ckpt["tokenizer_id"] is None and gpt2 and kind != "gpt2":
+        raise UserError(f"{data_dir} is tokenized with the {kind} tokenizer, but {info['source']} reads GPT-2 BPE "
+                        f"ids (fix: --data_dir=<a dataset prepared with the gpt2 tokenizer>, e.g. data/wikitext103)")
+    return data_dir
+
+
 def describe(config):
     """The GPTConfig fields that differ from the defaults, as k=v."""
     from model import GPTConfig

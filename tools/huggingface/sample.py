@@ -8,7 +8,7 @@ import sys
 
 from model import GPT
 import sample
-from tools.huggingface.convert import load_pretrained
+from tools.huggingface.convert import checked_data_dir, load_pretrained
 from tools.huggingface.tokenizer import tokenizer_for
 from safety_net.configurator import UserError, run_command
 from safety_net.dataset import load_tokenizer
@@ -23,7 +23,10 @@ def run(cfg):
         raise UserError("--init_from is required (fix: --init_from=path/to/hf-model-dir or a hub name)")
     device, dtype, start_text = setup_sampling(cfg)   # the options and --start, checked
     model, info = load_pretrained(cfg["init_from"], device)
-    tok = load_tokenizer(cfg["data_dir"]) if cfg["data_dir"] else tokenizer_for(info)
+    if cfg["data_dir"]:   # checked: the export's recorded tokenizer, or GPT-2's ids
+        tok = load_tokenizer(checked_data_dir(info, cfg["data_dir"]))
+    else:
+        tok = tokenizer_for(info)
     # the model samples ids up to its vocab_size: a smaller vocabulary cannot decode them (an IndexError midway)
     if cfg["data_dir"] and tok.vocab_size < model.config.vocab_size:
         raise UserError(f"{cfg['data_dir']}'s tokenizer has {tok.vocab_size} tokens, fewer than the model's "
