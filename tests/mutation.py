@@ -810,6 +810,18 @@ MUTANTS = [
            "    if ckpt[\"tokenizer_id\"] is None and gpt2 and kind != \"gpt2\":",
            "    if ckpt[\"tokenizer_id\"] is None and gpt2 and kind is None:",
            "tests/test_huggingface.py -k gpt2_vocabulary_model_refuses", every=False),
+    Mutant("sentencepiece_token_decoded_alone", "tools/huggingface/tokenizer.py",
+           "            return text.replace(SPACE_MARK, \" \").encode(\"utf-8\")",
+           "            return self.tokenizer.decode([token]).encode(\"utf-8\")",
+           "tests/test_streaming.py -k sentencepiece", every=False),
+    Mutant("transformers_decode_keeps_specials", "tools/huggingface/tokenizer.py",
+           "        return self.tok.decode(list(ids), skip_special_tokens=True)",
+           "        return self.tok.decode(list(ids))",
+           "tests/test_huggingface.py -k decodes_as_it_streams", every=False),
+    Mutant("hf_sample_padded_export_refused", "tools/huggingface/sample.py",
+           "    if cfg[\"data_dir\"] and recorded_tokenizer_id(info) is None and tok.vocab_size < model.config.vocab_size:",
+           "    if cfg[\"data_dir\"] and tok.vocab_size < model.config.vocab_size:",
+           "tests/test_huggingface.py -k padded_export", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

@@ -72,6 +72,48 @@ def test_streamed_text_equals_decoding_at_the_end(kind, gpt2_file):
         assert out.getvalue() == tokenizer.decode(ids) + "\n", ids
 
 
+def sentencepiece_tokenizer():
+    """A Llama-layout tokenizer.json (SentencePiece BPE: "\u2581" for a space, byte fallback <0xNN> for a character
+    outside the vocabulary; its decoder strips the text's first space), as MobileLLM's and TinyLlama's."""
+    words = ["\u2581", "a", "c", "d", "e", "f", "n", "o", "v", "\u2581c", "\u2581ca", "\u2581caf", "\u2581d",
+             "\u2581do", "\u2581don", "\u2581done"]
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, **{f"<0x{b:02X}>": 3 + b for b in range(256)}}
+    for w in words:
+        vocab.setdefault(w, len(vocab))
+    merges = [[w[:-1], w[-1]] for w in words if len(w) > 1 and w.startswith("\u2581")]
+    special = [{"id": i, "content": c, "single_word": False, "lstrip": False, "rstrip": False, "normalized": False,
+                "special": True} for c, i in (("<unk>", 0), ("<s>", 1), ("</s>", 2))]
+    return Tokenizer.from_str(json.dumps({
+        "version": "1.0", "truncation": None, "padding": None, "added_tokens": special,
+        "normalizer": {"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": "\u2581"},
+                       {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]},
+        "pre_tokenizer": None, "post_processor": None,
+        "decoder": {"type": "Sequence", "decoders": [
+            {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "}, {"type": "ByteFallback"},
+            {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 1, "stop": 0}]},
+        "model": {"type": "BPE", "dropout": None, "unk_token": "<unk>", "continuing_subword_prefix": None,
+                  "end_of_word_suffix": None, "fuse_unk": True, "byte_fallback": True, "ignore_merges": False,
+                  "vocab": vocab, "merges": merges}}))
+
+
+def test_sentencepiece_tokens_stream_with_their_spaces_and_bytes():
+    """A Llama/MobileLLM tokenizer's tokens decoded one at a time lost their spaces ("Hello world" printed as
+    "Helloworld") and each byte-fallback byte became U+FFFD (a hunt): streamed after a prompt, the text is what
+    decoding prompt and tokens at once gives after the prompt's text."""
+    tokenizer = sentencepiece_tokenizer()
+    prompt = tokenizer.encode("done").ids
+    ids = tokenizer.encode(MIXED).ids
+    assert any(tokenizer.id_to_token(i).startswith("<0x") for i in ids)   # bytes of a character
+    out = io.StringIO()
+    stream = TextStream(out)
+    token_bytes = TokenBytes(tokenizer)
+    for token in ids:
+        stream.add(token_bytes(token))
+    stream.end()
+    whole = tokenizer.decode(prompt + ids)
+    assert out.getvalue() == whole[len(tokenizer.decode(prompt)):] + "\n" == " " + MIXED + "\n"
+
+
 # --- tools.executorch.run on a fake program -----------------------------------------------------------------
 
 class BigramProgram:

@@ -8,7 +8,7 @@ import sys
 
 from model import GPT
 import sample
-from tools.huggingface.convert import checked_data_dir, load_pretrained
+from tools.huggingface.convert import checked_data_dir, load_pretrained, recorded_tokenizer_id
 from tools.huggingface.tokenizer import tokenizer_for
 from safety_net.configurator import UserError, run_command
 from safety_net.dataset import load_tokenizer
@@ -27,8 +27,9 @@ def run(cfg):
         tok = load_tokenizer(checked_data_dir(info, cfg["data_dir"]))
     else:
         tok = tokenizer_for(info)
-    # the model samples ids up to its vocab_size: a smaller vocabulary cannot decode them (an IndexError midway)
-    if cfg["data_dir"] and tok.vocab_size < model.config.vocab_size:
+    # a model that records no tokenizer samples ids up to its vocab_size: a smaller vocabulary is not its own
+    # (our export's padded vocab_size, with its tokenizer_id checked, draws only the tokenizer's ids)
+    if cfg["data_dir"] and recorded_tokenizer_id(info) is None and tok.vocab_size < model.config.vocab_size:
         raise UserError(f"{cfg['data_dir']}'s tokenizer has {tok.vocab_size} tokens, fewer than the model's "
                         f"{model.config.vocab_size}: it cannot decode what the model samples (fix: --data_dir=<the "
                         f"dataset the model was trained on>, or leave it out to use the model's own tokenizer)")

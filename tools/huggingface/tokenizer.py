@@ -11,6 +11,7 @@ co for `python -m tools.huggingface.convert export` (tokenizer_files, below).
 """
 
 import os
+import re
 
 from tools.huggingface import ConversionError, _first_line, refuse
 from safety_net.tokenizers import GPT2_EOT, GPT2_VOCAB_SIZE, Vocabulary
@@ -39,7 +40,8 @@ class TransformersTokenizer:
             raise ValueError(f"the model's tokenizer cannot encode it ({_first_line(e)})") from None
 
     def decode(self, ids):
-        return self.tok.decode(list(ids))
+        """The text; special tokens (end-of-text) skipped, as in the text sample.py streams (TokenBytes)."""
+        return self.tok.decode(list(ids), skip_special_tokens=True)
 
     def token_bytes(self, i):
         """The bytes token i stands for (TokenBytes): sample.py prints a sample as it comes."""
@@ -49,14 +51,18 @@ class TransformersTokenizer:
 
 
 class TokenBytes:
-    """id -> the bytes a token of a Hugging Face tokenizer stands for, as its decoder writes them: a byte-level BPE
-    token is spelled in GPT-2's byte alphabet (tools/huggingface/tokenizer.py) and may hold part of a character; a
-    char-level token is its character. A special token (end-of-text) and an id without a token (a model's padding
-    row) stand for nothing, as tokenizer.decode skips them."""
+    """id -> the bytes a token of a Hugging Face tokenizer stands for, as its decoder writes them in a text: a
+    byte-level BPE token is spelled in GPT-2's byte alphabet (tools/huggingface/tokenizer.py) and may hold part of a
+    character; a SentencePiece piece (Llama, MobileLLM) writes its "\u2581" as a space, and a byte-fallback piece
+    "<0xE2>" is that byte (decoded alone, a piece lost its space and a byte became U+FFFD: a hunt); a char-level
+    token is its character. A special token (end-of-text) and an id without a token (a model's padding row) stand
+    for nothing, as tokenizer.decode skips them."""
 
     def __init__(self, tokenizer):
         self.tokenizer = tokenizer
         self.byte_level = type(tokenizer.decoder).__name__ == "ByteLevel"
+        self.sentencepiece = SPACE_MARK.encode("utf-8") in (tokenizer.decoder.__getstate__() if tokenizer.decoder
+                                                          else b"")
         self.byte_of = {ch: b for b, ch in gpt2_byte_to_unicode().items()}
         self.special = {i for i, token in tokenizer.get_added_tokens_decoder().items() if token.special}
 
@@ -66,7 +72,16 @@ class TokenBytes:
             return b""
         if self.byte_level:
             return bytes(self.byte_of[ch] for ch in text)
+        if self.sentencepiece:
+            byte = BYTE_PIECE.fullmatch(text)
+            if byte:
+                return bytes([int(byte.group(1), 16)])
+            return text.replace(SPACE_MARK, " ").encode("utf-8")
         return self.tokenizer.decode([token]).encode("utf-8")
+
+
+SPACE_MARK = "\u2581"   # SentencePiece's space
+BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")   # SentencePiece's byte fallback: one byte of a character
 
 
 def tokenizer_for(info):
