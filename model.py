@@ -106,7 +106,7 @@ class GPTConfig:
         """The width of each layer, from n_embd.
 
         lgpt/cgpt: halved every shrink_every layers."""
-        n = self.n_layer // self.n_branches
+        n = self.layers_per_branch()
         if self.shrink_every == 0:
             return [self.n_embd] * n
         # layer i: halved i // shrink_every times
@@ -473,10 +473,10 @@ class LinearShrink(nn.Module):
 
 
 def add_shrinks(stack, config):
-    """The layers again (layer i: attn[i], mlp[i]), with a shrink wherever the
-    width halves: after the FFN of each layer whose next layer is narrower (4
-    layers, shrink_every=2: attn0 mlp0 attn1 mlp1 shrink0 attn2 mlp2 attn3 mlp3).
-    Built last: init_gpt2 draws in module order.
+    """The layers again, with a shrink wherever the width halves: after the FFN
+    of each layer whose next layer is narrower (4 layers, shrink_every=2: attn0
+    mlp0 attn1 mlp1 shrink0 attn2 mlp2 attn3 mlp3). Built last: init_gpt2 draws
+    in module order.
 
     lgpt/cgpt's layers are never shared."""
     shrink_cls = ConvShrink if config.shrink_layer == "conv" else LinearShrink
