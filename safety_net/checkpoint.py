@@ -323,13 +323,19 @@ def load_matching_weights(model, state_dict, source, allow_partial):
 
 
 def load_optimizer_state(optimizer, ckpt):
-    """optimizer.load_state_dict(the checkpoint's), with a one-line error when it does not fit the model
-    (e.g. a checkpoint of a code version that grouped the parameters differently)."""
+    """The checkpoint's optimizer state (AdamW's moments and step counts) into `optimizer`, with a one-line error
+    when it does not fit the model (e.g. a checkpoint of a code version that grouped the parameters differently).
+    Its settings stay this run's (lr, betas, weight_decay: the command line's, as the resume note says):
+    optimizer.load_state_dict alone put the checkpoint's back, and a resume's --weight_decay or --beta2 changed
+    nothing (a hunt; nanoGPT's resume does the same)."""
+    settings = [{k: v for k, v in group.items() if k != "params"} for group in optimizer.param_groups]
     try:
         optimizer.load_state_dict(ckpt["optimizer"])
     except (ValueError, KeyError, TypeError) as e:
         raise UserError(f"the optimizer state in '{ckpt['path']}' does not fit the model ({e}) (fix: start a new "
                         f"run from its weights: --init_from={ckpt['path']})") from None
+    for group, own in zip(optimizer.param_groups, settings):
+        group.update(own)
 
 
 def plain_values(obj):

@@ -822,6 +822,24 @@ MUTANTS = [
            "    if cfg[\"data_dir\"] and recorded_tokenizer_id(info) is None and tok.vocab_size < model.config.vocab_size:",
            "    if cfg[\"data_dir\"] and tok.vocab_size < model.config.vocab_size:",
            "tests/test_huggingface.py -k padded_export", every=False),
+    Mutant("resume_takes_the_checkpoints_optimizer_settings", "safety_net/checkpoint.py",
+           "    for group, own in zip(optimizer.param_groups, settings):\n        group.update(own)\n",
+           "",
+           "tests/test_train.py -k own_optimizer_settings", every=False),
+    Mutant("last_pt_written_before_ckpt_pt", "train.py",
+           "    if ckpt_too:\n"
+           "        save_checkpoint(os.path.join(out_dir, \"ckpt.pt\"), **state)\n"
+           "    if run.master:\n"
+           "        save_checkpoint(os.path.join(out_dir, \"last.pt\"), **state)\n",
+           "    if run.master:\n"
+           "        save_checkpoint(os.path.join(out_dir, \"last.pt\"), **state)\n"
+           "    if ckpt_too:\n"
+           "        save_checkpoint(os.path.join(out_dir, \"ckpt.pt\"), **state)\n",
+           "tests/test_train.py -k between_the_two_saves", every=False),
+    Mutant("stop_in_a_best_save_skips_ckpt_pt", "train.py",
+           "                save_checkpoints(run, iter_num, best_val_loss, ckpt_due, gather=not at_once)",
+           "                save_checkpoints(run, iter_num, best_val_loss, False, gather=not at_once)",
+           "tests/test_train.py -k between_the_two_saves", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

@@ -3,6 +3,7 @@ Tiny models (2 layers, width 32, block 16) on a synthetic dataset: the whole fil
 import csv
 import dataclasses
 import os
+import shutil
 import signal
 
 import pytest
@@ -256,6 +257,62 @@ def test_a_resume_with_other_settings_than_its_run_says_so(tiny_train_config, ca
     run(dict(unset, init_from="resume", max_iters=40))
     assert ("warmup_iters 0 -> 4, lr_decay_iters 4 -> 40 (to continue it exactly, give the run's config file and "
             "keys again; to keep its schedule: --warmup_iters=0 --lr_decay_iters=4)") in capsys.readouterr().out
+
+
+def test_a_resume_trains_with_its_own_optimizer_settings(tiny_train_config):
+    """--weight_decay, --beta1 and --beta2 of a resume were noted as changed, recorded in its config, yet
+    optimizer.load_state_dict put the checkpoint's back: the loss was the same for any value (a hunt). The
+    checkpoint gives AdamW's moments and steps; the run gives its settings."""
+    cfg = dict(tiny_train_config, max_iters=4)
+    run(cfg)
+    losses, groups = {}, {}
+    for name, settings in (("same", {}), ("other", dict(weight_decay=5.0, beta1=0.5, beta2=0.6))):
+        out_dir = cfg["out_dir"] + "-" + name
+        shutil.copytree(cfg["out_dir"], out_dir)
+        losses[name] = run(dict(cfg, **settings, out_dir=out_dir, init_from="resume", max_iters=8))["best_val_loss"]
+        saved = load_checkpoint(os.path.join(out_dir, "last.pt"))["optimizer"]["param_groups"]
+        groups[name] = [(g["weight_decay"], tuple(g["betas"])) for g in saved]
+    decay = train.DEFAULTS["weight_decay"] if "weight_decay" not in cfg else cfg["weight_decay"]
+    assert groups == {"same": [(decay, (0.9, 0.95)), (0.0, (0.9, 0.95))],
+                      "other": [(5.0, (0.5, 0.6)), (0.0, (0.5, 0.6))]}
+    assert losses["other"] != losses["same"]
+
+
+class Killed(BaseException):
+    """A kill -9 in a test: nothing after it runs, no handler catches it."""
+
+
+@pytest.mark.parametrize("how", ["kill", "second_ctrl_c"])
+def test_a_stop_between_the_two_saves_keeps_the_best_checkpoint(tiny_train_config, monkeypatch, how):
+    """A kill between last.pt and ckpt.pt of a best evaluation left ckpt.pt at an earlier one, while last.pt
+    recorded the better loss, so no later save rewrote ckpt.pt: the best weights were gone (a hunt). A second Ctrl-C
+    during the first file's save did the same (the stop wrote last.pt only). ckpt.pt is written first now, and a
+    stop in a best evaluation's save writes it too: after a resume, ckpt.pt is the uninterrupted run's."""
+    reference = run(dict(tiny_train_config, out_dir=tiny_train_config["out_dir"] + "-ref"))
+    best = load_checkpoint(os.path.join(tiny_train_config["out_dir"] + "-ref", "ckpt.pt"))
+    assert best["iter_num"] == 20   # the last evaluation is the best: the one whose save is cut
+    real, writes = train.save_checkpoint, []
+
+    def cut(path, *args, **fields):
+        if fields["iter_num"] == 20 and not writes:
+            writes.append(path)
+            if how == "second_ctrl_c":   # during the first file's save, which keeps the old file
+                raise KeyboardInterrupt
+            real(path, *args, **fields)
+            raise Killed   # after the first file, before the second
+        return real(path, *args, **fields)
+
+    monkeypatch.setattr(train, "save_checkpoint", cut)
+    if how == "kill":
+        with pytest.raises(Killed):
+            run(tiny_train_config)
+    else:
+        run(tiny_train_config)
+    monkeypatch.setattr(train, "save_checkpoint", real)
+    summary = run(dict(tiny_train_config, init_from="resume"))
+    ckpt = load_checkpoint(os.path.join(tiny_train_config["out_dir"], "ckpt.pt"))
+    assert (ckpt["iter_num"], ckpt["best_val_loss"]) == (20, reference["best_val_loss"]) == (20, summary["best_val_loss"])
+    assert all(torch.equal(ckpt["model"][k], best["model"][k]) for k in best["model"])
 
 
 def test_ctrl_c_saves_last_pt(tiny_train_config, capsys):
