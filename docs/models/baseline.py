@@ -6,7 +6,7 @@ classes, functions, branches and GPTConfig fields), in model.py's order, with it
 computes exactly what model.py computes for it. Do not edit: regenerate.
 
     made by:  python -m tools.one_file baseline --out=docs/models/baseline.py
-    model.py of commit 7db372e
+    model.py of commit af69d08
 """
 
 import math
@@ -35,12 +35,17 @@ class GPTConfig:
     head_bias: bool = False         # a bias on the head (000's code)
     init_std: float = 0.02
 
+    # --- derived sizes ---
+    def layers_per_branch(self):
+        return self.n_layer
+
     def embd_width(self):
         return self.n_embd
 
     def widths(self):
         """The width of each layer, from n_embd."""
-        return [self.n_embd] * self.n_layer
+        n = self.layers_per_branch()
+        return [self.n_embd] * n
 
     def final_width(self):
         return self.widths()[-1]

@@ -6,7 +6,7 @@ classes, functions, branches and GPTConfig fields), in model.py's order, with it
 computes exactly what model.py computes for it. Do not edit: regenerate.
 
     made by:  python -m tools.one_file cgpt --out=docs/models/cgpt.py
-    model.py of commit 7db372e
+    model.py of commit af69d08
 """
 
 import math
@@ -37,12 +37,17 @@ class GPTConfig:
     shrink_kernel: int = 1          # cgpt's Conv1d kernel; > 1 is causal
     init_std: float = 0.02
 
+    # --- derived sizes ---
+    def layers_per_branch(self):
+        return self.n_layer
+
     def widths(self):
         """The width of each layer, from n_embd.
 
         lgpt/cgpt: halved every shrink_every layers."""
+        n = self.layers_per_branch()
         # layer i: halved i // shrink_every times
-        return [self.n_embd // 2 ** (i // self.shrink_every) for i in range(self.n_layer)]
+        return [self.n_embd // 2 ** (i // self.shrink_every) for i in range(n)]
 
     def final_width(self):
         return self.widths()[-1]
@@ -266,10 +271,10 @@ class ConvShrink(nn.Module):
 
 
 def add_shrinks(stack, config):
-    """The layers again (layer i: attn[i], mlp[i]), with a shrink wherever the
-    width halves: after the FFN of each layer whose next layer is narrower (4
-    layers, shrink_every=2: attn0 mlp0 attn1 mlp1 shrink0 attn2 mlp2 attn3 mlp3).
-    Built last: init_gpt2 draws in module order."""
+    """The layers again, with a shrink wherever the width halves: after the FFN
+    of each layer whose next layer is narrower (4 layers, shrink_every=2: attn0
+    mlp0 attn1 mlp1 shrink0 attn2 mlp2 attn3 mlp3). Built last: init_gpt2 draws
+    in module order."""
     widths = config.widths()
     stack.shrink = nn.ModuleList()
     stack.layers = []

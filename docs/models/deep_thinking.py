@@ -6,7 +6,7 @@ classes, functions, branches and GPTConfig fields), in model.py's order, with it
 computes exactly what model.py computes for it. Do not edit: regenerate.
 
     made by:  python -m tools.one_file deep_thinking --out=docs/models/deep_thinking.py
-    model.py of commit 7db372e
+    model.py of commit af69d08
 """
 
 import math
@@ -59,7 +59,8 @@ class GPTConfig:
 
     def widths(self):
         """The width of each layer, from n_embd."""
-        return [self.n_embd] * self.n_layer
+        n = self.layers_per_branch()
+        return [self.n_embd] * n
 
 
 # --- 2. Building blocks: norms, sinusoidal positions, MLP -----------------------------

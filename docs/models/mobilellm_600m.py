@@ -6,7 +6,7 @@ classes, functions, branches and GPTConfig fields), in model.py's order, with it
 computes exactly what model.py computes for it. Do not edit: regenerate.
 
     made by:  python -m tools.one_file mobilellm_600m --out=docs/models/mobilellm_600m.py
-    model.py of commit 7db372e
+    model.py of commit af69d08
 """
 
 from dataclasses import dataclass
@@ -36,9 +36,14 @@ class GPTConfig:
     mlp_hidden: Optional[int] = None  # None: mlp_ratio * width
     init_std: float = 0.02
 
+    # --- derived sizes ---
+    def layers_per_branch(self):
+        return self.n_layer
+
     def widths(self):
         """The width of each layer, from n_embd."""
-        return [self.n_embd] * self.n_layer
+        n = self.layers_per_branch()
+        return [self.n_embd] * n
 
     def final_width(self):
         return self.widths()[-1]

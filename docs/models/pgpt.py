@@ -6,7 +6,7 @@ classes, functions, branches and GPTConfig fields), in model.py's order, with it
 computes exactly what model.py computes for it. Do not edit: regenerate.
 
     made by:  python -m tools.one_file pgpt --out=docs/models/pgpt.py
-    model.py of commit 7db372e
+    model.py of commit af69d08
 """
 
 import math
@@ -36,9 +36,14 @@ class GPTConfig:
     n_branches: int = 2             # the embedding is n_branches * n_embd wide; this file: 2 only
     init_std: float = 0.02
 
+    # --- derived sizes ---
+    def layers_per_branch(self):
+        return self.n_layer // self.n_branches
+
     def widths(self):
         """The width of each layer, from n_embd."""
-        return [self.n_embd] * (self.n_layer // self.n_branches)
+        n = self.layers_per_branch()
+        return [self.n_embd] * n
 
     def final_width(self):
         return self.widths()[-1]
