@@ -30,8 +30,9 @@ from safety_net.tokenizers import gpt2_meta
 # model keys a start from another checkpoint's weights may change without a note (StartingPoint.restore)
 NOT_NOTED = ("dropout", "block_size", "init_std", "init_scheme", "residual_logit_init")
 # training keys that decide a run's batches and updates: a resume with other values is noted (as nanoGPT, a
-# resume takes them from the command line, not from the checkpoint)
-RECIPE_KEYS = ("dataset", "data_dir", "data_segments", "batch_size", "gradient_accumulation_steps", "learning_rate",
+# resume takes them from the command line, not from the checkpoint); the dataset through its folder (data_dir, else
+# data/<dataset>): its name alone is not compared, a data_dir's meta.json names it (a false note: a hunt)
+RECIPE_KEYS = ("data_dir", "data_segments", "batch_size", "gradient_accumulation_steps", "learning_rate",
                "weight_decay", "beta1", "beta2", "grad_clip", "decay_lr", "warmup_iters", "lr_decay_iters", "min_lr",
                "seed")
 # the schedule's, which train.py fills from max_iters when unset (fill_schedule): an extended run changes them
@@ -39,9 +40,12 @@ SCHEDULE_KEYS = ("warmup_iters", "lr_decay_iters", "min_lr")
 
 
 def recipe_value(config, key):
-    """A RECIPE_KEYS value as compared: the dataset folder as a path (its "" means data/<dataset>)."""
+    """A RECIPE_KEYS value as compared and noted: the dataset folder and the data_segments file as paths (data_dir
+    "" means data/<dataset>)."""
     if key == "data_dir":
         return os.path.realpath(default_data_dir(config))
+    if key == "data_segments" and config[key]:
+        return os.path.realpath(config[key])
     return config[key]
 
 
@@ -174,7 +178,7 @@ class StartingPoint:
         schedule = [k for k in changed if k in SCHEDULE_KEYS]
         if schedule:   # e.g. extended: lr_decay_iters was filled from its max_iters
             fixes.append("to keep its schedule: " + " ".join(f"--{k}={run[k]}" for k in schedule))
-        listed = ", ".join(f"{k} {run[k]!r} -> {self.config[k]!r}" for k in changed)
+        listed = ", ".join(f"{k} {recipe_value(run, k)!r} -> {recipe_value(self.config, k)!r}" for k in changed)
         print(f"note: resuming with other settings than the run's: {listed} ({'; '.join(fixes)})", flush=True)
 
     def check(self, args, meta):

@@ -840,6 +840,14 @@ MUTANTS = [
            "                save_checkpoints(run, iter_num, best_val_loss, ckpt_due, gather=not at_once)",
            "                save_checkpoints(run, iter_num, best_val_loss, False, gather=not at_once)",
            "tests/test_train.py -k between_the_two_saves", every=False),
+    Mutant("resume_note_compares_the_dataset_name", "safety_net/starting_point.py",
+           "RECIPE_KEYS = (\"data_dir\", ",
+           "RECIPE_KEYS = (\"dataset\", \"data_dir\", ",
+           "tests/test_train.py -k other_settings_than_its_run", every=False),
+    Mutant("resume_note_compares_segments_as_text", "safety_net/starting_point.py",
+           "    if key == \"data_segments\" and config[key]:",
+           "    if key == \"data_segments\" and False:",
+           "tests/test_train.py -k other_settings_than_its_run", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

@@ -2,10 +2,12 @@
 Tiny models (2 layers, width 32, block 16) on a synthetic dataset: the whole file runs in seconds."""
 import csv
 import dataclasses
+import json
 import os
 import shutil
 import signal
 
+import numpy as np
 import pytest
 import torch
 
@@ -244,6 +246,21 @@ def test_a_resume_with_other_settings_than_its_run_says_so(tiny_train_config, ca
     run(dict(now, max_iters=10, data_dir=os.path.relpath(cfg["data_dir"])))
     run(dict(now, max_iters=10, batch_size=4, eval_only=True))
     assert "note: resuming" not in capsys.readouterr().out
+    # a data_dir whose meta.json names another dataset than --dataset's default (the saved config takes that name),
+    # and its data_segments file named by another path: none (both were noted as changed; a hunt)
+    named = os.path.join(os.path.dirname(cfg["out_dir"]), "named")
+    shutil.copytree(cfg["data_dir"], named)
+    meta = json.loads(open(os.path.join(named, "meta.json")).read())
+    open(os.path.join(named, "meta.json"), "w").write(json.dumps(dict(meta, dataset="notes_char")))
+    segments = os.path.join(named, "refine.npy")
+    np.save(segments, np.arange(0, 10 * (cfg["block_size"] + 1), cfg["block_size"] + 1))   # whole windows
+    other = dict(cfg, data_dir=named, data_segments=segments, out_dir=cfg["out_dir"] + "-named")
+    run(other)
+    capsys.readouterr()
+    run(dict(other, init_from="resume", max_iters=6, data_segments=os.path.relpath(segments)))
+    assert "note: resuming" not in capsys.readouterr().out
+    run(dict(other, init_from="resume", max_iters=8, data_dir=cfg["data_dir"], data_segments=""))
+    assert f"data_dir {os.path.realpath(named)!r} -> {os.path.realpath(cfg['data_dir'])!r}" in capsys.readouterr().out
     # one note, from rank 0 only
     from safety_net.starting_point import StartingPoint
     start = StartingPoint({**train.DEFAULTS, **now, "batch_size": 4}, "cpu", master=False)
