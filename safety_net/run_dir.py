@@ -45,10 +45,11 @@ def time_one_sequence(model, x, y, ctx):
     return time.time() - t0
 
 
-def notes_before_run(config, device, micro_steps, batch_size, time_one_sequence):
+def notes_before_run(config, device, micro_steps, batch_size, time_one_sequence, start_iter=0):
     """One line each, when they apply: every iteration falls in the warmup; the CPUs are busy; the run would take
-    over half an hour on this CPU (time_one_sequence(): the seconds of a forward+backward of one sequence).
-    --eval_only trains no iteration: one evaluation."""
+    over half an hour on this CPU (time_one_sequence(): the seconds of a forward+backward of one sequence), from
+    start_iter (a resume's: the iterations left; it counted all max_iters). --eval_only trains no iteration: one
+    evaluation."""
     iterations = 0 if config["eval_only"] else config["max_iters"]
     if config["decay_lr"] and config["warmup_iters"] >= iterations > 0:   # e.g. a config shrunk by --max_iters
         print(f"note: all {iterations} iterations fall in the "
@@ -61,14 +62,15 @@ def notes_before_run(config, device, micro_steps, batch_size, time_one_sequence)
     with torch.random.fork_rng(devices=[]):   # the probe must not move the dropout RNG
         for _ in range(2):   # the second call: the first pays one-time costs
             step_s = time_one_sequence() * batch_size
-    evals = iterations // config["eval_interval"] + 1
-    total_s = step_s * (micro_steps * iterations + evals * 2 * config["eval_iters"] / 3)
+    left = max(0, iterations - start_iter)
+    evals = left // config["eval_interval"] + 1
+    total_s = step_s * (micro_steps * left + evals * 2 * config["eval_iters"] / 3)
     if total_s < 1800:
         return
     fix = (f"this is a GPU recipe; its CPU twin is `python train.py {config['cpu_twin']}`" if config["cpu_twin"]
            else "a GPU, or a smaller model / fewer --max_iters")
     print(f"note: this run needs about {format_duration(total_s)} on this CPU (~{step_s:.1f} s per "
-          f"micro-step; {iterations} iterations, {evals} evaluation(s)) (fix: {fix})", flush=True)
+          f"micro-step; {left} iterations, {evals} evaluation(s)) (fix: {fix})", flush=True)
 
 
 # --- out_dir while a run writes to it -------------------------------------------------------------------
@@ -162,7 +164,7 @@ class RunDir:
               f"{c['batch_size']} batch x {c['block_size']} block); device {self.device}, dtype {c['dtype']}, "
               f"compile {c['compile']}", flush=True)
         probe = functools.partial(time_one_sequence, model, *batch, ctx)
-        notes_before_run(c, self.device, self.accum, c["batch_size"], probe)
+        notes_before_run(c, self.device, self.accum, c["batch_size"], probe, self.iter_num)
 
     def start_clock(self, iter_num):
         """The loop starts at iter_num: elapsed_s counts from here, and the first speed window."""

@@ -848,6 +848,10 @@ MUTANTS = [
            "    if key == \"data_segments\" and config[key]:",
            "    if key == \"data_segments\" and False:",
            "tests/test_train.py -k other_settings_than_its_run", every=False),
+    Mutant("time_note_counts_all_max_iters", "safety_net/run_dir.py",
+           "    left = max(0, iterations - start_iter)",
+           "    left = iterations",
+           "tests/test_train_faults.py -k time_note_of_a_resume", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

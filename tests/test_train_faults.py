@@ -139,6 +139,20 @@ def test_the_warmup_note_counts_the_iterations_that_will_run(capsys):
     assert capsys.readouterr().out == ""
 
 
+def test_the_time_note_of_a_resume_counts_the_iterations_left(capsys):
+    """Resumed at iteration 990 of 1000, the note said the run needs 1000 iterations (over an hour at 1 s a
+    micro-step) where 10 were left (a hunt)."""
+    from safety_net.run_dir import notes_before_run
+    config = dict(decay_lr=False, max_iters=1000, eval_only=False, eval_interval=1000, eval_iters=3, cpu_twin="")
+    cpu = torch.device("cpu")
+    notes_before_run(config, cpu, 1, 1, lambda: 4.0)
+    assert "needs about" in capsys.readouterr().out
+    notes_before_run(config, cpu, 1, 1, lambda: 4.0, start_iter=990)
+    assert "needs about" not in capsys.readouterr().out   # 10 iterations: 40 s
+    notes_before_run(config, cpu, 1, 1, lambda: 4.0, start_iter=500)
+    assert "500 iterations, 1 evaluation(s)" in capsys.readouterr().out
+
+
 def test_out_dir_that_is_a_file(tiny_train_config, tmp_path):
     path = tmp_path / "taken"
     path.write_text("not a folder")
