@@ -852,6 +852,10 @@ MUTANTS = [
            "    left = max(0, iterations - start_iter)",
            "    left = iterations",
            "tests/test_train_faults.py -k time_note_of_a_resume", every=False),
+    Mutant("decode_bench_counts_idle_branches", "tools/benchmarks/measure.py",
+           "        if model.keep_branch not in (None, i):",
+           "        if model.keep_branch is not None and False:",
+           "tests/test_plan.py -k decode_bench_counts", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

@@ -188,6 +188,20 @@ def test_command_train_config_file_that_starts_from_a_checkpoint(tmp_path, monke
     one_error_line(plan_tool.main, ["hf.py"], "init_from=gpt2 is a Hugging Face model")
 
 
+def test_decode_bench_counts_the_weights_of_the_branch_that_runs():
+    """tools.bench --mode=decode --keep_heaviest_branch counted both pgpt branches' weights (weights MB and GB/s
+    about 2x, decode / linears about half; a hunt): with keep_branch set, the matrices a decode step reads are
+    that branch's and the head's."""
+    from tools.benchmarks.measure import weight_matrices
+    model = GPT(GPTConfig(**{**TINY, **FLAGS["pgpt"]}))
+    everything = sum(w.numel() for w, _ in weight_matrices(model))
+    model.keep_branch = 1
+    kept = sum(w.numel() for w, _ in weight_matrices(model))
+    branch = sum(m.weight.numel() for m in model.branches[1].modules() if isinstance(m, torch.nn.Linear))
+    assert kept == branch + model.lm_head.weight.numel()
+    assert everything == kept + branch   # the other branch: as large
+
+
 def test_command_checkpoint(tmp_path, capsys):
     args = {**TINY, **FLAGS["mobilellm"]}
     model = GPT(GPTConfig(**args))

@@ -262,8 +262,15 @@ def bench_sample(model, cfg, device, dtype):
 
 def weight_matrices(model):
     """(weight, bias) of every matrix a decode step multiplies the new token by, each once: the Linears,
-    cgpt's Conv1d as an (out, in * kernel) matrix, and the output head (the token embedding when tied)."""
-    mats = [(m.weight.flatten(1), m.bias) for m in model.modules() if isinstance(m, (torch.nn.Linear, torch.nn.Conv1d))]
+    cgpt's Conv1d as an (out, in * kernel) matrix, and the output head (the token embedding when tied). pgpt with
+    keep_branch set (--keep_heaviest_branch): the other branches' are left out, as they do not run (they were
+    counted: twice the weights MB and GB/s, half the decode / linears ratio; a hunt)."""
+    idle = set()
+    for i, stack in enumerate(model.branches):
+        if model.keep_branch not in (None, i):
+            idle.update(id(m) for m in stack.modules())
+    mats = [(m.weight.flatten(1), m.bias) for m in model.modules()
+            if isinstance(m, (torch.nn.Linear, torch.nn.Conv1d)) and id(m) not in idle]
     if model.config.tie_embeddings:
         mats.append((model.tok_emb.wte.weight, None))
     return mats
