@@ -234,6 +234,11 @@ def damaged_fields(ckpt):
         return f"'model' holds integer tensors where weights are floating point (e.g. {integer[0]})"
     if not isinstance(ckpt["model_args"], dict):
         return f"'model_args' is a {type(ckpt['model_args']).__name__}, not a dict"
+    if not all(isinstance(k, str) for k in ckpt["model_args"]):   # its names are read as text (a traceback)
+        return "'model_args' has a name that is not a string"
+    for key in ("data_dir", "dataset", "tokenizer_id"):   # paths and names: text or absent
+        if ckpt.get(key) is not None and not isinstance(ckpt[key], str):
+            return f"'{key}' is {ckpt[key]!r}, not a string"
     if not isinstance(ckpt.get("iter_num", 0), int) or isinstance(ckpt.get("iter_num"), bool):
         return f"'iter_num' is {ckpt['iter_num']!r}, not an integer"
     if not isinstance(ckpt.get("best_val_loss", 0.0), (int, float)):

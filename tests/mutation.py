@@ -856,6 +856,10 @@ MUTANTS = [
            "        if model.keep_branch not in (None, i):",
            "        if model.keep_branch is not None and False:",
            "tests/test_plan.py -k decode_bench_counts", every=False),
+    Mutant("damaged_checkpoint_paths_unchecked", "safety_net/checkpoint.py",
+           "    for key in (\"data_dir\", \"dataset\", \"tokenizer_id\"):   # paths and names: text or absent",
+           "    for key in ():   # paths and names: text or absent",
+           "tests/test_faults.py -k damaged_checkpoint_names_what_is_wrong", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

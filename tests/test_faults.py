@@ -143,6 +143,9 @@ def test_hugging_face_model_with_nan_weights_is_refused(finished, tmp_path, scri
 @pytest.mark.parametrize("edit,words", [
     (lambda c: c.update(model_args="n_layer=2"), ["damaged", "'model_args' is a str"]),
     (lambda c: c.update(iter_num="ten"), ["damaged", "'iter_num'"]),
+    # a name or a path that is not text: tracebacks (TypeError in join, in os.path; a hunt)
+    (lambda c: c["model_args"].update({1: 2}), ["damaged", "'model_args' has a name that is not a string"]),
+    (lambda c: c.update(data_dir=5), ["damaged", "'data_dir' is 5, not a string"]),
     (lambda c: c["model"].pop("ln_f.weight"), ["do not fit its own model_args", "1 missing", "ln_f.weight"]),
     (lambda c: c["model"].update(extra=torch.zeros(2)), ["do not fit its own model_args", "1 unexpected (e.g. extra)"]),
     # integer weights loaded as floats without a word (issue 23 point 5)
