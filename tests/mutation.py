@@ -860,6 +860,10 @@ MUTANTS = [
            "    for key in (\"data_dir\", \"dataset\", \"tokenizer_id\"):   # paths and names: text or absent",
            "    for key in ():   # paths and names: text or absent",
            "tests/test_faults.py -k damaged_checkpoint_names_what_is_wrong", every=False),
+    Mutant("hf_missing_folder_tried_on_the_hub", "tools/huggingface/convert.py",
+           "    refuse(not path.startswith((\"/\", \".\", \"~\")), ",
+           "    refuse(True, ",
+           "tests/test_huggingface.py -k missing_folder_or_a_checkpoint_file", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

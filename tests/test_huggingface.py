@@ -795,6 +795,17 @@ def test_transformers_tokenizer_decodes_as_it_streams(exported):
     assert tok.decode(ids) == b"".join(tok.token_bytes(i) for i in ids).decode("utf-8") == "Hello world"
 
 
+def test_a_missing_folder_or_a_checkpoint_file_gets_a_fix_that_works(tmp_path):
+    """tools.huggingface.sample --init_from=<our ckpt.pt> said "use --out_dir", which it refuses (sample.py and
+    tools.eval take it); a mistyped local folder was reported as a failed hub download (a hunt)."""
+    from conftest import one_error_line
+    from tools.huggingface import sample
+    (tmp_path / "ckpt.pt").write_bytes(b"x")
+    one_error_line(sample.main, [f"--init_from={tmp_path / 'ckpt.pt'}"], "is a file", "sample.py or tools.eval")
+    for missing in (str(tmp_path / "nope"), "./nope"):
+        one_error_line(sample.main, [f"--init_from={missing}"], f"'{missing}' does not exist")
+
+
 def test_sample_of_an_export_on_another_tokenizers_data_is_refused(exported, tmp_path, capsys):
     """tools.huggingface.sample --data_dir=<data of another tokenizer> read the export's ids through that vocabulary
     and printed its text, exit code 0 (tools.eval refused the same pair; a hunt): the recorded tokenizer_id is

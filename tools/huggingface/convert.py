@@ -71,7 +71,10 @@ def resolve_source(name_or_dir):
                f"(fix: pass the directory that transformers' save_pretrained wrote)")
         return path
     refuse(not os.path.exists(path), f"'{path}' is a file, not a Hugging Face model directory "
-           f"(fix: pass the directory with config.json; for our own checkpoints use --out_dir)")
+           f"(fix: pass the directory with config.json; our own checkpoints: sample.py or tools.eval --out_dir=...)")
+    # a hub name is "name" or "org/name": a path from / . or ~ is a folder that is missing, not one to download
+    refuse(not path.startswith(("/", ".", "~")), f"'{path}' does not exist (fix: pass the directory with "
+           f"config.json that transformers' save_pretrained wrote, or a hub name such as gpt2)")
     try:
         from huggingface_hub import snapshot_download
     except ImportError:
