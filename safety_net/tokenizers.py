@@ -270,7 +270,10 @@ def check_prompt(tok, text, dataset, vocab_size=None):
         raise UserError(f"cannot encode --start: {e} (the model was trained on {dataset}) "
                         f"(fix: change --start)") from None
     if not ids and getattr(tok, "eot_token", None) is None:
-        raise UserError("--start is empty (fix: give at least one character, or leave --start out: a newline)")
+        fix = "give at least one character, or leave --start out: a newline"
+        if known is not None and "\n" not in known:   # the default --start is refused too (a hunt)
+            fix = "give at least one character the text has: a newline, the default, is not one of them"
+        raise UserError(f"--start is empty (fix: {fix})")
     if ids and vocab_size is not None and max(ids) >= vocab_size:
         raise UserError(f"the prompt encodes to token id {max(ids)}, beyond the model's vocabulary of "
                         f"{vocab_size} (fix: use the tokenizer the model was trained with)")

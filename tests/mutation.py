@@ -864,6 +864,10 @@ MUTANTS = [
            "    refuse(not path.startswith((\"/\", \".\", \"~\")), ",
            "    refuse(True, ",
            "tests/test_huggingface.py -k missing_folder_or_a_checkpoint_file", every=False),
+    Mutant("empty_prompt_fix_offers_a_missing_newline", "safety_net/tokenizers.py",
+           "        if known is not None and \"\\n\" not in known:   # the default --start is refused too (a hunt)",
+           "        if False:   # the default --start is refused too (a hunt)",
+           "tests/test_sample.py -k without_newlines", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

@@ -196,6 +196,17 @@ def test_an_empty_prompt_is_refused_with_a_fix_that_works(ckpt_dir):
         sample.main([f"--out_dir={ckpt_dir}", "--device=cpu", "--start="])
 
 
+def test_an_empty_prompt_of_a_text_without_newlines_gets_a_fix_that_works():
+    """Its fix said "leave --start out: a newline", which the same vocabulary refuses next (a hunt)."""
+    from safety_net.configurator import UserError
+    from safety_net.tokenizers import check_prompt, tokenizer_from_meta
+    tok = tokenizer_from_meta(dict(tokenizer="char", vocab_size=3, chars=["a", "b", " "]))
+    with pytest.raises(UserError, match="a newline, the default, is not one of them"):
+        check_prompt(tok, "", "ab")
+    with pytest.raises(UserError, match="characters not in the vocabulary: '\\\\n'"):   # what the old fix led to
+        check_prompt(tok, "\n", "ab")
+
+
 # --- text as it is generated (issue 48) ---------------------------------------------------------
 
 def test_text_appears_as_it_is_generated(ckpt_dir, capsys, monkeypatch):
