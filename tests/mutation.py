@@ -868,6 +868,10 @@ MUTANTS = [
            "        if known is not None and \"\\n\" not in known:   # the default --start is refused too (a hunt)",
            "        if False:   # the default --start is refused too (a hunt)",
            "tests/test_sample.py -k without_newlines", every=False),
+    Mutant("fast_sample_compile_mode_ignored_on_gpu", "tools/fast_sample.py",
+           "    if device.type == \"cuda\" and mode != DEFAULTS[\"compile_mode\"]:   # it was ignored there (a hunt)",
+           "    if False:   # it was ignored there (a hunt)",
+           "tests/test_compile.py -k fast_sample_refuses_what_it_cannot_compile", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that
