@@ -106,7 +106,7 @@ class GPTConfig:
         """The width of each layer, from n_embd.
 
         lgpt/cgpt: halved every shrink_every layers."""
-        n = self.layers_per_branch()
+        n = self.n_layer // self.n_branches
         if self.shrink_every == 0:
             return [self.n_embd] * n
         # layer i: halved i // shrink_every times
@@ -193,6 +193,13 @@ class MLP(nn.Module):
 
 # --- 3. Attention: causal, GQA, and the KV cache --------------------------------------
 
+def causal_mask(start, length, device):
+    """Boolean (length, start+length): query start+i sees the keys <= start+i."""
+    q_pos = torch.arange(start, start + length, device=device)[:, None]
+    k_pos = torch.arange(start + length, device=device)[None, :]
+    return k_pos <= q_pos
+
+
 def causal_attention(q, k, v, start=0, dropout_p=0.0):
     """Attention of the queries q (B, H, T, D) at positions start.. over the
     keys and values k, v (B, H_kv, start+T, D): query p sees keys <= p."""
@@ -205,13 +212,6 @@ def causal_attention(q, k, v, start=0, dropout_p=0.0):
     gqa = q.size(1) != k.size(1)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=start == 0,
                                           dropout_p=dropout_p, enable_gqa=gqa)
-
-
-def causal_mask(start, length, device):
-    """Boolean (length, start+length): query start+i sees the keys <= start+i."""
-    q_pos = torch.arange(start, start + length, device=device)[:, None]
-    k_pos = torch.arange(start + length, device=device)[None, :]
-    return k_pos <= q_pos
 
 
 class KVCache:
@@ -778,7 +778,7 @@ class BranchCache:
         self.branch = branch
 
     def __getitem__(self, i):
-        return None if self.cache is None else self.cache[(self.branch, i)]
+        return None if self.cache is None else self.cache[self.branch, i]
 
 
 class DeepThinking:
@@ -853,7 +853,7 @@ class DeepThinking:
         """k, v; with a cache, after those of the cached positions."""
         if self.cache is None:
             return k, v
-        return self.cache[(kind, self.t, self.layer)].store(k, v)
+        return self.cache[kind, self.t, self.layer].store(k, v)
 
 
 # --- 9. The config's checks (GPTConfig.__post_init__ runs them) -----------------------
