@@ -6,7 +6,7 @@ classes, functions, branches and GPTConfig fields), in model.py's order, with it
 computes exactly what model.py computes for it. Do not edit: regenerate.
 
     made by:  python -m tools.one_file cgpt --out=docs/models/cgpt.py
-    model.py of commit af69d08
+    model.py of commit d855619
 """
 
 import math
@@ -37,17 +37,12 @@ class GPTConfig:
     shrink_kernel: int = 1          # cgpt's Conv1d kernel; > 1 is causal
     init_std: float = 0.02
 
-    # --- derived sizes ---
-    def layers_per_branch(self):
-        return self.n_layer
-
     def widths(self):
         """The width of each layer, from n_embd.
 
         lgpt/cgpt: halved every shrink_every layers."""
-        n = self.layers_per_branch()
         # layer i: halved i // shrink_every times
-        return [self.n_embd // 2 ** (i // self.shrink_every) for i in range(n)]
+        return [self.n_embd // 2 ** (i // self.shrink_every) for i in range(self.n_layer)]
 
     def final_width(self):
         return self.widths()[-1]
@@ -82,6 +77,13 @@ class MLP(nn.Module):
 
 # --- 3. Attention: causal, and the KV cache -------------------------------------------
 
+def causal_mask(start, length, device):
+    """Boolean (length, start+length): query start+i sees the keys <= start+i."""
+    q_pos = torch.arange(start, start + length, device=device)[:, None]
+    k_pos = torch.arange(start + length, device=device)[None, :]
+    return k_pos <= q_pos
+
+
 def causal_attention(q, k, v, start=0, dropout_p=0.0):
     """Attention of the queries q (B, H, T, D) at positions start.. over the
     keys and values k, v (B, H_kv, start+T, D): query p sees keys <= p."""
@@ -92,13 +94,6 @@ def causal_attention(q, k, v, start=0, dropout_p=0.0):
         mask = causal_mask(start, q.size(2), q.device)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=start == 0,
                                           dropout_p=dropout_p, enable_gqa=q.size(1) != k.size(1))
-
-
-def causal_mask(start, length, device):
-    """Boolean (length, start+length): query start+i sees the keys <= start+i."""
-    q_pos = torch.arange(start, start + length, device=device)[:, None]
-    k_pos = torch.arange(start + length, device=device)[None, :]
-    return k_pos <= q_pos
 
 
 class KVCache:

@@ -6,7 +6,7 @@ classes, functions, branches and GPTConfig fields), in model.py's order, with it
 computes exactly what model.py computes for it. Do not edit: regenerate.
 
     made by:  python -m tools.one_file mobilellm_600m --out=docs/models/mobilellm_600m.py
-    model.py of commit af69d08
+    model.py of commit d855619
 """
 
 from dataclasses import dataclass
@@ -36,14 +36,9 @@ class GPTConfig:
     mlp_hidden: Optional[int] = None  # None: mlp_ratio * width
     init_std: float = 0.02
 
-    # --- derived sizes ---
-    def layers_per_branch(self):
-        return self.n_layer
-
     def widths(self):
         """The width of each layer, from n_embd."""
-        n = self.layers_per_branch()
-        return [self.n_embd] * n
+        return [self.n_embd] * self.n_layer
 
     def final_width(self):
         return self.widths()[-1]
@@ -97,6 +92,13 @@ class MLP(nn.Module):
 
 # --- 3. Attention: causal, GQA, and the KV cache --------------------------------------
 
+def causal_mask(start, length, device):
+    """Boolean (length, start+length): query start+i sees the keys <= start+i."""
+    q_pos = torch.arange(start, start + length, device=device)[:, None]
+    k_pos = torch.arange(start + length, device=device)[None, :]
+    return k_pos <= q_pos
+
+
 def causal_attention(q, k, v, start=0, dropout_p=0.0):
     """Attention of the queries q (B, H, T, D) at positions start.. over the
     keys and values k, v (B, H_kv, start+T, D): query p sees keys <= p."""
@@ -108,13 +110,6 @@ def causal_attention(q, k, v, start=0, dropout_p=0.0):
     # GQA: query head h reads kv head h // (H / H_kv)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=start == 0,
                                           dropout_p=dropout_p, enable_gqa=q.size(1) != k.size(1))
-
-
-def causal_mask(start, length, device):
-    """Boolean (length, start+length): query start+i sees the keys <= start+i."""
-    q_pos = torch.arange(start, start + length, device=device)[:, None]
-    k_pos = torch.arange(start + length, device=device)[None, :]
-    return k_pos <= q_pos
 
 
 class KVCache:
