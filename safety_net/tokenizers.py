@@ -49,18 +49,30 @@ def get_gpt2_encoding(ranks_path=None):
 @functools.lru_cache(maxsize=4)
 def _gpt2_encoding_from_file(path, source="GPT2_TIKTOKEN_FILE"):
     import tiktoken
-    import tiktoken.load
     fix = f"(fix: point {source} at a gpt2.tiktoken ranks file)"
     if not os.path.isfile(path):
         raise UserError(f"GPT-2 ranks file not found: {path} {fix}")
     try:
-        ranks = tiktoken.load.load_tiktoken_bpe(path)
+        ranks = read_ranks(path)
     except Exception as e:
         raise UserError(f"could not read GPT-2 ranks file {path} ({one_line(e)}) {fix}") from None
     if len(ranks) != GPT2_EOT_ID:
         raise UserError(f"{path} has {len(ranks)} ranks, expected {GPT2_EOT_ID} for GPT-2 {fix}")
     return tiktoken.Encoding(name="gpt2", pat_str=GPT2_PAT_STR, mergeable_ranks=ranks,
                              special_tokens={GPT2_EOT: GPT2_EOT_ID})
+
+
+def read_ranks(path):
+    """A .tiktoken ranks file: a line `base64(token) rank` per token. Read here: tiktoken.load keeps a copy of a
+    local file in its cache, by path, and returned that copy after the file was replaced (a ranks file mended as
+    the fix said was refused again, and a good one replaced was used still: a hunt)."""
+    ranks = {}
+    with open(path, "rb") as f:
+        for line in f.read().splitlines():
+            if line:
+                token, rank = line.split()
+                ranks[base64.b64decode(token)] = int(rank)
+    return ranks
 
 
 def compact_encoding(tokens, name="gpt2_compact"):

@@ -872,6 +872,10 @@ MUTANTS = [
            "    if device.type == \"cuda\" and mode != DEFAULTS[\"compile_mode\"]:   # it was ignored there (a hunt)",
            "    if False:   # it was ignored there (a hunt)",
            "tests/test_compile.py -k fast_sample_refuses_what_it_cannot_compile", every=False),
+    Mutant("ranks_file_read_through_tiktokens_cache", "safety_net/tokenizers.py",
+           "        ranks = read_ranks(path)\n",
+           "        import tiktoken.load\n        ranks = tiktoken.load.load_tiktoken_bpe(path)\n",
+           "tests/test_prepare.py -k mended_ranks", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

@@ -227,6 +227,21 @@ def test_gpt2_ranks_file_missing(tmp_path):
         tokenizers.get_gpt2_encoding(str(tmp_path / "missing.tiktoken"))
 
 
+def test_a_mended_ranks_file_is_read_again(tmp_path, gpt2_file, monkeypatch):
+    """tiktoken.load kept a copy of a local ranks file in its cache, by path: a file mended as the fix said was
+    refused again, with the same line, in every later process (a hunt). The file is read as it is now."""
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "cache"))   # tiktoken's, for the old code
+    path = tmp_path / "ranks.tiktoken"
+    lines = open(gpt2_file, "rb").read().splitlines(keepends=True)
+    path.write_bytes(b"".join(lines[:1000]))
+    with pytest.raises(UserError, match="has 1000 ranks, expected 50256"):
+        tokenizers.get_gpt2_encoding(str(path))
+    path.write_bytes(b"".join(lines))   # the fix, followed
+    tokenizers._gpt2_encoding_from_file.cache_clear()   # a new process
+    assert tokenizers.get_gpt2_encoding(str(path)).encode_ordinary("Hello world") == [15496, 995]
+    assert not (tmp_path / "cache").exists()   # nothing written for a file read
+
+
 def test_shakespeare_gpt2_ids_equal_tiktokens_gpt2(tmp_path, gpt2_file):
     """The token files hold tiktoken's GPT-2 ids of the documented 90/10 character split (an <|endoftext|> in the text
     is plain text); meta.json's vocab_size and eot are that encoding's, and dataset.py's tokenizer encodes like it."""
