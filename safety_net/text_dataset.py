@@ -20,6 +20,7 @@ from safety_net.tokenizers import Vocabulary, check_char_count
 
 # meta.json first: it marks a complete folder (begin_writing); the tools also write test.bin and coverage.png
 DATA_FILES = ("meta.json", "train.bin", "val.bin", "test.bin", "coverage.png")
+PREPARING = ".preparing"   # from begin_writing to write_meta: token files without meta.json that are ours
 
 
 def begin_writing(out_dir):
@@ -38,12 +39,14 @@ def begin_writing(out_dir):
         except OSError as e:
             raise UserError(f"cannot replace {os.path.join(out_dir, name)}: {e.strerror} "
                             f"(fix: choose a writable --out_dir)") from None
+    open(os.path.join(out_dir, PREPARING), "w").close()
 
 
 def write_meta(out_dir, meta):
     """Write meta.json atomically; it goes last, so it marks a complete dataset folder."""
     with atomic_open(os.path.join(out_dir, "meta.json"), "w") as f:
         json.dump(meta, f, indent=1, ensure_ascii=False)
+    os.remove(os.path.join(out_dir, PREPARING))
 
 
 def write_bin(path, ids):
@@ -205,13 +208,19 @@ def write_dataset(out_dir, splits, meta, force=False):
 
 
 def check_replace(out_dir, meta, force=False):
-    """One line unless out_dir is free for `meta`'s dataset: no complete dataset there (no meta.json, or a damaged
-    one: an interrupted prepare), or one of the same text, tokenizer and split sizes (the text's sha256; a folder
-    that records none: the same tokenizer and split sizes), or force. Split otherwise (--val_fraction), runs
-    resumed on it would evaluate on other text, and train on text they evaluated on."""
+    """One line unless out_dir is free for `meta`'s dataset: no dataset there (no meta.json and no token files, or
+    those of an interrupted prepare: PREPARING), or one of the same text, tokenizer and split sizes (the text's
+    sha256; a folder that records none: the same tokenizer and split sizes), or force. Split otherwise
+    (--val_fraction), runs resumed on it would evaluate on other text, and train on text they evaluated on.
+    Token files without meta.json and not ours (nanoGPT's GPT-2 folders) were replaced without a word (a hunt)."""
     try:
         old = load_meta(out_dir)
     except UserError:
+        tokens = [name for name in ("train.bin", "val.bin") if os.path.exists(os.path.join(out_dir, name))]
+        if tokens and not force and not os.path.exists(os.path.join(out_dir, PREPARING)):
+            raise UserError(f"{out_dir} holds token files ({', '.join(tokens)}) without a readable meta.json: "
+                            f"another program's dataset, e.g. nanoGPT's (fix: --force to replace them, or write "
+                            f"elsewhere: another dataset name or --out_dir)") from None
         return
     text = old.get("text") if isinstance(old.get("text"), dict) else {}
     if text.get("sha256"):

@@ -876,6 +876,10 @@ MUTANTS = [
            "        ranks = read_ranks(path)\n",
            "        import tiktoken.load\n        ranks = tiktoken.load.load_tiktoken_bpe(path)\n",
            "tests/test_prepare.py -k mended_ranks", every=False),
+    Mutant("prepare_replaces_another_programs_token_files", "safety_net/text_dataset.py",
+           "        if tokens and not force and not os.path.exists(os.path.join(out_dir, PREPARING)):",
+           "        if False:",
+           "tests/test_prepare.py -k another_program", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

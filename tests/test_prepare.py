@@ -242,6 +242,29 @@ def test_a_mended_ranks_file_is_read_again(tmp_path, gpt2_file, monkeypatch):
     assert not (tmp_path / "cache").exists()   # nothing written for a file read
 
 
+def test_token_files_of_another_program_are_replaced_only_with_force(tmp_path):
+    """A nanoGPT GPT-2 folder (train.bin, val.bin, no meta.json) was taken for a free one and replaced without a
+    word, exit code 0 (a hunt); an interrupted prepare's own files (PREPARING) are still replaced."""
+    text = tmp_path / "small.txt"
+    text.write_text(SMALL_TEXT * 20)
+    theirs = tmp_path / "owt"
+    theirs.mkdir()
+    np.arange(1000, dtype=np.uint16).tofile(theirs / "train.bin")
+    np.arange(100, dtype=np.uint16).tofile(theirs / "val.bin")
+    before = (theirs / "train.bin").read_bytes()
+    args = [f"--input={text}", f"--out_dir={theirs}"]
+    one_error_line(prepare.main, args, "holds token files (train.bin, val.bin) without a readable meta.json",
+                   "--force")
+    assert (theirs / "train.bin").read_bytes() == before and sorted(os.listdir(theirs)) == ["train.bin", "val.bin"]
+    prepare.main([*args, "--force"])
+    assert (theirs / "meta.json").exists() and not (theirs / text_dataset.PREPARING).exists()
+    ours = tmp_path / "interrupted"
+    text_dataset.begin_writing(str(ours))   # a prepare stopped after its first file
+    text_dataset.write_bin(str(ours / "train.bin"), np.arange(10))
+    prepare.main([f"--input={text}", f"--out_dir={ours}"])
+    assert (ours / "meta.json").exists() and not (ours / text_dataset.PREPARING).exists()
+
+
 def test_shakespeare_gpt2_ids_equal_tiktokens_gpt2(tmp_path, gpt2_file):
     """The token files hold tiktoken's GPT-2 ids of the documented 90/10 character split (an <|endoftext|> in the text
     is plain text); meta.json's vocab_size and eot are that encoding's, and dataset.py's tokenizer encodes like it."""
