@@ -880,6 +880,10 @@ MUTANTS = [
            "        if tokens and not force and not os.path.exists(os.path.join(out_dir, PREPARING)):",
            "        if False:",
            "tests/test_prepare.py -k another_program", every=False),
+    Mutant("wikitext_empty_split_written", "tools/wikitext103.py",
+           "    check_not_empty(splits, source)\n",
+           "",
+           "tests/test_wikitext103.py -k empty_split", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

@@ -122,6 +122,18 @@ def test_wikitext_that_is_not_utf8_leaves_the_folder_as_it_was(tmp_path, offline
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
 
 
+def test_an_empty_split_leaves_the_folder_as_it_was(tmp_path, offline):
+    """An empty wiki.valid.raw became a 0-byte val.bin and exit code 0, also over a good dataset (a hunt)."""
+    out, before = prepared_folder(tmp_path)
+    path = tmp_path / "empty_val.zip"
+    with zipfile.ZipFile(path, "w") as zf:
+        for split, name in WIKI_FILES.items():
+            zf.writestr(f"wikitext-103-raw/{name}", b" \n \n" if split == "val" else "".join(WIKI[split]).encode())
+    one_error_line(main, ["--source", str(path), "--out_dir", str(out), "--force"], "the val split",
+                   "holds no text")
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
 def test_a_decode_error_in_a_tokenizer_worker_is_one_line(tmp_path, gpt2_file):
     """The workers decode the text: an error there comes back as the one-line error, not the worker's traceback
     (bench_tokenize reads --input as bytes)."""

@@ -125,6 +125,15 @@ def wikitext_source(out_dir, source=None):
                     "wikitext-103-raw-v1.zip or its extracted folder with --source PATH)") from None
 
 
+def check_not_empty(splits, source):
+    """UserError for a split without text (an empty wiki.valid.raw): it became a 0-byte val.bin with exit code 0,
+    also over a good dataset of the same name (a hunt); prepare.py's splits hold 2 tokens at least."""
+    for split, articles in splits.items():
+        if not any(article.strip() for article in articles):
+            raise UserError(f"{source}: the {split} split ({WIKITEXT103_SPLITS[split]}) holds no text (fix: pass "
+                            f"the original wikitext-103-raw-v1.zip, or re-download it)")
+
+
 def check_utf8(splits, source):
     """UserError unless every article is UTF-8 text: the workers decode them after begin_writing, and a failure
     there would leave the folder without meta.json. Article by article: one str of a whole split could take
@@ -257,6 +266,7 @@ def prepare_wikitext103(out_dir, source=None, gpt2_ranks=None, vocab_size=None, 
     read = wikitext_reader(source)
     splits = {split: split_articles(read(name)) for split, name in WIKITEXT103_SPLITS.items()}
     check_utf8(splits, source)
+    check_not_empty(splits, source)
     get_gpt2_encoding(gpt2_ranks)  # fail early (and download once) before starting workers
     spec, eot = encoding_spec(gpt2_meta(), gpt2_ranks), GPT2_EOT_ID
     meta = {"dataset": dataset, **gpt2_meta()}
