@@ -884,6 +884,10 @@ MUTANTS = [
            "    check_not_empty(splits, source)\n",
            "",
            "tests/test_wikitext103.py -k empty_split", every=False),
+    Mutant("compact_report_before_its_checks", "tools/pangu/compact_vocab.py",
+           "    with contextlib.redirect_stdout(report):\n",
+           "    with contextlib.nullcontext(report):\n",
+           "tests/test_compact_vocab.py -k prints_only_its_error", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

@@ -180,3 +180,20 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, monkeypatch, argv, w
     one_error_line(main, argv + ["--out_dir", str(out)], *words)
     assert sorted(os.listdir(tmp_path)) == ["data", "input.txt"]
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+def test_a_text_refused_after_its_tokens_are_counted_prints_only_its_error(tmp_path, gpt2_file, capsys):
+    """A text too short, or one over another text's dataset, printed the whole coverage/PEHL report before its
+    error line (a hunt): the report comes once the checks pass."""
+    short = tmp_path / "four.txt"
+    short.write_text("abcd")
+    one_error_line(main, [f"--input={short}", "--vocab_size=300", "--no_plot"], "too short for a train split")
+    assert capsys.readouterr().out == ""
+    text = tmp_path / "small.txt"
+    text.write_text("First Citizen: Before we proceed any further, hear me speak.\n" * 40)
+    out = tmp_path / "data"
+    main([f"--input={text}", "--vocab_size=300", f"--out_dir={out}", "--no_plot"])
+    assert "PEHL" in capsys.readouterr().out
+    text.write_text("Second Citizen: Speak, speak.\n" * 80)
+    one_error_line(main, [f"--input={text}", "--vocab_size=300", f"--out_dir={out}", "--no_plot"], "of another text")
+    assert capsys.readouterr().out == ""

@@ -19,6 +19,8 @@ reported for. --input (SHAKESPEARE_INPUT for tinyshakespeare), --val_fraction, -
 WikiText-103 with a compact vocabulary: python -m tools.wikitext103 --vocab_size K (it uses build_compact).
 """
 import base64
+import contextlib
+import io
 import os
 import re
 
@@ -208,13 +210,16 @@ def prepare_compact(out_dir, dataset, vocab_size, input_path, gpt2_ranks=None, n
     train, val = split_text(text, val_fraction)
     gpt2 = get_gpt2_encoding(gpt2_ranks)
     counts = np.bincount(gpt2.encode_ordinary(train), minlength=GPT2_VOCAB_SIZE)
-    enc, meta_c, extra = build_compact(counts, vocab_size, gpt2_ranks, n_layer, n_embd)
+    report = io.StringIO()   # printed once the checks below pass: bad input is one line (it came after the report)
+    with contextlib.redirect_stdout(report):
+        enc, meta_c, extra = build_compact(counts, vocab_size, gpt2_ranks, n_layer, n_embd)
     train_ids, val_ids = enc.encode_ordinary(train), enc.encode_ordinary(val)
     splits = {"train": {"tokens": len(train_ids)}, "val": {"tokens": len(val_ids)}}
     check_long_enough(input_path, len(text), splits, val_fraction)
     meta = {"dataset": dataset, **meta_c, "splits": splits, **extra,
             "text": text_record(input_path, text, val_fraction)}
     check_replace(out_dir, meta, force)
+    print(report.getvalue(), end="")
     begin_writing(out_dir)
     if plot:
         plot_coverage(counts, vocab_size, os.path.join(out_dir, "coverage.png"))
