@@ -888,6 +888,10 @@ MUTANTS = [
            "    with contextlib.redirect_stdout(report):\n",
            "    with contextlib.nullcontext(report):\n",
            "tests/test_compact_vocab.py -k prints_only_its_error", every=False),
+    Mutant("refine_draws_underflowed_segments", "tools/pangu/refine.py",
+           "        if drawable < n0:\n",
+           "        if drawable < 0:\n",
+           "tests/test_pangu.py -k refine_prefers", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

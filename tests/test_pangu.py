@@ -667,6 +667,13 @@ def test_refine_prefers_high_loss_segments_and_respects_the_rate():
                 dict(temperature=1e-320), dict(parts=0)):
         with pytest.raises(ValueError):
             refine.refine(losses, **bad)
+    # a small accepted tau underflowed most p_i to 0, and the rest of N0 came from the first such segments in text
+    # order: at 1e-6 exactly the last half of the text, whatever the losses (a hunt); too few left is one line
+    varied = np.random.default_rng(0).uniform(3.0, 4.0, 1000)
+    sharp = refine.refine(varied, rate=0.5, temperature=1e-3, generator=torch.Generator().manual_seed(0))
+    assert len(set(sharp.tolist()) & set(np.argsort(varied)[500:].tolist())) > 490   # the highest half, nearly
+    with pytest.raises(UserError, match="leaves 1 segment.* fewer than the 500 to draw"):
+        refine.refine(varied, rate=0.5, temperature=1e-6)
 
 
 def test_segment_losses_match_the_model_loss():

@@ -47,7 +47,7 @@ DEFAULTS = dict(
     num_threads=0,
 )
 OUT_NAME = "refine.npy"
-MIN_TEMPERATURE = 1e-6   # softmax(l / tau) below it keeps the highest losses anyway; l / 1e-320 is inf
+MIN_TEMPERATURE = 1e-6   # l / 1e-320 is inf; a tau that leaves too few p_i above 0 is refused in refine()
 
 
 def segment_starts(n_tokens, seg_len):
@@ -101,6 +101,12 @@ def refine(losses, rate=0.5, temperature=1.0, parts=1, generator=None):
         if n0 == 0:
             continue
         p = sampling_probs(losses[idx], temperature)
+        # a small tau underflows most p_i to 0, and multinomial filled the rest of n0 with the first such segments
+        # in text order, without a word: the last part of the text, not the highest losses (a hunt)
+        drawable = int((p > 0).sum())
+        if drawable < n0:
+            raise UserError(f"--temperature={temperature:g} leaves {drawable} segment(s) a probability above 0, "
+                            f"fewer than the {n0} to draw (fix: a larger --temperature, e.g. 1)")
         pick = torch.multinomial(p, n0, replacement=False, generator=generator).numpy()
         chosen.append(idx[pick])
     return np.sort(np.concatenate(chosen))
