@@ -892,6 +892,10 @@ MUTANTS = [
            "        if drawable < n0:\n",
            "        if drawable < 0:\n",
            "tests/test_pangu.py -k refine_prefers", every=False),
+    Mutant("paper000_summary_unknown_reference_after_figures", "tools/paper000_summary.py",
+           "    if config[\"reference\"] not in names:",
+           "    if False:",
+           "tests/test_compare.py -k paper000_summary", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

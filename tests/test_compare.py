@@ -538,3 +538,21 @@ def test_the_setup_line_gives_the_schedule_the_runs_use():
     config = dict(compare.defaults(), max_iters=20, learning_rate=1e-3, variants=["gpt"])
     line = compare.setup_line(config, "cpu", "float32")
     assert "(warmup 2, cosine to 0.0001 at iteration 20)" in line and "None" not in line
+
+
+def test_paper000_summary_refuses_an_unknown_reference_before_its_figures(tiny_train_config, tmp_path, capsys):
+    """--reference=<a typo> replaced the figures (by default results/paper000_cpu's), then ended in a StopIteration
+    traceback (a hunt): one line first; a known one writes them and its table."""
+    from conftest import one_error_line
+    from tools import paper000_summary
+    runs = tmp_path / "runs"
+    for name in ("small", "big"):
+        cfg = dict(tiny_train_config, out_dir=str(runs / f"{name}-s1"), n_layer=1 if name == "small" else 2)
+        train.train({**train.DEFAULTS, **cfg}, explicit=set(cfg))
+    plots = tmp_path / "plots"
+    one_error_line(paper000_summary.main, [f"--runs={runs}", f"--plot_dir={plots}", "--reference=smal"],
+                   "--reference=smal is none of the models", "big, small")
+    assert not plots.exists()
+    capsys.readouterr()
+    paper000_summary.main([f"--runs={runs}", f"--plot_dir={plots}", "--reference=small"])
+    assert "| big |" in capsys.readouterr().out and (plots / "loss_curves.png").exists()

@@ -109,6 +109,10 @@ def run(config):
     rows = load_runs(config["runs"]) if os.path.isdir(config["runs"]) else []
     if not rows:
         raise UserError(f"no finished runs in {config['runs']} (fix: run the commands in {RESULTS}/README.md first)")
+    names = list(dict.fromkeys(r["name"] for r in rows))
+    if config["reference"] not in names:   # a StopIteration after the figures were replaced (a hunt)
+        raise UserError(f"--reference={config['reference']} is none of the models in {config['runs']}: "
+                        f"{', '.join(names)} (fix: --reference=<one of them>)")
     plot_dir = config["plot_dir"]
     os.makedirs(plot_dir, exist_ok=True)
     budget, cheapest = add_equal_compute(rows, [[(e["iter"], e["val_loss"]) for e in r["log"]["eval"]] for r in rows])
