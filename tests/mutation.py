@@ -591,7 +591,7 @@ MUTANTS = [
            "bias = True\n",
            "tests/test_nanogpt.py -k nanogpts_settings", every=False),
     Mutant("compare_plan_before_checks", "tools/compare.py",
-           "    if not config[\"dry_run\"]:   # before the plan is printed: bad input is one line\n"
+           "    if not config[\"dry_run\"]:\n"
            "        check_runs(config, status, runs)\n"
            "    print_plan(config, status, runs, infos)\n",
            "    print_plan(config, status, runs, infos)\n"
@@ -896,6 +896,10 @@ MUTANTS = [
            "    if config[\"reference\"] not in names:",
            "    if False:",
            "tests/test_compare.py -k paper000_summary", every=False),
+    Mutant("compare_dry_run_skips_the_settings_checks", "tools/compare.py",
+           "    check_run_settings(runs)   # before the plan is printed: bad input is one line\n",
+           "",
+           "tests/test_compare.py -k dry_run_checks_every_runs_settings", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

@@ -948,12 +948,25 @@ def print_plan(config, status, runs, infos):
                   f"before it: its equal-compute loss will be coarse or n/a (fix: a smaller --eval_interval)", flush=True)
 
 
-def check_runs(config, status, runs):
-    """compare_dir, every run's training values, and the last.pt it resumes from, before anything is written."""
-    check_out_dir(config["compare_dir"], key="compare_dir")
+def check_run_settings(runs):
+    """Every run's training values, as train.py checks them, and at least one iteration (the equal-compute plan
+    divides by it), also for --dry_run: it printed a plan for values the run refuses, or a ZeroDivisionError
+    traceback (a hunt)."""
     for run in runs:
         try:
             check_settings(dict(train.DEFAULTS, **run.config))
+        except UserError as e:
+            raise UserError(f"{run.label}: {e}") from None
+        if run.config["max_iters"] < 1:
+            raise UserError(f"{run.label}: max_iters={run.config['max_iters']}: a comparison trains every model "
+                            f"(fix: --max_iters=1 or more)")
+
+
+def check_runs(config, status, runs):
+    """compare_dir and the last.pt each run resumes from, before anything is written."""
+    check_out_dir(config["compare_dir"], key="compare_dir")
+    for run in runs:
+        try:
             if status["models"].get(run.key, {}).get("state") != "finished" and \
                     os.path.isfile(os.path.join(run.out_dir, LAST_NAME)):
                 # read lazily (mmap): a damaged file, or one whose pickle would run code, is refused here, not after
@@ -968,7 +981,8 @@ def run(config, explicit):
     infos = {run.name: model_info(run.args) for run in runs if run.first}
     status = load_status(config)
     check_finished(config, status, runs)
-    if not config["dry_run"]:   # before the plan is printed: bad input is one line
+    check_run_settings(runs)   # before the plan is printed: bad input is one line
+    if not config["dry_run"]:
         check_runs(config, status, runs)
     print_plan(config, status, runs, infos)
     if config["dry_run"]:
