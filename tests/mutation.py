@@ -897,7 +897,7 @@ MUTANTS = [
            "    if False:",
            "tests/test_compare.py -k paper000_summary", every=False),
     Mutant("compare_dry_run_skips_the_settings_checks", "tools/compare.py",
-           "    check_run_settings(runs)   # before the plan is printed: bad input is one line\n",
+           "    check_run_settings(runs, config[\"dry_run\"])   # before the plan is printed: bad input is one line\n",
            "",
            "tests/test_compare.py -k dry_run_checks_every_runs_settings", every=False),
 ]

@@ -948,13 +948,16 @@ def print_plan(config, status, runs, infos):
                   f"before it: its equal-compute loss will be coarse or n/a (fix: a smaller --eval_interval)", flush=True)
 
 
-def check_run_settings(runs):
+def check_run_settings(runs, dry_run):
     """Every run's training values, as train.py checks them, and at least one iteration (the equal-compute plan
     divides by it), also for --dry_run: it printed a plan for values the run refuses, or a ZeroDivisionError
-    traceback (a hunt)."""
+    traceback (a hunt). A dry run's init_from may be a checkpoint an earlier stage writes (the pangu ablations)."""
     for run in runs:
+        settings = dict(train.DEFAULTS, **run.config)
+        if dry_run:
+            settings["init_from"] = "scratch"
         try:
-            check_settings(dict(train.DEFAULTS, **run.config))
+            check_settings(settings)
         except UserError as e:
             raise UserError(f"{run.label}: {e}") from None
         if run.config["max_iters"] < 1:
@@ -981,7 +984,7 @@ def run(config, explicit):
     infos = {run.name: model_info(run.args) for run in runs if run.first}
     status = load_status(config)
     check_finished(config, status, runs)
-    check_run_settings(runs)   # before the plan is printed: bad input is one line
+    check_run_settings(runs, config["dry_run"])   # before the plan is printed: bad input is one line
     if not config["dry_run"]:
         check_runs(config, status, runs)
     print_plan(config, status, runs, infos)
