@@ -900,6 +900,10 @@ MUTANTS = [
            "    check_run_settings(runs, config[\"dry_run\"])   # before the plan is printed: bad input is one line\n",
            "",
            "tests/test_compare.py -k dry_run_checks_every_runs_settings", every=False),
+    Mutant("compare_seed_ignored_beside_a_seeds_list", "tools/compare.py",
+           "    need(not isinstance(config[\"seeds\"], (list, tuple)) or \"seed\" not in explicit,",
+           "    need(True,",
+           "tests/test_compare.py -k seeds_and_custom_variants_on_the_command_line", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

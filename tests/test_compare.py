@@ -245,6 +245,8 @@ def test_seeds_and_custom_variants_on_the_command_line():
     assert compare.parse(["--seeds=3", "--seed=7"])[0]["seeds"] == [7, 8, 9]
     assert compare.parse(["--seeds=5,1"])[0]["seeds"] == [5, 1]
     assert compare.parse([])[0]["seeds"] is None
+    with pytest.raises(UserError, match="seed is not used when seeds lists the seeds"):   # it was ignored (a hunt)
+        compare.parse(["--seeds=1,2", "--seed=7"])
     # a seed count or seed beyond train.py's range [0, 2**32) is refused before the list is made (10**12 seeds
     # used to fill the memory)
     for bad, match in (("--seeds=0", ">= 1"), ("--seeds=1,1", "twice"), ("--seeds=abc", "count or a list"),

@@ -200,6 +200,9 @@ def check(config, explicit):
          "last.pt exists (fix: drop init_from; a custom variant may start from a checkpoint path)")
     need(not config["eval_only"], "eval_only does not train (fix: drop --eval_only; use eval.py on the out_dirs)")
     need(distributed_env() is None, "compare.py runs in one process (fix: run it with python, not torchrun)")
+    need(not isinstance(config["seeds"], (list, tuple)) or "seed" not in explicit,
+         "seed is not used when seeds lists the seeds (it was ignored without a word) (fix: drop seed, or "
+         "--seeds=N for seed .. seed + N - 1)")
     config["seeds"] = resolve_seeds(config["seeds"], config["seed"])
     check_custom_variants(config["custom_variants"])
     for key in ("out_dir", "variant"):
