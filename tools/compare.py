@@ -50,8 +50,9 @@ tools' (shakespeare_vK, wikitext103, wikitext103_vK) here, by tools.pangu.compac
 Resumable: status.json records the finished runs (variant, seed) with their training summaries.
 Re-running the same command skips them and resumes an interrupted run from its last.pt; Ctrl-C stops
 cleanly (train.py finishes the iteration and saves last.pt). Changing a training key of a finished or
-interrupted run is an error (use another --compare_dir); changing only the sampling/timing keys re-measures
-without retraining.
+interrupted run is an error (use another --compare_dir); changing only the sampling/timing keys (prompts,
+samples_per_prompt, sample_*, bench_iters, compile, num_threads) re-measures without retraining; seed, device
+and dtype decide the training too, so a change is that error.
 """
 
 import contextlib
@@ -101,7 +102,8 @@ COMPARE_DEFAULTS = dict(
 # keys that never change what a model learns: a finished model is reused when only these differ
 # (init_from does: "scratch" or a custom variant's checkpoint; a resume is decided per run, not by it)
 NOT_TRAINING_KEYS = ("out_dir", "variant", "log_interval", "compile", "num_threads")
-# the settings that produced a model's measurements (sizes, samples, timing): change one, re-measure
+# the settings that produced a model's measurements (sizes, samples, timing): change one, re-measure (seed, device
+# and dtype are training keys as well: check_finished refuses a change of one first)
 REPORT_KEYS = ("prompts", "samples_per_prompt", "sample_tokens", "sample_temperature", "sample_top_k",
                "bench_iters", "seed", "device", "dtype", "compile")
 # keys a custom variant may not set: compare.py decides them per run
