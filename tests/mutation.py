@@ -904,6 +904,10 @@ MUTANTS = [
            "    need(not isinstance(config[\"seeds\"], (list, tuple)) or \"seed\" not in explicit,",
            "    need(True,",
            "tests/test_compare.py -k seeds_and_custom_variants_on_the_command_line", every=False),
+    Mutant("compare_report_states_one_models_settings", "tools/compare.py",
+           "    values = {r[\"name\"]: r[key] for r in rows}",
+           "    values = {r[\"name\"]: r[key] for r in rows[:1]}",
+           "tests/test_compare.py -k setup_line", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

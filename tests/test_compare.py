@@ -412,7 +412,8 @@ def test_run_row_counts_the_compute_of_every_iteration_trained():
     import dataclasses
     from types import SimpleNamespace
     from model import GPTConfig
-    run = SimpleNamespace(name="x", config=dict(batch_size=4, gradient_accumulation_steps=2), seed=1)
+    run = SimpleNamespace(name="x", config=dict(batch_size=4, gradient_accumulation_steps=2, max_iters=6, eval_interval=3,
+                                                 eval_iters=2), seed=1)
     args = dataclasses.asdict(GPTConfig(n_layer=1, n_head=1, n_embd=8, block_size=8, vocab_size=16))
     entry = dict(summary=dict(model_args=args, iter_num=6, best_val_loss=1.0),
                  report=dict(params=1, weights_fp32_bytes=4, ckpt_bytes=8))
@@ -554,8 +555,17 @@ def test_a_finished_run_from_before_a_field_differs_when_the_field_is_set():
 def test_the_setup_line_gives_the_schedule_the_runs_use():
     """warmup_iters, min_lr and lr_decay_iters left None are filled as train.py fills them (it said "warmup None")."""
     config = dict(compare.defaults(), max_iters=20, learning_rate=1e-3, variants=["gpt"])
-    line = compare.setup_line(config, "cpu", "float32")
+    gpt = dict(name="gpt", block_size=256, max_iters=20, batch_size=4, gradient_accumulation_steps=1,
+               eval_interval=10, eval_iters=2)
+    line = compare.setup_line(config, [gpt], "cpu", "float32")
     assert "(warmup 2, cosine to 0.0001 at iteration 20)" in line and "None" not in line
+    # each model's own settings: it stated the config's for every model, block_size 1024 where the presets used
+    # 256 and a custom variant's batch and evaluations as the others' (a hunt)
+    assert "every model: 20 iterations of 4 x 256 tokens" in line and "every 10 iterations on 2 fixed" in line
+    tiny = dict(gpt, name="tiny", block_size=16, batch_size=8, eval_interval=5)
+    line = compare.setup_line(config, [gpt, tiny], "cpu", "float32")
+    assert "20 iterations of (gpt: 4; tiny: 8) x (gpt: 256; tiny: 16) tokens" in line
+    assert "evaluation every (gpt: 10; tiny: 5) iterations on 2 fixed batches" in line
 
 
 def test_paper000_summary_refuses_an_unknown_reference_before_its_figures(tiny_train_config, tmp_path, capsys):

@@ -658,6 +658,7 @@ def run_row(run, entry, log):
         best_iter=best.get("iter"), iters=s.get("iter_num"), train_time_s=s.get("train_time_total_s", s.get("train_time_s")),
         train_ms_per_iter=s.get("ms_per_iter"), train_tokens_per_s=s.get("tokens_per_s"),
         final_train_loss=s.get("final_train_loss"), model=describe(s["model_args"]),
+        block_size=s["model_args"]["block_size"], **{k: run.config[k] for k in OWN_SETTINGS},
         flops_per_token=flops, flops_per_iter=per_iter, train_flops=per_iter * s["iter_num"],
         seed=run.seed,
     )
@@ -682,19 +683,34 @@ def md_table(header, body, left=1):
     return "\n".join(lines)
 
 
-def setup_line(config, device, dtype):
-    accum = config["gradient_accumulation_steps"]
+# the run settings results.md states, each run's own (a custom variant's batch, a preset's block_size)
+OWN_SETTINGS = ("max_iters", "batch_size", "gradient_accumulation_steps", "eval_interval", "eval_iters")
+
+
+def each(rows, key):
+    """A setting as results.md states it: its value when every model used the same, else each model's, as
+    "(gpt: 256; tiny: 16)". It stated the config's for all: 1024 tokens where the presets used 256, a custom
+    variant's own batches and evaluations as the others' (a hunt)."""
+    values = {r["name"]: r[key] for r in rows}
+    if len(set(values.values())) == 1:
+        return str(next(iter(values.values())))
+    return "(" + "; ".join(f"{name}: {value}" for name, value in values.items()) + ")"
+
+
+def setup_line(config, rows, device, dtype):
     seeds = config["seeds"]
     schedule = dict(config)
     train.fill_schedule(schedule)   # the warmup and min_lr the runs use, where left None
-    line = (f"Dataset `{config['dataset']}`; every model: {config['max_iters']} iterations of "
-            f"{config['batch_size']} x {config['block_size']} tokens" + (f" x {accum} accumulation steps" if accum > 1 else "")
+    accum = each(rows, "gradient_accumulation_steps")
+    line = (f"Dataset `{config['dataset']}`; every model: {each(rows, 'max_iters')} iterations of "
+            f"{each(rows, 'batch_size')} x {each(rows, 'block_size')} tokens"
+            + (f" x {accum} accumulation steps" if accum != "1" else "")
             + f", AdamW lr {config['learning_rate']:g} (warmup {schedule['warmup_iters']}, cosine to "
             f"{schedule['min_lr']:g} at iteration {schedule['lr_decay_iters']}), "
             f"weight decay {config['weight_decay']:g}, dropout {config['dropout']:g}, "
             + (f"seeds {', '.join(map(str, seeds))}" if seeds else f"seed {config['seed']}") + "; "
-            f"evaluation every {config['eval_interval']} iterations on {config['eval_iters']} fixed batches; "
-            f"device {device}, dtype {dtype}, torch {torch.__version__}.")
+            f"evaluation every {each(rows, 'eval_interval')} iterations on {each(rows, 'eval_iters')} fixed "
+            f"batches; device {device}, dtype {dtype}, torch {torch.__version__}.")
     custom = {n: k for n, k in config["custom_variants"].items() if n in config["variants"]}
     if custom:
         line += " Custom variants (these keys for that model only): " + "; ".join(
@@ -737,7 +753,7 @@ def equal_compute_lines(config, rows, budget, cheapest, seeds):
             "pass and both pgpt branches. Evaluations are not counted.",
             f"- **Val loss at equal compute**: the budget is the cheapest full run, {cheapest['name']}'s "
             f"{fmt_si(budget)} FLOPs ({cheapest['iters']} iterations). Every model's val loss when its own training "
-            f"had spent that many FLOPs, read off its eval curve (an evaluation every {config['eval_interval']} "
+            f"had spent that many FLOPs, read off its eval curve (an evaluation every {each(rows, 'eval_interval')} "
             f"iterations) by linear interpolation between the two evaluations around that iteration; n/a when the "
             f"first evaluation after iteration 0 comes later. Every model ran the learning-rate schedule of its full "
             f"run, so a costlier model is read mid-schedule, before its learning rate has decayed: this view favours "
@@ -766,19 +782,20 @@ def write_results(config, rows, per_run, budget, cheapest, figures, samples):
          for r in rows], left=2)
     timing = {r["timing"] for r in rows}
     if timing == {"bench"}:
-        timing_note = (f"one training step (forward + backward + AdamW update) of {config['batch_size']} x "
-                       f"{config['block_size']} random tokens on a fresh model, median of {config['bench_iters']} "
+        timing_note = (f"one training step (forward + backward + AdamW update) of {each(rows, 'batch_size')} x "
+                       f"{each(rows, 'block_size')} random tokens on a fresh model, median of {config['bench_iters']} "
                        f"steps after {BENCH_WARMUP} warm-up (`tools/benchmarks/measure.py`'s `bench_train`, run right after that model "
                        f"trained). Peak memory: the highest total of live tensors during such a step (weights, "
                        f"gradients, AdamW state, activations; CUDA: max_memory_allocated, CPU: tensor allocations "
                        f"recorded by the profiler)")
-        if config["gradient_accumulation_steps"] > 1:
-            timing_note += f"; one training iteration is {config['gradient_accumulation_steps']} such steps"
+        if each(rows, "gradient_accumulation_steps") != "1":
+            timing_note += f"; one training iteration is {each(rows, 'gradient_accumulation_steps')} such steps"
     else:
         timing_note = ("the training loop's median over its log windows (evaluations excluded); bench_iters=0, "
                        "so no peak memory")
     pgpt = [r for r in rows if r["heaviest_branch"] is not None]
-    lines = [f"# Model comparison: {', '.join(r['name'] for r in rows)}", "", setup_line(config, device, dtype), ""]
+    lines = [f"# Model comparison: {', '.join(r['name'] for r in rows)}", "", setup_line(config, rows, device, dtype),
+             ""]
     if seeds:
         lines += [seeds_note(config, rows), ""]
     lines += ["Layout of paper 004's Table 1, from our own runs.", "", table1, "",
@@ -788,7 +805,7 @@ def write_results(config, rows, per_run, budget, cheapest, figures, samples):
               "weight (about 12 bytes per parameter), are listed below; paper 004's sizes (129.3 MB for 10.7M "
               "parameters) match such full checkpoints, not the weights alone.",
               f"- **ms/iter, tokens/s**: {timing_note}. Timings on a shared machine are noisy.",
-              f"- **Best val loss**: mean cross-entropy over {config['eval_iters']} fixed validation batches, the "
+              f"- **Best val loss**: mean cross-entropy over {each(rows, 'eval_iters')} fixed validation batches, the "
               f"lowest over all evaluations (the ckpt.pt state)."]
     if pgpt:
         lines.append("- **Val loss, weaker branch dropped**: pgpt at that same checkpoint with only its heaviest "
