@@ -190,7 +190,9 @@ def setup(config, explicit, device, dtype, rank, world):
     # resume: out_dir's last.pt (else ckpt.pt); a path: that file; scratch: None
     start = StartingPoint(config, device, run.master)
     ckpt = start.ckpt
-    # the model's arguments: each source below wins over those before it
+    # the model's arguments, in order of precedence: GPTConfig's defaults, the
+    # checkpoint's, the variant's, vocab_size (resume: the checkpoint's, else the
+    # data's), the keys you set
     args = dict(MODEL_DEFAULTS)
     if ckpt is not None:
         args.update(ckpt["model_args"])
@@ -329,10 +331,10 @@ def checkpoint_fields(run, iter_num, best_val_loss):
 
 def save_checkpoints(run, iter_num, best_val_loss, best, gather=True):
     """last.pt := the state at iteration iter_num (at an evaluation after iteration 0, or
-    at a stop); ckpt.pt := the same when best, and at the first save when out_dir held
-    an earlier run's checkpoints. Rank 0 writes, each file atomically, ckpt.pt first: a
-    crash or Ctrl-C keeps the previous one whole, and the older last.pt resumes here.
-    gather: False after a stop at once (the other ranks may be gone)."""
+    at a stop); ckpt.pt := the same when best, and at the first save when ckpt.pt is
+    not this run's best (RunDir.ckpt_behind). Rank 0 writes, each file atomically: a crash or
+    Ctrl-C keeps the previous one whole. gather: False after a stop at once (the other
+    ranks may be gone)."""
     state = checkpoint_fields(run, iter_num, best_val_loss)
     if not all(torch.isfinite(w).all() for w in state["model"].values()):
         raise run.dir.diverged("the weights are not finite", iter_num)   # never saved
@@ -340,12 +342,10 @@ def save_checkpoints(run, iter_num, best_val_loss, best, gather=True):
     # every rank's RNG state, for an exact resume (a collective under DDP)
     state["rng"], state["rng_ranks"] = gather_rng_states(run.device, run.ddp and gather)
     out_dir = run.config["out_dir"]
-    ckpt_too = run.master and (best or run.dir.ckpt_from_earlier_run)
-    if ckpt_too:
-        save_checkpoint(os.path.join(out_dir, "ckpt.pt"), **state)
     if run.master:
         save_checkpoint(os.path.join(out_dir, "last.pt"), **state)
-    if ckpt_too:
+    if run.master and (best or run.dir.ckpt_behind):
+        save_checkpoint(os.path.join(out_dir, "ckpt.pt"), **state)
         say(run, f"saved ckpt.pt and last.pt to {out_dir}")
     run.dir.saved(iter_num, time.time() - t0)   # log.csv's rows go with last.pt
 
@@ -405,7 +405,6 @@ def train_loop(run, stop, callback):
     history = []
     last_train_loss = None
     in_step = False   # in an optimizer step: the state is half-updated
-    ckpt_due = False  # a best evaluation not saved yet
     stopped = False   # by Ctrl-C or SIGTERM
     at_once = False   # by a KeyboardInterrupt
     run.dir.start_clock(iter_num)
@@ -423,9 +422,7 @@ def train_loop(run, stop, callback):
                 best = row["val_loss"] < best_val_loss or config["always_save_checkpoint"]
                 best_val_loss = min(best_val_loss, row["val_loss"])
                 if iter_num > 0 and not config["eval_only"]:
-                    ckpt_due = best
                     save_checkpoints(run, iter_num, best_val_loss, best)
-                    ckpt_due = False
                 notify(run, callback, "eval", iter_num, row)
             if config["eval_only"] or last_iter:
                 break
@@ -481,7 +478,7 @@ def train_loop(run, stop, callback):
     if stopped:   # last.pt here, unless mid-step or saved already; say what out_dir keeps
         with run.dir.stopping(iter_num, in_step) as save:
             if save:
-                save_checkpoints(run, iter_num, best_val_loss, ckpt_due, gather=not at_once)
+                save_checkpoints(run, iter_num, best_val_loss, False, gather=not at_once)
     return dict(history=history, best_val_loss=best_val_loss, interrupted=stopped,
                 last_train_loss=last_train_loss, iter_num=iter_num)
 

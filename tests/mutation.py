@@ -826,20 +826,6 @@ MUTANTS = [
            "    for group, own in zip(optimizer.param_groups, settings):\n        group.update(own)\n",
            "",
            "tests/test_train.py -k own_optimizer_settings", every=False),
-    Mutant("last_pt_written_before_ckpt_pt", "train.py",
-           "    if ckpt_too:\n"
-           "        save_checkpoint(os.path.join(out_dir, \"ckpt.pt\"), **state)\n"
-           "    if run.master:\n"
-           "        save_checkpoint(os.path.join(out_dir, \"last.pt\"), **state)\n",
-           "    if run.master:\n"
-           "        save_checkpoint(os.path.join(out_dir, \"last.pt\"), **state)\n"
-           "    if ckpt_too:\n"
-           "        save_checkpoint(os.path.join(out_dir, \"ckpt.pt\"), **state)\n",
-           "tests/test_train.py -k between_the_two_saves", every=False),
-    Mutant("stop_in_a_best_save_skips_ckpt_pt", "train.py",
-           "                save_checkpoints(run, iter_num, best_val_loss, ckpt_due, gather=not at_once)",
-           "                save_checkpoints(run, iter_num, best_val_loss, False, gather=not at_once)",
-           "tests/test_train.py -k between_the_two_saves", every=False),
     Mutant("resume_note_compares_the_dataset_name", "safety_net/starting_point.py",
            "RECIPE_KEYS = (\"data_dir\", ",
            "RECIPE_KEYS = (\"dataset\", \"data_dir\", ",
@@ -908,6 +894,10 @@ MUTANTS = [
            "    values = {r[\"name\"]: r[key] for r in rows}",
            "    values = {r[\"name\"]: r[key] for r in rows[:1]}",
            "tests/test_compare.py -k setup_line", every=False),
+    Mutant("resume_trusts_a_ckpt_pt_left_behind", "safety_net/run_dir.py",
+           "    return ckpt.get(\"best_val_loss\") != best_val_loss",
+           "    return False",
+           "tests/test_train.py -k between_the_two_saves", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

@@ -302,21 +302,20 @@ class Killed(BaseException):
 @pytest.mark.parametrize("how", ["kill", "second_ctrl_c"])
 def test_a_stop_between_the_two_saves_keeps_the_best_checkpoint(tiny_train_config, monkeypatch, how):
     """A kill between last.pt and ckpt.pt of a best evaluation left ckpt.pt at an earlier one, while last.pt
-    recorded the better loss, so no later save rewrote ckpt.pt: the best weights were gone (a hunt). A second Ctrl-C
-    during the first file's save did the same (the stop wrote last.pt only). ckpt.pt is written first now, and a
-    stop in a best evaluation's save writes it too: after a resume, ckpt.pt is the uninterrupted run's."""
+    recorded the better loss, so no later save rewrote ckpt.pt: the best weights were gone once last.pt moved on
+    (a hunt). A second Ctrl-C in that save did the same (the stop wrote last.pt only). A resume now finds ckpt.pt
+    behind (RunDir.ckpt_behind): it starts at that evaluation, and its first save writes ckpt.pt too; after it,
+    ckpt.pt is the uninterrupted run's."""
     reference = run(dict(tiny_train_config, out_dir=tiny_train_config["out_dir"] + "-ref"))
     best = load_checkpoint(os.path.join(tiny_train_config["out_dir"] + "-ref", "ckpt.pt"))
     assert best["iter_num"] == 20   # the last evaluation is the best: the one whose save is cut
-    real, writes = train.save_checkpoint, []
+    real = train.save_checkpoint
 
     def cut(path, *args, **fields):
-        if fields["iter_num"] == 20 and not writes:
-            writes.append(path)
-            if how == "second_ctrl_c":   # during the first file's save, which keeps the old file
+        if fields["iter_num"] == 20 and path.endswith("ckpt.pt"):   # last.pt is written, ckpt.pt not yet
+            if how == "second_ctrl_c":   # during its save, which keeps the old file
                 raise KeyboardInterrupt
-            real(path, *args, **fields)
-            raise Killed   # after the first file, before the second
+            raise Killed
         return real(path, *args, **fields)
 
     monkeypatch.setattr(train, "save_checkpoint", cut)
