@@ -111,7 +111,7 @@ def prepare(dataset="", out_dir="", input_path="", tokenizer="",
 
 def main(argv=None):
     # bad input: one line `error: ...`; Ctrl-C: `interrupted`, exit 130
-    return run_command(run, DEFAULTS, argv, ("force",), positional="dataset")
+    return run_command(run, DEFAULTS, argv, positional="dataset")
 
 
 def run(cfg):

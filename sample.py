@@ -46,13 +46,11 @@ DEFAULTS = dict(
     keep_heaviest_branch=False,  # pgpt: only the heaviest branch (paper 004)
 )
 
-# keys that may be given as a bare flag (`--no_kv_cache` is `--no_kv_cache=True`)
-BOOL_FLAGS = ("no_kv_cache", "keep_heaviest_branch")
 SEPARATOR = "---------------"
 
 
 def main(argv=None):
-    return run_command(run, DEFAULTS, argv, BOOL_FLAGS)
+    return run_command(run, DEFAULTS, argv)
 
 
 def run(cfg):

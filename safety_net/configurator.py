@@ -44,18 +44,20 @@ def one_line(err):
     return text if len(text) <= 200 else text[:197] + "..."
 
 
-def load_config(defaults, argv, bool_flags=(), positional=None, one_item=()):
-    """defaults: dict of every known key -> default value. argv: e.g. sys.argv[1:]. bool_flags: boolean keys
-    that may also be given bare (`--no_kv_cache` means `--no_kv_cache=True`). positional: None (positional
+def load_config(defaults, argv, positional=None, one_item=()):
+    """defaults: dict of every known key -> default value. argv: e.g. sys.argv[1:]. A key whose default is a
+    bool may also be given bare, in every command (`--no_kv_cache` means `--no_kv_cache=True`; each command
+    listed its own, so `--compile` was bare in one and refused in the next). positional: None (positional
     arguments are config files), or the key they set instead: all of them when its default is a list, else
     at most one. one_item: list keys whose plain text is a list of that one item.
     Returns (config, explicit): the final dict and the set of keys set by config files or the CLI."""
-    if any(a in ("-h", "--help") for a in argv):
+    argv = expand_bool_flags(list(argv), [k for k, v in defaults.items() if isinstance(v, bool)])
+    if _asks_for_help(argv):
         print(usage(defaults, positional))
         raise SystemExit(0)
     config = dict(defaults)
     explicit = set()
-    files, overrides = _split_argv(expand_bool_flags(list(argv), bool_flags))
+    files, overrides = _split_argv(argv)
     if positional is not None:
         if files:
             config[positional] = _positional_value(positional, files, defaults[positional])
@@ -72,7 +74,7 @@ def load_config(defaults, argv, bool_flags=(), positional=None, one_item=()):
     return config, explicit
 
 
-def run_command(command, defaults, argv=None, bool_flags=(), errors=UserError, positional=None, one_item=(),
+def run_command(command, defaults, argv=None, errors=UserError, positional=None, one_item=(),
                 with_explicit=False, memory_fix="lower the sizes, counts or batch sizes you gave"):
     """A script's whole main(): the config from argv (sys.argv[1:] when None; the options of load_config), then
     command(config), or command(config, explicit) with with_explicit=True. Bad input (`errors`, UserError by
@@ -85,7 +87,7 @@ def run_command(command, defaults, argv=None, bool_flags=(), errors=UserError, p
     sample.py, prepare.py and tools/ (tests/test_commands.py)."""
     try:
         argv = sys.argv[1:] if argv is None else list(argv)
-        config, explicit = load_config(defaults, argv, bool_flags, positional, one_item)
+        config, explicit = load_config(defaults, argv, positional, one_item)
         if with_explicit:
             return command(config, explicit)
         return command(config)
@@ -161,6 +163,19 @@ def usage(defaults, positional=None):
 
 # --- argv ------------------------------------------------------------------------------------------
 
+def _asks_for_help(argv):
+    """-h or --help as an argument of its own, not as the value of `--key value` (`--start -h` is a prompt: it
+    printed the usage and exit code 0, the command not run)."""
+    i = 0
+    while i < len(argv):
+        if argv[i] in ("-h", "--help"):
+            return True
+        if argv[i].startswith("--") and "=" not in argv[i]:
+            i += 1   # its value
+        i += 1
+    return False
+
+
 def _split_argv(argv):
     files, overrides = [], []
     i = 0
@@ -196,19 +211,25 @@ def _read_config_file(path, config):
     if not os.path.isfile(path):
         hint = " (fix: overrides need two dashes, e.g. --key=value)" if "=" in path else \
             " (fix: check the path; config files live in config/)"
-        raise UserError(f"config file '{path}' not found{hint}")
-    try:
-        with open(path, encoding="utf-8") as f:
+        raise UserError(f"config file '{one_line(path)}' not found{hint}")
+    try:   # utf-8-sig: a byte-order mark, as Windows Notepad writes, is dropped, as Python does for a source file
+        with open(path, encoding="utf-8-sig") as f:
             source = f.read()
-    except (OSError, UnicodeDecodeError) as e:
-        reason = e.strerror if isinstance(e, OSError) else "it is not UTF-8 text"
-        raise UserError(f"cannot read config file {path}: {reason} (fix: save it as a UTF-8 python file)") from None
+    except UnicodeDecodeError:
+        raise UserError(f"cannot read config file {path}: it is not UTF-8 text (fix: save it as a UTF-8 python "
+                        f"file)") from None
+    except OSError as e:
+        raise UserError(f"cannot read config file {path}: {e.strerror} (fix: make it readable, or copy it to a "
+                        f"file you can read)") from None
     try:
         tree = ast.parse(source, filename=path)
     except SyntaxError as e:
         where = f" line {e.lineno}" if e.lineno else ""   # none for a NUL byte
-        raise UserError(f"syntax error in config file {path}{where}: {e.msg} "
+        raise UserError(f"syntax error in config file {path}{where}: {one_line(e.msg)} "
                         f"(fix: it must be valid python)") from None
+    except (MemoryError, RecursionError):   # was reported as out of memory, with a fix about batch sizes
+        raise UserError(f"config file {path} is nested too deeply for Python's parser (fix: write its "
+                        f"values plainly)") from None
     assigned = _top_level_names(tree)
     _refuse_nested_assignments(tree, assigned, config, path)
     namespace = dict(config)
@@ -216,7 +237,8 @@ def _read_config_file(path, config):
     try:
         exec(compile(tree, path, "exec"), namespace)
     except Exception as e:  # a config file is user input: report it in one line
-        raise UserError(f"config file {path} failed: {type(e).__name__}: {e} (fix: correct the file)") from None
+        raise UserError(f"config file {path} failed: {type(e).__name__}: {one_line(e)} (fix: correct the "
+                        f"file)") from None
     return {name: namespace[name] for name in assigned if name in namespace}
 
 
@@ -293,7 +315,7 @@ def _check_key(key, defaults, source):
         hint = f"nanoGPT's sample.py key: {NANOGPT_SAMPLE_KEYS[key]}"
     if source != "on the command line":
         hint += "; helper variables in config files must start with '_'"
-    raise UserError(f"unknown config key '{key}' {source} (fix: {hint})")
+    raise UserError(f"unknown config key '{one_line(key)}' {source} (fix: {hint})")
 
 
 def _check_value(key, value, defaults, source):
@@ -301,7 +323,7 @@ def _check_value(key, value, defaults, source):
     _check_key(key, defaults, f"in {source}")
     ok, value = _coerce(value, defaults[key])
     if not ok:
-        raise UserError(f"{source}: {key} = {value!r} is a {type(value).__name__}, expected "
+        raise UserError(f"{source}: {key} = {one_line(repr(value))} is a {type(value).__name__}, expected "
                           f"{_type_name(defaults[key])} (fix: e.g. {key} = {defaults[key]!r})")
     return value
 
@@ -321,8 +343,9 @@ def _parse_override(key, text, default, one_item=False):
         value = ast.literal_eval(text)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         value = text
-    if isinstance(default, (list, tuple)) and one_item and not isinstance(value, (list, tuple)):
-        return type(default)([text])   # one item: a prompt may hold commas
+    is_text_list = isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)
+    if isinstance(default, (list, tuple)) and one_item and not is_text_list:
+        return type(default)([text])   # one item: a prompt may hold commas (--prompts=1,2 too)
     if isinstance(default, (list, tuple)) and isinstance(value, str):
         return type(default)(t.strip() for t in text.split(",") if t.strip())   # a comma list: --variants=gpt,lgpt
     if isinstance(default, str):
@@ -332,7 +355,7 @@ def _parse_override(key, text, default, one_item=False):
         value = value.lower() == "true"
     ok, coerced = _coerce(value, default)
     if not ok:
-        raise UserError(f"--{key}={text}: expected {_type_name(default)} (fix: e.g. --{key}={default!r})")
+        raise UserError(f"--{key}={one_line(text)}: expected {_type_name(default)} (fix: e.g. --{key}={default!r})")
     return coerced
 
 

@@ -61,7 +61,6 @@ DEFAULTS = dict(
     list=False,      # print the cases and exit
     keep=False,      # keep the temporary folder (fixtures and every case's folder) and print where it is
 )
-BOOL_FLAGS = ("list", "keep")
 # what the repository copy needs: the code and the config files, not data, results or checkpoints
 COPY_IGNORE = shutil.ignore_patterns(".git", "data", "out*", "hf-out*", "results", "docs", "tests", "__pycache__",
                                      "*.pyc", ".pytest_cache", ".benchmarks", ".venv")
@@ -1464,7 +1463,7 @@ def trial(cfg):
 
 
 def main(argv=None):
-    sys.exit(run_command(trial, DEFAULTS, argv, BOOL_FLAGS))
+    sys.exit(run_command(trial, DEFAULTS, argv))
 
 
 if __name__ == "__main__":

@@ -337,12 +337,12 @@ MUTANTS = [
            "tests/test_technique_lines.py -k 'lines_that_ran and gpt'", every=False),
     # --- issue 56: one entry wrapper; prepare.py's main as it was on argparse: bad input caught, Ctrl-C not ---
     Mutant("prepare_ctrl_c_is_a_traceback", "prepare.py",
-           '    return run_command(run, DEFAULTS, argv, ("force",), positional="dataset")\n',
+           '    return run_command(run, DEFAULTS, argv, positional="dataset")\n',
            "    import sys\n"
            "    from configurator import UserError, load_config\n"
            "    argv = sys.argv[1:] if argv is None else argv\n"
            "    try:\n"
-           '        return run(load_config(DEFAULTS, argv, ("force",), positional="dataset")[0])\n'
+           '        return run(load_config(DEFAULTS, argv, positional="dataset")[0])\n'
            "    except UserError as e:\n"
            '        raise SystemExit(f"error: {e}") from None\n',
            "tests/test_commands.py -k 'ctrl_c and prepare'", every=True),
@@ -898,6 +898,18 @@ MUTANTS = [
            "    return ckpt.get(\"best_val_loss\") != best_val_loss",
            "    return False",
            "tests/test_train.py -k between_the_two_saves", every=False),
+    Mutant("bool_keys_bare_only_where_listed", "safety_net/configurator.py",
+           "    argv = expand_bool_flags(list(argv), [k for k, v in defaults.items() if isinstance(v, bool)])",
+           "    argv = expand_bool_flags(list(argv), [k for k, v in defaults.items() if k == \"no_kv_cache\"])",
+           "tests/test_config.py -k every_bool_key_may_be_given_bare", every=False),
+    Mutant("help_taken_from_a_value", "safety_net/configurator.py",
+           "    if _asks_for_help(argv):",
+           "    if any(a in (\"-h\", \"--help\") for a in argv):",
+           "tests/test_config.py -k help_is_an_argument_of_its_own", every=False),
+    Mutant("config_file_byte_order_mark_refused", "safety_net/configurator.py",
+           "        with open(path, encoding=\"utf-8-sig\") as f:",
+           "        with open(path, encoding=\"utf-8\") as f:",
+           "tests/test_config.py -k one_line_and_read_as_python_does", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that
@@ -956,7 +968,6 @@ DEFAULTS = dict(
     workers=2,          # pytest processes at a time
     timeout=900,        # seconds per pytest run; longer counts as an error
 )
-BOOL_FLAGS = ("list",)
 
 
 # --- the scratch copy --------------------------------------------------------------------------
@@ -1074,7 +1085,7 @@ def check(config):
 
 
 def main(argv=None):
-    code = run_command(check, DEFAULTS, argv, bool_flags=BOOL_FLAGS)
+    code = run_command(check, DEFAULTS, argv)
     if code:
         raise SystemExit(code)
 

@@ -170,6 +170,7 @@ def test_variants_and_prompts_on_the_command_line():
     config, _ = compare.parse(["--variants=gpt, lgpt", "--prompts", "Oh God, ", "--max_iters=5"])
     assert config["variants"] == ["gpt", "lgpt"] and config["prompts"] == ["Oh God, "]
     assert compare.parse(["--variants=['gpt']"])[0]["variants"] == ["gpt"]
+    assert compare.parse(["--prompts=1,2"])[0]["prompts"] == ["1,2"]   # one item: it was the integers 1 and 2
     with pytest.raises(SystemExit, match="error: unknown variant 'nope'"):
         compare.main(["--variants=gpt,nope", "--dry_run=True"])
     with pytest.raises(UserError, match="twice"):

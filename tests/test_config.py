@@ -221,3 +221,48 @@ def test_train_main_reports_config_errors_in_one_line():
     with pytest.raises(SystemExit) as e:
         train.main(["--n_layr=2"])
     assert str(e.value).startswith("error: unknown config key 'n_layr'") and "\n" not in str(e.value)
+
+
+# --- the command grammar, one for every command (a hunt) ---------------------------------------------------------
+
+def test_every_bool_key_may_be_given_bare(tmp_path):
+    """Each command listed its own bare-able keys: `--compile` was bare in tools.bench and refused by train.py,
+    `--dry_run` bare in tools.gpu_check and refused by tools.compare. Every key whose default is a bool now."""
+    f = tmp_path / "cfg.py"
+    f.write_text("batch_size = 3\n")
+    cfg, explicit = load_config(DEFAULTS, ["--compile", str(f)])
+    assert cfg["compile"] is True and cfg["batch_size"] == 3 and explicit == {"compile", "batch_size"}
+    assert load_config(DEFAULTS, ["--compile", "False"])[0]["compile"] is False
+    assert load_config(DEFAULTS, ["--batch_size=2", "--compile"])[0]["compile"] is True
+
+
+def test_help_is_an_argument_of_its_own(capsys):
+    """`--start -h` printed the usage and exit code 0 instead of taking -h as the value (the grammar allows a value
+    that starts with '-')."""
+    defaults = dict(DEFAULTS, start="\n")
+    assert load_config(defaults, ["--out_dir", "-h"])[0]["out_dir"] == "-h"
+    for argv in (["-h"], ["--compile", "-h"], ["--out_dir=x", "--help"]):
+        with pytest.raises(SystemExit) as e:
+            load_config(defaults, argv)
+        assert e.value.code == 0 and "--batch_size" in capsys.readouterr().out
+
+
+def test_config_file_errors_are_one_line_and_read_as_python_does(tmp_path):
+    """A byte-order mark (Windows Notepad) was a syntax error; an exception or a value over several lines made
+    the error several lines; a file nested too deeply was reported as out of memory, with a fix about batch
+    sizes."""
+    bom = tmp_path / "bom.py"
+    bom.write_bytes(b"\xef\xbb\xbfbatch_size = 5\n")
+    assert load_config(DEFAULTS, [str(bom)])[0]["batch_size"] == 5
+    cases = {"raises.py": ('raise ValueError("first\\nsecond")\n', "ValueError: first second"),
+             "array.py": ("import numpy as np\nn_layer = np.zeros((2, 2))\n", "is a ndarray"),
+             "deep.py": ("n_layer = " + "-" * 100000 + "1\n", "nested too deeply")}
+    for name, (text, words) in cases.items():
+        (tmp_path / name).write_text(text)
+        with pytest.raises(UserError, match=words) as e:
+            load_config(DEFAULTS, [str(tmp_path / name)])
+        assert "\n" not in str(e.value) and "(fix: " in str(e.value)
+    for argv in (["--n_layer=2\n3"], ["a\nb.py"], ["--n_lay\ner=2"]):
+        with pytest.raises(UserError) as e:
+            load_config(DEFAULTS, argv)
+        assert "\n" not in str(e.value)

@@ -89,7 +89,6 @@ BENCH_DEFAULTS = dict(
     dry_run=False,          # print the models (sizes after --scale and overrides) and exit
     config_files=[],        # the positional arguments: train.py config files, one model each
 )
-BOOL_FLAGS = ("optimizer_step", "keep_heaviest_branch", "compile", "dry_run")
 MODES = {
     "": dict(measure="train,memory,infer,sample"),
     "paper001": dict(variants="mobilellm_125m,shishulm_125", measure="train,memory,infer", optimizer_step=False),
@@ -110,7 +109,7 @@ def defaults():
 
 def parse(argv):
     """(config, model entries) from the command line; bad input raises UserError."""
-    cfg, explicit = load_config(defaults(), list(argv), BOOL_FLAGS, positional="config_files")
+    cfg, explicit = load_config(defaults(), list(argv), positional="config_files")
     return check(cfg, explicit)
 
 
@@ -179,7 +178,7 @@ def out_marker(path):
 
 def main(argv=None):
     """The command line (configurator.run_command: bad input is one line `error: ...`, Ctrl-C exit code 130)."""
-    return run_command(run, defaults(), argv, BOOL_FLAGS, positional="config_files", with_explicit=True)
+    return run_command(run, defaults(), argv, positional="config_files", with_explicit=True)
 
 
 def run(cfg, explicit):

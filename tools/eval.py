@@ -77,7 +77,6 @@ DEFAULTS = dict(
     compile=False,
     num_threads=0,          # CPU threads; 0 = torch's default (1 on a busy machine, as sample.py's)
 )
-BOOL_FLAGS = ("keep_heaviest_branch", "compile")
 
 
 # --- windows ------------------------------------------------------------------------------------
@@ -354,7 +353,7 @@ def fmt(v, spec=".4f"):
 
 
 def main(argv=None):
-    return run_command(run, DEFAULTS, argv, BOOL_FLAGS)
+    return run_command(run, DEFAULTS, argv)
 
 
 def run(cfg):

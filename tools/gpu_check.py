@@ -75,7 +75,6 @@ DEFAULTS = dict(
     deadline=0.0,           # worker: the time.time() by which it has stopped
     ckpt_dir="",            # decode worker: the quickstart's out_dir
 )
-BOOL_FLAGS = ("dry_run",)
 
 # What a part needs in full on one H200, measured there on 2026-11-29 (results/gpu/: the JSON's
 # wall_s and item_s) where measured: correctness 94 of its 95 tests in 110 s, + ~30 s for the last
@@ -126,7 +125,7 @@ DRY_ITEM_S = 1              # what an item of the dry run needs
 
 
 def main(argv=None):
-    return run_command(run, DEFAULTS, argv, BOOL_FLAGS)
+    return run_command(run, DEFAULTS, argv)
 
 
 def run(cfg):

@@ -93,7 +93,6 @@ OPTIONS = dict(
     all=False,                    # rewrite docs/models/<variant>.py for every variant (no other key with it)
 )
 DEFAULTS = {**OPTIONS, **train.DEFAULTS}
-BOOL_FLAGS = ("keep_heaviest_branch", "all")
 
 
 class Traced(technique_lines.Tracer):
@@ -1465,7 +1464,7 @@ def main(argv=None):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)   # tiny models: one thread is fastest, and other work on the cores slows it tenfold
     try:
-        return run_command(command, DEFAULTS, argv, BOOL_FLAGS, positional="config_or_variant", with_explicit=True)
+        return run_command(command, DEFAULTS, argv, positional="config_or_variant", with_explicit=True)
     finally:
         torch.set_num_threads(threads)
 

@@ -55,7 +55,6 @@ OPTIONS = dict(
     keep_heaviest_branch=False,   # generate with the heavier branch only (pgpt's model.keep_heaviest_branch())
 )
 DEFAULTS = {**OPTIONS, **train.DEFAULTS}
-BOOL_FLAGS = ("keep_heaviest_branch",)
 
 
 class Source:
@@ -279,7 +278,7 @@ def report(source, units, against):
 
 
 def main(argv=None):
-    return run_command(command, DEFAULTS, argv, BOOL_FLAGS, positional="config_or_variant", with_explicit=True)
+    return run_command(command, DEFAULTS, argv, positional="config_or_variant", with_explicit=True)
 
 
 def command(config, explicit):

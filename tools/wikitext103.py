@@ -333,11 +333,10 @@ DEFAULTS = dict(
     force=False,             # replace another dataset in out_dir
     **REPORT_DEFAULTS,
 )
-BOOL_FLAGS = ("no_plot", "force")
 
 
 def main(argv=None):
-    return run_command(run, DEFAULTS, argv, BOOL_FLAGS, positional="dataset", with_explicit=True)
+    return run_command(run, DEFAULTS, argv, positional="dataset", with_explicit=True)
 
 
 def run(config, explicit):

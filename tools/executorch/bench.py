@@ -298,7 +298,7 @@ def print_sizes(summary):
 
 
 def main(argv=None):
-    return run_command(run, DEFAULTS, argv, bool_flags=("reuse",))
+    return run_command(run, DEFAULTS, argv)
 
 
 if __name__ == "__main__":

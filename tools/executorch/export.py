@@ -43,7 +43,6 @@ DEFAULTS = dict(
     keep_heaviest_branch=False,  # pgpt: export only the heaviest branch (paper 004's inference)
     num_threads=0,          # CPU threads for torch while exporting; 0 = torch's default
 )
-BOOL_FLAGS = ("keep_heaviest_branch",)
 QUANTIZE = ("none", "8da8w", "8da4w")
 GROUP_SIZE = 32   # 8da4w: inputs per int4 scale, as MobileLLM-Pro's CPU checkpoints (int4 weights in groups of 32,
                   # int8 dynamic activations: its Hugging Face model card, facebook/MobileLLM-Pro)
@@ -345,7 +344,7 @@ def tokenizer_json(ckpt, data_dir, config):
 
 
 def main(argv=None):
-    return run_command(run, DEFAULTS, argv, BOOL_FLAGS)
+    return run_command(run, DEFAULTS, argv)
 
 
 if __name__ == "__main__":

@@ -40,7 +40,7 @@ def run(cfg):
 
 
 def main(argv=None):
-    return run_command(run, DEFAULTS, argv, sample.BOOL_FLAGS)
+    return run_command(run, DEFAULTS, argv)
 
 
 if __name__ == "__main__":

@@ -305,11 +305,10 @@ DEFAULTS = dict(
     gpt2_ranks="",     # local gpt2.tiktoken ranks file ("" = env GPT2_TIKTOKEN_FILE)
     **REPORT_DEFAULTS,
 )
-BOOL_FLAGS = ("force", "no_plot")
 
 
 def main(argv=None):
-    return run_command(run, DEFAULTS, argv, BOOL_FLAGS, positional="dataset", with_explicit=True)
+    return run_command(run, DEFAULTS, argv, positional="dataset", with_explicit=True)
 
 
 def given(config, explicit, key):
