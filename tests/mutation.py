@@ -910,6 +910,14 @@ MUTANTS = [
            "        with open(path, encoding=\"utf-8-sig\") as f:",
            "        with open(path, encoding=\"utf-8\") as f:",
            "tests/test_config.py -k one_line_and_read_as_python_does", every=False),
+    Mutant("inherit_narrows_sinusoidal_positions", "tools/pangu/inherit.py",
+           "    need(src.pos_embedding != \"sinusoidal\" or n_embd == src.n_embd,",
+           "    need(True,",
+           "tests/test_pangu.py -k narrower_sinusoidal", every=False),
+    Mutant("inherit_keeps_the_sources_layer_fields", "tools/pangu/inherit.py",
+           "EVERY_LAYER = dict(n_attn_layers=None, n_top_attn_layers=0, share_from_layer=0)",
+           "EVERY_LAYER = dict()",
+           "tests/test_pangu.py -k narrower_sinusoidal", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

@@ -823,3 +823,29 @@ def test_choose_heads_scores_whole_groups_then_heads_inside_them():
     q_heads, kv_heads = inherit.choose_heads(torch.tensor([0., 0, 5, 5, 5, 0, 5, 0]), torch.zeros(2), src,
                                              inherit.target_config(src, n_embd=32, n_kv_head=2))
     assert kv_heads.tolist() == [0, 1] and q_heads.tolist() == [2, 3, 4, 6]
+
+
+def test_inheritance_refuses_narrower_sinusoidal_positions_and_carries_no_op_layer_fields():
+    """Sinusoidal positions are a table of the width: a narrower small model rebuilt its own, so each kept channel
+    read another frequency (a hunt); refused in one line, learned positions are sliced as before. A source saying
+    'attention in all 4 layers' (n_attn_layers=4), or sharing from a layer without sharing, was refused at 2
+    layers with a fix naming other keys: these fields are carried as their defaults, and the small model is the
+    one the plain source gives."""
+    torch.manual_seed(0)
+    sinus = GPT(GPTConfig(vocab_size=16, block_size=16, n_layer=2, n_head=2, n_embd=32, pos_embedding="sinusoidal"))
+    with pytest.raises(UserError, match="sinusoidal positions are a table of its width 32.*--n_embd=32"):
+        inherit.target_config(sinus.config, n_embd=16)
+    assert inherit.target_config(sinus.config, n_layer=1).pos_embedding == "sinusoidal"   # same width: the same table
+    batches = [(torch.randint(0, 16, (2, 8)), torch.randint(0, 16, (2, 8)))]
+    plain_args = dict(vocab_size=16, block_size=16, n_layer=4, n_head=2, n_embd=32)
+    torch.manual_seed(1)
+    plain = GPT(GPTConfig(**plain_args)).eval()
+    for extra in (dict(n_attn_layers=4), dict(share_from_layer=3), dict(n_attn_layers=2, n_top_attn_layers=2)):
+        src = GPT(GPTConfig(**plain_args, **extra)).eval()
+        src.load_state_dict(plain.state_dict())
+        for layers in ("first_last", "loss"):
+            small, _ = inherit.inherit(src, inherit.target_config(src.config, n_layer=2), layers, "l1", batches=batches)
+            want, _ = inherit.inherit(plain, inherit.target_config(plain.config, n_layer=2), layers, "l1",
+                                      batches=batches)
+            assert small.config == want.config, (extra, layers)
+            assert all(torch.equal(a, b) for a, b in zip(small.state_dict().values(), want.state_dict().values()))

@@ -158,6 +158,16 @@ class Plan:
 # ----------------------------------------------------------------------------------------------
 # shapes
 
+# every layer has attention and none is shared (check_supported), said so at any depth: a source's n_attn_layers=4
+# of its 4 layers was refused for a model of 2 layers, with a fix naming other keys (a hunt)
+EVERY_LAYER = dict(n_attn_layers=None, n_top_attn_layers=0, share_from_layer=0)
+
+
+def at_depth(cfg, n_layer):
+    """cfg with n_layer layers (EVERY_LAYER)."""
+    return dataclasses.replace(cfg, n_layer=n_layer, **EVERY_LAYER)
+
+
 def check_supported(cfg):
     """Refuse the sources whose weights do not follow the plain one-branch layout sliced here, or that set a
     field tools/support.py does not declare."""
@@ -253,6 +263,12 @@ def target_config(src, n_layer=0, n_embd=0, n_head=0, n_kv_head=0, hidden=0, mlp
          f"(fix: a multiple of {unit}, e.g. {width_fix(src, hd, src_kv, src.n_embd // 2, n_head, n_kv_head)})")
     need(n_embd % hd == 0, f"n_embd={n_embd} is not a whole number of heads of size {hd}: heads are kept whole "
          f"(fix: {width_fix(src, hd, src_kv, n_embd, n_head, n_kv_head)})")
+    # fixed sin/cos positions are a table of the model's width: a narrower one gives each kept channel another
+    # frequency, and its inherited weights read a position signal they never saw (a hunt; learned ones are sliced)
+    need(src.pos_embedding != "sinusoidal" or n_embd == src.n_embd,
+         f"n_embd={n_embd}: the source's sinusoidal positions are a table of its width {src.n_embd}, and a narrower "
+         f"table gives the kept channels other frequencies (fix: --n_embd={src.n_embd}, or inherit from a model "
+         f"with learned or RoPE positions)")
     heads = n_embd // hd
     if n_head and n_head != heads:
         # the head count n_embd implies, unless those heads would be refused next: then a width whose heads fit
@@ -282,6 +298,7 @@ def target_config(src, n_layer=0, n_embd=0, n_head=0, n_kv_head=0, hidden=0, mlp
     else:
         n_kv_head = None   # not given, MHA source: no GQA, as in the source
     args = dataclasses.asdict(src)
+    args.update(EVERY_LAYER)
     args.update(n_layer=n_layer, n_embd=n_embd, n_head=n_head, n_kv_head=n_kv_head,
                 vocab_size=vocab_size or src.vocab_size)
     if mlp_ratio:
@@ -445,7 +462,7 @@ def layer_importance(model, batches):
     """Delta_l = loss(layer l skipped) - loss(full model) on the calibration batches, for every layer l."""
     cfg, state = model.config, clean_state_dict(model.state_dict())
     base = calibration_loss(model, batches)
-    skipped_cfg = dataclasses.replace(cfg, n_layer=cfg.n_layer - 1)
+    skipped_cfg = at_depth(cfg, cfg.n_layer - 1)
     deltas = []
     for skip in range(cfg.n_layer):
         keep = [i for i in range(cfg.n_layer) if i != skip]
@@ -660,7 +677,7 @@ def inherit(model, dst, layers="first_last", neurons="taylor", batches=None, voc
         raise UserError(f"the small model's vocab_size {dst.vocab_size} does not match its {n_tokens} tokens "
                          f"(fix: target_config(..., vocab_size={n_tokens}))")
     keep = choose_layers(model, dst.n_layer, layers, batches)
-    deep_cfg = dataclasses.replace(src, n_layer=dst.n_layer)
+    deep_cfg = at_depth(src, dst.n_layer)
     deep = build(deep_cfg, extract(clean_state_dict(model.state_dict()), src, full_plan(src, keep)))
     cut, pool = before_pooling(dst, src)
     if same_width(deep_cfg, cut):
