@@ -31,6 +31,8 @@ FLAGS = {
     "lgpt": dict(shrink_every=2, n_embd=32, tie_embeddings=False),
     "cgpt_k1": dict(shrink_every=2, shrink_layer="conv", n_embd=32, tie_embeddings=False),
     "cgpt_k3": dict(shrink_every=1, shrink_layer="conv", shrink_kernel=3, n_embd=32, tie_embeddings=False),
+    # lgpt over ShishuLM's MLP-only layers: a rewrite of add_shrinks that assumed attention everywhere broke it
+    "lgpt_mlp_only": dict(shrink_every=2, n_embd=32, tie_embeddings=False, n_attn_layers=2),
     "swiglu": dict(mlp_type="gated", activation="silu", mlp_hidden=24),
     "gated_gelu": dict(mlp_type="gated", activation="gelu"),
     "gqa": dict(n_head=4, n_kv_head=2),
@@ -574,7 +576,7 @@ OFF = {"rope": dict(pos_embedding="none"), "sinusoidal": dict(pos_embedding="non
 SIZE_KEYS = ("n_layer", "n_head", "n_embd")
 # flags that change the weights themselves (their shapes, or how many there are): the same weights cannot go
 # into both models, so these are proven used by test_every_weight_is_used and counted by test_variants.py
-STRUCTURAL = {"pgpt", "pgpt3", "lgpt", "cgpt_k1", "cgpt_k3", "swiglu", "gated_gelu", "gqa", "mqa", "factorized",
+STRUCTURAL = {"pgpt", "pgpt3", "lgpt", "cgpt_k1", "cgpt_k3", "lgpt_mlp_only", "swiglu", "gated_gelu", "gqa", "mqa", "factorized",
               "factorized_untied", "repeat2", "albert", "share_attn", "share_mlp", "mlp_ratio", "shishu",
               "shishu_bottom_top", "internlm_init", "depth_adaptive_init", "mobilellm", "mobilellm_dt",
               "post_norm_pgpt_cgpt", "paper000_baseline", "paper000_dt", "paper000_dt_first_layer", "shishu_dt_post"}

@@ -200,23 +200,21 @@ def test_a_per_layer_condition_stays_so_a_large_preset_holds_at_its_own_depth():
 
 
 def test_a_file_correct_at_its_depth_only_assumes_its_n_layer():
-    """A flag that does nothing at the traced depth has its code folded away (cgpt's shrink_every=2 at 1 or 2
-    layers: no shrink, so no ConvShrink), and its file took a deeper checkpoint of that config that it could not
-    compute (a differential fuzz). The file is tried a few layers deeper; where it computes otherwise there, it
-    assumes n_layer too: config_from refuses another depth in one line."""
-    for target, overrides in (("cgpt", (("n_layer", 1),)), ("cgpt", (("n_layer", 2),))):
+    """A flag that does nothing at the traced depth has its code folded away (shrink_every=1 of 1 layer: a shrink
+    after every layer but the last; cgpt's shrink_every=2 at 2 layers), and its file took a deeper checkpoint of
+    that config that it could not compute (a differential fuzz). The file is tried a few layers deeper; where it
+    computes otherwise there, it assumes n_layer too: config_from refuses another depth in one line."""
+    for target, overrides in (("gpt", (("n_layer", 1), ("n_head", 1), ("tie_embeddings", False), ("shrink_every", 1))),
+                              ("cgpt", (("n_layer", 2),))):
         text, args = one_file.make(target, dict(overrides))
         module = one_file.module_of(text)
         assert module.ASSUMED["n_layer"] == args["n_layer"] and module.GPTConfig().n_layer == args["n_layer"]
         deeper = dataclasses.asdict(model.GPTConfig(**dict(args, n_layer=args["n_layer"] + 1)))
         with pytest.raises(ValueError, match=f"n_layer={args['n_layer'] + 1}, but this file assumes"):
             module.config_from(deeper)
-    # a file that computes as model.py deeper too takes any depth (gpt; lgpt's shrinks, whose per-layer `if`
-    # stays, at 1 layer: none ran yet): no n_layer in ASSUMED
-    for target, overrides in (("gpt", {"n_layer": 1}), ("gpt", {"n_layer": 1, "n_head": 1, "tie_embeddings": False,
-                                                                 "shrink_every": 1})):
-        text, args = one_file.make(target, overrides)
-        assert "n_layer" not in one_file.module_of(text).ASSUMED
+    # a file that computes as model.py deeper too takes any depth (gpt: no n_layer in ASSUMED)
+    text, args = one_file.make("gpt", {"n_layer": 1})
+    assert "n_layer" not in one_file.module_of(text).ASSUMED
 
 
 def test_rows_cover_the_techniques_table():
