@@ -6,7 +6,7 @@ classes, functions, branches and GPTConfig fields), in model.py's order, with it
 computes exactly what model.py computes for it. Do not edit: regenerate.
 
     made by:  python -m tools.one_file lgpt --out=docs/models/lgpt.py
-    model.py of commit d855619
+    model.py of commit 4d3ac99
 """
 
 import math
@@ -246,18 +246,17 @@ class LinearShrink(nn.Module):
 
 
 def add_shrinks(stack, config):
-    """The layers again, with a shrink wherever the width halves: after the FFN
-    of each layer whose next layer is narrower (4 layers, shrink_every=2: attn0
-    mlp0 attn1 mlp1 shrink0 attn2 mlp2 attn3 mlp3). Built last: init_gpt2 draws
-    in module order."""
+    """A shrink wherever the width halves: after the FFN (mlp[layer]) of each
+    layer whose next layer is narrower (4 layers, shrink_every=2: attn0 mlp0
+    attn1 mlp1 shrink0 attn2 mlp2 attn3 mlp3); built last (init_gpt2 draws in
+    module order)."""
     widths = config.widths()
     stack.shrink = nn.ModuleList()
-    stack.layers = []
-    for layer, width in enumerate(widths):
-        stack.layers += [stack.attn[layer], stack.mlp[layer]]
-        if layer + 1 < len(widths) and widths[layer + 1] < width:
-            stack.shrink.append(LinearShrink(config, width))
-            stack.layers.append(stack.shrink[-1])
+    for layer in range(len(widths) - 1):
+        if widths[layer + 1] < widths[layer]:
+            stack.shrink.append(LinearShrink(config, widths[layer]))
+            after = stack.layers.index(stack.mlp[layer])   # the layer's FFN
+            stack.layers.insert(after + 1, stack.shrink[-1])
 
 
 # --- 7. Initialisation: GPT-2's --------------------------------------------------------
