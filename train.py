@@ -331,20 +331,20 @@ def checkpoint_fields(run, iter_num, best_val_loss):
 
 def save_checkpoints(run, iter_num, best_val_loss, best, gather=True):
     """last.pt := the state at iteration iter_num (at an evaluation after iteration 0, or
-    at a stop); ckpt.pt := the same when best, and at the first save when ckpt.pt is
-    not this run's best (RunDir.ckpt_behind). Rank 0 writes, each file atomically: a crash or
+    at a stop); ckpt.pt := the same when best, and at the first save when out_dir held
+    an earlier run's checkpoints. Rank 0 writes, each file atomically: a crash or
     Ctrl-C keeps the previous one whole. gather: False after a stop at once (the other
     ranks may be gone)."""
     state = checkpoint_fields(run, iter_num, best_val_loss)
     if not all(torch.isfinite(w).all() for w in state["model"].values()):
         raise run.dir.diverged("the weights are not finite", iter_num)   # never saved
     t0 = time.time()
-    # every rank's RNG state, for an exact resume (a collective under DDP)
+    # every rank's RNG state, for an exact resume (under DDP a collective: all ranks)
     state["rng"], state["rng_ranks"] = gather_rng_states(run.device, run.ddp and gather)
     out_dir = run.config["out_dir"]
     if run.master:
         save_checkpoint(os.path.join(out_dir, "last.pt"), **state)
-    if run.master and (best or run.dir.ckpt_behind):
+    if run.master and (best or run.dir.ckpt_from_earlier_run):
         save_checkpoint(os.path.join(out_dir, "ckpt.pt"), **state)
         say(run, f"saved ckpt.pt and last.pt to {out_dir}")
     run.dir.saved(iter_num, time.time() - t0)   # log.csv's rows go with last.pt

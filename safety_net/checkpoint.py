@@ -332,7 +332,7 @@ def load_optimizer_state(optimizer, ckpt):
     when it does not fit the model (e.g. a checkpoint of a code version that grouped the parameters differently).
     Its settings stay this run's (lr, betas, weight_decay: the command line's, as the resume note says):
     optimizer.load_state_dict alone put the checkpoint's back, and a resume's --weight_decay or --beta2 changed
-    nothing (a hunt; nanoGPT's resume does the same)."""
+    nothing (a hunt). nanoGPT's resume keeps the checkpoint's: ours differs on purpose, as its note says."""
     settings = [{k: v for k, v in group.items() if k != "params"} for group in optimizer.param_groups]
     try:
         optimizer.load_state_dict(ckpt["optimizer"])

@@ -16,6 +16,7 @@ import contextlib
 import functools
 import math
 import os
+import shutil
 import time
 
 import torch
@@ -23,7 +24,7 @@ import torch
 from safety_net.build import depth_summary
 from safety_net.checkpoint import CKPT_NAME, LAST_NAME, load_checkpoint
 from safety_net.configurator import UserError
-from safety_net.fileio import LOCK_NAME, RUN_FILES, lock_dir, remove_stale_temp_files
+from safety_net.fileio import LOCK_NAME, RUN_FILES, atomic_path, lock_dir, remove_stale_temp_files
 from safety_net.run_log import CsvLog, Speed, format_duration, plot_run
 from safety_net.runtime import busy_machine
 from safety_net.wandb_log import WandbLog
@@ -75,16 +76,23 @@ def notes_before_run(config, device, micro_steps, batch_size, time_one_sequence,
 
 # --- out_dir while a run writes to it -------------------------------------------------------------------
 
-def ckpt_is_behind(out_dir, best_val_loss):
-    """Whether out_dir's ckpt.pt misses the best val loss that the last.pt a run resumes from records: a kill, a
-    second Ctrl-C or a full disk between last.pt and ckpt.pt of a best evaluation left ckpt.pt at an earlier one,
-    and no later save replaced it, as none beat that loss (a hunt). A resume starts at that evaluation, so its
-    first save, which then writes ckpt.pt too, holds the best weights. A missing or damaged ckpt.pt: behind."""
+def catch_up_ckpt(out_dir, resumed, best_val_loss):
+    """A resume from last.pt: when out_dir's ckpt.pt misses the best val loss last.pt records, last.pt becomes
+    ckpt.pt. A kill, a second Ctrl-C or a full disk between last.pt and ckpt.pt of a best evaluation left ckpt.pt
+    at an earlier one, and no later save replaced it, as none beat that loss (a hunt); last.pt is that evaluation's
+    state (the cut save's, or the stop's right after it). A missing or damaged ckpt.pt is replaced too."""
+    path = os.path.join(out_dir, CKPT_NAME)
+    if not resumed.endswith(LAST_NAME):
+        return
     try:
-        ckpt = load_checkpoint(os.path.join(out_dir, CKPT_NAME), mmap=True)
+        behind = load_checkpoint(path, mmap=True).get("best_val_loss") != best_val_loss
     except UserError:
-        return True
-    return ckpt.get("best_val_loss") != best_val_loss
+        behind = True
+    if behind:
+        with atomic_path(path) as tmp:
+            shutil.copyfile(resumed, tmp)
+        print(f"{path} was behind the best val loss of {resumed} (a save cut short): copied last.pt to it",
+              flush=True)
 
 
 def remove_if_only_the_lock(path):
@@ -119,10 +127,9 @@ class RunDir:
         self.tokens_per_iter = self.accum * world * config["batch_size"] * config["block_size"]
         self.speed = Speed(config["max_iters"], config["eval_interval"], self.tokens_per_iter)
         self.earlier = False
-        # True while out_dir's ckpt.pt is not this run's best (an earlier run's, or ckpt_is_behind): this run's
-        # first save replaces it too
-        self.ckpt_behind = False
-        self.resumed_best = ckpt["best_val_loss"] if self.resuming else None
+        # True while out_dir's checkpoints are an earlier run's: this run's first save replaces ckpt.pt too
+        self.ckpt_from_earlier_run = False
+        self.resumed = (ckpt["path"], ckpt["best_val_loss"]) if self.resuming else None
         self.csv_log = None
         self.t_start = time.time()
         self.t_eval = None
@@ -144,7 +151,9 @@ class RunDir:
                                     functools.partial(print, flush=True))
             self.earlier = not self.resuming and any(os.path.exists(os.path.join(self.path, n))
                                                      for n in (CKPT_NAME, LAST_NAME))
-            self.ckpt_behind = self.earlier or self.resuming and ckpt_is_behind(self.path, self.resumed_best)
+            self.ckpt_from_earlier_run = self.earlier
+            if self.resuming:
+                catch_up_ckpt(self.path, *self.resumed)
             keep_before = self.iter_num if self.resuming else None
             path = os.path.join(self.path, "log.csv")
             # pending: rows kept aside until a checkpoint is written (an eval_only run writes none, nor
@@ -233,7 +242,7 @@ class RunDir:
         if self.master:
             self.csv_log.commit()
         self.saved_iter = iter_num
-        self.ckpt_behind = False
+        self.ckpt_from_earlier_run = False
         self.speed.set_aside(iter_num, seconds)
 
     def kept(self):

@@ -304,8 +304,8 @@ def test_a_stop_between_the_two_saves_keeps_the_best_checkpoint(tiny_train_confi
     """A kill between last.pt and ckpt.pt of a best evaluation left ckpt.pt at an earlier one, while last.pt
     recorded the better loss, so no later save rewrote ckpt.pt: the best weights were gone once last.pt moved on
     (a hunt). A second Ctrl-C in that save did the same (the stop wrote last.pt only). A resume now finds ckpt.pt
-    behind (RunDir.ckpt_behind): it starts at that evaluation, and its first save writes ckpt.pt too; after it,
-    ckpt.pt is the uninterrupted run's."""
+    behind and copies last.pt, that evaluation's state, to it (run_dir.catch_up_ckpt), whatever it runs next
+    (here --eval_only, which saves nothing): ckpt.pt is the uninterrupted run's."""
     reference = run(dict(tiny_train_config, out_dir=tiny_train_config["out_dir"] + "-ref"))
     best = load_checkpoint(os.path.join(tiny_train_config["out_dir"] + "-ref", "ckpt.pt"))
     assert best["iter_num"] == 20   # the last evaluation is the best: the one whose save is cut
@@ -325,7 +325,7 @@ def test_a_stop_between_the_two_saves_keeps_the_best_checkpoint(tiny_train_confi
     else:
         run(tiny_train_config)
     monkeypatch.setattr(train, "save_checkpoint", real)
-    summary = run(dict(tiny_train_config, init_from="resume"))
+    summary = run(dict(tiny_train_config, init_from="resume", eval_only=True))   # it saves nothing itself
     ckpt = load_checkpoint(os.path.join(tiny_train_config["out_dir"], "ckpt.pt"))
     assert (ckpt["iter_num"], ckpt["best_val_loss"]) == (20, reference["best_val_loss"]) == (20, summary["best_val_loss"])
     assert all(torch.equal(ckpt["model"][k], best["model"][k]) for k in best["model"])
