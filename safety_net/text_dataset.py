@@ -4,6 +4,7 @@ A text file as a dataset (prepare.py, tools/pangu/compact_vocab.py): its name an
 checks, then meta.json last), the tools' begin_writing, write_bin and write_meta.
 """
 
+import contextlib
 import hashlib
 import json
 import os
@@ -28,9 +29,10 @@ def begin_writing(out_dir):
     complete folder, so an old one goes first: a run stopped halfway must not leave new token files under
     the old vocabulary. Then the old dataset's other files: a split or figure the new one does not write (a
     test.bin) would be read as its own. Temporary files a killed earlier run left behind are removed (and
-    reported)."""
+    reported). PREPARING marks the folder as being written, until write_meta (check_foreign_token_files)."""
     os.makedirs(out_dir, exist_ok=True)
     remove_stale_temp_files(out_dir, DATA_FILES)
+    open(os.path.join(out_dir, PREPARING), "w").close()   # first: a kill from here on leaves files known as ours
     for name in DATA_FILES:
         try:
             os.remove(os.path.join(out_dir, name))
@@ -39,14 +41,14 @@ def begin_writing(out_dir):
         except OSError as e:
             raise UserError(f"cannot replace {os.path.join(out_dir, name)}: {e.strerror} "
                             f"(fix: choose a writable --out_dir)") from None
-    open(os.path.join(out_dir, PREPARING), "w").close()
 
 
 def write_meta(out_dir, meta):
     """Write meta.json atomically; it goes last, so it marks a complete dataset folder."""
     with atomic_open(os.path.join(out_dir, "meta.json"), "w") as f:
         json.dump(meta, f, indent=1, ensure_ascii=False)
-    os.remove(os.path.join(out_dir, PREPARING))
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(os.path.join(out_dir, PREPARING))
 
 
 def write_bin(path, ids):
@@ -207,6 +209,17 @@ def write_dataset(out_dir, splits, meta, force=False):
     write_meta(out_dir, meta)
 
 
+def check_foreign_token_files(out_dir, force=False):
+    """One line, unless force, when out_dir holds token files without a readable meta.json that no prepare of ours
+    was writing (PREPARING): another program's dataset, e.g. nanoGPT's GPT-2 folders, which were replaced without a
+    word (a hunt). prepare.py, tools.pangu.compact_vocab and tools.wikitext103 ask it."""
+    tokens = [name for name in ("train.bin", "val.bin") if os.path.exists(os.path.join(out_dir, name))]
+    if tokens and not force and not os.path.exists(os.path.join(out_dir, PREPARING)):
+        raise UserError(f"{out_dir} holds token files ({', '.join(tokens)}) without a readable meta.json: "
+                        f"another program's dataset, e.g. nanoGPT's (fix: --force to replace them, or write "
+                        f"elsewhere: another dataset name or --out_dir)")
+
+
 def check_replace(out_dir, meta, force=False):
     """One line unless out_dir is free for `meta`'s dataset: no dataset there (no meta.json and no token files, or
     those of an interrupted prepare: PREPARING), or one of the same text, tokenizer and split sizes (the text's
@@ -216,11 +229,7 @@ def check_replace(out_dir, meta, force=False):
     try:
         old = load_meta(out_dir)
     except UserError:
-        tokens = [name for name in ("train.bin", "val.bin") if os.path.exists(os.path.join(out_dir, name))]
-        if tokens and not force and not os.path.exists(os.path.join(out_dir, PREPARING)):
-            raise UserError(f"{out_dir} holds token files ({', '.join(tokens)}) without a readable meta.json: "
-                            f"another program's dataset, e.g. nanoGPT's (fix: --force to replace them, or write "
-                            f"elsewhere: another dataset name or --out_dir)") from None
+        check_foreign_token_files(out_dir, force)
         return
     text = old.get("text") if isinstance(old.get("text"), dict) else {}
     if text.get("sha256"):

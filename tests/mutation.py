@@ -863,8 +863,8 @@ MUTANTS = [
            "        import tiktoken.load\n        ranks = tiktoken.load.load_tiktoken_bpe(path)\n",
            "tests/test_prepare.py -k mended_ranks", every=False),
     Mutant("prepare_replaces_another_programs_token_files", "safety_net/text_dataset.py",
-           "        if tokens and not force and not os.path.exists(os.path.join(out_dir, PREPARING)):",
-           "        if False:",
+           "    if tokens and not force and not os.path.exists(os.path.join(out_dir, PREPARING)):",
+           "    if False:",
            "tests/test_prepare.py -k another_program", every=False),
     Mutant("wikitext_empty_split_written", "tools/wikitext103.py",
            "    check_not_empty(splits, source)\n",
@@ -918,6 +918,10 @@ MUTANTS = [
            "EVERY_LAYER = dict(n_attn_layers=None, n_top_attn_layers=0, share_from_layer=0)",
            "EVERY_LAYER = dict()",
            "tests/test_pangu.py -k narrower_sinusoidal", every=False),
+    Mutant("wikitext_replaces_another_programs_token_files", "tools/wikitext103.py",
+           "        check_foreign_token_files(out_dir, force)\n",
+           "",
+           "tests/test_wikitext103.py -k another_dataset_or_a_run", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

@@ -30,7 +30,7 @@ from safety_net.configurator import one_line
 from safety_net.download import Progress, download
 from safety_net.dataset import load_meta
 from safety_net.fileio import atomic_open, check_not_a_run_folder, check_out_dir
-from safety_net.text_dataset import begin_writing, write_meta
+from safety_net.text_dataset import begin_writing, check_foreign_token_files, write_meta
 from safety_net.tokenizers import GPT2_EOT_ID, GPT2_VOCAB_SIZE, Vocabulary, get_gpt2_encoding, gpt2_meta
 
 # WikiText-103 (raw, v1, Merity et al.), tried in order. The original Salesforce S3 bucket is
@@ -298,7 +298,8 @@ def check_other_dataset(out_dir, name, force):
     vocabulary's), unless force: prepare.py's rule. The same dataset is prepared again (an interrupted run)."""
     try:
         old = load_meta(out_dir)
-    except UserError:   # none there, or an interrupted preparation's
+    except UserError:   # none there, an interrupted preparation's, or another program's token files
+        check_foreign_token_files(out_dir, force)
         return
     if old.get("dataset") != name and not force:
         raise UserError(f"{out_dir} holds the dataset {old.get('dataset')!r}, not {name} (fix: --force to replace "
