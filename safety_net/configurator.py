@@ -170,8 +170,9 @@ def _asks_for_help(argv):
     while i < len(argv):
         if argv[i] in ("-h", "--help"):
             return True
-        if argv[i].startswith("--") and "=" not in argv[i]:
-            i += 1   # its value
+        bare_key = argv[i].startswith("--") and "=" not in argv[i]
+        if bare_key and i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+            i += 1   # its value, as _split_argv reads it
         i += 1
     return False
 

@@ -241,7 +241,7 @@ def test_help_is_an_argument_of_its_own(capsys):
     that starts with '-')."""
     defaults = dict(DEFAULTS, start="\n")
     assert load_config(defaults, ["--out_dir", "-h"])[0]["out_dir"] == "-h"
-    for argv in (["-h"], ["--compile", "-h"], ["--out_dir=x", "--help"]):
+    for argv in (["-h"], ["--compile", "-h"], ["--out_dir=x", "--help"], ["--out_dir", "--help"]):
         with pytest.raises(SystemExit) as e:
             load_config(defaults, argv)
         assert e.value.code == 0 and "--batch_size" in capsys.readouterr().out

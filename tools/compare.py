@@ -51,8 +51,8 @@ Resumable: status.json records the finished runs (variant, seed) with their trai
 Re-running the same command skips them and resumes an interrupted run from its last.pt; Ctrl-C stops
 cleanly (train.py finishes the iteration and saves last.pt). Changing a training key of a finished or
 interrupted run is an error (use another --compare_dir); changing only the sampling/timing keys (prompts,
-samples_per_prompt, sample_*, bench_iters, compile, num_threads) re-measures without retraining; seed, device
-and dtype decide the training too, so a change is that error.
+samples_per_prompt, sample_*, bench_iters, compile) re-measures without retraining (num_threads neither retrains
+nor re-measures); seed, device and dtype decide the training too, so a change is that error.
 """
 
 import contextlib

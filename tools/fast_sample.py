@@ -9,7 +9,8 @@ recompile. The static cache keeps every buffer at max_len and the position in a 
 same shapes and no Python number changes, and torch.compile (CUDA graphs on a GPU, inductor's C++ wrapper on a
 CPU) reuses one graph. On a CPU, --compile_mode=frozen (the default) also freezes the weights into that graph,
 so that inductor multiplies by them with GEMM kernels of its own (CPU_MODES below), and moves them into huge
-pages (to_huge_pages); --compile_mode=quick leaves them to MKL (on a GPU it is refused). On a CPU the step attends over the slots written
+pages (to_huge_pages); --compile_mode=quick leaves them to MKL. The key is the CPU's: on a GPU the step is a CUDA
+graph, and quick is refused. On a CPU the step attends over the slots written
 so far only, their number a dynamic size of the one graph (StaticCache.window). Compiling takes ~30 s to 2
 minutes, so it pays off on long runs only. With the same
 --seed it prints the text of `python sample.py` (tests/test_compile.py: the text with aot_eager, the greedy tokens

@@ -10,6 +10,7 @@ It also writes the tokenizer of one of our datasets (meta.json: char, gpt2, comp
 co for `python -m tools.huggingface.convert export` (tokenizer_files, below).
 """
 
+import json
 import os
 import re
 
@@ -61,8 +62,7 @@ class TokenBytes:
     def __init__(self, tokenizer):
         self.tokenizer = tokenizer
         self.byte_level = type(tokenizer.decoder).__name__ == "ByteLevel"
-        self.sentencepiece = SPACE_MARK.encode("utf-8") in (tokenizer.decoder.__getstate__() if tokenizer.decoder
-                                                          else b"")
+        self.sentencepiece = writes_space_marks(tokenizer)
         self.byte_of = {ch: b for b, ch in gpt2_byte_to_unicode().items()}
         self.special = {i for i, token in tokenizer.get_added_tokens_decoder().items() if token.special}
 
@@ -78,6 +78,15 @@ class TokenBytes:
                 return bytes([int(byte.group(1), 16)])
             return text.replace(SPACE_MARK, " ").encode("utf-8")
         return self.tokenizer.decode([token]).encode("utf-8")
+
+
+def writes_space_marks(tokenizer):
+    """Whether a tokenizer's decoder turns SentencePiece's space mark into a space: a Metaspace decoder, or a
+    Replace of the mark in a Sequence of them (Llama's, MobileLLM's)."""
+    decoder = json.loads(tokenizer.to_str())["decoder"] or {}
+    steps = decoder.get("decoders", [decoder])
+    return any(step["type"] == "Metaspace" or step["type"] == "Replace" and step["pattern"] == {"String": SPACE_MARK}
+               for step in steps)
 
 
 SPACE_MARK = "\u2581"   # SentencePiece's space
