@@ -24,6 +24,7 @@ from safety_net.dataset import (check_splits, default_data_dir, is_prepared, loa
                                 tokenizer_id)
 from safety_net.fileio import check_not_a_run_folder, check_out_dir
 from safety_net.runtime import restore_rng
+from safety_net.text_dataset import foreign_token_files
 from safety_net.tokenizers import gpt2_meta
 
 
@@ -51,16 +52,17 @@ def recipe_value(config, key):
 
 def prepared_data(config, prepare, rank, world):
     """(the dataset folder, its meta.json, its tokenizer_id): data_dir, or data/<dataset>, prepared with prepare.py's
-    `prepare` on first use (by rank 0; under DDP the other ranks wait for it). A data_dir given that holds token
-    files without a complete dataset is refused, not prepared: the dataset's text would be written over them."""
+    `prepare` on first use (by rank 0; under DDP the other ranks wait for it). A folder that holds another
+    program's token files without a complete dataset (foreign_token_files; an interrupted prepare's are ours) is
+    refused, not prepared: the dataset's text would be written over them."""
     data_dir = default_data_dir(config)
     dataset = config["dataset"]
-    token_files = any(os.path.exists(os.path.join(data_dir, name)) for name in ("train.bin", "val.bin"))
-    if config.get("data_dir") and token_files and not is_prepared(data_dir):
+    if foreign_token_files(data_dir) and not is_prepared(data_dir):
         # what nanoGPT's GPT-2 folders (shakespeare, openwebtext) leave unsaid
         meta = json.dumps(dict(gpt2_meta(), dataset=os.path.basename(os.path.normpath(data_dir))))
         path = shlex.quote(os.path.join(data_dir, "meta.json"))
-        raise UserError(f"--data_dir {data_dir} holds token files but no meta.json: preparing '{dataset}' there "
+        where = f"--data_dir {data_dir}" if config.get("data_dir") else data_dir
+        raise UserError(f"{where} holds token files but no meta.json: preparing '{dataset}' there "
                         f"would write over them (fix: for nanoGPT's GPT-2 token files, its shakespeare or "
                         f"openwebtext, write their meta.json: echo '{meta}' > {path}; else prepare its text "
                         f"again: python prepare.py --input=TEXT_FILE --out_dir={data_dir})")

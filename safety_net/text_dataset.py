@@ -209,12 +209,20 @@ def write_dataset(out_dir, splits, meta, force=False):
     write_meta(out_dir, meta)
 
 
+def foreign_token_files(out_dir):
+    """The token files in out_dir (train.bin, val.bin) that no prepare of ours was writing (PREPARING): another
+    program's, e.g. nanoGPT's GPT-2 folders."""
+    if os.path.exists(os.path.join(out_dir, PREPARING)):
+        return []
+    return [name for name in ("train.bin", "val.bin") if os.path.exists(os.path.join(out_dir, name))]
+
+
 def check_foreign_token_files(out_dir, force=False):
-    """One line, unless force, when out_dir holds token files without a readable meta.json that no prepare of ours
-    was writing (PREPARING): another program's dataset, e.g. nanoGPT's GPT-2 folders, which were replaced without a
-    word (a hunt). prepare.py, tools.pangu.compact_vocab and tools.wikitext103 ask it."""
-    tokens = [name for name in ("train.bin", "val.bin") if os.path.exists(os.path.join(out_dir, name))]
-    if tokens and not force and not os.path.exists(os.path.join(out_dir, PREPARING)):
+    """One line, unless force, when out_dir holds another program's token files without a readable meta.json
+    (foreign_token_files): they were replaced without a word (a hunt). prepare.py, tools.pangu.compact_vocab and
+    tools.wikitext103 ask it; train.py asks foreign_token_files itself (starting_point.prepared_data)."""
+    tokens = foreign_token_files(out_dir)
+    if tokens and not force:
         raise UserError(f"{out_dir} holds token files ({', '.join(tokens)}) without a readable meta.json: "
                         f"another program's dataset, e.g. nanoGPT's (fix: --force to replace them, or write "
                         f"elsewhere: another dataset name or --out_dir)")

@@ -530,7 +530,7 @@ MUTANTS = [
            '    iterations = config["max_iters"]',
            "tests/test_train_faults.py -k warmup_note", every=False),
     Mutant("data_dir_given_is_prepared", "safety_net/starting_point.py",
-           '    if config.get("data_dir") and token_files and not is_prepared(data_dir):',
+           '    if foreign_token_files(data_dir) and not is_prepared(data_dir):',
            '    if False:',
            "tests/test_faults.py -k data_dir_given", every=False),
     Mutant("one_file_writes_unchecked_files", "tools/one_file.py",
@@ -863,7 +863,7 @@ MUTANTS = [
            "        import tiktoken.load\n        ranks = tiktoken.load.load_tiktoken_bpe(path)\n",
            "tests/test_prepare.py -k mended_ranks", every=False),
     Mutant("prepare_replaces_another_programs_token_files", "safety_net/text_dataset.py",
-           "    if tokens and not force and not os.path.exists(os.path.join(out_dir, PREPARING)):",
+           "    if tokens and not force:",
            "    if False:",
            "tests/test_prepare.py -k another_program", every=False),
     Mutant("wikitext_empty_split_written", "tools/wikitext103.py",
@@ -922,6 +922,10 @@ MUTANTS = [
            "        check_foreign_token_files(out_dir, force)\n",
            "",
            "tests/test_wikitext103.py -k another_dataset_or_a_run", every=False),
+    Mutant("train_prepares_over_a_default_folders_token_files", "safety_net/starting_point.py",
+           "    if foreign_token_files(data_dir) and not is_prepared(data_dir):",
+           "    if config.get(\"data_dir\") and foreign_token_files(data_dir) and not is_prepared(data_dir):",
+           "tests/test_faults.py -k never_prepared_over", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

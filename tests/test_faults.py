@@ -548,7 +548,7 @@ def test_a_run_from_its_own_out_dirs_checkpoint_is_refused_before_writing_over_i
     assert snapshot(out_dir) == before
 
 
-def test_a_data_dir_given_is_never_prepared_over_its_token_files(finished, tmp_path):
+def test_a_data_dir_given_is_never_prepared_over_its_token_files(finished, tmp_path, monkeypatch):
     """A --data_dir whose meta.json was gone got tinyshakespeare (the default dataset) written over its train.bin and
     val.bin, and the run trained on it without an error (a fuzz of the commands). A new or empty --data_dir is
     still prepared (tools.gpu_check's quickstart trains into one)."""
@@ -570,6 +570,20 @@ def test_a_data_dir_given_is_never_prepared_over_its_token_files(finished, tmp_p
 
     train.prepared_data(dict(cfg, data_dir=str(new), dataset="shakespeare_char"), prepare, rank=0, world=1)
     assert prepared == [("shakespeare_char", str(new))]
+    # an interrupted prepare's own files (its marker) are prepared again; another program's token files in the
+    # default data/<dataset> are refused as a --data_dir's are (prepare.py's own refusal named --force, which
+    # train.py has not)
+    from safety_net.text_dataset import PREPARING
+    (data / PREPARING).write_text("")
+    train.prepared_data(dict(cfg, data_dir=str(data), dataset="shakespeare_char"), prepare, rank=0, world=1)
+    assert prepared[-1] == ("shakespeare_char", str(data))
+    monkeypatch.chdir(tmp_path)
+    theirs = tmp_path / "data" / "owt"
+    theirs.mkdir(parents=True)
+    for name in ("train.bin", "val.bin"):
+        shutil.copy(data / name, theirs / name)
+    with pytest.raises(UserError, match="^data/owt holds token files but no meta.json.*echo '"):
+        train.prepared_data(dict(cfg, data_dir="", dataset="owt"), prepare, rank=0, world=1)
 
 
 def test_resume_without_its_iteration_is_one_line(finished, tmp_path):

@@ -359,7 +359,7 @@ def test_a_nanogpt_checkpoint_of_a_padded_vocabulary_names_its_vocab_size(nanogp
 
 def test_a_nanogpt_gpt2_token_folder_trains_once_the_fix_writes_its_meta_json(tmp_path, monkeypatch):
     """nanoGPT's GPT-2 folders (shakespeare, openwebtext) hold train.bin and val.bin only. As --data_dir it is
-    refused, nothing written (an interrupted prepare leaves the same files); the fix's meta.json, written as it
+    refused, nothing written (an interrupted prepare of ours leaves a .preparing marker); the fix's meta.json, as it
     says, makes it a dataset train.py trains on."""
     monkeypatch.chdir(tmp_path)
     data = tmp_path / "nano GPT" / "openwebtext"   # a space: the fix's path is quoted
