@@ -926,6 +926,10 @@ MUTANTS = [
            "    if foreign_token_files(data_dir) and not is_prepared(data_dir):",
            "    if config.get(\"data_dir\") and foreign_token_files(data_dir) and not is_prepared(data_dir):",
            "tests/test_faults.py -k never_prepared_over", every=False),
+    Mutant("compare_refuses_an_unknown_dataset_late", "tools/compare.py",
+           "                dataset_and_tokenizer(dataset, \"\", \"\", 0.1, train.prepare.DATASETS, None)   # unknown: one line",
+           "                pass",
+           "tests/test_compare.py -k dry_run_checks_every", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

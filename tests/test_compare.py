@@ -190,13 +190,16 @@ def test_compare_configs_dry_run(cfg, tmp_path, capsys):
 def test_a_dry_run_checks_every_runs_settings(tmp_path):
     """--dry_run skipped the training keys' checks: a plan for --learning_rate=-1 with exit code 0, and
     ZeroDivisionError or TypeError tracebacks for --batch_size=0, --eval_interval=0 or a custom variant's
-    batch_size '8'; --max_iters=0 was that traceback with or without it (a hunt). One line each, as the run's."""
+    batch_size '8'; --max_iters=0 was that traceback with or without it (a hunt). One line each, as the run's.
+    An unknown dataset was refused only when its run began, after compare_dir and status.json were written."""
     from conftest import one_error_line
     base = ["--variants=gpt", "--dry_run=True", f"--compare_dir={tmp_path / 'cmp'}"]
     for extra, words in ((["--learning_rate=-1"], "gpt: learning_rate must be > 0"),
                          (["--batch_size=0"], "gpt: batch_size must be an integer >= 1"),
                          (["--eval_interval=0"], "gpt: eval_interval must be an integer >= 1"),
                          (["--max_iters=0"], "gpt: max_iters=0: a comparison trains every model"),
+                         (["--dataset=nothere"], "gpt: unknown dataset 'nothere'"),
+                         (["--dataset=nothere", "--dry_run=False"], "gpt: unknown dataset 'nothere'"),
                          (["--variants=gpt,t", "--custom_variants={'t': {'variant': 'gpt', 'batch_size': '8'}}"],
                           "t: batch_size must be an integer >= 1, got '8'")):
         one_error_line(compare.main, [*base, *extra], words)

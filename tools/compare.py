@@ -76,12 +76,12 @@ from safety_net.build import check_optional_types, gpt_config_defaults
 from safety_net.build import model_args as resolve_model_args
 from safety_net.checkpoint import LAST_NAME, load_checkpoint, load_model
 from safety_net.configurator import UserError, load_config, out_of_memory, run_command
-from safety_net.dataset import dataset_vocab_size, default_data_dir, load_tokenizer, resolve_data_dir
+from safety_net.dataset import dataset_vocab_size, default_data_dir, is_prepared, load_tokenizer, resolve_data_dir
 from safety_net.fileio import atomic_open, check_out_dir, lock_dir
 from safety_net.run_log import format_duration
 from safety_net.runtime import MAX_SEED, autocast, distributed_env, resolve_device, resolve_dtype
 from safety_net.sampling import check_temperature
-from safety_net.text_dataset import tool_command
+from safety_net.text_dataset import dataset_and_tokenizer, tool_command
 from safety_net.tokenizers import encode_start, render
 from safety_net.train_config import check_settings
 
@@ -973,13 +973,18 @@ def print_plan(config, status, runs, infos):
 def check_run_settings(runs, dry_run):
     """Every run's training values, as train.py checks them, and at least one iteration (the equal-compute plan
     divides by it), also for --dry_run: it printed a plan for values the run refuses, or a ZeroDivisionError
-    traceback (a hunt). A dry run's init_from may be a checkpoint an earlier stage writes (the pangu ablations)."""
+    traceback (a hunt). A dry run's init_from may be a checkpoint an earlier stage writes (the pangu ablations).
+    A dataset that is neither prepared nor one that train.py or a tool prepares: refused here, not when its run
+    begins, after compare_dir and status.json were written (a hunt)."""
     for run in runs:
         settings = dict(train.DEFAULTS, **run.config)
         if dry_run:
             settings["init_from"] = "scratch"
         try:
             check_settings(settings)
+            dataset = settings["dataset"]
+            if not is_prepared(default_data_dir(settings)) and tool_command(dataset) is None:
+                dataset_and_tokenizer(dataset, "", "", 0.1, train.prepare.DATASETS, None)   # unknown: one line
         except UserError as e:
             raise UserError(f"{run.label}: {e}") from None
         if run.config["max_iters"] < 1:
