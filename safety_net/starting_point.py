@@ -65,7 +65,7 @@ def prepared_data(config, prepare, rank, world):
         raise UserError(f"{where} holds token files but no meta.json: preparing '{dataset}' there "
                         f"would write over them (fix: for nanoGPT's GPT-2 token files, its shakespeare or "
                         f"openwebtext, write their meta.json: echo '{meta}' > {path}; else prepare its text "
-                        f"again: python prepare.py --input=TEXT_FILE --out_dir={data_dir})")
+                        f"again: python prepare.py --input=TEXT_FILE --out_dir={data_dir} --force)")
     if rank == 0 and not is_prepared(data_dir):
         check_out_dir(data_dir, key="data_dir")   # as the user named it (prepare.py's own: --out_dir)
         check_not_a_run_folder(data_dir, "data_dir", f"--data_dir=data/{dataset}, a folder of its own")

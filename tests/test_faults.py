@@ -582,8 +582,14 @@ def test_a_data_dir_given_is_never_prepared_over_its_token_files(finished, tmp_p
     theirs.mkdir(parents=True)
     for name in ("train.bin", "val.bin"):
         shutil.copy(data / name, theirs / name)
-    with pytest.raises(UserError, match="^data/owt holds token files but no meta.json.*echo '"):
+    with pytest.raises(UserError, match="^data/owt holds token files but no meta.json.*echo '") as refused:
         train.prepared_data(dict(cfg, data_dir="", dataset="owt"), prepare, rank=0, world=1)
+    # its other fix runs: it lacked --force, without which prepare.py refuses these files (a hunt)
+    text = tmp_path / "notes.txt"
+    text.write_text("To be, or not to be: that is the question.\n" * 20)
+    fix = str(refused.value).split("prepare its text again: python prepare.py ")[1].removesuffix(")")
+    train.prepare.main(fix.replace("TEXT_FILE", str(text)).split())
+    assert json.loads((theirs / "meta.json").read_text())["tokenizer"] == "char"
 
 
 def test_resume_without_its_iteration_is_one_line(finished, tmp_path):

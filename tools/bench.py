@@ -64,7 +64,7 @@ from safety_net.runtime import busy_machine, check_num_threads, check_seed, reso
 
 BENCH_DEFAULTS = dict(
     variants="",            # comma list of variants/<name>.py presets
-    mode="",                # "" | "paper001" (Tables 3-6 layout) | "paper004" (lgpt/cgpt/pgpt vs gpt)
+    mode="",                # "" | "paper001" (Tables 3-6 layout) | "paper004" (lgpt/cgpt/pgpt vs gpt) | "decode"
     measure="",             # comma list of train,memory,infer,sample,decode; "" = the mode's default
     seq_lens="64,128,256,512,1024,2048",
     batch_size=8,           # training batch (sequences per step)
