@@ -240,7 +240,19 @@ def _read_config_file(path, config):
     except Exception as e:  # a config file is user input: report it in one line
         raise UserError(f"config file {path} failed: {type(e).__name__}: {one_line(e)} (fix: correct the "
                         f"file)") from None
-    return {name: namespace[name] for name in assigned if name in namespace}
+    values = {name: namespace[name] for name in assigned if name in namespace}
+    _refuse_unread_keys(path, config, namespace, values)
+    return values
+
+
+def _refuse_unread_keys(path, config, namespace, values):
+    """One line for a key the file sets other than by a top-level assignment (exec of another file, `from x import
+    *`, a loop's target): it would be dropped without a word (nanoGPT's exec applies it; a hunt)."""
+    unread = [key for key in config if key not in values and namespace.get(key) is not config[key]]
+    if unread:
+        raise UserError(f"config file {path} sets {', '.join(unread)} other than by a top-level assignment (exec, "
+                        f"import *, a loop), where it is not read (fix: assign it at the top level, or give the "
+                        f"other config file first on the command line: OTHER.py {path})")
 
 
 def _top_level_names(tree):

@@ -66,7 +66,9 @@ def default_data_dir(config):
 def resolve_data_dir(ckpt, override=""):
     """The dataset folder for a checkpoint: --data_dir, else the one it recorded (a relative path is tried
     from the current directory, then from the repository root). A folder whose tokenizer is not the
-    checkpoint's (another --data_dir, or the recorded one prepared again) is refused: its ids mean other text."""
+    checkpoint's (another --data_dir, or the recorded one prepared again) is refused: its ids mean other text;
+    for a checkpoint that records no tokenizer (nanoGPT's, older ones), one whose vocabulary is not the model's
+    (check_vocabulary: tools.eval, pangu.refine and the exports read another char dataset's ids without a word)."""
     data_dir = override or ckpt.get("data_dir") or ""
     if not data_dir:
         raise UserError("the checkpoint records no data_dir (fix: pass --data_dir=data/<dataset>)")
@@ -86,6 +88,8 @@ def resolve_data_dir(ckpt, override=""):
         raise UserError(f"{data_dir}, the dataset {source} was trained on, has been prepared again with another "
                         f"tokenizer since (fix: prepare it again as it was for that run, or pass --data_dir=<a "
                         f"dataset with that run's tokenizer>)")
+    if not ckpt.get("tokenizer_id"):
+        check_vocabulary(load_meta(data_dir, ckpt), ckpt, data_dir)
     return data_dir
 
 

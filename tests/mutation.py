@@ -930,6 +930,18 @@ MUTANTS = [
            "                dataset_and_tokenizer(dataset, \"\", \"\", 0.1, train.prepare.DATASETS, None)   # unknown: one line",
            "                pass",
            "tests/test_compare.py -k dry_run_checks_every", every=False),
+    Mutant("tools_read_another_char_vocabulary", "safety_net/dataset.py",
+           "    if not ckpt.get(\"tokenizer_id\"):\n        check_vocabulary(load_meta(data_dir, ckpt), ckpt, data_dir)\n",
+           "",
+           "tests/test_loaded_files.py -k another_char_vocabulary", every=False),
+    Mutant("export_misses_a_nanogpt_checkpoints_gpt2", "tools/huggingface/convert.py",
+           "    return load_meta(folder, ckpt), os.path.join(folder, \"meta.json\")",
+           "    return load_meta(folder), os.path.join(folder, \"meta.json\")",
+           "tests/test_nanogpt.py -k exports_with_gpt2", every=False),
+    Mutant("config_file_keys_set_by_exec_dropped", "safety_net/configurator.py",
+           "    _refuse_unread_keys(path, config, namespace, values)\n",
+           "",
+           "tests/test_config.py -k other_than_by_an_assignment", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

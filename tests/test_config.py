@@ -150,6 +150,25 @@ def test_an_assignment_inside_a_block_of_a_config_file_is_never_dropped(tmp_path
     assert load_config(DEFAULTS, [str(f)])[0]["batch_size"] == 4 * os.cpu_count()
 
 
+def test_a_key_set_other_than_by_an_assignment_is_never_dropped(tmp_path, monkeypatch):
+    """exec(open(BASE).read()), `from base import *` and a loop's target set keys that were dropped without a word
+    (only top-level assignments are read; nanoGPT's exec applies them; a hunt). One line, with a fix that works."""
+    base = tmp_path / "base_cfg.py"
+    base.write_text("n_layer = 7\nlearning_rate = 0.5\n")
+    f = tmp_path / "mine.py"
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for text in (f"exec(open({str(base)!r}).read())\n", "from base_cfg import *\n", "for n_layer in [7]:\n    pass\n"):
+        f.write_text(text + "batch_size = 3\n")
+        with pytest.raises(UserError, match=f"mine.py sets (learning_rate, )?n_layer other than by a "
+                                            f"top-level assignment.*command line: OTHER.py {f}"):
+            load_config(DEFAULTS, [str(f)])
+    f.write_text("batch_size = 3\n")   # the fix
+    cfg, explicit = load_config(DEFAULTS, [str(base), str(f)])
+    assert (cfg["n_layer"], cfg["learning_rate"], cfg["batch_size"]) == (7, 0.5, 3)
+    f.write_text("from math import *\nbatch_size = 3\n")   # names that are no keys: the file's own
+    assert load_config(DEFAULTS, [str(f)])[1] == {"batch_size"}
+
+
 def test_numpy_scalars_in_a_config_file_are_read_as_numbers(tmp_path):
     """A config file may compute with numpy (nanoGPT's users do): np.int64 and np.float32 were refused as "a
     int64, expected an integer" (only np.float64, a float, passed)."""

@@ -242,6 +242,24 @@ def tiny_checkpoint(tmp_path):
     return write_char_checkpoint(tmp_path, model, CHARS)
 
 
+def test_another_char_vocabulary_is_refused_by_every_tool(tiny_checkpoint, tmp_path):
+    """A checkpoint that records no tokenizer (nanoGPT's, older ones) with another char dataset: sample.py refused
+    it, while tools.eval scored it, pangu.refine wrote refine.npy and the exports wrote that dataset's tokenizer,
+    without a word (a hunt). One home now: resolve_data_dir."""
+    from conftest import write_token_dataset
+    from tools import eval as eval_tool
+    from tools.huggingface import convert
+    from tools.pangu import refine
+    other = write_token_dataset(tmp_path / "other", n_train=3000, n_val=500, vocab_size=len(CHARS) - 5)
+    words = f"the vocabulary of {other} has {len(CHARS) - 5} tokens"
+    before = sorted(os.listdir(tiny_checkpoint))
+    one_error_line(eval_tool.main, [f"--out_dir={tiny_checkpoint}", f"--data_dir={other}"], words)
+    one_error_line(refine.main, [f"--out_dir={tiny_checkpoint}", f"--data_dir={other}"], words)
+    one_error_line(convert.main, ["export", f"--ckpt={tiny_checkpoint}", f"--out={tmp_path / 'hf'}",
+                                  f"--data_dir={other}"], words)
+    assert sorted(os.listdir(tiny_checkpoint)) == before and not (tmp_path / "hf").exists()
+
+
 def test_the_export_replaces_program_and_tokenizer_together(toy, tiny_checkpoint, tmp_path, monkeypatch, capsys):
     """The write step: both files are written whole before either replaces its old version; a failure replacing
     the program (a full disk, say) leaves the old pair; a killed export's temporary file is removed, and said, by the

@@ -3,6 +3,7 @@
 Hugging Face GPT-2>. The checkpoint and config files are written here in nanoGPT's formats (karpathy/nanoGPT:
 train.py's checkpoint dict, data/shakespeare_char/prepare.py's meta.pkl, config/train_shakespeare_char.py), and
 nanoGPT's forward is re-implemented below from its model.py's equations, to compare logits with."""
+import json
 import math
 import os
 import pickle
@@ -355,6 +356,16 @@ def test_a_nanogpt_checkpoint_of_a_padded_vocabulary_names_its_vocab_size(nanogp
     train.main([*args, "--out_dir=ours", f"--vocab_size={len(CHARS) + 7}"])
     n = len(load_checkpoint("out-padded")["model"])
     assert f"initialized {n}/{n} tensors from out-padded/ckpt.pt" in capsys.readouterr().out
+
+
+def test_a_nanogpt_gpt2_checkpoint_exports_with_gpt2s_tokenizer(tmp_path, monkeypatch, gpt2_file):
+    """sample.py reads a nanoGPT GPT-2 checkpoint whose data folder is gone as GPT-2 BPE (as nanoGPT's sample.py);
+    the exports refused it: 'data/shakespeare_char/meta.json not found (fix: prepare it ...)' (a hunt)."""
+    from tools.huggingface import convert
+    monkeypatch.chdir(tmp_path)
+    write_nanogpt_checkpoint("out-gpt2", dict(ARGS, vocab_size=50304))
+    convert.main(["export", "--ckpt=out-gpt2", "--out=hf"])
+    assert json.loads((tmp_path / "hf" / "tokenizer_config.json").read_text())["eos_token"] == "<|endoftext|>"
 
 
 def test_a_nanogpt_gpt2_token_folder_trains_once_the_fix_writes_its_meta_json(tmp_path, monkeypatch):

@@ -684,7 +684,7 @@ def checkpoint_meta(ckpt, data_dir=""):
         return None, None
     from safety_net.dataset import load_meta, resolve_data_dir
     folder = resolve_data_dir(ckpt, data_dir)
-    return load_meta(folder), os.path.join(folder, "meta.json")
+    return load_meta(folder, ckpt), os.path.join(folder, "meta.json")   # ckpt: a nanoGPT one's GPT-2 BPE
 
 
 if __name__ == "__main__":
