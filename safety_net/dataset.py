@@ -23,6 +23,9 @@ from safety_net.configurator import UserError, one_line
 from safety_net.tokenizers import GPT2_VOCAB_SIZE, Vocabulary, encode_start, gpt2_meta, tokenizer_from_meta
 
 
+PREPARING = ".preparing"   # text_dataset.begin_writing to write_meta: the folder is being written
+
+
 def split_path(data_dir, split):
     return os.path.join(data_dir, f"{split}.bin")
 
@@ -32,6 +35,9 @@ def load_meta(data_dir, ckpt=None):
     folder's meta.pkl; without either, GPT-2 BPE when `ckpt` is a nanoGPT checkpoint (as nanoGPT's sample.py)."""
     path = os.path.join(data_dir, "meta.json")
     fix = f"(fix: prepare it with `python prepare.py <dataset> --out_dir={data_dir}`, or pass the right --data_dir)"
+    if not os.path.isfile(path) and os.path.exists(os.path.join(data_dir, PREPARING)):
+        # a prepare stopped halfway: its new token files beside an old meta.pkl were read with that vocabulary
+        raise UserError(f"{data_dir} is being prepared, or its prepare was stopped halfway {fix}")
     if not os.path.isfile(path) and os.path.isfile(os.path.join(data_dir, "meta.pkl")):
         return read_meta_pkl(os.path.join(data_dir, "meta.pkl"))
     if not os.path.isfile(path) and ckpt is not None and ckpt.get("format") == "nanogpt":
@@ -53,7 +59,10 @@ def load_meta(data_dir, ckpt=None):
 
 
 def is_prepared(data_dir):
-    """train.bin, val.bin and the vocabulary: meta.json, or nanoGPT's meta.pkl (its prepare.py's folders)."""
+    """train.bin, val.bin and the vocabulary: meta.json, or nanoGPT's meta.pkl (its prepare.py's folders) unless a
+    prepare of ours was stopped there before its meta.json (PREPARING)."""
+    if os.path.exists(os.path.join(data_dir, PREPARING)) and not os.path.exists(os.path.join(data_dir, "meta.json")):
+        return False
     return all(os.path.exists(os.path.join(data_dir, name)) for name in ("train.bin", "val.bin")) and \
         any(os.path.exists(os.path.join(data_dir, name)) for name in ("meta.json", "meta.pkl"))
 

@@ -14,26 +14,28 @@ import shlex
 import numpy as np
 
 from safety_net.configurator import UserError
-from safety_net.dataset import load_meta, tokenizer_id
+from safety_net.dataset import PREPARING, load_meta, tokenizer_id
 from safety_net.fileio import atomic_open, check_not_a_run_folder, check_out_dir, remove_stale_temp_files
 from safety_net.tokenizers import Vocabulary, check_char_count
 
 
 # meta.json first: it marks a complete folder (begin_writing); the tools also write test.bin and coverage.png
 DATA_FILES = ("meta.json", "train.bin", "val.bin", "test.bin", "coverage.png")
-PREPARING = ".preparing"   # from begin_writing to write_meta: token files without meta.json that are ours
 
 
 def begin_writing(out_dir):
     """Called once the inputs are read and checked, before the first file is written. meta.json marks a
     complete folder, so an old one goes first: a run stopped halfway must not leave new token files under
     the old vocabulary. Then the old dataset's other files: a split or figure the new one does not write (a
-    test.bin) would be read as its own. Temporary files a killed earlier run left behind are removed (and
-    reported). PREPARING marks the folder as being written, until write_meta (check_foreign_token_files)."""
+    test.bin) would be read as its own. train.bin and val.bin stay until write_bin replaces them, whole (every
+    writer writes both): a run training on the folder reads them again at every batch, and one prepared again
+    meanwhile lost its iterations to a FileNotFoundError (a hunt). Temporary files a killed earlier run left
+    behind are removed (and reported). PREPARING marks the folder as being written, until write_meta
+    (check_foreign_token_files, load_meta)."""
     os.makedirs(out_dir, exist_ok=True)
     remove_stale_temp_files(out_dir, DATA_FILES)
     open(os.path.join(out_dir, PREPARING), "w").close()   # first: a kill from here on leaves files known as ours
-    for name in DATA_FILES:
+    for name in ("meta.json", "test.bin", "coverage.png"):
         try:
             os.remove(os.path.join(out_dir, name))
         except FileNotFoundError:
@@ -210,11 +212,12 @@ def write_dataset(out_dir, splits, meta, force=False):
 
 
 def foreign_token_files(out_dir):
-    """The token files in out_dir (train.bin, val.bin) that no prepare of ours was writing (PREPARING): another
-    program's, e.g. nanoGPT's GPT-2 folders."""
+    """The files of a dataset in out_dir (train.bin, val.bin, test.bin, coverage.png) that no prepare of ours was
+    writing (PREPARING): another program's, e.g. nanoGPT's GPT-2 folders, or a project's own test.bin (removed
+    without a word; a hunt)."""
     if os.path.exists(os.path.join(out_dir, PREPARING)):
         return []
-    return [name for name in ("train.bin", "val.bin") if os.path.exists(os.path.join(out_dir, name))]
+    return [name for name in DATA_FILES[1:] if os.path.exists(os.path.join(out_dir, name))]
 
 
 def check_foreign_token_files(out_dir, force=False):
@@ -223,9 +226,9 @@ def check_foreign_token_files(out_dir, force=False):
     tools.wikitext103 ask it; train.py asks foreign_token_files itself (starting_point.prepared_data)."""
     tokens = foreign_token_files(out_dir)
     if tokens and not force:
-        raise UserError(f"{out_dir} holds token files ({', '.join(tokens)}) without a readable meta.json: "
-                        f"another program's dataset, e.g. nanoGPT's (fix: --force to replace them, or write "
-                        f"elsewhere: another dataset name or --out_dir)")
+        raise UserError(f"{out_dir} holds {', '.join(tokens)} without a readable meta.json: another program's "
+                        f"files, e.g. nanoGPT's dataset (fix: --force to replace them, or write elsewhere: another "
+                        f"dataset name or --out_dir)")
 
 
 def check_replace(out_dir, meta, force=False):

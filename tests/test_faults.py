@@ -573,7 +573,7 @@ def test_a_data_dir_given_is_never_prepared_over_its_token_files(finished, tmp_p
     # an interrupted prepare's own files (its marker) are prepared again; another program's token files in the
     # default data/<dataset> are refused as a --data_dir's are (prepare.py's own refusal named --force, which
     # train.py has not)
-    from safety_net.text_dataset import PREPARING
+    from safety_net.dataset import PREPARING
     (data / PREPARING).write_text("")
     train.prepared_data(dict(cfg, data_dir=str(data), dataset="shakespeare_char"), prepare, rank=0, world=1)
     assert prepared[-1] == ("shakespeare_char", str(data))

@@ -253,7 +253,7 @@ def test_token_files_of_another_program_are_replaced_only_with_force(tmp_path):
     np.arange(100, dtype=np.uint16).tofile(theirs / "val.bin")
     before = (theirs / "train.bin").read_bytes()
     args = [f"--input={text}", f"--out_dir={theirs}"]
-    one_error_line(prepare.main, args, "holds token files (train.bin, val.bin) without a readable meta.json",
+    one_error_line(prepare.main, args, "holds train.bin, val.bin without a readable meta.json",
                    "--force")
     assert (theirs / "train.bin").read_bytes() == before and sorted(os.listdir(theirs)) == ["train.bin", "val.bin"]
     prepare.main([*args, "--force"])
@@ -263,6 +263,60 @@ def test_token_files_of_another_program_are_replaced_only_with_force(tmp_path):
     text_dataset.write_bin(str(ours / "train.bin"), np.arange(10))
     prepare.main([f"--input={text}", f"--out_dir={ours}"])
     assert (ours / "meta.json").exists() and not (ours / text_dataset.PREPARING).exists()
+
+
+def test_a_projects_own_files_are_replaced_only_with_force(tmp_path):
+    """An --out_dir holding a test.bin or coverage.png, and no dataset of ours, lost them without a word, exit code 0
+    (prepare removes a dataset's old files; a hunt): refused, as another program's token files are."""
+    text = tmp_path / "small.txt"
+    text.write_text(SMALL_TEXT * 20)
+    mine = tmp_path / "myproj"
+    mine.mkdir()
+    (mine / "test.bin").write_text("precious")
+    (mine / "coverage.png").write_text("a figure")
+    one_error_line(prepare.main, [f"--input={text}", f"--out_dir={mine}"],
+                   "holds test.bin, coverage.png without a readable meta.json", "--force")
+    assert sorted(os.listdir(mine)) == ["coverage.png", "test.bin"]
+
+
+def test_preparing_again_keeps_the_token_files_a_run_reads(tmp_path, monkeypatch):
+    """train.py reads train.bin again at every batch; prepare.py run again on its folder (the same text, accepted)
+    removed train.bin and val.bin before writing them, and the run died with a FileNotFoundError, its iterations
+    lost (a hunt). Each is replaced whole, never missing."""
+    text = tmp_path / "small.txt"
+    text.write_text(SMALL_TEXT * 20)
+    out = tmp_path / "data"
+    prepare.main([f"--input={text}", f"--out_dir={out}"])
+    there = []
+
+    def write_bin(path, ids):
+        there.append(sorted(name for name in os.listdir(out) if name.endswith(".bin")))
+        real_write_bin(path, ids)
+    real_write_bin = text_dataset.write_bin
+    monkeypatch.setattr(text_dataset, "write_bin", write_bin)
+    prepare.main([f"--input={text}", f"--out_dir={out}"])
+    assert there == [["train.bin", "val.bin"]] * 2
+
+
+def test_a_prepare_stopped_over_nanogpts_meta_pkl_is_not_a_dataset(tmp_path):
+    """prepare.py --force over a nanoGPT char folder, stopped before its meta.json: the new token files beside the
+    old meta.pkl counted as a prepared dataset, and train.py trained on them, sample.py decoded them, with the old
+    vocabulary (a hunt). The marker says the folder is being written."""
+    import pickle
+    folder = tmp_path / "ng"
+    folder.mkdir()
+    chars = sorted(set(SMALL_TEXT))
+    with open(folder / "meta.pkl", "wb") as f:
+        pickle.dump({"vocab_size": len(chars), "itos": dict(enumerate(chars)),
+                     "stoi": {c: i for i, c in enumerate(chars)}}, f)
+    for split in ("train", "val"):
+        np.arange(50, dtype=np.uint16).tofile(folder / f"{split}.bin")
+    assert tokenizer.is_prepared(str(folder))
+    text_dataset.begin_writing(str(folder))   # a prepare --force stopped after its first file
+    text_dataset.write_bin(str(folder / "train.bin"), np.arange(3))
+    assert not tokenizer.is_prepared(str(folder))
+    with pytest.raises(UserError, match="is being prepared, or its prepare was stopped halfway"):
+        tokenizer.load_meta(str(folder))
 
 
 def test_shakespeare_gpt2_ids_equal_tiktokens_gpt2(tmp_path, gpt2_file):

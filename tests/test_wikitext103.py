@@ -217,7 +217,7 @@ def test_an_out_dir_of_another_dataset_or_a_run_is_refused_before_reading(tmp_pa
     (theirs / "train.bin").write_bytes(b"\0" * 64)
     (theirs / "val.bin").write_bytes(b"\0" * 16)
     one_error_line(main, [f"--out_dir={theirs}", "--source", source, "--num_proc=1"],
-                   "holds token files (train.bin, val.bin) without a readable meta.json", "--force")
+                   "holds train.bin, val.bin without a readable meta.json", "--force")
     assert (theirs / "train.bin").read_bytes() == b"\0" * 64 and sorted(os.listdir(theirs)) == ["train.bin", "val.bin"]
     run = tmp_path / "out"
     run.mkdir()
