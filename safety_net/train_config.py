@@ -12,7 +12,7 @@ import os
 from safety_net.build import gpt_config_defaults, load_variant
 from safety_net.checkpoint import GPT2_NAMES, is_hf_source, plain_values
 from safety_net.configurator import UserError
-from safety_net.dataset import default_data_dir
+from safety_net.dataset import default_data_dir, is_prepared
 from safety_net.fileio import check_out_dir
 from safety_net.runtime import check_num_threads, check_seed, resolve_device, resolve_dtype
 from safety_net.wandb_log import check_wandb
@@ -109,9 +109,11 @@ def _check_run_settings(c, world):
     _need(c, c["dataset"] != "", "dataset", "a dataset name", "--dataset=shakespeare_char")
     _need(c, c["out_dir"] != "", "out_dir", "a folder", "--out_dir=out")
     check_out_dir(c["out_dir"])   # before the data is prepared
-    if os.path.realpath(c["out_dir"]) == os.path.realpath(default_data_dir(c)):   # a link to it too
-        raise UserError(f"out_dir and the dataset's folder are both {c['out_dir']}: the checkpoints and the token "
-                        f"files would mix (fix: --out_dir=out-{c['dataset']}, a folder of its own)")
+    # this run's dataset folder (a link to it too), or another prepared one (a hunt)
+    if os.path.realpath(c["out_dir"]) == os.path.realpath(default_data_dir(c)) or is_prepared(c["out_dir"]):
+        name = os.path.basename(os.path.realpath(c["out_dir"]))
+        raise UserError(f"out_dir {c['out_dir']} is a dataset's folder: the checkpoints and the token files would "
+                        f"mix (fix: --out_dir=out-{name}, a folder of its own)")
     names = ("scratch", "resume", *GPT2_NAMES)
     if c["init_from"] not in names and not os.path.exists(c["init_from"]):
         close = difflib.get_close_matches(c["init_from"].lower(), names, n=1, cutoff=0.8)

@@ -695,8 +695,8 @@ MUTANTS = [
            "    pass",
            "tests/test_faults.py -k training_runs_folder", every=False),
     Mutant("checkpoints_into_the_data_folder", "safety_net/train_config.py",
-           '    if os.path.realpath(c["out_dir"]) == os.path.realpath(default_data_dir(c)):',
-           "    if False:",
+           '    if os.path.realpath(c["out_dir"]) == os.path.realpath(default_data_dir(c)) or is_prepared(c["out_dir"]):',
+           '    if is_prepared(c["out_dir"]):',
            "tests/test_faults.py -k training_runs_folder", every=False),
     Mutant("compare_reuses_a_run_started_otherwise", "tools/compare.py",
            'NOT_TRAINING_KEYS = ("out_dir", "variant",',
@@ -954,6 +954,10 @@ MUTANTS = [
            "    if not os.path.isfile(path) and os.path.exists(os.path.join(data_dir, PREPARING)):",
            "    if False:",
            "tests/test_prepare.py -k stopped_over_nanogpts", every=False),
+    Mutant("train_writes_into_another_datasets_folder", "safety_net/train_config.py",
+           "os.path.realpath(default_data_dir(c)) or is_prepared(c[\"out_dir\"]):",
+           "os.path.realpath(default_data_dir(c)):",
+           "tests/test_faults.py -k refused_in_a_training_runs_folder", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

@@ -798,5 +798,12 @@ def test_a_dataset_or_an_export_is_refused_in_a_training_runs_folder(tmp_path, m
     tiny = ["--device=cpu", "--max_iters=1", "--eval_iters=1", "--n_layer=1", "--n_embd=16", "--n_head=2",
             "--block_size=8", "--batch_size=2"]   # what the run would be, were it not refused: seconds
     one_error_line(train.main, ["--data_dir=data_here", "--out_dir=data_here"] + tiny,
-                   "out_dir and the dataset's folder are both data_here")
+                   "out_dir data_here is a dataset's folder", "--out_dir=out-data_here")
     assert sorted(os.listdir(tmp_path)) == ["notes.txt", "run"]
+    # another prepared dataset's folder: its token files and the checkpoints mixed, and preparing it again was
+    # then refused as a run's folder (a hunt)
+    prepare.main([f"--input={text}", "--out_dir=other"])
+    before = sorted(os.listdir("other"))
+    one_error_line(train.main, ["--data_dir=data_here", "--out_dir=other"] + tiny,
+                   "out_dir other is a dataset's folder", "--out_dir=out-other")
+    assert sorted(os.listdir("other")) == before and not os.path.exists("data_here")

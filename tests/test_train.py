@@ -442,7 +442,7 @@ def test_missing_dataset_is_prepared_automatically(tmp_path, monkeypatch, tiny_t
     (dict(data_segments="a_file"), ["data_segments", "a_file"]),
     (dict(data_dir="a_file"), ["data_dir 'a_file'", "is a file", "--data_dir"]),   # it named --out_dir
     (dict(data_dir="a_run"), ["--data_dir=a_run is a training run's folder", "--data_dir=data/"]),   # likewise
-    (dict(out_dir="link_to_data", data_dir="data_here"), ["out_dir and the dataset's folder"]),   # through a link
+    (dict(out_dir="link_to_data", data_dir="data_here"), ["out_dir link_to_data is a dataset's folder"]),   # a link
 ])
 def test_bad_input_is_refused_before_the_data_is_prepared(tmp_path, monkeypatch, tiny_train_config, override,
                                                           words):
