@@ -95,12 +95,25 @@ def catch_up_ckpt(out_dir, resumed, best_val_loss):
               flush=True)
 
 
-def remove_if_only_the_lock(path):
-    """A folder a run made and left holding only its lock (it saved nothing): removed."""
+def missing_folders(path):
+    """The folders of path that do not exist yet, innermost first: those a run makes (lock_dir makes them all)."""
+    missing = []
+    path = os.path.abspath(path)
+    while not os.path.exists(path):
+        missing.append(path)
+        path = os.path.dirname(path)
+    return missing
+
+
+def remove_if_only_the_lock(path, made):
+    """A folder a run made and left holding only its lock (it saved nothing): removed, and the empty folders above
+    it that the run made too (`made`, missing_folders': --out_dir=runs/a/b left runs/a; a hunt)."""
     with contextlib.suppress(OSError):   # another process's file appeared meanwhile: the folder stays
         if os.listdir(path) == [LOCK_NAME]:
             os.remove(os.path.join(path, LOCK_NAME))
             os.rmdir(path)
+            for folder in made[1:]:
+                os.rmdir(folder)   # OSError once one is not empty: it and those above it stay
 
 
 class RunDir:
@@ -141,12 +154,12 @@ class RunDir:
         if not self.master:
             return self
         with contextlib.ExitStack() as held:
-            made = not os.path.exists(self.path)
+            made = missing_folders(self.path)
             held.enter_context(lock_dir(self.path))
             # a folder this run made and leaves holding only its lock (it saved nothing): removed while the
             # lock is still held (a run refused the lock removes nothing)
             if made:
-                held.callback(remove_if_only_the_lock, self.path)
+                held.callback(remove_if_only_the_lock, self.path, made)
             remove_stale_temp_files(self.path, RUN_FILES,
                                     functools.partial(print, flush=True))
             self.earlier = not self.resuming and any(os.path.exists(os.path.join(self.path, n))

@@ -671,7 +671,7 @@ MUTANTS = [
            '            pending = self.earlier or self.config["eval_only"]',
            "tests/test_train_faults.py -k max_iters_0", every=False),
     Mutant("a_lock_alone_left_behind", "safety_net/run_dir.py",
-           "                held.callback(remove_if_only_the_lock, self.path)",
+           "                held.callback(remove_if_only_the_lock, self.path, made)",
            "                pass",
            "tests/test_train_faults.py -k new_out_dir_writes_no_log", every=False),
     Mutant("data_dir_file_named_out_dir", "safety_net/starting_point.py",
@@ -679,11 +679,11 @@ MUTANTS = [
            "        pass",
            "tests/test_train.py -k before_the_data", every=False),
     Mutant("a_refused_run_removes_the_folder", "safety_net/run_dir.py",
-           "            made = not os.path.exists(self.path)\n"
+           "            made = missing_folders(self.path)\n"
            "            held.enter_context(lock_dir(self.path))\n",
-           "            made = not os.path.exists(self.path)\n"
+           "            made = missing_folders(self.path)\n"
            "            if made:\n"
-           "                held.callback(remove_if_only_the_lock, self.path)\n"
+           "                held.callback(remove_if_only_the_lock, self.path, made)\n"
            "            held.enter_context(lock_dir(self.path))\n",
            "tests/test_train_faults.py -k refused_the_lock", every=False),
     Mutant("log_samples_samefile_without_the_task", "tools/eval.py",
@@ -958,6 +958,34 @@ MUTANTS = [
            "os.path.realpath(default_data_dir(c)) or is_prepared(c[\"out_dir\"]):",
            "os.path.realpath(default_data_dir(c)):",
            "tests/test_faults.py -k refused_in_a_training_runs_folder", every=False),
+    Mutant("executorch_exports_a_context_of_one", "tools/executorch/export.py",
+           "    if config.block_size < 2:   # a traceback (a hunt)",
+           "    if False:",
+           "tests/test_executorch.py -k context_of_one", every=False),
+    Mutant("bench_measures_before_refusing_the_compiled_decoder", "tools/bench.py",
+           "    if cfg[\"compile\"] and \"decode\" in measures:",
+           "    if False:",
+           "tests/test_faults.py -k compiled_decoder_cannot_run", every=False),
+    Mutant("a_shadowed_mlp_ratio_accepted", "safety_net/build.py",
+           "    if given.get(\"mlp_ratio\", args[\"mlp_ratio\"]) != args[\"mlp_ratio\"] and hidden is not None:",
+           "    if False:",
+           "tests/test_train.py -k before_the_data_is_prepared", every=False),
+    Mutant("gguf_draws_among_padding_rows", "tools/llamacpp/export.py",
+           "        writer.add_uint32(MODEL_VOCAB_KEY, meta[\"vocab_size\"])",
+           "        writer.add_uint32(MODEL_VOCAB_KEY, c.vocab_size)",
+           "tests/test_llamacpp.py -k padded_vocabulary", every=False),
+    Mutant("wikitext_workers_keep_an_asking_sigterm", "tools/wikitext103.py",
+           "    signal.signal(signal.SIGTERM, signal.SIG_DFL)\n    global _worker_enc",
+           "    global _worker_enc",
+           "tests/test_wikitext103.py -k only_asks", every=False),
+    Mutant("inherit_drops_mlp_ratio_beside_mlp_hidden", "tools/pangu/inherit.py",
+           "    need(not (hidden and mlp_ratio),",
+           "    need(True,",
+           "tests/test_pangu.py -k narrower_sinusoidal", every=False),
+    Mutant("a_run_leaves_the_empty_folders_it_made", "safety_net/run_dir.py",
+           "            for folder in made[1:]:\n                os.rmdir(folder)",
+           "            pass",
+           "tests/test_train_faults.py -k new_out_dir_writes_no_log", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

@@ -228,6 +228,15 @@ def test_deep_thinking_is_refused_in_one_line():
     assert "Deep Thinking" in str(e.value) and "(fix: " in str(e.value) and "\n" not in str(e.value)
 
 
+def test_a_context_of_one_token_is_refused_in_one_line(tmp_path):
+    """train.py trains a block_size=1 model, sample.py samples it; the export was a traceback (a hunt)."""
+    model = GPT(GPTConfig(vocab_size=len(CHARS), block_size=1, n_layer=1, n_head=2, n_embd=16))
+    out_dir = write_char_checkpoint(tmp_path, model, CHARS)
+    one_error_line(export.main, [f"--out_dir={out_dir}", f"--pte={tmp_path / 'm.pte'}"], "block_size=1 is not "
+                   "exported", "sample.py")
+    assert not (tmp_path / "m.pte").exists()
+
+
 def test_the_runner_draws_only_the_tokenizers_ids():
     """A program whose vocabulary is padded past its tokenizer's: sampled(n_tokens=...) draws only the tokenizer's
     ids (the text stream had no bytes for the others). A stand-in program whose logits favour the padded ids."""

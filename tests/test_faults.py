@@ -710,6 +710,19 @@ def test_bench_of_a_config_file_whose_dataset_is_not_prepared_is_one_line(tmp_pa
     assert "10.77M" in capsys.readouterr().out
 
 
+def test_bench_refuses_a_model_the_compiled_decoder_cannot_run_before_measuring(capsys):
+    """--mode=decode --compile=True --variants=gpt,deep_thinking measured gpt, then refused Deep Thinking with
+    sample.py's fix, and the gpt row was lost (a hunt): one line first, with a fix for this command."""
+    from conftest import one_error_line
+    from tools import bench
+    one_error_line(bench.main, ["--mode=decode", "--compile=True", "--variants=gpt,deep_thinking", "--n_layer=2",
+                                "--n_embd=32", "--n_head=2", "--n_kv_head=None", "--block_size=32", "--gen_tokens=5",
+                                "--repeats=1", "--warmup=0", "--device=cpu", "--num_threads=1"],
+                   "deep_thinking: --compile measures tools.fast_sample's compiled decode step",
+                   "drop --compile, or drop deep_thinking")
+    assert "decode" not in capsys.readouterr().out
+
+
 def test_bench_refuses_nonpositive_counts(tmp_path):
     r = subprocess.run([sys.executable, "-m", "tools.bench", "--variants=gpt", "--measure=sample",
                         "--gen_tokens=-5", "--device=cpu", "--n_layer=1", "--n_embd=16", "--n_head=2",

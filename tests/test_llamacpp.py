@@ -22,6 +22,7 @@ gguf = pytest.importorskip("gguf", reason="gguf is not installed (pip install -r
 from conftest import one_error_line
 from model import GPT, GPTConfig
 from tools.llamacpp import export
+from safety_net.dataset import tokenizer_id
 from safety_net.fileio import atomic_save
 
 pytestmark = pytest.mark.usefixtures("one_thread")   # conftest.py
@@ -48,8 +49,8 @@ def checkpoint(tmp_path, args, meta):
         for p in model.parameters():
             p.copy_(torch.randn_like(p) * 0.3 if p.dim() >= 2 else p + 0.1 * torch.randn_like(p))
     atomic_save({"model": model.state_dict(), "model_args": dataclasses.asdict(model.config), "iter_num": 0,
-                 "best_val_loss": 9.9, "config": {}, "dataset": meta["dataset"], "data_dir": str(tmp_path / "data")},
-                str(tmp_path / "out" / "ckpt.pt"))
+                 "best_val_loss": 9.9, "config": {}, "dataset": meta["dataset"], "data_dir": str(tmp_path / "data"),
+                 "tokenizer_id": tokenizer_id(meta)}, str(tmp_path / "out" / "ckpt.pt"))
     return tmp_path / "out", model
 
 
@@ -98,6 +99,17 @@ def test_llama_file_holds_our_weights_and_char_vocabulary(tmp_path):
     assert tokens[:3] == ["Ċ", "Ġ", "!"] and tokens[-2:] == ["Ã©", "<|endoftext|>"]
     assert reader.fields[export.MODEL_VOCAB_KEY].contents() == len(CHARS)   # run.py samples among these only
     assert f32["token_embd.weight"].shape == (len(CHARS) + 1, 64) and not f32["token_embd.weight"][-1].any()
+
+
+def test_a_padded_vocabulary_is_drawn_among_the_tokenizers_ids(tmp_path):
+    """A model with more rows than its char vocabulary (train.py --vocab_size=N): sample.py draws among the
+    tokenizer's ids; the file named the model's rows, so tools.llamacpp.run's greedy pick could be a padding row,
+    where sample.py --temperature=0 picks a character (a hunt)."""
+    out_dir, _ = checkpoint(tmp_path, dict(GPT2, vocab_size=len(CHARS) + 7), char_meta())
+    export.main([f"--out_dir={out_dir}", f"--gguf={tmp_path / 'm.gguf'}"])
+    reader, _ = tensors(tmp_path / "m.gguf")
+    assert reader.fields[export.MODEL_VOCAB_KEY].contents() == len(CHARS)
+    assert len(reader.fields["tokenizer.ggml.tokens"].data) == len(CHARS) + 7 + 1   # padding rows, end-of-text
 
 
 def llamacpp_forward(path, ids):

@@ -474,6 +474,7 @@ def test_a_tool_refuses_a_mistyped_whole_number_in_one_line():
     from tools import bench, plan
     one_error_line(plan.main, ["--embd_factor_dim=True"], "embd_factor_dim=True", "whole number")
     one_error_line(bench.main, ["--mlp_hidden=4.5"], "mlp_hidden=4.5", "whole number")
+    one_error_line(bench.main, ["--variants=baseline", "--mlp_ratio=2", "--dry_run=True"], "changes nothing")
 
 
 def test_the_weights_bound_never_exceeds_a_model():

@@ -835,6 +835,9 @@ def test_inheritance_refuses_narrower_sinusoidal_positions_and_carries_no_op_lay
     sinus = GPT(GPTConfig(vocab_size=16, block_size=16, n_layer=2, n_head=2, n_embd=32, pos_embedding="sinusoidal"))
     with pytest.raises(UserError, match="sinusoidal positions are a table of its width 32.*--n_embd=32"):
         inherit.target_config(sinus.config, n_embd=16)
+    # --mlp_ratio beside --mlp_hidden was accepted and dropped (a hunt)
+    with pytest.raises(UserError, match="--mlp_ratio=2 changes nothing beside --mlp_hidden=40"):
+        inherit.target_config(sinus.config, n_layer=1, hidden=40, mlp_ratio=2)
     assert inherit.target_config(sinus.config, n_layer=1).pos_embedding == "sinusoidal"   # same width: the same table
     batches = [(torch.randint(0, 16, (2, 8)), torch.randint(0, 16, (2, 8)))]
     plain_args = dict(vocab_size=16, block_size=16, n_layer=4, n_head=2, n_embd=32)

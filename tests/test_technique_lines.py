@@ -106,6 +106,9 @@ def table_rows():
 
 def row_runs(flags):
     """[(run, the run it is compared with)] for a Flag(s) cell."""
+    if " (or " in flags:   # `a` (or `b`): each on its own (mlp_ratio beside an mlp_hidden is refused: no effect)
+        first, other = flags.split(" (or ", 1)
+        return row_runs(first) + row_runs(other)
     alternatives = {}
     options = []
     key = None

@@ -443,6 +443,9 @@ def test_missing_dataset_is_prepared_automatically(tmp_path, monkeypatch, tiny_t
     (dict(data_dir="a_file"), ["data_dir 'a_file'", "is a file", "--data_dir"]),   # it named --out_dir
     (dict(data_dir="a_run"), ["--data_dir=a_run is a training run's folder", "--data_dir=data/"]),   # likewise
     (dict(out_dir="link_to_data", data_dir="data_here"), ["out_dir link_to_data is a dataset's folder"]),   # a link
+    # accepted, and the preset's mlp_hidden sized the FFN (a hunt)
+    (dict(variant="baseline", mlp_ratio=2.0), ["--mlp_ratio=2.0 changes nothing: mlp_hidden=1536", "--mlp_hidden=None"]),
+    (dict(mlp_ratio=2.0, mlp_hidden=40), ["--mlp_ratio=2.0 changes nothing: mlp_hidden=40"]),
 ])
 def test_bad_input_is_refused_before_the_data_is_prepared(tmp_path, monkeypatch, tiny_train_config, override,
                                                           words):

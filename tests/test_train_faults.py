@@ -357,12 +357,15 @@ def test_resume_with_log_rows_that_are_not_numbers(finished, tmp_path, capsys):
 def test_an_eval_only_run_into_a_new_out_dir_writes_no_log(finished, tmp_path, capsys):
     """--eval_only of another run's checkpoint into a new out_dir: the losses are printed, and no log.csv or loss.png
     is left without the checkpoint they would go with."""
-    cfg = dict(finished, out_dir=str(tmp_path / "fresh"), init_from=os.path.join(finished["out_dir"], "ckpt.pt"),
-               eval_only=True)
+    cfg = dict(finished, out_dir=str(tmp_path / "fresh" / "a" / "b"),
+               init_from=os.path.join(finished["out_dir"], "ckpt.pt"), eval_only=True)
+    (tmp_path / "kept").mkdir()   # an empty folder of the user's, above out_dir: it stays
+    run(dict(cfg, out_dir=str(tmp_path / "kept" / "run")))
     run(cfg)
     out = capsys.readouterr().out
     assert "val loss" in out and "wrote no log.csv or loss.png" in out
-    assert not os.path.exists(cfg["out_dir"])   # it was left holding its lock file alone (a hunt)
+    # it was left holding its lock file alone, and then the folders above it that it made (hunts)
+    assert not os.path.exists(tmp_path / "fresh") and os.listdir(tmp_path / "kept") == []
 
 
 def test_a_run_of_max_iters_0_writes_no_log_without_a_checkpoint(finished, tmp_path, capsys):

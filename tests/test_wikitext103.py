@@ -4,11 +4,13 @@ vocabulary, and bad archives (one line, the output folder as it was).
 No network: downloads are monkeypatched to fail and the archives are built here (make_wikitext).
 """
 import os
+import subprocess
+import sys
 import zipfile
 
 import pytest
 
-from conftest import one_error_line
+from conftest import ROOT, one_error_line
 from safety_net import dataset as tokenizer
 from safety_net import tokenizers
 from safety_net.configurator import UserError
@@ -143,6 +145,23 @@ def test_a_decode_error_in_a_tokenizer_worker_is_one_line(tmp_path, gpt2_file):
     with pytest.raises(SystemExit) as e:
         bench_tokenize.main([f"--input_path={bad}", "--mb=0.001", "--num_proc=1"])
     assert str(e.value).startswith("error: ") and "not UTF-8" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_the_tokenizer_pool_ends_under_a_sigterm_handler_that_only_asks(gpt2_file):
+    """A Pool ends its workers with SIGTERM at its exit; a worker that inherited a handler that only asks to stop
+    (train.py's StopRequest, a caller's own) waited on its queue forever: a hang in the suite. The workers take
+    SIGTERM's default. In a process of its own, with a timeout: the old code hangs."""
+    script = ("import signal\n"
+              "from tools.wikitext103 import encoding_spec, iter_tokenized\n"
+              "from safety_net.tokenizers import gpt2_meta\n"
+              "def asks(signum, frame):\n"
+              "    print('asked to stop', flush=True)\n"
+              "signal.signal(signal.SIGTERM, asks)\n"
+              "groups = list(iter_tokenized([b'Hello world'] * 8, encoding_spec(gpt2_meta()), 50256, num_proc=2))\n"
+              "print(len(groups), 'groups')\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                          env=dict(os.environ, PYTHONPATH=ROOT))
+    assert done.returncode == 0 and done.stdout.endswith("groups\n"), done.stderr
 
 
 def test_compact_wikitext103(tmp_path, gpt2_file, offline):

@@ -54,6 +54,7 @@ import sys
 import torch
 
 from model import GPT, GPTConfig
+from tools import fast_sample
 from tools.benchmarks.entries import file_entry, variant_entry
 from tools.benchmarks.measure import describe, run_entry
 from tools.benchmarks.report import render, write_out
@@ -147,6 +148,14 @@ def check(cfg, explicit):
     cli_model = {k: cfg[k] for k in explicit if k in model_keys}
     entries = [variant_entry(name.strip(), cfg, cli_model) for name in cfg["variants"].split(",") if name.strip()]
     entries += [file_entry(path, cfg, cli_model, "batch_size" in explicit) for path in files]
+    if cfg["compile"] and "decode" in measures:   # refused after the models before it were measured (a hunt)
+        for entry in entries:
+            try:
+                fast_sample.refuse_unsupported(GPTConfig(**entry["args"]))
+            except UserError as e:
+                problem = str(e).rsplit(" (fix: ", 1)[0]
+                raise UserError(f"{entry['name']}: --compile measures tools.fast_sample's compiled decode step: "
+                                f"{problem} (fix: drop --compile, or drop {entry['name']})") from None
     return cfg, entries
 
 

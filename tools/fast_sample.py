@@ -223,10 +223,10 @@ def static_cache(model, batch_size):
     return kept[1]
 
 
-def refuse_unsupported(model):
-    """One line for a model the compiled decoder cannot run (run() asks before it prints anything)."""
-    refuse_undeclared(model.config, "compiled_decoder")
-    if model.config.think_steps:   # SUPPORT: the compiled decoder refuses think_steps
+def refuse_unsupported(config):
+    """One line for a model the compiled decoder cannot run (run() and tools.bench ask before they print anything)."""
+    refuse_undeclared(config, "compiled_decoder")
+    if config.think_steps:   # SUPPORT: the compiled decoder refuses think_steps
         raise UserError("the static cache does not hold Deep Thinking's memory (fix: python sample.py)")
 
 
@@ -238,7 +238,7 @@ def compiled_decode_step(model, backend="inductor", mode="frozen"):
     checking again costs ~0.2 ms a step on a CPU. A frozen step keeps the weights it compiled with: after
     changing them in place (training), call torch._dynamo.reset()."""
     check_compile_mode(mode)
-    refuse_unsupported(model)
+    refuse_unsupported(model.config)
     if getattr(model, "_compiled_decode_step", None) is None:
         on_gpu = model.tok_emb.wte.weight.is_cuda
         settings = {} if on_gpu else CPU_MODES[mode]
@@ -311,7 +311,7 @@ def run(cfg):
         raise UserError(f"--compile_mode={mode} chooses inductor's settings on a CPU; on a GPU the step is a CUDA "
                         f"graph (fix: leave --compile_mode out, or --device=cpu)")
     model, ckpt = load_model(cfg["out_dir"], device)
-    refuse_unsupported(model)   # before the header and the prompt are printed
+    refuse_unsupported(model.config)   # before the header and the prompt are printed
     tok, start_ids = tokenizer_of(ckpt, cfg["data_dir"], start_text)
     source = f"{ckpt['path']} (iter {ckpt.get('iter_num', '?')})"
     compiled = functools.partial(generate, compile_mode=mode)

@@ -19,6 +19,7 @@ Tokenization throughput: python -m tools.bench_tokenize.
 import contextlib
 import os
 import re
+import signal
 import zipfile
 from multiprocessing import Pool
 
@@ -171,6 +172,9 @@ def encoding_from_spec(spec):
 
 
 def _init_worker(spec):
+    # SIGTERM's default: the Pool's exit ends its workers with SIGTERM, and a worker that inherited a handler that
+    # only asks to stop (train.py's StopRequest, a caller's own) waited on its queue forever (a hang in the suite)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     global _worker_enc
     _worker_enc = encoding_from_spec(spec)
 

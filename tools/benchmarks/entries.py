@@ -7,7 +7,8 @@ Used by tools/bench.py.
 import os
 
 from model import GPTConfig
-from safety_net.build import check_optional_types, gpt_config_defaults, load_variant, model_args
+from safety_net.build import check_mlp_ratio_applies, check_optional_types, gpt_config_defaults, load_variant
+from safety_net.build import model_args
 from safety_net.checkpoint import CKPT_NAME, LAST_NAME, is_hf_source, load_checkpoint
 from safety_net.configurator import UserError, load_config
 from safety_net.dataset import dataset_vocab_size, default_data_dir
@@ -67,6 +68,7 @@ def file_entry(path, cfg, cli_model, batch_explicit):
 def finish_entry(name, args, cfg, cli_model, batch):
     if cfg["scale"] != 1 or cfg["depth_scale"] not in (0, 1):
         args = scale_args(args, cfg["scale"], cfg["depth_scale"] or cfg["scale"])
+    check_mlp_ratio_applies(args, cli_model)
     args.update(cli_model)  # explicit overrides win over presets and scaling
     check_optional_types(args)
     try:

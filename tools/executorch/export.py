@@ -220,6 +220,10 @@ def refuse_unsupported(config):
         raise UserError("Deep Thinking (think_steps > 0) is not exported: every token's test pass reads a memory "
                         "built over think_steps passes of the whole prefix, which a static cache does not hold "
                         "(fix: sample it with sample.py)")
+    if config.block_size < 2:   # a traceback (a hunt)
+        raise UserError("block_size=1 is not exported: the prefill method takes prompts of 1 to block_size tokens, "
+                        "a dynamic length that torch.export traces with a prompt of 2 (fix: sample it with "
+                        "sample.py or tools.fast_sample)")
 
 
 def quantize_linears(model, quantize):

@@ -41,7 +41,9 @@ DEFAULTS = dict(
 )
 TYPES = ("f32", "q8_0")
 Q8_BLOCK = 32
-MODEL_VOCAB_KEY = "compact_gpt.vocab_size"   # the model's own tokens: a char vocabulary's file appends end-of-text
+# the tokenizer's ids, which sample.py draws among: not a padded model's other rows, nor the end-of-text a char
+# vocabulary's file appends
+MODEL_VOCAB_KEY = "compact_gpt.vocab_size"
 # the activations of ours that llama.cpp's graph of each architecture computes, first the one it applies to every
 # FFN whatever the file says (a GGUF file has no key for it): gpt2 tanh GELU, and our exact GELU within
 # tests/test_llamacpp.py's bound; llama SiLU
@@ -167,7 +169,7 @@ def write_gguf(model, path, qtype, meta, source, say=print):
             writer.add_rope_dimension_count(head_dim(c))
         n_vocab = write_tokenizer(writer, meta, c, source, tensors)
         writer.add_vocab_size(n_vocab)
-        writer.add_uint32(MODEL_VOCAB_KEY, c.vocab_size)   # tools/llamacpp/run.py samples among these only
+        writer.add_uint32(MODEL_VOCAB_KEY, meta["vocab_size"])   # tools/llamacpp/run.py samples among these only
         writer.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0 if qtype == "q8_0" else gguf.LlamaFileType.ALL_F32)
         kept = []
         for name, data in tensors.items():

@@ -62,8 +62,8 @@ def greedy_tokens(llm, ids, max_new_tokens, n_vocab):
 
 
 def model_vocab(llm):
-    """The model's own tokens, as the export wrote them (a char vocabulary's file appends end-of-text, which the
-    model never predicts); all of the file's for a GGUF from elsewhere."""
+    """The tokenizer's ids, as the export wrote them (sample.py draws among them: not a padded model's other rows,
+    nor the end-of-text a char vocabulary's file appends); all of the file's for a GGUF from elsewhere."""
     from tools.llamacpp.export import MODEL_VOCAB_KEY
     return int(llm.metadata.get(MODEL_VOCAB_KEY, llm.n_vocab()))
 

@@ -301,6 +301,8 @@ def target_config(src, n_layer=0, n_embd=0, n_head=0, n_kv_head=0, hidden=0, mlp
     args.update(EVERY_LAYER)
     args.update(n_layer=n_layer, n_embd=n_embd, n_head=n_head, n_kv_head=n_kv_head,
                 vocab_size=vocab_size or src.vocab_size)
+    need(not (hidden and mlp_ratio), f"--mlp_ratio={mlp_ratio} changes nothing beside --mlp_hidden={hidden}, which "
+         f"sizes the FFN (fix: give one of them)")   # accepted and dropped (a hunt)
     if mlp_ratio:
         args.update(mlp_ratio=mlp_ratio, mlp_hidden=None)
     if hidden:
