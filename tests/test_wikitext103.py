@@ -3,7 +3,9 @@ vocabulary, and bad archives (one line, the output folder as it was).
 
 No network: downloads are monkeypatched to fail and the archives are built here (make_wikitext).
 """
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import zipfile
@@ -159,9 +161,14 @@ def test_the_tokenizer_pool_ends_under_a_sigterm_handler_that_only_asks(gpt2_fil
               "signal.signal(signal.SIGTERM, asks)\n"
               "groups = list(iter_tokenized([b'Hello world'] * 8, encoding_spec(gpt2_meta()), 50256, num_proc=2))\n"
               "print(len(groups), 'groups')\n")
-    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60,
-                          env=dict(os.environ, PYTHONPATH=ROOT))
-    assert done.returncode == 0 and done.stdout.endswith("groups\n"), done.stderr
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=dict(os.environ, PYTHONPATH=ROOT), start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=60)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)   # a hung Pool's workers too
+    assert proc.returncode == 0 and out.endswith("groups\n"), err
 
 
 def test_compact_wikitext103(tmp_path, gpt2_file, offline):
