@@ -96,13 +96,13 @@ def prepare(dataset="", out_dir="", input_path="", tokenizer="",
 
     # refused: a split too short, another text's or split's dataset (unless
     # --force); meta.json last marks a complete folder
-    write_dataset(out_dir, {"train": train_ids, "val": val_ids}, meta, force)
+    written = write_dataset(out_dir, {"train": train_ids, "val": val_ids}, meta, force)
     print(f"length of dataset in characters: {len(text):,}; "
           f"vocab size: {meta['vocab_size']:,}")
     print(f"train has {n_train:,} tokens (the first {(1 - val_fraction) * 100:g}% "
           f"of the text), val has {n_val:,} tokens (the rest): a model's "
           f"block_size must stay below {min(n_train, n_val):,}")
-    print(f"wrote {out_dir}")
+    print(f"wrote {out_dir}" if written else f"{out_dir} holds this dataset already: unchanged")
     return out_dir
 
 

@@ -202,7 +202,7 @@ def setup(config, explicit, device, dtype, rank, world):
         args["vocab_size"] = ckpt["model_args"]["vocab_size"]
     args.update({k: config[k] for k in explicit if k in MODEL_DEFAULTS})
     # before the data is prepared: resume changing more than dropout, args GPTConfig refuses
-    start.check_model(args)
+    start.check_model(args, explicit)
 
     # the data, prepared on first use
     run.data_dir, meta, run.tokenizer_id = prepared_data(config, prepare.prepare, rank, world)

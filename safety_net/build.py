@@ -217,15 +217,19 @@ def model_args(config, explicit, base=None, vocab_size=None):
         args.update(load_variant(name, fields))
     if vocab_size is not None:
         args["vocab_size"] = vocab_size
-    args.update({k: config[k] for k in explicit if k in fields})
+    given = {k: config[k] for k in explicit if k in fields}
+    check_mlp_ratio_applies(args, given)
+    args.update(given)
     return args
 
 
 def check_mlp_ratio_applies(args, given):
-    """One line when `given` (the keys the user set) changes mlp_ratio from its value in `args` (GPTConfig's
-    defaults and a preset's) but an mlp_hidden, given too or in args, sizes the FFN (GPTConfig: mlp_hidden None =
-    mlp_ratio * width): `--variant=baseline --mlp_ratio=2` trained baseline's FFN without a word (a hunt)."""
+    """One line when `given` (the model keys the user set) changes mlp_ratio from its value in `args` (what they
+    apply over: GPTConfig's defaults, a checkpoint's, a preset's) but an mlp_hidden, given too or in args, sizes the
+    FFN (GPTConfig: mlp_hidden None = mlp_ratio * width): `--variant=baseline --mlp_ratio=2` trained baseline's
+    FFN without a word (a hunt). train.py (StartingPoint.check_model), model_args (tools.compare, tools.bench,
+    tools.plan) and tools.bench's presets ask it."""
     hidden = given.get("mlp_hidden", args.get("mlp_hidden"))
     if given.get("mlp_ratio", args["mlp_ratio"]) != args["mlp_ratio"] and hidden is not None:
-        raise UserError(f"--mlp_ratio={given['mlp_ratio']} changes nothing: mlp_hidden={hidden} sizes the FFN "
-                        f"(fix: --mlp_hidden=None to size it by --mlp_ratio, or drop --mlp_ratio)")
+        raise UserError(f"mlp_ratio={given['mlp_ratio']} changes nothing: mlp_hidden={hidden} sizes the FFN (fix: "
+                        f"set mlp_hidden=None too, to size it by mlp_ratio, or drop mlp_ratio)")

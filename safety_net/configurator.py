@@ -248,11 +248,14 @@ def _read_config_file(path, config):
 def _refuse_unread_keys(path, config, namespace, values):
     """One line for a key the file sets other than by a top-level assignment (exec of another file, `from x import
     *`, a loop's target): it would be dropped without a word (nanoGPT's exec applies it; a hunt)."""
-    unread = [key for key in config if key not in values and namespace.get(key) is not config[key]]
+    unread = [key for key in config if key not in values and namespace.get(key, _UNSET) != config[key]]
     if unread:
         raise UserError(f"config file {path} sets {', '.join(unread)} other than by a top-level assignment (exec, "
-                        f"import *, a loop), where it is not read (fix: assign it at the top level, or give the "
-                        f"other config file first on the command line: OTHER.py {path})")
+                        f"import *, a loop), where it is not read (fix: assign it at the top level; or drop that "
+                        f"line and give the other config file first on the command line: OTHER.py {path})")
+
+
+_UNSET = object()   # a key the file deleted
 
 
 def _top_level_names(tree):

@@ -75,9 +75,10 @@ def default_data_dir(config):
 def resolve_data_dir(ckpt, override=""):
     """The dataset folder for a checkpoint: --data_dir, else the one it recorded (a relative path is tried
     from the current directory, then from the repository root). A folder whose tokenizer is not the
-    checkpoint's (another --data_dir, or the recorded one prepared again) is refused: its ids mean other text;
-    for a checkpoint that records no tokenizer (nanoGPT's, older ones), one whose vocabulary is not the model's
-    (check_vocabulary: tools.eval, pangu.refine and the exports read another char dataset's ids without a word)."""
+    checkpoint's (another --data_dir, or the recorded one prepared again) is refused: its ids mean other text; so
+    is one whose vocabulary is not the model's (check_vocabulary; for a checkpoint that records no tokenizer,
+    nanoGPT's or an older one, tools.eval, pangu.refine and the exports read another char dataset's ids without a
+    word)."""
     data_dir = override or ckpt.get("data_dir") or ""
     if not data_dir:
         raise UserError("the checkpoint records no data_dir (fix: pass --data_dir=data/<dataset>)")
@@ -97,8 +98,7 @@ def resolve_data_dir(ckpt, override=""):
         raise UserError(f"{data_dir}, the dataset {source} was trained on, has been prepared again with another "
                         f"tokenizer since (fix: prepare it again as it was for that run, or pass --data_dir=<a "
                         f"dataset with that run's tokenizer>)")
-    if not ckpt.get("tokenizer_id"):
-        check_vocabulary(load_meta(data_dir, ckpt), ckpt, data_dir)
+    check_vocabulary(load_meta(data_dir, ckpt), ckpt, data_dir)
     return data_dir
 
 
@@ -113,9 +113,9 @@ def tokenizer_id(meta):
 # --- the tokenizer of a dataset folder, and of a checkpoint's -----------------------------------
 
 def load_tokenizer(data_dir, ckpt=None):
-    """The tokenizer described by data_dir/meta.json (char, gpt2 or compact), with one-line errors. With a
-    checkpoint (load_meta reads nanoGPT's folders for it too), its vocabulary is checked against the model's
-    (check_vocabulary): every script that samples or scores a checkpoint loads its tokenizer here."""
+    """The tokenizer described by data_dir/meta.json (char, gpt2 or compact), with one-line errors; with a nanoGPT
+    checkpoint, of its folders too (load_meta). A checkpoint's folder comes from resolve_data_dir, which checks its
+    vocabulary against the model's (check_vocabulary)."""
     meta = load_meta(data_dir, ckpt)
     try:
         tok = tokenizer_from_meta(meta)
@@ -124,8 +124,6 @@ def load_tokenizer(data_dir, ckpt=None):
             raise
         raise UserError(f"cannot build the tokenizer of {data_dir}/meta.json: {one_line(e)} "
                         f"(fix: re-run prepare.py for that dataset, or pass --data_dir)") from None
-    if ckpt is not None:
-        check_vocabulary(meta, ckpt, data_dir)
     return tok
 
 

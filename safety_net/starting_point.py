@@ -16,7 +16,8 @@ import shlex
 
 import torch
 
-from safety_net.build import check_batch_memory, load_variant, model_config
+from safety_net.build import check_batch_memory, check_mlp_ratio_applies, gpt_config_defaults, load_variant
+from safety_net.build import model_config
 from safety_net.checkpoint import (CKPT_NAME, LAST_NAME, load_checkpoint, load_init_checkpoint, load_matching_weights,
                                    load_optimizer_state)
 from safety_net.configurator import UserError
@@ -57,11 +58,15 @@ def prepared_data(config, prepare, rank, world):
     refused, not prepared: the dataset's text would be written over them."""
     data_dir = default_data_dir(config)
     dataset = config["dataset"]
-    if foreign_token_files(data_dir) and not is_prepared(data_dir):
+    theirs = foreign_token_files(data_dir)
+    where = f"--data_dir {data_dir}" if config.get("data_dir") else data_dir
+    if theirs and not {"train.bin", "val.bin"} <= set(theirs):   # a folder's own test.bin or figure (a hunt)
+        raise UserError(f"{where} holds {', '.join(theirs)} but no meta.json: preparing '{dataset}' there would "
+                        f"remove them (fix: move them away, or another --data_dir)")
+    if theirs and not is_prepared(data_dir):
         # what nanoGPT's GPT-2 folders (shakespeare, openwebtext) leave unsaid
         meta = json.dumps(dict(gpt2_meta(), dataset=os.path.basename(os.path.normpath(data_dir))))
         path = shlex.quote(os.path.join(data_dir, "meta.json"))
-        where = f"--data_dir {data_dir}" if config.get("data_dir") else data_dir
         raise UserError(f"{where} holds token files but no meta.json: preparing '{dataset}' there "
                         f"would write over them (fix: for nanoGPT's GPT-2 token files, its shakespeare or "
                         f"openwebtext, write their meta.json: echo '{meta}' > {path}; else prepare its text "
@@ -91,9 +96,9 @@ def check_not_written_over(init_from, out_dir):
 
 class StartingPoint:
     """The checkpoint train.py starts from (init_from), its checks and its state: constructing it loads the
-    checkpoint (`ckpt`, None for init_from=scratch); check_model(args) and check(args, meta) refuse in one line
-    what cannot start, before and after the data is prepared;
-    restore(...) puts its state into the model train.py built."""
+    checkpoint (`ckpt`, None for init_from=scratch); check_model(args, explicit) and check(args, meta) refuse in one
+    line what cannot start, before and after the data is prepared; restore(...) puts its state into the model
+    train.py built."""
 
     def __init__(self, config, device, master=True):
         """init_from=resume: out_dir's last.pt, else ckpt.pt, refused in one line when there is none, when it holds
@@ -137,13 +142,17 @@ class StartingPoint:
             print(f"resuming from {ckpt['path']} at iteration {ckpt['iter_num']}", flush=True)
         return ckpt
 
-    def check_model(self, args):
+    def check_model(self, args, explicit):
         """One line, before the data is prepared, for model arguments (args, as train.py built them, but for the
-        data's vocab_size) that cannot start: a resume whose max_iters is below its checkpoint's iteration (it
-        would train nothing and rewrite last.pt), or whose model arguments differ from its checkpoint's in
-        anything but dropout; arguments this model.py cannot build (model_config); a data_segments file that is
-        not a window-start array (read_segments)."""
+        data's vocab_size; explicit: the keys the user set) that cannot start: a resume whose max_iters is below
+        its checkpoint's iteration (it would train nothing and rewrite last.pt), or whose model arguments differ
+        from its checkpoint's in anything but dropout; an mlp_ratio an mlp_hidden makes void
+        (check_mlp_ratio_applies); arguments this model.py cannot build (model_config); a data_segments file that
+        is not a window-start array (read_segments)."""
         config, ckpt = self.config, self.ckpt
+        base = dict(gpt_config_defaults(), **(ckpt["model_args"] if ckpt else {}))
+        base.update(load_variant(config["variant"]) if config["variant"] else {})
+        check_mlp_ratio_applies(base, {k: args[k] for k in explicit & {"mlp_ratio", "mlp_hidden"}})
         if config["init_from"] == "resume":
             if config["max_iters"] < ckpt["iter_num"] and not config["eval_only"]:
                 raise UserError(f"resume: max_iters={config['max_iters']} is below iteration {ckpt['iter_num']}, "

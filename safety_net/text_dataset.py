@@ -27,15 +27,13 @@ def begin_writing(out_dir):
     """Called once the inputs are read and checked, before the first file is written. meta.json marks a
     complete folder, so an old one goes first: a run stopped halfway must not leave new token files under
     the old vocabulary. Then the old dataset's other files: a split or figure the new one does not write (a
-    test.bin) would be read as its own. train.bin and val.bin stay until write_bin replaces them, whole (every
-    writer writes both): a run training on the folder reads them again at every batch, and one prepared again
-    meanwhile lost its iterations to a FileNotFoundError (a hunt). Temporary files a killed earlier run left
-    behind are removed (and reported). PREPARING marks the folder as being written, until write_meta
-    (check_foreign_token_files, load_meta)."""
+    test.bin) would be read as its own. Temporary files a killed earlier run left behind are removed (and
+    reported). PREPARING marks the folder as being written, until write_meta (check_foreign_token_files,
+    load_meta)."""
     os.makedirs(out_dir, exist_ok=True)
     remove_stale_temp_files(out_dir, DATA_FILES)
     open(os.path.join(out_dir, PREPARING), "w").close()   # first: a kill from here on leaves files known as ours
-    for name in ("meta.json", "test.bin", "coverage.png"):
+    for name in DATA_FILES:
         try:
             os.remove(os.path.join(out_dir, name))
         except FileNotFoundError:
@@ -199,16 +197,28 @@ def text_record(path, text, val_fraction):
 def write_dataset(out_dir, splits, meta, force=False):
     """prepare.py's dataset folder: splits {"train": ids, "val": ids} as train.bin and val.bin, then meta.json last
     (it marks a complete folder). Refused first, in one line, before anything is written: more distinct characters
-    than uint16 ids hold, a split under 2 tokens, a dataset of another text in out_dir (unless force)."""
+    than uint16 ids hold, a split under 2 tokens, a dataset of another text in out_dir (unless force). False, and
+    nothing written, when out_dir holds this very dataset, whole (unless force): a run training on the folder reads
+    train.bin again at every batch, and the same prepare run again removed it (a FileNotFoundError, the run's
+    iterations lost; a hunt)."""
     text = meta["text"]
     if Vocabulary(meta).is_char_level:
         check_char_count(meta["vocab_size"])
     check_long_enough(text["path"], text["characters"], meta["splits"], text["val_fraction"])
-    check_replace(out_dir, meta, force)
+    if check_replace(out_dir, meta, force) and not force and holds_splits(out_dir, meta["splits"]):
+        return False
     begin_writing(out_dir)
     for split, ids in splits.items():
         write_bin(os.path.join(out_dir, f"{split}.bin"), ids)
     write_meta(out_dir, meta)
+    return True
+
+
+def holds_splits(out_dir, splits):
+    """Whether out_dir's token files hold the splits' token counts (2 bytes a token)."""
+    paths = {split: os.path.join(out_dir, f"{split}.bin") for split in splits}
+    return all(os.path.isfile(path) and os.path.getsize(path) == 2 * splits[split]["tokens"]
+               for split, path in paths.items())
 
 
 def foreign_token_files(out_dir):
@@ -234,14 +244,14 @@ def check_foreign_token_files(out_dir, force=False):
 def check_replace(out_dir, meta, force=False):
     """One line unless out_dir is free for `meta`'s dataset: no dataset there (no meta.json and no token files, or
     those of an interrupted prepare: PREPARING), or one of the same text, tokenizer and split sizes (the text's
-    sha256; a folder that records none: the same tokenizer and split sizes), or force. Split otherwise
+    sha256; a folder that records none: the same tokenizer and split sizes; then True), or force. Split otherwise
     (--val_fraction), runs resumed on it would evaluate on other text, and train on text they evaluated on.
     Token files without meta.json and not ours (nanoGPT's GPT-2 folders) were replaced without a word (a hunt)."""
     try:
         old = load_meta(out_dir)
     except UserError:
         check_foreign_token_files(out_dir, force)
-        return
+        return False
     text = old.get("text") if isinstance(old.get("text"), dict) else {}
     if text.get("sha256"):
         same_text = text["sha256"] == meta["text"]["sha256"]
@@ -249,8 +259,10 @@ def check_replace(out_dir, meta, force=False):
         same_text = old.get("splits") == meta["splits"]
     same_tokenizer = tokenizer_id(old) == tokenizer_id(meta)
     same_splits = old.get("splits") == meta["splits"]
-    if force or same_text and same_tokenizer and same_splits:
-        return
+    if same_text and same_tokenizer and same_splits:
+        return True
+    if force:
+        return False
     if not same_text:
         what = "another text"
     elif not same_tokenizer:

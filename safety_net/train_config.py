@@ -9,7 +9,7 @@ import math
 import os
 
 
-from safety_net.build import check_mlp_ratio_applies, gpt_config_defaults, load_variant
+from safety_net.build import gpt_config_defaults, load_variant
 from safety_net.checkpoint import GPT2_NAMES, is_hf_source, plain_values
 from safety_net.configurator import UserError
 from safety_net.dataset import default_data_dir, is_prepared
@@ -50,8 +50,6 @@ def check_train_config(config, explicit, defaults, world=1, local_rank=None):
     device and dtype ('auto': cuda > mps > cpu; bf16, else fp16, on cuda; float32 elsewhere)."""
     config, explicit = full_config(config, explicit, defaults)
     check_settings(config, world)
-    preset = dict(gpt_config_defaults(), **(load_variant(config["variant"]) if config["variant"] else {}))
-    check_mlp_ratio_applies(preset, {k: config[k] for k in explicit & {"mlp_ratio", "mlp_hidden"}})
     device = resolve_device(config["device"], local_rank)
     return config, explicit, device, resolve_dtype(config["dtype"], device)
 

@@ -165,6 +165,9 @@ def test_a_key_set_other_than_by_an_assignment_is_never_dropped(tmp_path, monkey
     f.write_text("batch_size = 3\n")   # the fix
     cfg, explicit = load_config(DEFAULTS, [str(base), str(f)])
     assert (cfg["n_layer"], cfg["learning_rate"], cfg["batch_size"]) == (7, 0.5, 3)
+    # values are compared, not objects: the exec left in, after the other file, sets nothing new (a review)
+    f.write_text(f"exec(open({str(base)!r}).read())\nbatch_size = 3\n")
+    assert load_config(DEFAULTS, [str(base), str(f)])[0]["learning_rate"] == 0.5
     f.write_text("from math import *\nbatch_size = 3\n")   # names that are no keys: the file's own
     assert load_config(DEFAULTS, [str(f)])[1] == {"batch_size"}
 

@@ -582,6 +582,11 @@ def test_a_data_dir_given_is_never_prepared_over_its_token_files(finished, tmp_p
     theirs.mkdir(parents=True)
     for name in ("train.bin", "val.bin"):
         shutil.copy(data / name, theirs / name)
+    mine = tmp_path / "data" / "mine"   # a folder's own test.bin: its meta.json fix did not apply (a review)
+    mine.mkdir()
+    (mine / "test.bin").write_text("precious")
+    with pytest.raises(UserError, match="^data/mine holds test.bin but no meta.json.*move them away"):
+        train.prepared_data(dict(cfg, data_dir="", dataset="mine"), prepare, rank=0, world=1)
     with pytest.raises(UserError, match="^data/owt holds token files but no meta.json.*echo '") as refused:
         train.prepared_data(dict(cfg, data_dir="", dataset="owt"), prepare, rank=0, world=1)
     # its other fix runs: it lacked --force, without which prepare.py refuses these files (a hunt)

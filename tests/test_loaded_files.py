@@ -114,11 +114,13 @@ def test_a_dataset_vocabulary_is_checked_against_the_model(tmp_path, gpt2_file, 
         (tmp_path / "meta.json").write_text(json.dumps(meta))
     ckpt = {"model_args": {"vocab_size": model_vocab}, "path": "ckpt.pt",
             "tokenizer_id": dataset.tokenizer_id(meta) if recorded else None}
+    # a checkpoint's dataset folder comes from resolve_data_dir, the one home of the check
     if fits:
-        assert dataset.load_tokenizer(str(tmp_path), ckpt).vocab_size == meta["vocab_size"]
+        assert dataset.load_tokenizer(dataset.resolve_data_dir(ckpt, str(tmp_path)), ckpt).vocab_size == \
+            meta["vocab_size"]
     else:
         with pytest.raises(UserError, match=f"has {meta['vocab_size']} tokens, the model in ckpt.pt {model_vocab}"):
-            dataset.load_tokenizer(str(tmp_path), ckpt)
+            dataset.resolve_data_dir(ckpt, str(tmp_path))
     assert dataset.load_tokenizer(str(tmp_path)).vocab_size == meta["vocab_size"]   # without a model: nothing to check
 
 
@@ -475,6 +477,7 @@ def test_a_tool_refuses_a_mistyped_whole_number_in_one_line():
     one_error_line(plan.main, ["--embd_factor_dim=True"], "embd_factor_dim=True", "whole number")
     one_error_line(bench.main, ["--mlp_hidden=4.5"], "mlp_hidden=4.5", "whole number")
     one_error_line(bench.main, ["--variants=baseline", "--mlp_ratio=2", "--dry_run=True"], "changes nothing")
+    one_error_line(plan.main, ["--variant=baseline", "--mlp_ratio=2"], "mlp_ratio=2.0 changes nothing")   # a review
 
 
 def test_the_weights_bound_never_exceeds_a_model():

@@ -279,23 +279,29 @@ def test_a_projects_own_files_are_replaced_only_with_force(tmp_path):
     assert sorted(os.listdir(mine)) == ["coverage.png", "test.bin"]
 
 
-def test_preparing_again_keeps_the_token_files_a_run_reads(tmp_path, monkeypatch):
+def test_preparing_the_same_dataset_again_leaves_the_folder_as_it_is(tmp_path, capsys):
     """train.py reads train.bin again at every batch; prepare.py run again on its folder (the same text, accepted)
     removed train.bin and val.bin before writing them, and the run died with a FileNotFoundError, its iterations
-    lost (a hunt). Each is replaced whole, never missing."""
+    lost (a hunt). The same dataset, whole, is left as it is; a damaged one (a split cut short) is written again,
+    and --force rewrites it (removing first: a run must not go on with other text read by the old vocabulary)."""
     text = tmp_path / "small.txt"
     text.write_text(SMALL_TEXT * 20)
     out = tmp_path / "data"
-    prepare.main([f"--input={text}", f"--out_dir={out}"])
-    there = []
-
-    def write_bin(path, ids):
-        there.append(sorted(name for name in os.listdir(out) if name.endswith(".bin")))
-        real_write_bin(path, ids)
-    real_write_bin = text_dataset.write_bin
-    monkeypatch.setattr(text_dataset, "write_bin", write_bin)
-    prepare.main([f"--input={text}", f"--out_dir={out}"])
-    assert there == [["train.bin", "val.bin"]] * 2
+    args = [f"--input={text}", f"--out_dir={out}"]
+    prepare.main(args)
+    names = ("meta.json", "train.bin", "val.bin")
+    for name in names:   # a link keeps each file's inode taken: a file written anew has another
+        os.link(out / name, tmp_path / name)
+    capsys.readouterr()
+    prepare.main(args)
+    assert all(os.path.samefile(out / name, tmp_path / name) for name in names)
+    assert f"{out} holds this dataset already: unchanged" in capsys.readouterr().out
+    val = (out / "val.bin").read_bytes()
+    (out / "val.bin").write_bytes(val[:-2])   # damaged: written again
+    prepare.main(args)
+    assert (out / "val.bin").read_bytes() == val and f"wrote {out}" in capsys.readouterr().out
+    prepare.main([*args, "--force"])
+    assert not os.path.samefile(out / "train.bin", tmp_path / "train.bin")
 
 
 def test_a_prepare_stopped_over_nanogpts_meta_pkl_is_not_a_dataset(tmp_path):

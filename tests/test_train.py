@@ -433,6 +433,17 @@ def test_missing_dataset_is_prepared_automatically(tmp_path, monkeypatch, tiny_t
     assert calls == [("shakespeare_char", os.path.join("data", "shakespeare_char"))]
 
 
+def test_an_mlp_ratio_over_a_checkpoints_mlp_hidden_is_refused(tiny_train_config, tmp_path):
+    """--init_from=<a checkpoint with mlp_hidden> --mlp_ratio=2 trained the checkpoint's FFN, recording both (a
+    review): the check compares with the arguments the keys apply over, the checkpoint's too."""
+    run(dict(tiny_train_config, mlp_hidden=40, max_iters=1))
+    cfg = dict(tiny_train_config, out_dir=str(tmp_path / "next"), init_from=str(tmp_path / "out" / "ckpt.pt"),
+               mlp_ratio=2.0)
+    with pytest.raises(UserError, match="mlp_ratio=2.0 changes nothing: mlp_hidden=40"):
+        run(cfg)
+    assert not (tmp_path / "next").exists()
+
+
 @pytest.mark.parametrize("override, words", [
     (dict(n_head=5), ["invalid model configuration", "n_head (5)"]),
     (dict(n_kv_head=3), ["invalid model configuration", "n_kv_head"]),
@@ -444,8 +455,8 @@ def test_missing_dataset_is_prepared_automatically(tmp_path, monkeypatch, tiny_t
     (dict(data_dir="a_run"), ["--data_dir=a_run is a training run's folder", "--data_dir=data/"]),   # likewise
     (dict(out_dir="link_to_data", data_dir="data_here"), ["out_dir link_to_data is a dataset's folder"]),   # a link
     # accepted, and the preset's mlp_hidden sized the FFN (a hunt)
-    (dict(variant="baseline", mlp_ratio=2.0), ["--mlp_ratio=2.0 changes nothing: mlp_hidden=1536", "--mlp_hidden=None"]),
-    (dict(mlp_ratio=2.0, mlp_hidden=40), ["--mlp_ratio=2.0 changes nothing: mlp_hidden=40"]),
+    (dict(variant="baseline", mlp_ratio=2.0), ["mlp_ratio=2.0 changes nothing: mlp_hidden=1536", "mlp_hidden=None"]),
+    (dict(mlp_ratio=2.0, mlp_hidden=40), ["mlp_ratio=2.0 changes nothing: mlp_hidden=40"]),
 ])
 def test_bad_input_is_refused_before_the_data_is_prepared(tmp_path, monkeypatch, tiny_train_config, override,
                                                           words):
