@@ -998,6 +998,18 @@ MUTANTS = [
            "namespace.get(key, _UNSET) != config[key]]",
            "namespace.get(key, _UNSET) is not config[key]]",
            "tests/test_config.py -k other_than_by_an_assignment", every=False),
+    Mutant("export_of_an_import_drops_the_tokenizer_id", "tools/huggingface/convert.py",
+           "    elif recorded_id:\n        config[\"tokenizer_id\"] = recorded_id",
+           "    elif False:\n        pass",
+           "tests/test_huggingface.py -k records_its_tokenizer", every=False),
+    Mutant("eval_mc_ignores_perplexity_options", "tools/eval.py",
+           "    ignored = [key for key in (\"splits\", \"stride\") if cfg[\"mc_file\"] and cfg[key] != DEFAULTS[key]]",
+           "    ignored = []",
+           "tests/test_eval.py -k refuses_bad_paths", every=False),
+    Mutant("eval_mc_ignores_compile", "tools/eval.py",
+           "    if cfg[\"compile\"]:   # it was ignored here (a hunt)\n        model.compile()",
+           "    pass",
+           "tests/test_eval.py -k compiles_when_asked", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

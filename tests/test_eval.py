@@ -296,6 +296,20 @@ def test_log_samples_writes_one_line_per_question(tmp_path, capsys):
     assert f"| task.jsonl | 3 | {acc:.4f} ±" in printed and f"per-question results: {log}" in printed
 
 
+def test_multiple_choice_compiles_when_asked(tmp_path, monkeypatch):
+    """--compile was accepted with --mc_file and nothing compiled (a hunt). The compile itself is stood in for."""
+    from model import GPT
+    from tools import eval as evaluate
+    chars = list("abcdefgh ")
+    out, _ = mc_checkpoint(tmp_path, {"tokenizer": "char", "vocab_size": len(chars), "chars": chars}, len(chars))
+    task = tmp_path / "task.jsonl"
+    task.write_text(json.dumps(dict(context="abc", choices=["d", "ef"], label=1)) + "\n")
+    compiled = []
+    monkeypatch.setattr(GPT, "compile", lambda model: compiled.append(model))
+    evaluate.main([f"--out_dir={out}", f"--mc_file={task}", "--device=cpu", "--compile=True"])
+    assert len(compiled) == 1
+
+
 @pytest.mark.parametrize("args, words", [
     (["--log_samples={tmp}/items.jsonl"], "--log_samples writes the per-question results of --mc_file"),
     (["--mc_file={tmp}/task.jsonl", "--log_samples={tmp}"], "is a folder"),
@@ -305,6 +319,8 @@ def test_log_samples_writes_one_line_per_question(tmp_path, capsys):
     (["--mc_file={tmp}/task.jsonl", "--log_samples={tmp}/run/ckpt.pt"], "a training run's own ckpt.pt"),
     # a traceback (os.path.samefile) when the log existed and the task did not (a review)
     (["--mc_file={tmp}/no_task.jsonl", "--log_samples={tmp}/old.jsonl"], "does not exist"),
+    # perplexity's options, accepted and ignored (a hunt)
+    (["--mc_file={tmp}/task.jsonl", "--splits=test", "--stride=7"], "--splits is an option of perplexity's"),
 ])
 def test_log_samples_refuses_bad_paths(tmp_path, args, words):
     from tools import eval as evaluate

@@ -752,6 +752,9 @@ def test_an_export_records_its_tokenizer_so_training_on_another_is_refused(expor
     path = str(tmp_path / "imported.pt")
     convert.main(["import", folder, f"--out={path}"])
     assert load_checkpoint(path)["tokenizer_id"] == tokenizer_id(meta)
+    # exported again (the import records no dataset, so no tokenizer is written): the id was dropped (a hunt)
+    convert.main(["export", f"--ckpt={path}", f"--out={tmp_path / 'again'}"])
+    assert json.loads((tmp_path / "again" / "config.json").read_text())["tokenizer_id"] == tokenizer_id(meta)
     other = tmp_path / "other"
     shutil.copytree(data_dir, other)
     (other / "meta.json").write_text(json.dumps(dict(meta, chars=meta["chars"][::-1])), encoding="utf-8")

@@ -320,6 +320,8 @@ def run_multiple_choice(cfg, model, ckpt, info, block_size, device, dtype):
     else:
         tok = load_tokenizer(data_dir_of(cfg, ckpt, info), ckpt)
     note = model.keep_heaviest_branch() if cfg["keep_heaviest_branch"] else ""   # pgpt: a note for the user
+    if cfg["compile"]:   # it was ignored here (a hunt)
+        model.compile()
     r = score_multiple_choice(model, tok, docs, block_size, cfg["batch_size"], device, dtype)
     if cfg["log_samples"]:
         write_log_samples(cfg["log_samples"], docs, r)
@@ -379,7 +381,12 @@ def run(cfg):
 
 
 def check_outputs(cfg):
-    """--log_samples: only with --mc_file, and a file that can be written (checked before any scoring)."""
+    """--log_samples: only with --mc_file, and a file that can be written (checked before any scoring). With
+    --mc_file, no option of perplexity's: --splits and --stride were accepted and changed nothing (a hunt)."""
+    ignored = [key for key in ("splits", "stride") if cfg["mc_file"] and cfg[key] != DEFAULTS[key]]
+    if ignored:
+        raise UserError(f"--{ignored[0]} is an option of perplexity's; --mc_file scores multiple-choice questions, "
+                        f"each whole (fix: drop {' and '.join('--' + key for key in ignored)})")
     path = cfg["log_samples"]
     if not path:
         return

@@ -545,11 +545,13 @@ def hf_state_dict_for(model, arch):
     return {k: v.contiguous().clone() for k, v in out.items()}
 
 
-def export(model, out_dir, say=None, weights_format="auto", meta=None, meta_source="meta.json"):
+def export(model, out_dir, say=None, weights_format="auto", meta=None, meta_source="meta.json", recorded_id=None):
     """Write `model` as a transformers directory. weights_format: auto (safetensors when installed,
     else pytorch_model.bin) | safetensors | bin. meta: the meta.json (read from meta_source) of the dataset
     the model was trained on, whose tokenizer is written beside it (tokenizer.json & co); None: weights and
-    configs only. Returns the list of files written."""
+    configs only; recorded_id: the checkpoint's tokenizer_id, recorded when meta is None (an import's checkpoint
+    records no dataset: its export dropped the id, and tools.eval then scored data of another tokenizer; a
+    hunt). Returns the list of files written."""
     say = say or (lambda msg: print(msg, file=sys.stderr))
     arch = export_plan(model.config)
     files, eot, kind = {}, "gpt2", "none"
@@ -560,6 +562,8 @@ def export(model, out_dir, say=None, weights_format="auto", meta=None, meta_sour
     if meta is not None:   # ours, not transformers': import reads it back, for train.py's tokenizer check
         from safety_net.dataset import tokenizer_id
         config["tokenizer_id"] = tokenizer_id(meta)
+    elif recorded_id:
+        config["tokenizer_id"] = recorded_id
     files["generation_config.json"] = generation_config_for(model, config["eos_token_id"])
     if weights_format == "auto":
         try:
@@ -646,7 +650,8 @@ def run(config, explicit):
     model, ckpt = load_model(config["ckpt"])
     meta, source = checkpoint_meta(ckpt, config["data_dir"])
     out = config["out"]
-    export(model, out, weights_format=config["format"], meta=meta, meta_source=source)
+    export(model, out, weights_format=config["format"], meta=meta, meta_source=source,
+           recorded_id=ckpt.get("tokenizer_id"))
     if meta is None:
         print(f"no tokenizer written: {ckpt['path']} records no dataset (to include it: --data_dir=<the dataset "
               f"folder it was trained on>)", file=sys.stderr)
