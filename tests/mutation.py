@@ -771,7 +771,7 @@ MUTANTS = [
            '            drop = ", or drop it"',
            "tests/test_huggingface.py -k eval_of_an_export", every=False),
     Mutant("trace_keys_silently_overwritten", "tools/technique_lines.py",
-           "    fixed = [key for key in RUN if key in explicit]",
+           "    fixed = [key for key in (*RUN, *OWN) if key in explicit]",
            "    fixed = []",
            "tests/test_technique_lines.py -k 'bad_input or trace_sets_itself'", every=False),
     Mutant("code_lines_drops_a_last_line", "tools/code_lines.py",
@@ -1010,6 +1010,14 @@ MUTANTS = [
            "    if cfg[\"compile\"]:   # it was ignored here (a hunt)\n        model.compile()",
            "    pass",
            "tests/test_eval.py -k compiles_when_asked", every=False),
+    Mutant("compare_names_the_configs_dataset", "tools/compare.py",
+           "    if not config[\"data_dir\"]:\n        return config[\"dataset\"]\n    try:",
+           "    if True:\n        return config[\"dataset\"]\n    try:",
+           "tests/test_compare.py -k writes_tables", every=False),
+    Mutant("trace_takes_a_data_dir_it_drops", "tools/technique_lines.py",
+           "    fixed = [key for key in (*RUN, *OWN) if key in explicit]",
+           "    fixed = [key for key in RUN if key in explicit]",
+           "tests/test_technique_lines.py -k trace_sets_itself_are", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

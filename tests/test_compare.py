@@ -72,6 +72,9 @@ def test_compare_writes_tables_figures_samples_and_skips_finished(char_data, tmp
     cdir = str(tmp_path / "cmp")
     counter = CountingTrain()
     monkeypatch.setattr(train, "train", counter)
+    meta = json.loads(open(os.path.join(char_data, "meta.json")).read())
+    with open(os.path.join(char_data, "meta.json"), "w") as f:   # --data_dir's own name, not the config's dataset
+        json.dump(dict(meta, dataset="tiny_char"), f)
     argv = tiny_argv(char_data, cdir, "pgpt,enhanced_residual")
     rows = compare.main(argv)
     assert counter.calls == ["scratch", "scratch"]
@@ -90,6 +93,7 @@ def test_compare_writes_tables_figures_samples_and_skips_finished(char_data, tmp
     # fp32 weights only: about 4 bytes per parameter, well under the checkpoint with AdamW state
     assert 4 * int(pgpt["params"]) <= float(pgpt["size_mb_fp32_weights"]) * 1e6 < float(pgpt["ckpt_mb"]) * 1e6
     md = open(os.path.join(cdir, "results.md"), encoding="utf-8").read()
+    assert "Dataset `tiny_char`;" in md   # it said shakespeare_char, the config's (a hunt)
     assert ("| Name | Params (M) | Size (MB), fp32 weights | ms/iter | tokens/s | Peak memory (MB) | Best val loss "
             "| Val loss, weaker branch dropped |") in md
     er_row = next(line for line in md.splitlines() if line.startswith("| enhanced_residual |"))

@@ -262,6 +262,13 @@ def test_one_file_refuses_what_the_trace_sets_itself():
     one_error_line(one_file.main, ["gpt", "--eval_only=True"], "--eval_only would change nothing")
 
 
+def test_the_keys_the_trace_sets_itself_are_refused():
+    """--data_dir, --out_dir and --vocab_size were dropped, and named in the header as if they applied (a hunt)."""
+    one_error_line(technique_lines.main, ["gpt", "--data_dir=/nonexistent/x", "--out_dir=/proc/x", "--against=gpt"],
+                   "data_dir: a temporary folder", "so --data_dir, --out_dir would change nothing")
+    one_error_line(technique_lines.main, ["gpt", "--vocab_size=100"], "vocab_size: its dataset's 65")
+
+
 # --- what `python -m tools.technique_lines PRESET` prints: exactly the lines that ran -------------------------
 
 def printed_lines(text):

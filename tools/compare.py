@@ -76,7 +76,8 @@ from safety_net.build import check_optional_types, gpt_config_defaults
 from safety_net.build import model_args as resolve_model_args
 from safety_net.checkpoint import LAST_NAME, load_checkpoint, load_model
 from safety_net.configurator import UserError, load_config, out_of_memory, run_command
-from safety_net.dataset import dataset_vocab_size, default_data_dir, is_prepared, load_tokenizer, resolve_data_dir
+from safety_net.dataset import dataset_vocab_size, default_data_dir, is_prepared, load_meta, load_tokenizer
+from safety_net.dataset import resolve_data_dir
 from safety_net.fileio import atomic_open, check_out_dir, lock_dir
 from safety_net.run_log import format_duration
 from safety_net.runtime import MAX_SEED, autocast, distributed_env, resolve_device, resolve_dtype
@@ -434,6 +435,17 @@ class Progress:
 # -----------------------------------------------------------------------------------------------
 # training one run
 
+def dataset_name(config):
+    """The dataset the runs train on, as the reports name it: --data_dir's meta.json names it, as train.py takes it
+    (the config's dataset named shakespeare_char for any --data_dir; a hunt), else its folder."""
+    if not config["data_dir"]:
+        return config["dataset"]
+    try:
+        return load_meta(config["data_dir"]).get("dataset") or config["data_dir"]
+    except UserError:   # not prepared yet
+        return config["data_dir"]
+
+
 def prepare_with_a_tool(config):
     """Prepare a run's dataset with its tool (shakespeare_vK, wikitext103, wikitext103_vK: text_dataset.tool_command)
     when its folder is not complete yet. train.py prepares the tinyshakespeare datasets itself and only points to
@@ -702,7 +714,7 @@ def setup_line(config, rows, device, dtype):
     schedule = dict(config)
     train.fill_schedule(schedule)   # the warmup and min_lr the runs use, where left None
     accum = each(rows, "gradient_accumulation_steps")
-    line = (f"Dataset `{config['dataset']}`; every model: {each(rows, 'max_iters')} iterations of "
+    line = (f"Dataset `{dataset_name(config)}`; every model: {each(rows, 'max_iters')} iterations of "
             f"{each(rows, 'batch_size')} x {each(rows, 'block_size')} tokens"
             + (f" x {accum} accumulation steps" if accum != "1" else "")
             + f", AdamW lr {config['learning_rate']:g} (warmup {schedule['warmup_iters']}, cosine to "
@@ -881,13 +893,13 @@ def write_figures(config, status, runs, logs, per_run, budget):
     firsts = [run for run in done if run.first]
     written = []
     if plots.plot_loss_curves(curves, os.path.join(d, "loss_curves.png"),
-                              title=f"Loss comparison on {config['dataset']}"):
+                              title=f"Loss comparison on {dataset_name(config)}"):
         written.append("loss_curves.png")
     flops_per_iter = {r["name"]: r["flops_per_iter"] for r in per_run}
     if flops_per_iter and plots.plot_loss_vs_compute({n: c for n, c in curves.items() if n in flops_per_iter},
                                                      flops_per_iter, os.path.join(d, "loss_vs_compute.png"),
                                                      budget=budget, title=f"Val loss against training compute "
-                                                                          f"on {config['dataset']}"):
+                                                                          f"on {dataset_name(config)}"):
         written.append("loss_vs_compute.png")
     if plots.plot_branch_weights({run.name: logs[run.key] for run in firsts}, os.path.join(d, "branch_weights.png")):
         written.append("branch_weights.png")
@@ -938,7 +950,7 @@ def print_plan(config, status, runs, infos):
     firsts = [run for run in runs if run.first]
     n_seeds = len(config["seeds"] or [None])
     iters = {run.config["max_iters"] for run in firsts}
-    print(f"compare: {len(firsts)} models on {config['dataset']}, "
+    print(f"compare: {len(firsts)} models on {dataset_name(config)}, "
           + (f"{config['max_iters']} iterations each" if iters == {config["max_iters"]} else "iterations per model below")
           + (f", {n_seeds} seeds each ({len(runs)} runs)" if config["seeds"] else "")
           + f" -> {config['compare_dir']}", flush=True)

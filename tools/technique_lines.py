@@ -45,6 +45,8 @@ PATHS = {name: os.path.join(ROOT, name) for name in ("model.py", "train.py")}
 RUN = dict(max_iters=1, eval_interval=1, eval_iters=1, log_interval=1, batch_size=2, eval_only=False,
            gradient_accumulation_steps=1, device="cpu", dtype="float32", compile=False,
            init_from="scratch", wandb_log=False, data_segments="", dataset="random")
+# what the trace also sets itself: its dataset and out_dir in a temporary folder, the dataset's vocabulary
+OWN = dict(data_dir="a temporary folder", out_dir="a temporary folder", vocab_size="its dataset's 65")
 NEW_TOKENS = 4
 DEFS = (ast.FunctionDef, ast.ClassDef)
 NOT_CODE = (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER)
@@ -162,11 +164,13 @@ def load(target, overrides=None):
 
 def train_keys(config, explicit):
     """{key: value} of train.py's keys set on the command line, in train.py's order: the traced config's
-    overrides. A key the trace sets itself (RUN) is refused in one line: it would not change what runs."""
-    fixed = [key for key in RUN if key in explicit]
+    overrides. A key the trace sets itself (RUN, OWN) is refused in one line: it would not change what runs
+    (--data_dir, --out_dir and --vocab_size were dropped, and named in the header as if they applied; a hunt)."""
+    fixed = [key for key in (*RUN, *OWN) if key in explicit]
     if fixed:
         given = ", ".join(f"--{key}" for key in fixed)
-        raise UserError(f"the trace runs one tiny CPU step of its own ({', '.join(f'{k}={RUN[k]!r}' for k in fixed)}), "
+        values = [f"{key}={RUN[key]!r}" if key in RUN else f"{key}: {OWN[key]}" for key in fixed]
+        raise UserError(f"the trace runs one tiny CPU step of its own ({', '.join(values)}), "
                         f"so {given} would change nothing (fix: drop {given})")
     return {key: config[key] for key in train.DEFAULTS if key in explicit}
 
