@@ -431,7 +431,8 @@ def test_inherit_cli_then_train_continues_from_it(big, tmp_path, capsys):
     small_dir = str(tmp_path / "small")
     inherit.main([f"--from={out_dir}", f"--out_dir={small_dir}", "--n_layer=2", "--n_embd=16", "--layers=loss",
                   "--calib_batches=2"])
-    assert "calibration loss" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "calibration loss" in printed and f"--init_from={small_dir}/ckpt.pt --data_dir={data})" in printed
     ckpt = load_checkpoint(small_dir)
     assert ckpt["iter_num"] == 0 and ckpt["optimizer"] is None and ckpt["inherit"]["neurons"] == "taylor"
     assert (ckpt["model_args"]["n_layer"], ckpt["model_args"]["n_embd"], ckpt["model_args"]["n_head"]) == (2, 16, 2)
@@ -734,7 +735,9 @@ def test_refine_cli_and_second_round(big, tmp_path, monkeypatch, capsys):
     starts = np.load(path)
     n_segments = 20000 // 17
     assert len(starts) == round(0.25 * n_segments) and np.all(starts % 17 == 0)
-    assert "kept" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    # the next round's command names the dataset: without it train.py prepared its default one, then refused it
+    assert "kept" in printed and f"--data_dir={data} --data_segments={path})" in printed
     seen = []
     real_get_batch = train.get_batch
 

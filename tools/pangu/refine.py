@@ -146,7 +146,9 @@ def run(opts):
           f"(min {losses.min():.4f}, max {losses.max():.4f})")
     print(f"kept {len(keep):,} ({len(keep) / len(starts):.0%}) with p = softmax(l / {opts['temperature']:g}): "
           f"their mean loss {losses[keep].mean():.4f}")
-    print(f"wrote {out} (next round: python train.py ... --init_from={ckpt['path']} --data_segments={out})")
+    # the dataset too: without it, train.py prepared its default dataset before refusing the other tokenizer
+    print(f"wrote {out} (next round: python train.py ... --init_from={ckpt['path']} --data_dir={data_dir} "
+          f"--data_segments={out})")
     return out
 
 
