@@ -248,7 +248,7 @@ def _read_config_file(path, config):
 def _refuse_unread_keys(path, config, namespace, values):
     """One line for a key the file sets other than by a top-level assignment (exec of another file, `from x import
     *`, a loop's target): it would be dropped without a word (nanoGPT's exec applies it; a hunt)."""
-    unread = [key for key in config if key not in values and namespace.get(key, _UNSET) != config[key]]
+    unread = [key for key in config if key not in values and _changed(namespace.get(key, _UNSET), config[key])]
     if unread:
         raise UserError(f"config file {path} sets {', '.join(unread)} other than by a top-level assignment (exec, "
                         f"import *, a loop), where it is not read (fix: assign it at the top level; or drop that "
@@ -256,6 +256,17 @@ def _refuse_unread_keys(path, config, namespace, values):
 
 
 _UNSET = object()   # a key the file deleted
+
+
+def _changed(value, before):
+    """Whether a key's value after a config file is another than before it. The same object is not (a NaN, a numpy
+    array of an earlier file: `!=` said changed, or raised; a review); an equal value is not either."""
+    if value is before:
+        return False
+    try:
+        return bool(value != before)
+    except (TypeError, ValueError):   # an array's truth value
+        return True
 
 
 def _top_level_names(tree):

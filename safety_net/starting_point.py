@@ -58,12 +58,14 @@ def prepared_data(config, prepare, rank, world):
     refused, not prepared: the dataset's text would be written over them."""
     data_dir = default_data_dir(config)
     dataset = config["dataset"]
-    theirs = foreign_token_files(data_dir)
+    # another program's files: none where a vocabulary file is (ours, damaged, is prepared again; a review)
+    vocabulary = any(os.path.exists(os.path.join(data_dir, name)) for name in ("meta.json", "meta.pkl"))
+    theirs = [] if vocabulary else foreign_token_files(data_dir)
     where = f"--data_dir {data_dir}" if config.get("data_dir") else data_dir
-    if theirs and not {"train.bin", "val.bin"} <= set(theirs):   # a folder's own test.bin or figure (a hunt)
+    if theirs and not {"train.bin", "val.bin"} <= set(theirs):   # a folder's own test.bin (a hunt)
         raise UserError(f"{where} holds {', '.join(theirs)} but no meta.json: preparing '{dataset}' there would "
                         f"remove them (fix: move them away, or another --data_dir)")
-    if theirs and not is_prepared(data_dir):
+    if theirs:
         # what nanoGPT's GPT-2 folders (shakespeare, openwebtext) leave unsaid
         meta = json.dumps(dict(gpt2_meta(), dataset=os.path.basename(os.path.normpath(data_dir))))
         path = shlex.quote(os.path.join(data_dir, "meta.json"))

@@ -198,14 +198,14 @@ def write_dataset(out_dir, splits, meta, force=False):
     """prepare.py's dataset folder: splits {"train": ids, "val": ids} as train.bin and val.bin, then meta.json last
     (it marks a complete folder). Refused first, in one line, before anything is written: more distinct characters
     than uint16 ids hold, a split under 2 tokens, a dataset of another text in out_dir (unless force). False, and
-    nothing written, when out_dir holds this very dataset, whole (unless force): a run training on the folder reads
-    train.bin again at every batch, and the same prepare run again removed it (a FileNotFoundError, the run's
-    iterations lost; a hunt)."""
+    nothing written, when out_dir holds this very dataset (holds_dataset; unless force): a run training on the
+    folder reads train.bin again at every batch, and the same prepare run again removed it (a FileNotFoundError,
+    the run's iterations lost; a hunt)."""
     text = meta["text"]
     if Vocabulary(meta).is_char_level:
         check_char_count(meta["vocab_size"])
     check_long_enough(text["path"], text["characters"], meta["splits"], text["val_fraction"])
-    if check_replace(out_dir, meta, force) and not force and holds_splits(out_dir, meta["splits"]):
+    if check_replace(out_dir, meta, force) and not force and holds_dataset(out_dir, splits, meta):
         return False
     begin_writing(out_dir)
     for split, ids in splits.items():
@@ -214,11 +214,16 @@ def write_dataset(out_dir, splits, meta, force=False):
     return True
 
 
-def holds_splits(out_dir, splits):
-    """Whether out_dir's token files hold the splits' token counts (2 bytes a token)."""
-    paths = {split: os.path.join(out_dir, f"{split}.bin") for split in splits}
-    return all(os.path.isfile(path) and os.path.getsize(path) == 2 * splits[split]["tokens"]
-               for split, path in paths.items())
+def holds_dataset(out_dir, splits, meta):
+    """Whether out_dir holds exactly this dataset: its meta.json, and each split's ids in its token file (a file of
+    the right size with other ids, or a meta.json under another name, is written again; a review)."""
+    if load_meta(out_dir) != meta:
+        return False
+    for split, ids in splits.items():
+        path = os.path.join(out_dir, f"{split}.bin")
+        if not os.path.isfile(path) or not np.array_equal(np.fromfile(path, dtype=np.uint16), np.asarray(ids)):
+            return False
+    return True
 
 
 def foreign_token_files(out_dir):

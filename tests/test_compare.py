@@ -204,7 +204,7 @@ def test_a_dry_run_checks_every_runs_settings(tmp_path):
                          (["--max_iters=0"], "gpt: max_iters=0: a comparison trains every model"),
                          (["--dataset=nothere"], "gpt: unknown dataset 'nothere'"),
                          (["--variants=gpt,t", "--custom_variants={'t': {'variant': 'baseline', 'mlp_ratio': 2}}"],
-                          "mlp_ratio=2 changes nothing: mlp_hidden=1536"),
+                          "t: mlp_ratio=2 changes nothing: mlp_hidden=1536"),
                          (["--dataset=nothere", "--dry_run=False"], "gpt: unknown dataset 'nothere'"),
                          (["--variants=gpt,t", "--custom_variants={'t': {'variant': 'gpt', 'batch_size': '8'}}"],
                           "t: batch_size must be an integer >= 1, got '8'")):

@@ -170,6 +170,10 @@ def test_a_key_set_other_than_by_an_assignment_is_never_dropped(tmp_path, monkey
     assert load_config(DEFAULTS, [str(base), str(f)])[0]["learning_rate"] == 0.5
     f.write_text("from math import *\nbatch_size = 3\n")   # names that are no keys: the file's own
     assert load_config(DEFAULTS, [str(f)])[1] == {"batch_size"}
+    # an earlier file's NaN or numpy array, untouched by this one: not set here (`!=` said so, or raised; a review)
+    base.write_text("import numpy\nlearning_rate = float('nan')\nlr_decay_iters = numpy.array([1, 2])\n")
+    cfg, explicit = load_config(DEFAULTS, [str(base), str(f)])
+    assert explicit == {"learning_rate", "lr_decay_iters", "batch_size"} and cfg["batch_size"] == 3
 
 
 def test_numpy_scalars_in_a_config_file_are_read_as_numbers(tmp_path):

@@ -587,6 +587,11 @@ def test_a_data_dir_given_is_never_prepared_over_its_token_files(finished, tmp_p
     (mine / "test.bin").write_text("precious")
     with pytest.raises(UserError, match="^data/mine holds test.bin but no meta.json.*move them away"):
         train.prepared_data(dict(cfg, data_dir="", dataset="mine"), prepare, rank=0, world=1)
+    own = tmp_path / "own"   # a dataset of ours that lost its val.bin: prepared again, not told to move away
+    shutil.copytree(finished["data_dir"], own)
+    os.remove(own / "val.bin")
+    train.prepared_data(dict(cfg, data_dir=str(own), dataset="shakespeare_char"), prepare, rank=0, world=1)
+    assert prepared[-1] == ("shakespeare_char", str(own))
     with pytest.raises(UserError, match="^data/owt holds token files but no meta.json.*echo '") as refused:
         train.prepared_data(dict(cfg, data_dir="", dataset="owt"), prepare, rank=0, world=1)
     # its other fix runs: it lacked --force, without which prepare.py refuses these files (a hunt)

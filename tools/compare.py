@@ -262,8 +262,8 @@ def plan(config, explicit):
         vocab = None if "vocab_size" in model_explicit else dataset_vocab_size(tcfg)
         try:
             args = resolve_model_args(tcfg, model_explicit, vocab_size=vocab)
-        except UserError as e:
-            raise UserError(f"{e}")
+        except UserError as e:   # the variant named, where the message does not name it (mlp_ratio's)
+            raise UserError(str(e) if f"'{name}'" in str(e) else f"{name}: {e}") from None
         check_optional_types(args)
         try:
             GPTConfig(**args)

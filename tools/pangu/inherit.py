@@ -84,6 +84,7 @@ import dataclasses
 import math
 import os
 import re
+import shlex
 from dataclasses import dataclass
 from functools import partial
 from typing import Optional
@@ -812,8 +813,8 @@ def run(opts):
         save_checkpoint(path, small.state_dict(), args, optimizer=None, scaler=None, iter_num=0,
                         best_val_loss=float("inf"), config=config, rng=None, dataset=dataset, data_dir=target_dir,
                         inherit=info, tokenizer_id=tokenizer)
-    data = f" --data_dir={target_dir}" if target_dir else ""   # else train.py's default dataset is prepared
-    print(f"wrote {path} (continue with: python train.py ... --init_from={path}{data})")
+    data = f" --data_dir={shlex.quote(target_dir)}" if target_dir else ""   # else train.py's default dataset
+    print(f"wrote {path} (continue with: python train.py ... --init_from={shlex.quote(path)}{data})")
     return path
 
 

@@ -24,6 +24,7 @@ A full pass over the refined data is N0 / batch_size iterations.
 import json
 import math
 import os
+import shlex
 
 import numpy as np
 import torch
@@ -147,8 +148,8 @@ def run(opts):
     print(f"kept {len(keep):,} ({len(keep) / len(starts):.0%}) with p = softmax(l / {opts['temperature']:g}): "
           f"their mean loss {losses[keep].mean():.4f}")
     # the dataset too: without it, train.py prepared its default dataset before refusing the other tokenizer
-    print(f"wrote {out} (next round: python train.py ... --init_from={ckpt['path']} --data_dir={data_dir} "
-          f"--data_segments={out})")
+    print(f"wrote {out} (next round: python train.py ... --init_from={shlex.quote(ckpt['path'])} "
+          f"--data_dir={shlex.quote(data_dir)} --data_segments={shlex.quote(out)})")
     return out
 
 
