@@ -1030,6 +1030,18 @@ MUTANTS = [
            "    theirs = [] if vocabulary else foreign_token_files(data_dir)",
            "    theirs = foreign_token_files(data_dir)",
            "tests/test_faults.py -k never_prepared_over", every=False),
+    Mutant("refine_scores_out_not_the_newest_run", "tools/pangu/refine.py",
+           "    out_dir=\"\",          # round-1 out_dir",
+           "    out_dir=\"out\",       # round-1 out_dir",
+           "tests/test_pangu.py -k newest_run_as_sample", every=False),
+    Mutant("llamacpp_run_refuses_no_new_tokens", "tools/llamacpp/run.py",
+           "or cfg[\"max_new_tokens\"] < 0:",
+           "or cfg[\"max_new_tokens\"] < 1:",
+           "tests/test_llamacpp.py -k say_in_one_line", every=False),
+    Mutant("executorch_bench_takes_file_start_as_text", "tools/executorch/bench.py",
+           "    start = read_prompt(cfg[\"start\"])\n",
+           "    start = cfg[\"start\"]\n",
+           "tests/test_executorch.py -k deep_thinking_row", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

@@ -511,6 +511,13 @@ def test_bench_deep_thinking_row(tmp_path, capsys):
                       ("--shapes=llama_10m,gtp", "gtp")):
         one_error_line(bench.main, [f"--out_dirs={dt}", f"--work_dir={tmp_path / 'b2'}", bad], word)
     assert not (tmp_path / "b2").exists()
+    # --start=FILE:path is read as sample.py reads it, and a character the vocabulary lacks is one line (the compiled
+    # run took the path as text: here a traceback, '/' not being in the vocabulary; a hunt)
+    prompt = tmp_path / "prompt.txt"
+    prompt.write_text("ROMEO:")
+    args = [f"--out_dirs={dt}", f"--work_dir={tmp_path / 'bench'}", "--max_new_tokens=2", "--repeats=1"]
+    bench.main([*args, f"--start=FILE:{prompt}"])
+    one_error_line(bench.main, [*args, "--start=a~b"], "'~'")
 
 
 def test_bench_llama_10m_shape(tmp_path):

@@ -333,3 +333,8 @@ def test_the_commands_that_run_llama_cpp_say_in_one_line_that_it_is_missing(tmp_
                    "llama_cpp is not installed", "pip install llama-cpp-python")
     with pytest.raises(UserError, match="llama_cpp is not installed"):
         run.require_llama_cpp()
+    # --max_new_tokens=0 passes its check, as sample.py's (it was refused: "must be a positive integer"; a hunt)
+    out_dir, _ = checkpoint(tmp_path, dict(GPT2, n_layer=1, vocab_size=len(CHARS)), char_meta())
+    export.main([f"--out_dir={out_dir}", f"--gguf={path}"])
+    one_error_line(run.main, [f"--gguf={path}", "--max_new_tokens=0"], "llama_cpp is not installed")
+    one_error_line(run.main, [f"--gguf={path}", "--max_new_tokens=-1"], "--max_new_tokens must be an integer >= 0")

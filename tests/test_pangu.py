@@ -728,6 +728,20 @@ def test_get_batch_draws_only_from_the_segments(tiny_data):
     assert torch.equal(x[:, 1:], y[:, :-1])
 
 
+def test_refine_takes_the_newest_run_as_sample_py_does(big, tmp_path, monkeypatch, capsys):
+    """Without --out_dir refine scored out/, whatever ran last, where sample.py and tools.eval take the newest run
+    (a hunt)."""
+    import shutil
+    out_dir, data, cfg = big
+    monkeypatch.chdir(tmp_path)
+    shutil.copytree(out_dir, "out")
+    shutil.copytree(out_dir, "out-new")
+    os.utime(os.path.join("out", "ckpt.pt"), (1, 1))   # the older run
+    path = refine.main(["--rate=0.25", "--batch_size=256"])
+    assert path == os.path.join("out-new", "refine.npy") and not os.path.exists(os.path.join("out", "refine.npy"))
+    assert "loading the newest checkpoint: out-new" in capsys.readouterr().err
+
+
 def test_refine_cli_and_second_round(big, tmp_path, monkeypatch, capsys):
     out_dir, data, cfg = big
     path = refine.main([f"--out_dir={out_dir}", "--rate=0.25", "--batch_size=256"])

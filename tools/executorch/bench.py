@@ -238,6 +238,10 @@ def ratio_cell(best, slower, faster):
 def run(cfg):
     from safety_net.build import load_variant
     from safety_net.fileio import check_out_dir
+    from safety_net.sampling import read_prompt
+    from safety_net.tokenizers import encode_start
+    # FILE:path read as sample.py and the runners read it (the compiled run took it as text; a hunt)
+    start = read_prompt(cfg["start"])
     for key in ("max_new_tokens", "repeats"):
         if not isinstance(cfg[key], int) or cfg[key] < 1:
             raise UserError(f"--{key} must be a positive integer, got {cfg[key]!r} (fix: e.g. --{key}={DEFAULTS[key]})")
@@ -267,7 +271,7 @@ def run(cfg):
     for out_dir in out_dirs:
         model, tok, sizes, commands = prepare(out_dir, cfg, have_llamacpp)
         name = os.path.basename(os.path.normpath(out_dir))
-        prompt = tok.encode(cfg["start"])
+        prompt = encode_start(tok, start, name)   # a character the vocabulary lacks: one line (a traceback)
         compile_s = None
         agree = ""
         for n in threads:
@@ -278,7 +282,7 @@ def run(cfg):
             print("| " + " | ".join(row) + " |", flush=True)   # each row as soon as it is measured
             if not agree:
                 reference = texts.pop("sample.py")
-                texts = {r: cfg["start"] + tok.decode(t) if r == "compiled" else t for r, t in texts.items()}
+                texts = {r: start + tok.decode(t) if r == "compiled" else t for r, t in texts.items()}
                 agree = agreement(texts, reference)
         summary.append((name, model, sizes, compile_s, agree))
     print_sizes(summary)

@@ -120,8 +120,8 @@ def run(cfg):
     from safety_net.sampling import read_prompt
     check_num_threads(cfg["num_threads"])
     start = read_prompt(cfg["start"])   # the text, or FILE:path's, as sample.py reads it
-    if not isinstance(cfg["max_new_tokens"], int) or cfg["max_new_tokens"] < 1:
-        raise UserError(f"--max_new_tokens must be a positive integer, got {cfg['max_new_tokens']!r} "
+    if not isinstance(cfg["max_new_tokens"], int) or cfg["max_new_tokens"] < 0:   # 0: as sample.py (a hunt)
+        raise UserError(f"--max_new_tokens must be an integer >= 0, got {cfg['max_new_tokens']!r} "
                         f"(fix: e.g. --max_new_tokens=200)")
     if not os.path.isfile(cfg["gguf"]):
         raise UserError(f"no file {cfg['gguf']} (fix: write one with python -m tools.llamacpp.export)")

@@ -38,7 +38,8 @@ from safety_net.fileio import atomic_open, check_out_dir
 from safety_net.runtime import check_num_threads, check_seed
 
 DEFAULTS = dict(
-    out_dir="out",       # round-1 out_dir (its ckpt.pt, else last.pt) or a checkpoint file
+    out_dir="",          # round-1 out_dir (its ckpt.pt, else last.pt) or a checkpoint file; "" = the out*/ folder
+                         # with the newest checkpoint, as sample.py's (it was out/, whatever ran last; a hunt)
     rate=0.5,            # sampling rate r = N0 / N
     temperature=1.0,     # tau in p_i = softmax(l_i / tau); 1 = the paper
     parts=1,             # normalise and sample within this many contiguous parts of the train split
