@@ -19,11 +19,11 @@ import torch
 from safety_net.build import check_batch_memory, check_mlp_ratio_applies, gpt_config_defaults, load_variant
 from safety_net.build import model_config
 from safety_net.checkpoint import (CKPT_NAME, LAST_NAME, load_checkpoint, load_init_checkpoint, load_matching_weights,
-                                   load_optimizer_state)
+                                   load_optimizer_state, resolve_path)
 from safety_net.configurator import UserError
 from safety_net.dataset import (check_splits, default_data_dir, is_prepared, load_meta, read_segments, run_prepare,
                                 tokenizer_id)
-from safety_net.fileio import check_not_a_run_folder, check_out_dir
+from safety_net.fileio import check_not_a_run_folder, check_out_dir, is_run_folder
 from safety_net.runtime import restore_rng
 from safety_net.text_dataset import foreign_token_files
 from safety_net.tokenizers import gpt2_meta
@@ -84,8 +84,10 @@ def prepared_data(config, prepare, rank, world):
 
 
 def check_not_written_over(init_from, out_dir):
-    """One line when init_from is out_dir's own last.pt or ckpt.pt (or a link to one): the run would write over
-    the checkpoint it starts from at its first save."""
+    """One line when init_from is out_dir's own last.pt or ckpt.pt (or a link to one, or out_dir itself): the run
+    would write over the checkpoint it starts from at its first save."""
+    if os.path.isdir(init_from) and is_run_folder(init_from):
+        init_from = resolve_path(init_from)   # the file a run's folder means: its ckpt.pt, else last.pt
     target = os.path.realpath(init_from)
     if os.path.basename(target) not in (LAST_NAME, CKPT_NAME) or not os.path.isdir(out_dir):
         return

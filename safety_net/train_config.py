@@ -13,7 +13,7 @@ from safety_net.build import gpt_config_defaults, load_variant
 from safety_net.checkpoint import GPT2_NAMES, is_hf_source, plain_values
 from safety_net.configurator import UserError
 from safety_net.dataset import default_data_dir, is_prepared
-from safety_net.fileio import check_out_dir
+from safety_net.fileio import check_out_dir, is_run_folder
 from safety_net.runtime import check_num_threads, check_seed, resolve_device, resolve_dtype
 from safety_net.wandb_log import check_wandb
 
@@ -122,6 +122,8 @@ def _check_run_settings(c, world):
         if close:
             fix = f"did you mean --init_from={close[0]}?"
         raise UserError(f"init_from '{c['init_from']}' does not exist (fix: {fix})")
-    _need(c, c["init_from"] in ("scratch", "resume") or os.path.isfile(c["init_from"]) or is_hf_source(c["init_from"]),
-          "init_from", "'scratch', 'resume', a checkpoint file, gpt2* or a Hugging Face folder",
+    # a run's folder too: its ckpt.pt, else last.pt, as sample.py's --out_dir (it was refused; a hunt)
+    init = c["init_from"]
+    _need(c, init in ("scratch", "resume") or os.path.isfile(init) or is_run_folder(init) or is_hf_source(init),
+          "init_from", "'scratch', 'resume', a checkpoint file or its run's folder, gpt2* or a Hugging Face folder",
           "--init_from=scratch|resume|path/to/ckpt.pt|gpt2")

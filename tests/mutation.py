@@ -1042,6 +1042,14 @@ MUTANTS = [
            "    start = read_prompt(cfg[\"start\"])\n",
            "    start = cfg[\"start\"]\n",
            "tests/test_executorch.py -k deep_thinking_row", every=False),
+    Mutant("init_from_a_run_folder_refused", "safety_net/train_config.py",
+           "os.path.isfile(init) or is_run_folder(init) or is_hf_source(init),",
+           "os.path.isfile(init) or is_hf_source(init),",
+           "tests/test_faults.py -k own_out_dirs_checkpoint", every=False),
+    Mutant("init_from_its_own_folder_written_over", "safety_net/starting_point.py",
+           "        init_from = resolve_path(init_from)   # the file a run's folder means",
+           "        pass   # the file a run's folder means",
+           "tests/test_faults.py -k own_out_dirs_checkpoint", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

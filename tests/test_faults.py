@@ -536,7 +536,12 @@ def test_a_run_from_its_own_out_dirs_checkpoint_is_refused_before_writing_over_i
     cfg["init_from"] = str(link)
     one_error_line(train.main, [f"--{k}={v}" for k, v in cfg.items()], f"{link} (a link to {ckpt}) is in",
                    "write over the checkpoint it starts from")
+    # a run's folder, taken now as sample.py's --out_dir takes it (refused before; a hunt): its ckpt.pt
+    cfg["init_from"] = out_dir
+    one_error_line(train.main, [f"--{k}={v}" for k, v in cfg.items()], f"--init_from={ckpt} is in --out_dir")
     assert snapshot(out_dir) == before
+    started = train.main([f"--{k}={v}" for k, v in dict(cfg, out_dir=str(tmp_path / "from_folder")).items()])
+    assert started["iter_num"] == 4
     # a resume that changes the model names a new run from its weights, in another out_dir
     cfg = dict(finished, out_dir=out_dir, init_from="resume", max_iters=20, n_layer=3)
     message = one_error_line(train.main, [f"--{k}={v}" for k, v in cfg.items()], "n_layer=3 differs")
