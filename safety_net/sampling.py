@@ -18,6 +18,21 @@ def setup_sampling(cfg):
     before anything is loaded: --num_samples, --max_new_tokens, --top_k, --temperature, --seed, --num_threads (set
     here), --device, --dtype and --start (the text, or FILE:path read: read_prompt), with one-line errors; a note
     on stderr when other jobs keep the CPUs busy. Returns (torch.device, torch dtype, the prompt's text)."""
+    check_sampling_options(cfg)
+    if cfg["num_threads"] > 0:
+        torch.set_num_threads(cfg["num_threads"])
+    device = resolve_device(cfg["device"])
+    dtype = getattr(torch, resolve_dtype(cfg["dtype"], device))
+    start_text = read_prompt(cfg["start"])   # before the note: a bad --start is one line
+    if busy_machine(device):
+        print(f"note: {busy_machine(device)}", file=sys.stderr)
+    return device, dtype, start_text
+
+
+def check_sampling_options(cfg):
+    """--num_samples, --max_new_tokens, --top_k, --temperature, --seed and --num_threads, each in one line: sample.py's
+    (setup_sampling) and the runners' that promise its text (tools.executorch.run lumped three keys in one
+    message; a hunt)."""
     if cfg["num_samples"] < 1:
         raise UserError(f"--num_samples={cfg['num_samples']}: must be >= 1 (fix: e.g. --num_samples=1)")
     if cfg["max_new_tokens"] < 0:
@@ -27,14 +42,6 @@ def setup_sampling(cfg):
     check_temperature(cfg["temperature"])
     check_seed(cfg["seed"])
     check_num_threads(cfg["num_threads"])
-    if cfg["num_threads"] > 0:
-        torch.set_num_threads(cfg["num_threads"])
-    device = resolve_device(cfg["device"])
-    dtype = getattr(torch, resolve_dtype(cfg["dtype"], device))
-    start_text = read_prompt(cfg["start"])   # before the note: a bad --start is one line
-    if busy_machine(device):
-        print(f"note: {busy_machine(device)}", file=sys.stderr)
-    return device, dtype, start_text
 
 
 MIN_TEMPERATURE = 1e-6   # float32 logits / 1e-6 stay finite (|logit| < 1e32); float32 rounds 1e-300 itself to 0

@@ -1050,6 +1050,10 @@ MUTANTS = [
            "        init_from = resolve_path(init_from)   # the file a run's folder means",
            "        pass   # the file a run's folder means",
            "tests/test_faults.py -k own_out_dirs_checkpoint", every=False),
+    Mutant("executorch_run_lumps_its_option_checks", "tools/executorch/run.py",
+           "    check_sampling_options(cfg)   # sample.py's checks and messages",
+           "    pass",
+           "tests/test_executorch.py -k options_as_sample_py", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

@@ -206,6 +206,13 @@ def test_bad_input_is_one_line(exported_checkpoint, tmp_path):
     one_error_line(run.main, [f"--pte={pte}", "--start=War is ~"], "characters not in the vocabulary: '~'")
 
 
+def test_the_runner_checks_the_options_as_sample_py_does(tmp_path):
+    """sample.py's own checks and messages, one key each, before the program is read (three keys were lumped in
+    one line; a hunt)."""
+    for bad, words in (("--top_k=-1", "--top_k must be >= 0"), ("--num_samples=0", "--num_samples=0: must be >= 1")):
+        one_error_line(run.main, [f"--pte={tmp_path / 'none.pte'}", bad], words)
+
+
 def test_the_runner_reads_start_as_sample_py_does(tmp_path):
     """--start=FILE:path was sampled as the literal text "FILE:..." (a hunt): it is read as sample.py reads it (a
     missing file: one line, before the program is loaded), and a character the vocabulary lacks is named as

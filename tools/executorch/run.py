@@ -206,17 +206,11 @@ def encode(tokenizer, text, eot_token):
 
 
 def run(cfg):
-    from safety_net.runtime import check_num_threads, check_seed
-    from safety_net.sampling import check_temperature, read_prompt
+    from safety_net.sampling import check_sampling_options, read_prompt
     from safety_net.tokenizers import TextStream
     from tools.huggingface.tokenizer import TokenBytes
     from tools.executorch.export import tokenizer_path
-    if cfg["num_samples"] < 1 or cfg["max_new_tokens"] < 0 or cfg["top_k"] < 0:
-        raise UserError("--num_samples must be >= 1, --max_new_tokens and --top_k >= 0 "
-                        "(fix: e.g. --num_samples=1 --max_new_tokens=500 --top_k=200)")
-    check_temperature(cfg["temperature"])
-    check_seed(cfg["seed"])
-    check_num_threads(cfg["num_threads"])
+    check_sampling_options(cfg)   # sample.py's checks and messages
     start = read_prompt(cfg["start"])   # the text, or FILE:path's, as sample.py reads it
     if not os.path.isfile(cfg["pte"]):
         raise UserError(f"no program at {cfg['pte']} (fix: python -m tools.executorch.export --pte={cfg['pte']})")
