@@ -208,7 +208,7 @@ def test_refusals_are_one_line(tmp_path):
     assert not list(tmp_path.glob("*.gguf"))
     from tools.llamacpp import run
     one_error_line(run.main, [f"--gguf={tmp_path / 'm.gguf'}"], "no file")
-    one_error_line(run.main, [f"--gguf={tmp_path / 'm.gguf'}", "--max_new_tokens=0"], "max_new_tokens")
+    one_error_line(run.main, [f"--gguf={tmp_path / 'm.gguf'}", "--max_new_tokens=-1"], "max_new_tokens")
     one_error_line(run.main, [f"--gguf={tmp_path / 'm.gguf'}", "--num_threads=-1"], "num_threads")
     # --start=FILE:path is read as sample.py reads it (it was sampled as the literal text "FILE:...")
     one_error_line(run.main, [f"--gguf={tmp_path / 'm.gguf'}", f"--start=FILE:{tmp_path / 'none.txt'}"],
