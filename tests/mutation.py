@@ -1054,6 +1054,10 @@ MUTANTS = [
            "    check_sampling_options(cfg)   # sample.py's checks and messages",
            "    pass",
            "tests/test_executorch.py -k options_as_sample_py", every=False),
+    Mutant("compact_vocab_rewrites_the_dataset_a_run_reads", "tools/pangu/compact_vocab.py",
+           "    if same and not force and figure and holds_dataset(",
+           "    if False and holds_dataset(",
+           "tests/test_compact_vocab.py -k roundtrip", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that
