@@ -102,7 +102,10 @@ def prepare(dataset="", out_dir="", input_path="", tokenizer="",
     print(f"train has {n_train:,} tokens (the first {(1 - val_fraction) * 100:g}% "
           f"of the text), val has {n_val:,} tokens (the rest): a model's "
           f"block_size must stay below {min(n_train, n_val):,}")
-    print(f"wrote {out_dir}" if written else f"{out_dir} holds this dataset already: unchanged")
+    if written:
+        print(f"wrote {out_dir}")
+    else:
+        print(f"{out_dir} holds this dataset already: unchanged")
     return out_dir
 
 

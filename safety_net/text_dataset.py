@@ -205,7 +205,7 @@ def write_dataset(out_dir, splits, meta, force=False):
     if Vocabulary(meta).is_char_level:
         check_char_count(meta["vocab_size"])
     check_long_enough(text["path"], text["characters"], meta["splits"], text["val_fraction"])
-    if check_replace(out_dir, meta, force) and not force and holds_dataset(out_dir, splits, meta):
+    if check_replace(out_dir, meta, force) and holds_dataset(out_dir, splits, meta):
         return False
     begin_writing(out_dir)
     for split, ids in splits.items():
@@ -249,7 +249,7 @@ def check_foreign_token_files(out_dir, force=False):
 def check_replace(out_dir, meta, force=False):
     """One line unless out_dir is free for `meta`'s dataset: no dataset there (no meta.json and no token files, or
     those of an interrupted prepare: PREPARING), or one of the same text, tokenizer and split sizes (the text's
-    sha256; a folder that records none: the same tokenizer and split sizes; then True), or force. Split otherwise
+    sha256; a folder that records none: the same tokenizer and split sizes; then True unless force), or force. Split otherwise
     (--val_fraction), runs resumed on it would evaluate on other text, and train on text they evaluated on.
     Token files without meta.json and not ours (nanoGPT's GPT-2 folders) were replaced without a word (a hunt)."""
     try:
@@ -265,7 +265,7 @@ def check_replace(out_dir, meta, force=False):
     same_tokenizer = tokenizer_id(old) == tokenizer_id(meta)
     same_splits = old.get("splits") == meta["splits"]
     if same_text and same_tokenizer and same_splits:
-        return True
+        return not force   # --force: written again
     if force:
         return False
     if not same_text:

@@ -943,7 +943,7 @@ MUTANTS = [
            "",
            "tests/test_config.py -k other_than_by_an_assignment", every=False),
     Mutant("prepare_rewrites_the_dataset_a_run_reads", "safety_net/text_dataset.py",
-           "    if check_replace(out_dir, meta, force) and not force and holds_dataset(out_dir, splits, meta):",
+           "    if check_replace(out_dir, meta, force) and holds_dataset(out_dir, splits, meta):",
            "    if check_replace(out_dir, meta, force) and False:",
            "tests/test_prepare.py -k same_dataset_again", every=False),
     Mutant("prepare_keeps_a_damaged_split", "safety_net/text_dataset.py",
@@ -1055,9 +1055,13 @@ MUTANTS = [
            "    pass",
            "tests/test_executorch.py -k options_as_sample_py", every=False),
     Mutant("compact_vocab_rewrites_the_dataset_a_run_reads", "tools/pangu/compact_vocab.py",
-           "    if same and not force and figure and holds_dataset(",
+           "    if same and figure and holds_dataset(",
            "    if False and holds_dataset(",
            "tests/test_compact_vocab.py -k roundtrip", every=False),
+    Mutant("prepare_force_keeps_the_same_dataset", "safety_net/text_dataset.py",
+           "        return not force   # --force: written again",
+           "        return True   # --force: written again",
+           "tests/test_prepare.py -k same_dataset_again", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

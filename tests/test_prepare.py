@@ -296,6 +296,8 @@ def test_preparing_the_same_dataset_again_leaves_the_folder_as_it_is(tmp_path, c
     prepare.main(args)
     assert all(os.path.samefile(out / name, tmp_path / name) for name in names)
     assert f"{out} holds this dataset already: unchanged" in capsys.readouterr().out
+    prepare.main([*args, "--force"])   # asked: written again
+    assert not os.path.samefile(out / "train.bin", tmp_path / "train.bin")
     val = (out / "val.bin").read_bytes()
     for damaged in (val[:-2], bytes(len(val))):   # cut short, or of other ids (a review): written again
         (out / "val.bin").write_bytes(damaged)
@@ -303,8 +305,6 @@ def test_preparing_the_same_dataset_again_leaves_the_folder_as_it_is(tmp_path, c
         assert (out / "val.bin").read_bytes() == val and f"wrote {out}" in capsys.readouterr().out
     prepare.main(["again_char", *args])   # another name for it: its meta.json says so (a review)
     assert json.loads((out / "meta.json").read_text())["dataset"] == "again_char"
-    prepare.main([*args, "--force"])
-    assert not os.path.samefile(out / "train.bin", tmp_path / "train.bin")
 
 
 def test_a_prepare_stopped_over_nanogpts_meta_pkl_is_not_a_dataset(tmp_path):

@@ -223,7 +223,7 @@ def prepare_compact(out_dir, dataset, vocab_size, input_path, gpt2_ranks=None, n
     # this very dataset (and its figure, or none as asked) left as it is: a run training on the folder reads
     # train.bin at every batch, and removing it killed the run (prepare.py's rule; a review)
     figure = os.path.exists(os.path.join(out_dir, "coverage.png")) == plot
-    if same and not force and figure and holds_dataset(out_dir, {"train": train_ids, "val": val_ids}, meta):
+    if same and figure and holds_dataset(out_dir, {"train": train_ids, "val": val_ids}, meta):
         print(f"{out_dir} holds this dataset already: unchanged")
         return
     begin_writing(out_dir)
