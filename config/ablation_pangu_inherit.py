@@ -4,10 +4,10 @@
 # iterations with 3 seeds. The spread covers the small runs' training (batches, and the random model's init),
 # not the source model. Run the steps first (from the repository root, OMP_NUM_THREADS=1):
 #   python train.py config/pangu_char_cpu.py config/pangu_big_cpu.py --out_dir=out-ablation-pangu-src
-#   python -m tools.pangu.inherit --from=out-ablation-pangu-src --out_dir=out-ablation-pangu-src/inh-first_last-l1 --n_layer=3 --n_embd=64 --layers=first_last --neurons=l1 --calib_batches=16 --num_threads=1
-#   python -m tools.pangu.inherit --from=out-ablation-pangu-src --out_dir=out-ablation-pangu-src/inh-first_last-l2 --n_layer=3 --n_embd=64 --layers=first_last --neurons=l2 --calib_batches=16 --num_threads=1
-#   python -m tools.pangu.inherit --from=out-ablation-pangu-src --out_dir=out-ablation-pangu-src/inh-first_last-taylor --n_layer=3 --n_embd=64 --layers=first_last --neurons=taylor --calib_batches=16 --num_threads=1
-#   python -m tools.pangu.inherit --from=out-ablation-pangu-src --out_dir=out-ablation-pangu-src/inh-loss-taylor --n_layer=3 --n_embd=64 --layers=loss --neurons=taylor --calib_batches=16 --num_threads=1
+#   python -m tools.pangu.inherit --init_from=out-ablation-pangu-src --out_dir=out-ablation-pangu-src/inh-first_last-l1 --n_layer=3 --n_embd=64 --layers=first_last --neurons=l1 --calib_batches=16 --num_threads=1
+#   python -m tools.pangu.inherit --init_from=out-ablation-pangu-src --out_dir=out-ablation-pangu-src/inh-first_last-l2 --n_layer=3 --n_embd=64 --layers=first_last --neurons=l2 --calib_batches=16 --num_threads=1
+#   python -m tools.pangu.inherit --init_from=out-ablation-pangu-src --out_dir=out-ablation-pangu-src/inh-first_last-taylor --n_layer=3 --n_embd=64 --layers=first_last --neurons=taylor --calib_batches=16 --num_threads=1
+#   python -m tools.pangu.inherit --init_from=out-ablation-pangu-src --out_dir=out-ablation-pangu-src/inh-loss-taylor --n_layer=3 --n_embd=64 --layers=loss --neurons=taylor --calib_batches=16 --num_threads=1
 #   python -m tools.compare config/ablation_pangu_inherit.py
 # The question: do the four criteria differ beyond the noise (the README's single runs ended within 0.005)?
 # The source's 1500 iterations are not in the compute columns (they count the small runs only).

@@ -2,7 +2,7 @@
 # 32 (1.2M parameters), trained 1500 iterations; tools/pangu/inherit.py then cuts it to config/pangu_char_cpu.py's shape:
 # An overlay: give it after config/pangu_char_cpu.py.
 #   python train.py config/pangu_char_cpu.py config/pangu_big_cpu.py
-#   python -m tools.pangu.inherit --from=out-pangu-big --out_dir=out-pangu-inh --n_layer=3 --n_embd=64 --num_threads=1
+#   python -m tools.pangu.inherit --init_from=out-pangu-big --out_dir=out-pangu-inh --n_layer=3 --n_embd=64 --num_threads=1
 #   python train.py config/pangu_char_cpu.py --init_from=out-pangu-inh/ckpt.pt --out_dir=out-pangu-inh-run
 # (pangu_char_cpu.py's shape keys equal the inherited model's, so every inherited tensor is copied.)
 out_dir = "out-pangu-big"

@@ -113,7 +113,7 @@ def resolve_path(path_or_out_dir, prefer=(CKPT_NAME, LAST_NAME)):
                 return candidate
         raise UserError(f"no checkpoint ({' or '.join(prefer)}) in '{p}' (fix: run train.py with --out_dir={p} "
                         f"first, or name a run folder or checkpoint file that exists)")
-    # the option that named it: --out_dir (sample.py, eval), --from (inherit), --ckpt (convert), ...
+    # the option that named it: --out_dir (sample.py, eval, the exports), --init_from (train.py, inherit), ...
     raise UserError(f"checkpoint '{p}' does not exist (fix: run train.py first, or name a run folder or "
                     f"checkpoint file that exists)")
 

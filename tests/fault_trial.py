@@ -159,7 +159,7 @@ def wikitext(*extra, out_dir="{c}/d"):
 
 
 def inherit(*extra):
-    return tool("pangu.inherit", "--from={fx}/run", "--out_dir={c}/small", "--n_layer=1", "--n_embd=8",
+    return tool("pangu.inherit", "--init_from={fx}/run", "--out_dir={c}/small", "--n_layer=1", "--n_embd=8",
                 "--n_head=1", "--calib_batches=1", *extra)
 
 
@@ -168,7 +168,7 @@ def refine(*extra):
 
 
 def export(*extra):
-    return tool("huggingface.convert", "export", "--ckpt={fx}/run", "--out={c}/hf", *extra)
+    return tool("huggingface.convert", "export", "--out_dir={fx}/run", "--out={c}/hf", *extra)
 
 
 def hf_import(*extra):
@@ -467,13 +467,13 @@ def huggingface_cases():
     tools.huggingface.sample."""
     yield case("export_no_command", "keys/types", tool("huggingface.convert"))
     yield case("export_unknown_format", "keys/types", export("--format=onnx"), needs=RUN)
-    yield case("export_ckpt_missing", "paths", export("--ckpt={c}/nope"), needs=RUN)
+    yield case("export_ckpt_missing", "paths", export("--out_dir={c}/nope"), needs=RUN)
     yield case("export_out_is_file", "paths", export("--out={c}/taken"), setup=files(taken="a file"), needs=RUN)
     yield case("export_out_read_only", "paths", export("--out={c}/ro/hf"), setup=folders("ro"), read_only="ro",
                needs=RUN)
-    yield case("export_ckpt_nan_weights", "checkpoints", export("--ckpt={c}/run"),
+    yield case("export_ckpt_nan_weights", "checkpoints", export("--out_dir={c}/run"),
                setup=copy_run("run", edit_ckpts(nan_weights)), needs=RUN)
-    yield case("export_ckpt_planted", "planted code", export("--ckpt={c}/run"),
+    yield case("export_ckpt_planted", "planted code", export("--out_dir={c}/run"),
                setup=copy_run("run", plant_ckpts), needs=RUN)
     yield case("export_data_dir_other_tokenizer", "checkpoints", export("--data_dir={fx}/data2"), needs=RUN + DATA2)
     # tools.huggingface.convert import: damaged or unusual Hugging Face folders
@@ -548,18 +548,18 @@ def inherit_cases():
     yield case("inherit_seed_huge", "numbers", inherit("--seed=99999999999999999999"), needs=RUN)
     yield case("inherit_num_threads_negative", "numbers", inherit("--num_threads=-1"), needs=RUN)
     yield case("inherit_num_threads_huge", "numbers", inherit("--num_threads=100000"), needs=RUN)
-    yield case("inherit_from_missing", "paths", inherit("--from={c}/nope"), needs=RUN)
+    yield case("inherit_from_missing", "paths", inherit("--init_from={c}/nope"), needs=RUN)
     yield case("inherit_out_dir_is_file", "paths", inherit("--out_dir={c}/taken"), setup=files(taken="a file"),
                needs=RUN)
     yield case("inherit_out_dir_read_only", "paths", inherit("--out_dir={c}/ro/small"), setup=folders("ro"),
                read_only="ro", needs=RUN)
-    yield case("inherit_out_dir_is_source", "paths", inherit("--from={c}/run", "--out_dir={c}/run"),
+    yield case("inherit_out_dir_is_source", "paths", inherit("--init_from={c}/run", "--out_dir={c}/run"),
                setup=copy_run("run"),
                needs=RUN)
     yield case("inherit_target_data_dir_missing", "paths", inherit("--target_data_dir={c}/nope"), needs=RUN)
-    yield case("inherit_from_nan_weights", "checkpoints", inherit("--from={c}/run"),
+    yield case("inherit_from_nan_weights", "checkpoints", inherit("--init_from={c}/run"),
                setup=copy_run("run", edit_ckpts(nan_weights)), needs=RUN)
-    yield case("inherit_from_planted", "planted code", inherit("--from={c}/run"), setup=copy_run("run", plant_ckpts),
+    yield case("inherit_from_planted", "planted code", inherit("--init_from={c}/run"), setup=copy_run("run", plant_ckpts),
                needs=RUN)
     yield case("inherit_data_dir_other_tokenizer", "checkpoints", inherit("--data_dir={fx}/data2"), needs=RUN + DATA2)
 
@@ -1162,7 +1162,7 @@ FIXTURES = {   # name: (fixtures it needs first, argv after python)
     "data": ((), ["prepare.py", "shakespeare_char", "--out_dir={fx}/data"]),
     "data2": ((), ["prepare.py", "shakespeare_char", "--input={fx}/other.txt", "--out_dir={fx}/data2"]),
     "run": (("data",), ["train.py", *TINY, "--data_dir={fx}/data", "--out_dir={fx}/run"]),
-    "hf": (("run",), ["-m", "tools.huggingface.convert", "export", "--ckpt={fx}/run", "--out={fx}/hf"]),
+    "hf": (("run",), ["-m", "tools.huggingface.convert", "export", "--out_dir={fx}/run", "--out={fx}/hf"]),
     "cmp": (("data",), ["-m", "tools.compare", "--variants=gpt", "--compare_dir={fx}/cmp", "--data_dir={fx}/data",
                         *TINY, "--bench_iters=0", "--sample_tokens=0"]),
     "pte": (("run",), ["-m", "tools.executorch.export", "--out_dir={fx}/run", "--pte={fx}/pte/model.pte"]),

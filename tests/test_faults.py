@@ -77,7 +77,7 @@ def test_pangu_tools_refuse_data_of_another_tokenizer(finished, tmp_path, module
     other = write_token_dataset(tmp_path / "other", vocab_size=12)
     out_dir = copy_run(finished, tmp_path)
     before = snapshot(out_dir)
-    where = [f"--out_dir={out_dir}"] if module == "tools.pangu.refine" else [f"--from={out_dir}",
+    where = [f"--out_dir={out_dir}"] if module == "tools.pangu.refine" else [f"--init_from={out_dir}",
                                                                       f"--out_dir={tmp_path / 'small'}"]
     one_error_line(entry_point(module), where + args + [f"--data_dir={other}"], "another tokenizer")
     assert snapshot(out_dir) == before and not (tmp_path / "small").exists()
@@ -132,7 +132,7 @@ def test_hugging_face_model_with_nan_weights_is_refused(finished, tmp_path, scri
     """The NaN check of our checkpoints holds for --init_from=<Hugging Face directory> too (it used to sample
     into a torch.multinomial traceback and print a NaN table with exit code 0)."""
     hf_dir = tmp_path / "hf"
-    entry_point("tools.huggingface.convert")(["export", f"--ckpt={finished['out_dir']}", f"--out={hf_dir}", "--format=bin"])
+    entry_point("tools.huggingface.convert")(["export", f"--out_dir={finished['out_dir']}", f"--out={hf_dir}", "--format=bin"])
     weights = torch.load(hf_dir / "pytorch_model.bin", weights_only=True)
     next(iter(weights.values())).fill_(float("nan"))
     torch.save(weights, hf_dir / "pytorch_model.bin")
@@ -217,9 +217,9 @@ def test_checkpoint_that_would_run_code_is_refused(finished, tmp_path, monkeypat
         "sample in a folder with a planted out-x/": (entry_point("sample"), []),
         "eval": (entry_point("tools.eval"), [f"--out_dir={run_dir}", "--device=cpu"]),
         "huggingface.convert export": (entry_point("tools.huggingface.convert"),
-                                       ["export", f"--ckpt={run_dir}", f"--out={tmp_path / 'hf'}"]),
+                                       ["export", f"--out_dir={run_dir}", f"--out={tmp_path / 'hf'}"]),
         "pangu.inherit": (entry_point("tools.pangu.inherit"),
-                          [f"--from={run_dir}", f"--out_dir={tmp_path / 'small'}", "--n_layer=1"]),
+                          [f"--init_from={run_dir}", f"--out_dir={tmp_path / 'small'}", "--n_layer=1"]),
         "pangu.refine": (entry_point("tools.pangu.refine"), [f"--out_dir={run_dir}"]),
         "compare resuming": (entry_point("tools.compare"), [a for a in train_argv() if not a.startswith("--out_dir=")]
                              + ["--variants=gpt", "--bench_iters=0", f"--compare_dir={tmp_path / 'cmp'}"]),
@@ -251,7 +251,7 @@ def test_the_refusal_names_what_the_file_would_run(tmp_path, payload, named):
 def test_hugging_face_weights_that_would_run_code_are_refused(finished, tmp_path):
     """pytorch_model.bin of a downloaded model directory goes through the same safe loader and the same message."""
     hf_dir, marker = tmp_path / "hf", tmp_path / "marker"
-    entry_point("tools.huggingface.convert")(["export", f"--ckpt={finished['out_dir']}", f"--out={hf_dir}", "--format=bin"])
+    entry_point("tools.huggingface.convert")(["export", f"--out_dir={finished['out_dir']}", f"--out={hf_dir}", "--format=bin"])
     weights = torch.load(hf_dir / "pytorch_model.bin", weights_only=True)
     torch.save(dict(weights, note=RunsCode(open, str(marker), "w")), hf_dir / "pytorch_model.bin")
     one_error_line(entry_point("tools.huggingface.sample"), [f"--init_from={hf_dir}", f"--data_dir={finished['data_dir']}",
@@ -345,8 +345,8 @@ def test_full_disk_while_logging_is_one_line(tmp_path):
     ("prepare", ["shakespeare_char", "--out_dir", "{file}/data"]),
     ("tools.pangu.compact_vocab", ["shakespeare_v400", "--out_dir", "{file}/data"]),
     ("tools.wikitext103", ["--out_dir", "{file}/data"]),
-    ("tools.pangu.inherit", ["--from={run}", "--out_dir={file}", "--n_layer=1"]),
-    ("tools.huggingface.convert", ["export", "--ckpt={run}", "--out={file}/hf"]),
+    ("tools.pangu.inherit", ["--init_from={run}", "--out_dir={file}", "--n_layer=1"]),
+    ("tools.huggingface.convert", ["export", "--out_dir={run}", "--out={file}/hf"]),
 ])
 def test_output_folder_that_is_a_file(finished, tmp_path, module, args):
     taken = tmp_path / "taken"
@@ -369,7 +369,7 @@ def test_output_folder_that_is_a_file(finished, tmp_path, module, args):
     ("tools.bench", ["--mode=gpu"], ["unknown --mode=gpu"]),   # the GPU suite is gone: an ImportError traceback
     ("tools.bench", ["--out=bench.json", "--dry_run"], ["bench writes a .csv", "--out=bench.md"]),   # got markdown
     ("tools.bench_tokenize", ["--num_proc=-1"], ["--num_proc must be >= 1"]),
-    ("tools.huggingface.convert", ["export", "--ckpt=x"], ["required: --out"]),
+    ("tools.huggingface.convert", ["export", "--out_dir=x"], ["required: --out"]),
     ("tools.compare", ["--prompts="], ["empty prompt"]),   # sampled a section for '' (a fuzz)
     # issue 23: refused before any checkpoint is looked for (they used to sample NaN or end in a traceback)
     ("sample", ["--temperature=1e-30"], ["--temperature=1e-30 is too small", "--temperature=0 for greedy"]),
@@ -438,7 +438,7 @@ def test_a_size_the_machine_cannot_hold_is_one_line(finished, tmp_path):
     every run_command tool, as in train.py; --calib_batch_size=10**12 was a traceback."""
     out_dir = tmp_path / "small"
     message = one_error_line(entry_point("tools.pangu.inherit"), [
-        f"--from={finished['out_dir']}", f"--out_dir={out_dir}", "--n_layer=1", "--n_embd=16",
+        f"--init_from={finished['out_dir']}", f"--out_dir={out_dir}", "--n_layer=1", "--n_embd=16",
         "--calib_batch_size=1000000000000"], "error: out of memory (it needed ")
     assert "GB at once" in message and not out_dir.exists()
 
@@ -819,7 +819,7 @@ def test_a_dataset_or_an_export_is_refused_in_a_training_runs_folder(tmp_path, m
                    "--out_dir=data/notes_char")
     one_error_line(compact_vocab.main, [f"--input={text}", "--vocab_size=300", f"--out_dir={run_dir}"],
                    "a training run's folder")
-    one_error_line(convert.main, ["export", f"--ckpt={run_dir / 'last.pt'}", f"--out={run_dir}"],
+    one_error_line(convert.main, ["export", f"--out_dir={run_dir / 'last.pt'}", f"--out={run_dir}"],
                    "a training run's folder", "--out=hf-out")
     assert sorted(os.listdir(run_dir)) == before
     monkeypatch.chdir(tmp_path)

@@ -452,7 +452,7 @@ def test_export_command_line(tmp_path, capsys):
                  "best_val_loss": 1.0, "config": {}}, str(ckpt))
     (tmp_path / "hf").mkdir()
     (tmp_path / "hf" / "tokenizer.json").write_text("{}")   # another model's tokenizer, left by an earlier export
-    convert.main(["export", "--ckpt", str(ckpt), "--out", str(tmp_path / "hf")])
+    convert.main(["export", "--out_dir", str(ckpt), "--out", str(tmp_path / "hf")])
     assert "no tokenizer written" in capsys.readouterr().err   # the checkpoint records no dataset
     assert sorted(os.listdir(tmp_path / "hf")) == ["config.json", "generation_config.json", "model.safetensors"]
     theirs = AutoModelForCausalLM.from_pretrained(str(tmp_path / "hf")).eval()
@@ -462,8 +462,25 @@ def test_export_command_line(tmp_path, capsys):
     bad = GPT(GPTConfig(vocab_size=16, block_size=8, n_layer=2, n_head=2, n_embd=16, think_steps=2))
     atomic_save({"model": bad.state_dict(), "model_args": dataclasses.asdict(bad.config)}, str(ckpt))
     with pytest.raises(SystemExit) as e:
-        convert.main(["export", "--ckpt", str(ckpt), "--out", str(tmp_path / "bad")])
+        convert.main(["export", "--out_dir", str(ckpt), "--out", str(tmp_path / "bad")])
     assert str(e.value).startswith("error: cannot export Deep Thinking")
+
+
+def test_export_reads_the_run_as_sample_py_does(tmp_path, monkeypatch, capsys):
+    """--out_dir names the run, "" the newest out*/ folder, as sample.py and the GGUF and ExecuTorch exporters
+    read it (the export took --ckpt, and no default)."""
+    monkeypatch.chdir(tmp_path)
+    for name, seed in (("out", 1), ("out-new", 2)):
+        ours = randomize(GPT(GPTConfig(**OURS["gpt2_untied"])), seed=seed)
+        atomic_save({"model": ours.state_dict(), "model_args": dataclasses.asdict(ours.config), "iter_num": 1,
+                     "best_val_loss": 1.0, "config": {}}, os.path.join(name, "ckpt.pt"))
+    os.utime(os.path.join("out", "ckpt.pt"), (1, 1))   # the older run
+    convert.main(["export", "--out=hf"])
+    assert "loading the newest checkpoint: out-new" in capsys.readouterr().err
+    theirs = AutoModelForCausalLM.from_pretrained("hf").eval()
+    x = tokens(50, (1, 12))
+    with torch.no_grad():
+        assert (ours(x, all_logits=True)[0] - theirs(x).logits).abs().max() <= TOL   # out-new's weights
 
 
 # --- the tokenizer of the checkpoint's dataset, exported beside the model ------------------------------
@@ -515,7 +532,7 @@ def export_for_dataset(kind, root):
     ckpt = root / "out" / "ckpt.pt"
     atomic_save({"model": model.state_dict(), "model_args": dataclasses.asdict(model.config), "iter_num": 1,
                  "data_dir": data_dir}, str(ckpt))
-    convert.main(["export", "--ckpt", str(ckpt), "--out", str(root / "hf")])
+    convert.main(["export", "--out_dir", str(ckpt), "--out", str(root / "hf")])
     return str(root / "hf"), data_dir, meta, model
 
 
@@ -592,7 +609,7 @@ def test_export_refuses_a_tokenizer_it_cannot_write(tmp_path, capsys):
         atomic_save({"model": model.state_dict(), "model_args": dataclasses.asdict(model.config),
                      "data_dir": str(data)}, str(ckpt))
         with pytest.raises(SystemExit) as e:
-            convert.main(["export", "--ckpt", str(ckpt), "--out", str(tmp_path / "hf")])
+            convert.main(["export", "--out_dir", str(ckpt), "--out", str(tmp_path / "hf")])
         assert str(e.value).startswith("error: ") and words in str(e.value) and "\n" not in str(e.value)
         assert not os.path.exists(tmp_path / "hf")
 
@@ -753,7 +770,7 @@ def test_an_export_records_its_tokenizer_so_training_on_another_is_refused(expor
     convert.main(["import", folder, f"--out={path}"])
     assert load_checkpoint(path)["tokenizer_id"] == tokenizer_id(meta)
     # exported again (the import records no dataset, so no tokenizer is written): the id was dropped (a hunt)
-    convert.main(["export", f"--ckpt={path}", f"--out={tmp_path / 'again'}"])
+    convert.main(["export", f"--out_dir={path}", f"--out={tmp_path / 'again'}"])
     assert json.loads((tmp_path / "again" / "config.json").read_text())["tokenizer_id"] == tokenizer_id(meta)
     other = tmp_path / "other"
     shutil.copytree(data_dir, other)
@@ -838,7 +855,7 @@ def test_sample_of_a_padded_export_takes_its_own_data(exported, tmp_path, capsys
     model = GPT(GPTConfig(vocab_size=meta["vocab_size"] + 15, block_size=32, n_layer=1, n_head=2, n_embd=16))
     atomic_save({"model": model.state_dict(), "model_args": dataclasses.asdict(model.config), "iter_num": 1,
                  "data_dir": data_dir, "tokenizer_id": tokenizer_id(meta)}, str(tmp_path / "ckpt.pt"))
-    convert.main(["export", "--ckpt", str(tmp_path / "ckpt.pt"), "--out", str(tmp_path / "hf")])
+    convert.main(["export", "--out_dir", str(tmp_path / "ckpt.pt"), "--out", str(tmp_path / "hf")])
     capsys.readouterr()
     sample.main([f"--init_from={tmp_path / 'hf'}", f"--data_dir={data_dir}", "--device=cpu", "--start=ab",
                  "--num_samples=1", "--max_new_tokens=5"])

@@ -79,7 +79,7 @@ def test_lm_eval_agrees_with_eval_py_on_an_export(tmp_path, monkeypatch, capsys)
     atomic_save({"model": model.state_dict(), "model_args": dataclasses.asdict(model.config),
                  "data_dir": str(data_dir)}, str(tmp_path / "out" / "ckpt.pt"))
     folder = tmp_path / "hf"
-    convert.main(["export", "--ckpt", str(tmp_path / "out"), "--out", str(folder)])
+    convert.main(["export", "--out_dir", str(tmp_path / "out"), "--out", str(folder)])
 
     task = tmp_path / "task.jsonl"
     task.write_text("".join(json.dumps(d, ensure_ascii=False) + "\n" for d in DOCS), encoding="utf-8")

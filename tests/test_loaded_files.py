@@ -257,7 +257,7 @@ def test_another_char_vocabulary_is_refused_by_every_tool(tiny_checkpoint, tmp_p
     before = sorted(os.listdir(tiny_checkpoint))
     one_error_line(eval_tool.main, [f"--out_dir={tiny_checkpoint}", f"--data_dir={other}"], words)
     one_error_line(refine.main, [f"--out_dir={tiny_checkpoint}", f"--data_dir={other}"], words)
-    one_error_line(convert.main, ["export", f"--ckpt={tiny_checkpoint}", f"--out={tmp_path / 'hf'}",
+    one_error_line(convert.main, ["export", f"--out_dir={tiny_checkpoint}", f"--out={tmp_path / 'hf'}",
                                   f"--data_dir={other}"], words)
     assert sorted(os.listdir(tiny_checkpoint)) == before and not (tmp_path / "hf").exists()
 

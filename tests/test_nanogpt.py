@@ -364,7 +364,7 @@ def test_a_nanogpt_gpt2_checkpoint_exports_with_gpt2s_tokenizer(tmp_path, monkey
     from tools.huggingface import convert
     monkeypatch.chdir(tmp_path)
     write_nanogpt_checkpoint("out-gpt2", dict(ARGS, vocab_size=50304))
-    convert.main(["export", "--ckpt=out-gpt2", "--out=hf"])
+    convert.main(["export", "--out_dir=out-gpt2", "--out=hf"])
     assert json.loads((tmp_path / "hf" / "tokenizer_config.json").read_text())["eos_token"] == "<|endoftext|>"
 
 

@@ -409,7 +409,7 @@ def test_inherit_cli_into_a_compact_vocabulary(tmp_path, capsys):
         (folder / "meta.json").write_text(json.dumps(meta))
     atomic_save({"model": GPT(cfg).state_dict(), "model_args": dataclasses.asdict(cfg), "iter_num": 10,
                  "config": {}, "dataset": "gpt2data", "data_dir": str(src_data)}, str(tmp_path / "big" / "ckpt.pt"))
-    inherit.main([f"--from={tmp_path / 'big'}", f"--out_dir={tmp_path / 'small'}", "--n_layer=2",
+    inherit.main([f"--init_from={tmp_path / 'big'}", f"--out_dir={tmp_path / 'small'}", "--n_layer=2",
                   f"--target_data_dir={dst_data}", "--layers=first_last"])
     assert "vocabulary: 50257 -> 5 tokens" in capsys.readouterr().out
     model, ckpt = load_model(str(tmp_path / "small"))
@@ -429,7 +429,7 @@ def test_inherit_cli_into_a_compact_vocabulary(tmp_path, capsys):
 def test_inherit_cli_then_train_continues_from_it(big, tmp_path, capsys):
     out_dir, data, cfg = big
     small_dir = str(tmp_path / "small")
-    inherit.main([f"--from={out_dir}", f"--out_dir={small_dir}", "--n_layer=2", "--n_embd=16", "--layers=loss",
+    inherit.main([f"--init_from={out_dir}", f"--out_dir={small_dir}", "--n_layer=2", "--n_embd=16", "--layers=loss",
                   "--calib_batches=2"])
     printed = capsys.readouterr().out
     assert "calibration loss" in printed and f"--init_from={small_dir}/ckpt.pt --data_dir={data})" in printed
@@ -493,12 +493,12 @@ def test_kv_groups_merge_only_whole():
 
 def test_inherit_cli_errors(big, tmp_path):
     out_dir, _, _ = big
-    with pytest.raises(SystemExit, match="--from"):
+    with pytest.raises(SystemExit, match="--init_from"):
         inherit.main([f"--out_dir={tmp_path}"])
     with pytest.raises(SystemExit, match="mask_steps"):
-        inherit.main([f"--from={out_dir}", f"--out_dir={tmp_path / 's'}", "--neurons=learned", "--mask_steps=0"])
+        inherit.main([f"--init_from={out_dir}", f"--out_dir={tmp_path / 's'}", "--neurons=learned", "--mask_steps=0"])
     with pytest.raises(SystemExit, match="unknown layer selection"):
-        inherit.main([f"--from={out_dir}", f"--out_dir={tmp_path / 's'}", "--n_layer=2", "--layers=middle"])
+        inherit.main([f"--init_from={out_dir}", f"--out_dir={tmp_path / 's'}", "--n_layer=2", "--layers=middle"])
 
 
 def fix_of(message):
@@ -507,7 +507,7 @@ def fix_of(message):
 
 
 def small_args(out_dir, source, *more):
-    return [f"--from={source}", f"--out_dir={out_dir}", "--n_layer=2", "--n_embd=16", "--neurons=l1", *more]
+    return [f"--init_from={source}", f"--out_dir={out_dir}", "--n_layer=2", "--n_embd=16", "--neurons=l1", *more]
 
 
 @pytest.mark.parametrize("names", [("ckpt.pt", "last.pt"), ("last.pt",), ("ckpt.pt",)])
@@ -628,7 +628,7 @@ def test_every_refused_width_names_a_fix_that_works(kw):
 
 
 def test_inherit_from_a_hugging_face_folder_names_the_import(tmp_path):
-    """--from=<a transformers folder>: the fix is tools.huggingface.convert import; followed literally, it works."""
+    """--init_from=<a transformers folder>: the fix is tools.huggingface.convert import; followed literally, it works."""
     from tools.huggingface import convert
     cfg = GPTConfig(block_size=8, vocab_size=16, n_layer=2, **dict(GQA_SOURCE, n_embd=32))   # heads of 8
     hf_dir = tmp_path / "hf"
@@ -641,7 +641,7 @@ def test_inherit_from_a_hugging_face_folder_names_the_import(tmp_path):
     command, then = fix_of(message).split(", then ")
     converted = str(tmp_path / "hf-2.pt")
     assert command == f"python -m tools.huggingface.convert import {hf_dir} --out={converted}"
-    assert then == f"--from={converted}"
+    assert then == f"--init_from={converted}"
     convert.main(command.split()[3:])
     assert inherit.main(small_args(tmp_path / "small", converted)) == str(tmp_path / "small" / "ckpt.pt")
     assert (tmp_path / "hf.pt").read_bytes() == b"a file the fix must not overwrite"

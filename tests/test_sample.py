@@ -179,13 +179,12 @@ def test_no_checkpoint_anywhere_is_not_announced_as_the_newest(tmp_path, monkeyp
 
 
 def test_a_missing_checkpoints_fix_names_no_option_the_command_lacks(tmp_path):
-    """Its fix said "pass the right --out_dir", which tools.pangu.inherit (--from) and the Hugging Face export
-    (--ckpt) do not take."""
-    from tools.huggingface import convert
-    one_error_line(convert.main, ["export", f"--ckpt={tmp_path / 'none.pt'}", f"--out={tmp_path / 'hf'}"],
-                   "does not exist", "name a run folder or checkpoint file")
+    """Its fix said "pass the right --out_dir", which tools.pangu.inherit (--init_from) does not take."""
+    from tools.pangu import inherit
+    argv = [f"--init_from={tmp_path / 'none.pt'}", f"--out_dir={tmp_path / 'small'}", "--n_layer=1"]
+    one_error_line(inherit.main, argv, "does not exist", "name a run folder or checkpoint file")
     with pytest.raises(SystemExit) as e:
-        convert.main(["export", f"--ckpt={tmp_path / 'none.pt'}", f"--out={tmp_path / 'hf'}"])
+        inherit.main(argv)
     assert "--out_dir" not in str(e.value)
 
 

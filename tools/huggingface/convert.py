@@ -12,7 +12,7 @@ checkpoint for train.py --init_from=<file>):
                              (each block applied twice in a row: our share_group_size=2 over 2x the layers)
     Anything we cannot represent exactly is refused with a one-line reason (ConversionError).
 
-Export (python -m tools.huggingface.convert export --ckpt out/ckpt.pt --out hf-out/ [--data_dir=data/<dataset>]):
+Export (python -m tools.huggingface.convert export --out_dir=out --out=hf-out/ [--data_dir=data/<dataset>]):
     our GPT -> a directory (config.json + model.safetensors, or pytorch_model.bin without safetensors) that
     transformers loads with AutoModelForCausalLM.from_pretrained and no custom code, plus generation_config.json
     and the tokenizer of the checkpoint's dataset (char, GPT-2 BPE or compact: tokenizer.json, tokenizer_config.json,
@@ -614,7 +614,8 @@ def export(model, out_dir, say=None, weights_format="auto", meta=None, meta_sour
 DEFAULTS = dict(
     action=[],        # the positional arguments: `export`, or `import SOURCE` (a local GPT-2 / Llama / MobileLLM
                       # directory, or a hub name)
-    ckpt="",          # export: ckpt.pt written by train.py, or its out_dir
+    out_dir="",       # export: the run, a folder with ckpt.pt / last.pt, or a checkpoint file; "" = the newest
+                      # out*/ folder (as sample.py)
     out="",           # export: the directory to write (created if needed); import: the checkpoint file, e.g. hf.pt
     format="auto",    # export: the weights file, auto (safetensors when installed, else pytorch_model.bin),
                       # safetensors or bin
@@ -633,21 +634,20 @@ def run(config, explicit):
     action = config["action"]
     if not action or action[0] not in ("export", "import"):
         raise UserError(f"no command {' '.join(action)!r} (fix: python -m tools.huggingface.convert export "
-                        f"--ckpt=out/ckpt.pt --out=hf-out/, or import gpt2 --out=hf.pt)")
+                        f"--out_dir=out --out=hf-out/, or import gpt2 --out=hf.pt)")
     if action[0] == "import":
         return run_import(action[1:], config, explicit)
-    missing = [f"--{key}" for key in ("ckpt", "out") if not config[key]]
-    if missing or len(action) > 1:
-        given = f"required: {', '.join(missing)}" if missing else f"no argument after export, got {' '.join(action)}"
-        raise UserError(f"export takes --ckpt and --out, {given} (fix: python -m tools.huggingface.convert export "
-                        f"--ckpt=out/ckpt.pt --out=hf-out/)")
+    if not config["out"] or len(action) > 1:
+        given = "required: --out" if not config["out"] else f"no argument after export, got {' '.join(action)}"
+        raise UserError(f"export takes --out_dir and --out, {given} (fix: python -m tools.huggingface.convert export "
+                        f"--out_dir=out --out=hf-out/)")
     if config["format"] not in FORMATS:
         raise UserError(f"--format={config['format']} (fix: one of {', '.join(FORMATS)})")
     from safety_net.fileio import check_not_a_run_folder
     # a Hugging Face folder beside a checkpoint: tools read it as either
     check_not_a_run_folder(config["out"], "out", "--out=hf-out, a folder of its own")
     from safety_net.checkpoint import load_model
-    model, ckpt = load_model(config["ckpt"])
+    model, ckpt = load_model(config["out_dir"])
     meta, source = checkpoint_meta(ckpt, config["data_dir"])
     out = config["out"]
     export(model, out, weights_format=config["format"], meta=meta, meta_source=source,
@@ -661,7 +661,7 @@ def run(config, explicit):
 
 def run_import(sources, config, explicit):
     """`import SOURCE --out=FILE`: a Hugging Face model -> a checkpoint file for train.py --init_from."""
-    export_keys = sorted(explicit & {"ckpt", "format", "data_dir"})
+    export_keys = sorted(explicit & {"out_dir", "format", "data_dir"})
     if len(sources) != 1 or not config["out"] or export_keys:
         raise UserError(f"import takes one source and --out only (fix: python -m tools.huggingface.convert import "
                         f"gpt2 --out=hf.pt)")

@@ -1,7 +1,7 @@
 """
 Paper 003 (PanGu-pi Pro, text in ../shared/papers/) tools, each run from the repository root:
 
-    python -m tools.pangu.inherit --from=out-big --out_dir=out-small --n_layer=3 --n_embd=64   # 3.2 parameter inheritance
+    python -m tools.pangu.inherit --init_from=out-big --out_dir=out-small --n_layer=3 --n_embd=64   # 3.2 parameter inheritance
     python -m tools.pangu.refine --out_dir=out-round1 --rate=0.5                              # 4.2 data refining
     python -m tools.pangu.compact_vocab shakespeare --vocab_size 8192                         # 2.1 compact tokenizer
     from tools.pangu.scaled_lr import scaled_lr  # 4.1 batch size -> learning rate, in a config file

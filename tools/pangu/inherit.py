@@ -2,11 +2,11 @@
 Parameter inheritance (paper 003, PanGu-pi Pro, 3.2): start a small model from the most important
 layers and neurons of a trained larger one instead of from random numbers.
 
-    python -m tools.pangu.inherit --from=out-big --out_dir=out-small --n_layer=3 --n_embd=64
-    python -m tools.pangu.inherit --from=out-big --out_dir=out-small --n_layer=3 --layers=loss --neurons=taylor --calib_batches=16
-    python -m tools.pangu.inherit --from=out-big --out_dir=out-small --n_layer=3 --neurons=learned --mask_steps=200
-    python -m tools.pangu.inherit --from=out-gpt2 --out_dir=out-small --n_layer=3 --target_data_dir=data/shakespeare_v4096
-    python -m tools.pangu.inherit --from=out-big --out_dir=out-small --n_kv_head=2        # MHA -> GQA (Appendix A)
+    python -m tools.pangu.inherit --init_from=out-big --out_dir=out-small --n_layer=3 --n_embd=64
+    python -m tools.pangu.inherit --init_from=out-big --out_dir=out-small --n_layer=3 --layers=loss --neurons=taylor --calib_batches=16
+    python -m tools.pangu.inherit --init_from=out-big --out_dir=out-small --n_layer=3 --neurons=learned --mask_steps=200
+    python -m tools.pangu.inherit --init_from=out-gpt2 --out_dir=out-small --n_layer=3 --target_data_dir=data/shakespeare_v4096
+    python -m tools.pangu.inherit --init_from=out-big --out_dir=out-small --n_kv_head=2        # MHA -> GQA (Appendix A)
     python train.py config/pangu_char_cpu.py --init_from=out-small/ckpt.pt   # then train the small model
 
 (train.py builds the model from the inherited checkpoint's model_args, and a shape key set on the command line
@@ -106,7 +106,7 @@ from safety_net.runtime import check_num_threads, check_seed
 from safety_net.tokenizers import Vocabulary
 
 DEFAULTS = {
-    "from": "",                # source out_dir or checkpoint file (the big model)
+    "init_from": "",           # the big model: its run folder (ckpt.pt, else last.pt) or a checkpoint file
     "out_dir": "",             # where the small model's ckpt.pt goes
     "n_layer": 0,              # small model sizes; 0 = the source's (n_head: n_embd / source head size)
     "n_embd": 0,
@@ -747,20 +747,20 @@ def refuse_used_out_dir(out_dir):
 
 
 def refuse_hf_folder(source):
-    """One line for --from=<a Hugging Face model folder> (config.json, none of our checkpoints): inherit reads our
-    checkpoints, which tools.huggingface.convert import writes from such a folder."""
+    """One line for --init_from=<a Hugging Face model folder> (config.json, none of our checkpoints): inherit reads
+    our checkpoints, which tools.huggingface.convert import writes from such a folder."""
     if os.path.isfile(os.path.join(source, "config.json")) and not checkpoints_in(source):
         converted = unused_name(os.path.normpath(source), ".pt")
-        raise UserError(f"--from={source} is a Hugging Face model folder (config.json), not a checkpoint of ours "
-                        f"(fix: python -m tools.huggingface.convert import {source} --out={converted}, then "
-                        f"--from={converted})")
+        raise UserError(f"--init_from={source} is a Hugging Face model folder (config.json), not a checkpoint of "
+                        f"ours (fix: python -m tools.huggingface.convert import {source} --out={converted}, then "
+                        f"--init_from={converted})")
 
 
 def run(opts):
-    """pangu.inherit's command: load --from, build the small model, write out_dir/ckpt.pt. Returns its path."""
-    if not opts["from"] or not opts["out_dir"]:
-        raise UserError("both --from (the big model's out_dir) and --out_dir are needed "
-                         "(fix: python -m tools.pangu.inherit --from=out-big --out_dir=out-small --n_layer=...)")
+    """pangu.inherit's command: load --init_from, build the small model, write out_dir/ckpt.pt. Returns its path."""
+    if not opts["init_from"] or not opts["out_dir"]:
+        raise UserError("both --init_from (the big model's run) and --out_dir are needed "
+                         "(fix: python -m tools.pangu.inherit --init_from=out-big --out_dir=out-small --n_layer=...)")
     if opts["calib_batches"] < 1:
         raise UserError(f"calib_batches must be >= 1, got {opts['calib_batches']} (fix: --calib_batches=8)")
     if opts["calib_batch_size"] < 0:
@@ -773,8 +773,8 @@ def run(opts):
     check_seed(opts["seed"])
     if opts["num_threads"] > 0:
         torch.set_num_threads(opts["num_threads"])
-    refuse_hf_folder(opts["from"])
-    model, ckpt = load_model(opts["from"], "cpu")
+    refuse_hf_folder(opts["init_from"])
+    model, ckpt = load_model(opts["init_from"], "cpu")
     if os.path.abspath(os.path.dirname(ckpt["path"])) == os.path.abspath(opts["out_dir"]):
         raise UserError(f"--out_dir={opts['out_dir']} is the source's folder (fix: pick a new --out_dir)")
     refuse_used_out_dir(opts["out_dir"])   # now, not after the work
