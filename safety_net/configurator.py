@@ -12,7 +12,8 @@ applied, so the command line always wins over config files. Values are parsed wi
 (falling back to the raw text) and must match the type of the key's default. load_config also returns
 the keys set explicitly: model keys set explicitly win over a variant's preset (train.py's setup).
 
-A key whose default is a list takes a python list or a comma list (`--variants=gpt,lgpt`); the keys of
+A key whose default is a list takes a python list, a comma list (`--variants=gpt,lgpt`) or one number
+(`--seq_lens=256`) on the command line, a python list in a config file; the keys of
 `one_item` take plain text as a list of that one item (a prompt may hold commas). A command whose positional
 arguments are values rather than config files names the key they set (`positional`): the dataset name of
 prepare.py and tools.pangu.compact_vocab, the config files tools.bench measures one by one.
@@ -324,12 +325,14 @@ def _nested_assignments(statements, block=None):
 
 # --- keys and values -------------------------------------------------------------------------------
 
-# nanoGPT's sample.py keys that the sampling commands here (those with --start) take elsewhere
+# nanoGPT's sample.py keys that a sampling command here (one with --start) lacks: where they are taken
 NANOGPT_SAMPLE_KEYS = {
     "init_from": "a checkpoint is --out_dir=FOLDER_OR_FILE here (nanoGPT's 'resume'); GPT-2 and other Hugging Face "
                  "models: python -m tools.huggingface.sample --init_from=gpt2 (or a local folder)",
     "compile": "sampling here does not compile, as nanoGPT's default (drop it); python -m tools.fast_sample "
                "samples a checkpoint of ours with a compiled decode step",
+    "out_dir": "a run of ours is sampled by python sample.py --out_dir=FOLDER_OR_FILE; this command reads "
+               "another model (see --help)",
 }
 
 
@@ -338,7 +341,8 @@ def _check_key(key, defaults, source):
         return key
     close = difflib.get_close_matches(key, list(defaults), n=3, cutoff=0.6)
     hint = f"did you mean {' or '.join('--' + c for c in close)}?" if close else "see --help for the list of keys"
-    if key in NANOGPT_SAMPLE_KEYS and "start" in defaults and not close:
+    # --out_dir's close match, --data_dir, was never what was meant (tools.huggingface.sample; a hunt)
+    if key in NANOGPT_SAMPLE_KEYS and "start" in defaults and (not close or key == "out_dir"):
         hint = f"nanoGPT's sample.py key: {NANOGPT_SAMPLE_KEYS[key]}"
     if source != "on the command line":
         hint += "; helper variables in config files must start with '_'"
@@ -375,6 +379,8 @@ def _parse_override(key, text, default, one_item=False):
         return type(default)([text])   # one item: a prompt may hold commas (--prompts=1,2 too)
     if isinstance(default, (list, tuple)) and isinstance(value, str):
         return type(default)(t.strip() for t in text.split(",") if t.strip())   # a comma list: --variants=gpt,lgpt
+    if isinstance(default, list) and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return [value]   # one number: --seq_lens=256 (a tuple, such as betas, has its own length)
     if isinstance(default, str):
         # any text is fine for a string key; quotes are optional (--init_from=resume == --init_from="'resume'")
         return value if isinstance(value, str) else text

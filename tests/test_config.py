@@ -262,6 +262,30 @@ def test_every_bool_key_may_be_given_bare(tmp_path):
     assert load_config(DEFAULTS, ["--batch_size=2", "--compile"])[0]["compile"] is True
 
 
+def test_every_list_key_is_a_list_in_every_command():
+    """tools.bench's --variants, --measure, --seq_lens, tools.executorch.bench's --shapes, --out_dirs, --threads and
+    tools.eval's --splits were comma text that each command split itself, where tools.compare's --variants is a
+    list: one grammar now, a comma list, a python list or one item alike (one number too: --seq_lens=256)."""
+    from tools import bench, compare, eval as evaluate
+    from tools.executorch import bench as device_bench
+    for defaults, key in ((bench.defaults(), "variants"), (bench.defaults(), "measure"),
+                          (compare.defaults(), "variants"), (device_bench.DEFAULTS, "shapes"),
+                          (device_bench.DEFAULTS, "out_dirs"), (evaluate.DEFAULTS, "splits")):
+        assert isinstance(defaults[key], list), key
+        for text in ("a,b", "['a', 'b']", " a , b "):
+            assert load_config(defaults, [f"--{key}={text}"])[0][key] == ["a", "b"]
+        assert load_config(defaults, [f"--{key}=a"])[0][key] == ["a"]
+    for defaults, key in ((bench.defaults(), "seq_lens"), (device_bench.DEFAULTS, "threads")):
+        assert isinstance(defaults[key], list), key
+        for text in ("1,2", "[1, 2]"):
+            assert load_config(defaults, [f"--{key}={text}"])[0][key] == [1, 2]
+        assert load_config(defaults, [f"--{key}=2"])[0][key] == [2]
+    cfg, entries = bench.parse(["--variants=gpt,lgpt", "--seq_lens=64", "--measure=train", "--dry_run"])
+    assert cfg["seq_lens"] == [64] and cfg["measure"] == ["train"] and len(entries) == 2
+    with pytest.raises(UserError, match="--seq_lens needs lengths >= 1"):
+        bench.parse(["--seq_lens=64,x"])
+
+
 def test_help_is_an_argument_of_its_own(capsys):
     """`--start -h` printed the usage and exit code 0 instead of taking -h as the value (the grammar allows a value
     that starts with '-')."""

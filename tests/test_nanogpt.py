@@ -217,6 +217,13 @@ def test_nanogpts_sample_keys_name_where_they_are_here(nanogpt_run):
                    "python -m tools.huggingface.sample --init_from=gpt2")
     one_error_line(sample.main, ["--compile=True"], "nanoGPT's sample.py key", "(drop it)", "tools.fast_sample")
     sample.main([f"--out_dir={out_dir}", "--max_new_tokens=2", "--num_samples=1", "--device=cpu"])
+    # tools.huggingface.sample, which reads --init_from, said "did you mean --data_dir?" (a hunt)
+    from tools.huggingface import sample as hf_sample
+    one_error_line(hf_sample.main, [f"--out_dir={out_dir}"], "unknown config key 'out_dir'",
+                   "python sample.py --out_dir=FOLDER_OR_FILE")
+    with pytest.raises(SystemExit) as e:
+        hf_sample.main([f"--out_dir={out_dir}"])
+    assert "data_dir" not in str(e.value)
 
 
 def test_meta_pkl_ids_mean_nanogpts_characters(tmp_path):

@@ -64,10 +64,10 @@ from safety_net.fileio import check_out_file
 from safety_net.runtime import busy_machine, check_num_threads, check_seed, resolve_device, resolve_dtype
 
 BENCH_DEFAULTS = dict(
-    variants="",            # comma list of variants/<name>.py presets
+    variants=[],            # variants/<name>.py presets (a comma list on the command line)
     mode="",                # "" | "paper001" (Tables 3-6 layout) | "paper004" (lgpt/cgpt/pgpt vs gpt) | "decode"
-    measure="",             # comma list of train,memory,infer,sample,decode; "" = the mode's default
-    seq_lens="64,128,256,512,1024,2048",
+    measure=[],             # of train,memory,infer,sample,decode; [] = the mode's default
+    seq_lens=[64, 128, 256, 512, 1024, 2048],
     batch_size=8,           # training batch (sequences per step)
     infer_batch=1,          # sequences per prefill / decode step
     optimizer_step=True,    # training step includes AdamW's update (paper001 mode: False)
@@ -91,10 +91,12 @@ BENCH_DEFAULTS = dict(
     config_files=[],        # the positional arguments: train.py config files, one model each
 )
 MODES = {
-    "": dict(measure="train,memory,infer,sample"),
-    "paper001": dict(variants="mobilellm_125m,shishulm_125", measure="train,memory,infer", optimizer_step=False),
-    "paper004": dict(variants="gpt,lgpt,cgpt,pgpt", measure="train,memory,infer,sample", seq_lens="256"),
-    "decode": dict(variants="gpt", measure="decode", repeats=7),
+    "": dict(measure=["train", "memory", "infer", "sample"]),
+    "paper001": dict(variants=["mobilellm_125m", "shishulm_125"], measure=["train", "memory", "infer"],
+                     optimizer_step=False),
+    "paper004": dict(variants=["gpt", "lgpt", "cgpt", "pgpt"], measure=["train", "memory", "infer", "sample"],
+                     seq_lens=[256]),
+    "decode": dict(variants=["gpt"], measure=["decode"], repeats=7),
 }
 MEASURES = ("train", "memory", "infer", "sample", "decode")
 
@@ -122,18 +124,13 @@ def check(cfg, explicit):
         if key not in explicit:
             cfg[key] = value
     if not cfg["variants"] and not files:
-        cfg["variants"] = "gpt" if not cfg["mode"] else MODES[cfg["mode"]]["variants"]
-    measures = [m.strip() for m in cfg["measure"].split(",") if m.strip()]
-    bad = [m for m in measures if m not in MEASURES]
-    if bad or not measures:
+        cfg["variants"] = ["gpt"] if not cfg["mode"] else MODES[cfg["mode"]]["variants"]
+    bad = [m for m in cfg["measure"] if m not in MEASURES]
+    if bad or not cfg["measure"]:
         raise UserError(f"unknown measure {bad} (fix: --measure is a comma list of {','.join(MEASURES)})")
-    cfg["measure"] = measures
-    try:
-        cfg["seq_lens"] = [int(s) for s in str(cfg["seq_lens"]).strip("()[] ").split(",") if s.strip()]
-    except ValueError:
-        raise UserError(f"--seq_lens={cfg['seq_lens']} (fix: a comma list of integers, e.g. 64,128,256)")
-    if not cfg["seq_lens"] or min(cfg["seq_lens"]) < 1:
-        raise UserError(f"--seq_lens needs lengths >= 1, got {cfg['seq_lens']} (fix: e.g. --seq_lens=64,128,256)")
+    if not cfg["seq_lens"] or not all(type(s) is int and s >= 1 for s in cfg["seq_lens"]):
+        raise UserError(f"--seq_lens needs lengths >= 1, got {cfg['seq_lens']} (fix: a comma list of integers, "
+                        f"e.g. --seq_lens=64,128,256)")
     if cfg["warmup"] < 0 or cfg["repeats"] < 1 or cfg["batch_size"] < 1 or cfg["infer_batch"] < 1:
         raise UserError("--warmup >= 0, --repeats >= 1, --batch_size >= 1, --infer_batch >= 1 required "
                         "(fix: e.g. --warmup=2 --repeats=5 --batch_size=8 --infer_batch=1)")
@@ -146,9 +143,9 @@ def check(cfg, explicit):
                         "--depth_scale=0 to follow it)")
     model_keys = set(gpt_config_defaults())
     cli_model = {k: cfg[k] for k in explicit if k in model_keys}
-    entries = [variant_entry(name.strip(), cfg, cli_model) for name in cfg["variants"].split(",") if name.strip()]
+    entries = [variant_entry(name, cfg, cli_model) for name in cfg["variants"]]
     entries += [file_entry(path, cfg, cli_model, "batch_size" in explicit) for path in files]
-    if cfg["compile"] and "decode" in measures:   # refused after the models before it were measured (a hunt)
+    if cfg["compile"] and "decode" in cfg["measure"]:   # refused after the models before it were measured (a hunt)
         for entry in entries:
             try:
                 fast_sample.refuse_unsupported(GPTConfig(**entry["args"]))

@@ -67,7 +67,7 @@ DEFAULTS = dict(
                             # per-choice log-likelihoods, predictions, label), as lm-eval's --log_samples
     gpt2_ranks="",          # local gpt2.tiktoken ranks file for GPT-2 BPE ("" = env GPT2_TIKTOKEN_FILE, else
                             # tiktoken's download)
-    splits="",              # comma list, e.g. "val,test"; "" = val, and test if the dataset has one
+    splits=[],              # e.g. --splits=val,test; [] = val, and test if the dataset has one
     block_size=0,           # context window; 0 = the model's block_size (smaller values are allowed)
     stride=0,               # 0 = non-overlapping windows; S < block_size = sliding window scoring S tokens
     batch_size=8,           # windows (or multiple-choice continuations) per forward pass
@@ -339,9 +339,8 @@ def run_multiple_choice(cfg, model, ckpt, info, block_size, device, dtype):
 
 # --- command line -------------------------------------------------------------------------------
 
-def choose_splits(text, data_dir):
-    if text:
-        splits = [s.strip() for s in text.split(",") if s.strip()]
+def choose_splits(splits, data_dir):
+    if splits:
         for s in splits:
             if not os.path.isfile(os.path.join(data_dir, f"{s}.bin")):
                 raise UserError(f"split '{s}' not found: no {s}.bin in {data_dir} "

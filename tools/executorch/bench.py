@@ -38,11 +38,11 @@ from tools.executorch.run import SEPARATOR   # sample.py's, which the runner pri
 from safety_net.configurator import UserError, run_command
 
 DEFAULTS = dict(
-    shapes="",              # comma-separated: llama_10m or presets of variants/, at their initialisation
-    out_dirs="",            # comma-separated trained checkpoints (directories or .pt files)
+    shapes=[],              # llama_10m or presets of variants/, at their initialisation (a comma list)
+    out_dirs=[],            # trained checkpoints, directories or .pt files (a comma list)
     data_dir="data/shakespeare_char",   # the vocabulary of --shapes (python prepare.py shakespeare_char)
     work_dir="bench",       # where the checkpoints of --shapes, the programs and the GGUF files go
-    threads="1",            # comma-separated thread counts, e.g. 1,2
+    threads=[1],            # thread counts, e.g. --threads=1,2
     start="War is ",
     max_new_tokens=500,
     repeats=3,
@@ -245,12 +245,11 @@ def run(cfg):
     for key in ("max_new_tokens", "repeats"):
         if not isinstance(cfg[key], int) or cfg[key] < 1:
             raise UserError(f"--{key} must be a positive integer, got {cfg[key]!r} (fix: e.g. --{key}={DEFAULTS[key]})")
-    threads = [int(n) for n in str(cfg["threads"]).split(",") if n.strip().isdigit() and int(n) > 0]
-    if not threads or len(threads) != len(str(cfg["threads"]).split(",")):
-        raise UserError(f"--threads must be positive integers separated by commas, got {cfg['threads']!r} "
+    threads, shapes = cfg["threads"], cfg["shapes"]
+    if not threads or not all(type(n) is int and n > 0 for n in threads):
+        raise UserError(f"--threads must be positive integers separated by commas, got {threads!r} "
                         f"(fix: e.g. --threads=1,2)")
-    shapes = [s for s in cfg["shapes"].split(",") if s]
-    out_dirs = [d for d in cfg["out_dirs"].split(",") if d]
+    out_dirs = [str(d) for d in cfg["out_dirs"]]
     if not shapes and not out_dirs:
         raise UserError("no models (fix: --shapes=llama_10m,mobilellm_125m and/or --out_dirs=out)")
     if importlib.util.find_spec("executorch") is None:
