@@ -225,10 +225,10 @@ def test_command_line_names_and_default_folders(tmp_path, monkeypatch, gpt2_file
     assert sorted(os.listdir("data")) == ["wikitext103", "wikitext103_v300"]
 
 
-def test_an_out_dir_of_another_dataset_or_a_run_is_refused_before_reading(tmp_path, gpt2_file, offline):
+def test_an_out_dir_of_another_dataset_or_a_run_is_refused_before_reading(tmp_path, gpt2_file, offline, capsys):
     """--out_dir over another dataset replaced it without --force, and over a training run's folder wrote beside its
     checkpoints (a hunt): prepare.py's rules, one line before the archive is read; --force replaces, and the same
-    dataset is prepared again."""
+    dataset is left as it is."""
     import json
     source = make_wikitext(tmp_path, "folder")
     other = tmp_path / "notes_char"
@@ -251,5 +251,14 @@ def test_an_out_dir_of_another_dataset_or_a_run_is_refused_before_reading(tmp_pa
     one_error_line(main, [f"--out_dir={run}", "--source", source, "--num_proc=1"], "training run's folder")
     assert sorted(os.listdir(run)) == ["ckpt.pt"]
     main([f"--out_dir={other}", "--source", source, "--num_proc=1", "--force"])
-    main([f"--out_dir={other}", "--source", source, "--num_proc=1"])   # the same dataset: again
     assert read_meta(other)["dataset"] == "wikitext103"
+    # the same dataset is left as it is: removing train.bin first killed a run training on it (a hunt)
+    def written(path):
+        return os.stat(path).st_ino, os.stat(path).st_mtime_ns
+
+    before, ids = written(other / "train.bin"), (other / "train.bin").read_bytes()
+    main([f"--out_dir={other}", "--source", source, "--num_proc=1"])
+    assert written(other / "train.bin") == before and "left as it is" in capsys.readouterr().out
+    (other / "train.bin").write_bytes(b"\0\0")
+    main([f"--out_dir={other}", "--source", source, "--num_proc=1", "--force"])   # prepared again
+    assert (other / "train.bin").read_bytes() == ids

@@ -299,13 +299,17 @@ def prepare_wikitext103(out_dir, source=None, gpt2_ranks=None, vocab_size=None, 
 
 def check_other_dataset(out_dir, name, force):
     """One line when out_dir holds a complete dataset other than `name` (another text's, or the other
-    vocabulary's), unless force: prepare.py's rule. The same dataset is prepared again (an interrupted run)."""
+    vocabulary's), unless force: prepare.py's rule. True when it holds `name` complete and not force: left as it
+    is, as prepare.py leaves its own dataset (its train.bin was removed under a run training on it; a hunt). An
+    interrupted preparation of it is prepared again."""
     try:
         old = load_meta(out_dir)
     except UserError:   # none there, an interrupted preparation's, or another program's token files
         check_foreign_token_files(out_dir, force)
-        return
-    if old.get("dataset") != name and not force:
+        return False
+    if old.get("dataset") == name:
+        return not force
+    if not force:
         raise UserError(f"{out_dir} holds the dataset {old.get('dataset')!r}, not {name} (fix: --force to replace "
                         f"it, or another --out_dir)")
 
@@ -321,7 +325,9 @@ def prepare(dataset="wikitext103", out_dir=None, vocab_size=None, n_layer=12, n_
     out_dir = out_dir or os.path.join("data", name)
     check_out_dir(out_dir)   # a file, or not writable: one line now, not a traceback later
     check_not_a_run_folder(out_dir, "out_dir", f"--out_dir=data/{name}, a folder of its own")
-    check_other_dataset(out_dir, name, force)
+    if check_other_dataset(out_dir, name, force):
+        print(f"{out_dir} already holds {name}: left as it is (--force prepares it again)")
+        return out_dir
     prepare_wikitext103(out_dir, vocab_size=vocab_size, num_proc=num_proc, n_layer=n_layer, n_embd=n_embd,
                         dataset=name, **opts)
     print(f"wrote {out_dir}")
