@@ -98,7 +98,7 @@ def fill_schedule(c):
 # --- data --------------------------------------------------------------------------------
 # A batch is a pure function of its seed (seed, split, iteration, micro-step): so
 # resuming needs no sampler state, and the DDP ranks together draw the batches one
-# process would. Evaluation uses (seed, 1000 + split, k): the same batches every time.
+# process would. Evaluation uses (seed, 1000 + split, k): the same batches always.
 
 SPLIT_CODES = {"train": 0, "val": 1, "test": 2}
 
@@ -221,7 +221,7 @@ def setup(config, explicit, device, dtype, rank, world):
         run.segments = np.load(config["data_segments"]).astype(np.int64)
 
     # the model and AdamW, with loss scaling for fp16 only
-    torch.manual_seed(config["seed"])   # the same initial weights on every rank, every run
+    torch.manual_seed(config["seed"])   # the same initial weights on every rank
     model = GPT(GPTConfig(**args))
     model.to(device)
     run.raw_model = model
@@ -239,7 +239,7 @@ def setup(config, explicit, device, dtype, rank, world):
     # dropout's RNG: seed + rank + iteration, a sum (rank 1 at iteration 0 draws as
     # rank 0 at iteration 1); set by the checkpoint on resume
     torch.manual_seed(config["seed"] + rank + run.start_iter)
-    if ckpt is not None:   # resume: weights, optimizer, scaler, RNG; another's: fitting weights
+    if ckpt is not None:   # resume: weights, optimizer, scaler, RNG; else: fitting weights
         start.restore(model, run.optimizer, run.scaler, rank, world)
     run.first_batch = train_batch(run, run.start_iter, 0)   # too big: fails here
 
@@ -339,7 +339,7 @@ def save_checkpoints(run, iter_num, best_val_loss, best, gather=True):
     if not all(torch.isfinite(w).all() for w in state["model"].values()):
         raise run.dir.diverged("the weights are not finite", iter_num)   # never saved
     t0 = time.time()
-    # every rank's RNG state, for an exact resume (under DDP a collective: all ranks)
+    # every rank's RNG state, for an exact resume (under DDP: a collective)
     state["rng"], state["rng_ranks"] = gather_rng_states(run.device, run.ddp and gather)
     out_dir = run.config["out_dir"]
     if run.master:
@@ -420,7 +420,9 @@ def train_loop(run, stop, callback):
                 row = evaluate(run, iter_num, lr, stop)
                 history.append(row)
                 best = row["val_loss"] < best_val_loss or config["always_save_checkpoint"]
-                best_val_loss = min(best_val_loss, row["val_loss"])
+                # ckpt.pt holds best_val_loss: iteration 0 is unsaved
+                if iter_num > 0 or config["eval_only"]:
+                    best_val_loss = min(best_val_loss, row["val_loss"])
                 if iter_num > 0 and not config["eval_only"]:
                     save_checkpoints(run, iter_num, best_val_loss, best)
                 notify(run, callback, "eval", iter_num, row)
@@ -434,7 +436,7 @@ def train_loop(run, stop, callback):
             in_step = True
             loss_sum = torch.zeros((), device=run.device)
             for micro in range(run.accum):
-                if run.ddp:   # average the gradients over the ranks after the last one only
+                if run.ddp:   # average the gradients after the last micro-step only
                     model.require_backward_grad_sync = micro == run.accum - 1
                 with run.ctx:
                     logits, loss = model(X, Y)

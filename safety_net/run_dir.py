@@ -272,17 +272,24 @@ class RunDir:
 
     def diverged(self, what, it):
         c = self.config
+        # without decay_lr the lr is learning_rate throughout (nanoGPT's get_lr): no warmup to lengthen (a hunt)
+        warmup = f" or lengthen --warmup_iters (now {c['warmup_iters']})" if c["decay_lr"] else ""
         return UserError(f"{what} at iteration {it}: training diverged; {self.kept()} (fix: lower --learning_rate "
-                         f"(now {c['learning_rate']:g}) or lengthen --warmup_iters (now {c['warmup_iters']}))")
+                         f"(now {c['learning_rate']:g}){warmup})")
 
     @contextlib.contextmanager
     def stopping(self, iter_num, in_step):
         """After Ctrl-C / SIGTERM, around train.py's save of last.pt at the iteration boundary the loop stopped at:
         yields whether to save (not when stopped mid-step: that state is half-updated; not when this iteration
-        is saved already), then says what out_dir keeps. A Ctrl-C during that save ends it: the atomic save kept
-        the old file."""
+        is saved already; not when the run has not trained: an --eval_only run, or a stop in the first
+        evaluation, replaced an earlier run's ckpt.pt and last.pt with the weights it started from; a hunt), then
+        says what out_dir keeps. A Ctrl-C during that save ends it: the atomic save kept the old file."""
         if in_step:
             self.say(f"\nstopped during iteration {iter_num}: {self.kept()}")
+            yield False
+            return
+        if iter_num == self.iter_num:
+            self.say(f"\ninterrupted at iteration {iter_num}, before any training step: {self.kept()}")
             yield False
             return
         try:

@@ -331,6 +331,25 @@ def test_a_stop_between_the_two_saves_keeps_the_best_checkpoint(tiny_train_confi
     assert all(torch.equal(ckpt["model"][k], best["model"][k]) for k in best["model"])
 
 
+def test_best_val_loss_is_the_one_ckpt_pt_holds(tiny_train_config, monkeypatch, capsys):
+    """Iteration 0's evaluation is not saved, yet it was the best val loss: a fine-tune that never beat its
+    starting point wrote no ckpt.pt, its resume copied last.pt to ckpt.pt as "a save cut short", and the run
+    ended on "best val loss" of weights no file held (a hunt). Here iteration 0 evaluates best."""
+    real = train.evaluate
+
+    def evaluate(run, iter_num, *args):
+        return dict(real(run, iter_num, *args), val_loss=1.0 if iter_num == 0 else 2.0 + iter_num / 100)
+
+    monkeypatch.setattr(train, "evaluate", evaluate)
+    out_dir = tiny_train_config["out_dir"]
+    summary = run(dict(tiny_train_config, max_iters=20, eval_interval=10))
+    ckpt = load_checkpoint(os.path.join(out_dir, "ckpt.pt"))
+    assert (ckpt["iter_num"], ckpt["best_val_loss"], summary["best_val_loss"]) == (10, 2.1, 2.1)
+    run(dict(tiny_train_config, max_iters=30, eval_interval=10, init_from="resume"))
+    assert "a save cut short" not in capsys.readouterr().out
+    assert load_checkpoint(os.path.join(out_dir, "ckpt.pt"))["iter_num"] == 10
+
+
 def test_ctrl_c_saves_last_pt(tiny_train_config, capsys):
     summary = run(tiny_train_config, callback=Recorder(stop_at=3))
     assert summary["interrupted"] and summary["iter_num"] == 3

@@ -226,6 +226,10 @@ def test_divergence_stops_without_saving_nan_weights(finished, tmp_path):
     for name in ("last.pt", "ckpt.pt"):   # whatever is there now still loads: never NaN weights
         model, _ = load_model(os.path.join(cfg["out_dir"], name))
         assert all(torch.isfinite(p).all() for p in model.parameters())
+    assert ("--warmup_iters" in message) == cfg.get("decay_lr", train.DEFAULTS["decay_lr"])
+    # without decay_lr there is no warmup (nanoGPT's get_lr): its fix said to lengthen it (a hunt)
+    message = main_error(argv(dict(cfg, decay_lr=False, warmup_iters=10)))
+    assert "diverged" in message and "--warmup_iters" not in message
 
 
 def test_checkpoint_with_nan_weights_is_refused(finished, tmp_path):
@@ -423,6 +427,29 @@ def test_a_new_runs_first_save_replaces_the_earlier_runs_files(finished, tmp_pat
     for name in ("ckpt.pt", "last.pt"):
         assert load_checkpoint(os.path.join(cfg["out_dir"], name))["iter_num"] == 3
     assert [r[0] for r in train_log(cfg["out_dir"])] == ["0", "0", "1", "2"]   # eval 0, then train 0-2
+
+
+@pytest.mark.parametrize("how", ["a new run", "--eval_only"])
+def test_a_stop_before_any_training_step_keeps_the_earlier_runs_files(finished, tmp_path, monkeypatch, ctrl_c_handler,
+                                                                      capsys, how):
+    """Ctrl-C in the evaluation at iteration 0 (a new run's, or an --eval_only run's, as nanoGPT's eval_gpt2.py)
+    saved the weights it started from as ckpt.pt and last.pt over an earlier run's (a hunt): nothing trained,
+    nothing saved."""
+    cfg = copy_run(finished, tmp_path)
+    before = without_lock(snapshot(cfg["out_dir"]))
+    real = train.get_batch
+
+    def get_batch(path, *args, **kwargs):
+        if len(args) == 4:   # an evaluation batch: the first evaluation
+            os.kill(os.getpid(), signal.SIGINT)
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(train, "get_batch", get_batch)
+    more = dict(eval_only=True, init_from=finished["out_dir"]) if how == "--eval_only" else {}
+    summary = run(dict(cfg, **more))
+    assert summary["interrupted"] and summary["iter_num"] == 0
+    assert "before any training step: nothing was saved" in capsys.readouterr().out
+    assert without_lock(snapshot(cfg["out_dir"])) == before
 
 
 # --- one writer per out_dir (issue 23) ------------------------------------------------------------------------
