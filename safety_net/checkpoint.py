@@ -56,7 +56,8 @@ CHECKPOINT_FIELDS = (
     "rng", "rng_ranks",   # train.py: this rank's RNG states, and every rank's under DDP (an exact resume)
     "dataset", "data_dir", "tokenizer_id",   # the data it was trained on; tokenizer_id: dataset.tokenizer_id
     "inherit",        # tools.pangu.inherit: what was inherited from which checkpoint
-    "source",         # tools.huggingface.convert import: the Hugging Face model it came from
+    "source",         # weights not trained here: the Hugging Face model (tools.huggingface.convert import),
+                      # or tools.executorch.bench's model of a shape at its initialisation
 )
 
 

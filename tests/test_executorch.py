@@ -525,6 +525,17 @@ def test_bench_deep_thinking_row(tmp_path, capsys):
     args = [f"--out_dirs={dt}", f"--work_dir={tmp_path / 'bench'}", "--max_new_tokens=2", "--repeats=1"]
     bench.main([*args, f"--start=FILE:{prompt}"])
     one_error_line(bench.main, [*args, "--start=a~b"], "'~'")
+    # before anything is written: it was checked after the exports, minutes later (a hunt)
+    gpt = write_char_checkpoint(tmp_path, model_at(tiny_preset("gpt")), CHARS, "gpt")
+    one_error_line(bench.main, [f"--out_dirs={gpt}", f"--work_dir={tmp_path / 'b3'}", "--start=a~b"], "'~'")
+    assert not (tmp_path / "b3").exists()
+    # --shapes=gpt replaced a trained run's work_dir/gpt/ckpt.pt with the shape at its initialisation (a hunt)
+    (tmp_path / "b4" / "gpt").mkdir(parents=True)
+    (tmp_path / "b4" / "gpt" / "ckpt.pt").write_bytes((gpt / "ckpt.pt").read_bytes())
+    before = (tmp_path / "b4" / "gpt" / "ckpt.pt").read_bytes()
+    one_error_line(bench.main, ["--shapes=gpt", f"--work_dir={tmp_path / 'b4'}", f"--data_dir={tmp_path / 'data'}"],
+                   "did not write", "another --work_dir")
+    assert (tmp_path / "b4" / "gpt" / "ckpt.pt").read_bytes() == before
 
 
 def test_bench_llama_10m_shape(tmp_path):

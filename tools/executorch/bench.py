@@ -77,8 +77,23 @@ def shape_checkpoint(name, data_dir, work_dir, reuse):
     model = build_model(args)
     save_checkpoint(os.path.join(out_dir, "ckpt.pt"), model.state_dict(), dataclasses.asdict(model.config),
                     iter_num=0, best_val_loss=float("nan"), config={}, dataset=meta.get("dataset", ""),
-                    data_dir=os.path.abspath(data_dir))
+                    data_dir=os.path.abspath(data_dir), source=shape_source(name))
     return out_dir
+
+
+def shape_source(name):
+    return f"tools.executorch.bench --shapes={name}, at its initialisation"
+
+
+def check_shape_folder(name, work_dir):
+    """One line when work_dir/<name>/ holds a checkpoint that is not this shape's (shape_checkpoint's): a trained
+    run's ckpt.pt there was replaced by a model at its initialisation (a hunt)."""
+    from safety_net.checkpoint import load_checkpoint
+    folder = os.path.join(work_dir, name)
+    path = os.path.join(folder, "ckpt.pt")
+    if os.path.exists(path) and load_checkpoint(path, mmap=True).get("source") != shape_source(name):
+        raise UserError(f"{folder} holds a checkpoint that --shapes={name} did not write: it would be replaced "
+                        f"(fix: another --work_dir)")
 
 
 def cpu_model():
@@ -142,19 +157,38 @@ def agreement(texts, reference):
     return "; ".join(parts)
 
 
+def recorded_dataset(ckpt):
+    """(meta.json, its path) of the dataset a checkpoint records; one line when it records none."""
+    from tools.huggingface.convert import checkpoint_meta
+    meta, source = checkpoint_meta(ckpt)
+    if meta is None:
+        raise UserError(f"{ckpt['path']} records no dataset, so its tokenizer is unknown (fix: a checkpoint "
+                        f"written by train.py)")
+    return meta, source
+
+
+def check_start(start, out_dirs, shapes, data_dir):
+    """--start in every model's vocabulary, before anything is written (it was checked after the exports, minutes
+    later; a hunt)."""
+    from safety_net.checkpoint import load_checkpoint
+    from safety_net.dataset import load_meta
+    from safety_net.tokenizers import encode_start, tokenizer_from_meta
+    for out_dir in out_dirs:
+        meta, _ = recorded_dataset(load_checkpoint(out_dir, mmap=True))
+        encode_start(tokenizer_from_meta(meta), start, out_dir)
+    if shapes:
+        encode_start(tokenizer_from_meta(load_meta(data_dir)), start, data_dir)
+
+
 def prepare(out_dir, cfg, have_llamacpp):
     """(model, tokenizer, {runtime: weights file MB, or why it has none}, {runtime: command(threads)}) of a
     checkpoint, every file written (programs: tools.executorch.export; GGUF: tools.llamacpp.export)."""
     from safety_net.checkpoint import load_model
     from safety_net.tokenizers import tokenizer_from_meta
     from tools.huggingface import ConversionError
-    from tools.huggingface.convert import checkpoint_meta
     from tools.llamacpp import export as gguf_export
     model, ckpt = load_model(out_dir, "cpu")
-    meta, source = checkpoint_meta(ckpt)
-    if meta is None:
-        raise UserError(f"{ckpt['path']} records no dataset, so its tokenizer is unknown (fix: a checkpoint "
-                        f"written by train.py)")
+    meta, source = recorded_dataset(ckpt)
     name = os.path.basename(os.path.normpath(out_dir))
     common = [f"--start={cfg['start']}", f"--max_new_tokens={cfg['max_new_tokens']}"]
     fp32_mb = model.get_num_params(non_embedding=False) * 4 / 1e6
@@ -257,6 +291,8 @@ def run(cfg):
     for shape in shapes:
         if shape != "llama_10m":
             load_variant(shape)   # an unknown name: one line, before anything is written
+        check_shape_folder(shape, cfg["work_dir"])
+    check_start(start, out_dirs, shapes, cfg["data_dir"])
     check_out_dir(cfg["work_dir"], key="work_dir")   # a file, or not writable: one line, before any export
     have_llamacpp = importlib.util.find_spec("llama_cpp") is not None
     os.makedirs(cfg["work_dir"], exist_ok=True)
