@@ -163,24 +163,25 @@ def unused_name(stem, suffix=""):
     return name
 
 
-def check_out_file(path, example, marker=None):
-    """One-line UserError unless --out=path can be written: not a folder, in a folder that exists and is writable,
-    not a training run's own file (check_not_a_run_file). example: a file name for the fix when path is a folder.
-    marker: text every file of this command holds near its start; an existing file without it is refused (not
-    one this command wrote: model.py, say)."""
+def check_out_file(path, example, marker=None, key="out"):
+    """One-line UserError unless --out=path (--key) can be written: not a folder, in a folder that exists and is
+    writable, not a training run's own file (check_not_a_run_file). example: a file name for the fix when path is
+    a folder. marker: text every file of this command holds near its start; an existing file without it is
+    refused (not one this command wrote: model.py, say)."""
     if os.path.isdir(path):
-        raise UserError(f"--out={path} is a folder (fix: name a file in it, e.g. --out={os.path.join(path, example)})")
+        raise UserError(f"--{key}={path} is a folder (fix: name a file in it, e.g. "
+                        f"--{key}={os.path.join(path, example)})")
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
-        raise UserError(f"--out={path}: the folder {folder} does not exist or is not writable "
+        raise UserError(f"--{key}={path}: the folder {folder} does not exist or is not writable "
                         f"(fix: create it, or write elsewhere)")
-    check_not_a_run_file(path, "out")
+    check_not_a_run_file(path, key)
     if marker is not None and os.path.isfile(path) and os.path.getsize(path) > 0:   # empty: nothing to lose
         with open(path, "rb") as f:
             own = marker.encode("utf-8") in f.read(4096)
         if not own:
-            raise UserError(f"--out={path} exists and is not a file this command wrote: it would be replaced "
-                            f"(fix: another --out, e.g. --out={example}, or move that file away first)")
+            raise UserError(f"--{key}={path} exists and is not a file this command wrote: it would be replaced "
+                            f"(fix: another --{key}, e.g. --{key}={example}, or move that file away first)")
 
 
 RUN_CHECKPOINTS = ("ckpt.pt", "last.pt")   # checkpoint.py's CKPT_NAME and LAST_NAME

@@ -1090,6 +1090,22 @@ MUTANTS = [
            "if c[\"decay_lr\"] else \"\"",
            "if True else \"\"",
            "tests/test_train_faults.py -k divergence_stops", every=False),
+    Mutant("eval_log_samples_over_any_file", "tools/eval.py",
+           "    check_out_file(path, \"samples.jsonl\", marker='{\"doc_id\": ', key=\"log_samples\")",
+           "    check_out_file(path, \"samples.jsonl\", key=\"log_samples\")",
+           "tests/test_eval.py -k log_samples_refuses_bad_paths", every=False),
+    Mutant("fingerprint_reads_its_file_after_the_work", "tools/fingerprint.py",
+           "    want = read_fingerprints(check) if check else None",
+           "    want = None",
+           "tests/test_fingerprint.py", every=False),
+    Mutant("device_bench_shape_over_a_trained_run", "tools/executorch/bench.py",
+           "        check_shape_folder(shape, cfg[\"work_dir\"])\n",
+           "",
+           "tests/test_executorch.py -k deep_thinking_row", every=False),
+    Mutant("device_bench_start_checked_after_the_exports", "tools/executorch/bench.py",
+           "    check_start(start, out_dirs, shapes, cfg[\"data_dir\"])\n",
+           "",
+           "tests/test_executorch.py -k deep_thinking_row", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

@@ -319,6 +319,8 @@ def test_multiple_choice_compiles_when_asked(tmp_path, monkeypatch):
     (["--mc_file={tmp}/task.jsonl", "--log_samples={tmp}/run/ckpt.pt"], "a training run's own ckpt.pt"),
     # a traceback (os.path.samefile) when the log existed and the task did not (a review)
     (["--mc_file={tmp}/no_task.jsonl", "--log_samples={tmp}/old.jsonl"], "does not exist"),
+    # any file was replaced by the results (a hunt): one that --log_samples did not write is refused
+    (["--mc_file={tmp}/task.jsonl", "--log_samples={tmp}/notes.md"], "is not a file this command wrote"),
     # perplexity's options, accepted and ignored (a hunt)
     (["--mc_file={tmp}/task.jsonl", "--splits=test", "--stride=7"], "--splits is an option of perplexity's"),
 ])
@@ -327,7 +329,8 @@ def test_log_samples_refuses_bad_paths(tmp_path, args, words):
     (tmp_path / "task.jsonl").write_text(json.dumps(dict(context="a", choices=["b", "c"], label=0)) + "\n")
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "ckpt.pt").write_bytes(b"a run's checkpoint")
-    (tmp_path / "old.jsonl").write_text("an earlier run's results\n")
+    (tmp_path / "old.jsonl").write_text('{"doc_id": 0, "context": "an earlier run\'s results"}\n')
+    (tmp_path / "notes.md").write_text("my notes\n")
     before = sorted(os.listdir(tmp_path))
     with pytest.raises(SystemExit) as e:
         evaluate.main([a.format(tmp=tmp_path) for a in args] + [f"--out_dir={tmp_path}/none", "--device=cpu"])

@@ -20,3 +20,17 @@ def test_fingerprint_tells_exact_from_close_from_different():
     assert RTOL["weights"] < RTOL["logits"]
     # hashes (tokens, losses) are exact or differ, never close
     assert compare("tokens_kv1", "abc", "abc") == "exact" and compare("tokens_kv1", "abc", "abd") == "differ"
+
+
+def test_check_of_a_file_that_is_not_fingerprints_is_one_line_before_the_work(tmp_path, monkeypatch):
+    """--check=README.md ended in a JSONDecodeError traceback, after the minute of runs it compares (a hunt)."""
+    from conftest import one_error_line
+    from tools import fingerprint
+
+    def no_work(name):
+        raise AssertionError("the work ran before the file was read")
+
+    monkeypatch.setattr(fingerprint, "model_prints", no_work)
+    for text in ("# a README\n", "[1, 2]\n", '{"gpt": 3}\n'):
+        (tmp_path / "f.json").write_text(text)
+        one_error_line(fingerprint.main, [f"--check={tmp_path / 'f.json'}"], "is not a file of fingerprints")

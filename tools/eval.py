@@ -392,15 +392,13 @@ def check_outputs(cfg):
     if not cfg["mc_file"]:
         raise UserError("--log_samples writes the per-question results of --mc_file (fix: add --mc_file=TASK.jsonl, "
                         "or drop --log_samples)")
-    if os.path.isdir(path):
-        raise UserError(f"--log_samples '{path}' is a folder (fix: name a file, e.g. "
-                        f"{os.path.join(path, 'samples.jsonl')})")
     if os.path.exists(path) and os.path.exists(cfg["mc_file"]) and os.path.samefile(path, cfg["mc_file"]):
         raise UserError(f"--log_samples={path} is the --mc_file it scores: it would be replaced (fix: another "
                         f"file, e.g. --log_samples=samples.jsonl)")
-    from safety_net.fileio import check_not_a_run_file, check_out_dir
+    from safety_net.fileio import check_out_dir, check_out_file
     check_out_dir(os.path.dirname(path) or ".", key="log_samples")
-    check_not_a_run_file(path, "log_samples")
+    # a file that write_log_samples did not write is refused (any file was replaced; a hunt)
+    check_out_file(path, "samples.jsonl", marker='{"doc_id": ', key="log_samples")
 
 
 def run_eval(cfg):

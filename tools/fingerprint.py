@@ -127,6 +127,19 @@ def run_prints(name, tmp):
 DEFAULTS = dict(check="")   # a fingerprints file to compare with; "" = print the fingerprints as JSON
 
 
+def read_fingerprints(path):
+    """The fingerprints a file written by this command holds; one line for any other file."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            want = json.load(f)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        want = None
+    if not isinstance(want, dict) or not all(isinstance(v, dict) for v in want.values()):
+        raise UserError(f"--check={path} is not a file of fingerprints (fix: write one with python -m "
+                        f"tools.fingerprint > FILE, e.g. results/fingerprint.json)")
+    return want
+
+
 def main(argv=None):
     return run_command(run, DEFAULTS, argv)
 
@@ -136,6 +149,7 @@ def run(config):
     if check and not os.path.isfile(check):
         raise UserError(f"--check={check}: no such file (fix: write one first with python -m tools.fingerprint "
                         f"> {check})")
+    want = read_fingerprints(check) if check else None   # before the work (a traceback after it; a hunt)
     torch.set_num_threads(1)
     prints = {name: model_prints(name) for name in variants.available()}
     with tempfile.TemporaryDirectory() as tmp:
@@ -144,8 +158,6 @@ def run(config):
     if not check:
         print(json.dumps(prints, indent=1, sort_keys=True))
         return 0
-    with open(check) as f:
-        want = json.load(f)
     result = {f"{n}.{k}": compare(k, want.get(n, {}).get(k), prints.get(n, {}).get(k))
               for n in sorted(set(want) | set(prints)) for k in sorted(set(want.get(n, {})) | set(prints.get(n, {})))}
     diff = [name for name, r in result.items() if r == "differ"]
