@@ -292,8 +292,8 @@ def run(cfg):
         if shape != "llama_10m":
             load_variant(shape)   # an unknown name: one line, before anything is written
         check_shape_folder(shape, cfg["work_dir"])
-    check_start(start, out_dirs, shapes, cfg["data_dir"])
     check_out_dir(cfg["work_dir"], key="work_dir")   # a file, or not writable: one line, before any export
+    check_start(start, out_dirs, shapes, cfg["data_dir"])
     have_llamacpp = importlib.util.find_spec("llama_cpp") is not None
     os.makedirs(cfg["work_dir"], exist_ok=True)
     out_dirs = [shape_checkpoint(s, cfg["data_dir"], cfg["work_dir"], cfg["reuse"]) for s in shapes] + out_dirs
