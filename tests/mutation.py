@@ -1106,6 +1106,10 @@ MUTANTS = [
            "    check_start(start, out_dirs, shapes, cfg[\"data_dir\"])\n",
            "",
            "tests/test_executorch.py -k deep_thinking_row", every=False),
+    Mutant("compare_samples_draw_padding_ids", "tools/compare.py",
+           "                                   top_k=top_k, generator=gen, n_tokens=tok.vocab_size)",
+           "                                   top_k=top_k, generator=gen)",
+           "tests/test_compare.py -k tokenizers_ids", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

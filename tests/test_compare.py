@@ -9,6 +9,7 @@ import shutil
 import statistics
 
 import pytest
+import torch
 
 from model import GPT, GPTConfig
 import prepare
@@ -594,3 +595,25 @@ def test_paper000_summary_refuses_an_unknown_reference_before_its_figures(tiny_t
     capsys.readouterr()
     paper000_summary.main([f"--runs={runs}", f"--plot_dir={plots}", "--reference=small"])
     assert "| big |" in capsys.readouterr().out and (plots / "loss_curves.png").exists()
+
+
+def test_samples_draw_only_the_tokenizers_ids(tmp_path):
+    """A model padded past its dataset's vocabulary (--vocab_size) drew padding ids, which the tokenizer cannot
+    decode: an IndexError (a hunt). Only the tokenizer's ids are drawn, as in sample.py."""
+    import dataclasses
+    from conftest import write_char_checkpoint
+    from model import GPT, GPTConfig
+    from safety_net.checkpoint import load_model
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=64, block_size=16, n_layer=1, n_head=2, n_embd=16))
+    from safety_net.checkpoint import save_checkpoint
+    from safety_net.dataset import load_meta, tokenizer_id
+    path = write_char_checkpoint(tmp_path, model, list("abcdefgh"))
+    ckpt = torch.load(path / "ckpt.pt", weights_only=True)   # as train.py saves a padded model: its tokenizer
+    del ckpt["format_version"]
+    save_checkpoint(str(path / "ckpt.pt"), **ckpt, tokenizer_id=tokenizer_id(load_meta(tmp_path / "data")))
+    model, ckpt = load_model(path)
+    config = dict(compare.defaults(), prompts=["abc"], samples_per_prompt=2, sample_tokens=40,
+                  sample_temperature=100.0, sample_top_k=0)
+    out = compare.generate_samples(model, ckpt, config, "cpu", "float32")
+    assert len(out) == 2 and all(set(o["text"]) <= set("abcdefgh") for o in out), out

@@ -537,8 +537,9 @@ def generate_samples(model, ckpt, config, device, dtype):
         x = torch.tensor(ids, dtype=torch.long, device=device)[None, :]
         for _ in range(config["samples_per_prompt"]):
             with autocast(device, dtype):
+                # n_tokens: the tokenizer's ids only, not a padded vocab_size's (as sample.py; a hunt)
                 y = model.generate(x, config["sample_tokens"], temperature=config["sample_temperature"],
-                                   top_k=top_k, generator=gen)
+                                   top_k=top_k, generator=gen, n_tokens=tok.vocab_size)
             out.append(dict(prompt=prompt, text=render(tok, prompt, ids, y[0].tolist())))
     return out
 

@@ -75,7 +75,7 @@ DEFAULTS = dict(
     dtype="auto",
     keep_heaviest_branch=False,  # pgpt: evaluate with only the heaviest branch (paper 004's inference)
     compile=False,
-    num_threads=0,          # CPU threads; 0 = torch's default (1 on a busy machine, as sample.py's)
+    num_threads=0,          # CPU threads; 0 = torch's default (on a busy machine a note says so, as sample.py's)
 )
 
 
