@@ -1110,6 +1110,10 @@ MUTANTS = [
            "                                   top_k=top_k, generator=gen, n_tokens=tok.vocab_size)",
            "                                   top_k=top_k, generator=gen)",
            "tests/test_compare.py -k tokenizers_ids", every=False),
+    Mutant("hf_export_over_another_programs_folder", "tools/huggingface/convert.py",
+           "    check_export_folder(config[\"out\"])\n",
+           "",
+           "tests/test_huggingface.py -k export_command_line", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

@@ -19,7 +19,7 @@ from safetensors.torch import load_file, save_file  # noqa: E402
 from transformers import (AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel, LlamaConfig,  # noqa: E402
                           LlamaForCausalLM)
 
-from conftest import gpt2_ranks_file  # noqa: E402
+from conftest import gpt2_ranks_file, one_error_line  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
 from tools import support  # noqa: E402
 from tools.huggingface import convert  # noqa: E402
@@ -451,7 +451,13 @@ def test_export_command_line(tmp_path, capsys):
     atomic_save({"model": ours.state_dict(), "model_args": dataclasses.asdict(ours.config), "iter_num": 1,
                  "best_val_loss": 1.0, "config": {}}, str(ckpt))
     (tmp_path / "hf").mkdir()
-    (tmp_path / "hf" / "tokenizer.json").write_text("{}")   # another model's tokenizer, left by an earlier export
+    (tmp_path / "hf" / "tokenizer.json").write_text("{}")   # another program's: refused, left as it was (a hunt)
+    (tmp_path / "hf" / "config.json").write_text('{"model_type": "gpt2"}')
+    one_error_line(convert.main, ["export", f"--out_dir={ckpt}", f"--out={tmp_path / 'hf'}"],
+                   "which no export of ours wrote", "another --out")
+    assert (tmp_path / "hf" / "config.json").read_text() == '{"model_type": "gpt2"}'
+    # an earlier export's folder, whose tokenizer this export (with none) removes
+    (tmp_path / "hf" / "config.json").write_text('{"compact_gpt_export": true}')
     convert.main(["export", "--out_dir", str(ckpt), "--out", str(tmp_path / "hf")])
     assert "no tokenizer written" in capsys.readouterr().err   # the checkpoint records no dataset
     assert sorted(os.listdir(tmp_path / "hf")) == ["config.json", "generation_config.json", "model.safetensors"]

@@ -51,6 +51,7 @@ WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json",
                 "pytorch_model.bin", "pytorch_model.bin.index.json")
 # what export writes beside the weights and config.json (tools/huggingface/tokenizer.py builds the first three)
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json")
+EXPORT_MARK = "compact_gpt_export"   # a key of our config.json: a folder an export of ours wrote, written again freely
 # transformers' activation names <-> ours (gelu_new and gelu_pytorch_tanh are both the tanh approximation)
 ACT_FROM_HF = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu",
                "relu": "relu", "silu": "silu", "swish": "silu"}
@@ -559,6 +560,7 @@ def export(model, out_dir, say=None, weights_format="auto", meta=None, meta_sour
         files, eot = tokenizer_files(meta, model.config.vocab_size, model.config.block_size, meta_source)
         kind = Vocabulary(meta, meta_source).describe()
     config, tensors = hf_config_for(model, arch, eot), hf_state_dict_for(model, arch)
+    config[EXPORT_MARK] = True   # ours, not transformers' (check_export_folder)
     if meta is not None:   # ours, not transformers': import reads it back, for train.py's tokenizer check
         from safety_net.dataset import tokenizer_id
         config["tokenizer_id"] = tokenizer_id(meta)
@@ -646,6 +648,7 @@ def run(config, explicit):
     from safety_net.fileio import check_not_a_run_folder
     # a Hugging Face folder beside a checkpoint: tools read it as either
     check_not_a_run_folder(config["out"], "out", "--out=hf-out, a folder of its own")
+    check_export_folder(config["out"])
     from safety_net.checkpoint import load_model
     model, ckpt = load_model(config["out_dir"])
     meta, source = checkpoint_meta(ckpt, config["data_dir"])
@@ -680,6 +683,23 @@ def run_import(sources, config, explicit):
                         f"e.g. --out={unused_name(os.path.join(os.path.dirname(out), 'hf'), '.pt')})")
     save_imported(sources[0], out)
     print(f"wrote {out}: start a run from it with python train.py ... --init_from={out}", file=sys.stderr)
+
+
+def check_export_folder(out):
+    """One line when folder `out` holds model or tokenizer files that no export of ours wrote (its config.json
+    lacks EXPORT_MARK): another program's config.json and tokenizer were replaced without a word (a hunt)."""
+    present = [name for name in ("config.json",) + WEIGHT_FILES + TOKENIZER_FILES
+               if os.path.exists(os.path.join(out, name))]
+    if not present:
+        return
+    try:
+        with open(os.path.join(out, "config.json"), encoding="utf-8") as f:
+            ours = json.load(f).get(EXPORT_MARK) is True
+    except (OSError, ValueError, AttributeError):   # none, not JSON, not an object
+        ours = False
+    if not ours:
+        raise UserError(f"--out={out} holds {', '.join(present)}, which no export of ours wrote: they would be "
+                        f"replaced (fix: another --out, a folder of its own)")
 
 
 def checkpoint_meta(ckpt, data_dir=""):
