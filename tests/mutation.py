@@ -1114,6 +1114,22 @@ MUTANTS = [
            "    check_export_folder(config[\"out\"])\n",
            "",
            "tests/test_huggingface.py -k export_command_line", every=False),
+    Mutant("eval_drops_out_dir_beside_init_from", "tools/eval.py",
+           "    if cfg[\"init_from\"] and cfg[\"out_dir\"]:",
+           "    if False:",
+           "tests/test_eval.py -k log_samples_refuses_bad_paths", every=False),
+    Mutant("bench_takes_keys_no_measure_reads", "tools/bench.py",
+           "    if unread:\n        key = unread[0]",
+           "    if False:\n        key = unread[0]",
+           "tests/test_train_faults.py -k no_chosen_measure", every=False),
+    Mutant("wikitext103_report_keys_without_a_compact_vocabulary", "tools/wikitext103.py",
+           "    if report_keys and not given(config, explicit, \"vocab_size\")",
+           "    if False and not given(config, explicit, \"vocab_size\")",
+           "tests/test_wikitext103.py -k compact_reports_keys", every=False),
+    Mutant("inherit_unread_calibration_keys_without_a_word", "tools/pangu/inherit.py",
+           "    note_unread_calibration_keys(opts, needs_data(src, dst, opts[\"layers\"], opts[\"neurons\"]))\n",
+           "",
+           "tests/test_pangu.py -k calibration_keys_no_cut", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

@@ -321,6 +321,8 @@ def test_multiple_choice_compiles_when_asked(tmp_path, monkeypatch):
     (["--mc_file={tmp}/no_task.jsonl", "--log_samples={tmp}/old.jsonl"], "does not exist"),
     # any file was replaced by the results (a hunt): one that --log_samples did not write is refused
     (["--mc_file={tmp}/task.jsonl", "--log_samples={tmp}/notes.md"], "is not a file this command wrote"),
+    # --out_dir beside --init_from was dropped without a word (a hunt)
+    (["--init_from={tmp}/hf", "--out_dir={tmp}/run"], "name two models"),
     # perplexity's options, accepted and ignored (a hunt)
     (["--mc_file={tmp}/task.jsonl", "--splits=test", "--stride=7"], "--splits is an option of perplexity's"),
 ])

@@ -869,3 +869,14 @@ def test_inheritance_refuses_narrower_sinusoidal_positions_and_carries_no_op_lay
                                       batches=batches)
             assert small.config == want.config, (extra, layers)
             assert all(torch.equal(a, b) for a, b in zip(small.state_dict().values(), want.state_dict().values()))
+
+
+def test_inherit_notes_the_calibration_keys_no_cut_reads(big, tmp_path, capsys):
+    """--neurons=l1 reads no calibration data: --calib_batches and --mask_steps changed nothing without a word (a
+    hunt). A note, as the ablation's one command over the --neurons grid gives them."""
+    out_dir, _, _ = big
+    inherit.main(small_args(tmp_path / "s1", out_dir, "--calib_batches=3", "--mask_steps=7"))
+    err = capsys.readouterr().err
+    assert "note: --calib_batches, --mask_steps not read by this inheritance" in err
+    inherit.main(small_args(tmp_path / "s2", out_dir))
+    assert "not read" not in capsys.readouterr().err

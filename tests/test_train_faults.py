@@ -640,6 +640,18 @@ def test_bench_bad_input_is_a_user_error_turned_into_one_line_by_main():
     assert message.startswith("error: --scale must be > 0") and "(fix:" in message and "\n" not in message
 
 
+def test_bench_refuses_a_key_that_no_chosen_measure_reads():
+    """--measure=infer took --compile, --optimizer_step=False and --gen_tokens and changed nothing (a hunt)."""
+    from tools import bench
+    for key, measure in (("--compile", "infer"), ("--optimizer_step=False", "sample"), ("--gen_tokens=3", "infer"),
+                         ("--batch_size=2", "decode"), ("--seq_lens=8", "sample")):
+        with pytest.raises(UserError, match=f"changes nothing in --measure={measure}"):
+            bench.parse([f"--measure={measure}", key, "--dry_run"])
+    cfg, _ = bench.parse(["--measure=train", "--compile", "--batch_size=2", "--seq_lens=8", "--dry_run"])
+    assert cfg["compile"] and cfg["batch_size"] == 2
+    bench.parse(["--mode=paper001", "--dry_run"])   # a mode's own keys are not the command line's
+
+
 
 def test_a_run_refused_the_lock_removes_nothing_of_the_folder(tmp_path, monkeypatch):
     """A run that made no folder itself, or was refused its lock, leaves the folder alone: another run made it a

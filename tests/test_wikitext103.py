@@ -262,3 +262,11 @@ def test_an_out_dir_of_another_dataset_or_a_run_is_refused_before_reading(tmp_pa
     (other / "train.bin").write_bytes(b"\0\0")
     main([f"--out_dir={other}", "--source", source, "--num_proc=1", "--force"])   # prepared again
     assert (other / "train.bin").read_bytes() == ids
+
+
+def test_the_compact_reports_keys_without_a_compact_vocabulary_are_refused(tmp_path):
+    """--n_layer, --n_embd and --no_plot size the compact vocabulary's report: without --vocab_size they were
+    accepted and changed nothing (a hunt)."""
+    for key in ("--n_layer=3", "--no_plot"):
+        one_error_line(main, [key, f"--out_dir={tmp_path / 'w'}"], "goes with --vocab_size")
+    assert not (tmp_path / "w").exists()

@@ -99,6 +99,19 @@ MODES = {
     "decode": dict(variants=["gpt"], measure=["decode"], repeats=7),
 }
 MEASURES = ("train", "memory", "infer", "sample", "decode")
+# the measures that read each of these keys: given for none of them, a key changed nothing (a hunt)
+READ_BY = {
+    "compile": ("train", "memory", "decode"),
+    "optimizer_step": ("train", "memory"),
+    "batch_size": ("train", "memory"),
+    "seq_lens": ("train", "memory", "infer"),
+    "max_step_seconds": ("train", "memory", "infer"),
+    "infer_batch": ("infer", "memory"),
+    "decode_steps": ("infer", "memory"),
+    "gen_tokens": ("sample", "decode"),
+    "sample_repeats": ("sample",),
+    "keep_heaviest_branch": ("infer", "memory", "sample", "decode"),
+}
 
 
 def defaults():
@@ -128,6 +141,11 @@ def check(cfg, explicit):
     bad = [m for m in cfg["measure"] if m not in MEASURES]
     if bad or not cfg["measure"]:
         raise UserError(f"unknown measure {bad} (fix: --measure is a comma list of {','.join(MEASURES)})")
+    unread = [key for key in sorted(explicit) if key in READ_BY and not set(READ_BY[key]) & set(cfg["measure"])]
+    if unread:
+        key = unread[0]
+        raise UserError(f"--{key} changes nothing in --measure={','.join(cfg['measure'])} (fix: drop it, or "
+                        f"measure one of {','.join(READ_BY[key])})")
     if not cfg["seq_lens"] or not all(type(s) is int and s >= 1 for s in cfg["seq_lens"]):
         raise UserError(f"--seq_lens needs lengths >= 1, got {cfg['seq_lens']} (fix: a comma list of integers, "
                         f"e.g. --seq_lens=64,128,256)")

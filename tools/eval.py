@@ -404,6 +404,9 @@ def check_outputs(cfg):
 def run_eval(cfg):
     device = str(resolve_device(cfg["device"]))
     dtype = getattr(torch, resolve_dtype(cfg["dtype"], device))
+    if cfg["init_from"] and cfg["out_dir"]:   # --out_dir was dropped without a word (a hunt)
+        raise UserError(f"--out_dir={cfg['out_dir']} and --init_from={cfg['init_from']} name two models (fix: "
+                        f"--out_dir for a run of ours, --init_from for a Hugging Face model, not both)")
     if cfg["init_from"]:
         model, info = load_pretrained(cfg["init_from"], device)
         ckpt = {"path": info["source"], "iter_num": "pretrained", "tokenizer_id": recorded_tokenizer_id(info)}

@@ -351,6 +351,11 @@ def main(argv=None):
 
 
 def run(config, explicit):
+    report_keys = sorted(explicit & set(REPORT_DEFAULTS))
+    if report_keys and not given(config, explicit, "vocab_size") and config["dataset"] == "wikitext103":
+        # they size the compact vocabulary's report: without one they changed nothing (a hunt)
+        raise UserError(f"--{report_keys[0]} goes with --vocab_size (the compact vocabulary's report and figure) "
+                        f"(fix: drop it, or add --vocab_size=K)")
     return prepare(config["dataset"], out_dir=config["out_dir"] or None, vocab_size=given(config, explicit, "vocab_size"),
                    n_layer=config["n_layer"], n_embd=config["n_embd"], num_proc=given(config, explicit, "num_proc"),
                    source=config["source"] or None, gpt2_ranks=config["gpt2_ranks"] or None,

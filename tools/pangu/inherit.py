@@ -85,6 +85,7 @@ import math
 import os
 import re
 import shlex
+import sys
 from dataclasses import dataclass
 from functools import partial
 from typing import Optional
@@ -704,6 +705,18 @@ def needs_data(src, dst, layers, neurons):
         neurons in ("taylor", "learned") and not same_width(src, cut))
 
 
+def note_unread_calibration_keys(opts, needs):
+    """A note for calibration keys that no cut here reads (they changed nothing without a word; a hunt). A note,
+    not a refusal: one command over the --layers x --neurons grid (config/ablation_pangu_inherit.py) gives them."""
+    read = {"calib_batches": needs, "calib_batch_size": needs, "mask_steps": needs and opts["neurons"] == "learned",
+            "data_dir": needs or bool(opts["target_data_dir"])}
+    unread = [f"--{key}" for key, used in read.items() if not used and opts[key] != DEFAULTS[key]]
+    if unread:
+        print(f"note: {', '.join(unread)} not read by this inheritance (calibration data: --layers=loss with fewer "
+              f"layers, or --neurons=taylor|learned with a narrower width; --mask_steps: --neurons=learned)",
+              file=sys.stderr)
+
+
 def calibration_batches(data_dir, n, batch_size, block_size, seed, vocab_size=None):
     """n fixed training batches (seeded), as train.py draws them. vocab_size: the model's, to check the
     token file against first (one-line errors instead of an index error deep in the model)."""
@@ -789,6 +802,7 @@ def run(opts):
     dst = target_config(src, opts["n_layer"], opts["n_embd"], opts["n_head"], opts["n_kv_head"],
                         opts["mlp_hidden"], opts["mlp_ratio"], 0 if vocab is None else len(vocab))
     batches = None
+    note_unread_calibration_keys(opts, needs_data(src, dst, opts["layers"], opts["neurons"]))
     if needs_data(src, dst, opts["layers"], opts["neurons"]):
         bs = opts["calib_batch_size"] or (ckpt.get("config") or {}).get("batch_size", 8)
         # the source's data (its tokenizer: refused otherwise), which the source model scores
