@@ -14,6 +14,9 @@ MobileLLM, `code/1. Baseline_134.0M.py`, used where the paper is silent):
   vocabulary 50257 (GPT-2)                 code (AutoTokenizer "gpt2", tokenizer.vocab_size)
   context 128                              code (context_length = 128); the paper gives none
 Parameters: 133,969,489 = Table 1's 134.0M.
+Ours, not the authors': the init (GPT-2's, std 0.02; their code keeps PyTorch's defaults, N(0, 1) for this
+embedding). Next to the sinusoids (amplitude 1) the token signal is then ~35x weaker, and small models sit at
+the unigram loss: results/paper000_cpu/README.md trains them with --pos_embedding=learned, and says why.
 """
 
 CONFIG = dict(
