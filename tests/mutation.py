@@ -1130,6 +1130,10 @@ MUTANTS = [
            "    note_unread_calibration_keys(opts, needs_data(src, dst, opts[\"layers\"], opts[\"neurons\"]))\n",
            "",
            "tests/test_pangu.py -k calibration_keys_no_cut", every=False),
+    Mutant("vs_nanogpt_takes_a_checkout_without_its_prepare", "tools/vs_nanogpt.py",
+           "    needed = (\"train.py\", os.path.join(\"data\", \"shakespeare_char\", \"prepare.py\"))",
+           "    needed = (\"train.py\",)",
+           "tests/test_nanogpt.py -k vs_nanogpt", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

@@ -506,3 +506,15 @@ def test_init_from_a_hugging_face_gpt2(tmp_path, monkeypatch, capsys):
     config = dict(train.DEFAULTS, init_from="gpt2-medium")   # nanoGPT's names go to the same import (a download)
     train_config.check_settings(config)   # nanoGPT's gpt2 names are accepted
     assert checkpoint.is_hf_source("gpt2-xl") and not checkpoint.is_hf_source("gpt3")
+
+
+def test_vs_nanogpt_refuses_a_checkout_without_what_it_runs(tmp_path):
+    """A folder with nanoGPT's train.py but not data/shakespeare_char/prepare.py ended in a FileNotFoundError
+    traceback; --num_threads was not checked as other commands check it (a hunt)."""
+    from tools import vs_nanogpt
+    (tmp_path / "train.py").write_text("")
+    one_error_line(vs_nanogpt.main, [f"--nanogpt={tmp_path}", "--iters=1", "--rounds=1"],
+                   "data/shakespeare_char/prepare.py", "--nanogpt=path/to/nanoGPT")
+    (tmp_path / "data" / "shakespeare_char").mkdir(parents=True)
+    (tmp_path / "data" / "shakespeare_char" / "prepare.py").write_text("")
+    one_error_line(vs_nanogpt.main, [f"--nanogpt={tmp_path}", "--num_threads=100000"], "--num_threads must be")

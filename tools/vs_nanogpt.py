@@ -23,6 +23,7 @@ import tempfile
 import time
 
 from safety_net.configurator import UserError, run_command
+from safety_net.runtime import check_num_threads
 
 DEFAULTS = dict(nanogpt="", iters=500, rounds=5, num_threads=0, input="")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -39,11 +40,14 @@ def timed(cmd, cwd, env):
 
 def run(cfg):
     nano = cfg["nanogpt"]
-    if not nano or not os.path.isfile(os.path.join(nano, "train.py")):
-        raise UserError(f"--nanogpt must be a checkout of karpathy/nanoGPT, got {nano!r} "
-                        f"(fix: --nanogpt=path/to/nanoGPT)")
-    if cfg["iters"] < 1 or cfg["rounds"] < 1 or cfg["num_threads"] < 0:
-        raise UserError("--iters and --rounds must be >= 1, --num_threads >= 0 (fix: e.g. --iters=300 --rounds=3)")
+    # its train.py and the prepare.py it runs (a checkout without them was a FileNotFoundError; a hunt)
+    needed = ("train.py", os.path.join("data", "shakespeare_char", "prepare.py"))
+    if not nano or not all(os.path.isfile(os.path.join(nano, name)) for name in needed):
+        raise UserError(f"--nanogpt must be a checkout of karpathy/nanoGPT (with {' and '.join(needed)}), got "
+                        f"{nano!r} (fix: --nanogpt=path/to/nanoGPT)")
+    if cfg["iters"] < 1 or cfg["rounds"] < 1:
+        raise UserError("--iters and --rounds must be >= 1 (fix: e.g. --iters=300 --rounds=3)")
+    check_num_threads(cfg["num_threads"])   # as every command checks it
     text = cfg["input"] or os.environ.get("SHAKESPEARE_INPUT", "") or os.path.join(ROOT, "data", "tinyshakespeare",
                                                                                      "input.txt")   # the shipped copy
     if not os.path.isfile(text):
