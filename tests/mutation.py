@@ -1134,6 +1134,10 @@ MUTANTS = [
            "    needed = (\"train.py\", os.path.join(\"data\", \"shakespeare_char\", \"prepare.py\"))",
            "    needed = (\"train.py\",)",
            "tests/test_nanogpt.py -k vs_nanogpt", every=False),
+    Mutant("profile_takes_a_programs_options_with_out_dir", "tools/executorch/profile.py",
+           "    unread = sorted(explicit & {\"pte\", \"num_threads\"}) if cfg[\"out_dir\"] else []",
+           "    unread = []",
+           "tests/test_executorch.py -k profile_of_the_compiled", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

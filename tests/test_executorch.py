@@ -610,3 +610,10 @@ def test_bench_prints_a_row_per_checkpoint(exported_checkpoint, tmp_path, capsys
     assert all(float(cell.split()[0]) > 0 for cell in speed[2:7]) and "no GGUF" in speed[7]
     (sizes,) = [row for row in table_rows(out, ["out"]) if row[1].endswith("M")]
     assert "compiled same; ExecuTorch fp32 same" in sizes[-1]
+
+
+def test_profile_of_the_compiled_decoder_refuses_a_programs_options(tmp_path):
+    """--out_dir profiles the compiled decoder on 1 thread: --pte and --num_threads beside it changed nothing,
+    and the table said "1 thread" (a hunt)."""
+    for option in (f"--pte={tmp_path / 'x.pte'}", "--num_threads=2"):
+        one_error_line(profile.main, [f"--out_dir={tmp_path}", option], "goes with a program", "drop --out_dir")

@@ -156,9 +156,13 @@ def profile_compiled(out_dir, steps):
     return lines
 
 
-def run(cfg):
+def run(cfg, explicit):
     from safety_net.runtime import check_num_threads
     check_num_threads(cfg["num_threads"])
+    unread = sorted(explicit & {"pte", "num_threads"}) if cfg["out_dir"] else []
+    if unread:   # the compiled decoder's profile reads neither: they changed nothing (a hunt)
+        raise UserError(f"--{unread[0]} goes with a program; --out_dir profiles the compiled decoder, on 1 thread "
+                        f"(fix: drop --{unread[0]}, or drop --out_dir to profile the program)")
     if not isinstance(cfg["steps"], int) or cfg["steps"] < 0:
         raise UserError(f"--steps must be an integer >= 0, got {cfg['steps']!r} (fix: e.g. --steps=100)")
     if cfg["out_dir"]:
@@ -172,7 +176,7 @@ def run(cfg):
 
 
 def main(argv=None):
-    return run_command(run, DEFAULTS, argv)
+    return run_command(run, DEFAULTS, argv, with_explicit=True)
 
 
 if __name__ == "__main__":
