@@ -1138,6 +1138,10 @@ MUTANTS = [
            "    unread = sorted(explicit & {\"pte\", \"num_threads\"}) if cfg[\"out_dir\"] else []",
            "    unread = []",
            "tests/test_executorch.py -k profile_of_the_compiled", every=False),
+    Mutant("bench_keeps_a_branch_of_models_without_branches", "tools/bench.py",
+           "    if cfg[\"keep_heaviest_branch\"] and not any(e[\"args\"].get(\"n_branches\", 1) > 1 for e in entries):",
+           "    if False:",
+           "tests/test_train_faults.py -k no_chosen_measure", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

@@ -650,6 +650,10 @@ def test_bench_refuses_a_key_that_no_chosen_measure_reads():
     cfg, _ = bench.parse(["--measure=train", "--compile", "--batch_size=2", "--seq_lens=8", "--dry_run"])
     assert cfg["compile"] and cfg["batch_size"] == 2
     bench.parse(["--mode=paper001", "--dry_run"])   # a mode's own keys are not the command line's
+    # pgpt's option on models without branches (technique_lines refuses it too)
+    with pytest.raises(UserError, match="no model here has branches"):
+        bench.parse(["--variants=gpt,lgpt", "--measure=sample", "--keep_heaviest_branch", "--dry_run"])
+    bench.parse(["--variants=gpt,pgpt", "--measure=sample", "--keep_heaviest_branch", "--dry_run"])
 
 
 

@@ -163,6 +163,10 @@ def check(cfg, explicit):
     cli_model = {k: cfg[k] for k in explicit if k in model_keys}
     entries = [variant_entry(name, cfg, cli_model) for name in cfg["variants"]]
     entries += [file_entry(path, cfg, cli_model, "batch_size" in explicit) for path in files]
+    if cfg["keep_heaviest_branch"] and not any(e["args"].get("n_branches", 1) > 1 for e in entries):
+        # as tools.technique_lines refuses it; it changed nothing here without a word (a hunt)
+        raise UserError("--keep_heaviest_branch: no model here has branches (pgpt), so it changes nothing "
+                        "(fix: drop it, or measure pgpt)")
     if cfg["compile"] and "decode" in cfg["measure"]:   # refused after the models before it were measured (a hunt)
         for entry in entries:
             try:
