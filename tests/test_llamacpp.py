@@ -74,7 +74,7 @@ def llamacpp_rope_rows(n_heads, head_dim):
 def test_llama_file_holds_our_weights_and_char_vocabulary(tmp_path):
     out_dir, model = checkpoint(tmp_path, dict(LLAMA, vocab_size=len(CHARS)), char_meta())
     export.main([f"--out_dir={out_dir}", f"--gguf={tmp_path / 'f32.gguf'}"])
-    export.main([f"--out_dir={out_dir}", f"--gguf={tmp_path / 'q8.gguf'}", "--type=q8_0"])
+    export.main([f"--out_dir={out_dir}", f"--gguf={tmp_path / 'q8.gguf'}", "--quantize=q8_0"])
     assert sorted(p.name for p in tmp_path.glob("*.gguf*")) == ["f32.gguf", "q8.gguf"]   # no temp file left
     reader, f32 = tensors(tmp_path / "f32.gguf")
     _, q8 = tensors(tmp_path / "q8.gguf")
@@ -204,7 +204,7 @@ def test_refusals_are_one_line(tmp_path):
     out_dir, _ = checkpoint(tmp_path, dict(GPT2, vocab_size=len(CHARS), n_branches=2, tie_embeddings=False),
                             char_meta())
     one_error_line(export.main, [f"--out_dir={out_dir}", f"--gguf={tmp_path / 'm.gguf'}"], "pgpt")
-    one_error_line(export.main, [f"--out_dir={out_dir}", f"--gguf={tmp_path / 'm.gguf'}", "--type=q4"], "q8_0")
+    one_error_line(export.main, [f"--out_dir={out_dir}", f"--gguf={tmp_path / 'm.gguf'}", "--quantize=q4"], "q8_0")
     assert not list(tmp_path.glob("*.gguf"))
     from tools.llamacpp import run
     one_error_line(run.main, [f"--gguf={tmp_path / 'm.gguf'}"], "no file")
@@ -288,7 +288,7 @@ def test_llamacpp_greedy_text_equals_sample_py(shape, tmp_path, capsys, request)
     with torch.no_grad():
         ours = model(torch.tensor([prompt]), torch.tensor([prompt]))[0][0].numpy()
     for qtype in ("f32", "q8_0"):
-        export.main([f"--out_dir={out_dir}", f"--gguf={tmp_path / qtype}.gguf", f"--type={qtype}"])
+        export.main([f"--out_dir={out_dir}", f"--gguf={tmp_path / qtype}.gguf", f"--quantize={qtype}"])
         err = np.abs(llamacpp_logits(tmp_path / f"{qtype}.gguf", prompt, args["vocab_size"]) - ours).max()
         assert err <= BOUNDS[qtype, shape.split("_")[0]] * np.abs(ours).max(), (qtype, err)
     from tools.llamacpp.run import load, model_vocab

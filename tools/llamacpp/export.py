@@ -3,7 +3,7 @@ A GPT-2- or Llama-shaped checkpoint -> a GGUF file for llama.cpp, written with t
 GGUF writer), tokenizer included:
 
     python -m tools.llamacpp.export --out_dir=out --gguf=model.gguf              # f32
-    python -m tools.llamacpp.export --out_dir=out --gguf=model-q8.gguf --type=q8_0
+    python -m tools.llamacpp.export --out_dir=out --gguf=model-q8.gguf --quantize=q8_0
     llama-cli -m model.gguf -p "War is " -n 200 --temp 0                         # or llama_cpp.Llama(model_path=...)
 
 The shapes are tools/huggingface/convert.py's (export_plan: GPT-2 = learned positions + LayerNorm + standard MLP,
@@ -19,7 +19,7 @@ Tokenizers, as llama.cpp's GPT-2 BPE ("gpt2" model, "gpt-2" pre-tokenizer):
                   needs an end-of-text token (llama.cpp otherwise takes id 11, a character here), so ours appends
                   one, id vocab_size, with an all-zero embedding and head row: its logit is always 0, so a sampler
                   can pick it, and greedy decoding does when every character's logit is negative (our choice).
---type=q8_0 stores every matrix whose rows are a multiple of 32 wide in llama.cpp's Q8_0 (blocks of 32 int8 and a
+--quantize=q8_0 stores every matrix whose rows are a multiple of 32 wide in llama.cpp's Q8_0 (blocks of 32 int8 and a
 scale); other matrices stay f32 (each named on stderr), and so do norms and biases.
 """
 import os
@@ -37,7 +37,7 @@ DEFAULTS = dict(
     out_dir="",             # directory with ckpt.pt / last.pt, or a checkpoint file; "" = the newest out*/ folder
     data_dir="",            # dataset folder whose meta.json gives the tokenizer; "" = the one the checkpoint records
     gguf="model.gguf",      # the file to write
-    type="f32",             # f32 | q8_0
+    quantize="f32",         # f32 (none) | q8_0: the name tools.executorch.export gives its own
 )
 TYPES = ("f32", "q8_0")
 Q8_BLOCK = 32
@@ -191,8 +191,9 @@ def run(cfg):
     from safety_net.checkpoint import load_model
     from safety_net.fileio import check_out_dir
     from tools.huggingface.convert import checkpoint_meta
-    if cfg["type"] not in TYPES:
-        raise UserError(f"--type must be one of {'|'.join(TYPES)}, got {cfg['type']!r} (fix: --type=q8_0 for 8 bits)")
+    if cfg["quantize"] not in TYPES:
+        raise UserError(f"--quantize must be one of {'|'.join(TYPES)}, got {cfg['quantize']!r} (fix: --quantize=q8_0 "
+                        f"for 8 bits)")
     if not cfg["gguf"].endswith(".gguf"):
         raise UserError(f"--gguf must name a .gguf file, got {cfg['gguf']!r} (fix: e.g. --gguf=model.gguf)")
     check_out_dir(os.path.dirname(os.path.abspath(cfg["gguf"])), key="gguf")
@@ -203,7 +204,7 @@ def run(cfg):
         raise UserError(f"{ckpt['path']} records no dataset, so its tokenizer is unknown "
                         f"(fix: --data_dir=<the dataset folder it was trained on>)")
     with torch.no_grad():
-        write_gguf(model, cfg["gguf"], cfg["type"], meta, source, say=lambda m: print(m, file=sys.stderr))
+        write_gguf(model, cfg["gguf"], cfg["quantize"], meta, source, say=lambda m: print(m, file=sys.stderr))
 
 
 def main(argv=None):
