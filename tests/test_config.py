@@ -263,7 +263,7 @@ def test_every_bool_key_may_be_given_bare(tmp_path):
 
 
 def test_every_list_key_is_a_list_in_every_command():
-    """tools.bench's --variants, --measure, --seq_lens, tools.executorch.bench's --shapes, --out_dirs, --threads and
+    """tools.bench's --variants, --measure, --seq_lens, tools.executorch.bench's --shapes, --out_dirs, --num_threads and
     tools.eval's --splits were comma text that each command split itself, where tools.compare's --variants is a
     list: one grammar now, a comma list, a python list or one item alike (one number too: --seq_lens=256)."""
     from tools import bench, compare, eval as evaluate
@@ -275,7 +275,7 @@ def test_every_list_key_is_a_list_in_every_command():
         for text in ("a,b", "['a', 'b']", " a , b "):
             assert load_config(defaults, [f"--{key}={text}"])[0][key] == ["a", "b"]
         assert load_config(defaults, [f"--{key}=a"])[0][key] == ["a"]
-    for defaults, key in ((bench.defaults(), "seq_lens"), (device_bench.DEFAULTS, "threads")):
+    for defaults, key in ((bench.defaults(), "seq_lens"), (device_bench.DEFAULTS, "num_threads")):
         assert isinstance(defaults[key], list), key
         for text in ("1,2", "[1, 2]"):
             assert load_config(defaults, [f"--{key}={text}"])[0][key] == [1, 2]

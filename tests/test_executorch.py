@@ -501,12 +501,12 @@ def table_rows(text, first_cells):
 
 def test_bench_deep_thinking_row(tmp_path, capsys):
     """Deep Thinking's row: sample.py's speed (here at 2 threads) and its GB/s, no program and no GGUF, each cell
-    saying so (nothing is exported); bad --threads, --repeats and --shapes are one line before anything is written."""
+    saying so (nothing is exported); bad --num_threads, --repeats and --shapes are one line before anything is written."""
     from tools.executorch import bench
     model = model_at(tiny_preset("deep_thinking"))
     dt = write_char_checkpoint(tmp_path, model, CHARS, "dt")
     bench.main([f"--out_dirs={dt}", f"--work_dir={tmp_path / 'bench'}", "--max_new_tokens=5", "--repeats=1",
-                "--threads=2"])
+                "--num_threads=2"])
     out = capsys.readouterr().out
     weights_gb = model.get_num_params(non_embedding=False) * 4 / 1e9
     (row,) = table_rows(out, ["dt", "2"])
@@ -514,7 +514,7 @@ def test_bench_deep_thinking_row(tmp_path, capsys):
     assert float(speed) > 0 and gb_per_s == f"({float(speed) * weights_gb:.1f})"
     assert row[3:7] == ["Deep Thinking: no static cache"] * 4 and "no GGUF" in row[7]
     assert not list((tmp_path / "bench").iterdir())
-    for bad, word in (("--repeats=0", "repeats"), ("--threads=0", "threads"), ("--threads=1,x", "threads"),
+    for bad, word in (("--repeats=0", "repeats"), ("--num_threads=0", "threads"), ("--num_threads=1,x", "threads"),
                       ("--shapes=llama_10m,gtp", "gtp")):
         one_error_line(bench.main, [f"--out_dirs={dt}", f"--work_dir={tmp_path / 'b2'}", bad], word)
     assert not (tmp_path / "b2").exists()

@@ -5,7 +5,7 @@ PyTorch, KV cache), the compiled decoder (tools/fast_sample.py), ExecuTorch fp32
 Prints two markdown tables: speed (tokens/s and GB/s of weights, a row per model and thread count), then sizes
 and each runtime's greedy text against sample.py's.
 
-    python -m tools.executorch.bench --shapes=llama_10m,mobilellm_125m,gpt,pgpt,lgpt,cgpt --threads=1,2
+    python -m tools.executorch.bench --shapes=llama_10m,mobilellm_125m,gpt,pgpt,lgpt,cgpt --num_threads=1,2
     python -m tools.executorch.bench --out_dirs=out,out-pgpt --work_dir=bench     # trained checkpoints
 
 --shapes are models at their initialisation (seed 0) with --data_dir's vocabulary (a char dataset: 65 tokens), in
@@ -15,7 +15,7 @@ with 65 tokens instead of its 32000 it has 106.2M of its 124.6M parameters). Spe
 weights learned; the agreement column does (at the init, logits are nearly flat, so 8-bit texts part early).
 
 Each runtime decodes --max_new_tokens tokens greedily after --start, re-priming the window at block_size as
-sample.py does, with --threads threads (torch's, ExecuTorch's pool, llama.cpp's; OMP_NUM_THREADS). tokens/s is the
+sample.py does, with --num_threads threads (torch's, ExecuTorch's pool, llama.cpp's; OMP_NUM_THREADS). tokens/s is the
 best of --repeats runs of the whole generation (prompt included, process start-up left out); the runs interleave
 (every runtime once, then again), so a change of load touches all of them alike. GB/s = the weights' file size x
 tokens/s (fp32 weights for sample.py and the compiled decoder): the bytes a decode step must read. The compiled
@@ -42,7 +42,7 @@ DEFAULTS = dict(
     out_dirs=[],            # trained checkpoints, directories or .pt files (a comma list)
     data_dir="data/shakespeare_char",   # the vocabulary of --shapes (python prepare.py shakespeare_char)
     work_dir="bench",       # where the checkpoints of --shapes, the programs and the GGUF files go
-    threads=[1],            # thread counts, e.g. --threads=1,2
+    num_threads=[1],        # thread counts, each a run of every runtime, e.g. --num_threads=1,2
     start="War is ",
     max_new_tokens=500,
     repeats=3,
@@ -279,10 +279,10 @@ def run(cfg):
     for key in ("max_new_tokens", "repeats"):
         if not isinstance(cfg[key], int) or cfg[key] < 1:
             raise UserError(f"--{key} must be a positive integer, got {cfg[key]!r} (fix: e.g. --{key}={DEFAULTS[key]})")
-    threads, shapes = cfg["threads"], cfg["shapes"]
+    threads, shapes = cfg["num_threads"], cfg["shapes"]
     if not threads or not all(type(n) is int and n > 0 for n in threads):
-        raise UserError(f"--threads must be positive integers separated by commas, got {threads!r} "
-                        f"(fix: e.g. --threads=1,2)")
+        raise UserError(f"--num_threads must be positive integers separated by commas, got {threads!r} "
+                        f"(fix: e.g. --num_threads=1,2)")
     out_dirs = [str(d) for d in cfg["out_dirs"]]
     if not shapes and not out_dirs:
         raise UserError("no models (fix: --shapes=llama_10m,mobilellm_125m and/or --out_dirs=out)")
