@@ -5,11 +5,11 @@ Prepare a dataset for train.py: a text file becomes token ids.
     python prepare.py shakespeare        # GPT-2 BPE -> data/shakespeare/
     python prepare.py --input=notes.txt  # yours -> data/notes_char/
     python prepare.py --input=notes.txt --tokenizer=gpt2   # data/notes_gpt2/
-    python train.py config/gpt_shakespeare_cpu.py --dataset=notes_char
+    python train.py config/gpt_shakespeare_cpu.py --dataset=notes_char --out_dir=out-notes
 
 Any UTF-8 text file works. The first 90% of the text is the train split, the
 rest the val split (--val_fraction). The dataset folder (data/<dataset>/, or
---out_dir) gets train.bin and val.bin, the token ids as flat uint16, and
+--out_dir) gets train.bin and val.bin, the token ids as uint16, and
 meta.json, the tokenizer. Another text's or split's dataset is replaced only
 with --force.
 

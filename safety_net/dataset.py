@@ -161,9 +161,10 @@ TOKEN_DTYPE = np.uint16   # prepare.py's token files: flat uint16 ids, read with
 
 
 def dataset_vocab_size(config):
-    """vocab_size of a train.py config's dataset (what train.py will use), or None before it is prepared."""
-    path = os.path.join(default_data_dir(config), "meta.json")
-    return load_meta(default_data_dir(config))["vocab_size"] if os.path.isfile(path) else None
+    """vocab_size of a train.py config's dataset (what train.py will use), or None before it is prepared
+    (is_prepared, as train.py asks it: a nanoGPT meta.pkl folder counted as not prepared here; a hunt)."""
+    folder = default_data_dir(config)
+    return load_meta(folder)["vocab_size"] if is_prepared(folder) else None
 
 
 def split_tokens(data_dir, split, vocab_size, block_size=None):

@@ -142,6 +142,9 @@ def check_out_dir(path, key="out_dir"):
     key: the option that named the folder (out_dir, compare_dir, ...), for the message."""
     existing = os.path.abspath(path)
     while not os.path.exists(existing):
+        if os.path.islink(existing):   # a link to nothing: makedirs fails there (a traceback; a hunt)
+            raise UserError(f"{key} '{path}': {existing} is a symbolic link to {os.readlink(existing)}, which "
+                            f"does not exist (fix: create its target, or choose another --{key})")
         existing = os.path.dirname(existing)
     if not os.path.isdir(existing):
         raise UserError(f"{key} '{path}': {existing} is a file, not a folder (fix: choose another --{key})")

@@ -121,7 +121,11 @@ def dataset_and_tokenizer(dataset, input_path, tokenizer, val_fraction, known, o
         if not input_path:
             raise UserError("no dataset named (fix: python prepare.py shakespeare_char, or your own text: "
                             "python prepare.py --input=YOUR_TEXT.txt)")
-        return f"{name_of_text(input_path)}_{tokenizer or 'char'}", tokenizer or "char"
+        name = f"{name_of_text(input_path)}_{tokenizer or 'char'}"
+        if name in known:   # shakespeare.txt became the quickstart's data/shakespeare_char without a word (a hunt)
+            raise UserError(f"{input_path} would be named {name}, the name of tinyshakespeare's dataset (fix: name "
+                            f"yours: python prepare.py my_{name} --input={shlex.quote(input_path)})")
+        return name, tokenizer or "char"
     command = tool_command(dataset)
     if command:
         if out_dir and os.path.normpath(out_dir) != os.path.join("data", dataset):
@@ -133,6 +137,11 @@ def dataset_and_tokenizer(dataset, input_path, tokenizer, val_fraction, known, o
             raise UserError(f"{dataset} is tinyshakespeare as {known[dataset]} tokens, not {tokenizer} "
                             f"(fix: python prepare.py {other})")
         return dataset, known[dataset]
+    compact = re.fullmatch(r"(.+)_v(\d+)", dataset)
+    if compact:   # the compact vocabulary's names: prepare.py wrote a char dataset under one (a hunt)
+        raise UserError(f"{dataset} is the name of a compact vocabulary of {compact[2]} tokens, which "
+                        f"tools.pangu.compact_vocab prepares from a text (fix: python -m tools.pangu.compact_vocab "
+                        f"{dataset} --input={shlex.quote(input_path) if input_path else 'YOUR_TEXT.txt'})")
     if not input_path and os.path.isfile(dataset):   # `python prepare.py notes.txt`: a text given as the name
         raise UserError(f"{dataset!r} is a file, not a dataset name (fix: python prepare.py --input={dataset})")
     if not input_path:
@@ -235,10 +244,28 @@ def foreign_token_files(out_dir):
     return [name for name in DATA_FILES[1:] if os.path.exists(os.path.join(out_dir, name))]
 
 
+def is_dataset_meta(path):
+    """Whether the meta.json at path is a dataset's, readable or damaged: a JSON object with a vocab_size."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            meta = json.load(f)
+    except (OSError, ValueError):   # UnicodeDecodeError too
+        return False
+    return isinstance(meta, dict) and "vocab_size" in meta
+
+
 def check_foreign_token_files(out_dir, force=False):
     """One line, unless force, when out_dir holds another program's token files without a readable meta.json
-    (foreign_token_files): they were replaced without a word (a hunt). prepare.py, tools.pangu.compact_vocab and
-    tools.wikitext103 ask it; train.py asks foreign_token_files itself (starting_point.prepared_data)."""
+    (foreign_token_files), or a meta.json that is not a dataset's: they were replaced without a word (hunts).
+    prepare.py, tools.pangu.compact_vocab and tools.wikitext103 ask it; train.py asks foreign_token_files itself
+    (starting_point.prepared_data), then prepare.py's prepare this."""
+    meta = os.path.join(out_dir, "meta.json")
+    ours = os.path.exists(os.path.join(out_dir, PREPARING))   # an interrupted prepare's
+    if os.path.isfile(meta) and not force and not ours and not is_dataset_meta(meta):
+        # a project's own meta.json was removed without a word, where token files were refused (a hunt)
+        raise UserError(f"{meta} is not a dataset's meta.json (no vocab_size): preparing here would replace it "
+                        f"(fix: move it away or prepare elsewhere, another dataset name or folder; prepare.py's "
+                        f"--force replaces it)")
     tokens = foreign_token_files(out_dir)
     if tokens and not force:
         raise UserError(f"{out_dir} holds {', '.join(tokens)} without a readable meta.json: another program's "
@@ -268,7 +295,9 @@ def check_replace(out_dir, meta, force=False):
         return not force   # --force: written again
     if force:
         return False
-    if not same_text:
+    if not text.get("sha256") and "splits" not in old:   # nanoGPT's meta.pkl: not "another text" (a hunt)
+        what = "a text it does not record (nanoGPT's prepare.py, say), which may be this one"
+    elif not same_text:
         what = "another text"
     elif not same_tokenizer:
         what = f"this text in another tokenizer ({old.get('tokenizer')})"

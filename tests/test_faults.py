@@ -741,7 +741,7 @@ def test_bench_refuses_a_model_the_compiled_decoder_cannot_run_before_measuring(
 def test_bench_refuses_nonpositive_counts(tmp_path):
     r = subprocess.run([sys.executable, "-m", "tools.bench", "--variants=gpt", "--measure=sample",
                         "--gen_tokens=-5", "--device=cpu", "--n_layer=1", "--n_embd=16", "--n_head=2",
-                        "--block_size=16", "--vocab_size=32", "--seq_lens=8"],
+                        "--block_size=16", "--vocab_size=32"],
                        capture_output=True, text=True, timeout=120, cwd=tmp_path, env=dict(os.environ, PYTHONPATH=ROOT))
     assert r.returncode == 1 and r.stderr.strip().startswith("error: --gen_tokens"), r.stdout + r.stderr
 

@@ -518,3 +518,29 @@ def test_vs_nanogpt_refuses_a_checkout_without_what_it_runs(tmp_path):
     (tmp_path / "data" / "shakespeare_char").mkdir(parents=True)
     (tmp_path / "data" / "shakespeare_char" / "prepare.py").write_text("")
     one_error_line(vs_nanogpt.main, [f"--nanogpt={tmp_path}", "--num_threads=100000"], "--num_threads must be")
+
+
+def test_plan_and_bench_read_a_nanogpt_data_folders_vocabulary(tmp_path, capsys):
+    """tools.plan and tools.bench said a meta.pkl folder 'is not prepared' (fixing it by preparing another folder)
+    and tools.compare sized its models with the presets' vocabulary, where train.py trains on it (a hunt)."""
+    from safety_net.dataset import dataset_vocab_size
+    from tools import bench, plan
+    data_dir = tmp_path / "shakespeare_char"
+    write_nanogpt_data(str(data_dir))
+    assert dataset_vocab_size({"dataset": "shakespeare_char", "data_dir": str(data_dir)}) == len(CHARS)
+    cfg = tmp_path / "cfg.py"
+    cfg.write_text(f"data_dir = {str(data_dir)!r}\nn_layer = 1\nn_head = 2\nn_embd = 16\nblock_size = 16\n")
+    plan.main([str(cfg)])
+    _, entries = bench.parse([str(cfg), "--measure=train", "--dry_run"])
+    assert entries[0]["args"]["vocab_size"] == len(CHARS)
+
+
+def test_preparing_over_a_nanogpt_folder_does_not_call_it_another_text(tmp_path):
+    """prepare.py shakespeare_char --out_dir=<nanoGPT's own shakespeare_char> said it held 'another text', though
+    it may be the same text: meta.pkl records none (a hunt). Refused all the same, --force replaces it."""
+    import prepare
+    data_dir = tmp_path / "shakespeare_char"
+    write_nanogpt_data(str(data_dir))
+    message = one_error_line(prepare.main, ["shakespeare_char", f"--out_dir={data_dir}"], "--force")
+    assert "another text" not in message and "does not record" in message
+    assert sorted(os.listdir(data_dir)) == ["meta.pkl", "train.bin", "val.bin"]

@@ -175,3 +175,31 @@ def test_train_py_says_how_to_prepare_an_unknown_dataset_and_a_too_short_text(no
     one_error_line(train.main, [config, "--dataset=notes_char", f"--block_size={n_val}"],
                    f"val split of data{os.sep}notes_char has {n_val} tokens, not enough for block_size={n_val}",
                    "--val_fraction")
+
+
+def test_a_text_named_as_tinyshakespeares_dataset_is_refused(tmp_path, monkeypatch):
+    """--input=shakespeare.txt became data/shakespeare_char, the quickstart's folder, which train.py's default
+    config then trained on without a word (a hunt); the fix names a name of its own, and works."""
+    import prepare
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "shakespeare.txt").write_text("to be or not to be, that is the question\n" * 40)
+    one_error_line(prepare.main, ["--input=shakespeare.txt"], "the name of tinyshakespeare's dataset",
+                   "python prepare.py my_shakespeare_char --input=shakespeare.txt")
+    assert not (tmp_path / "data").exists()
+    prepare.main(["my_shakespeare_char", "--input=shakespeare.txt"])
+    assert (tmp_path / "data" / "my_shakespeare_char" / "meta.json").is_file()
+
+
+def test_a_compact_vocabularys_name_is_the_compact_tools(tmp_path, monkeypatch, gpt2_file):
+    """prepare.py notes_v1024 --input=... (train.py's fix for --dataset=notes_v1024) wrote a char dataset under the
+    compact vocabulary's name (a hunt): refused, naming the tool, whose command works as given."""
+    import prepare
+    from tools.pangu import compact_vocab
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(TEXT_FILE, tmp_path / "notes.txt")
+    message = one_error_line(prepare.main, ["notes_v300", "--input=notes.txt"], "compact vocabulary of 300 tokens",
+                             "python -m tools.pangu.compact_vocab notes_v300 --input=notes.txt")
+    assert not (tmp_path / "data").exists()
+    fix = message.split("(fix: python -m tools.pangu.compact_vocab ", 1)[1].rstrip(")").split()
+    compact_vocab.main([*fix, "--no_plot"])
+    assert json.loads((tmp_path / "data" / "notes_v300" / "meta.json").read_text())["vocab_size"] == 300

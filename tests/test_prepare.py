@@ -277,6 +277,16 @@ def test_a_projects_own_files_are_replaced_only_with_force(tmp_path):
     one_error_line(prepare.main, [f"--input={text}", f"--out_dir={mine}"],
                    "holds test.bin, coverage.png without a readable meta.json", "--force")
     assert sorted(os.listdir(mine)) == ["coverage.png", "test.bin"]
+    # a meta.json that is not a dataset's, the likeliest of them, was removed without --force (a hunt)
+    for text_of_it in ('{"project": "x"}', "[1, 2, 3]", "not json"):
+        own = tmp_path / "own"
+        own.mkdir(exist_ok=True)
+        (own / "meta.json").write_text(text_of_it)
+        one_error_line(prepare.main, [f"--input={text}", f"--out_dir={own}"], "is not a dataset's meta.json",
+                       "--force")
+        assert (own / "meta.json").read_text() == text_of_it and os.listdir(own) == ["meta.json"]
+    prepare.main([f"--input={text}", f"--out_dir={own}", "--force"])
+    assert json.loads((own / "meta.json").read_text())["vocab_size"] > 0
 
 
 def test_preparing_the_same_dataset_again_leaves_the_folder_as_it_is(tmp_path, capsys):

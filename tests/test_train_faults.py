@@ -9,7 +9,8 @@ import signal
 import pytest
 import torch
 
-from conftest import hold_lock
+from conftest import hold_lock, one_error_line
+import prepare
 import train
 from safety_net import fileio
 from safety_net import run_dir
@@ -159,6 +160,13 @@ def test_out_dir_that_is_a_file(tiny_train_config, tmp_path):
     message = main_error(argv(dict(tiny_train_config, out_dir=str(path / "run"))))
     assert str(path) in message and "is a file" in message
     assert path.read_text() == "not a folder"
+    # a symbolic link to nothing: a FileExistsError traceback at makedirs (prepare.py's --out_dir too; a hunt)
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "gone")
+    for out_dir in (link, link / "run"):
+        message = main_error(argv(dict(tiny_train_config, out_dir=str(out_dir))))
+        assert "is a symbolic link to" in message and "does not exist" in message
+    one_error_line(prepare.main, ["shakespeare_char", f"--out_dir={link}"], "is a symbolic link to")
 
 
 def test_a_batch_too_big_for_the_machine_fails_before_out_dir_changes(tiny_train_config, monkeypatch):
