@@ -107,3 +107,46 @@ def test_lm_eval_agrees_with_eval_py_on_an_export(tmp_path, monkeypatch, capsys)
     table = capsys.readouterr().out.splitlines()[-2]
     assert table.startswith(f"| task.jsonl | {len(DOCS)} | {scores['acc,none']:.4f} ± {scores['acc_stderr,none']:.4f} "
                             f"| {scores['acc_norm,none']:.4f} ± {scores['acc_norm_stderr,none']:.4f} |")
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_lm_eval_on_a_char_export_with_the_documented_prefix_token(tmp_path, monkeypatch):
+    """A char vocabulary has no end-of-text token, and the harness stopped on the export with a TypeError about its
+    prefix token (a hunt); docs/sampling_and_eval.md's prefix_token_id=0 runs it, the same log-likelihoods as
+    eval.py's (the prefix only starts an empty context, and these contexts are not empty)."""
+    try:
+        import lm_eval
+        from lm_eval.tasks import TaskManager
+    except ImportError:
+        pytest.skip("lm-evaluation-harness is not installed (pip install -r requirements-dev.txt)")
+    from conftest import write_char_checkpoint
+    from tools import eval as evaluate
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    chars = sorted(set("\nROMEO:JULIET ayesno"))
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=len(chars), block_size=BLOCK, n_layer=1, n_head=2, n_embd=16))
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() >= 2:
+                p.normal_(0, 0.3)
+    out = write_char_checkpoint(tmp_path, model, chars)
+    folder = tmp_path / "hf"
+    convert.main(["export", f"--out_dir={out}", f"--out={folder}"])
+    docs = [dict(context="ROMEO:", choices=[" yes", " no"], label=0),
+            dict(context="JULIET:", choices=[" ay", " nay"], label=1)]
+    task = tmp_path / "task.jsonl"
+    task.write_text("".join(json.dumps(d) + "\n" for d in docs))
+    (tmp_path / "tasks").mkdir()
+    (tmp_path / "tasks" / "tiny_mc.yaml").write_text(TASK_YAML.format(data=task, cache=tmp_path / "cache"))
+    result = lm_eval.simple_evaluate(
+        model="hf", model_args=f"pretrained={folder},dtype=float32,prefix_token_id=0", tasks=["tiny_mc"],
+        device="cpu", batch_size=8, log_samples=True,
+        task_manager=TaskManager(include_path=str(tmp_path / "tasks"), include_defaults=False))
+    theirs = sorted(result["samples"]["tiny_mc"], key=lambda s: s["doc_id"])
+    log = tmp_path / "items.jsonl"
+    evaluate.main([f"--init_from={folder}", f"--mc_file={task}", f"--log_samples={log}", "--device=cpu"])
+    ours = [json.loads(line) for line in log.read_text().splitlines()]
+    assert len(theirs) == len(ours) == len(docs)
+    for mine, their in zip(ours, theirs):
+        assert mine["loglikelihoods"] == pytest.approx([float(ll) for ll, _ in their["filtered_resps"]], abs=1e-4)

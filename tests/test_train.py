@@ -491,6 +491,7 @@ def test_bad_input_is_refused_before_the_data_is_prepared(tmp_path, monkeypatch,
     (tmp_path / "a_file").write_text("")
     (tmp_path / "a_run").mkdir()
     (tmp_path / "a_run" / "last.pt").write_bytes(b"a run's checkpoint")
+    (tmp_path / "data_here").mkdir()   # a link to nothing is refused as such (check_out_dir)
     (tmp_path / "link_to_data").symlink_to(tmp_path / "data_here", target_is_directory=True)
     cfg = dict(tiny_train_config, data_dir=str(tmp_path / "not_prepared"))
     cfg.update(override)
