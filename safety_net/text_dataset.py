@@ -138,7 +138,9 @@ def dataset_and_tokenizer(dataset, input_path, tokenizer, val_fraction, known, o
                             f"(fix: python prepare.py {other})")
         return dataset, known[dataset]
     compact = re.fullmatch(r"(.+)_v(\d+)", dataset)
-    if compact:   # the compact vocabulary's names: prepare.py wrote a char dataset under one (a hunt)
+    # the compact vocabulary's names (its sizes: 257 and up; notes_v2 is a name): prepare.py wrote a char dataset
+    # under one (a hunt)
+    if compact and int(compact[2]) >= 257:
         raise UserError(f"{dataset} is the name of a compact vocabulary of {compact[2]} tokens, which "
                         f"tools.pangu.compact_vocab prepares from a text (fix: python -m tools.pangu.compact_vocab "
                         f"{dataset} --input={shlex.quote(input_path) if input_path else 'YOUR_TEXT.txt'})")

@@ -203,3 +203,5 @@ def test_a_compact_vocabularys_name_is_the_compact_tools(tmp_path, monkeypatch, 
     fix = message.split("(fix: python -m tools.pangu.compact_vocab ", 1)[1].rstrip(")").split()
     compact_vocab.main([*fix, "--no_plot"])
     assert json.loads((tmp_path / "data" / "notes_v300" / "meta.json").read_text())["vocab_size"] == 300
+    prepare.main(["notes_v2", "--input=notes.txt"])   # a version, not a vocabulary size: a name like any other
+    assert json.loads((tmp_path / "data" / "notes_v2" / "meta.json").read_text())["tokenizer"] == "char"
