@@ -378,7 +378,7 @@ def train(config, explicit=None, callback=None):
     try:
         run = setup(config, explicit, device, dtype, rank, world)
         run.dir = RunDir(config, run.start_iter, run.ckpt, rank, world, device)
-        # rank 0: the model's size, tokens per iteration, notes on a slow or busy CPU
+        # rank 0: the model's size, tokens per iteration, CPU notes
         run.dir.say_what_runs(run.raw_model, run.segments, run.first_batch, run.ctx)
         # out_dir, locked; Ctrl-C or SIGTERM: stop at the next iteration boundary
         with run.dir, StopRequest(run.master, device, world) as stop:
@@ -420,8 +420,8 @@ def train_loop(run, stop, callback):
                 row = evaluate(run, iter_num, lr, stop)
                 history.append(row)
                 best = row["val_loss"] < best_val_loss or config["always_save_checkpoint"]
-                # ckpt.pt holds best_val_loss: iteration 0 is unsaved
-                if iter_num > 0 or config["eval_only"]:
+                # ckpt.pt holds best_val_loss; iteration 0, unsaved, counts where nothing is saved
+                if iter_num > 0 or config["eval_only"] or last_iter:
                     best_val_loss = min(best_val_loss, row["val_loss"])
                 if iter_num > 0 and not config["eval_only"]:
                     save_checkpoints(run, iter_num, best_val_loss, best)

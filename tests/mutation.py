@@ -1083,7 +1083,7 @@ MUTANTS = [
            "        if False:",
            "tests/test_train_faults.py -k before_any_training_step", every=False),
     Mutant("best_val_loss_counts_the_unsaved_iteration_0", "train.py",
-           "                if iter_num > 0 or config[\"eval_only\"]:",
+           "                if iter_num > 0 or config[\"eval_only\"] or last_iter:",
            "                if True:",
            "tests/test_train.py -k best_val_loss_is_the_one", every=False),
     Mutant("divergence_fix_names_a_warmup_without_decay", "safety_net/run_dir.py",

@@ -348,6 +348,9 @@ def test_best_val_loss_is_the_one_ckpt_pt_holds(tiny_train_config, monkeypatch, 
     run(dict(tiny_train_config, max_iters=30, eval_interval=10, init_from="resume"))
     assert "a save cut short" not in capsys.readouterr().out
     assert load_checkpoint(os.path.join(out_dir, "ckpt.pt"))["iter_num"] == 10
+    # a run that saves nothing reports what it evaluated (it said "best val loss inf")
+    for more in (dict(max_iters=0), dict(eval_only=True, init_from=os.path.join(out_dir, "ckpt.pt"))):
+        assert run(dict(tiny_train_config, out_dir=out_dir + "-nothing", **more))["best_val_loss"] == 1.0
 
 
 def test_ctrl_c_saves_last_pt(tiny_train_config, capsys):
