@@ -1127,7 +1127,7 @@ MUTANTS = [
            "    if False and not given(config, explicit, \"vocab_size\")",
            "tests/test_wikitext103.py -k compact_reports_keys", every=False),
     Mutant("inherit_unread_calibration_keys_without_a_word", "tools/pangu/inherit.py",
-           "    note_unread_calibration_keys(opts, needs_data(src, dst, opts[\"layers\"], opts[\"neurons\"]))\n",
+           "    note_unread_calibration_keys(opts, needs)\n",
            "",
            "tests/test_pangu.py -k calibration_keys_no_cut", every=False),
     Mutant("vs_nanogpt_takes_a_checkout_without_its_prepare", "tools/vs_nanogpt.py",

@@ -802,8 +802,9 @@ def run(opts):
     dst = target_config(src, opts["n_layer"], opts["n_embd"], opts["n_head"], opts["n_kv_head"],
                         opts["mlp_hidden"], opts["mlp_ratio"], 0 if vocab is None else len(vocab))
     batches = None
-    note_unread_calibration_keys(opts, needs_data(src, dst, opts["layers"], opts["neurons"]))
-    if needs_data(src, dst, opts["layers"], opts["neurons"]):
+    needs = needs_data(src, dst, opts["layers"], opts["neurons"])
+    note_unread_calibration_keys(opts, needs)
+    if needs:
         bs = opts["calib_batch_size"] or (ckpt.get("config") or {}).get("batch_size", 8)
         # the source's data (its tokenizer: refused otherwise), which the source model scores
         batches = calibration_batches(resolve_data_dir(ckpt, opts["data_dir"]), opts["calib_batches"], bs,
