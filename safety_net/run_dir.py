@@ -80,19 +80,26 @@ def catch_up_ckpt(out_dir, resumed, best_val_loss):
     """A resume from last.pt: when out_dir's ckpt.pt misses the best val loss last.pt records, last.pt becomes
     ckpt.pt. A kill, a second Ctrl-C or a full disk between last.pt and ckpt.pt of a best evaluation left ckpt.pt
     at an earlier one, and no later save replaced it, as none beat that loss (a hunt); last.pt is that evaluation's
-    state (the cut save's, or the stop's right after it). A missing or damaged ckpt.pt is replaced too."""
+    state (the cut save's, or the stop's right after it). A damaged ckpt.pt is replaced too, and a missing one
+    when last.pt records an evaluation; before the first (best_val_loss inf) there is none to keep, and sample.py
+    reads last.pt then (it was copied as "a save cut short"; a hunt)."""
     path = os.path.join(out_dir, CKPT_NAME)
     if not resumed.endswith(LAST_NAME):
         return
-    try:
-        behind = load_checkpoint(path, mmap=True).get("best_val_loss") != best_val_loss
-    except UserError:
-        behind = True
+    if not os.path.exists(path):
+        why = "was missing"
+        behind = math.isfinite(best_val_loss)
+    else:
+        why = f"was behind the best val loss of {resumed} (a save cut short)"
+        try:
+            behind = load_checkpoint(path, mmap=True).get("best_val_loss") != best_val_loss
+        except UserError:
+            why = "could not be read"
+            behind = True
     if behind:
         with atomic_path(path) as tmp:
             shutil.copyfile(resumed, tmp)
-        print(f"{path} was behind the best val loss of {resumed} (a save cut short): copied last.pt to it",
-              flush=True)
+        print(f"{path} {why}: copied last.pt to it", flush=True)
 
 
 def missing_folders(path):

@@ -3,6 +3,7 @@ Tiny models (2 layers, width 32, block 16) on a synthetic dataset: the whole fil
 import csv
 import dataclasses
 import json
+import math
 import os
 import shutil
 import signal
@@ -351,6 +352,26 @@ def test_best_val_loss_is_the_one_ckpt_pt_holds(tiny_train_config, monkeypatch, 
     # a run that saves nothing reports what it evaluated (it said "best val loss inf")
     for more in (dict(max_iters=0), dict(eval_only=True, init_from=os.path.join(out_dir, "ckpt.pt"))):
         assert run(dict(tiny_train_config, out_dir=out_dir + "-nothing", **more))["best_val_loss"] == 1.0
+
+
+def test_a_resume_before_any_evaluation_makes_no_ckpt_pt(tiny_train_config, capsys):
+    """A run stopped before its first saved evaluation has last.pt only, recording no val loss (inf). Its resume
+    copied last.pt to ckpt.pt "behind the best val loss (a save cut short)": neither was true, and that copy,
+    never evaluated, then stood before the newer last.pt for sample.py (a hunt). A missing ckpt.pt is copied only
+    when last.pt records an evaluation."""
+    out_dir = tiny_train_config["out_dir"]
+    run(tiny_train_config, callback=Recorder(stop_at=3))
+    assert load_checkpoint(os.path.join(out_dir, "last.pt"))["best_val_loss"] == math.inf
+    capsys.readouterr()
+    run(dict(tiny_train_config, init_from="resume", eval_only=True))   # saves nothing itself
+    assert "copied last.pt" not in capsys.readouterr().out
+    assert not os.path.exists(os.path.join(out_dir, "ckpt.pt"))
+    # last.pt of a best evaluation whose ckpt.pt is gone: copied, and said so
+    run(dict(tiny_train_config, init_from="resume", max_iters=10))
+    os.remove(os.path.join(out_dir, "ckpt.pt"))
+    run(dict(tiny_train_config, init_from="resume", eval_only=True))
+    assert "ckpt.pt was missing: copied last.pt to it" in capsys.readouterr().out
+    assert load_checkpoint(os.path.join(out_dir, "ckpt.pt"))["iter_num"] == 10
 
 
 def test_ctrl_c_saves_last_pt(tiny_train_config, capsys):
