@@ -381,7 +381,7 @@ def train(config, explicit=None, callback=None):
         # rank 0: the model's size, tokens per iteration, CPU notes
         run.dir.say_what_runs(run.raw_model, run.segments, run.first_batch, run.ctx)
         # out_dir, locked; Ctrl-C or SIGTERM: stop at the next iteration boundary
-        with run.dir, StopRequest(run.master, device, world) as stop:
+        with run.dir, StopRequest(run.master, world) as stop:
             end = train_loop(run, stop, callback)
             summary = run.dir.finish(run.raw_model, run.args, **end)   # loss.png, last line
             info = {k: v for k, v in summary.items() if k != "evals"}
@@ -428,7 +428,9 @@ def train_loop(run, stop, callback):
                 notify(run, callback, "eval", iter_num, row)
             if config["eval_only"] or last_iter:
                 break
-            if stop.requested:   # Ctrl-C or SIGTERM (under DDP: voted, below)
+            if run.ddp:   # all ranks stop at the same boundary
+                stop.vote()
+            if stop.requested:   # Ctrl-C or SIGTERM
                 stopped = True
                 break
 
@@ -471,8 +473,6 @@ def train_loop(run, stop, callback):
                 say(run, f"iter {it}: loss {last_train_loss:.4f}, lr {lr:.2e}, "
                     f"{row['ms_per_iter']:.2f} ms/iter, {row['tokens_per_s']:,.0f} tok/s, "
                     f"eta {row['eta']}")
-                if run.ddp:   # all ranks stop at the same boundary
-                    stop.vote()
             notify(run, callback, "iter", iter_num, dict(loss=loss, lr=lr))
     except KeyboardInterrupt:   # a second Ctrl-C, or one during an evaluation
         stopped = True

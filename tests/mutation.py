@@ -328,8 +328,8 @@ MUTANTS = [
            'self.write("\\n")',
            "tests/test_streaming.py -k ends_inside_a_character", every=False),
     Mutant("stop_vote_needs_every_rank", "safety_net/stop.py",
-           "        torch.distributed.all_reduce(votes)\n",
-           "        torch.distributed.all_reduce(votes, op=torch.distributed.ReduceOp.MIN)\n",
+           "        torch.distributed.all_reduce(votes, group=self.group)\n",
+           "        torch.distributed.all_reduce(votes, group=self.group, op=torch.distributed.ReduceOp.MIN)\n",
            "tests/test_ddp.py -k stops_both_at_the_same_boundary", every=False),
     Mutant("technique_lines_prints_the_line_after", "tools/technique_lines.py",
            "return [line for line in self.code if self.unit[line] in units]",
@@ -1166,6 +1166,14 @@ MUTANTS = [
            "    if not text.get(\"sha256\") and \"splits\" not in old:",
            "    if False:",
            "tests/test_nanogpt.py -k another_text", every=False),
+    Mutant("ckpt_copied_before_any_evaluation", "safety_net/run_dir.py",
+           "        behind = math.isfinite(best_val_loss)",
+           "        behind = True",
+           "tests/test_train.py -k resume_before_any_evaluation", every=False),
+    Mutant("ddp_stop_voted_at_log_lines_only", "train.py",
+           "            if run.ddp:   # all ranks stop at the same boundary\n",
+           '            if run.ddp and iter_num % config["log_interval"] == 0:\n',
+           "tests/test_ddp.py -k stops_both_at_the_same_boundary", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that
