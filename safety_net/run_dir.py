@@ -26,7 +26,7 @@ from safety_net.checkpoint import CKPT_NAME, LAST_NAME, load_checkpoint
 from safety_net.configurator import UserError
 from safety_net.fileio import LOCK_NAME, RUN_FILES, atomic_path, lock_dir, remove_stale_temp_files
 from safety_net.run_log import CsvLog, Speed, format_duration, plot_run
-from safety_net.runtime import busy_machine
+from safety_net.runtime import busy_machine, on_rank_zero
 from safety_net.wandb_log import WandbLog
 
 
@@ -139,6 +139,7 @@ class RunDir:
         self.resuming = config["init_from"] == "resume"
         # the iteration last.pt holds for this run (None: nothing saved yet)
         self.saved_iter = iter_num if self.resuming and ckpt["path"].endswith(LAST_NAME) else None
+        self.rank = rank
         self.master = rank == 0
         self.world = world
         self.ddp = world > 1
@@ -158,8 +159,10 @@ class RunDir:
         self.held = contextlib.ExitStack()
 
     def __enter__(self):
-        if not self.master:
-            return self
+        on_rank_zero(self.open, self.rank, self.world)
+        return self
+
+    def open(self):
         with contextlib.ExitStack() as held:
             made = missing_folders(self.path)
             held.enter_context(lock_dir(self.path))
@@ -182,7 +185,6 @@ class RunDir:
             self.csv_log = CsvLog(path, keep_before=keep_before, pending=pending)
             held.callback(self.csv_log.discard)   # also when the run fails before its first save
             self.held = held.pop_all()
-        return self
 
     def __exit__(self, *exc):
         self.held.close()

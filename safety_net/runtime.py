@@ -1,6 +1,7 @@
 """
 Where a model runs: the device (resolve_device), the dtype and its autocast, CPU threads and a note when other jobs
-keep the CPUs busy, seeds; torchrun's environment (distributed_env) and every RNG's state, which makes a resume
+keep the CPUs busy, seeds; torchrun's environment (distributed_env), a step rank 0 alone takes (on_rank_zero) and
+every RNG's state, which makes a resume
 exact (gather_rng_states, restore_rng).
 """
 
@@ -98,6 +99,24 @@ def distributed_env():
         return None
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     return rank, int(os.environ.get("LOCAL_RANK", rank)), world
+
+
+def on_rank_zero(step, rank, world):
+    """step() on rank 0 alone, the other DDP ranks waiting for it; when it fails (bad input, a lock held) they exit
+    1 quietly and rank 0 says why. They ended in the traceback of a collective whose peer had gone (a hunt)."""
+    error = None
+    if rank == 0:
+        try:
+            step()
+        except Exception as e:   # raised below, once the other ranks know
+            error = e
+    if world > 1:
+        failed = [error is not None]
+        torch.distributed.broadcast_object_list(failed, src=0)
+        if failed[0] and rank != 0:
+            raise SystemExit(1)
+    if error is not None:
+        raise error
 
 
 def rng_state(device):

@@ -10,6 +10,7 @@ What a training run starts from:
                        checkpoint's weights that fit
 """
 
+import functools
 import json
 import os
 import shlex
@@ -24,7 +25,7 @@ from safety_net.configurator import UserError
 from safety_net.dataset import (check_splits, default_data_dir, is_prepared, load_meta, read_segments, run_prepare,
                                 tokenizer_id)
 from safety_net.fileio import check_not_a_run_folder, check_out_dir, is_run_folder
-from safety_net.runtime import restore_rng
+from safety_net.runtime import on_rank_zero, restore_rng
 from safety_net.text_dataset import foreign_token_files
 from safety_net.tokenizers import gpt2_meta
 
@@ -73,14 +74,17 @@ def prepared_data(config, prepare, rank, world):
                         f"would write over them (fix: for nanoGPT's GPT-2 token files, its shakespeare or "
                         f"openwebtext, write their meta.json: echo '{meta}' > {path}; else prepare its text "
                         f"again: python prepare.py --input=TEXT_FILE --out_dir={data_dir} --force)")
-    if rank == 0 and not is_prepared(data_dir):
-        check_out_dir(data_dir, key="data_dir")   # as the user named it (prepare.py's own: --out_dir)
-        check_not_a_run_folder(data_dir, "data_dir", f"--data_dir=data/{dataset}, a folder of its own")
-        run_prepare(prepare, dataset, data_dir)
-    if world > 1:
-        torch.distributed.barrier()
+    on_rank_zero(functools.partial(prepare_once, prepare, dataset, data_dir), rank, world)
     meta = load_meta(data_dir)
     return data_dir, meta, tokenizer_id(meta)
+
+
+def prepare_once(prepare, dataset, data_dir):
+    if is_prepared(data_dir):
+        return
+    check_out_dir(data_dir, key="data_dir")   # as the user named it (prepare.py's own: --out_dir)
+    check_not_a_run_folder(data_dir, "data_dir", f"--data_dir=data/{dataset}, a folder of its own")
+    run_prepare(prepare, dataset, data_dir)
 
 
 def check_not_written_over(init_from, out_dir):

@@ -675,8 +675,8 @@ MUTANTS = [
            "                pass",
            "tests/test_train_faults.py -k new_out_dir_writes_no_log", every=False),
     Mutant("data_dir_file_named_out_dir", "safety_net/starting_point.py",
-           '        check_out_dir(data_dir, key="data_dir")',
-           "        pass",
+           '    check_out_dir(data_dir, key="data_dir")',
+           "    pass",
            "tests/test_train.py -k before_the_data", every=False),
     Mutant("a_refused_run_removes_the_folder", "safety_net/run_dir.py",
            "            made = missing_folders(self.path)\n"
@@ -1174,6 +1174,14 @@ MUTANTS = [
            "            if run.ddp:   # all ranks stop at the same boundary\n",
            '            if run.ddp and iter_num % config["log_interval"] == 0:\n',
            "tests/test_ddp.py -k stops_both_at_the_same_boundary", every=False),
+    Mutant("lock_refused_leaves_other_ranks_running", "safety_net/run_dir.py",
+           "        on_rank_zero(self.open, self.rank, self.world)\n",
+           "        if self.master:\n            self.open()\n",
+           "tests/test_ddp.py -k lock_refused_on_rank_0", every=False),
+    Mutant("prepare_failure_leaves_other_ranks_waiting", "safety_net/starting_point.py",
+           "    on_rank_zero(functools.partial(prepare_once, prepare, dataset, data_dir), rank, world)\n",
+           "    if rank == 0:\n        prepare_once(prepare, dataset, data_dir)\n    if world > 1:\n        torch.distributed.barrier()\n",
+           "tests/test_ddp.py -k bad_input_seen_by_rank_0", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

@@ -11,9 +11,10 @@ import sys
 import pytest
 import torch
 
-from conftest import ROOT
+from conftest import ROOT, hold_lock
 import train
 from safety_net.configurator import UserError
+from safety_net.run_dir import RunDir
 from test_train_arithmetic import seed_formula, tokens, windows
 
 WORKER = """
@@ -99,6 +100,54 @@ def test_ddp_accumulation_must_divide_by_world_size(tiny_train_config, monkeypat
         train.train({**train.DEFAULTS, **tiny_train_config, "gradient_accumulation_steps": 3})
     assert "divisible" in str(e.value) and "--gradient_accumulation_steps=2" in str(e.value)
 
+
+def test_ddp_bad_input_seen_by_rank_0_alone_is_its_one_line(tiny_train_config, tmp_path):
+    """Rank 0 alone prepares the data (and locks out_dir, below). When that failed, its line was printed, but
+    rank 1, waiting in a collective, ended in a traceback of the broken connection (a hunt); now it exits
+    quietly (safety_net/runtime.py's on_rank_zero)."""
+    cfg = dict(tiny_train_config, gradient_accumulation_steps=2, batch_size=2, max_iters=2,
+               data_dir=str(tmp_path / "afile"))
+    (tmp_path / "afile").write_text("hi")
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+               os.path.join(ROOT, "train.py")] + [f"--{k}={v}" for k, v in cfg.items()]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=240, env=env, cwd=str(tmp_path))
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    errors = [line for line in output.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "is a file" in errors[0], output[-3000:]
+    assert "[rank1]" not in output and "RuntimeError" not in output, output[-3000:]
+
+
+def test_a_lock_refused_on_rank_0_ends_the_other_ranks_quietly(tmp_path, monkeypatch):
+    """RunDir: rank 0 alone takes out_dir's lock. Refused, rank 0's line is the run's; the other ranks went on to
+    the first evaluation's all_reduce and ended in a traceback (a hunt). Now rank 0 tells them (a broadcast, stood
+    in for here) and they exit 1 quietly."""
+    told = []
+
+    def broadcast(objects, src):
+        if told:   # rank 1: hears rank 0's outcome
+            objects[0] = told[0][0]
+        else:      # rank 0: tells it
+            told.append(list(objects))
+
+    monkeypatch.setattr(torch.distributed, "broadcast_object_list", broadcast)
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    config = dict(train.DEFAULTS, out_dir=str(out_dir), device="cpu", dtype="float32")
+    holder = hold_lock(out_dir)
+    try:
+        with pytest.raises(UserError, match="another process"):
+            with RunDir(config, 0, None, 0, 2, torch.device("cpu")):
+                pass
+        assert told == [[True]]
+        with pytest.raises(SystemExit) as e:
+            with RunDir(config, 0, None, 1, 2, torch.device("cpu")):
+                pass
+        assert e.value.code == 1
+    finally:
+        holder.kill()
+        holder.wait()
 
 STOP_WORKER = """
 import json, os, signal, sys
