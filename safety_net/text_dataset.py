@@ -225,10 +225,12 @@ def write_dataset(out_dir, splits, meta, force=False):
     return True
 
 
-def holds_dataset(out_dir, splits, meta):
-    """Whether out_dir holds exactly this dataset: its meta.json, and each split's ids in its token file (a file of
-    the right size with other ids, or a meta.json under another name, is written again; a review)."""
-    if load_meta(out_dir) != meta:
+def holds_dataset(out_dir, splits, meta, ignore=()):
+    """Whether out_dir holds exactly this dataset: its meta.json (but the keys in `ignore`), and each split's ids in
+    its token file (a file of the right size with other ids, or a meta.json under another name, is written again;
+    a review)."""
+    old = load_meta(out_dir)
+    if {k: v for k, v in old.items() if k not in ignore} != {k: v for k, v in meta.items() if k not in ignore}:
         return False
     for split, ids in splits.items():
         path = os.path.join(out_dir, f"{split}.bin")

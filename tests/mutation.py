@@ -1182,6 +1182,10 @@ MUTANTS = [
            "    on_rank_zero(functools.partial(prepare_once, prepare, dataset, data_dir), rank, world)\n",
            "    if rank == 0:\n        prepare_once(prepare, dataset, data_dir)\n    if world > 1:\n        torch.distributed.barrier()\n",
            "tests/test_ddp.py -k bad_input_seen_by_rank_0", every=False),
+    Mutant('compact_report_change_rewrites_tokens', 'tools/pangu/compact_vocab.py',
+           'meta, ignore=REPORT_KEYS)',
+           'meta, ignore=())',
+           'tests/test_compact_vocab.py -k roundtrip', every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

@@ -88,7 +88,8 @@ def test_compact_shakespeare_roundtrip(tmp_path, monkeypatch, gpt2_file, gpt2_ra
     report = capsys.readouterr().out
     assert "top-k" in report and "PEHL = 2*V*d / (2*V*d + 12*n_layer*d^2)" in report
     # the same command again leaves the folder as it is (a run training on it reads train.bin at every batch:
-    # removing it killed the run, as prepare.py's did; a review); asked without its figure, it is written again
+    # removing it killed the run, as prepare.py's did; a review), and so do another report (--n_layer, --n_embd:
+    # meta.json's report follows them) and --no_plot: they wrote the folder anew (a hunt)
     names = ("meta.json", "train.bin", "val.bin", "coverage.png")
     for name in names:   # a link keeps each file's inode taken: a file written anew has another
         os.link(Path(out) / name, tmp_path / name)
@@ -96,10 +97,11 @@ def test_compact_shakespeare_roundtrip(tmp_path, monkeypatch, gpt2_file, gpt2_ra
                           plot=True)
     assert all(os.path.samefile(Path(out) / name, tmp_path / name) for name in names)
     assert f"{out} holds this dataset already: unchanged" in capsys.readouterr().out
-    compact_vocab.prepare("shakespeare", vocab_size=400, input_path=write_input(tmp_path), n_layer=6, n_embd=384,
+    compact_vocab.prepare("shakespeare", vocab_size=400, input_path=write_input(tmp_path), n_layer=2, n_embd=64,
                           plot=False)
-    assert not (Path(out) / "coverage.png").exists() and not os.path.samefile(Path(out) / "train.bin",
-                                                                             tmp_path / "train.bin")
+    assert all(os.path.samefile(Path(out) / name, tmp_path / name) for name in names[1:])
+    assert "its token files unchanged, its report updated" in capsys.readouterr().out
+    assert read_meta(out)["pehl"]["n_layer"] == 2
 
 
 def test_compact_meta_maps_every_token_to_its_gpt2_id(tmp_path, gpt2_file):

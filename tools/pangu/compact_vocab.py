@@ -28,6 +28,7 @@ import numpy as np
 
 from prepare import DATASETS, split_text
 from safety_net.configurator import UserError, run_command
+from safety_net.dataset import load_meta
 from safety_net.download import shakespeare_path
 from safety_net.fileio import atomic_open, check_not_a_run_folder, check_out_dir
 from safety_net.text_dataset import (begin_writing, check_dataset_name, check_long_enough, check_replace,
@@ -163,6 +164,10 @@ def compact_report(counts, kept_ids, vocab_size, n_layer, n_embd, plot_path=None
                      "compact": pehl(vocab_size, n_layer, n_embd)}}
 
 
+# meta.json's coverage / PEHL report (compact_report): of the options, not of the dataset
+REPORT_KEYS = ("coverage_topk", "kept_coverage", "pehl")
+
+
 def plot_coverage(counts, vocab_size, path):
     """Save the accumulative frequency of the top-k vocabulary (paper's Figure 2) as a PNG."""
     import matplotlib
@@ -220,11 +225,18 @@ def prepare_compact(out_dir, dataset, vocab_size, input_path, gpt2_ranks=None, n
             "text": text_record(input_path, text, val_fraction)}
     same = check_replace(out_dir, meta, force)
     print(report.getvalue(), end="")
-    # this very dataset (and its figure, or none as asked) left as it is: a run training on the folder reads
-    # train.bin at every batch, and removing it killed the run (prepare.py's rule; a review)
-    figure = os.path.exists(os.path.join(out_dir, "coverage.png")) == plot
-    if same and figure and holds_dataset(out_dir, {"train": train_ids, "val": val_ids}, meta):
-        print(f"{out_dir} holds this dataset already: unchanged")
+    # this very dataset's token files left as they are: a run training on the folder reads train.bin at every
+    # batch, and removing it killed the run (prepare.py's rule; a review). Only the report (--n_layer, --n_embd)
+    # and the figure follow the options (they took the token files with them; a hunt).
+    if same and holds_dataset(out_dir, {"train": train_ids, "val": val_ids}, meta, ignore=REPORT_KEYS):
+        figure = os.path.join(out_dir, "coverage.png")
+        if plot and not os.path.exists(figure):
+            plot_coverage(counts, vocab_size, figure)
+        if load_meta(out_dir) != meta:
+            write_meta(out_dir, meta)
+            print(f"{out_dir} holds this dataset already: its token files unchanged, its report updated")
+        else:
+            print(f"{out_dir} holds this dataset already: unchanged")
         return
     begin_writing(out_dir)
     if plot:
