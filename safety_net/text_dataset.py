@@ -295,6 +295,9 @@ def check_replace(out_dir, meta, force=False):
         same_text = old.get("splits") == meta["splits"]
     same_tokenizer = tokenizer_id(old) == tokenizer_id(meta)
     same_splits = old.get("splits") == meta["splits"]
+    # a compact vocabulary is chosen from the train split: another split changes it too ("another tokenizer"; a hunt)
+    resplit = text.get("val_fraction") != meta["text"]["val_fraction"]
+    same_kind = old.get("tokenizer") == meta["tokenizer"]
     if same_text and same_tokenizer and same_splits:
         return not force   # --force: written again
     if force:
@@ -303,9 +306,9 @@ def check_replace(out_dir, meta, force=False):
         what = "a text it does not record (nanoGPT's prepare.py, say), which may be this one"
     elif not same_text:
         what = "another text"
-    elif not same_tokenizer:
+    elif not same_tokenizer and not (resplit and same_kind):
         what = f"this text in another tokenizer ({old.get('tokenizer')})"
-    elif text.get("val_fraction") == meta["text"]["val_fraction"]:   # prepare.py before its split was exact
+    elif not resplit:   # prepare.py before its split was exact
         what = ("this text split a character early by an earlier prepare.py (floats): runs resumed on it would "
                 "evaluate on other text")
     else:

@@ -167,6 +167,10 @@ def test_same_text_and_split_as_prepare_py(tmp_path, gpt2_file):
         assert (tmp_path / "a" / f"{split}.bin").read_bytes() == (tmp_path / "b" / f"{split}.bin").read_bytes()
     assert read_meta(tmp_path / "a") == read_meta(tmp_path / "b")
     assert not (tmp_path / "a" / "coverage.png").exists()
+    # another split is named as such, though it changes the compact vocabulary too ("another tokenizer"; a hunt)
+    with pytest.raises(SystemExit, match="split otherwise"):
+        main(["shakespeare_v300", "--input", src, "--out_dir", str(tmp_path / "a"), "--no_plot",
+              "--val_fraction=0.2"])
 
 
 def test_dataset_names_and_sizes():
