@@ -189,7 +189,7 @@ def load_variant(name, fields=None):
     names = variants.available()
     listing = ", ".join(names) if names else "none found"
     if name not in names:
-        close = difflib.get_close_matches(name, names, n=1)
+        close = difflib.get_close_matches(str(name), names, n=1)   # --variants=1: a number (a hunt)
         hint = f"did you mean --variant={close[0]}? " if close else ""
         raise UserError(f"unknown variant '{name}' (fix: {hint}use one of: {listing})")
     try:

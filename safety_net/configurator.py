@@ -58,7 +58,7 @@ def load_config(defaults, argv, positional=None, one_item=()):
         raise SystemExit(0)
     config = dict(defaults)
     explicit = set()
-    files, overrides = _split_argv(argv)
+    files, overrides = _split_argv(argv, defaults)
     if positional is not None:
         if files:
             config[positional] = _positional_value(positional, files, defaults[positional])
@@ -178,7 +178,7 @@ def _asks_for_help(argv):
     return False
 
 
-def _split_argv(argv):
+def _split_argv(argv, defaults):
     files, overrides = [], []
     i = 0
     while i < len(argv):
@@ -190,6 +190,8 @@ def _split_argv(argv):
             else:
                 # `--key value`: the value is the next argument (it may itself start with '-', e.g. -1)
                 if i + 1 >= len(argv) or argv[i + 1].startswith("--"):
+                    # an unknown key is named as such first: its fix, a value, led to a second error (a hunt)
+                    _check_key(body.replace("-", "_"), defaults, source="on the command line")
                     raise UserError(f"missing value for --{body} (fix: write --{body}=VALUE or --{body} VALUE)")
                 key, text = body, argv[i + 1]
                 i += 1

@@ -518,7 +518,7 @@ MUTANTS = [
            "    target = init_from",
            "tests/test_faults.py -k own_out_dirs", every=False),
     Mutant("float_split_called_another_fraction", "safety_net/text_dataset.py",
-           '    elif text.get("val_fraction") == meta["text"]["val_fraction"]:',
+           "    elif not resplit:",
            "    elif False:",
            "tests/test_prepare.py -k fraction_asked", every=False),
     Mutant("default_start_hint_for_any_newline", "safety_net/tokenizers.py",
@@ -1186,6 +1186,18 @@ MUTANTS = [
            'meta, ignore=REPORT_KEYS)',
            'meta, ignore=())',
            'tests/test_compact_vocab.py -k roundtrip', every=False),
+    Mutant('variant_given_as_a_number', 'safety_net/build.py',
+           'difflib.get_close_matches(str(name), names, n=1)',
+           'difflib.get_close_matches(name, names, n=1)',
+           'tests/test_faults.py -k command_line_mistakes', every=False),
+    Mutant('unknown_bare_key_said_missing_value', 'safety_net/configurator.py',
+           '                    _check_key(body.replace("-", "_"), defaults, source="on the command line")\n',
+           '\n',
+           'tests/test_config.py -k missing_value', every=False),
+    Mutant('resplit_compact_called_another_tokenizer', 'safety_net/text_dataset.py',
+           'elif not same_tokenizer and not (resplit and same_kind):',
+           'elif not same_tokenizer:',
+           'tests/test_compact_vocab.py -k same_text_and_split', every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

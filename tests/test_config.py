@@ -72,6 +72,9 @@ def test_missing_value_and_bad_options():
         load_config(DEFAULTS, ["--batch_size", "--n_layer=2"])
     with pytest.raises(UserError, match="unknown option"):
         load_config(DEFAULTS, ["-x"])
+    # an unknown key without a value: unknown, with its hint ("missing value"'s fix led to a second error; a hunt)
+    with pytest.raises(UserError, match="unknown config key 'n_layers'.*did you mean --n_layer"):
+        load_config(DEFAULTS, ["--n_layers"])
 
 
 def test_config_file_then_overrides(tmp_path):

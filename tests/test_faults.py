@@ -401,6 +401,11 @@ def test_output_folder_that_is_a_file(finished, tmp_path, module, args):
     ("train", ["--init_from=Resume"], ["init_from 'Resume' does not exist", "did you mean --init_from=resume?"]),
     ("train", ["--init_from=gpt2-tiny"], ["one of: scratch, resume, gpt2, gpt2-medium"]),
     ("train", ["--variant=lgtp"], ["unknown variant 'lgtp'", "did you mean --variant=lgpt?"]),
+    # a list of names given as numbers: a TypeError traceback (a hunt)
+    ("tools.bench", ["--variants=1", "--dry_run"], ["unknown variant '1'"]),
+    ("tools.executorch.bench", ["--shapes=1"], ["unknown variant '1'"]),
+    # an unknown key without a value: "missing value", whose fix led to a second error (a hunt)
+    ("sample", ["--compile"], ["unknown config key 'compile'", "nanoGPT's sample.py key"]),
 ])
 
 def test_command_line_mistakes_are_one_line(module, args, words):
