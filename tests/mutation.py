@@ -1198,6 +1198,14 @@ MUTANTS = [
            'elif not same_tokenizer and not (resplit and same_kind):',
            'elif not same_tokenizer:',
            'tests/test_compact_vocab.py -k same_text_and_split', every=False),
+    Mutant('trace_width_halved_below_a_head', 'tools/technique_lines.py',
+           '    per_head = max(8, 2 ** halvings)',
+           '    per_head = 8',
+           'tests/test_technique_lines.py -k halved_more', every=False),
+    Mutant('train_settings_headed_as_if_they_applied', 'tools/technique_lines.py',
+           '    if unread:',
+           '    if False:',
+           'tests/test_technique_lines.py -k bad_input_is_one_line', every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

@@ -252,6 +252,9 @@ def test_lgpt_against_gpt_is_a_short_list(capsys):
     (["gpt", "--dtype=bfloat16", "--against=gpt"], ["dtype='float32'", "so --dtype would change nothing",
                                                     "fix: drop --dtype"]),
     (["gpt", "--max_iters=0", "--device=cuda"], ["--max_iters, --device would change nothing"]),
+    # was silent: train.py's other settings run no other line, and headed the file as if they did (a hunt)
+    (["gpt", "--learning_rate=0.5", "--wandb_project=zzz"], ["--wandb_project, --learning_rate: train.py's settings",
+                                                             "fix: drop --wandb_project, --learning_rate"]),
 ])
 def test_bad_input_is_one_line(args, words):
     one_error_line(technique_lines.main, args, *words)
@@ -260,6 +263,16 @@ def test_bad_input_is_one_line(args, words):
 def test_one_file_refuses_what_the_trace_sets_itself():
     from tools import one_file
     one_error_line(one_file.main, ["gpt", "--eval_only=True"], "--eval_only would change nothing")
+    one_error_line(one_file.main, ["gpt", "--seed=3", "--out=x.py"], "--seed: train.py's settings")
+
+
+def test_lgpt_halved_more_than_three_times_is_traced():
+    """The trace's width, 8 per head, halved 4 times (lgpt --n_layer=10) was 3 with 6 heads: refused, as if the
+    config were invalid (a hunt). Every halved width stays a multiple of n_head."""
+    config, explicit = technique_lines.load("lgpt", {"n_layer": 10})
+    args = technique_lines.small(config, explicit)
+    widths = model.GPTConfig(**args, vocab_size=65).widths()
+    assert len(set(widths)) == 5 and all(w % args["n_head"] == 0 for w in widths)
 
 
 def test_the_keys_the_trace_sets_itself_are_refused():

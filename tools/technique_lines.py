@@ -165,13 +165,21 @@ def load(target, overrides=None):
 def train_keys(config, explicit):
     """{key: value} of train.py's keys set on the command line, in train.py's order: the traced config's
     overrides. A key the trace sets itself (RUN, OWN) is refused in one line: it would not change what runs
-    (--data_dir, --out_dir and --vocab_size were dropped, and named in the header as if they applied; a hunt)."""
+    (--data_dir, --out_dir and --vocab_size were dropped, and named in the header as if they applied; a hunt); so
+    is every other key of train.py's own but --variant."""
     fixed = [key for key in (*RUN, *OWN) if key in explicit]
     if fixed:
         given = ", ".join(f"--{key}" for key in fixed)
         values = [f"{key}={RUN[key]!r}" if key in RUN else f"{key}: {OWN[key]}" for key in fixed]
         raise UserError(f"the trace runs one tiny CPU step of its own ({', '.join(values)}), "
                         f"so {given} would change nothing (fix: drop {given})")
+    # train.py's other settings (the optimizer, the schedule, logging, seed) run no other line of model.py: they
+    # were accepted, dropped, and named in the header as if they applied (a hunt)
+    unread = [key for key in train.TRAIN_DEFAULTS if key in explicit and key != "variant"]
+    if unread:
+        given = ", ".join(f"--{key}" for key in unread)
+        raise UserError(f"{given}: train.py's settings, which change no line of model.py that a config runs; "
+                        f"the variant and GPTConfig's fields choose them (fix: drop {given})")
     return {key: config[key] for key in train.DEFAULTS if key in explicit}
 
 
@@ -188,7 +196,8 @@ def small(config, explicit, small_layers=True):
     """The model's arguments (GPTConfig's defaults, the variant, the keys set) at a size where a step takes a
     moment, every flag kept: a large preset at its SMALL sizes, unless a key of them is set (they go together:
     SMALL's n_kv_head divides SMALL's n_head only) or small_layers is False (tools/one_file.py's second check);
-    every width at most 8 per head, block_size at most 32."""
+    every width at most 8 per head (the first more where lgpt/cgpt halve it more than 3 times), block_size at
+    most 32."""
     variant = config["variant"]
     if variant and variant not in variants.available():
         raise UserError(f"unknown variant '{variant}' (fix: one of {', '.join(variants.available())})")
@@ -198,7 +207,12 @@ def small(config, explicit, small_layers=True):
     if small_layers and not explicit & (set(sizes) - {"block_size", "vocab_size"}):
         args.update(sizes)   # the large presets' small sizes
     args.update({k: config[k] for k in explicit if k in args})
-    args.update(n_embd=min(args["n_embd"], 8 * args["n_head"]), block_size=min(args["block_size"], 32))
+    # every halved width (lgpt/cgpt) a multiple of n_head too: 8 per head left lgpt --n_layer=10 a width of 3 (a hunt)
+    halvings = 0
+    if args["shrink_every"]:
+        halvings = (args["n_layer"] // args["n_branches"] - 1) // args["shrink_every"]
+    per_head = max(8, 2 ** halvings)
+    args.update(n_embd=min(args["n_embd"], per_head * args["n_head"]), block_size=min(args["block_size"], 32))
     if args["mlp_hidden"]:
         args["mlp_hidden"] = min(args["mlp_hidden"], 4 * args["n_embd"])
     return {k: v for k, v in args.items() if k != "vocab_size"}   # the data's
