@@ -338,6 +338,22 @@ def test_config_from_refuses_another_configs_checkpoint():
     assert gpt.config_from(dataclasses.asdict(model.GPTConfig(**variants.load("gpt")))).n_layer == 6
 
 
+@pytest.mark.parametrize("preset", PRESETS)
+def test_a_preset_file_builds_its_own_defaults_and_refuses_a_none_it_has_no_code_for(preset):
+    """A field the file holds at a size the tool shrank (baseline's mlp_hidden), read by a condition the file left
+    out (`or mlp_ratio * width`), kept model.py's None default: GPTConfig() and a checkpoint's None ended in a
+    TypeError (a hunt). Such a field defaults to the config's value, and config_from refuses its None in one line."""
+    module = load_module(os.path.join(one_file.OUT_DIR, f"{preset}.py"), f"one_file_defaults_{preset}")
+    with torch.device("meta"):
+        module.GPT(module.GPTConfig())
+    args = dataclasses.asdict(model.GPTConfig(**variants.load(preset)))
+    for name in getattr(module, "NOT_NONE", ()):
+        assert getattr(module.GPTConfig(), name) == args[name]
+        with pytest.raises(ValueError, match=rf"^{name}=None, but this file needs a value"):
+            module.config_from(dict(args, **{name: None}))
+    module.config_from(args)
+
+
 def test_against_shows_what_one_technique_adds():
     """--against's diff (of the texts the preset test made): lgpt's shrink layers, and little else."""
     lgpt = made("lgpt")[0]

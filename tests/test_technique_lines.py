@@ -260,10 +260,11 @@ def test_bad_input_is_one_line(args, words):
     one_error_line(technique_lines.main, args, *words)
 
 
-def test_one_file_refuses_what_the_trace_sets_itself():
+def test_one_file_refuses_what_the_trace_sets_itself(tmp_path):
     from tools import one_file
     one_error_line(one_file.main, ["gpt", "--eval_only=True"], "--eval_only would change nothing")
-    one_error_line(one_file.main, ["gpt", "--seed=3", "--out=x.py"], "--seed: train.py's settings")
+    one_error_line(one_file.main, ["gpt", "--seed=3", f"--out={tmp_path / 'x.py'}"], "--seed: train.py's settings")
+    assert not (tmp_path / "x.py").exists()
 
 
 def test_lgpt_halved_more_than_three_times_is_traced():

@@ -38,7 +38,9 @@ next one it keeps in that section (lgpt: section 6's, above ConvShrink).
 
 GPTConfig keeps the fields kept code reads; the others, and those a removed condition read (`config.f`, or `f` of
 a `self.x = config.f` it read), are ASSUMED at the values it ran with (a field it holds at one value only has
-that value as its default); `config_from(model_args)` checks a checkpoint's model_args against them (one
+that value as its default). A field it holds but traced at a size the tool shrank stays free, except where a
+removed condition read it against model.py's None (baseline's `mlp_hidden or mlp_ratio * width`): NOT_NONE, its
+default the config's value. `config_from(model_args)` checks a checkpoint's model_args against them (one
 ValueError naming the field) and builds the file's GPTConfig from the others. Both close the file, after the model.
 
 Checked: before printing or writing, the command builds model.py's GPT and the file's from one checkpoint at the
@@ -301,6 +303,7 @@ class Specialiser:
                 self.tables[node.targets[0].id] = {k.value: v for k, v in zip(node.value.keys, node.value.values)}
         self.assumed_by = set()
         self.pinned = {}   # GPTConfig fields held at one value only: name -> that value
+        self.needs_value = {}   # GPTConfig fields held free but never None: name -> the config's value
         self.defaults = {f.name: f.default for f in dataclasses.fields(GPTConfig)}
         self.folded = set()   # the fields of value 1 folded away (x * n_branches: x)
         self.words_off = None   # the words of the techniques the config has off (words_off)
@@ -561,19 +564,29 @@ class Specialiser:
 
     def field(self, stmt):
         """A class-level line; a GPTConfig field the file holds at one value only (ASSUMED) gets that value as
-        its default, and says so: GPTConfig() then builds a model this file runs."""
+        its default, and says so, as does one it needs set (NOT_NONE), the config's value: GPTConfig() then
+        builds a model this file runs."""
         line = self.lines[stmt.end_lineno - 1]
         name = stmt.target.id if isinstance(stmt, ast.AnnAssign) else None
-        if name not in self.pinned or stmt.value is None or stmt.lineno != stmt.end_lineno:
+        if stmt.value is None or stmt.lineno != stmt.end_lineno:
             return line
-        value = repr(self.pinned[name])
+        if name in self.pinned:
+            value = repr(self.pinned[name])
+            note = f"this file: {value} only"
+        elif name in self.needs_value:
+            value = repr(self.needs_value[name])
+            note = "this file: not None"
+        else:
+            return line
         start, end = self.col(stmt.lineno, stmt.value.col_offset), self.col(stmt.lineno, stmt.value.end_col_offset)
         code, _, comment = line[end:].partition("#")
-        kept = [part for part in comment.strip().split("; ") if part and "= off" not in part]   # "0 = off": not here
+        # "0 = off", "None: mlp_ratio * width": not here
+        kept = [part for part in comment.strip().split("; ") if part and "= off" not in part
+                and not part.startswith("None")]
         comment = "; ".join(kept) + "; " if kept else ""
         if not code:   # a line without a comment: two spaces before the new one (PEP 8)
             code = "  "
-        return f"{line[:start]}{value}{code}# {comment}this file: {value} only"
+        return f"{line[:start]}{value}{code}# {comment}{note}"
 
     def if_statement(self, node, shift, keyword, drop):
         """An if (keyword "if") or the elif of one (keyword "elif"): the arms that ran."""
@@ -1002,6 +1015,12 @@ def specialise(text, tracer, ran_args, full_args, header, pin=()):
                         f"assume them (fix: trace at the config's own sizes: add "
                         f"{' '.join(own_size_flags(ran_args, full_args))})")
     spec.pinned = {name: value for name, value in assumed.items() if name in held}
+    # held fields a removed condition read at a size the tool shrank: free, but set, as traced. model.py's None
+    # (mlp_hidden's `or mlp_ratio * width`) has no code here: GPTConfig() and a checkpoint's None ended in a
+    # TypeError (a hunt)
+    defaults = {f.name: f.default for f in dataclasses.fields(GPTConfig)}
+    spec.needs_value = {name: full_args[name] for name in sorted(tested & held) if name not in assumed
+                        and defaults[name] is None and ran_args[name] is not None}
     chunks = chunk_texts(spec, drop)
     imports = imports_needed(spec, chunks, drop)
     out = [header, ""] + imports
@@ -1009,7 +1028,7 @@ def specialise(text, tracer, ran_args, full_args, header, pin=()):
         out += ["", ""] + t.split("\n") if not t.startswith("\n") else t.split("\n")
     # last: what a reader of the model can skip
     title = "# --- This file only: GPTConfig from a checkpoint of model.py "
-    out += ["", "", title + "-" * (88 - len(title)), ""] + assumptions(assumed, held).split("\n")
+    out += ["", "", title + "-" * (88 - len(title)), ""] + assumptions(assumed, held, spec.needs_value).split("\n")
     return "\n".join(tidy(without_left_out_comments("\n".join(out), spec.words_off).split("\n"))) + "\n"
 
 
@@ -1239,23 +1258,36 @@ def imports_needed(spec, chunks, drop):
     return out
 
 
-def assumptions(assumed, held):
-    """ASSUMED, the values of the fields left out (and of those held that ran at one value only), and
-    config_from, which checks them."""
+def assumptions(assumed, held, needs_value=()):
+    """ASSUMED, the values of the fields left out (and of those held that ran at one value only), NOT_NONE, the
+    fields held that must be set (if any), and config_from, which checks them."""
     items = [f"{name!r}: {value!r}," for name, value in assumed.items()]   # one a line: a diff shows each
     checked = [n for n in assumed if n in held]
     note = (f"; those it holds but runs at one value only ({', '.join(checked)}, at that value in GPTConfig) too"
             if checked else "")
     comment = textwrap.wrap(f"model.py's GPTConfig fields this file leaves out{note}: the values it assumes", 96)
-    return ("\n".join("# " + line for line in comment) + "\n"
-            "ASSUMED = {\n" + "\n".join("    " + line for line in items) + "\n}\n\n\n"
+    text = ("\n".join("# " + line for line in comment) + "\n"
+            "ASSUMED = {\n" + "\n".join("    " + line for line in items) + "\n}\n")
+    check = ""
+    takes = "GPTConfig takes the others"
+    if needs_value:
+        takes = "those in NOT_NONE a value; GPTConfig\n    takes the others"
+        names = "".join(f"{name!r}, " for name in needs_value).rstrip(" ")
+        text += ("\n# model.py's fields this file holds but needs set: it has no code for their None\n"
+                 f"NOT_NONE = ({names})\n")
+        check = ("    for name in NOT_NONE:\n"
+                 "        if model_args.get(name) is None:\n"
+                 "            raise ValueError(f\"{name}=None, but this file needs a value \"\n"
+                 "                             f\"(fix: that config's file: python -m tools.one_file CONFIG)\")\n")
+    return (text + "\n\n"
             "def config_from(model_args):\n"
             '    """GPTConfig from a checkpoint\'s model_args (model.py\'s fields): those in\n'
-            '    ASSUMED must hold its values; GPTConfig takes the others."""\n'
+            f'    ASSUMED must hold its values; {takes}."""\n'
             "    for name, value in ASSUMED.items():\n"
             "        if model_args.get(name, value) != value:\n"
             "            raise ValueError(f\"{name}={model_args[name]!r}, but this file assumes {value!r} \"\n"
             "                             f\"(fix: that config's file: python -m tools.one_file CONFIG)\")\n"
+            + check +
             "    return GPTConfig(**{k: v for k, v in model_args.items() if k not in ASSUMED})")
 
 

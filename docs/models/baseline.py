@@ -31,7 +31,7 @@ class GPTConfig:
     dropout: float = 0.0
     bias: bool = True               # in Linears and norms (GPT-2: True, LLaMA: False)
     norm_eps: float = 1e-5
-    mlp_hidden: Optional[int] = None  # None: mlp_ratio * width
+    mlp_hidden: Optional[int] = 1536  # this file: not None
     head_bias: bool = False         # a bias on the head (000's code)
     init_std: float = 0.02
 
@@ -413,12 +413,20 @@ ASSUMED = {
     'tie_embeddings': False,
 }
 
+# model.py's fields this file holds but needs set: it has no code for their None
+NOT_NONE = ('mlp_hidden',)
+
 
 def config_from(model_args):
     """GPTConfig from a checkpoint's model_args (model.py's fields): those in
-    ASSUMED must hold its values; GPTConfig takes the others."""
+    ASSUMED must hold its values; those in NOT_NONE a value; GPTConfig
+    takes the others."""
     for name, value in ASSUMED.items():
         if model_args.get(name, value) != value:
             raise ValueError(f"{name}={model_args[name]!r}, but this file assumes {value!r} "
+                             f"(fix: that config's file: python -m tools.one_file CONFIG)")
+    for name in NOT_NONE:
+        if model_args.get(name) is None:
+            raise ValueError(f"{name}=None, but this file needs a value "
                              f"(fix: that config's file: python -m tools.one_file CONFIG)")
     return GPTConfig(**{k: v for k, v in model_args.items() if k not in ASSUMED})

@@ -32,8 +32,8 @@ class GPTConfig:
     norm_eps: float = 1e-5
     rope_base: float = 10000.0
     # --- GQA (000 2.5): key/value heads, dividing n_head; None = n_head ---
-    n_kv_head: Optional[int] = None
-    mlp_hidden: Optional[int] = None  # None: mlp_ratio * width
+    n_kv_head: Optional[int] = 3  # this file: not None
+    mlp_hidden: Optional[int] = 1536  # this file: not None
     init_std: float = 0.02
 
     def widths(self):
@@ -429,12 +429,20 @@ ASSUMED = {
     'tie_embeddings': True,
 }
 
+# model.py's fields this file holds but needs set: it has no code for their None
+NOT_NONE = ('mlp_hidden', 'n_kv_head',)
+
 
 def config_from(model_args):
     """GPTConfig from a checkpoint's model_args (model.py's fields): those in
-    ASSUMED must hold its values; GPTConfig takes the others."""
+    ASSUMED must hold its values; those in NOT_NONE a value; GPTConfig
+    takes the others."""
     for name, value in ASSUMED.items():
         if model_args.get(name, value) != value:
             raise ValueError(f"{name}={model_args[name]!r}, but this file assumes {value!r} "
+                             f"(fix: that config's file: python -m tools.one_file CONFIG)")
+    for name in NOT_NONE:
+        if model_args.get(name) is None:
+            raise ValueError(f"{name}=None, but this file needs a value "
                              f"(fix: that config's file: python -m tools.one_file CONFIG)")
     return GPTConfig(**{k: v for k, v in model_args.items() if k not in ASSUMED})
