@@ -1210,6 +1210,10 @@ MUTANTS = [
            "                        and defaults[name] is None and ran_args[name] is not None}",
            "                        and False}",
            "tests/test_one_file.py -k 'up_to_date and baseline'", every=False),
+    Mutant("inherit_out_dir_linked_to_its_source", "tools/pangu/inherit.py",
+           '    if os.path.realpath(os.path.dirname(ckpt["path"])) == os.path.realpath(opts["out_dir"]):',
+           '    if os.path.abspath(os.path.dirname(ckpt["path"])) == os.path.abspath(opts["out_dir"]):',
+           "tests/test_pangu.py -k linked_to_its_source", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

@@ -547,6 +547,20 @@ def test_inherit_run_again_replaces_its_own_earlier_output(big, tmp_path):
     assert first["neurons"] != again["neurons"] == "l2"
 
 
+def test_inherit_refuses_an_out_dir_linked_to_its_source(big, tmp_path):
+    """An inherit's output inherited again into a link to its own folder replaced the source checkpoint: the
+    folders were compared by their paths, not where they lead (a hunt)."""
+    out_dir, _, _ = big
+    small = tmp_path / "small"
+    inherit.main(small_args(small, out_dir))
+    link = tmp_path / "link"
+    link.symlink_to(small)
+    before = (small / "ckpt.pt").read_bytes()
+    with pytest.raises(SystemExit, match="is the source's folder"):
+        inherit.main(small_args(link, small))
+    assert (small / "ckpt.pt").read_bytes() == before
+
+
 def test_inherit_writes_out_dir_as_its_one_writer(big, tmp_path, monkeypatch):
     """inherit holds out_dir's lock (lock_dir) while it writes: another writer's lock refuses it, and a checkpoint
     that another run put there during the work is not replaced."""

@@ -65,7 +65,7 @@ the selected layers".
 4. A compact vocabulary. PanGu-pi-1B Pro (48k tokenizer, 2.1 and 5) inherits from PanGu-pi-7B (100,883
    tokens, 2.1); how the embedding rows are carried over the paper does not say. Ours, by token identity:
    --target_data_dir=<dataset made by `python -m tools.pangu.compact_vocab ... --vocab_size K`>. Its meta.json
-   lists the GPT-2 id of every compact token (gpt2_ids; the last token is <|endoftext|>); row i of the small
+   lists the GPT-2 id of every compact token but the last, <|endoftext|> (gpt2_ids); row i of the small
    model's token embedding (and untied head) is the source's row of the same GPT-2 token. Works from a GPT-2
    vocabulary or any compact one that holds the target's tokens; a target token the source lacks is an error.
    The output records the target dataset, so sample.py uses the compact tokenizer with it (pass
@@ -788,7 +788,8 @@ def run(opts):
         torch.set_num_threads(opts["num_threads"])
     refuse_hf_folder(opts["init_from"])
     model, ckpt = load_model(opts["init_from"], "cpu")
-    if os.path.abspath(os.path.dirname(ckpt["path"])) == os.path.abspath(opts["out_dir"]):
+    # realpath: an --out_dir linked to the source's folder replaced its checkpoint (a hunt)
+    if os.path.realpath(os.path.dirname(ckpt["path"])) == os.path.realpath(opts["out_dir"]):
         raise UserError(f"--out_dir={opts['out_dir']} is the source's folder (fix: pick a new --out_dir)")
     refuse_used_out_dir(opts["out_dir"])   # now, not after the work
     src = model.config
@@ -840,7 +841,8 @@ def report(big, small, plan, batches):
     print(f"small:  {s.n_layer} layers, n_embd {s.n_embd}, {s.n_head} heads ({kv_heads(s)} kv), FFN {ffn_hidden(s)}, "
           f"{small.get_num_params(False) / 1e6:.3f}M params; source layers kept: {plan.layers}")
     if plan.kv_pool > 1:
-        print(f"kv heads: every {plan.kv_pool} kept kv heads mean-pooled into one (MHA -> GQA)")
+        print(f"kv heads: every {plan.kv_pool} kept kv heads mean-pooled into one "
+              f"({'MHA' if kv_heads(c) == c.n_head else 'GQA'} -> GQA)")   # from GQA too: not "MHA" (a hunt)
     if plan.vocab is not None:
         print(f"vocabulary: {c.vocab_size} -> {s.vocab_size} tokens (rows picked by GPT-2 id)")
     if batches:
