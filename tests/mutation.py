@@ -1214,6 +1214,10 @@ MUTANTS = [
            '    if os.path.realpath(os.path.dirname(ckpt["path"])) == os.path.realpath(opts["out_dir"]):',
            '    if os.path.abspath(os.path.dirname(ckpt["path"])) == os.path.abspath(opts["out_dir"]):',
            "tests/test_pangu.py -k linked_to_its_source", every=False),
+    Mutant('bench_infer_takes_max_step_seconds', 'tools/bench.py',
+           '    "max_step_seconds": ("train", "memory"),',
+           '    "max_step_seconds": ("train", "memory", "infer"),',
+           'tests/test_train_faults.py -k bench_refuses', every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

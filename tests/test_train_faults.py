@@ -652,7 +652,8 @@ def test_bench_refuses_a_key_that_no_chosen_measure_reads():
     """--measure=infer took --compile, --optimizer_step=False and --gen_tokens and changed nothing (a hunt)."""
     from tools import bench
     for key, measure in (("--compile", "infer"), ("--optimizer_step=False", "sample"), ("--gen_tokens=3", "infer"),
-                         ("--batch_size=2", "decode"), ("--seq_lens=8", "sample")):
+                         ("--batch_size=2", "decode"), ("--seq_lens=8", "sample"), ("--repeats=99", "sample"),
+                         ("--warmup=50", "sample"), ("--max_step_seconds=1e-6", "infer")):
         with pytest.raises(UserError, match=f"changes nothing in --measure={measure}"):
             bench.parse([f"--measure={measure}", key, "--dry_run"])
     cfg, _ = bench.parse(["--measure=train", "--compile", "--batch_size=2", "--seq_lens=8", "--dry_run"])

@@ -38,9 +38,10 @@ Measurements (--measure, comma list):
           (--num_threads=1; equal to the wall time of an idle machine, and not inflated by other jobs),
           else in wall time. With --compile also the compiled static-cache step (tools/fast_sample.py,
           its default --compile_mode=frozen).
-Warm-up iterations (--warmup) are not timed; each figure is the median of --repeats timed runs.
-Sequence lengths above a model's block_size are skipped; on CUDA an out-of-memory length is reported
-as OOM; on CPU longer lengths are skipped once one step takes more than --max_step_seconds.
+Warm-up iterations (--warmup) are not timed; each figure is the median of --repeats timed runs (sample:
+one warm-up, then --sample_repeats runs). Sequence lengths above a model's block_size are skipped; on
+CUDA an out-of-memory length is reported as OOM; on CPU longer lengths are skipped once one train step
+takes more than --max_step_seconds. A key no chosen --measure reads is refused (READ_BY).
 
 Peak memory is tensor memory only (no Python objects, allocator caching or process RSS): on CUDA
 torch.cuda.max_memory_allocated(); on a CPU the tensors alive when the step starts plus the highest running
@@ -105,7 +106,9 @@ READ_BY = {
     "optimizer_step": ("train", "memory"),
     "batch_size": ("train", "memory"),
     "seq_lens": ("train", "memory", "infer"),
-    "max_step_seconds": ("train", "memory", "infer"),
+    "max_step_seconds": ("train", "memory"),   # a train step's time decides (infer took it; a hunt)
+    "warmup": ("train", "memory", "infer", "decode"),   # sample: one warm-up, sample_repeats runs (a hunt)
+    "repeats": ("train", "memory", "infer", "decode"),
     "infer_batch": ("infer", "memory"),
     "decode_steps": ("infer", "memory"),
     "gen_tokens": ("sample", "decode"),
