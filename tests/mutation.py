@@ -1218,6 +1218,10 @@ MUTANTS = [
            '    "max_step_seconds": ("train", "memory"),',
            '    "max_step_seconds": ("train", "memory", "infer"),',
            'tests/test_train_faults.py -k bench_refuses', every=False),
+    Mutant('alphas_drawn_for_seed_1_only', 'tools/paper000_summary.py',
+           '        if r["alphas"] and (r["name"] not in lowest or r["seed"] < lowest[r["name"]]["seed"]):',
+           '        if r["alphas"] and r["seed"] == 1:',
+           'tests/test_compare.py -k paper000_summary', every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

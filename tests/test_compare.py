@@ -581,12 +581,14 @@ def test_the_setup_line_gives_the_schedule_the_runs_use():
 
 def test_paper000_summary_refuses_an_unknown_reference_before_its_figures(tiny_train_config, tmp_path, capsys):
     """--reference=<a typo> replaced the figures (by default results/paper000_cpu's), then ended in a StopIteration
-    traceback (a hunt): one line first; a known one writes them and its table."""
+    traceback (a hunt): one line first; a known one writes them and its table. alphas.png came only from runs of
+    seed 1 (a hunt): here seed 2's."""
     from conftest import one_error_line
     from tools import paper000_summary
     runs = tmp_path / "runs"
     for name in ("small", "big"):
-        cfg = dict(tiny_train_config, out_dir=str(runs / f"{name}-s1"), n_layer=1 if name == "small" else 2)
+        cfg = dict(tiny_train_config, out_dir=str(runs / f"{name}-s2"), n_layer=1 if name == "small" else 2,
+                   enhanced_residual=name == "big")
         train.train({**train.DEFAULTS, **cfg}, explicit=set(cfg))
     plots = tmp_path / "plots"
     one_error_line(paper000_summary.main, [f"--runs={runs}", f"--plot_dir={plots}", "--reference=smal"],
@@ -595,6 +597,7 @@ def test_paper000_summary_refuses_an_unknown_reference_before_its_figures(tiny_t
     capsys.readouterr()
     paper000_summary.main([f"--runs={runs}", f"--plot_dir={plots}", "--reference=small"])
     assert "| big |" in capsys.readouterr().out and (plots / "loss_curves.png").exists()
+    assert (plots / "alphas.png").exists()
 
 
 def test_samples_draw_only_the_tokenizers_ids(tmp_path):
