@@ -891,8 +891,8 @@ MUTANTS = [
            "    need(True,",
            "tests/test_compare.py -k seeds_and_custom_variants_on_the_command_line", every=False),
     Mutant("compare_report_states_one_models_settings", "tools/compare.py",
-           "    values = {r[\"name\"]: r[key] for r in rows}",
-           "    values = {r[\"name\"]: r[key] for r in rows[:1]}",
+           "isinstance(r[key], float) else r[key] for r in rows}",
+           "isinstance(r[key], float) else r[key] for r in rows[:1]}",
            "tests/test_compare.py -k setup_line", every=False),
     Mutant("resume_trusts_a_ckpt_pt_left_behind", "safety_net/run_dir.py",
            "        behind = load_checkpoint(path, mmap=True).get(\"best_val_loss\") != best_val_loss",
@@ -1222,6 +1222,10 @@ MUTANTS = [
            '        if r["alphas"] and (r["name"] not in lowest or r["seed"] < lowest[r["name"]]["seed"]):',
            '        if r["alphas"] and r["seed"] == 1:',
            'tests/test_compare.py -k paper000_summary', every=False),
+    Mutant('results_md_states_the_configs_lr_for_all', 'tools/compare.py',
+           "AdamW lr {each(rows, 'learning_rate')}",
+           "AdamW lr {config['learning_rate']:g}",
+           'tests/test_compare.py -k setup_line', every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

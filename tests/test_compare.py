@@ -423,8 +423,8 @@ def test_run_row_counts_the_compute_of_every_iteration_trained():
     import dataclasses
     from types import SimpleNamespace
     from model import GPTConfig
-    run = SimpleNamespace(name="x", config=dict(batch_size=4, gradient_accumulation_steps=2, max_iters=6, eval_interval=3,
-                                                 eval_iters=2), seed=1)
+    run = SimpleNamespace(name="x", config=dict(train.DEFAULTS, batch_size=4, gradient_accumulation_steps=2, max_iters=6,
+                                                 eval_interval=3, eval_iters=2), seed=1)
     args = dataclasses.asdict(GPTConfig(n_layer=1, n_head=1, n_embd=8, block_size=8, vocab_size=16))
     entry = dict(summary=dict(model_args=args, iter_num=6, best_val_loss=1.0),
                  report=dict(params=1, weights_fp32_bytes=4, ckpt_bytes=8))
@@ -565,9 +565,9 @@ def test_a_finished_run_from_before_a_field_differs_when_the_field_is_set():
 
 def test_the_setup_line_gives_the_schedule_the_runs_use():
     """warmup_iters, min_lr and lr_decay_iters left None are filled as train.py fills them (it said "warmup None")."""
-    config = dict(compare.defaults(), max_iters=20, learning_rate=1e-3, variants=["gpt"])
-    gpt = dict(name="gpt", block_size=256, max_iters=20, batch_size=4, gradient_accumulation_steps=1,
-               eval_interval=10, eval_iters=2)
+    config = dict(compare.defaults(), max_iters=20, learning_rate=1e-3, variants=["gpt"], batch_size=4,
+                  eval_interval=10, eval_iters=2)
+    gpt = dict(name="gpt", block_size=256, dropout=0.0, **compare.own_settings(config))
     line = compare.setup_line(config, [gpt], "cpu", "float32")
     assert "(warmup 2, cosine to 0.0001 at iteration 20)" in line and "None" not in line
     # each model's own settings: it stated the config's for every model, block_size 1024 where the presets used
@@ -577,6 +577,13 @@ def test_the_setup_line_gives_the_schedule_the_runs_use():
     line = compare.setup_line(config, [gpt, tiny], "cpu", "float32")
     assert "20 iterations of (gpt: 4; tiny: 8) x (gpt: 256; tiny: 16) tokens" in line
     assert "evaluation every (gpt: 10; tiny: 5) iterations on 2 fixed batches" in line
+    # a custom variant's lr, schedule and dataset, stated as the config's (a hunt)
+    fast = dict(gpt, name="fast", **compare.own_settings(dict(config, learning_rate=4e-3, min_lr=4e-4,
+                                                                   dataset="shakespeare")))
+    line = compare.setup_line(config, [gpt, fast], "cpu", "float32")
+    assert "Dataset `(gpt: shakespeare_char; fast: shakespeare)`" in line
+    assert "AdamW lr (gpt: 0.001; fast: 0.004) (warmup 2, cosine to (gpt: 0.0001; fast: 0.0004)" in line
+    assert compare.custom_text("none", {"variant": "efficio"}) == "none = efficio"   # it said "efficio with ;"
 
 
 def test_paper000_summary_refuses_an_unknown_reference_before_its_figures(tiny_train_config, tmp_path, capsys):

@@ -671,7 +671,7 @@ def run_row(run, entry, log):
         best_iter=best.get("iter"), iters=s.get("iter_num"), train_time_s=s.get("train_time_total_s", s.get("train_time_s")),
         train_ms_per_iter=s.get("ms_per_iter"), train_tokens_per_s=s.get("tokens_per_s"),
         final_train_loss=s.get("final_train_loss"), model=describe(s["model_args"]),
-        block_size=s["model_args"]["block_size"], **{k: run.config[k] for k in OWN_SETTINGS},
+        block_size=s["model_args"]["block_size"], dropout=s["model_args"]["dropout"], **own_settings(run.config),
         flops_per_token=flops, flops_per_iter=per_iter, train_flops=per_iter * s["iter_num"],
         seed=run.seed,
     )
@@ -696,15 +696,24 @@ def md_table(header, body, left=1):
     return "\n".join(lines)
 
 
-# the run settings results.md states, each run's own (a custom variant's batch, a preset's block_size)
-OWN_SETTINGS = ("max_iters", "batch_size", "gradient_accumulation_steps", "eval_interval", "eval_iters")
+# the run settings results.md states, each run's own (a custom variant's batch, a preset's block_size; its lr,
+# schedule and dataset were stated as the config's for every model: hunts)
+OWN_SETTINGS = ("max_iters", "batch_size", "gradient_accumulation_steps", "eval_interval", "eval_iters",
+                "learning_rate", "warmup_iters", "min_lr", "lr_decay_iters", "weight_decay")
+
+
+def own_settings(run_config):
+    """One run's OWN_SETTINGS, its schedule filled as train.py fills it, and its dataset."""
+    settings = dict(run_config)
+    train.fill_schedule(settings)
+    return dict({k: settings[k] for k in OWN_SETTINGS}, dataset=dataset_name(run_config))
 
 
 def each(rows, key):
     """A setting as results.md states it: its value when every model used the same, else each model's, as
     "(gpt: 256; tiny: 16)". It stated the config's for all: 1024 tokens where the presets used 256, a custom
     variant's own batches and evaluations as the others' (a hunt)."""
-    values = {r["name"]: r[key] for r in rows}
+    values = {r["name"]: format(r[key], "g") if isinstance(r[key], float) else r[key] for r in rows}
     if len(set(values.values())) == 1:
         return str(next(iter(values.values())))
     return "(" + "; ".join(f"{name}: {value}" for name, value in values.items()) + ")"
@@ -712,24 +721,28 @@ def each(rows, key):
 
 def setup_line(config, rows, device, dtype):
     seeds = config["seeds"]
-    schedule = dict(config)
-    train.fill_schedule(schedule)   # the warmup and min_lr the runs use, where left None
     accum = each(rows, "gradient_accumulation_steps")
-    line = (f"Dataset `{dataset_name(config)}`; every model: {each(rows, 'max_iters')} iterations of "
+    line = (f"Dataset `{each(rows, 'dataset')}`; every model: {each(rows, 'max_iters')} iterations of "
             f"{each(rows, 'batch_size')} x {each(rows, 'block_size')} tokens"
             + (f" x {accum} accumulation steps" if accum != "1" else "")
-            + f", AdamW lr {config['learning_rate']:g} (warmup {schedule['warmup_iters']}, cosine to "
-            f"{schedule['min_lr']:g} at iteration {schedule['lr_decay_iters']}), "
-            f"weight decay {config['weight_decay']:g}, dropout {config['dropout']:g}, "
+            + f", AdamW lr {each(rows, 'learning_rate')} (warmup {each(rows, 'warmup_iters')}, cosine to "
+            f"{each(rows, 'min_lr')} at iteration {each(rows, 'lr_decay_iters')}), "
+            f"weight decay {each(rows, 'weight_decay')}, dropout {each(rows, 'dropout')}, "
             + (f"seeds {', '.join(map(str, seeds))}" if seeds else f"seed {config['seed']}") + "; "
             f"evaluation every {each(rows, 'eval_interval')} iterations on {each(rows, 'eval_iters')} fixed "
             f"batches; device {device}, dtype {dtype}, torch {torch.__version__}.")
     custom = {n: k for n, k in config["custom_variants"].items() if n in config["variants"]}
     if custom:
         line += " Custom variants (these keys for that model only): " + "; ".join(
-            f"{n} = {k.get('variant', n)} with " + ", ".join(f"{key}={v!r}" for key, v in k.items() if key != "variant")
-            for n, k in custom.items()) + "."
+            custom_text(name, keys) for name, keys in custom.items()) + "."
     return line
+
+
+def custom_text(name, keys):
+    """'none = efficio', 'bs12 = gpt with max_iters=1600, ...': a custom variant as results.md names it (one with no
+    keys of its own read "none = efficio with ;")."""
+    own = ", ".join(f"{key}={value!r}" for key, value in keys.items() if key != "variant")
+    return f"{name} = {keys.get('variant', name)}" + (f" with {own}" if own else "")
 
 
 def seeds_note(config, rows):
