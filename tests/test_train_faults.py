@@ -618,7 +618,7 @@ def test_bench_out_to_a_missing_folder_fails_before_measuring(tmp_path):
     assert not out.parent.exists()
 
 
-def test_bench_out_refuses_a_file_it_did_not_write(tmp_path, monkeypatch):
+def test_bench_out_refuses_a_file_it_did_not_write(tmp_path, monkeypatch, capsys):
     """--out=README.md (or a .csv of one's own) was replaced by bench's tables without a word; a file bench wrote,
     or an empty one, is still replaced."""
     from tools import bench
@@ -635,6 +635,8 @@ def test_bench_out_refuses_a_file_it_did_not_write(tmp_path, monkeypatch):
     assert (tmp_path / "notes.md").read_text() == "# my notes\n"
     for name in ("old.md", "old.csv"):
         bench.main([f"--out={name}", "--dry_run"])   # its own file: accepted
+        # and left as it is, which a dry run said nothing of (a hunt)
+        assert f"--dry_run: nothing measured, {name} not written" in capsys.readouterr().out
 
 
 def test_bench_bad_input_is_a_user_error_turned_into_one_line_by_main():

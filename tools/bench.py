@@ -230,6 +230,8 @@ def run(cfg, explicit):
     head = header(cfg, entries, device, dtype)
     print(head, flush=True)
     if cfg["dry_run"]:
+        if cfg["out"]:   # checked, then silently not written (a hunt)
+            print(f"--dry_run: nothing measured, {cfg['out']} not written", flush=True)
         return
     rows, samples = [], []
     for entry in entries:
