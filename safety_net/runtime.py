@@ -1,8 +1,7 @@
 """
 Where a model runs: the device (resolve_device), the dtype and its autocast, CPU threads and a note when other jobs
 keep the CPUs busy, seeds; torchrun's environment (distributed_env), a step rank 0 alone takes (on_rank_zero) and
-every RNG's state, which makes a resume
-exact (gather_rng_states, restore_rng).
+every RNG's state, which makes a resume exact (gather_rng_states, restore_rng).
 """
 
 import contextlib
