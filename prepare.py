@@ -62,7 +62,7 @@ def prepare(dataset="", out_dir="", input_path="", tokenizer="",
     --input (notes.txt -> notes_char). Returns out_dir."""
     # checked: name, tokenizer, folder
     dataset, tokenizer, out_dir = check_text_dataset(
-        dataset, input_path, tokenizer, val_fraction, DATASETS, out_dir)
+        dataset, input_path, tokenizer, val_fraction, DATASETS, out_dir, gpt2_ranks)
     if dataset in DATASETS:
         input_path = shakespeare_path(out_dir, input_path)   # found, else downloaded
     text = read_text(input_path)   # UTF-8, not empty: else one line

@@ -97,13 +97,16 @@ def check_dataset_name(dataset):
                         f"and '-', e.g. mynotes_char)")
 
 
-def check_text_dataset(dataset, input_path, tokenizer, val_fraction, known, out_dir=None):
+def check_text_dataset(dataset, input_path, tokenizer, val_fraction, known, out_dir=None, gpt2_ranks=""):
     """prepare.py's (dataset name, tokenizer, out_dir: default data/<name>), or a one-line error: a val_fraction
     outside (0, 1), a tokenizer that is not char or gpt2, a tool's dataset, a name other than `known`
     ({tinyshakespeare's names: their tokenizer}) without --input, a name that is no plain folder name or that
-    names another tokenizer, an out_dir that is a file or not writable. Without a name, --input's file names it:
-    notes.txt -> notes_char (notes_gpt2 with --tokenizer=gpt2)."""
+    names another tokenizer, an out_dir that is a file or not writable, --gpt2_ranks for chars. Without a name,
+    --input's file names it: notes.txt -> notes_char (notes_gpt2 with --tokenizer=gpt2)."""
     dataset, tokenizer = dataset_and_tokenizer(dataset, input_path, tokenizer, val_fraction, known, out_dir)
+    if gpt2_ranks and tokenizer != "gpt2":   # read by GPT-2 BPE only: dropped without a word (a hunt)
+        raise UserError(f"--gpt2_ranks is GPT-2's vocabulary, but {dataset} is tokenized by {tokenizer} (fix: drop "
+                        f"--gpt2_ranks, or --tokenizer=gpt2)")
     out_dir = out_dir or os.path.join("data", dataset)
     check_out_dir(out_dir)
     check_not_a_run_folder(out_dir, "out_dir", f"--out_dir=data/{dataset}, a folder of its own")

@@ -1226,6 +1226,10 @@ MUTANTS = [
            "AdamW lr {each(rows, 'learning_rate')}",
            "AdamW lr {config['learning_rate']:g}",
            'tests/test_compare.py -k setup_line', every=False),
+    Mutant('gpt2_ranks_dropped_for_chars', 'safety_net/text_dataset.py',
+           '    if gpt2_ranks and tokenizer != "gpt2":',
+           '    if False:',
+           'tests/test_faults.py -k command_line_mistakes', every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

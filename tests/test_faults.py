@@ -359,6 +359,9 @@ def test_output_folder_that_is_a_file(finished, tmp_path, module, args):
 @pytest.mark.parametrize("module,args,words", [
     ("prepare", [], ["no dataset named", "--input=YOUR_TEXT.txt"]),
     ("prepare", ["wikitext103"], ["(fix: python -m tools.wikitext103)"]),
+    # read by GPT-2 BPE only: a char dataset was written and the key dropped (a hunt)
+    ("prepare", ["shakespeare_char", "--gpt2_ranks=/nonexistent", "--out_dir=/proc/x"],
+     ["--gpt2_ranks is GPT-2's vocabulary", "tokenized by char", "--tokenizer=gpt2"]),
     ("tools.pangu.compact_vocab", ["shakespeare", "--vocab_size", "many"], ["--vocab_size", "many"]),
     ("tools.pangu.compact_vocab", ["shakespeare", "--vocab_size", "1024", "--n_layer", "-1"], ["--n_layer must be >= 1"]),
     ("tools.wikitext103", ["--vocab_size", "1024", "--n_embd", "0"], ["--n_embd must be >= 1"]),
