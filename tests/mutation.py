@@ -1230,6 +1230,10 @@ MUTANTS = [
            '    if gpt2_ranks and tokenizer != "gpt2":',
            '    if False:',
            'tests/test_faults.py -k command_line_mistakes', every=False),
+    Mutant('compare_custom_variant_left_out_silently', 'tools/compare.py',
+           '    if unlisted:   # defined, then left out without a word (a hunt); --variants may choose a subset',
+           '    if False:',
+           'tests/test_compare.py -k custom_variants_on_the_command_line', every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

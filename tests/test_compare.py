@@ -252,7 +252,7 @@ def test_noise_verdict_is_welchs_two_standard_errors():
     assert spread.noise_verdict(a, dict(loss=1.0, loss_std=None, n_seeds=1), "loss") is None   # no spread
 
 
-def test_seeds_and_custom_variants_on_the_command_line():
+def test_seeds_and_custom_variants_on_the_command_line(capsys):
     assert compare.parse(["--seeds=3", "--seed=7"])[0]["seeds"] == [7, 8, 9]
     assert compare.parse(["--seeds=5,1"])[0]["seeds"] == [5, 1]
     assert compare.parse([])[0]["seeds"] is None
@@ -264,6 +264,10 @@ def test_seeds_and_custom_variants_on_the_command_line():
                        ("--seeds=1000000000000", "at most 4294965959"), ("--seeds=[5, 4294967296]", "count or a list of seeds in")):
         with pytest.raises(UserError, match=match):
             compare.parse([bad])
+    capsys.readouterr()
+    # one defined but not listed was left out without a word (a hunt)
+    compare.parse(["--variants=gpt", "--custom_variants={'cgpt_k3': {'variant': 'cgpt', 'shrink_kernel': 3}}"])
+    assert "note: custom variants not in variants, not run: cgpt_k3" in capsys.readouterr().out
     with pytest.raises(UserError, match="out_dir, which is not a key"):
         compare.parse(["--custom_variants={'x': {'out_dir': 'y'}}"])
     with pytest.raises(UserError, match="unknown variant 'nope'"):

@@ -208,6 +208,9 @@ def check(config, explicit):
          "--seeds=N for seed .. seed + N - 1)")
     config["seeds"] = resolve_seeds(config["seeds"], config["seed"])
     check_custom_variants(config["custom_variants"])
+    unlisted = [name for name in config["custom_variants"] if name not in config["variants"]]
+    if unlisted:   # defined, then left out without a word (a hunt); --variants may choose a subset
+        print(f"note: custom variants not in variants, not run: {', '.join(unlisted)}", flush=True)
     for key in ("out_dir", "variant"):
         if key in explicit:
             print(f"note: {key} is ignored by compare.py: each variant of `variants` trains into "
