@@ -1207,7 +1207,7 @@ MUTANTS = [
            "    if False:",
            "tests/test_technique_lines.py -k bad_input_is_one_line", every=False),
     Mutant("one_file_keeps_a_none_it_has_no_code_for", "tools/one_file.py",
-           "                        and defaults[name] is None and ran_args[name] is not None}",
+           "                        and spec.defaults[name] is None and ran_args[name] is not None}",
            "                        and False}",
            "tests/test_one_file.py -k 'up_to_date and baseline'", every=False),
     Mutant("inherit_out_dir_linked_to_its_source", "tools/pangu/inherit.py",

@@ -1018,9 +1018,8 @@ def specialise(text, tracer, ran_args, full_args, header, pin=()):
     # held fields a removed condition read at a size the tool shrank: free, but set, as traced. model.py's None
     # (mlp_hidden's `or mlp_ratio * width`) has no code here: GPTConfig() and a checkpoint's None ended in a
     # TypeError (a hunt)
-    defaults = {f.name: f.default for f in dataclasses.fields(GPTConfig)}
     spec.needs_value = {name: full_args[name] for name in sorted(tested & held) if name not in assumed
-                        and defaults[name] is None and ran_args[name] is not None}
+                        and spec.defaults[name] is None and ran_args[name] is not None}
     chunks = chunk_texts(spec, drop)
     imports = imports_needed(spec, chunks, drop)
     out = [header, ""] + imports
@@ -1272,9 +1271,8 @@ def assumptions(assumed, held, needs_value=()):
     takes = "GPTConfig takes the others"
     if needs_value:
         takes = "those in NOT_NONE a value; GPTConfig\n    takes the others"
-        names = "".join(f"{name!r}, " for name in needs_value).rstrip(" ")
         text += ("\n# model.py's fields this file holds but needs set: it has no code for their None\n"
-                 f"NOT_NONE = ({names})\n")
+                 f"NOT_NONE = {tuple(needs_value)!r}\n")
         check = ("    for name in NOT_NONE:\n"
                  "        if model_args.get(name) is None:\n"
                  "            raise ValueError(f\"{name}=None, but this file needs a value \"\n"

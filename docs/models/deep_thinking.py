@@ -541,7 +541,7 @@ ASSUMED = {
 }
 
 # model.py's fields this file holds but needs set: it has no code for their None
-NOT_NONE = ('mlp_hidden', 'n_kv_head',)
+NOT_NONE = ('mlp_hidden', 'n_kv_head')
 
 
 def config_from(model_args):
