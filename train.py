@@ -378,8 +378,8 @@ def train(config, explicit=None, callback=None):
     try:
         run = setup(config, explicit, device, dtype, rank, world)
         run.dir = RunDir(config, run.start_iter, run.ckpt, rank, world, device)
-        # rank 0: the model's size, tokens per iteration, CPU notes
-        run.dir.say_what_runs(run.raw_model, run.segments, run.first_batch, run.ctx)
+        # rank 0: the model's size, tokens per iteration, notes (CPU time, unread keys)
+        run.dir.say_what_runs(run.raw_model, run.segments, run.first_batch, run.ctx, explicit)
         # out_dir, locked; Ctrl-C or SIGTERM: stop at the next iteration boundary
         with run.dir, StopRequest(run.master, world) as stop:
             end = train_loop(run, stop, callback)

@@ -46,12 +46,18 @@ def time_one_sequence(model, x, y, ctx):
     return time.time() - t0
 
 
-def notes_before_run(config, device, micro_steps, batch_size, time_one_sequence, start_iter=0):
-    """One line each, when they apply: every iteration falls in the warmup; the CPUs are busy; the run would take
-    over half an hour on this CPU (time_one_sequence(): the seconds of a forward+backward of one sequence), from
-    start_iter (a resume's: the iterations left; it counted all max_iters). --eval_only trains no iteration: one
-    evaluation."""
+def notes_before_run(config, device, micro_steps, batch_size, time_one_sequence, start_iter=0, explicit=()):
+    """One line each, when they apply: the schedule's keys the user set (explicit) are not read without decay_lr;
+    every iteration falls in the warmup; the CPUs are busy; the run would take over half an hour on this CPU
+    (time_one_sequence(): the seconds of a forward+backward of one sequence), from start_iter (a resume's: the
+    iterations left; it counted all max_iters). --eval_only trains no iteration: one evaluation."""
     iterations = 0 if config["eval_only"] else config["max_iters"]
+    # nanoGPT's get_lr reads none of them without decay_lr either, and says nothing (they were accepted and dropped)
+    unread = [key for key in ("warmup_iters", "lr_decay_iters", "min_lr") if key in explicit]
+    if not config["decay_lr"] and unread and iterations > 0:
+        print(f"note: decay_lr=False: the lr is {config['learning_rate']:g} throughout, and "
+              f"{', '.join(unread)} {'is' if len(unread) == 1 else 'are'} not read "
+              f"(fix: --decay_lr=True for the warmup and decay)", flush=True)
     if config["decay_lr"] and config["warmup_iters"] >= iterations > 0:   # e.g. a config shrunk by --max_iters
         print(f"note: all {iterations} iterations fall in the "
               f"{config['warmup_iters']}-iteration warmup, so the lr never reaches "
@@ -193,10 +199,10 @@ class RunDir:
         if self.master:
             print(message, flush=True)
 
-    def say_what_runs(self, model, segments, batch, ctx):
+    def say_what_runs(self, model, segments, batch, ctx, explicit=()):
         """Rank 0, before the loop: the model's size and depth, the tokens per iteration, the data_segments
-        in use, then notes_before_run's (a warmup longer than the run, busy CPUs, hours of CPU time, timed on
-        the first batch: `batch`, run under ctx)."""
+        in use, then notes_before_run's (schedule keys set but not read, a warmup longer than the run, busy CPUs,
+        hours of CPU time, timed on the first batch: `batch`, run under ctx; explicit: the keys the user set)."""
         if not self.master:
             return
         c = self.config
@@ -209,7 +215,7 @@ class RunDir:
               f"{c['batch_size']} batch x {c['block_size']} block); device {self.device}, dtype {c['dtype']}, "
               f"compile {c['compile']}", flush=True)
         probe = functools.partial(time_one_sequence, model, *batch, ctx)
-        notes_before_run(c, self.device, self.accum, c["batch_size"], probe, self.iter_num)
+        notes_before_run(c, self.device, self.accum, c["batch_size"], probe, self.iter_num, explicit)
 
     def start_clock(self, iter_num):
         """The loop starts at iter_num: elapsed_s counts from here, and the first speed window."""

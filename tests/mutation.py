@@ -1234,6 +1234,14 @@ MUTANTS = [
            '    if unlisted:   # defined, then left out without a word (a hunt); --variants may choose a subset',
            '    if False:',
            'tests/test_compare.py -k custom_variants_on_the_command_line', every=False),
+    Mutant('unread_schedule_keys_dropped_silently', 'safety_net/run_dir.py',
+           '    if not config["decay_lr"] and unread and iterations > 0:',
+           '    if False:',
+           'tests/test_train_faults.py -k schedule_keys_set_without_decay_lr', every=False),
+    Mutant('train_hands_no_explicit_keys_to_the_notes', 'train.py',
+           '        run.dir.say_what_runs(run.raw_model, run.segments, run.first_batch, run.ctx, explicit)',
+           '        run.dir.say_what_runs(run.raw_model, run.segments, run.first_batch, run.ctx)',
+           'tests/test_train_faults.py -k unread_schedule_note_reaches', every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

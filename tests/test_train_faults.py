@@ -685,3 +685,31 @@ def test_a_run_refused_the_lock_removes_nothing_of_the_folder(tmp_path, monkeypa
         with run_dir.RunDir(config, 0, None, 0, 1, torch.device("cpu")):
             pass
     assert os.listdir(out_dir) == [".lock"]
+
+
+def test_schedule_keys_set_without_decay_lr_get_a_note(capsys):
+    """decay_lr=False: the lr is learning_rate throughout, so a --warmup_iters, --lr_decay_iters or --min_lr the
+    user set was accepted and dropped without a word (as nanoGPT does). A note names each one set; none for the
+    filled defaults, with decay_lr, or for --eval_only (it trains nothing)."""
+    from safety_net.run_dir import notes_before_run
+    config = dict(decay_lr=False, learning_rate=1e-3, warmup_iters=100, lr_decay_iters=50, min_lr=1e-4,
+                  max_iters=50, eval_only=False)
+    not_a_cpu = torch.device("meta")   # the notes after this one time a CPU step
+    notes_before_run(config, not_a_cpu, 1, 1, None, explicit={"warmup_iters", "min_lr", "batch_size"})
+    out = capsys.readouterr().out
+    assert "note: decay_lr=False: the lr is 0.001 throughout, and warmup_iters, min_lr are not read" in out
+    assert "lr_decay_iters" not in out and "--decay_lr=True" in out
+    notes_before_run(config, not_a_cpu, 1, 1, None, explicit={"min_lr"})
+    assert "min_lr is not read" in capsys.readouterr().out
+    for quiet in (config, dict(config, eval_only=True)):
+        notes_before_run(quiet, not_a_cpu, 1, 1, None, explicit={"batch_size"} if quiet is config else {"min_lr"})
+        assert capsys.readouterr().out == ""
+    notes_before_run(dict(config, decay_lr=True, warmup_iters=5), not_a_cpu, 1, 1, None, explicit={"min_lr"})
+    assert "not read" not in capsys.readouterr().out
+
+
+def test_the_unread_schedule_note_reaches_a_real_run(tiny_train_config, capsys):
+    """train.py's command line hands say_what_runs the keys the user set."""
+    cfg = {k: v for k, v in tiny_train_config.items() if k not in ("lr_decay_iters", "min_lr")}
+    train.main(argv(dict(cfg, decay_lr=False, warmup_iters=3, max_iters=2, eval_interval=2)))
+    assert "note: decay_lr=False: the lr is 0.003 throughout, and warmup_iters is not read" in capsys.readouterr().out
