@@ -1242,6 +1242,14 @@ MUTANTS = [
            '        run.dir.say_what_runs(run.raw_model, run.segments, run.first_batch, run.ctx, explicit)',
            '        run.dir.say_what_runs(run.raw_model, run.segments, run.first_batch, run.ctx)',
            'tests/test_train_faults.py -k unread_schedule_note_reaches', every=False),
+    Mutant('eval_scores_a_split_named_twice', 'tools/eval.py',
+           '        if twice:   # it scored that split twice and printed two rows (a hunt)',
+           '        if False:',
+           'tests/test_eval.py -k eval_cli_in_process', every=False),
+    Mutant('eval_gpt2_ranks_accepted_for_any_tokenizer', 'tools/eval.py',
+           '    if isinstance(tok, BPETokenizer) and tok.enc.name == "gpt2":',
+           '    if True:',
+           'tests/test_eval.py -k "eval_cli_in_process or log_samples_writes"', every=True),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

@@ -195,6 +195,15 @@ def test_eval_cli_in_process(tmp_path, capsys):
     assert f"{r['nll_sum'] / 99:.4f}" in out
     with pytest.raises(SystemExit, match="split 'train' not found"):
         eval_script.main([f"--out_dir={tmp_path / 'out'}", "--device=cpu", "--splits=train"])
+    # a split named twice was scored twice, two rows; its fix, followed, scores each once (a hunt)
+    with pytest.raises(SystemExit, match=r"--splits names val twice \(fix: --splits=val,test\)"):
+        eval_script.main([f"--out_dir={tmp_path / 'out'}", "--device=cpu", "--splits=val,test,val"])
+    capsys.readouterr()
+    eval_script.main([f"--out_dir={tmp_path / 'out'}", "--device=cpu", "--splits=val,test"])
+    assert capsys.readouterr().out.count("| val |") == 1
+    # --gpt2_ranks on a char-level model was accepted and read by nothing (a hunt); its fix is to drop it
+    with pytest.raises(SystemExit, match="--gpt2_ranks is read only for a GPT-2 BPE vocabulary"):
+        eval_script.main([f"--out_dir={tmp_path / 'out'}", "--device=cpu", f"--gpt2_ranks={data_dir / 'meta.json'}"])
     # --num_threads, as sample.py's (it was an unknown key); the suite's one thread put back after
     threads = torch.get_num_threads()
     try:
@@ -282,6 +291,8 @@ def test_log_samples_writes_one_line_per_question(tmp_path, capsys):
     task = tmp_path / "task.jsonl"
     task.write_text("".join(json.dumps(d) + "\n" for d in docs))
     log = tmp_path / "items.jsonl"
+    with pytest.raises(SystemExit, match="--gpt2_ranks is read only for a GPT-2 BPE vocabulary"):   # char-level
+        evaluate.main([f"--out_dir={out}", f"--mc_file={task}", f"--gpt2_ranks={task}", "--device=cpu"])
     evaluate.main([f"--out_dir={out}", f"--mc_file={task}", f"--log_samples={log}", "--device=cpu"])
     printed = capsys.readouterr().out
     lines = [json.loads(line) for line in log.read_text().splitlines()]

@@ -55,6 +55,7 @@ from safety_net.configurator import UserError, run_command
 from safety_net.dataset import load_meta, resolve_data_dir
 from safety_net.dataset import load_tokenizer
 from safety_net.dataset import split_tokens
+from safety_net.tokenizers import BPETokenizer
 from safety_net.runtime import autocast, check_num_threads, resolve_device, resolve_dtype
 
 DEFAULTS = dict(
@@ -319,6 +320,7 @@ def run_multiple_choice(cfg, model, ckpt, info, block_size, device, dtype):
         tok = tokenizer_for(info)
     else:
         tok = load_tokenizer(data_dir_of(cfg, ckpt, info), ckpt)
+    check_ranks_read(cfg, tok)
     note = model.keep_heaviest_branch() if cfg["keep_heaviest_branch"] else ""   # pgpt: a note for the user
     if cfg["compile"]:   # it was ignored here (a hunt)
         model.compile()
@@ -341,12 +343,26 @@ def run_multiple_choice(cfg, model, ckpt, info, block_size, device, dtype):
 
 def choose_splits(splits, data_dir):
     if splits:
+        twice = sorted({s for s in splits if splits.count(s) > 1})
+        if twice:   # it scored that split twice and printed two rows (a hunt)
+            raise UserError(f"--splits names {twice[0]} twice (fix: --splits={','.join(dict.fromkeys(splits))})")
         for s in splits:
             if not os.path.isfile(os.path.join(data_dir, f"{s}.bin")):
                 raise UserError(f"split '{s}' not found: no {s}.bin in {data_dir} "
                                  f"(fix: --splits=val or prepare the dataset with that split)")
         return splits
     return [s for s in ("val", "test") if os.path.isfile(os.path.join(data_dir, f"{s}.bin"))]
+
+
+def check_ranks_read(cfg, tok):
+    """--gpt2_ranks builds GPT-2's own vocabulary only: with a char-level, compact or Hugging Face tokenizer it was
+    accepted and read by nothing (a hunt)."""
+    if not cfg["gpt2_ranks"]:
+        return
+    if isinstance(tok, BPETokenizer) and tok.enc.name == "gpt2":
+        return
+    raise UserError(f"--gpt2_ranks is read only for a GPT-2 BPE vocabulary, and this model's tokenizer is another "
+                    f"(fix: drop --gpt2_ranks)")
 
 
 def fmt(v, spec=".4f"):
@@ -439,7 +455,10 @@ def run_eval(cfg):
     try:
         tok = load_tokenizer(data_dir, ckpt)
     except UserError:
+        if cfg["gpt2_ranks"]:   # the ranks file named could not build it: say why
+            raise
         tok = None  # only needed to count words/bytes when meta.json lacks them
+    check_ranks_read(cfg, tok)
     note = model.keep_heaviest_branch() if cfg["keep_heaviest_branch"] else ""   # pgpt: a note for the user
     if cfg["compile"]:
         model.compile()
