@@ -106,6 +106,10 @@ def _check_run_settings(c, world):
         check_wandb()
     if c["variant"]:   # train.py then loads it with variants.load
         load_variant(c["variant"])
+    if c["allow_partial_init"] and c["init_from"] in ("scratch", "resume"):   # accepted and dropped (a hunt)
+        raise UserError(f"--allow_partial_init copies the fitting part of another checkpoint, and "
+                        f"--init_from={c['init_from']} copies none (fix: drop --allow_partial_init, or "
+                        f"--init_from=PATH of a checkpoint)")
     _need(c, c["dataset"] != "", "dataset", "a dataset name", "--dataset=shakespeare_char")
     _need(c, c["out_dir"] != "", "out_dir", "a folder", "--out_dir=out")
     check_out_dir(c["out_dir"])   # before the data is prepared

@@ -1250,6 +1250,10 @@ MUTANTS = [
            '    if isinstance(tok, BPETokenizer) and tok.enc.name == "gpt2":',
            '    if True:',
            'tests/test_eval.py -k "eval_cli_in_process or log_samples_writes"', every=True),
+    Mutant('allow_partial_init_dropped_for_scratch', 'safety_net/train_config.py',
+           '    if c["allow_partial_init"] and c["init_from"] in ("scratch", "resume"):   # accepted and dropped (a hunt)',
+           '    if False:',
+           'tests/test_train.py -k copies_matching_weights', every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

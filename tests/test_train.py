@@ -409,6 +409,12 @@ def test_init_from_checkpoint_path_copies_matching_weights(tiny_train_config, tm
     with pytest.raises(UserError, match="none of its"):
         run(wide)
     assert not os.path.exists(wide["out_dir"])
+    # a run that copies no checkpoint accepted the flag and dropped it (a hunt); refused, and its fix works
+    for init_from in ("scratch", "resume"):
+        with pytest.raises(UserError, match=f"--allow_partial_init .* --init_from={init_from} copies none"):
+            run(dict(grown, init_from=init_from, allow_partial_init=True))
+    assert not os.path.exists(grown["out_dir"])
+    assert run(dict(grown, init_from="scratch"))["iter_num"] == 0
 
 
 def test_train_builds_the_model_arguments_as_build_model_args_does(tiny_train_config, tmp_path):
