@@ -1103,7 +1103,7 @@ MUTANTS = [
            "",
            "tests/test_executorch.py -k deep_thinking_row", every=False),
     Mutant("device_bench_start_checked_after_the_exports", "tools/executorch/bench.py",
-           "    check_start(start, out_dirs, shapes, cfg[\"data_dir\"])\n",
+           "    check_start(start, out_dirs, shapes, data_dir)\n",
            "",
            "tests/test_executorch.py -k deep_thinking_row", every=False),
     Mutant("compare_samples_draw_padding_ids", "tools/compare.py",
@@ -1254,6 +1254,10 @@ MUTANTS = [
            '    if c["allow_partial_init"] and c["init_from"] in ("scratch", "resume"):   # accepted and dropped (a hunt)',
            '    if False:',
            'tests/test_train.py -k copies_matching_weights', every=False),
+    Mutant('executorch_bench_data_dir_dropped_for_checkpoints', 'tools/executorch/bench.py',
+           '    if cfg["data_dir"] and not shapes:   # accepted and read by nothing (a hunt)',
+           '    if False:',
+           'tests/test_executorch.py -k bench_deep_thinking_row', every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

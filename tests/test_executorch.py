@@ -535,6 +535,10 @@ def test_bench_deep_thinking_row(tmp_path, capsys, monkeypatch):
     gpt = write_char_checkpoint(tmp_path, model_at(tiny_preset("gpt")), CHARS, "gpt")
     one_error_line(bench.main, [f"--out_dirs={gpt}", f"--work_dir={tmp_path / 'b3'}", "--start=a~b"], "'~'")
     assert not (tmp_path / "b3").exists()
+    # --data_dir with checkpoints only was accepted and read by nothing (a hunt)
+    one_error_line(bench.main, [f"--out_dirs={gpt}", f"--work_dir={tmp_path / 'b3'}", f"--data_dir={tmp_path}"],
+                   "--data_dir gives --shapes their vocabulary", "drop --data_dir")
+    assert not (tmp_path / "b3").exists()
     # --shapes=gpt replaced a trained run's work_dir/gpt/ckpt.pt with the shape at its initialisation (a hunt)
     (tmp_path / "b4" / "gpt").mkdir(parents=True)
     (tmp_path / "b4" / "gpt" / "ckpt.pt").write_bytes((gpt / "ckpt.pt").read_bytes())

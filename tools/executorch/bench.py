@@ -40,7 +40,8 @@ from safety_net.configurator import UserError, run_command
 DEFAULTS = dict(
     shapes=[],              # llama_10m or presets of variants/, at their initialisation (a comma list)
     out_dirs=[],            # trained checkpoints, directories or .pt files (a comma list)
-    data_dir="data/shakespeare_char",   # the vocabulary of --shapes (python prepare.py shakespeare_char)
+    data_dir="",            # the vocabulary of --shapes; "" = data/shakespeare_char (python prepare.py
+                            # shakespeare_char); --out_dirs' checkpoints have their own
     work_dir="bench",       # where the checkpoints of --shapes, the programs and the GGUF files go
     num_threads=[1],        # thread counts, each a run of every runtime, e.g. --num_threads=1,2
     start="War is ",
@@ -286,6 +287,10 @@ def run(cfg):
     out_dirs = [str(d) for d in cfg["out_dirs"]]
     if not shapes and not out_dirs:
         raise UserError("no models (fix: --shapes=llama_10m,mobilellm_125m and/or --out_dirs=out)")
+    if cfg["data_dir"] and not shapes:   # accepted and read by nothing (a hunt)
+        raise UserError("--data_dir gives --shapes their vocabulary, and --out_dirs' checkpoints have their own "
+                        "(fix: drop --data_dir)")
+    data_dir = cfg["data_dir"] or "data/shakespeare_char"
     if importlib.util.find_spec("executorch") is None:
         raise UserError("executorch is not installed (fix: pip install -r requirements-dev.txt)")
     for shape in shapes:
@@ -293,10 +298,10 @@ def run(cfg):
             load_variant(shape)   # an unknown name: one line, before anything is written
         check_shape_folder(shape, cfg["work_dir"])
     check_out_dir(cfg["work_dir"], key="work_dir")   # a file, or not writable: one line, before any export
-    check_start(start, out_dirs, shapes, cfg["data_dir"])
+    check_start(start, out_dirs, shapes, data_dir)
     have_llamacpp = importlib.util.find_spec("llama_cpp") is not None
     os.makedirs(cfg["work_dir"], exist_ok=True)
-    out_dirs = [shape_checkpoint(s, cfg["data_dir"], cfg["work_dir"], cfg["reuse"]) for s in shapes] + out_dirs
+    out_dirs = [shape_checkpoint(s, data_dir, cfg["work_dir"], cfg["reuse"]) for s in shapes] + out_dirs
     header = ["model", "threads", *RUNTIMES, *(f"{slow} / {fast}" for slow, fast in RATIOS)]
     print(f"CPU: {cpu_model()}; torch {torch.__version__}\n")
     print("tokens/s (GB/s of weights) on that CPU; the last columns: how many times faster the second runtime is\n")
