@@ -1258,6 +1258,18 @@ MUTANTS = [
            '    if cfg["data_dir"] and not shapes:   # accepted and read by nothing (a hunt)',
            '    if False:',
            'tests/test_executorch.py -k bench_deep_thinking_row', every=False),
+    Mutant('compare_best_iter_counts_iteration_0', 'tools/compare.py',
+           '    rows = [r for r in rows if r["iter"] > 0] or rows\n',
+           '',
+           'tests/test_compare.py -k run_row_counts', every=False),
+    Mutant('paper000_best_val_counts_iteration_0', 'tools/paper000_summary.py',
+           '        trained = [r for r in evals if r["iter"] > 0] or evals',
+           '        trained = evals',
+           'tests/test_compare.py -k paper000_summary', every=False),
+    Mutant('eval_compile_times_said_to_be_compiled_speed', 'tools/eval.py',
+           "context left-truncated to {block_size} tokens{COMPILE_TIMED if cfg['compile'] else ''}",
+           "context left-truncated to {block_size} tokens",
+           'tests/test_eval.py -k compiles_when_asked', every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

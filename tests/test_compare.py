@@ -436,6 +436,10 @@ def test_run_row_counts_the_compute_of_every_iteration_trained():
     row = compare.run_row(run, entry, log)
     assert row["best_iter"] == 3 and row["flops_per_iter"] == row["flops_per_token"] * 4 * 2 * 8
     assert row["train_flops"] == 6 * row["flops_per_iter"]
+    # iteration 0, untrained, lower than every later one: train.py neither saves nor counts it, so ckpt.pt and
+    # best_val_loss are iteration 3's; "Best at iter" said 0 (a hunt)
+    log = dict(eval=[dict(iter=0, val_loss=0.5), dict(iter=3, val_loss=1.0), dict(iter=6, val_loss=1.2)])
+    assert compare.run_row(run, entry, log)["best_iter"] == 3
 
 
 def test_a_missing_starting_checkpoint_names_the_run_and_the_fix(char_data, tmp_path):
@@ -609,6 +613,16 @@ def test_paper000_summary_refuses_an_unknown_reference_before_its_figures(tiny_t
     paper000_summary.main([f"--runs={runs}", f"--plot_dir={plots}", "--reference=small"])
     assert "| big |" in capsys.readouterr().out and (plots / "loss_curves.png").exists()
     assert (plots / "alphas.png").exists()
+    # best val: as train.py's best_val_loss, without iteration 0's (counted there: a hunt), here made the lowest
+    log = runs / "small-s2" / "log.csv"
+    lines = log.read_text().splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("0,eval,"))
+    cells = lines[first].split(",")
+    lines[first] = ",".join(cells[:3] + ["0.001"] + cells[4:])
+    log.write_text("\n".join(lines) + "\n")
+    small = next(r for r in paper000_summary.load_runs(str(runs)) if r["name"] == "small")
+    ckpt = torch.load(runs / "small-s2" / "last.pt", weights_only=True)
+    assert small["best_val"] == pytest.approx(ckpt["best_val_loss"], rel=1e-5) and small["best_val"] > 1
 
 
 def test_samples_draw_only_the_tokenizers_ids(tmp_path):

@@ -189,7 +189,7 @@ def test_eval_cli_in_process(tmp_path, capsys):
                  "dataset": "syn", "data_dir": str(data_dir)}, str(tmp_path / "out" / "ckpt.pt"))
     eval_script.main([f"--out_dir={tmp_path / 'out'}", "--device=cpu", "--stride=3"])
     out = capsys.readouterr().out
-    assert "sliding window of 8 tokens, stride 3" in out
+    assert "sliding window of 8 tokens, stride 3" in out and "--compile" not in out
     assert "| val | 99 | 20 | 100 |" in out and "| test | 36 |" in out
     r = evaluate_split(m.eval(), np.fromfile(data_dir / "val.bin", dtype=np.uint16), BLOCK, 3)
     assert f"{r['nll_sum'] / 99:.4f}" in out
@@ -307,7 +307,7 @@ def test_log_samples_writes_one_line_per_question(tmp_path, capsys):
     assert f"| task.jsonl | 3 | {acc:.4f} ±" in printed and f"per-question results: {log}" in printed
 
 
-def test_multiple_choice_compiles_when_asked(tmp_path, monkeypatch):
+def test_multiple_choice_compiles_when_asked(tmp_path, monkeypatch, capsys):
     """--compile was accepted with --mc_file and nothing compiled (a hunt). The compile itself is stood in for."""
     from model import GPT
     from tools import eval as evaluate
@@ -319,6 +319,7 @@ def test_multiple_choice_compiles_when_asked(tmp_path, monkeypatch):
     monkeypatch.setattr(GPT, "compile", lambda model: compiled.append(model))
     evaluate.main([f"--out_dir={out}", f"--mc_file={task}", "--device=cpu", "--compile=True"])
     assert len(compiled) == 1
+    assert "--compile: the times include compiling" in capsys.readouterr().out   # not the compiled speed (a hunt)
 
 
 @pytest.mark.parametrize("args, words", [

@@ -648,8 +648,11 @@ def cell(row, key, spec, seeds):
 
 
 def best_eval(log):
-    """The eval row with the lowest val loss (the state saved as ckpt.pt)."""
+    """The eval row with the lowest val loss after iteration 0 (the state saved as ckpt.pt, its best_val_loss:
+    train.py neither saves nor counts iteration 0's); iteration 0's only in a run of no other. An untrained
+    iteration 0 lower than every later one was named as the best (a hunt)."""
     rows = [r for r in log["eval"] if r["val_loss"] is not None]
+    rows = [r for r in rows if r["iter"] > 0] or rows
     return min(rows, key=lambda r: r["val_loss"]) if rows else {}
 
 
@@ -835,7 +838,7 @@ def write_results(config, rows, per_run, budget, cheapest, figures, samples):
               "parameters) match such full checkpoints, not the weights alone.",
               f"- **ms/iter, tokens/s**: {timing_note}. Timings on a shared machine are noisy.",
               f"- **Best val loss**: mean cross-entropy over {each(rows, 'eval_iters')} fixed validation batches, the "
-              f"lowest over all evaluations (the ckpt.pt state)."]
+              f"lowest over the evaluations after iteration 0 (the ckpt.pt state)."]
     if pgpt:
         lines.append("- **Val loss, weaker branch dropped**: pgpt at that same checkpoint with only its heaviest "
                      "branch running (paper 004's inference): " + "; ".join(

@@ -329,7 +329,7 @@ def run_multiple_choice(cfg, model, ckpt, info, block_size, device, dtype):
         write_log_samples(cfg["log_samples"], docs, r)
     print(f"model: {ckpt['path']} ({model.get_num_params(non_embedding=False) / 1e6:.2f}M params)" + (f"; {note}" if note else ""))
     print(f"task: {cfg['mc_file']}, {r['n']:,} questions, {r['n_choices']:,} choices scored in {r['seconds']:.1f}s "
-          f"on {device}; context left-truncated to {block_size} tokens")
+          f"on {device}; context left-truncated to {block_size} tokens{COMPILE_TIMED if cfg['compile'] else ''}")
     print()
     print("| task | questions | acc | acc_norm |")
     print("|---|---:|---:|---:|")
@@ -352,6 +352,11 @@ def choose_splits(splits, data_dir):
                                  f"(fix: --splits=val or prepare the dataset with that split)")
         return splits
     return [s for s in ("val", "test") if os.path.isfile(os.path.join(data_dir, f"{s}.bin"))]
+
+
+# the times and tokens/s of a --compile run: each new shape of window compiles in the first forward of that shape,
+# so they are not the compiled speed (a hunt: 511 tokens/s, against 245,537 without --compile)
+COMPILE_TIMED = "; --compile: the times include compiling each shape of window"
 
 
 def check_ranks_read(cfg, tok):
@@ -468,7 +473,7 @@ def run_eval(cfg):
     print(f"dataset: {data_dir} ({meta.get('tokenizer', '?')} tokenizer, vocab {meta.get('vocab_size', '?')}); "
           f"device {device}, {str(dtype).replace('torch.', '')}")
     print(f"method: {describe_method(block_size, cfg['stride'])}; every token but the first of each split "
-          f"scored exactly once")
+          f"scored exactly once{COMPILE_TIMED if cfg['compile'] else ''}")
     rows = []
     for split in splits:
         data = np.memmap(os.path.join(data_dir, f"{split}.bin"), dtype=np.uint16, mode="r")

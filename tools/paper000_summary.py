@@ -42,12 +42,13 @@ def load_runs(root):
         if not evals or evals[-1]["iter"] < cfg["max_iters"]:
             continue   # still training
         tokens = cfg["batch_size"] * cfg["gradient_accumulation_steps"] * model.config.block_size
+        trained = [r for r in evals if r["iter"] > 0] or evals   # train.py's best_val_loss leaves iteration 0 out
         unique = residual_alphas(model)[::model.config.share_group_size] if model.config.enhanced_residual else None
         rows.append(dict(name=match.group(1), seed=int(match.group(2)), log=log,
                          params=model.get_num_params(False), flops_per_token=flops_per_token(model),
                          flops_per_iter=flops_per_token(model) * tokens, iters=cfg["max_iters"],
                          train_flops=flops_per_token(model) * tokens * cfg["max_iters"],
-                         final_val=evals[-1]["val_loss"], best_val=min(r["val_loss"] for r in evals),
+                         final_val=evals[-1]["val_loss"], best_val=min(r["val_loss"] for r in trained),
                          alphas=unique, wall_s=evals[-1]["elapsed_s"]))
     return rows
 
