@@ -1270,6 +1270,18 @@ MUTANTS = [
            "context left-truncated to {block_size} tokens{COMPILE_TIMED if cfg['compile'] else ''}",
            "context left-truncated to {block_size} tokens",
            'tests/test_eval.py -k compiles_when_asked', every=False),
+    Mutant('bench_tokenize_measures_an_empty_corpus', 'tools/bench_tokenize.py',
+           '    if not text:   # it measured nothing and printed 0.00 MB/s (a hunt)',
+           '    if False:',
+           'tests/test_faults.py -k bench_tokenize_refuses', every=False),
+    Mutant('vs_nanogpt_takes_iters_below_the_warmup', 'tools/vs_nanogpt.py',
+           '    if cfg["iters"] < WARMUP_ITERS or cfg["rounds"] < 1:',
+           '    if cfg["iters"] < 1 or cfg["rounds"] < 1:',
+           'tests/test_nanogpt.py -k vs_nanogpt', every=False),
+    Mutant('plan_fix_prepares_a_dataset_prepare_py_lacks', 'tools/benchmarks/entries.py',
+           '        if tcfg["dataset"] not in DATASETS:   # prepare.py knows no text by that name: it needs yours (a hunt)',
+           '        if False:',
+           'tests/test_plan.py -k command_train_config_file', every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

@@ -843,3 +843,18 @@ def test_a_dataset_or_an_export_is_refused_in_a_training_runs_folder(tmp_path, m
     one_error_line(train.main, ["--data_dir=data_here", "--out_dir=other"] + tiny,
                    "out_dir other is a dataset's folder", "--out_dir=out-other")
     assert sorted(os.listdir("other")) == before and not os.path.exists("data_here")
+
+
+def test_bench_tokenize_refuses_a_text_it_cannot_measure(tmp_path):
+    """An empty file ended in a ZeroDivisionError; a text without a line break within --mb, or not UTF-8, was
+    measured as 0 MB at 0.00 MB/s without a word (a hunt). One line each, before any tokenizing."""
+    from conftest import one_error_line
+    from tools import bench_tokenize
+    empty, one_line, latin1 = tmp_path / "empty.txt", tmp_path / "line.txt", tmp_path / "latin1.txt"
+    empty.write_bytes(b"")
+    one_line.write_bytes(b"word " * 1000)
+    latin1.write_bytes("caf\xe9 au lait\n".encode("latin-1") * 10)
+    one_error_line(bench_tokenize.main, [f"--input_path={empty}", "--num_proc=1"], "is empty")
+    one_error_line(bench_tokenize.main, [f"--input_path={one_line}", "--num_proc=1"], "holds no whole line",
+                   "a larger --mb")
+    one_error_line(bench_tokenize.main, [f"--input_path={latin1}", "--num_proc=1"], "is not UTF-8 text", "at byte 3")

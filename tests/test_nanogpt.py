@@ -518,6 +518,8 @@ def test_vs_nanogpt_refuses_a_checkout_without_what_it_runs(tmp_path):
     (tmp_path / "data" / "shakespeare_char").mkdir(parents=True)
     (tmp_path / "data" / "shakespeare_char" / "prepare.py").write_text("")
     one_error_line(vs_nanogpt.main, [f"--nanogpt={tmp_path}", "--num_threads=100000"], "--num_threads must be")
+    # below the recipe's warmup: train.py refused it after the datasets were prepared, with a fix vs_nanogpt lacks
+    one_error_line(vs_nanogpt.main, [f"--nanogpt={tmp_path}", "--iters=50"], "--iters must be >= 100", "--iters=300")
 
 
 def test_plan_and_bench_read_a_nanogpt_data_folders_vocabulary(tmp_path, capsys):

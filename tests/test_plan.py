@@ -156,6 +156,17 @@ def test_command_train_config_file(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     config = os.path.join(os.path.dirname(plan_tool.__file__), "..", "config", "lgpt_shakespeare_cpu.py")
     one_error_line(plan_tool.main, [config], "data/shakespeare_char is not prepared")   # its vocab: unknown yet
+    # a dataset prepare.py has no text for: its fix failed in turn ("unknown dataset 'openwebtext'"; a hunt)
+    text = tmp_path / "notes.txt"
+    text.write_text("the fix, followed, prepares it\n" * 20)
+    other = tmp_path / "other.py"
+    other.write_text(open(config).read() + "\ndataset = 'openwebtext'\n")
+    fix = one_error_line(plan_tool.main, [str(other)], "data/openwebtext is not prepared")
+    assert "python prepare.py openwebtext --input=YOUR_TEXT.txt" in fix
+    import prepare
+    prepare.main(["openwebtext", f"--input={text}"])
+    plan_tool.main([str(other)])
+    assert "vocabulary 17" in capsys.readouterr().out   # the text's 17 characters
     own = tmp_path / "own.py"
     own.write_text(open(config).read() + "\nvocab_size = 65\n")
     plan_tool.main([str(own), "--n_layer=3"])

@@ -19,6 +19,17 @@ from safety_net.tokenizers import GPT2_EOT_ID, get_gpt2_encoding, gpt2_meta
 DEFAULTS = dict(mb=32.0, input_path="", gpt2_ranks="", num_proc=0)
 
 
+def check_text(text, path):
+    """One line for a file that is empty (a ZeroDivisionError) or not UTF-8 (read as 0 MB without a word: hunts)."""
+    if not text:
+        raise UserError(f"{path} is empty (fix: a UTF-8 text file, or leave --input_path out: tinyshakespeare)")
+    try:
+        text.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise UserError(f"{path} is not UTF-8 text ({e.reason} at byte {e.start}) (fix: convert it, e.g. iconv "
+                        f"-t utf-8, or leave --input_path out)") from None
+
+
 def bench_corpus(mb, input_path=None):
     """About `mb` MB of text as ~100 KB articles: tinyshakespeare (the repository's copy, or
     SHAKESPEARE_INPUT, or input_path) repeated, else deterministic pseudo-random words."""
@@ -28,6 +39,7 @@ def bench_corpus(mb, input_path=None):
     if os.path.isfile(path):
         with open(path, "rb") as f:
             text, source = f.read(), path
+        check_text(text, path)
     else:
         rng = np.random.default_rng(0)
         words = [bytes(rng.integers(97, 123, size=rng.integers(1, 10)).astype(np.uint8)) for _ in range(5000)]
@@ -37,6 +49,9 @@ def bench_corpus(mb, input_path=None):
     text = text * (int(mb * 1e6) // len(text) + 1)
     text = text[:int(mb * 1e6)]
     text = text[:text.rfind(b"\n") + 1]
+    if not text:   # it measured nothing and printed 0.00 MB/s (a hunt)
+        raise UserError(f"{source} holds no whole line within --mb={mb:g} MB (fix: a larger --mb, or a text "
+                        f"with line breaks)")
     # cut into ~100 KB articles at line boundaries (keeps utf-8 characters whole)
     arts, start = [], 0
     while start < len(text):

@@ -26,6 +26,9 @@ from safety_net.configurator import UserError, run_command
 from safety_net.runtime import check_num_threads
 
 DEFAULTS = dict(nanogpt="", iters=500, rounds=5, num_threads=0, input="")
+# the warmup_iters of both recipes (config/gpt_shakespeare_cpu.py, nanoGPT's train_shakespeare_char.py): train.py
+# refuses a warmup longer than the decay, which --iters sets, so a shorter run failed after the preparing (a hunt)
+WARMUP_ITERS = 100
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -45,8 +48,9 @@ def run(cfg):
     if not nano or not all(os.path.isfile(os.path.join(nano, name)) for name in needed):
         raise UserError(f"--nanogpt must be a checkout of karpathy/nanoGPT (with {' and '.join(needed)}), got "
                         f"{nano!r} (fix: --nanogpt=path/to/nanoGPT)")
-    if cfg["iters"] < 1 or cfg["rounds"] < 1:
-        raise UserError("--iters and --rounds must be >= 1 (fix: e.g. --iters=300 --rounds=3)")
+    if cfg["iters"] < WARMUP_ITERS or cfg["rounds"] < 1:
+        raise UserError(f"--iters must be >= {WARMUP_ITERS} (the recipe's warmup_iters) and --rounds >= 1 (fix: "
+                        f"e.g. --iters=300 --rounds=3)")
     check_num_threads(cfg["num_threads"])   # as every command checks it
     text = cfg["input"] or os.environ.get("SHAKESPEARE_INPUT", "") or os.path.join(ROOT, "data", "tinyshakespeare",
                                                                                      "input.txt")   # the shipped copy

@@ -7,6 +7,7 @@ Used by tools/bench.py.
 import os
 
 from model import GPTConfig
+from prepare import DATASETS
 from safety_net.build import check_mlp_ratio_applies, check_optional_types, gpt_config_defaults, load_variant
 from safety_net.build import model_args
 from safety_net.checkpoint import CKPT_NAME, LAST_NAME, is_hf_source, load_checkpoint
@@ -35,6 +36,8 @@ def config_file_model(path):
         vocab = dataset_vocab_size(tcfg)   # as train.py: the dataset's vocab
     if vocab is None and "vocab_size" not in texplicit:   # else GPTConfig's 50304: another model's size
         how = tool_command(tcfg["dataset"]) or f"python prepare.py {tcfg['dataset']}"
+        if tcfg["dataset"] not in DATASETS:   # prepare.py knows no text by that name: it needs yours (a hunt)
+            how += " --input=YOUR_TEXT.txt"
         raise UserError(f"{path}: its dataset {default_data_dir(tcfg)} is not prepared, so the vocab_size that sizes "
                         f"its model is unknown (fix: {how}, from this folder, or set vocab_size)")
     return model_args(tcfg, texplicit, base=base, vocab_size=vocab), tcfg
