@@ -366,8 +366,8 @@ def check_ranks_read(cfg, tok):
         return
     if isinstance(tok, BPETokenizer) and tok.enc.name == "gpt2":
         return
-    raise UserError(f"--gpt2_ranks is read only for a GPT-2 BPE vocabulary, and this model's tokenizer is another "
-                    f"(fix: drop --gpt2_ranks)")
+    raise UserError("--gpt2_ranks is read only for a GPT-2 BPE vocabulary, and this model's tokenizer is another "
+                    "(fix: drop --gpt2_ranks)")
 
 
 def fmt(v, spec=".4f"):
