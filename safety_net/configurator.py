@@ -348,6 +348,9 @@ def _check_key(key, defaults, source):
         hint = f"nanoGPT's sample.py key: {NANOGPT_SAMPLE_KEYS[key]}"
     if source != "on the command line":
         hint += "; helper variables in config files must start with '_'"
+    # a comparison's config given to train.py: "did you mean --variant?" led on to its other keys (a hunt)
+    if key == "variants" and "variant" in defaults and source.startswith("in "):
+        hint = f"this file runs several models: python -m tools.compare {source[3:]}"
     raise UserError(f"unknown config key '{one_line(key)}' {source} (fix: {hint})")
 
 

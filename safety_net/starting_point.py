@@ -52,6 +52,18 @@ def recipe_value(config, key):
     return config[key]
 
 
+def recipe_changed(run, config, key):
+    """Whether a resume's config changes a RECIPE_KEYS value of its run's. A relative data_dir or data_segments the
+    run recorded, which leads nowhere from here, was relative to the run's working directory, not this one: not
+    compared (a note named a folder that does not exist: a hunt); a dataset of another tokenizer is refused anyway
+    (check)."""
+    if key in ("data_dir", "data_segments"):
+        recorded = default_data_dir(run) if key == "data_dir" else run[key]
+        if recorded and not os.path.isabs(recorded) and not os.path.exists(recorded):
+            return False
+    return recipe_value(run, key) != recipe_value(config, key)
+
+
 def prepared_data(config, prepare, rank, world):
     """(the dataset folder, its meta.json, its tokenizer_id): data_dir, or data/<dataset>, prepared with prepare.py's
     `prepare` on first use (by rank 0; under DDP the other ranks wait for it). A folder that holds another
@@ -190,7 +202,7 @@ class StartingPoint:
         if self.config["eval_only"] or not self.master:
             return
         run = self.ckpt.get("config") or {}
-        changed = [k for k in RECIPE_KEYS if k in run and recipe_value(run, k) != recipe_value(self.config, k)]
+        changed = [k for k in RECIPE_KEYS if k in run and recipe_changed(run, self.config, k)]
         if not changed:
             return
         fixes = ["to continue it exactly, give the run's config file and keys again"]

@@ -1282,6 +1282,14 @@ MUTANTS = [
            '        if tcfg["dataset"] not in DATASETS:   # prepare.py knows no text by that name: it needs yours (a hunt)',
            '        if False:',
            'tests/test_plan.py -k command_train_config_file', every=False),
+    Mutant('resume_note_resolves_a_run_path_from_here', 'safety_net/starting_point.py',
+           '        if recorded and not os.path.isabs(recorded) and not os.path.exists(recorded):',
+           '        if False:',
+           'tests/test_train.py -k resume_from_another_folder', every=False),
+    Mutant('comparison_config_fix_says_did_you_mean_variant', 'safety_net/configurator.py',
+           '    if key == "variants" and "variant" in defaults and source.startswith("in "):',
+           '    if False:',
+           'tests/test_config.py -k comparison_config', every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

@@ -119,6 +119,17 @@ def test_config_file_errors(tmp_path):
         load_config(DEFAULTS, [str(tmp_path)])
 
 
+def test_a_comparison_config_given_to_train_names_tools_compare(capsys):
+    """train.py config/compare_shakespeare_cpu.py said "did you mean --variant?", whose fix led on to the file's
+    other keys (a hunt): every config/ file with `variants` is tools.compare's, and the fix names it."""
+    import train
+    from conftest import one_error_line
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for name in ("compare_shakespeare_cpu.py", "ablation_004.py"):
+        path = os.path.join(root, "config", name)
+        one_error_line(train.main, [path], f"(fix: this file runs several models: python -m tools.compare {path})")
+
+
 def test_an_assignment_inside_a_block_of_a_config_file_is_never_dropped(tmp_path):
     """`if ...:` / `    learning_rate = 3e-3` in a config file was dropped without a word (only top-level assignments
     are read), where nanoGPT's exec applies it: now one line with a fix that works. A name also assigned at the top

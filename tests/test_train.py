@@ -703,3 +703,23 @@ def test_every_script_counts_parameters_the_same_way(tiny_train_config, capsys, 
     printed = capsys.readouterr()
     assert counted == [total, total]
     assert re.findall(r"([\d.]+M) params", printed.err + printed.out) == [f"{total / 1e6:.2f}M"] * 2
+
+
+def test_a_resume_from_another_folder_notes_no_data_dir_change(tiny_train_config, tmp_path, monkeypatch, capsys):
+    """A run given a relative --data_dir records it as given; resumed from another working directory (the same
+    data, named relative to there), the note compared the recorded path resolved from the new folder, a folder that
+    does not exist, and said the data changed (a hunt). Another dataset that exists is still noted."""
+    data = os.path.abspath(tiny_train_config["data_dir"])
+    monkeypatch.chdir(os.path.dirname(data))
+    cfg = dict(tiny_train_config, data_dir=os.path.basename(data), out_dir=str(tmp_path / "run"), max_iters=4)
+    run(cfg)
+    inner = tmp_path / "elsewhere"
+    inner.mkdir()
+    monkeypatch.chdir(inner)
+    capsys.readouterr()
+    run(dict(cfg, init_from="resume", max_iters=6, data_dir=os.path.relpath(data)))
+    assert "note: resuming" not in capsys.readouterr().out
+    other = tmp_path / "other_data"
+    shutil.copytree(data, other)
+    run(dict(cfg, init_from="resume", max_iters=8, data_dir=str(other)))
+    assert "data_dir" in capsys.readouterr().out   # the recorded folder, now relative to here, was this run's
