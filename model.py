@@ -918,7 +918,7 @@ def check_widths(c):
             f"n_kv_head ({kv}) must divide n_head ({c.n_head}) for GQA")
     for width in c.widths():
         require(width > 0 and width % c.n_head == 0,
-                f"width {width} must be a multiple of n_head ({c.n_head}), not 0; with "
+                f"width {width} must be a positive multiple of n_head ({c.n_head}); with "
                 f"shrink_every every halved width must be too (widths: {c.widths()})")
         head_dim = width // c.n_head
         require(c.pos_embedding != "rope" or head_dim % 2 == 0,
