@@ -11,7 +11,7 @@ import random
 import numpy as np
 import torch
 
-from safety_net.configurator import UserError
+from safety_net.configurator import UserError, one_line
 
 
 # seeds of train.py and sample.py: numpy's range [0, 2**32), nanoGPT's habit (neither seeds numpy now); a larger
@@ -45,6 +45,20 @@ def check_num_threads(n, key="num_threads"):
     if not (isinstance(n, int) and not isinstance(n, bool) and 0 <= n <= cpus):
         raise UserError(f"--{key} must be an integer in [0, {cpus}] (this machine's CPUs), got {n!r} "
                         f"(fix: --{key}=1, or 0 for torch's default)")
+
+
+def check_cpu_compiler(device, fix="--compile=False"):
+    """UserError when torch.compile would run on the CPU without a C++ compiler: inductor builds C++ kernels there,
+    and a machine without one failed at the first compiled call, in a 150-line traceback, after the run had begun
+    (a hunt)."""
+    if torch.device(device).type != "cpu":
+        return
+    from torch._inductor.cpp_builder import get_cpp_compiler   # here: importing inductor takes a second
+    try:
+        get_cpp_compiler()
+    except Exception as e:   # InvalidCxxCompiler, or what a broken compiler raises
+        raise UserError(f"torch.compile on the CPU needs a C++ compiler, and none works here ({one_line(e)}) "
+                        f"(fix: install one, e.g. g++, or {fix})") from None
 
 
 def resolve_device(name, local_rank=None):

@@ -14,7 +14,7 @@ from safety_net.checkpoint import GPT2_NAMES, is_hf_source, plain_values
 from safety_net.configurator import UserError
 from safety_net.dataset import default_data_dir, is_prepared
 from safety_net.fileio import check_out_dir, is_run_folder
-from safety_net.runtime import check_num_threads, check_seed, resolve_device, resolve_dtype
+from safety_net.runtime import check_cpu_compiler, check_num_threads, check_seed, resolve_device, resolve_dtype
 from safety_net.wandb_log import check_wandb
 
 
@@ -51,6 +51,8 @@ def check_train_config(config, explicit, defaults, world=1, local_rank=None):
     config, explicit = full_config(config, explicit, defaults)
     check_settings(config, world)
     device = resolve_device(config["device"], local_rank)
+    if config["compile"]:
+        check_cpu_compiler(device)
     return config, explicit, device, resolve_dtype(config["dtype"], device)
 
 

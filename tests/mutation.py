@@ -1290,6 +1290,10 @@ MUTANTS = [
            '    if key == "variants" and "variant" in defaults and source.startswith("in "):',
            '    if False:',
            'tests/test_config.py -k comparison_config', every=False),
+    Mutant('train_compiles_without_checking_for_a_cpp_compiler', 'safety_net/train_config.py',
+           '    if config["compile"]:\n        check_cpu_compiler(device)\n',
+           '',
+           'tests/test_train_faults.py -k cpp_compiler', every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

@@ -858,3 +858,4 @@ def test_bench_tokenize_refuses_a_text_it_cannot_measure(tmp_path):
     one_error_line(bench_tokenize.main, [f"--input_path={one_line}", "--num_proc=1"], "holds no whole line",
                    "a larger --mb")
     one_error_line(bench_tokenize.main, [f"--input_path={latin1}", "--num_proc=1"], "is not UTF-8 text", "at byte 3")
+

@@ -713,3 +713,26 @@ def test_the_unread_schedule_note_reaches_a_real_run(tiny_train_config, capsys):
     cfg = {k: v for k, v in tiny_train_config.items() if k not in ("lr_decay_iters", "min_lr")}
     train.main(argv(dict(cfg, decay_lr=False, warmup_iters=3, max_iters=2, eval_interval=2)))
     assert "note: decay_lr=False: the lr is 0.003 throughout, and warmup_iters is not read" in capsys.readouterr().out
+
+
+def test_compile_on_a_cpu_without_a_cpp_compiler_is_one_line(tiny_train_config, tmp_path, monkeypatch):
+    """inductor builds C++ on the CPU: without a compiler, train.py --compile=True and tools.fast_sample failed at
+    their first compiled call, in a 150-line traceback, train.py leaving log.csv behind (a hunt). One line now,
+    before anything is written; the fix it names, --compile=False, trains."""
+    from conftest import one_error_line
+    import torch._inductor.cpp_builder as cpp_builder
+    from tools import eval as evaluate
+    from tools import fast_sample
+
+    def no_compiler():
+        raise cpp_builder.exc.InvalidCxxCompiler()
+
+    monkeypatch.setattr(cpp_builder, "get_cpp_compiler", no_compiler)
+    cfg = dict(tiny_train_config, compile=True, max_iters=2, eval_interval=2)
+    one_error_line(train.main, argv(cfg), "torch.compile on the CPU needs a C++ compiler", "--compile=False")
+    assert not os.path.exists(cfg["out_dir"])
+    assert run(dict(cfg, compile=False))["iter_num"] == 2
+    one_error_line(fast_sample.main, [f"--out_dir={cfg['out_dir']}", "--device=cpu"], "needs a C++ compiler",
+                   "python sample.py")
+    one_error_line(evaluate.main, [f"--out_dir={cfg['out_dir']}", "--device=cpu", "--compile=True"],
+                   "needs a C++ compiler", "--compile=False")

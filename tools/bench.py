@@ -62,7 +62,8 @@ from tools.benchmarks.report import render, write_out
 from safety_net.build import gpt_config_defaults
 from safety_net.configurator import UserError, load_config, run_command
 from safety_net.fileio import check_out_file
-from safety_net.runtime import busy_machine, check_num_threads, check_seed, resolve_device, resolve_dtype
+from safety_net.runtime import busy_machine, check_cpu_compiler, check_num_threads, check_seed, resolve_device
+from safety_net.runtime import resolve_dtype
 
 BENCH_DEFAULTS = dict(
     variants=[],            # variants/<name>.py presets (a comma list on the command line)
@@ -227,6 +228,8 @@ def run(cfg, explicit):
         torch.set_num_threads(cfg["num_threads"])
     device = str(resolve_device(cfg["device"]))
     dtype = getattr(torch, resolve_dtype(cfg["dtype"], device))
+    if cfg["compile"]:
+        check_cpu_compiler(device)
     head = header(cfg, entries, device, dtype)
     print(head, flush=True)
     if cfg["dry_run"]:

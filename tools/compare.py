@@ -80,7 +80,7 @@ from safety_net.dataset import dataset_vocab_size, default_data_dir, is_prepared
 from safety_net.dataset import resolve_data_dir
 from safety_net.fileio import atomic_open, check_out_dir, lock_dir
 from safety_net.run_log import format_duration
-from safety_net.runtime import MAX_SEED, autocast, distributed_env, resolve_device, resolve_dtype
+from safety_net.runtime import MAX_SEED, autocast, check_cpu_compiler, distributed_env, resolve_device, resolve_dtype
 from safety_net.sampling import check_temperature
 from safety_net.text_dataset import dataset_and_tokenizer, tool_command
 from safety_net.tokenizers import encode_start, render
@@ -1068,6 +1068,8 @@ def train_and_report(config, runs, infos, status):
     progress = Progress(runs, cost, remaining)
     device = str(resolve_device(config["device"]))
     dtype = getattr(torch, resolve_dtype(config["dtype"], device))
+    if config["compile"]:
+        check_cpu_compiler(device)
 
     for i, run_ in enumerate(runs, 1):
         entry = status["models"].setdefault(run_.key, {})

@@ -56,7 +56,7 @@ from safety_net.dataset import load_meta, resolve_data_dir
 from safety_net.dataset import load_tokenizer
 from safety_net.dataset import split_tokens
 from safety_net.tokenizers import BPETokenizer
-from safety_net.runtime import autocast, check_num_threads, resolve_device, resolve_dtype
+from safety_net.runtime import autocast, check_cpu_compiler, check_num_threads, resolve_device, resolve_dtype
 
 DEFAULTS = dict(
     out_dir="",             # directory with ckpt.pt / last.pt, or a checkpoint file; "" = the out*/ folder
@@ -425,6 +425,8 @@ def check_outputs(cfg):
 def run_eval(cfg):
     device = str(resolve_device(cfg["device"]))
     dtype = getattr(torch, resolve_dtype(cfg["dtype"], device))
+    if cfg["compile"]:
+        check_cpu_compiler(device)
     if cfg["init_from"] and cfg["out_dir"]:   # --out_dir was dropped without a word (a hunt)
         raise UserError(f"--out_dir={cfg['out_dir']} and --init_from={cfg['init_from']} name two models (fix: "
                         f"--out_dir for a run of ours, --init_from for a Hugging Face model, not both)")

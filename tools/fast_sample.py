@@ -32,6 +32,7 @@ from tools.torch_internals import inductor_config, inductor_loaded_modules
 from safety_net.checkpoint import load_model
 from safety_net.configurator import UserError, run_command
 from safety_net.dataset import tokenizer_of
+from safety_net.runtime import check_cpu_compiler
 from safety_net.sampling import setup_sampling
 
 
@@ -307,6 +308,7 @@ def run(cfg):
     if cfg["no_kv_cache"]:
         raise UserError("--no_kv_cache has no decode step to compile (fix: python sample.py --no_kv_cache)")
     device, dtype, start_text = setup_sampling(cfg)
+    check_cpu_compiler(device, fix="python sample.py, which does not compile")
     if device.type == "cuda" and mode != DEFAULTS["compile_mode"]:   # it was ignored there (a hunt)
         raise UserError(f"--compile_mode={mode} chooses inductor's settings on a CPU; on a GPU the step is a CUDA "
                         f"graph (fix: leave --compile_mode out, or --device=cpu)")
