@@ -23,6 +23,10 @@ def setup_sampling(cfg):
         torch.set_num_threads(cfg["num_threads"])
     device = resolve_device(cfg["device"])
     dtype = getattr(torch, resolve_dtype(cfg["dtype"], device))
+    # stdout in an encoding that lacks a sampled character (Windows' cp1252 in a file: python sample.py > out.txt)
+    # printed a UnicodeEncodeError traceback mid-sample (a hunt): such a character prints as '?'
+    if hasattr(sys.stdout, "reconfigure"):
+        sys.stdout.reconfigure(errors="replace")
     start_text = read_prompt(cfg["start"])   # before the note: a bad --start is one line
     if busy_machine(device):
         print(f"note: {busy_machine(device)}", file=sys.stderr)
@@ -67,6 +71,11 @@ def read_prompt(start):
     writes, is dropped: a Notepad prompt fits a model of a text with "\n" (the common case; a model of a CRLF text,
     whose line ends prepare.py keeps, is prompted with "\n" too)."""
     if not start.startswith("FILE:"):
+        try:   # bytes a shell passed that are not UTF-8 arrive as lone surrogates, which GPT-2's BPE read as '\ufffd'
+            start.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise UserError(f"--start holds bytes that are not UTF-8 text (at character {e.start}) (fix: give it in "
+                            f"UTF-8, or as --start=FILE:path of a UTF-8 text file)") from None
         return start
     path = start[len("FILE:"):]
     try:

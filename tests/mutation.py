@@ -1294,6 +1294,14 @@ MUTANTS = [
            '    if config["compile"]:\n        check_cpu_compiler(device)\n',
            '',
            'tests/test_train_faults.py -k cpp_compiler', every=False),
+    Mutant('start_of_non_utf8_bytes_taken', 'safety_net/sampling.py',
+           '            start.encode("utf-8")\n',
+           '            start.encode("utf-8", "surrogateescape")\n',
+           'tests/test_sample.py -k not_utf8', every=False),
+    Mutant('sample_crashes_on_a_narrow_stdout', 'safety_net/sampling.py',
+           '        sys.stdout.reconfigure(errors="replace")',
+           '        pass',
+           'tests/test_sample.py -k question_marks', every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

@@ -354,3 +354,36 @@ def test_fast_sample_refuses_deep_thinking_before_it_prints(tmp_path, capsys):
         fast_sample.main([f"--out_dir={out}", "--device=cpu", "--start=a", "--max_new_tokens=2"])
     captured = capsys.readouterr()
     assert captured.out == "" and "sampling from" not in captured.err
+
+
+def test_a_start_of_bytes_that_are_not_utf8_is_refused():
+    """A shell passes bytes that are not UTF-8 as lone surrogates ('ab\\udcffc'): a GPT-2 or compact model was
+    prompted with 'ab\\ufffdc' without a word, the raw byte echoed as the prompt (a hunt). One line, as a FILE: prompt
+    that is not UTF-8 gets; the same text in UTF-8 is read as given."""
+    import os
+    from safety_net.configurator import UserError
+    from safety_net.sampling import read_prompt
+    start = os.fsdecode(b"ab\xffc")   # what sys.argv holds for those bytes
+    with pytest.raises(UserError, match=r"--start holds bytes that are not UTF-8 text \(at character 2\) .*FILE:"):
+        read_prompt(start)
+    assert read_prompt("ab\u00ffc") == "ab\u00ffc"
+
+
+def test_a_sample_into_an_encoding_that_lacks_its_characters_prints_them_as_question_marks(tmp_path):
+    """python sample.py > out.txt on Windows writes cp1252, which has no '日': a UnicodeEncodeError traceback at the
+    prompt, or mid-sample (a hunt). Such characters print as '?'; the rest of the sample as it is."""
+    import subprocess
+    import sys
+    from conftest import write_char_checkpoint
+    from model import GPT, GPTConfig
+    chars = list("ab日本 ")
+    torch.manual_seed(0)
+    out = write_char_checkpoint(tmp_path, GPT(GPTConfig(vocab_size=len(chars), block_size=8, n_layer=1, n_head=1,
+                                                        n_embd=8)), chars)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONIOENCODING="cp1252")
+    r = subprocess.run([sys.executable, os.path.join(root, "sample.py"), f"--out_dir={out}", "--start=a日本",
+                        "--num_samples=1", "--max_new_tokens=20", "--device=cpu", "--seed=1"],
+                       capture_output=True, env=env, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr.decode("cp1252", "replace")[-500:]
+    assert b"a??" in r.stdout and b"Traceback" not in r.stderr
