@@ -1302,6 +1302,10 @@ MUTANTS = [
            '        sys.stdout.reconfigure(errors="replace")',
            '        pass',
            'tests/test_sample.py -k question_marks', every=False),
+    Mutant('fast_sample_times_its_compile', 'tools/fast_sample.py',
+           '    if cfg["max_new_tokens"] >= 2:   # (one token is the prime\'s: no step to compile)',
+           '    if False:',
+           'tests/test_sample.py -k compiles_before_its_clock', every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that
