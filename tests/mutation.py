@@ -1306,6 +1306,20 @@ MUTANTS = [
            '    if cfg["max_new_tokens"] >= 2:   # (one token is the prime\'s: no step to compile)',
            '    if False:',
            'tests/test_sample.py -k compiles_before_its_clock', every=False),
+    Mutant('step_time_program_window_unchecked', 'tools/executorch/step_time.py',
+           '        if positions > self.program.max_len:   # checked against --out_dir\'s block_size only: a traceback (a hunt)',
+           '        if False:',
+           'tests/test_executorch.py -k cannot_step', every=False),
+    Mutant('profile_steps_a_window_of_one', 'tools/executorch/profile.py',
+           '    if model.config.block_size < 2:   # no decode step: every token re-primes (an inductor traceback; a hunt)',
+           '    if False:',
+           'tests/test_executorch.py -k cannot_step', every=False),
+    Mutant('profile_builds_a_static_cache_for_deep_thinking', 'tools/executorch/profile.py',
+           '    step = compiled_decode_step(model)   # first: its one-line refusal (Deep Thinking; a traceback)\n'
+           '    cache = static_cache(model, 1)\n',
+           '    cache = static_cache(model, 1)\n'
+           '    step = compiled_decode_step(model)\n',
+           'tests/test_executorch.py -k cannot_step', every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

@@ -627,3 +627,28 @@ def test_profile_of_the_compiled_decoder_refuses_a_programs_options(tmp_path):
     and the table said "1 thread" (a hunt)."""
     for option in (f"--pte={tmp_path / 'x.pte'}", "--num_threads=2"):
         one_error_line(profile.main, [f"--out_dir={tmp_path}", option], "goes with a program", "drop --out_dir")
+
+
+def test_profile_and_step_time_refuse_what_they_cannot_step_in_one_line(tmp_path, monkeypatch):
+    """A Deep Thinking checkpoint ended both in a ValueError traceback from the static cache; a block_size of 1 in
+    an inductor traceback (no position is left for a decode step); step_time ran a --pte whose window is shorter
+    than --prime + --steps into an ExecuTorch error, after half a minute of compiling (hunts). One line each,
+    before any compile (stood in for here: a compile fails the test)."""
+    from tools.executorch import step_time
+    from tools import fast_sample
+    monkeypatch.setattr(torch, "compile", lambda *a, **k: pytest.fail("compiled before refusing"))
+    thinking = write_char_checkpoint(tmp_path, model_at(tiny_preset("deep_thinking")), CHARS, "dt")
+    one_error_line(profile.main, [f"--out_dir={thinking}"], "Deep Thinking")
+    one_error_line(step_time.main, [f"--out_dir={thinking}", "--prime=2", "--steps=2", "--rounds=1"], "Deep Thinking")
+    short = write_char_checkpoint(tmp_path, model_at(dict(tiny_preset("gpt"), block_size=1)), CHARS, "bs1")
+    one_error_line(profile.main, [f"--out_dir={short}"], "block_size 1 leaves no position for a decode step")
+
+    class Program:   # an exported program's window: 8 positions
+        def __init__(self, path):
+            self.max_len = 8
+
+    monkeypatch.setattr(run, "Program", Program)
+    monkeypatch.setattr(fast_sample, "compiled_decode_step", lambda *a, **k: pytest.fail("compiled first"))
+    gpt = write_char_checkpoint(tmp_path, model_at(tiny_preset("gpt")), CHARS, "gpt")
+    one_error_line(step_time.main, [f"--out_dir={gpt}", f"--pte={tmp_path / 'p.pte'}", "--prime=4", "--steps=8"],
+                   "--prime + --steps = 12 exceeds its window of 8 positions")

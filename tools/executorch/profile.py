@@ -127,12 +127,15 @@ def profile_compiled(out_dir, steps):
     from tools.fast_sample import compiled_decode_step, static_cache
     from tools.torch_internals import inductor_config
     model, _ = load_model(out_dir, "cpu")
+    if model.config.block_size < 2:   # no decode step: every token re-primes (an inductor traceback; a hunt)
+        raise UserError(f"{out_dir}: block_size {model.config.block_size} leaves no position for a decode step "
+                        f"after the prime (fix: a model of block_size 2 or more)")
     steps = steps or model.config.block_size - 1
     if steps >= model.config.block_size:
         raise UserError(f"--steps={steps} does not fit block_size {model.config.block_size} after one token "
                         f"(fix: --steps={model.config.block_size - 1})")
+    step = compiled_decode_step(model)   # first: its one-line refusal (Deep Thinking; a traceback)
     cache = static_cache(model, 1)
-    step = compiled_decode_step(model)
     token = torch.zeros(1, 1, dtype=torch.long)
     # the generated kernels appear as events; inductor's global setting, restored after
     with inductor_config().patch({"cpp.enable_kernel_profile": True}), torch.inference_mode():

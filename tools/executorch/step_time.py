@@ -59,8 +59,8 @@ class CompiledDecoder:
     def __init__(self, model, prime_ids):
         from tools.fast_sample import compiled_decode_step, static_cache
         self.model = model
+        self.compiled = compiled_decode_step(model)   # first: its one-line refusal (Deep Thinking; a traceback)
         self.cache = static_cache(model, 1)
-        self.compiled = compiled_decode_step(model)
         self.token = torch.tensor([prime_ids[-1:]])
         self.new_round(prime_ids)
         for _ in range(3):   # compiles
@@ -77,10 +77,13 @@ class CompiledDecoder:
 class ProgramDecoder:
     """An ExecuTorch program's prefill and decode methods (tools/executorch/run.py's Program)."""
 
-    def __init__(self, pte):
+    def __init__(self, pte, positions):
         from tools.executorch.run import Program
         self.program = Program(pte)
         self.token = torch.tensor([[1]])
+        if positions > self.program.max_len:   # checked against --out_dir's block_size only: a traceback (a hunt)
+            raise UserError(f"{pte}: --prime + --steps = {positions} exceeds its window of {self.program.max_len} "
+                            f"positions (fix: fewer --steps, or the program exported from --out_dir's checkpoint)")
 
     def new_round(self, prime_ids):
         self.program.prefill(prime_ids)
@@ -122,12 +125,14 @@ def run(cfg):
     runtimes = {}
     with torch.inference_mode():
         runtimes["linear layers alone (eager torch)"] = LinearChain(model)
-        runtimes["compiled decoder step"] = CompiledDecoder(model, prime_ids)
+        programs = {}   # loaded and checked first: the compiled decoder takes half a minute to compile
         if cfg["pte"]:
             from tools.torch_internals import executorch_set_threads
             executorch_set_threads(1)
         for pte in filter(None, cfg["pte"].split(",")):
-            runtimes[f"ExecuTorch {os.path.basename(pte)} step"] = ProgramDecoder(pte)
+            programs[f"ExecuTorch {os.path.basename(pte)} step"] = ProgramDecoder(pte, cfg["prime"] + cfg["steps"])
+        runtimes["compiled decoder step"] = CompiledDecoder(model, prime_ids)
+        runtimes.update(programs)
         if cfg["gguf"]:
             runtimes["llama.cpp step"] = LlamaCppDecoder(cfg["gguf"])
         times = {name: [] for name in runtimes}
