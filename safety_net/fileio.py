@@ -166,14 +166,20 @@ def unused_name(stem, suffix=""):
     return name
 
 
+def check_not_a_folder(path, example, key="out"):
+    """One-line UserError when the file --key=path names is a folder (example: a file name for the fix). The
+    exports said "cannot write it: Is a directory (fix: free disk space, ...)" (a hunt)."""
+    if os.path.isdir(path):
+        raise UserError(f"--{key}={path} is a folder (fix: name a file in it, e.g. "
+                        f"--{key}={os.path.join(path, example)})")
+
+
 def check_out_file(path, example, marker=None, key="out"):
     """One-line UserError unless --out=path (--key) can be written: not a folder, in a folder that exists and is
     writable, not a training run's own file (check_not_a_run_file). example: a file name for the fix when path is
     a folder. marker: text every file of this command holds near its start; an existing file without it is
     refused (not one this command wrote: model.py, say)."""
-    if os.path.isdir(path):
-        raise UserError(f"--{key}={path} is a folder (fix: name a file in it, e.g. "
-                        f"--{key}={os.path.join(path, example)})")
+    check_not_a_folder(path, example, key)
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
         raise UserError(f"--{key}={path}: the folder {folder} does not exist or is not writable "

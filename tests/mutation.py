@@ -1320,6 +1320,14 @@ MUTANTS = [
            '    cache = static_cache(model, 1)\n'
            '    step = compiled_decode_step(model)\n',
            'tests/test_executorch.py -k cannot_step', every=False),
+    Mutant('gguf_refusal_names_transformers', 'tools/llamacpp/export.py',
+           '    arch = export_plan(config, runtime="llama.cpp")',
+           '    arch = export_plan(config)',
+           'tests/test_llamacpp.py -k refusals_are_one_line', every=False),
+    Mutant('export_to_a_folder_says_free_disk_space', 'safety_net/fileio.py',
+           '    if os.path.isdir(path):\n        raise UserError(f"--{key}={path} is a folder (fix: name a file in it, e.g. "',
+           '    if False:\n        raise UserError(f"--{key}={path} is a folder (fix: name a file in it, e.g. "',
+           'tests/test_llamacpp.py -k refusals_are_one_line', every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

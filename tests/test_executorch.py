@@ -652,3 +652,7 @@ def test_profile_and_step_time_refuse_what_they_cannot_step_in_one_line(tmp_path
     gpt = write_char_checkpoint(tmp_path, model_at(tiny_preset("gpt")), CHARS, "gpt")
     one_error_line(step_time.main, [f"--out_dir={gpt}", f"--pte={tmp_path / 'p.pte'}", "--prime=4", "--steps=8"],
                    "--prime + --steps = 12 exceeds its window of 8 positions")
+    # the export's --pte a folder: "cannot write it: Is a directory (fix: free disk space, ...)" (a hunt)
+    (tmp_path / "f.pte").mkdir()
+    one_error_line(export.main, [f"--out_dir={gpt}", f"--pte={tmp_path / 'f.pte'}"], "is a folder",
+                   f"--pte={tmp_path / 'f.pte' / 'model.pte'}")

@@ -203,8 +203,15 @@ def test_gguf_file_computes_our_logits_by_llamacpps_conventions(tmp_path, shape)
 def test_refusals_are_one_line(tmp_path):
     out_dir, _ = checkpoint(tmp_path, dict(GPT2, vocab_size=len(CHARS), n_branches=2, tie_embeddings=False),
                             char_meta())
-    one_error_line(export.main, [f"--out_dir={out_dir}", f"--gguf={tmp_path / 'm.gguf'}"], "pgpt")
+    # the refusal names llama.cpp, the runtime asked for (it said transformers; a hunt)
+    one_error_line(export.main, [f"--out_dir={out_dir}", f"--gguf={tmp_path / 'm.gguf'}"], "pgpt",
+                   "llama.cpp has no equivalent")
     one_error_line(export.main, [f"--out_dir={out_dir}", f"--gguf={tmp_path / 'm.gguf'}", "--quantize=q4"], "q8_0")
+    # a folder named *.gguf: "cannot write it: Is a directory (fix: free disk space, ...)" (a hunt)
+    (tmp_path / "f.gguf").mkdir()
+    one_error_line(export.main, [f"--out_dir={out_dir}", f"--gguf={tmp_path / 'f.gguf'}"], "is a folder",
+                   f"--gguf={tmp_path / 'f.gguf' / 'model.gguf'}")
+    (tmp_path / "f.gguf").rmdir()
     assert not list(tmp_path.glob("*.gguf"))
     from tools.llamacpp import run
     one_error_line(run.main, [f"--gguf={tmp_path / 'm.gguf'}"], "no file")

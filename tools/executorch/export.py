@@ -306,7 +306,7 @@ def tokenizer_path(pte):
 def run(cfg):
     from tokenizers import Tokenizer
     from safety_net.checkpoint import load_model
-    from safety_net.fileio import atomic_path, check_out_dir
+    from safety_net.fileio import atomic_path, check_not_a_folder, check_out_dir
     from safety_net.runtime import check_num_threads
     if cfg["quantize"] not in QUANTIZE:
         raise UserError(f"--quantize must be one of {'|'.join(QUANTIZE)}, got {cfg['quantize']!r} "
@@ -316,6 +316,7 @@ def run(cfg):
     check_num_threads(cfg["num_threads"])
     if cfg["num_threads"]:
         torch.set_num_threads(cfg["num_threads"])
+    check_not_a_folder(cfg["pte"], "model.pte", key="pte")
     check_out_dir(os.path.dirname(os.path.abspath(cfg["pte"])), key="pte")
     model, ckpt = load_model(cfg["out_dir"], "cpu")
     refuse_unsupported(model.config)

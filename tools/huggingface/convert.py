@@ -430,9 +430,10 @@ def describe(config):
 # export: our GPT -> a transformers directory
 # ----------------------------------------------------------------------------------------------
 
-def export_plan(config):
+def export_plan(config, runtime="transformers"):
     """'gpt2' or 'llama': the transformers architecture that computes exactly what `config` computes.
-    Raises ConversionError naming the technique that has no transformers equivalent."""
+    Raises ConversionError naming the technique that has no equivalent in `runtime` (llama.cpp's export reads
+    the same architectures: a refusal of its files named transformers; a hunt)."""
     no_equivalent = [
         (config.n_branches > 1, "pgpt (n_branches > 1): parallel decoder branches"),
         (config.shrink_every > 0, "lgpt/cgpt (shrink_every > 0): width-halving layers between blocks"),
@@ -445,7 +446,7 @@ def export_plan(config):
         (getattr(config, "head_bias", False), "a bias on the output head (head_bias)"),
     ]
     for bad, what in no_equivalent:
-        refuse(not bad, f"cannot export {what}: transformers has no equivalent of it, so a loaded model "
+        refuse(not bad, f"cannot export {what}: {runtime} has no equivalent of it, so a loaded model "
                f"would compute something else (fix: export a model without it; ours loads with sample.py)")
     refuse_undeclared(config, "huggingface", ConversionError)   # a field added later, until declared
     refuse(config.activation in ACT_TO_HF, f"activation {config.activation!r} has no transformers name here "

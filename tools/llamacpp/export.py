@@ -56,7 +56,7 @@ def llamacpp_arch(config):
     export_plan's: tools/executorch/bench.py marks such a model "no GGUF"."""
     from tools.huggingface import ConversionError
     from tools.huggingface.convert import export_plan
-    arch = export_plan(config)
+    arch = export_plan(config, runtime="llama.cpp")
     if config.activation not in LLAMACPP_ACTIVATIONS[arch]:
         applies = LLAMACPP_ACTIVATIONS[arch][0]
         raise ConversionError(f"cannot export activation={config.activation!r} for llama.cpp: its {arch} graph "
@@ -189,13 +189,14 @@ def write_gguf(model, path, qtype, meta, source, say=print):
 
 def run(cfg):
     from safety_net.checkpoint import load_model
-    from safety_net.fileio import check_out_dir
+    from safety_net.fileio import check_not_a_folder, check_out_dir
     from tools.huggingface.convert import checkpoint_meta
     if cfg["quantize"] not in TYPES:
         raise UserError(f"--quantize must be one of {'|'.join(TYPES)}, got {cfg['quantize']!r} (fix: --quantize=q8_0 "
                         f"for 8 bits)")
     if not cfg["gguf"].endswith(".gguf"):
         raise UserError(f"--gguf must name a .gguf file, got {cfg['gguf']!r} (fix: e.g. --gguf=model.gguf)")
+    check_not_a_folder(cfg["gguf"], "model.gguf", key="gguf")
     check_out_dir(os.path.dirname(os.path.abspath(cfg["gguf"])), key="gguf")
     model, ckpt = load_model(cfg["out_dir"], "cpu")
     llamacpp_arch(model.config)   # refuses what llama.cpp's GPT-2 and Llama cannot compute, in one line
