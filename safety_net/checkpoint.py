@@ -112,6 +112,9 @@ def resolve_path(path_or_out_dir, prefer=(CKPT_NAME, LAST_NAME)):
             candidate = os.path.join(p, name)
             if os.path.isfile(candidate):
                 return candidate
+        if os.path.isfile(os.path.join(p, "config.json")):   # its fix was to train into it (a hunt)
+            raise UserError(f"'{p}' holds a Hugging Face model, not a run of ours (fix: --init_from={p}, which "
+                            f"python -m tools.huggingface.sample, tools.eval and train.py take)")
         raise UserError(f"no checkpoint ({' or '.join(prefer)}) in '{p}' (fix: run train.py with --out_dir={p} "
                         f"first, or name a run folder or checkpoint file that exists)")
     # the option that named it: --out_dir (sample.py, eval, the exports), --init_from (train.py, inherit), ...

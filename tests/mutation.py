@@ -1328,6 +1328,14 @@ MUTANTS = [
            '    if os.path.isdir(path):\n        raise UserError(f"--{key}={path} is a folder (fix: name a file in it, e.g. "',
            '    if False:\n        raise UserError(f"--{key}={path} is a folder (fix: name a file in it, e.g. "',
            'tests/test_llamacpp.py -k refusals_are_one_line', every=False),
+    Mutant('hf_folder_given_to_sample_py_told_to_train', 'safety_net/checkpoint.py',
+           '        if os.path.isfile(os.path.join(p, "config.json")):   # its fix was to train into it (a hunt)',
+           '        if False:',
+           'tests/test_huggingface.py -k missing_folder_or_a_checkpoint', every=False),
+    Mutant('run_folder_given_to_hf_sample_told_save_pretrained', 'tools/huggingface/convert.py',
+           '        refuse(not ours, f"\'{path}\' is a run of ours, not a Hugging Face model directory (fix: sample.py or "',
+           '        refuse(True, f"\'{path}\' is a run of ours, not a Hugging Face model directory (fix: sample.py or "',
+           'tests/test_huggingface.py -k missing_folder_or_a_checkpoint', every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

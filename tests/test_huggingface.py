@@ -830,6 +830,14 @@ def test_a_missing_folder_or_a_checkpoint_file_gets_a_fix_that_works(tmp_path):
     one_error_line(sample.main, [f"--init_from={tmp_path / 'ckpt.pt'}"], "is a file", "sample.py or tools.eval")
     for missing in (str(tmp_path / "nope"), "./nope"):
         one_error_line(sample.main, [f"--init_from={missing}"], f"'{missing}' does not exist")
+    # a run folder of ours, and a Hugging Face folder given to sample.py: each fix named the other's training
+    # ("save_pretrained", "run train.py first"; a hunt)
+    one_error_line(sample.main, [f"--init_from={tmp_path}"], "is a run of ours", f"--out_dir={tmp_path}")
+    import sample as our_sample
+    hf = tmp_path / "hf"
+    hf.mkdir()
+    (hf / "config.json").write_text("{}")
+    one_error_line(our_sample.main, [f"--out_dir={hf}"], "holds a Hugging Face model", f"--init_from={hf}")
 
 
 def test_sample_of_an_export_on_another_tokenizers_data_is_refused(exported, tmp_path, capsys):

@@ -67,6 +67,9 @@ def resolve_source(name_or_dir):
     Hugging Face cache (needs huggingface_hub and a connection)."""
     path = os.fspath(name_or_dir)
     if os.path.isdir(path):
+        ours = any(os.path.isfile(os.path.join(path, name)) for name in ("ckpt.pt", "last.pt"))
+        refuse(not ours, f"'{path}' is a run of ours, not a Hugging Face model directory (fix: sample.py or "
+               f"tools.eval --out_dir={path}; train.py --init_from takes it too)")   # named neither (a hunt)
         refuse(os.path.isfile(os.path.join(path, "config.json")),
                f"'{path}' has no config.json, so it is not a Hugging Face model directory "
                f"(fix: pass the directory that transformers' save_pretrained wrote)")
