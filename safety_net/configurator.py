@@ -158,8 +158,17 @@ def usage(defaults, positional=None):
         first = f"[{positional}]"
     lines = [f"usage: python {prog} {first} [--key=value | --key value ...]", "", "keys (default):"]
     width = max((len(k) for k in defaults), default=0)
-    lines += [f"  --{k:<{width}}  {v!r}" for k, v in defaults.items()]
+    lines += [f"  --{k:<{width}}  {_shown(v)}" for k, v in defaults.items()]
     return "\n".join(lines)
+
+
+def _shown(value):
+    """A default as the usage shows it: repr, and for a text that repr escapes (sample.py's '\\n') how a shell
+    passes it, since --start='\\n' is a backslash and an n (a hunt)."""
+    shown = repr(value)
+    if isinstance(value, str) and shown[1:-1] != value:
+        shown += f"  (in bash: $'{value.encode('unicode_escape').decode('ascii')}')"
+    return shown
 
 
 # --- argv ------------------------------------------------------------------------------------------

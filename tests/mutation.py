@@ -1336,6 +1336,10 @@ MUTANTS = [
            '        refuse(not ours, f"\'{path}\' is a run of ours, not a Hugging Face model directory (fix: sample.py or "',
            '        refuse(True, f"\'{path}\' is a run of ours, not a Hugging Face model directory (fix: sample.py or "',
            'tests/test_huggingface.py -k missing_folder_or_a_checkpoint', every=False),
+    Mutant('help_shows_an_escaped_default_as_typed', 'safety_net/configurator.py',
+           '    if isinstance(value, str) and shown[1:-1] != value:',
+           '    if False:',
+           'tests/test_commands.py -k shell_passes', every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

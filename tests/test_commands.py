@@ -232,3 +232,17 @@ def test_every_import_of_a_project_name_finds_it():
                 if is_net_module and not hasattr(module, node.attr):
                     missing.append(f"{path}:{node.lineno} {module.__name__}.{node.attr}")
     assert not missing, missing
+
+
+def test_help_shows_how_a_shell_passes_a_default_with_an_escape(capsys, tmp_path):
+    """sample.py's --help showed --start '\\n', and --start='\\n', copied, is a backslash and an n: refused for a char
+    model ('\\\\' not in the vocabulary), and a GPT-2 model prompted with them (a hunt). The usage adds bash's
+    $'\\n', which passes a newline."""
+    import subprocess
+    import sample
+    with pytest.raises(SystemExit):
+        sample.main(["--help"])
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.strip().startswith("--start"))
+    assert line.endswith("'\\n'  (in bash: $'\\n')"), line
+    shell = subprocess.run(["bash", "-c", "printf %s $'\\n'"], capture_output=True, text=True)
+    assert shell.stdout == sample.DEFAULTS["start"]   # what the usage says bash passes is the default
