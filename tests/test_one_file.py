@@ -566,6 +566,9 @@ def test_code_lines_counts_a_last_line_and_refuses_what_is_not_python_in_one_lin
     one_error_line(code_lines.main, [str(tmp_path / "n.py"), str(tmp_path)], "is a folder", "*.py")
     one_error_line(code_lines.main, [str(tmp_path / "n.py"), str(tmp_path / "bad.py")], "not Python source")
     one_error_line(code_lines.main, [str(tmp_path / "latin.py")], "not Python source in UTF-8")
+    # a long line of words: CPython's parser raises MemoryError, which read "out of memory (fix: lower the sizes...)"
+    (tmp_path / "words.txt").write_text("word " * 20000, encoding="utf-8")
+    one_error_line(code_lines.main, [str(tmp_path / "words.txt")], "not Python source")
     assert capsys.readouterr().out == ""
 
 

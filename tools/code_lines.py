@@ -79,7 +79,8 @@ def counted(path):
         raise UserError(f"{path} is a folder (fix: name its Python files, e.g. {os.path.join(path, '*.py')})")
     try:
         return count(path) + reading_load(path)
-    except (UnicodeDecodeError, SyntaxError, tokenize.TokenError) as e:
+    except (UnicodeDecodeError, SyntaxError, tokenize.TokenError, MemoryError) as e:
+        # MemoryError: CPython's parser gives up so on a long line of words (it said "out of memory"; a hunt)
         reason = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise UserError(f"cannot count {path}: not Python source in UTF-8 ({reason}) (fix: name Python "
                         f"files)") from None
