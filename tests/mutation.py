@@ -779,7 +779,7 @@ MUTANTS = [
            '    return source.count("\\n"), len(code)',
            "tests/test_one_file.py -k code_lines_counts_a_last_line", every=False),
     Mutant("code_lines_traceback_on_bad_source", "tools/code_lines.py",
-           "    except (UnicodeDecodeError, SyntaxError, tokenize.TokenError) as e:",
+           "    except (UnicodeDecodeError, SyntaxError, tokenize.TokenError, MemoryError) as e:",
            "    except tokenize.TokenError as e:",
            "tests/test_one_file.py -k code_lines_counts_a_last_line", every=False),
     Mutant("inherit_calls_pgpt_mlp_only", "tools/pangu/inherit.py",
