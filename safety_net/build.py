@@ -220,7 +220,28 @@ def model_args(config, explicit, base=None, vocab_size=None):
     given = {k: config[k] for k in explicit if k in fields}
     check_mlp_ratio_applies(args, given)
     args.update(given)
+    check_model_keys_read(args, given)
     return args
+
+
+def check_model_keys_read(args, given):
+    """One line for a model key the user set (`given`) that the model of `args` (given applied) never reads: it
+    acts only under another field, which is off (tools/support.py's DEPENDS), so it was accepted and changed
+    nothing (a hunt). Not the sharing keys: --share_group_size=1 unshares a ShishuLM preset, which keeps its
+    share_from_layer. train.py (StartingPoint.check_model), model_args, tools.plan and tools.bench ask it."""
+    # key: (whether the field it acts under is on, that technique, the flag that turns it on)
+    acts_under = {
+        "rope_base": (args["pos_embedding"] == "rope", "RoPE", "--pos_embedding=rope"),
+        "think_eta": (args["think_steps"] > 0, "Deep Thinking", "--think_steps=3"),
+        "think_memory": (args["think_steps"] > 0, "Deep Thinking", "--think_steps=3"),
+        "residual_logit_init": (args["enhanced_residual"], "the enhanced residual", "--enhanced_residual=True"),
+        "shrink_layer": (args["shrink_every"] > 0, "lgpt/cgpt's width halving", "--shrink_every=2"),
+    }
+    for key in sorted(set(given) & set(acts_under)):
+        on, technique, flag = acts_under[key]
+        if not on:
+            raise UserError(f"{key}={given[key]!r} is read only with {technique} ({flag}), which this model does "
+                            f"not use (fix: drop {key}, or add {flag})")
 
 
 def check_mlp_ratio_applies(args, given):

@@ -17,7 +17,8 @@ import shlex
 
 import torch
 
-from safety_net.build import check_batch_memory, check_mlp_ratio_applies, gpt_config_defaults, load_variant
+from safety_net.build import check_batch_memory, check_mlp_ratio_applies, check_model_keys_read, gpt_config_defaults
+from safety_net.build import load_variant
 from safety_net.build import model_config
 from safety_net.checkpoint import (CKPT_NAME, LAST_NAME, load_checkpoint, load_init_checkpoint, load_matching_weights,
                                    load_optimizer_state, resolve_path)
@@ -173,6 +174,7 @@ class StartingPoint:
         base = dict(gpt_config_defaults(), **(ckpt["model_args"] if ckpt else {}))
         base.update(load_variant(config["variant"]) if config["variant"] else {})
         check_mlp_ratio_applies(base, {k: args[k] for k in explicit & {"mlp_ratio", "mlp_hidden"}})
+        check_model_keys_read(args, {k: args[k] for k in explicit if k in args})
         if config["init_from"] == "resume":
             if config["max_iters"] < ckpt["iter_num"] and not config["eval_only"]:
                 raise UserError(f"resume: max_iters={config['max_iters']} is below iteration {ckpt['iter_num']}, "

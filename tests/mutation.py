@@ -1340,6 +1340,18 @@ MUTANTS = [
            '    if isinstance(value, str) and shown[1:-1] != value:',
            '    if False:',
            'tests/test_commands.py -k shell_passes', every=False),
+    Mutant('model_key_read_by_nothing_accepted', 'safety_net/build.py',
+           '        on, technique, flag = acts_under[key]\n        if not on:',
+           '        on, technique, flag = acts_under[key]\n        if False:',
+           'tests/test_train_faults.py -k never_reads', every=False),
+    Mutant('train_skips_the_unread_model_keys_check', 'safety_net/starting_point.py',
+           '        check_model_keys_read(args, {k: args[k] for k in explicit if k in args})\n',
+           '',
+           'tests/test_train_faults.py -k "never_reads and rope"', every=False),
+    Mutant('rope_base_read_without_rope', 'safety_net/build.py',
+           '        "rope_base": (args["pos_embedding"] == "rope", "RoPE", "--pos_embedding=rope"),',
+           '        "rope_base": (True, "RoPE", "--pos_embedding=rope"),',
+           'tests/test_train_faults.py -k "never_reads and rope"', every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

@@ -736,3 +736,27 @@ def test_compile_on_a_cpu_without_a_cpp_compiler_is_one_line(tiny_train_config, 
                    "python sample.py")
     one_error_line(evaluate.main, [f"--out_dir={cfg['out_dir']}", "--device=cpu", "--compile=True"],
                    "needs a C++ compiler", "--compile=False")
+
+
+@pytest.mark.parametrize("key, value, words", [
+    ("rope_base", 500000.0, "read only with RoPE (--pos_embedding=rope)"),
+    ("think_eta", 0.05, "read only with Deep Thinking (--think_steps=3)"),
+    ("think_memory", "first_layer", "read only with Deep Thinking"),
+    ("residual_logit_init", 1.0, "read only with the enhanced residual (--enhanced_residual=True)"),
+    ("shrink_layer", "conv", "read only with lgpt/cgpt's width halving (--shrink_every=2)"),
+])
+def test_a_model_key_its_model_never_reads_is_refused(tiny_train_config, key, value, words):
+    """Each acts only under another field: set with that one off it was accepted, saved in the checkpoint and changed
+    nothing (losses identical; a hunt). One line before anything is written; the fix it names (add the other) runs,
+    and so does a config that sets both."""
+    from safety_net.build import model_args
+    cfg = dict(tiny_train_config, max_iters=2, eval_interval=2, **{key: value})
+    message = main_error(argv(cfg))
+    assert words in message and f"drop {key}" in message
+    assert not os.path.exists(cfg["out_dir"])
+    on = {"rope_base": dict(pos_embedding="rope"), "think_eta": dict(think_steps=2),
+          "think_memory": dict(think_steps=2), "residual_logit_init": dict(enhanced_residual=True),
+          "shrink_layer": dict(shrink_every=1, n_head=1, tie_embeddings=False)}[key]
+    assert run(dict(cfg, **on))["iter_num"] == 2
+    with pytest.raises(UserError, match=words.split(" (")[0]):   # tools.compare / bench / plan's model_args
+        model_args({key: value}, {key})

@@ -38,7 +38,8 @@ from tools.flops import matmul_params
 from tools.layers import layer_sets
 from tools.support import refuse_undeclared
 import variants
-from safety_net.build import build_model, check_mlp_ratio_applies, gpt_config_defaults, load_variant
+from safety_net.build import build_model, check_mlp_ratio_applies, check_model_keys_read, gpt_config_defaults
+from safety_net.build import load_variant
 from safety_net.build import model_args as checkpoint_model_args
 from safety_net.checkpoint import load_checkpoint
 from safety_net.configurator import UserError, run_command
@@ -220,6 +221,7 @@ def model_args(cfg, explicit):
         args, _ = config_file_model(cfg["config"])
         check_mlp_ratio_applies(args, flags)
         args.update(flags)   # the command line's flags win, as train.py's
+        check_model_keys_read(args, flags)
         return cfg["config"] + with_flags, args, None
     if cfg["out_dir"]:
         if cfg["variant"] or flags:

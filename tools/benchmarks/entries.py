@@ -8,7 +8,8 @@ import os
 
 from model import GPTConfig
 from prepare import DATASETS
-from safety_net.build import check_mlp_ratio_applies, check_optional_types, gpt_config_defaults, load_variant
+from safety_net.build import check_mlp_ratio_applies, check_model_keys_read, check_optional_types, gpt_config_defaults
+from safety_net.build import load_variant
 from safety_net.build import model_args
 from safety_net.checkpoint import CKPT_NAME, LAST_NAME, is_hf_source, load_checkpoint
 from safety_net.configurator import UserError, load_config
@@ -73,6 +74,7 @@ def finish_entry(name, args, cfg, cli_model, batch):
         args = scale_args(args, cfg["scale"], cfg["depth_scale"] or cfg["scale"])
     check_mlp_ratio_applies(args, cli_model)
     args.update(cli_model)  # explicit overrides win over presets and scaling
+    check_model_keys_read(args, cli_model)
     check_optional_types(args)
     try:
         GPTConfig(**args)
