@@ -1352,6 +1352,16 @@ MUTANTS = [
            '        "rope_base": (args["pos_embedding"] == "rope", "RoPE", "--pos_embedding=rope"),',
            '        "rope_base": (True, "RoPE", "--pos_embedding=rope"),',
            'tests/test_train_faults.py -k "never_reads and rope"', every=False),
+    Mutant('compare_resumes_a_run_without_its_record', 'tools/compare.py',
+           '            if os.path.exists(os.path.join(run.out_dir, LAST_NAME)):\n'
+           '                raise UserError(f"{run.out_dir} holds a run that',
+           '            if False:\n'
+           '                raise UserError(f"{run.out_dir} holds a run that',
+           'tests/test_compare.py -k without_its_record', every=False),
+    Mutant('compare_reports_a_deleted_run_as_finished', 'tools/compare.py',
+           '        if run.key in status["models"] and not saved:',
+           '        if False:',
+           'tests/test_compare.py -k without_its_record', every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

@@ -282,7 +282,7 @@ def test_seeds_and_custom_variants_on_the_command_line(capsys):
 def test_a_status_json_of_another_shape_is_one_line(tmp_path, text):
     """A status.json that parses but is not {"models": {run: {...}}} was an AttributeError or TypeError traceback."""
     (tmp_path / "status.json").write_text(text)
-    with pytest.raises(UserError, match="cannot read .*status.json.*not a dict of runs .*fix: delete it"):
+    with pytest.raises(UserError, match="cannot read .*status.json.*not a dict of runs .*fix: another --compare_dir"):
         compare.load_status({"compare_dir": str(tmp_path)})
 
 
@@ -472,6 +472,30 @@ def test_a_finished_run_started_otherwise_is_refused(char_data, tmp_path, monkey
     compare.main(tiny_argv(char_data, str(tmp_path / "cmp2"), "ft", bench_iters=0, prompts="[]",
                            custom_variants=repr(tuned)))
     assert f"from {src} -> " in capsys.readouterr().out
+
+
+def test_a_run_without_its_record_is_refused_and_a_deleted_one_trains_again(char_data, tmp_path, monkeypatch,
+                                                                            one_thread, capsys):
+    """status.json holds the settings a run trained with. Deleted (its fix said so), a finished run was resumed
+    under new settings and reported as of them; a deleted model folder was reported "finished earlier" with its
+    old numbers (hunts). Without its record a run is refused; a deleted folder trains again."""
+    cdir = tmp_path / "cmp"
+    counter = CountingTrain()
+    monkeypatch.setattr(train, "train", counter)
+    argv = tiny_argv(char_data, str(cdir), "gpt", bench_iters=0, prompts="[]")
+    compare.main(argv)
+    (cdir / "status.json").unlink()
+    with pytest.raises(SystemExit, match="holds a run that .*status.json does not record, .*fix: delete .*gpt"):
+        compare.main(tiny_argv(char_data, str(cdir), "gpt", bench_iters=0, prompts="[]", learning_rate=5e-3,
+                               max_iters=9, lr_decay_iters=9))
+    assert counter.calls == ["scratch"]
+    shutil.rmtree(cdir / "gpt")   # the fix it names: the run trains again, from scratch
+    compare.main(argv)
+    shutil.rmtree(cdir / "gpt")   # a finished run's folder deleted: trained again, not reported from status.json
+    capsys.readouterr()
+    compare.main(argv)
+    assert counter.calls == ["scratch"] * 3 and "finished earlier" not in capsys.readouterr().out
+    assert (cdir / "gpt" / "ckpt.pt").exists()
 
 
 def test_a_compare_dir_that_is_a_file_is_one_line_before_the_plan(char_data, tmp_path, capsys):

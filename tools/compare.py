@@ -74,7 +74,7 @@ from tools.spread import NOISE_T, add_equal_compute, mean_std, noise_verdict
 import train
 from safety_net.build import check_optional_types, gpt_config_defaults
 from safety_net.build import model_args as resolve_model_args
-from safety_net.checkpoint import LAST_NAME, load_checkpoint, load_model
+from safety_net.checkpoint import CKPT_NAME, LAST_NAME, load_checkpoint, load_model
 from safety_net.configurator import UserError, load_config, out_of_memory, run_command
 from safety_net.dataset import dataset_vocab_size, default_data_dir, is_prepared, load_meta, load_tokenizer
 from safety_net.dataset import resolve_data_dir
@@ -319,8 +319,20 @@ def load_status(config):
         if not isinstance(status["models"], dict) or not all(isinstance(e, dict) for e in status["models"].values()):
             raise TypeError("'models' is not a dict of runs")
     except (ValueError, OSError, KeyError, TypeError) as e:
-        raise UserError(f"cannot read {path}: {type(e).__name__} {e} (fix: delete it; the next run then "
-                         f"resumes every model from its last.pt)")
+        raise UserError(f"cannot read {path}: {type(e).__name__} {e} (fix: another --compare_dir: the settings "
+                         f"its runs trained with are recorded there only)")
+    return status
+
+
+def runs_status(config, runs):
+    """load_status, less the runs whose folder holds no checkpoint any more: deleted, as the refusals' fixes say
+    ("delete <out_dir> to start it over"), they train again from scratch. A finished one went on being reported
+    with its old numbers, and an interrupted one's train time was added to the new run's (hunts)."""
+    status = load_status(config)
+    for run in runs:
+        saved = any(os.path.exists(os.path.join(run.out_dir, name)) for name in (LAST_NAME, CKPT_NAME))
+        if run.key in status["models"] and not saved:
+            del status["models"][run.key]
     return status
 
 
@@ -365,6 +377,12 @@ def check_finished(config, status, runs):
     for run in runs:
         entry = status["models"].get(run.key)
         if not entry or "settings" not in entry:
+            # status.json is saved with a run's settings before it trains: a run without them lost its record,
+            # and was continued under any settings and reported as of them (a hunt)
+            if os.path.exists(os.path.join(run.out_dir, LAST_NAME)):
+                raise UserError(f"{run.out_dir} holds a run that {status_path(config)} does not record, so the "
+                                f"settings it trained with are unknown (fix: delete {run.out_dir} to train it again, "
+                                f"or use another --compare_dir)")
             continue
         now = training_settings(run)
         diff = differences(entry["settings"], now)
@@ -1041,7 +1059,7 @@ def check_runs(config, status, runs):
 def run(config, explicit):
     runs = plan(config, explicit)
     infos = {run.name: model_info(run.args) for run in runs if run.first}
-    status = load_status(config)
+    status = runs_status(config, runs)
     check_finished(config, status, runs)
     check_run_settings(runs, config["dry_run"])   # before the plan is printed: bad input is one line
     if not config["dry_run"]:
@@ -1051,7 +1069,7 @@ def run(config, explicit):
         return None
     # one writer per compare_dir: a second compare.py would train the same runs over this one's
     with lock_dir(config["compare_dir"], key="compare_dir"):
-        status = load_status(config)   # again: another compare.py may have changed it before this one had the lock
+        status = runs_status(config, runs)   # again: another compare.py may have changed it before this one had the lock
         check_finished(config, status, runs)
         return train_and_report(config, runs, infos, status)
 
