@@ -1362,6 +1362,10 @@ MUTANTS = [
            '        if run.key in status["models"] and not saved:',
            '        if False:',
            'tests/test_compare.py -k without_its_record', every=False),
+    Mutant('hf_export_files_replaced_one_by_one', 'tools/huggingface/convert.py',
+           '            f = together.enter_context(atomic_open(path, "w"))\n',
+           '            f = together.enter_context(open(path, "w"))\n',
+           'tests/test_huggingface.py -k stopped_midway', every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

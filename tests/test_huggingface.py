@@ -394,6 +394,28 @@ OURS = {
 }
 
 
+def test_an_export_stopped_midway_leaves_the_old_export_whole(tmp_path, monkeypatch):
+    """Each file was replaced on its own, the weights first: an export killed after them left one model's weights
+    beside another's config.json and tokenizer, which imported and trained without a word (a hunt). Stopped at
+    its last file now (Ctrl-C and SIGTERM raise KeyboardInterrupt), every file is the old export's."""
+    torch.manual_seed(0)
+    old = randomize(GPT(GPTConfig(**OURS["gpt2_mlp_ratio"])), seed=3)
+    export(old, str(tmp_path))
+    before = {name: (tmp_path / name).read_bytes() for name in os.listdir(tmp_path)}
+    new = randomize(GPT(GPTConfig(**dict(OURS["gpt2_mlp_ratio"], norm_eps=1e-6))), seed=4)
+    real_dump = json.dump
+
+    def stopped_at_the_config(content, f, **kw):
+        if "architectures" in content:
+            raise KeyboardInterrupt
+        return real_dump(content, f, **kw)
+
+    monkeypatch.setattr(convert.json, "dump", stopped_at_the_config)
+    with pytest.raises(KeyboardInterrupt):
+        export(new, str(tmp_path))
+    assert {name: (tmp_path / name).read_bytes() for name in os.listdir(tmp_path)} == before
+
+
 @pytest.mark.parametrize("name", list(OURS))
 def test_export_loads_in_transformers_with_equal_outputs(name, tmp_path, capsys):
     torch.manual_seed(0)

@@ -29,6 +29,7 @@ GPT-2's missing biases are written as zeros when our model has bias=False; Llama
 mlp_bias become our single `bias` flag, with zeros for the side that has none.
 """
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -578,18 +579,27 @@ def export(model, out_dir, say=None, weights_format="auto", meta=None, meta_sour
         except ImportError:
             weights_format = "bin"
     # every file goes through a temporary file: a full disk or read-only folder is one line, never half a file
-    from safety_net.fileio import atomic_open, atomic_save, check_out_dir, remove_stale_temp_files
+    from safety_net.fileio import atomic_open, check_out_dir, remove_stale_temp_files
     check_out_dir(out_dir, key="out")
     if os.path.isdir(out_dir):   # what a killed export left behind (the weights' can be gigabytes)
         remove_stale_temp_files(out_dir, WEIGHT_FILES + ("config.json",) + TOKENIZER_FILES, say)
-    if weights_format == "safetensors":
-        from safetensors.torch import save
-        weights = os.path.join(out_dir, "model.safetensors")
-        with atomic_open(weights, "wb") as f:
+    weights = os.path.join(out_dir, "model.safetensors" if weights_format == "safetensors" else "pytorch_model.bin")
+    written = [weights] + [os.path.join(out_dir, name) for name in ["config.json"] + sorted(files)]
+    # and they replace the old ones together, each on disk first: a kill between the weights and the config left
+    # one model's weights beside another's config and tokenizer, read without a word (a hunt)
+    with contextlib.ExitStack() as together:
+        for path, content in zip(written[1:], [config] + [files[name] for name in sorted(files)]):
+            f = together.enter_context(atomic_open(path, "w"))
+            # ensure_ascii=False: the vocabularies stay readable (UTF-8)
+            json.dump(content, f, indent=None if os.path.basename(path) == "tokenizer.json" else 2, ensure_ascii=False)
+            on_disk(f)
+        f = together.enter_context(atomic_open(weights, "wb"))
+        if weights_format == "safetensors":
+            from safetensors.torch import save
             f.write(save(tensors, metadata={"format": "pt"}))
-    else:
-        weights = os.path.join(out_dir, "pytorch_model.bin")
-        atomic_save(tensors, weights)
+        else:
+            torch.save(tensors, f)
+        on_disk(f)
     for stale in WEIGHT_FILES:   # a leftover file of another format would be loaded instead
         path = os.path.join(out_dir, stale)
         if path != weights and os.path.isfile(path):
@@ -598,12 +608,6 @@ def export(model, out_dir, say=None, weights_format="auto", meta=None, meta_sour
         path = os.path.join(out_dir, stale)
         if stale not in files and os.path.isfile(path):
             os.remove(path)
-    written = [weights]
-    for name, content in [("config.json", config)] + sorted(files.items()):
-        path = os.path.join(out_dir, name)
-        with atomic_open(path, "w") as f:   # ensure_ascii=False: the vocabularies stay readable (UTF-8)
-            json.dump(content, f, indent=2 if name != "tokenizer.json" else None, ensure_ascii=False)
-        written.append(path)
     stack = model.branches[0]
     shared = (f"; layer sharing written out as repeated weights ({model.config.n_layer} layers from "
               f"{len(stack.attn)} unique attention and {len(stack.mlp)} unique FFN sub-layers)"
@@ -611,6 +615,12 @@ def export(model, out_dir, say=None, weights_format="auto", meta=None, meta_sour
     say(f"exported as {config['architectures'][0]} to {out_dir} ({os.path.basename(weights)}, "
         f"{sum(t.numel() for t in tensors.values()):,} stored parameters){shared}; tokenizer: {kind}")
     return written
+
+
+def on_disk(f):
+    """Flush and fsync an open file: its atomic_open then replaces the old file at once, without waiting."""
+    f.flush()
+    os.fsync(f.fileno())
 
 
 # ----------------------------------------------------------------------------------------------
