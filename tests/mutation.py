@@ -1366,6 +1366,10 @@ MUTANTS = [
            '            f = together.enter_context(atomic_open(path, "w"))\n',
            '            f = together.enter_context(open(path, "w"))\n',
            'tests/test_huggingface.py -k stopped_midway', every=False),
+    Mutant('forced_prepare_says_the_removed_dataset_is_kept', 'safety_net/text_dataset.py',
+           '        if not replaced:\n            raise\n',
+           '        if True:\n            raise\n',
+           'tests/test_prepare.py -k full_disk', every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that
