@@ -194,7 +194,15 @@ def check_splits(data_dir, vocab_size, block_size, segments_path=""):
     """train.py's data check: the train and val token files fit the model (split_tokens). Returns the window
     starts of segments_path (data_segments, checked against the train split), or None: every position."""
     n_train = split_tokens(data_dir, "train", vocab_size, block_size)
-    split_tokens(data_dir, "val", vocab_size, block_size)
+    n_val = split_tokens(data_dir, "val", vocab_size, block_size)
+    # a token file cut short to an even size trained without a word (a hunt): meta.json records each split's count
+    recorded = load_meta(data_dir).get("splits") or {}
+    for split, n in (("train", n_train), ("val", n_val)):
+        tokens = (recorded.get(split) or {}).get("tokens")
+        if isinstance(tokens, int) and tokens != n:
+            raise UserError(f"{split_path(data_dir, split)} holds {n:,} tokens, but {data_dir}'s meta.json records "
+                            f"{tokens:,}: cut short, or of another preparation (fix: re-run `python prepare.py` for "
+                            f"this dataset, or pass the right --data_dir)")
     return load_segments(segments_path, n_train, block_size) if segments_path else None
 
 

@@ -1370,6 +1370,10 @@ MUTANTS = [
            '        if not replaced:\n            raise\n',
            '        if True:\n            raise\n',
            'tests/test_prepare.py -k full_disk', every=False),
+    Mutant('train_reads_a_token_file_cut_short', 'safety_net/dataset.py',
+           '        if isinstance(tokens, int) and tokens != n:',
+           '        if False:',
+           'tests/test_train_faults.py -k corrupt_dataset', every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

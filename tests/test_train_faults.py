@@ -2,6 +2,7 @@
 before anything on disk changes; divergence stops the run without saving NaN weights; signals and stale
 temporary files; the CPU-time note for GPU recipes. Tiny models on a synthetic dataset: seconds in all."""
 import hashlib
+import json
 import os
 import shutil
 import signal
@@ -567,10 +568,17 @@ def test_prepare_refuses_nonsense(tmp_path, script, args, words):
     ("odd_bin", ["train.bin", "odd number of bytes"]),
     ("id_too_large", ["token id 40", "vocab_size is 16"]),
     ("empty_val", ["val split", "0 tokens"]),
+    # cut short to an even size: trained without a word (a hunt); meta.json records each split's tokens
+    ("cut_short", ["train.bin holds 19,998 tokens", "records 20,000"]),
 ])
 def test_corrupt_dataset_is_one_line(tiny_train_config, damage, words):
     data_dir = tiny_train_config["data_dir"]
-    if damage == "meta_not_json":
+    if damage == "cut_short":
+        meta_path = os.path.join(data_dir, "meta.json")
+        meta = json.load(open(meta_path))
+        json.dump(dict(meta, splits={"train": {"tokens": 20000}, "val": {"tokens": 4000}}), open(meta_path, "w"))
+        os.truncate(os.path.join(data_dir, "train.bin"), 2 * 19998)
+    elif damage == "meta_not_json":
         with open(os.path.join(data_dir, "meta.json"), "w") as f:
             f.write("{not json")
     elif damage == "odd_bin":
