@@ -23,8 +23,8 @@ from safety_net.build import model_config
 from safety_net.checkpoint import (CKPT_NAME, LAST_NAME, load_checkpoint, load_init_checkpoint, load_matching_weights,
                                    load_optimizer_state, resolve_path)
 from safety_net.configurator import UserError
-from safety_net.dataset import (check_splits, default_data_dir, is_prepared, load_meta, read_segments, run_prepare,
-                                tokenizer_id)
+from safety_net.dataset import (check_splits, default_data_dir, is_prepared, load_meta, load_tokenizer, read_segments,
+                                run_prepare, tokenizer_id)
 from safety_net.fileio import check_not_a_run_folder, check_out_dir, is_run_folder
 from safety_net.runtime import on_rank_zero, restore_rng
 from safety_net.text_dataset import foreign_token_files
@@ -89,6 +89,10 @@ def prepared_data(config, prepare, rank, world):
                         f"again: python prepare.py --input=TEXT_FILE --out_dir={data_dir} --force)")
     on_rank_zero(functools.partial(prepare_once, prepare, dataset, data_dir), rank, world)
     meta = load_meta(data_dir)
+    # a meta.json whose vocabulary cannot be read back trained, and failed only at sampling (a hunt); GPT-2's
+    # needs its ranks file, which training does not
+    if meta.get("tokenizer") != "gpt2":
+        load_tokenizer(data_dir)
     return data_dir, meta, tokenizer_id(meta)
 
 

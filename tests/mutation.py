@@ -1374,6 +1374,10 @@ MUTANTS = [
            '        if isinstance(tokens, int) and tokens != n:',
            '        if False:',
            'tests/test_train_faults.py -k corrupt_dataset', every=False),
+    Mutant('train_takes_a_vocabulary_it_cannot_read_back', 'safety_net/starting_point.py',
+           '    if meta.get("tokenizer") != "gpt2":\n        load_tokenizer(data_dir)\n',
+           '',
+           'tests/test_train_faults.py -k corrupt_dataset', every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

@@ -570,6 +570,8 @@ def test_prepare_refuses_nonsense(tmp_path, script, args, words):
     ("empty_val", ["val split", "0 tokens"]),
     # cut short to an even size: trained without a word (a hunt); meta.json records each split's tokens
     ("cut_short", ["train.bin holds 19,998 tokens", "records 20,000"]),
+    # a vocabulary that cannot be read back: trained, then failed at sampling (a hunt)
+    ("chars_short", ["meta.json's chars", "distinct characters"]),
 ])
 def test_corrupt_dataset_is_one_line(tiny_train_config, damage, words):
     data_dir = tiny_train_config["data_dir"]
@@ -578,6 +580,10 @@ def test_corrupt_dataset_is_one_line(tiny_train_config, damage, words):
         meta = json.load(open(meta_path))
         json.dump(dict(meta, splits={"train": {"tokens": 20000}, "val": {"tokens": 4000}}), open(meta_path, "w"))
         os.truncate(os.path.join(data_dir, "train.bin"), 2 * 19998)
+    elif damage == "chars_short":
+        meta_path = os.path.join(data_dir, "meta.json")
+        meta = json.load(open(meta_path))
+        json.dump(dict(meta, chars=meta["chars"][:-1]), open(meta_path, "w"))
     elif damage == "meta_not_json":
         with open(os.path.join(data_dir, "meta.json"), "w") as f:
             f.write("{not json")
