@@ -18,6 +18,7 @@ Loading uses torch.load(weights_only=True) only, with no way around it: checkpoi
 out*/ folders in cloned repositories), and the full unpickler runs whatever code a file names.
 """
 
+import math
 import os
 import pickle
 import re
@@ -228,6 +229,9 @@ def unsafe_pickle_error(e, path, fix="re-save it with tensors and plain Python v
                      f"own, written by other code, {fix})")
 
 
+WEIGHT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+
+
 def damaged_fields(ckpt):
     """What is wrong with the fields of a checkpoint dict that scripts rely on ("" when nothing)."""
     if not isinstance(ckpt["model"], dict) or not all(torch.is_tensor(v) for v in ckpt["model"].values()):
@@ -236,6 +240,12 @@ def damaged_fields(ckpt):
     integer = [k for k, v in ckpt["model"].items() if not v.is_floating_point()]
     if integer:
         return f"'model' holds integer tensors where weights are floating point (e.g. {integer[0]})"
+    # fp8 or sparse weights ended in a traceback (isfinite has no kernel for them; a hunt)
+    odd = [k for k, v in ckpt["model"].items() if v.dtype not in WEIGHT_DTYPES or v.layout != torch.strided]
+    if odd:
+        v = ckpt["model"][odd[0]]
+        return (f"'model' holds a tensor no weight of ours is ({odd[0]}: {str(v.dtype).replace('torch.', '')}, "
+                f"{str(v.layout).replace('torch.', '')}; weights are dense float32, float16, bfloat16 or float64)")
     if not isinstance(ckpt["model_args"], dict):
         return f"'model_args' is a {type(ckpt['model_args']).__name__}, not a dict"
     if not all(isinstance(k, str) for k in ckpt["model_args"]):   # its names are read as text (a traceback)
@@ -243,9 +253,11 @@ def damaged_fields(ckpt):
     for key in ("data_dir", "dataset", "tokenizer_id"):   # paths and names: text or absent
         if ckpt.get(key) is not None and not isinstance(ckpt[key], str):
             return f"'{key}' is {ckpt[key]!r}, not a string"
-    if not isinstance(ckpt.get("iter_num", 0), int) or isinstance(ckpt.get("iter_num"), bool):
-        return f"'iter_num' is {ckpt['iter_num']!r}, not an integer"
-    if not isinstance(ckpt.get("best_val_loss", 0.0), (int, float)):
+    iter_num = ckpt.get("iter_num", 0)   # below 0: a resume ran from there (a hunt)
+    if not isinstance(iter_num, int) or isinstance(iter_num, bool) or iter_num < 0:
+        return f"'iter_num' is {ckpt['iter_num']!r}, not an integer >= 0"
+    best = ckpt.get("best_val_loss", 0.0)   # NaN: never beaten, so ckpt.pt was never written again (a hunt)
+    if not isinstance(best, (int, float)) or isinstance(best, bool) or math.isnan(best):
         return f"'best_val_loss' is {ckpt['best_val_loss']!r}, not a number"
     return ""
 

@@ -1378,6 +1378,14 @@ MUTANTS = [
            '    if meta.get("tokenizer") != "gpt2":\n        load_tokenizer(data_dir)\n',
            '',
            'tests/test_train_faults.py -k corrupt_dataset', every=False),
+    Mutant('checkpoint_fp8_weights_reach_isfinite', 'safety_net/checkpoint.py',
+           '    odd = [k for k, v in ckpt["model"].items() if v.dtype not in WEIGHT_DTYPES or v.layout != torch.strided]',
+           '    odd = []',
+           'tests/test_faults.py -k "damaged_checkpoint_names and sample"', every=False),
+    Mutant('checkpoint_negative_iter_num_resumed', 'safety_net/checkpoint.py',
+           '    if not isinstance(iter_num, int) or isinstance(iter_num, bool) or iter_num < 0:',
+           '    if not isinstance(iter_num, int) or isinstance(iter_num, bool):',
+           'tests/test_faults.py -k "damaged_checkpoint_names and sample"', every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

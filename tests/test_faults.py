@@ -151,6 +151,14 @@ def test_hugging_face_model_with_nan_weights_is_refused(finished, tmp_path, scri
     # integer weights loaded as floats without a word (issue 23 point 5)
     (lambda c: c["model"].update({"ln_f.weight": c["model"]["ln_f.weight"].long()}),
      ["damaged", "integer tensors", "ln_f.weight"]),
+    # fp8 and sparse weights: tracebacks from isfinite; iter_num -5 resumed from there; a NaN best_val_loss was
+    # never beaten, ckpt.pt never written again (a hunt)
+    (lambda c: c["model"].update({"ln_f.weight": c["model"]["ln_f.weight"].to(torch.float8_e4m3fn)}),
+     ["damaged", "ln_f.weight: float8_e4m3fn, strided"]),
+    (lambda c: c["model"].update({"ln_f.weight": c["model"]["ln_f.weight"].to_sparse()}),
+     ["damaged", "ln_f.weight: float32, sparse_coo"]),
+    (lambda c: c.update(iter_num=-5), ["damaged", "'iter_num' is -5, not an integer >= 0"]),
+    (lambda c: c.update(best_val_loss=float("nan")), ["damaged", "'best_val_loss' is nan"]),
 ])
 @pytest.mark.parametrize("script", ["sample", "tools.eval"])
 def test_damaged_checkpoint_names_what_is_wrong(finished, tmp_path, script, edit, words):
