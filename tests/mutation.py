@@ -1386,6 +1386,10 @@ MUTANTS = [
            '    if not isinstance(iter_num, int) or isinstance(iter_num, bool) or iter_num < 0:',
            '    if not isinstance(iter_num, int) or isinstance(iter_num, bool):',
            'tests/test_faults.py -k "damaged_checkpoint_names and sample"', every=False),
+    Mutant('compare_refuses_a_resume_with_another_wandb_name', 'tools/compare.py',
+           '                     "wandb_run_name", "backend")',
+           '                     "backend")',
+           'tests/test_compare.py -k interrupted_model_resumes', every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

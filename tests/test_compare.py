@@ -546,7 +546,7 @@ def test_an_interrupted_model_resumes_only_with_its_own_settings(char_data, tmp_
         assert e.value.code.startswith("error: gpt in ") and "interrupted after training with other settings" in \
             e.value.code and shown in e.value.code and "(fix: " in e.value.code, e.value.code
         assert all(open(os.path.join(cdir, name), "rb").read() == data for name, data in files.items())
-    assert compare.main(argv + ["--num_threads=1"])[0]["iters"] == 6
+    assert compare.main(argv + ["--num_threads=1", "--wandb_run_name=again", "--backend=gloo"])[0]["iters"] == 6
     assert counter.calls == ["scratch", "resume"]
 
 

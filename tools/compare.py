@@ -9,7 +9,8 @@ Table 1 and Figure 6 (gpt, pgpt, lgpt, cgpt) and paper 000's Figure 7 (enhanced-
     python -m tools.compare config/compare_000_wikitext103.py --dry_run=True   # print the plan and exit
 
 Keys: every train.py key (config files and --key=value exactly as for train.py; they apply to every
-model) plus
+model, but a custom variant's own keys win over them: --max_iters does not shorten a custom variant that sets its
+own max_iters, nor --batch_size change its batch) plus
     variants             the variants/<name>.py presets to train, a list (or --variants=gpt,lgpt)
     compare_dir          output folder; <compare_dir>/<variant>/ is that model's train.py out_dir
     prompts              sample prompts, a list (paper 004: "Oh God, ", "Her affability ", "War is ")
@@ -102,7 +103,9 @@ COMPARE_DEFAULTS = dict(
 )
 # keys that never change what a model learns: a finished model is reused when only these differ
 # (init_from does: "scratch" or a custom variant's checkpoint; a resume is decided per run, not by it)
-NOT_TRAINING_KEYS = ("out_dir", "variant", "log_interval", "compile", "num_threads")
+# (W&B's keys and DDP's backend too: a resume with them changed was refused as "trained with other settings"; a hunt)
+NOT_TRAINING_KEYS = ("out_dir", "variant", "log_interval", "compile", "num_threads", "wandb_log", "wandb_project",
+                     "wandb_run_name", "backend")
 # the settings that produced a model's measurements (sizes, samples, timing): change one, re-measure (seed, device
 # and dtype are training keys as well: check_finished refuses a change of one first)
 REPORT_KEYS = ("prompts", "samples_per_prompt", "sample_tokens", "sample_temperature", "sample_top_k",
