@@ -84,7 +84,7 @@ BENCH_DEFAULTS = dict(
     device="auto",
     dtype="auto",
     keep_heaviest_branch=False,  # pgpt: inference and sampling with only the heaviest branch
-    compile=False,          # torch.compile the training step's model
+    compile=False,          # torch.compile the training step's model (--measure=decode: tools.fast_sample's step)
     num_threads=0,          # torch.set_num_threads, as in train.py; 0 = torch's default
     seed=0,
     out="",                 # also write the results: .csv (one row per measurement) or .md (the tables);

@@ -28,8 +28,9 @@ from safety_net.configurator import UserError, run_command
 DEFAULTS = dict(
     pte="model.pte",        # the program (python -m tools.executorch.export)
     out_dir="",             # a checkpoint: profile the compiled decoder on it instead of a program
-    steps=0,                # decode steps; 0 = max_len (every position of the window once)
-    num_threads=1,          # XNNPACK's threadpool
+    steps=0,                # decode steps; 0 = every position of the window once (--out_dir: positions 1 ..
+                            # block_size - 1, after a prime)
+    num_threads=1,          # XNNPACK's threadpool; 0 is taken as 1
 )
 # the events that enclose others: a step (Method::execute), a delegate call (XNNPACK's operators inside it),
 # an instruction that calls a kernel (the kernel's native_call_* event inside it)
