@@ -179,6 +179,13 @@ class StartingPoint:
         base.update(load_variant(config["variant"]) if config["variant"] else {})
         check_mlp_ratio_applies(base, {k: args[k] for k in explicit & {"mlp_ratio", "mlp_hidden"}})
         check_model_keys_read(args, {k: args[k] for k in explicit if k in args})
+        # another checkpoint's weights: every tensor is copied unless allow_partial_init, so the keys that draw
+        # the starting weights draw none (accepted, and recorded as if they had; a hunt)
+        drawn = sorted(explicit & {"init_std", "init_scheme", "residual_logit_init"})
+        if drawn and config["init_from"] not in ("scratch", "resume") and not config["allow_partial_init"]:
+            raise UserError(f"--{drawn[0]} draws a run's starting weights, and --init_from={config['init_from']} "
+                            f"copies every one of them (fix: drop --{drawn[0]}, or --allow_partial_init=True to "
+                            f"draw the tensors that do not fit)")
         if config["init_from"] == "resume":
             if config["max_iters"] < ckpt["iter_num"] and not config["eval_only"]:
                 raise UserError(f"resume: max_iters={config['max_iters']} is below iteration {ckpt['iter_num']}, "

@@ -1390,6 +1390,10 @@ MUTANTS = [
            '                     "wandb_run_name", "backend")',
            '                     "backend")',
            'tests/test_compare.py -k interrupted_model_resumes', every=False),
+    Mutant('init_keys_drawn_by_nothing_accepted', 'safety_net/starting_point.py',
+           '        if drawn and config["init_from"] not in ("scratch", "resume") and not config["allow_partial_init"]:',
+           '        if False:',
+           'tests/test_train.py -k init_keys_beside', every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

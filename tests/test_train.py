@@ -723,3 +723,18 @@ def test_a_resume_from_another_folder_notes_no_data_dir_change(tiny_train_config
     shutil.copytree(data, other)
     run(dict(cfg, init_from="resume", max_iters=8, data_dir=str(other)))
     assert "data_dir" in capsys.readouterr().out   # the recorded folder, now relative to here, was this run's
+
+
+def test_init_keys_beside_another_checkpoints_weights_are_refused(tiny_train_config, tmp_path):
+    """--init_from=<checkpoint> copies every tensor (unless --allow_partial_init): --init_std, --init_scheme and
+    --residual_logit_init drew nothing, losses identical, and the checkpoint recorded them as if they had (a
+    hunt). One line before anything is written; with --allow_partial_init they draw the tensors that do not fit."""
+    run(tiny_train_config)
+    src = os.path.join(tiny_train_config["out_dir"], "ckpt.pt")
+    start = dict(tiny_train_config, out_dir=str(tmp_path / "ft"), init_from=src, max_iters=2, eval_interval=2)
+    for key, value in (("init_std", 0.5), ("init_scheme", "internlm")):
+        with pytest.raises(UserError, match=f"--{key} draws a run's starting weights, and --init_from=.* copies every"):
+            run(dict(start, **{key: value}))
+    assert not os.path.exists(start["out_dir"])
+    grown = dict(start, n_layer=3, init_std=0.5, allow_partial_init=True)
+    assert run(grown)["model_args"]["init_std"] == 0.5
