@@ -237,9 +237,10 @@ def check_model_keys_read(args, given):
         "residual_logit_init": (args["enhanced_residual"], "the enhanced residual", "--enhanced_residual=True"),
         "shrink_layer": (args["shrink_every"] > 0, "lgpt/cgpt's width halving", "--shrink_every=2"),
     }
+    defaults = gpt_config_defaults()
     for key in sorted(set(given) & set(acts_under)):
         on, technique, flag = acts_under[key]
-        if not on:
+        if not on and given[key] != defaults[key]:   # (a tool may hand over every key, at its default)
             raise UserError(f"{key}={given[key]!r} is read only with {technique} ({flag}), which this model does "
                             f"not use (fix: drop {key}, or add {flag})")
 

@@ -181,7 +181,9 @@ class StartingPoint:
         check_model_keys_read(args, {k: args[k] for k in explicit if k in args})
         # another checkpoint's weights: every tensor is copied unless allow_partial_init, so the keys that draw
         # the starting weights draw none (accepted, and recorded as if they had; a hunt)
-        drawn = sorted(explicit & {"init_std", "init_scheme", "residual_logit_init"})
+        defaults = gpt_config_defaults()
+        init_keys = explicit & {"init_std", "init_scheme", "residual_logit_init"}
+        drawn = sorted(k for k in init_keys if args[k] != defaults[k])
         if drawn and config["init_from"] not in ("scratch", "resume") and not config["allow_partial_init"]:
             raise UserError(f"--{drawn[0]} draws a run's starting weights, and --init_from={config['init_from']} "
                             f"copies every one of them (fix: drop --{drawn[0]}, or --allow_partial_init=True to "
