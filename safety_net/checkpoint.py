@@ -18,7 +18,6 @@ Loading uses torch.load(weights_only=True) only, with no way around it: checkpoi
 out*/ folders in cloned repositories), and the full unpickler runs whatever code a file names.
 """
 
-import math
 import os
 import pickle
 import re
@@ -256,8 +255,7 @@ def damaged_fields(ckpt):
     iter_num = ckpt.get("iter_num", 0)   # below 0: a resume ran from there (a hunt)
     if not isinstance(iter_num, int) or isinstance(iter_num, bool) or iter_num < 0:
         return f"'iter_num' is {ckpt['iter_num']!r}, not an integer >= 0"
-    best = ckpt.get("best_val_loss", 0.0)   # NaN: never beaten, so ckpt.pt was never written again (a hunt)
-    if not isinstance(best, (int, float)) or isinstance(best, bool) or math.isnan(best):
+    if not isinstance(ckpt.get("best_val_loss", 0.0), (int, float)):
         return f"'best_val_loss' is {ckpt['best_val_loss']!r}, not a number"
     return ""
 

@@ -12,6 +12,7 @@ What a training run starts from:
 
 import functools
 import json
+import math
 import os
 import shlex
 
@@ -23,12 +24,12 @@ from safety_net.build import model_config
 from safety_net.checkpoint import (CKPT_NAME, LAST_NAME, load_checkpoint, load_init_checkpoint, load_matching_weights,
                                    load_optimizer_state, resolve_path)
 from safety_net.configurator import UserError
-from safety_net.dataset import (check_splits, default_data_dir, is_prepared, load_meta, load_tokenizer, read_segments,
-                                run_prepare, tokenizer_id)
+from safety_net.dataset import (check_splits, default_data_dir, is_prepared, load_meta, read_segments, run_prepare,
+                                tokenizer_id)
 from safety_net.fileio import check_not_a_run_folder, check_out_dir, is_run_folder
 from safety_net.runtime import on_rank_zero, restore_rng
 from safety_net.text_dataset import foreign_token_files
-from safety_net.tokenizers import gpt2_meta
+from safety_net.tokenizers import Vocabulary, gpt2_meta
 
 
 # model keys a start from another checkpoint's weights may change without a note (StartingPoint.restore)
@@ -89,10 +90,11 @@ def prepared_data(config, prepare, rank, world):
                         f"again: python prepare.py --input=TEXT_FILE --out_dir={data_dir} --force)")
     on_rank_zero(functools.partial(prepare_once, prepare, dataset, data_dir), rank, world)
     meta = load_meta(data_dir)
-    # a meta.json whose vocabulary cannot be read back trained, and failed only at sampling (a hunt); GPT-2's
-    # needs its ranks file, which training does not
-    if meta.get("tokenizer") != "gpt2":
-        load_tokenizer(data_dir)
+    # a meta.json whose vocabulary cannot be read back trained, and failed only at sampling (a hunt): its kind
+    # and size, and a char vocabulary's characters (a BPE's tokens are read where they are needed)
+    vocab = Vocabulary(meta, os.path.join(data_dir, "meta.json"))
+    if vocab.is_char_level:
+        vocab.chars()
     return data_dir, meta, tokenizer_id(meta)
 
 
@@ -163,6 +165,8 @@ class StartingPoint:
         if missing:
             raise UserError(f"{ckpt['path']} has no {' or '.join(missing)}, so it cannot be resumed (fix: "
                             f"{new_run} to start a new run from its weights)")
+        if math.isnan(ckpt["best_val_loss"]):   # none recorded: no evaluation beat NaN, ckpt.pt never saved (a hunt)
+            ckpt["best_val_loss"] = math.inf
         if master:
             print(f"resuming from {ckpt['path']} at iteration {ckpt['iter_num']}", flush=True)
         return ckpt

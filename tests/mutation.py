@@ -1375,7 +1375,7 @@ MUTANTS = [
            '        if False:',
            'tests/test_train_faults.py -k corrupt_dataset', every=False),
     Mutant('train_takes_a_vocabulary_it_cannot_read_back', 'safety_net/starting_point.py',
-           '    if meta.get("tokenizer") != "gpt2":\n        load_tokenizer(data_dir)\n',
+           '    if vocab.is_char_level:\n        vocab.chars()\n',
            '',
            'tests/test_train_faults.py -k corrupt_dataset', every=False),
     Mutant('checkpoint_fp8_weights_reach_isfinite', 'safety_net/checkpoint.py',
@@ -1394,6 +1394,10 @@ MUTANTS = [
            '        if drawn and config["init_from"] not in ("scratch", "resume") and not config["allow_partial_init"]:',
            '        if False:',
            'tests/test_train.py -k init_keys_beside', every=False),
+    Mutant('resume_keeps_a_nan_best_val_loss', 'safety_net/starting_point.py',
+           '        if math.isnan(ckpt["best_val_loss"]):   # none recorded: no evaluation beat NaN, ckpt.pt never saved (a hunt)',
+           '        if False:',
+           'tests/test_train.py -k without_a_best_val_loss', every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

@@ -738,3 +738,17 @@ def test_init_keys_beside_another_checkpoints_weights_are_refused(tiny_train_con
     assert not os.path.exists(start["out_dir"])
     grown = dict(start, n_layer=3, init_std=0.5, allow_partial_init=True)
     assert run(grown)["model_args"]["init_std"] == 0.5
+
+
+def test_a_resume_from_a_checkpoint_without_a_best_val_loss_saves_its_best(tiny_train_config):
+    """NaN records "no evaluation" (tools.executorch.bench's shape checkpoints): resumed, no evaluation beat it, so
+    ckpt.pt was never written again (a hunt). It counts as inf: the next evaluation is the best so far."""
+    from safety_net.fileio import atomic_save
+    cfg = dict(tiny_train_config, max_iters=4, eval_interval=2)
+    run(cfg)
+    last = os.path.join(cfg["out_dir"], "last.pt")
+    atomic_save(dict(torch.load(last, weights_only=True), best_val_loss=float("nan")), last)
+    os.remove(os.path.join(cfg["out_dir"], "ckpt.pt"))
+    summary = run(dict(cfg, init_from="resume", max_iters=6))
+    assert math.isfinite(summary["best_val_loss"])
+    assert load_checkpoint(os.path.join(cfg["out_dir"], "ckpt.pt"))["iter_num"] == 6
