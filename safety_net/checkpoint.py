@@ -236,10 +236,10 @@ def damaged_fields(ckpt):
     if not isinstance(ckpt["model"], dict) or not all(torch.is_tensor(v) for v in ckpt["model"].values()):
         return "'model' is not a dict of tensors"
     # every weight of ours is floating point; load_state_dict would turn integers into floats without a word
-    integer = [k for k, v in ckpt["model"].items() if not v.is_floating_point()]
+    integer = [k for k, v in ckpt["model"].items() if not v.is_floating_point() and not v.is_complex()]
     if integer:
         return f"'model' holds integer tensors where weights are floating point (e.g. {integer[0]})"
-    # fp8 or sparse weights ended in a traceback (isfinite has no kernel for them; a hunt)
+    # fp8 or sparse weights ended in a traceback (isfinite has no kernel for them), complex ones were "integer" (a hunt)
     odd = [k for k, v in ckpt["model"].items() if v.dtype not in WEIGHT_DTYPES or v.layout != torch.strided]
     if odd:
         v = ckpt["model"][odd[0]]

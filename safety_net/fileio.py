@@ -55,7 +55,9 @@ def atomic_path(path):
             raise KeyboardInterrupt from None   # torch's zip writer reports a Ctrl-C in its writes as a RuntimeError
         os_error = underlying(e, OSError)
         if os_error is not None and not isinstance(e, UserError):
-            raise UserError(f"cannot write {path}: {os_error.strerror or os_error} (any previous version is kept) "
+            # said only when there is one: prepare.py --force removes its dataset first (a hunt)
+            kept = " (its previous version is kept)" if os.path.exists(path) else ""
+            raise UserError(f"cannot write {path}: {os_error.strerror or os_error}{kept} "
                             f"(fix: free disk space, or choose a writable folder)") from None
         raise
     finally:

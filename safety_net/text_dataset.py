@@ -29,21 +29,18 @@ def begin_writing(out_dir):
     the old vocabulary. Then the old dataset's other files: a split or figure the new one does not write (a
     test.bin) would be read as its own. Temporary files a killed earlier run left behind are removed (and
     reported). PREPARING marks the folder as being written, until write_meta (check_foreign_token_files,
-    load_meta). Returns whether it removed an earlier dataset's files."""
+    load_meta)."""
     os.makedirs(out_dir, exist_ok=True)
     remove_stale_temp_files(out_dir, DATA_FILES)
     open(os.path.join(out_dir, PREPARING), "w").close()   # first: a kill from here on leaves files known as ours
-    removed = False
     for name in DATA_FILES:
         try:
             os.remove(os.path.join(out_dir, name))
-            removed = True
         except FileNotFoundError:
             pass
         except OSError as e:
             raise UserError(f"cannot replace {os.path.join(out_dir, name)}: {e.strerror} "
                             f"(fix: choose a writable --out_dir)") from None
-    return removed
 
 
 def write_meta(out_dir, meta):
@@ -224,17 +221,10 @@ def write_dataset(out_dir, splits, meta, force=False):
     check_long_enough(text["path"], text["characters"], meta["splits"], text["val_fraction"])
     if check_replace(out_dir, meta, force) and holds_dataset(out_dir, splits, meta):
         return False
-    replaced = begin_writing(out_dir)
-    try:
-        for split, ids in splits.items():
-            write_bin(os.path.join(out_dir, f"{split}.bin"), ids)
-        write_meta(out_dir, meta)
-    except UserError as e:   # a full disk said "any previous version is kept": begin_writing removed it (a hunt)
-        if not replaced:
-            raise
-        problem = str(e).replace(" (any previous version is kept)", "").rsplit(" (fix: ", 1)[0]
-        raise UserError(f"{problem}; the dataset {out_dir} held before was removed first (fix: free disk space, "
-                        f"or choose a writable --out_dir, then prepare it again)") from None
+    begin_writing(out_dir)
+    for split, ids in splits.items():
+        write_bin(os.path.join(out_dir, f"{split}.bin"), ids)
+    write_meta(out_dir, meta)
     return True
 
 

@@ -156,6 +156,8 @@ def test_hugging_face_model_with_nan_weights_is_refused(finished, tmp_path, scri
      ["damaged", "ln_f.weight: float8_e4m3fn, strided"]),
     (lambda c: c["model"].update({"ln_f.weight": c["model"]["ln_f.weight"].to_sparse()}),
      ["damaged", "ln_f.weight: float32, sparse_coo"]),
+    (lambda c: c["model"].update({"ln_f.weight": c["model"]["ln_f.weight"].to(torch.complex64)}),
+     ["damaged", "ln_f.weight: complex64, strided"]),
     (lambda c: c.update(iter_num=-5), ["damaged", "'iter_num' is -5, not an integer >= 0"]),
 ])
 @pytest.mark.parametrize("script", ["sample", "tools.eval"])

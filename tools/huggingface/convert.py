@@ -584,15 +584,17 @@ def export(model, out_dir, say=None, weights_format="auto", meta=None, meta_sour
     if os.path.isdir(out_dir):   # what a killed export left behind (the weights' can be gigabytes)
         remove_stale_temp_files(out_dir, WEIGHT_FILES + ("config.json",) + TOKENIZER_FILES, say)
     weights = os.path.join(out_dir, "model.safetensors" if weights_format == "safetensors" else "pytorch_model.bin")
-    written = [weights] + [os.path.join(out_dir, name) for name in ["config.json"] + sorted(files)]
+    written = [weights]
     # and they replace the old ones together, each on disk first: a kill between the weights and the config left
     # one model's weights beside another's config and tokenizer, read without a word (a hunt)
     with contextlib.ExitStack() as together:
-        for path, content in zip(written[1:], [config] + [files[name] for name in sorted(files)]):
+        for name, content in [("config.json", config)] + sorted(files.items()):
+            path = os.path.join(out_dir, name)
             f = together.enter_context(atomic_open(path, "w"))
             # ensure_ascii=False: the vocabularies stay readable (UTF-8)
-            json.dump(content, f, indent=None if os.path.basename(path) == "tokenizer.json" else 2, ensure_ascii=False)
+            json.dump(content, f, indent=2 if name != "tokenizer.json" else None, ensure_ascii=False)
             on_disk(f)
+            written.append(path)
         f = together.enter_context(atomic_open(weights, "wb"))
         if weights_format == "safetensors":
             from safetensors.torch import save
