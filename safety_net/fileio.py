@@ -2,7 +2,8 @@
 Writing files safely. Every write goes to a temporary file in the same directory, is fsync'ed and then
 os.replace'd over the target (atomic_path, atomic_open, atomic_save), so a crash, a full disk, Ctrl-C or SIGTERM
 mid-write never leaves a truncated file behind; the next write removes what a killed writer left
-(remove_stale_temp_files). One writer per out_dir: lock_dir. Checked before a run writes: check_out_dir.
+(remove_stale_temp_files). One writer per out_dir: lock_dir; no writer of a dataset a run reads:
+lock_for_reading. Checked before a run writes: check_out_dir.
 """
 
 import contextlib
@@ -19,7 +20,7 @@ import torch
 from safety_net.configurator import UserError
 
 
-LOCK_NAME = ".lock"         # lock_dir: one writer per out_dir / compare_dir
+LOCK_NAME = ".lock"         # lock_dir: one writer per out_dir / compare_dir / dataset folder
 
 
 @contextlib.contextmanager
@@ -221,22 +222,27 @@ def check_not_a_run_file(path, key):
                         f"(fix: another file name, or a folder of its own)")
 
 
-def lock_dir(path, key="out_dir"):
+def lock_dir(path, key="out_dir", fix=None):
     """Make this process the one writer of folder `path` (created if needed): an exclusive flock on
     <path>/.lock, which holds the writer's pid. Returns the open lock file: keep it open while writing, close it
     to release (it is a context manager). The lock belongs to the open file, so it dies with the process (kill -9
-    included) and is never left stale. A second writer gets a one-line UserError naming the holder."""
+    included) and is never left stale. A second writer, or a training run reading the folder (lock_for_reading),
+    gets a one-line UserError naming the holder; fix: its own fix (default: wait, or another --key)."""
+    fix = fix or f"wait for it to finish or stop it, or choose another --{key}"
     os.makedirs(path, exist_ok=True)
     f = open(os.path.join(path, LOCK_NAME), "a+", encoding="utf-8")   # "a+": opening keeps the holder's pid
     try:
         fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
+        readers = only_readers(f.fileno())
         f.seek(0)
         holder = f.read().strip() or "?"   # "?": the holder has the lock but has not written its pid yet
         f.close()
+        if readers:
+            raise UserError(f"{key} '{path}' is being read by a training run; writing it would change the run's "
+                            f"data under it (fix: {fix})") from None
         raise UserError(f"{key} '{path}' is being written by another process (pid {holder}); two writers would "
-                        f"overwrite each other's files (fix: wait for it to finish or stop it, or choose another "
-                        f"--{key})") from None
+                        f"overwrite each other's files (fix: {fix})") from None
     except BaseException:
         f.close()
         raise
@@ -244,6 +250,44 @@ def lock_dir(path, key="out_dir"):
     f.truncate()
     f.write(f"{os.getpid()}\n")
     f.flush()
+    return f
+
+
+def only_readers(fd):
+    """Whether the lock on fd's file that refused an exclusive flock is lock_for_reading's (shared), not a writer's."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    return True
+
+
+def lock_for_reading(path, key="data_dir"):
+    """A shared flock on folder `path`'s .lock while a training run reads the folder (its dataset: train.py reads
+    train.bin at every batch), so that lock_dir's writers (prepare.py --force, the tools that prepare datasets)
+    are refused meanwhile (they changed the data under a run, or removed it: a hunt). Readers do not exclude each
+    other. Returns a context manager holding the lock; a folder with no lock file that cannot get one (read-only)
+    is not locked: no one writes there. A writer at work: a one-line UserError."""
+    name = os.path.join(path, LOCK_NAME)
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_CREAT, 0o644)
+    except OSError:
+        try:
+            fd = os.open(name, os.O_RDONLY)
+        except OSError:
+            return contextlib.nullcontext()
+    f = os.fdopen(fd, encoding="utf-8")
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = f.read().strip() or "?"
+        f.close()
+        raise UserError(f"{key} '{path}' is being written by another process (pid {holder}) (fix: wait for it to "
+                        f"finish, then start again)") from None
+    except BaseException:
+        f.close()
+        raise
     return f
 
 

@@ -24,7 +24,8 @@ import torch
 from safety_net.build import depth_summary
 from safety_net.checkpoint import CKPT_NAME, LAST_NAME, load_checkpoint
 from safety_net.configurator import UserError
-from safety_net.fileio import LOCK_NAME, RUN_FILES, atomic_path, lock_dir, remove_stale_temp_files
+from safety_net.fileio import (LOCK_NAME, RUN_FILES, atomic_path, lock_dir, lock_for_reading,
+                               remove_stale_temp_files)
 from safety_net.run_log import CsvLog, Speed, format_duration, plot_run
 from safety_net.runtime import busy_machine, on_rank_zero
 from safety_net.wandb_log import WandbLog
@@ -171,6 +172,8 @@ class RunDir:
     def open(self):
         with contextlib.ExitStack() as held:
             made = missing_folders(self.path)
+            # the dataset: no prepare --force writes it while this run reads train.bin at every batch
+            held.enter_context(lock_for_reading(self.config["data_dir"]))
             held.enter_context(lock_dir(self.path))
             # a folder this run made and leaves holding only its lock (it saved nothing): removed while the
             # lock is still held (a run refused the lock removes nothing)

@@ -15,7 +15,8 @@ import numpy as np
 
 from safety_net.configurator import UserError
 from safety_net.dataset import PREPARING, load_meta, tokenizer_id
-from safety_net.fileio import atomic_open, check_not_a_run_folder, check_out_dir, remove_stale_temp_files
+from safety_net.fileio import (atomic_open, check_not_a_run_folder, check_out_dir, lock_dir,
+                              remove_stale_temp_files)
 from safety_net.tokenizers import Vocabulary, check_char_count
 
 
@@ -24,23 +25,30 @@ DATA_FILES = ("meta.json", "train.bin", "val.bin", "test.bin", "coverage.png")
 
 
 def begin_writing(out_dir):
-    """Called once the inputs are read and checked, before the first file is written. meta.json marks a
-    complete folder, so an old one goes first: a run stopped halfway must not leave new token files under
+    """Called once the inputs are read and checked, before the first file is written. Returns the folder's writer
+    lock (fileio.lock_dir): hold it until write_meta. It refuses a second writer, and a training run reading the
+    folder (fileio.lock_for_reading): a prepare --force changed the data under the run, or removed it. meta.json
+    marks a complete folder, so an old one goes first: a run stopped halfway must not leave new token files under
     the old vocabulary. Then the old dataset's other files: a split or figure the new one does not write (a
     test.bin) would be read as its own. Temporary files a killed earlier run left behind are removed (and
     reported). PREPARING marks the folder as being written, until write_meta (check_foreign_token_files,
     load_meta)."""
-    os.makedirs(out_dir, exist_ok=True)
-    remove_stale_temp_files(out_dir, DATA_FILES)
-    open(os.path.join(out_dir, PREPARING), "w").close()   # first: a kill from here on leaves files known as ours
-    for name in DATA_FILES:
-        try:
-            os.remove(os.path.join(out_dir, name))
-        except FileNotFoundError:
-            pass
-        except OSError as e:
-            raise UserError(f"cannot replace {os.path.join(out_dir, name)}: {e.strerror} "
-                            f"(fix: choose a writable --out_dir)") from None
+    lock = lock_dir(out_dir, key="dataset folder", fix="wait for it to finish or stop it")
+    try:
+        remove_stale_temp_files(out_dir, DATA_FILES)
+        open(os.path.join(out_dir, PREPARING), "w").close()   # first: a kill from here on leaves files known as ours
+        for name in DATA_FILES:
+            try:
+                os.remove(os.path.join(out_dir, name))
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                raise UserError(f"cannot replace {os.path.join(out_dir, name)}: {e.strerror} "
+                                f"(fix: choose a writable --out_dir)") from None
+    except BaseException:
+        lock.close()
+        raise
+    return lock
 
 
 def write_meta(out_dir, meta):
@@ -221,10 +229,10 @@ def write_dataset(out_dir, splits, meta, force=False):
     check_long_enough(text["path"], text["characters"], meta["splits"], text["val_fraction"])
     if check_replace(out_dir, meta, force) and holds_dataset(out_dir, splits, meta):
         return False
-    begin_writing(out_dir)
-    for split, ids in splits.items():
-        write_bin(os.path.join(out_dir, f"{split}.bin"), ids)
-    write_meta(out_dir, meta)
+    with begin_writing(out_dir):
+        for split, ids in splits.items():
+            write_bin(os.path.join(out_dir, f"{split}.bin"), ids)
+        write_meta(out_dir, meta)
     return True
 
 

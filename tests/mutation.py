@@ -679,9 +679,7 @@ MUTANTS = [
            "    pass",
            "tests/test_train.py -k before_the_data", every=False),
     Mutant("a_refused_run_removes_the_folder", "safety_net/run_dir.py",
-           "            made = missing_folders(self.path)\n"
            "            held.enter_context(lock_dir(self.path))\n",
-           "            made = missing_folders(self.path)\n"
            "            if made:\n"
            "                held.callback(remove_if_only_the_lock, self.path, made)\n"
            "            held.enter_context(lock_dir(self.path))\n",
@@ -1398,6 +1396,22 @@ MUTANTS = [
            '        if math.isnan(ckpt["best_val_loss"]):   # none recorded: no evaluation beat NaN, ckpt.pt never saved (a hunt)',
            '        if False:',
            'tests/test_train.py -k without_a_best_val_loss', every=False),
+    Mutant("a_run_leaves_its_dataset_unlocked", "safety_net/run_dir.py",
+           '            held.enter_context(lock_for_reading(self.config["data_dir"]))',
+           "            pass",
+           "tests/test_train_faults.py -k dataset_a_run_reads", every=False),
+    Mutant("a_dataset_writer_takes_no_lock", "safety_net/text_dataset.py",
+           '    lock = lock_dir(out_dir, key="dataset folder", fix="wait for it to finish or stop it")',
+           "    lock = contextlib.nullcontext()",
+           "tests/test_train_faults.py -k dataset_a_run_reads", every=False),
+    Mutant("dataset_readers_exclude_each_other", "safety_net/fileio.py",
+           "        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)\n    except BlockingIOError:\n        holder",
+           "        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\n    except BlockingIOError:\n        holder",
+           "tests/test_train_faults.py -k dataset_a_run_reads", every=False),
+    Mutant("a_dataset_reader_called_a_writer", "safety_net/fileio.py",
+           "        if readers:",
+           "        if False:",
+           "tests/test_train_faults.py -k dataset_a_run_reads", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

@@ -492,6 +492,41 @@ def test_the_out_dir_lock_never_outlives_its_writer(finished, tmp_path):
     fileio.lock_dir(cfg["out_dir"]).close()
 
 
+def test_no_prepare_writes_the_dataset_a_run_reads(tmp_path):
+    """train.py reads train.bin at every batch: a prepare --force of its folder meanwhile changed the run's data
+    under it, or removed it (a hunt). The run holds a reading lock on the folder (fileio.lock_for_reading): the
+    prepare is refused in one line and changes nothing, and writes once the run is over. A prepare at work (its
+    writer lock) refuses a run in one line, before its out_dir exists."""
+    from conftest import tiny_config
+    first, second = tmp_path / "a.txt", tmp_path / "b.txt"
+    first.write_text("to be or not to be, that is the question\n" * 40)
+    second.write_text("all the world's a stage, and all the men and women merely players\n" * 40)
+    data = tmp_path / "data"
+    prepare.main([f"--input={first}", f"--out_dir={data}"])
+    force = [f"--input={second}", f"--out_dir={data}", "--force"]
+    refused = []
+
+    def callback(event, info):
+        if event == "iter" and info["iter_num"] == 2:
+            before = snapshot(data)
+            refused.append(one_error_line(prepare.main, force, "is being read by a training run"))
+            assert snapshot(data) == before
+            fileio.lock_for_reading(str(data)).close()   # readers do not exclude each other (two runs on it)
+
+    cfg = tiny_config(data, tmp_path / "out")
+    assert run(cfg, callback=callback)["iter_num"] == cfg["max_iters"] and len(refused) == 1
+    prepare.main(force)   # the run over: written
+    assert json.loads((data / "meta.json").read_text())["text"]["path"] == str(second)
+    holder = hold_lock(str(data))   # a prepare at work
+    try:
+        message = main_error(argv(dict(cfg, out_dir=tmp_path / "later")))
+        assert f"'{data}' is being written by another process (pid {holder.pid})" in message
+        assert not (tmp_path / "later").exists()
+    finally:
+        holder.kill()
+        holder.wait()
+
+
 # --- a GPU recipe on a CPU (issue 13) ---------------------------------------------------------------------
 
 def test_gpu_recipe_on_cpu_names_time_and_twin(tiny_train_config, monkeypatch, capsys):

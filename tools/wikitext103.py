@@ -275,26 +275,26 @@ def prepare_wikitext103(out_dir, source=None, gpt2_ranks=None, vocab_size=None, 
     spec, eot = encoding_spec(gpt2_meta(), gpt2_ranks), GPT2_EOT_ID
     meta = {"dataset": dataset, **gpt2_meta()}
     extra = {}
-    begin_writing(out_dir)
-    if vocab_size:
-        # the compact vocabulary is chosen by GPT-2 token frequency in the training split
-        _, counts = tokenize_to_file(None, splits["train"], spec, eot, num_proc,
-                                     "counting gpt2 tokens (train)", GPT2_VOCAB_SIZE)
-        counts[GPT2_EOT_ID] = 0  # separators are not corpus tokens
-        plot_path = os.path.join(out_dir, "coverage.png") if plot else None
-        _, meta_c, extra = build_compact(counts, vocab_size, gpt2_ranks, n_layer, n_embd, plot_path)
-        meta.update(meta_c)
-        spec, eot = encoding_spec(meta_c), meta_c["eot_token"]
-    meta["splits"] = {}
-    for split, articles in splits.items():
-        stats, _ = tokenize_to_file(os.path.join(out_dir, f"{split}.bin"), articles, spec, eot,
-                                    num_proc, f"tokenizing {split}")
-        meta["splits"][split] = stats
-        print(f"{split}: {stats['articles']:,} articles, {stats['tokens']:,} tokens, "
-              f"{stats['words']:,} words, {stats['bytes']:,} bytes")
-    meta["word_count"] = "whitespace-separated words of the raw text (str.split), for per-word perplexity"
-    meta.update(extra)
-    write_meta(out_dir, meta)
+    with begin_writing(out_dir):   # the folder's writer lock, until meta.json is written
+        if vocab_size:
+            # the compact vocabulary is chosen by GPT-2 token frequency in the training split
+            _, counts = tokenize_to_file(None, splits["train"], spec, eot, num_proc,
+                                         "counting gpt2 tokens (train)", GPT2_VOCAB_SIZE)
+            counts[GPT2_EOT_ID] = 0  # separators are not corpus tokens
+            plot_path = os.path.join(out_dir, "coverage.png") if plot else None
+            _, meta_c, extra = build_compact(counts, vocab_size, gpt2_ranks, n_layer, n_embd, plot_path)
+            meta.update(meta_c)
+            spec, eot = encoding_spec(meta_c), meta_c["eot_token"]
+        meta["splits"] = {}
+        for split, articles in splits.items():
+            stats, _ = tokenize_to_file(os.path.join(out_dir, f"{split}.bin"), articles, spec, eot,
+                                        num_proc, f"tokenizing {split}")
+            meta["splits"][split] = stats
+            print(f"{split}: {stats['articles']:,} articles, {stats['tokens']:,} tokens, "
+                  f"{stats['words']:,} words, {stats['bytes']:,} bytes")
+        meta["word_count"] = "whitespace-separated words of the raw text (str.split), for per-word perplexity"
+        meta.update(extra)
+        write_meta(out_dir, meta)
 
 
 def check_other_dataset(out_dir, name, force):

@@ -238,13 +238,13 @@ def prepare_compact(out_dir, dataset, vocab_size, input_path, gpt2_ranks=None, n
         else:
             print(f"{out_dir} holds this dataset already: unchanged")
         return
-    begin_writing(out_dir)
-    if plot:
-        plot_coverage(counts, vocab_size, os.path.join(out_dir, "coverage.png"))
-    write_bin(os.path.join(out_dir, "train.bin"), train_ids)
-    write_bin(os.path.join(out_dir, "val.bin"), val_ids)
-    print(f"train has {len(train_ids):,} tokens, val has {len(val_ids):,} tokens (vocab {vocab_size})")
-    write_meta(out_dir, meta)
+    with begin_writing(out_dir):   # the folder's writer lock, until meta.json is written
+        if plot:
+            plot_coverage(counts, vocab_size, os.path.join(out_dir, "coverage.png"))
+        write_bin(os.path.join(out_dir, "train.bin"), train_ids)
+        write_bin(os.path.join(out_dir, "val.bin"), val_ids)
+        print(f"train has {len(train_ids):,} tokens, val has {len(val_ids):,} tokens (vocab {vocab_size})")
+        write_meta(out_dir, meta)
 
 
 def compact_base(dataset, input_path):
