@@ -510,10 +510,10 @@ def test_prepare_cleans_up_after_an_interrupted_run(tmp_path, monkeypatch, capsy
     assert e.value.code == 130   # Ctrl-C, as every command (tests/test_commands.py)
     assert "removed 1 temporary file(s)" in capsys.readouterr().out
     # no meta.json: not a complete dataset; the marker: its token files are a prepare's, replaced without --force
-    assert sorted(os.listdir(out)) == [text_dataset.PREPARING, "train.bin", "val.bin"]
+    assert sorted(os.listdir(out)) == [".lock", text_dataset.PREPARING, "train.bin", "val.bin"]   # .lock: its writer's
     monkeypatch.undo()
     prepare.main(["shakespeare_char", "--input", str(text), "--out_dir", str(out)])
-    assert sorted(os.listdir(out)) == ["meta.json", "train.bin", "val.bin"]
+    assert sorted(os.listdir(out)) == [".lock", "meta.json", "train.bin", "val.bin"]
 
 
 # --- train.py, compare.py and bench.py cases found by the same audit ---------------------------------------

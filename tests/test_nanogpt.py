@@ -322,7 +322,8 @@ warmup_iters = 100 # not super necessary potentially
 
 
 def test_train_from_a_nanogpt_checkpoint(nanogpt_run, capsys):
-    """--init_from=<nanoGPT's ckpt.pt> on nanoGPT's data folder (meta.pkl, nothing written into it)."""
+    """--init_from=<nanoGPT's ckpt.pt> on nanoGPT's data folder (meta.pkl, nothing written into it but the
+    run's reading lock, .lock: no prepare --force writes the folder meanwhile)."""
     out_dir, data_dir, _ = nanogpt_run
     before = sorted(os.listdir(data_dir))
     summary = train.main([f"--init_from={out_dir}/ckpt.pt", f"--data_dir={data_dir}", "--out_dir=ours",
@@ -332,7 +333,7 @@ def test_train_from_a_nanogpt_checkpoint(nanogpt_run, capsys):
     assert f"initialized {n}/{n} tensors from {out_dir}/ckpt.pt" in out and "this model differs" not in out
     assert summary["iter_num"] == 2 and math.isfinite(summary["best_val_loss"])
     assert summary["model_args"]["n_layer"] == 2 and summary["model_args"]["activation"] == "gelu"
-    assert sorted(os.listdir(data_dir)) == before
+    assert sorted(os.listdir(data_dir)) == sorted(before + [".lock"])
 
 
 def test_a_key_that_keeps_the_shapes_but_changes_the_model_is_noted(nanogpt_run, capsys):
