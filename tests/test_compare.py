@@ -418,6 +418,15 @@ def test_seed_statistics_and_the_verdicts_direction():
     assert spread.mean_std([1.0, None, 1.5]) == (None, None)   # a missing seed is not averaged away
     rows = [dict(loss=2.0, loss_std=0.01, n_seeds=3), dict(loss=1.9, loss_std=0.01, n_seeds=3)]
     assert compare.verdict_text(rows, 1, "loss") == "better (-0.1000)"   # lower loss than the reference row
+    # a loss per token of another tokenizer (the tokenizer ablation) was called better than GPT-2's (a hunt)
+    rows = [dict(r, dataset=name) for r, name in zip(rows, ("shakespeare", "shakespeare_v1024"))]
+    assert compare.verdict_text(rows, 1, "loss") == "n/a (another dataset)"
+    assert "another dataset" in compare.seeds_note(dict(seeds=[1, 2, 3]), [dict(rows[0], name="a"), rows[1]])
+    # round 2 of paper 003's multi-round training was "better at equal compute" with round 1 not counted (a hunt)
+    rows = [dict(r, dataset="d", val_loss_equal_compute=r["loss"], val_loss_equal_compute_std=0.01) for r in rows]
+    rows[1]["init_from"] = "out-r1/ckpt.pt"
+    assert compare.verdict_text(rows, 1, "val_loss_equal_compute") == "n/a (starts trained)"
+    assert compare.verdict_text(rows, 1, "loss") == "better (-0.1000)"   # its best val loss is still compared
     assert compare.tokens_per_iter(dict(batch_size=12, gradient_accumulation_steps=4), 64) == 12 * 4 * 64
 
 

@@ -636,8 +636,17 @@ def aggregate(rows):
 def verdict_text(rows, i, key):
     if i == 0:
         return "(reference)"
+    if rows[i].get("dataset") != rows[0].get("dataset"):   # per token of another tokenizer or text (a hunt)
+        return "n/a (another dataset)"
+    if key == "val_loss_equal_compute" and (started_trained(rows[0]) or started_trained(rows[i])):
+        return "n/a (starts trained)"   # the training that made its starting point is not counted (a hunt)
     v = noise_verdict(rows[0], rows[i], key)
     return "n/a" if v is None else f"{v[0]} ({v[1]:+.4f})"
+
+
+def started_trained(row):
+    """Whether the run started from a trained checkpoint (a custom variant's init_from)."""
+    return row.get("init_from", "scratch") != "scratch"
 
 
 # -----------------------------------------------------------------------------------------------
@@ -700,7 +709,7 @@ def run_row(run, entry, log):
         final_train_loss=s.get("final_train_loss"), model=describe(s["model_args"]),
         block_size=s["model_args"]["block_size"], dropout=s["model_args"]["dropout"], **own_settings(run.config),
         flops_per_token=flops, flops_per_iter=per_iter, train_flops=per_iter * s["iter_num"],
-        seed=run.seed,
+        seed=run.seed, init_from=run.config["init_from"],
     )
 
 
@@ -780,7 +789,10 @@ def seeds_note(config, rows):
             f"std over {len(seeds)} seeds** (sample standard deviation, n-1); every run: results_per_seed.csv. "
             f"\"vs {rows[0]['name']}\": **better** or **worse** when Welch's statistic |mean difference| / "
             f"sqrt(std_a²/n_a + std_b²/n_b) exceeds {NOISE_T:g} (about two standard errors of the difference), "
-            f"otherwise **within noise**; the signed number is the difference of the means (negative: lower loss).")
+            f"otherwise **within noise**; the signed number is the difference of the means (negative: lower loss)"
+            + (f"; **n/a (another dataset)** for a model trained on another dataset than {rows[0]['name']}: a loss "
+               f"per token of another tokenizer or text is not comparable (bits per byte are: `python -m tools.eval`)"
+               if any(r.get("dataset") != rows[0].get("dataset") for r in rows) else "") + ".")
 
 
 def write_csv(path, rows):
@@ -810,7 +822,10 @@ def equal_compute_lines(config, rows, budget, cheapest, seeds):
             f"iterations) by linear interpolation between the two evaluations around that iteration; n/a when the "
             f"first evaluation after iteration 0 comes later. Every model ran the learning-rate schedule of its full "
             f"run, so a costlier model is read mid-schedule, before its learning rate has decayed: this view favours "
-            f"the cheaper models a little (a schedule that ends at the budget would do better).",
+            f"the cheaper models a little (a schedule that ends at the budget would do better)."
+            + (" A model started from a trained checkpoint (its init_from) has only its own training counted, not "
+               "the training that made its starting point: it is not compared here (n/a (starts trained))."
+               if any(started_trained(r) for r in rows) else ""),
             "- **Train time**: wall time of the whole run, evaluations included; noisy on a shared machine.", ""]
 
 
