@@ -1412,6 +1412,14 @@ MUTANTS = [
            "        if readers:",
            "        if False:",
            "tests/test_train_faults.py -k dataset_a_run_reads", every=False),
+    Mutant("verdict_across_datasets", "tools/compare.py",
+           '    if rows[i].get("dataset") != rows[0].get("dataset"):   # per token of another tokenizer or text (a hunt)',
+           "    if False:",
+           "tests/test_compare.py -k verdicts_direction", every=False),
+    Mutant("equal_compute_verdict_for_a_trained_start", "tools/compare.py",
+           '    if key == "val_loss_equal_compute" and (started_trained(rows[0]) or started_trained(rows[i])):',
+           "    if False:",
+           "tests/test_compare.py -k verdicts_direction", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that
