@@ -236,8 +236,8 @@ def setup(config, explicit, device, dtype, rank, world):
     if config["init_from"] == "resume":
         run.start_iter = int(ckpt["iter_num"])
         run.start_best_val_loss = float(ckpt["best_val_loss"])
-    # dropout's RNG: seed + rank + iteration, a sum (rank 1 at iteration 0 draws as
-    # rank 0 at iteration 1); set by the checkpoint on resume
+    # dropout's RNG, seeded once from seed + rank + the first iteration (rank 1 starting
+    # at 0 draws as rank 0 starting at 1); a resume takes the checkpoint's
     torch.manual_seed(config["seed"] + rank + run.start_iter)
     if ckpt is not None:   # resume: weights, optimizer, scaler, RNG; else: fitting weights
         start.restore(model, run.optimizer, run.scaler, rank, world)
@@ -347,6 +347,8 @@ def save_checkpoints(run, iter_num, best_val_loss, best, gather=True):
     if run.master and (best or run.dir.ckpt_from_earlier_run):
         save_checkpoint(os.path.join(out_dir, "ckpt.pt"), **state)
         say(run, f"saved ckpt.pt and last.pt to {out_dir}")
+    if run.ddp and gather:   # the other ranks wait for the files: torchrun stops all when one exits
+        torch.distributed.barrier()
     run.dir.saved(iter_num, time.time() - t0)   # log.csv's rows go with last.pt
 
 
@@ -414,6 +416,11 @@ def train_loop(run, stop, callback):
             for group in optimizer.param_groups:
                 group["lr"] = lr
             last_iter = iter_num >= config["max_iters"]
+            if run.ddp:   # all ranks stop at the same boundary, before an evaluation
+                stop.vote()
+            if stop.requested:   # Ctrl-C or SIGTERM
+                stopped = True
+                break
 
             # evaluate on fixed batches; save last.pt, and ckpt.pt when val improved
             if iter_num % config["eval_interval"] == 0 or last_iter or config["eval_only"]:
@@ -427,11 +434,6 @@ def train_loop(run, stop, callback):
                     save_checkpoints(run, iter_num, best_val_loss, best)
                 notify(run, callback, "eval", iter_num, row)
             if config["eval_only"] or last_iter:
-                break
-            if run.ddp:   # all ranks stop at the same boundary
-                stop.vote()
-            if stop.requested:   # Ctrl-C or SIGTERM
-                stopped = True
                 break
 
             # one optimizer step, its gradient accumulated over accum micro-batches

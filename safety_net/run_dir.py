@@ -243,10 +243,12 @@ class RunDir:
         started; returns it. A train row (kind='train', iteration `iter`) gets the speed since the last one
         (ms_per_iter, tokens_per_s), and the row returned also the time left as text (eta), for train.py's line.
         An eval row ends the evaluation's clock. Before anything, a NaN or inf loss stops the run: training
-        diverged."""
+        diverged (at this logged iteration or since the last one)."""
         it = row["iter"]
         if row["kind"] == "train":
-            losses = {"the training loss": row["loss"]}
+            # read every log_interval iterations (reading waits for the GPU): it may have diverged since the last
+            every = self.config["log_interval"]
+            losses = {"the training loss" + (f" (read every {every} iterations)" if every > 1 else ""): row["loss"]}
         else:
             losses = {"the eval loss on train": row["loss"], "the eval loss on val": row["val_loss"]}
         for what, value in losses.items():

@@ -1169,7 +1169,7 @@ MUTANTS = [
            "        behind = True",
            "tests/test_train.py -k resume_before_any_evaluation", every=False),
     Mutant("ddp_stop_voted_at_log_lines_only", "train.py",
-           "            if run.ddp:   # all ranks stop at the same boundary\n",
+           "            if run.ddp:   # all ranks stop at the same boundary, before an evaluation\n",
            '            if run.ddp and iter_num % config["log_interval"] == 0:\n',
            "tests/test_ddp.py -k stops_both_at_the_same_boundary", every=False),
     Mutant("lock_refused_leaves_other_ranks_running", "safety_net/run_dir.py",
@@ -1420,6 +1420,21 @@ MUTANTS = [
            '    if key == "val_loss_equal_compute" and (started_trained(rows[0]) or started_trained(rows[i])):',
            "    if False:",
            "tests/test_compare.py -k verdicts_direction", every=False),
+    Mutant("ranks_leave_before_the_save", "train.py",
+           "    if run.ddp and gather:   # the other ranks wait for the files: torchrun stops all when one exits\n"
+           "        torch.distributed.barrier()\n",
+           "",
+           "tests/test_ddp.py -k stop_asked", every=False),
+    Mutant("ddp_vote_after_the_evaluation", "train.py",
+           "            if run.ddp:   # all ranks stop at the same boundary, before an evaluation\n"
+           "                stop.vote()\n",
+           "            if run.ddp and not (iter_num % config['eval_interval'] == 0):\n"
+           "                stop.vote()\n",
+           "tests/test_ddp.py -k stop_asked", every=False),
+    Mutant("nan_loss_names_no_interval", "safety_net/run_dir.py",
+           '            losses = {"the training loss" + (f" (read every {every} iterations)" if every > 1 else ""): row["loss"]}',
+           '            losses = {"the training loss": row["loss"]}',
+           "tests/test_train_faults.py -k divergence", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

@@ -150,16 +150,25 @@ def test_a_lock_refused_on_rank_0_ends_the_other_ranks_quietly(tmp_path, monkeyp
         holder.wait()
 
 STOP_WORKER = """
-import json, os, signal, sys
+import json, os, signal, sys, time
 import train
 cfg, out = json.loads(sys.argv[1]), sys.argv[2]
+save = train.save_checkpoint
+
+def slow_save(path, **state):   # rank 0's write of a big model
+    time.sleep(1.5)
+    save(path, **state)
+    with open(os.path.join(out, "saved.json"), "w") as f:
+        json.dump(time.time(), f)
 
 def ask_on_rank1(event, info):
     if event == "iter" and info["rank"] == 1 and info["iter_num"] == 3:
         os.kill(os.getpid(), signal.SIGINT)   # as Ctrl-C or SIGTERM sent to this rank alone
     if event == "end":
         with open(os.path.join(out, "end%d.json" % info["rank"]), "w") as f:
-            json.dump({"iter_num": info["iter_num"], "interrupted": info["interrupted"]}, f)
+            json.dump({"iter_num": info["iter_num"], "interrupted": info["interrupted"], "t": time.time()}, f)
+
+train.save_checkpoint = slow_save
 
 train.train({**train.DEFAULTS, **cfg}, explicit=set(cfg), callback=ask_on_rank1)
 """
@@ -167,9 +176,10 @@ train.train({**train.DEFAULTS, **cfg}, explicit=set(cfg), callback=ask_on_rank1)
 
 def test_ddp_a_stop_asked_on_one_rank_stops_both_at_the_same_boundary(tiny_train_config, tmp_path):
     """Rank 1 alone gets the signal at boundary 3; the vote there passes it to rank 0, so both stop at it, and
-    last.pt holds that iteration. A vote that needs every rank would run on to 10, and so did votes at log lines
-    only (log_interval=100 here): under torchrun a stop could then outlast its 30 s before SIGKILL (a hunt)."""
-    cfg = dict(tiny_train_config, gradient_accumulation_steps=2, batch_size=2, max_iters=10, eval_interval=10,
+    last.pt holds that iteration (voted before its evaluation), rank 1 ending after it is written. A vote that needs
+    every rank would run on to 10, and so did votes at log lines only (log_interval=100 here): under torchrun a
+    stop could then outlast its 30 s before SIGKILL (a hunt)."""
+    cfg = dict(tiny_train_config, gradient_accumulation_steps=2, batch_size=2, max_iters=10, eval_interval=3,
                log_interval=100)
     script = tmp_path / "worker.py"
     script.write_text(STOP_WORKER)
@@ -179,7 +189,13 @@ def test_ddp_a_stop_asked_on_one_rank_stops_both_at_the_same_boundary(tiny_train
                           capture_output=True, text=True, timeout=240, env=env, cwd=str(tmp_path))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     ends = [json.loads((tmp_path / f"end{rank}.json").read_text()) for rank in range(2)]
-    assert ends == [{"iter_num": 3, "interrupted": True}] * 2
+    assert [{k: v for k, v in end.items() if k != "t"} for end in ends] == [{"iter_num": 3, "interrupted": True}] * 2
+    # rank 1 waits for rank 0's last.pt: exiting before it, torchrun stopped rank 0 mid-save, and nothing was
+    # saved (a hunt)
+    assert ends[1]["t"] >= json.loads((tmp_path / "saved.json").read_text())
+    # the vote comes before boundary 3's evaluation: a long one ran to its end first, past torchrun's 30 s (a hunt)
+    with open(os.path.join(cfg["out_dir"], "log.csv"), newline="") as f:
+        assert [int(r["iter"]) for r in csv.DictReader(f) if r["kind"] == "eval"] == [0]
     assert "interrupted at iteration 3" in proc.stdout
     last = torch.load(os.path.join(cfg["out_dir"], "last.pt"), weights_only=True)
     assert last["iter_num"] == 3

@@ -239,6 +239,9 @@ def test_divergence_stops_without_saving_nan_weights(finished, tmp_path):
     # without decay_lr there is no warmup (nanoGPT's get_lr): its fix said to lengthen it (a hunt)
     message = main_error(argv(dict(cfg, decay_lr=False, warmup_iters=10)))
     assert "diverged" in message and "--warmup_iters" not in message
+    # the loss is read at logged iterations only: the iteration named is where it was seen NaN (a hunt)
+    message = main_error(argv(dict(cfg, log_interval=7, eval_interval=100)))
+    assert "the training loss (read every 7 iterations) is nan at iteration 7" in message
 
 
 def test_checkpoint_with_nan_weights_is_refused(finished, tmp_path):
