@@ -236,8 +236,8 @@ def setup(config, explicit, device, dtype, rank, world):
     if config["init_from"] == "resume":
         run.start_iter = int(ckpt["iter_num"])
         run.start_best_val_loss = float(ckpt["best_val_loss"])
-    # dropout's RNG, seeded once from seed + rank + the first iteration (rank 1 starting
-    # at 0 draws as rank 0 starting at 1); a resume takes the checkpoint's
+    # dropout's RNG, seeded once: seed + rank + first iteration, a sum; a resume takes
+    # the checkpoint's
     torch.manual_seed(config["seed"] + rank + run.start_iter)
     if ckpt is not None:   # resume: weights, optimizer, scaler, RNG; else: fitting weights
         start.restore(model, run.optimizer, run.scaler, rank, world)
@@ -347,7 +347,7 @@ def save_checkpoints(run, iter_num, best_val_loss, best, gather=True):
     if run.master and (best or run.dir.ckpt_from_earlier_run):
         save_checkpoint(os.path.join(out_dir, "ckpt.pt"), **state)
         say(run, f"saved ckpt.pt and last.pt to {out_dir}")
-    if run.ddp and gather:   # the other ranks wait for the files: torchrun stops all when one exits
+    if run.ddp and gather:   # rank 0's files first: torchrun ends all ranks when one exits
         torch.distributed.barrier()
     run.dir.saved(iter_num, time.time() - t0)   # log.csv's rows go with last.pt
 
@@ -416,7 +416,7 @@ def train_loop(run, stop, callback):
             for group in optimizer.param_groups:
                 group["lr"] = lr
             last_iter = iter_num >= config["max_iters"]
-            if run.ddp:   # all ranks stop at the same boundary, before an evaluation
+            if run.ddp:   # all ranks stop at the same boundary
                 stop.vote()
             if stop.requested:   # Ctrl-C or SIGTERM
                 stopped = True

@@ -1169,7 +1169,7 @@ MUTANTS = [
            "        behind = True",
            "tests/test_train.py -k resume_before_any_evaluation", every=False),
     Mutant("ddp_stop_voted_at_log_lines_only", "train.py",
-           "            if run.ddp:   # all ranks stop at the same boundary, before an evaluation\n",
+           "            if run.ddp:   # all ranks stop at the same boundary\n",
            '            if run.ddp and iter_num % config["log_interval"] == 0:\n',
            "tests/test_ddp.py -k stops_both_at_the_same_boundary", every=False),
     Mutant("lock_refused_leaves_other_ranks_running", "safety_net/run_dir.py",
@@ -1421,12 +1421,12 @@ MUTANTS = [
            "    if False:",
            "tests/test_compare.py -k verdicts_direction", every=False),
     Mutant("ranks_leave_before_the_save", "train.py",
-           "    if run.ddp and gather:   # the other ranks wait for the files: torchrun stops all when one exits\n"
+           "    if run.ddp and gather:   # rank 0's files first: torchrun ends all ranks when one exits\n"
            "        torch.distributed.barrier()\n",
            "",
            "tests/test_ddp.py -k stop_asked", every=False),
     Mutant("ddp_vote_after_the_evaluation", "train.py",
-           "            if run.ddp:   # all ranks stop at the same boundary, before an evaluation\n"
+           "            if run.ddp:   # all ranks stop at the same boundary\n"
            "                stop.vote()\n",
            "            if run.ddp and not (iter_num % config['eval_interval'] == 0):\n"
            "                stop.vote()\n",
