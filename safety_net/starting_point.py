@@ -210,7 +210,10 @@ class StartingPoint:
             self.note_other_recipe()
         # the data's vocab_size is not known yet: 1 (its memory: check, once it is), unless
         # the value here is one GPTConfig refuses
-        model_config(dict(args, vocab_size=min(args["vocab_size"], 1)))
+        low = model_config(dict(args, vocab_size=min(args["vocab_size"], 1)))
+        # a micro-batch that cannot fit even so: refused before the data is prepared (it was after; a hunt)
+        check_batch_memory(low, config["batch_size"], config["device"], training=not config["eval_only"],
+                           eval_iters=config["eval_iters"], dtype=config["dtype"])
         if config["data_segments"]:   # readable, the right kind of array (against the data: check)
             read_segments(config["data_segments"])
 

@@ -1435,6 +1435,15 @@ MUTANTS = [
            '            losses = {"the training loss" + (f" (read every {every} iterations)" if every > 1 else ""): row["loss"]}',
            '            losses = {"the training loss": row["loss"]}',
            "tests/test_train_faults.py -k divergence", every=False),
+    Mutant("technique_lines_types_unchecked", "tools/technique_lines.py",
+           "    check_optional_types(args)   # --mlp_hidden=abc: a traceback below (a hunt)",
+           "    pass",
+           "tests/test_technique_lines.py -k bad_input", every=False),
+    Mutant("batch_memory_after_the_data", "safety_net/starting_point.py",
+           '        check_batch_memory(low, config["batch_size"], config["device"], training=not config["eval_only"],\n'
+           '                           eval_iters=config["eval_iters"], dtype=config["dtype"])\n',
+           "",
+           "tests/test_train_faults.py -k batch_too_big", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

@@ -245,6 +245,7 @@ def test_lgpt_against_gpt_is_a_short_list(capsys):
     (["config/nothing.py"], ["config/nothing.py", "not found"]),
     (["gpt", "--n_layerz=2"], ["n_layerz"]),
     (["gpt", "--n_kv_head=4"], ["n_kv_head"]),
+    (["gpt", "--mlp_hidden=abc"], ["mlp_hidden='abc'", "whole number"]),   # a traceback (a hunt)
     ([], ["one config or variant"]),
     # was silent: the lines and the file of gpt, headed as if a flag had changed them
     (["gpt", "--keep_heaviest_branch"], ["--keep_heaviest_branch", "gpt has one branch", "fix: drop it"]),

@@ -177,6 +177,12 @@ def test_a_batch_too_big_for_the_machine_fails_before_out_dir_changes(tiny_train
     message = main_error(argv(dict(tiny_train_config, batch_size=10**12)))
     assert message.startswith("error: a micro-batch of 1000000000000 x ") and "(fix: " in message
     assert not os.path.exists(tiny_train_config["out_dir"])
+    # a dataset not prepared yet: it was prepared first, then the batch refused (a hunt)
+    from conftest import tiny_config
+    data = os.path.join(os.path.dirname(tiny_train_config["out_dir"]), "new_data")
+    message = main_error(argv(dict(tiny_config(data, tiny_train_config["out_dir"]), dataset="shakespeare_char",
+                                   batch_size=10**12)))
+    assert "a micro-batch of" in message and not os.path.exists(data)
     monkeypatch.setattr("safety_net.starting_point.check_batch_memory", lambda *args, **kwargs: None)
     message = main_error(argv(dict(tiny_train_config, batch_size=10**12)))
     assert message.startswith("error: out of memory") and "(fix: " in message

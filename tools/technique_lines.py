@@ -36,7 +36,7 @@ import torch
 from tools.fingerprint import SMALL
 import train
 import variants
-from safety_net.build import gpt_config_defaults
+from safety_net.build import check_optional_types, gpt_config_defaults
 from safety_net.configurator import UserError, load_config, run_command
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -207,6 +207,7 @@ def small(config, explicit, small_layers=True):
     if small_layers and not explicit & (set(sizes) - {"block_size", "vocab_size"}):
         args.update(sizes)   # the large presets' small sizes
     args.update({k: config[k] for k in explicit if k in args})
+    check_optional_types(args)   # --mlp_hidden=abc: a traceback below (a hunt)
     # every halved width (lgpt/cgpt) a multiple of n_head too: 8 per head left lgpt --n_layer=10 a width of 3 (a hunt)
     halvings = 0
     if args["shrink_every"]:
