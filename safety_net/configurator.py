@@ -215,6 +215,27 @@ def _split_argv(argv, defaults):
     return files, overrides
 
 
+# nanoGPT's config files: its users type them here (a hunt)
+NANOGPT_CONFIGS = ("train_shakespeare_char.py", "train_gpt2.py", "finetune_shakespeare.py", "eval_gpt2.py",
+                   "eval_gpt2_medium.py", "eval_gpt2_large.py", "eval_gpt2_xl.py")
+
+
+def missing_file_fix(path, config):
+    """The fix for a config file not found: an override with one dash, a preset's name (a command with a variant
+    key or a variants list), nanoGPT's config file, else the path."""
+    import variants
+    name = os.path.basename(path)
+    if "=" in path:
+        return "overrides need two dashes, e.g. --key=value"
+    if name in NANOGPT_CONFIGS:
+        return (f"{name} is nanoGPT's: give it from nanoGPT's folder after config/nanogpt.py, e.g. python train.py "
+                f"config/nanogpt.py ../nanoGPT/config/{name}; this repository's recipes are in config/")
+    for key in ("variant", "variants"):
+        if name in variants.available() and key in config:
+            return f"the preset variants/{name}.py is --{key}={name}"
+    return "check the path; config files live in config/"
+
+
 def _read_config_file(path, config):
     """Execute a config file and return its top-level assignments. The file sees the current config
     values as globals (so `max_iters = 2 * eval_interval` works), and may import modules."""
@@ -222,9 +243,7 @@ def _read_config_file(path, config):
         raise UserError(f"config file '{path}' is a folder (fix: name a python file in it, e.g. "
                         f"config/gpt_shakespeare_cpu.py)")
     if not os.path.isfile(path):
-        hint = " (fix: overrides need two dashes, e.g. --key=value)" if "=" in path else \
-            " (fix: check the path; config files live in config/)"
-        raise UserError(f"config file '{one_line(path)}' not found{hint}")
+        raise UserError(f"config file '{one_line(path)}' not found (fix: {missing_file_fix(path, config)})")
     try:   # utf-8-sig: a byte-order mark, as Windows Notepad writes, is dropped, as Python does for a source file
         with open(path, encoding="utf-8-sig") as f:
             source = f.read()

@@ -1444,6 +1444,14 @@ MUTANTS = [
            '                           eval_iters=config["eval_iters"], dtype=config["dtype"])\n',
            "",
            "tests/test_train_faults.py -k batch_too_big", every=False),
+    Mutant("missing_config_file_not_named_a_preset", "safety_net/configurator.py",
+           "        if name in variants.available() and key in config:",
+           "        if False:",
+           "tests/test_config.py -k config_file_errors", every=False),
+    Mutant("trace_a_variant_under_another_name", "tools/technique_lines.py",
+           '    if "variant" in explicit and target in variants.available():',
+           "    if False:",
+           "tests/test_technique_lines.py -k bad_input", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

@@ -101,6 +101,11 @@ def test_config_file_errors(tmp_path):
         load_config(DEFAULTS, [str(tmp_path / "missing.py")])
     with pytest.raises(UserError, match="two dashes"):
         load_config(DEFAULTS, ["batch_size=3"])
+    # a preset's name, and nanoGPT's config file: "check the path; config files live in config/" (a hunt)
+    with pytest.raises(UserError, match=r"fix: the preset variants/lgpt.py is --variant=lgpt\)"):
+        load_config(DEFAULTS, ["lgpt"])
+    with pytest.raises(UserError, match=r"nanoGPT's: .* python train.py config/nanogpt.py ../nanoGPT/config/train_gpt2"):
+        load_config(DEFAULTS, ["config/train_gpt2.py"])
     bad = tmp_path / "bad.py"
     bad.write_text("n_layr = 3\n")
     with pytest.raises(UserError, match="did you mean --n_layer.*'_'"):
@@ -298,6 +303,8 @@ def test_every_list_key_is_a_list_in_every_command():
     assert cfg["seq_lens"] == [64] and cfg["measure"] == ["train"] and len(entries) == 2
     with pytest.raises(UserError, match="--seq_lens needs lengths >= 1"):
         bench.parse(["--seq_lens=64,x"])
+    with pytest.raises(UserError, match=r"is --variants=lgpt\)"):   # train.py's --variant, which bench lacks
+        bench.parse(["lgpt", "--dry_run"])
 
 
 def test_help_is_an_argument_of_its_own(capsys):

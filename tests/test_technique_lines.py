@@ -246,6 +246,9 @@ def test_lgpt_against_gpt_is_a_short_list(capsys):
     (["gpt", "--n_layerz=2"], ["n_layerz"]),
     (["gpt", "--n_kv_head=4"], ["n_kv_head"]),
     (["gpt", "--mlp_hidden=abc"], ["mlp_hidden='abc'", "whole number"]),   # a traceback (a hunt)
+    # --variant alone was "give one config or variant"; beside a variant it traced its own (a hunt)
+    (["--variant=lgpt"], ["a variant is the first argument", "technique_lines lgpt"]),
+    (["lgpt", "--variant=cgpt"], ["lgpt is a variant, and --variant=cgpt another"]),
     ([], ["one config or variant"]),
     # was silent: the lines and the file of gpt, headed as if a flag had changed them
     (["gpt", "--keep_heaviest_branch"], ["--keep_heaviest_branch", "gpt has one branch", "fix: drop it"]),

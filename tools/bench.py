@@ -54,6 +54,7 @@ import sys
 
 import torch
 
+import variants
 from model import GPT, GPTConfig
 from tools import fast_sample
 from tools.benchmarks.entries import file_entry, variant_entry
@@ -140,6 +141,10 @@ def check(cfg, explicit):
     for key, value in MODES[cfg["mode"]].items():
         if key not in explicit:
             cfg[key] = value
+    for path in files:   # a preset's name: train.py's config files say --variant, which bench does not take
+        if not os.path.isfile(path) and path in variants.available():
+            raise UserError(f"config file '{path}' not found (fix: the preset variants/{path}.py is "
+                            f"--variants={path})")
     if not cfg["variants"] and not files:
         cfg["variants"] = ["gpt"] if not cfg["mode"] else MODES[cfg["mode"]]["variants"]
     bad = [m for m in cfg["measure"] if m not in MEASURES]

@@ -1504,10 +1504,7 @@ def command(config, explicit):
     every docs/models/<variant>.py (--all); returns the file's text (None for --all)."""
     if config["all"]:
         return write_all(explicit)
-    target = config["config_or_variant"]
-    if not target:
-        raise UserError(f"give one config or variant (fix: e.g. `{COMMAND} lgpt --out=lgpt.py`, "
-                        f"`{COMMAND} lgpt --against=gpt`)")
+    target = technique_lines.target_of(config, explicit, COMMAND)
     out = config["out"]
     against = config["against"]
     if out and against:

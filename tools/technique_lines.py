@@ -162,6 +162,22 @@ def load(target, overrides=None):
     return config, explicit | set(overrides)
 
 
+def target_of(config, explicit, command):
+    """The config file or variant to trace: the positional argument. --variant sets a config file's preset, as
+    train.py reads it; alone it was refused as no target, and beside a variant it traced its own preset in the
+    first one's name (a hunt)."""
+    target = config["config_or_variant"]
+    variant = config["variant"]
+    if "variant" in explicit and not target:
+        raise UserError(f"a variant is the first argument, not --variant (fix: {command} {variant})")
+    if "variant" in explicit and target in variants.available():
+        raise UserError(f"{target} is a variant, and --variant={variant} another: one model (fix: {command} "
+                        f"{variant}, or drop --variant)")
+    if not target:
+        raise UserError(f"give one config or variant (fix: e.g. `{command} lgpt --against=gpt`)")
+    return target
+
+
 def train_keys(config, explicit):
     """{key: value} of train.py's keys set on the command line, in train.py's order: the traced config's
     overrides. A key the trace sets itself (RUN, OWN) is refused in one line: it would not change what runs
@@ -302,11 +318,8 @@ def main(argv=None):
 
 def command(config, explicit):
     """Print the lines config_or_variant runs (with --against: adds); returns {file: (lines printed, code lines)}."""
-    target = config["config_or_variant"]
+    target = target_of(config, explicit, "python -m tools.technique_lines")
     against = config["against"]
-    if not target:
-        raise UserError("give one config or variant (fix: e.g. `python -m tools.technique_lines lgpt "
-                        "--against=gpt`)")
     overrides = train_keys(config, explicit)
     keep = config["keep_heaviest_branch"]
     name = " ".join([target, *flag_texts(overrides)] + ["--keep_heaviest_branch"] * keep)
