@@ -40,8 +40,9 @@ class UserError(ValueError):
 
 
 def one_line(err):
-    """A short single-line description of an exception, for one-line error messages."""
-    text = " ".join(str(err).split()) or type(err).__name__
+    """A short single-line description of an exception (or a text), for one-line error messages: an exception
+    without a message by its type, an empty or blank text as '' (--max_iters= was "--max_iters=str"; a hunt)."""
+    text = " ".join(str(err).split()) or (type(err).__name__ if isinstance(err, BaseException) else "''")
     return text if len(text) <= 200 else text[:197] + "..."
 
 
@@ -68,10 +69,15 @@ def load_config(defaults, argv, positional=None, one_item=()):
         for key, value in _read_config_file(path, config).items():
             config[key] = _check_value(key, value, defaults, source=path)
             explicit.add(key)
+    given = config[positional] if positional in explicit else None
     for key, text in overrides:
         key = _check_key(key.replace("-", "_"), defaults, source="on the command line")
         config[key] = _parse_override(key, text, defaults[key], key in one_item)
         explicit.add(key)
+        # `prepare.py shakespeare_char --dataset=shakespeare` prepared shakespeare without a word (a hunt)
+        if key == positional and given is not None and config[key] != given:
+            raise UserError(f"{key} given twice: {one_line(given)} as the argument and --{key}={one_line(text)} "
+                            f"(fix: give it once)")
     return config, explicit
 
 

@@ -1452,6 +1452,14 @@ MUTANTS = [
            '    if "variant" in explicit and target in variants.available():',
            "    if False:",
            "tests/test_technique_lines.py -k bad_input", every=False),
+    Mutant("a_key_overrides_its_positional", "safety_net/configurator.py",
+           "        if key == positional and given is not None and config[key] != given:",
+           "        if False:",
+           "tests/test_config.py -k config_file_errors", every=False),
+    Mutant("an_empty_value_called_str", "safety_net/configurator.py",
+           """    text = " ".join(str(err).split()) or (type(err).__name__ if isinstance(err, BaseException) else "''")""",
+           """    text = " ".join(str(err).split()) or type(err).__name__""",
+           "tests/test_config.py -k config_file_errors", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

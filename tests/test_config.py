@@ -101,6 +101,15 @@ def test_config_file_errors(tmp_path):
         load_config(DEFAULTS, [str(tmp_path / "missing.py")])
     with pytest.raises(UserError, match="two dashes"):
         load_config(DEFAULTS, ["batch_size=3"])
+    with pytest.raises(UserError, match=r"--max_iters='': expected an integer"):   # it said --max_iters=str
+        load_config(train.DEFAULTS, ["--max_iters="])
+    # a positional argument and its key: the key won without a word (a hunt)
+    defaults = dict(dataset="", force=False)
+    with pytest.raises(UserError, match="dataset given twice: shakespeare_char as the argument and "
+                                        "--dataset=shakespeare"):
+        load_config(defaults, ["shakespeare_char", "--dataset=shakespeare"], positional="dataset")
+    cfg, _ = load_config(defaults, ["shakespeare", "--dataset=shakespeare"], positional="dataset")
+    assert cfg["dataset"] == "shakespeare"   # the same twice: taken
     # a preset's name, and nanoGPT's config file: "check the path; config files live in config/" (a hunt)
     with pytest.raises(UserError, match=r"fix: the preset variants/lgpt.py is --variant=lgpt\)"):
         load_config(DEFAULTS, ["lgpt"])
