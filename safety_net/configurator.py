@@ -275,8 +275,12 @@ def _read_config_file(path, config):
     try:
         exec(compile(tree, path, "exec"), namespace)
     except Exception as e:  # a config file is user input: report it in one line
-        raise UserError(f"config file {path} failed: {type(e).__name__}: {one_line(e)} (fix: correct the "
-                        f"file)") from None
+        fix = "correct the file"
+        # nanoGPT runs a config file among train.py's imports; here it imports what it uses (a hunt)
+        if isinstance(e, NameError) and e.name in ("torch", "np", "os", "math", "time", "pickle"):
+            module = "numpy as np" if e.name == "np" else e.name
+            fix = f"import {module} at the file's top: nanoGPT's train.py lends its imports, this one does not"
+        raise UserError(f"config file {path} failed: {type(e).__name__}: {one_line(e)} (fix: {fix})") from None
     values = {name: namespace[name] for name in assigned if name in namespace}
     _refuse_unread_keys(path, config, namespace, values)
     return values

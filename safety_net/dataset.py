@@ -297,6 +297,10 @@ def read_meta_pkl(path):
         raise UserError(f"{path} holds values other than plain containers, strings and numbers {fix}")
     itos = meta.get("itos") if isinstance(meta, dict) else None
     size = meta.get("vocab_size") if isinstance(meta, dict) else None
+    if itos is None and size is not None:   # nanoGPT's train.py reads only vocab_size; its fix did not apply (a hunt)
+        raise UserError(f"{path} holds a vocab_size but no itos: token ids of a tokenizer of your own, which "
+                        f"nanoGPT trains on but this repository cannot decode (fix: prepare the text here, python "
+                        f"prepare.py --input=TEXT_FILE, char or --tokenizer=gpt2)")
     if not (isinstance(itos, dict) and isinstance(size, int) and not isinstance(size, bool) and size >= 1
             and set(itos) == set(range(size)) and all(isinstance(c, str) and c for c in itos.values())):
         raise UserError(f"{path} is not nanoGPT's char vocabulary (vocab_size and itos: id -> character for "

@@ -158,6 +158,10 @@ class StartingPoint:
             raise UserError(f"{problem} (fix: move it away, and --init_from=resume resumes from {ckpt_pt}, "
                             f"an earlier evaluation, or --init_from=scratch)") from None
         new_run = f"--init_from={ckpt['path']} --out_dir=NEW_DIR"   # this out_dir's run would write over it
+        if ckpt.get("format") == "nanogpt":   # it was called "weights only", which it is not (a hunt)
+            raise UserError(f"{ckpt['path']} is nanoGPT's: its optimizer state names nanoGPT's parameters, so it "
+                            f"cannot be resumed here (fix: {new_run} to start a new run from its weights, at "
+                            f"iteration 0)")
         if ckpt.get("optimizer") is None:
             raise UserError(f"{ckpt['path']} has weights only (e.g. from pangu.inherit), nothing to resume "
                             f"(fix: {new_run} to start a new run from it)")

@@ -1460,6 +1460,18 @@ MUTANTS = [
            """    text = " ".join(str(err).split()) or (type(err).__name__ if isinstance(err, BaseException) else "''")""",
            """    text = " ".join(str(err).split()) or type(err).__name__""",
            "tests/test_config.py -k config_file_errors", every=False),
+    Mutant("nanogpt_resume_called_weights_only", "safety_net/starting_point.py",
+           '        if ckpt.get("format") == "nanogpt":   # it was called "weights only", which it is not (a hunt)',
+           "        if False:",
+           "tests/test_nanogpt.py -k not_resumed", every=False),
+    Mutant("vocab_only_meta_pkl_told_to_rerun_prepare", "safety_net/dataset.py",
+           "    if itos is None and size is not None:   # nanoGPT's train.py reads only vocab_size; its fix did not apply (a hunt)",
+           "    if False:",
+           "tests/test_nanogpt.py -k meta_pkl", every=False),
+    Mutant("config_file_without_its_imports_told_to_correct_it", "safety_net/configurator.py",
+           '        if isinstance(e, NameError) and e.name in ("torch", "np", "os", "math", "time", "pickle"):',
+           "        if False:",
+           "tests/test_config.py -k config_file_errors", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

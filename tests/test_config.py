@@ -122,6 +122,10 @@ def test_config_file_errors(tmp_path):
     bad.write_text("batch_size = 'big'\n")
     with pytest.raises(UserError, match="batch_size"):
         load_config(DEFAULTS, [str(bad)])
+    # nanoGPT runs config files among train.py's imports: "correct the file" said nothing of it (a hunt)
+    bad.write_text("device = 'cuda' if torch.cuda.is_available() else 'cpu'\n")
+    with pytest.raises(UserError, match="fix: import torch at the file's top: nanoGPT's train.py lends its imports"):
+        load_config(train.DEFAULTS, [str(bad)])
     bad.write_text("batch_size = (\n")
     with pytest.raises(UserError, match="syntax error"):
         load_config(DEFAULTS, [str(bad)])

@@ -262,6 +262,8 @@ class Planted:
      ["refusing", "names io.open", "run code"]),
     (lambda marker: {"vocab_size": 3, "itos": {0: "a", 1: "b"}}, ["not nanoGPT's char vocabulary"]),
     (lambda marker: {"vocab_size": 2, "itos": {0: "a", 1: b"b"}}, ["plain containers"]),
+    # nanoGPT's train.py reads only vocab_size: its fix, "re-run nanoGPT's prepare.py", did not apply (a hunt)
+    (lambda marker: {"vocab_size": 2}, ["a vocab_size but no itos", "prepare.py --input=TEXT_FILE"]),
 ])
 def test_meta_pkl_is_read_as_data_only(nanogpt_run, content, words):
     """A planted meta.pkl runs no code: refused in one line, before anything of it runs."""
@@ -334,6 +336,14 @@ def test_train_from_a_nanogpt_checkpoint(nanogpt_run, capsys):
     assert summary["iter_num"] == 2 and math.isfinite(summary["best_val_loss"])
     assert summary["model_args"]["n_layer"] == 2 and summary["model_args"]["activation"] == "gelu"
     assert sorted(os.listdir(data_dir)) == sorted(before + [".lock"])
+
+
+def test_a_nanogpt_run_is_not_resumed_and_says_why(nanogpt_run):
+    """Its optimizer state is grouped under nanoGPT's names: --init_from=resume is refused, and it was called
+    "weights only (e.g. from pangu.inherit)", which it is not (a hunt); the fix starts a new run from it."""
+    out_dir, data_dir, _ = nanogpt_run
+    one_error_line(train.main, ["--init_from=resume", f"--out_dir={out_dir}", f"--data_dir={data_dir}", *TINY],
+                   f"{out_dir}/ckpt.pt is nanoGPT's", f"fix: --init_from={out_dir}/ckpt.pt --out_dir=NEW_DIR")
 
 
 def test_a_key_that_keeps_the_shapes_but_changes_the_model_is_noted(nanogpt_run, capsys):
