@@ -140,13 +140,14 @@ def out_of_memory(e):
 def expand_bool_flags(argv, flags):
     """Turn a bare `--flag` into `--flag=True` for the given boolean keys. `--key value` pairs are read as
     one setting, so a bare `--no_kv_cache` would swallow the next argument (or fail when it is the last
-    one); `--flag True|False|1|0` and `--flag=...` are left unchanged."""
+    one); `--flag True|False|1|0` and `--flag=...` are left unchanged, and so is `--flag yes|no|on|off`, refused
+    as a bool's value (`--no_kv_cache yes` was "config file 'yes' not found"; a hunt)."""
     out = []
     for i, arg in enumerate(argv):
         key = arg[2:].replace("-", "_") if arg.startswith("--") else None
         if key in flags:
             nxt = argv[i + 1] if i + 1 < len(argv) else None
-            if nxt is None or nxt.lower() not in ("true", "false", "1", "0"):
+            if nxt is None or nxt.lower() not in ("true", "false", "1", "0", "yes", "no", "on", "off"):
                 arg = f"--{key}=True"
         out.append(arg)
     return out

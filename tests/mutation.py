@@ -1472,6 +1472,10 @@ MUTANTS = [
            '        if isinstance(e, NameError) and e.name in ("torch", "np", "os", "math", "time", "pickle"):',
            "        if False:",
            "tests/test_config.py -k config_file_errors", every=False),
+    Mutant("bare_flag_swallows_no_word", "safety_net/configurator.py",
+           '            if nxt is None or nxt.lower() not in ("true", "false", "1", "0", "yes", "no", "on", "off"):',
+           '            if nxt is None or nxt.lower() not in ("true", "false", "1", "0"):',
+           "tests/test_config.py -k bare", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

@@ -292,6 +292,9 @@ def test_every_bool_key_may_be_given_bare(tmp_path):
     assert cfg["compile"] is True and cfg["batch_size"] == 3 and explicit == {"compile", "batch_size"}
     assert load_config(DEFAULTS, ["--compile", "False"])[0]["compile"] is False
     assert load_config(DEFAULTS, ["--batch_size=2", "--compile"])[0]["compile"] is True
+    # a word for yes or no after a bare flag is its value, refused: it was read as a config file (a hunt)
+    with pytest.raises(UserError, match="--compile=yes: expected a bool"):
+        load_config(DEFAULTS, ["--compile", "yes"])
 
 
 def test_every_list_key_is_a_list_in_every_command():
