@@ -347,9 +347,9 @@ def save_checkpoints(run, iter_num, best_val_loss, best, gather=True):
     if run.master and (best or run.dir.ckpt_from_earlier_run):
         save_checkpoint(os.path.join(out_dir, "ckpt.pt"), **state)
         say(run, f"saved ckpt.pt and last.pt to {out_dir}")
+    run.dir.saved(iter_num, time.time() - t0)   # log.csv's rows go with last.pt
     if run.ddp and gather:   # rank 0's files first: torchrun ends all ranks when one exits
         torch.distributed.barrier()
-    run.dir.saved(iter_num, time.time() - t0)   # log.csv's rows go with last.pt
 
 
 def notify(run, callback, event, iter_num, info):

@@ -267,8 +267,12 @@ def lock_for_reading(path, key="data_dir"):
     """A shared flock on folder `path`'s .lock while a training run reads the folder (its dataset: train.py reads
     train.bin at every batch), so that lock_dir's writers (prepare.py --force, the tools that prepare datasets)
     are refused meanwhile (they changed the data under a run, or removed it: a hunt). Readers do not exclude each
-    other. Returns a context manager holding the lock; a folder with no lock file that cannot get one (read-only)
-    is not locked: no one writes there. A writer at work: a one-line UserError."""
+    other. Returns a context manager holding the lock. Not locked: no folder named ("": a RunDir made without
+    train.py's setup, which names it; it locked the current folder), and a folder with no lock file that this
+    user cannot give one (read-only to us: our prepare.py cannot write there either, its owner still may). A
+    writer at work: a one-line UserError."""
+    if not path:
+        return contextlib.nullcontext()
     name = os.path.join(path, LOCK_NAME)
     try:
         fd = os.open(name, os.O_RDONLY | os.O_CREAT, 0o644)

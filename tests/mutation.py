@@ -1476,6 +1476,18 @@ MUTANTS = [
            '            if nxt is None or nxt.lower() not in ("true", "false", "1", "0", "yes", "no", "on", "off"):',
            '            if nxt is None or nxt.lower() not in ("true", "false", "1", "0"):',
            "tests/test_config.py -k bare", every=False),
+    Mutant("a_run_of_no_data_dir_locks_the_current_folder", "safety_net/fileio.py",
+           "    if not path:\n        return contextlib.nullcontext()\n    name = os.path.join(path, LOCK_NAME)\n",
+           "    name = os.path.join(path, LOCK_NAME)\n",
+           "tests/test_train_faults.py -k refused_the_lock", every=False),
+    Mutant("ranks_leave_before_the_log", "train.py",
+           "    run.dir.saved(iter_num, time.time() - t0)   # log.csv's rows go with last.pt\n"
+           "    if run.ddp and gather:   # rank 0's files first: torchrun ends all ranks when one exits\n"
+           "        torch.distributed.barrier()\n",
+           "    if run.ddp and gather:   # rank 0's files first: torchrun ends all ranks when one exits\n"
+           "        torch.distributed.barrier()\n"
+           "    run.dir.saved(iter_num, time.time() - t0)   # log.csv's rows go with last.pt\n",
+           "tests/test_ddp.py -k stop_asked", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

@@ -152,14 +152,17 @@ def test_a_lock_refused_on_rank_0_ends_the_other_ranks_quietly(tmp_path, monkeyp
 STOP_WORKER = """
 import json, os, signal, sys, time
 import train
+from safety_net.run_dir import RunDir
 cfg, out = json.loads(sys.argv[1]), sys.argv[2]
-save = train.save_checkpoint
+saved = RunDir.saved
 
-def slow_save(path, **state):   # rank 0's write of a big model
-    time.sleep(1.5)
-    save(path, **state)
-    with open(os.path.join(out, "saved.json"), "w") as f:
-        json.dump(time.time(), f)
+def slow_saved(self, iter_num, seconds):   # rank 0's writes after a save (log.csv's rows), slow as a big model's
+    if self.master:
+        time.sleep(1.5)
+    saved(self, iter_num, seconds)
+    if self.master:
+        with open(os.path.join(out, "saved.json"), "w") as f:
+            json.dump(time.time(), f)
 
 def ask_on_rank1(event, info):
     if event == "iter" and info["rank"] == 1 and info["iter_num"] == 3:
@@ -168,7 +171,7 @@ def ask_on_rank1(event, info):
         with open(os.path.join(out, "end%d.json" % info["rank"]), "w") as f:
             json.dump({"iter_num": info["iter_num"], "interrupted": info["interrupted"], "t": time.time()}, f)
 
-train.save_checkpoint = slow_save
+RunDir.saved = slow_saved
 
 train.train({**train.DEFAULTS, **cfg}, explicit=set(cfg), callback=ask_on_rank1)
 """
@@ -190,8 +193,8 @@ def test_ddp_a_stop_asked_on_one_rank_stops_both_at_the_same_boundary(tiny_train
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     ends = [json.loads((tmp_path / f"end{rank}.json").read_text()) for rank in range(2)]
     assert [{k: v for k, v in end.items() if k != "t"} for end in ends] == [{"iter_num": 3, "interrupted": True}] * 2
-    # rank 1 waits for rank 0's last.pt: exiting before it, torchrun stopped rank 0 mid-save, and nothing was
-    # saved (a hunt)
+    # rank 1 waits for rank 0's last.pt and log.csv: exiting before them, torchrun stopped rank 0 mid-save, and
+    # nothing was saved (a hunt)
     assert ends[1]["t"] >= json.loads((tmp_path / "saved.json").read_text())
     # the vote comes before boundary 3's evaluation: a long one ran to its end first, past torchrun's 30 s (a hunt)
     with open(os.path.join(cfg["out_dir"], "log.csv"), newline="") as f:

@@ -731,6 +731,7 @@ def test_a_run_refused_the_lock_removes_nothing_of_the_folder(tmp_path, monkeypa
     moment before and holds it (it would have removed that run's lock and folder; a review)."""
     from safety_net import run_dir
     out_dir = tmp_path / "new"
+    monkeypatch.chdir(tmp_path)   # a RunDir of no data_dir locked the current folder's .lock (a review)
 
     def another_run_took_it(path, key="out_dir"):
         os.makedirs(path)
@@ -742,7 +743,7 @@ def test_a_run_refused_the_lock_removes_nothing_of_the_folder(tmp_path, monkeypa
     with pytest.raises(UserError, match="another process"):
         with run_dir.RunDir(config, 0, None, 0, 1, torch.device("cpu")):
             pass
-    assert os.listdir(out_dir) == [".lock"]
+    assert os.listdir(out_dir) == [".lock"] and not (tmp_path / ".lock").exists()
 
 
 def test_schedule_keys_set_without_decay_lr_get_a_note(capsys):
