@@ -232,14 +232,15 @@ def missing_file_fix(path, config):
     key or a variants list), nanoGPT's config file, else the path."""
     import variants
     name = os.path.basename(path)
+    preset = name.removesuffix(".py")
     if "=" in path:
         return "overrides need two dashes, e.g. --key=value"
-    if name in NANOGPT_CONFIGS:
+    if name in NANOGPT_CONFIGS and "max_iters" in config:   # train.py's keys: a training config
         return (f"{name} is nanoGPT's: give it from nanoGPT's folder after config/nanogpt.py, e.g. python train.py "
                 f"config/nanogpt.py ../nanoGPT/config/{name}; this repository's recipes are in config/")
     for key in ("variant", "variants"):
-        if name in variants.available() and key in config:
-            return f"the preset variants/{name}.py is --{key}={name}"
+        if preset in variants.available() and key in config:
+            return f"the preset variants/{preset}.py is --{key}={preset}"
     return "check the path; config files live in config/"
 
 

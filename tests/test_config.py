@@ -111,10 +111,11 @@ def test_config_file_errors(tmp_path):
     cfg, _ = load_config(defaults, ["shakespeare", "--dataset=shakespeare"], positional="dataset")
     assert cfg["dataset"] == "shakespeare"   # the same twice: taken
     # a preset's name, and nanoGPT's config file: "check the path; config files live in config/" (a hunt)
-    with pytest.raises(UserError, match=r"fix: the preset variants/lgpt.py is --variant=lgpt\)"):
-        load_config(DEFAULTS, ["lgpt"])
+    for name in ("lgpt", "lgpt.py"):
+        with pytest.raises(UserError, match=r"fix: the preset variants/lgpt.py is --variant=lgpt\)"):
+            load_config(DEFAULTS, [name])
     with pytest.raises(UserError, match=r"nanoGPT's: .* python train.py config/nanogpt.py ../nanoGPT/config/train_gpt2"):
-        load_config(DEFAULTS, ["config/train_gpt2.py"])
+        load_config(train.DEFAULTS, ["config/train_gpt2.py"])
     bad = tmp_path / "bad.py"
     bad.write_text("n_layr = 3\n")
     with pytest.raises(UserError, match="did you mean --n_layer.*'_'"):

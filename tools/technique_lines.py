@@ -168,9 +168,9 @@ def target_of(config, explicit, command):
     first one's name (a hunt)."""
     target = config["config_or_variant"]
     variant = config["variant"]
-    if "variant" in explicit and not target:
+    if variant and not target:
         raise UserError(f"a variant is the first argument, not --variant (fix: {command} {variant})")
-    if "variant" in explicit and target in variants.available():
+    if variant and target in variants.available() and variant != target:
         raise UserError(f"{target} is a variant, and --variant={variant} another: one model (fix: {command} "
                         f"{variant}, or drop --variant)")
     if not target:
