@@ -43,7 +43,8 @@ iterations. The cheapest variant's full run sets the budget; every model's val l
 off its logged eval curve (linear interpolation between the two evaluations around it).
 Noise: with several seeds, a difference from the first row is called better/worse only when Welch's
 statistic |mean_b - mean_a| / sqrt(std_a^2/n_a + std_b^2/n_b) exceeds 2 (`noise_verdict`), else
-"within noise".
+"within noise"; "n/a (another dataset)" for a model of another dataset than the first row's, and at equal
+compute "n/a (starts trained)" for a model started from a trained checkpoint (its start's training uncounted).
 
 Data: a run's dataset that is not prepared yet is prepared before it trains: prepare.py's by train.py, the
 tools' (shakespeare_vK, wikitext103, wikitext103_vK) here, by tools.pangu.compact_vocab or tools.wikitext103.
