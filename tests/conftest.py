@@ -193,6 +193,27 @@ def one_thread():
 
 # --- another writer -------------------------------------------------------------------------------------
 
+def refused_at_meta_json(monkeypatch, module, folder):
+    """Patch module.write_meta (a dataset writer's last file) to record whether a training run starting then
+    (fileio.lock_for_reading of `folder`) is refused: the writer holds its lock until meta.json. Returns the list
+    of the refusals' messages ('not locked' where none came)."""
+    from safety_net import fileio
+    from safety_net.configurator import UserError
+    seen = []
+    real = module.write_meta
+
+    def write_meta(out_dir, meta):
+        try:
+            fileio.lock_for_reading(str(folder)).close()
+            seen.append("not locked")
+        except UserError as e:
+            seen.append(str(e))
+        real(out_dir, meta)
+
+    monkeypatch.setattr(module, "write_meta", write_meta)
+    return seen
+
+
 def hold_lock(folder):
     """Another process holding `folder`'s writer lock the way lock_dir takes it (flock, its pid in the file) until
     it is killed. Plain python, no torch: it starts in milliseconds."""

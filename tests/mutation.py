@@ -1488,6 +1488,18 @@ MUTANTS = [
            "        torch.distributed.barrier()\n"
            "    run.dir.saved(iter_num, time.time() - t0)   # log.csv's rows go with last.pt\n",
            "tests/test_ddp.py -k stop_asked", every=False),
+    Mutant("compact_vocab_drops_its_writer_lock", "tools/pangu/compact_vocab.py",
+           "    with begin_writing(out_dir):   # the folder's writer lock, until meta.json is written\n",
+           "    begin_writing(out_dir)\n    if True:\n",
+           "tests/test_compact_vocab.py -k holds_its_lock", every=False),
+    Mutant("wikitext103_drops_its_writer_lock", "tools/wikitext103.py",
+           "    with begin_writing(out_dir):   # the folder's writer lock, until meta.json is written\n",
+           "    begin_writing(out_dir)\n    if True:\n",
+           "tests/test_wikitext103.py -k writer_lock", every=False),
+    Mutant("prepare_drops_its_writer_lock", "safety_net/text_dataset.py",
+           "    with begin_writing(out_dir):\n",
+           "    begin_writing(out_dir)\n    if True:\n",
+           "tests/test_compact_vocab.py -k holds_its_lock", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

@@ -173,6 +173,23 @@ def test_same_text_and_split_as_prepare_py(tmp_path, gpt2_file):
               "--val_fraction=0.2"])
 
 
+@pytest.mark.parametrize("writer", ["compact_vocab", "prepare"])
+def test_a_dataset_writer_holds_its_lock_until_meta_json(tmp_path, gpt2_file, monkeypatch, writer):
+    """A run starting while the token files are written is refused: begin_writing's lock is held until meta.json
+    (a bare call would drop it at once; a review)."""
+    from conftest import refused_at_meta_json
+    from safety_net import text_dataset
+    src = write_input(tmp_path)
+    out = tmp_path / "a"
+    module = compact_vocab if writer == "compact_vocab" else text_dataset
+    seen = refused_at_meta_json(monkeypatch, module, out)
+    if writer == "compact_vocab":
+        main(["shakespeare_v300", "--input", src, "--out_dir", str(out), "--no_plot"])
+    else:
+        prepare.main([f"--input={src}", f"--out_dir={out}"])
+    assert len(seen) == 1 and "is being written by another process" in seen[0], seen
+
+
 def test_dataset_names_and_sizes():
     assert compact_vocab.compact_size("shakespeare_v400", "shakespeare") == 400
     assert compact_vocab.compact_size("shakespeare", "shakespeare", 400) == 400

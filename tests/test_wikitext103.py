@@ -89,6 +89,16 @@ def test_wikitext103_layout(tmp_path, monkeypatch, gpt2_file, offline, kind):
         assert ids == expect
 
 
+def test_the_writer_lock_is_held_until_meta_json(tmp_path, monkeypatch, gpt2_file, offline):
+    """A run starting while the token files are written is refused (a bare begin_writing dropped the lock at
+    once; a review)."""
+    from conftest import refused_at_meta_json
+    out = tmp_path / "w"
+    seen = refused_at_meta_json(monkeypatch, wikitext103, out)
+    prepare("wikitext103", out_dir=str(out), source=make_wikitext(tmp_path, "folder"), num_proc=1)
+    assert len(seen) == 1 and "is being written by another process" in seen[0], seen
+
+
 def test_wikitext103_malformed(tmp_path, offline):
     bad = tmp_path / "bad.zip"
     bad.write_bytes(b"this is not a zip file")
