@@ -236,7 +236,7 @@ def setup(config, explicit, device, dtype, rank, world):
     if config["init_from"] == "resume":
         run.start_iter = int(ckpt["iter_num"])
         run.start_best_val_loss = float(ckpt["best_val_loss"])
-    # dropout's RNG, seeded once: seed + rank + first iteration, a sum; a resume takes
+    # dropout's RNG, seeded once from seed + rank + the first iteration; a resume takes
     # the checkpoint's
     torch.manual_seed(config["seed"] + rank + run.start_iter)
     if ckpt is not None:   # resume: weights, optimizer, scaler, RNG; else: fitting weights

@@ -263,15 +263,15 @@ def only_readers(fd):
     return True
 
 
-def lock_for_reading(path, key="data_dir"):
+def lock_for_reading(path):
     """A shared flock on folder `path`'s .lock while a training run reads the folder (its dataset: train.py reads
     train.bin at every batch), so that lock_dir's writers (prepare.py --force, the tools that prepare datasets)
     are refused meanwhile (they changed the data under a run, or removed it: a hunt). Readers do not exclude each
     other. train.py takes it as its run begins (RunDir), after its setup read the data: a prepare that ends in
-    between, while the model is built, is not seen. Returns a context manager holding the lock. Not locked: no folder named ("": a RunDir made without
-    train.py's setup, which names it; it locked the current folder), and a folder with no lock file that this
-    user cannot give one (read-only to us: our prepare.py cannot write there either, its owner still may). A
-    writer at work: a one-line UserError."""
+    between, while the model is built, is not seen. Returns a context manager holding the lock. Not locked: no
+    folder named ("": a RunDir made without train.py's setup, which names it; it locked the current folder), and
+    a folder with no lock file that this user cannot give one (read-only to us: our prepare.py cannot write there
+    either, its owner still may). A writer at work: a one-line UserError."""
     if not path:
         return contextlib.nullcontext()
     name = os.path.join(path, LOCK_NAME)
@@ -288,8 +288,8 @@ def lock_for_reading(path, key="data_dir"):
     except BlockingIOError:
         holder = f.read().strip() or "?"
         f.close()
-        raise UserError(f"{key} '{path}' is being written by another process (pid {holder}) (fix: wait for it to "
-                        f"finish, then start again)") from None
+        raise UserError(f"data_dir '{path}' is being written by another process (pid {holder}) (fix: wait for it "
+                        f"to finish, then start again)") from None
     except BaseException:
         f.close()
         raise

@@ -1088,7 +1088,7 @@ def run(config, explicit):
         return None
     # one writer per compare_dir: a second compare.py would train the same runs over this one's
     with lock_dir(config["compare_dir"], key="compare_dir"):
-        status = runs_status(config, runs)   # again: another compare.py may have changed it before this one had the lock
+        status = runs_status(config, runs)   # again: another compare.py may have changed it meanwhile
         check_finished(config, status, runs)
         return train_and_report(config, runs, infos, status)
 
