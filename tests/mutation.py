@@ -1500,6 +1500,10 @@ MUTANTS = [
            "    with begin_writing(out_dir):\n",
            "    begin_writing(out_dir)\n    if True:\n",
            "tests/test_compact_vocab.py -k holds_its_lock", every=False),
+    Mutant("executorch_run_prints_one_sample_by_default", "tools/executorch/run.py",
+           "    num_samples=10,\n",
+           "    num_samples=1,\n",
+           "tests/test_support.py -k device_runners", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

@@ -279,6 +279,18 @@ def test_every_field_is_set_by_a_flag_set():
     assert not missing, f"fields no FLAGS entry sets: {missing} (fix: add a flag set to tests/test_model.py's FLAGS)"
 
 
+def test_device_runners_default_as_sample_py():
+    """tools.executorch.run and tools.llamacpp.run take sample.py's defaults for the keys they share with it (they
+    printed 1 sample of 200 tokens where sample.py prints 10 of 500, without a word; a hunt)."""
+    import sample
+    from tools.executorch import run as et_run
+    from tools.llamacpp import run as lc_run
+    for runner in (et_run, lc_run):
+        shared = set(runner.DEFAULTS) & set(sample.DEFAULTS)
+        assert {"start", "max_new_tokens"} <= shared
+        assert {k: runner.DEFAULTS[k] for k in shared} == {k: sample.DEFAULTS[k] for k in shared}
+
+
 def test_no_field_shadows_a_commands_own_key():
     """A GPTConfig field named as a key of train.py, tools.bench, tools.compare, tools.one_file or
     tools.technique_lines would silently take or hide that key (train.py merges the two dicts)."""

@@ -27,12 +27,12 @@ import torch
 from safety_net.configurator import UserError, run_command
 from safety_net.tokenizers import GPT2_EOT
 
-DEFAULTS = dict(
+DEFAULTS = dict(   # the keys sample.py has too: its defaults
     pte="model.pte",        # the program; its tokenizer is <name>.tokenizer.json beside it
     tokenizer="",           # "" = the one beside the program
     start="\n",             # prompt text, or FILE:path (sample.py's --start)
-    num_samples=1,
-    max_new_tokens=200,
+    num_samples=10,
+    max_new_tokens=500,
     temperature=0.8,        # 0 = greedy
     top_k=200,              # 0 = the whole vocabulary
     seed=1337,

@@ -15,7 +15,7 @@ import time
 
 from safety_net.configurator import UserError, run_command
 
-DEFAULTS = dict(gguf="model.gguf", start="\n", max_new_tokens=200, num_threads=1)   # 0: every CPU
+DEFAULTS = dict(gguf="model.gguf", start="\n", max_new_tokens=500, num_threads=0)   # 0: every CPU; as sample.py
 
 
 def require_llama_cpp():
