@@ -46,7 +46,7 @@ def one_line(err):
     return text if len(text) <= 200 else text[:197] + "..."
 
 
-def load_config(defaults, argv, positional=None, one_item=()):
+def load_config(defaults, argv, positional=None, one_item=(), listed=None):
     """defaults: dict of every known key -> default value. argv: e.g. sys.argv[1:]. A key whose default is a
     bool may also be given bare, in every command (`--no_kv_cache` means `--no_kv_cache=True`; each command
     listed its own, so `--compile` was bare in one and refused in the next). positional: None (positional
@@ -55,7 +55,8 @@ def load_config(defaults, argv, positional=None, one_item=()):
     Returns (config, explicit): the final dict and the set of keys set by config files or the CLI."""
     argv = expand_bool_flags(list(argv), [k for k, v in defaults.items() if isinstance(v, bool)])
     if _asks_for_help(argv):
-        print(usage(defaults, positional))
+        shown = defaults if listed is None else {k: v for k, v in defaults.items() if k in listed}
+        print(usage(shown, positional))
         raise SystemExit(0)
     config = dict(defaults)
     explicit = set()
@@ -81,7 +82,7 @@ def load_config(defaults, argv, positional=None, one_item=()):
     return config, explicit
 
 
-def run_command(command, defaults, argv=None, errors=UserError, positional=None, one_item=(),
+def run_command(command, defaults, argv=None, errors=UserError, positional=None, one_item=(), listed=None,
                 with_explicit=False, memory_fix="lower the sizes, counts or batch sizes you gave"):
     """A script's whole main(): the config from argv (sys.argv[1:] when None; the options of load_config), then
     command(config), or command(config, explicit) with with_explicit=True. Bad input (`errors`, UserError by
@@ -94,7 +95,7 @@ def run_command(command, defaults, argv=None, errors=UserError, positional=None,
     sample.py, prepare.py and tools/ (tests/test_commands.py)."""
     try:
         argv = sys.argv[1:] if argv is None else list(argv)
-        config, explicit = load_config(defaults, argv, positional, one_item)
+        config, explicit = load_config(defaults, argv, positional, one_item, listed)
         if with_explicit:
             return command(config, explicit)
         return command(config)

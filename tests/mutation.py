@@ -1504,6 +1504,10 @@ MUTANTS = [
            "    num_samples=10,\n",
            "    num_samples=1,\n",
            "tests/test_support.py -k device_runners", every=False),
+    Mutant("one_file_help_lists_keys_it_refuses", "tools/one_file.py",
+           "        return run_command(command, DEFAULTS, argv, positional=\"config_or_variant\", listed=LISTED,\n",
+           "        return run_command(command, DEFAULTS, argv, positional=\"config_or_variant\", listed=None,\n",
+           "tests/test_technique_lines.py -k help_lists", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

@@ -287,6 +287,24 @@ def test_the_keys_the_trace_sets_itself_are_refused():
     one_error_line(technique_lines.main, ["gpt", "--vocab_size=100"], "vocab_size: its dataset's 65")
 
 
+def test_help_lists_the_keys_taken_and_no_key_refused(capsys):
+    """--help listed every key of train.py, and one_file and technique_lines refuse all but --variant and the model's
+    (less vocab_size): each key --help lists is taken, each other key of theirs refused in one line."""
+    from safety_net.configurator import UserError
+    from tools import one_file
+    for module in (technique_lines, one_file):
+        with pytest.raises(SystemExit):
+            module.main(["--help"])
+        listed = set(re.findall(r"^  --(\w+)", capsys.readouterr().out, re.MULTILINE))
+        assert "n_layer" in listed and "variant" in listed and "vocab_size" not in listed
+        for key in set(module.DEFAULTS) - set(module.OPTIONS):
+            if key in listed:
+                technique_lines.train_keys(module.DEFAULTS, {key})
+            else:
+                with pytest.raises(UserError):
+                    technique_lines.train_keys(module.DEFAULTS, {key})
+
+
 # --- what `python -m tools.technique_lines PRESET` prints: exactly the lines that ran -------------------------
 
 def printed_lines(text):

@@ -95,6 +95,7 @@ OPTIONS = dict(
     all=False,                    # rewrite docs/models/<variant>.py for every variant (no other key with it)
 )
 DEFAULTS = {**OPTIONS, **train.DEFAULTS}
+LISTED = (*OPTIONS, "variant", *technique_lines.MODEL_KEYS)   # what --help lists (technique_lines.LISTED)
 
 
 class Traced(technique_lines.Tracer):
@@ -1494,7 +1495,8 @@ def main(argv=None):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)   # tiny models: one thread is fastest, and other work on the cores slows it tenfold
     try:
-        return run_command(command, DEFAULTS, argv, positional="config_or_variant", with_explicit=True)
+        return run_command(command, DEFAULTS, argv, positional="config_or_variant", listed=LISTED,
+                           with_explicit=True)
     finally:
         torch.set_num_threads(threads)
 

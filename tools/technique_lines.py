@@ -57,6 +57,9 @@ OPTIONS = dict(
     keep_heaviest_branch=False,   # generate with the heavier branch only (pgpt's model.keep_heaviest_branch())
 )
 DEFAULTS = {**OPTIONS, **train.DEFAULTS}
+# what --help lists: the model's keys the trace takes; train.py's others are taken only to be refused (train_keys)
+MODEL_KEYS = tuple(key for key in train.MODEL_DEFAULTS if key not in OWN)
+LISTED = (*OPTIONS, "variant", *MODEL_KEYS)
 
 
 class Source:
@@ -313,7 +316,7 @@ def report(source, units, against):
 
 
 def main(argv=None):
-    return run_command(command, DEFAULTS, argv, positional="config_or_variant", with_explicit=True)
+    return run_command(command, DEFAULTS, argv, positional="config_or_variant", listed=LISTED, with_explicit=True)
 
 
 def command(config, explicit):
