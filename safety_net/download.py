@@ -27,8 +27,9 @@ class Progress:
             self._show("")
 
     def close(self):
-        self.done = self.total
-        self._show("\n")
+        if self.total > 1:   # a known total: 100% (wikitext103 counts characters, then adds bytes)
+            self.done = self.total
+        self._show("\n")   # an unknown one: the amount itself (its last line said 0.0 MB; a hunt)
 
     def _show(self, end):
         done = f"{self.done / self.scale:.1f}"

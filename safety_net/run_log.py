@@ -176,7 +176,7 @@ def plot_run(rows, path, title):
         fig.tight_layout()
         with atomic_open(path, "wb") as f:
             fig.savefig(f, format="png", dpi=110)
-    except (ImportError, OSError) as e:
+    except (ImportError, OSError, UserError) as e:   # atomic_open's write errors are UserErrors
         print(f"note: {path} not written ({e})", flush=True)
 
 

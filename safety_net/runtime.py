@@ -1,7 +1,7 @@
 """
 Where a model runs: the device (resolve_device), the dtype and its autocast, CPU threads and a note when other jobs
-keep the CPUs busy, seeds; torchrun's environment (distributed_env), a step rank 0 alone takes (on_rank_zero) and
-every RNG's state, which makes a resume exact (gather_rng_states, restore_rng).
+keep the CPUs busy, seeds; whether torchrun started the process (launched_by_torchrun), a step rank 0 alone takes
+(on_rank_zero) and every RNG's state, which makes a resume exact (gather_rng_states, restore_rng).
 """
 
 import contextlib
@@ -106,12 +106,9 @@ def autocast(device, dtype):
     return torch.autocast(device_type=str(device).split(":")[0], dtype=dtype)
 
 
-def distributed_env():
-    """(rank, local_rank, world_size) from torchrun's environment, or None when not launched by it."""
-    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
-        return None
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    return rank, int(os.environ.get("LOCAL_RANK", rank)), world
+def launched_by_torchrun():
+    """Whether torchrun started this process (it sets RANK and WORLD_SIZE, as train.py reads them)."""
+    return "RANK" in os.environ and "WORLD_SIZE" in os.environ
 
 
 def on_rank_zero(step, rank, world):

@@ -192,6 +192,15 @@ def test_compare_configs_dry_run(cfg, tmp_path, capsys):
     assert not os.path.exists(tmp_path / "cmp")
 
 
+def test_compare_under_torchrun_is_refused(tmp_path, monkeypatch):
+    """Its runs train one after another in one process: each torchrun rank would run the whole comparison."""
+    from conftest import one_error_line
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    one_error_line(compare.main, ["--variants=gpt", "--dry_run=True", f"--compare_dir={tmp_path / 'cmp'}"],
+                   "compare.py runs in one process", "not torchrun")
+
+
 def test_a_dry_run_checks_every_runs_settings(tmp_path):
     """--dry_run skipped the training keys' checks: a plan for --learning_rate=-1 with exit code 0, and
     ZeroDivisionError or TypeError tracebacks for --batch_size=0, --eval_interval=0 or a custom variant's

@@ -414,6 +414,11 @@ def test_output_folder_that_is_a_file(finished, tmp_path, module, args):
     # for a negative --max_new_tokens, and a mistyped --init_from or --variant listed no choice)
     ("sample", ["--max_new_tokens=-5"], ["--max_new_tokens=-5: must be >= 0", "fix: e.g. --max_new_tokens="]),
     ("sample", ["--num_samples=0"], ["--num_samples=0: must be >= 1", "fix: e.g. --num_samples=1"]),
+    # sampling's other bounds, each untested until a hunt (a negative top_k was torch's "index out of range"
+    # traceback; a negative temperature sampled; 1e-9 overflowed as 1e-30 does)
+    ("sample", ["--top_k=-1"], ["--top_k must be >= 0", "0 means no top-k"]),
+    ("sample", ["--temperature=-0.5"], ["--temperature must be >= 0, got -0.5", "0 means greedy"]),
+    ("sample", ["--temperature=1e-9"], ["--temperature=1e-09 is too small"]),
     ("train", ["--init_from=Resume"], ["init_from 'Resume' does not exist", "did you mean --init_from=resume?"]),
     ("train", ["--init_from=gpt2-tiny"], ["one of: scratch, resume, gpt2, gpt2-medium"]),
     ("train", ["--variant=lgtp"], ["unknown variant 'lgtp'", "did you mean --variant=lgpt?"]),

@@ -429,6 +429,52 @@ def test_wandb_failing_during_the_run_turns_logging_off_with_a_warning(monkeypat
     assert "off for the rest of this run" in err and log.wandb is None
 
 
+class RecordingWandb:
+    """A stand-in for the wandb package that records what it is given."""
+
+    def __init__(self):
+        self.inits, self.logged = [], []
+
+    def init(self, **kwargs):
+        self.inits.append(kwargs)
+        return self
+
+    def log(self, values):
+        self.logged.append(values)
+
+
+def test_wandb_logs_nanogpts_values_at_each_evaluation_on_rank_zero_only(monkeypatch):
+    """One W&B run (started at the first evaluation, unnamed when wandb_run_name is ''), one log per evaluation row
+    with nanoGPT's keys, nothing for training rows, nothing from another DDP rank (each untested until a hunt)."""
+    fake = RecordingWandb()
+    monkeypatch.setattr(wandb_log, "import_wandb", lambda: fake)
+    config = {"wandb_log": True, "wandb_project": "p", "wandb_run_name": ""}
+    assert wandb_log.WandbLog(config, master=False).wandb is None
+    log = wandb_log.WandbLog(config)
+    log.log({"kind": "train", "iter": 0, "loss": 3.0, "lr": 1e-3})
+    for it in (0, 250):
+        log.log({"kind": "eval", "iter": it, "loss": 2.0, "val_loss": 2.5, "lr": 1e-3})
+    assert [(i["project"], i["name"]) for i in fake.inits] == [("p", None)]
+    assert fake.logged == [{"iter": it, "train/loss": 2.0, "val/loss": 2.5, "lr": 1e-3} for it in (0, 250)]
+
+
+def test_wandb_needs_no_key_when_disabled_and_takes_a_token_file_or_another_port(monkeypatch, tmp_path,
+                                                                              no_wandb_import):
+    monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    wandb_log.check_wandb()
+    monkeypatch.delenv("WANDB_MODE")
+    monkeypatch.setenv("WANDB_IDENTITY_TOKEN_FILE", str(tmp_path / "token"))
+    tried = []
+    monkeypatch.setattr(socket, "create_connection", lambda address, timeout: tried.append(address) or socket.socket())
+    wandb_log.check_wandb()   # a token file is a key
+    monkeypatch.setenv("WANDB_BASE_URL", "http://my.wandb.host")
+    wandb_log.check_wandb()
+    monkeypatch.setenv("WANDB_BASE_URL", "https://my.wandb.host:8443")
+    wandb_log.check_wandb()
+    assert tried == [("api.wandb.ai", 443), ("my.wandb.host", 80), ("my.wandb.host", 8443)]
+
+
 # --- sizes that cannot be built, and odd output paths ------------------------------------------------------------
 
 def test_sizes_that_cannot_be_built_are_refused_at_once():

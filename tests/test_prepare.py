@@ -190,6 +190,39 @@ def test_download_checks_size_and_sha(tmp_path, monkeypatch):
         download.download("http://example.invalid/f", str(tmp_path / "g.bin"))
 
 
+def test_a_transfer_cut_short_is_an_oserror_and_leaves_nothing(tmp_path, monkeypatch):
+    """http.client's IncompleteRead is no OSError: download passes it on as one (the caller's "could not download"
+    line, or another mirror), and the partial file is gone (untested until a hunt)."""
+    import http.client
+
+    class CutShort(FakeResponse):
+        def read(self, n=-1):
+            raise http.client.IncompleteRead(b"abc", 7)
+
+    monkeypatch.setattr(urllib.request, "urlopen", lambda *a, **k: CutShort(b"", 10))
+    dest = tmp_path / "f.bin"
+    with pytest.raises(OSError, match="IncompleteRead"):
+        download.download("http://example.invalid/f", str(dest))
+    assert not list(tmp_path.iterdir())
+
+
+def test_tinyshakespeare_beside_the_dataset_folder_is_found(tmp_path, monkeypatch):
+    """A dataset folder next to data/shakespeare_char (shakespeare, GPT-2 BPE) reads its input.txt there, before
+    the shipped copy: a copy the user put there is the text asked for."""
+    monkeypatch.delenv("SHAKESPEARE_INPUT", raising=False)
+    beside = tmp_path / "shakespeare_char" / "input.txt"
+    beside.parent.mkdir()
+    beside.write_text("a copy of one's own\n")
+    assert download.shakespeare_path(str(tmp_path / "shakespeare")) == str(beside)
+
+
+def test_progress_of_an_unknown_size_shows_the_amount_only(capsys):
+    bar = download.Progress("downloading x", 0)
+    bar.update(2_500_000)
+    bar.close()
+    assert capsys.readouterr().err.endswith("\rdownloading x: (2.5 MB)\n")
+
+
 # ----------------------------------------------------------------------------- GPT-2 BPE
 
 def test_gpt2_from_ranks_file(gpt2_file):

@@ -146,6 +146,36 @@ def test_bad_start_file_is_one_line_error(ckpt_dir, tmp_path, monkeypatch, capsy
     assert capsys.readouterr().err == ""
 
 
+def test_a_start_file_that_is_not_utf8_is_one_line_error(ckpt_dir, tmp_path):
+    """A Latin-1 prompt file: one line naming the file (a hunt: without its UnicodeDecodeError in read_prompt's
+    except, nothing caught it), and no sample."""
+    from conftest import one_error_line
+    import sample
+    prompt = tmp_path / "latin1.txt"
+    prompt.write_bytes("caf\u00e9\n".encode("latin-1"))
+    one_error_line(sample.main, [f"--out_dir={ckpt_dir}", f"--start=FILE:{prompt}"],
+                   f"cannot read the start file '{prompt}'", "utf-8 text file")
+
+
+def test_no_new_tokens_prints_the_prompt(ckpt_dir, capsys):
+    """--max_new_tokens=0 is allowed (the prompt alone, e.g. to check its encoding); only a negative count is refused."""
+    out, _ = run_main(capsys, f"--out_dir={ckpt_dir}", "--start=ROMEO:", "--num_samples=2", "--max_new_tokens=0",
+                      "--device=cpu")
+    assert samples(out) == ["ROMEO:", "ROMEO:"]
+
+
+def test_num_threads_sets_torchs_threads():
+    import sample
+    from safety_net.sampling import setup_sampling
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        setup_sampling(dict(sample.DEFAULTS, num_threads=1, device="cpu"))
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_expand_bool_flags():
     from safety_net.configurator import expand_bool_flags
     flags = ("no_kv_cache",)

@@ -82,7 +82,8 @@ from safety_net.dataset import dataset_vocab_size, default_data_dir, is_prepared
 from safety_net.dataset import resolve_data_dir
 from safety_net.fileio import atomic_open, check_out_dir, lock_dir
 from safety_net.run_log import format_duration
-from safety_net.runtime import MAX_SEED, autocast, check_cpu_compiler, distributed_env, resolve_device, resolve_dtype
+from safety_net.runtime import (MAX_SEED, autocast, check_cpu_compiler, launched_by_torchrun, resolve_device,
+                                resolve_dtype)
 from safety_net.sampling import check_temperature
 from safety_net.text_dataset import dataset_and_tokenizer, tool_command
 from safety_net.tokenizers import encode_start, render
@@ -206,7 +207,7 @@ def check(config, explicit):
     need("init_from" not in explicit, "compare.py sets init_from itself: scratch, or resume for a model whose "
          "last.pt exists (fix: drop init_from; a custom variant may start from a checkpoint path)")
     need(not config["eval_only"], "eval_only does not train (fix: drop --eval_only; use eval.py on the out_dirs)")
-    need(distributed_env() is None, "compare.py runs in one process (fix: run it with python, not torchrun)")
+    need(not launched_by_torchrun(), "compare.py runs in one process (fix: run it with python, not torchrun)")
     need(not isinstance(config["seeds"], (list, tuple)) or "seed" not in explicit,
          "seed is not used when seeds lists the seeds (it was ignored without a word) (fix: drop seed, or "
          "--seeds=N for seed .. seed + N - 1)")
