@@ -108,7 +108,7 @@ def batch_seed(*parts):
     mask = (1 << 64) - 1
     x = 0
     for p in parts:
-        x = (x + 0x9E3779B97F4A7C15 + (int(p) & mask)) & mask
+        x = (x + 0x9E3779B97F4A7C15 + int(p)) & mask
         x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & mask
         x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & mask
         x ^= x >> 31
@@ -159,8 +159,7 @@ def get_lr(it, c):
         return c["learning_rate"] * (it + 1) / (c["warmup_iters"] + 1)
     if it >= c["lr_decay_iters"]:
         return c["min_lr"]
-    decay_steps = max(1, c["lr_decay_iters"] - c["warmup_iters"])
-    ratio = (it - c["warmup_iters"]) / decay_steps
+    ratio = (it - c["warmup_iters"]) / (c["lr_decay_iters"] - c["warmup_iters"])
     coeff = 0.5 * (1.0 + math.cos(math.pi * ratio))   # from 1 down to 0
     return c["min_lr"] + coeff * (c["learning_rate"] - c["min_lr"])
 
@@ -444,7 +443,7 @@ def train_loop(run, stop, callback):
                     model.require_backward_grad_sync = micro == run.accum - 1
                 with run.ctx:
                     logits, loss = model(X, Y)
-                loss_sum += loss.detach().float()
+                loss_sum += loss.detach()
                 # the next batch, while the GPU works
                 if micro + 1 < run.accum:
                     X, Y = train_batch(run, iter_num, micro + 1)

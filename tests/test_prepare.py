@@ -374,12 +374,14 @@ def test_a_prepare_stopped_over_nanogpts_meta_pkl_is_not_a_dataset(tmp_path):
 def test_shakespeare_gpt2_ids_equal_tiktokens_gpt2(tmp_path, gpt2_file):
     """The token files hold tiktoken's GPT-2 ids of the documented 90/10 character split (an <|endoftext|> in the text
     is plain text); meta.json's vocab_size and eot are that encoding's, and dataset.py's tokenizer encodes like it."""
-    text = SMALL_TEXT + UNICODE_TEXT + " runs   of  spaces\n\n\n  <|endoftext|> I'll we're x2024"
+    # one <|endoftext|> in each split (the val one alone let an encode of the train part with specials pass)
+    text = "<|endoftext|>" + SMALL_TEXT + UNICODE_TEXT + " runs   of  spaces\n\n\n  <|endoftext|> I'll we're x2024"
     out = tmp_path / "s"
     prepare.prepare("shakespeare", out_dir=str(out), input_path=write_input(tmp_path, text))
     meta = read_meta(out)
     ref = reference_gpt2(gpt2_file)
     splits = {s: ref.encode_ordinary(part) for s, part in split_as_documented(text).items()}
+    assert all(split_as_documented(text)[s].count("<|endoftext|>") == 1 for s in splits)
     expected = {"dataset": "shakespeare", "tokenizer": "gpt2", "vocab_size": ref.n_vocab, "eot_token": ref.eot_token,
                 "splits": {s: {"tokens": len(ids)} for s, ids in splits.items()}}
     assert {k: meta.get(k) for k in expected} == expected

@@ -149,7 +149,6 @@ def test_bad_start_file_is_one_line_error(ckpt_dir, tmp_path, monkeypatch, capsy
 def test_a_start_file_that_is_not_utf8_is_one_line_error(ckpt_dir, tmp_path):
     """A Latin-1 prompt file: one line naming the file (a hunt: without its UnicodeDecodeError in read_prompt's
     except, nothing caught it), and no sample."""
-    from conftest import one_error_line
     import sample
     prompt = tmp_path / "latin1.txt"
     prompt.write_bytes("caf\u00e9\n".encode("latin-1"))
@@ -263,6 +262,39 @@ def test_text_appears_as_it_is_generated(ckpt_dir, capsys, monkeypatch):
     out, _ = run_main(capsys, f"--out_dir={ckpt_dir}", "--start=ROMEO:", "--num_samples=1",
                       "--max_new_tokens=12", "--device=cpu", "--temperature=0")
     assert streamed == out   # the same text as an unwatched run
+
+
+class ByteTokenizer:
+    """Token i is the one byte i: a stream can end inside a character, or hold a byte no UTF-8 text has."""
+    vocab_size = 256
+
+    def token_bytes(self, token):
+        return bytes([token])
+
+
+def test_write_samples_decodes_cut_and_invalid_bytes_counts_new_tokens_and_autocasts(capsys):
+    """What write_samples does around generate (each untested until a hunt): a byte that is no UTF-8 is U+FFFD
+    (it was a UnicodeDecodeError), a character cut at the end is U+FFFD before the separator, the speed line
+    counts the new tokens only (not the prompt's), and a bfloat16 dtype samples under autocast."""
+    import sample
+    new = [0xFF, ord("o"), ord("k"), 0xC3]   # an invalid byte, "ok", half of an "é"
+    autocast = []
+
+    def fake_generate(model, x, max_new_tokens, temperature, top_k, use_kv_cache, generator, on_token, n_tokens):
+        autocast.append(torch.is_autocast_enabled("cpu"))
+        for token in new:
+            on_token(torch.tensor(token))
+        return torch.cat([x, torch.tensor([new])], dim=1)
+
+    model = GPT(GPTConfig(vocab_size=256, block_size=8, n_layer=1, n_head=1, n_embd=8))
+    cfg = dict(sample.DEFAULTS, num_samples=2, max_new_tokens=len(new))
+    prompt = [ord(c) for c in "ab"]
+    sample.write_samples(model, ByteTokenizer(), "ab", prompt, cfg, torch.device("cpu"), torch.bfloat16, "src",
+                         fake_generate)
+    out, err = capsys.readouterr()
+    assert samples(out) == ["ab\ufffdok\ufffd"] * 2
+    assert autocast == [True, True]
+    assert f"{2 * len(new)} tokens in" in err and "bfloat16, KV cache on" in err
 
 
 @pytest.mark.parametrize("kind", ["gpt2", "char"])

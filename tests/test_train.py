@@ -752,3 +752,100 @@ def test_a_resume_from_a_checkpoint_without_a_best_val_loss_saves_its_best(tiny_
     summary = run(dict(cfg, init_from="resume", max_iters=6))
     assert math.isfinite(summary["best_val_loss"])
     assert load_checkpoint(os.path.join(cfg["out_dir"], "ckpt.pt"))["iter_num"] == 6
+
+
+# --- lines of train.py no test caught (a hunt changed them one at a time) -------------------------------------
+
+def test_pgpt_trains_every_branch_after_evaluating_the_heaviest(tiny_train_config):
+    """The evaluation of the heaviest branch alone sets model.keep_branch; left set, every later step trained that
+    branch only, without a word."""
+    seen = []
+
+    def callback(event, info):
+        if event in ("eval", "iter"):
+            seen.append(info["model"].keep_branch)
+
+    run(dict(tiny_train_config, n_branches=2, tie_embeddings=False, max_iters=3, eval_interval=1), callback=callback)
+    assert len(seen) == 7 and seen == [None] * 7   # 4 evaluations, 3 steps
+
+
+def test_an_interrupted_run_exits_130(monkeypatch):
+    """main() ends a run a Ctrl-C stopped (its last.pt saved) with exit code 130, as a shell expects."""
+    monkeypatch.setattr(train, "train", lambda config, explicit: {"interrupted": True})
+    with pytest.raises(SystemExit) as e:
+        train.main([])
+    assert e.value.code == 130
+    monkeypatch.setattr(train, "train", lambda config, explicit: {"interrupted": False})
+    assert train.main([]) == {"interrupted": False}
+
+
+def test_out_of_memory_names_the_batch_keys(monkeypatch):
+    def too_big(config, explicit):
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory: you "
+                           "tried to allocate 1000000000000 bytes")
+
+    monkeypatch.setattr(train, "train", too_big)
+    with pytest.raises(SystemExit, match=r"^error: out of memory .*\(fix: lower --batch_size and raise "
+                                         r"--gradient_accumulation_steps, or lower --block_size\)$"):
+        train.main([])
+
+
+def test_logged_loss_is_the_mean_over_micro_steps_at_the_logged_iterations(tiny_train_config, capsys):
+    """With 3 micro-steps the line and log.csv give their mean (it was their sum: 3x); rows and lines at the
+    iterations that are multiples of log_interval, counted from 0."""
+    cfg = dict(tiny_train_config, gradient_accumulation_steps=3, batch_size=2, max_iters=7, log_interval=3,
+               eval_interval=100, learning_rate=1e-6, min_lr=1e-7, warmup_iters=0)
+    run(cfg)
+    rows = [r for r in read_log(cfg["out_dir"]) if r["kind"] == "train"]
+    assert [int(r["iter"]) for r in rows] == [0, 3, 6]
+    vocab = load_meta(cfg["data_dir"])["vocab_size"]
+    assert all(abs(float(r["loss"]) - math.log(vocab)) < 0.5 for r in rows)   # at init, about ln(vocabulary)
+    assert f"iter 0: loss {float(rows[0]['loss']):.4f}" in capsys.readouterr().out
+
+
+def test_eval_only_prints_the_val_loss_and_the_saved_config_shows_the_model(tiny_train_config, capsys):
+    """--eval_only's line gives the val loss it logs (not the train loss); a checkpoint's config holds the model's
+    arguments as trained (vocab_size from the data, not GPTConfig's default)."""
+    run(dict(tiny_train_config, max_iters=2, eval_interval=2))
+    ckpt = load_checkpoint(os.path.join(tiny_train_config["out_dir"], "last.pt"))
+    assert ckpt["config"]["vocab_size"] == ckpt["model_args"]["vocab_size"] == load_meta(
+        tiny_train_config["data_dir"])["vocab_size"]
+    capsys.readouterr()
+    run(dict(tiny_train_config, init_from="resume", eval_only=True))
+    row = read_log(tiny_train_config["out_dir"])[-1]
+    assert row["kind"] == "eval"
+    assert f"train loss {float(row['loss']):.4f}, val loss {float(row['val_loss']):.4f}" in capsys.readouterr().out
+
+
+def test_num_threads_and_a_bfloat16_dtype_apply(tiny_train_config, monkeypatch):
+    """--num_threads sets torch's threads; --dtype=bfloat16 runs the forward under autocast (on the CPU too)."""
+    from model import GPT
+    forward = GPT.forward
+    autocast = []
+
+    def recording_forward(self, *args, **kwargs):
+        autocast.append(torch.is_autocast_enabled("cpu"))
+        return forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(GPT, "forward", recording_forward)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        run(dict(tiny_train_config, max_iters=1, eval_interval=1, num_threads=1, dtype="bfloat16"))
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+    assert autocast and all(autocast)
+
+
+def test_resuming_a_finished_run_rewrites_no_checkpoint(tiny_train_config, capsys):
+    """Resumed at max_iters, the run evaluates the same weights again: an equal val loss is no improvement, so
+    ckpt.pt stays the file it was (`<=` rewrote it and said "saved")."""
+    cfg = dict(tiny_train_config, max_iters=4, eval_interval=2)
+    run(cfg)
+    path = os.path.join(cfg["out_dir"], "ckpt.pt")
+    before = (os.stat(path).st_mtime_ns, open(path, "rb").read())
+    capsys.readouterr()
+    run(dict(cfg, init_from="resume"))
+    assert (os.stat(path).st_mtime_ns, open(path, "rb").read()) == before
+    assert "saved ckpt.pt" not in capsys.readouterr().out
