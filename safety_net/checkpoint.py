@@ -24,6 +24,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import zipfile
 
 import numpy as np
 import torch
@@ -153,7 +154,8 @@ def load_checkpoint(path_or_out_dir, device="cpu", prefer=(CKPT_NAME, LAST_NAME)
                         f"ckpt.pt or last.pt written by train.py; a damaged one: re-run train.py to rewrite it)")
     try:
         # what train.py writes holds only tensors and plain python values, which this loads
-        ckpt = torch.load(path, map_location=device, weights_only=True, mmap=mmap)
+        # torch maps only its zip format; an older file (a pickle, as sample.py reads it) is read whole (a hunt)
+        ckpt = torch.load(path, map_location=device, weights_only=True, mmap=mmap and zipfile.is_zipfile(path))
     except Exception as e:   # a damaged file: the unpickler also raises IndexError, KeyError, UnicodeDecodeError, ...
         refused = unsafe_pickle_error(e, path)
         if refused is not None:

@@ -1611,6 +1611,10 @@ MUTANTS = [
            "        train_ids = enc.encode_ordinary(train_text)",
            "        train_ids = enc.encode(train_text, allowed_special=\"all\")",
            "tests/test_prepare.py -k gpt2_ids_equal", every=False),
+    Mutant("mmap_load_refuses_an_older_checkpoint", "safety_net/checkpoint.py",
+           "weights_only=True, mmap=mmap and zipfile.is_zipfile(path))",
+           "weights_only=True, mmap=mmap)",
+           "tests/test_checkpoint.py -k older_format", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

@@ -76,6 +76,18 @@ def test_own_checkpoint_loads_with_the_saved_logits(tmp_path, tied, prefix):
             assert torch.all(logit_7 == 0) == tied
 
 
+def test_a_checkpoint_in_torchs_older_format_loads_with_mmap_too(tmp_path):
+    """torch.save's pre-zip format (a pickle) loads in sample.py; the tools that load with mmap (tools.plan,
+    compare, inherit, bench) refused it: torch maps only the zip format. It is read whole there."""
+    source = visible(GPT(GPTConfig(**SMALL)))
+    path = tmp_path / "old.pt"
+    torch.save({"model": source.state_dict(), "model_args": dataclasses.asdict(source.config), "iter_num": 5,
+                "best_val_loss": 2.5}, path, _use_new_zipfile_serialization=False)
+    for mmap in (False, True):
+        ckpt = checkpoint.load_checkpoint(str(path), mmap=mmap)
+        assert all(torch.equal(ckpt["model"][k], v) for k, v in source.state_dict().items())
+
+
 @pytest.mark.parametrize("branch_logits", [[0.2, 1.5, -0.4], [2.0, 0.1, 0.3], [-1.0, -2.0, 0.5]])
 def test_keep_heaviest_branch_runs_the_branch_of_largest_weight_alone(branch_logits):
     """pgpt at inference (paper 004): the branch whose combination weight softmax(a)_i is largest, computed here
