@@ -1615,6 +1615,10 @@ MUTANTS = [
            "weights_only=True, mmap=mmap and zipfile.is_zipfile(path))",
            "weights_only=True, mmap=mmap)",
            "tests/test_checkpoint.py -k older_format", every=False),
+    Mutant("compare_figures_titled_with_the_configs_dataset", "tools/compare.py",
+           "    on = datasets_of(config, done)\n",
+           "    on = dataset_name(config)\n",
+           "tests/test_compare.py -k 'figure_titles or figures'", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

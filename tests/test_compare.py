@@ -687,3 +687,23 @@ def test_samples_draw_only_the_tokenizers_ids(tmp_path):
                   sample_temperature=100.0, sample_top_k=0)
     out = compare.generate_samples(model, ckpt, config, "cpu", "float32")
     assert len(out) == 2 and all(set(o["text"]) <= set("abcdefgh") for o in out), out
+
+
+def test_figure_titles_name_every_dataset_of_the_runs(tmp_path, monkeypatch):
+    """The tokenizer ablation's runs train on four datasets; its figures were titled with the config's one."""
+    import types
+    titles = []
+
+    def record_title(*args, title, **kwargs):
+        titles.append(title)
+        return False
+
+    monkeypatch.setattr(compare.plots, "plot_loss_curves", record_title)
+    config = {"data_dir": "", "dataset": "shakespeare_char", "compare_dir": str(tmp_path), "seeds": None}
+    runs = [types.SimpleNamespace(name=d, key=d, first=True, config={"data_dir": "", "dataset": d})
+            for d in ("shakespeare", "shakespeare_v1024")]
+    status = {"models": {run.key: {"state": "finished"} for run in runs}}
+    compare.write_figures(config, status, runs, {run.key: {"train": [], "eval": []} for run in runs}, [], None)
+    assert titles == ["Loss comparison on 2 datasets (shakespeare, shakespeare_v1024)"]
+    assert compare.datasets_of(config, runs[:1] * 2) == "shakespeare"
+    assert compare.datasets_of(config, []) == "shakespeare_char"

@@ -472,6 +472,13 @@ def dataset_name(config):
         return config["data_dir"]
 
 
+def datasets_of(config, runs):
+    """What a figure's title names: the runs' dataset, or each when they differ (a tokenizer ablation's figures were
+    titled with the config's one dataset; a hunt)."""
+    names = list(dict.fromkeys(dataset_name(run.config) for run in runs)) or [dataset_name(config)]
+    return names[0] if len(names) == 1 else f"{len(names)} datasets ({', '.join(names)})"
+
+
 def prepare_with_a_tool(config):
     """Prepare a run's dataset with its tool (shakespeare_vK, wikitext103, wikitext103_vK: text_dataset.tool_command)
     when its folder is not complete yet. train.py prepares the tinyshakespeare datasets itself and only points to
@@ -949,15 +956,15 @@ def write_figures(config, status, runs, logs, per_run, budget):
     else:
         curves = {run.name: logs[run.key] for run in done}
     firsts = [run for run in done if run.first]
+    on = datasets_of(config, done)
     written = []
-    if plots.plot_loss_curves(curves, os.path.join(d, "loss_curves.png"),
-                              title=f"Loss comparison on {dataset_name(config)}"):
+    if plots.plot_loss_curves(curves, os.path.join(d, "loss_curves.png"), title=f"Loss comparison on {on}"):
         written.append("loss_curves.png")
     flops_per_iter = {r["name"]: r["flops_per_iter"] for r in per_run}
     if flops_per_iter and plots.plot_loss_vs_compute({n: c for n, c in curves.items() if n in flops_per_iter},
                                                      flops_per_iter, os.path.join(d, "loss_vs_compute.png"),
-                                                     budget=budget, title=f"Val loss against training compute "
-                                                                          f"on {dataset_name(config)}"):
+                                                     budget=budget,
+                                                     title=f"Val loss against training compute on {on}"):
         written.append("loss_vs_compute.png")
     if plots.plot_branch_weights({run.name: logs[run.key] for run in firsts}, os.path.join(d, "branch_weights.png")):
         written.append("branch_weights.png")
