@@ -288,7 +288,8 @@ class RunDir:
         if not earlier:
             return "nothing was saved"
         names = " and ".join(earlier)
-        return f"nothing was saved (the {names} in {self.path} are an earlier run's)"
+        verb = "is" if len(earlier) == 1 else "are"
+        return f"nothing was saved (the {names} in {self.path} {verb} an earlier run's)"
 
     def diverged(self, what, it):
         c = self.config

@@ -159,6 +159,9 @@ def test_hugging_face_model_with_nan_weights_is_refused(finished, tmp_path, scri
     (lambda c: c["model"].update({"ln_f.weight": c["model"]["ln_f.weight"].to(torch.complex64)}),
      ["damaged", "ln_f.weight: complex64, strided"]),
     (lambda c: c.update(iter_num=-5), ["damaged", "'iter_num' is -5, not an integer >= 0"]),
+    # a best_val_loss that is text: train.py's resume ended in a TypeError; one NaN among finite weights (a hunt)
+    (lambda c: c.update(best_val_loss="4.2"), ["damaged", "'best_val_loss' is '4.2', not a number"]),
+    (lambda c: c["model"]["ln_f.weight"].__setitem__(0, float("nan")), ["non-finite weights (1 tensors"]),
 ])
 @pytest.mark.parametrize("script", ["sample", "tools.eval"])
 def test_damaged_checkpoint_names_what_is_wrong(finished, tmp_path, script, edit, words):

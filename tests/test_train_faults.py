@@ -139,6 +139,9 @@ def test_the_warmup_note_counts_the_iterations_that_will_run(capsys):
     assert "note: all 10 iterations fall in the 100-iteration warmup" in capsys.readouterr().out
     notes_before_run(dict(config, eval_only=True), not_a_cpu, 1, 1, None)
     assert capsys.readouterr().out == ""
+    # a warmup as long as the run: its last iteration is still in it (lr (it + 1) / (warmup + 1) of the top)
+    notes_before_run(dict(config, warmup_iters=10), not_a_cpu, 1, 1, None)
+    assert "note: all 10 iterations fall in the 10-iteration warmup" in capsys.readouterr().out
 
 
 def test_the_time_note_of_a_resume_counts_the_iterations_left(capsys):
@@ -261,6 +264,73 @@ def test_checkpoint_with_nan_weights_is_refused(finished, tmp_path):
     before = snapshot(cfg["out_dir"])
     assert "non-finite" in main_error(argv(dict(cfg, init_from="resume", max_iters=20)))
     assert snapshot(cfg["out_dir"]) == before
+
+
+# --- a run into the folder of an earlier one (each untested until a hunt changed run_dir.py's lines) -----------
+
+def scripted_val_losses(monkeypatch, losses):
+    """train.py's evaluations give these val losses, one per evaluation, in order (train loss 1.0)."""
+    val = iter(losses)
+    monkeypatch.setattr(train, "estimate_loss", lambda run_, splits, stop: {"train": 1.0, "val": next(val)})
+
+
+def test_a_new_run_in_an_earlier_runs_folder_replaces_its_ckpt_pt_once(finished, tmp_path, monkeypatch):
+    """The first save of a new run replaces the earlier run's ckpt.pt (whatever its val loss); after that ckpt.pt
+    changes only when val improves. The flag stayed set and every save replaced ckpt.pt: the best was lost."""
+    cfg = dict(copy_run(finished, tmp_path), max_iters=3, eval_interval=1)
+    scripted_val_losses(monkeypatch, [3.0, 2.0, 2.5, 2.8])   # iterations 0-3: the best at 1
+    run(cfg)
+    ckpt = load_checkpoint(os.path.join(cfg["out_dir"], "ckpt.pt"))
+    assert ckpt["iter_num"] == 1 and ckpt["best_val_loss"] == 2.0
+
+
+def test_an_earlier_runs_last_pt_alone_keeps_its_log(finished, tmp_path, monkeypatch):
+    """A folder holding an earlier run's last.pt (no ckpt.pt): a new run that fails before its first save leaves
+    log.csv to that last.pt (it was replaced by the failed run's rows) and says whose file is there."""
+    cfg = copy_run(finished, tmp_path)
+    os.remove(os.path.join(cfg["out_dir"], "ckpt.pt"))
+    before = snapshot(cfg["out_dir"])
+    scripted_val_losses(monkeypatch, [float("nan")])
+    with pytest.raises(UserError, match=r"nothing was saved \(the last.pt in .* is an earlier run's\)"):
+        run(cfg)
+    assert snapshot(cfg["out_dir"]) == before
+
+
+def test_a_resume_from_ckpt_pt_that_fails_says_nothing_was_saved(finished, tmp_path, monkeypatch, capsys):
+    """Resumed from ckpt.pt (no last.pt), a failure before the first save: nothing was saved; not "last.pt keeps
+    iteration 10" (there is none), nor an earlier run's checkpoint (it is this run's start)."""
+    cfg = copy_run(finished, tmp_path)
+    os.remove(os.path.join(cfg["out_dir"], "last.pt"))
+    ckpt_path = os.path.join(cfg["out_dir"], "ckpt.pt")   # no evaluation recorded: NaN is not its own best
+    fileio.atomic_save(dict(torch.load(ckpt_path, weights_only=True), best_val_loss=float("nan")), ckpt_path)
+    scripted_val_losses(monkeypatch, [float("nan")])
+    with pytest.raises(UserError) as e:
+        run(dict(cfg, init_from="resume", max_iters=20))
+    assert "training diverged; nothing was saved (fix:" in str(e.value)
+    assert "copied last.pt" not in capsys.readouterr().out   # catch_up_ckpt follows a resume from last.pt only
+
+
+def test_a_resume_replaces_a_damaged_ckpt_pt_with_last_pt(finished, tmp_path, capsys):
+    cfg = copy_run(finished, tmp_path)
+    ckpt_path = os.path.join(cfg["out_dir"], "ckpt.pt")
+    with open(ckpt_path, "wb") as f:
+        f.write(b"garbage")
+    run(dict(cfg, init_from="resume", max_iters=12, eval_interval=100))
+    assert "ckpt.pt could not be read: copied last.pt to it" in capsys.readouterr().out
+    assert load_checkpoint(ckpt_path)["iter_num"] >= 10
+
+
+def test_a_split_must_hold_a_window_and_ids_below_the_vocabulary(tmp_path):
+    """A window needs block_size + 1 tokens; an id equal to vocab_size has no row in the embedding."""
+    import numpy as np
+    from safety_net.dataset import split_tokens
+    (tmp_path / "val.bin").write_bytes(np.arange(16, dtype=np.uint16).tobytes())
+    with pytest.raises(UserError, match="has 16 tokens, not enough for block_size=16"):
+        split_tokens(str(tmp_path), "val", 65, 16)
+    assert split_tokens(str(tmp_path), "val", 65, 15) == 16
+    with pytest.raises(UserError, match="holds token id 15, but meta.json's vocab_size is 15"):
+        split_tokens(str(tmp_path), "val", 15, 8)
+    assert split_tokens(str(tmp_path), "val", 16, 8) == 16
 
 
 # --- resume, signals, leftovers ------------------------------------------------------------------------------
