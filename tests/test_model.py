@@ -449,6 +449,12 @@ INVALID = [
     (dict(n_attn_layers=1, n_top_attn_layers=2, share_from_layer=1, share_group_size=2), "groups of"),
     (dict(n_attn_layers=1, n_top_attn_layers=1, share_from_layer=4), "share_from_layer"),
     (dict(think_eta=0.0), "think_eta"),
+    # each bound of check_config a hunt dropped without a failing test: accepted, then a traceback or a wrong model
+    (dict(think_steps=2, think_eta=1.5), "think_eta must be in \\(0, 1\\], got 1.5"),
+    (dict(dropout=-0.1), "dropout must be in \\[0, 1\\), got -0.1"),
+    (dict(n_branches=0), "n_branches must be >= 1, got 0"),   # ZeroDivisionError
+    (dict(n_layer=3, n_attn_layers=-1), "n_attn_layers must be in \\[0, 3\\], got -1"),   # no attention at all
+    (dict(n_layer=3, share_group_size=2, share_from_layer=-1), "share_from_layer must be in \\[0, 3\\]"),
     (dict(norm="batchnorm"), "norm"),
     (dict(pos_embedding="alibi"), "pos_embedding"),
     (dict(activation="tanh"), "activation"),
@@ -678,6 +684,68 @@ def test_dropout_acts_in_training_only():
         if isinstance(module, torch.nn.Dropout):
             module.p = 0.0
     assert not torch.allclose(model(idx)[0], model(idx)[0])
+
+
+@pytest.mark.parametrize("name", ["gpt", "deep_thinking", "pgpt", "cgpt_k3", "shishu"])
+def test_every_dropout_acts_in_training_and_none_in_evaluation(name, monkeypatch):
+    """Each nn.Dropout the model holds runs in a training forward, and every attention (Deep Thinking's passes too)
+    gets dropout_p = dropout; in evaluation every dropout_p is 0. One dropout dropped (the MLP's output, the
+    embeddings', a thinking pass's) left test_dropout_acts_in_training_only passing: another still acted."""
+    model = make_model(name, dropout=0.3)
+    ran = set()
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.register_forward_hook(lambda m, args, out: ran.add(id(m)))
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    dropout_ps = []
+
+    def recording_sdpa(*args, dropout_p=0.0, **kwargs):
+        dropout_ps.append(dropout_p)
+        return sdpa(*args, dropout_p=dropout_p, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", recording_sdpa)
+    idx = tokens(2, 16)
+    model.eval()
+    model(idx, idx)
+    assert dropout_ps and set(dropout_ps) == {0.0}   # (an nn.Dropout in eval mode passes its input on)
+    dropout_ps.clear()
+    ran.clear()
+    model.train()
+    model(idx, idx)
+    dropouts = {id(m) for m in model.modules() if isinstance(m, torch.nn.Dropout)}
+    assert ran == dropouts and set(dropout_ps) == {0.3}
+
+
+def test_generation_details_a_user_meets():
+    """generate leaves a model in training mode as it found it (dropout went off without a word), hands on_token
+    the first sequence's tokens, and decodes at block_size 1 (its window restarts from 1 token, not 0); the loss
+    skips targets of -1 (nanoGPT's ignore_index); keep_heaviest_branch on one branch says so."""
+    model = make_model("gpt")
+    model.train()
+    seen = []
+    generator = torch.Generator().manual_seed(0)
+    out = model.generate(torch.tensor([[1], [1]]), 5, generator=generator,
+                         on_token=lambda token: seen.append(int(token)))
+    assert model.training and seen == out[0, 1:].tolist() and out[0].tolist() != out[1].tolist()
+    tiny = make_model("gpt", block_size=1).eval()
+    with_cache = tiny.generate(torch.tensor([[1]]), 4, temperature=0)
+    assert with_cache.shape == (1, 5)
+    assert torch.equal(with_cache, tiny.generate(torch.tensor([[1]]), 4, temperature=0, use_kv_cache=False))
+    idx = tokens(1, 8)
+    targets = idx.clone()
+    targets[0, 3:] = -1
+    _, loss = model.eval()(idx, targets)
+    logits, _ = model(idx, all_logits=True)
+    expected = torch.nn.functional.cross_entropy(logits[0, :3], targets[0, :3])
+    torch.testing.assert_close(loss, expected)
+    assert "one branch" in model.keep_heaviest_branch()
+
+
+def test_sinusoidal_positions_of_an_odd_width():
+    """An odd n_embd is a valid config: the table's last column is a sine without its cosine."""
+    model = make_model("gpt", pos_embedding="sinusoidal", n_embd=17, n_head=1)
+    logits, _ = model(tokens(2, 16))
+    assert torch.isfinite(logits).all()
 
 
 @pytest.mark.parametrize("memory", ["own", "first_layer"])
