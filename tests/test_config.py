@@ -354,3 +354,25 @@ def test_config_file_errors_are_one_line_and_read_as_python_does(tmp_path):
         with pytest.raises(UserError) as e:
             load_config(DEFAULTS, argv)
         assert "\n" not in str(e.value)
+
+
+# --- values the command line gives, each kind at its edges (untested until a hunt changed configurator.py) -----
+
+@pytest.mark.parametrize("arg, words", [
+    ("--max_iters=True", "--max_iters=True: expected an integer"),   # a bool is no count
+    ("--dropout=True", "--dropout=True: expected a number"),
+    ("--compile=2", "--compile=2: expected a bool"),             # 0 and 1 are bools, 2 is not
+])
+def test_a_value_of_another_kind_is_refused(arg, words):
+    from safety_net.configurator import UserError, load_config
+    with pytest.raises(UserError, match=words):   # (read only: train.main would train on a value let through)
+        load_config(train.DEFAULTS, [arg])
+
+
+def test_list_values_from_the_command_line():
+    from safety_net.configurator import UserError, _parse_override, _positional_value
+    assert _parse_override("variants", "gpt,,lgpt,", ["gpt"]) == ["gpt", "lgpt"]   # empty items dropped
+    with pytest.raises(UserError, match="expected a list"):
+        _parse_override("seq_lens", "True", [256])
+    with pytest.raises(UserError, match="one out_dir at most, got a b"):
+        _positional_value("out_dir", ["a", "b"], "")

@@ -551,6 +551,55 @@ def test_init_schemes_give_a_shared_layer_the_depth_of_its_first_application():
         assert q.std().item() == pytest.approx(s * (math.sqrt(2) + t * (1 - math.sqrt(2))), rel=0.02), i
         assert out.std().item() == pytest.approx(s * (1 / math.sqrt(2) + t * (1 - 1 / math.sqrt(2))), rel=0.02), i
 
+def test_depth_adaptive_counts_the_depth_within_a_branch_and_past_mlp_only_layers():
+    """A layer's relative depth is its index among its branch's layers: pgpt's branches each start at depth 0
+    and end at 1 (it counted n_layer over all branches), and ShishuLM's MLP-only layers count (it counted
+    attention layers only, putting the top attention layer at 1/3)."""
+    s, d = 0.02, 256
+    size = dict(vocab_size=64, block_size=8, n_head=4, n_embd=d, init_scheme="depth_adaptive", init_std=s)
+
+    def q_std(attention):
+        return attention.inner.qkv_proj.weight[:d].std().item()
+
+    torch.manual_seed(0)
+    pgpt = GPT(GPTConfig(**size, n_layer=4, n_branches=2, tie_embeddings=False))
+    for stack in pgpt.branches:   # 2 layers a branch: depths 0 and 1
+        assert q_std(stack.attn[0]) == pytest.approx(s * math.sqrt(2), rel=0.03)
+        assert q_std(stack.attn[1]) == pytest.approx(s, rel=0.03)
+    torch.manual_seed(0)
+    shishu = GPT(GPTConfig(**size, n_layer=4, n_attn_layers=1, n_top_attn_layers=1))
+    top = shishu.branches[0].attn[-1]   # layer 3 of 4: depth 1
+    assert q_std(top) == pytest.approx(s, rel=0.03)
+
+
+def test_bias_false_leaves_no_bias_anywhere_and_init_draws_every_weight():
+    """bias=False: no norm, projection or shrink layer (lgpt's Linear, cgpt's Conv1d) has a bias. GPT-2's init
+    draws every weight at init_std, cgpt's convolution too (it kept PyTorch's default, 5x larger, and its bias)."""
+    for name in ("gpt", "lgpt", "cgpt_k3", "pgpt", "swiglu", "factorized", "shishu", "deep_thinking"):
+        model = make_model(name, bias=False)
+        assert [n for n, _ in model.named_parameters() if n.endswith("bias")] == [], name
+    torch.manual_seed(0)
+    cgpt = GPT(GPTConfig(**{**TINY, **FLAGS["cgpt_k3"], "n_embd": 128, "n_head": 2}))
+    conv = next(m for m in cgpt.modules() if isinstance(m, torch.nn.Conv1d))
+    assert conv.weight.std().item() == pytest.approx(cgpt.config.init_std, rel=0.05)
+    assert torch.count_nonzero(conv.bias) == 0
+
+
+def test_pgpt_mixes_each_branch_by_its_own_weight():
+    """The output is sum_i w_i * branch_i (paper 004, eq. 1-3), each branch's own weight: with unequal weights,
+    the mixed logits equal the mix of each branch run alone (keep_branch) through the final norm and head."""
+    model = make_model("pgpt").double()
+    with torch.no_grad():
+        model.branch_logits.copy_(torch.tensor([2.0, -1.0]))
+    idx = tokens(2, 16)
+    x = model.drop(model.tok_emb(idx) + model.pos_emb(torch.arange(16)))
+    chunks = x.split(model.config.n_embd, dim=-1)
+    w = model.branch_weights()
+    mixed = sum(w[i] * model.branches[i](chunks[i]) for i in range(2))
+    expected = model.head(model.ln_f(mixed))
+    torch.testing.assert_close(model(idx, all_logits=True)[0], expected)
+
+
 def test_forward_rejects_too_long_sequence():
     with pytest.raises(ValueError, match="block_size"):
         make_model("gpt")(tokens(1, 17))

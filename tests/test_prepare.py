@@ -540,3 +540,71 @@ def test_a_forced_prepare_on_a_full_disk_does_not_say_the_old_dataset_is_kept(tm
     r = subprocess.run(["bash", "-c", command], capture_output=True, text=True, stdin=subprocess.DEVNULL)
     assert r.returncode == 1 and f"cannot write {out / 'train.bin'}: File too large (fix: " in r.stderr, r.stderr
     assert not (out / "train.bin").exists()
+
+
+# --- vocabularies and names at their edges (each untested until a hunt changed tokenizers.py and text_dataset.py) --
+
+def test_a_ranks_file_of_another_size_is_refused_and_a_blank_line_is_not(gpt2_file, tmp_path):
+    """A ranks file with one token more (or cl100k's 100k) passed as GPT-2 when only fewer were refused; a file that
+    ends in a blank line is still GPT-2's."""
+    import base64
+    text = Path(gpt2_file).read_bytes()
+    longer = tmp_path / "longer.tiktoken"
+    longer.write_bytes(text.rstrip(b"\n") + b"\n" + base64.b64encode(b"\x00no such token\x01") + b" 50256\n")
+    with pytest.raises(UserError, match="has 50257 ranks, expected 50256 for GPT-2"):
+        tokenizers._gpt2_encoding_from_file(str(longer))
+    blank = tmp_path / "blank.tiktoken"
+    blank.write_bytes(text + b"\n\n")
+    assert tokenizers._gpt2_encoding_from_file(str(blank)).encode_ordinary("hello") == [31373]
+
+
+def test_a_char_vocabulary_of_65536_fits_uint16():
+    tokenizers.check_char_count(2**16)
+    with pytest.raises(UserError, match="65,537 distinct characters"):
+        tokenizers.check_char_count(2**16 + 1)
+
+
+def compact_meta(**changes):
+    tokens = [base64_of(bytes([b])) for b in range(256)] + [base64_of(b"th")]
+    meta = dict(tokenizer="compact", vocab_size=258, tokens=tokens, eot_token=257, gpt2_ids=list(range(257)))
+    meta.update(changes)
+    return meta
+
+
+def base64_of(token):
+    import base64
+    return base64.b64encode(token).decode("ascii")
+
+
+@pytest.mark.parametrize("changes, words", [
+    (dict(vocab_size=0, tokenizer="char", chars=[]), "has no valid vocab_size"),
+    (dict(tokens=["A!A=="] + compact_meta()["tokens"][1:]), "no valid compact 'tokens'"),   # not base64
+    (dict(tokens=compact_meta()["tokens"][:256] + [base64_of(b"A")]), "not 257 distinct byte tokens"),
+    (dict(gpt2_ids=list(range(10))), "compact gpt2_ids are not vocab_size - 1 = 257 GPT-2 ids"),
+])
+def test_a_damaged_compact_or_char_meta_is_one_line(changes, words):
+    with pytest.raises(UserError, match=re.escape(words)):
+        vocabulary = tokenizers.Vocabulary(compact_meta(**changes))
+        vocabulary.byte_tokens()
+        vocabulary.gpt2_ids()
+
+
+def test_prompts_at_the_vocabularys_edge():
+    """An id equal to the model's vocab_size has no row; an empty prompt of a BPE vocabulary is its eot."""
+    tok = tokenizers.CharTokenizer(list("abc"))
+    with pytest.raises(UserError, match="encodes to token id 2, beyond the model's vocabulary of 2"):
+        tokenizers.check_prompt(tok, "c", "ds", vocab_size=2)
+    compact = tokenizers.tokenizer_from_meta(compact_meta())
+    assert tokenizers.encode_start(compact, "", "ds") == [compact.eot_token]
+
+
+def test_dataset_names_of_odd_texts():
+    """A text whose name has no letter makes data/text_char (it made data/_char); '..' is no dataset name."""
+    assert text_dataset.name_of_text("/tmp/!!.txt") == "text"
+    with pytest.raises(UserError, match="not a plain folder name"):
+        text_dataset.check_dataset_name("..")
+    # 4 tokens in all: a val_fraction that splits them 2 + 2 is the fix; 3 cannot be split so
+    with pytest.raises(UserError, match=r"fix: a longer text, or a larger --val_fraction\)"):
+        text_dataset.check_long_enough("t.txt", 4, {"train": {"tokens": 3}, "val": {"tokens": 1}}, 0.25)
+    with pytest.raises(UserError, match=r"fix: a longer text\)"):
+        text_dataset.check_long_enough("t.txt", 3, {"train": {"tokens": 2}, "val": {"tokens": 1}}, 0.25)
