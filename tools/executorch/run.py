@@ -27,7 +27,7 @@ import torch
 from safety_net.configurator import UserError, run_command
 from safety_net.tokenizers import GPT2_EOT
 
-DEFAULTS = dict(   # the keys sample.py has too: its defaults
+DEFAULTS = dict(   # a key sample.py has too takes its default there
     pte="model.pte",        # the program; its tokenizer is <name>.tokenizer.json beside it
     tokenizer="",           # "" = the one beside the program
     start="\n",             # prompt text, or FILE:path (sample.py's --start)
