@@ -1786,6 +1786,19 @@ MUTANTS = [
            "            out = out + weights[i] * stack(chunk, BranchCache(cache, i))",
            "            out = out + weights[0] * stack(chunk, BranchCache(cache, i))",
            "tests/test_model.py -k mixes_each_branch", every=False),
+    # --- session 21: starting_point.py lines no test caught (a short hunt), now tested ---
+    Mutant("resume_below_its_iteration_refuses_eval_only", "safety_net/starting_point.py",
+           "            if config[\"max_iters\"] < ckpt[\"iter_num\"] and not config[\"eval_only\"]:",
+           "            if config[\"max_iters\"] < ckpt[\"iter_num\"]:",
+           "tests/test_train_faults.py -k below_its_iteration_evaluates", every=False),
+    Mutant("vocab_size_one_below_the_data_blames_the_data", "safety_net/starting_point.py",
+           "        if args[\"vocab_size\"] < meta[\"vocab_size\"]:",
+           "        if args[\"vocab_size\"] < meta[\"vocab_size\"] - 1:",
+           "tests/test_train_faults.py -k vocab_size_below", every=False),
+    Mutant("damaged_last_pt_fix_names_a_missing_ckpt_pt", "safety_net/starting_point.py",
+           "            if not damaged or not os.path.isfile(ckpt_pt):",
+           "            if not damaged:",
+           "tests/test_train_faults.py -k damaged_last_pt_without", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

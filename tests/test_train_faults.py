@@ -3,6 +3,7 @@ before anything on disk changes; divergence stops the run without saving NaN wei
 temporary files; the CPU-time note for GPU recipes. Tiny models on a synthetic dataset: seconds in all."""
 import hashlib
 import json
+import math
 import os
 import shutil
 import signal
@@ -889,3 +890,35 @@ def test_a_model_key_its_model_never_reads_is_refused(tiny_train_config, key, va
     assert run(dict(cfg, **on))["iter_num"] == 2
     with pytest.raises(UserError, match=words.split(" (")[0]):   # tools.compare / bench / plan's model_args
         model_args({key: value}, {key})
+
+
+# --- starting_point.py's lines no test caught (a short hunt) ----------------------------------------------------
+
+def test_a_resume_below_its_iteration_evaluates_with_eval_only(finished, tmp_path):
+    """The fix the refusal names, --eval_only=True, is taken: it was refused by the same check (a hunt)."""
+    cfg = copy_run(finished, tmp_path)
+    assert "--eval_only=True to evaluate it" in main_error(argv(dict(cfg, init_from="resume", max_iters=2)))
+    summary = run(dict(cfg, init_from="resume", max_iters=2, eval_only=True))
+    assert summary["iter_num"] == 10 and math.isfinite(summary["best_val_loss"])
+
+
+def test_a_vocab_size_below_the_datas_names_vocab_size(tiny_train_config):
+    """Below the dataset's vocabulary, the fix is to drop --vocab_size (the data is right): the split check named
+    the token files instead, with prepare.py's fix, when this check was off by one."""
+    from safety_net.dataset import load_meta
+    vocab = load_meta(tiny_train_config["data_dir"])["vocab_size"]
+    message = main_error(argv(dict(tiny_train_config, vocab_size=vocab - 1)))
+    assert f"vocab_size {vocab - 1} is smaller than the dataset's {vocab} tokens" in message
+
+
+def test_a_damaged_last_pt_without_a_ckpt_pt_names_no_missing_file(finished, tmp_path):
+    """A damaged last.pt beside a whole ckpt.pt: resume from that (its fix); without one, the fix names no file
+    that is not there."""
+    cfg = copy_run(finished, tmp_path)
+    last = os.path.join(cfg["out_dir"], "last.pt")
+    with open(last, "r+b") as f:
+        f.truncate(100)
+    assert "resumes from" in main_error(argv(dict(cfg, init_from="resume", max_iters=20)))
+    os.remove(os.path.join(cfg["out_dir"], "ckpt.pt"))
+    message = main_error(argv(dict(cfg, init_from="resume", max_iters=20)))
+    assert "cannot read checkpoint" in message and "ckpt.pt" not in message
