@@ -90,7 +90,8 @@ def write_samples(model, tok, start_text, start_ids, cfg, device, dtype, source,
     info += f", KV cache {'on' if use_cache else 'off'}"
     print("; ".join([info] + notes), file=sys.stderr)
 
-    generator = torch.Generator(device=device).manual_seed(cfg["seed"])   # the one source of randomness
+    # every draw takes this generator: the one source of randomness
+    generator = torch.Generator(device=device).manual_seed(cfg["seed"])
     ctx = nullcontext()
     if dtype != torch.float32:
         ctx = torch.autocast(device_type=device.type, dtype=dtype)

@@ -61,15 +61,48 @@ def test_meta_pkl_stoi_must_invert_itos(tmp_path):
         dataset.read_meta_pkl(str(tmp_path / "extra" / "meta.pkl"))
 
 
+def base64_of(token):
+    import base64
+    return base64.b64encode(token).decode("ascii")
+
+
+def compact_meta(**changes):
+    """A whole compact vocabulary's meta.json (256 single bytes, one merge, eot), with changes."""
+    tokens = [base64_of(bytes([b])) for b in range(256)] + [base64_of(b"th")]
+    meta = dict(tokenizer="compact", vocab_size=258, tokens=tokens, eot_token=257, gpt2_ids=list(range(257)))
+    meta.update(changes)
+    return meta
+
+
 @pytest.mark.parametrize("meta,words", [
+    ({"tokenizer": "char", "vocab_size": 0, "chars": []}, "has no valid vocab_size"),
     ({"tokenizer": "char", "vocab_size": 3, "chars": ["a", "a", "b"]}, "not 3 distinct characters"),
     ({"tokenizer": "char", "vocab_size": 4, "chars": ["a", "b", "c"]}, "not 4 distinct characters"),
     ({"tokenizer": "gpt2", "vocab_size": 50000}, "not 50257"),
     ({"tokenizer": "compact", "vocab_size": 3, "eot_token": 1, "tokens": ["YQ==", "Yg=="]}, "then eot"),
+    # not base64, a token twice: they decoded without a word (a hunt)
+    (compact_meta(tokens=["A!A=="] + compact_meta()["tokens"][1:]), "no valid compact 'tokens'"),
+    (compact_meta(tokens=compact_meta()["tokens"][:256] + [base64_of(b"A")]), "not 257 distinct byte tokens"),
 ])
 def test_meta_json_parts_must_agree(meta, words):
     with pytest.raises(UserError, match=words):
         tokenizers.tokenizer_from_meta(meta)
+
+
+def test_compact_gpt2_ids_must_cover_the_vocabulary():
+    """Inheritance reads them: 10 ids for 257 tokens were handed on (a hunt)."""
+    assert tokenizers.Vocabulary(compact_meta()).gpt2_ids() == list(range(257)) + [tokenizers.GPT2_EOT_ID]
+    with pytest.raises(UserError, match="compact gpt2_ids are not vocab_size - 1 = 257 GPT-2 ids"):
+        tokenizers.Vocabulary(compact_meta(gpt2_ids=list(range(10)))).gpt2_ids()
+
+
+def test_prompts_at_the_vocabularys_edge():
+    """An id equal to the model's vocab_size has no row; an empty prompt of a BPE vocabulary is its eot."""
+    tok = tokenizers.CharTokenizer(list("abc"))
+    with pytest.raises(UserError, match="encodes to token id 2, beyond the model's vocabulary of 2"):
+        tokenizers.check_prompt(tok, "c", "ds", vocab_size=2)
+    compact = tokenizers.tokenizer_from_meta(compact_meta())
+    assert tokenizers.encode_start(compact, "", "ds") == [compact.eot_token]
 
 
 def test_a_new_tokenizer_kind_is_refused_by_every_reader(monkeypatch):

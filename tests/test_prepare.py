@@ -564,40 +564,6 @@ def test_a_char_vocabulary_of_65536_fits_uint16():
         tokenizers.check_char_count(2**16 + 1)
 
 
-def compact_meta(**changes):
-    tokens = [base64_of(bytes([b])) for b in range(256)] + [base64_of(b"th")]
-    meta = dict(tokenizer="compact", vocab_size=258, tokens=tokens, eot_token=257, gpt2_ids=list(range(257)))
-    meta.update(changes)
-    return meta
-
-
-def base64_of(token):
-    import base64
-    return base64.b64encode(token).decode("ascii")
-
-
-@pytest.mark.parametrize("changes, words", [
-    (dict(vocab_size=0, tokenizer="char", chars=[]), "has no valid vocab_size"),
-    (dict(tokens=["A!A=="] + compact_meta()["tokens"][1:]), "no valid compact 'tokens'"),   # not base64
-    (dict(tokens=compact_meta()["tokens"][:256] + [base64_of(b"A")]), "not 257 distinct byte tokens"),
-    (dict(gpt2_ids=list(range(10))), "compact gpt2_ids are not vocab_size - 1 = 257 GPT-2 ids"),
-])
-def test_a_damaged_compact_or_char_meta_is_one_line(changes, words):
-    with pytest.raises(UserError, match=re.escape(words)):
-        vocabulary = tokenizers.Vocabulary(compact_meta(**changes))
-        vocabulary.byte_tokens()
-        vocabulary.gpt2_ids()
-
-
-def test_prompts_at_the_vocabularys_edge():
-    """An id equal to the model's vocab_size has no row; an empty prompt of a BPE vocabulary is its eot."""
-    tok = tokenizers.CharTokenizer(list("abc"))
-    with pytest.raises(UserError, match="encodes to token id 2, beyond the model's vocabulary of 2"):
-        tokenizers.check_prompt(tok, "c", "ds", vocab_size=2)
-    compact = tokenizers.tokenizer_from_meta(compact_meta())
-    assert tokenizers.encode_start(compact, "", "ds") == [compact.eot_token]
-
-
 def test_dataset_names_of_odd_texts():
     """A text whose name has no letter makes data/text_char (it made data/_char); '..' is no dataset name."""
     assert text_dataset.name_of_text("/tmp/!!.txt") == "text"
