@@ -1799,6 +1799,14 @@ MUTANTS = [
            "            if not damaged or not os.path.isfile(ckpt_pt):",
            "            if not damaged:",
            "tests/test_train_faults.py -k damaged_last_pt_without", every=False),
+    Mutant("resume_of_an_older_checkpoint_keyerror", "safety_net/starting_point.py",
+           "        changed = [k for k in RECIPE_KEYS if k in run and recipe_changed(run, self.config, k)]",
+           "        changed = [k for k in RECIPE_KEYS if recipe_changed(run, self.config, k)]",
+           "tests/test_train.py -k other_settings", every=False),
+    Mutant("resume_from_a_moved_absolute_data_dir_in_silence", "safety_net/starting_point.py",
+           "        if recorded and not os.path.isabs(recorded) and not os.path.exists(recorded):",
+           "        if recorded and not os.path.exists(recorded):",
+           "tests/test_train.py -k other_settings", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

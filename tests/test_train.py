@@ -267,6 +267,17 @@ def test_a_resume_with_other_settings_than_its_run_says_so(tiny_train_config, ca
     start = StartingPoint({**train.DEFAULTS, **now, "batch_size": 4}, "cpu", master=False)
     start.note_other_recipe()
     assert capsys.readouterr().out == ""
+    # an older checkpoint's config without data_segments: that key is not compared (it was a KeyError; a hunt)
+    start = StartingPoint({**train.DEFAULTS, **now}, "cpu")
+    del start.ckpt["config"]["data_segments"]
+    capsys.readouterr()
+    start.note_other_recipe()
+    assert capsys.readouterr().out == ""
+    # a recorded absolute data_dir that no longer exists is another folder, noted (a relative one is not compared)
+    moved = os.path.join(os.path.dirname(cfg["data_dir"]), "moved-away")
+    start.ckpt["config"]["data_dir"] = moved
+    start.note_other_recipe()
+    assert f"data_dir {os.path.realpath(moved)!r} -> {os.path.realpath(cfg['data_dir'])!r}" in capsys.readouterr().out
     # a run whose schedule was filled from its max_iters, extended: its fix keeps the schedule
     unset = {k: v for k, v in cfg.items() if k not in ("warmup_iters", "lr_decay_iters")}
     unset["out_dir"] = cfg["out_dir"] + "-unset"
