@@ -636,11 +636,13 @@ def test_a_data_dir_given_is_never_prepared_over_its_token_files(finished, tmp_p
     assert json.loads((theirs / "meta.json").read_text())["tokenizer"] == "char"
 
 
-def test_resume_without_its_iteration_is_one_line(finished, tmp_path):
-    out_dir = copy_run(finished, tmp_path, edit=lambda c: c.pop("iter_num"))
+@pytest.mark.parametrize("key", ["iter_num", "best_val_loss"])
+def test_resume_without_its_iteration_is_one_line(finished, tmp_path, key):
+    """A checkpoint without its iteration or its best val loss (without the latter: a KeyError traceback; a hunt)."""
+    out_dir = copy_run(finished, tmp_path, edit=lambda c: c.pop(key))
     before = snapshot(out_dir)
     cfg = dict(finished, out_dir=out_dir, init_from="resume", max_iters=20)
-    one_error_line(train.main, [f"--{k}={v}" for k, v in cfg.items()], "no iter_num", "cannot be resumed")
+    one_error_line(train.main, [f"--{k}={v}" for k, v in cfg.items()], f"no {key}", "cannot be resumed")
     assert snapshot(out_dir) == before
 
 

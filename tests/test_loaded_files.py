@@ -639,6 +639,23 @@ def test_an_evaluation_is_reckoned_without_the_training_activations():
     check_batch_memory(config, batch, "cpu", training=False)
 
 
+def test_an_eval_only_run_reckons_its_batch_as_an_evaluation():
+    """train.py checks the micro-batch before the data is prepared (StartingPoint.check_model, at vocab_size 1):
+    --eval_only's as an evaluation there too (reckoned as a training step, an evaluation that fits was refused; a
+    hunt)."""
+    import train
+    from safety_net.build import batch_bytes_lower_bound
+    from safety_net.starting_point import StartingPoint
+    sizes = dict(vocab_size=1, n_layer=8, n_head=1, n_embd=64, block_size=64)
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    batch = memory // batch_bytes_lower_bound(GPTConfig(**sizes), 1) + 1   # a training step just over the memory
+    args = dict(train.MODEL_DEFAULTS, **sizes)
+    config = dict(train.DEFAULTS, device="cpu", dtype="float32", batch_size=batch, eval_iters=1)
+    with pytest.raises(UserError, match="a micro-batch of"):
+        StartingPoint(config, "cpu").check_model(args, set())
+    StartingPoint(dict(config, eval_only=True), "cpu").check_model(args, set())
+
+
 def embedding_and_ffn_weights(model):
     """The token embedding's parameters and the weight matrices of the model's unique MLPs."""
     n = sum(p.numel() for p in model.tok_emb.parameters())

@@ -739,16 +739,22 @@ def test_a_resume_from_another_folder_notes_no_data_dir_change(tiny_train_config
 def test_init_keys_beside_another_checkpoints_weights_are_refused(tiny_train_config, tmp_path):
     """--init_from=<checkpoint> copies every tensor (unless --allow_partial_init): --init_std, --init_scheme and
     --residual_logit_init drew nothing, losses identical, and the checkpoint recorded them as if they had (a
-    hunt). One line before anything is written; with --allow_partial_init they draw the tensors that do not fit."""
-    run(tiny_train_config)
-    src = os.path.join(tiny_train_config["out_dir"], "ckpt.pt")
-    start = dict(tiny_train_config, out_dir=str(tmp_path / "ft"), init_from=src, max_iters=2, eval_interval=2)
-    for key, value in (("init_std", 0.5), ("init_scheme", "internlm")):
+    hunt). One line before anything is written; with --allow_partial_init they draw the tensors that do not fit.
+    Let through: a key at its default, and a resume that gives its run's own value again (each was refused by a
+    changed line; a hunt)."""
+    cfg = dict(tiny_train_config, enhanced_residual=True, init_std=0.01)
+    run(cfg)
+    src = os.path.join(cfg["out_dir"], "ckpt.pt")
+    start = dict(tiny_train_config, enhanced_residual=True, out_dir=str(tmp_path / "ft"), init_from=src, max_iters=2,
+                 eval_interval=2)
+    for key, value in (("init_std", 0.5), ("init_scheme", "internlm"), ("residual_logit_init", 1.0)):
         with pytest.raises(UserError, match=f"--{key} draws a run's starting weights, and --init_from=.* copies every"):
             run(dict(start, **{key: value}))
     assert not os.path.exists(start["out_dir"])
-    grown = dict(start, n_layer=3, init_std=0.5, allow_partial_init=True)
+    assert run(dict(start, init_std=0.02))["iter_num"] == 2   # GPT-2's, the default
+    grown = dict(start, out_dir=str(tmp_path / "grown"), n_layer=3, init_std=0.5, allow_partial_init=True)
     assert run(grown)["model_args"]["init_std"] == 0.5
+    assert run(dict(cfg, init_from="resume", max_iters=cfg["max_iters"] + 2))["iter_num"] == cfg["max_iters"] + 2
 
 
 def test_a_resume_from_a_checkpoint_without_a_best_val_loss_saves_its_best(tiny_train_config):
