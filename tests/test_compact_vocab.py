@@ -146,6 +146,21 @@ def test_coverage_and_pehl():
     assert compact_vocab.pehl(8192, layers, d) < compact_vocab.pehl(v, layers, d)
 
 
+def test_the_report_is_of_the_kept_tokens_and_each_size(capsys):
+    """compact_report's numbers, printed and written to meta.json (a hunt changed each without a failing test):
+    the distinct types seen, the kept tokens' coverage (tokens 0 and 3 of counts 5, 0, 3, 2: 7 of 10), and PEHL at
+    each row's size, the compact size and GPT-2's."""
+    report = compact_vocab.compact_report(np.array([5, 0, 3, 2]), [0, 3], 300, 2, 64)
+    out = capsys.readouterr().out
+    assert "10 (3 distinct types)" in out and "covers 70.00% of the GPT-2 tokens" in out
+    assert report["kept_coverage"] == pytest.approx(0.7)
+    assert report["pehl"]["compact"] == compact_vocab.pehl(300, 2, 64)
+    assert report["pehl"]["gpt2"] == compact_vocab.pehl(50257, 2, 64)
+    rows = {int(line.split()[0]): line.split()[2] for line in out.splitlines() if line.split()[0].isdigit()}
+    assert {k: rows[k] for k in (256, 300, 512)} == {k: f"{100 * compact_vocab.pehl(k, 2, 64):.2f}%"
+                                                     for k in (256, 300, 512)}
+
+
 def test_merge_parents_are_the_last_bpe_merge():
     """BPE merges ' ' 'a' 'n' by lowest rank: ' a' (3) first, so ' an' comes from (' a', 'n'), not from the
     first split into two known tokens (' ', 'an')."""
@@ -200,6 +215,7 @@ def test_dataset_names_and_sizes():
         compact_vocab.compact_size("shakespeare", "shakespeare", 0)   # not silently "the full vocabulary"
     with pytest.raises(UserError, match="no vocabulary size given"):
         compact_vocab.prepare("shakespeare")
+    assert compact_vocab.compact_size("shakespeare", "shakespeare", 50257) == 50257   # GPT-2's whole, documented
 
 
 @pytest.mark.parametrize("argv,words", [
@@ -208,6 +224,7 @@ def test_dataset_names_and_sizes():
     (["openwebtext", "--vocab_size=300"], ["not 'openwebtext'", "shakespeare_vK"]),
     (["shakespeare", "--vocab_size=1024", "--n_layer=-1"], ["--n_layer must be >= 1, got -1"]),
     (["shakespeare", "--vocab_size=many"], ["--vocab_size", "many"]),
+    (["shakespeare", "--vocab_size=0"], ["vocab_size must be in [257, 50257]", "got 0"]),   # not "none given"
 ])
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, monkeypatch, argv, words):
     monkeypatch.chdir(tmp_path)

@@ -158,6 +158,8 @@ def test_metric_formulas_on_known_numbers():
     assert m["bpb"] == pytest.approx(0.72134752, rel=1e-7)
     missing = metrics(nll_sum=200.0, n_tokens=100)
     assert missing["word_ppl"] is None and missing["bpb"] is None
+    # an untrained model on a text of one word: exp(750) is over a float's range, printed inf (not a traceback)
+    assert metrics(nll_sum=750.0, n_tokens=100, n_words=1)["word_ppl"] == math.inf
 
 
 def test_split_counts_prefers_meta_then_decodes():
@@ -169,6 +171,7 @@ def test_split_counts_prefers_meta_then_decodes():
     words, nbytes, source = split_counts({"splits": {"val": {"tokens": 7}}}, "val", data, tok)
     assert (words, nbytes) == (3, 8) and "decoded" in source         # 'é' is two utf-8 bytes
     assert split_counts({}, "val", data, None) == (None, None, "n/a")
+    assert split_counts({"splits": {"val": {"words": 10}}}, "val", data, tok)[2] == "counted from the decoded split"
 
 
 def test_eval_cli_in_process(tmp_path, capsys):
@@ -209,8 +212,21 @@ def test_eval_cli_in_process(tmp_path, capsys):
     try:
         eval_script.main([f"--out_dir={tmp_path / 'out'}", "--device=cpu", "--num_threads=2"])
         assert torch.get_num_threads() == 2
+        eval_script.main([f"--out_dir={tmp_path / 'out'}", "--device=cpu", "--num_threads=1"])
+        assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(threads)
+    # the bounds of --stride and --block_size, each named: a stride of a whole window evaluates
+    eval_script.main([f"--out_dir={tmp_path / 'out'}", "--device=cpu", f"--stride={BLOCK}"])
+    with pytest.raises(SystemExit, match=f"--stride must be in \\[0, {BLOCK}\\]"):
+        eval_script.main([f"--out_dir={tmp_path / 'out'}", "--device=cpu", "--stride=-3"])
+    with pytest.raises(SystemExit, match=f"--block_size=-1 must be in \\[1, {BLOCK}\\]"):
+        eval_script.main([f"--out_dir={tmp_path / 'out'}", "--device=cpu", "--block_size=-1"])
+    # a dataset folder without token files: one line, not a table without rows
+    (data_dir / "val.bin").unlink()
+    (data_dir / "test.bin").unlink()
+    with pytest.raises(SystemExit, match="no val.bin or test.bin in"):
+        eval_script.main([f"--out_dir={tmp_path / 'out'}", "--device=cpu"])
     with pytest.raises(SystemExit, match="num_threads must be"):
         eval_script.main([f"--out_dir={tmp_path / 'out'}", "--device=cpu", "--num_threads=-1"])
 
@@ -307,6 +323,31 @@ def test_log_samples_writes_one_line_per_question(tmp_path, capsys):
     assert f"| task.jsonl | 3 | {acc:.4f} ±" in printed and f"per-question results: {log}" in printed
 
 
+def test_task_files_and_choices_at_their_bounds(tmp_path):
+    """read_mc_file and mc_request at their edges (a hunt's changed lines each let one through wrong): a blank file
+    has no questions; a blank last line is no question; an empty choice is refused; an empty context without an eot
+    token and a choice over block_size are one line; a choice of exactly block_size tokens is scored."""
+    from safety_net.configurator import UserError
+    from safety_net.tokenizers import CharTokenizer
+    from tools.eval import mc_request, read_mc_file
+    task = tmp_path / "task.jsonl"
+    task.write_text("\n")
+    with pytest.raises(UserError, match="has no questions"):
+        read_mc_file(task)
+    task.write_text(json.dumps(dict(context="a", choices=["b", "c"], label=0)) + "\n\n")
+    assert len(read_mc_file(task)) == 1
+    task.write_text(json.dumps(dict(context="a", choices=["", "c"], label=1)) + "\n")
+    with pytest.raises(UserError, match="line 1 is not a JSON object"):
+        read_mc_file(task)
+    tok = CharTokenizer(list("abcdefgh "))
+    with pytest.raises(UserError, match="empty context"):
+        mc_request(tok, "", "ab", BLOCK)
+    tokens, n = mc_request(tok, "abc", "abcdefg", BLOCK)   # " abcdefg": block_size tokens
+    assert n == BLOCK and len(tokens) == BLOCK + 1
+    with pytest.raises(UserError, match=f"is {BLOCK + 1} tokens; it must be 1..{BLOCK}"):
+        mc_request(tok, "abc", "abcdefgh", BLOCK)
+
+
 def test_multiple_choice_compiles_when_asked(tmp_path, monkeypatch, capsys):
     """--compile was accepted with --mc_file and nothing compiled (a hunt). The compile itself is stood in for."""
     from model import GPT
@@ -380,6 +421,21 @@ def test_gpt2_vocabulary_errors_name_keys_eval_accepts(tmp_path, monkeypatch, ca
     evaluate.main([f"--out_dir={out}", f"--mc_file={task}", f"--gpt2_ranks={ranks}", "--device=cpu"])
     assert capsys.readouterr().out.splitlines()[-1].startswith("| task.jsonl | 1 |")
     assert "GPT2_TIKTOKEN_FILE" not in os.environ   # set for the run only
+
+
+def test_gpt2_ranks_is_read_by_gpt2s_vocabulary_only(tmp_path):
+    """--gpt2_ranks beside a compact vocabulary (a BPE too) was accepted and read by nothing; beside a GPT-2
+    checkpoint, a ranks file that cannot be read is named as such, not as a key this model does not read (a hunt)."""
+    from safety_net.configurator import UserError
+    from safety_net.tokenizers import BPETokenizer, compact_encoding
+    from tools import eval as evaluate
+    compact = compact_encoding([bytes([i]) for i in range(256)])
+    with pytest.raises(UserError, match="read only for a GPT-2 BPE vocabulary"):
+        evaluate.check_ranks_read({"gpt2_ranks": "gpt2.tiktoken"}, BPETokenizer(compact, 257, 256))
+    out, _ = mc_checkpoint(tmp_path, {"tokenizer": "gpt2", "vocab_size": 50257}, 50257)
+    synthetic(40).tofile(tmp_path / "data" / "val.bin")
+    with pytest.raises(SystemExit, match="could not read GPT-2 ranks file"):
+        evaluate.main([f"--out_dir={out}", "--device=cpu", f"--gpt2_ranks={tmp_path / 'data' / 'meta.json'}"])
 
 
 def test_a_bad_batch_size_names_a_fix_that_works(tmp_path, capsys):

@@ -7,6 +7,7 @@ with our KV cache must produce exactly transformers' generate(do_sample=False).
 import dataclasses
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -762,6 +763,11 @@ def test_eval_init_from_hf_directory(tiny_data, tmp_path, capsys):
     (spaced / "meta.json").write_text(json.dumps(dict(tokenizer="char", vocab_size=16, chars=list("abcdefghijklmno "))))
     evaluate.main([f"--init_from={path}", f"--data_dir={spaced}", f"--mc_file={task}", "--device=cpu"])
     assert capsys.readouterr().out.splitlines()[-1].startswith("| task.jsonl | 1 |")
+    # token files of a larger vocabulary than the model's: one line (an IndexError traceback without the check)
+    (spaced / "meta.json").write_text(json.dumps(dict(tokenizer="char", vocab_size=20, chars=list("abcdefghijklmnopqrs "))))
+    shutil.copy(os.path.join(tiny_data, "val.bin"), spaced / "val.bin")
+    with pytest.raises(SystemExit, match="has a vocabulary of 20 tokens, more than the model's 16"):
+        evaluate.main([f"--init_from={path}", f"--data_dir={spaced}", "--device=cpu"])
 
 
 def test_train_init_from_hf_directory_copies_every_tensor(tiny_train_config, capsys):
