@@ -96,9 +96,10 @@ def test_ddp_two_cpu_ranks_match_single_process(tiny_train_config, tmp_path):
 def test_ddp_accumulation_must_divide_by_world_size(tiny_train_config, monkeypatch):
     monkeypatch.setenv("RANK", "0")
     monkeypatch.setenv("WORLD_SIZE", "2")
-    with pytest.raises(UserError) as e:
-        train.train({**train.DEFAULTS, **tiny_train_config, "gradient_accumulation_steps": 3})
-    assert "divisible" in str(e.value) and "--gradient_accumulation_steps=2" in str(e.value)
+    for steps in (3, 1):   # the fix names a multiple of the ranks, not 0
+        with pytest.raises(UserError) as e:
+            train.train({**train.DEFAULTS, **tiny_train_config, "gradient_accumulation_steps": steps})
+        assert "divisible" in str(e.value) and "--gradient_accumulation_steps=2)" in str(e.value)
 
 
 def test_ddp_bad_input_seen_by_rank_0_alone_is_its_one_line(tiny_train_config, tmp_path):

@@ -423,6 +423,7 @@ def test_output_folder_that_is_a_file(finished, tmp_path, module, args):
     ("sample", ["--temperature=-0.5"], ["--temperature must be >= 0, got -0.5", "0 means greedy"]),
     ("sample", ["--temperature=1e-9"], ["--temperature=1e-09 is too small"]),
     ("train", ["--init_from=Resume"], ["init_from 'Resume' does not exist", "did you mean --init_from=resume?"]),
+    ("train", ["--init_from=RESUME"], ["did you mean --init_from=resume?"]),
     ("train", ["--init_from=gpt2-tiny"], ["one of: scratch, resume, gpt2, gpt2-medium"]),
     ("train", ["--variant=lgtp"], ["unknown variant 'lgtp'", "did you mean --variant=lgpt?"]),
     # a list of names given as numbers: a TypeError traceback (a hunt)

@@ -736,7 +736,7 @@ def test_a_resume_from_another_folder_notes_no_data_dir_change(tiny_train_config
     assert "data_dir" in capsys.readouterr().out   # the recorded folder, now relative to here, was this run's
 
 
-def test_init_keys_beside_another_checkpoints_weights_are_refused(tiny_train_config, tmp_path):
+def test_init_keys_beside_another_checkpoints_weights_are_refused(tiny_train_config, tmp_path, capsys):
     """--init_from=<checkpoint> copies every tensor (unless --allow_partial_init): --init_std, --init_scheme and
     --residual_logit_init drew nothing, losses identical, and the checkpoint recorded them as if they had (a
     hunt). One line before anything is written; with --allow_partial_init they draw the tensors that do not fit.
@@ -753,7 +753,10 @@ def test_init_keys_beside_another_checkpoints_weights_are_refused(tiny_train_con
     assert not os.path.exists(start["out_dir"])
     assert run(dict(start, init_std=0.02))["iter_num"] == 2   # GPT-2's, the default
     grown = dict(start, out_dir=str(tmp_path / "grown"), n_layer=3, init_std=0.5, allow_partial_init=True)
+    capsys.readouterr()
     assert run(grown)["model_args"]["init_std"] == 0.5
+    out = capsys.readouterr().out   # some tensors drawn: no note that every tensor fits (a hunt)
+    assert "initialized " in out and "every tensor fits" not in out
     assert run(dict(cfg, init_from="resume", max_iters=cfg["max_iters"] + 2))["iter_num"] == cfg["max_iters"] + 2
 
 

@@ -130,6 +130,19 @@ def test_min_lr_above_the_learning_rate_is_refused_only_when_it_is_read(tiny_tra
     assert run(dict(cfg, decay_lr=False))["iter_num"] == 2
 
 
+def test_the_bounds_of_the_optimizer_and_the_schedule_are_values_that_train(tiny_train_config):
+    """Each bound is itself a setting that makes sense (a hunt moved each without a failing test): beta1 or beta2 0
+    (no momentum), min_lr equal to learning_rate (a flat schedule), a warmup as long as the decay; a negative
+    lr_decay_iters is refused."""
+    from safety_net.train_config import check_settings
+    config = {**train.DEFAULTS, **tiny_train_config}
+    for edge in (dict(beta1=0.0), dict(beta2=0.0), dict(min_lr=config["learning_rate"]),
+                 dict(warmup_iters=20, lr_decay_iters=20)):
+        check_settings(dict(config, **edge))
+    with pytest.raises(UserError, match="lr_decay_iters must be a number >= 0"):
+        check_settings(dict(config, lr_decay_iters=-5))
+
+
 def test_the_warmup_note_counts_the_iterations_that_will_run(capsys):
     """Every iteration of a short run in the warmup: a note. --eval_only trains none, and printed that note about
     iterations it would never run."""
