@@ -58,7 +58,7 @@ def one_gib(monkeypatch):
 
 
 def test_the_weights_are_reckoned_in_float32(one_gib):
-    """Over 268M weights are over 1 GiB in float32: refused (it compared weights, not bytes)."""
+    """Over 268M weights are over 1 GiB in float32: refused (compared as weights, not bytes, they passed)."""
     big = GPTConfig(vocab_size=50304, n_layer=6, n_head=16, n_embd=2048)   # 304M weights: 1.1 GiB
     assert one_gib / 4 < weights_lower_bound(big) < one_gib
     with pytest.raises(UserError, match="GiB in float32, more than this machine's 1 GiB"):
@@ -67,8 +67,8 @@ def test_the_weights_are_reckoned_in_float32(one_gib):
 
 
 def test_the_losses_vector_and_the_batch_are_reckoned_on_every_cpu(one_gib):
-    """estimate_loss's vector of eval_iters float32 losses counts 4 bytes each; 'cpu:0' is the CPU (it was left
-    unchecked: only 'cpu' itself was)."""
+    """estimate_loss's vector of eval_iters float32 losses counts 4 bytes each; 'cpu:0' is the CPU, checked as
+    'cpu' is."""
     tiny = GPTConfig(**TINY)
     with pytest.raises(UserError, match="--eval_iters=300000000 needs 1 GiB"):
         check_batch_memory(tiny, 1, "cpu", eval_iters=300_000_000)

@@ -424,8 +424,9 @@ def test_gpt2_vocabulary_errors_name_keys_eval_accepts(tmp_path, monkeypatch, ca
 
 
 def test_gpt2_ranks_is_read_by_gpt2s_vocabulary_only(tmp_path):
-    """--gpt2_ranks beside a compact vocabulary (a BPE too) was accepted and read by nothing; beside a GPT-2
-    checkpoint, a ranks file that cannot be read is named as such, not as a key this model does not read (a hunt)."""
+    """--gpt2_ranks beside a compact vocabulary (a BPE too) is refused, not read by nothing; beside a GPT-2
+    checkpoint, a ranks file that cannot be read is named as such, not as a key this model does not read (a hunt:
+    changed lines did each, and no test failed)."""
     from safety_net.configurator import UserError
     from safety_net.tokenizers import BPETokenizer, compact_encoding
     from tools import eval as evaluate

@@ -639,7 +639,8 @@ def test_a_data_dir_given_is_never_prepared_over_its_token_files(finished, tmp_p
 
 @pytest.mark.parametrize("key", ["iter_num", "best_val_loss"])
 def test_resume_without_its_iteration_is_one_line(finished, tmp_path, key):
-    """A checkpoint without its iteration or its best val loss (without the latter: a KeyError traceback; a hunt)."""
+    """A checkpoint without its iteration or its best val loss (a hunt: with the latter not checked, a KeyError
+    traceback, and no test failed)."""
     out_dir = copy_run(finished, tmp_path, edit=lambda c: c.pop(key))
     before = snapshot(out_dir)
     cfg = dict(finished, out_dir=out_dir, init_from="resume", max_iters=20)

@@ -87,8 +87,8 @@ def test_what_a_killed_write_left_in_a_folder_named_like_a_pattern_is_removed(tm
 
 
 def test_a_second_writer_is_told_the_holders_pid(tmp_path):
-    """lock_dir's own pid, written over an earlier writer's and flushed (a holder that had not flushed was 'pid ?',
-    and one that appended, 'pid <earlier>\\n<its own>')."""
+    """lock_dir's own pid, written over an earlier writer's and flushed (a holder that had not flushed would be
+    'pid ?', and one that appended, 'pid <earlier>\\n<its own>')."""
     folder = tmp_path / "out"
     lock_dir(str(folder)).close()   # an earlier writer's pid stays in the file
     code = ("import sys, time\nfrom safety_net.fileio import lock_dir\nlock = lock_dir(sys.argv[1])\n"

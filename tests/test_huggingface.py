@@ -330,6 +330,10 @@ def three_d(w):
     (dict(files={"model.safetensors.index.json": "{}", "model.safetensors": None}), ["no weight_map"]),
     (dict(files={"model.safetensors.index.json": '{"weight_map": ["a"]}', "model.safetensors": None}),
      ["no weight_map"]),
+    # an empty weight_map: read as no tensors at all, "the weights have no 'transformer.wte.weight'", when a
+    # changed line let it through and no test failed (a hunt)
+    (dict(files={"model.safetensors.index.json": '{"weight_map": {}}', "model.safetensors": None}),
+     ["no weight_map"]),
 ])
 def test_damaged_or_unusual_folders_are_one_line(hf_dirs, tmp_path, damage, words):
     with pytest.raises(ConversionError) as e:
@@ -764,7 +768,8 @@ def test_eval_init_from_hf_directory(tiny_data, tmp_path, capsys):
     evaluate.main([f"--init_from={path}", f"--data_dir={spaced}", f"--mc_file={task}", "--device=cpu"])
     assert capsys.readouterr().out.splitlines()[-1].startswith("| task.jsonl | 1 |")
     # token files of a larger vocabulary than the model's: one line (an IndexError traceback without the check)
-    (spaced / "meta.json").write_text(json.dumps(dict(tokenizer="char", vocab_size=20, chars=list("abcdefghijklmnopqrs "))))
+    larger = dict(tokenizer="char", vocab_size=20, chars=list("abcdefghijklmnopqrs "))
+    (spaced / "meta.json").write_text(json.dumps(larger))
     shutil.copy(os.path.join(tiny_data, "val.bin"), spaced / "val.bin")
     with pytest.raises(SystemExit, match="has a vocabulary of 20 tokens, more than the model's 16"):
         evaluate.main([f"--init_from={path}", f"--data_dir={spaced}", "--device=cpu"])
@@ -960,3 +965,207 @@ def test_import_over_a_runs_checkpoint_or_a_text_is_refused_before_the_import(hf
     torch.save({"model": {}}, tmp_path / "hf.pt")   # an earlier import: replaced
     convert.main(["import", src, f"--out={tmp_path / 'hf.pt'}"])
     assert calls
+
+
+# --- config.json variants, hub and run folders, and the command line's edges (a hunt) ----------------------------
+
+def edited_copy(hf_dirs, tmp_path, name, edit=None, tensors=None):
+    """A copy of hf_dirs[name]'s folder: edit(config dict) changes config.json in place, tensors(dict) the weights."""
+    path = tmp_path / name
+    shutil.copytree(hf_dirs[name][1], path)
+    config = json.loads((path / "config.json").read_text())
+    if edit:
+        edit(config)
+    (path / "config.json").write_text(json.dumps(config))
+    if tensors:
+        weights = load_file(str(path / "model.safetensors"))
+        tensors(weights)
+        save_file(weights, str(path / "model.safetensors"))
+    return str(path)
+
+
+def no_architectures(model_type=None, **more):
+    def edit(config):
+        del config["architectures"]
+        config.update(more, **({"model_type": model_type} if model_type else {}))
+    return edit
+
+
+def n_ctx_only(config):
+    config["n_ctx"] = config.pop("n_positions")
+
+
+def mobilellm_without_share_embedding(config):
+    config.update(architectures=["MobileLLMForCausalLM"], model_type="mobilellm", tie_word_embeddings=False)
+    assert "share_embedding" not in config
+
+
+def with_inv_freq(weights):
+    weights.pop("lm_head.weight", None)
+    weights["model.layers.0.self_attn.rotary_emb.inv_freq"] = torch.ones(4)   # older Llama files store the buffer
+
+
+@pytest.mark.parametrize("name, edit, tensors", [
+    pytest.param("gpt2_tied", no_architectures(), None, id="gpt2_without_architectures"),
+    pytest.param("gpt2_tied", n_ctx_only, None, id="gpt2_with_only_n_ctx"),
+    pytest.param("llama_gqa_tied", no_architectures("mobilellm", share_embedding=True, tie_word_embeddings=False),
+                 None, id="mobilellm_without_architectures"),
+    pytest.param("llama_gqa_tied", mobilellm_without_share_embedding, None, id="mobilellm_without_share_embedding"),
+    pytest.param("llama_gqa_tied", None, with_inv_freq, id="llama_with_rotary_inv_freq"),
+])
+def test_config_json_variants_import_with_transformers_logits(hf_dirs, tmp_path, name, edit, tensors):
+    """Older or hand-written folders (no architectures, only n_ctx, MobileLLM's tied head by default, a stored
+    rotary_emb.inv_freq) import, in eval mode, with the logits of the transformers model saved there (a hunt: a
+    changed line refused each as unknown or incomplete, and no test failed)."""
+    theirs = hf_dirs[name][0]
+    ours = from_pretrained(edited_copy(hf_dirs, tmp_path, name, edit, tensors), verbose=False)
+    assert not ours.training   # from_pretrained's model is ready to sample, as transformers' is
+    x = tokens(theirs.config.vocab_size, (2, 23))
+    with torch.no_grad():
+        assert (ours(x, all_logits=True)[0] - theirs(x).logits).abs().max().item() <= TOL
+
+
+GPT2_SMALL = dict(architectures=["GPT2LMHeadModel"], model_type="gpt2", vocab_size=61, n_positions=48, n_embd=36,
+                  n_layer=3, n_head=4)
+
+
+@pytest.mark.parametrize("hf, words", [
+    pytest.param(dict(GPT2_SMALL, scale_attn_by_inverse_layer_idx=True), ["scale_attn_by_inverse_layer_idx=true"],
+                 id="gpt2_scaled_by_inverse_layer"),
+    pytest.param(dict(GPT2_SMALL, n_layer=True), ["not whole numbers", "n_layer=True"], id="gpt2_n_layer_true"),
+    pytest.param(dict(MOBILELLM_125M, rope_scaling={"type": "linear", "factor": 4.0}), ["rope scaling 'linear'"],
+                 id="old_style_rope_scaling_type"),
+])
+def test_config_json_we_cannot_represent_is_refused(hf, words):
+    """A GPT-2 scaling attention by 1/layer, `n_layer: true` and the old rope_scaling {"type": "linear"} are one
+    line with a fix (a hunt: a changed line imported them, with other logits, as one layer, as plain RoPE, and no
+    test failed)."""
+    with pytest.raises(ConversionError) as e:
+        gpt_config_from_hf(hf)
+    msg = str(e.value)
+    assert "\n" not in msg and "(fix: " in msg and all(w in msg for w in words), msg
+
+
+def test_a_hub_repo_of_pytorch_model_bin_imports(hf_dirs, tmp_path, monkeypatch):
+    """A hub repository with only pytorch_model.bin (no safetensors): the download falls back to *.bin, and the
+    model has transformers' logits (a stand-in for huggingface_hub; a hunt: with the fallback off it was refused
+    as having no weights, and no test failed)."""
+    import fnmatch
+    import types
+    theirs, path = hf_dirs["gpt2_tied"]
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    shutil.copy(os.path.join(path, "config.json"), repo)
+    torch.save(load_file(os.path.join(path, "model.safetensors")), repo / "pytorch_model.bin")
+    downloads = []
+
+    def snapshot_download(name, allow_patterns):
+        local = tmp_path / f"snapshot{len(downloads)}"
+        local.mkdir()
+        downloads.append(name)
+        for f in os.listdir(repo):
+            if any(fnmatch.fnmatch(f, p) for p in allow_patterns):
+                shutil.copy(repo / f, local)
+        return str(local)
+
+    monkeypatch.setitem(sys.modules, "huggingface_hub", types.SimpleNamespace(snapshot_download=snapshot_download))
+    ours = from_pretrained("someorg/old-gpt2", verbose=False)
+    x = tokens(61, (2, 23))
+    with torch.no_grad():
+        assert (ours(x, all_logits=True)[0] - theirs(x).logits).abs().max().item() <= TOL
+
+
+def test_a_run_folder_with_only_last_pt_is_named_a_run_of_ours(tmp_path):
+    """A run folder holding last.pt alone (no ckpt.pt yet) is named a run of ours, with the tools that read it
+    (a hunt: a changed line made it 'no config.json', and no test failed)."""
+    (tmp_path / "last.pt").write_bytes(b"x")
+    with pytest.raises(ConversionError) as e:
+        from_pretrained(str(tmp_path))
+    assert "is a run of ours" in str(e.value) and f"sample.py or tools.eval --out_dir={tmp_path}" in str(e.value)
+
+
+def save_run(model, path):
+    atomic_save({"model": model.state_dict(), "model_args": dataclasses.asdict(model.config), "iter_num": 1,
+                 "best_val_loss": 1.0, "config": {}}, str(path))
+
+
+def test_export_command_line_refuses_typos_and_replaces_another_format(tmp_path, capsys):
+    """`export typo ...` and --format=onnx are one line each, writing nothing; --format=bin over a safetensors
+    export leaves the new weights alone (a model.safetensors left beside them is what transformers loads), and a
+    killed export's temporary file is removed (a hunt: a changed line undid each, and no test failed)."""
+    torch.manual_seed(0)
+    small = dict(vocab_size=50, block_size=16, n_layer=1, n_head=2, n_embd=16)
+    ckpt, hf = tmp_path / "out" / "ckpt.pt", tmp_path / "hf"
+    save_run(randomize(GPT(GPTConfig(**small)), seed=1), ckpt)
+    args = [f"--out_dir={ckpt}", f"--out={hf}"]
+    one_error_line(convert.main, ["export", "typo", *args], "no argument after export, got export typo")
+    one_error_line(convert.main, ["export", *args, "--format=onnx"], "--format=onnx", "one of auto, safetensors, bin")
+    assert not hf.exists()
+    convert.main(["export", *args])
+    assert (hf / "model.safetensors").is_file()
+    # left by a killed export of the other format (this export's own file name cleans its own temporary files)
+    (hf / ".model.safetensors.x8f2k.tmp").write_bytes(b"0" * 1000)
+    new = randomize(GPT(GPTConfig(**small, norm_eps=0.3)), seed=2)
+    save_run(new, ckpt)
+    capsys.readouterr()
+    convert.main(["export", *args, "--format=bin"])
+    assert "removed 1 temporary file(s)" in capsys.readouterr().err
+    assert sorted(os.listdir(hf)) == ["config.json", "generation_config.json", "pytorch_model.bin"]
+    theirs = AutoModelForCausalLM.from_pretrained(str(hf)).eval()
+    x = tokens(50, (1, 12))
+    with torch.no_grad():
+        assert (new(x, all_logits=True)[0] - theirs(x).logits).abs().max() <= TOL
+
+
+def test_export_without_a_tokenizer_ends_and_stops_generation(tmp_path):
+    """Without a tokenizer: a model of GPT-2's 50,257 tokens has GPT-2's end-of-text id, and generation_config.json
+    holds max_length, the context length, which transformers 4's generate() reads (else 20 tokens, past a shorter
+    context; 5 derives it). A hunt: a `>` for `>=`, and the key dropped, failed no test."""
+    from transformers import GenerationConfig
+    gpt2_vocab = GPT(GPTConfig(vocab_size=50257, block_size=8, n_layer=1, n_head=2, n_embd=8))
+    export(gpt2_vocab, str(tmp_path / "gpt2"), say=lambda msg: None)
+    config = json.loads((tmp_path / "gpt2" / "config.json").read_text())
+    generation = json.loads((tmp_path / "gpt2" / "generation_config.json").read_text())
+    assert config["eos_token_id"] == config["bos_token_id"] == generation["eos_token_id"] == 50256
+    torch.manual_seed(0)
+    small = randomize(GPT(GPTConfig(vocab_size=50, block_size=12, n_layer=1, n_head=2, n_embd=16)), seed=3)
+    export(small, str(tmp_path / "small"), say=lambda msg: None)
+    theirs = AutoModelForCausalLM.from_pretrained(str(tmp_path / "small")).eval()
+    prompt = tokens(50, (1, 2))
+    out = theirs.generate(prompt, attention_mask=torch.ones_like(prompt), do_sample=False)
+    assert out.shape == (1, 12) and GenerationConfig.from_pretrained(str(tmp_path / "small")).max_length == 12
+    assert torch.equal(out, small.generate(prompt, 10, temperature=0))
+
+
+def test_export_data_dir_writes_the_tokenizer_for_a_checkpoint_recording_none(tiny_data, tmp_path, capsys):
+    """export --data_dir=D of a checkpoint recording no dataset writes D's tokenizer, and AutoTokenizer reads its
+    characters' ids (a hunt: a changed line ignored --data_dir there, and no test failed)."""
+    from transformers import AutoTokenizer
+    ckpt = tmp_path / "out" / "ckpt.pt"
+    save_run(GPT(GPTConfig(vocab_size=16, block_size=8, n_layer=1, n_head=2, n_embd=16)), ckpt)
+    convert.main(["export", f"--out_dir={ckpt}", f"--out={tmp_path / 'hf'}", f"--data_dir={tiny_data}"])
+    assert "no tokenizer written" not in capsys.readouterr().err
+    assert {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"} <= set(os.listdir(tmp_path / "hf"))
+    assert AutoTokenizer.from_pretrained(str(tmp_path / "hf")).encode("abc", add_special_tokens=False) == [0, 1, 2]
+
+
+def test_import_command_line_refuses_export_keys_and_a_missing_folder_and_fills_an_empty_file(hf_dirs, tmp_path,
+                                                                                             monkeypatch):
+    """`import SRC --out=hf.pt --data_dir=D` and --out=new/ (a folder not made yet) are one line each before the
+    import, the latter's fix naming new/hf.pt; an existing empty --out file is written (a hunt: changed lines
+    ignored --data_dir, ran the whole import before failing, refused the empty file, and no test failed)."""
+    from safety_net.checkpoint import load_checkpoint
+    src = hf_dirs["gpt2_tied"][1]
+    calls = []
+    monkeypatch.setattr(convert, "save_imported", lambda *a, **k: calls.append(a))
+    one_error_line(convert.main, ["import", src, f"--out={tmp_path / 'hf.pt'}", "--data_dir=data/x"],
+                   "import takes one source and --out only")
+    new = tmp_path / "new"
+    one_error_line(convert.main, ["import", src, f"--out={new}{os.sep}"], "ends in a folder's '/'",
+                   f"--out={new / 'hf.pt'}")
+    assert not calls and not new.exists()
+    monkeypatch.undo()
+    empty = tmp_path / "empty.pt"
+    empty.write_bytes(b"")   # e.g. made by `touch`, or left by a full disk
+    convert.main(["import", src, f"--out={empty}"])
+    assert "model" in load_checkpoint(str(empty))

@@ -641,8 +641,8 @@ def test_an_evaluation_is_reckoned_without_the_training_activations():
 
 def test_an_eval_only_run_reckons_its_batch_as_an_evaluation():
     """train.py checks the micro-batch before the data is prepared (StartingPoint.check_model, at vocab_size 1):
-    --eval_only's as an evaluation there too (reckoned as a training step, an evaluation that fits was refused; a
-    hunt)."""
+    --eval_only's as an evaluation there too (a hunt: reckoned as a training step, an evaluation that fits was
+    refused, and no test failed)."""
     import train
     from safety_net.build import batch_bytes_lower_bound
     from safety_net.starting_point import StartingPoint

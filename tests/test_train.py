@@ -267,7 +267,8 @@ def test_a_resume_with_other_settings_than_its_run_says_so(tiny_train_config, ca
     start = StartingPoint({**train.DEFAULTS, **now, "batch_size": 4}, "cpu", master=False)
     start.note_other_recipe()
     assert capsys.readouterr().out == ""
-    # an older checkpoint's config without data_segments: that key is not compared (it was a KeyError; a hunt)
+    # an older checkpoint's config without data_segments: that key is not compared (a KeyError without the
+    # guard, which no test caught; a hunt)
     start = StartingPoint({**train.DEFAULTS, **now}, "cpu")
     del start.ckpt["config"]["data_segments"]
     capsys.readouterr()
