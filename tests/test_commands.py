@@ -101,7 +101,7 @@ def test_help_lists_the_keys(module, capsys):
         command_main(module)(["--help"])
     assert e.value.code == 0
     out = capsys.readouterr().out
-    assert out.startswith(f"usage: python ") and "keys (default):" in out, out
+    assert out.startswith("usage: python ") and "keys (default):" in out, out
 
 
 @pytest.mark.parametrize("module", COMMANDS)

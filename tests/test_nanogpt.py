@@ -20,7 +20,7 @@ import train
 from safety_net import checkpoint
 from safety_net import dataset
 from safety_net import train_config
-from safety_net.checkpoint import load_checkpoint, load_init_checkpoint, load_model
+from safety_net.checkpoint import load_checkpoint, load_model
 from safety_net.configurator import UserError, load_config
 
 pytestmark = pytest.mark.usefixtures("one_thread")
