@@ -815,7 +815,7 @@ def run(opts):
     report(model, small, plan, None if vocab is not None else batches)
     info = dict(source=ckpt["path"], layers_method=opts["layers"], neurons=opts["neurons"], layers=plan.layers,
                 channels=plan.channels.tolist(), ffn=[t.tolist() for t in plan.ffn],
-                q_heads=[t.tolist() for t in plan.q_heads], kv_heads=[t.tolist() for t in plan.q_heads],
+                q_heads=[t.tolist() for t in plan.q_heads], kv_heads=[t.tolist() for t in plan.kv_heads],
                 kv_pool=plan.kv_pool, vocab=None if vocab is None else vocab.tolist())
     args = dataclasses.asdict(dst)
     config = dict(ckpt.get("config") or {}, **args, out_dir=opts["out_dir"], init_from=ckpt["path"],
