@@ -894,3 +894,192 @@ def test_inherit_notes_the_calibration_keys_no_cut_reads(big, tmp_path, capsys):
     assert "note: --calib_batches, --mask_steps not read by this inheritance" in err
     inherit.main(small_args(tmp_path / "s2", out_dir))
     assert "not read" not in capsys.readouterr().err
+
+
+# --- inherit's edges that no test saw (a hunt: each changed line below passed every test) -------------------
+
+def save_source(path, cfg, **extra):
+    """A checkpoint of a random GPT(cfg) at path/ckpt.pt, as the compact vocabulary test writes one."""
+    from safety_net.fileio import atomic_save
+    torch.manual_seed(0)
+    atomic_save({"model": GPT(cfg).state_dict(), "model_args": dataclasses.asdict(cfg), "iter_num": 10,
+                 "config": {}, **extra}, str(path / "ckpt.pt"))
+    return str(path)
+
+
+def bad_ids_data(big, tmp_path):
+    """A copy of big's dataset whose train.bin holds ids past its vocab_size of 16."""
+    bad = tmp_path / "bad_ids"
+    bad.mkdir()
+    (bad / "meta.json").write_text(open(os.path.join(big[1], "meta.json")).read())
+    np.arange(2000, dtype=np.uint16).tofile(bad / "train.bin")
+    np.arange(500, dtype=np.uint16).tofile(bad / "val.bin")
+    return str(bad)
+
+
+@pytest.mark.parametrize("more,words", [
+    (["--n_embd=16", "--neurons=l1", "--layers=middle"], "unknown layer selection 'middle'"),    # same depth
+    (["--n_layer=2", "--neurons=tylor"], "unknown neuron criterion 'tylor'"),                    # same width
+    (["--n_embd=16", "--calib_batch_size=-1"], "calib_batch_size must be >= 0"),
+    (["--n_embd=16", "--calib_batches=0"], "calib_batches must be >= 1"),
+    (["--n_embd=16", "--data_dir={bad}"], "holds token id 1999, but meta.json's vocab_size is 16"),
+])
+def test_bad_inherit_options_are_one_line_and_write_nothing(big, tmp_path, capsys, more, words):
+    """An unknown --layers or --neurons that this cut does not use, a negative --calib_batch_size, --calib_batches=0
+    and calibration data with ids past the vocabulary: otherwise a checkpoint (of all-zero Taylor scores for
+    --calib_batches=0) or a traceback (a hunt: a changed line did this, and no test failed)."""
+    out_dir = tmp_path / "small"
+    more = [arg.format(bad=bad_ids_data(big, tmp_path)) if "{bad}" in arg else arg for arg in more]
+    with pytest.raises(SystemExit) as e:
+        inherit.main([f"--init_from={big[0]}", f"--out_dir={out_dir}", *more])
+    message = str(e.value)
+    assert message.startswith("error: ") and "\n" not in message and words in message, message
+    assert "wrote" not in capsys.readouterr().out and not out_dir.exists()
+
+
+def test_inherit_into_a_compact_vocabulary_records_the_target_tokenizer(tmp_path, capsys):
+    """--target_data_dir: the output records the compact dataset's tokenizer, not the source's (train.py
+    --init_from=<it> on the compact data refused it as trained with another tokenizer), and --data_dir (the
+    source's vocabulary) is read: no note that it is not (a hunt: a changed line did this, and no test failed)."""
+    src_data, dst_data = tmp_path / "gpt2data", tmp_path / "compact"
+    for folder, meta in ((src_data, gpt2_meta()), (dst_data, compact_meta([5, 6, 7, 300]))):
+        os.makedirs(folder)
+        (folder / "meta.json").write_text(json.dumps(meta))
+    cfg = GPTConfig(block_size=8, vocab_size=50257, n_layer=2, n_head=2, n_embd=16)
+    source = save_source(tmp_path / "big", cfg, tokenizer_id=dataset.tokenizer_id(gpt2_meta()), dataset="gpt2data",
+                         data_dir=str(src_data))
+    inherit.main([f"--init_from={source}", f"--out_dir={tmp_path / 'small'}", "--n_layer=1",
+                  f"--target_data_dir={dst_data}", f"--data_dir={src_data}"])
+    assert "not read" not in capsys.readouterr().err
+    ckpt = load_checkpoint(str(tmp_path / "small"))
+    assert ckpt["tokenizer_id"] == dataset.tokenizer_id(compact_meta([5, 6, 7, 300])) != dataset.tokenizer_id(
+        gpt2_meta())
+
+
+def test_ffn_sizes_given_as_mlp_hidden_or_mlp_ratio_are_the_small_models(big, tmp_path):
+    """--mlp_hidden alone narrows the FFN (it ended in load_state_dict's size-mismatch traceback), and --mlp_ratio
+    replaces a source's mlp_hidden (it kept the source's FFN) (a hunt: a changed line did this, and no test failed)."""
+    inherit.main([f"--init_from={big[0]}", f"--out_dir={tmp_path / 'small'}", "--mlp_hidden=64", "--neurons=l1"])
+    model, ckpt = load_model(str(tmp_path / "small"))
+    assert ffn_hidden(model.config) == 64 and [len(f) for f in ckpt["inherit"]["ffn"]] == [64] * 4
+    src = GPTConfig(block_size=8, vocab_size=16, n_layer=2, n_head=4, n_embd=32, mlp_hidden=48)
+    assert ffn_hidden(inherit.target_config(src, mlp_ratio=1.0)) == 32
+    assert ffn_hidden(inherit.target_config(src, n_embd=16, mlp_ratio=2.0)) == 32
+
+
+def test_loss_ranking_at_the_same_depth_reads_no_data(big, tmp_path, capsys):
+    """--layers=loss keeping every layer ranks nothing: it reads no calibration data, so a --data_dir without a
+    meta.json is no error, only noted as not read (it failed on the missing meta.json) (a hunt: a changed line did
+    this, and no test failed)."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    path = inherit.main([f"--init_from={big[0]}", f"--out_dir={tmp_path / 'small'}", "--layers=loss",
+                         "--neurons=l1", "--n_embd=16", f"--data_dir={empty}"])
+    assert path == str(tmp_path / "small" / "ckpt.pt") and os.path.isfile(path)
+    assert "note: --data_dir not read" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("state", ["inherit_and_last", "dangling_ckpt_link"])
+def test_inherit_refuses_an_out_dir_with_an_earlier_output_beside_another_run(big, tmp_path, state):
+    """An earlier inherit's ckpt.pt beside another run's last.pt, and a ckpt.pt that is a link to nothing, are not
+    the same command's output alone: one line, nothing replaced (it wrote into the folder) (a hunt: a changed line
+    did this, and no test failed)."""
+    small = tmp_path / "small"
+    if state == "inherit_and_last":
+        inherit.main(small_args(small, big[0]))
+        (small / "last.pt").write_bytes(b"another run's last.pt")
+    else:
+        small.mkdir()
+        (small / "ckpt.pt").symlink_to(tmp_path / "nowhere.pt")
+    before = {name: os.readlink(small / name) if os.path.islink(small / name) else (small / name).read_bytes()
+              for name in os.listdir(small) if name != ".lock"}
+    with pytest.raises(SystemExit, match="already holds another run's") as e:
+        inherit.main(small_args(small, big[0], "--neurons=l2"))
+    assert "\n" not in str(e.value)
+    after = {name: os.readlink(small / name) if os.path.islink(small / name) else (small / name).read_bytes()
+             for name in os.listdir(small) if name != ".lock"}
+    assert after == before
+
+
+def test_a_run_folder_with_a_config_json_is_a_source_not_a_hugging_face_folder(big, tmp_path):
+    """A run folder that also holds a config.json (ours: it holds ckpt.pt) is a source, not a Hugging Face model
+    folder (a hunt: a changed line refused it as one, and no test failed)."""
+    import shutil
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    shutil.copy(os.path.join(big[0], "ckpt.pt"), run_dir / "ckpt.pt")
+    (run_dir / "config.json").write_text("{}")
+    assert inherit.main(small_args(tmp_path / "small", run_dir)) == str(tmp_path / "small" / "ckpt.pt")
+
+
+def test_calibration_batches_differ_and_learned_masks_repeat(big, tmp_path):
+    """calibration_batches draws each batch with its own seed, and the same --neurons=learned command run twice in
+    one process keeps the same structures (a hunt: changed lines made one batch n times, and other channels
+    without the global seed, and no test failed)."""
+    batches = inherit.calibration_batches(big[1], 4, 8, 16, 0)
+    assert len({x.numpy().tobytes() for x, _ in batches}) == 4
+    kept = []
+    for name in ("a", "b"):
+        inherit.main(small_args(tmp_path / name, big[0], "--neurons=learned", "--mask_steps=5", "--calib_batches=2"))
+        info = load_checkpoint(str(tmp_path / name))["inherit"]
+        kept.append((info["channels"], info["ffn"], info["q_heads"]))
+    assert kept[0] == kept[1]
+
+
+def test_a_gqa_source_records_its_kv_heads_and_reports_their_pooling(tmp_path, capsys):
+    """A GQA source (8 heads, 4 kv heads of 4): the recorded kv_heads are the kept kv heads, no pooling line where
+    none pools, and "(GQA -> GQA)" where kv heads are pooled (a hunt: changed lines recorded the query heads and
+    said MHA, and no test failed; the first reached main for one commit, 5ae5ef2)."""
+    cfg = GPTConfig(block_size=8, vocab_size=16, n_layer=2, n_head=8, n_kv_head=4, n_embd=32)
+    source = save_source(tmp_path / "gqa", cfg)
+    model, _ = load_model(source)
+    for kv, pooled in ((0, False), (1, True)):
+        small = tmp_path / f"small{kv}"
+        inherit.main([f"--init_from={source}", f"--out_dir={small}", "--n_embd=16", f"--n_kv_head={kv}",
+                      "--neurons=l1"])
+        out = capsys.readouterr().out
+        _, plan = inherit.inherit(model, inherit.target_config(cfg, n_embd=16, n_kv_head=kv), "first_last", "l1")
+        info = load_checkpoint(str(small))["inherit"]
+        assert info["kv_heads"] == [t.tolist() for t in plan.kv_heads] and [len(h) for h in info["kv_heads"]] == [2, 2]
+        assert info["q_heads"] == [t.tolist() for t in plan.q_heads] and [len(h) for h in info["q_heads"]] == [4, 4]
+        assert ("kv heads: every 2 kept kv heads mean-pooled into one (GQA -> GQA)" in out) == pooled
+        assert ("kv heads:" in out) == pooled
+
+
+@pytest.mark.parametrize("src_kw,kw,fix", [
+    (dict(n_head=8, n_embd=32), dict(n_embd=32, n_kv_head=3), "--n_kv_head=4; any of 1, 2, 4, 8 works"),   # a tie
+    (dict(n_head=8, n_kv_head=4, n_embd=32), dict(n_embd=20, n_kv_head=1), "--n_embd=16"),   # 1 kv head fits 16
+])
+def test_the_fix_for_a_refused_kv_head_count_is_the_nearest_that_fits(src_kw, kw, fix):
+    """Of two kv head counts as near to the one given, the fix names the larger; a width fix names --n_kv_head only
+    when the given one does not fit the new width (a hunt: a changed line did this, and no test failed)."""
+    src = GPTConfig(block_size=8, vocab_size=16, n_layer=2, **src_kw)
+    with pytest.raises(UserError) as e:
+        inherit.target_config(src, **kw)
+    assert "\n" not in str(e.value) and fix_of(str(e.value)) == fix
+
+
+def test_a_channel_gated_zero_is_read_by_no_norm_the_final_one_included():
+    """Residual channels gated 0 by mask_hooks are read by no norm, ln_f included: other values of them in the
+    token embedding change no logit (ln_f read them, so learned masks scored channels the small model drops by a
+    model that still used them) (a hunt: a changed line did this, and no test failed)."""
+    torch.manual_seed(0)
+    cfg = GPTConfig(block_size=16, vocab_size=16, n_layer=2, n_head=4, n_embd=32, pos_embedding="rope", bias=False,
+                    norm="rmsnorm")
+    model, other = GPT(cfg).eval(), GPT(cfg).eval()
+    other.load_state_dict(model.state_dict())
+    dead = torch.tensor([1, 4, 9, 20, 31])
+    with torch.no_grad():
+        other.tok_emb.wte.weight[:, dead] = torch.randn(16, len(dead)) * 3
+    gates = {(inherit.CH, None): torch.ones(32).index_fill(0, dead, 0.0)}
+    x = torch.randint(0, 16, (2, 16))
+    out = []
+    for m in (model, other):
+        handles = inherit.mask_hooks(m, gates)
+        try:
+            out.append(logits(m, x))
+        finally:
+            for h in handles:
+                h.remove()
+    torch.testing.assert_close(out[0], out[1])
+    assert not torch.allclose(logits(model, x), logits(other, x))   # without the gates they differ
