@@ -250,6 +250,53 @@ def test_static_cache_reset_starts_a_fresh_sequence():
         torch.testing.assert_close(model(second[:, 6:7], cache=cache)[0][:, -1], model(second[:, :7])[0][:, -1])
 
 
+def test_fast_sample_generate_keeps_model_generates_contract():
+    """fast_sample.generate as model.generate: the greedy tokens of a block_size-1 model (each window re-primed
+    from its last token; an IndexError otherwise), the model left in the mode it came in (a training model was
+    left in eval mode, its dropout off), and use_kv_cache=False one line, as there is no decode step to compile
+    (otherwise it sampled with the cache anyway) (a hunt: a changed line did each, and no test failed). The eager
+    backend: dynamo's tracing, no compile."""
+    from safety_net.configurator import UserError
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(n_layer=1, n_embd=32, n_head=2, vocab_size=37, block_size=1)).eval()
+    compiled_decode_step(model, backend="eager")
+    prompt = torch.zeros((1, 1), dtype=torch.long)
+    assert torch.equal(fast_sample.generate(model, prompt, 4, temperature=0.0),
+                       model.generate(prompt, 4, temperature=0.0))
+    with pytest.raises(UserError, match="--no_kv_cache has no decode step to compile"):
+        fast_sample.generate(model, prompt, 4, temperature=0.0, use_kv_cache=False)
+    torch._dynamo.reset()
+    model = GPT(GPTConfig(n_layer=1, n_embd=32, n_head=2, vocab_size=37, block_size=16, dropout=0.1)).train()
+    compiled_decode_step(model, backend="eager")
+    fast_sample.generate(model, tokens(1, 3), 5, temperature=0.0)
+    assert model.training and all(m.training for m in model.modules())
+
+
+def test_fast_sample_generate_after_the_model_or_autocast_changes():
+    """The same model generating again after a change between calls: pgpt narrowed to one branch (keep_branch, as
+    tools.bench --keep_heaviest_branch does) gives model.generate's tokens of that branch, not the skipped-guard
+    step of both branches; and a bf16-autocast call between fp32 ones gets a cache of its own dtype rather than a
+    RuntimeError on buffers of the other (a hunt: a changed line did each, and no test failed). Eager backend."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)   # (at n_embd=16 both branches and one give the same greedy tokens: nothing to tell apart)
+    model = GPT(GPTConfig(n_layer=2, n_embd=32, n_head=2, vocab_size=37, block_size=16, n_branches=2,
+                          tie_embeddings=False)).eval()
+    prompt = tokens(1, 3)
+    compiled_decode_step(model, backend="eager")
+    both = model.generate(prompt, 10, temperature=0.0)
+    assert torch.equal(fast_sample.generate(model, prompt, 10, temperature=0.0), both)
+    model.keep_branch = 0
+    one = model.generate(prompt, 10, temperature=0.0)
+    assert not torch.equal(one, both)   # the change shows in the tokens
+    assert torch.equal(fast_sample.generate(model, prompt, 10, temperature=0.0), one)
+    model.keep_branch = None
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert fast_sample.generate(model, prompt, 5, temperature=0.0).shape == (1, 8)
+    assert torch.equal(fast_sample.generate(model, prompt, 5, temperature=0.0),
+                       model.generate(prompt, 5, temperature=0.0))
+
+
 # --- bf16 autocast on the CPU ----------------------------------------------------------------------
 
 def test_bfloat16_autocast_trains_on_cpu(tiny_train_config):

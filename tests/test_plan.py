@@ -192,7 +192,7 @@ def test_command_train_config_file_that_starts_from_a_checkpoint(tmp_path, monke
         (tmp_path / "ft.py").write_text(f"{start}\nn_head = 2\n")
         plan_tool.main(["ft.py"])
         out = capsys.readouterr().out
-        assert f"ft.py: 2 layer applications" in out and f"vocabulary {args['vocab_size']}" in out
+        assert "ft.py: 2 layer applications" in out and f"vocabulary {args['vocab_size']}" in out
         bench.main(["ft.py", "--dry_run"])
         assert f"2L d{args['n_embd']} 2h vocab {args['vocab_size']}" in capsys.readouterr().out
     (tmp_path / "hf.py").write_text("init_from = 'gpt2'\nvocab_size = 65\n")
@@ -324,3 +324,104 @@ def test_bench_scaling_scales_every_depth_field(field):
     args = {**gpt_config_defaults(), **TINY, "n_embd": 64, **DEPTH_CASES[field]}
     scaled = entries.scale_args(args, 1.0, 0.5)
     assert scaled[field] < args[field], (field, args[field], scaled[field])
+
+
+# --- what the command prints and refuses, held to the model (a hunt: each line below could change, and no test
+# failed) ---------------------------------------------------------------------------------------------------------
+
+SMALL = ["--n_embd=32", "--n_head=2", "--n_kv_head=2", "--block_size=16", "--vocab_size=37"]
+
+
+def printed_totals(out):
+    """{label: text} of the plan's totals (the lines after the table), and its header line."""
+    lines = out.splitlines()
+    blank = max(i for i, line in enumerate(lines) if not line.strip())
+    return {line[:16].strip(): line[17:] for line in lines[blank + 1:]}, lines[0]
+
+
+@pytest.mark.parametrize("argv", [["--variant=pgpt", "--n_layer=4", *SMALL], ["--n_layer=2", *SMALL],
+                                  ["--variant=cgpt", "--n_layer=4", *SMALL]], ids=["pgpt", "gpt", "cgpt"])
+def test_command_totals_are_the_models_numbers(argv, capsys):
+    """The header's layer applications, get_num_params(), the KV cache at the full context and the training FLOPs
+    the command prints are the numbers of the model it describes, built here (real weights, not the meta device)
+    and measured: otherwise pgpt's header counts its layers twice, get_num_params() keeps the learned positions, the
+    context's KV cache is a token short or training is 2x the forward (a hunt: a changed line did each, and no test
+    failed)."""
+    from tools.flops import flops_per_token
+    plan_tool.main(argv)
+    totals, header = printed_totals(capsys.readouterr().out)
+    flags = dict(a[2:].split("=") for a in argv)
+    args = {**plan_tool.MODEL_FIELDS, **variants.load(flags.pop("variant", "gpt"))}
+    args.update({k: int(v) for k, v in flags.items()})
+    model = GPT(GPTConfig(**args)).eval()
+    cfg = model.config
+    rows_per_branch = len(layer_sets(model.branches[0]))
+    branches = f" x {len(model.branches)} branch" + ("es" if len(model.branches) > 1 else "")
+    assert f": {rows_per_branch} layer applications{branches}, context 16" in header
+    assert rows_per_branch == args["n_layer"] // len(model.branches)
+    assert f"get_num_params() = {model.get_num_params():,} (without" in totals["parameters"]
+    assert f"{sum(p.numel() for p in model.parameters()):,} unique" in totals["parameters"]
+    cache = KVCache(cfg.block_size)
+    with torch.no_grad():
+        model(torch.zeros((1, 3), dtype=torch.long), cache=cache)
+    assert f"; {cache_bytes(cache):,} bytes (" in totals["KV cache"]   # batch 1, max_len = block_size slots
+    assert totals["FLOPs per token"].endswith(f"training 3x: {flops_per_token(model):,}")
+
+
+@pytest.mark.parametrize("flags, shown, not_shown", [
+    ({}, ["pre-LayerNorm "], ["enhanced", "ConvShrink", "SwiGLU", "+ bias", "in every"]),
+    (FLAGS["enhanced_residual"], ["pre-LayerNorm, enhanced"], []),
+    (FLAGS["swiglu"], ["SwiGLU 24"], ["gated SiLU"]),
+    (FLAGS["gated_gelu"], ["gated GELU"], ["SwiGLU"]),
+    (FLAGS["head_bias"], ["+ bias\n"], []),
+    (FLAGS["cgpt_k1"], ["conv k=1"], ["ConvShrink"]),
+    (FLAGS["cgpt_k3"], ["conv k=3", " bytes of ConvShrink inputs per sequence"], []),
+    (FLAGS["deep_thinking_first_layer_1"], ["of every application in every pass,"], []),
+    (FLAGS["pgpt"], ["of every application in every branch,"], ["and pass"]),
+], ids=["gpt", "enhanced", "swiglu", "gated_gelu", "head_bias", "cgpt_k1", "cgpt_k3", "deep_thinking_1", "pgpt"])
+def test_plan_text_names_what_the_model_has(flags, shown, not_shown):
+    """The words of the table and totals follow the model: the residual column says "enhanced" only for the
+    enhanced residual, SwiGLU is named so, the head line shows its bias, cgpt's kept conv inputs (the last k-1
+    inputs of each Conv1d, float32) are counted only for a kernel above 1, and the weights applied count every
+    pass of one thinking step; otherwise a plain GPT showed "enhanced", SwiGLU "gated SiLU", cgpt k=1 a conv state
+    it does not keep, and so on (a hunt: a changed line did each, and no test failed)."""
+    model = meta_model({**TINY, **flags})
+    text = plan_tool.format_plan(plan_tool.read_plan(model, "m")) + "\n"
+    convs = [m for m in model.modules() if isinstance(m, torch.nn.Conv1d)]
+    if flags.get("shrink_kernel", 1) > 1:
+        expected = sum((m.kernel_size[0] - 1) * m.in_channels * 4 for m in convs)
+        assert f"plus {expected:,} bytes of ConvShrink" in text
+    for words in shown:
+        assert words in text, words
+    for words in not_shown:
+        assert words not in text, words
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--out_dir=run", "--n_layer=8"], ["takes no --variant or model flags"]),
+    (["own.py", "--out_dir=run"], ["names its model, so it takes no --out_dir"]),
+    (["own.py", "--mlp_ratio=2"], ["mlp_ratio=2.0 changes nothing: mlp_hidden=1536 sizes the FFN"]),
+    (["own.py", "--rope_base=500"], ["rope_base=500.0 is read only with RoPE"]),
+], ids=["checkpoint_with_flags", "config_with_out_dir", "config_mlp_ratio", "config_rope_base"])
+def test_command_refuses_flags_its_model_ignores(argv, words, tmp_path, monkeypatch, capsys):
+    """A flag the model it shows would ignore is one error line, before any plan: a checkpoint's model with
+    --n_layer, a config file with --out_dir, --mlp_ratio where the config's mlp_hidden sizes the FFN, --rope_base
+    without RoPE; otherwise the plan printed ignored it without a word (a hunt: a changed line did each, and no
+    test failed)."""
+    monkeypatch.chdir(tmp_path)
+    model = GPT(GPTConfig(**{**TINY, "n_layer": 2}))
+    atomic_save({"model": model.state_dict(), "model_args": dataclasses.asdict(model.config), "iter_num": 3},
+                tmp_path / "run" / "ckpt.pt")
+    (tmp_path / "own.py").write_text("variant = 'baseline'\nvocab_size = 65\n")
+    one_error_line(plan_tool.main, argv, *words)
+    assert capsys.readouterr().out == ""
+
+
+def test_gallery_into_an_existing_folder(tmp_path, monkeypatch, capsys):
+    """--gallery rewrites the pictures of a folder that exists (docs/architectures, where they live), rather than a
+    FileExistsError traceback (a hunt: a changed line did this, and no test failed). One preset here."""
+    monkeypatch.setattr(variants, "available", lambda: ["gpt"])
+    (tmp_path / "gpt.png").write_bytes(b"old")
+    plan_tool.main([f"--gallery={tmp_path}"])
+    assert capsys.readouterr().out.startswith(f"wrote {tmp_path / 'gpt.png'} (")
+    assert (tmp_path / "gpt.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
