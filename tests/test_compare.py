@@ -707,3 +707,141 @@ def test_figure_titles_name_every_dataset_of_the_runs(tmp_path, monkeypatch):
     assert titles == ["Loss comparison on 2 datasets (shakespeare, shakespeare_v1024)"]
     assert compare.datasets_of(config, runs[:1] * 2) == "shakespeare"
     assert compare.datasets_of(config, []) == "shakespeare_char"
+
+
+# -----------------------------------------------------------------------------------------------
+# edge cases of the checks, statistics and tables, called directly (no training)
+
+def test_seeds_reach_the_last_seed_and_refuse_a_negative_one():
+    """--seeds=N may end at MAX_SEED - 1; a listed seed below 0 is refused in one line (a hunt: a changed line
+    did this, and no test failed)."""
+    from safety_net.runtime import MAX_SEED
+    assert compare.resolve_seeds(3, MAX_SEED - 3) == [MAX_SEED - 3, MAX_SEED - 2, MAX_SEED - 1]
+    with pytest.raises(UserError, match="seeds must be a count or a list of seeds in"):
+        compare.resolve_seeds([-1, 2], 0)
+
+
+@pytest.mark.parametrize("arg, words", [
+    ("--samples_per_prompt=0", "samples_per_prompt must be >= 1"),
+    ("--sample_tokens=-1", "sample_tokens must be >= 0"),
+    ("--bench_iters=-1", "bench_iters must be >= 0"),
+    ("--compare_dir=", "compare_dir is empty"),
+    ("--init_from=scratch", "compare.py sets init_from itself"),
+    ("--eval_only=True", "eval_only does not train"),
+    ("--prompts=['War is ', '']", "prompts holds an empty prompt"),
+])
+def test_bad_compare_keys_are_one_line(arg, words):
+    """Each of compare.py's own refusals (a hunt: a changed line did this, and no test failed)."""
+    with pytest.raises(UserError, match=words):
+        compare.parse([arg])
+
+
+def test_aggregate_means_stds_counts_and_first_seed_columns():
+    """One row per variant: n_seeds and seeds of its own runs, mean and sample std over all of them, the other
+    columns from its first seed (a hunt: a changed line did this, and no test failed)."""
+    def row(name, seed, loss, weights):
+        r = {k: 1.0 for k in compare.SEED_METRICS}
+        return dict(r, name=name, seed=seed, best_val_loss=loss, branch_weights=weights)
+    rows = [row("a", 1, 1.0, "0.6 0.4"), row("a", 2, 1.1, "0.5 0.5"), row("a", 3, 1.5, "0.5 0.5"),
+            row("b", 1, 2.0, None), row("b", 2, 2.4, None)]
+    a, b = compare.aggregate(rows)
+    assert (a["n_seeds"], a["seeds"], b["n_seeds"], b["seeds"]) == (3, "1 2 3", 2, "1 2")
+    assert a["best_val_loss"] == pytest.approx(statistics.fmean([1.0, 1.1, 1.5]))
+    assert a["best_val_loss_std"] == pytest.approx(statistics.stdev([1.0, 1.1, 1.5]))
+    assert b["best_val_loss"] == pytest.approx(2.2) and b["best_val_loss_std"] == pytest.approx(statistics.stdev([2.0, 2.4]))
+    assert a["branch_weights"] == "0.6 0.4" and "seed" not in a
+
+
+def test_table_cells_and_number_formats():
+    """fmt_si's units at their thresholds and for negative values, 'mean ± std' only for a seed metric with a
+    value, markdown alignment (a hunt: a changed line did this, and no test failed)."""
+    assert [compare.fmt_si(v) for v in (1e6, 1e3, -2e9, 999.0)] == ["1M", "1k", "-2G", "999"]
+    seeds = [1, 2]
+    assert compare.cell(dict(best_val_loss=1.23456, best_val_loss_std=0.01), "best_val_loss", ".4f", seeds) == \
+        "1.2346 ± 0.0100"
+    assert compare.cell(dict(best_val_loss=None), "best_val_loss", ".4f", seeds) == "n/a"
+    assert compare.cell(dict(params_m=1.5), "params_m", ".2f", seeds) == "1.50"
+    assert compare.md_table(["a", "b", "c"], [[1, 2, 3]], left=2).splitlines()[1] == "|---|---|---:|"
+
+
+def test_best_eval_skips_missing_losses_and_keeps_a_lone_iteration_0():
+    """The best evaluation of a run: a row without a val loss is skipped, and a run evaluated only at iteration 0
+    keeps that one (a hunt: a changed line did this, and no test failed)."""
+    assert compare.best_eval(dict(eval=[dict(iter=0, val_loss=2.0)])) == dict(iter=0, val_loss=2.0)
+    log = dict(eval=[dict(iter=0, val_loss=3.0), dict(iter=3, val_loss=None), dict(iter=6, val_loss=1.5)])
+    assert compare.best_eval(log)["iter"] == 6
+
+
+def test_run_row_reports_the_bench_timing_memory_and_total_train_time():
+    """ms/iter and tokens/s from the bench when it ran, peak memory in decimal MB, the train time of every session,
+    the ckpt size, no weaker-branch loss for a single-branch model, no ppl past exp(50) (a hunt: a changed line did
+    this, and no test failed)."""
+    import dataclasses
+    from types import SimpleNamespace
+    from model import GPTConfig
+    run = SimpleNamespace(name="x", config=dict(train.DEFAULTS, batch_size=4, max_iters=6, eval_interval=3,
+                                                 eval_iters=2), seed=1)
+    args = dataclasses.asdict(GPTConfig(n_layer=1, n_head=1, n_embd=8, block_size=8, vocab_size=16))
+    summary = dict(model_args=args, iter_num=6, best_val_loss=1.0, ms_per_iter=50.0, tokens_per_s=10.0,
+                   train_time_s=3.0, train_time_total_s=9.0)
+    report = dict(params=1, weights_fp32_bytes=4_000_000, ckpt_bytes=12_000_000, bench_ms=20.0, bench_tok_s=99.0,
+                  peak_bytes=5_000_000)
+    log = dict(eval=[dict(iter=3, val_loss=1.0, val_loss_heaviest=1.3)])
+    row = compare.run_row(run, dict(summary=summary, report=report), log)
+    assert (row["ms_per_iter"], row["tokens_per_s"], row["timing"]) == (20.0, 99.0, "bench")
+    assert (row["train_ms_per_iter"], row["train_time_s"]) == (50.0, 9.0)
+    assert (row["peak_memory_mb"], row["ckpt_mb"], row["size_mb_fp32_weights"]) == (5.0, 12.0, 4.0)
+    assert row["val_loss_weaker_branch_dropped"] is None and row["best_val_ppl"] == pytest.approx(math.e)
+    huge = compare.run_row(run, dict(summary=dict(summary, best_val_loss=60.0), report=report), log)
+    assert huge["best_val_ppl"] is None
+
+
+def test_csv_writes_none_empty_and_floats_to_six_digits(tmp_path):
+    """results.csv: a missing value is an empty cell and a float has six significant digits (a hunt: a changed line
+    did this, and no test failed)."""
+    path = tmp_path / "r.csv"
+    compare.write_csv(str(path), [dict(name="a", loss=1.234567891, peak=None, iters=6)])
+    assert path.read_text().splitlines() == ["name,loss,peak,iters", "a,1.23457,,6"]
+
+
+def _run(name, key, flops_scale, max_iters, accum=1, first=True):
+    cfg = dict(batch_size=2, gradient_accumulation_steps=accum, max_iters=max_iters, eval_interval=10)
+    return compare.Run(name=name, seed=3, key=key, out_dir="", config=cfg, explicit=set(), args=dict(block_size=4),
+                       first=first)
+
+
+def test_equal_compute_plan_reads_the_cheapest_runs_budget():
+    """The plan's equal-compute iteration and evaluation count per variant, accumulation steps counted, and a
+    seed run's label (a hunt: a changed line did this, and no test failed)."""
+    a, b = _run("a", "a", 1, 100), _run("b", "b/seed3", 2, 100, accum=2)
+    assert b.cost_per_iter(2.0) == 2.0 * 2 * 2 * 4 and (a.label, b.label) == ("a", "b seed 3")
+    plan, cheapest = compare.equal_compute_plan([a, b], {"a": (0, 1.0), "b": (0, 2.0)})
+    assert cheapest == "a" and plan == {"a": (100.0, 10), "b": (25.0, 2)}
+
+
+def test_progress_eta_weighs_each_runs_remaining_iterations_by_its_cost(monkeypatch):
+    """ETA = seconds per FLOP measured on the current run x every run's remaining iterations x its FLOPs per
+    iteration; a finished run adds nothing (a hunt: a changed line did this, and no test failed)."""
+    from types import SimpleNamespace
+    clock = [0.0]
+    monkeypatch.setattr(compare, "time", SimpleNamespace(time=lambda: clock[0]))
+    a, b = _run("a", "a", 1, 10), _run("b", "b", 1, 10)
+    p = compare.Progress([a, b], {"a": 2.0, "b": 4.0}, {"a": 10, "b": 10}, print_every_s=1e9)
+    p.start(1, a, 0)
+    clock[0] = 10.0
+    p("iter", dict(iter_num=5))   # 10 s for 5 iterations of cost 2: 1 s per FLOP
+    assert p.eta() == pytest.approx(5 * 2 + 10 * 4)
+    p.finish(a)
+    assert p.eta() == pytest.approx(10 * 4)
+
+
+def test_equal_compute_table_and_seeds_note_numbers():
+    """'x <first>' is each model's FLOPs/token over the first row's; the seeds note counts the seeds, not the rows
+    (a hunt: a changed line did this, and no test failed)."""
+    rows = [dict(name=n, flops_per_token=f, train_flops=f * 10, equal_compute_iter=i, iters=10,
+                 val_loss_equal_compute=1.0, train_time_s=1.0, eval_interval=5, init_from="scratch")
+            for n, f, i in (("a", 100.0, 10.0), ("b", 200.0, 5.0))]
+    text = "\n".join(compare.equal_compute_lines({}, rows, 1000.0, rows[0], None))
+    assert "| b | 200 | 2.00x |" in text and "| a | 100 | 1.00x |" in text
+    note = compare.seeds_note(dict(seeds=[1, 2, 3]), [dict(rows[0]), dict(rows[1])])
+    assert "mean ± std over 3 seeds" in note

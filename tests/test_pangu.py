@@ -691,6 +691,62 @@ def test_refine_prefers_high_loss_segments_and_respects_the_rate():
         refine.refine(varied, rate=0.5, temperature=1e-6)
 
 
+def test_refine_edges_of_rate_and_parts_are_kept():
+    """rate=1 keeps every segment, a rate below 1/N still keeps one, --parts may equal N, and parts that get no share
+    of N0 are skipped (a hunt: a changed line did this, and no test failed)."""
+    assert refine.refine(np.zeros(5), rate=1.0).tolist() == [0, 1, 2, 3, 4]
+    assert len(refine.refine(np.zeros(10), rate=0.01)) == 1
+    assert len(refine.refine(np.arange(4.0), rate=0.5, parts=4)) == 2
+    assert len(refine.refine(np.zeros(10), rate=0.1, parts=10)) == 1
+
+
+def tiny_refine_run(tmp_path, n_train):
+    """A checkpoint (block_size 16, its tokenizer_id recorded) on a dataset of n_train train tokens: its out_dir."""
+    from safety_net.fileio import atomic_save
+    data = write_token_dataset(tmp_path / "data", n_train=n_train, n_val=100)
+    model = visible(GPT(GPTConfig(block_size=16, vocab_size=16, n_layer=1, n_head=2, n_embd=16)))
+    tok = dataset.tokenizer_id(dataset.load_meta(data))
+    atomic_save({"model": model.state_dict(), "model_args": dataclasses.asdict(model.config), "iter_num": 1,
+                 "best_val_loss": 3.0, "config": {}, "data_dir": data, "tokenizer_id": tok},
+                str(tmp_path / "out" / "ckpt.pt"))
+    return str(tmp_path / "out"), data, model, tok
+
+
+def test_refine_scores_the_last_whole_window_and_prints_its_numbers(tmp_path, capsys):
+    """A train split of exactly 12 windows gives 12 segments; refine.json names the dataset and tokenizer; the
+    summary's loss mean/min/max, kept count, tau, kept mean loss and next-round --init_from are the real ones
+    (a hunt: a changed line did this, and no test failed)."""
+    out_dir, data, model, tok = tiny_refine_run(tmp_path, 17 * 12)
+    path = refine.main([f"--out_dir={out_dir}", "--rate=0.5", "--temperature=2", "--seed=3"])
+    tokens = np.fromfile(os.path.join(data, "train.bin"), dtype=np.uint16)
+    starts = np.arange(12) * 17
+    losses = refine.segment_losses(model, tokens, starts, 17)
+    keep = np.load(path)
+    assert len(keep) == 6 and set(keep.tolist()) <= set(starts.tolist())
+    with open(dataset.segments_info_path(path)) as f:
+        info = json.load(f)
+    assert (info["train_tokens"], info["data_dir"], info["tokenizer_id"]) == (17 * 12, data, tok)
+    printed = capsys.readouterr().out
+    assert (f"12 segments of 17 tokens in {os.path.join(data, 'train.bin')}: loss mean {losses.mean():.4f} "
+            f"(min {losses.min():.4f}, max {losses.max():.4f})") in printed
+    assert (f"kept 6 (50%) with p = softmax(l / 2): their mean loss {losses[keep // 17].mean():.4f}") in printed
+    assert f"--init_from={os.path.join(out_dir, 'ckpt.pt')} --data_dir=" in printed
+
+
+def test_refine_refuses_bad_batch_size_and_train_splits_in_one_line(tmp_path):
+    """--batch_size=0, a train split holding an id beyond the model's vocabulary and one shorter than a window are
+    each one error line (a hunt: a changed line did this, and no test failed)."""
+    from conftest import one_error_line
+    out_dir, data, _, _ = tiny_refine_run(tmp_path, 17 * 4)
+    one_error_line(refine.main, [f"--out_dir={out_dir}", "--batch_size=0"], "batch_size must be >= 1")
+    train_bin = os.path.join(data, "train.bin")
+    np.array([0, 1, 99] * 20, dtype=np.uint16).tofile(train_bin)
+    one_error_line(refine.main, [f"--out_dir={out_dir}"], "token id 99", "vocab_size is 16")
+    np.arange(10, dtype=np.uint16).tofile(train_bin)
+    one_error_line(refine.main, [f"--out_dir={out_dir}"], "has 10 tokens, not enough for block_size=16")
+    assert not os.path.exists(os.path.join(out_dir, "refine.npy"))
+
+
 def test_segment_losses_match_the_model_loss():
     torch.manual_seed(0)
     model = GPT(GPTConfig(block_size=8, vocab_size=16, n_layer=1, n_head=2, n_embd=16)).eval()
