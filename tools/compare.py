@@ -809,7 +809,7 @@ def write_csv(path, rows):
         w = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["name"], lineterminator="\n")
         w.writeheader()
         for r in rows:
-            w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else ("" if v is None else v)) for k, v in r.items()})
+            w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()})   # None: an empty cell
 
 
 def equal_compute_lines(config, rows, budget, cheapest, seeds):
