@@ -748,7 +748,8 @@ def test_aggregate_means_stds_counts_and_first_seed_columns():
     assert (a["n_seeds"], a["seeds"], b["n_seeds"], b["seeds"]) == (3, "1 2 3", 2, "1 2")
     assert a["best_val_loss"] == pytest.approx(statistics.fmean([1.0, 1.1, 1.5]))
     assert a["best_val_loss_std"] == pytest.approx(statistics.stdev([1.0, 1.1, 1.5]))
-    assert b["best_val_loss"] == pytest.approx(2.2) and b["best_val_loss_std"] == pytest.approx(statistics.stdev([2.0, 2.4]))
+    assert b["best_val_loss"] == pytest.approx(2.2)
+    assert b["best_val_loss_std"] == pytest.approx(statistics.stdev([2.0, 2.4]))
     assert a["branch_weights"] == "0.6 0.4" and "seed" not in a
 
 
@@ -757,8 +758,8 @@ def test_table_cells_and_number_formats():
     value, markdown alignment (a hunt: a changed line did this, and no test failed)."""
     assert [compare.fmt_si(v) for v in (1e6, 1e3, -2e9, 999.0)] == ["1M", "1k", "-2G", "999"]
     seeds = [1, 2]
-    assert compare.cell(dict(best_val_loss=1.23456, best_val_loss_std=0.01), "best_val_loss", ".4f", seeds) == \
-        "1.2346 ± 0.0100"
+    with_std = dict(best_val_loss=1.23456, best_val_loss_std=0.01)
+    assert compare.cell(with_std, "best_val_loss", ".4f", seeds) == "1.2346 ± 0.0100"
     assert compare.cell(dict(best_val_loss=None), "best_val_loss", ".4f", seeds) == "n/a"
     assert compare.cell(dict(params_m=1.5), "params_m", ".2f", seeds) == "1.50"
     assert compare.md_table(["a", "b", "c"], [[1, 2, 3]], left=2).splitlines()[1] == "|---|---|---:|"

@@ -252,10 +252,9 @@ def test_static_cache_reset_starts_a_fresh_sequence():
 
 def test_fast_sample_generate_keeps_model_generates_contract():
     """fast_sample.generate as model.generate: the greedy tokens of a block_size-1 model (each window re-primed
-    from its last token; an IndexError otherwise), the model left in the mode it came in (a training model was
-    left in eval mode, its dropout off), and use_kv_cache=False one line, as there is no decode step to compile
-    (otherwise it sampled with the cache anyway) (a hunt: a changed line did each, and no test failed). The eager
-    backend: dynamo's tracing, no compile."""
+    from its last token), the model left in the mode it came in, and use_kv_cache=False one line, as there is no
+    decode step to compile (a hunt: changed lines gave an IndexError, left a training model in eval mode and
+    sampled with the cache anyway, and no test failed). The eager backend: dynamo's tracing, no compile."""
     from safety_net.configurator import UserError
     torch._dynamo.reset()
     torch.manual_seed(0)

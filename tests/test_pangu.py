@@ -983,7 +983,7 @@ def bad_ids_data(big, tmp_path):
 def test_bad_inherit_options_are_one_line_and_write_nothing(big, tmp_path, capsys, more, words):
     """An unknown --layers or --neurons that this cut does not use, a negative --calib_batch_size, --calib_batches=0
     and calibration data with ids past the vocabulary: otherwise a checkpoint (of all-zero Taylor scores for
-    --calib_batches=0) or a traceback (a hunt: a changed line did this, and no test failed)."""
+    --calib_batches=0) or a traceback when a changed line let them through (a hunt: no test failed)."""
     out_dir = tmp_path / "small"
     more = [arg.format(bad=bad_ids_data(big, tmp_path)) if "{bad}" in arg else arg for arg in more]
     with pytest.raises(SystemExit) as e:
@@ -994,9 +994,10 @@ def test_bad_inherit_options_are_one_line_and_write_nothing(big, tmp_path, capsy
 
 
 def test_inherit_into_a_compact_vocabulary_records_the_target_tokenizer(tmp_path, capsys):
-    """--target_data_dir: the output records the compact dataset's tokenizer, not the source's (train.py
-    --init_from=<it> on the compact data refused it as trained with another tokenizer), and --data_dir (the
-    source's vocabulary) is read: no note that it is not (a hunt: a changed line did this, and no test failed)."""
+    """--target_data_dir: the output records the compact dataset's tokenizer, not the source's (with the source's,
+    train.py --init_from=<it> on the compact data refuses it as trained with another tokenizer), and --data_dir
+    (the source's vocabulary) is read: no note that it is not (a hunt: a changed line did each, and no test
+    failed)."""
     src_data, dst_data = tmp_path / "gpt2data", tmp_path / "compact"
     for folder, meta in ((src_data, gpt2_meta()), (dst_data, compact_meta([5, 6, 7, 300]))):
         os.makedirs(folder)
@@ -1013,8 +1014,9 @@ def test_inherit_into_a_compact_vocabulary_records_the_target_tokenizer(tmp_path
 
 
 def test_ffn_sizes_given_as_mlp_hidden_or_mlp_ratio_are_the_small_models(big, tmp_path):
-    """--mlp_hidden alone narrows the FFN (it ended in load_state_dict's size-mismatch traceback), and --mlp_ratio
-    replaces a source's mlp_hidden (it kept the source's FFN) (a hunt: a changed line did this, and no test failed)."""
+    """--mlp_hidden alone narrows the FFN, and --mlp_ratio replaces a source's mlp_hidden (a hunt: changed lines
+    ended the first in load_state_dict's size-mismatch traceback and kept the source's FFN in the second, and no
+    test failed)."""
     inherit.main([f"--init_from={big[0]}", f"--out_dir={tmp_path / 'small'}", "--mlp_hidden=64", "--neurons=l1"])
     model, ckpt = load_model(str(tmp_path / "small"))
     assert ffn_hidden(model.config) == 64 and [len(f) for f in ckpt["inherit"]["ffn"]] == [64] * 4
@@ -1025,8 +1027,8 @@ def test_ffn_sizes_given_as_mlp_hidden_or_mlp_ratio_are_the_small_models(big, tm
 
 def test_loss_ranking_at_the_same_depth_reads_no_data(big, tmp_path, capsys):
     """--layers=loss keeping every layer ranks nothing: it reads no calibration data, so a --data_dir without a
-    meta.json is no error, only noted as not read (it failed on the missing meta.json) (a hunt: a changed line did
-    this, and no test failed)."""
+    meta.json is no error, only noted as not read (a hunt: a changed line failed on the missing meta.json, and no
+    test failed)."""
     empty = tmp_path / "empty"
     empty.mkdir()
     path = inherit.main([f"--init_from={big[0]}", f"--out_dir={tmp_path / 'small'}", "--layers=loss",
@@ -1038,8 +1040,8 @@ def test_loss_ranking_at_the_same_depth_reads_no_data(big, tmp_path, capsys):
 @pytest.mark.parametrize("state", ["inherit_and_last", "dangling_ckpt_link"])
 def test_inherit_refuses_an_out_dir_with_an_earlier_output_beside_another_run(big, tmp_path, state):
     """An earlier inherit's ckpt.pt beside another run's last.pt, and a ckpt.pt that is a link to nothing, are not
-    the same command's output alone: one line, nothing replaced (it wrote into the folder) (a hunt: a changed line
-    did this, and no test failed)."""
+    the same command's output alone: one line, nothing replaced (a hunt: a changed line wrote into the folder, and
+    no test failed)."""
     small = tmp_path / "small"
     if state == "inherit_and_last":
         inherit.main(small_args(small, big[0]))
@@ -1047,14 +1049,14 @@ def test_inherit_refuses_an_out_dir_with_an_earlier_output_beside_another_run(bi
     else:
         small.mkdir()
         (small / "ckpt.pt").symlink_to(tmp_path / "nowhere.pt")
-    before = {name: os.readlink(small / name) if os.path.islink(small / name) else (small / name).read_bytes()
-              for name in os.listdir(small) if name != ".lock"}
+    def contents():
+        return {name: os.readlink(small / name) if os.path.islink(small / name) else (small / name).read_bytes()
+                for name in os.listdir(small) if name != ".lock"}
+
+    before = contents()
     with pytest.raises(SystemExit, match="already holds another run's") as e:
         inherit.main(small_args(small, big[0], "--neurons=l2"))
-    assert "\n" not in str(e.value)
-    after = {name: os.readlink(small / name) if os.path.islink(small / name) else (small / name).read_bytes()
-             for name in os.listdir(small) if name != ".lock"}
-    assert after == before
+    assert "\n" not in str(e.value) and contents() == before
 
 
 def test_a_run_folder_with_a_config_json_is_a_source_not_a_hugging_face_folder(big, tmp_path):
@@ -1117,8 +1119,8 @@ def test_the_fix_for_a_refused_kv_head_count_is_the_nearest_that_fits(src_kw, kw
 
 def test_a_channel_gated_zero_is_read_by_no_norm_the_final_one_included():
     """Residual channels gated 0 by mask_hooks are read by no norm, ln_f included: other values of them in the
-    token embedding change no logit (ln_f read them, so learned masks scored channels the small model drops by a
-    model that still used them) (a hunt: a changed line did this, and no test failed)."""
+    token embedding change no logit (a hunt: with ln_f's gate deleted, learned masks scored channels the small
+    model drops by a model that still used them, and no test failed)."""
     torch.manual_seed(0)
     cfg = GPTConfig(block_size=16, vocab_size=16, n_layer=2, n_head=4, n_embd=32, pos_embedding="rope", bias=False,
                     norm="rmsnorm")

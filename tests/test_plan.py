@@ -326,8 +326,7 @@ def test_bench_scaling_scales_every_depth_field(field):
     assert scaled[field] < args[field], (field, args[field], scaled[field])
 
 
-# --- what the command prints and refuses, held to the model (a hunt: each line below could change, and no test
-# failed) ---------------------------------------------------------------------------------------------------------
+# --- what the command prints and refuses, held to the model (a hunt's changed lines that no test caught) ----------
 
 SMALL = ["--n_embd=32", "--n_head=2", "--n_kv_head=2", "--block_size=16", "--vocab_size=37"]
 
