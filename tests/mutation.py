@@ -2482,6 +2482,10 @@ MUTANTS = [
            'std over {len(seeds)} seeds**',
            'std over {len(rows)} seeds**',
            "tests/test_compare.py -k equal_compute_table_and_seeds_note", every=False),
+    Mutant("stop_request_leaves_its_vote_group", "safety_net/stop.py",
+           "            torch.distributed.destroy_process_group(self.group)",
+           "            pass",
+           "tests/test_stop_and_runtime.py -k vote_group", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

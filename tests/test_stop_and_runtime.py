@@ -65,18 +65,33 @@ def test_only_rank_zero_announces_a_stop(capsys):
         other.handle(signal.SIGTERM, None)
 
 
-def test_stop_request_ends_the_vote_group_it_made(tmp_path):
+def test_stop_request_ends_the_vote_group_it_made(tmp_path, monkeypatch):
     """Under DDP each StopRequest makes a gloo group for its votes; train() called again and again in one process
-    (tools, tests) left one more group behind each time."""
+    (tools, tests) left one more group behind each time. Every group made (torch.distributed.new_group) is
+    destroyed (destroy_process_group of that group), counted through torch's public functions."""
     main_thread_only()
+    made, destroyed = [], []
+    new_group = torch.distributed.new_group
+    destroy = torch.distributed.destroy_process_group
+
+    def counting_new_group(*args, **kwargs):
+        made.append(new_group(*args, **kwargs))
+        return made[-1]
+
+    def counting_destroy(group=None):
+        destroyed.append(group)
+        destroy(group)
+
     torch.distributed.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0,
                                          world_size=1)
     try:
-        groups = len(torch.distributed.distributed_c10d._world.pg_map)
+        monkeypatch.setattr(torch.distributed, "new_group", counting_new_group)
+        monkeypatch.setattr(torch.distributed, "destroy_process_group", counting_destroy)
         for _ in range(3):
             with StopRequest(master=True, world=2) as stop:
                 stop.vote()
-        assert len(torch.distributed.distributed_c10d._world.pg_map) == groups
+        monkeypatch.undo()
+        assert len(made) == 3 and destroyed == made
     finally:
         torch.distributed.destroy_process_group()
 
