@@ -280,3 +280,176 @@ def test_the_compact_reports_keys_without_a_compact_vocabulary_are_refused(tmp_p
     for key in ("--n_layer=3", "--no_plot"):
         one_error_line(main, [key, f"--out_dir={tmp_path / 'w'}"], "goes with --vocab_size")
     assert not (tmp_path / "w").exists()
+
+
+def test_text_before_the_first_heading_belongs_to_the_first_article():
+    """A preamble before the first heading is part of the first article, not an article of its own (a hunt: a
+    changed line did this, and no test failed)."""
+    raw = b"intro line\n \n = A = \n x\n \n = B = \n y\n"
+    assert split_articles(raw) == [b"intro line\n \n = A = \n x\n", b" \n = B = \n y\n"]
+
+
+def test_a_flat_folder_of_the_raw_files_is_read(tmp_path):
+    """--source may be the folder holding wiki.*.raw itself, not only the one above wikitext-103-raw/ (a hunt: a
+    changed line did this, and no test failed)."""
+    for name in WIKI_FILES.values():
+        (tmp_path / name).write_bytes(b" \n = " + name.encode() + b" = \n text\n")
+    assert wikitext103.wikitext_reader(str(tmp_path))("wiki.valid.raw") == b" \n = wiki.valid.raw = \n text\n"
+
+
+def test_a_flat_folder_without_a_split_names_the_file_it_looked_for(tmp_path):
+    """A flat folder (wiki.train.raw in it) without wiki.valid.raw: the error named
+    wikitext-103-raw/wiki.valid.raw, a path it never looked at (a hunt found it: the message named the wrong
+    path)."""
+    (tmp_path / "wiki.train.raw").write_bytes(b" \n = A = \n x\n")
+    (tmp_path / "wiki.test.raw").write_bytes(b" \n = B = \n y\n")
+    with pytest.raises(UserError) as e:
+        wikitext103.wikitext_reader(str(tmp_path))
+    assert str(e.value).startswith(f"{tmp_path} lacks wiki.valid.raw (fix: "), str(e.value)
+
+
+def test_an_archive_that_cannot_be_opened_is_one_line(tmp_path, monkeypatch):
+    """An archive the system refuses to open (no permission) is the one line, not a traceback (a hunt: a changed
+    line did this, and no test failed)."""
+    path = tmp_path / "wikitext-103-raw-v1.zip"
+    path.write_bytes(b"PK")
+
+    def refused(*args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(zipfile, "ZipFile", refused)
+    with pytest.raises(UserError) as e:
+        wikitext103.wikitext_reader(str(path))
+    assert "is not a valid zip archive" in str(e.value) and "Permission denied" in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("error, said", [(EOFError(), "EOFError"), (OSError(5, "I/O error"), "[Errno 5] I/O error")])
+def test_an_archive_whose_read_fails_is_damaged(tmp_path, monkeypatch, error, said):
+    """A truncated archive (EOFError) or a failed read (OSError) says the archive is damaged, in one line (a hunt:
+    a changed line did this, and no test failed)."""
+    source = make_wikitext(tmp_path, "zip")
+
+    def fails(self, name, pwd=None):
+        raise error
+
+    monkeypatch.setattr(zipfile.ZipFile, "read", fails)
+    with pytest.raises(UserError) as e:
+        wikitext103.wikitext_reader(source)("wiki.train.raw")
+    assert str(e.value).startswith(f"{source} is damaged ({said}) (fix: "), str(e.value)
+
+
+def test_a_damaged_compressed_archive_is_one_line(tmp_path, offline):
+    """Corrupted deflate data in the archive ended in zlib's traceback (`Error -3 while decompressing data`); an
+    unknown compression method in NotImplementedError's (a hunt found it: zlib.error was not caught, nor was
+    NotImplementedError)."""
+    import zlib
+    path = tmp_path / "damaged.zip"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name in WIKI_FILES.values():
+            zf.writestr(f"wikitext-103-raw/{name}", "".join(wiki_article(f"T{i}", [f"p {i} ."]) for i in range(2000)))
+    data = bytearray(path.read_bytes())
+    data[200:260] = bytes(b ^ 0x5A for b in data[200:260])
+    path.write_bytes(bytes(data))
+    one_error_line(main, ["--source", str(path), "--out_dir", str(tmp_path / "o")], f"{path} is damaged (")
+    for error in (zlib.error("Error -3 while decompressing data"), NotImplementedError("compression type 99")):
+        def fails(self, name, pwd=None):
+            raise error
+        with pytest.MonkeyPatch.context() as m:
+            m.setattr(zipfile.ZipFile, "read", fails)
+            with pytest.raises(UserError, match="is damaged"):
+                wikitext103.wikitext_reader(str(path))("wiki.train.raw")
+
+
+def test_a_failed_download_names_each_host_tried(tmp_path, offline):
+    """Every mirror that failed is named by its host (a hunt: a changed line did this, and no test failed)."""
+    with pytest.raises(UserError) as e:
+        prepare("wikitext103", out_dir=str(tmp_path / "o"))
+    assert "(wikitext.smerity.com: " in str(e.value) and "; s3.amazonaws.com: " in str(e.value), str(e.value)
+
+
+def test_an_empty_validation_file_is_refused(tmp_path, offline):
+    """A 0-byte wiki.valid.raw holds no article at all: refused as a split without text (a hunt: a changed line
+    did this, and no test failed)."""
+    path = tmp_path / "empty_val.zip"
+    with zipfile.ZipFile(path, "w") as zf:
+        for split, name in WIKI_FILES.items():
+            zf.writestr(f"wikitext-103-raw/{name}", b"" if split == "val" else "".join(WIKI[split]).encode())
+    one_error_line(main, ["--source", str(path), "--out_dir", str(tmp_path / "o")],
+                   "the val split (wiki.valid.raw) holds no text")
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_non_utf8_byte_is_located_in_the_whole_split():
+    """The byte offset of bad text counts the articles before it (a hunt: a changed line did this, and no test
+    failed)."""
+    with pytest.raises(UserError, match=r"invalid start byte at byte 25\)"):
+        wikitext103.check_utf8({"val": [b" \n = A = \n ok\n", b" \n = B = \n \xff\n"]}, "SRC")
+
+
+def test_the_tokenizer_uses_every_cpu_by_default(monkeypatch, gpt2_file):
+    """Without --num_proc the tokenizer starts one worker per CPU, as documented (a hunt: a changed line did this,
+    and no test failed)."""
+    import multiprocessing
+    started = []
+
+    def pool(n, **kwargs):
+        started.append(n)
+        return multiprocessing.Pool(1, **kwargs)   # one real worker: the test's own cost
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 3)
+    monkeypatch.setattr(wikitext103, "Pool", pool)
+    list(wikitext103.iter_tokenized([b"a b c"], wikitext103.encoding_spec(tokenizers.gpt2_meta()), 50256))
+    assert started == [3]
+
+
+def test_num_proc_up_to_the_cpus_is_accepted():
+    """--num_proc may be as many as the machine's CPUs, not one more (a hunt: a changed line did this, and a test
+    failed only on a 2-CPU machine)."""
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(os, "cpu_count", lambda: 4)
+        wikitext103.check_num_proc(4)
+        with pytest.raises(UserError, match="--num_proc=5 is more than this machine's 4 CPUs"):
+            wikitext103.check_num_proc(5)
+
+
+def test_the_tokenizing_progress_line_counts_bytes_and_ends_its_line(gpt2_file, capsys):
+    """The progress line counts the text's MB and ends at 100% with a newline, so the next line starts on its own
+    (a hunt: a changed line did this, and no test failed)."""
+    spec = wikitext103.encoding_spec(tokenizers.gpt2_meta())
+    wikitext103.tokenize_to_file(None, [b"word " * 40_000] * 3, spec, 50256, 1, "tokenizing val")
+    assert capsys.readouterr().err.endswith("tokenizing val: 100.0% (0.6/0.6 MB)\n")
+
+
+def test_a_decode_error_names_the_split(gpt2_file):
+    """Text that is not UTF-8 is reported under the label of what was being tokenized (a hunt: a changed line did
+    this, and no test failed)."""
+    spec = wikitext103.encoding_spec(tokenizers.gpt2_meta())
+    with pytest.raises(UserError) as e:
+        wikitext103.tokenize_to_file(None, [b"caf\xe9"], spec, 50256, 1, "tokenizing val")
+    assert str(e.value).startswith("tokenizing val: the text is not UTF-8"), str(e.value)
+
+
+def test_a_split_file_that_fails_midway_is_not_left_behind(tmp_path, monkeypatch):
+    """A write that fails midway (a full disk) leaves no truncated train.bin under its final name, which would
+    pass for a complete one (a hunt: a changed line did this, and no test failed)."""
+    import numpy as np
+
+    def tokenized(*args):
+        yield np.arange(100, dtype=np.uint16), 10, 50
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(wikitext103, "iter_tokenized", tokenized)
+    path = tmp_path / "train.bin"
+    with pytest.raises(UserError, match="cannot write .*train.bin: No space left on device"):
+        wikitext103.tokenize_to_file(str(path), [b"a"] * 2, None, 50256)
+    assert os.listdir(tmp_path) == []
+
+
+def test_the_compact_vocabulary_counts_no_separators(tmp_path, gpt2_file, offline, capsys):
+    """The GPT-2 tokens counted for the compact vocabulary are the articles' own: the <|endoftext|> between them
+    is not corpus text (a hunt: a changed line did this, and no test failed)."""
+    enc = tokenizers.get_gpt2_encoding()
+    n = sum(len(enc.encode_ordinary(article)) for article in WIKI["train"])
+    prepare("wikitext103", out_dir=str(tmp_path / "wc"), source=make_wikitext(tmp_path, "zip"), vocab_size=300,
+            num_proc=1, plot=False)
+    assert f"GPT-2 tokens in the training split: {n:,} (" in capsys.readouterr().out

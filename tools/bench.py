@@ -147,8 +147,10 @@ def check(cfg, explicit):
                             f"--variants={path})")
     if not cfg["variants"] and not files:
         cfg["variants"] = ["gpt"] if not cfg["mode"] else MODES[cfg["mode"]]["variants"]
+    if not cfg["measure"]:   # it said "unknown measure []" (a hunt)
+        raise UserError(f"--measure chose no measure (fix: a comma list of {','.join(MEASURES)}, or leave it out)")
     bad = [m for m in cfg["measure"] if m not in MEASURES]
-    if bad or not cfg["measure"]:
+    if bad:
         raise UserError(f"unknown measure {bad} (fix: --measure is a comma list of {','.join(MEASURES)})")
     unread = [key for key in sorted(explicit) if key in READ_BY and not set(READ_BY[key]) & set(cfg["measure"])]
     if unread:

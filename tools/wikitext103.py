@@ -21,6 +21,7 @@ import os
 import re
 import signal
 import zipfile
+import zlib
 from multiprocessing import Pool
 
 import numpy as np
@@ -79,7 +80,8 @@ def wikitext_reader(source):
         folder = source if os.path.isfile(os.path.join(source, "wiki.train.raw")) else os.path.join(source, WIKITEXT103_DIR)
         missing = [n for n in WIKITEXT103_SPLITS.values() if not os.path.isfile(os.path.join(folder, n))]
         if missing:
-            raise UserError(f"{source} lacks {WIKITEXT103_DIR}/{missing[0]} {how_to}")
+            inside = "" if folder == source else f"{WIKITEXT103_DIR}/"   # the path it looked at (a hunt)
+            raise UserError(f"{source} lacks {inside}{missing[0]} {how_to}")
 
         def read(name):
             with open(os.path.join(folder, name), "rb") as f:
@@ -99,7 +101,8 @@ def wikitext_reader(source):
     def read(name):
         try:
             return zf.read(f"{WIKITEXT103_DIR}/{name}")
-        except (zipfile.BadZipFile, OSError, EOFError) as e:  # CRC errors, truncated archives
+        # CRC errors, truncated archives, damaged compressed data (zlib.error, a hunt), an unknown compression method
+        except (zipfile.BadZipFile, OSError, EOFError, zlib.error, NotImplementedError) as e:
             raise UserError(f"{source} is damaged ({one_line(e)}) {how_to}") from None
     return read
 
