@@ -10,7 +10,9 @@ char-level GPT-2-shaped one, with their logits within stated bounds (f32 and q8_
 (on the prompts, and on all of tinyshakespeare).
 """
 import dataclasses
+import gc
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -112,6 +114,86 @@ def test_a_padded_vocabulary_is_drawn_among_the_tokenizers_ids(tmp_path):
     assert len(reader.fields["tokenizer.ggml.tokens"].data) == len(CHARS) + 7 + 1   # padding rows, end-of-text
 
 
+def test_char_vocabulary_merges_rebuild_each_multibyte_character():
+    """llama.cpp's BPE rebuilds a character of 2 or 3 bytes (é, €) from its bytes, left to right, up to the
+    character's one token; a vocabulary of one-byte characters gets the one inert merge llama.cpp requires of a BPE
+    vocabulary (a hunt: a changed line did this, and no test failed)."""
+    assert export.char_vocabulary(["é", "a"]) == (["Ã©", "a"], ["Ã ©"])
+    assert export.char_vocabulary(["€"]) == (["âĤ¬"], ["â Ĥ", "âĤ ¬"])
+    assert export.char_vocabulary(["a", "b"]) == (["a", "b"], ["ĠĠ ĠĠ"])
+
+
+def test_gguf_header_holds_the_models_sizes_and_its_end_of_text(tmp_path, monkeypatch, capsys):
+    """What llama.cpp reads from the header of a char model padded by 2 rows: its context and FFN sizes, the
+    vocabulary size (characters, padding rows, end-of-text), end-of-text as both bos and eos with no bos added,
+    padding rows and end-of-text typed control (3). The file is whole (the padding after its last tensor
+    included) when it replaces the path; one line on stderr, nothing on stdout (a hunt: a changed line did this,
+    and no test failed)."""
+    args = dict(LLAMA, n_layer=1, share_group_size=1, n_head=3, n_kv_head=1, n_embd=36,   # a last tensor 36 wide
+                vocab_size=len(CHARS) + 2)
+    out_dir, _ = checkpoint(tmp_path, args, char_meta())
+    sizes, replace = [], os.replace
+
+    def sized_replace(src, dst):
+        sizes.append(os.path.getsize(src))
+        replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", sized_replace)
+    path = tmp_path / "m.gguf"
+    export.main([f"--out_dir={out_dir}", f"--gguf={path}"])
+    gc.collect()   # a writer left open would write its last bytes here
+    assert sizes == [path.stat().st_size]
+    out, err = capsys.readouterr()
+    eot = len(CHARS) + 2
+    assert out == "" and err == f"wrote {path} ({path.stat().st_size / 1e6:.2f} MB, llama, f32, {eot + 1} tokens)\n"
+    fields = gguf.GGUFReader(str(path)).fields
+    tokens = fields["tokenizer.ggml.tokens"].contents()
+    assert len(tokens) == eot + 1 == fields["llama.vocab_size"].contents() and tokens[eot] == "<|endoftext|>"
+    assert tokens[-4:-1] == ["Ã©", f"<unused{len(CHARS)}>", f"<unused{len(CHARS) + 1}>"]
+    assert fields["tokenizer.ggml.token_type"].contents()[-4:] == [1, 3, 3, 3]
+    assert fields["tokenizer.ggml.bos_token_id"].contents() == fields["tokenizer.ggml.eos_token_id"].contents() == eot
+    assert fields["tokenizer.ggml.add_bos_token"].contents() is False
+    assert fields["llama.context_length"].contents() == 32 and fields["llama.feed_forward_length"].contents() == 96
+
+
+def test_a_q8_0_file_names_the_matrices_it_keeps_in_f32(tmp_path, capsys):
+    """--quantize=q8_0 of a GPT-2 shape 48 wide: the header says Q8_0 (file type 7), the matrices whose rows are a
+    multiple of 32 wide are Q8_0, and the line on stderr names the others, kept f32 (not the norms and biases, f32 in
+    every file), with the file's size in MB (a hunt: a changed line did this, and no test failed)."""
+    out_dir, _ = checkpoint(tmp_path, dict(GPT2, n_layer=1, n_embd=48, vocab_size=len(CHARS)), char_meta())
+    path = tmp_path / "m.gguf"
+    export.main([f"--out_dir={out_dir}", f"--gguf={path}", "--quantize=q8_0"])
+    kept = ("blk.0.attn_qkv.weight, blk.0.attn_output.weight, blk.0.ffn_up.weight, token_embd.weight, "
+            "position_embd.weight, output.weight")
+    mb = path.stat().st_size / 1e6
+    line = f"wrote {path} ({mb:.2f} MB, gpt2, q8_0, 63 tokens); f32, not a multiple of 32 wide: {kept}\n"
+    assert capsys.readouterr().err == line
+    reader = gguf.GGUFReader(str(path))
+    assert reader.fields["general.file_type"].contents() == gguf.LlamaFileType.MOSTLY_Q8_0 == 7
+    types = {t.name: t.tensor_type.name for t in reader.tensors}
+    assert types["blk.0.ffn_down.weight"] == "Q8_0"
+    assert types["output.weight"] == types["blk.0.attn_norm.weight"] == "F32"
+
+
+def test_export_refuses_a_gguf_path_or_a_checkpoint_without_a_tokenizer(tmp_path):
+    """One line each, nothing written: --gguf not ending in .gguf; --gguf inside a "folder" that is a file (said
+    before the model loads); a checkpoint that records no dataset, so its tokenizer is unknown (a hunt: a changed
+    line did this, and no test failed)."""
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(**dict(GPT2, n_layer=1, vocab_size=len(CHARS))))
+    atomic_save({"model": model.state_dict(), "model_args": dataclasses.asdict(model.config), "iter_num": 0,
+                 "best_val_loss": 9.9, "config": {}}, str(tmp_path / "out" / "ckpt.pt"))   # no dataset recorded
+    out_dir = f"--out_dir={tmp_path / 'out'}"
+    one_error_line(export.main, [out_dir, f"--gguf={tmp_path / 'modelgguf'}"],
+                   f"--gguf must name a .gguf file, got '{tmp_path / 'modelgguf'}'")
+    (tmp_path / "afile").write_text("not a folder")
+    one_error_line(export.main, [out_dir, f"--gguf={tmp_path / 'afile' / 'm.gguf'}"],
+                   f"{tmp_path / 'afile'} is a file, not a folder", "choose another --gguf")
+    one_error_line(export.main, [out_dir, f"--gguf={tmp_path / 'm.gguf'}"],
+                   f"{tmp_path / 'out' / 'ckpt.pt'} records no dataset, so its tokenizer is unknown", "--data_dir=")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "out"]
+
+
 def llamacpp_forward(path, ids):
     """Logits at every position, as llama.cpp computes them from the GGUF file (its tensors and settings only), in
     float64 numpy from llama.cpp's conventions: weights (out, in); llama: RMSNorm, RoPE rotating neighbouring pairs
@@ -211,9 +293,11 @@ def test_refusals_are_one_line(tmp_path):
     (tmp_path / "f.gguf").mkdir()
     one_error_line(export.main, [f"--out_dir={out_dir}", f"--gguf={tmp_path / 'f.gguf'}"], "is a folder",
                    f"--gguf={tmp_path / 'f.gguf' / 'model.gguf'}")
+    from tools.llamacpp import run
+    # nor is such a folder a file to run (a hunt: a changed line did this, and no test failed)
+    one_error_line(run.main, [f"--gguf={tmp_path / 'f.gguf'}"], f"no file {tmp_path / 'f.gguf'}")
     (tmp_path / "f.gguf").rmdir()
     assert not list(tmp_path.glob("*.gguf"))
-    from tools.llamacpp import run
     one_error_line(run.main, [f"--gguf={tmp_path / 'm.gguf'}"], "no file")
     one_error_line(run.main, [f"--gguf={tmp_path / 'm.gguf'}", "--max_new_tokens=-1"], "max_new_tokens")
     one_error_line(run.main, [f"--gguf={tmp_path / 'm.gguf'}", "--num_threads=-1"], "num_threads")

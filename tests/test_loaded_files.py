@@ -367,6 +367,10 @@ def patched(path, key, value=None, type_code=None):
     ("compact_gpt.vocab_size", dict(value=10**6), "not an integer in [1, 62]"),
     ("tokenizer.ggml.eos_token_id", dict(value=62), "not an integer in [0, 61]"),
     ("tokenizer.ggml.tokens", dict(), "no vocabulary"),
+    # a bos one past the tokens, a float within the bounds (a hunt: a changed line did this, and no test failed)
+    ("tokenizer.ggml.bos_token_id", dict(value=62), "bos_token_id is 62 (UINT32), not an integer in [0, 61]"),
+    ("compact_gpt.vocab_size", dict(type_code=6, value=struct.unpack("<I", struct.pack("<f", 2.5))[0]),
+     "compact_gpt.vocab_size is 2.5 (FLOAT32), not an integer in [1, 62]"),
 ])
 def test_a_damaged_gguf_vocabulary_is_one_line(gguf_file, key, change, words):
     from tools.llamacpp import run
@@ -377,6 +381,45 @@ def test_a_damaged_gguf_vocabulary_is_one_line(gguf_file, key, change, words):
         damaged = gguf_file.with_name("damaged.gguf")
         damaged.write_bytes(gguf_file.read_bytes().replace(key.encode(), key[:-1].encode() + b"X", 1))
     one_error_line(run.main, [f"--gguf={damaged}"], words, "export it again")
+
+
+def small_gguf(path, tokens, token_types, embedding=True):
+    """A GGUF file of `tokens` (and `token_types`), with an embedding of as many rows, written by gguf's writer."""
+    import gguf
+    import numpy as np
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_token_list(tokens)
+    writer.add_token_types(token_types)
+    if embedding:
+        writer.add_tensor("token_embd.weight", np.zeros((len(tokens), 8), np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def test_a_gguf_cut_short_or_with_a_list_of_another_length_is_one_line(gguf_file):
+    """A file cut short inside its header (an interrupted copy), token types for 2 of its 3 tokens, and an empty
+    token list are one line each, before llama.cpp is asked to load them (a hunt: a changed line did this, and no
+    test failed)."""
+    from tools.llamacpp import run
+    data = gguf_file.read_bytes()
+    cut = gguf_file.with_name("cut.gguf")
+    cut.write_bytes(data[:data.index(b"tokenizer.ggml.merges")])   # the gguf reader: an IndexError
+    one_error_line(run.main, [f"--gguf={cut}"], f"{cut} is not a readable GGUF file (", "(fix: export it again")
+    types = small_gguf(gguf_file.with_name("types.gguf"), ["a", "b", "c"], [1, 1])
+    one_error_line(run.main, [f"--gguf={types}"], "tokenizer.ggml.token_type does not list the 3 tokens",
+                   "export it again")
+    # gguf's writer leaves out an empty list: a file of one token (no types, no tensors), its list emptied
+    empty = bytearray(small_gguf(gguf_file.with_name("empty.gguf"), ["a"], [], embedding=False).read_bytes())
+    key = b"tokenizer.ggml.tokens"
+    at = empty.index(key) + len(key)
+    assert struct.unpack_from("<IIQQ", empty, at) + (bytes(empty[at + 24:at + 25]),) == (9, 8, 1, 1, b"a")
+    struct.pack_into("<Q", empty, at + 8, 0)
+    del empty[at + 16:at + 25]   # the one string: its u64 length and b"a"
+    gguf_file.with_name("empty.gguf").write_bytes(bytes(empty))
+    one_error_line(run.main, [f"--gguf={gguf_file.with_name('empty.gguf')}"], "has no vocabulary", "export it again")
 
 
 def test_a_killed_gguf_export_is_reported_by_the_next(gguf_file, tiny_checkpoint, capsys):

@@ -18,9 +18,11 @@ import pytest
 import torch
 from tokenizers import Tokenizer
 
+from conftest import one_error_line
 from tools.executorch import run as et_run
 from tools.huggingface.tokenizer import TokenBytes, char_level, tokenizer_files
 from tools.llamacpp import run as lc_run
+from tools.llamacpp.export import MODEL_VOCAB_KEY
 from safety_net.tokenizers import TextStream, get_gpt2_encoding
 
 # characters of 1 to 4 UTF-8 bytes: GPT-2's BPE splits the snowman and the CJK characters across tokens
@@ -287,3 +289,92 @@ def test_a_stream_that_ends_inside_a_character_prints_its_replacement_character(
     expected = data.decode("utf-8", errors="replace") + "\n"
     assert expected == "ok \ufffd\n"
     assert out.getvalue() == expected   # ...and printed at the end, as one replacement character
+
+
+class RecordingLlama:
+    """llama_cpp.Llama as the runner uses it, recording its reset and eval calls: a vocabulary of `n` one-byte
+    tokens whose logits are highest at `best`, then at `second`; metadata as llama_cpp gives it (strings), with
+    MODEL_VOCAB_KEY when model_vocab is given."""
+
+    def __init__(self, context=4, n=128, best=ord("x"), second=ord("A"), model_vocab=None):
+        self.metadata = {"general.architecture": "llama", "llama.context_length": str(context)}
+        if model_vocab is not None:
+            self.metadata[MODEL_VOCAB_KEY] = str(model_vocab)
+        self.n, self.best, self.second, self.tokens, self.calls = n, best, second, [], []
+
+    def n_vocab(self):
+        return self.n
+
+    def tokenize(self, data, add_bos, special):
+        return list(data)
+
+    def detokenize(self, ids):
+        return bytes(ids)
+
+    def reset(self):
+        self.calls.append("reset")
+        self.tokens = []
+
+    def eval(self, ids):
+        self.calls.append(list(ids))
+        self.tokens += ids
+
+    @property
+    def n_tokens(self):
+        return len(self.tokens)
+
+    @property
+    def scores(self):
+        scores = np.zeros((len(self.tokens), self.n), dtype=np.float32)
+        scores[:, self.best], scores[:, self.second] = 2, 1
+        return scores
+
+
+@pytest.fixture
+def llama_run(tmp_path, monkeypatch):
+    """(a function that runs tools.llamacpp.run's main with argv on `llm`, or with its load raising `load_error`,
+    the list of num_threads each load was given)."""
+    (tmp_path / "model.gguf").write_bytes(b"not read: the model is a fake")
+    monkeypatch.setattr(lc_run, "check_gguf", lambda path: None)
+    monkeypatch.setitem(sys.modules, "llama_cpp", types.ModuleType("llama_cpp"))   # installed, as far as run knows
+    loads = []
+
+    def main(argv, llm=None, load_error=None):
+        def load(path, num_threads):
+            loads.append(num_threads)
+            if load_error is not None:
+                raise load_error
+            return llm
+        monkeypatch.setattr(lc_run, "load", load)
+        return lc_run.main([f"--gguf={tmp_path / 'model.gguf'}", *argv])
+    return main, loads
+
+
+def test_llamacpp_greedy_loop_reprimes_with_the_newest_half_once_the_context_is_outgrown():
+    """Context 4, a prompt of 3 ids, 5 new tokens: llama.cpp evaluates the prompt, then one new token at a time, and
+    once the window outgrows the context (5 ids) starts over (reset) from its newest 2, as model.generate does: the
+    calls are exactly these (a hunt: a changed line did this, and no test failed)."""
+    llm = RecordingLlama(context=4, n=10, best=7, second=3)
+    assert list(lc_run.greedy_tokens(llm, [1, 2, 3], 5, 10)) == [7] * 5
+    assert llm.calls == ["reset", [1, 2, 3], [7], "reset", [7, 7], [7], [7]]
+
+
+def test_llamacpp_runner_draws_among_the_tokenizers_ids_on_every_cpu(llama_run, monkeypatch, capsys):
+    """A file whose MODEL_VOCAB_KEY says 100 of its 128 rows are the tokenizer's ids: the greedy token is the best
+    of those ('A'), never a padding row past them ('x'), as sample.py draws; --num_threads=0 (the default) loads
+    llama.cpp with a thread per CPU (a hunt: a changed line did this, and no test failed)."""
+    main, loads = llama_run
+    assert lc_run.model_vocab(RecordingLlama(model_vocab=100)) == 100
+    assert lc_run.model_vocab(RecordingLlama()) == 128   # a GGUF from elsewhere: all of its rows
+    monkeypatch.setattr(lc_run.os, "cpu_count", lambda: 3)
+    main(["--start=ab", "--max_new_tokens=3"], RecordingLlama(model_vocab=100))
+    assert capsys.readouterr().out == "abAAA\n" and loads == [3]
+
+
+def test_llamacpp_runner_refusals_after_loading_are_one_line(llama_run):
+    """An empty --start, and a file llama.cpp cannot load (llama_cpp raises ValueError): one line each (a hunt: a
+    changed line did this, and no test failed)."""
+    main, _ = llama_run
+    one_error_line(lambda argv: main(argv, RecordingLlama()), ["--start="], "--start is empty")
+    one_error_line(lambda argv: main(argv, load_error=ValueError("Failed to load model from file")), ["--start=ab"],
+                   "llama.cpp cannot load", "(Failed to load model from file)")
