@@ -12,6 +12,7 @@ the command line, every preset (pgpt and its heaviest branch included), random f
 The default run checks the same comparisons on the modules the export traces (Prefill and Decode over one
 ExportCache, run eagerly: every preset and 6 random flag sets, 4 s) and the Deep Thinking refusal.
 """
+import json
 import os
 import random
 import subprocess
@@ -228,6 +229,17 @@ def test_the_runner_reads_start_as_sample_py_does(tmp_path):
         run.encode(tokenizer, "War ☃~", -1)
 
 
+def test_the_runner_starts_an_empty_prompt_with_end_of_text():
+    """--start="" is the program's end-of-text token alone, as sample.py starts it, or one line when the program has
+    none (a hunt: a changed line did this, and no test failed)."""
+    from tokenizers import Tokenizer
+    from tools.huggingface.tokenizer import char_level
+    tokenizer = Tokenizer.from_str(json.dumps(char_level(CHARS)))
+    assert run.encode(tokenizer, "", 7) == [7]
+    with pytest.raises(UserError, match="--start is empty"):
+        run.encode(tokenizer, "", -1)
+
+
 def test_deep_thinking_is_refused_in_one_line():
     model = GPT(GPTConfig(**tiny_preset("deep_thinking")))
     with pytest.raises(UserError) as e:
@@ -242,6 +254,53 @@ def test_a_context_of_one_token_is_refused_in_one_line(tmp_path):
     one_error_line(export.main, [f"--out_dir={out_dir}", f"--pte={tmp_path / 'm.pte'}"], "block_size=1 is not "
                    "exported", "sample.py")
     assert not (tmp_path / "m.pte").exists()
+
+
+def test_a_context_of_two_tokens_passes_the_exports_check():
+    """block_size=2, the shortest prompt the prefill method is traced with, is not refused (a hunt: a changed line did
+    this, and no test failed)."""
+    assert export.refuse_unsupported(GPTConfig(vocab_size=len(CHARS), block_size=2, n_layer=1, n_head=2,
+                                               n_embd=16)) is None
+
+
+def test_the_export_checks_its_options_before_exporting(tmp_path, monkeypatch, capsys):
+    """A --quantize it does not know and a --pte inside a file are one line each, before anything is exported;
+    --num_threads=1 sets torch's threads to 1; the `wrote` line goes to stderr, stdout stays empty (the export
+    itself stood in for: -m slow) (a hunt: a changed line did this, and no test failed)."""
+    model = GPT(GPTConfig(vocab_size=len(CHARS), block_size=8, n_layer=1, n_head=2, n_embd=16))
+    out_dir = write_char_checkpoint(tmp_path, model, CHARS)
+    exported, threads = [], []
+    monkeypatch.setattr(export, "program_bytes", lambda model, quantize, *args: exported.append(quantize) or b"p")
+    monkeypatch.setattr(torch, "set_num_threads", threads.append)
+    one_error_line(export.main, [f"--out_dir={out_dir}", f"--pte={tmp_path / 'a.pte'}", "--quantize=int3"],
+                   "--quantize must be one of none|8da8w|8da4w, got 'int3'")
+    (tmp_path / "file").write_text("not a folder")
+    one_error_line(export.main, [f"--out_dir={out_dir}", f"--pte={tmp_path / 'file' / 'c.pte'}"],
+                   f"{tmp_path / 'file'} is a file, not a folder", "choose another --pte")
+    assert exported == [] and threads == []
+    capsys.readouterr()
+    export.main([f"--out_dir={out_dir}", f"--pte={tmp_path / 'b.pte'}", "--num_threads=1"])
+    out, err = capsys.readouterr()
+    assert exported == ["none"] and threads == [1] and (tmp_path / "b.pte").read_bytes() == b"p"
+    assert out == "" and f"wrote {tmp_path / 'b.pte'} (0.00 MB, none, " in err
+
+
+def test_8da8w_leaves_a_factorized_embeddings_projection_fp32():
+    """A factorized, tied embedding under 8da8w: its projection stays an fp32 Parameter (the tied head multiplies by
+    it as a matrix, which a quantized weight does not support), every other Linear is quantized, and the model runs
+    (a hunt: a changed line did this, and no test failed)."""
+    model = model_at(dict(tiny_preset("gpt"), n_layer=1, embd_factor_dim=16, tie_embeddings=True))
+    projection = model.tok_emb.proj.weight.detach().clone()
+    export.for_xnnpack(model)
+    export.quantize_linears(model, "8da8w")
+    weight = model.tok_emb.embedding.proj.weight
+    assert type(weight) is torch.nn.Parameter and torch.equal(weight, projection)
+    others = [m.weight for name, m in model.named_modules()
+              if isinstance(m, torch.nn.Linear) and not name.startswith("tok_emb.")]
+    assert others and all(type(w) is not torch.nn.Parameter for w in others)
+    with torch.no_grad():
+        logits = model(torch.zeros(1, 3, dtype=torch.long), all_logits=True)[0]
+    assert logits.shape == (1, 3, len(CHARS)) and torch.isfinite(logits).all()
 
 
 def test_the_runner_draws_only_the_tokenizers_ids():
@@ -463,20 +522,27 @@ def test_quantized_program_is_its_quantized_model(name, quantize, tmp_path):
         assert 0 < rel < INT8_REL_TOL
 
 
-def test_8da4w_quantizes_in_groups_of_32():
+def test_8da4w_quantizes_in_groups_of_32(capsys):
     """8da4w (default run, no export): each Linear whose inputs split into groups of export.GROUP_SIZE = 32 holds
     int4 weights with one bfloat16 scale per group of 32 inputs (XNNPACK's format), the others int8 per output
     channel; every weight is its group's scale times an integer in range, within half a step of the fp32 weight
-    (round to nearest), plus the bfloat16 rounding of a 4-bit scale."""
+    (round to nearest), plus the bfloat16 rounding of a 4-bit scale. The 8-bit ones (float32 scales) are named on
+    stderr, none on stdout (a hunt: a changed line did this, and no test failed)."""
     model = model_at(dict(tiny_preset("mobilellm_125m"), n_embd=96, mlp_hidden=144))   # 144: not a multiple of 32
     fp32 = {name: m.weight.detach().clone() for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
+    capsys.readouterr()
     export.quantize_linears(model, "8da4w")
+    out, err = capsys.readouterr()
+    down = sorted(name for name, w in fp32.items() if w.size(1) == 144)
+    note = f"8da4w: {len(down)} Linear(s) with inputs not a multiple of 32 stay 8-bit per channel: {', '.join(down)}"
+    assert note in err.splitlines() and "8da4w" not in out
     kinds = set()
     for name, w in fp32.items():
         q = model.get_submodule(name).weight
         group = 32 if w.size(1) % 32 == 0 else w.size(1)
         bits = 4 if group == 32 else 8
         assert q.block_size == (1, group) and q.target_dtype == (torch.int4 if bits == 4 else torch.int8), name
+        assert q.scale.dtype == (torch.bfloat16 if bits == 4 else torch.float32), name
         assert q.qdata.min().item() >= -2 ** (bits - 1) and q.qdata.max().item() < 2 ** (bits - 1)
         scale = q.scale.reshape(w.size(0), -1, 1).float()
         dequantized = (q.qdata.reshape(w.size(0), -1, group).float() * scale).reshape(w.shape)
@@ -514,7 +580,9 @@ def test_bench_deep_thinking_row(tmp_path, capsys, monkeypatch):
     assert float(speed) > 0 and gb_per_s == f"({float(speed) * weights_gb:.1f})"
     assert row[3:7] == ["Deep Thinking: no static cache"] * 4 and "no GGUF" in row[7]
     assert not list((tmp_path / "bench").iterdir())
+    # --num_threads=[] (no count at all) too (a hunt: a changed line did this, and no test failed)
     for bad, word in (("--repeats=0", "repeats"), ("--num_threads=0", "threads"), ("--num_threads=1,x", "threads"),
+                      ("--num_threads=[]", "--num_threads must be positive integers"),
                       ("--shapes=llama_10m,gtp", "gtp")):
         one_error_line(bench.main, [f"--out_dirs={dt}", f"--work_dir={tmp_path / 'b2'}", bad], word)
     assert not (tmp_path / "b2").exists()
@@ -535,6 +603,11 @@ def test_bench_deep_thinking_row(tmp_path, capsys, monkeypatch):
     gpt = write_char_checkpoint(tmp_path, model_at(tiny_preset("gpt")), CHARS, "gpt")
     one_error_line(bench.main, [f"--out_dirs={gpt}", f"--work_dir={tmp_path / 'b3'}", "--start=a~b"], "'~'")
     assert not (tmp_path / "b3").exists()
+    # and --shapes' vocabulary (--data_dir's), before their checkpoints are written (a hunt: a changed line did this,
+    # and no test failed)
+    shapes = ["--shapes=llama_10m", f"--work_dir={tmp_path / 'b5'}", f"--data_dir={tmp_path / 'data'}"]
+    one_error_line(bench.main, [*shapes, "--start=a~b"], "characters not in the vocabulary: '~'")
+    assert not (tmp_path / "b5").exists()
     # --data_dir with checkpoints only was accepted and read by nothing (a hunt)
     one_error_line(bench.main, [f"--out_dirs={gpt}", f"--work_dir={tmp_path / 'b3'}", f"--data_dir={tmp_path}"],
                    "--data_dir gives --shapes their vocabulary", "drop --data_dir")
@@ -564,6 +637,107 @@ def test_bench_llama_10m_shape(tmp_path):
     assert (c.pos_embedding, c.norm, c.mlp_type, c.activation, c.bias, c.tie_embeddings) == \
         ("rope", "rmsnorm", "gated", "silu", False, True)
     assert ckpt["data_dir"] == os.path.abspath(data_dir)
+
+
+def test_bench_shapes_start_from_the_same_weights(tmp_path, monkeypatch):
+    """A --shapes checkpoint: the same weights at every run (seed 0, whatever torch's generator held), the dataset
+    recorded as an absolute path when --data_dir is relative (the commands run it from elsewhere), and written again
+    unless --reuse (a hunt: a changed line did this, and no test failed). llama_10m at a tiny size here."""
+    from safety_net.checkpoint import load_checkpoint
+    from tools.executorch import bench
+    monkeypatch.setattr(bench, "LLAMA_10M", dict(bench.LLAMA_10M, block_size=16, n_layer=1, n_embd=48, mlp_hidden=96))
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "meta.json").write_text(json.dumps({"tokenizer": "char", "vocab_size": len(CHARS),
+                                                             "chars": CHARS}))
+    monkeypatch.chdir(tmp_path)
+    first = bench.shape_checkpoint("llama_10m", "data", "w1", reuse=False)
+    torch.manual_seed(123)
+    second = bench.shape_checkpoint("llama_10m", "data", "w2", reuse=False)
+    a, b = (load_checkpoint(os.path.join(d, "ckpt.pt")) for d in (first, second))
+    assert a["data_dir"] == b["data_dir"] == str(tmp_path / "data")
+    assert a["model"].keys() == b["model"].keys() and all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
+    path = tmp_path / first / "ckpt.pt"
+    path.write_bytes(b"an older run's")
+    assert bench.shape_checkpoint("llama_10m", "data", "w1", reuse=True) == first
+    assert path.read_bytes() == b"an older run's"
+    bench.shape_checkpoint("llama_10m", "data", "w1", reuse=False)
+    assert load_checkpoint(str(path))["data_dir"] == str(tmp_path / "data")
+
+
+def test_bench_names_the_cpus_avx512_and_exports_each_quantization(monkeypatch):
+    """The CPU line says AVX-512 only for the foundation flag avx512f (other avx512 flags alone are not AVX-512), and
+    a program is exported with the quantization it is named for (lscpu and the export stood in for) (a hunt: a
+    changed line did this, and no test failed)."""
+    from types import SimpleNamespace
+    from tools.executorch import bench
+    lscpu, commands = [], []
+
+    def fake_run(command, **kwargs):
+        commands.append(command)
+        return SimpleNamespace(returncode=0, stdout=lscpu[-1] if command == ["lscpu"] else "", stderr="")
+
+    monkeypatch.setattr(bench, "subprocess", SimpleNamespace(run=fake_run))
+    for flags, avx512 in (("fpu avx2 avx512bw avx512vl avx512_vnni", "no AVX-512"),
+                          ("fpu avx2 avx512f avx512bw amx_tile", "AVX-512")):
+        lscpu.append(f"Model name:   Some CPU\nCPU family:   6\nModel:   143\nFlags:   {flags}\n")
+        amx = "AMX" if "amx_tile" in flags else "no AMX"
+        assert bench.cpu_model() == f"Some CPU (family 6, model 143; {avx512}, {amx}; {os.cpu_count()} CPUs)"
+    bench.export_program("out", "p.pte", "8da8w")
+    assert commands[-1] == [sys.executable, "-m", "tools.executorch.export", "--out_dir=out", "--pte=p.pte",
+                            "--quantize=8da8w"]
+
+
+def test_bench_prepares_fresh_programs_and_fp32_sizes(tmp_path, monkeypatch):
+    """Without --reuse every program is exported again, old ones present or not; the fp32 weights' size is 4 bytes a
+    parameter; without llama_cpp no llama.cpp command is run (its GGUF files are still written and sized). The
+    export stood in for (a hunt: a changed line did this, and no test failed)."""
+    from tools.executorch import bench
+    out_dir = write_char_checkpoint(tmp_path, model_at(tiny_preset("gpt")), CHARS, "g")
+    work_dir = tmp_path / "w"
+    work_dir.mkdir()
+    for quantize in bench.QUANTIZE:
+        (work_dir / f"g-{quantize}.pte").write_bytes(b"an older run's")
+    exports = []
+
+    def export_program(out_dir, pte, quantize):
+        exports.append(quantize)
+        with open(pte, "wb") as f:
+            f.write(b"new")
+
+    monkeypatch.setattr(bench, "export_program", export_program)
+    cfg = dict(bench.DEFAULTS, work_dir=str(work_dir), start="War", max_new_tokens=5)
+    model, _, sizes, commands = bench.prepare(str(out_dir), cfg, False)
+    assert exports == ["none", "8da8w", "8da4w"]
+    assert sizes["sample.py"] == sizes["compiled"] == pytest.approx(model.get_num_params(non_embedding=False) * 4 / 1e6)
+    assert [sizes[f"ExecuTorch {q}"] for q in ("fp32", "8da8w", "8da4w")] == [3 / 1e6] * 3
+    assert sorted(commands) == ["ExecuTorch 8da4w", "ExecuTorch 8da8w", "ExecuTorch fp32", "compiled", "sample.py"]
+    assert all(sizes[f"llama.cpp {t}"] > 0 for t in bench.GGUF_TYPES)
+    bench.prepare(str(out_dir), dict(cfg, reuse=True), False)
+    assert exports == ["none", "8da8w", "8da4w"]   # --reuse: the programs there are kept
+
+
+def test_bench_keeps_the_best_speed_and_the_first_compile_time(tmp_path, monkeypatch, capsys):
+    """Each runtime's speed is its best round (max_new_tokens / seconds for the compiled decoder), a ratio cell is
+    how many times faster the second runtime is, and the size table's "compile s" is the first thread count's
+    compile. Runs and compiles stood in for (a hunt: a changed line did this, and no test failed)."""
+    from safety_net.tokenizers import tokenizer_from_meta
+    from tools.executorch import bench
+    monkeypatch.setattr(bench, "compiled_run", lambda model, prompt, n, threads: (1.0, [0] * n))
+    speeds = iter([10.0, 5.0])
+    monkeypatch.setattr(bench, "timed_subprocess", lambda command, threads: (next(speeds), "text"))
+    commands = {"sample.py": bench.Command(["sample.py"], []), "compiled": None}
+    best, texts, compile_s = bench.measure(None, [1], commands, 1, {"max_new_tokens": 5, "repeats": 2})
+    assert best == {"sample.py": 10.0, "compiled": 5.0} and compile_s == 1.0
+    assert bench.ratio_cell({"a": 1.0, "b": 2.0}, "a", "b") == "2.00x"
+    model = model_at(tiny_preset("gpt"))
+    out_dir = write_char_checkpoint(tmp_path, model, CHARS, "m")
+    tokenizer = tokenizer_from_meta({"tokenizer": "char", "vocab_size": len(CHARS), "chars": CHARS})
+    no_files = dict.fromkeys(bench.RUNTIMES, "n/a")
+    monkeypatch.setattr(bench, "prepare", lambda out_dir, cfg, have: (model, tokenizer, no_files, {}))
+    monkeypatch.setattr(bench, "measure", lambda model, prompt, commands, n, cfg: ({}, {"sample.py": "War"}, 10.0 * n))
+    bench.main([f"--out_dirs={out_dir}", f"--work_dir={tmp_path / 'w'}", "--num_threads=1,2"])
+    (sizes,) = [row for row in table_rows(capsys.readouterr().out, ["m"]) if row[1].endswith("M")]
+    assert sizes[-2] == "10"
 
 
 @pytest.mark.slow
@@ -622,6 +796,25 @@ def test_bench_prints_a_row_per_checkpoint(exported_checkpoint, tmp_path, capsys
     assert "compiled same; ExecuTorch fp32 same" in sizes[-1]
 
 
+def test_profile_gives_calls_and_ms_a_step_on_its_threads(tmp_path, monkeypatch, capsys):
+    """The operator table divides calls and ms by the decode steps (4 calls of one operator in 2 steps: 2 a step),
+    and --num_threads=2 runs torch on 2 threads too (the profile itself stood in for) (a hunt: a changed line did
+    this, and no test failed)."""
+    totals = {"Method::execute": (2, 10.0), "DELEGATE_CALL": (2, 6.0), "Fully Connected (NC, F32) GEMM #1": (4, 4.0),
+              "OPERATOR_CALL": (2, 2.0), "native_call_add.out": (2, 1.0)}
+    assert profile.operator_rows(totals, 2) == [
+        ("Fully Connected (NC, F32) GEMM", "XNNPACK", 2.0, 2.0),
+        ("(XNNPACK delegate call, outside its operators)", "XNNPACK", 1.0, 1.0),
+        ("(the method, outside delegate calls and instructions)", "ExecuTorch", 1, 1.0),
+        ("add.out", "native", 1.0, 0.5),
+        ("(instruction around a native kernel)", "native", 1.0, 0.5)]
+    (tmp_path / "m.pte").write_bytes(b"a program")
+    seen = []
+    monkeypatch.setattr(profile, "profile", lambda pte, steps, n: seen.append((n, torch.get_num_threads())) or ["t"])
+    profile.main([f"--pte={tmp_path / 'm.pte'}", "--num_threads=2"])   # one_thread restores the count after
+    assert seen == [(2, 2)] and capsys.readouterr().out == "t\n"
+
+
 def test_profile_of_the_compiled_decoder_refuses_a_programs_options(tmp_path):
     """--out_dir profiles the compiled decoder on 1 thread: --pte and --num_threads beside it changed nothing,
     and the table said "1 thread" (a hunt)."""
@@ -652,7 +845,59 @@ def test_profile_and_step_time_refuse_what_they_cannot_step_in_one_line(tmp_path
     gpt = write_char_checkpoint(tmp_path, model_at(tiny_preset("gpt")), CHARS, "gpt")
     one_error_line(step_time.main, [f"--out_dir={gpt}", f"--pte={tmp_path / 'p.pte'}", "--prime=4", "--steps=8"],
                    "--prime + --steps = 12 exceeds its window of 8 positions")
+    # the last position of a window is a step of it, past it is not: a program's 8 positions, a checkpoint's 32
+    # (profile: one token, then --steps) (a hunt: a changed line did this, and no test failed)
+    assert step_time.ProgramDecoder(str(tmp_path / "p.pte"), 8).program.max_len == 8
+    one_error_line(profile.main, [f"--out_dir={gpt}", "--steps=32"],
+                   "--steps=32 does not fit block_size 32 after one token (fix: --steps=31)")
+
+    class Reached(Exception):
+        pass
+
+    def reached(*args, **kwargs):
+        raise Reached
+
+    monkeypatch.setattr(fast_sample, "compiled_decode_step", reached)
+    with pytest.raises(Reached):   # accepted: on to the compile
+        step_time.main([f"--out_dir={gpt}", "--prime=24", "--steps=8", "--rounds=1"])
     # the export's --pte a folder: "cannot write it: Is a directory (fix: free disk space, ...)" (a hunt)
     (tmp_path / "f.pte").mkdir()
     one_error_line(export.main, [f"--out_dir={gpt}", f"--pte={tmp_path / 'f.pte'}"], "is a folder",
                    f"--pte={tmp_path / 'f.pte' / 'model.pte'}")
+
+
+def test_step_time_chain_reads_a_tied_head():
+    """The linear layers alone: every Linear once, then a tied head (the embedding table, which no Linear holds) (a
+    hunt: a changed line did this, and no test failed)."""
+    from tools.executorch import step_time
+    model = model_at(tiny_preset("gpt"))
+    assert model.config.tie_embeddings
+    linears = [m.weight for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    chain = step_time.LinearChain(model)
+    assert [w for w, _ in chain.weights] == linears + [model.tok_emb.wte.weight]
+
+
+def test_step_time_table_of_stood_in_rounds(tmp_path, monkeypatch, capsys):
+    """step_time's table with the compiled step and the CPU clock stood in for: rounds of 1, 2 and 6 ms give best
+    1.000, median 2.000; the Linear weights' MB are 4 bytes a weight; no llama.cpp: "-" for its ratio; a --prime
+    longer than the vocabulary cycles through it (a hunt: a changed line did this, and no test failed)."""
+    from types import SimpleNamespace
+    from tools import fast_sample
+    from tools.executorch import step_time
+    monkeypatch.setattr(fast_sample, "compiled_decode_step", lambda model: (lambda token, cache: None))
+    ticks = iter([0, .001, 0, .001, 0, .002, 0, .002, 0, .006, 0, .006])
+    monkeypatch.setattr(step_time, "time", SimpleNamespace(process_time=lambda: next(ticks)))
+    model = model_at(tiny_preset("gpt"))
+    out_dir = write_char_checkpoint(tmp_path, model, CHARS, "m")
+    step_time.main([f"--out_dir={out_dir}", "--prime=4", "--steps=1", "--rounds=3"])
+    lines = capsys.readouterr().out.splitlines()
+    weights_mb = 4 * sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear)) / 1e6
+    assert f"; {weights_mb:.1f} MB of Linear weights (fp32)" in lines[0]
+    rows = [line.strip("| ").split(" | ") for line in lines if line.startswith("| ") and "best round" not in line]
+    assert rows == [[name, "1.000", "2.000", f"{weights_mb:.1f}", "-"]
+                    for name in ("linear layers alone (eager torch)", "compiled decoder step")]
+    long = write_char_checkpoint(tmp_path, model_at(dict(tiny_preset("gpt"), block_size=80)), CHARS, "long")
+    clock = iter(range(100))
+    monkeypatch.setattr(step_time, "time", SimpleNamespace(process_time=lambda: next(clock) / 1000))
+    step_time.main([f"--out_dir={long}", f"--prime={len(CHARS) + 9}", "--steps=2", "--rounds=1"])
+    assert "compiled decoder step" in capsys.readouterr().out

@@ -23,6 +23,7 @@ import pickle
 import signal
 import socket
 import struct
+import sys
 
 import pytest
 import torch
@@ -172,13 +173,16 @@ class Lookup(torch.nn.Module):
 
 
 def toy_program(tokenizer_id):
-    """A program with the runner's methods and constants (no XNNPACK: it exports in a second)."""
+    """A program with the runner's methods and constants (no XNNPACK: it exports in a second); tokenizer_id None:
+    without that constant, as the export wrote programs before it stored one."""
     from executorch.exir import to_edge_transform_and_lower
     from torch.export import Dim, export
     programs = {"prefill": export(Lookup(False), (torch.zeros(1, 2, dtype=torch.long),),
                                   dynamic_shapes=({1: Dim("T", min=1, max=16)},)),
                 "decode": export(Lookup(True), (torch.zeros(1, 1, dtype=torch.long), torch.ones(1, dtype=torch.long)))}
-    constants = {"max_len": 16, "vocab_size": len(CHARS), "eot_token": -1, "tokenizer_id": tokenizer_id}
+    constants = {"max_len": 16, "vocab_size": len(CHARS), "eot_token": -1}
+    if tokenizer_id is not None:
+        constants["tokenizer_id"] = tokenizer_id
     return to_edge_transform_and_lower(programs, constant_methods=constants).to_executorch().buffer
 
 
@@ -267,6 +271,67 @@ def test_a_damaged_program_is_one_line(toy, tmp_path, damage, words):
     (tmp_path / "toy.pte").write_bytes(damage((toy / "toy.pte").read_bytes()))
     (tmp_path / "toy.tokenizer.json").write_bytes((toy / "toy.tokenizer.json").read_bytes())
     one_error_line(runner, [tmp_path / "toy.pte"], words, "export it again")
+
+
+def test_a_program_shorter_than_its_header_says_is_one_line(toy, tmp_path):
+    """A file of 7 bytes with the identifier ET at byte 4, and a program cut by its last byte: the runner says what is
+    wrong, with the sizes (a hunt: a changed line did this, and no test failed)."""
+    (tmp_path / "toy.tokenizer.json").write_bytes((toy / "toy.tokenizer.json").read_bytes())
+    (tmp_path / "toy.pte").write_bytes(b"\0\0\0\0ET1")
+    one_error_line(runner, [tmp_path / "toy.pte"], "is not an ExecuTorch program (no ET identifier at byte 4)")
+    data = (toy / "toy.pte").read_bytes()
+    (tmp_path / "toy.pte").write_bytes(data[:-1])
+    one_error_line(runner, [tmp_path / "toy.pte"], f"is cut short: its header gives {len(data):,} bytes, the file has "
+                   f"{len(data) - 1:,}", "export it again")
+
+
+def test_a_program_that_crashes_the_runtime_prints_only_the_one_line(toy, tmp_path, capfd, monkeypatch):
+    """The forked probe's crash (the runtime's log and abort message, "terminate called ... what(): ...") stays out of
+    the terminal: the one error line is all the user sees. Here sys.stderr writes to file descriptor 2, as in a
+    command (pytest's capture gives it another one) (a hunt: a changed line did this, and no test failed)."""
+    from tools.executorch import run
+    (tmp_path / "toy.pte").write_bytes(flip_identifier((toy / "toy.pte").read_bytes()))
+    monkeypatch.setattr(sys, "stderr", open(2, "w", closefd=False))
+    capfd.readouterr()
+    with pytest.raises(UserError, match="crashes ExecuTorch's runtime \\(SIGABRT"):
+        run.probe_program(str(tmp_path / "toy.pte"))
+    assert capfd.readouterr() == ("", "")
+
+
+def test_a_program_exported_before_tokenizer_id_runs(toy, tmp_path, capsys):
+    """A program without the tokenizer_id constant (exported before the export stored it) loads, with tokenizer_id
+    None, and runs with a tokenizer that fits it (a hunt: a changed line did this, and no test failed)."""
+    from tools.executorch import run
+    (tmp_path / "old.pte").write_bytes(toy_program(None))
+    (tmp_path / "old.tokenizer.json").write_bytes((toy / "toy.tokenizer.json").read_bytes())
+    program = run.Program(str(tmp_path / "old.pte"))
+    assert (program.tokenizer_id, program.max_len, program.vocab_size) == (None, 16, len(CHARS))
+    runner([tmp_path / "old.pte", "--start=War "])
+    assert capsys.readouterr().out.startswith("War ")
+
+
+def test_the_runner_samples_on_one_torch_thread_and_sets_the_runtimes(toy, monkeypatch, capsys):
+    """--num_threads=1: torch samples on one thread, and ExecuTorch's pool is set to 1 (a hunt: a changed line did
+    this, and no test failed)."""
+    from tools import torch_internals
+    calls = []
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: calls.append(("torch.set_num_threads", n)))
+    monkeypatch.setattr(torch_internals, "executorch_set_threads", lambda n: calls.append(("executorch", n)))
+    runner([toy / "toy.pte", "--num_threads=1"])
+    assert calls == [("torch.set_num_threads", 1), ("executorch", 1)]
+    assert capsys.readouterr().out.endswith("---------------\n")
+
+
+def test_profile_of_a_whole_window(toy):
+    """tools.executorch.profile on the toy program (16 positions): 16 steps fit (0-15), 17 are one line; the header
+    names the positions profiled (a hunt: a changed line did this, and no test failed)."""
+    from tools.executorch import profile
+    for steps in (16, 0):   # 0: the whole window
+        lines = profile.profile(str(toy / "toy.pte"), steps, 1)
+        assert lines[0].startswith("`toy.pte`: 16 decode steps at positions 0-15, 1 thread(s); ")
+    assert profile.profile(str(toy / "toy.pte"), 3, 1)[0].startswith("`toy.pte`: 3 decode steps at positions 0-2, ")
+    with pytest.raises(UserError, match=r"--steps=17 exceeds the program's window of 16 \(fix: --steps=16\)"):
+        profile.decode_events(str(toy / "toy.pte"), 17, 1)
 
 
 @pytest.fixture
