@@ -24,6 +24,7 @@ import re
 import subprocess
 import sys
 import time
+import types
 
 import pytest
 import torch
@@ -497,3 +498,268 @@ def test_without_cuda_only_the_dry_run_runs(tmp_path):
     out_dir = tmp_path / "out"
     one_error_line(gpu_check.main, [f"--out_dir={out_dir}"], "no CUDA device", "--dry_run")
     assert not out_dir.exists()
+
+
+# --- a hunt's survivors: the budget loop, the options, the parts' statuses, the report -----------
+
+def fake_parts(seen, budget_s):
+    """PART_RUNNERS that record their deadline (seconds after the start); throughput's has a bug."""
+    def runner(name):
+        def run(ctx, deadline, paths):
+            seen[name] = round(deadline - (ctx.end - budget_s), 1)
+            if name == "throughput":
+                raise ValueError("a bug in the part")
+            return dict(status="ok", wall_s=0.0)
+        return run
+    return {name: runner(name) for name in gpu_check.PARTS}
+
+
+def dry_run_report(tmp_path, monkeypatch, budget_s, *args):
+    """main() of a dry run with fake parts: (each part's deadline after the start, the JSON report)."""
+    seen = {}
+    monkeypatch.setattr(gpu_check, "PART_RUNNERS", fake_parts(seen, budget_s))
+    out_dir = tmp_path / f"out-{budget_s}"
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        gpu_check.main(["--dry_run", f"--out_dir={out_dir}", f"--work_dir={tmp_path / 'work'}",
+                        f"--budget_s={budget_s}", *args])
+    [path] = out_dir.glob("*.json")
+    return seen, json.loads(path.read_text())
+
+
+def test_each_part_gets_its_share_and_what_earlier_parts_left(tmp_path, monkeypatch):
+    """A user's --budget_s=100 gives each part a deadline at the running sum of the shares, the last
+    one 5 s before the end for the report; a part with under 10 s is skipped and not started; a part
+    with a bug is an "error" and the parts after it still run; the command in the report is as typed.
+    (a hunt: a changed line did this, and no test failed)"""
+    seen, report = dry_run_report(tmp_path, monkeypatch, 100)
+    assert seen == dict(correctness=18.7, quickstart=37.4, throughput=66.1, decode=95.0)
+    statuses = {name: part["status"] for name, part in report["parts"].items()}
+    assert statuses == dict(correctness="ok", quickstart="ok", throughput="error", decode="ok")
+    assert report["parts"]["throughput"]["reason"] == "ValueError: a bug in the part"
+    assert "--parts" not in report["command"] and "--budget_s=100" in report["command"]
+    assert gpu_check.command_line(dict(gpu_check.DEFAULTS, dry_run=True)) == "python -m tools.gpu_check --dry_run=True"
+    seen, report = dry_run_report(tmp_path, monkeypatch, 30)
+    assert "correctness" not in seen and set(seen) == {"quickstart", "throughput", "decode"}
+    part = report["parts"]["correctness"]
+    assert (part["status"], part["reason"]) == ("skipped", "6 s left")
+
+
+def test_parts_options_and_shares(tmp_path):
+    """--parts of only commas, --budget_s=30 exactly, --out_dir naming a file, --parts in any order,
+    and the share of one part alone (the whole budget).
+    (a hunt: a changed line did this, and no test failed)"""
+    options = dict(gpu_check.DEFAULTS, out_dir=str(tmp_path / "out"))
+    with pytest.raises(gpu_check.UserError, match=r"--parts= , : unknown part \(none\)"):
+        gpu_check.check_options(dict(options, parts=" , "))
+    assert gpu_check.check_options(dict(options, budget_s=30)) == list(gpu_check.PARTS)
+    assert gpu_check.check_options(dict(options, parts="decode,correctness")) == ["correctness", "decode"]
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    one_error_line(gpu_check.main, ["--dry_run", f"--out_dir={a_file}"], f"--out_dir={a_file} is a file")
+    assert gpu_check.plan(["decode"], 300) == dict(decode=dict(share_s=300.0, full_estimate_s=255))
+
+
+def test_a_work_dir_that_is_a_file_is_one_line_before_anything_is_written(tmp_path):
+    """--work_dir naming a file is one line `error: ... (fix: ...)`, and no report is written (it was a
+    FileExistsError traceback after the report files). (a hunt found it: makedirs on a file)"""
+    a_file, out_dir = tmp_path / "a_file", tmp_path / "out"
+    a_file.write_text("")
+    one_error_line(gpu_check.main, ["--dry_run", "--parts=decode", f"--out_dir={out_dir}", f"--work_dir={a_file}"],
+                   f"--work_dir={a_file} is a file")
+    assert not out_dir.exists()
+
+
+def test_an_out_dir_that_cannot_be_written_fails_before_any_part(tmp_path, capsys):
+    """An --out_dir that cannot be written is one line, before the plan is printed or --work_dir made.
+    (a hunt: a changed line did this, and no test failed)"""
+    work_dir = tmp_path / "work"
+    one_error_line(gpu_check.main, ["--dry_run", "--out_dir=/proc/nope", f"--work_dir={work_dir}"],
+                   "cannot write /proc/nope/")
+    assert not work_dir.exists() and "budget" not in capsys.readouterr().out
+
+
+def test_a_stopped_command_keeps_its_lines_and_its_grace(tmp_path, monkeypatch):
+    """A part's command killed by a signal still shows what it printed (unbuffered even where the
+    user's environment does not say so); one whose deadline the watch moved into the past still gets
+    STOP_GRACE_S after SIGTERM to save last.pt. (a hunt: a changed line did this, and no test failed)"""
+    monkeypatch.delenv("PYTHONUNBUFFERED", raising=False)
+    log = str(tmp_path / "log.txt")
+    killed = "import os, signal\nprint('iter 0: measured')\nos.kill(os.getpid(), signal.SIGTERM)"
+    result = gpu_check.run_until([sys.executable, "-c", killed], time.time() + 60, log)
+    assert result.lines == ["iter 0: measured"] and result.returncode == -15
+
+    class DeadlinePassed:
+        def see(self, line, deadline):
+            return time.time() - 30 if line == "started" else deadline
+
+    saves = ("import signal, sys, time\ndef stop(*args):\n    time.sleep(1)\n    print('saved last.pt', flush=True)\n"
+             "    sys.exit(3)\nsignal.signal(signal.SIGTERM, stop)\nprint('started', flush=True)\ntime.sleep(60)")
+    result = gpu_check.run_until([sys.executable, "-c", saves], time.time() + 60, log, DeadlinePassed())
+    assert result.cut and result.returncode == 3 and result.lines == ["started", "saved last.pt"]
+
+
+def test_a_fresh_record_has_no_earlier_items(tmp_path):
+    """A second call with the same --work_dir reports only its own items, not the first call's.
+    (a hunt: a changed line did this, and no test failed)"""
+    gpu_check.write_record(gpu_check.fresh_record(str(tmp_path), "decode"), dict(item="eager gpt", status="ok"))
+    assert gpu_check.read_records(gpu_check.fresh_record(str(tmp_path), "decode")) == []
+
+
+def fake_run_until(returncode, lines, calls=None):
+    def run(cmd, deadline, log_path, watch=None, env=None):
+        if calls is not None:
+            calls.append(dict(cmd=cmd, deadline=deadline, watch=watch))
+        for line in lines:
+            if watch is not None:
+                watch.see(line, deadline)
+        return types.SimpleNamespace(returncode=returncode, lines=lines, cut=False, wall_s=1.0)
+    return run
+
+
+def test_correctness_reports_pytests_errors_and_an_empty_run_fails(tmp_path, monkeypatch):
+    """pytest's ERROR lines are in the report beside its FAILED ones; a pytest run that exits 0 with
+    no test line (a plugin's own format) is "failed", not "ok". (a hunt: a changed line did this, and
+    no test failed)"""
+    ctx = types.SimpleNamespace(work_dir=str(tmp_path), child_env={}, log_path=os.devnull)
+    lines = ["tests/test_gpu.py::test_a[gpt] PASSED", "tests/test_gpu.py::test_b[gpt] ERROR",
+             "tests/test_gpu.py::test_c[gpt] FAILED", "FAILED tests/test_gpu.py::test_c[gpt] - AssertionError",
+             "ERROR tests/test_gpu.py::test_b[gpt] - RuntimeError: CUDA error",
+             "===== 1 failed, 1 passed, 1 error in 3.00s ====="]
+    monkeypatch.setattr(gpu_check, "run_until", fake_run_until(1, lines))
+    part = gpu_check.run_correctness(ctx, 0, {})
+    assert part["status"] == "failed" and part["problems"] == lines[3:5]
+    assert part["counts"] == dict(PASSED=1, FAILED=1, ERROR=1, SKIPPED=0)
+    monkeypatch.setattr(gpu_check, "run_until", fake_run_until(0, ["some plugin's own output format"]))
+    assert gpu_check.run_correctness(ctx, 0, {})["status"] == "failed"
+
+
+def test_train_pys_lines_read_as_train_py_means_them():
+    """train.py's ETA with seconds moves the deadline to ETA + 10 s; the time to the first iteration
+    is the first one's; one log window is its own median; "interrupted at iteration N" counts N, and
+    the last logged iteration N counts N + 1. (a hunt: a changed line did this, and no test failed)"""
+    now = time.time()
+    watch = gpu_check.TrainWatch(base_deadline=now + 60, limit=now + 300)
+    line = "iter {}: loss 2.0000, lr 1.00e-03, 90.00 ms/iter, 100 tok/s, eta 0:01:{}"
+    assert watch.see(line.format(0, 50), now + 60) == pytest.approx(now + 120, abs=2)
+    first = watch.t_first_iter
+    time.sleep(0.01)
+    watch.see(line.format(100, 40), now + 60)
+    assert watch.t_first_iter == first and watch.last_iter == 100
+    assert gpu_check.steady_median([90.0]) == 90.0 and gpu_check.steady_median([90.0, 12.0, 13.0]) == 12.5
+    lines = ["interrupted at iteration 451: saved out/last.pt; continue with --init_from=resume", "=== exit"]
+    assert gpu_check.iterations_done(lines, watch) == 451
+    assert gpu_check.iterations_done(["iter 100: ..."], watch) == 101
+
+
+def test_a_quickstart_that_exits_1_after_its_last_evaluation_failed(tmp_path, monkeypatch):
+    """train.py that logged its last evaluation and then exited 1 (a full disk) is "failed", not run
+    in full; its best val loss is the lowest; it runs on only until QUICKSTART_RESERVE_S before the end.
+    (a hunt: a changed line did this, and no test failed)"""
+    lines = ["step 0: train loss 4.0000, val loss 4.1000",
+             "iter 0: loss 4.0000, lr 1.00e-03, 90.00 ms/iter, 100 tok/s, eta 0:00:10",
+             "step 10: train loss 2.0000, val loss 1.5000", "step 20: train loss 1.9000, val loss 1.7000",
+             "Traceback (most recent call last):", "OSError: [Errno 28] No space left on device"]
+    calls = []
+    monkeypatch.setattr(gpu_check, "run_until", fake_run_until(1, lines, calls))
+    ctx = types.SimpleNamespace(dry_run=True, end=time.time() + 300, work_dir=str(tmp_path), log_path=os.devnull,
+                                child_env={}, quickstart_dir=str(tmp_path / "none"))
+    part = gpu_check.run_quickstart(ctx, time.time() + 60, {})
+    assert (part["status"], part["full"]) == ("failed", False)
+    assert (part["final_val_loss"], part["best_val_loss"]) == (1.7, 1.5)
+    assert calls[0]["watch"].limit == ctx.end - gpu_check.QUICKSTART_RESERVE_S
+
+
+def test_a_measuring_workers_items_decide_its_status(tmp_path, monkeypatch):
+    """The worker stops 3 s before its part's deadline; one item in error makes the part "failed", one
+    skipped makes it "partial". (a hunt: a changed line did this, and no test failed)"""
+    deadlines = []
+
+    def worker(status):
+        def run(cmd, deadline, log_path, watch=None, env=None):
+            options = dict(a[2:].split("=", 1) for a in cmd if a.startswith("--"))
+            deadlines.append(float(options["deadline"]) - deadline)
+            gpu_check.write_record(options["record"], dict(item="gpt", status="ok"))
+            gpu_check.write_record(options["record"], dict(item="lgpt", status=status))
+            return types.SimpleNamespace(returncode=0, lines=[], cut=False, wall_s=1.0)
+        return run
+
+    ctx = types.SimpleNamespace(dry_run=True, work_dir=str(tmp_path), log_path=os.devnull, child_env={},
+                                quickstart_dir="")
+    statuses = {}
+    for status in ("ok", "error", "skipped"):
+        monkeypatch.setattr(gpu_check, "run_until", worker(status))
+        statuses[status] = gpu_check.run_measuring_worker("throughput", ctx, time.time() + 60)["status"]
+    assert statuses == dict(ok="ok", error="failed", skipped="partial")
+    assert deadlines == [pytest.approx(-3)] * 3
+
+
+def test_a_worker_without_its_record_is_one_line():
+    """`python -m tools.gpu_check --worker=throughput` typed by hand is one line, not a traceback.
+    (a hunt: a changed line did this, and no test failed)"""
+    one_error_line(gpu_check.main, ["--worker=throughput"], "--worker=throughput is internal")
+
+
+def cannot_measure(item):
+    raise gpu_check.NotMeasured("no quickstart checkpoint")
+
+
+def test_items_past_the_deadline_or_not_measurable_are_skipped(tmp_path):
+    """An item past the deadline says "0 s left", not a negative time; one this run cannot measure is
+    "skipped" with its reason, not an error. (a hunt: a changed line did this, and no test failed)"""
+    path = str(tmp_path / "record.jsonl")
+    gpu_check.measure_items(dict(record=path, deadline=time.time() - 5, dry_run=False), {"past": 1}, one_figure)
+    gpu_check.measure_items(dict(record=path, deadline=time.time() + 60, dry_run=False), {"x": 1}, cannot_measure)
+    items = gpu_check.read_records(path)
+    assert items[0]["reason"] == "budget: needs ~1 s (estimate), 0 s left"
+    assert (items[1]["status"], items[1]["reason"]) == ("skipped", "no quickstart checkpoint")
+
+
+def test_the_dry_runs_throughput_says_not_compiled(monkeypatch):
+    """The dry run's throughput items are recorded as not compiled (it leaves torch.compile out).
+    (a hunt: a changed line did this, and no test failed)"""
+    tiny_shape = dict(n_layer=1, n_head=1, n_embd=8, block_size=8, vocab_size=16, dropout=0.0)
+    monkeypatch.setattr(gpu_check, "throughput_config", lambda name, dry_run: dict(tiny_shape))
+    figures = gpu_check.measure_throughput("gpt", torch.device("cpu"), dry_run=True, peak=gpu_check.peak_for("cpu"))
+    assert figures["compiled"] is False and figures["timed_steps"] == 3
+
+
+def test_a_quickstart_with_only_last_pt_is_a_checkpoint(tmp_path):
+    """A quickstart stopped by the budget leaves only last.pt: decode samples from it.
+    (a hunt: a changed line did this, and no test failed)"""
+    assert not gpu_check.has_checkpoint(str(tmp_path))
+    (tmp_path / "last.pt").write_bytes(b"")
+    assert gpu_check.has_checkpoint(str(tmp_path))
+
+
+def test_the_commit_says_whether_files_changed(monkeypatch):
+    """The report's commit reads "(with uncommitted changes)" only when git status lists a change.
+    (a hunt: a changed line did this, and no test failed)"""
+    for status, commit in ((None, "4f1189c0abcd"), (" M model.py", "4f1189c0abcd (with uncommitted changes)")):
+        answers = {"rev-parse": "4f1189c0abcd", "status": status}
+        monkeypatch.setattr(gpu_check, "command_output", lambda cmd: answers[cmd[1]])
+        assert gpu_check.git_commit() == commit
+
+
+def test_the_report_of_some_parts_shows_the_worst_error_of_each_check(tmp_path, monkeypatch):
+    """--parts=correctness alone renders its report (the others "not selected | - | -"); each check's
+    row is its worst error and where; the CPU's diagnosis has no empty "device time" table.
+    (a hunt: a changed line did this, and no test failed)"""
+    figures = [dict(check="fp32 logits", error=1e-5, tolerance=1e-4, case="gpt"),
+               dict(check="fp32 logits", error=9e-5, tolerance=1e-4, case="cgpt")]
+
+    def correctness(ctx, deadline, paths):
+        return dict(status="ok", wall_s=1.0, command="x", counts=dict(PASSED=2, FAILED=0, ERROR=0, SKIPPED=0),
+                    summary="2 passed in 1s", problems=[], skip_reasons=[], figures=figures)
+
+    monkeypatch.setattr(gpu_check, "PART_RUNNERS", dict(gpu_check.PART_RUNNERS, correctness=correctness))
+    with contextlib.redirect_stdout(io.StringIO()):
+        gpu_check.main(["--dry_run", "--parts=correctness", f"--out_dir={tmp_path / 'out'}",
+                        f"--work_dir={tmp_path / 'work'}"])
+    [path] = (tmp_path / "out").glob("*.md")
+    markdown = path.read_text().splitlines()
+    assert "| decode | not selected | - | - |" in markdown and "| fp32 logits | 9.00e-05 | 1e-04 | cgpt |" in markdown
+    item = dict(shape="1x32", weights="random weights", tokens=40, variants={},
+                profile=dict(device_ops=[], cpu_ops=[dict(op="aten::mm", calls=2.0, us=30.0)],
+                             runtime_calls_per_token={}))
+    diagnosis = "\n".join(gpu_check.markdown_diagnosis(item))
+    assert "aten::mm" in diagnosis and "device time" not in diagnosis

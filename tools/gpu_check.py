@@ -206,6 +206,8 @@ def check_options(cfg):
         raise UserError(f"--tag={cfg['tag']} must be letters, digits, '-' and '_' (fix: --tag=b)")
     if os.path.exists(cfg["out_dir"]) and not os.path.isdir(cfg["out_dir"]):
         raise UserError(f"--out_dir={cfg['out_dir']} is a file (fix: name a folder)")
+    if cfg["work_dir"] and os.path.exists(cfg["work_dir"]) and not os.path.isdir(cfg["work_dir"]):
+        raise UserError(f"--work_dir={cfg['work_dir']} is a file (fix: name a folder, or leave it out)")
     return [p for p in PARTS if p in parts]
 
 
