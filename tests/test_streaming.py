@@ -237,16 +237,33 @@ class BigramLlama:
 
 
 @pytest.fixture
-def fake_llama(tmp_path, monkeypatch):
+def llama_run(tmp_path, monkeypatch):
+    """(a function that runs tools.llamacpp.run's main with argv on `llm`, or with its load raising `load_error`,
+    the list of num_threads each load was given)."""
     (tmp_path / "model.gguf").write_bytes(b"not read: the model is a fake")
     monkeypatch.setattr(lc_run, "check_gguf", lambda path: None)
     monkeypatch.setitem(sys.modules, "llama_cpp", types.ModuleType("llama_cpp"))   # installed, as far as run knows
+    loads = []
 
-    def main(argv, **kw):
-        llm = BigramLlama(**kw)
-        monkeypatch.setattr(lc_run, "load", lambda path, num_threads: llm)
+    def main(argv, llm=None, load_error=None):
+        def load(path, num_threads):
+            loads.append(num_threads)
+            if load_error is not None:
+                raise load_error
+            return llm
+        monkeypatch.setattr(lc_run, "load", load)
         return lc_run.main([f"--gguf={tmp_path / 'model.gguf'}", *argv])
-    return main
+    return main, loads
+
+
+@pytest.fixture
+def fake_llama(llama_run):
+    """llama_run's main on a BigramLlama made with the keyword arguments."""
+    main, _ = llama_run
+
+    def run(argv, **kw):
+        return main(argv, BigramLlama(**kw))
+    return run
 
 
 def test_llamacpp_runner_prints_each_token_as_it_comes(fake_llama, capsys):
@@ -328,26 +345,6 @@ class RecordingLlama:
         scores = np.zeros((len(self.tokens), self.n), dtype=np.float32)
         scores[:, self.best], scores[:, self.second] = 2, 1
         return scores
-
-
-@pytest.fixture
-def llama_run(tmp_path, monkeypatch):
-    """(a function that runs tools.llamacpp.run's main with argv on `llm`, or with its load raising `load_error`,
-    the list of num_threads each load was given)."""
-    (tmp_path / "model.gguf").write_bytes(b"not read: the model is a fake")
-    monkeypatch.setattr(lc_run, "check_gguf", lambda path: None)
-    monkeypatch.setitem(sys.modules, "llama_cpp", types.ModuleType("llama_cpp"))   # installed, as far as run knows
-    loads = []
-
-    def main(argv, llm=None, load_error=None):
-        def load(path, num_threads):
-            loads.append(num_threads)
-            if load_error is not None:
-                raise load_error
-            return llm
-        monkeypatch.setattr(lc_run, "load", load)
-        return lc_run.main([f"--gguf={tmp_path / 'model.gguf'}", *argv])
-    return main, loads
 
 
 def test_llamacpp_greedy_loop_reprimes_with_the_newest_half_once_the_context_is_outgrown():
