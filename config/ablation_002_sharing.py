@@ -11,7 +11,7 @@
 #   ffn_shared    one FFN for all layers, 6 attentions                     0.70M
 #   embd_e32      factorized embedding E=32 (4096 -> 32 -> 96), no sharing 0.81M
 #   embd_e64      factorized embedding E=64                                0.95M
-#   none_2l       no sharing, 2 layers: the unique parameters of groups2 (0.62M), a third of the compute
+#   none_2l       no sharing, 2 layers: the unique parameters of groups2 (0.62M), a third of the layers
 # groups2 vs none_2l is the comparison at equal unique parameters (the same 2 blocks applied 3 times or
 # once); the equal-compute column compares every model at none_2l's budget.
 #   python -m tools.compare config/ablation_002_sharing.py
