@@ -3249,6 +3249,11 @@ MUTANTS = [
            'return any(step["type"] == "Metaspace" or step["type"] == "Replace"',
            'return any(step["type"] == "Replace"',
            "tests/test_small_tools.py -k hf_tokenizer_word_level", every=False),
+    Mutant("executorch_runner_takes_the_pair_from_export", "tools/executorch/run.py",
+           """    fix = (f"(fix: use the tokenizer exported with it, {tokenizer_path(pte)}, or export again: python -m \"""",
+           """    from tools.executorch.export import tokenizer_path
+    fix = (f"(fix: use the tokenizer exported with it, {tokenizer_path(pte)}, or export again: python -m \"""",
+           "tests/test_executorch.py -k loads_no_model_code", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

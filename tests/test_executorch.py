@@ -207,6 +207,25 @@ def test_bad_input_is_one_line(exported_checkpoint, tmp_path):
     one_error_line(run.main, [f"--pte={pte}", "--start=War is ~"], "characters not in the vocabulary: '~'")
 
 
+def test_the_runner_loads_no_model_code():
+    """docs/device.md: the runner imports no model code, only ExecuTorch's runtime, the tokenizer and the sampling
+    plumbing. Every project module run.py imports, in any function, loaded in a fresh process: model.py, sample.py
+    and the export's modules stay out (an audit: run.py took the pair's rules from export.py, which loads model.py
+    through tools.fast_sample)."""
+    import ast
+    with open(run.__file__, encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    ours = ("safety_net", "tools", "model", "sample", "train", "prepare", "variants")
+    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    imported |= {a.name for node in ast.walk(tree) if isinstance(node, ast.Import) for a in node.names}
+    modules = sorted(m for m in imported if m.split(".")[0] in ours) + ["tools.executorch.run"]
+    code = (f"import importlib, sys\nfor m in {modules!r}:\n    importlib.import_module(m)\n"
+            f"print(sorted(m for m in ('model', 'sample', 'tools.fast_sample', 'tools.executorch.export') "
+            f"if m in sys.modules))")
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "[]", (modules, r.stdout, r.stderr)
+
+
 def test_the_runner_checks_the_options_as_sample_py_does(tmp_path):
     """sample.py's own checks and messages, one key each, before the program is read (three keys were lumped in
     one line; a hunt)."""

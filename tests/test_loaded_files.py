@@ -191,7 +191,7 @@ def toy(tmp_path_factory):
     """A folder with toy.pte and toy.tokenizer.json (a char vocabulary), paired as the export pairs them."""
     pytest.importorskip("executorch", reason="executorch is not installed")
     from tokenizers import Tokenizer
-    from tools.executorch.export import vocabulary_id
+    from tools.executorch.run import vocabulary_id
     from tools.huggingface.tokenizer import char_level
     folder = tmp_path_factory.mktemp("toy")
     text = json.dumps(char_level(CHARS))

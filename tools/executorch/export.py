@@ -21,7 +21,6 @@ every Linear, activations quantized to int8 per token at run time. --quantize=8d
 inputs (bfloat16 scales, XNNPACK's blockwise format), the same activations. Embeddings (a factorized one's
 projection too), a tied head and cgpt's Conv1d stay fp32. Where the time of a decode step goes: python -m tools.executorch.profile (results/device/profile.md).
 """
-import hashlib
 import json
 import os
 import sys
@@ -32,6 +31,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from tools.fast_sample import Slot
+from tools.executorch.run import tokenizer_path, vocabulary_id   # the pair's rules, the runner's
 from tools.support import refuse_undeclared
 from safety_net.configurator import UserError, run_command
 
@@ -289,18 +289,6 @@ def program_bytes(model, quantize="none", eot_token=None, tokenizer_id=None):
     edge = to_edge_transform_and_lower(programs, partitioner=[XnnpackPartitioner()], constant_methods=constants)
     planning = MemoryPlanningPass(alloc_graph_input=False, share_mutable_buffers=True)
     return edge.to_executorch(ExecutorchBackendConfig(memory_planning_pass=planning)).buffer
-
-
-def vocabulary_id(tokenizer):
-    """A 60-bit number of a tokenizer's vocabulary (every token and its id): the export stores it in the program as
-    the constant tokenizer_id, and the runner compares it with the tokenizer it is given."""
-    pairs = sorted((i, token) for token, i in tokenizer.get_vocab(with_added_tokens=True).items())
-    return int(hashlib.sha256(json.dumps(pairs).encode("utf-8")).hexdigest()[:15], 16)
-
-
-def tokenizer_path(pte):
-    """model.pte -> model.tokenizer.json: the runner finds the tokenizer beside the program."""
-    return os.path.splitext(pte)[0] + ".tokenizer.json"
 
 
 def run(cfg):

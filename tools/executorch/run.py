@@ -10,6 +10,8 @@ with --seed), so with an fp32 program it prints the text sample.py prints for th
 as it is generated (a multi-byte character once all its bytes are there); Ctrl-C stops it there, exit code 130.
 """
 import faulthandler
+import hashlib
+import json
 import os
 import signal
 import struct
@@ -173,10 +175,21 @@ def probe_program(path):
                         f"damaged (fix: export it again: python -m tools.executorch.export --pte={path})")
 
 
+def vocabulary_id(tokenizer):
+    """A 60-bit number of a tokenizer's vocabulary (every token and its id): the export stores it in the program as
+    the constant tokenizer_id, and the runner compares it with the tokenizer it is given."""
+    pairs = sorted((i, token) for token, i in tokenizer.get_vocab(with_added_tokens=True).items())
+    return int(hashlib.sha256(json.dumps(pairs).encode("utf-8")).hexdigest()[:15], 16)
+
+
+def tokenizer_path(pte):
+    """model.pte -> model.tokenizer.json: the runner finds the tokenizer beside the program."""
+    return os.path.splitext(pte)[0] + ".tokenizer.json"
+
+
 def check_pair(program, tokenizer, pte, path):
     """One line unless the tokenizer is the program's: the one exported with it (its tokenizer_id), or for an older
     program one whose ids fit its vocabulary and end-of-text. Another model's tokenizer would print other text."""
-    from tools.executorch.export import tokenizer_path, vocabulary_id
     fix = (f"(fix: use the tokenizer exported with it, {tokenizer_path(pte)}, or export again: python -m "
            f"tools.executorch.export --pte={pte})")
     if program.tokenizer_id is not None and program.tokenizer_id != vocabulary_id(tokenizer):
@@ -209,7 +222,6 @@ def run(cfg):
     from safety_net.sampling import check_sampling_options, read_prompt
     from safety_net.tokenizers import TextStream
     from tools.huggingface.tokenizer import TokenBytes
-    from tools.executorch.export import tokenizer_path
     check_sampling_options(cfg)   # sample.py's checks and messages
     start = read_prompt(cfg["start"])   # the text, or FILE:path's, as sample.py reads it
     if not os.path.isfile(cfg["pte"]):
