@@ -10,8 +10,8 @@ Read top to bottom; a technique's code runs only when its flag is on:
   5. DecoderStack    the layers as applied; layer sharing, ShishuLM
   6. lgpt/cgpt       width halving
   7. init            GPT-2's; paper 003's schemes
-  8. GPT             embeddings, sample_next, forward, head, generate; pgpt,
-                     Deep Thinking
+  8. GPT             embeddings, sample_next, forward, head; pgpt, Deep
+                     Thinking; generate
   9. checks          what GPTConfig rejects
 Papers 000-004: ../shared/papers/; the README says what each brings, where.
 """
@@ -418,8 +418,8 @@ def build_shared_layers(stack, config):
       G groups (002 3.0.2):                     k = n_layer / G
       ShishuLM's paired MLP-only blocks (001 4.4): k = 2 from n_attn_layers on
     ShishuLM (001 4.1-4.2): attention only in config.attention_layers().
-    E.g. ShishuLM's "2 + 1" (001 Table 10), 7 layers, share_from_layer=2, k=2
-    (the weight set each layer applies):
+    E.g. "2 + 1" in 001 Table 10's notation, 7 layers, share_from_layer=2, k=2
+    (each layer's weight set):
       layer       0   1   2   3   4   5   6
       attention   0   1   -   -   -   -   2
       FFN         0   1   2   2   3   3   4

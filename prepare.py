@@ -10,8 +10,8 @@ Prepare a dataset for train.py: a text file becomes token ids.
 Any UTF-8 text file works. The first 90% of the text is the train split, the
 rest the val split (--val_fraction). The dataset folder (data/<dataset>/, or
 --out_dir) gets train.bin and val.bin, the token ids as uint16, and
-meta.json, the tokenizer. Another text's or split's dataset is replaced only
-with --force.
+meta.json, the tokenizer. Another text's, split's or tokenizer's dataset is
+replaced only with --force.
 
 Offline: the repository ships data/tinyshakespeare/input.txt; --gpt2_ranks
 (or GPT2_TIKTOKEN_FILE) names a local gpt2.tiktoken. Tools prepare others:
@@ -94,8 +94,8 @@ def prepare(dataset="", out_dir="", input_path="", tokenizer="",
               "val_fraction": val_fraction}
     meta = {"dataset": dataset, **meta, "splits": splits, "text": record}
 
-    # refused: a split too short, another text's or split's dataset (unless
-    # --force); meta.json last marks a complete folder
+    # refused: a split too short, another dataset (unless --force); meta.json
+    # last marks a complete folder
     written = write_dataset(out_dir, {"train": train_ids, "val": val_ids}, meta, force)
     print(f"length of dataset in characters: {len(text):,}; "
           f"vocab size: {meta['vocab_size']:,}")

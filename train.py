@@ -248,7 +248,7 @@ def setup(config, explicit, device, dtype, rank, world):
     # run.model (compiled if asked) evaluates; run.train_model (in DDP if distributed) trains
     run.model = model
     if config["compile"]:
-        torch._dynamo.reset()   # dynamo keeps 8 graphs a process (tools/compare.py)
+        torch._dynamo.reset()   # dynamo recompiles at most 8 times (tools/compare.py)
         run.model = torch.compile(model)
     run.train_model = run.model
     if run.ddp:
