@@ -6,7 +6,7 @@ classes, functions, branches and GPTConfig fields), in model.py's order, with it
 computes exactly what model.py computes for it. Do not edit: regenerate.
 
     made by:  python -m tools.one_file shishulm_125 --out=docs/models/shishulm_125.py
-    model.py of commit 418ba23
+    model.py of commit b5adcfa
 """
 
 from dataclasses import dataclass
@@ -286,8 +286,8 @@ def build_shared_layers(stack, config):
       G groups (002 3.0.2):                     k = n_layer / G
       ShishuLM's paired MLP-only blocks (001 4.4): k = 2 from n_attn_layers on
     ShishuLM (001 4.1-4.2): attention only in config.attention_layers().
-    E.g. ShishuLM's "2 + 1" (001 Table 10), 7 layers, share_from_layer=2, k=2
-    (the weight set each layer applies):
+    E.g. "2 + 1" in 001 Table 10's notation, 7 layers, share_from_layer=2, k=2
+    (each layer's weight set):
       layer       0   1   2   3   4   5   6
       attention   0   1   -   -   -   -   2
       FFN         0   1   2   2   3   3   4
