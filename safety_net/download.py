@@ -1,6 +1,7 @@
 """
 Downloading a dataset's input, checked (size, sha256) and written atomically (download), and tinyshakespeare:
---input, $SHAKESPEARE_INPUT, the copy this repository ships, or nanoGPT's download (shakespeare_path).
+--input, $SHAKESPEARE_INPUT, out_dir/input.txt, the copy beside the dataset folder (shakespeare_char/input.txt), the
+copy this repository ships, or nanoGPT's download into out_dir (shakespeare_path).
 """
 
 import hashlib
@@ -99,8 +100,8 @@ SHIPPED_SHAKESPEARE = os.path.join(REPO_ROOT, "data", "tinyshakespeare", "input.
 
 
 def shakespeare_path(out_dir, input_path=None):
-    """Where tinyshakespeare is: --input, $SHAKESPEARE_INPUT, a copy beside
-    out_dir, the shipped one, else downloaded into out_dir."""
+    """Where tinyshakespeare is, the first found of: --input, $SHAKESPEARE_INPUT, out_dir/input.txt,
+    shakespeare_char/input.txt beside out_dir, the shipped copy; else downloaded into out_dir/input.txt."""
     if input_path:
         return input_path   # read_text says so if it is missing
     given = os.environ.get("SHAKESPEARE_INPUT")

@@ -77,8 +77,10 @@ def resolve_device(name, local_rank=None):
         raise UserError(f"device '{name}' requested but {kind.upper()} is not available "
                         f"(fix: --device=cpu or --device=auto)")
     if kind == "cuda" and index is not None and index >= torch.cuda.device_count():
-        raise UserError(f"device '{name}' does not exist: this machine has {torch.cuda.device_count()} GPU(s) "
-                        f"(fix: --device=cuda:0 to cuda:{torch.cuda.device_count() - 1}, or --device=cuda)")
+        gpus = torch.cuda.device_count()
+        devices = "--device=cuda:0" if gpus == 1 else f"--device=cuda:0 to cuda:{gpus - 1}"
+        raise UserError(f"device '{name}' does not exist: this machine has {gpus} GPU(s) "
+                        f"(fix: {devices}, or --device=cuda)")
     if kind == "cuda" and local_rank is not None:
         name = f"cuda:{local_rank}"
     if kind == "cpu":   # 'cpu:0' too: the checkpoints it saved would name it, and no map_location reads it back

@@ -32,8 +32,7 @@ def check_wandb():
     import_wandb()
     if os.environ.get("WANDB_MODE", "") in ("offline", "disabled", "dryrun"):
         return
-    url = urllib.parse.urlsplit(os.environ.get("WANDB_BASE_URL") or "https://api.wandb.ai")
-    host, port = url.hostname or "", url.port or (443 if url.scheme == "https" else 80)
+    host, port = wandb_server()
     offline = "WANDB_MODE=offline to log on this machine (wandb sync uploads it later), or --wandb_log=False"
     if not (os.environ.get("WANDB_API_KEY") or os.environ.get("WANDB_IDENTITY_TOKEN_FILE") or netrc_login(host)):
         raise UserError(f"wandb_log=True, but no W&B API key is set for {host} (fix: `wandb login` or "
@@ -44,6 +43,23 @@ def check_wandb():
         raise UserError(f"wandb_log=True, but the W&B server {host}:{port} cannot be reached in "
                         f"{WANDB_CONNECT_S} s ({e.strerror or type(e).__name__}) (fix: check the network or "
                         f"WANDB_BASE_URL, or {offline})") from None
+
+
+def wandb_server():
+    """(host, port) of WANDB_BASE_URL (https://api.wandb.ai when unset), refused in one line when it has no
+    http:// or https:// (its host was read as empty) or a port that is no number in [0, 65535] (a ValueError
+    traceback; a hunt found both)."""
+    base = os.environ.get("WANDB_BASE_URL") or "https://api.wandb.ai"
+    url = urllib.parse.urlsplit(base)
+    if url.scheme not in ("http", "https") or not url.hostname:
+        raise UserError(f"WANDB_BASE_URL={base} needs http:// or https:// and a host (fix: e.g. "
+                        f"WANDB_BASE_URL=https://api.wandb.ai, or unset it)")
+    try:
+        port = url.port
+    except ValueError as e:   # "Port could not be cast to integer value as 'abc'", "Port out of range 0-65535"
+        raise UserError(f"WANDB_BASE_URL={base}: {e} (fix: a port in [1, 65535], or none for the scheme's "
+                        f"default)") from None
+    return url.hostname, port or (443 if url.scheme == "https" else 80)
 
 
 def netrc_login(host):

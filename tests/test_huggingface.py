@@ -379,6 +379,51 @@ def test_sample_refuses_a_dataset_of_a_smaller_vocabulary(hf_dirs, tiny_data):
     assert msg.startswith("error: ") and "fewer than the model's 61" in msg and "(fix: " in msg
 
 
+def test_sample_without_init_from_or_with_out_dir_is_one_line():
+    """No --init_from says it is required; --out_dir (sample.py's key) names sample.py (a hunt: a changed line did
+    this, and no test failed)."""
+    from tools.huggingface import sample
+    one_error_line(sample.main, [], "--init_from is required")
+    one_error_line(sample.main, ["--out_dir=x", "--init_from=y"], "unknown config key 'out_dir'",
+                   "python sample.py --out_dir=")
+
+
+@pytest.fixture
+def stub_hf_sample(monkeypatch, tmp_path):
+    """(stub, written): stub(model_vocab, tokenizer_vocab) is tools.huggingface.sample's main with a stub model
+    of model_vocab ids (no tokenizer_id recorded) and --data_dir's tokenizer of tokenizer_vocab characters; written
+    gets the prompt's ids of each sampling (write_samples)."""
+    from types import SimpleNamespace
+    from tools.huggingface import sample
+    from safety_net.tokenizers import CharTokenizer
+    written = []
+
+    def stub(model_vocab, tokenizer_vocab):
+        model = SimpleNamespace(config=SimpleNamespace(vocab_size=model_vocab))
+        tok = CharTokenizer([chr(0x100 + i) for i in range(tokenizer_vocab)])
+        monkeypatch.setattr(sample, "setup_sampling", lambda cfg: (torch.device("cpu"), torch.float32, cfg["start"]))
+        monkeypatch.setattr(sample, "load_pretrained", lambda path, device: (model, {"source": path, "hf_config": {}}))
+        monkeypatch.setattr(sample, "checked_data_dir", lambda info, data_dir: data_dir)
+        monkeypatch.setattr(sample, "load_tokenizer", lambda data_dir: tok)
+        monkeypatch.setattr(sample.sample, "write_samples", lambda model, tok, text, ids, *rest: written.append(ids))
+        return sample.main
+    return stub, written
+
+
+def test_sample_checks_a_data_dirs_vocabulary_against_the_models(stub_hf_sample):
+    """--data_dir of a tokenizer as large as the model's vocabulary samples; a prompt character it lacks names the
+    data_dir; a prompt id beyond the model's vocabulary is one line (a hunt: a changed line did this, and no test
+    failed)."""
+    stub, written = stub_hf_sample
+    args = ["--init_from=hf", "--data_dir=data/mydata"]
+    stub(100, 100)([*args, f"--start={chr(0x100 + 60)}"])
+    assert written == [[60]]
+    one_error_line(stub(100, 100), [*args, "--start=x"], "characters not in the vocabulary: 'x'",
+                   "(the model was trained on data/mydata)")
+    one_error_line(stub(50, 100), [*args, f"--start={chr(0x100 + 60)}"],
+                   "the prompt encodes to token id 60, beyond the model's vocabulary of 50")
+
+
 # --- export -------------------------------------------------------------------------------------
 
 OURS = {

@@ -616,6 +616,69 @@ def test_wandb_needs_no_key_when_disabled_and_takes_a_token_file_or_another_port
     assert tried == [("api.wandb.ai", 443), ("my.wandb.host", 80), ("my.wandb.host", 8443)]
 
 
+def test_wandb_dryrun_mode_needs_no_key(monkeypatch, tmp_path, no_wandb_import):
+    """WANDB_MODE=dryrun (wandb's old name for offline) logs on this machine: no key is asked for (a hunt: a changed
+    line did this, and no test failed)."""
+    monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
+    monkeypatch.setenv("WANDB_MODE", "dryrun")
+    assert wandb_log.check_wandb() is None
+
+
+def test_wandb_key_in_the_netrc_file_named_by_netrc(monkeypatch, tmp_path, no_wandb_import):
+    """NETRC names the file `wandb login` wrote the key to: with no WANDB_API_KEY the run starts; a netrc file that
+    is no netrc is the one line "no W&B API key is set" (a hunt: a changed line did this, and no test failed)."""
+    monkeypatch.setenv("HOME", str(tmp_path))   # no ~/.netrc of the machine's user
+    monkeypatch.setattr(socket, "create_connection", lambda address, timeout: socket.socket())
+    (tmp_path / "netrc").write_text("machine api.wandb.ai login user password " + "k" * 40 + "\n")
+    monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))
+    wandb_log.check_wandb()
+    (tmp_path / "netrc").write_text("nonsense api.wandb.ai\n")
+    with pytest.raises(UserError, match="no W&B API key is set for api.wandb.ai"):
+        wandb_log.check_wandb()
+
+
+@pytest.mark.parametrize("url, words", [
+    ("api.wandb.ai", "WANDB_BASE_URL=api.wandb.ai needs http:// or https://"),
+    ("my.host:8080", "WANDB_BASE_URL=my.host:8080 needs http:// or https://"),
+    ("http://localhost:abc", "WANDB_BASE_URL=http://localhost:abc: Port could not be cast"),
+    ("https://my.host:70000", "WANDB_BASE_URL=https://my.host:70000: Port out of range"),
+])
+def test_wandb_base_url_without_a_scheme_or_with_a_bad_port_is_one_line(monkeypatch, no_wandb_import, url, words):
+    """A WANDB_BASE_URL without http:// read as an empty host ("no W&B API key is set for  (fix: ..."), and a port
+    that is no number was a ValueError traceback (a hunt found it: now one line naming WANDB_BASE_URL)."""
+    monkeypatch.setenv("WANDB_API_KEY", "k" * 40)
+    monkeypatch.setenv("WANDB_BASE_URL", url)
+    monkeypatch.setattr(socket, "create_connection", lambda address, timeout: socket.socket())
+    with pytest.raises(UserError) as e:
+        wandb_log.check_wandb()
+    assert str(e.value).startswith(words) and "(fix: " in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_bad_wandb_base_url_stops_train_py_before_it_writes(monkeypatch, tmp_path, tiny_train_config,
+                                                              no_wandb_import):
+    """train.py --wandb_log=True with WANDB_BASE_URL=http://localhost:abc: one line, and no out_dir (a hunt found
+    it: a ValueError traceback)."""
+    import train
+    monkeypatch.setenv("WANDB_BASE_URL", "http://localhost:abc")
+    cfg = dict(tiny_train_config, wandb_log=True)
+    one_error_line(train.main, [f"--{k}={v}" for k, v in cfg.items()], "WANDB_BASE_URL=http://localhost:abc")
+    assert not os.path.exists(cfg["out_dir"])
+
+
+def test_wandb_run_records_the_config_and_import_wandb_returns_the_package(monkeypatch):
+    """The W&B run's config is the run's, as nanoGPT's; import_wandb hands back the wandb package (a hunt: a changed
+    line did this, and no test failed)."""
+    import types
+    package = types.ModuleType("wandb")
+    monkeypatch.setitem(sys.modules, "wandb", package)
+    assert wandb_log.import_wandb() is package
+    fake = RecordingWandb()
+    monkeypatch.setattr(wandb_log, "import_wandb", lambda: fake)
+    config = {"wandb_log": True, "wandb_project": "p", "wandb_run_name": "r", "learning_rate": 1e-3}
+    wandb_log.WandbLog(config).log({"kind": "eval", "iter": 0, "loss": 2.0, "val_loss": 2.5, "lr": 1e-3})
+    assert fake.inits[0]["config"] == config
+
+
 # --- sizes that cannot be built, and odd output paths ------------------------------------------------------------
 
 def test_sizes_that_cannot_be_built_are_refused_at_once():

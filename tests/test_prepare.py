@@ -13,6 +13,7 @@ import os
 import re
 import subprocess
 import threading
+import types
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -221,6 +222,50 @@ def test_progress_of_an_unknown_size_shows_the_amount_only(capsys):
     bar.update(2_500_000)
     bar.close()
     assert capsys.readouterr().err.endswith("\rdownloading x: (2.5 MB)\n")
+
+
+def test_progress_shows_a_line_every_fifth_of_a_second(capsys, monkeypatch):
+    """Two updates 0.3 s apart are two lines (a hunt: a changed line did this, and no test failed)."""
+    now = [1000.0]
+    monkeypatch.setattr(download, "time", types.SimpleNamespace(time=lambda: now[0]))   # its clock alone
+    bar = download.Progress("downloading x", 10_000_000)
+    bar.update(1_000_000)
+    now[0] += 0.3
+    bar.update(1_000_000)
+    assert capsys.readouterr().err == "\rdownloading x:  10.0% (1.0/10.0 MB)\rdownloading x:  20.0% (2.0/10.0 MB)"
+
+
+def test_progress_of_a_known_total_ends_at_100_percent_and_never_passes_it(capsys):
+    """A download's last line is 100% of its size; wikitext103's count of characters, which its bytes then pass,
+    shows 100%, not 150% (a hunt: a changed line did this, and no test failed)."""
+    bar = download.Progress("downloading x", 10_000_000)
+    bar.update(5_000_000)
+    bar.close()
+    assert capsys.readouterr().err.endswith("\rdownloading x: 100.0% (10.0/10.0 MB)\n")
+    download.Progress("wikitext", 1000, unit="M chars", scale=1).update(1500)
+    assert capsys.readouterr().err == "\rwikitext: 100.0% (1500.0/1000.0 M chars)"
+
+
+def test_download_without_a_sha256_names_the_file_and_the_servers_size(tmp_path, monkeypatch, capsys):
+    """A download with no sha256 and the right size is written; its progress line names the file alone, out of
+    the size the server announces (a hunt: a changed line did this, and no test failed)."""
+    data = b"x" * 3_000_000
+    monkeypatch.setattr(urllib.request, "urlopen", lambda *a, **k: FakeResponse(data, len(data)))
+    dest = tmp_path / "f.bin"
+    download.download("http://example.invalid/f", str(dest), len(data))
+    assert dest.read_bytes() == data
+    assert capsys.readouterr().err.startswith("\rdownloading f.bin:  35.0% (1.0/3.0 MB)")
+    with pytest.raises(ValueError, match="expected 6000000"):   # the server's size, not the one expected
+        download.download("http://example.invalid/f", str(tmp_path / "g.bin"), 6_000_000)
+    assert capsys.readouterr().err.startswith("\rdownloading g.bin:  35.0% (1.0/3.0 MB)")
+
+
+def test_shakespeare_input_naming_a_folder_is_refused(tmp_path, monkeypatch):
+    """SHAKESPEARE_INPUT=<a folder> is one line, not read as the text (a hunt: a changed line did this, and no test
+    failed)."""
+    monkeypatch.setenv("SHAKESPEARE_INPUT", str(tmp_path))
+    with pytest.raises(UserError, match=f"SHAKESPEARE_INPUT={tmp_path}: no such file"):
+        download.shakespeare_path(str(tmp_path / "out"))
 
 
 # ----------------------------------------------------------------------------- GPT-2 BPE

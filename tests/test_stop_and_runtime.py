@@ -126,3 +126,75 @@ def test_busy_machine_counts_the_cores_torch_leaves_free(monkeypatch):
         monkeypatch.setattr(torch, "get_num_threads", lambda: threads)
         monkeypatch.setattr(os, "getloadavg", lambda: (load, load, load))
         assert bool(runtime.busy_machine(cpu)) == busy, (threads, load)
+
+
+def test_the_largest_seed_is_one_below_max_seed():
+    """--seed=4294967295 runs and --seed=4294967296 is one line (a hunt: a changed line did this, and no test
+    failed)."""
+    runtime.check_seed(runtime.MAX_SEED - 1)
+    with pytest.raises(UserError, match=r"--seed must be an integer in \[0, 4294967295\], got 4294967296"):
+        runtime.check_seed(runtime.MAX_SEED)
+
+
+def test_busy_machine_reads_the_last_minutes_load(monkeypatch):
+    """A burst of load in the last minute is what slows the next steps: the note names the 1-minute load, not
+    the 15-minute one (a hunt: a changed line did this, and no test failed)."""
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    monkeypatch.setattr(os, "getloadavg", lambda: (3.0, 0.2, 0.2))
+    assert runtime.busy_machine(torch.device("cpu")).startswith("the machine is busy (load 3.0 on 2 CPUs)")
+
+
+@pytest.fixture
+def fake_gpus(monkeypatch):
+    """CUDA faked as available with n GPUs (set n through the returned function), no MPS."""
+    def gpus(n):
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: n > 0)
+        monkeypatch.setattr(torch.cuda, "device_count", lambda: n)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    return gpus
+
+
+def test_bad_devices_are_one_line(fake_gpus):
+    """--device=cuda:x, cuda:1 on a one-GPU machine, and mps where there is none are each one line with the fix
+    (a hunt: a changed line did this, and no test failed); the one-GPU fix read "--device=cuda:0 to cuda:0" (a
+    hunt found it: now "--device=cuda:0")."""
+    fake_gpus(1)
+    with pytest.raises(UserError, match="unknown device 'cuda:x'"):
+        runtime.resolve_device("cuda:x")
+    with pytest.raises(UserError, match=r"device 'cuda:1' does not exist: this machine has 1 GPU\(s\) "
+                                        r"\(fix: --device=cuda:0, or --device=cuda\)"):
+        runtime.resolve_device("cuda:1")
+    assert runtime.resolve_device("cuda:0") == torch.device("cuda:0")
+    with pytest.raises(UserError, match="device 'mps' requested but MPS is not available"):
+        runtime.resolve_device("mps")
+    fake_gpus(3)
+    with pytest.raises(UserError, match=r"this machine has 3 GPU\(s\) \(fix: --device=cuda:0 to cuda:2, or"):
+        runtime.resolve_device("cuda:3")
+
+
+def test_each_ddp_rank_takes_the_gpu_of_its_local_rank(fake_gpus):
+    """torchrun on 2 GPUs: --device=cuda puts local rank 1 on cuda:1 (a hunt: a changed line did this, and no test
+    failed)."""
+    fake_gpus(2)
+    assert runtime.resolve_device("cuda", local_rank=1) == torch.device("cuda:1")
+    assert runtime.resolve_device("cuda") == torch.device("cuda")
+
+
+@pytest.mark.parametrize("bf16, dtype", [(True, "bfloat16"), (False, "float16")])
+def test_auto_dtype_on_cuda_is_bf16_where_supported(monkeypatch, bf16, dtype):
+    """--dtype=auto on a GPU: bfloat16 where it has it, else float16 (a hunt: a changed line did this, and no test
+    failed)."""
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: bf16)
+    assert runtime.resolve_dtype("auto", torch.device("cuda")) == dtype
+    assert runtime.resolve_dtype("auto", torch.device("cpu")) == "float32"
+
+
+def test_torchrun_is_rank_and_world_size_both(monkeypatch):
+    """RANK alone (set by some other launcher) is no torchrun run (a hunt: a changed line did this, and no test
+    failed)."""
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert not runtime.launched_by_torchrun()
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    assert runtime.launched_by_torchrun()
