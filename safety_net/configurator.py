@@ -1,7 +1,7 @@
 """
 Config files + command-line overrides, shared by every script (train.py, sample.py, prepare.py, tools/), and
 the one exception type for bad input, UserError (one_line: an exception's text for its message). Imports
-nothing of the project.
+nothing of the project but variants/, on demand (a missing config file's fix names a preset).
 
     python train.py config/gpt_shakespeare_cpu.py --n_layer=6 --dropout 0.1
 

@@ -34,7 +34,7 @@ class Progress:
 
     def _show(self, end):
         done = f"{self.done / self.scale:.1f}"
-        if self.total > 1:  # total unknown (e.g. no Content-Length): show the amount only
+        if self.total > 1:   # a known total: the share done; unknown (no Content-Length): the amount only
             done = f"{100.0 * min(self.done / self.total, 1.0):5.1f}% ({done}/{self.total / self.scale:.1f}"
         else:
             done = f"({done}"

@@ -109,11 +109,11 @@ def read_rows(path):
         return []
     try:
         with open(path, newline="", encoding="utf-8") as f:
-            rows = [(n, row) for n, row in enumerate(csv.DictReader(f), 2) if (row.get("iter") or "").isdigit()]
+            rows = list(enumerate(csv.DictReader(f), 2))
     except (UnicodeDecodeError, csv.Error) as e:   # e.g. overwritten by another program: one line, not a traceback
         raise UserError(f"{path} is damaged ({e}) (fix: delete it: a resumed run then logs from where it "
                         f"resumes, and loss.png shows only that part)") from None
-    bad = sorted(n for n, row in rows if not log_row_ok(row))
+    bad = sorted(n for n, row in rows if not log_row_ok(row))   # an iteration that is no number too (an audit)
     if bad:
         print(f"note: {path}: left out {len(bad)} row(s) whose values are not numbers (line {bad[0]} first)",
               flush=True)
@@ -121,7 +121,8 @@ def read_rows(path):
 
 
 def log_row_ok(row):
-    """True when a log.csv row holds what train.py writes: a kind, and numbers or nothing in the other columns."""
+    """True when a log.csv row holds what train.py writes: an iteration number, a kind, and numbers or nothing in
+    the other columns."""
     def number(text):
         try:
             float(text)
@@ -130,7 +131,8 @@ def log_row_ok(row):
             return False
     numbers = [row.get(k) or "" for k in COLUMNS if k not in ("iter", "kind", "branch_weights")]
     numbers += (row.get("branch_weights") or "").split()
-    return row.get("kind") in ("train", "eval") and all(number(v) for v in numbers if v != "")
+    iteration = (row.get("iter") or "").isdigit()
+    return iteration and row.get("kind") in ("train", "eval") and all(number(v) for v in numbers if v != "")
 
 
 def _text(v):

@@ -3346,6 +3346,9 @@ MUTANTS = [
            "encode_start(tok, start_text, dataset, model.config.vocab_size)",
            "encode_start(tok, start_text, dataset, tok.vocab_size)",
            "tests/test_huggingface.py -k data_dirs_vocabulary_against_the_models", every=False),
+    Mutant("read_rows_drops_a_wrong_iteration_without_a_word", "safety_net/run_log.py",
+           'iteration = (row.get("iter") or "").isdigit()', 'iteration = True',
+           "tests/test_run_log.py -k read_rows_leaves_out", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

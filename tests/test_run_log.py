@@ -29,11 +29,13 @@ def test_no_curve_writes_no_figure(tmp_path):
 
 
 def test_read_rows_leaves_out_rows_train_py_never_writes(tmp_path, capsys):
-    """An edited log.csv: a row of another kind, or branch weights that are not numbers, is left out with a note."""
+    """An edited log.csv: a row of another kind, branch weights or an iteration that are not numbers, is left out
+    with a note (an audit: a row of a wrong iteration went without a word)."""
     path = tmp_path / "log.csv"
-    path.write_text("iter,kind,loss,branch_weights\n0,train,1.0,\n1,bogus,1.0,\n2,train,1.0,x y\n3,eval,0.5,0.4 0.6\n")
+    path.write_text("iter,kind,loss,branch_weights\n0,train,1.0,\nabc,train,1.0,\n1,bogus,1.0,\n2,train,1.0,x y\n"
+                    "3,eval,0.5,0.4 0.6\n")
     assert [row["iter"] for row in read_rows(str(path))] == ["0", "3"]
-    assert "left out 2 row(s) whose values are not numbers (line 3 first)" in capsys.readouterr().out
+    assert "left out 3 row(s) whose values are not numbers (line 3 first)" in capsys.readouterr().out
 
 
 def test_a_committed_log_has_the_usual_permissions(tmp_path):

@@ -1,7 +1,7 @@
 """
 Honest perplexity: evaluate a checkpoint on the WHOLE of each split, every token scored exactly once.
 
-    python -m tools.eval --out_dir=out-shakespeare-char                 # val (and test if present)
+    python -m tools.eval --out_dir=out                                   # val (and test if present)
     python -m tools.eval --out_dir=out-wt103 --splits=val,test --stride=512 --batch_size=4
     python -m tools.eval --init_from=gpt2 --data_dir=data/wikitext103   # a Hugging Face model (see tools/huggingface/)
     python -m tools.eval --init_from=gpt2 --mc_file=hellaswag.jsonl     # zero-shot multiple choice: acc, acc_norm

@@ -6,7 +6,7 @@ the same plan as a picture.
     python -m tools.plan --variant=lgpt                          # a preset, variants/lgpt.py
     python -m tools.plan config/lgpt_shakespeare_cpu.py          # the model a train.py config file trains
     python -m tools.plan --n_layer=8 --n_attn_layers=2           # any GPTConfig flags (on top of --variant, if given)
-    python -m tools.plan --out_dir=out-shakespeare-char          # the model a train.py checkpoint describes
+    python -m tools.plan --out_dir=out                           # the model a train.py checkpoint describes
     python -m tools.plan --variant=pgpt --png=pgpt.png           # ... and its picture
     python -m tools.plan --gallery=docs/architectures            # every preset's picture (docs/architectures.md)
 
