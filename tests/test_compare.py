@@ -25,8 +25,6 @@ TEXT_LINES = ["Oh God, what is this war?", "War is a thing of kings and fools.",
               "KING RICHARD III: Say that thou wert my friend.", "GLOUCESTER: Why, sir, the love of the world."]
 
 
-
-
 @pytest.fixture
 def char_data(tmp_path):
     """A small shakespeare_char-format dataset made by prepare.py from a generated text."""
@@ -224,6 +222,7 @@ def test_a_dry_run_checks_every_runs_settings(tmp_path):
 
 # -----------------------------------------------------------------------------------------------
 # seeds, equal compute, noise
+
 
 def test_val_loss_at_interpolates_between_evaluations():
     curve = [(0, 4.0), (20, 2.0), (10, 3.0), (30, 1.8), (40, None)]   # any order; a missing value skipped
@@ -645,7 +644,7 @@ def test_paper000_summary_refuses_an_unknown_reference_before_its_figures(tiny_t
     runs = tmp_path / "runs"
     for name in ("small", "big"):
         cfg = dict(tiny_train_config, out_dir=str(runs / f"{name}-s2"), n_layer=1 if name == "small" else 2,
-                   enhanced_residual=name == "big")
+                   enhanced_residual=name == "big", gradient_accumulation_steps=2 if name == "small" else 1)
         train.train({**train.DEFAULTS, **cfg}, explicit=set(cfg))
     plots = tmp_path / "plots"
     one_error_line(paper000_summary.main, [f"--runs={runs}", f"--plot_dir={plots}", "--reference=smal"],
@@ -665,6 +664,38 @@ def test_paper000_summary_refuses_an_unknown_reference_before_its_figures(tiny_t
     small = next(r for r in paper000_summary.load_runs(str(runs)) if r["name"] == "small")
     ckpt = torch.load(runs / "small-s2" / "last.pt", weights_only=True)
     assert small["best_val"] == pytest.approx(ckpt["best_val_loss"], rel=1e-5) and small["best_val"] > 1
+    # the training tokens of an iteration count its gradient accumulation steps (2 here: a hunt: a changed line
+    # dropped them, and no test failed)
+    tokens = tiny_train_config["batch_size"] * 2 * tiny_train_config["block_size"]
+    assert small["flops_per_iter"] == small["flops_per_token"] * tokens
+    assert small["train_flops"] == small["flops_per_token"] * tokens * tiny_train_config["max_iters"]
+
+
+def test_paper000_summary_tables_and_alphas_of_hand_made_runs(tmp_path, monkeypatch, capsys):
+    """Three seeds per model, 600 s each: the wall column is the mean per run (10.0 min); the verdict against the
+    reference follows the final val loss (b is better at the end, worse at its best); the alpha table numbers
+    blocks from 1; alphas.png is drawn for the lowest seed's run (a hunt: a changed line did each, and no test
+    failed: 30.0 min, the best loss's verdict, block 0, seed 3's alphas)."""
+    from tools import paper000_summary
+    rows = []
+    for name, finals, bests in (("a", (2.0, 2.01, 1.99), (1.5, 1.51, 1.49)),
+                                ("b", (1.9, 1.91, 1.89), (1.6, 1.61, 1.59))):
+        for seed, final, best in zip((1, 2, 3), finals, bests):
+            log = {"eval": [dict(iter=0, val_loss=4.0), dict(iter=10, val_loss=final)], "train": []}
+            alphas = [(0.1 * seed, 0.5), (0.2, 0.6)] if name == "b" else None
+            rows.append(dict(name=name, seed=seed, log=log, params=1000, flops_per_token=1e9, flops_per_iter=1e11,
+                             iters=10, train_flops=1e12, final_val=final, best_val=best, alphas=alphas, wall_s=600.0))
+    drawn = {}
+    monkeypatch.setattr(paper000_summary, "load_runs", lambda root: rows)
+    monkeypatch.setattr(paper000_summary, "plot_loss_curves", lambda *a, **k: None)
+    monkeypatch.setattr(paper000_summary, "plot_loss_vs_compute", lambda *a, **k: None)
+    monkeypatch.setattr(paper000_summary, "plot_alphas", lambda alphas, path: drawn.update(alphas))
+    paper000_summary.main([f"--runs={tmp_path}", f"--plot_dir={tmp_path / 'plots'}", "--reference=a"])
+    out = capsys.readouterr().out
+    b_row = next(line for line in out.splitlines() if line.startswith("| b | 3 |"))
+    assert "| better (-0.1000) |" in b_row and b_row.endswith("| 10.0 min |"), b_row
+    assert "| b | 1 | 0.2000 ± 0.1000 | 0.5000 ± 0.0000 |" in out and "| b | 0 |" not in out
+    assert list(drawn) == ["b (seed 1)"] and drawn["b (seed 1)"][0] == (0.1, 0.5)
 
 
 def test_samples_draw_only_the_tokenizers_ids(tmp_path):
@@ -711,6 +742,7 @@ def test_figure_titles_name_every_dataset_of_the_runs(tmp_path, monkeypatch):
 
 # -----------------------------------------------------------------------------------------------
 # edge cases of the checks, statistics and tables, called directly (no training)
+
 
 def test_seeds_reach_the_last_seed_and_refuse_a_negative_one():
     """--seeds=N may end at MAX_SEED - 1; a listed seed below 0 is refused in one line (a hunt: a changed line

@@ -166,6 +166,22 @@ def test_inductor_compiles_a_one_layer_decoder():
     assert not inductor_config().cpp_wrapper   # the quick mode's setting was patched, then restored
 
 
+def test_inductor_loaded_modules_is_the_live_list():
+    """tools/fast_sample.py takes inductor_loaded_modules() before a compile and reads the modules loaded since
+    from it afterwards (to_huge_pages of a frozen graph's weights): a copy never shows them (a hunt: a changed line
+    did this, and no test failed). No compile: a module appended to inductor's list shows in the list taken
+    before."""
+    from torch._inductor.codecache import PyCodeCache
+    modules = inductor_loaded_modules()
+    loaded = len(modules)
+    sentinel = types.ModuleType("not_compiled")
+    PyCodeCache.modules.append(sentinel)
+    try:
+        assert modules[loaded:] == [sentinel]
+    finally:
+        PyCodeCache.modules.remove(sentinel)
+
+
 @pytest.mark.parametrize("family", STATIC_DECODE)
 def test_static_cache_decode_same_tokens_and_one_graph(family):
     """The static cache (gpt-fast layout) decodes the tokens of the plain path, and its step compiles to one

@@ -533,6 +533,46 @@ def test_vs_nanogpt_refuses_a_checkout_without_what_it_runs(tmp_path):
     one_error_line(vs_nanogpt.main, [f"--nanogpt={tmp_path}", "--iters=50"], "--iters must be >= 100", "--iters=300")
 
 
+def stubbed_vs_nanogpt(tmp_path, monkeypatch):
+    """tools.vs_nanogpt with a fake nanoGPT checkout, no copying, and timed() stubbed: ours 1 s, nanoGPT 2 s; returns
+    the module and the arguments naming the checkout and a text."""
+    import types
+    from tools import vs_nanogpt
+    nano = tmp_path / "nanoGPT"
+    (nano / "data" / "shakespeare_char").mkdir(parents=True)
+    (nano / "train.py").write_text("")
+    (nano / "data" / "shakespeare_char" / "prepare.py").write_text("")
+    (tmp_path / "input.txt").write_text("First Citizen:\n")
+    monkeypatch.setattr(vs_nanogpt, "shutil", types.SimpleNamespace(
+        copytree=lambda *a, **k: None, copy=lambda *a, **k: None, rmtree=lambda *a, **k: None,
+        ignore_patterns=lambda *a: None))
+    monkeypatch.setattr(vs_nanogpt, "timed", lambda cmd, cwd, env: 2.0 if cwd.endswith("nanogpt") else 1.0)
+    return vs_nanogpt, [f"--nanogpt={nano}", f"--input={tmp_path / 'input.txt'}"]
+
+
+def test_vs_nanogpt_ratio_is_ours_over_nanogpt_and_its_bounds_are_inclusive(tmp_path, monkeypatch, capsys):
+    """The ratio printed and returned is ours / nanoGPT (ours 1 s, nanoGPT 2 s: 0.5, "at least as fast");
+    --iters=100 (the warmup itself) is accepted, --rounds=0 is one line before any preparing (a hunt: a changed
+    line did this, and no test failed: an inverted ratio, --iters=100 refused, --rounds=0 a StatisticsError)."""
+    vs_nanogpt, args = stubbed_vs_nanogpt(tmp_path, monkeypatch)
+    assert vs_nanogpt.main(args + ["--iters=100", "--rounds=1"]) == [0.5]
+    assert "median ratio ours / nanoGPT = 0.500" in capsys.readouterr().out
+    one_error_line(vs_nanogpt.main, args + ["--iters=300", "--rounds=0"], "--rounds >= 1")
+
+
+def test_vs_nanogpt_a_run_killed_by_a_signal_is_a_failure_that_names_the_signal(monkeypatch):
+    """A timed run killed by a signal (return code -9: the OOM killer) fails, naming the signal, not a time (a hunt:
+    a changed line did this, and no test failed); its message read "failed in DIR:  (fix: ...)" with nothing
+    between (a hunt found it: a killed run prints nothing)."""
+    import types
+    from tools import vs_nanogpt
+    monkeypatch.setattr(vs_nanogpt, "subprocess", types.SimpleNamespace(
+        run=lambda *a, **k: types.SimpleNamespace(returncode=-9, stdout="", stderr="")))
+    with pytest.raises(UserError) as e:
+        vs_nanogpt.timed(["python", "train.py", "x"], "/tmp/ours", {})
+    assert "failed in /tmp/ours (killed by signal 9) (fix: " in str(e.value)
+
+
 def test_plan_and_bench_read_a_nanogpt_data_folders_vocabulary(tmp_path, capsys):
     """tools.plan and tools.bench said a meta.pkl folder 'is not prepared' (fixing it by preparing another folder)
     and tools.compare sized its models with the presets' vocabulary, where train.py trains on it (a hunt)."""

@@ -554,6 +554,21 @@ def test_code_lines_counts_the_reading_load_as_reading_path_does(tmp_path):
     assert code_lines.reading_load(str(path)) == (6, 2 + 4)   # x = f ( 1 ); '"""two', 'words"""', '#', ...
 
 
+def test_code_lines_leaves_out_every_line_of_a_docstring_and_prints_its_columns_in_order(tmp_path, capsys):
+    """A two-line module docstring adds no code line; the printed row's code tokens and comment words are
+    reading_load()'s, each in its column (a hunt: a changed line did each, and no test failed: the docstring's
+    last line counted as code, the two columns swapped)."""
+    from tools import code_lines
+    path = tmp_path / "a.py"
+    path.write_text('"""one\ntwo three"""\nx = 1  # a b c d e f g h\n', encoding="utf-8")
+    assert code_lines.count(str(path)) == (3, 1)
+    tokens, words = code_lines.reading_load(str(path))
+    assert (tokens, words) == (3, 12)
+    code_lines.main([str(path)])
+    assert capsys.readouterr().out.splitlines()[0].split()[:8] == ["3", "lines", "1", "code", str(tokens), "code",
+                                                                   "tokens", str(words)]
+
+
 def test_code_lines_counts_a_last_line_and_refuses_what_is_not_python_in_one_line(tmp_path, capsys):
     """A file without a final newline had one line fewer than its code lines, and a folder, a syntax error or
     non-UTF-8 bytes were tracebacks (a hunt): the lines as a reader (and reading_path.py) counts them, and one line

@@ -294,6 +294,36 @@ def test_bench_scaling_sorts_every_field_and_keeps_each_presets_structure():
     assert (scaled["n_layer"], scaled["n_attn_layers"], scaled["n_top_attn_layers"]) == (15, 4, 1)
 
 
+def test_bench_depth_scale_alone_and_width_fields_rounded_to_nearest():
+    """--depth_scale=0.5 with --scale=1 halves gpt's 6 layers to 3 (a hunt: a changed line scaled depth by --scale,
+    and no test failed: 6 layers); a width field scales to the nearest integer: mlp_hidden 150 at n_embd 64 -> 16
+    is 38 (150 / 4 = 37.5), not truncated to 37 (a hunt: a changed line did this, and no test failed)."""
+    from tools.benchmarks import entries
+    from safety_net.build import gpt_config_defaults
+    entry = entries.variant_entry("gpt", dict(scale=1, depth_scale=0.5, batch_size=8), {})
+    assert entry["args"]["n_layer"] == 3
+    args = dict(gpt_config_defaults(), n_layer=2, n_embd=64, n_head=4, mlp_hidden=150, block_size=16, vocab_size=32)
+    scaled = entries.width_args(args, 0.25)
+    assert (scaled["n_embd"], scaled["mlp_hidden"]) == (16, 38)
+
+
+def test_a_config_file_starting_from_a_checkpoint_file_takes_the_datasets_vocabulary(tmp_path, monkeypatch):
+    """init_from=<a checkpoint file> (fine-tuning on another dataset) sizes the vocabulary by the dataset, as
+    train.py does (only resume keeps the checkpoint's): tools.plan and tools.bench read the dataset's 16 tokens,
+    not the checkpoint's 37 (a hunt: a changed line did this, and no test failed)."""
+    from conftest import write_token_dataset
+    from tools.benchmarks import entries
+    monkeypatch.chdir(tmp_path)
+    model = GPT(GPTConfig(**TINY))
+    atomic_save({"model": model.state_dict(), "model_args": dataclasses.asdict(model.config), "iter_num": 3,
+                 "best_val_loss": 1.0, "optimizer": {}}, tmp_path / "run" / "ckpt.pt")
+    data = write_token_dataset(tmp_path / "data", n_train=200, n_val=100, vocab_size=16)
+    (tmp_path / "ft.py").write_text(f"init_from = '{tmp_path / 'run' / 'ckpt.pt'}'\ndata_dir = '{data}'\n"
+                                    f"dataset = 'synthetic'\n")
+    args, _ = entries.config_file_model(str(tmp_path / "ft.py"))
+    assert (args["vocab_size"], args["n_layer"]) == (16, TINY["n_layer"])
+
+
 def test_every_parameter_of_every_flag_set_has_a_named_part():
     """The plan's parameter table (param_parts) names every parameter of every flag set of FLAGS (which
     test_support makes cover every GPTConfig field): a new module outside tools/plan.py's PARTS would show as

@@ -217,6 +217,14 @@ def test_bench_tokenize(tmp_path, gpt2_file, capsys):
     assert "MB/s" in capsys.readouterr().out
 
 
+def test_bench_tokenize_returns_the_rate_it_prints(tmp_path, gpt2_file, capsys):
+    """bench_tokenize() returns MB/s per worker count, the number its row prints (a hunt: a changed line returned
+    bytes/s, and no test failed)."""
+    from tools.bench_tokenize import bench_tokenize
+    res = bench_tokenize(mb=0.05, input_path=write_input(tmp_path), num_proc=1)
+    assert set(res) == {1} and f"workers=  1: {res[1]:7.2f} MB/s," in capsys.readouterr().out
+
+
 def test_command_line_names_and_default_folders(tmp_path, monkeypatch, gpt2_file, offline):
     """The dataset name may carry the compact size (wikitext103_vK); the folder defaults to data/<that name>."""
     monkeypatch.chdir(tmp_path)

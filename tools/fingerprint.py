@@ -146,6 +146,9 @@ def main(argv=None):
 
 def run(config):
     check = config["check"]
+    if check and os.path.isdir(check):   # it said "no such file" (a hunt)
+        raise UserError(f"--check={check} is a folder, not a file of fingerprints (fix: name the file, e.g. "
+                        f"--check=results/fingerprint.json)")
     if check and not os.path.isfile(check):
         raise UserError(f"--check={check}: no such file (fix: write one first with python -m tools.fingerprint "
                         f"> {check})")

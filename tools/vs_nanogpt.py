@@ -35,8 +35,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def timed(cmd, cwd, env):
     t0 = time.perf_counter()
     r = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
-    if r.returncode != 0:
-        raise UserError(f"{' '.join(cmd[:3])} ... failed in {cwd}: {(r.stderr or r.stdout).strip()[-300:]} "
+    if r.returncode != 0:   # a run killed by a signal: a negative code, often no output ("failed in DIR:  "; a hunt)
+        why = f"killed by signal {-r.returncode}" if r.returncode < 0 else f"exit status {r.returncode}"
+        said = (r.stderr or r.stdout).strip()[-300:]
+        raise UserError(f"{' '.join(cmd[:3])} ... failed in {cwd} ({why}){': ' + said if said else ''} "
                         f"(fix: run it by hand to see why)")
     return time.perf_counter() - t0
 
