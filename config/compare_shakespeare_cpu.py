@@ -1,7 +1,7 @@
 # Paper 004's comparison (Table 1, Figure 6, samples) of gpt, pgpt, lgpt and cgpt, CPU-sized:
 # every model gets the same small size below (each keeps its technique: pgpt's two parallel 3-block
 # decoders, lgpt/cgpt's width halving after every 2 blocks: 128 -> 64 -> 32), char-level Shakespeare.
-# About 12-20 minutes for all four on 2 idle CPU cores (the run prints an overall ETA).
+# About 15-20 minutes for all four on 2 idle CPU cores (the run prints an overall ETA).
 #   python -m tools.compare config/compare_shakespeare_cpu.py
 #   python -m tools.compare config/compare_shakespeare_cpu.py --variants=gpt,lgpt --max_iters=500
 # Re-running the same command skips finished models and resumes an interrupted one.

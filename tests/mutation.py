@@ -3441,6 +3441,14 @@ MUTANTS = [
     Mutant("entries_width_field_truncated", "tools/benchmarks/entries.py",
            "max(1, round(args[key] * w / w0))", "max(1, int(args[key] * w / w0))",
            "tests/test_plan.py -k depth_scale_alone", every=False),
+    Mutant("et_bench_cuts_a_generated_newline", "tools/executorch/bench.py",
+           'return float(line.split("(")[-1].split()[0]), text   #',
+           'return float(line.split("(")[-1].split()[0]), text.removesuffix("\\n")   #',
+           "tests/test_executorch.py -k greedy_text_that_ends", every=False),
+    Mutant("et_step_time_fix_fewer_steps", "tools/executorch/step_time.py",
+           '''f"--prime={max(1, block // 4)} --steps={max(1, block // 2)})")''',
+           '''f"--prime={cfg['prime']} --steps={max(1, block // 2)})")''',
+           "tests/test_executorch.py -k profile_and_step_time_refuse", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

@@ -15,6 +15,7 @@ ExportCache, run eagerly: every preset and 6 random flag sets, 4 s) and the Deep
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 
@@ -205,6 +206,17 @@ def test_bad_input_is_one_line(exported_checkpoint, tmp_path):
     assert not list(tmp_path.iterdir())
     one_error_line(run.main, [f"--pte={tmp_path / 'none.pte'}"], "no program")
     one_error_line(run.main, [f"--pte={pte}", "--start=War is ~"], "characters not in the vocabulary: '~'")
+
+
+def test_bench_keeps_a_greedy_text_that_ends_in_a_newline():
+    """tools.executorch.bench compares each runtime's greedy text with sample.py's: the text is what comes before
+    the newline and separator that end a sample, a newline the model generated included (an audit: it was cut off
+    the subprocesses' texts and not the compiled decoder's, so one identical text was reported as parting)."""
+    from tools.executorch import bench
+    code = ("import sys; sys.stdout.write('War is\\n\\n' + '" + run.SEPARATOR + "' + '\\n'); "
+            "sys.stderr.write('3 tokens in 1.00s (3.0 tokens/s)\\n')")
+    speed, text = bench.timed_subprocess([sys.executable, "-c", code], 1)
+    assert (speed, text) == (3.0, "War is\n")
 
 
 def test_the_runner_loads_no_model_code():
@@ -879,6 +891,11 @@ def test_profile_and_step_time_refuse_what_they_cannot_step_in_one_line(tmp_path
     monkeypatch.setattr(fast_sample, "compiled_decode_step", reached)
     with pytest.raises(Reached):   # accepted: on to the compile
         step_time.main([f"--out_dir={gpt}", "--prime=24", "--steps=8", "--rounds=1"])
+    # past block_size 32, the fix's --prime and --steps fit it ("fewer --steps" could not past a --prime of 32: the
+    # usage line's defaults, 64 + 128, on the quickstart's block of 64; an audit)
+    message = one_error_line(step_time.main, [f"--out_dir={gpt}", "--prime=30", "--steps=8"], "exceeds block_size")
+    prime, steps = (int(re.search(f"--{key}=(\\d+)", message).group(1)) for key in ("prime", "steps"))
+    assert prime + steps <= 32, message
     # the export's --pte a folder: "cannot write it: Is a directory (fix: free disk space, ...)" (a hunt)
     (tmp_path / "f.pte").mkdir()
     one_error_line(export.main, [f"--out_dir={gpt}", f"--pte={tmp_path / 'f.pte'}"], "is a folder",

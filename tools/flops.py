@@ -2,7 +2,9 @@
 Training FLOPs per token of a model, for equal-compute comparisons (tools/compare.py, tools/paper000_summary.py).
 
     from tools.flops import flops_per_token
-    flops_per_token(GPT(config))          # works on the meta device: no weights allocated
+    flops_per_token(GPT(config))
+    with torch.device("meta"):            # no weights allocated, as tools/paper000_summary.py counts
+        flops = flops_per_token(GPT(config))
 
 Forward + backward = 3 x forward: 6 FLOPs per weight application plus the attention score/value matmuls,
 counting every application of a shared layer, every Deep Thinking pass and every pgpt branch (only the kept

@@ -1,2 +1,3 @@
-"""Benchmark code shared by tools/bench.py and tools/compare.py: measure.py (timing, peak memory, a training step,
-inference and sampling), entries.py (the models bench measures) and report.py (its tables and --out files)."""
+"""Benchmark code shared by tools/bench.py, tools/compare.py, tools/plan.py and tools/gpu_check.py: measure.py
+(timing, peak memory, a training step, inference and sampling), entries.py (the models bench and plan measure) and
+report.py (bench's tables and --out files)."""

@@ -1,7 +1,7 @@
 """
 The models a benchmark measures, one "entry" each: {name, args (GPTConfig kwargs), batch_size}, built from a
 variants/ preset or a train.py config file, with the command line's model overrides and --scale applied.
-Used by tools/bench.py.
+Used by tools/bench.py and tools/plan.py (config_file_model).
 """
 
 import os

@@ -123,7 +123,7 @@ def timed_subprocess(command, threads):
         raise UserError(f"{' '.join(command)} failed: {last_line(done.stderr)} (fix: run it alone)")
     line = [line for line in done.stderr.splitlines() if "tokens/s" in line][-1]
     text = done.stdout.split("\n" + SEPARATOR + "\n")[0]
-    return float(line.split("(")[-1].split()[0]), text.removesuffix("\n")
+    return float(line.split("(")[-1].split()[0]), text   # the split took the newline end() prints, not the text's
 
 
 def last_line(text):

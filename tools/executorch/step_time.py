@@ -118,8 +118,9 @@ def run(cfg):
     torch.set_num_threads(1)
     model, _ = load_model(cfg["out_dir"], "cpu")
     if cfg["prime"] + cfg["steps"] > model.config.block_size:
-        raise UserError(f"--prime + --steps = {cfg['prime'] + cfg['steps']} exceeds block_size "
-                        f"{model.config.block_size} (fix: fewer --steps)")
+        block = model.config.block_size   # the fix fits it: "fewer --steps" could not, past a --prime of 64 (an audit)
+        raise UserError(f"--prime + --steps = {cfg['prime'] + cfg['steps']} exceeds block_size {block} (fix: e.g. "
+                        f"--prime={max(1, block // 4)} --steps={max(1, block // 2)})")
     prime_ids = [i % model.config.vocab_size for i in range(cfg["prime"])]
     weights_mb = 4 * sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear)) / 1e6
     runtimes = {}
