@@ -48,7 +48,7 @@ def check_wandb():
 def wandb_server():
     """(host, port) of WANDB_BASE_URL (https://api.wandb.ai when unset), refused in one line when it has no
     http:// or https:// (its host was read as empty) or a port that is no number in [0, 65535] (a ValueError
-    traceback; a hunt found both)."""
+    traceback; a hunt found both). Port 0, as none: the scheme's default."""
     base = os.environ.get("WANDB_BASE_URL") or "https://api.wandb.ai"
     url = urllib.parse.urlsplit(base)
     if url.scheme not in ("http", "https") or not url.hostname:

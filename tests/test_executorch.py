@@ -12,6 +12,7 @@ the command line, every preset (pgpt and its heaviest branch included), random f
 The default run checks the same comparisons on the modules the export traces (Prefill and Decode over one
 ExportCache, run eagerly: every preset and 6 random flag sets, 4 s) and the Deep Thinking refusal.
 """
+import ast
 import json
 import os
 import random
@@ -224,7 +225,6 @@ def test_the_runner_loads_no_model_code():
     plumbing. Every project module run.py imports, in any function, loaded in a fresh process: model.py, sample.py
     and the export's modules stay out (an audit: run.py took the pair's rules from export.py, which loads model.py
     through tools.fast_sample)."""
-    import ast
     with open(run.__file__, encoding="utf-8") as f:
         tree = ast.parse(f.read())
     ours = ("safety_net", "tools", "model", "sample", "train", "prepare", "variants")

@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -393,7 +394,6 @@ def stub_hf_sample(monkeypatch, tmp_path):
     """(stub, written): stub(model_vocab, tokenizer_vocab) is tools.huggingface.sample's main with a stub model
     of model_vocab ids (no tokenizer_id recorded) and --data_dir's tokenizer of tokenizer_vocab characters; written
     gets the prompt's ids of each sampling (write_samples)."""
-    from types import SimpleNamespace
     from tools.huggingface import sample
     from safety_net.tokenizers import CharTokenizer
     written = []

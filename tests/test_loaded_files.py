@@ -24,6 +24,7 @@ import signal
 import socket
 import struct
 import sys
+import types
 
 import pytest
 import torch
@@ -668,7 +669,6 @@ def test_a_bad_wandb_base_url_stops_train_py_before_it_writes(monkeypatch, tmp_p
 def test_wandb_run_records_the_config_and_import_wandb_returns_the_package(monkeypatch):
     """The W&B run's config is the run's, as nanoGPT's; import_wandb hands back the wandb package (a hunt: a changed
     line did this, and no test failed)."""
-    import types
     package = types.ModuleType("wandb")
     monkeypatch.setitem(sys.modules, "wandb", package)
     assert wandb_log.import_wandb() is package

@@ -9,6 +9,7 @@ import os
 import pickle
 import shlex
 import sys
+import types
 
 import numpy as np
 import pytest
@@ -536,7 +537,6 @@ def test_vs_nanogpt_refuses_a_checkout_without_what_it_runs(tmp_path):
 def stubbed_vs_nanogpt(tmp_path, monkeypatch):
     """tools.vs_nanogpt with a fake nanoGPT checkout, no copying, and timed() stubbed: ours 1 s, nanoGPT 2 s; returns
     the module and the arguments naming the checkout and a text."""
-    import types
     from tools import vs_nanogpt
     nano = tmp_path / "nanoGPT"
     (nano / "data" / "shakespeare_char").mkdir(parents=True)
@@ -564,7 +564,6 @@ def test_vs_nanogpt_a_run_killed_by_a_signal_is_a_failure_that_names_the_signal(
     """A timed run killed by a signal (return code -9: the OOM killer) fails, naming the signal, not a time (a hunt:
     a changed line did this, and no test failed); its message read "failed in DIR:  (fix: ...)" with nothing
     between (a hunt found it: a killed run prints nothing)."""
-    import types
     from tools import vs_nanogpt
     monkeypatch.setattr(vs_nanogpt, "subprocess", types.SimpleNamespace(
         run=lambda *a, **k: types.SimpleNamespace(returncode=-9, stdout="", stderr="")))

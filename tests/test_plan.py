@@ -11,7 +11,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 from model import GPT, GPTConfig, KVCache
-from tests.conftest import one_error_line
+from tests.conftest import one_error_line, write_token_dataset
 from tests.test_model import FLAGS, TINY, sharing_indices
 from tools import plan as plan_tool
 from tools.benchmarks.measure import cache_bytes
@@ -311,7 +311,6 @@ def test_a_config_file_starting_from_a_checkpoint_file_takes_the_datasets_vocabu
     """init_from=<a checkpoint file> (fine-tuning on another dataset) sizes the vocabulary by the dataset, as
     train.py does (only resume keeps the checkpoint's): tools.plan and tools.bench read the dataset's 16 tokens,
     not the checkpoint's 37 (a hunt: a changed line did this, and no test failed)."""
-    from conftest import write_token_dataset
     from tools.benchmarks import entries
     monkeypatch.chdir(tmp_path)
     model = GPT(GPTConfig(**TINY))

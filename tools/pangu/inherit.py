@@ -75,8 +75,9 @@ Supported sources: single-branch GPT / LLaMA-style models (MHA or GQA, standard 
 position embedding, tied, untied or factorized embeddings, enhanced residual, Deep Thinking). Layer sharing,
 ShishuLM MLP-only layers, post-norm blocks, pgpt branches and lgpt/cgpt width shrinking raise a clear error.
 
-Output: out_dir/ckpt.pt (out_dir a folder of its own: one that holds another run's ckpt.pt or last.pt is refused;
-an earlier inherit's ckpt.pt alone is replaced, the same command run again; locked while it is written) in train.py's format (model, model_args, config, iter_num=0, dataset, data_dir) with
+Output: out_dir/ckpt.pt (out_dir a folder of its own: one that holds another run's ckpt.pt or last.pt is
+refused; an earlier inherit's ckpt.pt alone is replaced, the same command run again; locked while it is
+written) in train.py's format (model, model_args, config, iter_num=0, dataset, data_dir) with
 weights only (optimizer=None) and an 'inherit' entry recording what was kept.
 """
 
