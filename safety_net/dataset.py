@@ -193,8 +193,10 @@ def split_tokens(data_dir, split, vocab_size, block_size=None):
 def check_splits(data_dir, vocab_size, block_size, segments_path=""):
     """train.py's data check: the train and val token files fit the model (split_tokens). Returns the window
     starts of segments_path (data_segments, checked against the train split), or None: every position."""
-    n_train = split_tokens(data_dir, "train", vocab_size, block_size)
-    n_val = split_tokens(data_dir, "val", vocab_size, block_size)
+    n_train = split_tokens(data_dir, "train", vocab_size)
+    n_val = split_tokens(data_dir, "val", vocab_size)
+    shorter = "val" if n_val < n_train else "train"   # its --block_size fix then fits both (it led to the other's)
+    split_tokens(data_dir, shorter, vocab_size, block_size)
     # a token file cut short to an even size trained without a word (a hunt): meta.json records each split's count
     recorded = load_meta(data_dir).get("splits") or {}
     for split, n in (("train", n_train), ("val", n_val)):

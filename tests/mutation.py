@@ -3449,6 +3449,9 @@ MUTANTS = [
            '''f"--prime={max(1, block // 4)} --steps={max(1, block // 2)})")''',
            '''f"--prime={cfg['prime']} --steps={max(1, block // 2)})")''',
            "tests/test_executorch.py -k profile_and_step_time_refuse", every=False),
+    Mutant("block_size_fix_from_the_train_split_first", "safety_net/dataset.py",
+           'shorter = "val" if n_val < n_train else "train"', 'shorter = "train"',
+           "tests/test_train_faults.py -k block_size_fix_fits_both", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

@@ -5,6 +5,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import shutil
 import signal
 
@@ -332,6 +333,18 @@ def test_a_resume_replaces_a_damaged_ckpt_pt_with_last_pt(finished, tmp_path, ca
     run(dict(cfg, init_from="resume", max_iters=12, eval_interval=100))
     assert "ckpt.pt could not be read: copied last.pt to it" in capsys.readouterr().out
     assert load_checkpoint(ckpt_path)["iter_num"] >= 10
+
+
+def test_the_block_size_fix_fits_both_splits(tmp_path):
+    """Train 10 tokens and val 2 at block_size 16: the fix named --block_size=5 (the train split's half), which the
+    val split then refused in turn; the refusal names the shorter split, and its fix fits both (an exploration)."""
+    from conftest import write_token_dataset
+    from safety_net.dataset import check_splits
+    data = write_token_dataset(tmp_path / "data", n_train=10, n_val=2, vocab_size=16)
+    with pytest.raises(UserError, match="val split of .* has 2 tokens, not enough for block_size=16") as e:
+        check_splits(str(data), 16, 16)
+    fix = int(re.search(r"--block_size=(\d+)", str(e.value)).group(1))
+    assert check_splits(str(data), 16, fix) is None
 
 
 def test_a_split_must_hold_a_window_and_ids_below_the_vocabulary(tmp_path):
@@ -695,7 +708,7 @@ def test_prepare_refuses_nonsense(tmp_path, script, args, words):
     ("meta_not_json", ["meta.json", "not readable JSON"]),
     ("odd_bin", ["train.bin", "odd number of bytes"]),
     ("id_too_large", ["token id 40", "vocab_size is 16"]),
-    ("empty_val", ["val split", "0 tokens"]),
+    ("empty_val", ["val split", "0 token(s), nothing to score"]),
     # cut short to an even size: trained without a word (a hunt); meta.json records each split's tokens
     ("cut_short", ["train.bin holds 19,998 tokens", "records 20,000"]),
     # a vocabulary that cannot be read back: trained, then failed at sampling (a hunt)
