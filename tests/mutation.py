@@ -3452,6 +3452,9 @@ MUTANTS = [
     Mutant("block_size_fix_from_the_train_split_first", "safety_net/dataset.py",
            'shorter = "val" if n_val < n_train else "train"', 'shorter = "train"',
            "tests/test_train_faults.py -k block_size_fix_fits_both", every=False),
+    Mutant("hf_import_no_layer_limit", "tools/huggingface/convert.py",
+           'refuse(sizes.get("n_layer", 0) <= MAX_LAYERS,', 'refuse(True,',
+           "tests/test_huggingface.py -k past_the_layer_limit", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

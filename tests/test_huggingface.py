@@ -1078,6 +1078,8 @@ GPT2_SMALL = dict(architectures=["GPT2LMHeadModel"], model_type="gpt2", vocab_si
     pytest.param(dict(GPT2_SMALL, scale_attn_by_inverse_layer_idx=True), ["scale_attn_by_inverse_layer_idx=true"],
                  id="gpt2_scaled_by_inverse_layer"),
     pytest.param(dict(GPT2_SMALL, n_layer=True), ["not whole numbers", "n_layer=True"], id="gpt2_n_layer_true"),
+    pytest.param(dict(GPT2_SMALL, n_layer=1001), ["n_layer=1,001", "more than 1,000 layers"],
+                 id="gpt2_past_the_layer_limit"),   # a billion hung in GPTConfig's checks (an exploration)
     pytest.param(dict(MOBILELLM_125M, rope_scaling={"type": "linear", "factor": 4.0}), ["rope scaling 'linear'"],
                  id="old_style_rope_scaling_type"),
 ])

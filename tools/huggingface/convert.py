@@ -42,7 +42,7 @@ from tools.huggingface.tokenizer import tokenizer_files
 from tools.layers import layer_sets
 from tools.sizes import head_dim, kv_heads
 from tools.support import refuse_undeclared
-from safety_net.build import depth_summary
+from safety_net.build import MAX_LAYERS, depth_summary
 from safety_net.configurator import UserError, run_command
 from safety_net.tokenizers import GPT2_EOT_ID, GPT2_VOCAB_SIZE, Vocabulary
 
@@ -194,6 +194,9 @@ def gpt_config_from_hf(hf):
         odd = {k: v for k, v in sizes.items() if not isinstance(v, int) or isinstance(v, bool)}
         refuse(not odd, f"config.json gives sizes that are not whole numbers (our names): "
                f"{', '.join(f'{k}={v!r}' for k, v in odd.items())} {fix}")
+        # GPTConfig's checks list every layer's width: a billion layers hung there (an exploration)
+        refuse(sizes.get("n_layer", 0) <= MAX_LAYERS, f"config.json gives n_layer={sizes.get('n_layer', 0):,}: more "
+               f"than {MAX_LAYERS:,} layers take too long to build {fix}")
         return GPTConfig(dropout=0.0, **args)
     except ConversionError:
         raise
