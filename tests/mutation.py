@@ -3382,7 +3382,7 @@ MUTANTS = [
            "not all(isinstance(v, dict) for v in want.values())", "not any(isinstance(v, dict) for v in want.values())",
            "tests/test_fingerprint.py -k binary_file_or_one_with", every=False),
     Mutant("fingerprint_folder_said_no_such_file", "tools/fingerprint.py",
-           "if check and os.path.isdir(check):", "if False:",
+           'check_not_a_folder(check, "fingerprint.json", key="check")', "pass",
            "tests/test_fingerprint.py -k check_of_a_folder", every=False),
     Mutant("fingerprint_missing_preset_not_compared", "tools/fingerprint.py",
            "for n in sorted(set(want) | set(prints))", "for n in sorted(set(want))",

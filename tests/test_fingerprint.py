@@ -142,7 +142,8 @@ def test_check_of_a_folder_says_it_is_a_folder(tmp_path, monkeypatch):
     """--check=<a folder> said "no such file (fix: write one first with python -m tools.fingerprint > FOLDER)",
     a fix that fails on a folder (a hunt found it: the folder exists)."""
     fingerprint, _ = fake_work(monkeypatch, "no work")
-    message = one_error_line(fingerprint.main, [f"--check={tmp_path}"], "is a folder", "--check=results/")
+    message = one_error_line(fingerprint.main, [f"--check={tmp_path}"], "is a folder",
+                             f"--check={tmp_path / 'fingerprint.json'}")
     assert "no such file" not in message
 
 

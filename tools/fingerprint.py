@@ -31,6 +31,7 @@ import torch
 from model import GPT, GPTConfig
 import variants
 from safety_net.configurator import UserError, run_command
+from safety_net.fileio import check_not_a_folder
 
 # the large presets at a width and depth that build in a second, keeping every flag they switch on
 SMALL = dict(baseline=dict(n_layer=2, n_embd=64, n_head=4, mlp_hidden=128, vocab_size=97, block_size=32),
@@ -146,9 +147,8 @@ def main(argv=None):
 
 def run(config):
     check = config["check"]
-    if check and os.path.isdir(check):   # it said "no such file" (a hunt)
-        raise UserError(f"--check={check} is a folder, not a file of fingerprints (fix: name the file, e.g. "
-                        f"--check=results/fingerprint.json)")
+    if check:
+        check_not_a_folder(check, "fingerprint.json", key="check")   # it said "no such file" (a hunt)
     if check and not os.path.isfile(check):
         raise UserError(f"--check={check}: no such file (fix: write one first with python -m tools.fingerprint "
                         f"> {check})")
