@@ -20,6 +20,7 @@ import numpy as np
 
 from safety_net import REPO_ROOT
 from safety_net.configurator import UserError, one_line
+from safety_net.fileio import print_to_stderr
 from safety_net.tokenizers import GPT2_VOCAB_SIZE, Vocabulary, encode_start, gpt2_meta, tokenizer_from_meta
 
 
@@ -260,8 +261,14 @@ def load_segments(path, n_tokens, block_size):
 
 def run_prepare(prepare, dataset, data_dir):
     """prepare(dataset, out_dir=data_dir): prepare.py's, which train.py passes in on a dataset's first run (this
-    module imports no script). Says so first; its one-line errors name the dataset."""
-    print(f"dataset '{dataset}' is not prepared in {data_dir}: running prepare.prepare('{dataset}')", flush=True)
+    module imports no script). Says so first: a folder other than data/<dataset>, a --data_dir, in a note on stderr
+    (a mistyped one was prepared and trained on: an exploration as a new user); its one-line errors name the
+    dataset."""
+    if os.path.normpath(data_dir) != os.path.join("data", dataset):
+        print_to_stderr(f"note: --data_dir {data_dir} holds no prepared dataset: preparing '{dataset}' into it "
+                        f"(fix: if that folder is mistyped, Ctrl-C and pass the right --data_dir)")
+    else:
+        print(f"dataset '{dataset}' is not prepared in {data_dir}: running prepare.prepare('{dataset}')", flush=True)
     try:
         prepare(dataset, out_dir=data_dir)
     except UserError as e:

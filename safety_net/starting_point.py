@@ -181,7 +181,7 @@ class StartingPoint:
         its checkpoint's iteration (it would train nothing and rewrite last.pt), or whose model arguments differ
         from its checkpoint's in anything but dropout; an mlp_ratio an mlp_hidden makes void
         (check_mlp_ratio_applies); arguments this model.py cannot build (model_config); a data_segments file that
-        is not a window-start array (read_segments)."""
+        is not a window-start array (read_segments); a resume on a dataset not prepared (check_resume_data)."""
         config, ckpt = self.config, self.ckpt
         base = dict(gpt_config_defaults(), **(ckpt["model_args"] if ckpt else {}))
         base.update(load_variant(config["variant"]) if config["variant"] else {})
@@ -211,6 +211,7 @@ class StartingPoint:
                 raise UserError(f"resume: {key}={args[key]!r} differs from the checkpoint's {key}="
                                 f"{saved.get(key)!r} (fix: drop that override, or start a new run from its "
                                 f"weights: --init_from={ckpt['path']} --out_dir=NEW_DIR --allow_partial_init=True)")
+            self.check_resume_data()
             self.note_other_recipe()
         # the data's vocab_size is not known yet: 1 (its memory: check, once it is), unless
         # the value here is one GPTConfig refuses
@@ -220,6 +221,19 @@ class StartingPoint:
                            eval_iters=config["eval_iters"], dtype=config["dtype"])
         if config["data_segments"]:   # readable, the right kind of array (against the data: check)
             read_segments(config["data_segments"])
+
+    def check_resume_data(self):
+        """One line when a resume names a dataset folder that is not prepared and is not its run's (data_dir, else
+        data/<dataset>): train.py prepared it, writing it to disk, and then refused its tokenizer (an exploration as
+        a new user). The run's own folder, removed since, is prepared again as on first use."""
+        run = self.ckpt.get("config") or {}
+        folder = default_data_dir(self.config)
+        if is_prepared(folder) or "data_dir" not in run or not recipe_changed(run, self.config, "data_dir"):
+            return
+        raise UserError(f"resume: {folder} is not prepared, and {self.ckpt['path']} was trained on "
+                        f"{default_data_dir(run)}: a resume continues on its run's dataset (fix: --data_dir="
+                        f"{default_data_dir(run)}, or drop --dataset/--data_dir; another dataset must be prepared "
+                        f"first, with the run's tokenizer)")
 
     def note_other_recipe(self):
         """A note when a resume trains with other values of RECIPE_KEYS than its run did: a resume without the

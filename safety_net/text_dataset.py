@@ -15,7 +15,7 @@ import numpy as np
 
 from safety_net.configurator import UserError
 from safety_net.dataset import PREPARING, load_meta, tokenizer_id
-from safety_net.fileio import (atomic_open, check_not_a_run_folder, check_out_dir, lock_dir,
+from safety_net.fileio import (atomic_open, atomic_path, check_not_a_run_folder, check_out_dir, lock_dir,
                               remove_stale_temp_files)
 from safety_net.tokenizers import Vocabulary, check_char_count
 
@@ -24,31 +24,37 @@ from safety_net.tokenizers import Vocabulary, check_char_count
 DATA_FILES = ("meta.json", "train.bin", "val.bin", "test.bin", "coverage.png")
 
 
-def begin_writing(out_dir):
+def begin_writing(out_dir, remove_old=True):
     """Called once the inputs are read and checked, before the first file is written. Returns the folder's writer
     lock (fileio.lock_dir): hold it until write_meta. It refuses a second writer, and a training run reading the
-    folder (fileio.lock_for_reading): a prepare --force changed the data under the run, or removed it. meta.json
-    marks a complete folder, so an old one goes first: a run stopped halfway must not leave new token files under
-    the old vocabulary. Then the old dataset's other files: a split or figure the new one does not write (a
-    test.bin) would be read as its own. Temporary files a killed earlier run left behind are removed (and
-    reported). PREPARING marks the folder as being written, until write_meta (check_foreign_token_files,
-    load_meta)."""
+    folder (fileio.lock_for_reading): a prepare --force changed the data under the run, or removed it. Temporary
+    files a killed earlier run left behind are removed (and reported). Then, unless remove_old is False (the
+    caller calls remove_dataset itself, once its new files are written), the old dataset (remove_dataset)."""
     lock = lock_dir(out_dir, key="dataset folder", fix="wait for it to finish or stop it")
     try:
         remove_stale_temp_files(out_dir, DATA_FILES)
-        open(os.path.join(out_dir, PREPARING), "w").close()   # first: a kill from here on leaves files known as ours
-        for name in DATA_FILES:
-            try:
-                os.remove(os.path.join(out_dir, name))
-            except FileNotFoundError:
-                pass
-            except OSError as e:
-                raise UserError(f"cannot replace {os.path.join(out_dir, name)}: {e.strerror} "
-                                f"(fix: choose a writable --out_dir)") from None
+        if remove_old:
+            remove_dataset(out_dir)
     except BaseException:
         lock.close()
         raise
     return lock
+
+
+def remove_dataset(out_dir):
+    """meta.json marks a complete folder, so an old one goes first: a run stopped halfway must not leave new token
+    files under the old vocabulary. Then the old dataset's other files: a split or figure the new one does not
+    write (a test.bin) would be read as its own. PREPARING marks the folder as being written, until write_meta
+    (check_foreign_token_files, load_meta)."""
+    open(os.path.join(out_dir, PREPARING), "w").close()   # first: a kill from here on leaves files known as ours
+    for name in DATA_FILES:
+        try:
+            os.remove(os.path.join(out_dir, name))
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            raise UserError(f"cannot replace {os.path.join(out_dir, name)}: {e.strerror} "
+                            f"(fix: choose a writable --out_dir)") from None
 
 
 def write_meta(out_dir, meta):
@@ -61,9 +67,14 @@ def write_meta(out_dir, meta):
 
 def write_bin(path, ids):
     """Write token ids as a flat uint16 file (readable with np.memmap), atomically."""
+    with atomic_path(path) as tmp:
+        write_ids(tmp, ids)
+
+
+def write_ids(path, ids):
     ids = np.asarray(ids)
     assert ids.size == 0 or ids.max() < 2**16, "token ids must fit in uint16"
-    with atomic_open(path, "wb") as f:
+    with open(path, "wb") as f:
         f.write(ids.astype(np.uint16).tobytes())
 
 
@@ -222,16 +233,20 @@ def write_dataset(out_dir, splits, meta, force=False):
     than uint16 ids hold, a split under 2 tokens, a dataset of another text in out_dir (unless force). False, and
     nothing written, when out_dir holds this very dataset (holds_dataset; unless force): a run training on the
     folder reads train.bin again at every batch, and the same prepare run again removed it (a FileNotFoundError,
-    the run's iterations lost; a hunt)."""
+    the run's iterations lost; a hunt). The new token files are written under temporary names before the old
+    dataset is removed: a full disk or a Ctrl-C while they are written leaves it whole (--force removed it first)."""
     text = meta["text"]
     if Vocabulary(meta).is_char_level:
         check_char_count(meta["vocab_size"])
     check_long_enough(text["path"], text["characters"], meta["splits"], text["val_fraction"])
     if check_replace(out_dir, meta, force) and holds_dataset(out_dir, splits, meta):
         return False
-    with begin_writing(out_dir):
-        for split, ids in splits.items():
-            write_bin(os.path.join(out_dir, f"{split}.bin"), ids)
+    with begin_writing(out_dir, remove_old=False):
+        # the new token files under temporary names first: the old dataset stays whole until they are written
+        with contextlib.ExitStack() as new_files:   # each os.replace'd over its name at the end (atomic_path)
+            for split, ids in splits.items():
+                write_ids(new_files.enter_context(atomic_path(os.path.join(out_dir, f"{split}.bin"))), ids)
+            remove_dataset(out_dir)
         write_meta(out_dir, meta)
     return True
 

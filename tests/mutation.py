@@ -1497,8 +1497,8 @@ MUTANTS = [
            "    begin_writing(out_dir)\n    if True:\n",
            "tests/test_wikitext103.py -k writer_lock", every=False),
     Mutant("prepare_drops_its_writer_lock", "safety_net/text_dataset.py",
-           "    with begin_writing(out_dir):\n",
-           "    begin_writing(out_dir)\n    if True:\n",
+           "    with begin_writing(out_dir, remove_old=False):\n",
+           "    begin_writing(out_dir, remove_old=False)\n    if True:\n",
            "tests/test_compact_vocab.py -k holds_its_lock", every=False),
     Mutant("executorch_run_prints_one_sample_by_default", "tools/executorch/run.py",
            "    num_samples=10,\n",
@@ -3455,6 +3455,15 @@ MUTANTS = [
     Mutant("hf_import_no_layer_limit", "tools/huggingface/convert.py",
            'refuse(sizes.get("n_layer", 0) <= MAX_LAYERS,', 'refuse(True,',
            "tests/test_huggingface.py -k past_the_layer_limit", every=False),
+    Mutant("mistyped_data_dir_prepared_without_a_note", "safety_net/dataset.py",
+           'if os.path.normpath(data_dir) != os.path.join("data", dataset):', 'if False:',
+           "tests/test_train.py -k data_dir_of_no_dataset_is_prepared_with_a_note", every=False),
+    Mutant("resume_prepares_another_dataset_before_refusing_it", "safety_net/starting_point.py",
+           "            self.check_resume_data()\n", "",
+           "tests/test_train.py -k another_dataset_not_prepared_is_refused", every=False),
+    Mutant("forced_prepare_removes_the_old_dataset_first", "safety_net/text_dataset.py",
+           "    with begin_writing(out_dir, remove_old=False):\n", "    with begin_writing(out_dir):\n",
+           "tests/test_prepare.py -k forced_prepare_that_fails_halfway_keeps", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

@@ -569,10 +569,10 @@ def test_a_missing_ranks_file_names_where_its_path_came_from(tmp_path, monkeypat
     assert sorted(os.listdir(tmp_path)) == ["notes.txt"]
 
 
-def test_a_forced_prepare_on_a_full_disk_does_not_say_the_old_dataset_is_kept(tmp_path):
-    """--force removes the folder's dataset before it writes (meta.json marks a complete one): a write that failed
-    then (a full disk; here a file-size limit) said "any previous version is kept" of a file already removed (a
-    hunt). atomic_path says it only of a file that is there."""
+def test_a_forced_prepare_on_a_full_disk_keeps_the_old_dataset(tmp_path):
+    """--force writes the new token files before it removes the folder's dataset: a write that fails (a full disk;
+    here a file-size limit) keeps it, and says so (it said "any previous version is kept" of a file already removed,
+    a hunt: atomic_path says it only of a file that is there)."""
     import sys
     small, big = tmp_path / "small.txt", tmp_path / "big.txt"
     small.write_text("hello world, a tiny text\n" * 40)
@@ -583,8 +583,37 @@ def test_a_forced_prepare_on_a_full_disk_does_not_say_the_old_dataset_is_kept(tm
     # writes over 8 KB fail with EFBIG, as on a full disk (Python ignores SIGXFSZ)
     command = f"ulimit -f 8; {sys.executable} {os.path.join(root, 'prepare.py')} --input={big} --out_dir={out} --force"
     r = subprocess.run(["bash", "-c", command], capture_output=True, text=True, stdin=subprocess.DEVNULL)
-    assert r.returncode == 1 and f"cannot write {out / 'train.bin'}: File too large (fix: " in r.stderr, r.stderr
-    assert not (out / "train.bin").exists()
+    assert r.returncode == 1 and f"cannot write {out / 'train.bin'}: File too large (its previous version is kept) " \
+        f"(fix: " in r.stderr, r.stderr
+    assert json.loads((out / "meta.json").read_text())["text"]["path"] == str(small)
+
+
+def test_a_forced_prepare_that_fails_halfway_keeps_the_old_dataset(tmp_path, monkeypatch):
+    """prepare.py --force of another text that fails while writing (a full disk at val.bin) leaves the old
+    dataset whole and usable, and says its file is kept; the same command then writes the new one (an exploration
+    as a new user found it: --force removed the old dataset first, and the failure left a folder with no dataset)."""
+    import errno
+    small, big = tmp_path / "small.txt", tmp_path / "big.txt"
+    small.write_text("hello world, a tiny text\n" * 40)
+    big.write_text("another text altogether\n" * 40)
+    out = tmp_path / "notes"
+    prepare.main([f"--input={small}", f"--out_dir={out}"])
+    before = {name: (out / name).read_bytes() for name in ("meta.json", "train.bin", "val.bin")}
+    write_ids = text_dataset.write_ids
+
+    def disk_full_at_val(path, ids):
+        if ".val.bin." in path:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        write_ids(path, ids)
+
+    monkeypatch.setattr(text_dataset, "write_ids", disk_full_at_val)
+    one_error_line(prepare.main, [f"--input={big}", f"--out_dir={out}", "--force"],
+                   f"cannot write {out / 'val.bin'}: No space left on device (its previous version is kept)")
+    assert {name: (out / name).read_bytes() for name in before} == before
+    assert sorted(os.listdir(out)) == [".lock", "meta.json", "train.bin", "val.bin"]   # no temporary file left
+    monkeypatch.undo()
+    prepare.main([f"--input={big}", f"--out_dir={out}", "--force"])
+    assert json.loads((out / "meta.json").read_text())["text"]["path"] == str(big)
 
 
 # --- vocabularies and names at their edges (each untested until a hunt changed tokenizers.py and text_dataset.py) --

@@ -494,6 +494,49 @@ def test_missing_dataset_is_prepared_automatically(tmp_path, monkeypatch, tiny_t
     assert calls == [("shakespeare_char", os.path.join("data", "shakespeare_char"))]
 
 
+def test_a_data_dir_of_no_dataset_is_prepared_with_a_note_on_stderr(tmp_path, monkeypatch, capsys):
+    """A --data_dir that holds no dataset (a mistyped data/shakespear_char) is still prepared, as docs/training.md
+    says (tools.gpu_check trains into a new one), with a note on stderr naming it and the fix for a mistyped folder;
+    data/<dataset> keeps its line on stdout (an exploration as a new user found it: a mistyped --data_dir was
+    prepared and trained on with only a progress line on stdout)."""
+    from conftest import write_token_dataset
+    calls = []
+
+    def fake_prepare(dataset, out_dir=None):
+        calls.append(out_dir)
+        return write_token_dataset(out_dir)
+
+    monkeypatch.chdir(tmp_path)
+    train.prepared_data(dict(dataset="shakespeare_char", data_dir="data/shakespear_char"), fake_prepare, 0, 1)
+    out, err = capsys.readouterr()
+    assert err == ("note: --data_dir data/shakespear_char holds no prepared dataset: preparing 'shakespeare_char' "
+                   "into it (fix: if that folder is mistyped, Ctrl-C and pass the right --data_dir)\n"), err
+    train.prepared_data(dict(dataset="shakespeare_char", data_dir=""), fake_prepare, 0, 1)
+    out, err = capsys.readouterr()
+    assert err == "" and "is not prepared in data/shakespeare_char" in out
+    assert calls == ["data/shakespear_char", os.path.join("data", "shakespeare_char")]
+
+
+def test_a_resume_on_another_dataset_not_prepared_is_refused_before_preparing_it(tiny_train_config, tmp_path,
+                                                                                   monkeypatch):
+    """--init_from=resume with a --dataset/--data_dir that is not prepared, and not the run's, is one line naming
+    the run's folder, before anything is written (an exploration as a new user found it: the other dataset was
+    prepared, written to disk, and then the resume refused its tokenizer)."""
+    import prepare
+    calls = []
+
+    def fake_prepare(dataset, out_dir=None, **opts):
+        calls.append(dataset)
+
+    run(dict(tiny_train_config, max_iters=2))
+    monkeypatch.setattr(prepare, "prepare", fake_prepare)
+    other = tmp_path / "other"
+    with pytest.raises(UserError, match=f"^resume: {other} is not prepared, .* was trained on "
+                                        f"{tiny_train_config['data_dir']}: .*\\(fix: --data_dir="):
+        run(dict(tiny_train_config, max_iters=4, init_from="resume", data_dir=str(other)))
+    assert calls == [] and not other.exists()
+
+
 def test_an_mlp_ratio_over_a_checkpoints_mlp_hidden_is_refused(tiny_train_config, tmp_path):
     """--init_from=<a checkpoint with mlp_hidden> --mlp_ratio=2 trained the checkpoint's FFN, recording both (a
     review): the check compares with the arguments the keys apply over, the checkpoint's too."""
