@@ -8,6 +8,7 @@ lock_for_reading. Checked before a run writes: check_out_dir.
 
 import contextlib
 import fcntl
+import functools
 import glob
 import os
 import signal
@@ -188,12 +189,25 @@ def check_out_file(path, example, marker=None, key="out"):
         raise UserError(f"--{key}={path}: the folder {folder} does not exist or is not writable "
                         f"(fix: create it, or write elsewhere)")
     check_not_a_run_file(path, key)
-    if marker is not None and os.path.isfile(path) and os.path.getsize(path) > 0:   # empty: nothing to lose
-        with open(path, "rb") as f:
-            own = marker.encode("utf-8") in f.read(4096)
-        if not own:
-            raise UserError(f"--{key}={path} exists and is not a file this command wrote: it would be replaced "
-                            f"(fix: another --{key}, e.g. --{key}={example}, or move that file away first)")
+    if marker is not None:
+        check_own_file(path, functools.partial(holds_marker, marker=marker), example, key)
+
+
+def holds_marker(path, marker):
+    """Whether file `path` holds the text `marker` in its first 4 KB."""
+    with open(path, "rb") as f:
+        return marker.encode("utf-8") in f.read(4096)
+
+
+def check_own_file(path, ours, example, key="out", beside=None):
+    """One-line UserError when `path` is a file (not empty: nothing to lose) that ours(path) does not take for one
+    this command wrote (model.py, a user's notes or photo, another program's model): it would be replaced.
+    example: a file name for the fix. beside: the --key value when `path` is a file written beside it (an
+    export's tokenizer)."""
+    if os.path.isfile(path) and os.path.getsize(path) > 0 and not ours(path):
+        named = f"--{key}={path}" if beside is None else f"{path} (written beside --{key}={beside})"
+        raise UserError(f"{named} exists and is not a file this command wrote: it would be replaced "
+                        f"(fix: another --{key}, e.g. --{key}={example}, or move that file away first)")
 
 
 RUN_CHECKPOINTS = ("ckpt.pt", "last.pt")   # checkpoint.py's CKPT_NAME and LAST_NAME

@@ -104,6 +104,21 @@ def test_compact_shakespeare_roundtrip(tmp_path, monkeypatch, gpt2_file, gpt2_ra
     assert read_meta(out)["pehl"]["n_layer"] == 2
 
 
+def test_the_same_command_again_says_it_wrote_nothing(tmp_path, gpt2_file, capsys):
+    """The same command again says the folder holds the dataset already, and no `wrote` after it; with the figure
+    missing, that it drew it and left the token files and report as they were (an exploration as a new user found
+    it: "... holds this dataset already: unchanged" then "wrote ...")."""
+    out, text = str(tmp_path / "cv"), write_input(tmp_path)
+    compact_vocab.prepare("shakespeare", vocab_size=300, input_path=text, out_dir=out, plot=False)
+    assert f"wrote {out}" in capsys.readouterr().out
+    compact_vocab.prepare("shakespeare", vocab_size=300, input_path=text, out_dir=out, plot=False)
+    said = capsys.readouterr().out
+    assert f"{out} holds this dataset already: unchanged" in said and "wrote" not in said
+    compact_vocab.prepare("shakespeare", vocab_size=300, input_path=text, out_dir=out, plot=True)
+    said = capsys.readouterr().out
+    assert "its token files and report unchanged" in said and "wrote" not in said
+
+
 def test_compact_meta_maps_every_token_to_its_gpt2_id(tmp_path, gpt2_file):
     """meta.json read back: compact token i is GPT-2's token gpt2_ids[i] (tiktoken's GPT-2 encoding, built here from the
     ranks file), eot is the last id; the token files hold what the tokenizer built here from meta.json's fields alone

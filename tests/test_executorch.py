@@ -17,6 +17,7 @@ import json
 import os
 import random
 import re
+import struct
 import subprocess
 import sys
 
@@ -314,6 +315,36 @@ def test_the_export_checks_its_options_before_exporting(tmp_path, monkeypatch, c
     out, err = capsys.readouterr()
     assert exported == ["none"] and threads == [1] and (tmp_path / "b.pte").read_bytes() == b"p"
     assert out == "" and f"wrote {tmp_path / 'b.pte'} (0.00 MB, none, " in err
+
+
+def test_the_export_replaces_only_files_it_wrote(tmp_path, monkeypatch, capsys):
+    """--pte naming a file another program wrote (a user's notes), or a name whose tokenizer beside it is another
+    program's, is one line naming a free name, the files left as they were; an earlier export's pair is replaced
+    (the program stood in for: a header and our method names) (an exploration as a new user found it: the export
+    wrote over any file)."""
+    model = GPT(GPTConfig(vocab_size=len(CHARS), block_size=8, n_layer=1, n_head=2, n_embd=16))
+    out_dir = f"--out_dir={write_char_checkpoint(tmp_path, model, CHARS)}"
+    program = b"<\0\0\0ET12eh00" + struct.pack("<IQQQ", 24, 64, 0, 0) + b"max_len\0eot_token\0".ljust(24, b"\0")
+
+    def program_bytes(*args):
+        return program
+
+    monkeypatch.setattr(export, "program_bytes", program_bytes)
+    (tmp_path / "a.pte").write_text("my notes")
+    (tmp_path / "b.tokenizer.json").write_text('{"mine": 1}')
+    one_error_line(export.main, [out_dir, f"--pte={tmp_path / 'a.pte'}"], "exists and is not a file this command wrote",
+                   f"--pte={tmp_path / 'a-2.pte'}")
+    one_error_line(export.main, [out_dir, f"--pte={tmp_path / 'b.pte'}"],
+                   f"{tmp_path / 'b.tokenizer.json'} (written beside --pte={tmp_path / 'b.pte'}) exists and is not",
+                   f"--pte={tmp_path / 'b-2.pte'}")
+    assert (tmp_path / "a.pte").read_text() == "my notes"
+    assert (tmp_path / "b.tokenizer.json").read_text() == '{"mine": 1}'
+    assert not (tmp_path / "b.pte").exists() and not (tmp_path / "a.tokenizer.json").exists()
+    capsys.readouterr()
+    for _ in range(2):   # the fix followed, then the same command again over its own pair
+        export.main([out_dir, f"--pte={tmp_path / 'a-2.pte'}"])
+    assert capsys.readouterr().err.count(f"wrote {tmp_path / 'a-2.pte'}") == 2
+    assert (tmp_path / "a-2.pte").read_bytes() == program
 
 
 def test_8da8w_leaves_a_factorized_embeddings_projection_fp32():

@@ -516,6 +516,24 @@ def test_export_refuses_flags_it_does_not_know(monkeypatch):
         convert.export_plan(GPTConfig(vocab_size=16, block_size=8, n_layer=2, n_head=2, n_embd=16, init_std=0.5))
 
 
+def test_export_refuses_a_folder_of_other_files(tmp_path, capsys):
+    """--out naming a folder of the user's own files (no model files among them) is one line naming a new folder in
+    it, the folder left as it was; that folder is written (an exploration as a new user found it: the export's
+    files were written in among the user's)."""
+    model = GPT(GPTConfig(vocab_size=16, block_size=8, n_layer=1, n_head=2, n_embd=16))
+    ckpt = tmp_path / "out" / "ckpt.pt"
+    atomic_save({"model": model.state_dict(), "model_args": dataclasses.asdict(model.config), "iter_num": 1,
+                 "best_val_loss": 1.0, "config": {}}, str(ckpt))
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "letter.txt").write_text("dear")
+    one_error_line(convert.main, ["export", f"--out_dir={ckpt}", f"--out={mine}"],
+                   "a folder of other files (letter.txt)", f"--out={mine / 'hf-out'}")
+    assert os.listdir(mine) == ["letter.txt"]
+    convert.main(["export", f"--out_dir={ckpt}", f"--out={mine / 'hf-out'}"])   # the fix followed
+    assert "config.json" in os.listdir(mine / "hf-out") and "load it with" in capsys.readouterr().err
+
+
 def test_export_command_line(tmp_path, capsys):
     torch.manual_seed(0)
     ours = randomize(GPT(GPTConfig(**OURS["llama_gqa_tied"])), seed=5)

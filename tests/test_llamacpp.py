@@ -194,6 +194,20 @@ def test_export_refuses_a_gguf_path_or_a_checkpoint_without_a_tokenizer(tmp_path
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "out"]
 
 
+def test_export_replaces_only_a_gguf_file_it_wrote(tmp_path, capsys):
+    """--gguf naming a file another program wrote (a user's notes, another model's GGUF) is one line naming a free
+    name, the file left as it was; an earlier export's file is replaced (an exploration as a new user found it: the
+    export wrote over any file)."""
+    out_dir, _ = checkpoint(tmp_path, dict(GPT2, n_layer=1, vocab_size=len(CHARS)), char_meta())
+    (tmp_path / "m.gguf").write_text("my notes")
+    one_error_line(export.main, [f"--out_dir={out_dir}", f"--gguf={tmp_path / 'm.gguf'}"],
+                   "exists and is not a file this command wrote", f"--gguf={tmp_path / 'm-2.gguf'}")
+    assert (tmp_path / "m.gguf").read_text() == "my notes"
+    for _ in range(2):   # the fix followed, then the same command again over its own file
+        export.main([f"--out_dir={out_dir}", f"--gguf={tmp_path / 'm-2.gguf'}"])
+    assert capsys.readouterr().err.count(f"wrote {tmp_path / 'm-2.gguf'}") == 2
+
+
 def llamacpp_forward(path, ids):
     """Logits at every position, as llama.cpp computes them from the GGUF file (its tensors and settings only), in
     float64 numpy from llama.cpp's conventions: weights (out, in); llama: RMSNorm, RoPE rotating neighbouring pairs

@@ -249,6 +249,27 @@ def test_bad_input_one_line(args, words, tmp_path, monkeypatch):
     assert not list((tmp_path / "a_folder.png").iterdir())
 
 
+def test_png_replaces_only_a_picture_it_drew(tmp_path, capsys):
+    """--png naming a file another program wrote (a user's photo.png) is one line naming a free name, before the
+    plan is printed, the photo left as it was (an exploration as a new user found it: the picture was written over
+    it)."""
+    photo = tmp_path / "photo.png"
+    photo.write_bytes(b"\x89PNG\r\n\x1a\nmy photo")
+    one_error_line(plan_tool.main, ["--variant=gpt", f"--png={photo}"], "exists and is not a file this command wrote",
+                   f"--png={tmp_path / 'photo-2.png'}")
+    assert photo.read_bytes() == b"\x89PNG\r\n\x1a\nmy photo" and capsys.readouterr().out == ""
+
+
+def test_png_takes_a_capital_extension(tmp_path, capsys):
+    """--png=X.PNG is a PNG file too: drawn under that name, and drawn again over its own picture (an exploration
+    as a new user found it: "the picture is a PNG file (fix: --png=FILE.png)")."""
+    png = tmp_path / "X.PNG"
+    for _ in range(2):
+        plan_tool.main(["--variant=gpt", "--n_layer=2", f"--png={png}"])
+    assert capsys.readouterr().out.count(f"wrote {png}") == 2 and os.listdir(tmp_path) == ["X.PNG"]
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def test_gallery_has_every_preset():
     """docs/architectures.md shows every preset's picture (a new preset needs `tools.plan --gallery` rerun)."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -43,7 +43,7 @@ from safety_net.build import load_variant
 from safety_net.build import model_args as checkpoint_model_args
 from safety_net.checkpoint import load_checkpoint
 from safety_net.configurator import UserError, run_command
-from safety_net.fileio import atomic_open, check_not_a_run_file, check_out_dir
+from safety_net.fileio import atomic_open, check_out_dir, check_out_file, unused_name
 
 MODEL_FIELDS = gpt_config_defaults()
 DEFAULTS = dict(
@@ -54,6 +54,7 @@ DEFAULTS = dict(
     gallery="",      # draw every preset into this folder (<name>.png) and print nothing else
     **MODEL_FIELDS,
 )
+PNG_MARK = "tools.plan"   # the Software text of every picture drawn here (check_png_path)
 
 
 # --- the plan, read from the model ----------------------------------------------------------------------------
@@ -520,24 +521,27 @@ def save_png(fig, path, dpi):
     import numpy as np
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from PIL import Image
+    from PIL.PngImagePlugin import PngInfo
     fig.set_dpi(dpi)
     canvas = FigureCanvasAgg(fig)
     canvas.draw()
     image = Image.fromarray(np.asarray(canvas.buffer_rgba())).convert("RGB").quantize(colors=64)
+    info = PngInfo()
+    info.add_text("Software", PNG_MARK)   # near the file's start: --png replaces only a picture of ours
     with atomic_open(path) as f:   # whatever the path turns out to be: one line, and no half-written file
-        image.save(f, format="PNG", optimize=True)
+        image.save(f, format="PNG", optimize=True, pnginfo=info)
 
 
 # --- the command --------------------------------------------------------------------------------------------------
 
 def check_png_path(path):
-    if not path.endswith(".png") or os.path.isdir(path):
+    if not path.lower().endswith(".png") or os.path.isdir(path):
         raise UserError(f"--png={path}: the picture is a PNG file (fix: --png=FILE.png)")
     folder = os.path.dirname(os.path.abspath(path))
     check_out_dir(folder, key="png")   # a file on the way, or not writable
     if not os.path.isdir(folder):
         raise UserError(f"--png={path}: the folder {folder} does not exist (fix: create it, or write elsewhere)")
-    check_not_a_run_file(path, "png")
+    check_out_file(path, unused_name(os.path.splitext(path)[0], ".png"), marker=PNG_MARK, key="png")
 
 
 def gallery(folder):

@@ -23,6 +23,7 @@ projection too), a tied head and cgpt's Conv1d stay fp32. Where the time of a de
 """
 import json
 import os
+import struct
 import sys
 import time
 
@@ -31,7 +32,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from tools.fast_sample import Slot
-from tools.executorch.run import tokenizer_path, vocabulary_id   # the pair's rules, the runner's
+from tools.executorch.run import EXTENDED_HEADER_END, tokenizer_path, vocabulary_id   # the pair's rules, the runner's
 from tools.support import refuse_undeclared
 from safety_net.configurator import UserError, run_command
 
@@ -294,7 +295,7 @@ def program_bytes(model, quantize="none", eot_token=None, tokenizer_id=None):
 def run(cfg):
     from tokenizers import Tokenizer
     from safety_net.checkpoint import load_model
-    from safety_net.fileio import atomic_path, check_not_a_folder, check_out_dir
+    from safety_net.fileio import atomic_path, check_not_a_folder, check_out_dir, check_own_file, unused_name
     from safety_net.runtime import check_num_threads
     if cfg["quantize"] not in QUANTIZE:
         raise UserError(f"--quantize must be one of {'|'.join(QUANTIZE)}, got {cfg['quantize']!r} "
@@ -306,6 +307,11 @@ def run(cfg):
         torch.set_num_threads(cfg["num_threads"])
     check_not_a_folder(cfg["pte"], "model.pte", key="pte")
     check_out_dir(os.path.dirname(os.path.abspath(cfg["pte"])), key="pte")
+    # the fix's example: a name whose tokenizer and program are both new
+    stem = unused_name(cfg["pte"].removesuffix(".pte"), ".tokenizer.json").removesuffix(".tokenizer.json")
+    example = unused_name(stem, ".pte")
+    check_own_file(cfg["pte"], written_here, example, key="pte")
+    check_own_file(tokenizer_path(cfg["pte"]), tokenizer_written_here, example, key="pte", beside=cfg["pte"])
     model, ckpt = load_model(cfg["out_dir"], "cpu")
     refuse_unsupported(model.config)
     tokenizer, eot = tokenizer_json(ckpt, cfg["data_dir"], model.config)
@@ -322,6 +328,24 @@ def run(cfg):
             f.write(data)
     print(f"wrote {cfg['pte']} ({len(data) / 1e6:.2f} MB, {cfg['quantize']}, {time.perf_counter() - t0:.0f} s) "
           f"and {tokenizer_path(cfg['pte'])}" + (f"; {note}" if note else ""), file=sys.stderr)
+
+
+def written_here(path):
+    """Whether `path` is a program of this export, which --pte may replace (a damaged one too: the runner's fix is to
+    export it again): an ExecuTorch program (ET.. at byte 4, the eh00 header) whose flatbuffer names our methods
+    max_len and eot_token. Read, not loaded: the runtime aborts the process on some damaged files."""
+    with open(path, "rb") as f:
+        head = f.read(EXTENDED_HEADER_END)
+        if len(head) < EXTENDED_HEADER_END or head[4:6] != b"ET" or head[8:12] != b"eh00":
+            return False
+        names = f.read(struct.unpack_from("<Q", head, 16)[0])   # the flatbuffer (its size), not the weights after it
+    return b"max_len" in names and b"eot_token" in names
+
+
+def tokenizer_written_here(path):
+    """Whether `path`, a tokenizer beside a .pte, is this export's: the one of a program of this export (the pair)."""
+    pte = path.removesuffix(".tokenizer.json") + ".pte"
+    return os.path.isfile(pte) and written_here(pte)
 
 
 def tokenizer_json(ckpt, data_dir, config):

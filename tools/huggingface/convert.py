@@ -706,10 +706,18 @@ def run_import(sources, config, explicit):
 
 def check_export_folder(out):
     """One line when folder `out` holds model or tokenizer files that no export of ours wrote (its config.json
-    lacks EXPORT_MARK): another program's config.json and tokenizer were replaced without a word (a hunt)."""
+    lacks EXPORT_MARK): another program's config.json and tokenizer were replaced without a word (a hunt); or
+    other files only (a user's: the export's would mix with them). Hidden names (.lock, a killed write's
+    temporary files) do not count."""
     present = [name for name in ("config.json",) + WEIGHT_FILES + TOKENIZER_FILES
                if os.path.exists(os.path.join(out, name))]
     if not present:
+        others = sorted(name for name in os.listdir(out) if not name.startswith(".")) if os.path.isdir(out) else []
+        if others:
+            from safety_net.fileio import unused_name
+            raise UserError(f"--out={out} is a folder of other files ({', '.join(others[:3])}"
+                            f"{', ...' if len(others) > 3 else ''}), not an export's: the export's files would mix "
+                            f"with them (fix: a new folder, e.g. --out={unused_name(os.path.join(out, 'hf-out'))})")
         return
     try:
         with open(os.path.join(out, "config.json"), encoding="utf-8") as f:

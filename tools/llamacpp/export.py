@@ -187,9 +187,18 @@ def write_gguf(model, path, qtype, meta, source, say=print):
     say(f"wrote {path} ({os.path.getsize(path) / 1e6:.2f} MB, {arch}, {qtype}, {n_vocab} tokens){note}")
 
 
+def written_here(path):
+    """Whether `path` is a GGUF file of this export (it holds MODEL_VOCAB_KEY), which --gguf may replace."""
+    import gguf
+    try:
+        return MODEL_VOCAB_KEY in gguf.GGUFReader(path).fields
+    except Exception:   # not GGUF, or damaged: the reader raises ValueError, KeyError, struct and numpy errors
+        return False
+
+
 def run(cfg):
     from safety_net.checkpoint import load_model
-    from safety_net.fileio import check_not_a_folder, check_out_dir
+    from safety_net.fileio import check_not_a_folder, check_out_dir, check_own_file, unused_name
     from tools.huggingface.convert import checkpoint_meta
     if cfg["quantize"] not in TYPES:
         raise UserError(f"--quantize must be one of {'|'.join(TYPES)}, got {cfg['quantize']!r} (fix: --quantize=q8_0 "
@@ -198,6 +207,7 @@ def run(cfg):
         raise UserError(f"--gguf must name a .gguf file, got {cfg['gguf']!r} (fix: e.g. --gguf=model.gguf)")
     check_not_a_folder(cfg["gguf"], "model.gguf", key="gguf")
     check_out_dir(os.path.dirname(os.path.abspath(cfg["gguf"])), key="gguf")
+    check_own_file(cfg["gguf"], written_here, unused_name(cfg["gguf"].removesuffix(".gguf"), ".gguf"), key="gguf")
     model, ckpt = load_model(cfg["out_dir"], "cpu")
     llamacpp_arch(model.config)   # refuses what llama.cpp's GPT-2 and Llama cannot compute, in one line
     meta, source = checkpoint_meta(ckpt, cfg["data_dir"])

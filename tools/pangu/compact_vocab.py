@@ -209,7 +209,7 @@ def build_compact(counts, vocab_size, ranks_path=None, n_layer=12, n_embd=768, p
 def prepare_compact(out_dir, dataset, vocab_size, input_path, gpt2_ranks=None, n_layer=12, n_embd=768, plot=True,
                     val_fraction=0.1, force=False):
     """prepare.py's dataset of the same text and split, tokenized with the compact vocabulary chosen from the
-    training split."""
+    training split. Returns whether it wrote the token files (False: the folder held this dataset already)."""
     check_val_fraction(val_fraction)
     text = read_text(input_path)
     train, val = split_text(text, val_fraction)
@@ -230,14 +230,16 @@ def prepare_compact(out_dir, dataset, vocab_size, input_path, gpt2_ranks=None, n
     # and the figure follow the options (they took the token files with them; a hunt).
     if same and holds_dataset(out_dir, {"train": train_ids, "val": val_ids}, meta, ignore=REPORT_KEYS):
         figure = os.path.join(out_dir, "coverage.png")
-        if plot and not os.path.exists(figure):
+        drawn = plot and not os.path.exists(figure)
+        if drawn:
             plot_coverage(counts, vocab_size, figure)
         if load_meta(out_dir) != meta:
             write_meta(out_dir, meta)
             print(f"{out_dir} holds this dataset already: its token files unchanged, its report updated")
         else:
-            print(f"{out_dir} holds this dataset already: unchanged")
-        return
+            kept = "its token files and report unchanged" if drawn else "unchanged"
+            print(f"{out_dir} holds this dataset already: {kept}")
+        return False
     with begin_writing(out_dir):   # the folder's writer lock, until meta.json is written
         if plot:
             plot_coverage(counts, vocab_size, os.path.join(out_dir, "coverage.png"))
@@ -245,6 +247,7 @@ def prepare_compact(out_dir, dataset, vocab_size, input_path, gpt2_ranks=None, n
         write_bin(os.path.join(out_dir, "val.bin"), val_ids)
         print(f"train has {len(train_ids):,} tokens, val has {len(val_ids):,} tokens (vocab {vocab_size})")
         write_meta(out_dir, meta)
+    return True
 
 
 def compact_base(dataset, input_path):
@@ -302,8 +305,8 @@ def prepare(dataset="", out_dir=None, vocab_size=None, n_layer=12, n_embd=768, i
     check_not_a_run_folder(out_dir, "out_dir", f"--out_dir=data/{name}, a folder of its own")
     if base == "shakespeare":
         input_path = shakespeare_path(out_dir, input_path)
-    prepare_compact(out_dir, name, vocab_size, input_path, n_layer=n_layer, n_embd=n_embd, **opts)
-    print(f"wrote {out_dir}")
+    if prepare_compact(out_dir, name, vocab_size, input_path, n_layer=n_layer, n_embd=n_embd, **opts):
+        print(f"wrote {out_dir}")
     return out_dir
 
 
