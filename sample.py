@@ -56,7 +56,7 @@ def main(argv=None):
 def run(cfg):
     """Load the checkpoint, its model and its dataset's tokenizer, then write_samples."""
     # the options and --start (the text, or FILE:path's), checked before loading
-    device, dtype, start_text = setup_sampling(cfg)
+    device, dtype, start_text, notes = setup_sampling(cfg)
     # runs no code; nanoGPT's too; one line for non-finite weights or ones that do not fit
     ckpt = load_checkpoint(cfg["out_dir"], device)
     model = GPT(GPTConfig(**ckpt["model_args"]))
@@ -67,7 +67,7 @@ def run(cfg):
     tok, start_ids = tokenizer_of(ckpt, cfg["data_dir"], start_text)
     source = f"{ckpt['path']} (iter {ckpt.get('iter_num', '?')})"
     write_samples(model, tok, start_text, start_ids, cfg, device, dtype, source,
-                  GPT.generate)
+                  GPT.generate, notes)
 
 
 def print_token(tok, utf8, token):
@@ -77,10 +77,10 @@ def print_token(tok, utf8, token):
 
 
 def write_samples(model, tok, start_text, start_ids, cfg, device, dtype, source,
-                  generate):
+                  generate, notes=()):
     """Print cfg["num_samples"] samples of `model` after start_text. generate:
-    GPT.generate, or tools/fast_sample.py's."""
-    notes = []
+    GPT.generate, or tools/fast_sample.py's; notes: setup_sampling's."""
+    notes = list(notes)
     if cfg["keep_heaviest_branch"]:
         notes.append(model.keep_heaviest_branch())
     use_cache = not cfg["no_kv_cache"]

@@ -16,8 +16,9 @@ from safety_net.runtime import busy_machine, check_num_threads, check_seed, reso
 def setup_sampling(cfg):
     """What a script that samples (sample.py, tools/fast_sample.py, tools/huggingface/sample.py) checks and sets
     before anything is loaded: --num_samples, --max_new_tokens, --top_k, --temperature, --seed, --num_threads (set
-    here), --device, --dtype and --start (the text, or FILE:path read: read_prompt), with one-line errors; a note
-    on stderr when other jobs keep the CPUs busy. Returns (torch.device, torch dtype, the prompt's text)."""
+    here), --device, --dtype and --start (the text, or FILE:path read: read_prompt), with one-line errors. Returns
+    (torch.device, torch dtype, the prompt's text, notes): notes, a line when other jobs keep the CPUs busy, go in
+    write_samples' header, after every check (printed here, it came before the error line of a checkpoint refused)."""
     check_sampling_options(cfg)
     if cfg["num_threads"] > 0:
         torch.set_num_threads(cfg["num_threads"])
@@ -27,10 +28,9 @@ def setup_sampling(cfg):
     # printed a UnicodeEncodeError traceback mid-sample (a hunt): such a character prints as '?'
     if hasattr(sys.stdout, "reconfigure"):
         sys.stdout.reconfigure(errors="replace")
-    start_text = read_prompt(cfg["start"])   # before the note: a bad --start is one line
-    if busy_machine(device):
-        print(f"note: {busy_machine(device)}", file=sys.stderr)
-    return device, dtype, start_text
+    start_text = read_prompt(cfg["start"])
+    notes = [busy_machine(device)] if busy_machine(device) else []
+    return device, dtype, start_text, notes
 
 
 def check_sampling_options(cfg):

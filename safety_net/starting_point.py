@@ -129,21 +129,21 @@ class StartingPoint:
 
     def __init__(self, config, device, master=True):
         """init_from=resume: out_dir's last.pt, else ckpt.pt, refused in one line when there is none, when it holds
-        weights only (no optimizer) or no iter_num or best_val_loss; master: say what it resumes.
+        weights only (no optimizer) or no iter_num or best_val_loss (restore says what it resumes, after every check).
         init_from=<path>: that checkpoint, ours or nanoGPT's, or a Hugging Face model imported
-        (load_init_checkpoint); its weights checked by load_checkpoint."""
+        (load_init_checkpoint; master: say what it imports); its weights checked by load_checkpoint."""
         self.config = config
         self.master = master
         self.ckpt = None
         init_from = config["init_from"]
         if init_from == "resume":
-            self.ckpt = self.resumed(config["out_dir"], device, master)
+            self.ckpt = self.resumed(config["out_dir"], device)
         elif init_from != "scratch":
             check_not_written_over(init_from, config["out_dir"])
             self.ckpt = load_init_checkpoint(init_from, device, master)   # (its model_args checked: model_config)
 
     @staticmethod
-    def resumed(out_dir, device, master):
+    def resumed(out_dir, device):
         if not any(os.path.isfile(os.path.join(out_dir, n)) for n in (LAST_NAME, CKPT_NAME)):
             raise UserError(f"nothing to resume: no {LAST_NAME} or {CKPT_NAME} in '{out_dir}' (fix: pass the "
                             f"out_dir of an earlier run, or start one with --init_from=scratch)")
@@ -171,8 +171,6 @@ class StartingPoint:
                             f"{new_run} to start a new run from its weights)")
         if math.isnan(ckpt["best_val_loss"]):   # none recorded: no evaluation beat NaN, ckpt.pt never saved (a hunt)
             ckpt["best_val_loss"] = math.inf
-        if master:
-            print(f"resuming from {ckpt['path']} at iteration {ckpt['iter_num']}", flush=True)
         return ckpt
 
     def check_model(self, args, explicit):
@@ -212,7 +210,6 @@ class StartingPoint:
                                 f"{saved.get(key)!r} (fix: drop that override, or start a new run from its "
                                 f"weights: --init_from={ckpt['path']} --out_dir=NEW_DIR --allow_partial_init=True)")
             self.check_resume_data()
-            self.note_other_recipe()
         # the data's vocab_size is not known yet: 1 (its memory: check, once it is), unless
         # the value here is one GPTConfig refuses
         low = model_config(dict(args, vocab_size=min(args["vocab_size"], 1)))
@@ -297,6 +294,9 @@ class StartingPoint:
                     print(f"note: every tensor fits, but this model differs from {ckpt['path']}'s in "
                           f"{', '.join(changed)}: the same weights compute another function here", flush=True)
             return
+        if rank == 0:   # after every check: a refused resume's error line came after these (an exploration)
+            print(f"resuming from {ckpt['path']} at iteration {ckpt['iter_num']}", flush=True)
+            self.note_other_recipe()
         model.load_state_dict(ckpt["model"])   # they fit its model_args: load_checkpoint checked
         load_optimizer_state(optimizer, ckpt)
         if scaler.is_enabled() and ckpt.get("scaler"):

@@ -599,12 +599,12 @@ MUTANTS = [
            "        check_runs(config, status, runs)\n",
            "tests/test_compare.py -k is_a_file", every=False),
     Mutant("busy_note_before_bad_start", "safety_net/sampling.py",
-           "    start_text = read_prompt(cfg[\"start\"])   # before the note: a bad --start is one line\n"
-           "    if busy_machine(device):\n"
-           "        print(f\"note: {busy_machine(device)}\", file=sys.stderr)\n",
+           "    start_text = read_prompt(cfg[\"start\"])\n"
+           "    notes = [busy_machine(device)] if busy_machine(device) else []\n",
            "    if busy_machine(device):\n"
            "        print(f\"note: {busy_machine(device)}\", file=sys.stderr)\n"
-           "    start_text = read_prompt(cfg[\"start\"])\n",
+           "    start_text = read_prompt(cfg[\"start\"])\n"
+           "    notes = []\n",
            "tests/test_sample.py -k bad_start_file", every=False),
     Mutant("inherit_writes_over_another_runs_checkpoint", "tools/pangu/inherit.py",
            "for name in (CKPT_NAME, LAST_NAME) if",
@@ -3508,6 +3508,36 @@ MUTANTS = [
            'kept = "its token files and report unchanged" if drawn else "unchanged"',
            'kept = "unchanged"',
            "tests/test_compact_vocab.py -k says_it_wrote_nothing", every=False),
+    Mutant("technique_lines_traces_a_model_train_py_refuses", "tools/technique_lines.py",
+           '    model_config(model_args(config, explicit), device="meta")\n', "",
+           "tests/test_technique_lines.py -k refused_before_the_trace", every=False),
+    Mutant("resume_says_so_before_its_checks", "safety_net/starting_point.py",
+           '            ckpt["best_val_loss"] = math.inf\n',
+           '            ckpt["best_val_loss"] = math.inf\n'
+           '        print(f"resuming from {ckpt[\'path\']} at iteration {ckpt[\'iter_num\']}", flush=True)\n',
+           "tests/test_train.py -k refused_resume_prints", every=False),
+    Mutant("resume_notes_other_settings_before_its_checks", "safety_net/starting_point.py",
+           "--out_dir=NEW_DIR --allow_partial_init=True)\")\n",
+           "--out_dir=NEW_DIR --allow_partial_init=True)\")\n            self.note_other_recipe()\n",
+           "tests/test_train.py -k refused_resume_prints", every=False),
+    Mutant("busy_note_before_checkpoint_checks", "safety_net/sampling.py",
+           "    notes = [busy_machine(device)] if busy_machine(device) else []\n",
+           "    notes = []\n"
+           "    if busy_machine(device):\n"
+           "        print(f\"note: {busy_machine(device)}\", file=sys.stderr)\n",
+           "tests/test_sample.py -k refused_checkpoint_or_dataset", every=False),
+    Mutant("plan_takes_a_flag_of_no_effect", "tools/plan.py",
+           "    if unread:   # accepted, and named in the header as if the plan were another's", "    if False:   #",
+           "tests/test_plan.py -k declared_to_change_no_plan", every=False),
+    Mutant("plan_help_lists_a_flag_of_no_effect", "tools/plan.py",
+           'positional="config", listed=listed, with_explicit=True)', 'positional="config", with_explicit=True)',
+           "tests/test_plan.py -k declared_to_change_no_plan", every=False),
+    Mutant("hf_sample_keeps_heaviest_of_one_branch", "tools/huggingface/sample.py",
+           '    refuse_keep_heaviest_branch(cfg["keep_heaviest_branch"])\n', "",
+           "tests/test_huggingface.py -k keep_heaviest_branch_with", every=False),
+    Mutant("eval_hf_keeps_heaviest_of_one_branch", "tools/eval.py",
+           '        refuse_keep_heaviest_branch(cfg["keep_heaviest_branch"])\n', "",
+           "tests/test_huggingface.py -k keep_heaviest_branch_with", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

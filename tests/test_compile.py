@@ -436,7 +436,7 @@ def test_fast_sample_refuses_what_it_cannot_compile(tmp_path, capsys):
         fast_sample.main([f"--out_dir={tmp_path / 'missing'}", "--compile_mode=fast", "--device=cpu"])
     # on a GPU the step is a CUDA graph: --compile_mode=quick was ignored there (a hunt); refused before loading
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(fast_sample, "setup_sampling", lambda cfg: (torch.device("cuda"), torch.float32, "x"))
+        mp.setattr(fast_sample, "setup_sampling", lambda cfg: (torch.device("cuda"), torch.float32, "x", []))
         with pytest.raises(SystemExit, match="error: --compile_mode=quick chooses inductor's settings on a CPU"):
             fast_sample.main([f"--out_dir={tmp_path / 'missing'}", "--compile_mode=quick"])
     out_dir = make_checkpoint(tmp_path, think_steps=2)

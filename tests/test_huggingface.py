@@ -389,6 +389,18 @@ def test_sample_without_init_from_or_with_out_dir_is_one_line():
                    "python sample.py --out_dir=")
 
 
+def test_keep_heaviest_branch_with_a_hugging_face_model_is_one_line(tmp_path):
+    """--keep_heaviest_branch with a Hugging Face model (tools.huggingface.sample, tools.eval --init_from) is one
+    error line, before the model is looked for: such a model has one branch (an exploration as a new user found it:
+    the flag was accepted, the model loaded, and a note said it was ignored)."""
+    from tools import eval as evaluate
+    from tools.huggingface import sample
+    hf = f"--init_from={tmp_path / 'any-hf-model'}"
+    for main in (sample.main, evaluate.main):
+        one_error_line(main, [hf, "--keep_heaviest_branch", "--device=cpu"], "--keep_heaviest_branch",
+                       "a Hugging Face model has one branch", "fix: drop it")
+
+
 @pytest.fixture
 def stub_hf_sample(monkeypatch, tmp_path):
     """(stub, written): stub(model_vocab, tokenizer_vocab) is tools.huggingface.sample's main with a stub model
@@ -401,7 +413,8 @@ def stub_hf_sample(monkeypatch, tmp_path):
     def stub(model_vocab, tokenizer_vocab):
         model = SimpleNamespace(config=SimpleNamespace(vocab_size=model_vocab))
         tok = CharTokenizer([chr(0x100 + i) for i in range(tokenizer_vocab)])
-        monkeypatch.setattr(sample, "setup_sampling", lambda cfg: (torch.device("cpu"), torch.float32, cfg["start"]))
+        checked = (torch.device("cpu"), torch.float32)
+        monkeypatch.setattr(sample, "setup_sampling", lambda cfg: (*checked, cfg["start"], []))
         monkeypatch.setattr(sample, "load_pretrained", lambda path, device: (model, {"source": path, "hf_config": {}}))
         monkeypatch.setattr(sample, "checked_data_dir", lambda info, data_dir: data_dir)
         monkeypatch.setattr(sample, "load_tokenizer", lambda data_dir: tok)

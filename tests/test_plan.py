@@ -446,16 +446,32 @@ def test_plan_text_names_what_the_model_has(flags, shown, not_shown):
         assert words not in text, words
 
 
+@pytest.mark.parametrize("flag", ["--dropout=0.5", "--init_std=0.5", "--init_scheme=mitchell", "--norm_eps=0.1",
+                                  "--pos_embedding=rope --rope_base=500"])
+def test_a_flag_declared_to_change_no_plan_is_refused(flag, capsys):
+    """A model flag tools/support.py declares of no effect on the plan (NO_EFFECT: dropout, the initialisation, a
+    norm's eps, RoPE's base) is one error line naming it, and --help does not list it (an exploration as a new user
+    found it: the plan was printed unchanged, headed "GPTConfig with dropout=0.5" as if it were that model's)."""
+    key = flag.split()[-1][2:].split("=")[0]
+    one_error_line(plan_tool.main, ["--n_layer=2", *flag.split()], f"--{key} changes nothing in the plan",
+                   f"fix: drop --{key}")
+    assert capsys.readouterr().out == ""
+    with pytest.raises(SystemExit):
+        plan_tool.main(["--help"])
+    listed = capsys.readouterr().out
+    assert f"--{key} " not in listed and "--n_layer " in listed and "--pos_embedding " in listed
+
+
 @pytest.mark.parametrize("argv, words", [
     (["--out_dir=run", "--n_layer=8"], ["takes no --variant or model flags"]),
     (["own.py", "--out_dir=run"], ["names its model, so it takes no --out_dir"]),
     (["own.py", "--mlp_ratio=2"], ["mlp_ratio=2.0 changes nothing: mlp_hidden=1536 sizes the FFN"]),
-    (["own.py", "--rope_base=500"], ["rope_base=500.0 is read only with RoPE"]),
-], ids=["checkpoint_with_flags", "config_with_out_dir", "config_mlp_ratio", "config_rope_base"])
+    (["own.py", "--think_eta=0.05"], ["think_eta=0.05 is read only with Deep Thinking"]),
+], ids=["checkpoint_with_flags", "config_with_out_dir", "config_mlp_ratio", "config_think_eta"])
 def test_command_refuses_flags_its_model_ignores(argv, words, tmp_path, monkeypatch, capsys):
     """A flag the model it shows would ignore is one error line, before any plan: a checkpoint's model with
-    --n_layer, a config file with --out_dir, --mlp_ratio where the config's mlp_hidden sizes the FFN, --rope_base
-    without RoPE; otherwise the plan printed ignored it without a word (a hunt: a changed line did each, and no
+    --n_layer, a config file with --out_dir, --mlp_ratio where the config's mlp_hidden sizes the FFN, --think_eta
+    without Deep Thinking; otherwise the plan printed ignored it without a word (a hunt: a changed line did each, and no
     test failed)."""
     monkeypatch.chdir(tmp_path)
     model = GPT(GPTConfig(**{**TINY, "n_layer": 2}))

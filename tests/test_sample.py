@@ -146,6 +146,20 @@ def test_bad_start_file_is_one_line_error(ckpt_dir, tmp_path, monkeypatch, capsy
     assert capsys.readouterr().err == ""
 
 
+def test_a_refused_checkpoint_or_dataset_is_one_line_on_a_busy_machine(ckpt_dir, tmp_path, monkeypatch, capsys):
+    """On a busy machine, a checkpoint or a --data_dir that is missing is the error line alone; the busy note comes
+    in the header, once every check has passed (an exploration as a new user found it: "note: the machine is
+    busy ..." printed first, then the error)."""
+    import sample
+    from safety_net import sampling
+    monkeypatch.setattr(sampling, "busy_machine", lambda device: "other jobs keep the CPUs busy")
+    one_error_line(sample.main, [f"--out_dir={tmp_path / 'missing'}"], "does not exist")
+    one_error_line(sample.main, [f"--out_dir={ckpt_dir}", f"--data_dir={tmp_path / 'missing'}"], "meta.json")
+    assert capsys.readouterr().err == ""
+    _, err = run_main(capsys, f"--out_dir={ckpt_dir}", "--start=A", "--num_samples=1", "--max_new_tokens=2")
+    assert err.startswith("sampling from ") and "; other jobs keep the CPUs busy\n" in err
+
+
 def test_a_start_file_that_is_not_utf8_is_one_line_error(ckpt_dir, tmp_path):
     """A Latin-1 prompt file: one line naming the file (a hunt: without its UnicodeDecodeError in read_prompt's
     except, nothing caught it), and no sample."""

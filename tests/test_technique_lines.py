@@ -271,6 +271,18 @@ def test_one_file_refuses_what_the_trace_sets_itself(tmp_path):
     assert not (tmp_path / "x.py").exists()
 
 
+def test_a_model_train_py_refuses_is_refused_before_the_trace(tmp_path):
+    """--n_head=5 (768 or 384 wide: no multiple of 5) or a negative width: train.py's one line for that config, from
+    both commands, before anything is traced or written (an exploration as a new user found it: the trace ran at its
+    small width, 40 for 5 heads, and printed the lines of a model train.py refuses)."""
+    from tools import one_file
+    for args in (["gpt", "--n_head=5"], ["config/pgpt_shakespeare_cpu.py", "--n_head=5"], ["gpt", "--n_embd=-3"]):
+        one_error_line(technique_lines.main, args, "invalid model configuration", "fix: correct the model keys")
+    one_error_line(one_file.main, ["gpt", "--n_head=5", f"--out={tmp_path / 'x.py'}"],
+                   "must be a positive multiple of n_head (5)")
+    assert not (tmp_path / "x.py").exists()
+
+
 def test_lgpt_halved_more_than_three_times_is_traced():
     """The trace's width, 8 per head, halved 4 times (lgpt --n_layer=10) was 3 with 6 heads: refused, as if the
     config were invalid (a hunt). Every halved width stays a multiple of n_head."""

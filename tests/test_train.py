@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import one_error_line
 import train
 from train import fill_schedule
 from safety_net import checkpoint
@@ -228,6 +229,22 @@ def test_a_resume_on_another_number_of_ranks_says_its_dropout_differs(tiny_train
     torch.save(dict(raw, rng_ranks=[raw["rng"], raw["rng"]]), path)
     run(dict(cfg, init_from="resume", max_iters=10, dropout=0.0))   # no dropout: the same masks, none
     assert "random state of" not in capsys.readouterr().out
+
+
+def test_a_refused_resume_prints_its_error_line_alone(tiny_train_config, tmp_path, capsys):
+    """A resume refused in one line (a model key other than its checkpoint's; a data_segments file that is missing,
+    with a batch_size other than its run's) prints that line alone, and nothing before it (an exploration as a new
+    user found it: "resuming from ... at iteration 2" and the note on other settings came first)."""
+    cfg = dict(tiny_train_config, max_iters=2, eval_interval=2)
+    run(cfg)
+    capsys.readouterr()
+    argv = [f"--{k}={v}" for k, v in dict(cfg, init_from="resume", max_iters=4).items()]
+    one_error_line(train.main, argv + ["--n_layer=3"], "n_layer=3 differs from the checkpoint's")
+    one_error_line(train.main, argv + ["--batch_size=4", f"--data_segments={tmp_path / 'no.npy'}"], "no.npy")
+    assert capsys.readouterr().out == ""
+    run(dict(cfg, init_from="resume", max_iters=4, batch_size=4))   # not refused: both, in the order they were
+    out = capsys.readouterr().out
+    assert out.index("resuming from") < out.index("note: resuming with other settings") < out.index("iter 2")
 
 
 def test_a_resume_with_other_settings_than_its_run_says_so(tiny_train_config, capsys):

@@ -49,6 +49,7 @@ import torch
 import torch.nn.functional as F
 
 from tools.huggingface.convert import checked_data_dir, load_pretrained, recorded_tokenizer_id
+from tools.huggingface.convert import refuse_keep_heaviest_branch
 from tools.huggingface.tokenizer import tokenizer_for
 from safety_net.checkpoint import load_model
 from safety_net.configurator import UserError, run_command
@@ -431,6 +432,7 @@ def run_eval(cfg):
         raise UserError(f"--out_dir={cfg['out_dir']} and --init_from={cfg['init_from']} name two models (fix: "
                         f"--out_dir for a run of ours, --init_from for a Hugging Face model, not both)")
     if cfg["init_from"]:
+        refuse_keep_heaviest_branch(cfg["keep_heaviest_branch"])
         model, info = load_pretrained(cfg["init_from"], device)
         ckpt = {"path": info["source"], "iter_num": "pretrained", "tokenizer_id": recorded_tokenizer_id(info)}
     else:

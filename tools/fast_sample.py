@@ -308,7 +308,7 @@ def run(cfg):
     check_compile_mode(mode)   # before loading anything
     if cfg["no_kv_cache"]:
         raise UserError("--no_kv_cache has no decode step to compile (fix: python sample.py --no_kv_cache)")
-    device, dtype, start_text = setup_sampling(cfg)
+    device, dtype, start_text, notes = setup_sampling(cfg)
     check_cpu_compiler(device, fix="python sample.py, which does not compile")
     if device.type == "cuda" and mode != DEFAULTS["compile_mode"]:   # it was ignored there (a hunt)
         raise UserError(f"--compile_mode={mode} chooses inductor's settings on a CPU; on a GPU the step is a CUDA "
@@ -320,7 +320,7 @@ def run(cfg):
     if cfg["max_new_tokens"] >= 2:   # (one token is the prime's: no step to compile)
         compile_before_timing(model, start_ids, device, dtype, mode)
     compiled = functools.partial(generate, compile_mode=mode)
-    sample.write_samples(model, tok, start_text, start_ids, cfg, device, dtype, source, compiled)
+    sample.write_samples(model, tok, start_text, start_ids, cfg, device, dtype, source, compiled, notes)
 
 
 def compile_before_timing(model, start_ids, device, dtype, mode):

@@ -5,10 +5,13 @@ the same plan as a picture.
 
     python -m tools.plan --variant=lgpt                          # a preset, variants/lgpt.py
     python -m tools.plan config/lgpt_shakespeare_cpu.py          # the model a train.py config file trains
-    python -m tools.plan --n_layer=8 --n_attn_layers=2           # any GPTConfig flags (on top of --variant, if given)
+    python -m tools.plan --n_layer=8 --n_attn_layers=2           # GPTConfig flags (on top of --variant, if given)
     python -m tools.plan --out_dir=out                           # the model a train.py checkpoint describes
     python -m tools.plan --variant=pgpt --png=pgpt.png           # ... and its picture
     python -m tools.plan --gallery=docs/architectures            # every preset's picture (docs/architectures.md)
+
+A flag that changes no plan (tools/support.py's NO_EFFECT: dropout, init_scheme, init_std, norm_eps, rope_base) is
+refused in one line, and --help leaves it out.
 
 The model is built on the meta device (shapes only: no memory, and initialising it writes nothing), so a 600M
 preset takes seconds (the whole command: 4.9 s for mobilellm_600m on a 2-core CPU, most of it importing torch).
@@ -36,7 +39,7 @@ from model import GPTConfig
 from tools.benchmarks.entries import config_file_model
 from tools.flops import matmul_params
 from tools.layers import layer_sets
-from tools.support import refuse_undeclared
+from tools.support import no_effect_reason, refuse_undeclared
 import variants
 from safety_net.build import build_model, check_mlp_ratio_applies, check_model_keys_read, gpt_config_defaults
 from safety_net.build import load_variant
@@ -212,6 +215,10 @@ def model_args(cfg, explicit):
     """(name, GPTConfig keyword arguments, checkpoint path or None): a checkpoint's own, or GPTConfig defaults <-
     variant <- explicit flags (train.py's rule: build.model_args)."""
     flags = {k: cfg[k] for k in MODEL_FIELDS if k in explicit}
+    unread = [k for k in flags if no_effect_reason(k, "plan")]   # tools/support.py's NO_EFFECT
+    if unread:   # accepted, and named in the header as if the plan were another's (an exploration as a new user)
+        raise UserError(f"--{unread[0]} changes nothing in the plan: {no_effect_reason(unread[0], 'plan')} "
+                        f"(fix: drop --{unread[0]})")
     with_flags = ""
     if flags:
         with_flags = " with " + ", ".join(f"{k}={v!r}" for k, v in flags.items())
@@ -572,7 +579,8 @@ def run(cfg, explicit):
 
 
 def main(argv=None):
-    return run_command(run, DEFAULTS, argv, positional="config", with_explicit=True)
+    listed = [key for key in DEFAULTS if not no_effect_reason(key, "plan")]   # --help: the keys read
+    return run_command(run, DEFAULTS, argv, positional="config", listed=listed, with_explicit=True)
 
 
 if __name__ == "__main__":

@@ -36,7 +36,7 @@ import torch
 from tools.fingerprint import SMALL
 import train
 import variants
-from safety_net.build import check_optional_types, gpt_config_defaults
+from safety_net.build import check_optional_types, gpt_config_defaults, model_args, model_config
 from safety_net.configurator import UserError, load_config, run_command
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -220,6 +220,8 @@ def small(config, explicit, small_layers=True):
     variant = config["variant"]
     if variant and variant not in variants.available():
         raise UserError(f"unknown variant '{variant}' (fix: one of {', '.join(variants.available())})")
+    # train.py's one line for the model as given, before it is traced small (--n_head=5 traced at width 40; a hunt)
+    model_config(model_args(config, explicit), device="meta")
     args = gpt_config_defaults()
     args.update(variants.load(variant) if variant else {})
     sizes = SMALL.get(variant, {})

@@ -338,6 +338,16 @@ def with_head(sd, t, config):
 # import: the entry points
 # ----------------------------------------------------------------------------------------------
 
+def refuse_keep_heaviest_branch(keep_heaviest_branch):
+    """One line for --keep_heaviest_branch with a Hugging Face model (tools.huggingface.sample, tools.eval
+    --init_from): pgpt's branches have no transformers form (tools/support.py: the export refuses n_branches), so the
+    model has one branch and the flag changes nothing (it was accepted, then noted as ignored once the model loaded;
+    an exploration as a new user)."""
+    if keep_heaviest_branch:
+        raise UserError("--keep_heaviest_branch: a Hugging Face model has one branch (pgpt's branches have no "
+                        "transformers form), so it changes nothing (fix: drop it)")
+
+
 def load_pretrained(name_or_dir, device="cpu", say=None):
     """(our GPT in eval mode, info) for a Hugging Face directory or hub name. info: source, directory,
     hf_config, architecture. `say` (default: print to stderr) gets one line on what was mapped."""

@@ -9,6 +9,7 @@ import sys
 from model import GPT
 import sample
 from tools.huggingface.convert import checked_data_dir, load_pretrained, recorded_tokenizer_id
+from tools.huggingface.convert import refuse_keep_heaviest_branch
 from tools.huggingface.tokenizer import tokenizer_for
 from safety_net.configurator import UserError, run_command
 from safety_net.dataset import load_tokenizer
@@ -21,7 +22,8 @@ DEFAULTS = {"init_from": "", **{k: v for k, v in sample.DEFAULTS.items() if k !=
 def run(cfg):
     if not cfg["init_from"]:
         raise UserError("--init_from is required (fix: --init_from=path/to/hf-model-dir or a hub name)")
-    device, dtype, start_text = setup_sampling(cfg)   # the options and --start, checked
+    refuse_keep_heaviest_branch(cfg["keep_heaviest_branch"])
+    device, dtype, start_text, notes = setup_sampling(cfg)   # the options and --start, checked
     model, info = load_pretrained(cfg["init_from"], device)
     if cfg["data_dir"]:   # checked: the export's recorded tokenizer, or GPT-2's ids
         tok = load_tokenizer(checked_data_dir(info, cfg["data_dir"]))
@@ -36,7 +38,7 @@ def run(cfg):
     dataset = cfg["data_dir"] or f"{info['source']}'s tokenizer"
     start_ids = encode_start(tok, start_text, dataset, model.config.vocab_size)   # checked: one line
     source = f"{info['source']} (iter pretrained)"
-    sample.write_samples(model, tok, start_text, start_ids, cfg, device, dtype, source, GPT.generate)
+    sample.write_samples(model, tok, start_text, start_ids, cfg, device, dtype, source, GPT.generate, notes)
 
 
 def main(argv=None):
