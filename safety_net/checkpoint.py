@@ -24,6 +24,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import warnings
 import zipfile
 
 import numpy as np
@@ -123,15 +124,29 @@ def resolve_path(path_or_out_dir, prefer=(CKPT_NAME, LAST_NAME)):
                     f"checkpoint file that exists)")
 
 
+# torch.save's older format: a pickle whose first object is torch.serialization.MAGIC_NUMBER (a pickle's LONG1)
+LEGACY_MAGIC = b"\x8a\x0a" + (0x1950a86a20f9469cfc6c).to_bytes(10, "little")
+
+
 def written_by_torch_save(path):
-    """Whether the file starts as torch.save's files do: a zip archive, or (older ones) a pickle. An unreadable
-    file is left to torch.load, whose error names why."""
+    """Whether the file starts as torch.save's files do: a zip archive, or (older ones) a pickle of torch's magic
+    number first; not another pickle (pickle.dump's: torch.load warned of its protocol, then its unpickler said
+    'Unsupported operand 149'; an exploration). An unreadable file is left to torch.load, whose error names why."""
     try:
         with open(path, "rb") as f:
-            magic = f.read(4)
+            head = f.read(32)
     except OSError:
         return True
-    return magic.startswith((b"PK\x03\x04", b"\x80"))
+    return head.startswith(b"PK\x03\x04") or (head.startswith(b"\x80") and LEGACY_MAGIC in head)
+
+
+def cut_short(path):
+    """Whether the file is the start of a zip archive without its end (a copy or a write cut short)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == b"PK\x03\x04" and not zipfile.is_zipfile(f)
+    except OSError:   # left to torch.load, whose error names why
+        return False
 
 
 def load_checkpoint(path_or_out_dir, device="cpu", prefer=(CKPT_NAME, LAST_NAME), mmap=False):
@@ -150,12 +165,18 @@ def load_checkpoint(path_or_out_dir, device="cpu", prefer=(CKPT_NAME, LAST_NAME)
     if newest:
         print(f"loading the newest checkpoint: {path_or_out_dir} (choose another with --out_dir)", file=sys.stderr)
     if not written_by_torch_save(path):
-        raise UserError(f"cannot read checkpoint '{path}': it is not a file torch.save writes (fix: point at a "
-                        f"ckpt.pt or last.pt written by train.py; a damaged one: re-run train.py to rewrite it)")
+        raise UserError(f"cannot read checkpoint '{path}': it is not a file torch.save writes, so no checkpoint of "
+                        f"this project (fix: point at a ckpt.pt or last.pt written by train.py; a damaged one: "
+                        f"re-run train.py to rewrite it)")
+    if cut_short(path):   # torch said "[Errno 22] Invalid argument"
+        raise UserError(f"cannot read checkpoint '{path}': it is cut short (a zip archive without its end), not a "
+                        f"complete checkpoint (fix: copy it again whole, or re-run train.py to rewrite it)")
     try:
         # what train.py writes holds only tensors and plain python values, which this loads
         # torch maps only its zip format; an older file (a pickle, as sample.py reads it) is read whole (a hunt)
-        ckpt = torch.load(path, map_location=device, weights_only=True, mmap=mmap and zipfile.is_zipfile(path))
+        with warnings.catch_warnings():   # of an older file's pickle protocol, before its one line (an exploration)
+            warnings.filterwarnings("ignore", message="Detected pickle protocol")
+            ckpt = torch.load(path, map_location=device, weights_only=True, mmap=mmap and zipfile.is_zipfile(path))
     except Exception as e:   # a damaged file: the unpickler also raises IndexError, KeyError, UnicodeDecodeError, ...
         refused = unsafe_pickle_error(e, path)
         if refused is not None:

@@ -60,7 +60,7 @@ def load_config(defaults, argv, positional=None, one_item=(), listed=None):
         raise SystemExit(0)
     config = dict(defaults)
     explicit = set()
-    files, overrides = _split_argv(argv, defaults)
+    files, overrides = _split_argv(argv, defaults, listed)
     if positional is not None:
         if files:
             config[positional] = _positional_value(positional, files, defaults[positional])
@@ -72,7 +72,7 @@ def load_config(defaults, argv, positional=None, one_item=(), listed=None):
             explicit.add(key)
     given = config[positional] if positional in explicit else None
     for key, text in overrides:
-        key = _check_key(key.replace("-", "_"), defaults, source="on the command line")
+        key = _check_key(key.replace("-", "_"), defaults, source="on the command line", listed=listed)
         config[key] = _parse_override(key, text, defaults[key], key in one_item)
         explicit.add(key)
         # `prepare.py shakespeare_char --dataset=shakespeare` prepared shakespeare without a word (a hunt)
@@ -195,7 +195,7 @@ def _asks_for_help(argv):
     return False
 
 
-def _split_argv(argv, defaults):
+def _split_argv(argv, defaults, listed=None):
     files, overrides = [], []
     i = 0
     while i < len(argv):
@@ -208,7 +208,7 @@ def _split_argv(argv, defaults):
                 # `--key value`: the value is the next argument (it may itself start with '-', e.g. -1)
                 if i + 1 >= len(argv) or argv[i + 1].startswith("--"):
                     # an unknown key is named as such first: its fix, a value, led to a second error (a hunt)
-                    _check_key(body.replace("-", "_"), defaults, source="on the command line")
+                    _check_key(body.replace("-", "_"), defaults, source="on the command line", listed=listed)
                     raise UserError(f"missing value for --{body} (fix: write --{body}=VALUE or --{body} VALUE)")
                 key, text = body, argv[i + 1]
                 i += 1
@@ -379,10 +379,12 @@ NANOGPT_SAMPLE_KEYS = {
 }
 
 
-def _check_key(key, defaults, source):
+def _check_key(key, defaults, source, listed=None):
+    """key, if it is one of defaults; else one line, with the close matches among the keys --help lists (listed:
+    tools.technique_lines took train.py's keys only to refuse them, and suggested them; an exploration)."""
     if key in defaults:
         return key
-    close = difflib.get_close_matches(key, list(defaults), n=3, cutoff=0.6)
+    close = difflib.get_close_matches(key, list(defaults if listed is None else listed), n=3, cutoff=0.6)
     hint = f"did you mean {' or '.join('--' + c for c in close)}?" if close else "see --help for the list of keys"
     # --out_dir's close match, --data_dir, was never what was meant (tools.huggingface.sample; a hunt)
     if key in NANOGPT_SAMPLE_KEYS and "start" in defaults and (not close or key == "out_dir"):

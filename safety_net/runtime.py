@@ -7,6 +7,7 @@ keep the CPUs busy, seeds; whether torchrun started the process (launched_by_tor
 import contextlib
 import os
 import random
+import sys
 
 import numpy as np
 import torch
@@ -106,6 +107,21 @@ def autocast(device, dtype):
     if dtype == torch.float32:
         return contextlib.nullcontext()
     return torch.autocast(device_type=str(device).split(":")[0], dtype=dtype)
+
+
+@contextlib.contextmanager
+def quiet_stderr():
+    """Silence what libraries write to file descriptor 2 or sys.stderr meanwhile: the profiler backend's start/stop
+    lines (tools.benchmarks), ExecuTorch's import, CPU probe and load errors (tools.executorch.run)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as devnull, contextlib.redirect_stderr(devnull):   # and Python's sys.stderr
+            os.dup2(devnull.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def launched_by_torchrun():

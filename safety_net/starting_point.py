@@ -29,7 +29,7 @@ from safety_net.dataset import (check_splits, default_data_dir, is_prepared, loa
 from safety_net.fileio import check_not_a_run_folder, check_out_dir, is_run_folder
 from safety_net.runtime import on_rank_zero, restore_rng
 from safety_net.text_dataset import foreign_token_files
-from safety_net.tokenizers import Vocabulary, gpt2_meta
+from safety_net.tokenizers import GPT2_VOCAB_SIZE, Vocabulary, gpt2_meta
 
 
 # model keys a start from another checkpoint's weights may change without a note (StartingPoint.restore)
@@ -119,6 +119,23 @@ def check_not_written_over(init_from, out_dir):
         raise UserError(f"--init_from={init_from}{link} is in --out_dir={out_dir}, where this run saves its own "
                         f"{LAST_NAME} and {CKPT_NAME}: it would write over the checkpoint it starts from (fix: "
                         f"--out_dir=NEW_DIR, a folder of its own)")
+
+
+def check_gpt2_ids(ckpt, meta, config, vocab_size):
+    """One line when a checkpoint of GPT-2's vocabulary that records no tokenizer (a Hugging Face GPT-2 imported,
+    nanoGPT's gpt2 runs) would start from data of another tokenizer with its token embedding: it reads GPT-2 BPE
+    ids, and a char or compact dataset's ids mean other tokens (trained without a word). --allow_partial_init with
+    the data's vocab_size trains the embedding afresh."""
+    if ckpt is None or ckpt.get("tokenizer_id"):
+        return
+    rows, kind = ckpt["model_args"].get("vocab_size", 0), meta.get("tokenizer")
+    if rows < GPT2_VOCAB_SIZE or kind == "gpt2" or (config["allow_partial_init"] and vocab_size != rows):
+        return
+    raise UserError(f"{ckpt['path']} has GPT-2's vocabulary ({rows} tokens) and reads GPT-2 BPE ids, but "
+                    f"{default_data_dir(config)} is tokenized with the {kind} tokenizer: its ids mean other tokens "
+                    f"(fix: --dataset=shakespeare and no --data_dir, tinyshakespeare in GPT-2 BPE, or your text "
+                    f"prepared with python prepare.py --input=TEXT_FILE --tokenizer=gpt2; or --allow_partial_init=True "
+                    f"to train the token embedding afresh)")
 
 
 class StartingPoint:
@@ -264,6 +281,7 @@ class StartingPoint:
             raise UserError(f"{ckpt['path']} was trained with another tokenizer than {config['data_dir']}'s ({why}) "
                             f"(fix: --dataset/--data_dir of that run, as it was prepared then, or "
                             f"--init_from=scratch)")
+        check_gpt2_ids(ckpt, meta, config, args["vocab_size"])
         if args["vocab_size"] < meta["vocab_size"]:
             raise UserError(f"vocab_size {args['vocab_size']} is smaller than the dataset's {meta['vocab_size']} "
                             f"tokens (fix: drop --vocab_size, it is read from meta.json)")

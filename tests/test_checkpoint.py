@@ -88,6 +88,37 @@ def test_a_checkpoint_in_torchs_older_format_loads_with_mmap_too(tmp_path):
         assert all(torch.equal(ckpt["model"][k], v) for k, v in source.state_dict().items())
 
 
+
+@pytest.mark.parametrize("name", ["dict.pkl", "list.pkl", "half.pt", "damaged_old.pt"])
+def test_a_pickle_or_a_checkpoint_cut_short_is_one_line_without_torchs_warnings(tmp_path, name):
+    """pickle.dump's file (of a dict, of a list) or the first half of a ckpt.pt as --out_dir: one line saying it is
+    no (complete) checkpoint of this project, and no warning of torch's (nor for a damaged file of torch.save's
+    older format); that format, of pickle protocol 4 too, is still torch.save's. (an exploration as a new user
+    found it: torch's pickle-protocol warning, then "Unsupported operand 149"; "[Errno 22] Invalid argument" for
+    the half)"""
+    import pickle
+    import warnings
+    source = GPT(GPTConfig(**SMALL))
+    saved = {"model": source.state_dict(), "model_args": dataclasses.asdict(source.config), "iter_num": 0,
+             "best_val_loss": 2.5}
+    whole, path = tmp_path / "ckpt.pt", tmp_path / name
+    atomic_save(saved, str(whole))
+    if name == "half.pt":
+        path.write_bytes(whole.read_bytes()[:whole.stat().st_size // 2])
+    elif name == "damaged_old.pt":   # its protocol number is a garbage byte, which torch warned of
+        path.write_bytes(b"\x80\x02" + checkpoint.LEGACY_MAGIC + b".\x80\x6enot a checkpoint")
+    else:
+        path.write_bytes(pickle.dumps({"a": 1} if name == "dict.pkl" else [1, 2, 3], protocol=4))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")   # a warning of torch's would end the load
+        with pytest.raises(UserError) as e:
+            checkpoint.load_checkpoint(str(path))
+    words = {"half.pt": "cut short", "damaged_old.pt": "cannot read checkpoint"}.get(name, "no checkpoint of this")
+    assert words in str(e.value) and "(fix: " in str(e.value) and "\n" not in str(e.value), str(e.value)
+    assert "pickle protocol" not in str(e.value), str(e.value)
+    torch.save(saved, tmp_path / "old4.pt", _use_new_zipfile_serialization=False, pickle_protocol=4)
+    assert checkpoint.written_by_torch_save(tmp_path / "old4.pt")
+
 @pytest.mark.parametrize("branch_logits", [[0.2, 1.5, -0.4], [2.0, 0.1, 0.3], [-1.0, -2.0, 0.5]])
 def test_keep_heaviest_branch_runs_the_branch_of_largest_weight_alone(branch_logits):
     """pgpt at inference (paper 004): the branch whose combination weight softmax(a)_i is largest, computed here

@@ -77,6 +77,17 @@ def test_missing_value_and_bad_options():
         load_config(DEFAULTS, ["--n_layers"])
 
 
+
+@pytest.mark.parametrize("argv", [["gpt", "--max_iter=5"], ["gpt", "--learning_rat", "0.1"], ["gpt", "--max_iter"]])
+def test_did_you_mean_names_only_keys_the_command_takes(argv):
+    """A mistyped key of tools.technique_lines is refused with the keys its --help lists, never train.py's that it
+    takes only to refuse them. (an exploration as a new user found it: "did you mean --max_iters or --eval_iters or
+    --warmup_iters?", each then refused as train.py's settings)"""
+    from conftest import one_error_line
+    from tools import technique_lines
+    message = one_error_line(technique_lines.main, argv, "unknown config key")
+    assert not any(f"--{key}" in message for key in train.TRAIN_DEFAULTS), message
+
 def test_config_file_then_overrides(tmp_path):
     f = tmp_path / "exp.py"
     f.write_text("import math\n_helper = 3\nbatch_size = 2 * _helper\nn_layer = int(math.sqrt(16))\n"

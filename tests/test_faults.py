@@ -171,11 +171,12 @@ def test_damaged_checkpoint_names_what_is_wrong(finished, tmp_path, script, edit
 
 @pytest.mark.parametrize("seed", [0, 8, 69, 6])
 def test_a_checkpoint_of_random_bytes_is_one_line(tmp_path, seed):
-    """Garbage after a pickle's first byte (\\x80, as an old torch.save file starts), so that the unpickler reads
-    it: it raises UnpicklingError for most bytes, but IndexError (seed 8), KeyError (69) or UnicodeDecodeError (6)
-    for others, which were tracebacks."""
+    """Garbage after the start of an old torch.save file (a pickle of torch's magic number), so that the unpickler
+    reads it: it raises UnpicklingError for most bytes, but IndexError, KeyError or UnicodeDecodeError for others,
+    which were tracebacks."""
     import random
-    (tmp_path / "ckpt.pt").write_bytes(b"\x80" + random.Random(seed).randbytes(4095))
+    garbage = random.Random(seed).randbytes(4095)
+    (tmp_path / "ckpt.pt").write_bytes(b"\x80\x02" + checkpoint.LEGACY_MAGIC + b"." + garbage)
     one_error_line(entry_point("sample"), [f"--out_dir={tmp_path}", "--device=cpu"], "cannot read checkpoint")
 
 
@@ -258,7 +259,7 @@ def test_the_refusal_names_what_the_file_would_run(tmp_path, payload, named):
                                         rf"\({named}\).*\(fix: only load files you trust"):
         checkpoint.load_checkpoint(path)
     assert not marker.exists()
-    path.write_bytes(b"\x80not a checkpoint")   # a pickle's first byte: the safe loader reads and refuses it
+    path.write_bytes(b"\x80\x02" + checkpoint.LEGACY_MAGIC + b".\x80not a checkpoint")   # the safe loader refuses it
     with pytest.raises(UserError, match="cannot read checkpoint") as e:
         checkpoint.load_checkpoint(path)
     assert "weights_only" not in str(e.value)   # torch's advice to load it unsafely is not passed on

@@ -319,7 +319,7 @@ def three_d(w):
 
 @pytest.mark.parametrize("damage, words", [
     (dict(files={"config.json": "[1, 2]"}), ["is not a JSON object"]),   # was an AttributeError traceback
-    (dict(config=dict(n_embd="sixteen")), ["not whole numbers", "n_embd='sixteen'"]),   # was a TypeError traceback
+    (dict(config=dict(n_embd="sixteen")), ["a whole number", 'n_embd="sixteen"']),   # was a TypeError traceback
     (dict(config=dict(n_layer=1.5)), ["not whole numbers", "n_layer=1.5"]),
     # sizes of terabytes: refused from the shapes, before the model is built (an allocator traceback before)
     (dict(config=dict(vocab_size=10**12)), ["another shape", "(1000000000000, 36)"]),
@@ -1001,6 +1001,29 @@ def test_a_gpt2_vocabulary_model_refuses_data_of_another_tokenizer(tiny_data, tm
     assert "| val |" not in capsys.readouterr().out
 
 
+
+def test_training_an_imported_gpt2_on_char_data_is_refused_and_the_fix_trains(tiny_data, tmp_path, capsys):
+    """An imported GPT-2 (no tokenizer_id) started on a char dataset: one line naming a dataset of GPT-2 BPE, also
+    with --vocab_size=50257; on a GPT-2 BPE dataset it starts from every tensor. (an exploration as a new user
+    found it: the refusal's fix said --vocab_size=50257, which trained GPT-2's weights on character ids)"""
+    import train
+    from safety_net.tokenizers import gpt2_meta
+    torch.manual_seed(0)
+    GPT2LMHeadModel(GPT2Config(vocab_size=50257, n_positions=16, n_embd=8, n_layer=1, n_head=2,
+                               **QUIET)).save_pretrained(tmp_path / "gpt2")
+    path = str(tmp_path / "gpt2.pt")
+    convert.main(["import", str(tmp_path / "gpt2"), f"--out={path}"])
+    args = [f"--init_from={path}", "--max_iters=0", "--eval_iters=1", "--batch_size=2", "--device=cpu"]
+    for more in ([], ["--vocab_size=50257"]):
+        one_error_line(train.main, [*args, *more, f"--data_dir={tiny_data}", f"--out_dir={tmp_path / 'no'}"],
+                       "reads GPT-2 BPE ids", "char tokenizer", "--dataset=shakespeare", "--tokenizer=gpt2")
+    assert not (tmp_path / "no").exists()
+    bpe = tmp_path / "bpe"
+    shutil.copytree(tiny_data, bpe)
+    (bpe / "meta.json").write_text(json.dumps(dict(gpt2_meta(), dataset="bpe")), encoding="utf-8")
+    train.main([*args, f"--data_dir={bpe}", f"--out_dir={tmp_path / 'run'}"])
+    assert "initialized 16/16 tensors" in capsys.readouterr().out
+
 @pytest.mark.parametrize("trailing", ["", os.sep])
 def test_import_to_a_folder_is_refused_before_the_import_and_its_fix_works(hf_dirs, tmp_path, monkeypatch, trailing):
     """--out=<a folder> was found out after the whole import, with a disk-space hint; now one line first, naming
@@ -1123,6 +1146,26 @@ def test_config_json_we_cannot_represent_is_refused(hf, words):
     msg = str(e.value)
     assert "\n" not in msg and "(fix: " in msg and all(w in msg for w in words), msg
 
+
+
+@pytest.mark.parametrize("hf, words", [
+    pytest.param(dict(GPT2_SMALL, layer_norm_epsilon=None), ["layer_norm_epsilon=null", "must be a number"],
+                 id="eps_null"),
+    pytest.param(dict(GPT2_SMALL, layer_norm_epsilon="1e-5"), ['layer_norm_epsilon="1e-5"'], id="eps_string"),
+    pytest.param(dict(GPT2_SMALL, layer_norm_epsilon=True), ["layer_norm_epsilon=true"], id="eps_true"),
+    pytest.param(dict(GPT2_SMALL, n_embd=None), ["n_embd=null", "must be a whole number"], id="gpt2_width_null"),
+    pytest.param(dict(MOBILELLM_125M, rms_norm_eps=None), ["rms_norm_eps=null"], id="llama_eps_null"),
+    pytest.param(dict(MOBILELLM_125M, rope_theta="big"), ['rope_theta="big"'], id="llama_rope_theta_string"),
+    pytest.param(dict(MOBILELLM_125M, hidden_size="wide"), ['hidden_size="wide"', "whole number"], id="llama_width"),
+])
+def test_a_config_json_number_that_is_null_or_a_string_is_named(hf, words):
+    """A number field of config.json that is null or a string (an epsilon: or true) is one line naming the field,
+    as config.json spells it, and what it must be. (an exploration as a new user found it: "'<' not supported
+    between instances of 'int' and 'NoneType'", and true imported as norm_eps=True)"""
+    with pytest.raises(ConversionError) as e:
+        gpt_config_from_hf(hf)
+    msg = str(e.value)
+    assert "\n" not in msg and "(fix: " in msg and all(w in msg for w in words), msg
 
 def test_a_hub_repo_of_pytorch_model_bin_imports(hf_dirs, tmp_path, monkeypatch):
     """A hub repository with only pytorch_model.bin (no safetensors): the download falls back to *.bin, and the

@@ -14,9 +14,7 @@ Peak memory, what peak_bytes measures:
         used because glibc keeps freed memory mapped, so RSS deltas mostly measure allocator history.)
 """
 
-import contextlib
 import dataclasses
-import os
 import statistics
 import sys
 import time
@@ -27,7 +25,7 @@ from model import GPT, GPTConfig, KVCache
 from tools.benchmarks.report import short
 from tools.fast_sample import generate as fast_generate
 from safety_net.configurator import out_of_memory
-from safety_net.runtime import autocast
+from safety_net.runtime import autocast, quiet_stderr
 
 # the fields describe() shows in its shape words; every other field it shows as name=value where not the default
 SHAPE_WORDS = ("n_layer", "n_embd", "n_head", "n_kv_head", "mlp_hidden", "n_attn_layers", "n_top_attn_layers",
@@ -138,20 +136,6 @@ def peak_bytes(fn, device, live):
         running += size
         peak = max(peak, running)
     return before + peak
-
-
-@contextlib.contextmanager
-def quiet_stderr():
-    """Silence the profiler backend's start/stop lines, which C++ writes straight to file descriptor 2."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    try:
-        with open(os.devnull, "w") as devnull:
-            os.dup2(devnull.fileno(), 2)
-            yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
 
 
 def median_ms(times):

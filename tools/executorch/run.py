@@ -27,6 +27,7 @@ if __name__ == "__main__":
 import torch
 
 from safety_net.configurator import UserError, run_command
+from safety_net.runtime import quiet_stderr
 from safety_net.tokenizers import GPT2_EOT
 
 DEFAULTS = dict(   # a key sample.py has too takes its default there
@@ -55,8 +56,17 @@ class Program:
     the export stored it)."""
 
     def __init__(self, path):
+        check_program_file(path)   # before the library: a file that is no program is one line alone
+        with quiet_stderr():   # its import and CPU probe wrote ~8 lines before any error line (an exploration)
+            methods = self.load(path)
+        self.prefill_method, self.decode_method = methods["prefill"], methods["decode"]
+        self.max_len, self.vocab_size, self.eot_token = (
+            methods[name].execute([])[0] for name in ("max_len", "vocab_size", "eot_token"))
+        self.tokenizer_id = methods["tokenizer_id"].execute([])[0] if "tokenizer_id" in methods else None
+
+    def load(self, path):
+        """{name: method} of the program at path (held in self.program), with one-line errors."""
         from executorch.runtime import Runtime, Verification
-        check_program_file(path)
         load_kernels()
         fix = f"(fix: export it again: python -m tools.executorch.export --pte={path})"
         try:   # InternalConsistency: the runtime checks the whole flatbuffer before it reads it
@@ -72,10 +82,7 @@ class Program:
                 if name != "tokenizer_id":
                     raise UserError(f"{path} has no loadable method {name} ({str(e).splitlines()[0]}): not a "
                                     f"program of tools.executorch.export, or a damaged one {fix}") from None
-        self.prefill_method, self.decode_method = methods["prefill"], methods["decode"]
-        self.max_len, self.vocab_size, self.eot_token = (
-            methods[name].execute([])[0] for name in ("max_len", "vocab_size", "eot_token"))
-        self.tokenizer_id = methods["tokenizer_id"].execute([])[0] if "tokenizer_id" in methods else None
+        return methods
 
     def prefill(self, ids):
         """Logits (V,) after a new sequence of ids (positions 0..len-1)."""
@@ -226,13 +233,15 @@ def run(cfg):
     start = read_prompt(cfg["start"])   # the text, or FILE:path's, as sample.py reads it
     if not os.path.isfile(cfg["pte"]):
         raise UserError(f"no program at {cfg['pte']} (fix: python -m tools.executorch.export --pte={cfg['pte']})")
+    check_program_file(cfg["pte"])   # one line, before the child loads ExecuTorch for nothing
     probe_program(cfg["pte"])   # first: the child must not inherit threads
     # torch only samples here (one small vector a token); its OpenMP threads would spin on the cores of
     # ExecuTorch's pool between steps
     torch.set_num_threads(1)
     if cfg["num_threads"] > 0:
         from tools.torch_internals import executorch_set_threads
-        executorch_set_threads(cfg["num_threads"])
+        with quiet_stderr():   # ExecuTorch's import (Program)
+            executorch_set_threads(cfg["num_threads"])
     path = cfg["tokenizer"] or tokenizer_path(cfg["pte"])
     tokenizer = load_tokenizer(path)
     program = Program(cfg["pte"])

@@ -184,10 +184,32 @@ def architecture(hf):
 SIZE_FIELDS = ("vocab_size", "block_size", "n_layer", "n_head", "n_kv_head", "n_embd", "mlp_hidden", "share_group_size")
 
 
+# config.json's number fields (its names) that are read: real numbers, and sizes (null: refused; n_inner, head_dim
+# and num_key_value_heads, which transformers leaves null for its default, are not listed)
+HF_REALS = ("layer_norm_epsilon", "rms_norm_eps", "rope_theta")
+HF_SIZES = ("vocab_size", "n_positions", "n_layer", "n_head", "n_embd", "hidden_size", "num_attention_heads",
+            "num_hidden_layers", "max_position_embeddings", "intermediate_size", "layer_sharing_repeats")
+
+
+def check_numbers(hf, fix):
+    """One line naming a number field of config.json that is null or a string (a real one: or true/false), as
+    config.json spells it: Python's comparison or arithmetic error was printed (an exploration). Sizes of another
+    type (1.5, true): gpt_config_from_hf."""
+    for key in HF_REALS + HF_SIZES:
+        value = hf.get(key, 0)
+        if key in HF_SIZES:
+            ok = value is not None and not isinstance(value, str)
+        else:
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        refuse(ok, f"config.json gives {key}={json.dumps(value)}: it must be a "
+               f"{'whole number' if key in HF_SIZES else 'number'} {fix}")
+
+
 def gpt_config_from_hf(hf):
     """The GPTConfig whose model computes the same function as the transformers model of config dict `hf`."""
     from model import GPTConfig
     fix = "(fix: use the config.json that transformers saved with these weights)"
+    check_numbers(hf, fix)
     try:   # TypeError: a value of another type ("n_embd": "sixteen") meets arithmetic or a comparison
         args = gpt2_args(hf) if architecture(hf) == "gpt2" else llama_args(hf)
         sizes = {k: args[k] for k in SIZE_FIELDS if args.get(k) is not None}
