@@ -44,6 +44,7 @@ import os
 import random
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
@@ -121,12 +122,15 @@ runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
 """
 # put before PAUSED_WRITE: tools.executorch.export's lowering (30-100 s here) replaced by fixed bytes, for cases that
 # test the write (the lowering itself stops on Ctrl-C like any code: exit 130, nothing written yet)
-STUB_PROGRAM = """
+# The stub's bytes: what tools.executorch.export.written_here tells a program of ours by (an ExecuTorch header, then
+# our method names), so that an export may replace it
+STUB_PTE = b"<\0\0\0ET12eh00" + struct.pack("<IQQQ", 24, 64, 0, 0) + b"max_len\0eot_token\0".ljust(24, b"\0")
+STUB_PROGRAM = f"""
 import tools.executorch.export
 
 
 def stub_program(*args, **kwargs):
-    return b"a stub program: the write is what is tested"
+    return {STUB_PTE!r}
 
 
 tools.executorch.export.program_bytes = stub_program

@@ -701,7 +701,6 @@ def test_paper000_summary_tables_and_alphas_of_hand_made_runs(tmp_path, monkeypa
 def test_samples_draw_only_the_tokenizers_ids(tmp_path):
     """A model padded past its dataset's vocabulary (--vocab_size) drew padding ids, which the tokenizer cannot
     decode: an IndexError (a hunt). Only the tokenizer's ids are drawn, as in sample.py."""
-    import dataclasses
     from conftest import write_char_checkpoint
     from model import GPT, GPTConfig
     from safety_net.checkpoint import load_model

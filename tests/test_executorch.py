@@ -17,7 +17,6 @@ import json
 import os
 import random
 import re
-import struct
 import subprocess
 import sys
 
@@ -27,6 +26,7 @@ import torch
 pytest.importorskip("executorch", reason="executorch is not installed (pip install -r requirements-dev.txt)")
 
 from conftest import ROOT, one_error_line, write_char_checkpoint
+from fault_trial import STUB_PTE
 from model import GPT, GPTConfig
 from tools.executorch import export, profile, run
 import variants
@@ -332,14 +332,13 @@ def test_the_export_checks_its_options_before_exporting(tmp_path, monkeypatch, c
 def test_the_export_replaces_only_files_it_wrote(tmp_path, monkeypatch, capsys):
     """--pte naming a file another program wrote (a user's notes), or a name whose tokenizer beside it is another
     program's, is one line naming a free name, the files left as they were; an earlier export's pair is replaced
-    (the program stood in for: a header and our method names) (an exploration as a new user found it: the export
+    (the program stood in for: STUB_PTE) (an exploration as a new user found it: the export
     wrote over any file)."""
     model = GPT(GPTConfig(vocab_size=len(CHARS), block_size=8, n_layer=1, n_head=2, n_embd=16))
     out_dir = f"--out_dir={write_char_checkpoint(tmp_path, model, CHARS)}"
-    program = b"<\0\0\0ET12eh00" + struct.pack("<IQQQ", 24, 64, 0, 0) + b"max_len\0eot_token\0".ljust(24, b"\0")
 
     def program_bytes(*args):
-        return program
+        return STUB_PTE
 
     monkeypatch.setattr(export, "program_bytes", program_bytes)
     (tmp_path / "a.pte").write_text("my notes")
@@ -356,7 +355,7 @@ def test_the_export_replaces_only_files_it_wrote(tmp_path, monkeypatch, capsys):
     for _ in range(2):   # the fix followed, then the same command again over its own pair
         export.main([out_dir, f"--pte={tmp_path / 'a-2.pte'}"])
     assert capsys.readouterr().err.count(f"wrote {tmp_path / 'a-2.pte'}") == 2
-    assert (tmp_path / "a-2.pte").read_bytes() == program
+    assert (tmp_path / "a-2.pte").read_bytes() == STUB_PTE
 
 
 def test_8da8w_leaves_a_factorized_embeddings_projection_fp32():

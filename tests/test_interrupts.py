@@ -22,7 +22,7 @@ import torch
 from conftest import ROOT, write_char_checkpoint
 from safety_net import fileio
 from safety_net.fileio import atomic_path
-from fault_trial import PAUSED, PAUSED_WRITE, STUB_PROGRAM
+from fault_trial import PAUSED, PAUSED_WRITE, STUB_PROGRAM, STUB_PTE
 from model import GPT, GPTConfig
 
 CHARS = list("\n !',.:;?ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
@@ -50,6 +50,22 @@ STOPPED_EXPORTS = [
 ]
 
 
+def previous_export(path):
+    """Files an earlier export wrote at path, which an export replaces (it refuses any other file): a GGUF file
+    holding the export's vocabulary key; the stub program, its tokenizer beside it."""
+    if path.suffix == ".gguf":
+        import gguf
+        from tools.llamacpp.export import MODEL_VOCAB_KEY
+        writer = gguf.GGUFWriter(str(path), "gpt2")
+        writer.add_uint32(MODEL_VOCAB_KEY, len(CHARS))
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.close()
+    else:
+        path.write_bytes(STUB_PTE + b" the previous program")
+        path.with_suffix(".tokenizer.json").write_text("the previous tokenizer")
+
+
 @pytest.mark.parametrize("tool, sig", STOPPED_EXPORTS)
 def test_export_stopped_mid_write_keeps_the_previous_file_and_no_temporary_one(tool, sig, tiny_run, tmp_path):
     if tool == "llamacpp":
@@ -57,9 +73,8 @@ def test_export_stopped_mid_write_keeps_the_previous_file_and_no_temporary_one(t
     code, option, names = EXPORTS[tool]
     folder = tmp_path / "exported"
     folder.mkdir()
-    previous = {name: f"the previous {name}".encode() for name in names}
-    for name, data in previous.items():
-        (folder / name).write_bytes(data)
+    previous_export(folder / names[0])
+    previous = {p.name: p.read_bytes() for p in folder.iterdir()}
     proc = subprocess.Popen([sys.executable, "-c", code, f"tools.{tool}.export", f"--out_dir={tiny_run}",
                              f"{option}={folder / names[0]}"], cwd=tmp_path, env=dict(os.environ, PYTHONPATH=ROOT),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

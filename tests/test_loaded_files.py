@@ -30,6 +30,7 @@ import pytest
 import torch
 
 from conftest import one_error_line, write_char_checkpoint
+from fault_trial import STUB_PTE
 from model import GPT, GPTConfig, MLP
 from safety_net import dataset
 from safety_net import tokenizers
@@ -367,12 +368,12 @@ def test_the_export_replaces_program_and_tokenizer_together(toy, tiny_checkpoint
     next export."""
     from tools.executorch import export
     pte, tok = tmp_path / "m.pte", tmp_path / "m.tokenizer.json"
-    monkeypatch.setattr(export, "program_bytes", lambda *args: b"program 1")   # exporting itself: -m slow
+    monkeypatch.setattr(export, "program_bytes", lambda *args: STUB_PTE + b"program 1")   # exporting itself: -m slow
     export.main([f"--out_dir={tiny_checkpoint}", f"--pte={pte}"])
     old = {pte: pte.read_bytes(), tok: tok.read_bytes()}
     (tmp_path / "data" / "meta.json").write_text(json.dumps({"dataset": "tinychars", "tokenizer": "char",
                                                              "vocab_size": len(CHARS), "chars": CHARS[::-1]}))
-    monkeypatch.setattr(export, "program_bytes", lambda *args: b"program 2")
+    monkeypatch.setattr(export, "program_bytes", lambda *args: STUB_PTE + b"program 2")
     real_replace = os.replace
 
     def disk_full(src, dst):
@@ -389,7 +390,7 @@ def test_the_export_replaces_program_and_tokenizer_together(toy, tiny_checkpoint
     capsys.readouterr()
     export.main([f"--out_dir={tiny_checkpoint}", f"--pte={pte}", f"--data_dir={tmp_path / 'data'}"])
     assert f"removed 1 temporary file(s) (0.0 MB) left in {tmp_path}" in capsys.readouterr().err
-    assert pte.read_bytes() == b"program 2" and json.loads(tok.read_text())["model"]["vocab"]["z"] == 0
+    assert pte.read_bytes() == STUB_PTE + b"program 2" and json.loads(tok.read_text())["model"]["vocab"]["z"] == 0
 
 
 def test_a_live_writers_temporary_file_is_left_alone(tmp_path):

@@ -150,6 +150,7 @@ def fake_program(tmp_path, monkeypatch):
     (tmp_path / "model.pte").write_bytes(b"not read: the program is a fake")
     (tmp_path / "model.tokenizer.json").write_text(tokenizer.to_str(), encoding="utf-8")
     monkeypatch.setattr(et_run, "probe_program", lambda path: None)
+    monkeypatch.setattr(et_run, "check_program_file", lambda path: None)
     monkeypatch.setattr(et_run, "check_pair", lambda *args: None)
     monkeypatch.setattr(torch, "set_num_threads", lambda n: None)   # the runner's; the test process keeps its own
 

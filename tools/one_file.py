@@ -650,7 +650,7 @@ class Specialiser:
         base = stmt.col_offset
         closing = lines[-1].rstrip()[-3:]
         body = lines[:-1] if lines[-1].strip() == closing else lines[:-1] + [lines[-1].rstrip()[:-3]]
-        units, kind = [], None   # units: [kind, lines]; kind "prose", "item" or "blank"
+        units = []   # units: [kind, lines]; kind "prose", "item" or "blank"
         for i, line in enumerate(body):
             indent = base if i == 0 else len(line) - len(line.lstrip())
             if not line.strip():
@@ -947,7 +947,6 @@ def specialise(text, tracer, ran_args, full_args, header, pin=()):
         chunks = chunk_texts(spec, drop)
         trees = {node: parse(t) for node, t in chunks}
         reads = collections.Counter(a for t in trees.values() for a in attr_loads(t))
-        attrs = set(reads)
         more = set()
         loads = {node: name_loads(t) for node, t in trees.items()}
         users = collections.Counter(name for names in loads.values() for name in names)
