@@ -57,7 +57,7 @@ def atomic_path(path):
             raise KeyboardInterrupt from None   # torch's zip writer reports a Ctrl-C in its writes as a RuntimeError
         os_error = underlying(e, OSError)
         if os_error is not None and not isinstance(e, UserError):
-            # said only when there is one: prepare.py --force removes its dataset first (a hunt)
+            # said only when there is one: compact_vocab and wikitext103 remove their dataset first (a hunt)
             kept = " (its previous version is kept)" if os.path.exists(path) else ""
             raise UserError(f"cannot write {path}: {os_error.strerror or os_error}{kept} "
                             f"(fix: free disk space, or choose a writable folder)") from None
@@ -160,14 +160,15 @@ def check_out_dir(path, key="out_dir"):
                         f"(fix: choose a writable --{key})") from None
 
 
-def unused_name(stem, suffix=""):
+def unused_name(stem, suffix="", beside=None):
     """stem + suffix, or stem-2 + suffix, stem-3 + suffix, ...: the first name that nothing on disk has yet, for
-    a fix hint that must not send its output over an existing file or folder (a checkpoint, another run's)."""
-    name, n = stem + suffix, 1
-    while os.path.lexists(name):
+    a fix hint that must not send its output over an existing file or folder (a checkpoint, another run's).
+    beside: the suffix of a second file written beside it (an export's tokenizer), whose name must be free too."""
+    free, n = stem, 1
+    while os.path.lexists(free + suffix) or (beside is not None and os.path.lexists(free + beside)):
         n += 1
-        name = f"{stem}-{n}{suffix}"
-    return name
+        free = f"{stem}-{n}"
+    return free + suffix
 
 
 def check_not_a_folder(path, example, key="out"):

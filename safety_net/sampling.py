@@ -29,7 +29,8 @@ def setup_sampling(cfg):
     if hasattr(sys.stdout, "reconfigure"):
         sys.stdout.reconfigure(errors="replace")
     start_text = read_prompt(cfg["start"])
-    notes = [busy_machine(device)] if busy_machine(device) else []
+    busy = busy_machine(device)
+    notes = [busy] if busy else []
     return device, dtype, start_text, notes
 
 

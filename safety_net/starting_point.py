@@ -128,14 +128,14 @@ def check_gpt2_ids(ckpt, meta, config, vocab_size):
     the data's vocab_size trains the embedding afresh."""
     if ckpt is None or ckpt.get("tokenizer_id"):
         return
-    rows, kind = ckpt["model_args"].get("vocab_size", 0), meta.get("tokenizer")
+    rows, kind = ckpt["model_args"].get("vocab_size", 0), Vocabulary(meta).kind
     if rows < GPT2_VOCAB_SIZE or kind == "gpt2" or (config["allow_partial_init"] and vocab_size != rows):
         return
     raise UserError(f"{ckpt['path']} has GPT-2's vocabulary ({rows} tokens) and reads GPT-2 BPE ids, but "
                     f"{default_data_dir(config)} is tokenized with the {kind} tokenizer: its ids mean other tokens "
                     f"(fix: --dataset=shakespeare and no --data_dir, tinyshakespeare in GPT-2 BPE, or your text "
                     f"prepared with python prepare.py --input=TEXT_FILE --tokenizer=gpt2; or --allow_partial_init=True "
-                    f"to train the token embedding afresh)")
+                    f"without --vocab_size, to train the token embedding afresh)")
 
 
 class StartingPoint:
@@ -196,7 +196,7 @@ class StartingPoint:
         its checkpoint's iteration (it would train nothing and rewrite last.pt), or whose model arguments differ
         from its checkpoint's in anything but dropout; an mlp_ratio an mlp_hidden makes void
         (check_mlp_ratio_applies); arguments this model.py cannot build (model_config); a data_segments file that
-        is not a window-start array (read_segments); a resume on a dataset not prepared (check_resume_data)."""
+        is not a window-start array (read_segments); a resume on a dataset folder not prepared that is not its run's (check_resume_data)."""
         config, ckpt = self.config, self.ckpt
         base = dict(gpt_config_defaults(), **(ckpt["model_args"] if ckpt else {}))
         base.update(load_variant(config["variant"]) if config["variant"] else {})
@@ -246,8 +246,8 @@ class StartingPoint:
             return
         raise UserError(f"resume: {folder} is not prepared, and {self.ckpt['path']} was trained on "
                         f"{default_data_dir(run)}: a resume continues on its run's dataset (fix: --data_dir="
-                        f"{default_data_dir(run)}, or drop --dataset/--data_dir; another dataset must be prepared "
-                        f"first, with the run's tokenizer)")
+                        f"{default_data_dir(run)}; another dataset must be prepared first, with the run's "
+                        f"tokenizer)")
 
     def note_other_recipe(self):
         """A note when a resume trains with other values of RECIPE_KEYS than its run did: a resume without the

@@ -600,7 +600,8 @@ MUTANTS = [
            "tests/test_compare.py -k is_a_file", every=False),
     Mutant("busy_note_before_bad_start", "safety_net/sampling.py",
            "    start_text = read_prompt(cfg[\"start\"])\n"
-           "    notes = [busy_machine(device)] if busy_machine(device) else []\n",
+           "    busy = busy_machine(device)\n"
+           "    notes = [busy] if busy else []\n",
            "    if busy_machine(device):\n"
            "        print(f\"note: {busy_machine(device)}\", file=sys.stderr)\n"
            "    start_text = read_prompt(cfg[\"start\"])\n"
@@ -631,8 +632,8 @@ MUTANTS = [
            "        top = lr",
            "tests/test_train_faults.py -k min_lr_above", every=False),
     Mutant("unused_name_looks_once", "safety_net/fileio.py",
-           "    while os.path.lexists(name):\n        n += 1",
-           "    if os.path.lexists(name):\n        n += 1",
+           "    while os.path.lexists(free + suffix) or",
+           "    if os.path.lexists(free + suffix) or",
            "tests/test_faults.py -k not_there_yet", every=False),
     Mutant("model_keys_checked_after_the_data", "train.py",
            "    start.check_model(args, explicit)\n",
@@ -3521,7 +3522,7 @@ MUTANTS = [
            "--out_dir=NEW_DIR --allow_partial_init=True)\")\n            self.note_other_recipe()\n",
            "tests/test_train.py -k refused_resume_prints", every=False),
     Mutant("busy_note_before_checkpoint_checks", "safety_net/sampling.py",
-           "    notes = [busy_machine(device)] if busy_machine(device) else []\n",
+           "    busy = busy_machine(device)\n    notes = [busy] if busy else []\n",
            "    notes = []\n"
            "    if busy_machine(device):\n"
            "        print(f\"note: {busy_machine(device)}\", file=sys.stderr)\n",
@@ -3561,6 +3562,14 @@ MUTANTS = [
     Mutant("checkpoint_pickle_protocol_warning_shown", "safety_net/checkpoint.py",
            '            warnings.filterwarnings("ignore", message="Detected pickle protocol")\n', "",
            "tests/test_checkpoint.py -k cut_short_is_one_line", every=False),
+    Mutant("unused_name_beside_not_free", "safety_net/fileio.py",
+           "(beside is not None and os.path.lexists(free + beside))", "False",
+           "tests/test_faults.py -k not_there_yet", every=False),
+    Mutant("gallery_over_a_file_it_did_not_draw", "tools/plan.py",
+           "        check_own_file(path, functools.partial(holds_marker, marker=PNG_MARK), unused_name(folder), "
+           "key=\"gallery\")\n",
+           "        pass\n",
+           "tests/test_plan.py -k gallery_replaces_only", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

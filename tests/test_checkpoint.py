@@ -88,7 +88,6 @@ def test_a_checkpoint_in_torchs_older_format_loads_with_mmap_too(tmp_path):
         assert all(torch.equal(ckpt["model"][k], v) for k, v in source.state_dict().items())
 
 
-
 @pytest.mark.parametrize("name", ["dict.pkl", "list.pkl", "half.pt", "damaged_old.pt"])
 def test_a_pickle_or_a_checkpoint_cut_short_is_one_line_without_torchs_warnings(tmp_path, name):
     """pickle.dump's file (of a dict, of a list) or the first half of a ckpt.pt as --out_dir: one line saying it is
@@ -118,6 +117,7 @@ def test_a_pickle_or_a_checkpoint_cut_short_is_one_line_without_torchs_warnings(
     assert "pickle protocol" not in str(e.value), str(e.value)
     torch.save(saved, tmp_path / "old4.pt", _use_new_zipfile_serialization=False, pickle_protocol=4)
     assert checkpoint.written_by_torch_save(tmp_path / "old4.pt")
+
 
 @pytest.mark.parametrize("branch_logits", [[0.2, 1.5, -0.4], [2.0, 0.1, 0.3], [-1.0, -2.0, 0.5]])
 def test_keep_heaviest_branch_runs_the_branch_of_largest_weight_alone(branch_logits):

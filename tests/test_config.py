@@ -77,7 +77,6 @@ def test_missing_value_and_bad_options():
         load_config(DEFAULTS, ["--n_layers"])
 
 
-
 @pytest.mark.parametrize("argv", [["gpt", "--max_iter=5"], ["gpt", "--learning_rat", "0.1"], ["gpt", "--max_iter"]])
 def test_did_you_mean_names_only_keys_the_command_takes(argv):
     """A mistyped key of tools.technique_lines is refused with the keys its --help lists, never train.py's that it
@@ -87,6 +86,7 @@ def test_did_you_mean_names_only_keys_the_command_takes(argv):
     from tools import technique_lines
     message = one_error_line(technique_lines.main, argv, "unknown config key")
     assert not any(f"--{key}" in message for key in train.TRAIN_DEFAULTS), message
+
 
 def test_config_file_then_overrides(tmp_path):
     f = tmp_path / "exp.py"

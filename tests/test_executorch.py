@@ -210,7 +210,6 @@ def test_bad_input_is_one_line(exported_checkpoint, tmp_path):
     one_error_line(run.main, [f"--pte={pte}", "--start=War is ~"], "characters not in the vocabulary: '~'")
 
 
-
 def test_a_program_the_runtime_refuses_is_one_line_without_the_librarys_lines(tmp_path, capfd):
     """A .pte with ExecuTorch's identifier that its runtime cannot load: one line, and nothing of the library's on
     stderr before it. (an exploration as a new user found it: about 8 lines of torchao, torch and ExecuTorch's
@@ -221,6 +220,7 @@ def test_a_program_the_runtime_refuses_is_one_line_without_the_librarys_lines(tm
     with pytest.raises(UserError, match="cannot load .* as an ExecuTorch program"):
         run.Program(str(path))
     assert capfd.readouterr().err == ""
+
 
 def test_bench_keeps_a_greedy_text_that_ends_in_a_newline():
     """tools.executorch.bench compares each runtime's greedy text with sample.py's: the text is what comes before

@@ -433,7 +433,6 @@ def test_output_folder_that_is_a_file(finished, tmp_path, module, args):
     # an unknown key without a value: "missing value", whose fix led to a second error (a hunt)
     ("sample", ["--compile"], ["unknown config key 'compile'", "nanoGPT's sample.py key"]),
 ])
-
 def test_command_line_mistakes_are_one_line(module, args, words):
     one_error_line(entry_point(module), args, *words)
 
@@ -834,6 +833,10 @@ def test_a_fix_names_a_file_not_there_yet(tmp_path):
     (tmp_path / "run-2.md").mkdir()
     os.symlink(tmp_path / "missing", tmp_path / "run-3.md")
     assert unused_name(stem, ".md") == stem + "-4.md"
+    # with a file written beside it (an export's tokenizer), both names free: run-4.md's was taken (a review: the
+    # executorch export's fix named a .pte whose tokenizer name another file held)
+    (tmp_path / "run-4.json").write_text("x")
+    assert unused_name(stem, ".md", beside=".json") == stem + "-5.md"
 
 
 def test_a_dataset_or_an_export_is_refused_in_a_training_runs_folder(tmp_path, monkeypatch):

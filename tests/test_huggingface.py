@@ -1001,7 +1001,6 @@ def test_a_gpt2_vocabulary_model_refuses_data_of_another_tokenizer(tiny_data, tm
     assert "| val |" not in capsys.readouterr().out
 
 
-
 def test_training_an_imported_gpt2_on_char_data_is_refused_and_the_fix_trains(tiny_data, tmp_path, capsys):
     """An imported GPT-2 (no tokenizer_id) started on a char dataset: one line naming a dataset of GPT-2 BPE, also
     with --vocab_size=50257; on a GPT-2 BPE dataset it starts from every tensor. (an exploration as a new user
@@ -1023,6 +1022,7 @@ def test_training_an_imported_gpt2_on_char_data_is_refused_and_the_fix_trains(ti
     (bpe / "meta.json").write_text(json.dumps(dict(gpt2_meta(), dataset="bpe")), encoding="utf-8")
     train.main([*args, f"--data_dir={bpe}", f"--out_dir={tmp_path / 'run'}"])
     assert "initialized 16/16 tensors" in capsys.readouterr().out
+
 
 @pytest.mark.parametrize("trailing", ["", os.sep])
 def test_import_to_a_folder_is_refused_before_the_import_and_its_fix_works(hf_dirs, tmp_path, monkeypatch, trailing):
@@ -1147,7 +1147,6 @@ def test_config_json_we_cannot_represent_is_refused(hf, words):
     assert "\n" not in msg and "(fix: " in msg and all(w in msg for w in words), msg
 
 
-
 @pytest.mark.parametrize("hf, words", [
     pytest.param(dict(GPT2_SMALL, layer_norm_epsilon=None), ["layer_norm_epsilon=null", "must be a number"],
                  id="eps_null"),
@@ -1166,6 +1165,7 @@ def test_a_config_json_number_that_is_null_or_a_string_is_named(hf, words):
         gpt_config_from_hf(hf)
     msg = str(e.value)
     assert "\n" not in msg and "(fix: " in msg and all(w in msg for w in words), msg
+
 
 def test_a_hub_repo_of_pytorch_model_bin_imports(hf_dirs, tmp_path, monkeypatch):
     """A hub repository with only pytorch_model.bin (no safetensors): the download falls back to *.bin, and the

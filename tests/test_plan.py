@@ -260,6 +260,15 @@ def test_png_replaces_only_a_picture_it_drew(tmp_path, capsys):
     assert photo.read_bytes() == b"\x89PNG\r\n\x1a\nmy photo" and capsys.readouterr().out == ""
 
 
+def test_gallery_replaces_only_pictures_it_drew(tmp_path, capsys):
+    """--gallery=DIR holding a file of another program under a preset's name (DIR/gpt.png, a user's) is one line
+    naming a new folder, before any picture is drawn (a review found it: --gallery wrote over it)."""
+    (tmp_path / "gpt.png").write_bytes(b"\x89PNG\r\n\x1a\nmy photo")
+    one_error_line(plan_tool.main, [f"--gallery={tmp_path}"], f"--gallery={tmp_path / 'gpt.png'} exists and is not",
+                   f"--gallery={tmp_path}-2")
+    assert os.listdir(tmp_path) == ["gpt.png"] and capsys.readouterr().out == ""
+
+
 def test_png_takes_a_capital_extension(tmp_path, capsys):
     """--png=X.PNG is a PNG file too: drawn under that name, and drawn again over its own picture (an exploration
     as a new user found it: "the picture is a PNG file (fix: --png=FILE.png)")."""
@@ -486,7 +495,7 @@ def test_gallery_into_an_existing_folder(tmp_path, monkeypatch, capsys):
     """--gallery rewrites the pictures of a folder that exists (docs/architectures, where they live), rather than a
     FileExistsError traceback (a hunt: a changed line did this, and no test failed). One preset here."""
     monkeypatch.setattr(variants, "available", lambda: ["gpt"])
-    (tmp_path / "gpt.png").write_bytes(b"old")
+    (tmp_path / "gpt.png").write_bytes(b"\x89PNG an old picture, Software: tools.plan")   # its mark: ours
     plan_tool.main([f"--gallery={tmp_path}"])
     assert capsys.readouterr().out.startswith(f"wrote {tmp_path / 'gpt.png'} (")
     assert (tmp_path / "gpt.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -360,7 +360,6 @@ def test_prints_exactly_the_lines_that_ran(preset, monkeypatch, capsys):
         assert not never_ran, f"{preset}: {name} lines printed that never ran: {never_ran[:10]}"
 
 
-
 def test_the_checks_section_is_found_and_left_out():
     """The Tracer leaves GPTConfig's checks out, found by their section's title (a hard-coded section number went
     stale when the sections were renumbered): every check function, and no model code."""

@@ -549,9 +549,12 @@ def test_a_resume_on_another_dataset_not_prepared_is_refused_before_preparing_it
     monkeypatch.setattr(prepare, "prepare", fake_prepare)
     other = tmp_path / "other"
     with pytest.raises(UserError, match=f"^resume: {other} is not prepared, .* was trained on "
-                                        f"{tiny_train_config['data_dir']}: .*\\(fix: --data_dir="):
+                                        f"{tiny_train_config['data_dir']}: .*\\(fix: --data_dir=") as refused:
         run(dict(tiny_train_config, max_iters=4, init_from="resume", data_dir=str(other)))
     assert calls == [] and not other.exists()
+    fix = str(refused.value).split("(fix: --data_dir=")[1].split(";")[0]   # followed: the resume trains on
+    run(dict(tiny_train_config, max_iters=4, init_from="resume", data_dir=fix))
+    assert calls == [] and torch.load(tmp_path / "out" / "last.pt", weights_only=True)["iter_num"] == 4
 
 
 def test_an_mlp_ratio_over_a_checkpoints_mlp_hidden_is_refused(tiny_train_config, tmp_path):

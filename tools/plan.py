@@ -29,6 +29,7 @@ second description of the architectures:
 """
 
 import dataclasses
+import functools
 import os
 from typing import Optional
 
@@ -46,7 +47,7 @@ from safety_net.build import load_variant
 from safety_net.build import model_args as checkpoint_model_args
 from safety_net.checkpoint import load_checkpoint
 from safety_net.configurator import UserError, run_command
-from safety_net.fileio import atomic_open, check_out_dir, check_out_file, unused_name
+from safety_net.fileio import atomic_open, check_out_dir, check_out_file, check_own_file, holds_marker, unused_name
 
 MODEL_FIELDS = gpt_config_defaults()
 DEFAULTS = dict(
@@ -554,9 +555,11 @@ def check_png_path(path):
 def gallery(folder):
     """Every preset's picture into folder/<name>.png (the gallery of docs/architectures.md)."""
     check_out_dir(folder, key="gallery")
+    paths = {name: os.path.join(folder, f"{name}.png") for name in variants.available()}
+    for path in paths.values():   # another program's file there: refused before any is drawn (a review)
+        check_own_file(path, functools.partial(holds_marker, marker=PNG_MARK), unused_name(folder), key="gallery")
     os.makedirs(folder, exist_ok=True)
-    for name in variants.available():
-        path = os.path.join(folder, f"{name}.png")
+    for name, path in paths.items():
         draw(plan_of({**MODEL_FIELDS, **load_variant(name)}, name), path)
         print(f"wrote {path} ({os.path.getsize(path) / 1024:.0f} KB)")
 

@@ -327,7 +327,6 @@ def model_label(model):
     return f"{c.n_layer}L d{c.n_embd} ctx{c.block_size}"
 
 
-
 # --- every measurement of one model -------------------------------------------------------------
 
 def run_entry(entry, cfg, device, dtype):

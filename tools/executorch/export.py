@@ -308,8 +308,7 @@ def run(cfg):
     check_not_a_folder(cfg["pte"], "model.pte", key="pte")
     check_out_dir(os.path.dirname(os.path.abspath(cfg["pte"])), key="pte")
     # the fix's example: a name whose tokenizer and program are both new
-    stem = unused_name(cfg["pte"].removesuffix(".pte"), ".tokenizer.json").removesuffix(".tokenizer.json")
-    example = unused_name(stem, ".pte")
+    example = unused_name(cfg["pte"].removesuffix(".pte"), ".pte", beside=".tokenizer.json")
     check_own_file(cfg["pte"], written_here, example, key="pte")
     check_own_file(tokenizer_path(cfg["pte"]), tokenizer_written_here, example, key="pte", beside=cfg["pte"])
     model, ckpt = load_model(cfg["out_dir"], "cpu")
