@@ -17,6 +17,7 @@ import functools
 import math
 import os
 import shutil
+import sys
 import time
 
 import torch
@@ -60,7 +61,8 @@ def notes_before_run(config, device, micro_steps, batch_size, time_one_sequence,
               f"{', '.join(unread)} {'is' if len(unread) == 1 else 'are'} not read "
               f"(fix: --decay_lr=True for the warmup and decay)", flush=True)
     if config["decay_lr"] and config["warmup_iters"] >= iterations > 0:   # e.g. a config shrunk by --max_iters
-        print(f"note: all {iterations} iterations fall in the "
+        which = "the one iteration falls" if iterations == 1 else f"all {iterations} iterations fall"
+        print(f"note: {which} in the "
               f"{config['warmup_iters']}-iteration warmup, so the lr never reaches "
               f"{config['learning_rate']:g} (fix: also pass --warmup_iters and --lr_decay_iters)", flush=True)
     if device.type != "cpu":
@@ -78,7 +80,34 @@ def notes_before_run(config, device, micro_steps, batch_size, time_one_sequence,
     fix = (f"this is a GPU recipe; its CPU twin is `python train.py {config['cpu_twin']}`" if config["cpu_twin"]
            else "a GPU, or a smaller model / fewer --max_iters")
     print(f"note: this run needs about {format_duration(total_s)} on this CPU (~{step_s:.1f} s per "
-          f"micro-step; {left} iterations, {evals} evaluation(s)) (fix: {fix})", flush=True)
+          f"micro-step; {count_iterations(left)}, {evals} evaluation(s)) (fix: {fix})", flush=True)
+
+
+def count_iterations(n):
+    """'1 iteration', '2 iterations' (the closing line said "1 iterations")."""
+    return f"{n} iteration" if n == 1 else f"{n} iterations"
+
+
+def note_earlier_run(out_dir, config):
+    """A note on stderr when a new run's out_dir holds an earlier run's checkpoint: this run replaces it, with
+    log.csv and loss.png, at its first save or a stop (nanoGPT's behaviour, said at the start: a run from scratch
+    in a reused out_dir replaced a trained run without a word); an --eval_only run from scratch evaluates fresh
+    weights and does not read it. A run that saves nothing (max_iters=0) replaces nothing."""
+    path = os.path.join(out_dir, LAST_NAME if os.path.exists(os.path.join(out_dir, LAST_NAME)) else CKPT_NAME)
+    if config["eval_only"]:
+        if config["init_from"] == "scratch":
+            print(f"note: --eval_only evaluates a model initialized from scratch; {path} is not read (fix: "
+                  f"--init_from=resume to evaluate it)", file=sys.stderr, flush=True)
+        return
+    if config["max_iters"] == 0:
+        return
+    try:
+        at = f" (iteration {load_checkpoint(path, mmap=True)['iter_num']})"
+    except (UserError, KeyError):   # damaged, or no iteration recorded: replaced all the same
+        at = ""
+    print(f"note: {out_dir} holds an earlier run's {os.path.basename(path)}{at}: this new run replaces its "
+          f"checkpoints, log.csv and loss.png at its first save, or a stop (fix: another --out_dir, or "
+          f"--init_from=resume to continue it)", file=sys.stderr, flush=True)
 
 
 # --- out_dir while a run writes to it -------------------------------------------------------------------
@@ -194,6 +223,8 @@ class RunDir:
             self.csv_log = CsvLog(path, keep_before=keep_before, pending=pending)
             held.callback(self.csv_log.discard)   # also when the run fails before its first save
             self.held = held.pop_all()
+        if self.earlier:
+            note_earlier_run(self.path, self.config)
 
     def __exit__(self, *exc):
         self.held.close()
@@ -340,7 +371,7 @@ class RunDir:
         if not interrupted:
             # this run's iterations; a resumed run also says where it started
             since = f" (iterations {self.iter_num} to {iter_num})" if self.resuming else ""
-            self.say(f"done: best val loss {best_val_loss:.4f}, {iter_num - self.iter_num} iterations in "
+            self.say(f"done: best val loss {best_val_loss:.4f}, {count_iterations(iter_num - self.iter_num)} in "
                      f"{format_duration(train_time)}{since}")
         return {
             "best_val_loss": best_val_loss, "final_train_loss": final.get("loss"),

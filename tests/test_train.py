@@ -5,6 +5,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import shutil
 import signal
 
@@ -652,6 +653,24 @@ def test_a_resume_whose_variant_differs_from_its_checkpoint_names_the_variant(ti
         run(dict(resume, init_from="resume", max_iters=20))
     with pytest.raises(UserError, match="n_layer=3 differs .*drop that override"):
         run(dict(lgpt, init_from="resume", max_iters=20, n_layer=3))
+
+
+def test_a_resume_refused_for_its_config_files_variant_names_that_file(tiny_train_config, tmp_path):
+    """A variant set by a config file, not by --variant, is named with that file's path, and the fix it names
+    resumes (an exploration as a new user found it: it said "from --variant=lgpt ... fix: drop --variant" to a
+    user who gave only a config file)."""
+    run(dict(tiny_train_config, max_iters=2))
+    config_file = tmp_path / "lgpt_config.py"
+    config_file.write_text('variant = "lgpt"\n')
+    args = [str(config_file)] + [f"--{k}={v}" for k, v in tiny_train_config.items()] + ["--init_from=resume",
+                                                                                          "--max_iters=3"]
+    with pytest.raises(SystemExit) as e:
+        train.main(args)
+    assert re.search(rf"\(from variant='lgpt' in {re.escape(str(config_file))}\) differs .* \(fix: --variant='' "
+                     rf"after {re.escape(str(config_file))}: ", str(e.value)), e.value
+    with pytest.raises(SystemExit, match=r"\(from --variant=lgpt\) .*fix: drop --variant"):
+        train.main(args[:1] + ["--variant=lgpt"] + args[1:])   # the command line's value is named as its own
+    assert train.main(args + ["--variant="])["iter_num"] == 3   # the fix, followed
 
 
 def test_resume_refuses_architecture_change(tiny_train_config):

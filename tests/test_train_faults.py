@@ -159,6 +159,15 @@ def test_the_warmup_note_counts_the_iterations_that_will_run(capsys):
     assert "note: all 10 iterations fall in the 10-iteration warmup" in capsys.readouterr().out
 
 
+def test_the_warmup_note_of_a_one_iteration_run_says_1_iteration(capsys):
+    """A one-iteration run in the warmup: "the one iteration falls" (an exploration as a new user found it: "all 1
+    iterations fall")."""
+    from safety_net.run_dir import notes_before_run
+    config = dict(decay_lr=True, warmup_iters=5, max_iters=1, learning_rate=1e-3, eval_only=False)
+    notes_before_run(config, torch.device("meta"), 1, 1, None)
+    assert "note: the one iteration falls in the 5-iteration warmup" in capsys.readouterr().out
+
+
 def test_the_time_note_of_a_resume_counts_the_iterations_left(capsys):
     """Resumed at iteration 990 of 1000, the note said the run needs 1000 iterations (over an hour at 1 s a
     micro-step) where 10 were left (a hunt)."""
@@ -565,6 +574,37 @@ def test_a_stop_before_any_training_step_keeps_the_earlier_runs_files(finished, 
     assert summary["interrupted"] and summary["iter_num"] == 0
     assert "before any training step: nothing was saved" in capsys.readouterr().out
     assert without_lock(snapshot(cfg["out_dir"])) == before
+
+
+def test_a_new_run_in_an_earlier_runs_folder_says_so_at_its_start(finished, tmp_path, capsys):
+    """A new run into a folder holding a trained run names the folder and that run's iteration on stderr, before
+    its first save replaces them, with the fix (an exploration as a new user found it: the earlier run's
+    checkpoints, log.csv and loss.png were replaced without a word at the start)."""
+    cfg = copy_run(finished, tmp_path)
+    run(dict(cfg, max_iters=1, eval_interval=1))
+    err = capsys.readouterr().err
+    assert f"note: {cfg['out_dir']} holds an earlier run's last.pt (iteration 10): this new run replaces" in err
+    assert "(fix: another --out_dir, or --init_from=resume to continue it)" in err
+
+
+def test_an_eval_only_run_from_scratch_says_the_checkpoint_is_not_read(finished, tmp_path, capsys):
+    """--eval_only without --init_from=resume in a trained run's folder evaluates fresh weights, and says on
+    stderr that the checkpoint there is not read, with the fix (an exploration as a new user found it: it
+    reported the fresh model's val loss with no word that out_dir's checkpoint was not read)."""
+    cfg = copy_run(finished, tmp_path)
+    run(dict(cfg, eval_only=True))
+    last = os.path.join(cfg["out_dir"], "last.pt")
+    assert (f"note: --eval_only evaluates a model initialized from scratch; {last} is not read (fix: "
+            f"--init_from=resume to evaluate it)") in capsys.readouterr().err
+    run(dict(cfg, eval_only=True, init_from="resume"))   # the fix: it reads the checkpoint, no note
+    assert "note:" not in capsys.readouterr().err
+
+
+def test_a_one_iteration_run_says_1_iteration(tiny_train_config, capsys):
+    """The closing line of a one-iteration run says "1 iteration" (an exploration as a new user found it: it
+    said "1 iterations")."""
+    run(dict(tiny_train_config, max_iters=1))
+    assert ", 1 iteration in " in capsys.readouterr().out
 
 
 # --- one writer per out_dir (issue 23) ------------------------------------------------------------------------
