@@ -39,15 +39,6 @@ class UserError(ValueError):
     problem and ends with `(fix: ...)`; entry points print it as `error: <message>` and exit non-zero."""
 
 
-class ExplicitKeys(set):
-    """load_config's explicit: the keys set by config files or the command line, and `files`: the config file
-    that set each key the command line did not (a refusal names it; it said --variant for a config file's)."""
-
-    def __init__(self):
-        super().__init__()
-        self.files = {}
-
-
 def one_line(err):
     """A short single-line description of an exception (or a text), for one-line error messages: an exception
     without a message by its type, an empty or blank text as '' (--max_iters= was "--max_iters=str"; a hunt)."""
@@ -68,7 +59,7 @@ def load_config(defaults, argv, positional=None, one_item=(), listed=None):
         print(usage(shown, positional))
         raise SystemExit(0)
     config = dict(defaults)
-    explicit = ExplicitKeys()
+    explicit = set()
     files, overrides = _split_argv(argv, defaults, listed)
     if positional is not None:
         if files:
@@ -79,13 +70,11 @@ def load_config(defaults, argv, positional=None, one_item=(), listed=None):
         for key, value in _read_config_file(path, config).items():
             config[key] = _check_value(key, value, defaults, source=path)
             explicit.add(key)
-            explicit.files[key] = path
     given = config[positional] if positional in explicit else None
     for key, text in overrides:
         key = _check_key(key.replace("-", "_"), defaults, source="on the command line", listed=listed)
         config[key] = _parse_override(key, text, defaults[key], key in one_item)
         explicit.add(key)
-        explicit.files.pop(key, None)
         # `prepare.py shakespeare_char --dataset=shakespeare` prepared shakespeare without a word (a hunt)
         if key == positional and given is not None and config[key] != given:
             raise UserError(f"{key} given twice: {one_line(given)} as the argument and --{key}={one_line(text)} "

@@ -218,15 +218,12 @@ class StartingPoint:
                                 f"or --eval_only=True to evaluate it)")
             saved = ckpt["model_args"]
             preset = load_variant(config["variant"]) if config["variant"] else {}
-            where = getattr(explicit, "files", {}).get("variant")   # the config file that set it, if one did
-            source, fix = f"--variant={config['variant']}", "drop --variant"
-            if where:
-                source, fix = f"variant={config['variant']!r} in {where}", f"--variant='' after {where}"
             for key in sorted(k for k in args if k != "dropout" and args[k] != saved.get(k)):
                 if key in preset and preset[key] == args[key]:   # the value --variant set (train.py)
-                    raise UserError(f"resume: {key}={args[key]!r} (from {source}) differs from the checkpoint's "
-                                    f"{key}={saved.get(key)!r} (fix: {fix}: a resume builds the model its checkpoint "
-                                    f"holds)")
+                    # the variant came from --variant or a config file: --variant= last on the line undoes both
+                    raise UserError(f"resume: {key}={args[key]!r} (from variant={config['variant']!r}) differs from "
+                                    f"the checkpoint's {key}={saved.get(key)!r} (fix: --variant= last on the command "
+                                    f"line: a resume builds the model its checkpoint holds)")
                 raise UserError(f"resume: {key}={args[key]!r} differs from the checkpoint's {key}="
                                 f"{saved.get(key)!r} (fix: drop that override, or start a new run from its "
                                 f"weights: --init_from={ckpt['path']} --out_dir=NEW_DIR --allow_partial_init=True)")

@@ -11,7 +11,7 @@ import os
 
 from safety_net.build import gpt_config_defaults, load_variant
 from safety_net.checkpoint import GPT2_NAMES, is_hf_source, plain_values
-from safety_net.configurator import ExplicitKeys, UserError
+from safety_net.configurator import UserError
 from safety_net.dataset import default_data_dir, is_prepared
 from safety_net.fileio import check_out_dir, is_run_folder
 from safety_net.runtime import check_cpu_compiler, check_num_threads, check_seed, resolve_device, resolve_dtype
@@ -41,7 +41,7 @@ def full_config(config, explicit, defaults):
     config = plain_values({**defaults, **config})
     if explicit is None:
         explicit = {k for k, v in gpt_config_defaults().items() if config[k] != v}
-    return config, explicit if isinstance(explicit, ExplicitKeys) else set(explicit)
+    return config, set(explicit)
 
 
 def check_train_config(config, explicit, defaults, world=1, local_rank=None):

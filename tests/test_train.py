@@ -644,21 +644,21 @@ def test_a_run_given_only_data_dir_records_that_folders_dataset(tiny_train_confi
 
 
 def test_a_resume_whose_variant_differs_from_its_checkpoint_names_the_variant(tiny_train_config):
-    """A value --variant set, not one the user typed, is named as the variant's, and the fix is to drop it (it
+    """A value --variant set, not one the user typed, is named as the variant's, and the fix undoes the variant (it
     said "drop that override" of a key never given, or to start a partly new model)."""
     lgpt = dict(tiny_train_config, variant="lgpt", n_head=2, tie_embeddings=False, max_iters=10)
     run(lgpt)
     resume = {k: v for k, v in lgpt.items() if k not in ("block_size", "n_layer")}
-    with pytest.raises(UserError, match=r"block_size=256 \(from --variant=lgpt\) differs .*fix: drop --variant"):
+    with pytest.raises(UserError, match=r"block_size=256 \(from variant='lgpt'\) differs .*fix: --variant= last"):
         run(dict(resume, init_from="resume", max_iters=20))
     with pytest.raises(UserError, match="n_layer=3 differs .*drop that override"):
         run(dict(lgpt, init_from="resume", max_iters=20, n_layer=3))
 
 
-def test_a_resume_refused_for_its_config_files_variant_names_that_file(tiny_train_config, tmp_path):
-    """A variant set by a config file, not by --variant, is named with that file's path, and the fix it names
-    resumes (an exploration as a new user found it: it said "from --variant=lgpt ... fix: drop --variant" to a
-    user who gave only a config file)."""
+def test_a_resume_refused_for_its_config_files_variant_gives_a_fix_that_resumes(tiny_train_config, tmp_path):
+    """A variant set by a config file, not by --variant, is named as a variant, and the fix it names resumes, for a
+    config file's variant and for --variant's (an exploration as a new user found it: it said "from --variant=lgpt
+    ... fix: drop --variant" to a user who gave only a config file)."""
     run(dict(tiny_train_config, max_iters=2))
     config_file = tmp_path / "lgpt_config.py"
     config_file.write_text('variant = "lgpt"\n')
@@ -666,11 +666,12 @@ def test_a_resume_refused_for_its_config_files_variant_names_that_file(tiny_trai
                                                                                           "--max_iters=3"]
     with pytest.raises(SystemExit) as e:
         train.main(args)
-    assert re.search(rf"\(from variant='lgpt' in {re.escape(str(config_file))}\) differs .* \(fix: --variant='' "
-                     rf"after {re.escape(str(config_file))}: ", str(e.value)), e.value
-    with pytest.raises(SystemExit, match=r"\(from --variant=lgpt\) .*fix: drop --variant"):
-        train.main(args[:1] + ["--variant=lgpt"] + args[1:])   # the command line's value is named as its own
-    assert train.main(args + ["--variant="])["iter_num"] == 3   # the fix, followed
+    assert re.search(r"\(from variant='lgpt'\) differs .* \(fix: --variant= last on the command line: ",
+                     str(e.value)), e.value
+    with pytest.raises(SystemExit, match=r"\(from variant='lgpt'\) .*fix: --variant= last"):
+        train.main(args[:1] + ["--variant=lgpt"] + args[1:])
+    assert train.main(args[:1] + ["--variant=lgpt"] + args[1:] + ["--variant="])["iter_num"] == 3   # followed
+    assert train.main(args + ["--max_iters=4", "--variant="])["iter_num"] == 4
 
 
 def test_resume_refuses_architecture_change(tiny_train_config):
