@@ -16,8 +16,6 @@ import sys
 import tempfile
 import threading
 
-import torch
-
 from safety_net.configurator import UserError
 
 
@@ -137,6 +135,7 @@ def _fsync_dir(directory):
 
 def atomic_save(obj, path):
     """torch.save(obj, path), atomically."""
+    import torch   # here, not at the top: prepare.py imports this module and needs no torch (a second to import)
     with atomic_open(path, "wb") as f:
         torch.save(obj, f)
 

@@ -18,14 +18,15 @@ import shlex
 
 import torch
 
+from prepare import DATASETS
 from safety_net.build import check_batch_memory, check_mlp_ratio_applies, check_model_keys_read, gpt_config_defaults
 from safety_net.build import load_variant
 from safety_net.build import model_config
 from safety_net.checkpoint import (CKPT_NAME, LAST_NAME, load_checkpoint, load_init_checkpoint, load_matching_weights,
                                    load_optimizer_state, resolve_path)
 from safety_net.configurator import UserError
-from safety_net.dataset import (check_splits, default_data_dir, is_prepared, load_meta, read_segments, run_prepare,
-                                tokenizer_id)
+from safety_net.dataset import (check_splits, compact_command, default_data_dir, is_prepared, load_meta, read_segments,
+                                run_prepare, tokenizer_id, tool_command)
 from safety_net.fileio import check_not_a_run_folder, check_out_dir, is_run_folder
 from safety_net.runtime import on_rank_zero, restore_rng
 from safety_net.text_dataset import foreign_token_files
@@ -104,6 +105,20 @@ def prepare_once(prepare, dataset, data_dir):
     check_out_dir(data_dir, key="data_dir")   # as the user named it (prepare.py's own: --out_dir)
     check_not_a_run_folder(data_dir, "data_dir", f"--data_dir=data/{dataset}, a folder of its own")
     run_prepare(prepare, dataset, data_dir)
+
+
+def check_prepared_again(ours, dataset, folder, path):
+    """One line when a resume's own folder (removed since, or its prepare stopped halfway) would be prepared again
+    with another dataset than its run's (ours): train.py prepares `dataset` by name, tinyshakespeare only (an
+    exploration as a new user: tinyshakespeare written into the folder of a text, then refused)."""
+    if not ours or (ours == dataset and ours in DATASETS):
+        return
+    how = compact_command(ours) or tool_command(ours)
+    if not how:
+        how = f"python prepare.py {ours}" + ("" if ours in DATASETS else " --input=TEXT_FILE")
+    out = "" if os.path.normpath(folder) == os.path.join("data", ours) else f" --out_dir={shlex.quote(folder)}"
+    raise UserError(f"resume: {folder} is not prepared, and {path} was trained on '{ours}' there, which this "
+                    f"resume would not prepare (fix: prepare it again: {how}{out})")
 
 
 def check_not_written_over(init_from, out_dir):
@@ -240,10 +255,14 @@ class StartingPoint:
     def check_resume_data(self):
         """One line when a resume names a dataset folder that is not prepared and is not its run's (data_dir, else
         data/<dataset>): train.py prepared it, writing it to disk, and then refused its tokenizer (an exploration as
-        a new user). The run's own folder, removed since, is prepared again as on first use."""
+        a new user). The run's own folder, removed since, is prepared again as on first use, if it can be with its run's
+        dataset (check_prepared_again)."""
         run = self.ckpt.get("config") or {}
         folder = default_data_dir(self.config)
-        if is_prepared(folder) or "data_dir" not in run or not recipe_changed(run, self.config, "data_dir"):
+        if is_prepared(folder) or "data_dir" not in run:
+            return
+        if not recipe_changed(run, self.config, "data_dir"):
+            check_prepared_again(run.get("dataset"), self.config["dataset"], folder, self.ckpt["path"])
             return
         raise UserError(f"resume: {folder} is not prepared, and {self.ckpt['path']} was trained on "
                         f"{default_data_dir(run)}: a resume continues on its run's dataset (fix: --data_dir="

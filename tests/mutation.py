@@ -3589,6 +3589,19 @@ MUTANTS = [
            "\"the one iteration falls\" if iterations == 1 else ",
            "",
            "tests/test_train_faults.py -k warmup_note_of_a_one_iteration", every=False),
+    Mutant("resume_prepares_shakespeare_into_a_texts_folder", "safety_net/starting_point.py",
+           "            check_prepared_again(run.get(\"dataset\"), self.config[\"dataset\"], folder, "
+           "self.ckpt[\"path\"])\n",
+           "",
+           "tests/test_train.py -k prepares_its_folder_again_only", every=False),
+    Mutant("prepare_imports_torch_through_fileio", "safety_net/fileio.py",
+           "import threading\n\nfrom safety_net.configurator import UserError\n",
+           "import threading\n\nimport torch\n\nfrom safety_net.configurator import UserError\n",
+           "tests/test_prepare.py -k prepare_imports_no_torch", every=False),
+    Mutant("compact_folder_stopped_halfway_names_prepare", "safety_net/dataset.py",
+           "    how = how or \"python prepare.py <dataset>\"\n",
+           "    how = \"python prepare.py <dataset>\"\n",
+           "tests/test_prepare.py -k compact_folder_stopped_halfway", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

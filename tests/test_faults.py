@@ -304,7 +304,7 @@ def test_full_disk_during_torch_save_is_one_line(tmp_path, monkeypatch):
         finally:
             raise RuntimeError("[enforce fail at inline_container.cc] unexpected pos")
 
-    monkeypatch.setattr(fileio.torch, "save", full_disk)
+    monkeypatch.setattr(torch, "save", full_disk)
     with pytest.raises(UserError, match="cannot write .*last.pt: No space left on device .*previous version is kept"):
         fileio.atomic_save({"v": torch.zeros(3)}, path)
     monkeypatch.undo()

@@ -12,6 +12,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 import threading
 import types
 import urllib.error
@@ -416,6 +417,30 @@ def test_a_prepare_stopped_over_nanogpts_meta_pkl_is_not_a_dataset(tmp_path):
         tokenizer.load_meta(str(folder))
 
 
+def test_a_compact_folder_stopped_halfway_names_compact_vocab(tmp_path, gpt2_file):
+    """A compact vocabulary's folder (notes_v300) whose prepare was stopped halfway: the fix names
+    tools.pangu.compact_vocab, and followed, the folder reads (an exploration as a new user found it: the fix named
+    prepare.py, which makes no compact vocabulary). Another folder's fix still names prepare.py."""
+    from tools.pangu import compact_vocab
+    import shlex
+    folder = tmp_path / "notes_v300"
+    folder.mkdir()
+    (folder / tokenizer.PREPARING).touch()
+    with pytest.raises(UserError, match=r"\(fix: prepare it with `python -m tools.pangu.compact_vocab notes_v300 "
+                                        r"--input=TEXT_FILE --out_dir=.*notes_v300`") as refused:
+        tokenizer.load_meta(str(folder))
+    text = tmp_path / "notes.txt"
+    text.write_text(SMALL_TEXT)
+    command = str(refused.value).split("compact_vocab ")[1].split("`")[0].replace("TEXT_FILE", str(text))
+    compact_vocab.main(shlex.split(command) + ["--no_plot"])
+    assert tokenizer.load_meta(str(folder))["vocab_size"] == 300
+    other = tmp_path / "notes_v2"
+    other.mkdir()
+    (other / tokenizer.PREPARING).touch()
+    with pytest.raises(UserError, match=r"\(fix: prepare it with `python prepare.py <dataset> --out_dir="):
+        tokenizer.load_meta(str(other))
+
+
 def test_shakespeare_gpt2_ids_equal_tiktokens_gpt2(tmp_path, gpt2_file):
     """The token files hold tiktoken's GPT-2 ids of the documented 90/10 character split (an <|endoftext|> in the text
     is plain text); meta.json's vocab_size and eot are that encoding's, and dataset.py's tokenizer encodes like it."""
@@ -573,7 +598,6 @@ def test_a_forced_prepare_on_a_full_disk_keeps_the_old_dataset(tmp_path):
     """--force writes the new token files before it removes the folder's dataset: a write that fails (a full disk;
     here a file-size limit) keeps it, and says so (it said "any previous version is kept" of a file already removed,
     a hunt: atomic_path says it only of a file that is there)."""
-    import sys
     small, big = tmp_path / "small.txt", tmp_path / "big.txt"
     small.write_text("hello world, a tiny text\n" * 40)
     big.write_text("another text altogether\n" * 4000)
@@ -648,3 +672,12 @@ def test_dataset_names_of_odd_texts():
         text_dataset.check_long_enough("t.txt", 4, {"train": {"tokens": 3}, "val": {"tokens": 1}}, 0.25)
     with pytest.raises(UserError, match=r"fix: a longer text\)"):
         text_dataset.check_long_enough("t.txt", 3, {"train": {"tokens": 2}, "val": {"tokens": 1}}, 0.25)
+
+
+def test_prepare_imports_no_torch():
+    """prepare.py needs no torch, and imports none: --help answers in a tenth of a second, and a Ctrl-C in its
+    first second is `interrupted` (an exploration as a new user found it: torch imported through
+    safety_net.fileio, a second before anything, and a 40-line traceback for an early Ctrl-C)."""
+    r = subprocess.run([sys.executable, "-c", "import prepare, sys; print('torch' in sys.modules)"], cwd=ROOT,
+                       capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    assert (r.returncode, r.stdout.strip()) == (0, "False"), r.stderr

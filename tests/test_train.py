@@ -17,7 +17,6 @@ from conftest import one_error_line
 import train
 from train import fill_schedule
 from safety_net import checkpoint
-from safety_net import fileio
 from safety_net import runtime
 from safety_net.build import model_args
 from safety_net.checkpoint import load_checkpoint, load_model
@@ -558,6 +557,49 @@ def test_a_resume_on_another_dataset_not_prepared_is_refused_before_preparing_it
     assert calls == [] and torch.load(tmp_path / "out" / "last.pt", weights_only=True)["iter_num"] == 4
 
 
+def test_a_resume_prepares_its_folder_again_only_with_its_runs_dataset(tiny_train_config, tmp_path, monkeypatch):
+    """A resume whose dataset folder of a text was removed (or holds only the marker of a prepare stopped halfway)
+    is one line naming the run's dataset and the prepare.py command that makes it again, before anything is written;
+    followed, the resume trains on. The run's own data/shakespeare_char, removed, is still prepared again (an
+    exploration as a new user found it: tinyshakespeare was prepared into the folder, then refused as another
+    tokenizer's)."""
+    import prepare
+    import shlex
+    text = tmp_path / "plain.txt"
+    text.write_text("First Citizen:\nBefore we proceed any further, hear me speak.\n" * 12)
+    data = tmp_path / "dg"
+    prepare.main([f"--input={text}", f"--out_dir={data}"])
+    cfg = dict(tiny_train_config, data_dir=str(data), dataset="shakespeare_char")
+    run(dict(cfg, max_iters=2))
+    shutil.rmtree(data)
+    fix = f"\\(fix: prepare it again: python prepare.py plain_char --input=TEXT_FILE --out_dir={data}\\)$"
+    with pytest.raises(UserError, match=f"^resume: {data} is not prepared, .* trained on 'plain_char' there, .*{fix}"):
+        run(dict(cfg, max_iters=4, init_from="resume"))
+    assert not data.exists()
+    data.mkdir()
+    (data / ".preparing").touch()   # a prepare stopped halfway
+    with pytest.raises(UserError, match=fix) as refused:
+        run(dict(cfg, max_iters=4, init_from="resume"))
+    assert os.listdir(data) == [".preparing"]
+    command = str(refused.value).split("python prepare.py ")[1][:-1].replace("TEXT_FILE", str(text))
+    prepare.main(shlex.split(command))
+    run(dict(cfg, max_iters=4, init_from="resume"))
+    assert torch.load(tmp_path / "out" / "last.pt", weights_only=True)["iter_num"] == 4
+    # the run's own default folder: prepared again by name
+    real_prepare = prepare.prepare
+
+    def prepare_small(dataset, out_dir=""):
+        return real_prepare(dataset, out_dir=out_dir, input_path=str(text))
+
+    monkeypatch.setattr(prepare, "prepare", prepare_small)
+    monkeypatch.chdir(tmp_path)
+    cfg = dict(tiny_train_config, data_dir="", dataset="shakespeare_char", out_dir=str(tmp_path / "own"))
+    run(dict(cfg, max_iters=2))
+    shutil.rmtree(tmp_path / "data" / "shakespeare_char")
+    run(dict(cfg, max_iters=4, init_from="resume"))
+    assert torch.load(tmp_path / "own" / "last.pt", weights_only=True)["iter_num"] == 4
+
+
 def test_an_mlp_ratio_over_a_checkpoints_mlp_hidden_is_refused(tiny_train_config, tmp_path):
     """--init_from=<a checkpoint with mlp_hidden> --mlp_ratio=2 trained the checkpoint's FFN, recording both (a
     review): the check compares with the arguments the keys apply over, the checkpoint's too."""
@@ -691,7 +733,7 @@ def test_atomic_save_failure_keeps_previous_file(tmp_path, monkeypatch):
         f.write(b"partial garbage")
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr(fileio.torch, "save", broken_save)
+    monkeypatch.setattr(torch, "save", broken_save)
     with pytest.raises(RuntimeError, match="disk full"):
         atomic_save({"v": torch.zeros(3)}, path)
 
@@ -699,10 +741,10 @@ def test_atomic_save_failure_keeps_previous_file(tmp_path, monkeypatch):
         f.write(b"partial")
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(fileio.torch, "save", interrupted_save)
+    monkeypatch.setattr(torch, "save", interrupted_save)
     with pytest.raises(KeyboardInterrupt):
         atomic_save({"v": torch.zeros(3)}, path)
-    monkeypatch.setattr(fileio.torch, "save", real_save)
+    monkeypatch.setattr(torch, "save", real_save)
     assert torch.equal(torch.load(path)["v"], torch.arange(3))
     assert os.listdir(tmp_path) == ["ckpt.pt"]   # no temp files left behind
 
