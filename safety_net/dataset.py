@@ -15,7 +15,6 @@ import hashlib
 import json
 import os
 import pickle
-import re
 
 import numpy as np
 
@@ -26,28 +25,6 @@ from safety_net.tokenizers import GPT2_VOCAB_SIZE, Vocabulary, encode_start, gpt
 
 
 PREPARING = ".preparing"   # text_dataset.begin_writing to write_meta: the folder is being written
-# datasets that tools prepare (python -m tools.<...>), by name pattern: the command for each
-TOOL_DATASETS = {r"shakespeare_v(\d+)": "tools.pangu.compact_vocab shakespeare --vocab_size {}",
-                 r"wikitext103": "tools.wikitext103",
-                 r"wikitext103_v(\d+)": "tools.wikitext103 --vocab_size {}"}
-
-
-def tool_command(dataset):
-    """The command that prepares `dataset` when a tool does (shakespeare_vK, wikitext103, wikitext103_vK), else None."""
-    for pattern, command in TOOL_DATASETS.items():
-        m = re.fullmatch(pattern, dataset)
-        if m:
-            return "python -m " + command.format(*m.groups())
-    return None
-
-
-def compact_command(dataset):
-    """The command that prepares a compact vocabulary's dataset (named <name>_vK, K >= 257, as
-    tools.pangu.compact_vocab names them; notes_v2 is a name), else None: its tool's, or compact_vocab's from a text."""
-    compact = re.fullmatch(r".+_v(\d+)", dataset or "")
-    if not compact or int(compact[1]) < 257:
-        return None
-    return tool_command(dataset) or f"python -m tools.pangu.compact_vocab {dataset} --input=TEXT_FILE"
 
 
 def split_path(data_dir, split):
@@ -58,10 +35,8 @@ def load_meta(data_dir, ckpt=None):
     """meta.json of a prepared dataset, with one-line errors for a missing or damaged file. Without one, a nanoGPT
     folder's meta.pkl; without either, GPT-2 BPE when `ckpt` is a nanoGPT checkpoint (as nanoGPT's sample.py)."""
     path = os.path.join(data_dir, "meta.json")
-    # a compact vocabulary's folder is tools.pangu.compact_vocab's (prepare.py was named; an exploration)
-    how = compact_command(os.path.basename(os.path.normpath(data_dir))) or compact_command((ckpt or {}).get("dataset"))
-    how = how or "python prepare.py <dataset>"
-    fix = f"(fix: prepare it with `{how} --out_dir={data_dir}`, or pass the right --data_dir)"
+    fix = (f"(fix: prepare it with `python prepare.py <dataset> --out_dir={data_dir}`, a compact vocabulary's with "
+           f"tools.pangu.compact_vocab, or pass the right --data_dir)")
     if not os.path.isfile(path) and os.path.exists(os.path.join(data_dir, PREPARING)):
         # a prepare stopped halfway: its new token files beside an old meta.pkl were read with that vocabulary
         raise UserError(f"{data_dir} is being prepared, or its prepare was stopped halfway {fix}")

@@ -18,15 +18,14 @@ import shlex
 
 import torch
 
-from prepare import DATASETS
 from safety_net.build import check_batch_memory, check_mlp_ratio_applies, check_model_keys_read, gpt_config_defaults
 from safety_net.build import load_variant
 from safety_net.build import model_config
 from safety_net.checkpoint import (CKPT_NAME, LAST_NAME, load_checkpoint, load_init_checkpoint, load_matching_weights,
                                    load_optimizer_state, resolve_path)
 from safety_net.configurator import UserError
-from safety_net.dataset import (check_splits, compact_command, default_data_dir, is_prepared, load_meta, read_segments,
-                                run_prepare, tokenizer_id, tool_command)
+from safety_net.dataset import (check_splits, default_data_dir, is_prepared, load_meta, read_segments, run_prepare,
+                                tokenizer_id)
 from safety_net.fileio import check_not_a_run_folder, check_out_dir, is_run_folder
 from safety_net.runtime import on_rank_zero, restore_rng
 from safety_net.text_dataset import foreign_token_files
@@ -109,16 +108,13 @@ def prepare_once(prepare, dataset, data_dir):
 
 def check_prepared_again(ours, dataset, folder, path):
     """One line when a resume's own folder (removed since, or its prepare stopped halfway) would be prepared again
-    with another dataset than its run's (ours): train.py prepares `dataset` by name, tinyshakespeare only (an
-    exploration as a new user: tinyshakespeare written into the folder of a text, then refused)."""
-    if not ours or (ours == dataset and ours in DATASETS):
+    with another dataset than its run's (ours): train.py prepares `dataset`, by name (an exploration as a new user:
+    the default tinyshakespeare was written into the folder of a text, then refused)."""
+    if not ours or ours == dataset:
         return
-    how = compact_command(ours) or tool_command(ours)
-    if not how:
-        how = f"python prepare.py {ours}" + ("" if ours in DATASETS else " --input=TEXT_FILE")
-    out = "" if os.path.normpath(folder) == os.path.join("data", ours) else f" --out_dir={shlex.quote(folder)}"
     raise UserError(f"resume: {folder} is not prepared, and {path} was trained on '{ours}' there, which this "
-                    f"resume would not prepare (fix: prepare it again: {how}{out})")
+                    f"resume would not prepare (fix: prepare it again as it was made: python prepare.py "
+                    f"--input=TEXT_FILE --out_dir={shlex.quote(folder)}, or the tool that made it)")
 
 
 def check_not_written_over(init_from, out_dir):

@@ -14,7 +14,7 @@ import shlex
 import numpy as np
 
 from safety_net.configurator import UserError
-from safety_net.dataset import PREPARING, load_meta, tokenizer_id, tool_command
+from safety_net.dataset import PREPARING, load_meta, tokenizer_id
 from safety_net.fileio import (atomic_open, atomic_path, check_not_a_run_folder, check_out_dir, lock_dir,
                               remove_stale_temp_files)
 from safety_net.tokenizers import Vocabulary, check_char_count
@@ -81,8 +81,21 @@ def write_ids(path, ids):
 # --- a text file as a dataset (prepare.py, tools/pangu/compact_vocab.py): its name, text and checks ---------
 
 TOKENIZERS = ("char", "gpt2")   # prepare.py's; the compact vocabulary is tools.pangu.compact_vocab's
+# datasets that tools prepare (python -m tools.<...>), by name pattern: the command for each
+TOOL_DATASETS = {r"shakespeare_v(\d+)": "tools.pangu.compact_vocab shakespeare --vocab_size {}",
+                 r"wikitext103": "tools.wikitext103",
+                 r"wikitext103_v(\d+)": "tools.wikitext103 --vocab_size {}"}
 TEXT_FIX = "(fix: --input=<a UTF-8 text file>)"
 BYTE_ORDER_MARK = "\ufeff"   # U+FEFF at the start of a file: the encoding's mark, not text
+
+
+def tool_command(dataset):
+    """The command that prepares `dataset` when a tool does (shakespeare_vK, wikitext103, wikitext103_vK), else None."""
+    for pattern, command in TOOL_DATASETS.items():
+        m = re.fullmatch(pattern, dataset)
+        if m:
+            return "python -m " + command.format(*m.groups())
+    return None
 
 
 def name_of_text(input_path):

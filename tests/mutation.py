@@ -3599,8 +3599,8 @@ MUTANTS = [
            "import threading\n\nimport torch\n\nfrom safety_net.configurator import UserError\n",
            "tests/test_prepare.py -k prepare_imports_no_torch", every=False),
     Mutant("compact_folder_stopped_halfway_names_prepare", "safety_net/dataset.py",
-           "    how = how or \"python prepare.py <dataset>\"\n",
-           "    how = \"python prepare.py <dataset>\"\n",
+           "`, a compact vocabulary's with \"\n           f\"tools.pangu.compact_vocab, or pass",
+           "`, or pass\"\n           f\"",
            "tests/test_prepare.py -k compact_folder_stopped_halfway", every=False),
 ]
 
