@@ -35,8 +35,8 @@ def load_meta(data_dir, ckpt=None):
     """meta.json of a prepared dataset, with one-line errors for a missing or damaged file. Without one, a nanoGPT
     folder's meta.pkl; without either, GPT-2 BPE when `ckpt` is a nanoGPT checkpoint (as nanoGPT's sample.py)."""
     path = os.path.join(data_dir, "meta.json")
-    fix = (f"(fix: prepare it with `python prepare.py <dataset> --out_dir={data_dir}`, a compact vocabulary's with "
-           f"tools.pangu.compact_vocab, or pass the right --data_dir)")
+    fix = (f"(fix: prepare it with `python prepare.py <dataset> --out_dir={data_dir}` (a compact vocabulary's or "
+           f"WikiText-103's: python -m tools.pangu.compact_vocab or tools.wikitext103), or pass the right --data_dir)")
     if not os.path.isfile(path) and os.path.exists(os.path.join(data_dir, PREPARING)):
         # a prepare stopped halfway: its new token files beside an old meta.pkl were read with that vocabulary
         raise UserError(f"{data_dir} is being prepared, or its prepare was stopped halfway {fix}")

@@ -14,6 +14,7 @@ import functools
 import json
 import math
 import os
+import re
 import shlex
 
 import torch
@@ -28,7 +29,7 @@ from safety_net.dataset import (check_splits, default_data_dir, is_prepared, loa
                                 tokenizer_id)
 from safety_net.fileio import check_not_a_run_folder, check_out_dir, is_run_folder
 from safety_net.runtime import on_rank_zero, restore_rng
-from safety_net.text_dataset import foreign_token_files
+from safety_net.text_dataset import foreign_token_files, tool_command
 from safety_net.tokenizers import GPT2_VOCAB_SIZE, Vocabulary, gpt2_meta
 
 
@@ -113,8 +114,18 @@ def check_prepared_again(ours, dataset, folder, path):
     if not ours or ours == dataset:
         return
     raise UserError(f"resume: {folder} is not prepared, and {path} was trained on '{ours}' there, which this "
-                    f"resume would not prepare (fix: prepare it again as it was made: python prepare.py "
-                    f"--input=TEXT_FILE --out_dir={shlex.quote(folder)}, or the tool that made it)")
+                    f"resume would not prepare (fix: prepare it again: {remake_command(ours, folder)})")
+
+
+def remake_command(dataset, folder):
+    """The command that prepares `dataset` into folder again: its tool's, compact_vocab's for a compact vocabulary
+    (<name>_vK), else prepare.py's, which takes a text's name with the text (notes_gpt2: GPT-2 BPE)."""
+    out = f"--out_dir={shlex.quote(folder)}"
+    if tool_command(dataset):
+        return f"{tool_command(dataset)} {out}"
+    if re.fullmatch(r".+_v\d+", dataset):
+        return f"python -m tools.pangu.compact_vocab {dataset} --input=TEXT_FILE {out}"
+    return f"python prepare.py {dataset} {out}, with --input=TEXT_FILE for a text's"
 
 
 def check_not_written_over(init_from, out_dir):
@@ -207,7 +218,8 @@ class StartingPoint:
         its checkpoint's iteration (it would train nothing and rewrite last.pt), or whose model arguments differ
         from its checkpoint's in anything but dropout; an mlp_ratio an mlp_hidden makes void
         (check_mlp_ratio_applies); arguments this model.py cannot build (model_config); a data_segments file that
-        is not a window-start array (read_segments); a resume on a dataset folder not prepared that is not its run's (check_resume_data)."""
+        is not a window-start array (read_segments); a resume on a dataset folder not prepared that is not its
+        run's (check_resume_data)."""
         config, ckpt = self.config, self.ckpt
         base = dict(gpt_config_defaults(), **(ckpt["model_args"] if ckpt else {}))
         base.update(load_variant(config["variant"]) if config["variant"] else {})

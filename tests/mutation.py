@@ -3599,9 +3599,15 @@ MUTANTS = [
            "import threading\n\nimport torch\n\nfrom safety_net.configurator import UserError\n",
            "tests/test_prepare.py -k prepare_imports_no_torch", every=False),
     Mutant("compact_folder_stopped_halfway_names_prepare", "safety_net/dataset.py",
-           "`, a compact vocabulary's with \"\n           f\"tools.pangu.compact_vocab, or pass",
-           "`, or pass\"\n           f\"",
+           "` (a compact vocabulary's or \"\n           f\"WikiText-103's: python -m tools.pangu.compact_vocab or tools.wikitext103), or",
+           "`\"\n           f\", or",
            "tests/test_prepare.py -k compact_folder_stopped_halfway", every=False),
+    Mutant("remake_compact_with_prepare", "safety_net/starting_point.py",
+           'if re.fullmatch(r".+_v\\d+", dataset):', "if False:",
+           "tests/test_train.py -k command_that_remakes", every=False),
+    Mutant("earlier_run_note_when_saving_nothing", "safety_net/run_dir.py",
+           '    if config["max_iters"] == 0:\n        return\n', "",
+           "tests/test_train_faults.py -k earlier_runs_folder_says_so", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

@@ -424,8 +424,8 @@ def test_a_compact_folder_stopped_halfway_names_compact_vocab(tmp_path):
     folder = tmp_path / "notes_v300"
     folder.mkdir()
     (folder / tokenizer.PREPARING).touch()
-    with pytest.raises(UserError, match=r"\(fix: prepare it with `python prepare.py <dataset> --out_dir=.*notes_v300`, "
-                                        r"a compact vocabulary's with tools.pangu.compact_vocab, or pass"):
+    with pytest.raises(UserError, match=r"\(fix: prepare it with `python prepare.py <dataset> --out_dir=.*notes_v300` "
+                                        r"\(a compact vocabulary's or WikiText-103's: python -m tools.pangu.compact_vocab"):
         tokenizer.load_meta(str(folder))
 
 

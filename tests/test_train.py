@@ -572,7 +572,7 @@ def test_a_resume_prepares_its_folder_again_only_with_its_runs_dataset(tiny_trai
     cfg = dict(tiny_train_config, data_dir=str(data), dataset="shakespeare_char")
     run(dict(cfg, max_iters=2))
     shutil.rmtree(data)
-    fix = f"\\(fix: prepare it again as it was made: python prepare.py --input=TEXT_FILE --out_dir={data}, or "
+    fix = f"\\(fix: prepare it again: python prepare.py plain_char --out_dir={data}, with --input=TEXT_FILE"
     with pytest.raises(UserError, match=f"^resume: {data} is not prepared, .* trained on 'plain_char' there, .*{fix}"):
         run(dict(cfg, max_iters=4, init_from="resume"))
     assert not data.exists()
@@ -581,7 +581,7 @@ def test_a_resume_prepares_its_folder_again_only_with_its_runs_dataset(tiny_trai
     with pytest.raises(UserError, match=fix) as refused:
         run(dict(cfg, max_iters=4, init_from="resume"))
     assert os.listdir(data) == [".preparing"]
-    command = str(refused.value).split("python prepare.py ")[1].split(",")[0].replace("TEXT_FILE", str(text))
+    command = str(refused.value).split("python prepare.py ")[1].split(",")[0] + f" --input={text}"
     prepare.main(shlex.split(command))
     run(dict(cfg, max_iters=4, init_from="resume"))
     assert torch.load(tmp_path / "out" / "last.pt", weights_only=True)["iter_num"] == 4
@@ -598,6 +598,18 @@ def test_a_resume_prepares_its_folder_again_only_with_its_runs_dataset(tiny_trai
     shutil.rmtree(tmp_path / "data" / "shakespeare_char")
     run(dict(cfg, max_iters=4, init_from="resume"))
     assert torch.load(tmp_path / "own" / "last.pt", weights_only=True)["iter_num"] == 4
+
+
+def test_the_command_that_remakes_a_runs_dataset():
+    """The resume refusal's fix for its run's dataset: prepare.py's with the name (a text's: notes_gpt2 is GPT-2
+    BPE), compact_vocab's for a compact vocabulary, a tool's own (a review: a text's GPT-2 BPE dataset was told
+    the char command, a compact one prepare.py's)."""
+    from safety_net.starting_point import remake_command
+    assert remake_command("notes_gpt2", "d").startswith("python prepare.py notes_gpt2 --out_dir=d, with --input=")
+    compact_vocab = "python -m tools.pangu.compact_vocab"
+    assert remake_command("notes_v300", "d") == f"{compact_vocab} notes_v300 --input=TEXT_FILE --out_dir=d"
+    assert remake_command("shakespeare_v512", "d") == f"{compact_vocab} shakespeare --vocab_size 512 --out_dir=d"
+    assert remake_command("wikitext103", "d") == "python -m tools.wikitext103 --out_dir=d"
 
 
 def test_an_mlp_ratio_over_a_checkpoints_mlp_hidden_is_refused(tiny_train_config, tmp_path):

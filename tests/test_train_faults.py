@@ -585,6 +585,9 @@ def test_a_new_run_in_an_earlier_runs_folder_says_so_at_its_start(finished, tmp_
     err = capsys.readouterr().err
     assert f"note: {cfg['out_dir']} holds an earlier run's last.pt (iteration 10): this new run replaces" in err
     assert "(fix: another --out_dir, or --init_from=resume to continue it)" in err
+    cfg = copy_run(finished, tmp_path / "again")
+    run(dict(cfg, max_iters=0))   # saves nothing, so replaces nothing: no note (a review)
+    assert "holds an earlier run" not in capsys.readouterr().err
 
 
 def test_an_eval_only_run_from_scratch_says_the_checkpoint_is_not_read(finished, tmp_path, capsys):
