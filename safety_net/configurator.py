@@ -74,12 +74,22 @@ def load_config(defaults, argv, positional=None, one_item=(), listed=None):
     for key, text in overrides:
         key = _check_key(key.replace("-", "_"), defaults, source="on the command line", listed=listed)
         config[key] = _parse_override(key, text, defaults[key], key in one_item)
+        check_home_path(key, config[key])
         explicit.add(key)
         # `prepare.py shakespeare_char --dataset=shakespeare` prepared shakespeare without a word (a hunt)
         if key == positional and given is not None and config[key] != given:
             raise UserError(f"{key} given twice: {one_line(given)} as the argument and --{key}={one_line(text)} "
                             f"(fix: give it once)")
     return config, explicit
+
+
+def check_home_path(key, value):
+    """One line for a path given as --key=~/...: the shell expands ~ only at the start of a word, so the command
+    got the ~ itself, and wrote a folder named ~ in the current one (an exploration as a new user). --start is
+    text, not a path."""
+    if key != "start" and isinstance(value, str) and (value == "~" or value.startswith("~/")):
+        raise UserError(f"--{key}={value}: the shell leaves ~ after = as it is (fix: --{key} {value}, a space in "
+                        f"place of =, or --{key}=$HOME{value[1:]})")
 
 
 def run_command(command, defaults, argv=None, errors=UserError, positional=None, one_item=(), listed=None,

@@ -3608,6 +3608,9 @@ MUTANTS = [
     Mutant("earlier_run_note_when_saving_nothing", "safety_net/run_dir.py",
            '    if config["max_iters"] == 0:\n        return\n', "",
            "tests/test_train_faults.py -k earlier_runs_folder_says_so", every=False),
+    Mutant("home_path_after_equals_taken", "safety_net/configurator.py",
+           "        check_home_path(key, config[key])\n", "",
+           "tests/test_config.py -k home_path_after_equals", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

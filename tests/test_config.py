@@ -77,6 +77,20 @@ def test_missing_value_and_bad_options():
         load_config(DEFAULTS, ["--n_layers"])
 
 
+def test_a_home_path_after_equals_is_one_line(tmp_path, monkeypatch):
+    """--out_dir=~/run: the shell left the ~, and prepare.py wrote ./~/run; one line with the fix, before anything
+    is written; --out_dir ~/run (the shell's expansion) and a --start of text beginning with ~ are taken (an
+    exploration as a new user found it: a folder named ~ in the current one)."""
+    import prepare
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit, match=r"^error: --out_dir=~/run: the shell leaves ~ after = .*\(fix: --out_dir ~/run, a "
+                                        r"space in place of =, or --out_dir=\$HOME/run\)$"):
+        prepare.main(["--input=notes.txt", "--out_dir=~/run"])
+    assert os.listdir(tmp_path) == []
+    assert load_config(DEFAULTS, ["--out_dir", os.path.expanduser("~/run")])[0]["out_dir"].startswith("/")
+    assert load_config(dict(DEFAULTS, start=""), ["--start=~/a prompt"])[0]["start"] == "~/a prompt"
+
+
 @pytest.mark.parametrize("argv", [["gpt", "--max_iter=5"], ["gpt", "--learning_rat", "0.1"], ["gpt", "--max_iter"]])
 def test_did_you_mean_names_only_keys_the_command_takes(argv):
     """A mistyped key of tools.technique_lines is refused with the keys its --help lists, never train.py's that it
