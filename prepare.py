@@ -60,7 +60,7 @@ def prepare(dataset="", out_dir="", input_path="", tokenizer="",
             val_fraction=0.1, force=False, gpt2_ranks=""):
     """Prepare `dataset` into out_dir (default data/<dataset>); "" names it after
     --input (notes.txt -> notes_char). Returns out_dir."""
-    # checked: name, tokenizer, folder
+    # checked, defaults filled: name, tokenizer, folder
     dataset, tokenizer, out_dir = check_text_dataset(
         dataset, input_path, tokenizer, val_fraction, DATASETS, out_dir, gpt2_ranks)
     if dataset in DATASETS:

@@ -7,7 +7,6 @@ Sample text from a trained checkpoint.
     python sample.py --no_kv_cache            # re-run the whole window every token
     python sample.py --keep_heaviest_branch   # pgpt: only the heaviest branch
     python -m tools.fast_sample               # a compiled decode step (long runs)
-    python -m tools.huggingface.sample --init_from=DIR   # a Hugging Face model
 
 As nanoGPT's sample.py: load the checkpoint (out_dir/ckpt.pt, else last.pt),
 build the model, encode --start, generate, decode. Samples go to stdout as they
@@ -55,9 +54,11 @@ def main(argv=None):
 
 def run(cfg):
     """Load the checkpoint, its model and its dataset's tokenizer, then write_samples."""
-    # the options and --start (the text, or FILE:path's), checked before loading
+    # the options and --start's text, checked before loading; notes: a line when
+    # other jobs keep the CPUs busy
     device, dtype, start_text, notes = setup_sampling(cfg)
-    # runs no code; nanoGPT's too; one line for non-finite weights or ones that do not fit
+    # a dict, its file in ckpt["path"]; runs no code (nanoGPT's too); one line for
+    # non-finite weights or ones that do not fit
     ckpt = load_checkpoint(cfg["out_dir"], device)
     model = GPT(GPTConfig(**ckpt["model_args"]))
     model.load_state_dict(ckpt["model"])

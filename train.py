@@ -140,7 +140,7 @@ def get_batch(path, batch_size, block_size, generator, device=torch.device("cpu"
 
 def train_batch(run, it, micro):
     """Micro-step `micro` of iteration `it` on this rank: one process's micro-step
-    rank * accum + micro."""
+    rank * accum + micro. run: setup's (below)."""
     step = run.rank * run.accum + micro
     seed = batch_seed(run.config["seed"], SPLIT_CODES["train"], it, step)
     generator = torch.Generator().manual_seed(seed)
@@ -173,7 +173,7 @@ def say(run, message):
 
 def setup(config, explicit, device, dtype, rank, world):
     """The run's data, model and optimizer, all checked before out_dir changes; compile and
-    DDP."""
+    DDP. explicit: the keys the user set."""
     run = SimpleNamespace(config=config, device=device, dtype=dtype, rank=rank, world=world)
     run.master = rank == 0
     run.ddp = world > 1
@@ -181,17 +181,16 @@ def setup(config, explicit, device, dtype, rank, world):
     config.update(device=str(device), dtype=dtype)
     if config["num_threads"] > 0:
         torch.set_num_threads(config["num_threads"])
-    # autocast: bf16 or fp16 activations when dtype asks for them (the weights stay fp32)
+    # autocast: bf16 or fp16 activations if dtype says so (the weights stay fp32)
     run.ctx = contextlib.nullcontext()
     if dtype != "float32":
         run.ctx = torch.autocast(device.type, dtype=getattr(torch, dtype))
 
-    # resume: out_dir's last.pt (else ckpt.pt); a path: that file; scratch: None
-    start = StartingPoint(config, device, run.master)
-    ckpt = start.ckpt
-    # the model's arguments, in order of precedence: GPTConfig's defaults, the
-    # checkpoint's, the variant's, vocab_size (resume: the checkpoint's, else the
-    # data's), the keys you set
+    # the checkpoint to start from (resume: out_dir's last.pt, else ckpt.pt; a path:
+    # that file; scratch: None)
+    starting_point = StartingPoint(config, device, run.master)
+    ckpt = starting_point.ckpt
+    # the model's arguments: each update below wins over those before it
     args = dict(MODEL_DEFAULTS)
     if ckpt is not None:
         args.update(ckpt["model_args"])
@@ -201,16 +200,16 @@ def setup(config, explicit, device, dtype, rank, world):
         args["vocab_size"] = ckpt["model_args"]["vocab_size"]
     args.update({k: config[k] for k in explicit if k in MODEL_DEFAULTS})
     # before the data is prepared: resume changing more than dropout, args GPTConfig refuses
-    start.check_model(args, explicit)
+    starting_point.check_model(args, explicit)
 
-    # the data, prepared on first use
+    # the data (prepared on first use): its folder, meta.json, the tokenizer's id
     run.data_dir, meta, run.tokenizer_id = prepared_data(config, prepare.prepare, rank, world)
     config["data_dir"] = run.data_dir
     config["dataset"] = meta.get("dataset", config["dataset"])
     if config["init_from"] != "resume" and "vocab_size" not in explicit:
         args["vocab_size"] = meta["vocab_size"]
     # after it: another tokenizer, data too short
-    start.check(args, meta)
+    starting_point.check(args, meta)
     run.args = args
     config.update(args)   # the saved config shows the model trained
     run.block_size = args["block_size"]
@@ -235,11 +234,10 @@ def setup(config, explicit, device, dtype, rank, world):
     if config["init_from"] == "resume":
         run.start_iter = int(ckpt["iter_num"])
         run.start_best_val_loss = float(ckpt["best_val_loss"])
-    # dropout's RNG, seeded once from seed + rank + the first iteration; a resume takes
-    # the checkpoint's
+    # dropout's RNG, per rank; a resume restores the checkpoint's
     torch.manual_seed(config["seed"] + rank + run.start_iter)
     if ckpt is not None:   # resume: weights, optimizer, scaler, RNG; else: fitting weights
-        start.restore(model, run.optimizer, run.scaler, rank, world)
+        starting_point.restore(model, run.optimizer, run.scaler, rank, world)
     run.first_batch = train_batch(run, run.start_iter, 0)   # too big: fails here
 
     if device.type == "cuda":
@@ -378,6 +376,7 @@ def train(config, explicit=None, callback=None):
         torch.distributed.init_process_group(backend=backend)
     try:
         run = setup(config, explicit, device, dtype, rank, world)
+        # run.dir: out_dir's lock, log.csv, loss.png, progress lines
         run.dir = RunDir(config, run.start_iter, run.ckpt, rank, world, device)
         # rank 0: the model's size, tokens per iteration, notes (CPU time, unread keys)
         run.dir.say_what_runs(run.raw_model, run.segments, run.first_batch, run.ctx, explicit)
@@ -417,7 +416,7 @@ def train_loop(run, stop, callback):
             last_iter = iter_num >= config["max_iters"]
             if run.ddp:   # all ranks stop at the same boundary
                 stop.vote()
-            if stop.requested:   # Ctrl-C or SIGTERM
+            if stop.requested:
                 stopped = True
                 break
 
@@ -479,8 +478,8 @@ def train_loop(run, stop, callback):
         stopped = True
         at_once = True
     if stopped:   # last.pt here, unless mid-step or saved already; say what out_dir keeps
-        with run.dir.stopping(iter_num, in_step) as save:
-            if save:
+        with run.dir.stopping(iter_num, in_step) as should_save:
+            if should_save:
                 save_checkpoints(run, iter_num, best_val_loss, False, gather=not at_once)
     return dict(history=history, best_val_loss=best_val_loss, interrupted=stopped,
                 last_train_loss=last_train_loss, iter_num=iter_num)
@@ -497,4 +496,4 @@ def main(argv=None):
 
 if __name__ == "__main__":
     main()
-    gc.freeze()   # all is written: spare the exit a garbage collection (results/)
+    gc.freeze()   # all is written: spare the exit a garbage collection

@@ -636,7 +636,7 @@ MUTANTS = [
            "    if os.path.lexists(free + suffix) or",
            "tests/test_faults.py -k not_there_yet", every=False),
     Mutant("model_keys_checked_after_the_data", "train.py",
-           "    start.check_model(args, explicit)\n",
+           "    starting_point.check_model(args, explicit)\n",
            "",
            "tests/test_train.py -k before_the_data", every=False),
     Mutant("keep_heaviest_branch_on_one_branch_silent", "tools/technique_lines.py",
