@@ -1026,7 +1026,7 @@ def specialise(text, tracer, ran_args, full_args, header, pin=()):
     for node, t in chunks:
         out += ["", ""] + t.split("\n") if not t.startswith("\n") else t.split("\n")
     # last: what a reader of the model can skip
-    title = "# --- This file only: GPTConfig from a checkpoint of model.py "
+    title = "# --- This file only (skip it on a first read): GPTConfig from a checkpoint of model.py "
     out += ["", "", title + "-" * (88 - len(title)), ""] + assumptions(assumed, held, spec.needs_value).split("\n")
     return "\n".join(tidy(without_left_out_comments("\n".join(out), spec.words_off).split("\n"))) + "\n"
 

@@ -513,7 +513,7 @@ class DeepThinking:
         return self.cache[kind, self.t, self.layer].store(k, v)
 
 
-# --- This file only: GPTConfig from a checkpoint of model.py --------------------------
+# --- This file only (skip it on a first read): GPTConfig from a checkpoint of model.py ---
 
 # model.py's GPTConfig fields this file leaves out; those it holds but runs at one value only
 # (share_group_size, think_steps, at that value in GPTConfig) too: the values it assumes

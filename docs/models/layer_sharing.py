@@ -434,7 +434,7 @@ class GPT(nn.Module):
         return idx
 
 
-# --- This file only: GPTConfig from a checkpoint of model.py --------------------------
+# --- This file only (skip it on a first read): GPTConfig from a checkpoint of model.py ---
 
 # model.py's GPTConfig fields this file leaves out; those it holds but runs at one value only
 # (share_group_size, at that value in GPTConfig) too: the values it assumes

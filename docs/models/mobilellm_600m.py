@@ -399,7 +399,7 @@ class GPT(nn.Module):
         return idx
 
 
-# --- This file only: GPTConfig from a checkpoint of model.py --------------------------
+# --- This file only (skip it on a first read): GPTConfig from a checkpoint of model.py ---
 
 # model.py's GPTConfig fields this file leaves out: the values it assumes
 ASSUMED = {

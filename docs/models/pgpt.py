@@ -402,7 +402,7 @@ class BranchCache:
         return None if self.cache is None else self.cache[self.branch, i]
 
 
-# --- This file only: GPTConfig from a checkpoint of model.py --------------------------
+# --- This file only (skip it on a first read): GPTConfig from a checkpoint of model.py ---
 
 # model.py's GPTConfig fields this file leaves out; those it holds but runs at one value only
 # (n_branches, at that value in GPTConfig) too: the values it assumes
