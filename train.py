@@ -127,8 +127,9 @@ def get_batch(path, batch_size, block_size, generator, device=torch.device("cpu"
     else:
         picks = torch.randint(len(segments), (batch_size,), generator=generator)
         starts = segments[picks.numpy()]
-    offsets = np.arange(block_size + 1)
-    windows = torch.from_numpy(data[starts[:, None] + offsets].astype(np.int64))
+    # row i: tokens starts[i] .. starts[i] + block_size
+    rows = starts[:, None] + np.arange(block_size + 1)
+    windows = torch.from_numpy(data[rows].astype(np.int64))
     x = windows[:, :-1].contiguous()
     y = windows[:, 1:].contiguous()
     if device.type == "cuda":   # pinned memory: the copy runs while the GPU works
@@ -186,8 +187,7 @@ def setup(config, explicit, device, dtype, rank, world):
     if dtype != "float32":
         run.ctx = torch.autocast(device.type, dtype=getattr(torch, dtype))
 
-    # the checkpoint to start from (resume: out_dir's last.pt, else ckpt.pt; a path:
-    # that file; scratch: None)
+    # the checkpoint init_from names (None: scratch), and its checks
     starting_point = StartingPoint(config, device, run.master)
     ckpt = starting_point.ckpt
     # the model's arguments: each update below wins over those before it
