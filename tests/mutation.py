@@ -60,9 +60,9 @@ MUTANTS = [
            "window = F.pad(x, (0, 0, (self.kernel - 1) // 2, self.kernel // 2))",
            "tests/test_model.py -k 'test_causality and (cgpt_k3 or post_norm_pgpt_cgpt)'", every=True),
     Mutant("deep_thinking_test_pass_reads_next_position", "model.py",
-           "        return causal_attention(q, mem_k, mem_v, self.start, self.dropout)",
-           "        mask = causal_mask(self.start, q.size(2), q.device)\n"
-           "        return F.scaled_dot_product_attention(q, mem_k, mem_v, attn_mask=mask | mask.roll(1, dims=-1))",
+           "            return causal_attention(q, mem_k, mem_v, self.start, self.dropout)",
+           "            mask = causal_mask(self.start, q.size(2), q.device)\n"
+           "            return F.scaled_dot_product_attention(q, mem_k, mem_v, attn_mask=mask | mask.roll(1, dims=-1))",
            "tests/test_model.py tests/test_variants.py -k '(test_causality or is_causal) and (deep_thinking or dt)'",
            every=True),
     Mutant("kv_cache_drops_oldest", "model.py",
@@ -143,8 +143,8 @@ MUTANTS = [
            "return None if self.cache is None else self.cache[0, i]",
            "tests/test_model.py tests/test_variants.py -k 'kv_cache_equals_full_forward and pgpt'", every=True),
     Mutant("deep_thinking_eta_swapped", "model.py",
-           "k = self.eta * k + (1 - self.eta) * mem_k[:, :, self.start:]",
-           "k = (1 - self.eta) * k + self.eta * mem_k[:, :, self.start:]",
+           "k = self.blend(k, mem_k[:, :, self.start:])",
+           "k = self.blend(mem_k[:, :, self.start:], k)",
            "tests/test_model.py -k 'reference_equations and think_steps'", every=False),
     Mutant("swiglu_activation_on_both_branches", "model.py",   # paper 000's public code has this bug
            "h = self.act(self.gate(x)) * self.up(x)",
@@ -358,8 +358,8 @@ MUTANTS = [
            "tests/test_support.py -k every_computed_field_is_tested", every=False),
     # --- issue 56: a mutant for each GPTConfig field that had none (FIELD_MUTANTS, below, names them) ---
     Mutant("generation_window_restarts_one_token_early", "model.py",   # block_size
-           "if idx.size(1) - start > block_size:",
-           "if idx.size(1) - start >= block_size:",
+           "if idx.size(1) - window_start > block_size:",
+           "if idx.size(1) - window_start >= block_size:",
            "tests/test_model.py -k generation_windows_fill_block_size", every=True),
     Mutant("gpt2_init_scales_by_n_layer_not_twice_it", "model.py",   # n_layer: GPT-2 has two residual adds a layer
            "scaled = config.init_std / math.sqrt(2 * config.n_layer)",
@@ -418,7 +418,7 @@ MUTANTS = [
            "w = torch.zeros(())",
            "tests/test_model.py -k enhanced_residual_init_is_a_flag", every=False),
     Mutant("first_layer_memory_of_each_layer", "model.py",   # think_memory="first_layer" becomes "own"
-           "            if self.first_kv is None:   # this is the first attention layer\n"
+           "            if self.first_kv is None:   # the first attention layer\n"
            "                self.first_kv = (k, v)\n",
            "            self.first_kv = (k, v)\n",
            "tests/test_model.py -k 'reference_equations and first_layer'", every=True),
@@ -1687,8 +1687,8 @@ MUTANTS = [
            "                on_token(idx_next[-1, 0])",
            "tests/test_model.py -k generation_details", every=False),
     Mutant("window_restart_of_block_size_1_is_empty", "model.py",
-           "                start = idx.size(1) - max(1, block_size // 2)",
-           "                start = idx.size(1) - block_size // 2",
+           "                window_start = idx.size(1) - max(1, block_size // 2)",
+           "                window_start = idx.size(1) - block_size // 2",
            "tests/test_model.py -k generation_details", every=False),
     Mutant("loss_counts_targets_of_minus_1", "model.py",
            "                                   targets.reshape(-1), ignore_index=-1)",

@@ -115,7 +115,7 @@ PLANTED_BUGS = {
     "return x + fx": ("return x + 0.9 * fx", "logits or loss in training mode"),
     "return k_pos <= q_pos": ("return k_pos < q_pos + 2", "logits through the KV cache at position 19"),
     "max(1, block_size // 2)": ("max(1, block_size // 4)", "sampled tokens with the KV cache"),
-    "window = idx[:, start:]": ("window = idx[:, start + 1:]", "sampled tokens with the KV cache"),
+    "window = idx[:, window_start:]": ("window = idx[:, window_start + 1:]", "sampled tokens with the KV cache"),
     "return logits.argmax(dim=-1, keepdim=True)": ("return logits.argmin(dim=-1, keepdim=True)",
                                                    "greedy tokens handed to on_token"),
 }

@@ -74,19 +74,19 @@ def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, use_kv_cac
     block_size = model.config.block_size
     was_training = model.training
     model.eval()
-    start = 0          # the window is idx[:, start:]
+    window_start = 0   # the window is idx[:, window_start:]
     primed = False     # whether the cache holds the window but its last token
     idx_next = None    # the token sampled last
     with torch.inference_mode():
         for _ in range(max_new_tokens):
-            if idx.size(1) - start > block_size:   # a full window: go on from its recent half
-                start = idx.size(1) - max(1, block_size // 2)
+            if idx.size(1) - window_start > block_size:   # a full window: go on from its recent half
+                window_start = idx.size(1) - max(1, block_size // 2)
                 primed = False
             if primed:
                 logits = step(idx_next, cache)
             else:   # a plain forward fills the static cache with the window
                 cache.reset()
-                logits, _ = model(idx[:, start:], cache=cache)
+                logits, _ = model(idx[:, window_start:], cache=cache)
                 primed = True
             idx_next = sample_next(logits[:, -1, :n_tokens], temperature, top_k, generator)
             idx = torch.cat((idx, idx_next), dim=1)

@@ -6,7 +6,7 @@ classes, functions, branches and GPTConfig fields), in model.py's order, with it
 computes exactly what model.py computes for it. Do not edit: regenerate.
 
     made by:  python -m tools.one_file deep_thinking --out=docs/models/deep_thinking.py
-    model.py of commit b5adcfa
+    model.py of commit b5adcfa plus uncommitted changes
 """
 
 import math
@@ -435,15 +435,15 @@ class GPT(nn.Module):
         self.eval()
         block_size = self.config.block_size
         cache = KVCache(block_size) if use_kv_cache else None
-        start = 0   # the window is idx[:, start:]
+        window_start = 0
         for _ in range(max_new_tokens):
             # window full: start again at position 0 from its recent half (nanoGPT
             # crops every step; a cache would then refill every step)
-            if idx.size(1) - start > block_size:
-                start = idx.size(1) - max(1, block_size // 2)
+            if idx.size(1) - window_start > block_size:
+                window_start = idx.size(1) - max(1, block_size // 2)
                 if cache is not None:
                     cache.reset()   # same buffers, positions from 0
-            window = idx[:, start:]
+            window = idx[:, window_start:]
             if cache is not None:   # the window's tokens the cache does not hold yet
                 window = window[:, cache.length:]
             logits, _ = self(window, cache=cache)
@@ -468,49 +468,51 @@ class DeepThinking:
         self.start = 0 if cache is None else cache.length
         self.dropout = config.dropout if training else 0.0
         self.t = 1
-        self.layer = 0
-        self.memory = {}        # layer -> (M_k, M_v) of the latest pass
+        self.sublayer = 0       # i of DecoderStack's cache[i]
+        self.memory = {}        # sublayer -> (M_k, M_v) of the latest pass
 
-    def __getitem__(self, layer):
-        self.layer = layer
+    def __getitem__(self, sublayer):
+        self.sublayer = sublayer
         return self
 
     def attend(self, q, k, v):
-        if self.t == 0:
-            return self.test_pass(q)
+        if self.t == 0:   # test pass
+            mem_k, mem_v = self.memory[self.sublayer]
+            return causal_attention(q, mem_k, mem_v, self.start, self.dropout)
         if self.t == 1:
             return self.first_pass(q, k, v)
         return self.later_pass(q, k, v)
 
     def first_pass(self, q, k, v):
-        keys, values = self.stored("kv", k, v)
+        keys, values = self.with_cached("kv", k, v)
         y = causal_attention(q, keys, values, self.start, self.dropout)
-        self.memory[self.layer] = self.stored("memory", k, v)
+        self.memory[self.sublayer] = self.with_cached("memory", k, v)
         return y
 
     def later_pass(self, q, k, v):
-        keys, values = self.stored("kv", k, v)
-        mem_k, mem_v = self.memory[self.layer]   # M_{t-1}
+        keys, values = self.with_cached("kv", k, v)
+        mem_k, mem_v = self.memory[self.sublayer]   # M_{t-1}
         mask = causal_mask(self.start, q.size(2), q.device)
         mask = torch.cat([mask, mask], dim=-1)   # over [M ; K]
         keys = torch.cat([mem_k, keys], dim=2)
         values = torch.cat([mem_v, values], dim=2)
         y = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask,
                                            dropout_p=self.dropout, enable_gqa=q.size(1) != k.size(1))
-        k = self.eta * k + (1 - self.eta) * mem_k[:, :, self.start:]
-        v = self.eta * v + (1 - self.eta) * mem_v[:, :, self.start:]
-        self.memory[self.layer] = self.stored("memory", k, v)
+        # M_{t-1} at the new positions
+        k = self.blend(k, mem_k[:, :, self.start:])
+        v = self.blend(v, mem_v[:, :, self.start:])
+        self.memory[self.sublayer] = self.with_cached("memory", k, v)
         return y
 
-    def test_pass(self, q):
-        mem_k, mem_v = self.memory[self.layer]   # M_T
-        return causal_attention(q, mem_k, mem_v, self.start, self.dropout)
+    def blend(self, new, memory):
+        """M_t = eta*K_t + (1-eta)*M_{t-1}, or of V."""
+        return self.eta * new + (1 - self.eta) * memory
 
-    def stored(self, kind, k, v):
-        """k, v; with a cache, after those of the cached positions."""
+    def with_cached(self, kind, k, v):
+        """k, v after those of the cached positions (a KV cache's entry)."""
         if self.cache is None:
             return k, v
-        return self.cache[kind, self.t, self.layer].store(k, v)
+        return self.cache[kind, self.t, self.sublayer].store(k, v)
 
 
 # --- This file only (skip it on a first read): GPTConfig from a checkpoint of model.py ---

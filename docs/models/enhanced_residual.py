@@ -6,7 +6,7 @@ classes, functions, branches and GPTConfig fields), in model.py's order, with it
 computes exactly what model.py computes for it. Do not edit: regenerate.
 
     made by:  python -m tools.one_file enhanced_residual --out=docs/models/enhanced_residual.py
-    model.py of commit b5adcfa
+    model.py of commit b5adcfa plus uncommitted changes
 """
 
 import math
@@ -424,15 +424,15 @@ class GPT(nn.Module):
         self.eval()
         block_size = self.config.block_size
         cache = KVCache(block_size) if use_kv_cache else None
-        start = 0   # the window is idx[:, start:]
+        window_start = 0
         for _ in range(max_new_tokens):
             # window full: start again at position 0 from its recent half (nanoGPT
             # crops every step; a cache would then refill every step)
-            if idx.size(1) - start > block_size:
-                start = idx.size(1) - max(1, block_size // 2)
+            if idx.size(1) - window_start > block_size:
+                window_start = idx.size(1) - max(1, block_size // 2)
                 if cache is not None:
                     cache.reset()   # same buffers, positions from 0
-            window = idx[:, start:]
+            window = idx[:, window_start:]
             if cache is not None:   # the window's tokens the cache does not hold yet
                 window = window[:, cache.length:]
             logits, _ = self(window, cache=cache)
