@@ -6,7 +6,7 @@ classes, functions, branches and GPTConfig fields), in model.py's order, with it
 computes exactly what model.py computes for it. Do not edit: regenerate.
 
     made by:  python -m tools.one_file layer_sharing --out=docs/models/layer_sharing.py
-    model.py of commit b5adcfa plus uncommitted changes
+    model.py of commit a38502d
 """
 
 import math

@@ -6,7 +6,7 @@ classes, functions, branches and GPTConfig fields), in model.py's order, with it
 computes exactly what model.py computes for it. Do not edit: regenerate.
 
     made by:  python -m tools.one_file shishulm_600 --out=docs/models/shishulm_600.py
-    model.py of commit b5adcfa plus uncommitted changes
+    model.py of commit a38502d
 """
 
 from dataclasses import dataclass
