@@ -3611,6 +3611,11 @@ MUTANTS = [
     Mutant("home_path_after_equals_taken", "safety_net/configurator.py",
            "        check_home_path(key, config[key])\n", "",
            "tests/test_config.py -k home_path_after_equals", every=False),
+    Mutant("library_run_as_a_command_does_nothing", "tools/plots.py",
+           '\n\nif __name__ == "__main__":   # run as a command, it would do nothing\n'
+           '    raise SystemExit("error: tools.plots is a library, not a command (fix: the commands are in '
+           'docs/reference.md)")\n', "\n",
+           "tests/test_commands.py -k run_as_a_command_does_something", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

@@ -13,6 +13,7 @@ from outside once it is running: a config file that sleeps, or a FIFO it reads (
 """
 import ast
 import os
+import runpy
 import signal
 import subprocess
 import sys
@@ -38,28 +39,56 @@ SIGINT_CONFIG = "import signal\nsignal.raise_signal(signal.SIGINT)\n"
 SLEEP_CONFIG = "import sys\nimport time\nprint('running', file=sys.stderr, flush=True)\ntime.sleep(60)\n"
 
 
-def runs_as_main(path):
-    """Whether the module has a top-level `if __name__ == "__main__":` (either quotes, either order)."""
+def main_guard(path):
+    """The module's top-level `if __name__ == "__main__":` (either quotes, either order), or None."""
     with open(path, encoding="utf-8") as f:
         tree = ast.parse(f.read())
     for node in tree.body:
         if isinstance(node, ast.If) and isinstance(node.test, ast.Compare):
             sides = [node.test.left] + node.test.comparators
             if any(isinstance(side, ast.Name) and side.id == "__name__" for side in sides):
-                return True
-    return False
+                return node
+    return None
 
 
-def commands(top):
-    """Every module under the folder `top` that runs as `python -m` (tests/: not the test files)."""
+def runs_as_main(path):
+    """Whether the module is a command: a main guard that is not a library's (below)."""
+    guard = main_guard(path)
+    return guard is not None and not says_library(guard)
+
+
+def says_library(guard):
+    """A library's main guard: only `raise SystemExit("error: ... is a library ...")`."""
+    if len(guard.body) != 1 or not isinstance(guard.body[0], ast.Raise):
+        return False
+    return "is a library" in ast.unparse(guard.body[0])
+
+
+def modules(top, keep):
+    """Every module under the folder `top` whose path `keep` accepts (tests/: not the test files)."""
     found = []
     for folder, _, files in os.walk(os.path.join(ROOT, top)):
         for name in sorted(files):
             if not name.endswith(".py") or name.startswith(("test_", "conftest")):
                 continue
-            if runs_as_main(os.path.join(folder, name)):
+            if keep(os.path.join(folder, name)):
                 found.append(os.path.relpath(os.path.join(folder, name[:-3]), ROOT).replace(os.sep, "."))
     return sorted(found)
+
+
+def commands(top):
+    """Every module under the folder `top` that runs as `python -m`."""
+    return modules(top, runs_as_main)
+
+
+def is_library(path):
+    guard = main_guard(path)
+    return guard is not None and says_library(guard)
+
+
+def is_silent(path):
+    """A module that `python -m` would run without a word: no main guard, not a package's __init__."""
+    return main_guard(path) is None and not path.endswith("__init__.py")
 
 
 # the commands of the verification harness, beside the tests (`python -m tests.fault_trial`)
@@ -85,6 +114,19 @@ def test_every_tool_is_found():
     for module in STORY:   # outside tools/: still a command, found by its path
         path = os.path.join(ROOT, *module.split(".")) + ".py"
         assert os.path.isfile(path) and runs_as_main(path), module
+
+
+def test_a_tool_run_as_a_command_does_something(capsys):
+    """`python -m tools.X` of a library is one error line, exit code 1 (it did nothing, silently): every module
+    under tools/ but a package's __init__ is a command or says it is a library."""
+    libraries = modules("tools", is_library)
+    assert "tools.plots" in libraries and "tools.flops" in libraries
+    assert modules("tools", is_silent) == []
+    for module in libraries:
+        with pytest.raises(SystemExit) as e:
+            runpy.run_module(module, run_name="__main__")
+        fix = "(fix: the commands are in docs/reference.md)"
+        assert e.value.code == f"error: {module} is a library, not a command {fix}"
 
 
 def test_a_main_guard_is_found_however_written(tmp_path):

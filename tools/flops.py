@@ -42,3 +42,7 @@ def flops_per_token(model, seq_len=None):
 def matmul_params(module):
     """The weights of a module that multiply an activation (>= 2-D: matmuls, convolutions)."""
     return sum(p.numel() for p in module.parameters() if p.dim() >= 2)
+
+
+if __name__ == "__main__":   # run as a command, it would do nothing
+    raise SystemExit("error: tools.flops is a library, not a command (fix: the commands are in docs/reference.md)")

@@ -29,3 +29,7 @@ def layer_sets(stack):
         else:   # lgpt/cgpt: the shrink after the layer
             rows[-1][2] = index_of(stack.shrink, sub)
     return [tuple(row) for row in rows]
+
+
+if __name__ == "__main__":   # run as a command, it would do nothing
+    raise SystemExit("error: tools.layers is a library, not a command (fix: the commands are in docs/reference.md)")

@@ -210,3 +210,7 @@ def plot_alphas(alphas, path):
         ax.grid(alpha=0.3)
         ax.legend()
     return _save(fig, path, plt)
+
+
+if __name__ == "__main__":   # run as a command, it would do nothing
+    raise SystemExit("error: tools.plots is a library, not a command (fix: the commands are in docs/reference.md)")

@@ -33,3 +33,7 @@ def ffn_hidden(config):
     """The FFN's hidden size at the full width: mlp_hidden, or mlp_ratio * n_embd."""
     with torch.device("meta"):
         return MLP(config, config.n_embd).up.out_features
+
+
+if __name__ == "__main__":   # run as a command, it would do nothing
+    raise SystemExit("error: tools.sizes is a library, not a command (fix: the commands are in docs/reference.md)")

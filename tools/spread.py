@@ -58,3 +58,7 @@ def noise_verdict(a, b, key):
     if abs(diff) <= NOISE_T * math.sqrt(sa ** 2 / na + sb ** 2 / nb):
         return "within noise", diff
     return ("better" if diff < 0 else "worse"), diff
+
+
+if __name__ == "__main__":   # run as a command, it would do nothing
+    raise SystemExit("error: tools.spread is a library, not a command (fix: the commands are in docs/reference.md)")

@@ -154,3 +154,7 @@ def refuse_undeclared(config, path, error=UserError):
         raise error(f"{what} does not know {field.name}={value!r}: tools/support.py declares no path for it, so "
                     f"the result could silently ignore it (fix: teach {module} the field, then declare it in "
                     f"tools/support.py)")
+
+
+if __name__ == "__main__":   # run as a command, it would do nothing
+    raise SystemExit("error: tools.support is a library, not a command (fix: the commands are in docs/reference.md)")

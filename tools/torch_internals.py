@@ -45,3 +45,7 @@ def executorch_load(pte, **options):
     (tools/executorch/profile.py)."""
     from executorch.extension.pybindings.portable_lib import _load_for_executorch
     return _load_for_executorch(pte, **options)
+
+
+if __name__ == "__main__":   # run as a command, it would do nothing
+    raise SystemExit("error: tools.torch_internals is a library, not a command (fix: the commands are in docs/reference.md)")

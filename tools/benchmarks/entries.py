@@ -158,3 +158,7 @@ def width_args(args, s):
         if _valid(cand):
             return cand
     raise UserError(f"no valid width near {w0 * s:.0f} (fix: pass --n_embd explicitly)")
+
+
+if __name__ == "__main__":   # run as a command, it would do nothing
+    raise SystemExit("error: tools.benchmarks.entries is a library, not a command (fix: the commands are in docs/reference.md)")

@@ -398,3 +398,7 @@ def branch_label(model, name):
     if model.keep_branch is None:
         return name
     return f"{name} (branch {model.keep_branch} of {model.config.n_branches} only)"
+
+
+if __name__ == "__main__":   # run as a command, it would do nothing
+    raise SystemExit("error: tools.benchmarks.measure is a library, not a command (fix: the commands are in docs/reference.md)")

@@ -153,3 +153,6 @@ def write_out(path, text, rows, samples):
         with atomic_open(path, "w") as f:
             f.write(text + "\n")
 
+
+if __name__ == "__main__":   # run as a command, it would do nothing
+    raise SystemExit("error: tools.benchmarks.report is a library, not a command (fix: the commands are in docs/reference.md)")

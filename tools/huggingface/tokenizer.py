@@ -233,3 +233,7 @@ def tokenizer_files(meta, model_vocab_size, block_size, source="meta.json"):
     config = dict(special, tokenizer_class="PreTrainedTokenizerFast", model_max_length=block_size,
                   clean_up_tokenization_spaces=False, add_bos_token=False, add_eos_token=False)
     return {"tokenizer.json": tokenizer, "tokenizer_config.json": config, "special_tokens_map.json": special}, eot
+
+
+if __name__ == "__main__":   # run as a command, it would do nothing
+    raise SystemExit("error: tools.huggingface.tokenizer is a library, not a command (fix: the commands are in docs/reference.md)")

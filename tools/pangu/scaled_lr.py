@@ -23,3 +23,7 @@ def scaled_lr(batch_size, base_batch_size, base_lr, r=0.5):
         raise ValueError(f"scaled_lr needs positive batch sizes and base_lr, got batch_size={batch_size}, "
                          f"base_batch_size={base_batch_size}, base_lr={base_lr}")
     return (batch_size / base_batch_size) ** r * base_lr
+
+
+if __name__ == "__main__":   # run as a command, it would do nothing
+    raise SystemExit("error: tools.pangu.scaled_lr is a library, not a command (fix: the commands are in docs/reference.md)")
