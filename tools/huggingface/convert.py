@@ -717,8 +717,8 @@ def run_import(sources, config, explicit):
     """`import SOURCE --out=FILE`: a Hugging Face model -> a checkpoint file for train.py --init_from."""
     export_keys = sorted(explicit & {"out_dir", "format", "data_dir"})
     if len(sources) != 1 or not config["out"] or export_keys:
-        raise UserError(f"import takes one source and --out only (fix: python -m tools.huggingface.convert import "
-                        f"gpt2 --out=hf.pt)")
+        raise UserError("import takes one source and --out only (fix: python -m tools.huggingface.convert import "
+                        "gpt2 --out=hf.pt)")
     from safety_net.checkpoint import written_by_torch_save
     from safety_net.fileio import check_not_a_run_file, check_out_dir, unused_name
     out = config["out"]
