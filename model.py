@@ -5,7 +5,7 @@ GPTConfig flag (paper 003's tokenizer, inheritance and training rules are tools/
 Read top to bottom; a technique's code runs only when its flag is on:
   1. GPTConfig       the flags, and the sizes derived from them
   2. blocks          norms, sinusoidal and RoPE positions, MLP (or SwiGLU)
-  3. attention       causal, GQA; the KV cache (an entry per layer applied)
+  3. attention       causal, GQA; the KV cache (an entry per sub-layer applied)
   4. residuals       pre- or post-norm, plain or Enhanced Residual
   5. DecoderStack    the layers as applied; layer sharing, ShishuLM
   6. lgpt/cgpt       width halving
@@ -252,7 +252,7 @@ class KVCache:
 
 
 class CacheEntry:
-    """One application of a layer: keys and values (B, H_kv, max_len, D).
+    """Sub-layer i's entry: keys and values (B, H_kv, max_len, D).
 
     cgpt: its last kernel-1 inputs."""
 
@@ -435,7 +435,7 @@ def build_shared_layers(stack, config):
             if layer not in repeats or not share_attn:
                 attention = CausalSelfAttention(config, width)
                 stack.attn.append(ResidualSubLayer(config, width, attention))
-            stack.layers.append(stack.attn[-1])   # a repeat: its group's
+            stack.layers.append(stack.attn[-1])   # new, or a repeat's group's
         if layer not in repeats or not share_mlp:
             stack.mlp.append(ResidualSubLayer(config, width, MLP(config, width)))
         stack.layers.append(stack.mlp[-1])

@@ -57,7 +57,7 @@ def run(cfg):
     # the options and --start's text, checked before loading; notes: a line when
     # other jobs keep the CPUs busy
     device, dtype, start_text, notes = setup_sampling(cfg)
-    # a dict, its file in ckpt["path"]; runs no code (nanoGPT's too); one line for
+    # a dict, its file in ckpt["path"]; ours or nanoGPT's; runs no code; one line for
     # non-finite weights or ones that do not fit
     ckpt = load_checkpoint(cfg["out_dir"], device)
     model = GPT(GPTConfig(**ckpt["model_args"]))

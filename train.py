@@ -5,11 +5,11 @@ Train a GPT variant on a tokenized dataset (nanoGPT-style, single process or DDP
     python train.py config/gpt_shakespeare_cpu.py --init_from=resume --max_iters=3000
     torchrun --standalone --nproc_per_node=8 train.py config/layer_sharing_wikitext103.py
 
-Top to bottom: the settings, the data (get_batch), the learning rate (get_lr; nanoGPT
-defines it after the model), the model and the optimizer (setup), evaluation and
-checkpoints, then train() and its loop. Every key below and every GPTConfig field is a
-config key (`--help` lists them). out_dir gets last.pt (latest), ckpt.pt (see save_checkpoints),
-log.csv and loss.png. What keeps a run safe lives in safety_net/ (docs/training.md).
+Top to bottom: the settings, the data (get_batch), the learning rate (get_lr), the
+model and optimizer (setup), evaluation and checkpoints, then train() and its loop.
+Every key below and GPTConfig field is a config key (`--help` lists them). out_dir
+gets last.pt (latest), ckpt.pt (see save_checkpoints), log.csv and loss.png. What
+keeps a run safe lives in safety_net/ (docs/training.md).
 """
 
 import contextlib
@@ -44,7 +44,7 @@ TRAIN_DEFAULTS = dict(
     log_interval=10,
     eval_iters=200,
     eval_only=False,              # evaluate once and exit
-    always_save_checkpoint=False,  # ckpt.pt at every evaluation, not only when val improves
+    always_save_checkpoint=False,  # ckpt.pt at every save, not only when val improves
     # 'scratch' | 'resume' (out_dir/last.pt, else ckpt.pt) | a checkpoint file, ours or nanoGPT's |
     # 'gpt2'..'gpt2-xl' or a Hugging Face folder
     init_from="scratch",
@@ -236,7 +236,8 @@ def setup(config, explicit, device, dtype, rank, world):
         run.start_best_val_loss = float(ckpt["best_val_loss"])
     # dropout's RNG, per rank; a resume restores the checkpoint's
     torch.manual_seed(config["seed"] + rank + run.start_iter)
-    if ckpt is not None:   # resume: weights, optimizer, scaler, RNG; else: fitting weights
+    # resume: weights, optimizer, scaler, RNG; else: its weights that fit
+    if ckpt is not None:
         starting_point.restore(model, run.optimizer, run.scaler, rank, world)
     run.first_batch = train_batch(run, run.start_iter, 0)   # too big: fails here
 
@@ -486,7 +487,8 @@ def train_loop(run, stop, callback):
 
 
 def main(argv=None):
-    # bad input: one line `error: ... (fix: ...)` and exit code 1
+    # config files, then --key=value over DEFAULTS; bad input: one `error: ... (fix: ...)`
+    # line, exit code 1
     memory_fix = "lower --batch_size and raise --gradient_accumulation_steps, or lower --block_size"
     summary = run_command(train, DEFAULTS, argv, with_explicit=True, memory_fix=memory_fix)
     if summary["interrupted"]:
