@@ -6,7 +6,7 @@ classes, functions, branches and GPTConfig fields), in model.py's order, with it
 computes exactly what model.py computes for it. Do not edit: regenerate.
 
     made by:  python -m tools.one_file cgpt --out=docs/models/cgpt.py
-    model.py of commit a38502d
+    model.py of commit 97e857b
 """
 
 import math
@@ -130,7 +130,7 @@ class KVCache:
 
 
 class CacheEntry:
-    """One application of a layer: keys and values (B, H_kv, max_len, D).
+    """Sub-layer i's entry: keys and values (B, H_kv, max_len, D).
 
     cgpt: its last kernel-1 inputs."""
 

@@ -6,7 +6,7 @@ classes, functions, branches and GPTConfig fields), in model.py's order, with it
 computes exactly what model.py computes for it. Do not edit: regenerate.
 
     made by:  python -m tools.one_file efficio --out=docs/models/efficio.py
-    model.py of commit a38502d
+    model.py of commit 97e857b
 """
 
 import math
@@ -138,7 +138,7 @@ class KVCache:
 
 
 class CacheEntry:
-    """One application of a layer: keys and values (B, H_kv, max_len, D)."""
+    """Sub-layer i's entry: keys and values (B, H_kv, max_len, D)."""
 
     def __init__(self, cache):
         self.cache = cache
@@ -259,7 +259,7 @@ def build_shared_layers(stack, config):
             if layer not in repeats or not share_attn:
                 attention = CausalSelfAttention(config, width)
                 stack.attn.append(ResidualSubLayer(config, width, attention))
-            stack.layers.append(stack.attn[-1])   # a repeat: its group's
+            stack.layers.append(stack.attn[-1])   # new, or a repeat's group's
         if layer not in repeats or not share_mlp:
             stack.mlp.append(ResidualSubLayer(config, width, MLP(config, width)))
         stack.layers.append(stack.mlp[-1])

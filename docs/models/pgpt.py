@@ -6,7 +6,7 @@ classes, functions, branches and GPTConfig fields), in model.py's order, with it
 computes exactly what model.py computes for it. Do not edit: regenerate.
 
     made by:  python -m tools.one_file pgpt --out=docs/models/pgpt.py
-    model.py of commit a38502d
+    model.py of commit 97e857b
 """
 
 import math
@@ -125,7 +125,7 @@ class KVCache:
 
 
 class CacheEntry:
-    """One application of a layer: keys and values (B, H_kv, max_len, D)."""
+    """Sub-layer i's entry: keys and values (B, H_kv, max_len, D)."""
 
     def __init__(self, cache):
         self.cache = cache
