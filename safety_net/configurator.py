@@ -401,6 +401,9 @@ def _check_key(key, defaults, source, listed=None):
         hint = f"nanoGPT's sample.py key: {NANOGPT_SAMPLE_KEYS[key]}"
     if source != "on the command line":
         hint += "; helper variables in config files must start with '_'"
+    # prepare.py's --input given to train.py, as if it read a text (a new user's try; the Left list of a note)
+    if key == "input" and "dataset" in defaults and source == "on the command line":
+        hint = "prepare the text first: python prepare.py --input=FILE writes data/NAME; then --dataset=NAME"
     # a comparison's config given to train.py: "did you mean --variant?" led on to its other keys (a hunt)
     if key == "variants" and "variant" in defaults and source.startswith("in "):
         hint = f"this file runs several models: python -m tools.compare {source[3:]}"

@@ -3616,6 +3616,10 @@ MUTANTS = [
            '    raise SystemExit("error: tools.plots is a library, not a command (fix: the commands are in '
            'docs/reference.md)")\n', "\n",
            "tests/test_commands.py -k run_as_a_command_does_something", every=False),
+    Mutant("train_input_key_gets_see_help", "safety_net/configurator.py",
+           '    if key == "input" and "dataset" in defaults and source == "on the command line":',
+           "    if False:",
+           "tests/test_faults.py -k command_line_mistakes", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

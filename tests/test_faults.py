@@ -432,6 +432,9 @@ def test_output_folder_that_is_a_file(finished, tmp_path, module, args):
     ("tools.executorch.bench", ["--shapes=1"], ["unknown variant '1'"]),
     # an unknown key without a value: "missing value", whose fix led to a second error (a hunt)
     ("sample", ["--compile"], ["unknown config key 'compile'", "nanoGPT's sample.py key"]),
+    # prepare.py's key given to train.py: "see --help" named no way to train on a text
+    ("train", ["--input=notes.txt"], ["unknown config key 'input'", "python prepare.py --input=FILE writes "
+                                      "data/NAME; then --dataset=NAME"]),
 ])
 def test_command_line_mistakes_are_one_line(module, args, words):
     one_error_line(entry_point(module), args, *words)
