@@ -14,6 +14,7 @@ import codecs
 import functools
 import os
 import sys
+import unicodedata
 
 from safety_net.configurator import UserError, one_line
 
@@ -272,6 +273,13 @@ def check_prompt(tok, text, dataset, vocab_size=None):
         if unknown:
             listed = ", ".join(repr(ch) for ch in unknown)
             fix = "remove them from --start"
+            # é typed as one character, the text's as e + an accent (or the other way round): the same
+            # text to a reader, other characters to a char vocabulary (an exploration's Left item)
+            for form in ("NFD", "NFC"):
+                if set(unicodedata.normalize(form, text)) <= set(known):
+                    fix = (f"the text writes them in Unicode's {form} form: give --start in that form, "
+                           f"e.g. unicodedata.normalize('{form}', text) in Python")
+                    break
             if text == "\n":   # the default --start, and a text without line ends
                 fix = "a --start of characters the text has: a newline, the default, is not one of them"
             raise UserError(f"characters not in the vocabulary: {listed} "

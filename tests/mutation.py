@@ -3620,6 +3620,10 @@ MUTANTS = [
            '    if key == "input" and "dataset" in defaults and source == "on the command line":',
            "    if False:",
            "tests/test_faults.py -k command_line_mistakes", every=False),
+    Mutant("prompt_in_another_unicode_form_told_to_remove_it", "safety_net/tokenizers.py",
+           "                if set(unicodedata.normalize(form, text)) <= set(known):",
+           "                if False:",
+           "tests/test_sample.py -k unicode_form", every=False),
 ]
 
 # For every field of model.py's GPTConfig, in its order: the mutants of MUTANTS that break the code handling that

@@ -249,6 +249,22 @@ def test_an_empty_prompt_of_a_text_without_newlines_gets_a_fix_that_works():
         check_prompt(tok, "\n", "ab")
 
 
+def test_a_prompt_in_another_unicode_form_than_the_text_gets_a_fix_naming_it():
+    """A text that writes é as e + a combining accent (NFD, as some editors save it) and a --start typed with the
+    one character é (NFC): the same to a reader, a character the vocabulary lacks; its fix was to remove it."""
+    from safety_net.configurator import UserError
+    from safety_net.tokenizers import check_prompt, tokenizer_from_meta
+    decomposed = tokenizer_from_meta(dict(tokenizer="char", vocab_size=4, chars=["a", "c", "e", "\u0301"]))
+    with pytest.raises(UserError, match="in Unicode's NFD form"):
+        check_prompt(decomposed, "ac\u00e9", "ab")
+    composed = tokenizer_from_meta(dict(tokenizer="char", vocab_size=3, chars=["a", "c", "\u00e9"]))
+    with pytest.raises(UserError, match="in Unicode's NFC form"):
+        check_prompt(composed, "ace\u0301", "ab")
+    with pytest.raises(UserError, match="remove them from --start"):   # no form helps: the old fix
+        check_prompt(composed, "acx", "ab")
+    check_prompt(decomposed, "ace\u0301", "ab")   # the text's own form: taken
+
+
 # --- text as it is generated (issue 48) ---------------------------------------------------------
 
 def test_text_appears_as_it_is_generated(ckpt_dir, capsys, monkeypatch):
