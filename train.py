@@ -487,8 +487,8 @@ def train_loop(run, stop, callback):
 
 
 def main(argv=None):
-    # config files, then --key=value over DEFAULTS; bad input: one `error: ... (fix: ...)`
-    # line, exit code 1
+    # config files, then --key=value over DEFAULTS;
+    # bad input: one line `error: ... (fix: ...)`, exit code 1
     memory_fix = "lower --batch_size and raise --gradient_accumulation_steps, or lower --block_size"
     summary = run_command(train, DEFAULTS, argv, with_explicit=True, memory_fix=memory_fix)
     if summary["interrupted"]:

@@ -116,7 +116,7 @@ def test_every_tool_is_found():
         assert os.path.isfile(path) and runs_as_main(path), module
 
 
-def test_a_tool_run_as_a_command_does_something(capsys):
+def test_a_tool_run_as_a_command_does_something():
     """`python -m tools.X` of a library is one error line, exit code 1 (it did nothing, silently): every module
     under tools/ but a package's __init__ is a command or says it is a library."""
     libraries = modules("tools", is_library)
