@@ -148,7 +148,8 @@ def on_rank_zero(step, rank, world):
 
 
 def rng_state(device):
-    """Every RNG's state (python, numpy, torch, cuda), as tensors and plain values the safe loader reads."""
+    """Every RNG's state (python, numpy, torch; cuda's or mps's on those devices: dropout there draws from the
+    device's own generator), as tensors and plain values the safe loader reads."""
     np_state = np.random.get_state()
     return {
         "python": random.getstate(),
@@ -157,6 +158,7 @@ def rng_state(device):
                   "pos": int(np_state[2]), "has_gauss": int(np_state[3]), "cached_gaussian": float(np_state[4])},
         "torch": torch.get_rng_state(),
         "cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
+        "mps": torch.mps.get_rng_state() if device.type == "mps" else None,
     }
 
 
@@ -169,6 +171,8 @@ def restore_rng(state, device):
     torch.set_rng_state(state["torch"].cpu())
     if device.type == "cuda" and state.get("cuda") is not None:
         torch.cuda.set_rng_state(state["cuda"].cpu(), device)
+    if device.type == "mps" and state.get("mps") is not None:   # last.pt from before 2026-12-02 has none
+        torch.mps.set_rng_state(state["mps"].cpu())
 
 
 def gather_rng_states(device, gather):

@@ -106,6 +106,25 @@ def test_restored_rng_states_draw_the_same_numbers():
     assert (random.random(), np.random.rand(), torch.rand(1).item()) == first
 
 
+def test_an_apple_gpu_run_records_and_restores_its_own_generator(monkeypatch):
+    """Dropout on an Apple GPU (mps) draws from the device's generator, seeded apart from the CPU's: last.pt records
+    its state and a resume on mps restores it (a hunt: a resume there drew other dropout masks). Faked here: this
+    machine has no such device."""
+    saved_state = torch.tensor([7, 8, 9], dtype=torch.uint8)
+    restored = []
+    monkeypatch.setattr(torch.mps, "get_rng_state", saved_state.clone)
+    monkeypatch.setattr(torch.mps, "set_rng_state", restored.append)
+    mps = torch.device("mps")
+    state = runtime.rng_state(mps)
+    runtime.restore_rng(state, mps)
+    assert len(restored) == 1 and torch.equal(restored[0], saved_state)
+    runtime.restore_rng({**state, "mps": None}, mps)   # a last.pt from before: nothing to restore
+    cpu = torch.device("cpu")
+    assert runtime.rng_state(cpu)["mps"] is None
+    runtime.restore_rng(state, cpu)   # a resume on another device leaves that device's generator
+    assert len(restored) == 1
+
+
 def test_seeds_and_thread_counts_at_their_bounds(monkeypatch):
     """A bool is no seed (train() as a library takes one past the command line's parser); every CPU is a thread
     count the machine has."""
