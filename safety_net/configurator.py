@@ -395,7 +395,9 @@ def _check_key(key, defaults, source, listed=None):
     if key in defaults:
         return key
     close = difflib.get_close_matches(key, list(defaults if listed is None else listed), n=3, cutoff=0.6)
-    hint = f"did you mean {' or '.join('--' + c for c in close)}?" if close else "see --help for the list of keys"
+    # each close key as it is written where the misspelt one was: --n_layer, or n_layer in a config file
+    prefix = "--" if source == "on the command line" else ""
+    hint = f"did you mean {' or '.join(prefix + c for c in close)}?" if close else "see --help for the list of keys"
     # --out_dir's close match, --data_dir, was never what was meant (tools.huggingface.sample; a hunt)
     if key in NANOGPT_SAMPLE_KEYS and "start" in defaults and (not close or key == "out_dir"):
         hint = f"nanoGPT's sample.py key: {NANOGPT_SAMPLE_KEYS[key]}"

@@ -47,7 +47,7 @@ def model_text():
 
 
 def without_commit(text):
-    return re.sub(r"(?m)^ *model\.py of commit .*$", "", text)
+    return re.sub(r"(?m)^ *model\.py as of commit .*$", "", text)
 
 
 def load_module(path, name):

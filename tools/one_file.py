@@ -1305,13 +1305,13 @@ def tidy(lines):
 
 
 def commit():
-    """model.py's last commit, and whether model.py has changes since."""
+    """model.py's last commit (the last that changed it: not HEAD's), and whether model.py has changes since."""
     def git(*args):
         p = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
         return p.stdout.strip() if p.returncode == 0 else ""
     sha = git("log", "-1", "--format=%h", "--", "model.py") or "unknown"
     dirty = git("status", "--porcelain", "--", "model.py")
-    return sha + (" plus uncommitted changes" if dirty else "")
+    return sha + (", its last change, plus uncommitted changes" if dirty else ", its last change")
 
 
 def header(target, flags, out):
@@ -1321,10 +1321,11 @@ def header(target, flags, out):
     return (f'"""\n{name}: model.py specialised to this config, one file. model.py is the source, with every\n'
             f"flag; this file holds only what {name} runs in a training step, an evaluation, generation with\n"
             f"and without the KV cache past a full window, and tokens fed to the cache a few at a time (the\n"
-            f"classes, functions, branches and GPTConfig fields), in model.py's order, with its comments, and\n"
-            f"computes exactly what model.py computes for it. {OWN_MARK}\n\n"
+            f"classes, functions, branches and GPTConfig fields), in model.py's order, with its comments and\n"
+            f"section numbers (a section this config does not run is left out), and computes exactly what\n"
+            f"model.py computes for it. {OWN_MARK}\n\n"
             f"    made by:  {command}\n"
-            f"    model.py of commit {commit()}\n"
+            f"    model.py as of commit {commit()}\n"
             f'"""')
 
 

@@ -2,11 +2,12 @@
 pgpt: model.py specialised to this config, one file. model.py is the source, with every
 flag; this file holds only what pgpt runs in a training step, an evaluation, generation with
 and without the KV cache past a full window, and tokens fed to the cache a few at a time (the
-classes, functions, branches and GPTConfig fields), in model.py's order, with its comments, and
-computes exactly what model.py computes for it. Do not edit: regenerate.
+classes, functions, branches and GPTConfig fields), in model.py's order, with its comments and
+section numbers (a section this config does not run is left out), and computes exactly what
+model.py computes for it. Do not edit: regenerate.
 
     made by:  python -m tools.one_file pgpt --out=docs/models/pgpt.py
-    model.py of commit 97e857b
+    model.py as of commit 97e857b, its last change
 """
 
 import math
