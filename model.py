@@ -901,8 +901,8 @@ def check_config(c):
     check_attention_layers(c)
     check_sharing(c)
     check_thinking(c)
-    require(c.shrink_kernel == 1 or c.shrink_layer == "conv",
-            "shrink_kernel > 1 needs shrink_layer='conv'")
+    require(c.shrink_kernel == 1 or (c.shrink_layer == "conv" and c.shrink_every > 0),
+            "shrink_kernel > 1 is cgpt's: it needs shrink_layer='conv' and shrink_every > 0")
     require(c.mlp_hidden is None or c.shrink_every == 0,
             "mlp_hidden is one size for all layers, but shrink_every changes the width; "
             "use mlp_ratio instead")

@@ -427,6 +427,7 @@ INVALID = [
      "FFN of width 1 has no unit"),
     (dict(shrink_every=2), "tie_embeddings"),
     (dict(shrink_kernel=3, shrink_every=2, tie_embeddings=False), "shrink_layer='conv'"),
+    (dict(shrink_kernel=3, shrink_layer="conv"), "shrink_every > 0"),   # no shrink layer: a kernel that does nothing
     (dict(share_group_size=3), "groups of"),
     (dict(share_group_size=2, shrink_every=2, tie_embeddings=False), "width shrinking"),
     (dict(n_attn_layers=1, share_group_size=2), "mix attention"),
