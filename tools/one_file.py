@@ -1309,7 +1309,9 @@ def commit():
     def git(*args):
         p = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
         return p.stdout.strip() if p.returncode == 0 else ""
-    sha = git("log", "-1", "--format=%h", "--", "model.py") or "unknown"
+    sha = git("log", "-1", "--format=%h", "--", "model.py")
+    if not sha:   # not a git checkout: "unknown", without a claim of its last change
+        return "unknown"
     dirty = git("status", "--porcelain", "--", "model.py")
     return sha + (", its last change, plus uncommitted changes" if dirty else ", its last change")
 
