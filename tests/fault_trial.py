@@ -106,7 +106,10 @@ def paused(path):
     with write(path) as tmp:
         yield tmp
         print("{PAUSED}", tmp, file=sys.stderr, flush=True)
-        time.sleep(300)
+        # short sleeps: Python runs the handler of a signal that came just before a sleep started only when that
+        # sleep ends (one sleep of 300 s outlived a test's 120 s watchdog on a loaded CI machine)
+        for _ in range(3000):
+            time.sleep(0.1)
 
 
 fileio.atomic_path = paused

@@ -36,7 +36,9 @@ POSITIONAL = {
     "prepare": (["shakespeare_char"], "prepare"),
 }
 SIGINT_CONFIG = "import signal\nsignal.raise_signal(signal.SIGINT)\n"
-SLEEP_CONFIG = "import sys\nimport time\nprint('running', file=sys.stderr, flush=True)\ntime.sleep(60)\n"
+# short sleeps: Python runs a handler for a signal that came before a sleep started only once that sleep ends
+SLEEP_CONFIG = ("import sys\nimport time\nprint('running', file=sys.stderr, flush=True)\n"
+                "for _ in range(600):\n    time.sleep(0.1)\n")
 
 
 def main_guard(path):

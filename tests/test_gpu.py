@@ -45,6 +45,9 @@ FP32_SAME_BATCH = 1e-5
 BF16_SAME_BATCH = 1e-3
 BF16_LOSS = 5e-3
 BF16_GRAD = 5e-2
+# a child's wait of 60 s in short sleeps: Python runs the handler of a signal that came just before a sleep started
+# only when that sleep ends
+SLEEP_60 = "for _ in range(600):\n    time.sleep(0.1)\n"
 
 
 def record(check, case, error, tolerance):
@@ -417,13 +420,12 @@ def test_a_command_past_its_deadline_gets_sigterm_then_sigkill(tmp_path, monkeyp
     monkeypatch.setattr(gpu_check, "STOP_GRACE_S", 0.5)
     log = str(tmp_path / "log.txt")
     stops = ("import signal, sys, time\ndef stop(*args):\n    print('saving', flush=True)\n"
-             "    sys.exit(3)\nsignal.signal(signal.SIGTERM, stop)\nprint('started', flush=True)\n"
-             "time.sleep(60)")
+             "    sys.exit(3)\nsignal.signal(signal.SIGTERM, stop)\nprint('started', flush=True)\n" + SLEEP_60)
     t0 = time.time()
     result = gpu_check.run_until([sys.executable, "-c", stops], t0 + 60, log, StopWhenStarted())
     assert result.cut and result.returncode == 3 and result.lines == ["started", "saving"]
     ignores = ("import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-               "print('started', flush=True)\ntime.sleep(60)")
+               "print('started', flush=True)\n" + SLEEP_60)
     result = gpu_check.run_until([sys.executable, "-c", ignores], t0 + 60, log, StopWhenStarted())
     assert result.cut and result.returncode == -9 and result.lines == ["started"]
     assert time.time() - t0 < 10
@@ -593,7 +595,7 @@ def test_a_stopped_command_keeps_its_lines_and_its_grace(tmp_path, monkeypatch):
             return time.time() - 30 if line == "started" else deadline
 
     saves = ("import signal, sys, time\ndef stop(*args):\n    time.sleep(1)\n    print('saved last.pt', flush=True)\n"
-             "    sys.exit(3)\nsignal.signal(signal.SIGTERM, stop)\nprint('started', flush=True)\ntime.sleep(60)")
+             "    sys.exit(3)\nsignal.signal(signal.SIGTERM, stop)\nprint('started', flush=True)\n" + SLEEP_60)
     result = gpu_check.run_until([sys.executable, "-c", saves], time.time() + 60, log, DeadlinePassed())
     assert result.cut and result.returncode == 3 and result.lines == ["started", "saved last.pt"]
 

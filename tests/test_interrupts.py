@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 import torch
@@ -88,6 +89,7 @@ def test_export_stopped_mid_write_keeps_the_previous_file_and_no_temporary_one(t
                 temporary = line.split()[-1]
                 assert os.path.getsize(temporary) > 0 and os.path.dirname(temporary) == str(folder)
                 proc.send_signal(getattr(signal, sig))
+                sent = time.time()
                 break
         else:
             pytest.fail(f"the export never paused: {''.join(lines)[-2000:]}")
@@ -95,7 +97,8 @@ def test_export_stopped_mid_write_keeps_the_previous_file_and_no_temporary_one(t
         proc.wait()
     finally:
         watchdog.cancel()
-    assert proc.returncode == 130 and err.strip().splitlines()[-1] == "interrupted", err[-2000:]
+    ended = f"exit code {proc.returncode}, {time.time() - sent:.1f} s after the signal"   # -9: the watchdog's
+    assert proc.returncode == 130 and err.strip().splitlines()[-1] == "interrupted", f"{ended}\n{err[-2000:]}"
     assert "Traceback" not in err
     assert {p.name: p.read_bytes() for p in folder.iterdir()} == previous   # nothing else: no temporary file
 
