@@ -736,13 +736,13 @@ def test_second_ctrl_c_during_the_save_says_what_is_kept(tiny_train_config, monk
     assert checkpoint.load_checkpoint(tiny_train_config["out_dir"], prefer=("last.pt",))["iter_num"] == 10
 
 
-def test_compare_dir_that_is_a_file(tmp_path):
+def test_compare_dir_that_is_a_file(tmp_path, monkeypatch):
+    from tools import compare
+    monkeypatch.chdir(tmp_path)
     taken = tmp_path / "taken"
     taken.write_text("not a folder")
-    r = subprocess.run([sys.executable, "-m", "tools.compare", "--variants=gpt", "--max_iters=2",
-                        f"--compare_dir={taken}"], capture_output=True, text=True, timeout=120, cwd=tmp_path,
-                       env=dict(os.environ, PYTHONPATH=ROOT))
-    assert r.returncode == 1 and r.stderr.strip().startswith("error: ") and "Traceback" not in r.stderr, r.stderr
+    one_error_line(compare.main, ["--variants=gpt", "--max_iters=2", f"--compare_dir={taken}"], str(taken))
+    assert taken.read_text() == "not a folder" and sorted(os.listdir(tmp_path)) == ["taken"]
 
 
 def test_bench_of_a_config_file_whose_dataset_is_not_prepared_is_one_line(tmp_path, monkeypatch, capsys):
@@ -774,12 +774,13 @@ def test_bench_refuses_a_model_the_compiled_decoder_cannot_run_before_measuring(
     assert "decode" not in capsys.readouterr().out
 
 
-def test_bench_refuses_nonpositive_counts(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "tools.bench", "--variants=gpt", "--measure=sample",
-                        "--gen_tokens=-5", "--device=cpu", "--n_layer=1", "--n_embd=16", "--n_head=2",
-                        "--block_size=16", "--vocab_size=32"],
-                       capture_output=True, text=True, timeout=120, cwd=tmp_path, env=dict(os.environ, PYTHONPATH=ROOT))
-    assert r.returncode == 1 and r.stderr.strip().startswith("error: --gen_tokens"), r.stdout + r.stderr
+def test_bench_refuses_nonpositive_counts(tmp_path, monkeypatch, capsys):
+    from tools import bench
+    monkeypatch.chdir(tmp_path)
+    message = one_error_line(bench.main, ["--variants=gpt", "--measure=sample", "--gen_tokens=-5", "--device=cpu",
+                                          "--n_layer=1", "--n_embd=16", "--n_head=2", "--block_size=16",
+                                          "--vocab_size=32"])
+    assert message.startswith("error: --gen_tokens") and capsys.readouterr().out == ""
 
 
 # --- the fault trial (tests/fault_trial.py): minutes for all its cases, so the suite runs three --------------

@@ -804,15 +804,13 @@ def test_damaged_checkpoint_is_one_line_in_sample(finished, tmp_path, damage, wo
     assert message.startswith("error: ") and "\n" not in message and all(w in message for w in words), message
 
 
-def test_bench_out_to_a_missing_folder_fails_before_measuring(tmp_path):
+def test_bench_out_to_a_missing_folder_fails_before_measuring(tmp_path, monkeypatch, capsys):
     """tools/bench.py --out checks its folder first (it used to fail only after all measurements)."""
-    import subprocess
-    import sys
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    from tools import bench
+    monkeypatch.chdir(tmp_path)
     out = tmp_path / "missing" / "bench.md"
-    r = subprocess.run([sys.executable, "-m", "tools.bench", f"--out={out}", "--device=cpu"],
-                       capture_output=True, text=True, timeout=120, cwd=tmp_path, env=dict(os.environ, PYTHONPATH=root))
-    assert r.returncode != 0 and r.stderr.strip().splitlines()[-1].startswith("error: --out=")
+    message = one_error_line(bench.main, [f"--out={out}", "--device=cpu"])
+    assert message.startswith("error: --out=") and capsys.readouterr().out == ""
     assert not out.parent.exists()
 
 

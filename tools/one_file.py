@@ -258,14 +258,18 @@ def spells_a_word(name):
     return not ("_" in name or any(c.isdigit() for c in name) or any(c.isupper() for c in name[1:]))
 
 
+@functools.lru_cache(maxsize=None)
 def short_strings(text):
-    """The strings in text's code that spell a name ("rope", "gated")."""
-    return {t.string[1:-1] for t in tokenize.generate_tokens(io.StringIO(text).readline)
-            if t.type == tokenize.STRING and re.fullmatch(r"[\"'][A-Za-z_][A-Za-z0-9_]*[\"']", t.string)}
+    """The strings in text's code that spell a name ("rope", "gated"); once per text (the fixed point of
+    specialise tokenizes the same text again)."""
+    return frozenset(t.string[1:-1] for t in tokenize.generate_tokens(io.StringIO(text).readline)
+            if t.type == tokenize.STRING and re.fullmatch(r"[\"'][A-Za-z_][A-Za-z0-9_]*[\"']", t.string))
 
 
+@functools.lru_cache(maxsize=None)
 def identifiers(text):
-    return {t.string for t in tokenize.generate_tokens(io.StringIO(text).readline) if t.type == tokenize.NAME}
+    return frozenset(t.string for t in tokenize.generate_tokens(io.StringIO(text).readline)
+                     if t.type == tokenize.NAME)
 
 
 class Specialiser:
