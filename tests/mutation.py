@@ -242,6 +242,10 @@ MUTANTS = [
            "return int(self.branch_weights().argmax())",
            "return int(self.branch_weights().argmin())",
            "tests/test_checkpoint.py -k keep_heaviest_branch", every=True),
+    Mutant("kept_branch_unscaled", "model.py",
+           "            return self.branch_weights()[keep] * kept",
+           "            return kept",
+           "tests/test_model.py -k keeps_the_heaviest_branchs_term", every=True),
     # safety_net/tokenizers.py, dataset.py: ids, the tokenizer meta.json describes, nanoGPT's meta.pkl
     Mutant("gpt2_whitespace_runs_split_without_lookahead", "safety_net/tokenizers.py",
            r'|\s+(?!\S)|\s+"""', r'|\s+"""',

@@ -123,7 +123,8 @@ def test_a_pickle_or_a_checkpoint_cut_short_is_one_line_without_torchs_warnings(
 def test_keep_heaviest_branch_runs_the_branch_of_largest_weight_alone(branch_logits):
     """pgpt at inference (paper 004): the branch whose combination weight softmax(a)_i is largest, computed here
     from the formula, is the one kept; the model then computes exactly what a one-branch GPT holding that branch,
-    its n_embd-wide chunk of the embeddings and the shared head computes."""
+    its n_embd-wide chunk of the embeddings and the shared head computes, its stack's output times that weight
+    (the term the branch had in the sum)."""
     cfg = GPTConfig(**dict(SMALL, n_layer=6), n_branches=3, tie_embeddings=False)
     model = visible(GPT(cfg))
     with torch.no_grad():
@@ -145,7 +146,9 @@ def test_keep_heaviest_branch_runs_the_branch_of_largest_weight_alone(branch_log
     idx = tokens((2, SMALL["block_size"]))
     with torch.no_grad():
         kept = model(idx, all_logits=True)[0]
-        torch.testing.assert_close(kept, alone(idx, all_logits=True)[0], rtol=0, atol=1e-6)
+        x = alone.drop(alone.tok_emb(idx) + alone.pos_emb(torch.arange(idx.size(1))))
+        expected = alone.head(alone.ln_f(weights[heaviest] * alone.branches[0](x)))
+        torch.testing.assert_close(kept, expected, rtol=0, atol=1e-6)
         model.keep_branch = None
         assert not torch.allclose(model(idx, all_logits=True)[0], kept, atol=1e-2)   # all branches: another function
 

@@ -601,6 +601,21 @@ def test_pgpt_mixes_each_branch_by_its_own_weight():
     torch.testing.assert_close(model(idx, all_logits=True)[0], expected)
 
 
+def test_pgpt_keeps_the_heaviest_branchs_term_of_the_sum():
+    """keep_branch drops the other branches' terms (paper 004: the block with the lesser weight can be dropped): the
+    kept one stays w_k * decoder_k(x_k). Post-norm has no final norm, so an unscaled branch (as kept before) gave
+    logits 1/w_k as large, a lower temperature."""
+    model = make_model("pgpt", norm_placement="post").double()
+    with torch.no_grad():
+        model.branch_logits.copy_(torch.tensor([2.0, -1.0]))
+    model.keep_branch = model.heaviest_branch()
+    idx = tokens(2, 16)
+    x = model.drop(model.tok_emb(idx) + model.pos_emb(torch.arange(16)))
+    kept = model.branches[0](x.split(model.config.n_embd, dim=-1)[0])
+    expected = model.head(model.ln_f(model.branch_weights()[0] * kept))
+    torch.testing.assert_close(model(idx, all_logits=True)[0], expected)
+
+
 def test_forward_rejects_too_long_sequence():
     with pytest.raises(ValueError, match="block_size"):
         make_model("gpt")(tokens(1, 17))
