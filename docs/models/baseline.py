@@ -7,7 +7,7 @@ section numbers (a section this config does not run is left out), and computes e
 model.py computes for it. Do not edit: regenerate.
 
     made by:  python -m tools.one_file baseline --out=docs/models/baseline.py
-    model.py as of commit dda8474, its last change
+    model.py as of commit 25d2981, its last change
 """
 
 import math

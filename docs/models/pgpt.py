@@ -7,7 +7,7 @@ section numbers (a section this config does not run is left out), and computes e
 model.py computes for it. Do not edit: regenerate.
 
     made by:  python -m tools.one_file pgpt --out=docs/models/pgpt.py
-    model.py as of commit dda8474, its last change
+    model.py as of commit 25d2981, its last change
 """
 
 import math
@@ -341,8 +341,7 @@ class GPT(nn.Module):
     def run_branches(self, x, cache):
         """pgpt: branch i reads the i-th n_embd-wide chunk, the outputs mixed as
         sum_i w_i * decoder_i(x_i) (paper 004, eq. 1-3); with keep_branch set
-        only that branch runs, its term of the sum kept (the others dropped).
-        Each branch keeps its own cache entries."""
+        only its term runs. Each branch keeps its own cache entries."""
         chunks = x.split(self.config.n_embd, dim=-1)
         keep = self.keep_branch
         if keep is not None:
