@@ -163,6 +163,13 @@ def test_command_train_config_file(tmp_path, monkeypatch, capsys):
     other.write_text(open(config).read() + "\ndataset = 'openwebtext'\n")
     fix = one_error_line(plan_tool.main, [str(other)], "data/openwebtext is not prepared")
     assert "python prepare.py openwebtext --input=YOUR_TEXT.txt" in fix
+    # a dataset a tool prepares: the tool's own command, which takes no --input (it refused the one named; a hunt)
+    for dataset, command in (("wikitext103", "python -m tools.wikitext103"),
+                             ("shakespeare_v4096", "python -m tools.pangu.compact_vocab shakespeare --vocab_size 4096")):
+        by_tool = tmp_path / "by_tool.py"
+        by_tool.write_text(open(config).read() + f"\ndataset = '{dataset}'\n")
+        fix = one_error_line(plan_tool.main, [str(by_tool)], f"data/{dataset} is not prepared")
+        assert f"(fix: {command}, from this folder" in fix and "--input" not in fix, fix
     import prepare
     prepare.main(["openwebtext", f"--input={text}"])
     plan_tool.main([str(other)])

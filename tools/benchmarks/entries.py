@@ -36,9 +36,11 @@ def config_file_model(path):
     else:
         vocab = dataset_vocab_size(tcfg)   # as train.py: the dataset's vocab
     if vocab is None and "vocab_size" not in texplicit:   # else GPTConfig's 50304: another model's size
-        how = tool_command(tcfg["dataset"]) or f"python prepare.py {tcfg['dataset']}"
-        if tcfg["dataset"] not in DATASETS:   # prepare.py knows no text by that name: it needs yours (a hunt)
-            how += " --input=YOUR_TEXT.txt"
+        how = tool_command(tcfg["dataset"])   # wikitext103, shakespeare_v4096: a tool's, which takes no --input
+        if how is None:
+            how = f"python prepare.py {tcfg['dataset']}"
+            if tcfg["dataset"] not in DATASETS:   # prepare.py knows no text by that name: it needs yours (a hunt)
+                how += " --input=YOUR_TEXT.txt"
         raise UserError(f"{path}: its dataset {default_data_dir(tcfg)} is not prepared, so the vocab_size that sizes "
                         f"its model is unknown (fix: {how}, from this folder, or set vocab_size)")
     return model_args(tcfg, texplicit, base=base, vocab_size=vocab), tcfg
