@@ -317,6 +317,8 @@ def run(cfg):
     refuse_unsupported(model.config)   # before the header and the prompt are printed
     tok, start_ids = tokenizer_of(ckpt, cfg["data_dir"], start_text)
     source = f"{ckpt['path']} (iter {ckpt.get('iter_num', '?')})"
+    if cfg["keep_heaviest_branch"]:   # pgpt: before the compile (write_samples' note keeps the same branch);
+        model.keep_heaviest_branch()   # kept after it, the step compiled again inside the timed loop (a hunt)
     if cfg["max_new_tokens"] >= 2:   # (one token is the prime's: no step to compile)
         compile_before_timing(model, start_ids, device, dtype, mode)
     compiled = functools.partial(generate, compile_mode=mode)
