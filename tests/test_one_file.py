@@ -594,3 +594,26 @@ def test_readme_gives_models_gpt_pys_length():
     with open(os.path.join(one_file.OUT_DIR, "gpt.py"), encoding="utf-8") as f:
         lines = f.read().count("\n")
     assert said and int(said.group(1)) == lines, (said and said.group(1), lines)
+
+
+def test_a_config_that_starts_from_a_checkpoint_is_traced_as_its_model(tmp_path, capsys):
+    """A config file with init_from (a fine-tune) trains the checkpoint's model, in train.py's order: tools.plan
+    showed it, but tools.technique_lines and tools.one_file traced GPTConfig's defaults, so a fine-tune of an lgpt run
+    printed no line against gpt and its file refused the very checkpoint (a hunt of the user tools)."""
+    from conftest import write_char_checkpoint
+    from model import GPT, GPTConfig
+    lgpt = GPT(GPTConfig(vocab_size=65, block_size=16, n_layer=4, n_head=2, n_embd=32, shrink_every=2,
+                         tie_embeddings=False))
+    run = write_char_checkpoint(tmp_path, lgpt, [chr(48 + i) for i in range(65)])
+    config = tmp_path / "finetune.py"
+    config.write_text(f"init_from = {str(run / 'ckpt.pt')!r}\nmax_iters = 20\n")
+    technique_lines.main([str(config), "--against=gpt"])
+    added = re.search(r"model\.py (\d+) code lines added", capsys.readouterr().out)
+    assert added and int(added.group(1)) > 0
+    _, ran, full = one_file.run(str(config))
+    assert ran["shrink_every"] == full["shrink_every"] == 2 and ran["tie_embeddings"] is full["tie_embeddings"] is False
+    path = tmp_path / "finetune_file.py"
+    one_file.main([str(config), f"--out={path}"])
+    ckpt = torch.load(run / "ckpt.pt", weights_only=True)
+    made = load_module(path, "finetune_file")
+    made.GPT(made.config_from(ckpt["model_args"])).load_state_dict(ckpt["model"])

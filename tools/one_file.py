@@ -74,7 +74,6 @@ from model import GPT, GPTConfig, KVCache
 from tools import technique_lines
 import train
 import variants
-from safety_net.build import gpt_config_defaults
 from safety_net.configurator import UserError, run_command
 from safety_net.fileio import atomic_open, check_out_file
 
@@ -150,8 +149,7 @@ def run(target, overrides=None, keep_heaviest_branch=False):
         model.generate(prompt, 2, use_kv_cache=False, generator=torch.Generator().manual_seed(0))   # a full window
         ran.update(dataclasses.asdict(model.config))
     tracer = technique_lines.trace(target, overrides, keep_heaviest_branch, tracer=Traced(), then=generate_more)
-    full = gpt_config_defaults()
-    full.update(variants.load(config["variant"]) if config["variant"] else {})
+    full = technique_lines.preset_args(config)
     full.update({k: config[k] for k in explicit if k in full})
     return tracer, ran, full
 
