@@ -594,6 +594,10 @@ MUTANTS = [
            "bias = False\n",
            "bias = True\n",
            "tests/test_nanogpt.py -k nanogpts_settings", every=False),
+    Mutant("compare_plans_a_checkpoint_start_as_its_variant", "tools/compare.py",
+           "base=starting_model(tcfg), vocab_size=vocab)",
+           "base=None, vocab_size=vocab)",
+           "tests/test_compare.py -k custom_variant_from_a_checkpoint", every=True),
     Mutant("compare_plan_before_checks", "tools/compare.py",
            "    if not config[\"dry_run\"]:\n"
            "        check_runs(config, status, runs)\n"

@@ -470,6 +470,31 @@ def test_a_missing_starting_checkpoint_names_the_run_and_the_fix(char_data, tmp_
         compare.main(argv)
 
 
+def test_a_custom_variant_from_a_checkpoint_is_planned_as_its_model(char_data, tmp_path):
+    """A custom variant with init_from trains that checkpoint's model (train.py: defaults <- it <- the variant <- the
+    keys): the plan (and --dry_run) showed the variant's, and a start train.py refuses (lgpt's checkpoint under gpt's
+    tied head) began after the other variants had trained (a hunt of the user tools). Now both show in the plan."""
+    from safety_net.checkpoint import save_checkpoint
+    import dataclasses
+
+    def checkpoint(name, **flags):
+        model = GPT(GPTConfig(vocab_size=65, block_size=16, n_layer=2, n_head=3, n_embd=24, **flags))
+        path = tmp_path / name / "ckpt.pt"
+        save_checkpoint(str(path), model.state_dict(), dataclasses.asdict(model.config), iter_num=0,
+                        best_val_loss=9.9, config={})
+        return str(path)
+
+    custom = {"ft": {"variant": "gpt", "init_from": checkpoint("rms", norm="rmsnorm")}}
+    argv = tiny_argv(char_data, tmp_path / "cmp", "gpt,ft", custom_variants=repr(custom), mlp_hidden=None)
+    runs = compare.plan(*compare.parse(argv))
+    assert [(run.name, run.args["norm"]) for run in runs] == [("gpt", "layernorm"), ("ft", "rmsnorm")]
+    custom = {"ft": {"variant": "gpt", "init_from": checkpoint("lgpt", shrink_every=1, tie_embeddings=False)}}
+    argv = tiny_argv(char_data, tmp_path / "cmp", "gpt,ft", custom_variants=repr(custom), mlp_hidden=None)
+    with pytest.raises(UserError, match="variant ft with this config: GPTConfig: tie_embeddings needs"):
+        compare.plan(*compare.parse(argv))
+    assert not os.path.exists(tmp_path / "cmp")
+
+
 def test_a_finished_run_started_otherwise_is_refused(char_data, tmp_path, monkeypatch, one_thread, capsys):
     """init_from decides what a model learns: a finished run of a custom variant that now starts from a checkpoint
     (or, trained from one, now from scratch) is refused, not reported with the old run's numbers."""

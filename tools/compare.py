@@ -257,9 +257,9 @@ def variant_config(config, explicit, name):
 
 
 def plan(config, explicit):
-    """[Run] for every variant (and seed), the model resolved as train.py will: GPTConfig defaults <- preset <-
-    explicit model keys, vocabulary from the dataset (when prepared). Invalid combinations fail here,
-    before training."""
+    """[Run] for every variant (and seed), the model resolved as train.py will: GPTConfig defaults <- the checkpoint
+    a custom variant starts from <- preset <- explicit model keys, vocabulary from the dataset (when prepared).
+    Invalid combinations fail here, before training."""
     from model import GPTConfig
     fields = gpt_config_defaults()
     seeds = config["seeds"] or [config["seed"]]
@@ -269,7 +269,7 @@ def plan(config, explicit):
         model_explicit = {k for k in texplicit if k in fields}
         vocab = None if "vocab_size" in model_explicit else dataset_vocab_size(tcfg)
         try:
-            args = resolve_model_args(tcfg, model_explicit, vocab_size=vocab)
+            args = resolve_model_args(tcfg, model_explicit, base=starting_model(tcfg), vocab_size=vocab)
         except UserError as e:   # the variant named, where the message does not name it (mlp_ratio's)
             raise UserError(str(e) if f"'{name}'" in str(e) else f"{name}: {e}") from None
         check_optional_types(args)
@@ -284,6 +284,17 @@ def plan(config, explicit):
             out.append(Run(name=name, seed=seed, key=key, out_dir=os.path.join(config["compare_dir"], key),
                            config=dict(tcfg, seed=seed), explicit=set(texplicit), args=dict(args), first=k == 0))
     return out
+
+
+def starting_model(tcfg):
+    """The model_args of the checkpoint a custom variant's init_from names, which train.py's model starts from
+    (defaults <- it <- the variant <- the keys): the plan showed the variant's model, and a run train.py refused
+    began after the others had trained (a hunt of the user tools). None from scratch, or while that checkpoint is
+    not written yet (a dry run before an earlier stage; a real run is refused in check_run_settings)."""
+    init_from = tcfg["init_from"]
+    if init_from == "scratch" or not os.path.exists(init_from):
+        return None
+    return load_checkpoint(init_from, mmap=True)["model_args"]
 
 
 def model_info(args):
