@@ -44,7 +44,7 @@ TRAIN_DEFAULTS = dict(
     log_interval=10,
     eval_iters=200,
     eval_only=False,              # evaluate once and exit
-    always_save_checkpoint=False,  # ckpt.pt at every save, not only when val improves
+    always_save_checkpoint=False,  # ckpt.pt at every evaluation, not only when val improves
     # 'scratch' | 'resume' (out_dir/last.pt, else ckpt.pt) | a checkpoint file, ours or nanoGPT's |
     # 'gpt2'..'gpt2-xl' or a Hugging Face folder
     init_from="scratch",
