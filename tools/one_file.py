@@ -260,8 +260,9 @@ def spells_a_word(name):
 def short_strings(text):
     """The strings in text's code that spell a name ("rope", "gated"); once per text (the fixed point of
     specialise tokenizes the same text again)."""
-    return frozenset(t.string[1:-1] for t in tokenize.generate_tokens(io.StringIO(text).readline)
-            if t.type == tokenize.STRING and re.fullmatch(r"[\"'][A-Za-z_][A-Za-z0-9_]*[\"']", t.string))
+    tokens = tokenize.generate_tokens(io.StringIO(text).readline)
+    return frozenset(t.string[1:-1] for t in tokens
+                     if t.type == tokenize.STRING and re.fullmatch(r"[\"'][A-Za-z_][A-Za-z0-9_]*[\"']", t.string))
 
 
 @functools.lru_cache(maxsize=None)
