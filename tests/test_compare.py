@@ -782,7 +782,7 @@ def test_seeds_reach_the_last_seed_and_refuse_a_negative_one():
     ("--sample_tokens=-1", "sample_tokens must be >= 0"),
     ("--bench_iters=-1", "bench_iters must be >= 0"),
     ("--compare_dir=", "compare_dir is empty"),
-    ("--init_from=scratch", "compare.py sets init_from itself"),
+    ("--init_from=resume", "compare.py sets init_from itself"),
     ("--eval_only=True", "eval_only does not train"),
     ("--prompts=['War is ', '']", "prompts holds an empty prompt"),
 ])
@@ -790,6 +790,13 @@ def test_bad_compare_keys_are_one_line(arg, words):
     """Each of compare.py's own refusals (a hunt: a changed line did this, and no test failed)."""
     with pytest.raises(UserError, match=words):
         compare.parse([arg])
+
+
+def test_init_from_scratch_as_nanogpts_config_files_set_it_is_accepted():
+    """config/nanogpt.py (nanoGPT's defaults) sets init_from = "scratch", what compare.py sets itself: it was refused,
+    and the only fix was to edit the repository's own file (a hunt of the user tools)."""
+    config, _ = compare.parse([os.path.join(os.path.dirname(compare.__file__), "..", "config", "nanogpt.py")])
+    assert config["init_from"] == "scratch"
 
 
 def test_aggregate_means_stds_counts_and_first_seed_columns():

@@ -204,8 +204,10 @@ def check(config, explicit):
     # sample.py's rule: a tiny, infinite or NaN temperature samples garbage (NaN probabilities) after all the training
     check_temperature(config["sample_temperature"], "sample_temperature")
     need(config["compare_dir"] != "", "compare_dir is empty (fix: --compare_dir=out-compare)")
-    need("init_from" not in explicit, "compare.py sets init_from itself: scratch, or resume for a model whose "
-         "last.pt exists (fix: drop init_from; a custom variant may start from a checkpoint path)")
+    # "scratch" is what compare.py sets: nanoGPT's config files (config/nanogpt.py) set it too
+    need("init_from" not in explicit or config["init_from"] == "scratch", "compare.py sets init_from itself: "
+         "scratch, or resume for a model whose last.pt exists (fix: drop init_from; a custom variant may start "
+         "from a checkpoint path)")
     need(not config["eval_only"], "eval_only does not train (fix: drop --eval_only; use eval.py on the out_dirs)")
     need(not launched_by_torchrun(), "compare.py runs in one process (fix: run it with python, not torchrun)")
     need(not isinstance(config["seeds"], (list, tuple)) or "seed" not in explicit,
