@@ -426,6 +426,41 @@ def test_inherit_cli_into_a_compact_vocabulary(tmp_path, capsys):
     assert f"initialized {n_tensors}/{n_tensors} tensors" in capsys.readouterr().out
 
 
+def test_inherit_into_a_compact_vocabulary_from_a_nanogpt_gpt2_run(tmp_path, capsys):
+    """A nanoGPT GPT-2 run's data folder holds its token files only; inherit calibrates on it as GPT-2's tokens,
+    and --target_data_dir refused it ('meta.json is missing, so its tokenizer is unknown'; a hunt)."""
+    from test_nanogpt import ARGS, write_nanogpt_checkpoint
+    write_nanogpt_checkpoint(str(tmp_path / "out-gpt2"), dict(ARGS, vocab_size=50304))
+    src_data, dst_data = tmp_path / "shakespeare", tmp_path / "compact"
+    os.makedirs(src_data)
+    np.random.default_rng(0).integers(0, 50257, 400).astype(np.uint16).tofile(src_data / "train.bin")
+    os.makedirs(dst_data)
+    (dst_data / "meta.json").write_text(json.dumps(compact_meta([5, 6, 7, 300])))
+    inherit.main([f"--init_from={tmp_path / 'out-gpt2'}", f"--out_dir={tmp_path / 'small'}", "--n_layer=1",
+                  f"--target_data_dir={dst_data}", f"--data_dir={src_data}", "--layers=first_last"])
+    assert "vocabulary: 50304 -> 5 tokens" in capsys.readouterr().out
+
+
+def test_inherit_records_the_data_dir_a_source_without_one_is_given(tmp_path, capsys):
+    """A source that records no dataset (tools.huggingface.convert import's): --data_dir, as inherit's own error
+    asks, was checked and calibrated on, but the output recorded none and its next command named none, so train.py
+    read the default dataset's tokens and refused them (a hunt). Now the output records it."""
+    from safety_net.fileio import atomic_save
+    from conftest import write_char_checkpoint
+    torch.manual_seed(0)
+    chars = [chr(48 + i) for i in range(40)]
+    cfg = GPTConfig(block_size=8, vocab_size=len(chars), n_layer=3, n_head=2, n_embd=16)
+    write_char_checkpoint(tmp_path, GPT(cfg), chars, "run")   # tmp_path/data: its dataset
+    ckpt = torch.load(tmp_path / "run" / "ckpt.pt", weights_only=True)
+    imported = {k: v for k, v in ckpt.items() if k not in ("dataset", "data_dir")}
+    atomic_save(imported, str(tmp_path / "imported" / "ckpt.pt"))
+    inherit.main([f"--init_from={tmp_path / 'imported'}", f"--out_dir={tmp_path / 'small'}", "--n_layer=2",
+                  f"--data_dir={tmp_path / 'data'}", "--layers=first_last"])
+    assert f"--data_dir={tmp_path / 'data'})" in capsys.readouterr().out
+    _, small = load_model(str(tmp_path / "small"))
+    assert small["data_dir"] == str(tmp_path / "data") and small["dataset"] == "tinychars"
+
+
 def test_inherit_cli_then_train_continues_from_it(big, tmp_path, capsys):
     out_dir, data, cfg = big
     small_dir = str(tmp_path / "small")

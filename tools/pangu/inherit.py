@@ -796,10 +796,15 @@ def run(opts):
     src = model.config
     check_supported(src)
     vocab, dataset, target_dir = None, ckpt.get("dataset", ""), ckpt.get("data_dir", "")
+    if opts["data_dir"] and not target_dir:   # a source that records none (an import): --data_dir, checked, is the
+        target_dir = resolve_data_dir(ckpt, opts["data_dir"])   # output's, and the next command names it (a hunt)
+        dataset = load_meta(target_dir, ckpt).get("dataset") or os.path.basename(os.path.normpath(target_dir))
     if opts["target_data_dir"]:
         target_dir = opts["target_data_dir"]
         target_meta = read_meta(target_dir)
-        vocab = vocab_rows(read_meta(resolve_data_dir(ckpt, opts["data_dir"])), target_meta)
+        # the source's vocabulary: its meta.json, or GPT-2's for a nanoGPT GPT-2 run's folder of token files only,
+        # as its calibration reads it (load_meta; refused here alone, a hunt)
+        vocab = vocab_rows(load_meta(resolve_data_dir(ckpt, opts["data_dir"]), ckpt), target_meta)
         dataset = target_meta.get("dataset") or os.path.basename(os.path.normpath(target_dir))
     dst = target_config(src, opts["n_layer"], opts["n_embd"], opts["n_head"], opts["n_kv_head"],
                         opts["mlp_hidden"], opts["mlp_ratio"], 0 if vocab is None else len(vocab))
