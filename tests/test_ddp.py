@@ -102,6 +102,7 @@ def test_ddp_accumulation_must_divide_by_world_size(tiny_train_config, monkeypat
         assert "divisible" in str(e.value) and "--gradient_accumulation_steps=2)" in str(e.value)
 
 
+@pytest.mark.slow   # 9-15 s of the 5-minute suite; on_rank_zero's quiet exit: the lock case below, in process
 def test_ddp_bad_input_seen_by_rank_0_alone_is_its_one_line(tiny_train_config, tmp_path):
     """Rank 0 alone prepares the data (and locks out_dir, below). When that failed, its line was printed, but
     rank 1, waiting in a collective, ended in a traceback of the broken connection (a hunt); now it exits
