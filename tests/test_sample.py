@@ -478,6 +478,17 @@ def test_a_sample_into_an_encoding_that_lacks_its_characters_prints_them_as_ques
     assert b"a??" in r.stdout and b"Traceback" not in r.stderr
 
 
+def compile_with_dynamos_eager_backend(monkeypatch):
+    """torch.compile with dynamo's eager backend, in place of inductor's minutes: fast_sample's path, traced."""
+    real_compile = torch.compile
+
+    def eager(fn, **kwargs):
+        return real_compile(fn, backend="eager", fullgraph=True)
+
+    monkeypatch.setattr(torch, "compile", eager)
+    torch._dynamo.reset()
+
+
 def test_fast_sample_compiles_before_its_clock_and_samples_as_sample_py(tmp_path, capsys, monkeypatch):
     """tools.fast_sample's tokens/s included compiling its decode step (1.3 tokens/s where the step runs 300; a
     hunt): the step compiles first, its time on a line of its own, and the samples stay sample.py's. The compile is
@@ -486,9 +497,7 @@ def test_fast_sample_compiles_before_its_clock_and_samples_as_sample_py(tmp_path
     out = make_checkpoint(tmp_path)
     args = [f"--out_dir={out}", "--device=cpu", "--start=ab", "--max_new_tokens=30", "--seed=5", "--num_samples=2"]
     expected, _ = run_main(capsys, *args)
-    real_compile = torch.compile
-    monkeypatch.setattr(torch, "compile", lambda fn, **kw: real_compile(fn, backend="eager", fullgraph=True))
-    torch._dynamo.reset()
+    compile_with_dynamos_eager_backend(monkeypatch)
     calls = []
     timed = fast_sample.compile_before_timing
     monkeypatch.setattr(fast_sample, "compile_before_timing", lambda *a: calls.append(a) or timed(*a))
@@ -510,9 +519,7 @@ def test_fast_sample_keeps_pgpts_branch_before_it_compiles(tmp_path, capsys, mon
     args = [f"--out_dir={out}", "--device=cpu", "--start=ab", "--max_new_tokens=20", "--seed=5", "--num_samples=1",
             "--keep_heaviest_branch"]
     expected, _ = run_main(capsys, *args)
-    real_compile = torch.compile
-    monkeypatch.setattr(torch, "compile", lambda fn, **kw: real_compile(fn, backend="eager", fullgraph=True))
-    torch._dynamo.reset()
+    compile_with_dynamos_eager_backend(monkeypatch)
     kept = []
     timed = fast_sample.compile_before_timing
 
