@@ -69,6 +69,7 @@ import torch
 
 from tools import plots
 from tools.benchmarks.measure import bench_train, describe
+from tools.benchmarks.entries import starting_args
 from tools.flops import flops_per_token
 from tools.layers import layer_sets
 from tools.plots import read_log
@@ -293,10 +294,9 @@ def starting_model(tcfg):
     (defaults <- it <- the variant <- the keys): the plan showed the variant's model, and a run train.py refused
     began after the others had trained (a hunt of the user tools). None from scratch, or while that checkpoint is
     not written yet (a dry run before an earlier stage; a real run is refused in check_run_settings)."""
-    init_from = tcfg["init_from"]
-    if init_from == "scratch" or not os.path.exists(init_from):
+    if not os.path.exists(tcfg["init_from"]):   # "scratch", or a checkpoint an earlier stage writes
         return None
-    return load_checkpoint(init_from, mmap=True)["model_args"]
+    return starting_args(tcfg, tcfg["init_from"])
 
 
 def model_info(args):

@@ -72,8 +72,10 @@ import torch
 
 from model import GPT, GPTConfig, KVCache
 from tools import technique_lines
+from tools.benchmarks.entries import starting_args
 import train
 import variants
+from safety_net.build import model_args
 from safety_net.configurator import UserError, run_command
 from safety_net.fileio import atomic_open, check_out_file
 
@@ -149,8 +151,7 @@ def run(target, overrides=None, keep_heaviest_branch=False):
         model.generate(prompt, 2, use_kv_cache=False, generator=torch.Generator().manual_seed(0))   # a full window
         ran.update(dataclasses.asdict(model.config))
     tracer = technique_lines.trace(target, overrides, keep_heaviest_branch, tracer=Traced(), then=generate_more)
-    full = technique_lines.preset_args(config)
-    full.update({k: config[k] for k in explicit if k in full})
+    full = model_args(config, explicit, base=starting_args(config, config["init_from"]))   # in train.py's order
     return tracer, ran, full
 
 

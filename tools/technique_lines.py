@@ -36,7 +36,7 @@ import torch
 from tools.fingerprint import SMALL
 import train
 import variants
-from safety_net.build import check_optional_types, gpt_config_defaults, model_args, model_config
+from safety_net.build import check_optional_types, model_args, model_config
 from safety_net.configurator import UserError, load_config, run_command
 from tools.benchmarks.entries import starting_args
 
@@ -212,16 +212,6 @@ def flag_texts(overrides):
     return texts
 
 
-def preset_args(config):
-    """A config's model before its own keys, in train.py's order: GPTConfig's defaults, the checkpoint its
-    init_from names (a fine-tune: that run's model, as tools.plan reads it; an lgpt run's was traced as plain GPT,
-    a hunt of the user tools), the variant."""
-    args = gpt_config_defaults()
-    args.update(starting_args(config, config["init_from"]) or {})
-    args.update(variants.load(config["variant"]) if config["variant"] else {})
-    return args
-
-
 def small(config, explicit, small_layers=True):
     """The model's arguments (GPTConfig's defaults, the checkpoint init_from names, the variant, the keys set) at a
     size where a step takes a moment, every flag kept: a large preset at its SMALL sizes, unless a key of them is
@@ -231,9 +221,11 @@ def small(config, explicit, small_layers=True):
     variant = config["variant"]
     if variant and variant not in variants.available():
         raise UserError(f"unknown variant '{variant}' (fix: one of {', '.join(variants.available())})")
+    # a config file's init_from: that run's model (a fine-tune of an lgpt run was traced as plain GPT; a hunt)
+    base = starting_args(config, config["init_from"])
     # train.py's one line for the model as given, before it is traced small (--n_head=5 traced at width 40; a hunt)
-    model_config(model_args(config, explicit, base=starting_args(config, config["init_from"])), device="meta")
-    args = preset_args(config)
+    model_config(model_args(config, explicit, base=base), device="meta")
+    args = model_args(config, set(), base=base)   # GPTConfig's defaults, that checkpoint's, the variant's
     sizes = SMALL.get(variant, {})
     if small_layers and not explicit & (set(sizes) - {"block_size", "vocab_size"}):
         args.update(sizes)   # the large presets' small sizes
